@@ -1,0 +1,102 @@
+/* onegpu base: status codes, error messages, logging, small checked arithmetic.
+ *
+ * Every fallible public function of onegpu returns an og_status and, where the
+ * caller can use more detail, writes a one-line message into a caller-owned
+ * buffer (err, errlen). No part keeps global mutable state: loggers, pools and
+ * RNGs hang off the object that uses them. */
+#ifndef OG_BASE_H
+#define OG_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Status codes: 0 is success, every failure is negative (libuv/redis habit). */
+typedef enum og_status {
+    OG_OK = 0,
+    OG_ERR_INVALID_ARG = -1,  /* caller passed a bad value (a usage error) */
+    OG_ERR_IO = -2,           /* open/read/write/mmap failed; errno text in message */
+    OG_ERR_NOMEM = -3,        /* allocation failed */
+    OG_ERR_FORMAT = -4,       /* input file or data is malformed */
+    OG_ERR_UNSUPPORTED = -5,  /* well-formed but not supported by this build */
+    OG_ERR_NOT_FOUND = -6,    /* key, tensor or file not present */
+    OG_ERR_TYPE = -7,         /* value present but of the wrong type */
+    OG_ERR_RANGE = -8,        /* value out of the allowed range or overflow */
+    OG_ERR_STATE = -9,        /* call not valid in the object's current state */
+} og_status;
+
+/* Short constant text for a status ("malformed input"). Never NULL. */
+const char *og_status_str(og_status st);
+
+/* Formats a message into err (if err != NULL && errlen > 0) and returns st, so a
+ * failing path can be `return og_fail(err, errlen, OG_ERR_FORMAT, "...", ...);`. */
+og_status og_fail(char *err, size_t errlen, og_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* --- logging ------------------------------------------------------------- */
+typedef enum og_log_level {
+    OG_LOG_ERROR = 0,
+    OG_LOG_WARN = 1,
+    OG_LOG_INFO = 2,
+    OG_LOG_DEBUG = 3,
+} og_log_level;
+
+/* A logger is a plain value owned by whoever runs the show (main, an engine). */
+typedef struct og_logger {
+    og_log_level level; /* messages above this level are dropped */
+    FILE *out;          /* NULL means stderr */
+} og_logger;
+
+/* Writes "onegpu: <level>: message\n". A NULL logger logs warnings and errors to
+ * stderr. No status: logging failures are not actionable. */
+void og_log(const og_logger *lg, og_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* --- checked arithmetic and helpers -------------------------------------- */
+
+/* *out = a * b; returns false on uint64 overflow. */
+static inline bool og_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+/* *out = a + b; returns false on uint64 overflow. */
+static inline bool og_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+/* Round o up to a multiple of a (a > 0); returns false on overflow. */
+static inline bool og_align_up_u64(uint64_t o, uint64_t a, uint64_t *out) {
+    uint64_t pad = (a - o % a) % a;
+    return og_add_u64(o, pad, out);
+}
+
+/* FNV-1a 64-bit hash of n bytes (offset 0xcbf29ce484222325, prime 0x100000001b3). */
+uint64_t og_fnv1a64(const void *data, size_t n, uint64_t seed);
+#define OG_FNV1A64_INIT 0xcbf29ce484222325ULL
+
+/* Parses a byte size such as "512", "96G", "1.5GiB", "280g", "64M" (powers of 1024;
+ * suffixes K, M, G, T with optional "i"/"B"). Returns OG_ERR_INVALID_ARG on junk. */
+og_status og_parse_size(const char *s, uint64_t *out_bytes);
+
+/* Formats bytes for people: "1.50 GiB". Returns buf. */
+const char *og_fmt_bytes(uint64_t bytes, char *buf, size_t buflen);
+
+/* Reads a whole file into a malloc'ed, NUL-terminated buffer (*out_len excludes
+ * the NUL). Refuses files above max_bytes with OG_ERR_RANGE. */
+og_status og_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
+                       char *err, size_t errlen);
+
+/* splitmix64: a tiny seeded generator for tests and synthetic models (state owned
+ * by the caller). Source: Steele, Lea, Flood, "Fast splittable PRNGs" (2014). */
+static inline uint64_t og_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+/* Uniform double in [0, 1) from 53 random bits. */
+static inline double og_rand_unit(uint64_t *state) {
+    return (double)(og_splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+#endif

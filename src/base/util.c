@@ -1,0 +1,87 @@
+#include "og_base.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+uint64_t og_fnv1a64(const void *data, size_t n, uint64_t h) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+og_status og_parse_size(const char *s, uint64_t *out_bytes) {
+    if (!s || !*s || !out_bytes) return OG_ERR_INVALID_ARG;
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0) || !isfinite(v)) return OG_ERR_INVALID_ARG;
+    double mult = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mult = 1024.0; end++; break;
+    case 'M': mult = 1024.0 * 1024; end++; break;
+    case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (mult > 1 && (*end == 'i' || *end == 'I')) end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end != '\0') return OG_ERR_INVALID_ARG;
+    double bytes = v * mult;
+    if (bytes >= 18446744073709551615.0) return OG_ERR_INVALID_ARG;
+    *out_bytes = (uint64_t)bytes;
+    return OG_OK;
+}
+
+const char *og_fmt_bytes(uint64_t bytes, char *buf, size_t buflen) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, buflen, "%llu B", (unsigned long long)bytes);
+    else snprintf(buf, buflen, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+og_status og_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
+                       char *err, size_t errlen) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return og_fail(err, errlen, OG_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        fclose(f);
+        return og_fail(err, errlen, OG_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    if ((uint64_t)st.st_size > max_bytes) {
+        fclose(f);
+        return og_fail(err, errlen, OG_ERR_RANGE, "%s: %lld bytes, more than the %zu allowed",
+                       path, (long long)st.st_size, max_bytes);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(f);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
+    }
+    size_t got = fread(buf, 1, n, f);
+    int rerr = ferror(f);
+    fclose(f);
+    if (got != n || rerr) {
+        free(buf);
+        return og_fail(err, errlen, OG_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, n);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (out_len) *out_len = n;
+    return OG_OK;
+}

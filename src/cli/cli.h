@@ -1,0 +1,11 @@
+/* onegpu command-line subcommands. Each returns the process exit status:
+ * 0 success, 1 usage or internal error, 2 bad input file, 3 plan refused. */
+#ifndef OG_CLI_H
+#define OG_CLI_H
+
+enum { OG_EXIT_OK = 0, OG_EXIT_USAGE = 1, OG_EXIT_BAD_INPUT = 2, OG_EXIT_REFUSED = 3 };
+
+int og_cmd_gguf(int argc, char **argv);
+int og_cmd_make_model(int argc, char **argv);
+
+#endif

@@ -1,0 +1,255 @@
+/* `onegpu gguf FILE [--json]`: what a GGUF file holds, for people and scripts. */
+#include "cli.h"
+#include "og_gguf.h"
+#include "og_model.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARRAY_HEAD 8 /* array elements shown before "..." */
+
+/* JSON string from possibly invalid UTF-8: invalid bytes become U+FFFD. */
+static json_t *json_str_lossy(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    char *buf = malloc(n * 3 + 1);
+    if (!buf) return json_null();
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        json_t *probe = (len && i + len <= n) ? json_stringn(s + i, len) : NULL;
+        if (probe) {
+            json_decref(probe);
+            memcpy(buf + o, s + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(buf + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    j = json_stringn(buf, o);
+    free(buf);
+    return j ? j : json_null();
+}
+
+static json_t *scalar_json(const og_gguf_kv *kv, og_gguf_vtype t, uint64_t i) {
+    if (t == OG_GGUF_BOOL) {
+        const uint8_t *p = kv->data;
+        return json_boolean(p[i]);
+    }
+    if (t == OG_GGUF_FLOAT32 || t == OG_GGUF_FLOAT64) {
+        double d = 0;
+        og_gguf_kv_num_f64(kv, i, &d);
+        return json_real(d);
+    }
+    int64_t v = 0;
+    if (og_gguf_kv_num_i64(kv, i, &v) == OG_OK) return json_integer(v);
+    double d = 0; /* uint64 above INT64_MAX */
+    og_gguf_kv_num_f64(kv, i, &d);
+    return json_real(d);
+}
+
+static json_t *kv_json(const og_gguf_kv *kv) {
+    json_t *o = json_object();
+    json_object_set_new(o, "key", json_string(kv->key));
+    json_object_set_new(o, "type", json_string(og_gguf_vtype_name(kv->type)));
+    if (kv->type == OG_GGUF_STRING) {
+        json_object_set_new(o, "value", json_str_lossy(kv->str.s, (size_t)kv->str.n));
+    } else if (kv->type == OG_GGUF_ARRAY) {
+        json_object_set_new(o, "elem_type", json_string(og_gguf_vtype_name(kv->arr_type)));
+        json_object_set_new(o, "n", json_integer((json_int_t)kv->arr_n));
+        json_t *head = json_array();
+        for (uint64_t i = 0; i < kv->arr_n && i < ARRAY_HEAD; i++) {
+            if (kv->arr_type == OG_GGUF_STRING)
+                json_array_append_new(head, json_str_lossy(kv->strs[i].s, (size_t)kv->strs[i].n));
+            else
+                json_array_append_new(head, scalar_json(kv, kv->arr_type, i));
+        }
+        json_object_set_new(o, kv->arr_n > ARRAY_HEAD ? "head" : "value", head);
+    } else {
+        json_object_set_new(o, "value", scalar_json(kv, kv->type, 0));
+    }
+    return o;
+}
+
+/* Prints a string for people: escapes controls, cuts long ones. */
+static void print_str(const char *s, uint64_t n, uint64_t max) {
+    putchar('"');
+    uint64_t cut = n < max ? n : max;
+    while (cut < n && cut > 0 && ((unsigned char)s[cut] & 0xc0) == 0x80) cut--; /* whole characters */
+    for (uint64_t i = 0; i < cut; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') fputs("\\n", stdout);
+        else if (c == '"') fputs("\\\"", stdout);
+        else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else putchar(c);
+    }
+    putchar('"');
+    if (cut < n) printf("... (%llu bytes)", (unsigned long long)n);
+}
+
+static void print_scalar(const og_gguf_kv *kv, og_gguf_vtype t, uint64_t i) {
+    if (t == OG_GGUF_BOOL) {
+        fputs(((const uint8_t *)kv->data)[i] ? "true" : "false", stdout);
+    } else if (t == OG_GGUF_FLOAT32 || t == OG_GGUF_FLOAT64) {
+        double d = 0;
+        og_gguf_kv_num_f64(kv, i, &d);
+        printf("%.9g", d);
+    } else {
+        int64_t v;
+        double d;
+        if (og_gguf_kv_num_i64(kv, i, &v) == OG_OK) printf("%lld", (long long)v);
+        else if (og_gguf_kv_num_f64(kv, i, &d) == OG_OK) printf("%.0f", d);
+    }
+}
+
+static void print_kv(const og_gguf_kv *kv) {
+    printf("  %-44s ", kv->key);
+    if (kv->type == OG_GGUF_STRING) {
+        printf("%-8s ", "string");
+        print_str(kv->str.s, kv->str.n, 72);
+    } else if (kv->type == OG_GGUF_ARRAY) {
+        printf("[%s x %llu] ", og_gguf_vtype_name(kv->arr_type), (unsigned long long)kv->arr_n);
+        for (uint64_t i = 0; i < kv->arr_n && i < 4; i++) {
+            if (i) fputs(", ", stdout);
+            if (kv->arr_type == OG_GGUF_STRING) print_str(kv->strs[i].s, kv->strs[i].n, 24);
+            else print_scalar(kv, kv->arr_type, i);
+        }
+        if (kv->arr_n > 4) fputs(", ...", stdout);
+    } else {
+        printf("%-8s ", og_gguf_vtype_name(kv->type));
+        print_scalar(kv, kv->type, 0);
+    }
+    putchar('\n');
+}
+
+static void shape_str(const og_gguf_tensor *t, char *buf, size_t n) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (uint32_t d = 0; d < t->n_dims && o < n; d++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: onegpu gguf FILE [--json]\n"
+                 "  Prints the header, metadata (long arrays summarized), the tensor table\n"
+                 "  (name, ggml type, shape, bytes, offset) and bytes per tensor role.\n"
+                 "  --json   one JSON object on stdout instead\n"
+                 "exit status: 0 ok, 1 usage, 2 unreadable or invalid file\n");
+}
+
+int og_cmd_gguf(int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    bool as_json = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+        if (c == 'j') as_json = true;
+        else if (c == 'h') {
+            usage(stdout);
+            return OG_EXIT_OK;
+        } else {
+            usage(stderr);
+            return OG_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        usage(stderr);
+        return OG_EXIT_USAGE;
+    }
+    const char *path = argv[optind];
+    char err[1024];
+    og_gguf *g = NULL;
+    og_status st = og_gguf_open(path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err);
+    if (st) {
+        fprintf(stderr, "onegpu gguf: %s\n", err);
+        return OG_EXIT_BAD_INPUT;
+    }
+    char arch[64] = "";
+    og_gguf_get_cstr(g, "general.architecture", arch, sizeof arch);
+
+    uint64_t role_bytes[OG_ROLE_COUNT] = {0}, role_n[OG_ROLE_COUNT] = {0}, total = 0;
+    uint64_t n_t = og_gguf_n_tensors(g);
+    for (uint64_t i = 0; i < n_t; i++) {
+        const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
+        og_tensor_role r = og_model_tensor_role(arch, t->name);
+        role_bytes[r] += t->n_bytes;
+        role_n[r]++;
+        total += t->n_bytes;
+    }
+
+    if (as_json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "file", json_string(path));
+        json_object_set_new(o, "file_bytes", json_integer((json_int_t)og_gguf_file_size(g)));
+        json_object_set_new(o, "version", json_integer(og_gguf_version(g)));
+        json_object_set_new(o, "alignment", json_integer(og_gguf_alignment(g)));
+        json_object_set_new(o, "architecture", json_string(arch));
+        json_object_set_new(o, "n_kv", json_integer((json_int_t)og_gguf_n_kv(g)));
+        json_object_set_new(o, "n_tensors", json_integer((json_int_t)n_t));
+        json_object_set_new(o, "data_offset", json_integer((json_int_t)og_gguf_data_offset(g)));
+        json_object_set_new(o, "tensor_bytes", json_integer((json_int_t)total));
+        json_t *md = json_array();
+        for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) json_array_append_new(md, kv_json(og_gguf_kv_at(g, i)));
+        json_object_set_new(o, "metadata", md);
+        json_t *ts = json_array();
+        for (uint64_t i = 0; i < n_t; i++) {
+            const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
+            json_t *shape = json_array();
+            for (uint32_t d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer(t->ne[d]));
+            json_array_append_new(ts, json_pack("{s:s, s:s, s:o, s:I, s:I, s:s}", "name", t->name, "type",
+                                                og_type_name(t->type), "shape", shape, "bytes",
+                                                (json_int_t)t->n_bytes, "offset", (json_int_t)t->offset,
+                                                "role", og_model_role_name(og_model_tensor_role(arch, t->name))));
+        }
+        json_object_set_new(o, "tensors", ts);
+        json_t *roles = json_object();
+        for (int r = 0; r < OG_ROLE_COUNT; r++)
+            json_object_set_new(roles, og_model_role_name((og_tensor_role)r),
+                                json_pack("{s:I, s:I}", "n_tensors", (json_int_t)role_n[r], "bytes",
+                                          (json_int_t)role_bytes[r]));
+        json_object_set_new(o, "roles", roles);
+        char *s = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        if (s) {
+            puts(s);
+            free(s);
+        }
+        json_decref(o);
+        og_gguf_close(g);
+        return s ? OG_EXIT_OK : OG_EXIT_USAGE;
+    }
+
+    char b1[32], b2[32];
+    printf("file: %s (%s)\n", path, og_fmt_bytes(og_gguf_file_size(g), b1, sizeof b1));
+    printf("GGUF v%u, alignment %u, %llu metadata keys, %llu tensors, data at offset %llu\n",
+           og_gguf_version(g), og_gguf_alignment(g), (unsigned long long)og_gguf_n_kv(g),
+           (unsigned long long)n_t, (unsigned long long)og_gguf_data_offset(g));
+    printf("\nmetadata:\n");
+    for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) print_kv(og_gguf_kv_at(g, i));
+    printf("\ntensors:\n  %-40s %-6s %-24s %14s %14s\n", "name", "type", "shape", "bytes", "offset");
+    for (uint64_t i = 0; i < n_t; i++) {
+        const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
+        char shape[96];
+        shape_str(t, shape, sizeof shape);
+        printf("  %-40s %-6s %-24s %14llu %14llu\n", t->name, og_type_name(t->type), shape,
+               (unsigned long long)t->n_bytes, (unsigned long long)t->offset);
+    }
+    printf("\nbytes per role:\n");
+    for (int r = 0; r < OG_ROLE_COUNT; r++) {
+        if (!role_n[r]) continue;
+        printf("  %-16s %5llu tensors %12s %6.2f%%\n", og_model_role_name((og_tensor_role)r),
+               (unsigned long long)role_n[r], og_fmt_bytes(role_bytes[r], b1, sizeof b1),
+               total ? 100.0 * (double)role_bytes[r] / (double)total : 0.0);
+    }
+    printf("  %-16s %5llu tensors %12s\n", "total", (unsigned long long)n_t, og_fmt_bytes(total, b2, sizeof b2));
+    og_gguf_close(g);
+    return OG_EXIT_OK;
+}

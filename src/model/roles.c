@@ -1,0 +1,61 @@
+/* Tensor roles by name (deepseek2.md §2). The names are shared by llama.cpp's
+ * MoE architectures, so one table serves deepseek2 and its relatives; other
+ * architectures get their own rows when they are supported. */
+#include "og_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const role_names[OG_ROLE_COUNT] = {
+    "embeddings", "attention", "norm", "router", "dense_ffn",
+    "routed_experts", "shared_experts", "output", "other",
+};
+
+const char *og_model_role_name(og_tensor_role role) {
+    return (unsigned)role < OG_ROLE_COUNT ? role_names[role] : "other";
+}
+
+int og_model_tensor_layer(const char *name) {
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    char *end;
+    long n = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || n < 0 || n > 1000000) return -1;
+    return (int)n;
+}
+
+static bool starts(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Prefix of the per-layer part of a name -> role; first match wins. */
+static const struct {
+    const char *prefix;
+    og_tensor_role role;
+} layer_rules[] = {
+    {"attn_", OG_ROLE_ATTENTION},
+    {"ffn_gate_inp", OG_ROLE_ROUTER},
+    {"exp_probs_b", OG_ROLE_ROUTER},
+    {"ffn_norm", OG_ROLE_NORM},
+    {"layer_output_norm", OG_ROLE_NORM},
+    {"ffn_gate_up_exps", OG_ROLE_ROUTED_EXPERTS},
+    {"ffn_gate_exps", OG_ROLE_ROUTED_EXPERTS},
+    {"ffn_up_exps", OG_ROLE_ROUTED_EXPERTS},
+    {"ffn_down_exps", OG_ROLE_ROUTED_EXPERTS},
+    {"ffn_gate_shexp", OG_ROLE_SHARED_EXPERTS},
+    {"ffn_up_shexp", OG_ROLE_SHARED_EXPERTS},
+    {"ffn_down_shexp", OG_ROLE_SHARED_EXPERTS},
+    {"ffn_gate.", OG_ROLE_DENSE_FFN},
+    {"ffn_up.", OG_ROLE_DENSE_FFN},
+    {"ffn_down.", OG_ROLE_DENSE_FFN},
+};
+
+og_tensor_role og_model_tensor_role(const char *arch, const char *name) {
+    (void)arch; /* one table for the deepseek family so far */
+    if (starts(name, "token_embd")) return OG_ROLE_EMBEDDINGS;
+    if (starts(name, "output")) return OG_ROLE_OUTPUT; /* output.weight, output_norm.weight */
+    if (og_model_tensor_layer(name) < 0) return OG_ROLE_OTHER;
+    const char *rest = strchr(name + 4, '.') + 1;
+    for (size_t i = 0; i < sizeof layer_rules / sizeof layer_rules[0]; i++)
+        if (starts(rest, layer_rules[i].prefix)) return layer_rules[i].role;
+    return OG_ROLE_OTHER;
+}

@@ -1,0 +1,150 @@
+// usage: node llama_generate.mjs MODEL.gguf (--prompt TEXT | --prompt-file F | --tokens 1,2,3)
+//            [-n N] [--probs] [--teacher 5,6,7] [--special] [--threads T] [--stop-eog]
+//
+// Greedy llama.cpp reference on the CPU. Prints one JSON object on stdout:
+//   {"prompt_tokens":[...], "tokens":[...], "text":"...", "logprobs":[...]|null,
+//    "stop":"length"|"eog", "cpu_backend":"zen4"}
+// - The prompt is tokenized like llama.cpp's completion tool (see
+//   tokenizePrompt in llama_env.mjs); --tokens bypasses tokenization entirely.
+// - Generation: exactly N tokens (default 16), argmax of the raw logits each
+//   step (temperature 0: no penalties, no top-k/p, no bias). --stop-eog stops
+//   after an end-of-generation token, as llama-completion does.
+// - --probs: logprobs[i] = {"token", "logprob", "top": [[id, logprob] x5]} for
+//   each generated position, from the full-vocabulary softmax.
+// - --teacher ids: feed these tokens one at a time after the prompt instead of
+//   the greedy picks (teacher forcing); "tokens" are then the fed ids and
+//   logprobs[i] (always on) scores teacher[i] given prompt + teacher[0..i-1],
+//   with "argmax" added: the token greedy decoding would have picked there.
+// Log-probabilities are log() of node-llama-cpp's float32 softmax, so they are
+// good to ~1e-6 and a probability that underflows float32 (logit gap > ~103)
+// comes out as null (-inf).
+import fs from "node:fs";
+import { loadLlama, tokenizePrompt, cpuBackend, fail } from "./llama_env.mjs";
+
+const USAGE = "usage: node llama_generate.mjs MODEL.gguf (--prompt TEXT | --prompt-file F | --tokens 1,2,3) " +
+    "[-n N] [--probs] [--teacher 5,6,7] [--special] [--threads T] [--stop-eog]";
+
+function ids(s, what) {
+    const out = String(s ?? "").split(",").filter((x) => x.trim() !== "").map(Number);
+    if (out.length === 0 || !out.every((x) => Number.isInteger(x) && x >= 0))
+        fail(`${what} needs a comma-separated list of token ids, got ${JSON.stringify(s)}`);
+    return out;
+}
+
+function positiveInt(s, what) {
+    const n = Number(s);
+    if (!Number.isInteger(n) || n < 0)
+        fail(`${what} needs a non-negative integer, got ${JSON.stringify(s)}`);
+    return n;
+}
+
+const opt = { n: 16, probs: false, special: false, stopEog: false, threads: 0, prompt: null, tokens: null, teacher: null, model: null };
+const args = process.argv.slice(2);
+for (let i = 0; i < args.length; i++) {
+    const a = args[i], v = () => args[++i] ?? fail(`${a} needs a value`);
+    if (a === "--prompt") opt.prompt = v();
+    else if (a === "--prompt-file") opt.prompt = fs.readFileSync(v(), "utf8");
+    else if (a === "--tokens") opt.tokens = ids(v(), a);
+    else if (a === "-n" || a === "--n-predict") opt.n = positiveInt(v(), a);
+    else if (a === "--probs") opt.probs = true;
+    else if (a === "--teacher") opt.teacher = ids(v(), a);
+    else if (a === "--special") opt.special = true;
+    else if (a === "--stop-eog") opt.stopEog = true;
+    else if (a === "--threads" || a === "-t") opt.threads = positiveInt(v(), a);
+    else if (a.startsWith("-")) fail(`unknown option ${a}\n${USAGE}`);
+    else if (opt.model == null) opt.model = a;
+    else fail(`unexpected argument ${a}\n${USAGE}`);
+}
+if (opt.model == null || (opt.prompt == null) === (opt.tokens == null))
+    fail(USAGE);
+if (!fs.existsSync(opt.model))
+    fail(`no such file: ${opt.model}`);
+
+const lp = (p) => (p > 0 ? Math.log(p) : null);
+
+// The map comes sorted by an unstable std::sort, so exact ties can come in any
+// order; break them by id (greedy itself picks the lowest id among ties).
+function top5(probabilities) {
+    const head = [];
+    for (const e of probabilities) {
+        if (head.length >= 5 && e[1] !== head[head.length - 1][1])
+            break;
+        head.push(e);
+    }
+    return head.sort((a, b) => b[1] - a[1] || a[0] - b[0]).slice(0, 5);
+}
+
+try {
+    const llama = await loadLlama(opt.threads ? { maxThreads: opt.threads } : {});
+    const model = await llama.loadModel({ modelPath: opt.model, gpuLayers: 0 });
+    const nVocab = model.fileInsights.vocabularySize ?? null;
+
+    const promptTokens = opt.tokens ?? tokenizePrompt(model, opt.prompt, { parseSpecial: opt.special });
+    if (promptTokens.length === 0)
+        fail("the prompt has no tokens (llama.cpp cannot evaluate an empty batch)");
+    const bad = [...promptTokens, ...(opt.teacher ?? [])].find((t) => nVocab != null && t >= nVocab);
+    if (bad != null)
+        fail(`token id ${bad} is outside the vocabulary (${nVocab})`);
+
+    const steps = opt.teacher ? opt.teacher.length : opt.n;
+    const wantProbs = opt.probs || opt.teacher != null;
+    // Room for every token we feed; llama.cpp pads the KV size itself. One
+    // sequence, batch 512 like llama.cpp's default micro-batch, so a long
+    // prompt is split where llama-completion would split it.
+    const contextSize = promptTokens.length + steps + 1;
+    const context = await model.createContext({
+        contextSize,
+        batchSize: Math.min(512, contextSize),
+        sequences: 1,
+        ...(opt.threads ? { threads: opt.threads } : {})
+    });
+    const seq = context.getSequence();
+
+    // Evaluate `input` (ids) and return the next-token result after its last
+    // id: {token (greedy pick), probabilities: Map id -> p, sorted by p desc}.
+    const next = { token: true, probabilities: wantProbs, options: { temperature: 0 } };
+    async function feed(input) {
+        const items = input.map((t, i) => (i === input.length - 1 ? [t, { generateNext: next }] : t));
+        const out = await seq.controlledEvaluate(items);
+        const res = out[input.length - 1]?.next;
+        if (res == null || res.token == null)
+            throw new Error("llama.cpp returned no next token (model without an output head?)");
+        return res;
+    }
+
+    const tokens = [], logprobs = [];
+    let stop = "length";
+    let res = steps > 0 ? await feed(promptTokens) : null;
+    for (let i = 0; i < steps; i++) {
+        const tok = opt.teacher ? opt.teacher[i] : res.token;
+        tokens.push(tok);
+        if (wantProbs) {
+            const top = top5(res.probabilities).map(([id, p]) => [id, lp(p)]);
+            const entry = { token: tok, logprob: lp(res.probabilities.get(tok) ?? 0), top };
+            if (opt.teacher)
+                entry.argmax = res.token;
+            logprobs.push(entry);
+        }
+        if (!opt.teacher && opt.stopEog && model.isEogToken(tok)) {
+            stop = "eog";
+            break;
+        }
+        if (i + 1 < steps)
+            res = await feed([tok]);
+    }
+
+    const out = {
+        prompt_tokens: promptTokens,
+        tokens,
+        text: model.detokenize(tokens, false, promptTokens),
+        logprobs: wantProbs ? logprobs : null,
+        stop,
+        cpu_backend: cpuBackend()
+    };
+    process.stdout.write(JSON.stringify(out) + "\n");
+    await context.dispose();
+    await model.dispose();
+    await llama.dispose();
+} catch (err) {
+    fail(err?.stack ?? String(err));
+}

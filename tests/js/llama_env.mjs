@@ -67,9 +67,12 @@ async function prepareBins() {
     const parent = path.join(os.tmpdir(), `onegpu-llama-bins-${process.getuid?.() ?? "user"}`);
     const root = path.join(parent, key);
     const shim = path.join(root, "shim.mjs");
-    if (!fs.existsSync(shim) || !subdirs.every((s) => fs.existsSync(path.join(root, s, "llama-addon.node")))) {
-        // Build beside it and rename into place: concurrent test processes
-        // either win the rename or find a complete folder.
+    const complete = () => fs.existsSync(shim) &&
+        subdirs.every((s) => files[s].every((n) => fs.existsSync(path.join(root, s, n))));
+    if (!complete()) {
+        // Build beside it and rename into place, never touching a complete
+        // folder: concurrent test processes either win the rename or find a
+        // finished folder that another process may already be loading from.
         fs.mkdirSync(parent, { recursive: true });
         const tmp = fs.mkdtempSync(path.join(parent, "tmp-"));
         for (const sub of subdirs) {
@@ -79,13 +82,24 @@ async function prepareBins() {
         }
         fs.writeFileSync(path.join(tmp, "shim.mjs"),
             `export function getBinsDir() { return ${JSON.stringify({ binsDir: root, packageVersion })}; }\n`);
-        fs.rmSync(root, { recursive: true, force: true });  // stale or partial
-        try {
-            fs.renameSync(tmp, root);
-        } catch (err) {
-            fs.rmSync(tmp, { recursive: true, force: true });
-            if (!fs.existsSync(shim))
-                throw err;
+        for (let attempt = 0; ; attempt++) {
+            try {
+                fs.renameSync(tmp, root);
+                break;
+            } catch (err) {
+                if (complete() || attempt > 0 || !fs.existsSync(root)) {
+                    fs.rmSync(tmp, { recursive: true, force: true });
+                    if (complete())
+                        break;
+                    throw err;
+                }
+                // A broken leftover (say, half-emptied by a tmp cleaner): move it aside.
+                const aside = `${root}.stale-${process.pid}`;
+                try {
+                    fs.renameSync(root, aside);
+                    fs.rmSync(aside, { recursive: true, force: true });
+                } catch { /* someone else moved it first */ }
+            }
         }
     }
     return root;
@@ -105,19 +119,31 @@ export async function loadLlama(options = {}) {
     }
     const { getLlama, LlamaLogLevel } = await import("node-llama-cpp");
     const level = process.env.ONEGPU_LLAMA_LOG ?? LlamaLogLevel.warn;
-    return await getLlama({
-        gpu: false,
-        build: "never",
-        skipDownload: true,
-        progressLogs: false,
-        logLevel: level,
-        logger: (lvl, message) => {
-            if (vocabLoads > 0 && SIMULATION_NOISE.test(message))
-                return;
-            process.stderr.write(`[llama ${lvl}] ${message.replace(/\n$/, "")}\n`);
-        },
-        ...options
-    });
+    let llama;
+    try {
+        llama = await getLlama({
+            gpu: false,
+            build: "never",
+            skipDownload: true,
+            progressLogs: false,
+            logLevel: level,
+            logger: (lvl, message) => {
+                if (vocabLoads > 0 && SIMULATION_NOISE.test(message))
+                    return;
+                process.stderr.write(`[llama ${lvl}] ${message.replace(/\n$/, "")}\n`);
+            },
+            ...options
+        });
+    } catch (err) {
+        if (err?.constructor?.name === "NoBinaryFoundError" && process.env.ONEGPU_LLAMA_CPU)
+            throw new Error(`ONEGPU_LLAMA_CPU=${process.env.ONEGPU_LLAMA_CPU}: this CPU cannot run that ` +
+                "variant (ggml scored it 0, so no CPU backend loaded)");
+        throw err;
+    }
+    // Safety net in case the hook did not take (e.g. getLlama ran earlier).
+    if (cpuBackend()?.includes("sapphirerapids") && process.env.ONEGPU_LLAMA_CPU == null)
+        throw new Error("llama.cpp loaded the sapphirerapids CPU variant, which crashes on Q8_0/F16 models");
+    return llama;
 }
 
 // Token ids for `text` as llama.cpp's completion tool makes them:

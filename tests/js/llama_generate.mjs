@@ -15,6 +15,10 @@
 //   the greedy picks (teacher forcing); "tokens" are then the fed ids and
 //   logprobs[i] (always on) scores teacher[i] given prompt + teacher[0..i-1],
 //   with "argmax" added: the token greedy decoding would have picked there.
+// --threads defaults to 1: node-llama-cpp's own default (max(cores, 4)) on a
+// 2-core machine made each token of a tiny model take ~250 ms instead of <1 ms
+// (ggml's spinning workers fight over the cores). ggml splits work by output
+// rows, so the thread count should not change the numbers.
 // Log-probabilities are log() of node-llama-cpp's float32 softmax, so they are
 // good to ~1e-6 and a probability that underflows float32 (logit gap > ~103)
 // comes out as null (-inf).
@@ -38,7 +42,7 @@ function positiveInt(s, what) {
     return n;
 }
 
-const opt = { n: 16, probs: false, special: false, stopEog: false, threads: 0, prompt: null, tokens: null, teacher: null, model: null };
+const opt = { n: 16, probs: false, special: false, stopEog: false, threads: 1, prompt: null, tokens: null, teacher: null, model: null };
 const args = process.argv.slice(2);
 for (let i = 0; i < args.length; i++) {
     const a = args[i], v = () => args[++i] ?? fail(`${a} needs a value`);
@@ -50,7 +54,7 @@ for (let i = 0; i < args.length; i++) {
     else if (a === "--teacher") opt.teacher = ids(v(), a);
     else if (a === "--special") opt.special = true;
     else if (a === "--stop-eog") opt.stopEog = true;
-    else if (a === "--threads" || a === "-t") opt.threads = positiveInt(v(), a);
+    else if (a === "--threads" || a === "-t") opt.threads = Math.max(1, positiveInt(v(), a));
     else if (a.startsWith("-")) fail(`unknown option ${a}\n${USAGE}`);
     else if (opt.model == null) opt.model = a;
     else fail(`unexpected argument ${a}\n${USAGE}`);
@@ -75,9 +79,9 @@ function top5(probabilities) {
 }
 
 try {
-    const llama = await loadLlama(opt.threads ? { maxThreads: opt.threads } : {});
+    const llama = await loadLlama({ maxThreads: opt.threads });
     const model = await llama.loadModel({ modelPath: opt.model, gpuLayers: 0 });
-    const nVocab = model.fileInsights.vocabularySize ?? null;
+    const nVocab = model.fileInfo.metadata?.tokenizer?.ggml?.tokens?.length ?? null;
 
     const promptTokens = opt.tokens ?? tokenizePrompt(model, opt.prompt, { parseSpecial: opt.special });
     if (promptTokens.length === 0)
@@ -96,7 +100,7 @@ try {
         contextSize,
         batchSize: Math.min(512, contextSize),
         sequences: 1,
-        ...(opt.threads ? { threads: opt.threads } : {})
+        threads: opt.threads
     });
     const seq = context.getSequence();
 

@@ -1,0 +1,66 @@
+/* base: size parsing, byte formatting, hashing (hand-checked values). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "og_base.h"
+
+static void test_parse_size(void **state) {
+    (void)state;
+    static const struct { const char *s; uint64_t v; } ok[] = {
+        {"0", 0}, {"512", 512}, {"1K", 1024}, {"64M", 64ull << 20}, {"96G", 96ull << 30},
+        {"280g", 280ull << 30}, {"1.5GiB", 3ull << 29}, {"2T", 2ull << 40}, {"10MB", 10ull << 20},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        uint64_t v = 1;
+        assert_int_equal(og_parse_size(ok[i].s, &v), OG_OK);
+        assert_int_equal(v, ok[i].v);
+    }
+    static const char *bad[] = {"", "G", "-1G", "12X", "1GG", "nan", "1e30T"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t v;
+        assert_int_equal(og_parse_size(bad[i], &v), OG_ERR_INVALID_ARG);
+    }
+}
+
+static void test_fmt_bytes(void **state) {
+    (void)state;
+    char b[32];
+    assert_string_equal(og_fmt_bytes(1023, b, sizeof b), "1023 B");
+    assert_string_equal(og_fmt_bytes(1536, b, sizeof b), "1.50 KiB");
+    assert_string_equal(og_fmt_bytes(96ull << 30, b, sizeof b), "96.00 GiB");
+}
+
+static void test_fnv1a(void **state) {
+    (void)state;
+    /* Published FNV-1a 64 test vectors: "" and "a". */
+    assert_true(og_fnv1a64("", 0, OG_FNV1A64_INIT) == 0xcbf29ce484222325ULL);
+    assert_true(og_fnv1a64("a", 1, OG_FNV1A64_INIT) == 0xaf63dc4c8601ec8cULL);
+    assert_true(og_fnv1a64("foobar", 6, OG_FNV1A64_INIT) == 0x85944171f73967e8ULL);
+}
+
+static void test_checked_math(void **state) {
+    (void)state;
+    uint64_t r;
+    assert_true(og_mul_u64(1ull << 32, 1ull << 31, &r) && r == 1ull << 63);
+    assert_false(og_mul_u64(1ull << 32, 1ull << 32, &r));
+    assert_false(og_add_u64(UINT64_MAX, 1, &r));
+    assert_true(og_align_up_u64(33, 32, &r) && r == 64);
+    assert_true(og_align_up_u64(64, 32, &r) && r == 64);
+    assert_false(og_align_up_u64(UINT64_MAX - 3, 32, &r));
+    char err[64];
+    assert_int_equal(og_fail(err, sizeof err, OG_ERR_FORMAT, "x=%d", 7), OG_ERR_FORMAT);
+    assert_string_equal(err, "x=7");
+    assert_string_equal(og_status_str(OG_ERR_FORMAT), "malformed input");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_size), cmocka_unit_test(test_fmt_bytes),
+        cmocka_unit_test(test_fnv1a), cmocka_unit_test(test_checked_math),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,399 @@
+/* gguf: reader vs hand-assembled files, writer byte-exactness, round trip of
+ * every metadata type, header-only mode, and the table of corrupt files (each
+ * must fail with its own message; the same table runs through `onegpu gguf`,
+ * which must exit 2). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gguf_fixture.h"
+#include "og_gguf.h"
+
+static const char *g_onegpu;  /* path of the onegpu binary (argv[1]) */
+static char g_tmpdir[256];
+
+static void write_file(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (n) assert_int_equal(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc((size_t)len + 1);
+    assert_int_equal(fread(p, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return p;
+}
+
+/* ---- reading a hand-built file ------------------------------------------ */
+
+static void test_read_fixture(void **state) {
+    (void)state;
+    fx_buf b = fx_build(CORRUPT_NONE);
+    char err[512];
+    og_gguf *g;
+    assert_int_equal(og_gguf_open_memory(b.p, b.n, "fixture", 0, &g, err, sizeof err), OG_OK);
+    assert_int_equal(og_gguf_version(g), 3);
+    assert_int_equal(og_gguf_n_kv(g), 5);
+    assert_int_equal(og_gguf_n_tensors(g), 2);
+    assert_int_equal(og_gguf_alignment(g), 32);
+    char arch[16];
+    assert_int_equal(og_gguf_get_cstr(g, "general.architecture", arch, sizeof arch), OG_OK);
+    assert_string_equal(arch, "test");
+    bool flag = false;
+    assert_int_equal(og_gguf_get_bool(g, "test.flag", &flag), OG_OK);
+    assert_true(flag);
+    const og_gguf_kv *list = og_gguf_find_kv(g, "test.list");
+    assert_non_null(list);
+    assert_int_equal(list->type, OG_GGUF_ARRAY);
+    assert_int_equal(list->arr_type, OG_GGUF_UINT32);
+    assert_int_equal(list->arr_n, 3);
+    int64_t v;
+    assert_int_equal(og_gguf_kv_num_i64(list, 2, &v), OG_OK);
+    assert_int_equal(v, 3);
+    assert_int_equal(og_gguf_kv_num_i64(list, 3, &v), OG_ERR_RANGE);
+    const og_gguf_kv *names = og_gguf_find_kv(g, "test.names");
+    assert_int_equal(names->arr_n, 2);
+    assert_int_equal(names->strs[1].n, 2);
+    assert_memory_equal(names->strs[1].s, "bc", 2);
+    /* Wrong-type access is an error, not a crash. */
+    uint32_t u;
+    assert_int_equal(og_gguf_get_u32(g, "general.architecture", &u), OG_ERR_TYPE);
+    assert_int_equal(og_gguf_get_u32(g, "no.such.key", &u), OG_ERR_NOT_FOUND);
+    assert_int_equal(og_gguf_get_u32(g, "general.alignment", &u), OG_OK);
+    assert_int_equal(u, 32);
+    const og_gguf_tensor *t = og_gguf_find_tensor(g, "w.q8");
+    assert_non_null(t);
+    assert_int_equal(t->type, OG_TYPE_Q8_0);
+    assert_int_equal(t->n_bytes, 34);
+    assert_int_equal(t->offset, 64);
+    /* data section starts at the first multiple of 32 after the infos */
+    assert_int_equal(og_gguf_data_offset(g) % 32, 0);
+    assert_ptr_equal(t->data, b.p + og_gguf_data_offset(g) + 64);
+    assert_int_equal(((const uint8_t *)t->data)[0], (uint8_t)(64 * 7 + 1));
+    assert_null(og_gguf_find_tensor(g, "w.missing"));
+    og_gguf_close(g);
+
+    /* Header-only: same tables, no data pointers. */
+    assert_int_equal(og_gguf_open_memory(b.p, b.n, "fixture", OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    assert_null(og_gguf_find_tensor(g, "w.f32")->data);
+    og_gguf_close(g);
+    free(b.p);
+}
+
+/* Our writer, given the fixture's content, must produce the fixture's bytes. */
+static void test_writer_matches_spec_bytes(void **state) {
+    (void)state;
+    fx_buf b = fx_build(CORRUPT_NONE);
+    og_gguf_writer *w;
+    assert_int_equal(og_gguf_writer_create(32, &w), OG_OK);
+    assert_int_equal(og_gguf_writer_set_str(w, "general.architecture", "test"), OG_OK);
+    assert_int_equal(og_gguf_writer_set_u32(w, "general.alignment", 32), OG_OK);
+    assert_int_equal(og_gguf_writer_set_bool(w, "test.flag", true), OG_OK);
+    uint32_t list[3] = {1, 2, 3};
+    assert_int_equal(og_gguf_writer_set_arr(w, "test.list", OG_GGUF_UINT32, list, 3), OG_OK);
+    og_str names[2] = {{"a", 1}, {"bc", 2}};
+    assert_int_equal(og_gguf_writer_set_arr(w, "test.names", OG_GGUF_STRING, names, 2), OG_OK);
+    uint8_t data[98];
+    for (int i = 0; i < 98; i++) data[i] = (uint8_t)(i * 7 + 1);
+    int64_t ne0[2] = {8, 2}, ne1[1] = {32};
+    assert_int_equal(og_gguf_writer_add_tensor(w, "w.f32", OG_TYPE_F32, 2, ne0, data), OG_OK);
+    assert_int_equal(og_gguf_writer_add_tensor(w, "w.q8", OG_TYPE_Q8_0, 1, ne1, data + 64), OG_OK);
+    /* Refused: duplicate name, bad row length, too many dims. */
+    assert_int_equal(og_gguf_writer_add_tensor(w, "w.q8", OG_TYPE_Q8_0, 1, ne1, data), OG_ERR_INVALID_ARG);
+    int64_t bad[1] = {33};
+    assert_int_equal(og_gguf_writer_add_tensor(w, "w.bad", OG_TYPE_Q8_0, 1, bad, data), OG_ERR_INVALID_ARG);
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/writer.gguf", g_tmpdir);
+    assert_int_equal(og_gguf_writer_write(w, path, NULL, NULL, err, sizeof err), OG_OK);
+    og_gguf_writer_free(w);
+    size_t n;
+    uint8_t *got = slurp(path, &n);
+    assert_int_equal(n, b.n);
+    assert_memory_equal(got, b.p, n);
+    free(got);
+    free(b.p);
+}
+
+/* Every value type, scalars and arrays, written and read back equal; a second
+ * write from what was read is byte-identical to the first file. */
+static void test_round_trip_all_types(void **state) {
+    (void)state;
+    for (uint32_t align = 32; align <= 64; align *= 2) {
+        og_gguf_writer *w;
+        assert_int_equal(og_gguf_writer_create(align, &w), OG_OK);
+        uint8_t u8 = 250; int8_t i8 = -7; uint16_t u16 = 65000; int16_t i16 = -30000;
+        uint32_t u32 = 4000000000u; int32_t i32 = -2000000000; float f32 = 3.25f; uint8_t bo = 1;
+        og_str str = {"h\xc3\xa9llo \xe4\xb8\x96", 10};
+        uint64_t u64 = 18000000000000000000ull; int64_t i64 = -9000000000000000000ll; double f64 = -1.0 / 3.0;
+        const void *vals[] = {&u8, &i8, &u16, &i16, &u32, &i32, &f32, &bo, &str, NULL, &u64, &i64, &f64};
+        char key[64];
+        for (uint32_t t = 0; t < OG_GGUF_VTYPE_COUNT; t++) {
+            if (t == OG_GGUF_ARRAY) continue;
+            snprintf(key, sizeof key, "rt.scalar.%s", og_gguf_vtype_name(t));
+            assert_int_equal(og_gguf_writer_set(w, key, (og_gguf_vtype)t, vals[t]), OG_OK);
+            uint8_t arr[5 * 8];
+            for (int k = 0; k < 5; k++) memcpy(arr + k * og_gguf_vtype_size(t), vals[t], og_gguf_vtype_size(t));
+            og_str sarr[5] = {str, {"", 0}, {"x", 1}, str, {"end", 3}};
+            snprintf(key, sizeof key, "rt.array.%s", og_gguf_vtype_name(t));
+            assert_int_equal(og_gguf_writer_set_arr(w, key, (og_gguf_vtype)t, t == OG_GGUF_STRING ? (void *)sarr : (void *)arr, 5), OG_OK);
+        }
+        assert_int_equal(og_gguf_writer_set_arr(w, "rt.array.empty", OG_GGUF_INT32, NULL, 0), OG_OK);
+        assert_int_equal(og_gguf_writer_set_arr(w, "rt.nested", OG_GGUF_ARRAY, &u8, 1), OG_ERR_INVALID_ARG);
+        /* tensors of several types, odd sizes so padding is exercised */
+        static uint8_t data[3][4096];
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 4096; i++) data[k][i] = (uint8_t)(i * (k + 3) + k);
+        int64_t a[1] = {7}, bq[2] = {64, 3}, c3[3] = {5, 3, 2};
+        assert_int_equal(og_gguf_writer_add_tensor(w, "t.f16", OG_TYPE_F16, 1, a, data[0]), OG_OK);
+        assert_int_equal(og_gguf_writer_add_tensor(w, "t.q8", OG_TYPE_Q8_0, 2, bq, data[1]), OG_OK);
+        assert_int_equal(og_gguf_writer_add_tensor(w, "t.f32", OG_TYPE_F32, 3, c3, data[2]), OG_OK);
+        char p1[300], p2[300], err[512];
+        snprintf(p1, sizeof p1, "%s/rt1.gguf", g_tmpdir);
+        snprintf(p2, sizeof p2, "%s/rt2.gguf", g_tmpdir);
+        assert_int_equal(og_gguf_writer_write(w, p1, NULL, NULL, err, sizeof err), OG_OK);
+        og_gguf_writer_free(w);
+
+        og_gguf *g;
+        assert_int_equal(og_gguf_open(p1, 0, &g, err, sizeof err), OG_OK);
+        assert_int_equal(og_gguf_alignment(g), align);
+        for (uint32_t t = 0; t < OG_GGUF_VTYPE_COUNT; t++) {
+            if (t == OG_GGUF_ARRAY) continue;
+            snprintf(key, sizeof key, "rt.scalar.%s", og_gguf_vtype_name(t));
+            const og_gguf_kv *kv = og_gguf_find_kv(g, key);
+            assert_non_null(kv);
+            assert_int_equal(kv->type, t);
+            if (t == OG_GGUF_STRING) {
+                assert_int_equal(kv->str.n, str.n);
+                assert_memory_equal(kv->str.s, str.s, str.n);
+            } else {
+                assert_memory_equal(kv->data, vals[t], og_gguf_vtype_size(t));
+            }
+            snprintf(key, sizeof key, "rt.array.%s", og_gguf_vtype_name(t));
+            kv = og_gguf_find_kv(g, key);
+            assert_int_equal(kv->arr_type, t);
+            assert_int_equal(kv->arr_n, 5);
+            if (t == OG_GGUF_STRING) {
+                assert_int_equal(kv->strs[1].n, 0);
+                assert_int_equal(kv->strs[4].n, 3);
+                assert_memory_equal(kv->strs[4].s, "end", 3);
+            } else {
+                assert_memory_equal((const uint8_t *)kv->data + 4 * og_gguf_vtype_size(t), vals[t], og_gguf_vtype_size(t));
+            }
+        }
+        uint64_t got64;
+        assert_int_equal(og_gguf_get_u64(g, "rt.scalar.uint64", &got64), OG_OK);
+        assert_true(got64 == u64);
+        int64_t gi;
+        assert_int_equal(og_gguf_get_i64(g, "rt.scalar.int8", &gi), OG_OK);
+        assert_int_equal(gi, -7);
+        double gd;
+        assert_int_equal(og_gguf_get_f64(g, "rt.scalar.float64", &gd), OG_OK);
+        assert_true(gd == f64);
+        assert_int_equal(og_gguf_find_kv(g, "rt.array.empty")->arr_n, 0);
+        const og_gguf_tensor *tq = og_gguf_find_tensor(g, "t.q8");
+        assert_int_equal(tq->n_bytes, 2 * 34 * 3);
+        assert_memory_equal(tq->data, data[1], tq->n_bytes);
+        assert_int_equal(tq->offset % align, 0);
+        const og_gguf_tensor *t3 = og_gguf_find_tensor(g, "t.f32");
+        assert_int_equal(t3->n_dims, 3);
+        assert_int_equal(t3->ne[2], 2);
+        assert_memory_equal(t3->data, data[2], 5 * 3 * 2 * 4);
+
+        /* Re-write everything that was read: identical file. */
+        og_gguf_writer *w2;
+        assert_int_equal(og_gguf_writer_create(align, &w2), OG_OK);
+        for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) {
+            const og_gguf_kv *kv = og_gguf_kv_at(g, i);
+            if (kv->type == OG_GGUF_ARRAY)
+                assert_int_equal(og_gguf_writer_set_arr(w2, kv->key, kv->arr_type,
+                                                        kv->arr_type == OG_GGUF_STRING ? (const void *)kv->strs : kv->data, kv->arr_n), OG_OK);
+            else
+                assert_int_equal(og_gguf_writer_set(w2, kv->key, kv->type, kv->type == OG_GGUF_STRING ? (const void *)&kv->str : kv->data), OG_OK);
+        }
+        for (uint64_t i = 0; i < og_gguf_n_tensors(g); i++) {
+            const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
+            assert_int_equal(og_gguf_writer_add_tensor(w2, t->name, t->type, t->n_dims, t->ne, t->data), OG_OK);
+        }
+        assert_int_equal(og_gguf_writer_write(w2, p2, NULL, NULL, err, sizeof err), OG_OK);
+        og_gguf_writer_free(w2);
+        og_gguf_close(g);
+        size_t n1, n2;
+        uint8_t *b1 = slurp(p1, &n1), *b2 = slurp(p2, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(b1, b2, n1);
+        free(b1);
+        free(b2);
+    }
+}
+
+/* Sparse write: tensor data left as a hole, file still the full size and valid. */
+static void test_sparse_write(void **state) {
+    (void)state;
+    og_gguf_writer *w;
+    assert_int_equal(og_gguf_writer_create(32, &w), OG_OK);
+    og_gguf_writer_set_str(w, "general.architecture", "test");
+    int64_t ne[3] = {4096, 4096, 64}; /* 4 GiB of F32 */
+    assert_int_equal(og_gguf_writer_add_tensor(w, "big", OG_TYPE_F32, 3, ne, NULL), OG_OK);
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/sparse.gguf", g_tmpdir);
+    assert_int_equal(og_gguf_writer_write(w, path, NULL, NULL, err, sizeof err), OG_OK);
+    og_gguf_writer_free(w);
+    og_gguf *g;
+    assert_int_equal(og_gguf_open(path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    assert_int_equal(og_gguf_file_size(g), og_gguf_data_offset(g) + (4096ull * 4096 * 64 * 4));
+    og_gguf_close(g);
+    unlink(path);
+}
+
+/* ---- corrupt files ---------------------------------------------------------- */
+
+typedef struct corrupt_case {
+    enum fx_corruption c;
+    const char *name;
+    const char *expect; /* distinctive part of the message */
+} corrupt_case;
+
+static const corrupt_case cases[] = {
+    {CORRUPT_MAGIC, "bad magic", "bad magic"},
+    {CORRUPT_VERSION1, "version 1", "version 1 (32-bit counts)"},
+    {CORRUPT_VERSION4, "version 4", "unsupported GGUF version 4"},
+    {CORRUPT_BIG_ENDIAN, "big endian", "big-endian"},
+    {CORRUPT_EMPTY, "empty file", "empty file"},
+    {CORRUPT_TRUNC_HEADER, "truncated header", "truncated header"},
+    {CORRUPT_TRUNC_DATA, "truncated data", "the file is truncated"},
+    {CORRUPT_N_KV, "absurd n_kv", "metadata count 576460752303423488 is impossible"},
+    {CORRUPT_N_TENSORS, "absurd n_tensors", "tensor count 1152921504606846976 is impossible"},
+    {CORRUPT_KEY_LEN, "key length", "metadata key length 1099511627776 exceeds"},
+    {CORRUPT_EMPTY_KEY, "empty key", "metadata key 0 is empty"},
+    {CORRUPT_DUP_KEY, "duplicate key", "duplicate metadata key 'general.architecture'"},
+    {CORRUPT_VALUE_TYPE, "value type", "unknown value type 99"},
+    {CORRUPT_NESTED, "nested array", "nested arrays are not allowed"},
+    {CORRUPT_BOOL, "bool 2", "is 2, not 0 or 1"},
+    {CORRUPT_ALIGN_VALUE, "alignment 48", "general.alignment 48 is not a non-zero power of two"},
+    {CORRUPT_ALIGN_TYPE, "alignment type", "general.alignment must be uint32, not uint64"},
+    {CORRUPT_ARRAY_LEN, "array length", "claims 1099511627776 elements"},
+    {CORRUPT_STRARR_EOF, "string past EOF", "string array element length 1048576 runs past the end"},
+    {CORRUPT_KEY_NUL, "NUL in key", "contains a NUL byte"},
+    {CORRUPT_NAME_LONG, "long tensor name", "name is 64 bytes (at most 63 allowed)"},
+    {CORRUPT_DUP_NAME, "duplicate tensor", "duplicate tensor name 'w.f32'"},
+    {CORRUPT_NDIMS, "5 dims", "has 5 dimensions"},
+    {CORRUPT_NEG_DIM, "negative dim", "dimension 1 is negative"},
+    {CORRUPT_DIM_OVERFLOW, "dim overflow", "element count overflows"},
+    {CORRUPT_TYPE_UNKNOWN, "type 99", "unknown or removed ggml type id 99"},
+    {CORRUPT_TYPE_REMOVED, "type 4 (Q4_2)", "unknown or removed ggml type id 4"},
+    {CORRUPT_BLOCK, "row vs block", "row length 33 is not a multiple of the Q8_0 block size 32"},
+    {CORRUPT_MISALIGNED, "misaligned offset", "offset 70 is not a multiple of the alignment 32"},
+    {CORRUPT_OUTSIDE, "offset outside", "points outside the file"},
+    {CORRUPT_OVERLAP, "overlap", "overlaps tensor 'w.f32'"},
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+static void test_corrupt_library(void **state) {
+    const corrupt_case *cc = *state;
+    fx_buf b = fx_build(cc->c);
+    char err[1024] = "";
+    og_gguf *g = (og_gguf *)1;
+    og_status st = og_gguf_open_memory(b.p, b.n, "bad.gguf", 0, &g, err, sizeof err);
+    if (st == OG_OK || !strstr(err, cc->expect) || !strstr(err, "bad.gguf: offset "))
+        fail_msg("case '%s': status %d, message '%s' (want '%s')", cc->name, st, err, cc->expect);
+    assert_null(g);
+    /* header-only mode catches the same defects */
+    st = og_gguf_open_memory(b.p, b.n, "bad.gguf", OG_GGUF_HEADER_ONLY, &g, err, sizeof err);
+    assert_int_not_equal(st, OG_OK);
+    free(b.p);
+}
+
+static void test_corrupt_cli(void **state) {
+    const corrupt_case *cc = *state;
+    fx_buf b = fx_build(cc->c);
+    char path[300], cmd[1024], out[2048] = "";
+    snprintf(path, sizeof path, "%s/corrupt_%d.gguf", g_tmpdir, (int)cc->c);
+    write_file(path, b.p, b.n);
+    free(b.p);
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s' 2>&1 >/dev/null", g_onegpu, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 2 || !strstr(out, cc->expect) || !strstr(out, path))
+        fail_msg("case '%s': exit %d, stderr '%s' (want exit 2 and '%s')", cc->name,
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, cc->expect);
+    unlink(path);
+}
+
+/* Every case has its own message: no two expectations match the same text. */
+static void test_messages_distinct(void **state) {
+    (void)state;
+    char msgs[N_CASES][1024];
+    for (size_t i = 0; i < N_CASES; i++) {
+        fx_buf b = fx_build(cases[i].c);
+        og_gguf *g;
+        og_gguf_open_memory(b.p, b.n, "bad.gguf", 0, &g, msgs[i], sizeof msgs[i]);
+        free(b.p);
+    }
+    for (size_t i = 0; i < N_CASES; i++)
+        for (size_t j = 0; j < N_CASES; j++)
+            if (i != j && strstr(msgs[j], cases[i].expect))
+                fail_msg("message of '%s' also matches '%s'", cases[j].name, cases[i].name);
+}
+
+/* Every prefix of a valid file is refused cleanly (no crash, no success). */
+static void test_every_truncation(void **state) {
+    (void)state;
+    fx_buf b = fx_build(CORRUPT_NONE);
+    char err[512];
+    for (size_t n = 0; n < b.n - 30; n++) { /* the last 30 bytes are data padding + tail */
+        uint8_t *copy = malloc(n ? n : 1);
+        memcpy(copy, b.p, n);
+        og_gguf *g;
+        og_status st = og_gguf_open_memory(copy, n, "cut.gguf", 0, &g, err, sizeof err);
+        if (st == OG_OK) fail_msg("prefix of %zu bytes accepted", n);
+        free(copy);
+    }
+    free(b.p);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_gguf PATH_TO_ONEGPU\n");
+        return 2;
+    }
+    g_onegpu = argv[1];
+    snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/og_test_gguf_XXXXXX");
+    if (!mkdtemp(g_tmpdir)) return 2;
+    struct CMUnitTest tests[8 + 2 * N_CASES];
+    size_t n = 0;
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_read_fixture);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_writer_matches_spec_bytes);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_round_trip_all_types);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sparse_write);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_messages_distinct);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_every_truncation);
+    for (size_t i = 0; i < N_CASES; i++) {
+        tests[n++] = (struct CMUnitTest){cases[i].name, test_corrupt_library, NULL, NULL, (void *)&cases[i]};
+    }
+    for (size_t i = 0; i < N_CASES; i++) {
+        tests[n++] = (struct CMUnitTest){cases[i].name, test_corrupt_cli, NULL, NULL, (void *)&cases[i]};
+    }
+    int rc = _cmocka_run_group_tests("gguf", tests, n, NULL, NULL);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmpdir);
+    return rc;
+}

@@ -34,7 +34,7 @@ typedef struct bbuf {
 } bbuf;
 
 static void bput(bbuf *b, const void *src, size_t n) {
-    if (b->oom) return;
+    if (b->oom || n == 0) return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n) cap *= 2;

@@ -6,8 +6,8 @@
 # usage: extract_vocab.sh DEST_DIR [BUNDLE]
 #   BUNDLE defaults to ../node_modules/node-llama-cpp/llama/gitRelease.bundle
 #   (relative to this script), or $LLAMA_BUNDLE.
-# Idempotent: a stamp file naming the bundle's commit marks a finished
-# extraction; a rerun with the same commit only prints the list.
+# Idempotent: a stamp file named after the bundle's commit lists the files of a
+# finished extraction; a rerun finding all of them only prints the list.
 # .inp holds test strings separated by "\n__ggml_vocab_test__\n"; .out holds
 # the expected ids of each string, one line per string, space separated
 # (llama.cpp's tests/test-tokenizer-0 format).
@@ -23,8 +23,14 @@ commit=$(git bundle list-heads "$bundle" | awk 'NR==1{print $1}')
 [[ -n $commit ]] || { echo "extract_vocab.sh: cannot read $bundle" >&2; exit 1; }
 stamp=$dest/.extracted-$commit
 
+complete() {
+    [[ -s $stamp ]] || return 1
+    local f
+    while read -r f; do [[ -f $dest/$f ]] || return 1; done < "$stamp"
+}
+
 mkdir -p "$dest"
-if [[ ! -f $stamp ]]; then
+if ! complete; then
     # Work in a private temp dir so an interrupted run leaves no half files
     # behind a stamp, and parallel runs do not trample each other.
     tmp=$(mktemp -d "$dest/.tmp.XXXXXX")
@@ -34,8 +40,9 @@ if [[ ! -f $stamp ]]; then
     git clone -q --bare "$bundle" "$tmp/repo.git"
     git --git-dir="$tmp/repo.git" archive --format=tar "$commit" -- 'models/ggml-vocab-*' \
         | tar -x -C "$tmp" --strip-components=1
-    mv -f "$tmp"/ggml-vocab-* "$dest"/
     rm -f "$dest"/.extracted-*
-    touch "$stamp"
+    (cd "$tmp" && ls -1 ggml-vocab-*) > "$tmp/list"
+    mv -f "$tmp"/ggml-vocab-* "$dest"/
+    mv -f "$tmp/list" "$stamp"
 fi
 ls -1 "$dest"/ggml-vocab-*

@@ -1,7 +1,8 @@
 // Shared setup for the node-llama-cpp reference scripts.
 //
-//   import { loadLlama, cpuBackend, fail } from "./llama_env.mjs";
+//   import { loadLlama, loadVocab, tokenizePrompt, cpuBackend, fail } from "./llama_env.mjs";
 //   const llama = await loadLlama();            // CPU only, prebuilt, never builds
+//   const model = await loadVocab(llama, "x.gguf");   // or llama.loadModel({...})
 //
 // Environment:
 //   ONEGPU_LLAMA_CPU  unset: every prebuilt CPU variant except sapphirerapids
@@ -13,12 +14,12 @@
 //                     disabled|fatal|error|warn|info|log|debug).
 //
 // Why the variant filter: the prebuilt libggml-cpu-sapphirerapids.so crashed on
-// Q8_0/F16 models on an AMX machine, and ggml picks it whenever CPUID reports
-// AMX_INT8. ggml has no switch to skip a variant (it dlopens every
-// libggml-cpu-*.so in the folder and keeps the best score), so instead of
-// deleting the file from node_modules we hand node-llama-cpp a folder of
-// symlinks without it (see llama_bins_hook.mjs). The folder is made once per
-// install under $TMPDIR and reused.
+// Q8_0/F16 models on an AMX machine; ggml picks it whenever CPUID reports
+// AMX_INT8 (a CPU without AMX scores it 0 and gets e.g. zen4 anyway). ggml has
+// no switch to skip a variant (it dlopens every libggml-cpu-*.so in the folder
+// and keeps the best score), so instead of deleting the file from node_modules
+// we hand node-llama-cpp a folder of symlinks without it (see
+// llama_bins_hook.mjs). The folder is made once per install under $TMPDIR.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";

@@ -80,7 +80,10 @@ function top5(probabilities) {
 
 try {
     const llama = await loadLlama({ maxThreads: opt.threads });
-    const model = await llama.loadModel({ modelPath: opt.model, gpuLayers: 0 });
+    const model = await llama.loadModel({ modelPath: opt.model, gpuLayers: 0 }).catch((err) => {
+        throw new Error(`llama.cpp cannot load ${opt.model} (its reason is in the [llama error] lines above; ` +
+            `a vocab-only file has no weights to run): ${err?.message ?? err}`);
+    });
     const nVocab = model.fileInfo.metadata?.tokenizer?.ggml?.tokens?.length ?? null;
 
     const promptTokens = opt.tokens ?? tokenizePrompt(model, opt.prompt, { parseSpecial: opt.special });

@@ -22,9 +22,9 @@ if (modelPath == null)
     fail("usage: node llama_tokenize.mjs MODEL.gguf [--special] [--no-bos] [--file F] < text");
 
 try {
-    const text = fs.readFileSync(file ?? 0, "utf8");
     if (!fs.existsSync(modelPath))
         fail(`no such file: ${modelPath}`);
+    const text = fs.readFileSync(file ?? 0, "utf8");
     const llama = await loadLlama();
     const model = await loadVocab(llama, modelPath);
     const tokens = tokenizePrompt(model, text, { parseSpecial, addSpecial });

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# run.sh: from nothing to a model onegpu can serve, one step at a time, each
+# printed as the command it runs.
+#
+#   ./run.sh --demo [--dry-run]
+#
+# --demo   installs what is missing (scripts/deps.sh), builds onegpu, makes the
+#          built-in demo model (models/demo.gguf: a synthetic DeepSeek-class MoE
+#          with the real DeepSeek-V3 tokenizer) and inspects it.
+#          The server (`onegpu serve`), the planner and model download are not
+#          built yet: this script grows with them (see the open issues).
+# --dry-run  print every command without running anything.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+dry=0 demo=0
+for a in "$@"; do
+  case "$a" in
+    --demo) demo=1 ;;
+    --dry-run) dry=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option '$a' (try --help)" >&2; exit 1 ;;
+  esac
+done
+if [[ $demo -eq 0 ]]; then
+  echo "run.sh: only --demo works so far (serving a downloaded model comes with the server issue)." >&2
+  echo "usage: ./run.sh --demo [--dry-run]" >&2
+  exit 1
+fi
+
+step() {
+  echo "+ $*" >&2
+  [[ $dry -eq 1 ]] || "$@"
+}
+
+jobs=$(nproc 2>/dev/null || echo 2)
+model=models/demo.gguf
+
+step scripts/deps.sh
+step cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+step cmake --build build -j"$jobs"
+if [[ -f $model ]]; then
+  echo "# $model exists; delete it to make it again" >&2
+else
+  step mkdir -p models
+  step ./build/onegpu make-model --preset demo -o "$model"
+fi
+step ./build/onegpu gguf "$model"
+echo >&2
+echo "run.sh: the demo model is ready at $model. Serving it (onegpu serve on port 8090) is the next issue;" >&2
+echo "run.sh: until then, inspect it as above or try: ./build/onegpu gguf $model --json" >&2

@@ -482,7 +482,8 @@ og_status og_gguf_open_memory(const void *buf, size_t len, const char *name, uns
 
 og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return og_fail(err, errlen, OG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {

@@ -1,19 +1,15 @@
-/* onegpu quant: float conversions and per-type row (de)quantization.
- * Layouts and formulas: shared/spec/kquants.md. This file holds the scalar
- * reference for the types that exist so far (F32, F16, BF16, Q8_0); the kernels
- * issue adds the k-quants and the SIMD tiers behind the same entry points. */
+/* onegpu quant: ggml type traits, float conversions, reference (scalar) quantize,
+ * dequantize and dot kernels, and the SIMD tiers chosen once at start-up.
+ * Layouts and formulas: shared/spec/kquants.md (sections cited below).
+ *
+ * A "row" is n consecutive elements of one tensor row (ggml ne0 direction); n is
+ * a multiple of the type's block size. Dot products pair a weight row with an
+ * activation row quantized to the weight type's vec_dot_type (kquants.md §5). */
 #ifndef OG_QUANT_H
 #define OG_QUANT_H
 
 #include "og_gguf.h"
-
-/* Block layouts, shared by C and CUDA (kquants.md §1). */
-#define OG_QK8_0 32
-typedef struct og_block_q8_0 {
-    uint16_t d;             /* fp16 scale */
-    int8_t qs[OG_QK8_0];    /* quants */
-} og_block_q8_0;
-_Static_assert(sizeof(og_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+#include "og_quant_blocks.h"
 
 /* IEEE binary16 <-> binary32, round to nearest even (matches ggml, gguf.md §6). */
 uint16_t og_fp32_to_fp16(float f);
@@ -22,15 +18,82 @@ float og_fp16_to_fp32(uint16_t h);
 uint16_t og_fp32_to_bf16(float f);
 float og_bf16_to_fp32(uint16_t h);
 
-/* True if og_quantize_row supports type t. */
+/* y[0..n) = dequantized x (one row of n elements). */
+typedef void (*og_to_float_fn)(const void *x, float *y, int64_t n);
+/* Quantizes x[0..n) into a row of blocks. */
+typedef void (*og_from_float_fn)(const float *x, void *y, int64_t n);
+/* *s = dot(weight row x, activation row y) over n elements; y is in the weight
+ * type's vec_dot_type. */
+typedef void (*og_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+
+/* One row per supported ggml type (ggml's type_traits habit). */
+typedef struct og_type_traits {
+    og_ggml_type type;
+    const char *name;
+    uint32_t blck;               /* elements per block */
+    uint32_t type_size;          /* bytes per block */
+    og_ggml_type vec_dot_type;   /* activation format for dot products */
+    og_to_float_fn to_float;     /* dequantize */
+    og_from_float_fn from_float; /* reference quantizer (kquants.md §6) */
+    og_vec_dot_fn vec_dot;       /* scalar reference dot: the truth in every test */
+} og_type_traits;
+
+/* Traits of type t, or NULL if onegpu has no kernels for it. */
+const og_type_traits *og_quant_traits(og_ggml_type t);
+
+/* True if og_quantize_row supports type t (has a reference quantizer). */
 bool og_quant_can_quantize(og_ggml_type t);
 
 /* Quantizes n floats (one row; n a multiple of the type's block size) into dst
  * (og_row_bytes(t, n) bytes) with the reference quantizer of kquants.md §6.
- * Errors: OG_ERR_UNSUPPORTED (type not implemented), OG_ERR_INVALID_ARG (n). */
+ * Errors: OG_ERR_UNSUPPORTED (type has no quantizer), OG_ERR_INVALID_ARG (n). */
 og_status og_quantize_row(og_ggml_type t, const float *x, void *dst, int64_t n);
 
 /* Dequantizes one row of n elements of type t into y[n]. Same errors. */
 og_status og_dequantize_row(og_ggml_type t, const void *src, float *y, int64_t n);
+
+/* ---- CPU tiers ------------------------------------------------------------ */
+
+typedef enum og_isa { OG_ISA_SCALAR = 0, OG_ISA_AVX2, OG_ISA_AVX512, OG_ISA_AMX, OG_ISA_COUNT } og_isa;
+
+typedef struct og_cpu_features {
+    bool avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
+    bool amx_tile, amx_int8, amx_bf16; /* CPUID says so */
+    bool amx_permitted;                /* Linux granted XTILEDATA (arch_prctl) */
+    bool os_avx512;                    /* OS saves ZMM state (XGETBV) */
+} og_cpu_features;
+
+/* Reads CPUID/XGETBV and asks Linux for AMX tile permission when the CPU has AMX
+ * (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); a refusal only clears
+ * amx_permitted. Never executes an instruction the CPU lacks. No status: the
+ * answer is always a (possibly empty) feature set. */
+void og_cpu_detect(og_cpu_features *f);
+
+/* "scalar", "avx2", "avx512", "amx". */
+const char *og_isa_name(og_isa isa);
+
+/* Best tier the features allow, or the one `forced` names ("scalar", "avx2",
+ * "avx512", "amx"; NULL or "" = best; typically $ONEGPU_CPU_ISA). A forced tier
+ * the CPU cannot run is OG_ERR_UNSUPPORTED with a message naming what is missing.
+ * `note` (may be NULL) receives a line worth logging, e.g. why AMX fell back. */
+og_status og_isa_choose(const og_cpu_features *f, const char *forced, og_isa *out, char *note,
+                        size_t notelen, char *err, size_t errlen);
+
+/* The kernels of one tier. Types without a fast kernel in that tier use the
+ * scalar reference, so every entry is callable. Owned by the caller (engine). */
+typedef struct og_kernels {
+    og_isa isa;
+    og_vec_dot_fn vec_dot[OG_TYPE_COUNT];       /* NULL: type unsupported */
+    og_from_float_fn quantize_act[OG_TYPE_COUNT]; /* activation quantizers by vec_dot_type */
+} og_kernels;
+
+/* Fills k for tier isa. OG_ERR_UNSUPPORTED if this build lacks that tier. */
+og_status og_kernels_init(og_isa isa, og_kernels *k);
+
+/* Documented per-type bound for |fast - reference| of one dot product of n
+ * elements, relative to sum |x_i * y_i| (the float-order error budget; integer
+ * inner sums are exact in every tier): the test asserts it. */
+double og_quant_dot_tolerance(og_ggml_type t);
 
 #endif

@@ -1,0 +1,296 @@
+/* AVX2 + FMA + F16C dot kernels. Integer inner sums are exact (maddubs products
+ * of |q| <= 63 by |y| <= 127 cannot saturate int16); only the order of the final
+ * float sums differs from the reference. Built with -mavx2 -mfma -mf16c and
+ * called only when og_cpu_detect found those features. */
+#include "quant_internal.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define FP16(x) og_fp16_to_fp32(x)
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+/* Sum of u8*s8 products of 32 pairs into 8 int32 lanes. */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+/* Same for s8*s8 (|a| <= 127): move the sign of a onto b. */
+static inline __m256i dot_s8s8(__m256i a, __m256i b) {
+    return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+/* ---- float types -------------------------------------------------------- */
+
+static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const float *x = vx, *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+static void f16_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i))), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8))),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8))), a1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) sum += FP16(x[i]) * FP16(y[i]);
+    *s = sum;
+}
+
+/* ---- 32-element formats ----------------------------------------------------- */
+
+static void q8_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q8_0 *x = vx, *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i p = dot_s8s8(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* 16 packed bytes -> 32 nibbles: low nibbles first (elements 0-15), then high. */
+static inline __m256i unpack_nibbles16(const uint8_t *q) {
+    __m128i v = _mm_loadu_si128((const __m128i *)q);
+    __m256i w = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+    return _mm256_and_si256(w, _mm256_set1_epi8(0x0F));
+}
+
+static void q4_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q4_0 *x = vx;
+    const og_block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = _mm256_sub_epi8(unpack_nibbles16(x[b].qs), _mm256_set1_epi8(8));
+        __m256i p = dot_s8s8(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* ---- k-quants ------------------------------------------------------------------ */
+
+/* Unpacks the Q4_K/Q5_K 12-byte field into 8 scales and 8 mins (kquants.md §4),
+ * four bytes at a time. */
+static inline void k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
+    uint32_t a, b, c;
+    memcpy(&a, q, 4);
+    memcpy(&b, q + 4, 4);
+    memcpy(&c, q + 8, 4);
+    uint32_t s_lo = a & 0x3f3f3f3f, s_hi = (c & 0x0f0f0f0f) | ((a >> 2) & 0x30303030);
+    uint32_t m_lo = b & 0x3f3f3f3f, m_hi = ((c >> 4) & 0x0f0f0f0f) | ((b >> 2) & 0x30303030);
+    memcpy(sc, &s_lo, 4);
+    memcpy(sc + 4, &s_hi, 4);
+    memcpy(m, &m_lo, 4);
+    memcpy(m + 4, &m_hi, 4);
+}
+
+/* sum over j of m[j] * (bsums[2j] + bsums[2j+1]) */
+static inline int k4_mins_dot(const uint8_t m[8], const int16_t *bsums) {
+    __m128i mm = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m));
+    __m256i md = _mm256_cvtepu16_epi32(mm);                         /* 8 x i32 */
+    __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);         /* 16 x i16 */
+    __m256i pair = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));     /* 8 x i32 sums of pairs */
+    return hsum_epi32(_mm256_mullo_epi32(pair, md));
+}
+
+static void q4_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q4_K *x = vx;
+    const og_block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        uint8_t sc[8], m[8];
+        k4_unpack(x[b].scales, sc, m);
+        const float dy = y[b].d;
+        mins += FP16(x[b].dmin) * dy * (float)k4_mins_dot(m, y[b].bsums);
+        __m256i isum = _mm256_setzero_si256();
+        const uint8_t *q = x[b].qs;
+        const int8_t *q8 = y[b].qs;
+        for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)q);
+            __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(x[b].d) * dy), acc);
+    }
+    *s = hsum_ps(acc) - mins;
+}
+
+static void q5_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q5_K *x = vx;
+    const og_block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        uint8_t sc[8], m[8];
+        k4_unpack(x[b].scales, sc, m);
+        const float dy = y[b].d;
+        mins += FP16(x[b].dmin) * dy * (float)k4_mins_dot(m, y[b].bsums);
+        __m256i isum = _mm256_setzero_si256();
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[b].qh);
+        const uint8_t *q = x[b].qs;
+        const int8_t *q8 = y[b].qs;
+        for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)q);
+            /* 5th bit of element 64c+l is bit 2c of qh[l], of 64c+32+l bit 2c+1 */
+            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), _mm256_set1_epi8(1));
+            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), _mm256_set1_epi8(1));
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_slli_epi16(h0, 4));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)),
+                                         _mm256_slli_epi16(h1, 4));
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(x[b].d) * dy), acc);
+    }
+    *s = hsum_ps(acc) - mins;
+}
+
+/* int16 vector: scale a in lanes 0-7, scale b in lanes 8-15 (one per 16 elements). */
+static inline __m256i two_scales(int a, int b) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
+}
+
+static void q2_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q2_K *x = vx;
+    const og_block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        const uint8_t *sc = x[b].scales;
+        const float dy = y[b].d;
+        /* mins: sum over 16 sub-blocks of (sc >> 4) * bsums */
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_and_si128(_mm_loadu_si128((const __m128i *)sc),
+                                                                        _mm_set1_epi8((char)0xF0)), 4));
+        int msum = hsum_epi32(_mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums)));
+        mins += FP16(x[b].dmin) * dy * (float)msum;
+        __m256i isum = _mm256_setzero_si256();
+        const int8_t *q8 = y[b].qs;
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
+            for (int k = 0; k < 4; k++, q8 += 32) { /* elements 128h + 32k .. +31 */
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), _mm256_set1_epi8(3));
+                __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)q8));
+                int sb = 8 * h + 2 * k;
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, two_scales(sc[sb] & 0xF, sc[sb + 1] & 0xF)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(x[b].d) * dy), acc);
+    }
+    *s = hsum_ps(acc) - mins;
+}
+
+/* Signed-scale correction: sum over 16 sub-blocks of scale[s] * bsums[s]. */
+static inline int scales_bsums_dot(const int8_t sc[16], const int16_t *bsums) {
+    __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+    return hsum_epi32(_mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)bsums)));
+}
+
+static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q6_K *x = vx;
+    const og_block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        const int8_t *sc = x[b].scales;
+        /* q = u - 32 with u in [0, 63]: dot = sum sc*(u.y) - 32 * sum sc*bsums */
+        int corr = 32 * scales_bsums_dot(sc, y[b].bsums);
+        __m256i isum = _mm256_setzero_si256();
+        const int8_t *q8 = y[b].qs;
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
+            for (int k = 0; k < 4; k++, q8 += 32) { /* elements 128h + 32k .. +31 */
+                __m256i lo = (k & 1) ? l1 : l0;
+                lo = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(lo, 4) : lo, _mm256_set1_epi8(0x0F));
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
+                __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)q8));
+                int sb = 8 * h + 2 * k;
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, two_scales(sc[sb], sc[sb + 1])));
+            }
+        }
+        int total = hsum_epi32(isum) - corr;
+        acc = _mm256_add_ps(acc, _mm256_setr_ps(FP16(x[b].d) * y[b].d * (float)total, 0, 0, 0, 0, 0, 0, 0));
+    }
+    *s = hsum_ps(acc);
+}
+
+static inline int q3_scale(const uint8_t *sc, int s) {
+    int lo4 = s < 8 ? sc[s] & 0x0F : sc[s - 8] >> 4;
+    int hi2 = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    return (lo4 | hi2 << 4) - 32;
+}
+
+static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q3_K *x = vx;
+    const og_block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        int8_t sc[16];
+        for (int j = 0; j < 16; j++) sc[j] = (int8_t)q3_scale(x[b].scales, j);
+        /* q = u - 4 with u = q2 + 4h in [0, 7] */
+        int corr = 4 * scales_bsums_dot(sc, y[b].bsums);
+        __m256i isum = _mm256_setzero_si256();
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[b].hmask);
+        const int8_t *q8 = y[b].qs;
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
+            for (int k = 0; k < 4; k++, q8 += 32) { /* elements 128h + 32k + l: high bit is bit 4h+k of hmask[l] */
+                __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), _mm256_set1_epi8(3));
+                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), _mm256_set1_epi8(1));
+                __m256i u = _mm256_or_si256(q2, _mm256_slli_epi16(hb, 2));
+                __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)q8));
+                int sb = 8 * h + 2 * k;
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, two_scales(sc[sb], sc[sb + 1])));
+            }
+        }
+        sum += FP16(x[b].d) * y[b].d * (float)(hsum_epi32(isum) - corr);
+    }
+    *s = sum;
+}
+
+void og_kernels_fill_avx2(og_kernels *k) {
+    k->vec_dot[OG_TYPE_F32] = f32_dot;
+    k->vec_dot[OG_TYPE_F16] = f16_dot;
+    k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;
+    k->vec_dot[OG_TYPE_Q4_0] = q4_0_dot;
+    k->vec_dot[OG_TYPE_Q2_K] = q2_K_dot;
+    k->vec_dot[OG_TYPE_Q3_K] = q3_K_dot;
+    k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;
+    k->vec_dot[OG_TYPE_Q5_K] = q5_K_dot;
+    k->vec_dot[OG_TYPE_Q6_K] = q6_K_dot;
+}

@@ -1,0 +1,176 @@
+/* AVX-512 (F, BW, VL, VNNI) dot kernels: vpdpbusd sums four u8*s8 products per
+ * int32 lane, so quantized weights are widened once and never pass through int16.
+ * Types not listed here keep their AVX2 kernel in this tier. Built with
+ * -mavx512f -mavx512bw -mavx512vl -mavx512vnni (plus AVX2 flags). */
+#include "quant_internal.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define FP16(x) og_fp16_to_fp32(x)
+
+static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const float *x = vx, *y = vy;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), a1);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+static void q8_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q8_0 *x = vx, *y = vy;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int64_t nb = n / 32, b = 0;
+    for (; b + 1 < nb; b += 2) {
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)x[b + 1].qs), y1 = _mm256_loadu_si256((const __m256i *)y[b + 1].qs);
+        __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), _mm256_sign_epi8(y0, x0));
+        __m256i p1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x1), _mm256_sign_epi8(y1, x1));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(FP16(x[b + 1].d) * FP16(y[b + 1].d)), acc1);
+    }
+    for (; b < nb; b++) {
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), _mm256_sign_epi8(y0, x0));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc0);
+    }
+    __m256 a = _mm256_add_ps(acc0, acc1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    *s = _mm_cvtss_f32(h);
+}
+
+/* 32 bytes of two nibble planes -> 64 bytes: low nibbles, then high nibbles. */
+static inline __m512i nibbles64(const uint8_t *q) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)q);
+    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    return _mm512_and_si512(w, _mm512_set1_epi8(0x0F));
+}
+
+static inline void k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
+    uint32_t a, b, c;
+    memcpy(&a, q, 4);
+    memcpy(&b, q + 4, 4);
+    memcpy(&c, q + 8, 4);
+    uint32_t s_lo = a & 0x3f3f3f3f, s_hi = (c & 0x0f0f0f0f) | ((a >> 2) & 0x30303030);
+    uint32_t m_lo = b & 0x3f3f3f3f, m_hi = ((c >> 4) & 0x0f0f0f0f) | ((b >> 2) & 0x30303030);
+    memcpy(sc, &s_lo, 4);
+    memcpy(sc + 4, &s_hi, 4);
+    memcpy(m, &m_lo, 4);
+    memcpy(m + 4, &m_hi, 4);
+}
+
+static void q4_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q4_K *x = vx;
+    const og_block_q8_K *y = vy;
+    __m512 acc = _mm512_setzero_ps();
+    __m256 macc = _mm256_setzero_ps();
+    /* lane l of a 64-element chunk's dpbusd belongs to sub-block 2c + l/8 */
+    const __m512i half = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        uint8_t sc[8], m[8];
+        k4_unpack(x[b].scales, sc, m);
+        const float dy = y[b].d;
+        /* mins: m[j] * (bsums[2j] + bsums[2j+1]) */
+        __m256i md = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m));
+        __m256i pair = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums), _mm256_set1_epi16(1));
+        macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(pair, md)),
+                               _mm256_set1_ps(FP16(x[b].dmin) * dy), macc);
+        __m512i scv = _mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)); /* 8 scales in lanes 0-7 */
+        __m512i isum = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {
+            __m512i q = nibbles64(x[b].qs + 32 * c);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_loadu_si512(y[b].qs + 64 * c));
+            __m512i sv = _mm512_permutexvar_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(2 * c)), scv);
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, sv));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * dy), acc);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(macc), _mm256_extractf128_ps(macc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    *s = _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(h);
+}
+
+static void q2_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q2_K *x = vx;
+    const og_block_q8_K *y = vy;
+    __m512 acc = _mm512_setzero_ps();
+    float mins = 0;
+    /* dpbusd lane l of chunk k (elements 32k..32k+31 of both halves): sub-block
+     * 2k + (l/4)%2 for l < 8, 8 + 2k + (l/4)%2 for l >= 8 */
+    const __m512i base = _mm512_set_epi32(9, 9, 9, 9, 8, 8, 8, 8, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        const float dy = y[b].d;
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
+        __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
+        __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
+        __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(mm), _mm256_extracti128_si256(mm, 1));
+        m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
+        m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
+        mins += FP16(x[b].dmin) * dy * (float)_mm_cvtsi128_si32(m4);
+        __m512i scv = _mm512_cvtepu8_epi32(_mm_and_si128(sc8, _mm_set1_epi8(0x0F))); /* 16 scales */
+        __m512i q = _mm512_loadu_si512(x[b].qs);                                     /* both halves */
+        __m512i isum = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            __m512i u = _mm512_and_si512(_mm512_srli_epi16(q, 2 * k), _mm512_set1_epi8(3));
+            __m256i ylo = _mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * k));
+            __m256i yhi = _mm256_loadu_si256((const __m256i *)(y[b].qs + 128 + 32 * k));
+            __m512i yy = _mm512_inserti64x4(_mm512_castsi256_si512(ylo), yhi, 1);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yy);
+            __m512i sv = _mm512_permutexvar_epi32(_mm512_add_epi32(base, _mm512_set1_epi32(2 * k)), scv);
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, sv));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * dy), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc) - mins;
+}
+
+static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q6_K *x = vx;
+    const og_block_q8_K *y = vy;
+    __m512 acc = _mm512_setzero_ps();
+    /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
+    const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
+        /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+        __m256i cc = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
+        __m512i isum = _mm512_slli_epi32(_mm512_castsi256_si512(cc), 5); /* upper half garbage: masked below */
+        isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), isum);
+        for (int h = 0; h < 2; h++) {
+            __m512i ql = _mm512_loadu_si512(x[b].ql + 64 * h); /* low nibbles: elems 0-63, high: 64-127 */
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
+            __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+            __m512i h23 = _mm512_srli_epi16(h01, 4);
+            __m512i u0 = _mm512_or_si512(_mm512_and_si512(ql, _mm512_set1_epi8(0x0F)),
+                                         _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
+            __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
+                                         _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
+            __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_loadu_si512(y[b].qs + 128 * h));
+            __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1, _mm512_loadu_si512(y[b].qs + 128 * h + 64));
+            __m512i s0 = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), scv);
+            __m512i s1 = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), scv);
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p0, s0));
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p1, s1));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * y[b].d), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}
+
+void og_kernels_fill_avx512(og_kernels *k) {
+    k->vec_dot[OG_TYPE_F32] = f32_dot;
+    k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;
+    k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;
+    k->vec_dot[OG_TYPE_Q2_K] = q2_K_dot;
+    k->vec_dot[OG_TYPE_Q6_K] = q6_K_dot;
+}

@@ -1,0 +1,1007 @@
+/* Scalar reference kernels: conversions, reference quantizers (kquants.md §6,
+ * reproducing llama.cpp's quantize_row_*_ref byte for byte), dequantization
+ * (§2-§4) and dot products (§5). Every faster path is tested against these. */
+#include "quant_internal.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* ---- float conversions (gguf.md §6) ------------------------------------- */
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t og_fp32_to_fp16(float f) {
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00;           /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00;          /* rounds to +-inf */
+    if (a < 0x38800000u) {                               /* fp16 subnormal or zero */
+        /* |f| * 2^24 is exact; rint rounds half to even in the default mode. */
+        return sign | (uint16_t)lrintf(bits_f32(a) * 16777216.0f);
+    }
+    uint32_t h = ((a >> 23) - 112) << 10 | ((a & 0x7fffffu) >> 13);
+    uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++; /* carry may bump the exponent */
+    return sign | (uint16_t)h;
+}
+
+float og_fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0) {
+        float v = (float)m * (1.0f / 16777216.0f); /* m * 2^-24 */
+        return sign ? -v : v;
+    }
+    if (e == 31) return bits_f32(sign | 0x7f800000u | (m << 13));
+    return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+}
+
+uint16_t og_fp32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+float og_bf16_to_fp32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+#define FP16(x) og_fp16_to_fp32(x)
+#define TO_FP16(x) og_fp32_to_fp16(x)
+#define MAXI(a, b) ((a) > (b) ? (a) : (b))
+#define MINI(a, b) ((a) < (b) ? (a) : (b))
+
+/* Round to nearest, ties to even, via the 1.5*2^23 trick (valid for |v| <= 2^22);
+ * kquants.md notation nearest_int. */
+static inline int nearest_int(float v) {
+    float t = v + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &t, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* ---- F32 / F16 / BF16 ------------------------------------------------------- */
+
+static void f32_to_float(const void *x, float *y, int64_t n) { memcpy(y, x, (size_t)n * 4); }
+static void f32_from_float(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * 4); }
+static void f16_to_float(const void *x, float *y, int64_t n) {
+    const uint16_t *h = x;
+    for (int64_t i = 0; i < n; i++) y[i] = FP16(h[i]);
+}
+static void f16_from_float(const float *x, void *y, int64_t n) {
+    uint16_t *h = y;
+    for (int64_t i = 0; i < n; i++) h[i] = TO_FP16(x[i]);
+}
+static void bf16_to_float(const void *x, float *y, int64_t n) {
+    const uint16_t *h = x;
+    for (int64_t i = 0; i < n; i++) y[i] = og_bf16_to_fp32(h[i]);
+}
+static void bf16_from_float(const float *x, void *y, int64_t n) {
+    uint16_t *h = y;
+    for (int64_t i = 0; i < n; i++) h[i] = og_fp32_to_bf16(x[i]);
+}
+
+/* Float dots accumulate in double: the reference is the most accurate we have. */
+static void f32_vec_dot(int64_t n, float *s, const void *x, const void *y) {
+    const float *a = x, *b = y;
+    double acc = 0;
+    for (int64_t i = 0; i < n; i++) acc += (double)a[i] * b[i];
+    *s = (float)acc;
+}
+static void f16_vec_dot(int64_t n, float *s, const void *x, const void *y) {
+    const uint16_t *a = x, *b = y;
+    double acc = 0;
+    for (int64_t i = 0; i < n; i++) acc += (double)FP16(a[i]) * FP16(b[i]);
+    *s = (float)acc;
+}
+static void bf16_vec_dot(int64_t n, float *s, const void *x, const void *y) {
+    const uint16_t *a = x, *b = y;
+    double acc = 0;
+    for (int64_t i = 0; i < n; i++) acc += (double)og_bf16_to_fp32(a[i]) * og_bf16_to_fp32(b[i]);
+    *s = (float)acc;
+}
+
+/* ---- 32-element formats (kquants.md §2, §6) ------------------------------- */
+
+/* The element of largest magnitude, with its sign (first one wins on ties). */
+static float signed_absmax(const float *x, int n, float *amax_out) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < n; j++) {
+        float a = fabsf(x[j]);
+        if (a > amax) {
+            amax = a;
+            max = x[j];
+        }
+    }
+    if (amax_out) *amax_out = amax;
+    return max;
+}
+
+static void q4_0_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q4_0 *y = vy;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        float d = signed_absmax(x, 32, NULL) / -8, id = d ? 1.0f / d : 0.0f;
+        y[b].d = TO_FP16(d);
+        for (int j = 0; j < 16; j++) {
+            uint8_t lo = (uint8_t)MINI(15, (int8_t)(x[j] * id + 8.5f));
+            uint8_t hi = (uint8_t)MINI(15, (int8_t)(x[j + 16] * id + 8.5f));
+            y[b].qs[j] = lo | (uint8_t)(hi << 4);
+        }
+    }
+}
+static void q4_0_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q4_0 *x = vx;
+    for (int64_t b = 0; b < n / 32; b++, y += 32) {
+        float d = FP16(x[b].d);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)((x[b].qs[j] & 0x0F) - 8);
+            y[j + 16] = d * (float)((x[b].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+static void minmax(const float *x, int n, float *mn, float *mx) {
+    float lo = FLT_MAX, hi = -FLT_MAX;
+    for (int j = 0; j < n; j++) {
+        if (x[j] < lo) lo = x[j];
+        if (x[j] > hi) hi = x[j];
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+static void q4_1_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q4_1 *y = vy;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        float mn, mx;
+        minmax(x, 32, &mn, &mx);
+        float d = (mx - mn) / 15, id = d ? 1.0f / d : 0.0f;
+        y[b].d = TO_FP16(d);
+        y[b].m = TO_FP16(mn);
+        for (int j = 0; j < 16; j++) {
+            uint8_t lo = (uint8_t)MINI(15, (int8_t)((x[j] - mn) * id + 0.5f));
+            uint8_t hi = (uint8_t)MINI(15, (int8_t)((x[j + 16] - mn) * id + 0.5f));
+            y[b].qs[j] = lo | (uint8_t)(hi << 4);
+        }
+    }
+}
+static void q4_1_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q4_1 *x = vx;
+    for (int64_t b = 0; b < n / 32; b++, y += 32) {
+        float d = FP16(x[b].d), m = FP16(x[b].m);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)(x[b].qs[j] & 0x0F) + m;
+            y[j + 16] = d * (float)(x[b].qs[j] >> 4) + m;
+        }
+    }
+}
+
+static void q5_0_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q5_0 *y = vy;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        float d = signed_absmax(x, 32, NULL) / -16, id = d ? 1.0f / d : 0.0f;
+        y[b].d = TO_FP16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            uint8_t lo = (uint8_t)MINI(31, (int8_t)(x[j] * id + 16.5f));
+            uint8_t hi = (uint8_t)MINI(31, (int8_t)(x[j + 16] * id + 16.5f));
+            y[b].qs[j] = (lo & 0x0F) | (uint8_t)((hi & 0x0F) << 4);
+            qh |= (uint32_t)((lo & 0x10) >> 4) << j;
+            qh |= (uint32_t)((hi & 0x10) >> 4) << (j + 16);
+        }
+        memcpy(y[b].qh, &qh, 4);
+    }
+}
+static void q5_0_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q5_0 *x = vx;
+    for (int64_t b = 0; b < n / 32; b++, y += 32) {
+        float d = FP16(x[b].d);
+        uint32_t qh;
+        memcpy(&qh, x[b].qh, 4);
+        for (int j = 0; j < 16; j++) {
+            int lo = (x[b].qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
+            int hi = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            y[j] = d * (float)(lo - 16);
+            y[j + 16] = d * (float)(hi - 16);
+        }
+    }
+}
+
+static void q5_1_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q5_1 *y = vy;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        float mn, mx;
+        minmax(x, 32, &mn, &mx);
+        float d = (mx - mn) / 31, id = d ? 1.0f / d : 0.0f;
+        y[b].d = TO_FP16(d);
+        y[b].m = TO_FP16(mn);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            uint8_t lo = (uint8_t)((x[j] - mn) * id + 0.5f);
+            uint8_t hi = (uint8_t)((x[j + 16] - mn) * id + 0.5f);
+            y[b].qs[j] = (lo & 0x0F) | (uint8_t)((hi & 0x0F) << 4);
+            qh |= (uint32_t)((lo & 0x10) >> 4) << j;
+            qh |= (uint32_t)((hi & 0x10) >> 4) << (j + 16);
+        }
+        memcpy(y[b].qh, &qh, 4);
+    }
+}
+static void q5_1_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q5_1 *x = vx;
+    for (int64_t b = 0; b < n / 32; b++, y += 32) {
+        float d = FP16(x[b].d), m = FP16(x[b].m);
+        uint32_t qh;
+        memcpy(&qh, x[b].qh, 4);
+        for (int j = 0; j < 16; j++) {
+            int lo = (x[b].qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
+            int hi = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            y[j] = d * (float)lo + m;
+            y[j + 16] = d * (float)hi + m;
+        }
+    }
+}
+
+static void q8_0_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q8_0 *y = vy;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        float amax;
+        signed_absmax(x, 32, &amax);
+        float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        y[b].d = TO_FP16(d);
+        for (int j = 0; j < 32; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+static void q8_0_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q8_0 *x = vx;
+    for (int64_t b = 0; b < n / 32; b++, y += 32) {
+        float d = FP16(x[b].d);
+        for (int j = 0; j < 32; j++) y[j] = d * (float)x[b].qs[j];
+    }
+}
+
+/* Q8_1: Q8_0 plus s = d * sum(q), the activation format of Q4_1/Q5_1. */
+static void q8_1_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q8_1 *y = vy;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        float amax;
+        signed_absmax(x, 32, &amax);
+        float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        y[b].d = TO_FP16(d);
+        int sum = 0;
+        for (int j = 0; j < 16; j++) {
+            y[b].qs[j] = (int8_t)roundf(x[j] * id);
+            y[b].qs[j + 16] = (int8_t)roundf(x[j + 16] * id);
+            sum += y[b].qs[j] + y[b].qs[j + 16];
+        }
+        y[b].s = TO_FP16((float)sum * d);
+    }
+}
+static void q8_1_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q8_1 *x = vx;
+    for (int64_t b = 0; b < n / 32; b++, y += 32) {
+        float d = FP16(x[b].d);
+        for (int j = 0; j < 32; j++) y[j] = d * (float)x[b].qs[j];
+    }
+}
+
+const int8_t og_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* Index of the table value closest to v (table sorted ascending). */
+static int closest_index(const int8_t *t, int n, float v) {
+    if (v <= t[0]) return 0;
+    if (v >= t[n - 1]) return n - 1;
+    int lo = 0, hi = n - 1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (v < t[mid]) hi = mid;
+        else lo = mid;
+    }
+    return v - t[hi - 1] < t[hi] - v ? hi - 1 : hi;
+}
+
+/* IQ4_NL reference quantizer (llama.cpp quantize_row_iq4_nl_ref: no importance
+ * matrix, no scale search): map the extreme element to the table's end (-127),
+ * pick the nearest table entry for every element, then set the block scale to
+ * the weighted least-squares fit with weights x^2. */
+static void iq4_nl_from_float(const float *x, void *vy, int64_t n) {
+    og_block_iq4_nl *y = vy;
+    const int8_t *T = og_iq4nl_values;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        uint8_t L[32] = {0};
+        float amax;
+        float max = signed_absmax(x, 32, &amax);
+        float d = 0;
+        if (amax >= 1e-15f) {
+            float id = 1 / (max / T[0]), sumqx = 0, sumq2 = 0;
+            for (int j = 0; j < 32; j++) {
+                L[j] = (uint8_t)closest_index(T, 16, id * x[j]);
+                float q = T[L[j]], w = x[j] * x[j];
+                sumqx += w * q * x[j];
+                sumq2 += w * q * q;
+            }
+            d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+        }
+        y[b].d = TO_FP16(d);
+        for (int j = 0; j < 16; j++) y[b].qs[j] = L[j] | (uint8_t)(L[j + 16] << 4);
+    }
+}
+static void iq4_nl_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_iq4_nl *x = vx;
+    for (int64_t b = 0; b < n / 32; b++, y += 32) {
+        float d = FP16(x[b].d);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)og_iq4nl_values[x[b].qs[j] & 15];
+            y[j + 16] = d * (float)og_iq4nl_values[x[b].qs[j] >> 4];
+        }
+    }
+}
+
+/* ---- dots of 32-element formats (kquants.md §5) --------------------------- */
+
+static void q4_0_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q4_0 *x = vx;
+    const og_block_q8_0 *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        int isum = 0;
+        for (int j = 0; j < 16; j++)
+            isum += ((x[b].qs[j] & 0x0F) - 8) * y[b].qs[j] + ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + 16];
+        sum += (float)isum * (FP16(x[b].d) * FP16(y[b].d));
+    }
+    *s = sum;
+}
+static void q4_1_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q4_1 *x = vx;
+    const og_block_q8_1 *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        int isum = 0;
+        for (int j = 0; j < 16; j++) isum += (x[b].qs[j] & 0x0F) * y[b].qs[j] + (x[b].qs[j] >> 4) * y[b].qs[j + 16];
+        sum += (FP16(x[b].d) * FP16(y[b].d)) * (float)isum + FP16(x[b].m) * FP16(y[b].s);
+    }
+    *s = sum;
+}
+static void q5_0_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q5_0 *x = vx;
+    const og_block_q8_0 *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        uint32_t qh;
+        memcpy(&qh, x[b].qh, 4);
+        int isum = 0;
+        for (int j = 0; j < 16; j++) {
+            int lo = ((x[b].qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4)) - 16;
+            int hi = ((x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4)) - 16;
+            isum += lo * y[b].qs[j] + hi * y[b].qs[j + 16];
+        }
+        sum += (float)isum * (FP16(x[b].d) * FP16(y[b].d));
+    }
+    *s = sum;
+}
+static void q5_1_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q5_1 *x = vx;
+    const og_block_q8_1 *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        uint32_t qh;
+        memcpy(&qh, x[b].qh, 4);
+        int isum = 0;
+        for (int j = 0; j < 16; j++) {
+            int lo = (x[b].qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
+            int hi = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            isum += lo * y[b].qs[j] + hi * y[b].qs[j + 16];
+        }
+        sum += (FP16(x[b].d) * FP16(y[b].d)) * (float)isum + FP16(x[b].m) * FP16(y[b].s);
+    }
+    *s = sum;
+}
+static void q8_0_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q8_0 *x = vx, *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        int isum = 0;
+        for (int j = 0; j < 32; j++) isum += x[b].qs[j] * y[b].qs[j];
+        sum += (float)isum * (FP16(x[b].d) * FP16(y[b].d));
+    }
+    *s = sum;
+}
+static void iq4_nl_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_iq4_nl *x = vx;
+    const og_block_q8_0 *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        int isum = 0;
+        for (int j = 0; j < 16; j++)
+            isum += og_iq4nl_values[x[b].qs[j] & 15] * y[b].qs[j] + og_iq4nl_values[x[b].qs[j] >> 4] * y[b].qs[j + 16];
+        sum += (float)isum * (FP16(x[b].d) * FP16(y[b].d));
+    }
+    *s = sum;
+}
+
+/* ---- Q8_K (kquants.md §3, §6) ----------------------------------------------- */
+
+static void q8_K_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q8_K *y = vy;
+    for (int64_t b = 0; b < n / OG_QK_K; b++, x += OG_QK_K) {
+        float amax;
+        float max = signed_absmax(x, OG_QK_K, &amax);
+        if (amax == 0) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < OG_QK_K; j++) y[b].qs[j] = (int8_t)MINI(127, nearest_int(iscale * x[j]));
+        for (int j = 0; j < OG_QK_K / 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += y[b].qs[j * 16 + i];
+            y[b].bsums[j] = (int16_t)sum;
+        }
+        y[b].d = 1 / iscale;
+    }
+}
+static void q8_K_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q8_K *x = vx;
+    for (int64_t b = 0; b < n / OG_QK_K; b++, y += OG_QK_K)
+        for (int j = 0; j < OG_QK_K; j++) y[j] = x[b].d * (float)x[b].qs[j];
+}
+
+/* ---- k-quant helpers (kquants.md §6) ------------------------------------------ */
+
+/* Asymmetric fit x ~ scale*L - min with L in [0, nmax], by weighted least squares
+ * over nstep+1 candidate scales ("qkx2"). Returns scale, sets *the_min. */
+static float fit_asym(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
+                      uint8_t *Laux, float rmin, float rdelta, int nstep, bool use_mad) {
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min), scale = 1 / iscale, best_error = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)MAXI(0, MINI(nmax, l));
+        float diff = scale * L[i] + min - x[i];
+        best_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = MAXI(0, MINI(nmax, nearest_int(iscale * (x[i] - min))));
+            Laux[i] = (uint8_t)l;
+            sum_l += w[i] * (float)l;
+            sum_l2 += w[i] * (float)l * (float)l;
+            sum_xl += w[i] * (float)l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float err = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                err += w[i] * (use_mad ? fabsf(diff) : diff * diff);
+            }
+            if (err < best_error) {
+                memcpy(L, Laux, (size_t)n);
+                best_error = err;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* Symmetric fit x ~ scale*(L - nmax), L in [0, 2 nmax), weights x^2, trying 19
+ * scales around -nmax/max (Q6_K's "qx" fit). Returns scale; L is offset by nmax. */
+static float fit_sym_qx(int n, int nmax, const float *x, int8_t *L) {
+    float amax;
+    float max = signed_absmax(x, n, &amax);
+    if (amax < 1e-15f) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    float iscale = -nmax / max, sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = MAXI(-nmax, MINI(nmax - 1, nearest_int(iscale * x[i])));
+        L[i] = (int8_t)(l + nmax);
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * (float)l;
+        suml2 += w * (float)l * (float)l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f, best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -((float)nmax + 0.1f * (float)is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = MAXI(-nmax, MINI(nmax - 1, nearest_int(iscale * x[i])));
+            float w = x[i] * x[i];
+            sumlx += w * x[i] * (float)l;
+            suml2 += w * (float)l * (float)l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++) L[i] = (int8_t)(nmax + MAXI(-nmax, MINI(nmax - 1, nearest_int(iscale * x[i]))));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* Symmetric fit for Q3_K: start at -nmax/max, then up to 5 passes of coordinate
+ * descent with weights x^2 (kquants.md §6 "Q3_K"). L offset by nmax. */
+static float fit_sym_q3(int n, int nmax, const float *x, int8_t *L) {
+    float amax;
+    float max = signed_absmax(x, n, &amax);
+    if (amax < 1e-15f) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    float iscale = -nmax / max, sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = MAXI(-nmax, MINI(nmax - 1, nearest_int(iscale * x[i])));
+        L[i] = (int8_t)l;
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * (float)l;
+        suml2 += w * (float)l * (float)l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * (float)L[i];
+            if (slx > 0) {
+                float sl2 = suml2 - w * (float)L[i] * (float)L[i];
+                int nl = MAXI(-nmax, MINI(nmax - 1, nearest_int(x[i] * sl2 / slx)));
+                if (nl != L[i]) {
+                    slx += w * x[i] * (float)nl;
+                    sl2 += w * (float)nl * (float)nl;
+                    if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (int8_t)nl;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        changed++;
+                    }
+                }
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    return sumlx / suml2;
+}
+
+/* 6-bit scale j and min j of the Q4_K/Q5_K 12-byte packing (kquants.md §4). */
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+void og_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) { scale_min_k4(j, q, sc, m); }
+
+/* ---- Q2_K ------------------------------------------------------------------- */
+
+static void q2_K_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q2_K *y = vy;
+    for (int64_t b = 0; b < n / OG_QK_K; b++, x += OG_QK_K) {
+        uint8_t L[OG_QK_K], Laux[16];
+        float w[16], scales[16], mins[16], max_scale = 0, max_min = 0;
+        for (int j = 0; j < 16; j++) {
+            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+            scales[j] = fit_asym(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        if (max_scale > 0) {
+            float iscale = 15.f / max_scale;
+            for (int j = 0; j < 16; j++) y[b].scales[j] = (uint8_t)nearest_int(iscale * scales[j]);
+            y[b].d = TO_FP16(max_scale / 15.f);
+        } else {
+            memset(y[b].scales, 0, 16);
+            y[b].d = TO_FP16(0.f);
+        }
+        if (max_min > 0) {
+            float iscale = 15.f / max_min;
+            for (int j = 0; j < 16; j++) y[b].scales[j] |= (uint8_t)(nearest_int(iscale * mins[j]) << 4);
+            y[b].dmin = TO_FP16(max_min / 15.f);
+        } else {
+            y[b].dmin = TO_FP16(0.f);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = FP16(y[b].d) * (float)(y[b].scales[j] & 0xF);
+            if (!d) continue;
+            float dm = FP16(y[b].dmin) * (float)(y[b].scales[j] >> 4);
+            for (int i = 0; i < 16; i++) L[16 * j + i] = (uint8_t)MAXI(0, MINI(3, nearest_int((x[16 * j + i] + dm) / d)));
+        }
+        for (int j = 0; j < OG_QK_K; j += 128)
+            for (int l = 0; l < 32; l++)
+                y[b].qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+    }
+}
+static void q2_K_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q2_K *x = vx;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        float d = FP16(x[b].d), dmin = FP16(x[b].dmin);
+        for (int e = 0; e < OG_QK_K; e++) {
+            int q = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+            uint8_t sc = x[b].scales[e / 16];
+            *y++ = d * (float)(sc & 0xF) * (float)q - dmin * (float)(sc >> 4);
+        }
+    }
+}
+static void q2_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q2_K *x = vx;
+    const og_block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        int isum = 0, summs = 0;
+        for (int j = 0; j < 16; j++) summs += y[b].bsums[j] * (x[b].scales[j] >> 4);
+        for (int sb = 0; sb < 16; sb++) { /* sub-block of 16 elements */
+            int is = 0;
+            for (int e = 16 * sb; e < 16 * sb + 16; e++)
+                is += y[b].qs[e] * ((x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+            isum += (x[b].scales[sb] & 0xF) * is;
+        }
+        sum += y[b].d * FP16(x[b].d) * (float)isum - y[b].d * FP16(x[b].dmin) * (float)summs;
+    }
+    *s = sum;
+}
+
+/* ---- Q3_K ------------------------------------------------------------------- */
+
+static inline int q3_scale(const uint8_t *sc, int s) {
+    int lo4 = s < 8 ? sc[s] & 0x0F : sc[s - 8] >> 4;
+    int hi2 = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    return (lo4 | hi2 << 4) - 32;
+}
+
+static void q3_K_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q3_K *y = vy;
+    for (int64_t b = 0; b < n / OG_QK_K; b++, x += OG_QK_K) {
+        int8_t L[OG_QK_K];
+        float scales[16], max_scale = 0, amax = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = fit_sym_q3(16, 4, x + 16 * j, L + 16 * j);
+            if (fabsf(scales[j]) > amax) {
+                amax = fabsf(scales[j]);
+                max_scale = scales[j];
+            }
+        }
+        memset(y[b].scales, 0, 12);
+        if (max_scale) {
+            float iscale = -32.f / max_scale;
+            for (int j = 0; j < 16; j++) {
+                int l = MAXI(-32, MINI(31, (int8_t)nearest_int(iscale * scales[j]))) + 32;
+                if (j < 8) y[b].scales[j] = (uint8_t)(l & 0xF);
+                else y[b].scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+                y[b].scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+            }
+            y[b].d = TO_FP16(1 / iscale);
+        } else {
+            y[b].d = TO_FP16(0.f);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = FP16(y[b].d) * (float)q3_scale(y[b].scales, j);
+            if (!d) continue;
+            for (int i = 0; i < 16; i++) L[16 * j + i] = (int8_t)(MAXI(-4, MINI(3, nearest_int(x[16 * j + i] / d))) + 4);
+        }
+        memset(y[b].hmask, 0, 32);
+        for (int j = 0; j < OG_QK_K; j++) { /* bit j/32 of hmask[j%32] holds element j's bit 2 */
+            if (L[j] > 3) {
+                y[b].hmask[j % 32] |= (uint8_t)(1 << (j / 32));
+                L[j] = (int8_t)(L[j] - 4);
+            }
+        }
+        for (int j = 0; j < OG_QK_K; j += 128)
+            for (int l = 0; l < 32; l++)
+                y[b].qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+    }
+}
+static void q3_K_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q3_K *x = vx;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        float d = FP16(x[b].d);
+        for (int e = 0; e < OG_QK_K; e++) {
+            int q2 = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+            int h = (x[b].hmask[e % 32] >> (e / 32)) & 1;
+            *y++ = d * (float)q3_scale(x[b].scales, e / 16) * (float)(q2 + 4 * h - 4);
+        }
+    }
+}
+static void q3_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q3_K *x = vx;
+    const og_block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        int isum = 0;
+        for (int sb = 0; sb < 16; sb++) {
+            int is = 0;
+            for (int e = 16 * sb; e < 16 * sb + 16; e++) {
+                int q2 = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                int h = (x[b].hmask[e % 32] >> (e / 32)) & 1;
+                is += y[b].qs[e] * (q2 + 4 * h - 4);
+            }
+            isum += q3_scale(x[b].scales, sb) * is;
+        }
+        sum += FP16(x[b].d) * y[b].d * (float)isum;
+    }
+    *s = sum;
+}
+
+/* ---- Q4_K / Q5_K -------------------------------------------------------------- */
+
+/* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): per 32-element sub-block fit,
+ * 6-bit scales/mins relative to the largest, then requantize (kquants.md §6). */
+static void k4_scales(const float *x, int nmax, float rmin, int nstep, uint8_t *L, uint8_t packed[12],
+                      uint16_t *d_out, uint16_t *dmin_out) {
+    uint8_t Laux[32];
+    float w[32], scales[8], mins[8], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = fit_asym(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    memset(packed, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        uint8_t ls = (uint8_t)MINI(63, (uint8_t)nearest_int(inv_scale * scales[j]));
+        uint8_t lm = (uint8_t)MINI(63, (uint8_t)nearest_int(inv_min * mins[j]));
+        if (j < 4) {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            packed[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            packed[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *d_out = TO_FP16(max_scale / 63.f);
+    *dmin_out = TO_FP16(max_min / 63.f);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        scale_min_k4(j, packed, &sc, &m);
+        float d = FP16(*d_out) * (float)sc;
+        if (!d) continue;
+        float dm = FP16(*dmin_out) * (float)m;
+        for (int i = 0; i < 32; i++) L[32 * j + i] = (uint8_t)MAXI(0, MINI(nmax, nearest_int((x[32 * j + i] + dm) / d)));
+    }
+}
+
+static void q4_K_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q4_K *y = vy;
+    for (int64_t b = 0; b < n / OG_QK_K; b++, x += OG_QK_K) {
+        uint8_t L[OG_QK_K];
+        k4_scales(x, 15, -1.f, 20, L, y[b].scales, &y[b].d, &y[b].dmin);
+        for (int j = 0; j < OG_QK_K; j += 64)
+            for (int l = 0; l < 32; l++) y[b].qs[j / 2 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+    }
+}
+static void q4_K_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q4_K *x = vx;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        float d = FP16(x[b].d), dmin = FP16(x[b].dmin);
+        for (int e = 0; e < OG_QK_K; e++) {
+            uint8_t sc, m;
+            scale_min_k4(e / 32, x[b].scales, &sc, &m);
+            uint8_t byte = x[b].qs[32 * (e / 64) + e % 32];
+            int q = (e % 64) < 32 ? byte & 0xF : byte >> 4;
+            *y++ = d * (float)sc * (float)q - dmin * (float)m;
+        }
+    }
+}
+static void q4_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q4_K *x = vx;
+    const og_block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        int isum = 0, summs = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            scale_min_k4(j, x[b].scales, &sc, &m);
+            int is = 0;
+            for (int e = 32 * j; e < 32 * j + 32; e++) {
+                uint8_t byte = x[b].qs[32 * (e / 64) + e % 32];
+                is += y[b].qs[e] * ((e % 64) < 32 ? byte & 0xF : byte >> 4);
+            }
+            isum += sc * is;
+            summs += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
+        sum += FP16(x[b].d) * y[b].d * (float)isum - FP16(x[b].dmin) * y[b].d * (float)summs;
+    }
+    *s = sum;
+}
+
+static void q5_K_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q5_K *y = vy;
+    for (int64_t b = 0; b < n / OG_QK_K; b++, x += OG_QK_K) {
+        uint8_t L[OG_QK_K];
+        k4_scales(x, 31, -0.5f, 15, L, y[b].scales, &y[b].d, &y[b].dmin);
+        memset(y[b].qh, 0, 32);
+        for (int e = 0; e < OG_QK_K; e++) { /* 5th bit of element e: bit e/32 of qh[e%32] */
+            if (L[e] > 15) y[b].qh[e % 32] |= (uint8_t)(1 << (e / 32));
+        }
+        for (int j = 0; j < OG_QK_K; j += 64)
+            for (int l = 0; l < 32; l++) y[b].qs[j / 2 + l] = (uint8_t)((L[j + l] & 15) | ((L[j + l + 32] & 15) << 4));
+    }
+}
+static void q5_K_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q5_K *x = vx;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        float d = FP16(x[b].d), dmin = FP16(x[b].dmin);
+        for (int e = 0; e < OG_QK_K; e++) {
+            uint8_t sc, m;
+            scale_min_k4(e / 32, x[b].scales, &sc, &m);
+            uint8_t byte = x[b].qs[32 * (e / 64) + e % 32];
+            int q = ((e % 64) < 32 ? byte & 0xF : byte >> 4) + 16 * ((x[b].qh[e % 32] >> (e / 32)) & 1);
+            *y++ = d * (float)sc * (float)q - dmin * (float)m;
+        }
+    }
+}
+static void q5_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q5_K *x = vx;
+    const og_block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        int isum = 0, summs = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            scale_min_k4(j, x[b].scales, &sc, &m);
+            int is = 0;
+            for (int e = 32 * j; e < 32 * j + 32; e++) {
+                uint8_t byte = x[b].qs[32 * (e / 64) + e % 32];
+                int q = ((e % 64) < 32 ? byte & 0xF : byte >> 4) + 16 * ((x[b].qh[e % 32] >> (e / 32)) & 1);
+                is += y[b].qs[e] * q;
+            }
+            isum += sc * is;
+            summs += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
+        sum += FP16(x[b].d) * y[b].d * (float)isum - FP16(x[b].dmin) * y[b].d * (float)summs;
+    }
+    *s = sum;
+}
+
+/* ---- Q6_K ------------------------------------------------------------------- */
+
+static void q6_K_from_float(const float *x, void *vy, int64_t n) {
+    og_block_q6_K *y = vy;
+    for (int64_t b = 0; b < n / OG_QK_K; b++, x += OG_QK_K) {
+        int8_t L[OG_QK_K];
+        float scales[16], max_scale = 0, max_abs = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = fit_sym_qx(16, 32, x + 16 * j, L + 16 * j);
+            if (fabsf(scales[j]) > max_abs) {
+                max_abs = fabsf(scales[j]);
+                max_scale = scales[j];
+            }
+        }
+        if (max_abs < 1e-15f) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float iscale = -128.f / max_scale;
+        y[b].d = TO_FP16(1 / iscale);
+        for (int j = 0; j < 16; j++) y[b].scales[j] = (int8_t)MINI(127, nearest_int(iscale * scales[j]));
+        for (int j = 0; j < 16; j++) {
+            float d = FP16(y[b].d) * (float)y[b].scales[j];
+            if (!d) continue;
+            for (int i = 0; i < 16; i++) L[16 * j + i] = (int8_t)(MAXI(-32, MINI(31, nearest_int(x[16 * j + i] / d))) + 32);
+        }
+        uint8_t *ql = y[b].ql, *qh = y[b].qh;
+        for (int j = 0; j < OG_QK_K; j += 128, ql += 64, qh += 32) {
+            for (int l = 0; l < 32; l++) {
+                ql[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 64] & 0xF) << 4));
+                ql[l + 32] = (uint8_t)((L[j + l + 32] & 0xF) | ((L[j + l + 96] & 0xF) << 4));
+                qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                                  ((L[j + l + 96] >> 4) << 6));
+            }
+        }
+    }
+}
+static inline int q6_quant(const og_block_q6_K *x, int e) {
+    int h = e / 128, r = e % 128, k = r / 32, l = r % 32;
+    int lo4 = (x->ql[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 0x0F;
+    int hi2 = (x->qh[32 * h + l] >> (2 * k)) & 3;
+    return (lo4 | hi2 << 4) - 32;
+}
+static void q6_K_to_float(const void *vx, float *y, int64_t n) {
+    const og_block_q6_K *x = vx;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        float d = FP16(x[b].d);
+        for (int e = 0; e < OG_QK_K; e++) *y++ = d * (float)x[b].scales[e / 16] * (float)q6_quant(&x[b], e);
+    }
+}
+static void q6_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q6_K *x = vx;
+    const og_block_q8_K *y = vy;
+    float sum = 0;
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        int isum = 0;
+        for (int sb = 0; sb < 16; sb++) {
+            int is = 0;
+            for (int e = 16 * sb; e < 16 * sb + 16; e++) is += y[b].qs[e] * q6_quant(&x[b], e);
+            isum += x[b].scales[sb] * is;
+        }
+        sum += FP16(x[b].d) * y[b].d * (float)isum;
+    }
+    *s = sum;
+}
+
+/* ---- the table ----------------------------------------------------------------- */
+
+static const og_type_traits traits[OG_TYPE_COUNT] = {
+    [OG_TYPE_F32] = {OG_TYPE_F32, "F32", 1, 4, OG_TYPE_F32, f32_to_float, f32_from_float, f32_vec_dot},
+    [OG_TYPE_F16] = {OG_TYPE_F16, "F16", 1, 2, OG_TYPE_F16, f16_to_float, f16_from_float, f16_vec_dot},
+    [OG_TYPE_BF16] = {OG_TYPE_BF16, "BF16", 1, 2, OG_TYPE_BF16, bf16_to_float, bf16_from_float, bf16_vec_dot},
+    [OG_TYPE_Q4_0] = {OG_TYPE_Q4_0, "Q4_0", 32, 18, OG_TYPE_Q8_0, q4_0_to_float, q4_0_from_float, q4_0_vec_dot},
+    [OG_TYPE_Q4_1] = {OG_TYPE_Q4_1, "Q4_1", 32, 20, OG_TYPE_Q8_1, q4_1_to_float, q4_1_from_float, q4_1_vec_dot},
+    [OG_TYPE_Q5_0] = {OG_TYPE_Q5_0, "Q5_0", 32, 22, OG_TYPE_Q8_0, q5_0_to_float, q5_0_from_float, q5_0_vec_dot},
+    [OG_TYPE_Q5_1] = {OG_TYPE_Q5_1, "Q5_1", 32, 24, OG_TYPE_Q8_1, q5_1_to_float, q5_1_from_float, q5_1_vec_dot},
+    [OG_TYPE_Q8_0] = {OG_TYPE_Q8_0, "Q8_0", 32, 34, OG_TYPE_Q8_0, q8_0_to_float, q8_0_from_float, q8_0_vec_dot},
+    [OG_TYPE_Q8_1] = {OG_TYPE_Q8_1, "Q8_1", 32, 36, OG_TYPE_Q8_1, q8_1_to_float, q8_1_from_float, NULL},
+    [OG_TYPE_IQ4_NL] = {OG_TYPE_IQ4_NL, "IQ4_NL", 32, 18, OG_TYPE_Q8_0, iq4_nl_to_float, iq4_nl_from_float, iq4_nl_vec_dot},
+    [OG_TYPE_Q2_K] = {OG_TYPE_Q2_K, "Q2_K", 256, 84, OG_TYPE_Q8_K, q2_K_to_float, q2_K_from_float, q2_K_vec_dot},
+    [OG_TYPE_Q3_K] = {OG_TYPE_Q3_K, "Q3_K", 256, 110, OG_TYPE_Q8_K, q3_K_to_float, q3_K_from_float, q3_K_vec_dot},
+    [OG_TYPE_Q4_K] = {OG_TYPE_Q4_K, "Q4_K", 256, 144, OG_TYPE_Q8_K, q4_K_to_float, q4_K_from_float, q4_K_vec_dot},
+    [OG_TYPE_Q5_K] = {OG_TYPE_Q5_K, "Q5_K", 256, 176, OG_TYPE_Q8_K, q5_K_to_float, q5_K_from_float, q5_K_vec_dot},
+    [OG_TYPE_Q6_K] = {OG_TYPE_Q6_K, "Q6_K", 256, 210, OG_TYPE_Q8_K, q6_K_to_float, q6_K_from_float, q6_K_vec_dot},
+    [OG_TYPE_Q8_K] = {OG_TYPE_Q8_K, "Q8_K", 256, 292, OG_TYPE_Q8_K, q8_K_to_float, q8_K_from_float, NULL},
+};
+
+const og_type_traits *og_quant_traits(og_ggml_type t) {
+    if ((unsigned)t >= OG_TYPE_COUNT || traits[t].name == NULL) return NULL;
+    return &traits[t];
+}
+
+bool og_quant_can_quantize(og_ggml_type t) {
+    const og_type_traits *tr = og_quant_traits(t);
+    return tr && tr->from_float;
+}
+
+og_status og_quantize_row(og_ggml_type t, const float *x, void *dst, int64_t n) {
+    const og_type_traits *tr = og_quant_traits(t);
+    if (!tr || !tr->from_float) return OG_ERR_UNSUPPORTED;
+    if (n < 0 || n % tr->blck) return OG_ERR_INVALID_ARG;
+    tr->from_float(x, dst, n);
+    return OG_OK;
+}
+
+og_status og_dequantize_row(og_ggml_type t, const void *src, float *y, int64_t n) {
+    const og_type_traits *tr = og_quant_traits(t);
+    if (!tr || !tr->to_float) return OG_ERR_UNSUPPORTED;
+    if (n < 0 || n % tr->blck) return OG_ERR_INVALID_ARG;
+    tr->to_float(src, y, n);
+    return OG_OK;
+}

@@ -1,0 +1,233 @@
+/* quant: every type against the test vectors of kquants.md §8 (made with ggml's
+ * own reference code), then every SIMD tier against the scalar reference on
+ * random and adversarial blocks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "og_quant.h"
+
+static float vec_x(int i) { return (float)((((i * 37 + 11) % 97) - 48) * (1 + (i / 32) % 4)) / 64.0f; }
+static float vec_y(int i) { return (float)(((i * 53 + 7) % 89) - 44) / 32.0f; }
+
+typedef struct vector_case {
+    og_ggml_type type;
+    size_t bytes;        /* for 512 elements */
+    float head[4];       /* x^[0..3] */
+    float mid[4];        /* x^[300..303] */
+    double sum;          /* sum of x^ */
+    const char *first;   /* first block bytes, hex, or NULL */
+    double dot;          /* ggml vec_dot with y, NAN if not listed */
+} vector_case;
+
+static const vector_case vcases[] = {
+    {OG_TYPE_Q8_0, 544, {-0.578308105f, 0, 0.578308105f, -0.358551025f}, {0.16192627f, 1.30697632f, -0.566741943f, 0.589874268f}, -4.63969421,
+     "ec1d9c0064c22684e84caa0e71cf3391f559b71b7fdd419f0367c52986ea4eac1074", -22.090218},
+    {OG_TYPE_Q4_0, 288, {-0.55078125f, -0.f, 0.55078125f, -0.3671875f}, {0.18359375f, 1.28515625f, -0.55078125f, 0.55078125f}, -4.54296875,
+     "e0adde6802ac46ef8a23cd57f19b35df7912", -21.714558},
+    {OG_TYPE_Q4_1, 320, {-0.621887207f, -0.0407104492f, 0.540466309f, -0.331298828f}, {0.112304688f, 1.2746582f, -0.46887207f, 0.499755859f}, -5.63977051, NULL, NAN},
+    {OG_TYPE_Q5_0, 352, {-0.596679688f, -0.f, 0.596679688f, -0.3671875f}, {0.18359375f, 1.28515625f, -0.55078125f, 0.55078125f}, -3.85546875,
+     "e0a96b69692d9dd003488bcf03367bbef2366abee115", -23.786301},
+    {OG_TYPE_Q5_1, 384, {-0.578125f, -0.015625f, 0.59375f, -0.34375f}, {0.15625f, 1.28125f, -0.59375f, 0.625f}, -4.76000977, NULL, NAN},
+    {OG_TYPE_IQ4_NL, 288, {-0.522842407f, -0.00587463379f, 0.610961914f, -0.405349731f}, {0.118484497f, 1.23223877f, -0.627967834f, 0.580574036f}, -2.01309967, NULL, NAN},
+    {OG_TYPE_Q2_K, 168, {-0.565063477f, 0.127441406f, 0.473693848f, -0.218811035f}, {0.600219727f, 1.5279541f, -0.327514648f, 0.600219727f}, -2.05371094,
+     "33347877abbbdece34446778ab9aceffa43a93e54e94394fe43a93e54e943953e40e93f94ea43953e84e943952e43d9393e94e943952e40e93f94ea43953e54e943943e57a93e94ea43a93e54e90394f632f0732", -26.929518},
+    {OG_TYPE_Q3_K, 220, {-0.539291382f, 0, 0.539291382f, -0.359527588f}, {-0.f, 1.47399902f, -0.736999512f, 0.736999512f}, -0.786071777,
+     "2e718f7ad5ae70852a518f7ad5ae718fc52a50873ad5af78c73ad5af78c52e7885582ff2b5581ff2b5481fe2f6885c2f5e9bf8256e8ff835529fcbe5619ffb34fc21568bfc2d5687fc2d5287f83d62974957e6be895be3fe8d5427f2b95827ee7987efe19575d20e2dd2e20d93a6", -23.486898},
+    {OG_TYPE_Q4_K, 288, {-0.616264343f, -0.0456619263f, 0.620040894f, -0.330963135f}, {0.109008789f, 1.27209473f, -0.47253418f, 0.690551758f}, -4.93889618,
+     "7e1e122a0f5faefd4f5faefc0fffdeff51b71e74da3096fc62b82e85eb41a70d63c93f95eb52b81e74da40960c62c82fb81e74da41a70c63c92f85eb41a71d74da3096fc52b82e84da41a70d63c92f852f85eb41a71e74ca3f96fc52b81e75db41a70d63c92f85eb42a81e74da3096fc85eb51b71d74da3096fc62b82e84ea41a71d63c93f95eb52b71d74da40960c62", -21.639395},
+    {OG_TYPE_Q5_K, 352, {-0.574922562f, 0.0183105469f, 0.565910339f, -0.346755981f}, {0.124286652f, 1.32186127f, -0.520561218f, 0.584892273f}, -4.66721153, NULL, -23.748726},
+    {OG_TYPE_Q6_K, 420, {-0.5838871f, 0, 0.5838871f, -0.35033226f}, {0.139238834f, 1.29956245f, -0.556955338f, 0.603368282f}, -5.80235958,
+     "e730e941f941aa53ab03bc04bd156d1692199129a038bf37cf46de55dd65ec730b730a920aa119a138a037df47de46ddab249c159d058ef67ff76fe850d951c9640b630aa20aa109a148a037df37de3633ab249c159d058ef67ff76fe850d951c84eb33ea42fa41a951a800b70fb71e6b039b049c25ad35ce36cf37df68d069fd806afd972ac0573d806afd572a8057f27cd503a8d67f950268d53fa8027fd505c36816bf69c2bc15c36816bf55c2a81a40973d40ea3d97e940963d43ea0097f1fe1c03ea95e7a83e01fc63d59a2807d2c12", -21.748589},
+    {OG_TYPE_Q8_K, 584, {-0.566929102f, -0.f, 0.566929102f, -0.354330719f}, {0.161909446f, 1.31840551f, -0.555118084f, 0.601377964f}, -4.64616142, NULL, NAN},
+};
+
+
+static void test_fp16_bf16(void **state) {
+    (void)state;
+    /* kquants.md §8 spot checks */
+    static const struct { float f; uint16_t h, b; } v[] = {
+        {1.0f, 0x3c00, 0x3f80}, {-2.5f, 0xc100, 0xc020}, {0.1f, 0x2e66, 0x3dcd},
+        {65504.0f, 0x7bff, 0x4780}, {1e-8f, 0x0000, 0x322c}, {70000.0f, 0x7c00, 0x4789},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        assert_int_equal(og_fp32_to_fp16(v[i].f), v[i].h);
+        assert_int_equal(og_fp32_to_bf16(v[i].f), v[i].b);
+    }
+    /* every fp16 value round-trips, and exact midpoints round to even */
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = og_fp16_to_fp32((uint16_t)h);
+        if (isnan(f)) continue;
+        assert_int_equal(og_fp32_to_fp16(f), h);
+        if (((h >> 10) & 0x1f) < 30 && (h & 0x8000) == 0) {
+            float g = og_fp16_to_fp32((uint16_t)(h + 1));
+            float mid = (float)(((double)f + (double)g) / 2.0);
+            assert_int_equal(og_fp32_to_fp16(mid), (h & 1) ? h + 1 : h);
+        }
+    }
+}
+
+static void test_vectors(void **state) {
+    (void)state;
+    float x[512], y[512], xh[512];
+    for (int i = 0; i < 512; i++) {
+        x[i] = vec_x(i);
+        y[i] = vec_y(i);
+    }
+    for (size_t c = 0; c < sizeof vcases / sizeof vcases[0]; c++) {
+        const vector_case *vc = &vcases[c];
+        const og_type_traits *tr = og_quant_traits(vc->type);
+        assert_non_null(tr);
+        uint64_t bytes;
+        assert_int_equal(og_row_bytes(vc->type, 512, &bytes), OG_OK);
+        assert_int_equal(bytes, vc->bytes);
+        uint8_t q[1024];
+        assert_int_equal(og_quantize_row(vc->type, x, q, 512), OG_OK);
+        if (vc->first) {
+            char hex[1024];
+            for (uint32_t i = 0; i < tr->type_size; i++) snprintf(hex + 2 * i, 3, "%02x", q[i]);
+            if (strcmp(hex, vc->first)) fail_msg("%s first block\n got  %s\n want %s", tr->name, hex, vc->first);
+        }
+        assert_int_equal(og_dequantize_row(vc->type, q, xh, 512), OG_OK);
+        double sum = 0;
+        for (int i = 0; i < 512; i++) sum += xh[i];
+        for (int i = 0; i < 4; i++) {
+            if (fabsf(xh[i] - vc->head[i]) > 1e-6f || fabsf(xh[300 + i] - vc->mid[i]) > 1e-6f)
+                fail_msg("%s: x^[%d] = %.9g (want %.9g), x^[%d] = %.9g (want %.9g)", tr->name, i, xh[i], vc->head[i],
+                         300 + i, xh[300 + i], vc->mid[i]);
+        }
+        if (fabs(sum - vc->sum) > 2e-5) fail_msg("%s: sum %.9g, want %.9g", tr->name, sum, vc->sum);
+        if (!isnan(vc->dot)) {
+            uint8_t yq[1024];
+            assert_int_equal(og_quantize_row(tr->vec_dot_type, y, yq, 512), OG_OK);
+            float d;
+            tr->vec_dot(512, &d, q, yq);
+            if (fabs(d - vc->dot) > 2e-5 * fabs(vc->dot)) fail_msg("%s dot %.9g, want %.9g", tr->name, d, vc->dot);
+        }
+    }
+    /* Q8_K of y, block 0 */
+    og_block_q8_K yk[2];
+    assert_int_equal(og_quantize_row(OG_TYPE_Q8_K, y, yk, 512), OG_OK);
+    assert_true(fabsf(yk[0].d - (-0.0108267711f)) < 1e-9f);
+    static const int16_t bsums[16] = {307, -321, 74, 215, -156, -13, 126, -245, 154, 37, -80, 65, -50, -169, 230, -141};
+    assert_memory_equal(yk[0].bsums, bsums, sizeof bsums);
+}
+
+/* ---- tiers vs reference ------------------------------------------------------ */
+
+static uint64_t rng = 0x1234567;
+static float frand(void) { return (float)(og_rand_unit(&rng) * 2.0 - 1.0); }
+
+typedef enum { DATA_RANDOM, DATA_EQUAL, DATA_ZERO, DATA_EXTREME, DATA_SPARSE } data_kind;
+
+static void fill(float *v, int64_t n, data_kind k, float scale) {
+    for (int64_t i = 0; i < n; i++) {
+        switch (k) {
+        case DATA_RANDOM: v[i] = scale * frand(); break;
+        case DATA_EQUAL: v[i] = scale * 0.37f; break;
+        case DATA_ZERO: v[i] = (i / 32) % 3 == 0 ? 0.0f : scale * frand(); break; /* zero-scale blocks */
+        case DATA_EXTREME: v[i] = (i % 97 == 0) ? scale * 60000.0f * (i % 2 ? -1 : 1) : scale * 1e-4f * frand(); break;
+        case DATA_SPARSE: v[i] = (i % 7 == 0) ? scale * frand() : 0.0f; break;
+        }
+    }
+}
+
+static void test_tiers(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    static const og_ggml_type types[] = {OG_TYPE_F32, OG_TYPE_F16, OG_TYPE_BF16, OG_TYPE_Q8_0, OG_TYPE_Q4_0,
+                                         OG_TYPE_Q4_1, OG_TYPE_Q5_0, OG_TYPE_Q5_1, OG_TYPE_IQ4_NL, OG_TYPE_Q2_K,
+                                         OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+    og_kernels ref;
+    assert_int_equal(og_kernels_init(OG_ISA_SCALAR, &ref), OG_OK);
+    int tested_tiers = 0;
+    for (int isa = OG_ISA_AVX2; isa <= OG_ISA_AVX512; isa++) {
+        og_isa got;
+        char note[256], err[256];
+        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) {
+            print_message("tier %s not available here: %s\n", og_isa_name((og_isa)isa), err);
+            continue;
+        }
+        og_kernels k;
+        assert_int_equal(og_kernels_init((og_isa)isa, &k), OG_OK);
+        tested_tiers++;
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const og_type_traits *tr = og_quant_traits(types[ti]);
+            const og_type_traits *act = og_quant_traits(tr->vec_dot_type);
+            /* odd sizes: 1, 3, 7, 29 blocks */
+            static const int nblocks[] = {1, 3, 7, 29};
+            for (size_t nbi = 0; nbi < 4; nbi++) {
+                int64_t n = (int64_t)nblocks[nbi] * (tr->blck == 1 ? 33 : tr->blck);
+                if (tr->blck == 1) n += 5; /* float types: not a multiple of the vector width */
+                float *w = malloc((size_t)n * 4), *a = malloc((size_t)n * 4);
+                uint8_t *qw = malloc((size_t)n * 4 + 64), *qa = malloc((size_t)n * 4 + 64);
+                for (int kind = 0; kind <= DATA_SPARSE; kind++) {
+                    fill(w, n, (data_kind)kind, 1.0f);
+                    fill(a, n, kind == DATA_EXTREME ? DATA_RANDOM : (data_kind)kind, 3.0f);
+                    tr->from_float(w, qw, n);
+                    act->from_float(a, qa, n);
+                    float r, s;
+                    ref.vec_dot[tr->type](n, &r, qw, qa);
+                    k.vec_dot[tr->type](n, &s, qw, qa);
+                    /* bound: relative to sum |w^ * a^| */
+                    float *wd = malloc((size_t)n * 4), *ad = malloc((size_t)n * 4);
+                    tr->to_float(qw, wd, n);
+                    act->to_float(qa, ad, n);
+                    double mag = 0;
+                    for (int64_t i = 0; i < n; i++) mag += fabs((double)wd[i] * ad[i]);
+                    free(wd);
+                    free(ad);
+                    double bound = og_quant_dot_tolerance(tr->type) * mag + 1e-30;
+                    if (!(fabs((double)r - s) <= bound))
+                        fail_msg("%s %s n=%lld data %d: fast %.9g vs reference %.9g (bound %.3g)",
+                                 og_isa_name((og_isa)isa), tr->name, (long long)n, kind, s, r, bound);
+                }
+                free(w);
+                free(a);
+                free(qw);
+                free(qa);
+            }
+        }
+    }
+    print_message("SIMD tiers tested against the scalar reference: %d\n", tested_tiers);
+}
+
+static void test_isa_choice(void **state) {
+    (void)state;
+    og_cpu_features none = {0}, f;
+    og_isa isa;
+    char note[256], err[256];
+    assert_int_equal(og_isa_choose(&none, NULL, &isa, note, sizeof note, err, sizeof err), OG_OK);
+    assert_int_equal(isa, OG_ISA_SCALAR);
+    assert_int_equal(og_isa_choose(&none, "avx2", &isa, note, sizeof note, err, sizeof err), OG_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "lacks AVX2"));
+    assert_int_equal(og_isa_choose(&none, "amx", &isa, note, sizeof note, err, sizeof err), OG_ERR_UNSUPPORTED);
+    assert_int_equal(og_isa_choose(&none, "sse9", &isa, note, sizeof note, err, sizeof err), OG_ERR_INVALID_ARG);
+    /* AMX present but refused by Linux: best tier without it, and a note saying so */
+    f = (og_cpu_features){.avx2 = true, .fma = true, .f16c = true, .avx512f = true, .avx512bw = true,
+                          .avx512vl = true, .avx512vnni = true, .amx_tile = true, .amx_int8 = true};
+    assert_int_equal(og_isa_choose(&f, "", &isa, note, sizeof note, err, sizeof err), OG_OK);
+    assert_int_equal(isa, OG_ISA_AVX512);
+    assert_non_null(strstr(note, "refused"));
+    og_cpu_detect(&f);
+    assert_int_equal(og_isa_choose(&f, NULL, &isa, note, sizeof note, err, sizeof err), OG_OK);
+    print_message("this CPU: best tier %s (avx2 %d avx512f %d vnni %d bf16 %d amx %d/%d)\n", og_isa_name(isa), f.avx2,
+                  f.avx512f, f.avx512vnni, f.avx512bf16, f.amx_int8, f.amx_permitted);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fp16_bf16),
+        cmocka_unit_test(test_vectors),
+        cmocka_unit_test(test_tiers),
+        cmocka_unit_test(test_isa_choice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -13,18 +13,30 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+usage() {
+  cat <<'EOF'
+usage: ./run.sh --demo [--dry-run]
+
+--demo     install what is missing (scripts/deps.sh), build onegpu, make the built-in
+           demo model (models/demo.gguf: a synthetic DeepSeek-class MoE with the real
+           DeepSeek-V3 tokenizer) and inspect it. The server, the planner and model
+           download are not built yet; this script grows with them.
+--dry-run  print every command without running anything.
+EOF
+}
+
 dry=0 demo=0
 for a in "$@"; do
   case "$a" in
     --demo) demo=1 ;;
     --dry-run) dry=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown option '$a' (try --help)" >&2; exit 1 ;;
   esac
 done
 if [[ $demo -eq 0 ]]; then
   echo "run.sh: only --demo works so far (serving a downloaded model comes with the server issue)." >&2
-  echo "usage: ./run.sh --demo [--dry-run]" >&2
+  usage >&2
   exit 1
 fi
 
@@ -37,15 +49,21 @@ jobs=$(nproc 2>/dev/null || echo 2)
 model=models/demo.gguf
 
 step scripts/deps.sh
-step cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-step cmake --build build -j"$jobs"
+step cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_MESSAGE_LOG_LEVEL=WARNING
+step cmake --build build -j"$jobs" --target onegpu
 if [[ -f $model ]]; then
   echo "# $model exists; delete it to make it again" >&2
 else
   step mkdir -p models
   step ./build/onegpu make-model --preset demo -o "$model"
 fi
-step ./build/onegpu gguf "$model"
+# Header and bytes per role; every tensor: ./build/onegpu gguf models/demo.gguf
+if [[ $dry -eq 1 ]]; then
+  echo "+ ./build/onegpu gguf $model   (header and bytes per role shown)" >&2
+  exit 0
+fi
+echo "+ ./build/onegpu gguf $model   (header and bytes per role shown)" >&2
+./build/onegpu gguf "$model" | awk '/^metadata:/{skip=1} /^bytes per role:/{skip=0} !skip'
 echo >&2
 echo "run.sh: the demo model is ready at $model. Serving it (onegpu serve on port 8090) is the next issue;" >&2
-echo "run.sh: until then, inspect it as above or try: ./build/onegpu gguf $model --json" >&2
+echo "run.sh: until then, see every tensor with ./build/onegpu gguf $model (or --json)" >&2

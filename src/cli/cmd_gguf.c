@@ -93,13 +93,24 @@ static void print_str(const char *s, uint64_t n, uint64_t max) {
     if (cut < n) printf("... (%llu bytes)", (unsigned long long)n);
 }
 
+/* Shortest decimal that reads back as the same value (1e-06, not 9.99999997e-07). */
+static void print_float(double d, bool is_f32) {
+    char buf[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, d);
+        double back = strtod(buf, NULL);
+        if (is_f32 ? (float)back == (float)d : back == d) break;
+    }
+    fputs(buf, stdout);
+}
+
 static void print_scalar(const og_gguf_kv *kv, og_gguf_vtype t, uint64_t i) {
     if (t == OG_GGUF_BOOL) {
         fputs(((const uint8_t *)kv->data)[i] ? "true" : "false", stdout);
     } else if (t == OG_GGUF_FLOAT32 || t == OG_GGUF_FLOAT64) {
         double d = 0;
         og_gguf_kv_num_f64(kv, i, &d);
-        printf("%.9g", d);
+        print_float(d, t == OG_GGUF_FLOAT32);
     } else {
         int64_t v;
         double d;
@@ -108,8 +119,25 @@ static void print_scalar(const og_gguf_kv *kv, og_gguf_vtype t, uint64_t i) {
     }
 }
 
-static void print_kv(const og_gguf_kv *kv) {
-    printf("  %-44s ", kv->key);
+/* llama_ftype names for general.file_type (gguf.md §7.1). */
+static const char *ftype_name(int64_t v) {
+    static const char *names[] = {
+        [0] = "ALL_F32", [1] = "MOSTLY_F16", [2] = "MOSTLY_Q4_0", [3] = "MOSTLY_Q4_1", [7] = "MOSTLY_Q8_0",
+        [8] = "MOSTLY_Q5_0", [9] = "MOSTLY_Q5_1", [10] = "MOSTLY_Q2_K", [11] = "MOSTLY_Q3_K_S",
+        [12] = "MOSTLY_Q3_K_M", [13] = "MOSTLY_Q3_K_L", [14] = "MOSTLY_Q4_K_S", [15] = "MOSTLY_Q4_K_M",
+        [16] = "MOSTLY_Q5_K_S", [17] = "MOSTLY_Q5_K_M", [18] = "MOSTLY_Q6_K", [19] = "MOSTLY_IQ2_XXS",
+        [20] = "MOSTLY_IQ2_XS", [21] = "MOSTLY_Q2_K_S", [22] = "MOSTLY_IQ3_XS", [23] = "MOSTLY_IQ3_XXS",
+        [24] = "MOSTLY_IQ1_S", [25] = "MOSTLY_IQ4_NL", [26] = "MOSTLY_IQ3_S", [27] = "MOSTLY_IQ3_M",
+        [28] = "MOSTLY_IQ2_S", [29] = "MOSTLY_IQ2_M", [30] = "MOSTLY_IQ4_XS", [31] = "MOSTLY_IQ1_M",
+        [32] = "MOSTLY_BF16", [36] = "MOSTLY_TQ1_0", [37] = "MOSTLY_TQ2_0", [38] = "MOSTLY_MXFP4_MOE",
+        [39] = "MOSTLY_NVFP4", [40] = "MOSTLY_Q1_0", [41] = "MOSTLY_Q2_0",
+    };
+    if (v == 1024) return "GUESSED";
+    return v >= 0 && v < (int64_t)(sizeof names / sizeof names[0]) && names[v] ? names[v] : NULL;
+}
+
+static void print_kv(const og_gguf_kv *kv, int key_width) {
+    printf("  %-*s ", key_width, kv->key);
     if (kv->type == OG_GGUF_STRING) {
         printf("%-8s ", "string");
         print_str(kv->str.s, kv->str.n, 72);
@@ -124,6 +152,12 @@ static void print_kv(const og_gguf_kv *kv) {
     } else {
         printf("%-8s ", og_gguf_vtype_name(kv->type));
         print_scalar(kv, kv->type, 0);
+        int64_t v;
+        const char *name;
+        if (!strcmp(kv->key, "general.file_type") && og_gguf_kv_num_i64(kv, 0, &v) == OG_OK && (name = ftype_name(v)))
+            printf(" (%s)", name);
+        if (strstr(kv->key, ".expert_gating_func") && og_gguf_kv_num_i64(kv, 0, &v) == OG_OK)
+            printf("%s", v == 1 ? " (softmax)" : v == 2 ? " (sigmoid)" : "");
     }
     putchar('\n');
 }
@@ -233,8 +267,14 @@ int og_cmd_gguf(int argc, char **argv) {
            og_gguf_version(g), og_gguf_alignment(g), (unsigned long long)og_gguf_n_kv(g),
            (unsigned long long)n_t, (unsigned long long)og_gguf_data_offset(g));
     printf("\nmetadata:\n");
-    for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) print_kv(og_gguf_kv_at(g, i));
-    printf("\ntensors:\n  %-40s %-6s %-24s %14s %14s\n", "name", "type", "shape", "bytes", "offset");
+    int key_width = 20;
+    for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) {
+        int w = (int)strlen(og_gguf_kv_at(g, i)->key);
+        if (w > key_width && w <= 60) key_width = w;
+    }
+    for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) print_kv(og_gguf_kv_at(g, i), key_width);
+    printf("\ntensors (offsets from the data section start):\n  %-40s %-6s %-24s %14s %14s\n", "name", "type",
+           "shape", "bytes", "offset");
     for (uint64_t i = 0; i < n_t; i++) {
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
         char shape[96];

@@ -20,21 +20,25 @@ static void usage(FILE *out) {
         "usage: onegpu make-model -o FILE [--preset tiny|demo|v3-671b] [options]\n"
         "Writes a deepseek2 GGUF with seeded random weights and the real DeepSeek-V3 tokenizer.\n\n"
         "  -o, --output FILE         where to write (atomically)\n"
-        "  --preset NAME             tiny (<= 50 MB, unit tests), demo (a few hundred MB),\n"
-        "                            v3-671b (DeepSeek-V3 shapes; needs --sparse)\n"
+        "  --preset NAME             tiny (default; 45 MB, unit tests), demo (250 MB, Q8_0),\n"
+        "                            v3-671b (DeepSeek-V3 shapes, 209 GiB; use --sparse)\n"
         "  --sparse                  tensor data is a hole: full size, no disk, for planning\n"
         "  --seed N                  weight seed (default 42)\n"
         "  --tokenizer DIR           dir with tokenizer.json + tokenizer_config.json (default:\n"
         "                            $ONEGPU_TOKENIZER_DIR, else " TOKENIZER_SUBDIR "\n"
         "                            next to the current dir or the binary); 'none' skips it\n"
         "shape (override the preset):\n"
-        "  --n-layer N --n-embd N --n-head N --q-lora-rank N (0: plain attn_q) --kv-lora-rank N\n"
+        "  --n-layer N --n-embd N --n-head N --q-lora-rank N --kv-lora-rank N\n"
+        "      (--q-lora-rank 0 writes a plain attn_q as V2-Lite does; llama.cpp accepts that\n"
+        "       only for 27-layer files, as it recognizes V2-Lite by its layer count)\n"
         "  --qk-nope N --qk-rope N --v-head N --n-ff N --n-dense N --ctx N --vocab N\n"
         "  --n-expert N --n-expert-used N --n-expert-shared N --n-ff-exp N\n"
         "  --n-group N --n-group-used N --no-group-keys (as older files) --legacy-mla (attn_kv_b)\n"
         "  --gating softmax|sigmoid  --expert-weights-scale F  --no-expert-norm  --no-yarn\n"
         "  --router-skew S           expert popularity ~ Zipf with exponent ~S (0: uniform)\n"
-        "types (F32, F16, BF16, Q8_0 now; any ggml type with --sparse):\n"
+        "types (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K; any type with\n"
+        "--sparse). Rows that are not a multiple of a type's block fall back as llama-quantize\n"
+        "does (Q4_K -> Q5_0, Q2_K -> Q4_0, ..., then F16); each fallback is reported.\n"
         "  --type T (all 2-D weights) --type-embd T --type-output T --type-attn T\n"
         "  --type-dense T --type-routed T --type-shared T\n");
 }
@@ -138,7 +142,8 @@ int og_cmd_make_model(int argc, char **argv) {
     bool sparse = false;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    int longindex = -1;
+    while ((c = getopt_long(argc, argv, "o:h", opts, &longindex)) != -1) {
         uint32_t *u = NULL;
         og_ggml_type *ty = NULL;
         bool ok = true;
@@ -204,13 +209,32 @@ int og_cmd_make_model(int argc, char **argv) {
         if (u) ok = parse_u32(optarg, u);
         if (!ok) {
             fprintf(stderr, "onegpu make-model: bad value '%s' for --%s\n", optarg,
-                    opts[0].name ? argv[optind - 1] + 2 : "?");
+                    longindex >= 0 ? opts[longindex].name : "?");
             return OG_EXIT_USAGE;
         }
+        longindex = -1;
     }
     if (!out_path || optind != argc) {
+        if (!out_path) fprintf(stderr, "onegpu make-model: missing -o FILE\n\n");
+        else fprintf(stderr, "onegpu make-model: unexpected argument '%s'\n\n", argv[optind]);
         usage(stderr);
         return OG_EXIT_USAGE;
+    }
+    /* Refuse an impossible output before minutes of work: a directory, or a
+     * folder we cannot write into. */
+    struct stat ost;
+    if (stat(out_path, &ost) == 0 && S_ISDIR(ost.st_mode)) {
+        fprintf(stderr, "onegpu make-model: -o %s is a directory; give a file name\n", out_path);
+        return OG_EXIT_USAGE;
+    }
+    {
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", out_path);
+        const char *dir = dirname(parent);
+        if (access(dir, W_OK) != 0) {
+            fprintf(stderr, "onegpu make-model: cannot write into %s: %s\n", dir, strerror(errno));
+            return OG_EXIT_USAGE;
+        }
     }
     char err[1024];
     if (og_synth_validate(&cfg, err, sizeof err)) {
@@ -235,7 +259,8 @@ int og_cmd_make_model(int argc, char **argv) {
         }
         have_vocab = true;
     }
-    og_status st = og_synth_write(&cfg, have_vocab ? &vocab : NULL, out_path, sparse, err, sizeof err);
+    og_logger lg = {.level = OG_LOG_INFO, .out = stderr};
+    og_status st = og_synth_write(&cfg, have_vocab ? &vocab : NULL, out_path, sparse, &lg, err, sizeof err);
     if (have_vocab) og_hf_vocab_free(&vocab);
     if (st) {
         fprintf(stderr, "onegpu make-model: %s\n", err);

@@ -77,13 +77,13 @@ og_status og_hf_vocab_load(const char *dir, uint32_t pad_to, og_hf_vocab *out, c
     p->tok = json_load_file(path, 0, &je);
     if (!p->tok) {
         og_hf_vocab_free(out);
-        return og_fail(err, errlen, OG_ERR_IO, "%s: %s (line %d)", path, je.text, je.line);
+        return og_fail(err, errlen, OG_ERR_IO, "%s: %s%s", path, je.text, je.line > 0 ? " (bad JSON)" : "");
     }
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     p->cfg = json_load_file(path, 0, &je);
     if (!p->cfg) {
         og_hf_vocab_free(out);
-        return og_fail(err, errlen, OG_ERR_IO, "%s: %s (line %d)", path, je.text, je.line);
+        return og_fail(err, errlen, OG_ERR_IO, "%s: %s%s", path, je.text, je.line > 0 ? " (bad JSON)" : "");
     }
     json_t *model = json_object_get(p->tok, "model");
     json_t *vocab = json_object_get(model, "vocab");

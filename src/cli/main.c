@@ -34,6 +34,16 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        if (argc > 2) { /* onegpu help CMD = onegpu CMD --help */
+            for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+                if (!strcmp(argv[2], commands[i].name)) {
+                    char name[64], help[] = "--help";
+                    snprintf(name, sizeof name, "onegpu %s", commands[i].name);
+                    char *sub[] = {name, help, NULL};
+                    return commands[i].fn(2, sub);
+                }
+            }
+        }
         usage(stdout);
         return OG_EXIT_OK;
     }
@@ -41,8 +51,15 @@ int main(int argc, char **argv) {
         printf("onegpu %s\n", OG_VERSION);
         return OG_EXIT_OK;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (!strcmp(cmd, commands[i].name)) {
+            /* getopt prefixes its messages with argv[0]: make it "onegpu CMD" */
+            char name[64];
+            snprintf(name, sizeof name, "onegpu %s", commands[i].name);
+            argv[1] = name;
+            return commands[i].fn(argc - 1, argv + 1);
+        }
+    }
     fprintf(stderr, "onegpu: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return OG_EXIT_USAGE;

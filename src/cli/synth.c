@@ -119,6 +119,7 @@ typedef struct build {
     size_t n, cap;
     bool sparse;
     uint64_t type_bytes[OG_TYPE_COUNT];
+    uint32_t fallbacks[OG_TYPE_COUNT][OG_TYPE_COUNT]; /* [asked][stored] tensor counts */
     char *err;
     size_t errlen;
 } build;
@@ -143,11 +144,14 @@ static og_ggml_type fallback_type(og_ggml_type t, int64_t ne0) {
 static og_status add(build *b, const char *name, og_ggml_type type, uint32_t n_dims, int64_t ne0,
                      int64_t ne1, int64_t ne2, init_kind kind, float gain, int layer) {
     int64_t ne[3] = {ne0, ne1, ne2};
+    og_ggml_type asked = type;
     type = fallback_type(type, ne0);
+    if (type != asked) b->fallbacks[asked][type]++;
     if (!b->sparse && !og_quant_can_quantize(type))
         return og_fail(b->err, b->errlen, OG_ERR_UNSUPPORTED,
-                       "%s: writing %s weights is not implemented yet (F32, F16, BF16, Q8_0 are); "
-                       "use --sparse for a planning-only file", name, og_type_name(type));
+                       "%s: onegpu has no quantizer for %s%s%s; use --sparse for a planning-only file", name,
+                       og_type_name(type), type != asked ? ", the fallback for " : "",
+                       type != asked ? og_type_name(asked) : "");
     og_status st = og_gguf_writer_add_tensor(b->w, name, type, n_dims, ne, NULL);
     if (st) return og_fail(b->err, b->errlen, st, "%s: cannot add tensor (%s)", name, og_status_str(st));
     if (b->n == b->cap) {
@@ -405,7 +409,7 @@ static og_status fill(void *ctx_, uint64_t i, const og_gguf_tensor *t, void *buf
 }
 
 og_status og_synth_write(const og_synth_config *c, const og_hf_vocab *vocab, const char *path,
-                         bool sparse, char *err, size_t errlen) {
+                         bool sparse, const og_logger *lg, char *err, size_t errlen) {
     og_status st = og_synth_validate(c, err, errlen);
     if (st) return st;
     if (vocab && vocab->n_vocab != c->n_vocab)
@@ -414,6 +418,12 @@ og_status og_synth_write(const og_synth_config *c, const og_hf_vocab *vocab, con
     build b = {.c = c, .sparse = sparse, .err = err, .errlen = errlen};
     if ((st = og_gguf_writer_create(32, &b.w))) return og_fail(err, errlen, st, "out of memory");
     if ((st = add_tensors(&b)) || (st = add_keys(&b, vocab))) goto out;
+    for (int from = 0; from < OG_TYPE_COUNT; from++)
+        for (int to = 0; to < OG_TYPE_COUNT; to++)
+            if (b.fallbacks[from][to])
+                og_log(lg, OG_LOG_INFO, "%u tensors have rows that are not a multiple of the %s block (%u): stored as %s, "
+                       "as llama-quantize does", b.fallbacks[from][to], og_type_name((uint32_t)from),
+                       og_type_size_of((uint32_t)from)->blck, og_type_name((uint32_t)to));
     fill_ctx fc = {.b = &b};
     st = og_gguf_writer_write(b.w, path, sparse ? NULL : fill, &fc, err, errlen);
     free(fc.row);

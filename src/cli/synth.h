@@ -53,8 +53,9 @@ og_status og_synth_preset(const char *name, og_synth_config *cfg);
 og_status og_synth_validate(const og_synth_config *cfg, char *err, size_t errlen);
 
 /* Writes the model. vocab may be NULL only for sparse files without a tokenizer.
- * sparse: tensor data is a hole (no disk, no weights computed). */
+ * sparse: tensor data is a hole (no disk, no weights computed). Type fallbacks
+ * (rows not a multiple of the block) are reported on lg at info level. */
 og_status og_synth_write(const og_synth_config *cfg, const og_hf_vocab *vocab, const char *path,
-                         bool sparse, char *err, size_t errlen);
+                         bool sparse, const og_logger *lg, char *err, size_t errlen);
 
 #endif

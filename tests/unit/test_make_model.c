@@ -432,7 +432,7 @@ static void test_bad_args(void **state) {
     assert_int_equal(run(a), 1);
     snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --preset nope", g_tmp);
     assert_int_equal(run(a), 1);
-    snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --type IQ2_XXS", g_tmp); /* no quantizer, not sparse */
+    snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --n-embd 256 --type IQ2_XXS", g_tmp); /* no quantizer */
     assert_int_equal(run(a), 1);
     snprintf(a, sizeof a, "-o %s --tokenizer none", g_tmp); /* output is a directory: refused before any work */
     assert_int_equal(run(a), 1);

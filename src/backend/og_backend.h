@@ -1,0 +1,86 @@
+/* onegpu backend, CPU side: a thread pool, quantized matrix products and the
+ * element-wise operations of the model (RMSNorm, RoPE/YaRN, softmax, SwiGLU,
+ * top-k). The device interface (cpu playing the GPU, cuda) arrives with the
+ * placement issue and builds on these. */
+#ifndef OG_BACKEND_H
+#define OG_BACKEND_H
+
+#include "og_quant.h"
+
+/* ---- thread pool ------------------------------------------------------------ */
+
+typedef struct og_pool og_pool;
+
+/* Work item: called once on every thread with ith in [0, nth). */
+typedef void (*og_pool_fn)(void *ctx, int ith, int nth);
+
+/* n_threads >= 1 (the caller counts as thread 0, so n_threads - 1 workers are
+ * started). cpus: NULL, or n_threads CPU ids to pin thread i to cpus[i] (a pin the
+ * OS refuses is reported as OG_ERR_INVALID_ARG and nothing is created). Idle
+ * workers sleep on a condition variable after a short spin (~50 us): they never
+ * busy-wait while no work is queued. */
+og_status og_pool_create(int n_threads, const int *cpus, og_pool **out, char *err, size_t errlen);
+/* Stops and joins the workers; NULL is fine. */
+void og_pool_free(og_pool *p);
+int og_pool_size(const og_pool *p);
+/* Runs fn on all threads and returns when every call has returned. Not
+ * reentrant: one og_pool_run at a time per pool. */
+void og_pool_run(og_pool *p, og_pool_fn fn, void *ctx);
+
+/* ---- matrix products ----------------------------------------------------- */
+
+/* A weight matrix as stored in GGUF: n_rows rows of K elements of `type`, row i at
+ * data + i * row_bytes (gguf.md §5: y = W x with W [K, n_rows]). */
+typedef struct og_weight {
+    og_ggml_type type;
+    const void *data;
+    int64_t K;          /* elements per row (ne0) */
+    int64_t n_rows;     /* output features (ne1) */
+    size_t row_bytes;   /* og_row_bytes(type, K) */
+} og_weight;
+
+/* Bytes of scratch og_cpu_matmul needs for m activation rows of length K
+ * quantized to the weight type's vec_dot_type. */
+size_t og_cpu_matmul_scratch(og_ggml_type wtype, int64_t K, int64_t m);
+
+/* Y[m][n_rows] = X[m][K] . W^T: every activation row is quantized alone (so the
+ * result for one row never depends on the others: batch-invariant by
+ * construction), then each (row, output) pair is one vec_dot of the tier in k.
+ * scratch: og_cpu_matmul_scratch bytes. pool may be NULL (single thread).
+ * Errors: OG_ERR_UNSUPPORTED (no kernel for the type), OG_ERR_INVALID_ARG. */
+og_status og_cpu_matmul(const og_kernels *k, og_pool *pool, const og_weight *w, const float *x, int64_t m,
+                        float *y, void *scratch, size_t scratch_bytes);
+
+/* ---- element-wise operations (f32) ---------------------------------------- */
+
+/* y[i] = w[i] * x[i] / sqrt(mean(x^2) + eps), accumulated in double. y may be x. */
+void og_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+
+/* In-place softmax over x[0..n): exp(x - max) / sum. */
+void og_softmax(float *x, int64_t n);
+
+/* out[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). out may alias either. */
+void og_swiglu(float *out, const float *gate, const float *up, int64_t n);
+
+/* Indices of the k largest values of x[0..n), largest first; ties go to the
+ * lower index (deepseek2.md §5 "tie-breaking"). NaN never wins. k <= n. */
+void og_topk(const float *x, int64_t n, int k, int32_t *idx);
+
+/* RoPE with YaRN (deepseek2.md §4): pairs (2i, 2i+1) of a d_rope-long vector are
+ * rotated by theta_i(pos) and scaled by mscale. */
+typedef struct og_rope {
+    int d_rope;            /* rotated dimensions (even) */
+    float base;            /* theta base (10000) */
+    float freq_scale;      /* 1/s for YaRN or linear scaling; 1 = none */
+    float ext_factor;      /* 1 with YaRN, 0 without */
+    int n_ctx_orig;        /* YaRN original context */
+    float beta_fast, beta_slow; /* YaRN ramp (32, 1) */
+    float mscale;          /* magnitude m_r applied to both elements */
+} og_rope;
+
+/* Per-pair angles for position pos: theta[i], i < d_rope/2. */
+void og_rope_angles(const og_rope *r, int64_t pos, float *theta);
+/* Rotates n_vec vectors (each d_rope floats, `stride` floats apart) at position pos. */
+void og_rope_apply(const og_rope *r, float *x, int n_vec, int64_t stride, int64_t pos);
+
+#endif

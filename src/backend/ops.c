@@ -1,0 +1,95 @@
+/* Element-wise operations of the forward pass, f32. Sources: RMSNorm (Zhang &
+ * Sennrich 2019), SwiGLU (Shazeer 2020), RoPE (Su et al. 2021) with YaRN
+ * (Peng et al. 2023) as deepseek2.md §4 states it. */
+#include "og_backend.h"
+
+#include <math.h>
+
+void og_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * scale);
+}
+
+void og_softmax(float *x, int64_t n) {
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > max) max = x[i];
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void og_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void og_topk(const float *x, int64_t n, int k, int32_t *idx) {
+    /* k is small (experts per token, groups): selection by repeated scans keeps
+     * the tie rule obvious. */
+    for (int j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < n; i++) {
+            bool taken = false;
+            for (int t = 0; t < j; t++) taken |= idx[t] == i;
+            if (taken || isnan(x[i])) continue;
+            if (best < 0 || x[i] > x[best]) best = i;
+        }
+        if (best < 0) { /* only NaN left: take the lowest unused index */
+            for (int64_t i = 0; i < n && best < 0; i++) {
+                bool taken = false;
+                for (int t = 0; t < j; t++) taken |= idx[t] == i;
+                if (!taken) best = i;
+            }
+        }
+        idx[j] = (int32_t)best;
+    }
+}
+
+/* YaRN correction dimension for beta: d_rope * ln(n_ctx_orig / (2 pi beta)) / (2 ln base). */
+static float yarn_corr_dim(int d_rope, int n_ctx_orig, float beta, float base) {
+    return (float)d_rope * logf((float)n_ctx_orig / (beta * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+void og_rope_angles(const og_rope *r, int64_t pos, float *theta) {
+    const int half = r->d_rope / 2;
+    float lo = 0, hi = 0;
+    if (r->ext_factor != 0.0f) {
+        lo = fmaxf(0.0f, floorf(yarn_corr_dim(r->d_rope, r->n_ctx_orig, r->beta_fast, r->base)));
+        hi = fminf((float)(r->d_rope - 1), ceilf(yarn_corr_dim(r->d_rope, r->n_ctx_orig, r->beta_slow, r->base)));
+    }
+    for (int i = 0; i < half; i++) {
+        float theta_ext = (float)pos * powf(r->base, -2.0f * (float)i / (float)r->d_rope);
+        float theta_int = r->freq_scale * theta_ext;
+        float t = theta_int;
+        if (r->ext_factor != 0.0f) {
+            float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+            float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r->ext_factor;
+            t = theta_int * (1.0f - ramp) + theta_ext * ramp;
+        }
+        theta[i] = t;
+    }
+}
+
+void og_rope_apply(const og_rope *r, float *x, int n_vec, int64_t stride, int64_t pos) {
+    float theta[512];
+    const int half = r->d_rope / 2;
+    og_rope_angles(r, pos, theta);
+    for (int v = 0; v < n_vec; v++) {
+        float *p = x + v * stride;
+        for (int i = 0; i < half; i++) {
+            float c = cosf(theta[i]) * r->mscale, s = sinf(theta[i]) * r->mscale;
+            float a = p[2 * i], b = p[2 * i + 1];
+            p[2 * i] = a * c - b * s;
+            p[2 * i + 1] = a * s + b * c;
+        }
+    }
+}

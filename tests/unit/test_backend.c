@@ -1,0 +1,213 @@
+/* backend (CPU): thread pool, quantized matmul on every tier against a double
+ * precision product of the dequantized operands, batch invariance, and the
+ * element-wise ops against direct formulas. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "og_backend.h"
+
+typedef struct count_ctx {
+    atomic_int calls;
+    atomic_int seen_mask;
+    int nth_seen;
+} count_ctx;
+
+static void count_fn(void *vctx, int ith, int nth) {
+    count_ctx *c = vctx;
+    atomic_fetch_add(&c->calls, 1);
+    atomic_fetch_or(&c->seen_mask, 1 << ith);
+    c->nth_seen = nth;
+}
+
+static void test_pool(void **state) {
+    (void)state;
+    char err[256];
+    for (int n = 1; n <= 4; n++) {
+        og_pool *p;
+        assert_int_equal(og_pool_create(n, NULL, &p, err, sizeof err), OG_OK);
+        assert_int_equal(og_pool_size(p), n);
+        for (int rep = 0; rep < 2000; rep++) {
+            count_ctx c = {0};
+            og_pool_run(p, count_fn, &c);
+            assert_int_equal(atomic_load(&c.calls), n);
+            assert_int_equal(atomic_load(&c.seen_mask), (1 << n) - 1);
+            assert_int_equal(c.nth_seen, n);
+        }
+        og_pool_free(p);
+    }
+    og_pool *p;
+    int bad[2] = {0, 100000};
+    assert_int_not_equal(og_pool_create(2, bad, &p, err, sizeof err), OG_OK);
+    assert_null(p);
+    int ok[1] = {0};
+    assert_int_equal(og_pool_create(1, ok, &p, err, sizeof err), OG_OK);
+    og_pool_free(p);
+    assert_int_equal(og_pool_create(0, NULL, &p, err, sizeof err), OG_ERR_INVALID_ARG);
+}
+
+static uint64_t rng = 99;
+static float frand(void) { return (float)(og_rand_unit(&rng) * 2.0 - 1.0); }
+
+static const og_ggml_type mm_types[] = {OG_TYPE_F32, OG_TYPE_F16, OG_TYPE_BF16, OG_TYPE_Q8_0, OG_TYPE_Q4_0,
+                                        OG_TYPE_Q4_1, OG_TYPE_Q5_0, OG_TYPE_Q5_1, OG_TYPE_IQ4_NL, OG_TYPE_Q2_K,
+                                        OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+
+static void test_matmul(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    char err[256], note[256];
+    og_pool *pool;
+    assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
+    const int64_t K = 512, N = 37, M = 5;
+    float *wf = malloc(K * N * 4), *x = malloc(K * M * 4), *wd = malloc(K * N * 4), *xd = malloc(K * M * 4);
+    float *y = malloc(N * M * 4), *y1 = malloc(N * 4);
+    uint8_t *wq = malloc(K * N * 4), *xq = malloc(K * M * 4);
+    for (int64_t i = 0; i < K * N; i++) wf[i] = frand();
+    for (int64_t i = 0; i < K * M; i++) x[i] = 2.0f * frand();
+    for (int isa = 0; isa <= OG_ISA_AVX512; isa++) {
+        og_isa got;
+        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) continue;
+        og_kernels k;
+        assert_int_equal(og_kernels_init((og_isa)isa, &k), OG_OK);
+        for (size_t t = 0; t < sizeof mm_types / sizeof mm_types[0]; t++) {
+            const og_type_traits *tr = og_quant_traits(mm_types[t]);
+            const og_type_traits *act = og_quant_traits(tr->vec_dot_type);
+            uint64_t rb;
+            og_row_bytes(tr->type, K, &rb);
+            for (int64_t r = 0; r < N; r++) tr->from_float(wf + r * K, wq + r * rb, K);
+            og_weight w = {tr->type, wq, K, N, rb};
+            size_t sb = og_cpu_matmul_scratch(tr->type, K, M);
+            void *scratch = malloc(sb);
+            assert_int_equal(og_cpu_matmul(&k, pool, &w, x, M, y, scratch, sb), OG_OK);
+            /* reference: double product of dequantized weights and of the
+             * quantized-then-dequantized activations */
+            uint64_t ab;
+            og_row_bytes(act->type, K, &ab);
+            for (int64_t r = 0; r < N; r++) tr->to_float(wq + r * rb, wd + r * K, K);
+            for (int64_t m = 0; m < M; m++) {
+                act->from_float(x + m * K, xq, K);
+                act->to_float(xq, xd + m * K, K);
+            }
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t r = 0; r < N; r++) {
+                    double ref = 0, mag = 0;
+                    for (int64_t i = 0; i < K; i++) {
+                        ref += (double)wd[r * K + i] * xd[m * K + i];
+                        mag += fabs((double)wd[r * K + i] * xd[m * K + i]);
+                    }
+                    double bound = 1e-5 * mag;
+                    if (act->type == OG_TYPE_Q8_1) {
+                        /* Q4_1/Q5_1 dots use s = fp16(d * sum q) of the activation
+                         * block (kquants.md §5): allow its rounding, |m| |s| 2^-11. */
+                        uint8_t aq[4096];
+                        act->from_float(x + m * K, aq, K);
+                        for (int64_t b = 0; b < K / 32; b++) {
+                            uint16_t mh = 0, sh;
+                            memcpy(&mh, wq + r * rb + (size_t)b * tr->type_size + 2, 2);
+                            memcpy(&sh, aq + (size_t)b * sizeof(og_block_q8_1) + 2, 2);
+                            bound += fabs(og_fp16_to_fp32(mh) * og_fp16_to_fp32(sh)) * 0x1p-10;
+                        }
+                    }
+                    if (fabs(y[m * N + r] - ref) > bound)
+                        fail_msg("%s %s y[%lld][%lld] = %.9g, reference %.9g", og_isa_name((og_isa)isa), tr->name,
+                                 (long long)m, (long long)r, y[m * N + r], ref);
+                }
+            /* batch invariance: each row alone gives the same bits */
+            for (int64_t m = 0; m < M; m++) {
+                assert_int_equal(og_cpu_matmul(&k, m % 2 ? pool : NULL, &w, x + m * K, 1, y1, scratch, sb), OG_OK);
+                if (memcmp(y1, y + m * N, N * 4)) fail_msg("%s %s: row %lld differs alone vs in a batch", og_isa_name((og_isa)isa), tr->name, (long long)m);
+            }
+            free(scratch);
+        }
+    }
+    og_kernels k;
+    og_kernels_init(OG_ISA_SCALAR, &k);
+    og_weight bad = {OG_TYPE_IQ2_XXS, wq, 256, 1, 66};
+    assert_int_equal(og_cpu_matmul(&k, NULL, &bad, x, 1, y, xq, 4096), OG_ERR_UNSUPPORTED);
+    og_weight small = {OG_TYPE_Q8_0, wq, 64, 1, 68};
+    assert_int_equal(og_cpu_matmul(&k, NULL, &small, x, 2, y, xq, 10), OG_ERR_INVALID_ARG); /* scratch too small */
+    free(wf); free(x); free(wd); free(xd); free(y); free(y1); free(wq); free(xq);
+    og_pool_free(pool);
+}
+
+static void test_ops(void **state) {
+    (void)state;
+    float x[100], w[100], y[100];
+    double ss = 0;
+    for (int i = 0; i < 100; i++) {
+        x[i] = frand() * 3;
+        w[i] = 1 + 0.1f * frand();
+        ss += (double)x[i] * x[i];
+    }
+    og_rmsnorm(y, x, w, 100, 1e-6f);
+    for (int i = 0; i < 100; i++) assert_true(fabs(y[i] - w[i] * x[i] / sqrt(ss / 100 + 1e-6)) < 1e-6);
+    /* softmax: exact values for logits 0, ln 2, ln 3 */
+    float s[3] = {0, logf(2), logf(3)};
+    og_softmax(s, 3);
+    assert_true(fabsf(s[0] - 1 / 6.0f) < 1e-7f && fabsf(s[1] - 2 / 6.0f) < 1e-7f && fabsf(s[2] - 3 / 6.0f) < 1e-7f);
+    float big[2] = {1000, 999}; /* no overflow */
+    og_softmax(big, 2);
+    assert_true(fabsf(big[0] - 1 / (1 + expf(-1))) < 1e-6f);
+    float g[3] = {0, 2, -3}, u[3] = {5, 1, 2}, o[3];
+    og_swiglu(o, g, u, 3);
+    assert_true(o[0] == 0 && fabsf(o[1] - 2 / (1 + expf(-2))) < 1e-6f && fabsf(o[2] - 2 * (-3 / (1 + expf(3)))) < 1e-6f);
+    float t[8] = {1, 5, 3, 5, NAN, -1, 3, 0};
+    int32_t idx[4];
+    og_topk(t, 8, 4, idx);
+    assert_int_equal(idx[0], 1); /* tie 5/5: lower index first */
+    assert_int_equal(idx[1], 3);
+    assert_int_equal(idx[2], 2);
+    assert_int_equal(idx[3], 6);
+}
+
+/* deepseek2.md §4: d_rope 64, n_ctx_orig 4096, base 10000, beta 32/1 -> lo 10,
+ * hi 23: pairs 0-10 keep the original frequency, 23-31 are divided by s. */
+static void test_rope_yarn(void **state) {
+    (void)state;
+    og_rope r = {.d_rope = 64, .base = 10000, .freq_scale = 1.0f / 40, .ext_factor = 1, .n_ctx_orig = 4096,
+                 .beta_fast = 32, .beta_slow = 1, .mscale = 1};
+    float th[32];
+    const int64_t pos = 1000;
+    og_rope_angles(&r, pos, th);
+    for (int i = 0; i < 32; i++) {
+        double ext = (double)pos * pow(10000.0, -2.0 * i / 64.0);
+        if (i <= 10) assert_true(fabs(th[i] - ext) <= 1e-5 * ext);
+        if (i >= 23) assert_true(fabs(th[i] - ext / 40) <= 1e-5 * ext / 40);
+        if (i == 16) { /* ramp = 1 - (16 - 10) / 13 */
+            double ramp = 1 - 6.0 / 13;
+            double want = ext / 40 * (1 - ramp) + ext * ramp;
+            assert_true(fabs(th[i] - want) <= 1e-5 * want);
+        }
+    }
+    /* rotation: pairs keep their norm times mscale, angle as computed */
+    r.mscale = 1.5f;
+    float v[2 * 64], v0[2 * 64];
+    for (int i = 0; i < 128; i++) v0[i] = v[i] = frand();
+    og_rope_apply(&r, v, 2, 64, pos);
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 32; i++) {
+            double a = v0[h * 64 + 2 * i], b = v0[h * 64 + 2 * i + 1];
+            double ra = 1.5 * (a * cos(th[i]) - b * sin(th[i])), rb = 1.5 * (a * sin(th[i]) + b * cos(th[i]));
+            assert_true(fabs(v[h * 64 + 2 * i] - ra) < 1e-4 && fabs(v[h * 64 + 2 * i + 1] - rb) < 1e-4);
+        }
+    /* no scaling: theta = pos * base^(-2i/d) */
+    og_rope plain = {.d_rope = 16, .base = 10000, .freq_scale = 1, .ext_factor = 0, .mscale = 1};
+    og_rope_angles(&plain, 7, th);
+    for (int i = 0; i < 8; i++) assert_true(fabs(th[i] - 7 * pow(10000.0, -2.0 * i / 16)) < 1e-5);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool), cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_ops), cmocka_unit_test(test_rope_yarn),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

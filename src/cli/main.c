@@ -15,6 +15,7 @@ static const struct {
 } commands[] = {
     {"gguf", og_cmd_gguf, "inspect a GGUF file: header, metadata, tensors, bytes per role"},
     {"make-model", og_cmd_make_model, "write a synthetic DeepSeek-class (deepseek2) GGUF model"},
+    {"bench", og_cmd_bench, "benchmarks: 'bench kernels' (CPU matvec vs memory bandwidth, matmul)"},
 };
 
 static void usage(FILE *out) {
@@ -24,7 +25,7 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "  %-12s %s\n", "help", "show this list");
-    fprintf(out, "\nnot yet built: serve, plan, run, bench (see the project's open issues)\n");
+    fprintf(out, "\nnot yet built: serve, plan, run (see the project's open issues)\n");
 }
 
 int main(int argc, char **argv) {

@@ -1,0 +1,334 @@
+/* `onegpu bench kernels`: CPU kernel speed against the physical limit measured in
+ * the same run by the same threads: matrix x vector throughput in weight bytes
+ * per second next to a plain memory read of the same buffer, and batched matmul
+ * in GFLOP/s per SIMD tier. Figures are medians of several runs. */
+#include "cli.h"
+#include "og_backend.h"
+
+#include <getopt.h>
+#include <immintrin.h>
+#include <jansson.h>
+#include <math.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- memory read bandwidth ------------------------------------------------- */
+
+typedef struct read_job {
+    const uint8_t *buf;
+    size_t bytes;
+    uint64_t sink[64];
+} read_job;
+
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+static uint64_t read_plain(const uint8_t *p, size_t n) {
+    const uint64_t *q = (const uint64_t *)p;
+    uint64_t a = 0, b = 0;
+    for (size_t i = 0; i + 2 <= n / 8; i += 2) {
+        a ^= q[i];
+        b ^= q[i + 1];
+    }
+    return a ^ b;
+}
+
+static bool g_have_avx2; /* set once in main of the command; read-only after */
+
+static void read_slice(void *ctx, int ith, int nth) {
+    read_job *j = ctx;
+    size_t per = j->bytes / (size_t)nth / 4096 * 4096;
+    const uint8_t *p = j->buf + per * (size_t)ith;
+    j->sink[ith] = g_have_avx2 ? read_avx2(p, per) : read_plain(p, per);
+}
+
+static double read_bandwidth(og_pool *pool, const uint8_t *buf, size_t bytes, int reps) {
+    read_job j = {.buf = buf, .bytes = bytes};
+    double t[16];
+    og_pool_run(pool, read_slice, &j); /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        og_pool_run(pool, read_slice, &j);
+        t[r] = now_s() - t0;
+    }
+    size_t per = bytes / (size_t)og_pool_size(pool) / 4096 * 4096;
+    return (double)(per * (size_t)og_pool_size(pool)) / median(t, reps);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* Fills n_rows rows of K elements of `type` at dst by quantizing a few random rows
+ * and repeating them: real quantized data (valid scales) at memcpy speed. */
+static og_status fill_weights(og_ggml_type type, int64_t K, int64_t n_rows, uint8_t *dst, size_t row_bytes) {
+    const int distinct = 16;
+    float *row = malloc((size_t)K * sizeof *row);
+    if (!row) return OG_ERR_NOMEM;
+    uint64_t rng = 7;
+    for (int r = 0; r < distinct && r < n_rows; r++) {
+        for (int64_t i = 0; i < K; i++) row[i] = (float)(og_rand_unit(&rng) * 2 - 1);
+        og_status st = og_quantize_row(type, row, dst + (size_t)r * row_bytes, K);
+        if (st) {
+            free(row);
+            return st;
+        }
+    }
+    free(row);
+    for (int64_t r = distinct; r < n_rows; r++) memcpy(dst + (size_t)r * row_bytes, dst + (size_t)(r % distinct) * row_bytes, row_bytes);
+    return OG_OK;
+}
+
+static og_pool *make_pool(int n, char *err, size_t errlen) {
+    /* pin to the first n CPUs this process may use; fall back to unpinned */
+    cpu_set_t set;
+    int cpus[256], found = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE && found < n && found < 256; c++)
+            if (CPU_ISSET(c, &set)) cpus[found++] = c;
+    og_pool *p = NULL;
+    if (found == n && og_pool_create(n, cpus, &p, err, errlen) == OG_OK) return p;
+    if (og_pool_create(n, NULL, &p, err, errlen) == OG_OK) return p;
+    return NULL;
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: onegpu bench kernels [--json] [--size-mib N] [--threads LIST] [--types LIST] [--reps N]\n"
+            "  matrix x vector on a weight matrix of N MiB (default 1024, far above the caches),\n"
+            "  as weight bytes/s and as a fraction of a plain read of the same memory by the same\n"
+            "  threads; then batched matmul (batch 16, 64, 512) in GFLOP/s for every SIMD tier.\n"
+            "  --threads 1,2 (default: 1 and all CPUs)  --types Q4_K,Q2_K,... (default: all)\n"
+            "  --reps N  timed runs per figure, median reported (default 5)\n"
+            "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the tier of the matrix x vector runs.\n");
+}
+
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    char *copy = strdup(s), *save = NULL;
+    for (char *t = strtok_r(copy, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save)) out[n++] = atoi(t);
+    free(copy);
+    return n;
+}
+
+int og_cmd_bench(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "kernels") != 0) {
+        if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+            usage(stdout);
+            return OG_EXIT_OK;
+        }
+        fprintf(stderr, "onegpu bench: only 'kernels' exists so far\n");
+        usage(stderr);
+        return OG_EXIT_USAGE;
+    }
+    static const struct option opts[] = {{"json", no_argument, 0, 'j'},          {"size-mib", required_argument, 0, 's'},
+                                         {"threads", required_argument, 0, 't'}, {"types", required_argument, 0, 'T'},
+                                         {"reps", required_argument, 0, 'r'},    {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    bool as_json = false;
+    long size_mib = 1024;
+    int reps = 5, threads[8], n_threads = 0;
+    const char *types_arg = NULL;
+    int c;
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j': as_json = true; break;
+        case 's': size_mib = atol(optarg); break;
+        case 't': n_threads = parse_list(optarg, threads, 8); break;
+        case 'T': types_arg = optarg; break;
+        case 'r': reps = atoi(optarg); break;
+        case 'h': usage(stdout); return OG_EXIT_OK;
+        default: usage(stderr); return OG_EXIT_USAGE;
+        }
+    }
+    if (size_mib < 16 || size_mib > 1 << 20 || reps < 1 || reps > 15) {
+        fprintf(stderr, "onegpu bench: --size-mib must be >= 16 and --reps 1..15\n");
+        return OG_EXIT_USAGE;
+    }
+    cpu_set_t set;
+    int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    if (n_threads == 0) {
+        threads[n_threads++] = 1;
+        if (ncpu > 1) threads[n_threads++] = ncpu;
+    }
+    for (int i = 0; i < n_threads; i++)
+        if (threads[i] < 1 || threads[i] > 256) {
+            fprintf(stderr, "onegpu bench: bad thread count\n");
+            return OG_EXIT_USAGE;
+        }
+    og_ggml_type types[OG_TYPE_COUNT];
+    int n_types = 0;
+    if (types_arg) {
+        char *copy = strdup(types_arg), *save = NULL;
+        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            og_ggml_type ty;
+            if (og_type_from_name(t, &ty) != OG_OK || !og_quant_traits(ty) || !og_quant_traits(ty)->vec_dot) {
+                fprintf(stderr, "onegpu bench: no kernels for type '%s'\n", t);
+                free(copy);
+                return OG_EXIT_USAGE;
+            }
+            types[n_types++] = ty;
+        }
+        free(copy);
+    } else {
+        static const og_ggml_type def[] = {OG_TYPE_Q4_K, OG_TYPE_Q2_K, OG_TYPE_Q8_0, OG_TYPE_Q6_K, OG_TYPE_Q3_K,
+                                           OG_TYPE_Q5_K, OG_TYPE_Q4_0, OG_TYPE_IQ4_NL, OG_TYPE_F16, OG_TYPE_BF16};
+        memcpy(types, def, sizeof def);
+        n_types = (int)(sizeof def / sizeof def[0]);
+    }
+
+    og_cpu_features feat;
+    og_cpu_detect(&feat);
+    g_have_avx2 = feat.avx2;
+    char err[512], note[256];
+    og_isa isa;
+    if (og_isa_choose(&feat, getenv("ONEGPU_CPU_ISA"), &isa, note, sizeof note, err, sizeof err)) {
+        fprintf(stderr, "onegpu bench: %s\n", err);
+        return OG_EXIT_USAGE;
+    }
+    if (note[0]) fprintf(stderr, "onegpu bench: %s\n", note);
+    og_kernels kern;
+    og_kernels_init(isa, &kern);
+
+    size_t bytes = (size_t)size_mib << 20;
+    uint8_t *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) {
+        fprintf(stderr, "onegpu bench: cannot allocate %ld MiB\n", size_mib);
+        return OG_EXIT_USAGE;
+    }
+    memset(buf, 1, bytes); /* fault every page in before timing */
+
+    json_t *out = json_object(), *mv = json_array(), *mm = json_array();
+    json_t *limits = json_object();
+    double best_limit = 0;
+    if (!as_json)
+        printf("CPU tier %s; matrix x vector on %ld MiB of weights (K = 7168), median of %d runs\n\n"
+               "%-8s %7s %12s %12s %9s\n", og_isa_name(isa), size_mib, reps, "type", "threads", "GB/s", "read GB/s",
+               "fraction");
+    const int64_t K = 7168;
+    float *x = malloc((size_t)K * 4 * 512);
+    uint64_t rng = 3;
+    for (int64_t i = 0; i < K * 512; i++) x[i] = (float)(og_rand_unit(&rng) * 2 - 1);
+    void *scratch = malloc(og_cpu_matmul_scratch(OG_TYPE_F32, K, 512));
+    float *y = malloc(sizeof(float) * 4096 * 512);
+
+    for (int ti = 0; ti < n_threads; ti++) {
+        og_pool *pool = make_pool(threads[ti], err, sizeof err);
+        if (!pool) {
+            fprintf(stderr, "onegpu bench: %s\n", err);
+            return OG_EXIT_USAGE;
+        }
+        double limit = read_bandwidth(pool, buf, bytes, reps);
+        char key[16];
+        snprintf(key, sizeof key, "%d", threads[ti]);
+        json_object_set_new(limits, key, json_real(limit));
+        if (limit > best_limit) best_limit = limit;
+        for (int t = 0; t < n_types; t++) {
+            const og_type_traits *tr = og_quant_traits(types[t]);
+            uint64_t rb;
+            og_row_bytes(tr->type, (uint64_t)K, &rb);
+            int64_t n_rows = (int64_t)(bytes / rb);
+            if (fill_weights(tr->type, K, n_rows, buf, rb)) continue;
+            og_weight w = {tr->type, buf, K, n_rows, rb};
+            float *yy = malloc((size_t)n_rows * sizeof *yy);
+            size_t sb = og_cpu_matmul_scratch(tr->type, K, 1);
+            double tm[16];
+            og_cpu_matmul(&kern, pool, &w, x, 1, yy, scratch, sb);
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                og_cpu_matmul(&kern, pool, &w, x, 1, yy, scratch, sb);
+                tm[r] = now_s() - t0;
+            }
+            free(yy);
+            double bps = (double)(rb * (uint64_t)n_rows) / median(tm, reps);
+            json_array_append_new(mv, json_pack("{s:s, s:i, s:f, s:f, s:f}", "type", tr->name, "threads", threads[ti],
+                                                "bytes_per_s", bps, "limit_bytes_per_s", limit, "fraction", bps / limit));
+            if (!as_json)
+                printf("%-8s %7d %12.2f %12.2f %9.3f\n", tr->name, threads[ti], bps / 1e9, limit / 1e9, bps / limit);
+        }
+        og_pool_free(pool);
+    }
+
+    /* Batched matmul: a weight matrix that stays in cache (256 rows of 7168), so
+     * this measures arithmetic, per tier. */
+    if (!as_json) printf("\nbatched matmul, %d threads, weights %lld x %lld, GFLOP/s (2 K N M / time)\n%-8s %-7s %7s %10s\n",
+                         threads[n_threads - 1], 256LL, (long long)K, "type", "tier", "batch", "GFLOP/s");
+    og_pool *pool = make_pool(threads[n_threads - 1], err, sizeof err);
+    static const int batches[] = {16, 64, 512};
+    static const og_ggml_type mm_types[] = {OG_TYPE_Q4_K, OG_TYPE_Q2_K, OG_TYPE_Q8_0, OG_TYPE_Q6_K};
+    for (int tier = 0; tier <= OG_ISA_AVX512 && pool; tier++) {
+        og_isa got;
+        if (og_isa_choose(&feat, og_isa_name((og_isa)tier), &got, note, sizeof note, err, sizeof err)) continue;
+        og_kernels kt;
+        og_kernels_init((og_isa)tier, &kt);
+        for (size_t t = 0; t < sizeof mm_types / sizeof mm_types[0]; t++) {
+            const og_type_traits *tr = og_quant_traits(mm_types[t]);
+            uint64_t rb;
+            og_row_bytes(tr->type, (uint64_t)K, &rb);
+            const int64_t n_rows = 256;
+            fill_weights(tr->type, K, n_rows, buf, rb);
+            og_weight w = {tr->type, buf, K, n_rows, rb};
+            for (size_t bi = 0; bi < 3; bi++) {
+                int M = batches[bi];
+                size_t sb = og_cpu_matmul_scratch(tr->type, K, M);
+                double tm[16], t0 = now_s();
+                og_cpu_matmul(&kt, pool, &w, x, M, y, scratch, sb);
+                double once = now_s() - t0;
+                int r_here = once > 1.0 ? 1 : reps;
+                for (int r = 0; r < r_here; r++) {
+                    t0 = now_s();
+                    og_cpu_matmul(&kt, pool, &w, x, M, y, scratch, sb);
+                    tm[r] = now_s() - t0;
+                }
+                double gflops = 2.0 * (double)K * (double)n_rows * M / median(tm, r_here) / 1e9;
+                json_array_append_new(mm, json_pack("{s:s, s:s, s:i, s:i, s:f}", "type", tr->name, "tier",
+                                                    og_isa_name((og_isa)tier), "batch", M, "threads",
+                                                    og_pool_size(pool), "gflops", gflops));
+                if (!as_json) printf("%-8s %-7s %7d %10.2f\n", tr->name, og_isa_name((og_isa)tier), M, gflops);
+            }
+        }
+    }
+    og_pool_free(pool);
+    json_object_set_new(out, "cpu_tier", json_string(og_isa_name(isa)));
+    json_object_set_new(out, "size_bytes", json_integer((json_int_t)bytes));
+    json_object_set_new(out, "limit_bytes_per_s", json_real(best_limit));
+    json_object_set_new(out, "limit_bytes_per_s_by_threads", limits);
+    json_object_set_new(out, "matvec", mv);
+    json_object_set_new(out, "matmul", mm);
+    if (as_json) {
+        char *s = json_dumps(out, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        puts(s);
+        free(s);
+    }
+    json_decref(out);
+    free(x);
+    free(y);
+    free(scratch);
+    munmap(buf, bytes);
+    return OG_EXIT_OK;
+}

@@ -100,3 +100,17 @@ static inline double og_rand_unit(uint64_t *state) {
 }
 
 #endif
+
+/* SipHash-1-3 of n bytes under a 128-bit key (Aumasson & Bernstein, "SipHash: a
+ * fast short-input PRF", 2012; 1-3 rounds as Python and Rust use for hash
+ * tables). With a random key, file contents cannot force hash collisions. */
+uint64_t og_siphash13(const uint64_t key[2], const void *data, size_t n);
+
+/* Fills key with random bits (getrandom; falls back to time and address bits if
+ * the kernel refuses: the key only needs to be unpredictable to file authors). */
+void og_random_key(uint64_t key[2]);
+
+/* Writes s (n bytes) into out as printable text: control bytes and invalid UTF-8
+ * become \xNN, output cut to outlen-1 bytes with "..." when longer. Used wherever
+ * a name from an untrusted file reaches a terminal. Returns out. */
+const char *og_printable(const char *s, size_t n, char *out, size_t outlen);

@@ -5,7 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 uint64_t og_fnv1a64(const void *data, size_t n, uint64_t h) {
     const unsigned char *p = data;
@@ -55,12 +57,23 @@ const char *og_fmt_bytes(uint64_t bytes, char *buf, size_t buflen) {
 og_status og_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
                        char *err, size_t errlen) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return og_fail(err, errlen, OG_ERR_IO, "%s: %s", path, strerror(errno));
+    /* O_NONBLOCK: a FIFO must not block the open; only regular files are read. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return og_fail(err, errlen, OG_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        fclose(f);
-        return og_fail(err, errlen, OG_ERR_IO, "%s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return og_fail(err, errlen, OG_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return og_fail(err, errlen, OG_ERR_IO, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     if ((uint64_t)st.st_size > max_bytes) {
         fclose(f);

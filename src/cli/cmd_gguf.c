@@ -5,6 +5,7 @@
 
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,8 @@ static json_t *json_str_lossy(const char *s, size_t n) {
     return j ? j : json_null();
 }
 
+/* JSON has no NaN/Inf and jansson no integers above INT64_MAX: those become
+ * strings ("nan", "inf", "-inf", "18446744073709551615") so nothing is dropped. */
 static json_t *scalar_json(const og_gguf_kv *kv, og_gguf_vtype t, uint64_t i) {
     if (t == OG_GGUF_BOOL) {
         const uint8_t *p = kv->data;
@@ -45,28 +48,45 @@ static json_t *scalar_json(const og_gguf_kv *kv, og_gguf_vtype t, uint64_t i) {
     if (t == OG_GGUF_FLOAT32 || t == OG_GGUF_FLOAT64) {
         double d = 0;
         og_gguf_kv_num_f64(kv, i, &d);
+        if (isnan(d)) return json_string("nan");
+        if (isinf(d)) return json_string(d > 0 ? "inf" : "-inf");
         return json_real(d);
     }
     int64_t v = 0;
     if (og_gguf_kv_num_i64(kv, i, &v) == OG_OK) return json_integer(v);
-    double d = 0; /* uint64 above INT64_MAX */
-    og_gguf_kv_num_f64(kv, i, &d);
-    return json_real(d);
+    uint64_t u; /* uint64 above INT64_MAX */
+    memcpy(&u, (const uint8_t *)kv->data + (kv->type == OG_GGUF_ARRAY ? i * 8 : 0), 8);
+    char buf[24];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)u);
+    return json_string(buf);
+}
+
+#define JSON_STRING_CAP (1u << 20) /* longer string values are cut in --json */
+
+static json_t *str_json(og_str s, json_t *owner) {
+    if (s.n <= JSON_STRING_CAP) return json_str_lossy(s.s, (size_t)s.n);
+    size_t cut = JSON_STRING_CAP;
+    while (cut > 0 && ((unsigned char)s.s[cut] & 0xc0) == 0x80) cut--;
+    if (owner) {
+        json_object_set_new(owner, "truncated", json_true());
+        json_object_set_new(owner, "bytes", json_integer((json_int_t)s.n));
+    }
+    return json_str_lossy(s.s, cut);
 }
 
 static json_t *kv_json(const og_gguf_kv *kv) {
     json_t *o = json_object();
-    json_object_set_new(o, "key", json_string(kv->key));
+    json_object_set_new(o, "key", json_str_lossy(kv->key, strlen(kv->key)));
     json_object_set_new(o, "type", json_string(og_gguf_vtype_name(kv->type)));
     if (kv->type == OG_GGUF_STRING) {
-        json_object_set_new(o, "value", json_str_lossy(kv->str.s, (size_t)kv->str.n));
+        json_object_set_new(o, "value", str_json(kv->str, o));
     } else if (kv->type == OG_GGUF_ARRAY) {
         json_object_set_new(o, "elem_type", json_string(og_gguf_vtype_name(kv->arr_type)));
         json_object_set_new(o, "n", json_integer((json_int_t)kv->arr_n));
         json_t *head = json_array();
         for (uint64_t i = 0; i < kv->arr_n && i < ARRAY_HEAD; i++) {
             if (kv->arr_type == OG_GGUF_STRING)
-                json_array_append_new(head, json_str_lossy(kv->strs[i].s, (size_t)kv->strs[i].n));
+                json_array_append_new(head, str_json(kv->strs[i], NULL));
             else
                 json_array_append_new(head, scalar_json(kv, kv->arr_type, i));
         }
@@ -78,18 +98,13 @@ static json_t *kv_json(const og_gguf_kv *kv) {
 }
 
 /* Prints a string for people: escapes controls, cuts long ones. */
+/* Prints a string for people: controls and invalid UTF-8 escaped (a file must
+ * not drive the terminal), cut to about max bytes on a character boundary. */
 static void print_str(const char *s, uint64_t n, uint64_t max) {
-    putchar('"');
     uint64_t cut = n < max ? n : max;
     while (cut < n && cut > 0 && ((unsigned char)s[cut] & 0xc0) == 0x80) cut--; /* whole characters */
-    for (uint64_t i = 0; i < cut; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\n') fputs("\\n", stdout);
-        else if (c == '"') fputs("\\\"", stdout);
-        else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
-        else putchar(c);
-    }
-    putchar('"');
+    char buf[512];
+    printf("\"%s\"", og_printable(s, (size_t)cut, buf, sizeof buf));
     if (cut < n) printf("... (%llu bytes)", (unsigned long long)n);
 }
 
@@ -113,9 +128,13 @@ static void print_scalar(const og_gguf_kv *kv, og_gguf_vtype t, uint64_t i) {
         print_float(d, t == OG_GGUF_FLOAT32);
     } else {
         int64_t v;
-        double d;
-        if (og_gguf_kv_num_i64(kv, i, &v) == OG_OK) printf("%lld", (long long)v);
-        else if (og_gguf_kv_num_f64(kv, i, &d) == OG_OK) printf("%.0f", d);
+        if (og_gguf_kv_num_i64(kv, i, &v) == OG_OK) {
+            printf("%lld", (long long)v);
+        } else { /* uint64 above INT64_MAX */
+            uint64_t u;
+            memcpy(&u, (const uint8_t *)kv->data + (kv->type == OG_GGUF_ARRAY ? i * 8 : 0), 8);
+            printf("%llu", (unsigned long long)u);
+        }
     }
 }
 
@@ -137,7 +156,8 @@ static const char *ftype_name(int64_t v) {
 }
 
 static void print_kv(const og_gguf_kv *kv, int key_width) {
-    printf("  %-*s ", key_width, kv->key);
+    char key[256];
+    printf("  %-*s ", key_width, og_printable(kv->key, strlen(kv->key), key, sizeof key));
     if (kv->type == OG_GGUF_STRING) {
         printf("%-8s ", "string");
         print_str(kv->str.s, kv->str.n, 72);
@@ -222,11 +242,11 @@ int og_cmd_gguf(int argc, char **argv) {
 
     if (as_json) {
         json_t *o = json_object();
-        json_object_set_new(o, "file", json_string(path));
+        json_object_set_new(o, "file", json_str_lossy(path, strlen(path)));
         json_object_set_new(o, "file_bytes", json_integer((json_int_t)og_gguf_file_size(g)));
         json_object_set_new(o, "version", json_integer(og_gguf_version(g)));
         json_object_set_new(o, "alignment", json_integer(og_gguf_alignment(g)));
-        json_object_set_new(o, "architecture", json_string(arch));
+        json_object_set_new(o, "architecture", json_str_lossy(arch, strlen(arch)));
         json_object_set_new(o, "n_kv", json_integer((json_int_t)og_gguf_n_kv(g)));
         json_object_set_new(o, "n_tensors", json_integer((json_int_t)n_t));
         json_object_set_new(o, "data_offset", json_integer((json_int_t)og_gguf_data_offset(g)));
@@ -239,7 +259,7 @@ int og_cmd_gguf(int argc, char **argv) {
             const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
             json_t *shape = json_array();
             for (uint32_t d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer(t->ne[d]));
-            json_array_append_new(ts, json_pack("{s:s, s:s, s:o, s:I, s:I, s:s}", "name", t->name, "type",
+            json_array_append_new(ts, json_pack("{s:o, s:s, s:o, s:I, s:I, s:s}", "name", json_str_lossy(t->name, strlen(t->name)), "type",
                                                 og_type_name(t->type), "shape", shape, "bytes",
                                                 (json_int_t)t->n_bytes, "offset", (json_int_t)t->offset,
                                                 "role", og_model_role_name(og_model_tensor_role(arch, t->name))));
@@ -277,9 +297,10 @@ int og_cmd_gguf(int argc, char **argv) {
            "shape", "bytes", "offset");
     for (uint64_t i = 0; i < n_t; i++) {
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
-        char shape[96];
+        char shape[96], name[300];
         shape_str(t, shape, sizeof shape);
-        printf("  %-40s %-6s %-24s %14llu %14llu\n", t->name, og_type_name(t->type), shape,
+        printf("  %-40s %-6s %-24s %14llu %14llu\n", og_printable(t->name, strlen(t->name), name, sizeof name),
+               og_type_name(t->type), shape,
                (unsigned long long)t->n_bytes, (unsigned long long)t->offset);
     }
     printf("\nbytes per role:\n");

@@ -127,12 +127,15 @@ int og_cmd_make_model(int argc, char **argv) {
         {"type-routed", required_argument, 0, O_TROUTED}, {"type-shared", required_argument, 0, O_TSHARED},
         {0, 0, 0, 0}};
 
-    /* The preset is applied first, whatever its position, then the overrides. */
+    /* The preset is applied first, whatever its position, then the overrides: a
+     * silent first pass of the same parser finds it (abbreviations included). */
     const char *preset = "tiny";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[i + 1];
-        else if (!strncmp(argv[i], "--preset=", 9)) preset = argv[i] + 9;
-    }
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1)
+        if (c == O_PRESET) preset = optarg;
+    opterr = 1;
     og_synth_config cfg;
     if (og_synth_preset(preset, &cfg) != OG_OK) {
         fprintf(stderr, "onegpu make-model: unknown preset '%s' (tiny, demo, v3-671b)\n", preset);
@@ -140,7 +143,6 @@ int og_cmd_make_model(int argc, char **argv) {
     }
     const char *out_path = NULL, *tok_dir = NULL;
     bool sparse = false;
-    int c;
     optind = 1;
     int longindex = -1;
     while ((c = getopt_long(argc, argv, "o:h", opts, &longindex)) != -1) {
@@ -156,7 +158,7 @@ int og_cmd_make_model(int argc, char **argv) {
             char *end;
             errno = 0;
             cfg.seed = strtoull(optarg, &end, 10);
-            ok = !errno && end != optarg && !*end;
+            ok = !errno && end != optarg && !*end && optarg[0] != '-';
             break;
         }
         case O_TOKENIZER: tok_dir = optarg; break;
@@ -264,7 +266,9 @@ int og_cmd_make_model(int argc, char **argv) {
     if (have_vocab) og_hf_vocab_free(&vocab);
     if (st) {
         fprintf(stderr, "onegpu make-model: %s\n", err);
-        return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED ? OG_EXIT_USAGE : OG_EXIT_BAD_INPUT;
+        /* the request is wrong (shapes, types, sizes): 1; the disk or tokenizer failed: 2 */
+        return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED || st == OG_ERR_RANGE ? OG_EXIT_USAGE
+                                                                                         : OG_EXIT_BAD_INPUT;
     }
     struct stat sb;
     if (stat(out_path, &sb) == 0)

@@ -60,6 +60,23 @@ static char *replace_sp_marker(const char *t) {
     return o;
 }
 
+/* Loads dir/name (a regular file of at most 256 MiB; og_read_file refuses FIFOs
+ * and devices, so a bad path cannot hang us). */
+static og_status load_json(const char *dir, const char *name, json_t **out, char *err, size_t errlen) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tokenizer path too long");
+    char *text;
+    size_t len;
+    og_status st = og_read_file(path, 256u << 20, &text, &len, err, errlen);
+    if (st) return st;
+    json_error_t je;
+    *out = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!*out) return og_fail(err, errlen, OG_ERR_FORMAT, "%s: not valid JSON (line %d: %s)", path, je.line, je.text);
+    return OG_OK;
+}
+
 static const char *token_content(json_t *v) {
     if (json_is_string(v)) return json_string_value(v);
     if (json_is_object(v)) return json_string_value(json_object_get(v, "content"));
@@ -71,19 +88,11 @@ og_status og_hf_vocab_load(const char *dir, uint32_t pad_to, og_hf_vocab *out, c
     priv *p = calloc(1, sizeof *p);
     if (!p) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     out->priv = p;
-    char path[4096];
-    json_error_t je;
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    p->tok = json_load_file(path, 0, &je);
-    if (!p->tok) {
+    og_status st;
+    if ((st = load_json(dir, "tokenizer.json", &p->tok, err, errlen)) ||
+        (st = load_json(dir, "tokenizer_config.json", &p->cfg, err, errlen))) {
         og_hf_vocab_free(out);
-        return og_fail(err, errlen, OG_ERR_IO, "%s: %s%s", path, je.text, je.line > 0 ? " (bad JSON)" : "");
-    }
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    p->cfg = json_load_file(path, 0, &je);
-    if (!p->cfg) {
-        og_hf_vocab_free(out);
-        return og_fail(err, errlen, OG_ERR_IO, "%s: %s%s", path, je.text, je.line > 0 ? " (bad JSON)" : "");
+        return st;
     }
     json_t *model = json_object_get(p->tok, "model");
     json_t *vocab = json_object_get(model, "vocab");
@@ -97,11 +106,21 @@ og_status og_hf_vocab_load(const char *dir, uint32_t pad_to, og_hf_vocab *out, c
     int64_t max_id = -1;
     const char *k;
     json_t *v;
-    json_object_foreach(vocab, k, v) if (json_integer_value(v) > max_id) max_id = json_integer_value(v);
     size_t i;
+    json_object_foreach(vocab, k, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0) {
+            og_hf_vocab_free(out);
+            return og_fail(err, errlen, OG_ERR_FORMAT, "%s/tokenizer.json: vocabulary id of a token is not a non-negative integer", dir);
+        }
+        if (json_integer_value(v) > max_id) max_id = json_integer_value(v);
+    }
     json_array_foreach(added, i, v) {
-        int64_t id = json_integer_value(json_object_get(v, "id"));
-        if (id > max_id) max_id = id;
+        json_t *idv = json_object_get(v, "id");
+        if (!json_is_integer(idv) || json_integer_value(idv) < 0) {
+            og_hf_vocab_free(out);
+            return og_fail(err, errlen, OG_ERR_FORMAT, "%s/tokenizer.json: added token %zu has no valid id", dir, i);
+        }
+        if (json_integer_value(idv) > max_id) max_id = json_integer_value(idv);
     }
     if (max_id < 0 || max_id > 10000000) {
         og_hf_vocab_free(out);

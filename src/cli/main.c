@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <errno.h>
 #include <string.h>
 
 #ifndef OG_VERSION
@@ -58,7 +59,13 @@ int main(int argc, char **argv) {
             char name[64];
             snprintf(name, sizeof name, "onegpu %s", commands[i].name);
             argv[1] = name;
-            return commands[i].fn(argc - 1, argv + 1);
+            int rc = commands[i].fn(argc - 1, argv + 1);
+            /* output that could not be written is a failure (a full disk, a closed pipe) */
+            if (fflush(stdout) != 0 || ferror(stdout)) {
+                fprintf(stderr, "onegpu %s: cannot write the output: %s\n", commands[i].name, strerror(errno));
+                return OG_EXIT_USAGE;
+            }
+            return rc;
         }
     }
     fprintf(stderr, "onegpu: unknown command '%s'\n\n", cmd);

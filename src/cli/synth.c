@@ -7,6 +7,7 @@
 #include "og_quant.h"
 
 #include <math.h>
+#include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,7 +75,15 @@ og_status og_synth_preset(const char *name, og_synth_config *c) {
 
 og_status og_synth_validate(const og_synth_config *c, char *err, size_t errlen) {
 #define REQ(cond, ...) do { if (!(cond)) return og_fail(err, errlen, OG_ERR_INVALID_ARG, __VA_ARGS__); } while (0)
+    /* Bounds far above any real model that keep every size product inside 64 bits. */
     REQ(c->n_layer >= 1 && c->n_layer <= 1000, "--n-layer must be 1..1000");
+    REQ(c->n_embd <= (1u << 20) && c->n_head <= 4096, "--n-embd is at most 1048576 and --n-head 4096");
+    REQ(c->q_lora_rank <= (1u << 16) && c->kv_lora_rank <= (1u << 16), "MLA ranks are at most 65536");
+    REQ(c->qk_nope <= 4096 && c->qk_rope <= 4096 && c->v_head <= 4096, "head dimensions are at most 4096");
+    REQ(c->n_ff <= (1u << 22) && c->n_ff_exp <= (1u << 22), "FFN widths are at most 4194304");
+    REQ(c->n_expert <= 65536 && c->n_expert_shared <= 64, "at most 65536 routed and 64 shared experts");
+    REQ(c->n_vocab <= (1u << 24) && c->n_ctx <= (1u << 24), "--vocab and --ctx are at most 16777216");
+    REQ(isfinite(c->expert_scale) && c->expert_scale >= 0, "--expert-weights-scale must be a finite number >= 0");
     REQ(c->n_embd >= 1 && c->n_head >= 1, "--n-embd and --n-head must be positive");
     REQ(c->kv_lora_rank >= 1 && c->qk_nope >= 1 && c->v_head >= 1, "MLA sizes must be positive");
     REQ(c->qk_rope >= 2 && c->qk_rope % 2 == 0, "--qk-rope must be even and >= 2 (RoPE rotates pairs)");
@@ -120,6 +129,7 @@ typedef struct build {
     bool sparse;
     uint64_t type_bytes[OG_TYPE_COUNT];
     uint32_t fallbacks[OG_TYPE_COUNT][OG_TYPE_COUNT]; /* [asked][stored] tensor counts */
+    uint64_t max_tensor_bytes;
     char *err;
     size_t errlen;
 } build;
@@ -166,7 +176,9 @@ static og_status add(build *b, const char *name, og_ggml_type type, uint32_t n_d
     b->info[b->n++] = (tinfo){kind, gain, layer};
     uint64_t row;
     og_row_bytes(type, (uint64_t)ne0, &row);
-    b->type_bytes[type] += row * (uint64_t)ne1 * (uint64_t)(n_dims > 2 ? ne2 : 1);
+    uint64_t bytes = row * (uint64_t)ne1 * (uint64_t)(n_dims > 2 ? ne2 : 1);
+    b->type_bytes[type] += bytes;
+    if (bytes > b->max_tensor_bytes) b->max_tensor_bytes = bytes;
     return OG_OK;
 }
 
@@ -331,12 +343,10 @@ fail:
 
 /* ---- weights --------------------------------------------------------------- */
 
-/* Expert popularity rank of expert e in layer l: a seeded permutation, so the hot
- * set differs between layers as it does in real models. */
-static uint32_t expert_rank(const og_synth_config *c, int layer, uint32_t e) {
+/* perm[r] = the expert of popularity rank r in this layer: a seeded shuffle, so
+ * the hot set differs between layers as it does in real models. */
+static void expert_perm(const og_synth_config *c, int layer, uint32_t *perm) {
     uint32_t E = c->n_expert;
-    uint32_t *perm = malloc(E * sizeof *perm);
-    if (!perm) return e;
     for (uint32_t i = 0; i < E; i++) perm[i] = i;
     uint64_t s = c->seed ^ (0x5eedULL * (uint64_t)(layer + 1));
     for (uint32_t i = E - 1; i > 0; i--) {
@@ -345,26 +355,37 @@ static uint32_t expert_rank(const og_synth_config *c, int layer, uint32_t e) {
         perm[i] = perm[j];
         perm[j] = t;
     }
-    uint32_t r = 0;
-    for (uint32_t i = 0; i < E; i++)
-        if (perm[i] == e) r = i;
-    free(perm);
-    return r;
 }
 
-/* Popularity offset of expert e: -skew * ln(1 + rank) in units of the score's
- * spread. Shifting a score by a constant scales its chance of making the top-k
- * roughly exponentially, so a log-rank offset gives a power law in rank
- * (Zipf-like), steeper for larger skew. */
-static double skew_offset(const og_synth_config *c, int layer, uint32_t e) {
-    return -(double)c->router_skew * log(1.0 + expert_rank(c, layer, e));
+/* Popularity offset of an expert of rank r: -skew * ln(1 + r) in units of the
+ * score's spread. Shifting a score by a constant scales its chance of making
+ * the top-k roughly exponentially, so a log-rank offset gives a power law in
+ * rank (Zipf-like), steeper for larger skew. */
+static double skew_offset(const og_synth_config *c, uint32_t rank) {
+    return -(double)c->router_skew * log(1.0 + rank);
 }
 
 typedef struct fill_ctx {
     build *b;
     float *row;
     size_t row_cap;
+    int rank_layer;      /* layer whose ranks are in `rank`, -1 none */
+    uint32_t *rank;      /* [n_expert] popularity rank of each expert */
 } fill_ctx;
+
+/* Popularity ranks of one layer's experts, computed once per layer. */
+static og_status layer_ranks(fill_ctx *ctx, int layer) {
+    const og_synth_config *c = ctx->b->c;
+    if (ctx->rank_layer == layer) return OG_OK;
+    if (!ctx->rank && !(ctx->rank = malloc(c->n_expert * sizeof *ctx->rank))) return OG_ERR_NOMEM;
+    uint32_t *perm = malloc(c->n_expert * sizeof *perm);
+    if (!perm) return OG_ERR_NOMEM;
+    expert_perm(c, layer, perm);
+    for (uint32_t i = 0; i < c->n_expert; i++) ctx->rank[perm[i]] = i;
+    free(perm);
+    ctx->rank_layer = layer;
+    return OG_OK;
+}
 
 static og_status fill(void *ctx_, uint64_t i, const og_gguf_tensor *t, void *buf, char *err, size_t errlen) {
     fill_ctx *ctx = ctx_;
@@ -378,6 +399,8 @@ static og_status fill(void *ctx_, uint64_t i, const og_gguf_tensor *t, void *buf
         ctx->row_cap = (size_t)ne0;
     }
     uint64_t rng = c->seed ^ og_fnv1a64(t->name, strlen(t->name), OG_FNV1A64_INIT);
+    if ((ti->kind == INIT_ROUTER || ti->kind == INIT_BIAS) && layer_ranks(ctx, ti->layer))
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     uint64_t row_bytes;
     og_row_bytes(t->type, (uint64_t)ne0, &row_bytes);
     /* uniform(-a, a) has std a/sqrt(3) */
@@ -396,13 +419,13 @@ static og_status fill(void *ctx_, uint64_t i, const og_gguf_tensor *t, void *buf
         if (ti->kind == INIT_ROUTER && c->gating == 1 && c->router_skew > 0) {
             /* Softmax files have no selection bias: a popular expert gets a longer
              * router row, so its logit has a wider spread and wins more often. */
-            float g = (float)exp(0.15 * skew_offset(c, ti->layer, (uint32_t)r));
+            float g = (float)exp(0.15 * skew_offset(c, ctx->rank[r]));
             for (int64_t j = 0; j < ne0; j++) x[j] *= g;
         }
         if (ti->kind == INIT_BIAS && c->router_skew > 0) {
             /* Sigmoid scores of N(0,1) logits spread ~0.2; 0.15 per unit of log-rank gives
              * a top-quarter share of ~0.5 at skew 1 (test_make_model measures it). */
-            for (int64_t j = 0; j < ne0; j++) x[j] = (float)(0.15 * skew_offset(c, ti->layer, (uint32_t)j));
+            for (int64_t j = 0; j < ne0; j++) x[j] = (float)(0.15 * skew_offset(c, ctx->rank[j]));
         }
         og_status st = og_quantize_row(t->type, x, (uint8_t *)buf + (uint64_t)r * row_bytes, ne0);
         if (st) return og_fail(err, errlen, st, "%s: cannot quantize to %s", t->name, og_type_name(t->type));
@@ -426,9 +449,31 @@ og_status og_synth_write(const og_synth_config *c, const og_hf_vocab *vocab, con
                 og_log(lg, OG_LOG_INFO, "%u tensors have rows that are not a multiple of the %s block (%u): stored as %s, "
                        "as llama-quantize does", b.fallbacks[from][to], og_type_name((uint32_t)from),
                        og_type_size_of((uint32_t)from)->blck, og_type_name((uint32_t)to));
-    fill_ctx fc = {.b = &b};
+    if (!sparse) { /* refuse before writing what cannot fit */
+        uint64_t data = og_gguf_writer_data_bytes(b.w);
+        if (b.max_tensor_bytes > (32ull << 30)) {
+            char sz[32];
+            st = og_fail(err, errlen, OG_ERR_RANGE, "a %s tensor is too large to generate; use --sparse for a planning file",
+                         og_fmt_bytes(b.max_tensor_bytes, sz, sizeof sz));
+            goto out;
+        }
+        struct statvfs vfs;
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+        if (statvfs(dir, &vfs) == 0 && data > (uint64_t)vfs.f_bavail * vfs.f_frsize) {
+            char need[32], have[32];
+            st = og_fail(err, errlen, OG_ERR_RANGE, "the model needs %s but %s has %s free; use --sparse for a planning file",
+                         og_fmt_bytes(data, need, sizeof need), dir, og_fmt_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, have, sizeof have));
+            goto out;
+        }
+    }
+    fill_ctx fc = {.b = &b, .rank_layer = -1};
     st = og_gguf_writer_write(b.w, path, sparse ? NULL : fill, &fc, err, errlen);
     free(fc.row);
+    free(fc.rank);
 out:
     og_gguf_writer_free(b.w);
     free(b.info);

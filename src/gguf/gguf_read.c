@@ -1,6 +1,12 @@
 /* GGUF reader: every structure is validated against the bytes actually present
- * (gguf.md §4) before anything is allocated for it, so a hostile file can cost at
- * most a small multiple of its header size in memory and never crashes. */
+ * (gguf.md §4) before anything is allocated for it, so a hostile file costs at
+ * most a small multiple of its header size in memory and never crashes.
+ *
+ * Header-only mode reads the header with pread into a buffer that grows until
+ * the header fits, and never maps the file: a file that shrinks while it is read
+ * gives an error, not SIGBUS. Full mode maps the whole file (tensor data is used
+ * in place); a file truncated by someone else while mapped can still fault, as
+ * with any mmap-based loader. */
 #include "og_gguf.h"
 
 #include <errno.h>
@@ -17,27 +23,39 @@
 #define GGUF_MAX_NAME_BYTES 63u       /* ggml's 64-byte name buffer incl. NUL */
 #define GGUF_MAX_STRING_BYTES (1ull << 30) /* ggml refuses longer strings */
 #define GGUF_MAX_ARRAY_ELEMS (1ull << 30)  /* ggml's cap on array length */
+#define HEADER_FIRST_READ (4u << 20)       /* header-only: first read, then x4 */
+#define HEADER_MAX_BYTES (4ull << 30)      /* header-only: give up beyond this */
+#define NAME_BLOCK_BYTES 65536
+
+typedef struct name_block {
+    struct name_block *next;
+    size_t used;
+    char data[];
+} name_block;
 
 struct og_gguf {
     char *path;              /* for messages */
-    const uint8_t *base;     /* start of file bytes */
-    uint64_t file_size;      /* bytes */
-    void *map;               /* mmap'ed region or NULL (memory mode) */
-    size_t map_len;          /* bytes still mapped */
+    const uint8_t *base;     /* start of the bytes in memory */
+    uint64_t avail;          /* bytes at base (all of them in full mode) */
+    uint64_t file_size;      /* bytes in the file */
+    void *map;               /* mmap'ed region (full mode) */
+    size_t map_len;
+    uint8_t *buf;            /* pread buffer (header-only mode) */
+    bool short_read;         /* parse stopped at the end of a partial buffer */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;    /* file offset of tensor data */
-    uint64_t n_kv, n_tensors;
-    og_gguf_kv *kvs;         /* [n_kv] */
-    og_gguf_tensor *tensors; /* [n_tensors] */
-    char **names;            /* NUL-terminated copies of keys and tensor names */
-    uint64_t n_names, cap_names;
-    size_t *kv_index;        /* open addressing: slot -> kv index + 1 (0 empty) */
-    size_t *t_index;         /* same for tensors */
-    size_t kv_index_cap, t_index_cap; /* powers of two */
+    uint64_t n_kv, n_tensors;        /* as the header claims */
+    og_gguf_kv *kvs;                 /* [n_kv] once parsed */
+    og_gguf_tensor *tensors;         /* [n_tensors] once parsed */
+    uint64_t *info_off;              /* file offset of each tensor info */
+    name_block *names;               /* NUL-terminated copies of keys and names */
+    size_t *kv_index, *t_index;      /* open addressing: slot -> index + 1 */
+    size_t kv_index_cap, t_index_cap;
+    uint64_t hash_key[2];            /* SipHash key, random per open */
 };
 
-/* Parsing cursor over the file bytes; every read is bounds-checked. */
+/* Parsing cursor over the bytes in memory; every read is bounds-checked. */
 typedef struct cursor {
     og_gguf *g;
     uint64_t off;
@@ -45,29 +63,37 @@ typedef struct cursor {
     size_t errlen;
 } cursor;
 
+/* A name from the file as it may appear in a message: escaped and bounded. */
+#define SAFE(buf, s) og_printable((s), strlen(s), (buf), sizeof(buf))
+
 static og_status cfail(const cursor *c, uint64_t off, og_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static og_status cfail(const cursor *c, uint64_t off, og_status st, const char *fmt, ...) {
     if (c->err && c->errlen) {
-        char what[768];
+        char what[768], path[256];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(what, sizeof what, fmt, ap);
         va_end(ap);
-        snprintf(c->err, c->errlen, "%s: offset %llu: %s", c->g->path,
+        size_t pl = strlen(c->g->path);
+        const char *p = pl > 200 ? c->g->path + pl - 200 : c->g->path; /* keep the tail of a long path */
+        og_printable(p, strlen(p), path, sizeof path);
+        snprintf(c->err, c->errlen, "%s%s: offset %llu: %s", pl > 200 ? "..." : "", path,
                  (unsigned long long)off, what);
     }
     return st;
 }
 
-static uint64_t remaining(const cursor *c) { return c->g->file_size - c->off; }
+static uint64_t remaining(const cursor *c) { return c->g->avail - c->off; }
 
 static og_status need(cursor *c, uint64_t n, const char *what) {
-    if (remaining(c) < n)
-        return cfail(c, c->off, OG_ERR_FORMAT,
-                     "file ends inside %s (needs %llu bytes, %llu left): truncated header",
-                     what, (unsigned long long)n, (unsigned long long)remaining(c));
-    return OG_OK;
+    if (remaining(c) >= n) return OG_OK;
+    if (c->g->avail < c->g->file_size) {
+        c->g->short_read = true; /* read more of the file and parse again */
+        return OG_ERR_FORMAT;
+    }
+    return cfail(c, c->off, OG_ERR_FORMAT, "file ends inside %s (needs %llu bytes, %llu left): truncated header",
+                 what, (unsigned long long)n, (unsigned long long)remaining(c));
 }
 
 static og_status rd_u32(cursor *c, uint32_t *v, const char *what) {
@@ -86,7 +112,7 @@ static og_status rd_u64(cursor *c, uint64_t *v, const char *what) {
     return OG_OK;
 }
 
-/* Reads a GGUF string (u64 length + bytes) as a view into the file. */
+/* Reads a GGUF string (u64 length + bytes) as a view into the buffer. */
 static og_status rd_str(cursor *c, og_str *s, uint64_t max_len, const char *what) {
     uint64_t at = c->off;
     uint64_t n;
@@ -95,61 +121,89 @@ static og_status rd_str(cursor *c, og_str *s, uint64_t max_len, const char *what
     if (n > max_len)
         return cfail(c, at, OG_ERR_FORMAT, "%s length %llu exceeds the limit of %llu bytes", what,
                      (unsigned long long)n, (unsigned long long)max_len);
-    if (n > remaining(c))
-        return cfail(c, at, OG_ERR_FORMAT,
-                     "%s length %llu runs past the end of the file (%llu bytes left)", what,
-                     (unsigned long long)n, (unsigned long long)remaining(c));
+    if (n > c->g->file_size - c->off)
+        return cfail(c, at, OG_ERR_FORMAT, "%s length %llu runs past the end of the file (%llu bytes left)", what,
+                     (unsigned long long)n, (unsigned long long)(c->g->file_size - c->off));
+    if ((st = need(c, n, what))) return st;
     s->s = (const char *)c->g->base + c->off;
     s->n = n;
     c->off += n;
     return OG_OK;
 }
 
-/* Keeps a NUL-terminated copy of s; the gguf owns it. */
+/* Keeps a NUL-terminated copy of s in the name arena; copies never move. */
 static og_status keep_name(og_gguf *g, og_str s, const char **out) {
-    if (g->n_names == g->cap_names) {
-        uint64_t cap = g->cap_names ? g->cap_names * 2 : 64;
-        char **nn = realloc(g->names, cap * sizeof *nn);
-        if (!nn) return OG_ERR_NOMEM;
-        g->names = nn;
-        g->cap_names = cap;
+    size_t need_bytes = (size_t)s.n + 1;
+    name_block *b = g->names;
+    if (!b || b->used + need_bytes > NAME_BLOCK_BYTES) {
+        size_t cap = need_bytes > NAME_BLOCK_BYTES ? need_bytes : NAME_BLOCK_BYTES;
+        name_block *nb = malloc(sizeof *nb + cap);
+        if (!nb) return OG_ERR_NOMEM;
+        nb->next = g->names;
+        nb->used = 0;
+        g->names = b = nb;
     }
-    char *copy = malloc(s.n + 1);
-    if (!copy) return OG_ERR_NOMEM;
-    memcpy(copy, s.s, s.n);
+    char *copy = b->data + b->used;
+    memcpy(copy, s.s, (size_t)s.n);
     copy[s.n] = '\0';
-    g->names[g->n_names++] = copy;
+    b->used += need_bytes;
     *out = copy;
+    return OG_OK;
+}
+
+/* Grows *arr (of elem bytes each) to hold at least n; doubling keeps the total
+ * proportional to what the file really contains, whatever its header claims. */
+static og_status grow(void **arr, uint64_t *cap, uint64_t n, size_t elem) {
+    if (n <= *cap) return OG_OK;
+    uint64_t nc = *cap ? *cap * 2 : 64;
+    while (nc < n) nc *= 2;
+    void *p = realloc(*arr, (size_t)(nc * elem));
+    if (!p) return OG_ERR_NOMEM;
+    memset((uint8_t *)p + *cap * elem, 0, (size_t)((nc - *cap) * elem));
+    *arr = p;
+    *cap = nc;
     return OG_OK;
 }
 
 /* ---- name -> index hash tables ------------------------------------------ */
 
-static size_t hash_cap_for(uint64_t n) {
-    size_t cap = 16;
-    while (cap < n * 2) cap <<= 1;
-    return cap;
-}
+typedef const char *(*name_at_fn)(const og_gguf *, size_t);
+static const char *kv_name_at(const og_gguf *g, size_t i) { return g->kvs[i].key; }
+static const char *tensor_name_at(const og_gguf *g, size_t i) { return g->tensors[i].name; }
 
-/* Finds the slot holding `name` or the empty slot where it would go. */
-static size_t hash_slot(const size_t *index, size_t cap, const char *name, size_t len,
-                        const char *(*name_at)(const og_gguf *, size_t), const og_gguf *g) {
+/* Slot holding `name`, or the empty slot where it would go. */
+static size_t hash_slot(const og_gguf *g, const size_t *index, size_t cap, const char *name, name_at_fn name_at) {
     size_t mask = cap - 1;
-    size_t h = (size_t)og_fnv1a64(name, len, OG_FNV1A64_INIT) & mask;
+    size_t h = (size_t)og_siphash13(g->hash_key, name, strlen(name)) & mask;
     while (index[h]) {
-        const char *other = name_at(g, index[h] - 1);
-        if (strcmp(other, name) == 0) break;
+        if (strcmp(name_at(g, index[h] - 1), name) == 0) break;
         h = (h + 1) & mask;
     }
     return h;
 }
 
-static const char *kv_name_at(const og_gguf *g, size_t i) { return g->kvs[i].key; }
-static const char *tensor_name_at(const og_gguf *g, size_t i) { return g->tensors[i].name; }
+/* Builds the index over n names; on a duplicate returns its position in *dup. */
+static og_status build_index(og_gguf *g, uint64_t n, name_at_fn name_at, size_t **index, size_t *cap, uint64_t *dup) {
+    size_t c = 16;
+    while (c < n * 2) c <<= 1;
+    *index = calloc(c, sizeof **index);
+    if (!*index) return OG_ERR_NOMEM;
+    *cap = c;
+    for (uint64_t i = 0; i < n; i++) {
+        size_t slot = hash_slot(g, *index, c, name_at(g, (size_t)i), name_at);
+        if ((*index)[slot]) {
+            *dup = i;
+            return OG_ERR_FORMAT;
+        }
+        (*index)[slot] = (size_t)i + 1;
+    }
+    return OG_OK;
+}
 
 /* ---- metadata values ---------------------------------------------------- */
 
 static og_status read_kv_value(cursor *c, og_gguf_kv *kv) {
+    char kn[128];
     og_gguf_vtype t = kv->type;
     if (t == OG_GGUF_STRING) {
         kv->data = c->g->base + c->off;
@@ -161,8 +215,8 @@ static og_status read_kv_value(cursor *c, og_gguf_kv *kv) {
         if (st) return st;
         kv->data = c->g->base + c->off;
         if (t == OG_GGUF_BOOL && c->g->base[c->off] > 1)
-            return cfail(c, c->off, OG_ERR_FORMAT, "bool value of key '%s' is %u, not 0 or 1",
-                         kv->key, c->g->base[c->off]);
+            return cfail(c, c->off, OG_ERR_FORMAT, "bool value of key '%s' is %u, not 0 or 1", SAFE(kn, kv->key),
+                         c->g->base[c->off]);
         c->off += sz;
         return OG_OK;
     }
@@ -172,31 +226,30 @@ static og_status read_kv_value(cursor *c, og_gguf_kv *kv) {
     og_status st = rd_u32(c, &et, "array element type");
     if (st) return st;
     if (et >= OG_GGUF_VTYPE_COUNT)
-        return cfail(c, at, OG_ERR_FORMAT, "array '%s' has unknown element type %u", kv->key, et);
+        return cfail(c, at, OG_ERR_FORMAT, "array '%s' has unknown element type %u", SAFE(kn, kv->key), et);
     if (et == OG_GGUF_ARRAY)
-        return cfail(c, at, OG_ERR_FORMAT,
-                     "array '%s' contains arrays (nested arrays are not allowed)", kv->key);
+        return cfail(c, at, OG_ERR_FORMAT, "array '%s' contains arrays (nested arrays are not allowed)",
+                     SAFE(kn, kv->key));
     uint64_t n;
     if ((st = rd_u64(c, &n, "array length"))) return st;
     if (n > GGUF_MAX_ARRAY_ELEMS)
-        return cfail(c, at + 4, OG_ERR_FORMAT, "array '%s' claims %llu elements (limit %llu)",
-                     kv->key, (unsigned long long)n, (unsigned long long)GGUF_MAX_ARRAY_ELEMS);
+        return cfail(c, at + 4, OG_ERR_FORMAT, "array '%s' claims %llu elements (limit %llu)", SAFE(kn, kv->key),
+                     (unsigned long long)n, (unsigned long long)GGUF_MAX_ARRAY_ELEMS);
     kv->arr_type = (og_gguf_vtype)et;
     kv->arr_n = n;
     kv->data = c->g->base + c->off;
     if (et != OG_GGUF_STRING) {
         uint64_t bytes = n * og_gguf_vtype_size(et); /* n <= 2^30, size <= 8 */
-        if (bytes > remaining(c))
-            return cfail(c, at + 4, OG_ERR_FORMAT,
-                         "array '%s' of %llu %s values needs %llu bytes but only %llu remain",
-                         kv->key, (unsigned long long)n, og_gguf_vtype_name(et),
-                         (unsigned long long)bytes, (unsigned long long)remaining(c));
+        if (bytes > c->g->file_size - c->off)
+            return cfail(c, at + 4, OG_ERR_FORMAT, "array '%s' of %llu %s values needs %llu bytes but only %llu remain",
+                         SAFE(kn, kv->key), (unsigned long long)n, og_gguf_vtype_name(et), (unsigned long long)bytes,
+                         (unsigned long long)(c->g->file_size - c->off));
+        if ((st = need(c, bytes, "array"))) return st;
         if (et == OG_GGUF_BOOL) {
             for (uint64_t i = 0; i < n; i++)
                 if (c->g->base[c->off + i] > 1)
-                    return cfail(c, c->off + i, OG_ERR_FORMAT,
-                                 "bool element %llu of '%s' is not 0 or 1", (unsigned long long)i,
-                                 kv->key);
+                    return cfail(c, c->off + i, OG_ERR_FORMAT, "bool element %llu of '%s' is not 0 or 1",
+                                 (unsigned long long)i, SAFE(kn, kv->key));
         }
         c->off += bytes;
         return OG_OK;
@@ -207,7 +260,7 @@ static og_status read_kv_value(cursor *c, og_gguf_kv *kv) {
         og_str s;
         if ((st = rd_str(c, &s, GGUF_MAX_STRING_BYTES, "string array element"))) return st;
     }
-    og_str *strs = n ? malloc(n * sizeof *strs) : NULL;
+    og_str *strs = n ? malloc((size_t)n * sizeof *strs) : NULL;
     if (n && !strs) return OG_ERR_NOMEM;
     uint64_t end = c->off;
     c->off = start;
@@ -220,25 +273,24 @@ static og_status read_kv_value(cursor *c, og_gguf_kv *kv) {
 /* ---- tensor infos --------------------------------------------------------- */
 
 static og_status read_tensor_info(cursor *c, og_gguf_tensor *t, uint64_t idx) {
+    char tn[128];
     uint64_t at = c->off;
     og_str name;
     og_status st = rd_str(c, &name, UINT64_MAX, "tensor name");
     if (st) return st;
-    if (name.n == 0) return cfail(c, at, OG_ERR_FORMAT, "tensor %llu has an empty name",
-                                  (unsigned long long)idx);
+    if (name.n == 0) return cfail(c, at, OG_ERR_FORMAT, "tensor %llu has an empty name", (unsigned long long)idx);
     if (name.n > GGUF_MAX_NAME_BYTES)
         return cfail(c, at, OG_ERR_FORMAT, "tensor %llu name is %llu bytes (at most %u allowed)",
                      (unsigned long long)idx, (unsigned long long)name.n, GGUF_MAX_NAME_BYTES);
-    if (memchr(name.s, '\0', name.n))
-        return cfail(c, at, OG_ERR_FORMAT, "tensor %llu name contains a NUL byte",
-                     (unsigned long long)idx);
+    if (memchr(name.s, '\0', (size_t)name.n))
+        return cfail(c, at, OG_ERR_FORMAT, "tensor %llu name contains a NUL byte", (unsigned long long)idx);
     if ((st = keep_name(c->g, name, &t->name))) return st;
+    SAFE(tn, t->name);
 
     uint32_t n_dims;
     if ((st = rd_u32(c, &n_dims, "tensor dimension count"))) return st;
     if (n_dims > 4)
-        return cfail(c, c->off - 4, OG_ERR_FORMAT, "tensor '%s' has %u dimensions (at most 4)",
-                     t->name, n_dims);
+        return cfail(c, c->off - 4, OG_ERR_FORMAT, "tensor '%s' has %u dimensions (at most 4)", tn, n_dims);
     t->n_dims = n_dims;
     uint64_t nelem = 1;
     for (int d = 0; d < 4; d++) t->ne[d] = 1;
@@ -246,33 +298,27 @@ static og_status read_tensor_info(cursor *c, og_gguf_tensor *t, uint64_t idx) {
         uint64_t v;
         if ((st = rd_u64(c, &v, "tensor dimension"))) return st;
         if (v > (uint64_t)INT64_MAX)
-            return cfail(c, c->off - 8, OG_ERR_FORMAT, "tensor '%s' dimension %u is negative (%lld)",
-                         t->name, d, (long long)v);
+            return cfail(c, c->off - 8, OG_ERR_FORMAT, "tensor '%s' dimension %u is negative (%lld)", tn, d,
+                         (long long)v);
         if (!og_mul_u64(nelem, v, &nelem) || nelem > (uint64_t)INT64_MAX)
-            return cfail(c, c->off - 8, OG_ERR_FORMAT,
-                         "tensor '%s' element count overflows 64 bits", t->name);
+            return cfail(c, c->off - 8, OG_ERR_FORMAT, "tensor '%s' element count overflows 64 bits", tn);
         t->ne[d] = (int64_t)v;
     }
     uint32_t type;
     uint64_t type_at = c->off;
     if ((st = rd_u32(c, &type, "tensor type"))) return st;
     const og_type_size *ts = og_type_size_of(type);
-    if (!ts)
-        return cfail(c, type_at, OG_ERR_FORMAT, "tensor '%s' has unknown or removed ggml type id %u",
-                     t->name, type);
+    if (!ts) return cfail(c, type_at, OG_ERR_FORMAT, "tensor '%s' has unknown or removed ggml type id %u", tn, type);
     t->type = (og_ggml_type)type;
     if (t->ne[0] % ts->blck != 0)
-        return cfail(c, type_at, OG_ERR_FORMAT,
-                     "tensor '%s': row length %lld is not a multiple of the %s block size %u",
-                     t->name, (long long)t->ne[0], ts->name, ts->blck);
+        return cfail(c, type_at, OG_ERR_FORMAT, "tensor '%s': row length %lld is not a multiple of the %s block size %u",
+                     tn, (long long)t->ne[0], ts->name, ts->blck);
     uint64_t row, bytes = 0;
-    if (og_row_bytes(type, (uint64_t)t->ne[0], &row) != OG_OK ||
-        !og_mul_u64(row, (uint64_t)t->ne[1], &bytes) || !og_mul_u64(bytes, (uint64_t)t->ne[2], &bytes) ||
-        !og_mul_u64(bytes, (uint64_t)t->ne[3], &bytes))
-        return cfail(c, type_at, OG_ERR_FORMAT, "tensor '%s' byte size overflows 64 bits", t->name);
+    if (og_row_bytes(type, (uint64_t)t->ne[0], &row) != OG_OK || !og_mul_u64(row, (uint64_t)t->ne[1], &bytes) ||
+        !og_mul_u64(bytes, (uint64_t)t->ne[2], &bytes) || !og_mul_u64(bytes, (uint64_t)t->ne[3], &bytes))
+        return cfail(c, type_at, OG_ERR_FORMAT, "tensor '%s' byte size overflows 64 bits", tn);
     t->n_bytes = bytes;
-    if ((st = rd_u64(c, &t->offset, "tensor offset"))) return st;
-    return OG_OK;
+    return rd_u64(c, &t->offset, "tensor offset");
 }
 
 static int cmp_by_offset(const void *a, const void *b, void *ctx) {
@@ -283,47 +329,57 @@ static int cmp_by_offset(const void *a, const void *b, void *ctx) {
 
 /* Offsets: aligned, inside the file, and non-overlapping. ggml additionally
  * demands the exact packed layout; we accept any valid one (tolerant reader). */
-static og_status check_tensor_offsets(cursor *c, const uint64_t *info_off) {
+static og_status check_tensor_offsets(cursor *c) {
     og_gguf *g = c->g;
+    char tn[128], tn2[128];
     uint64_t packed = 0; /* where a standard writer puts this tensor (gguf.md §3) */
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         og_gguf_tensor *t = &g->tensors[i];
+        SAFE(tn, t->name);
         if (t->offset % g->alignment != 0)
-            return cfail(c, info_off[i], OG_ERR_FORMAT,
-                         "tensor '%s' offset %llu is not a multiple of the alignment %u", t->name,
-                         (unsigned long long)t->offset, g->alignment);
+            return cfail(c, g->info_off[i], OG_ERR_FORMAT, "tensor '%s' offset %llu is not a multiple of the alignment %u",
+                         tn, (unsigned long long)t->offset, g->alignment);
         uint64_t start, end;
         bool ok = og_add_u64(g->data_offset, t->offset, &start) && og_add_u64(start, t->n_bytes, &end);
         if (!ok || end > g->file_size) {
             /* At its standard packed place, the tensor is missing because the file
              * is short; anywhere else, the offset itself is wrong. */
             if (ok && t->offset == packed)
-                return cfail(c, info_off[i], OG_ERR_FORMAT,
+                return cfail(c, g->info_off[i], OG_ERR_FORMAT,
                              "tensor '%s' data ends at byte %llu but the file has only %llu bytes: "
                              "the file is truncated (interrupted download?)",
-                             t->name, (unsigned long long)end, (unsigned long long)g->file_size);
-            return cfail(c, info_off[i], OG_ERR_FORMAT,
-                         "tensor '%s' offset %llu (+%llu bytes) points outside the file (%llu bytes)",
-                         t->name, (unsigned long long)t->offset, (unsigned long long)t->n_bytes,
+                             tn, (unsigned long long)end, (unsigned long long)g->file_size);
+            return cfail(c, g->info_off[i], OG_ERR_FORMAT,
+                         "tensor '%s' offset %llu (+%llu bytes) points outside the file (%llu bytes)", tn,
+                         (unsigned long long)t->offset, (unsigned long long)t->n_bytes,
                          (unsigned long long)g->file_size);
         }
         uint64_t padded;
         if (og_align_up_u64(t->n_bytes, g->alignment, &padded)) og_add_u64(packed, padded, &packed);
     }
     if (g->n_tensors < 2) return OG_OK;
-    uint64_t *order = malloc(g->n_tensors * sizeof *order);
+    uint64_t *order = malloc((size_t)g->n_tensors * sizeof *order);
     if (!order) return OG_ERR_NOMEM;
     for (uint64_t i = 0; i < g->n_tensors; i++) order[i] = i;
-    qsort_r(order, g->n_tensors, sizeof *order, cmp_by_offset, g->tensors);
+    qsort_r(order, (size_t)g->n_tensors, sizeof *order, cmp_by_offset, g->tensors);
+    /* Sweep in offset order keeping the furthest end seen so far: an overlap is
+     * caught even when empty tensors sit between the two. */
     og_status st = OG_OK;
-    for (uint64_t k = 1; k < g->n_tensors; k++) {
-        const og_gguf_tensor *a = &g->tensors[order[k - 1]], *b = &g->tensors[order[k]];
-        if (a->offset + a->n_bytes > b->offset && a->n_bytes > 0 && b->n_bytes > 0) {
-            st = cfail(c, info_off[order[k]], OG_ERR_FORMAT,
-                       "tensor '%s' data (offset %llu) overlaps tensor '%s' (offset %llu, %llu bytes)",
-                       b->name, (unsigned long long)b->offset, a->name,
-                       (unsigned long long)a->offset, (unsigned long long)a->n_bytes);
+    uint64_t max_end = 0, max_owner = UINT64_MAX;
+    for (uint64_t k = 0; k < g->n_tensors; k++) {
+        const og_gguf_tensor *b = &g->tensors[order[k]];
+        if (b->n_bytes == 0) continue;
+        if (max_owner != UINT64_MAX && b->offset < max_end) {
+            const og_gguf_tensor *a = &g->tensors[max_owner];
+            st = cfail(c, g->info_off[order[k]], OG_ERR_FORMAT,
+                       "tensor '%s' data (offset %llu) overlaps tensor '%s' (offset %llu, %llu bytes)", SAFE(tn, b->name),
+                       (unsigned long long)b->offset, SAFE(tn2, a->name), (unsigned long long)a->offset,
+                       (unsigned long long)a->n_bytes);
             break;
+        }
+        if (b->offset + b->n_bytes > max_end) {
+            max_end = b->offset + b->n_bytes;
+            max_owner = order[k];
         }
     }
     free(order);
@@ -332,152 +388,192 @@ static og_status check_tensor_offsets(cursor *c, const uint64_t *info_off) {
 
 /* ---- whole header ------------------------------------------------------- */
 
+static void reset_parse(og_gguf *g) {
+    if (g->kvs)
+        for (uint64_t i = 0; i < g->n_kv; i++) free((void *)g->kvs[i].strs);
+    free(g->kvs);
+    free(g->tensors);
+    free(g->info_off);
+    free(g->kv_index);
+    free(g->t_index);
+    g->kvs = NULL;
+    g->tensors = NULL;
+    g->info_off = NULL;
+    g->kv_index = g->t_index = NULL;
+    while (g->names) {
+        name_block *n = g->names->next;
+        free(g->names);
+        g->names = n;
+    }
+    g->short_read = false;
+}
+
 static og_status parse(og_gguf *g, unsigned flags, char *err, size_t errlen) {
     cursor c = {.g = g, .off = 0, .err = err, .errlen = errlen};
+    char kn[128];
     og_status st;
     if (g->file_size < 4 || memcmp(g->base, GGUF_MAGIC, 4) != 0) {
         if (g->file_size == 0) return cfail(&c, 0, OG_ERR_FORMAT, "empty file, not a GGUF model");
-        return cfail(&c, 0, OG_ERR_FORMAT,
-                     "bad magic: not a GGUF file (expected 'GGUF' at the start)");
+        return cfail(&c, 0, OG_ERR_FORMAT, "bad magic: not a GGUF file (expected 'GGUF' at the start)");
     }
     c.off = 4;
     if ((st = rd_u32(&c, &g->version, "version"))) return st;
     if (g->version != 0 && (g->version & 0xFFFF) == 0)
-        return cfail(&c, 4, OG_ERR_UNSUPPORTED,
-                     "version field 0x%08x looks byte-swapped: big-endian GGUF is not supported",
+        return cfail(&c, 4, OG_ERR_UNSUPPORTED, "version field 0x%08x looks byte-swapped: big-endian GGUF is not supported",
                      g->version);
     if (g->version == 1)
-        return cfail(&c, 4, OG_ERR_UNSUPPORTED,
-                     "GGUF version 1 (32-bit counts) is not supported; convert the model again");
+        return cfail(&c, 4, OG_ERR_UNSUPPORTED, "GGUF version 1 (32-bit counts) is not supported; convert the model again");
     if (g->version != 2 && g->version != 3)
-        return cfail(&c, 4, OG_ERR_UNSUPPORTED, "unsupported GGUF version %u (supported: 2, 3)",
-                     g->version);
+        return cfail(&c, 4, OG_ERR_UNSUPPORTED, "unsupported GGUF version %u (supported: 2, 3)", g->version);
     if ((st = rd_u64(&c, &g->n_tensors, "tensor count"))) return st;
     if ((st = rd_u64(&c, &g->n_kv, "metadata count"))) return st;
     /* The smallest KV record is 13 bytes and the smallest tensor info 25; counts
-     * the file cannot possibly hold are refused before any allocation. */
-    if (g->n_kv > remaining(&c) / 13)
+     * the file cannot possibly hold are refused outright. */
+    uint64_t left = g->file_size - c.off;
+    if (g->n_kv > left / 13)
         return cfail(&c, 16, OG_ERR_FORMAT, "metadata count %llu is impossible for a %llu-byte file",
                      (unsigned long long)g->n_kv, (unsigned long long)g->file_size);
-    if (g->n_tensors > remaining(&c) / 25)
+    if (g->n_tensors > left / 25)
         return cfail(&c, 8, OG_ERR_FORMAT, "tensor count %llu is impossible for a %llu-byte file",
                      (unsigned long long)g->n_tensors, (unsigned long long)g->file_size);
 
-    g->kvs = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kvs);
-    g->kv_index_cap = hash_cap_for(g->n_kv);
-    g->kv_index = calloc(g->kv_index_cap, sizeof *g->kv_index);
-    if (!g->kvs || !g->kv_index) return OG_ERR_NOMEM;
-
+    uint64_t cap = 0;
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < g->n_kv; i++) {
+        if ((st = grow((void **)&g->kvs, &cap, i + 1, sizeof *g->kvs))) return st;
         og_gguf_kv *kv = &g->kvs[i];
         uint64_t at = c.off;
         kv->file_offset = at;
         og_str key;
-        if ((st = rd_str(&c, &key, GGUF_MAX_KEY_BYTES, "metadata key"))) return st;
-        if (key.n == 0)
-            return cfail(&c, at, OG_ERR_FORMAT, "metadata key %llu is empty", (unsigned long long)i);
-        if (memchr(key.s, '\0', key.n))
-            return cfail(&c, at, OG_ERR_FORMAT, "metadata key %llu contains a NUL byte",
-                         (unsigned long long)i);
-        if ((st = keep_name(g, key, &kv->key))) return st;
-        size_t slot = hash_slot(g->kv_index, g->kv_index_cap, kv->key, key.n, kv_name_at, g);
-        if (g->kv_index[slot])
-            return cfail(&c, at, OG_ERR_FORMAT, "duplicate metadata key '%s'", kv->key);
-        g->kv_index[slot] = i + 1;
+        if ((st = rd_str(&c, &key, GGUF_MAX_KEY_BYTES, "metadata key"))) goto kv_fail;
+        if (key.n == 0) {
+            st = cfail(&c, at, OG_ERR_FORMAT, "metadata key %llu is empty", (unsigned long long)i);
+            goto kv_fail;
+        }
+        if (memchr(key.s, '\0', (size_t)key.n)) {
+            st = cfail(&c, at, OG_ERR_FORMAT, "metadata key %llu contains a NUL byte", (unsigned long long)i);
+            goto kv_fail;
+        }
+        if ((st = keep_name(g, key, &kv->key))) goto kv_fail;
         uint32_t vt;
         uint64_t vt_at = c.off;
-        if ((st = rd_u32(&c, &vt, "value type"))) return st;
-        if (vt >= OG_GGUF_VTYPE_COUNT)
-            return cfail(&c, vt_at, OG_ERR_FORMAT, "key '%s' has unknown value type %u", kv->key, vt);
+        if ((st = rd_u32(&c, &vt, "value type"))) goto kv_fail;
+        if (vt >= OG_GGUF_VTYPE_COUNT) {
+            st = cfail(&c, vt_at, OG_ERR_FORMAT, "key '%s' has unknown value type %u", SAFE(kn, kv->key), vt);
+            goto kv_fail;
+        }
         kv->type = (og_gguf_vtype)vt;
-        if ((st = read_kv_value(&c, kv))) return st;
+        if ((st = read_kv_value(&c, kv))) goto kv_fail;
         if (strcmp(kv->key, "general.alignment") == 0) {
-            if (kv->type != OG_GGUF_UINT32)
-                return cfail(&c, at, OG_ERR_FORMAT, "general.alignment must be uint32, not %s",
-                             og_gguf_vtype_name(kv->type));
+            if (kv->type != OG_GGUF_UINT32) {
+                st = cfail(&c, at, OG_ERR_FORMAT, "general.alignment must be uint32, not %s", og_gguf_vtype_name(kv->type));
+                goto kv_fail;
+            }
             uint32_t a;
             memcpy(&a, kv->data, 4);
-            if (a == 0 || (a & (a - 1)) != 0)
-                return cfail(&c, at, OG_ERR_FORMAT,
-                             "general.alignment %u is not a non-zero power of two", a);
+            if (a == 0 || (a & (a - 1)) != 0) {
+                st = cfail(&c, at, OG_ERR_FORMAT, "general.alignment %u is not a non-zero power of two", a);
+                goto kv_fail;
+            }
             g->alignment = a;
         }
+        continue;
+    kv_fail:
+        g->n_kv = i + 1; /* what exists, for cleanup */
+        return st;
     }
+    uint64_t dup;
+    if ((st = build_index(g, g->n_kv, kv_name_at, &g->kv_index, &g->kv_index_cap, &dup)))
+        return st == OG_ERR_FORMAT ? cfail(&c, g->kvs[dup].file_offset, OG_ERR_FORMAT, "duplicate metadata key '%s'",
+                                           SAFE(kn, g->kvs[dup].key))
+                                   : st;
 
-    g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
-    uint64_t *info_off = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *info_off);
-    g->t_index_cap = hash_cap_for(g->n_tensors);
-    g->t_index = calloc(g->t_index_cap, sizeof *g->t_index);
-    if (!g->tensors || !g->t_index || !info_off) {
-        free(info_off);
-        return OG_ERR_NOMEM;
-    }
+    cap = 0;
+    uint64_t cap_off = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
-        info_off[i] = c.off;
-        if ((st = read_tensor_info(&c, &g->tensors[i], i))) goto out;
-        const char *nm = g->tensors[i].name;
-        size_t slot = hash_slot(g->t_index, g->t_index_cap, nm, strlen(nm), tensor_name_at, g);
-        if (g->t_index[slot]) {
-            st = cfail(&c, info_off[i], OG_ERR_FORMAT, "duplicate tensor name '%s'", nm);
-            goto out;
-        }
-        g->t_index[slot] = i + 1;
+        if ((st = grow((void **)&g->tensors, &cap, i + 1, sizeof *g->tensors)) ||
+            (st = grow((void **)&g->info_off, &cap_off, i + 1, sizeof *g->info_off)))
+            return st;
+        g->info_off[i] = c.off;
+        if ((st = read_tensor_info(&c, &g->tensors[i], i))) return st;
     }
+    if ((st = build_index(g, g->n_tensors, tensor_name_at, &g->t_index, &g->t_index_cap, &dup)))
+        return st == OG_ERR_FORMAT ? cfail(&c, g->info_off[dup], OG_ERR_FORMAT, "duplicate tensor name '%s'",
+                                           SAFE(kn, g->tensors[dup].name))
+                                   : st;
     g->data_offset = c.off;
     if (g->n_tensors > 0) {
         og_align_up_u64(c.off, g->alignment, &g->data_offset);
-        if (g->data_offset > g->file_size) {
-            st = cfail(&c, c.off, OG_ERR_FORMAT,
-                       "file ends before the data section (at %llu): truncated after the header",
-                       (unsigned long long)g->data_offset);
-            goto out;
-        }
+        if (g->data_offset > g->file_size)
+            return cfail(&c, c.off, OG_ERR_FORMAT, "file ends before the data section (at %llu): truncated after the header",
+                         (unsigned long long)g->data_offset);
     }
-    if ((st = check_tensor_offsets(&c, info_off))) goto out;
-    if (!(flags & OG_GGUF_HEADER_ONLY)) {
-        for (uint64_t i = 0; i < g->n_tensors; i++)
-            g->tensors[i].data = g->base + g->data_offset + g->tensors[i].offset;
-    }
-out:
-    free(info_off);
-    return st;
+    if ((st = check_tensor_offsets(&c))) return st;
+    if (!(flags & OG_GGUF_HEADER_ONLY))
+        for (uint64_t i = 0; i < g->n_tensors; i++) g->tensors[i].data = g->base + g->data_offset + g->tensors[i].offset;
+    return OG_OK;
 }
 
-static og_status finish_open(og_gguf *g, unsigned flags, og_gguf **out, char *err, size_t errlen) {
-    og_status st = parse(g, flags, err, errlen);
+static og_gguf *new_gguf(const char *name) {
+    og_gguf *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->path = strdup(name);
+    if (!g->path) {
+        free(g);
+        return NULL;
+    }
+    og_random_key(g->hash_key);
+    return g;
+}
+
+static og_status finish(og_gguf *g, og_status st, og_gguf **out, char *err, size_t errlen) {
     if (st == OG_ERR_NOMEM) og_fail(err, errlen, st, "%s: out of memory while reading the header", g->path);
     if (st) {
         og_gguf_close(g);
         return st;
     }
-    /* Header-only: give back the mapping of the data section, so nothing can
-     * touch tensor bytes by accident. */
-    if ((flags & OG_GGUF_HEADER_ONLY) && g->map) {
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        size_t keep = (size_t)((g->data_offset + page - 1) / page * page);
-        if (keep < g->map_len) {
-            munmap((uint8_t *)g->map + keep, g->map_len - keep);
-            g->map_len = keep;
-        }
-    }
     *out = g;
     return OG_OK;
 }
 
-og_status og_gguf_open_memory(const void *buf, size_t len, const char *name, unsigned flags,
-                              og_gguf **out, char *err, size_t errlen) {
+og_status og_gguf_open_memory(const void *buf, size_t len, const char *name, unsigned flags, og_gguf **out,
+                              char *err, size_t errlen) {
     *out = NULL;
-    og_gguf *g = calloc(1, sizeof *g);
+    og_gguf *g = new_gguf(name ? name : "<memory>");
     if (!g) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    g->path = strdup(name ? name : "<memory>");
-    if (!g->path) {
-        free(g);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    }
     g->base = buf;
-    g->file_size = len;
-    return finish_open(g, flags, out, err, errlen);
+    g->avail = g->file_size = len;
+    return finish(g, parse(g, flags, err, errlen), out, err, errlen);
+}
+
+/* Header-only: pread a growing prefix until the header parses (or fails on its
+ * own terms), so no part of the file is mapped. */
+static og_status parse_prefix(og_gguf *g, int fd, unsigned flags, char *err, size_t errlen) {
+    uint64_t want = g->file_size < HEADER_FIRST_READ ? g->file_size : HEADER_FIRST_READ;
+    for (;;) {
+        uint8_t *nb = realloc(g->buf, want ? (size_t)want : 1);
+        if (!nb) return OG_ERR_NOMEM;
+        g->buf = nb;
+        uint64_t got = 0;
+        while (got < want) {
+            ssize_t r = pread(fd, g->buf + got, (size_t)(want - got), (off_t)got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return og_fail(err, errlen, OG_ERR_IO, "%s: read failed: %s", g->path, strerror(errno));
+            if (r == 0) break; /* the file shrank under us */
+            got += (uint64_t)r;
+        }
+        if (got < want) g->file_size = got;
+        g->base = g->buf;
+        g->avail = got;
+        og_status st = parse(g, flags, err, errlen);
+        if (st == OG_OK || !g->short_read) return st;
+        if (want >= HEADER_MAX_BYTES)
+            return og_fail(err, errlen, OG_ERR_FORMAT, "%s: the header is larger than %llu bytes", g->path,
+                           (unsigned long long)HEADER_MAX_BYTES);
+        reset_parse(g);
+        want = want * 4 > g->file_size ? g->file_size : want * 4;
+        if (want > HEADER_MAX_BYTES) want = HEADER_MAX_BYTES;
+    }
 }
 
 og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen) {
@@ -495,44 +591,40 @@ og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *er
         close(fd);
         return og_fail(err, errlen, OG_ERR_IO, "%s: not a regular file", path);
     }
-    og_gguf *g = calloc(1, sizeof *g);
-    if (!g || !(g->path = strdup(path))) {
-        free(g);
+    og_gguf *g = new_gguf(path);
+    if (!g) {
         close(fd);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     g->file_size = (uint64_t)sb.st_size;
-    if (g->file_size > 0) {
+    og_status st;
+    if (flags & OG_GGUF_HEADER_ONLY) {
+        st = parse_prefix(g, fd, flags, err, errlen);
+    } else if (g->file_size == 0) {
+        g->base = (const uint8_t *)"";
+        st = parse(g, flags, err, errlen);
+    } else {
         void *m = mmap(NULL, (size_t)g->file_size, PROT_READ, MAP_SHARED, fd, 0);
         if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            og_gguf_close(g);
-            return og_fail(err, errlen, OG_ERR_IO, "%s: cannot map %llu bytes: %s", path,
-                           (unsigned long long)sb.st_size, strerror(e));
+            st = og_fail(err, errlen, OG_ERR_IO, "%s: cannot map %llu bytes: %s", path, (unsigned long long)sb.st_size,
+                         strerror(errno));
+        } else {
+            g->map = m;
+            g->map_len = (size_t)g->file_size;
+            g->base = m;
+            g->avail = g->file_size;
+            st = parse(g, flags, err, errlen);
         }
-        g->map = m;
-        g->map_len = (size_t)g->file_size;
-        g->base = m;
-    } else {
-        g->base = (const uint8_t *)"";
     }
     close(fd);
-    return finish_open(g, flags, out, err, errlen);
+    return finish(g, st, out, err, errlen);
 }
 
 void og_gguf_close(og_gguf *g) {
     if (!g) return;
+    reset_parse(g);
     if (g->map) munmap(g->map, g->map_len);
-    if (g->kvs) {
-        for (uint64_t i = 0; i < g->n_kv; i++) free((void *)g->kvs[i].strs);
-    }
-    for (uint64_t i = 0; i < g->n_names; i++) free(g->names[i]);
-    free(g->names);
-    free(g->kvs);
-    free(g->tensors);
-    free(g->kv_index);
-    free(g->t_index);
+    free(g->buf);
     free(g->path);
     free(g);
 }
@@ -544,22 +636,19 @@ uint32_t og_gguf_alignment(const og_gguf *g) { return g->alignment; }
 uint64_t og_gguf_data_offset(const og_gguf *g) { return g->data_offset; }
 uint64_t og_gguf_file_size(const og_gguf *g) { return g->file_size; }
 
-const og_gguf_kv *og_gguf_kv_at(const og_gguf *g, uint64_t i) {
-    return i < g->n_kv ? &g->kvs[i] : NULL;
-}
+const og_gguf_kv *og_gguf_kv_at(const og_gguf *g, uint64_t i) { return i < g->n_kv ? &g->kvs[i] : NULL; }
 const og_gguf_tensor *og_gguf_tensor_at(const og_gguf *g, uint64_t i) {
     return i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
 const og_gguf_kv *og_gguf_find_kv(const og_gguf *g, const char *key) {
-    size_t slot = hash_slot(g->kv_index, g->kv_index_cap, key, strlen(key), kv_name_at, g);
+    size_t slot = hash_slot(g, g->kv_index, g->kv_index_cap, key, kv_name_at);
     return g->kv_index[slot] ? &g->kvs[g->kv_index[slot] - 1] : NULL;
 }
 const og_gguf_tensor *og_gguf_find_tensor(const og_gguf *g, const char *name) {
-    size_t slot = hash_slot(g->t_index, g->t_index_cap, name, strlen(name), tensor_name_at, g);
+    size_t slot = hash_slot(g, g->t_index, g->t_index_cap, name, tensor_name_at);
     return g->t_index[slot] ? &g->tensors[g->t_index[slot] - 1] : NULL;
 }
-
 /* ---- typed access -------------------------------------------------------- */
 
 /* Element i of a numeric value as either an int (is_int) or a double. */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct wkv {
@@ -214,21 +215,46 @@ static og_status write_all(FILE *f, const void *p, size_t n, const char *path, c
     return OG_OK;
 }
 
-og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill_fn fill,
-                               void *fill_ctx, char *err, size_t errlen) {
-    og_status st = OG_OK;
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    uint8_t *buf = NULL;
+/* A fresh temporary file beside `path` (same filesystem, so rename is atomic):
+ * mkstemp never follows a symlink, never clobbers a file and never collides
+ * with a concurrent writer. */
+static og_status open_temp(const char *path, char **tmp_out, FILE **f_out, char *err, size_t errlen) {
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+    char *tmp = malloc(dlen + 32);
     if (!tmp) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        st = og_fail(err, errlen, OG_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    memcpy(tmp, path, dlen);
+    memcpy(tmp + dlen, ".onegpu-write-XXXXXX", 21);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        og_status st = og_fail(err, errlen, OG_ERR_IO, "%s: cannot create a temporary file beside it: %s", path,
+                               strerror(errno));
         free(tmp);
         return st;
     }
+    fchmod(fd, 0644);
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    *tmp_out = tmp;
+    *f_out = f;
+    return OG_OK;
+}
+
+og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill_fn fill, void *fill_ctx, char *err,
+                               size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return og_fail(err, errlen, OG_ERR_IO, "%s exists and is not a regular file; not replacing it", path);
+    char *tmp = NULL;
+    FILE *f = NULL;
+    uint8_t *buf = NULL;
+    og_status st = open_temp(path, &tmp, &f, err, errlen);
+    if (st) return st;
     static const uint8_t zeros[256];
     /* Header, KVs and tensor infos. */
     bbuf h = {0};
@@ -257,13 +283,12 @@ og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill
         st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory while building the header");
         goto fail;
     }
-    if ((st = write_all(f, h.p, h.n, tmp, err, errlen))) goto fail;
+    if ((st = write_all(f, h.p, h.n, path, err, errlen))) goto fail;
     uint64_t data_start = h.n;
     if (max_fill) {
-        buf = malloc((size_t)max_fill);
+        buf = max_fill <= SIZE_MAX ? malloc((size_t)max_fill) : NULL;
         if (!buf) {
-            st = og_fail(err, errlen, OG_ERR_NOMEM, "cannot allocate %llu bytes for a tensor",
-                         (unsigned long long)max_fill);
+            st = og_fail(err, errlen, OG_ERR_NOMEM, "cannot allocate %llu bytes for a tensor", (unsigned long long)max_fill);
             goto fail;
         }
     }
@@ -277,18 +302,20 @@ og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill
         }
         if (!src) continue;
         if (fseeko(f, (off_t)(data_start + t->offset), SEEK_SET) != 0) {
-            st = og_fail(err, errlen, OG_ERR_IO, "%s: seek failed: %s", tmp, strerror(errno));
+            st = og_fail(err, errlen, OG_ERR_IO, "%s: seek failed: %s", path, strerror(errno));
             goto fail;
         }
-        if ((st = write_all(f, src, (size_t)t->n_bytes, tmp, err, errlen))) goto fail;
+        if ((st = write_all(f, src, (size_t)t->n_bytes, path, err, errlen))) goto fail;
     }
-    if (fflush(f) != 0 || ftruncate(fileno(f), (off_t)(data_start + w->data_bytes)) != 0) {
-        st = og_fail(err, errlen, OG_ERR_IO, "%s: %s", tmp, strerror(errno));
+    /* Flush to the disk before the rename: after a crash the path holds either
+     * the old file or the whole new one. */
+    if (fflush(f) != 0 || ftruncate(fileno(f), (off_t)(data_start + w->data_bytes)) != 0 || fsync(fileno(f)) != 0) {
+        st = og_fail(err, errlen, OG_ERR_IO, "%s: %s", path, strerror(errno));
         goto fail;
     }
     if (fclose(f) != 0) {
         f = NULL;
-        st = og_fail(err, errlen, OG_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+        st = og_fail(err, errlen, OG_ERR_IO, "%s: close failed: %s", path, strerror(errno));
         goto fail;
     }
     f = NULL;

@@ -169,8 +169,9 @@ og_status og_gguf_writer_add_tensor(og_gguf_writer *w, const char *name, og_ggml
 typedef og_status (*og_gguf_fill_fn)(void *ctx, uint64_t i, const og_gguf_tensor *t,
                                      void *buf, char *err, size_t errlen);
 
-/* Writes the file atomically (path.tmp, then rename). Tensors whose data is NULL
- * are produced by fill (if given) or left as holes (sparse file via ftruncate). */
+/* Writes the file atomically: a mkstemp file beside path, fsync, then rename
+ * (an existing path that is not a regular file is refused). Tensors whose data
+ * is NULL are produced by fill (if given) or left as holes (sparse file). */
 og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill_fn fill,
                                void *fill_ctx, char *err, size_t errlen);
 

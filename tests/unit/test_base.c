@@ -57,10 +57,27 @@ static void test_checked_math(void **state) {
     assert_string_equal(og_status_str(OG_ERR_FORMAT), "malformed input");
 }
 
+static void test_printable(void **state) {
+    (void)state;
+    char out[64];
+    assert_string_equal(og_printable("ok \xc3\xa9", 5, out, sizeof out), "ok \xc3\xa9");     /* valid UTF-8 kept */
+    assert_string_equal(og_printable("\x1b[2J", 4, out, sizeof out), "\\x1b[2J");           /* escape escaped */
+    assert_string_equal(og_printable("a\xff" "b", 3, out, sizeof out), "a\\xffb");             /* invalid UTF-8 */
+    assert_string_equal(og_printable("\xed\xa0\x80", 3, out, sizeof out), "\\xed\\xa0\\x80"); /* surrogate */
+    char small[8];
+    og_printable("abcdefghijkl", 12, small, sizeof small);
+    assert_string_equal(small, "abcd..."); /* 7 bytes + NUL */
+    uint64_t k1[2] = {1, 2}, k2[2] = {1, 3};
+    /* SipHash-1-3: deterministic per key, different across keys */
+    assert_true(og_siphash13(k1, "abc", 3) == og_siphash13(k1, "abc", 3));
+    assert_true(og_siphash13(k1, "abc", 3) != og_siphash13(k2, "abc", 3));
+    assert_true(og_siphash13(k1, "abc", 3) != og_siphash13(k1, "abd", 3));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_size), cmocka_unit_test(test_fmt_bytes),
-        cmocka_unit_test(test_fnv1a), cmocka_unit_test(test_checked_math),
+        cmocka_unit_test(test_fnv1a), cmocka_unit_test(test_checked_math), cmocka_unit_test(test_printable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -353,6 +353,52 @@ static void test_messages_distinct(void **state) {
                 fail_msg("message of '%s' also matches '%s'", cases[j].name, cases[i].name);
 }
 
+/* An overlap must be found even when an empty tensor sorts between the two. */
+static void test_overlap_behind_empty_tensor(void **state) {
+    (void)state;
+    fx_buf b = {0};
+    fx_bytes(&b, "GGUF", 4);
+    fx_u32(&b, 3);
+    fx_u64(&b, 3);
+    fx_u64(&b, 0);
+    const struct { const char *name; uint64_t ne0, off; } t[3] = {{"a", 256, 0}, {"z", 0, 256}, {"c", 8, 512}};
+    for (int i = 0; i < 3; i++) {
+        fx_str(&b, t[i].name);
+        fx_u32(&b, 1);
+        fx_u64(&b, t[i].ne0);
+        fx_u32(&b, 0);
+        fx_u64(&b, t[i].off);
+    }
+    while (b.n % 32) fx_u8(&b, 0);
+    for (int i = 0; i < 1024 + 64; i++) fx_u8(&b, 0);
+    og_gguf *g;
+    char err[512];
+    assert_int_equal(og_gguf_open_memory(b.p, b.n, "ov.gguf", 0, &g, err, sizeof err), OG_ERR_FORMAT);
+    assert_non_null(strstr(err, "tensor 'c' data (offset 512) overlaps tensor 'a'"));
+    free(b.p);
+}
+
+/* Names from a file are escaped before they reach a terminal. */
+static void test_escaped_names(void **state) {
+    (void)state;
+    fx_buf b = {0};
+    fx_bytes(&b, "GGUF", 4);
+    fx_u32(&b, 3);
+    fx_u64(&b, 0);
+    fx_u64(&b, 2);
+    for (int i = 0; i < 2; i++) {
+        fx_str(&b, "\x1b]0;pwned\x07\xff");
+        fx_u32(&b, 7);
+        fx_u8(&b, 1);
+    }
+    og_gguf *g;
+    char err[512];
+    assert_int_equal(og_gguf_open_memory(b.p, b.n, "esc.gguf", 0, &g, err, sizeof err), OG_ERR_FORMAT);
+    assert_non_null(strstr(err, "duplicate metadata key '\\x1b]0;pwned\\x07\\xff'"));
+    for (const char *p = err; *p; p++) assert_true((unsigned char)*p >= 0x20);
+    free(b.p);
+}
+
 /* Every prefix of a valid file is refused cleanly (no crash, no success). */
 static void test_every_truncation(void **state) {
     (void)state;
@@ -377,7 +423,7 @@ int main(int argc, char **argv) {
     g_onegpu = argv[1];
     snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/og_test_gguf_XXXXXX");
     if (!mkdtemp(g_tmpdir)) return 2;
-    struct CMUnitTest tests[8 + 2 * N_CASES];
+    struct CMUnitTest tests[10 + 2 * N_CASES];
     size_t n = 0;
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_read_fixture);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_writer_matches_spec_bytes);
@@ -385,6 +431,8 @@ int main(int argc, char **argv) {
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sparse_write);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_messages_distinct);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_every_truncation);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_overlap_behind_empty_tensor);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_escaped_names);
     for (size_t i = 0; i < N_CASES; i++) {
         tests[n++] = (struct CMUnitTest){cases[i].name, test_corrupt_library, NULL, NULL, (void *)&cases[i]};
     }

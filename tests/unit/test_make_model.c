@@ -438,6 +438,20 @@ static void test_bad_args(void **state) {
     assert_int_equal(run(a), 1);
     snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer /nonexistent", g_tmp);
     assert_int_equal(run(a), 2);
+    /* an existing output that is not a regular file is never replaced */
+    char fifo[400];
+    snprintf(fifo, sizeof fifo, "%s/fifo", g_tmp);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(a, sizeof a, "-o %s --tokenizer none --vocab 64", fifo);
+    assert_int_equal(run(a), 2);
+    struct stat fst;
+    assert_int_equal(stat(fifo, &fst), 0);
+    assert_true(S_ISFIFO(fst.st_mode));
+    /* sizes that overflow, and a non-finite scale, are argument errors */
+    snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --sparse --qk-nope 4294967294 --qk-rope 2", g_tmp);
+    assert_int_equal(run(a), 1);
+    snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --expert-weights-scale nan", g_tmp);
+    assert_int_equal(run(a), 1);
     struct stat st;
     assert_int_not_equal(stat(a + 3, &st), 0); /* nothing half-written */
 }

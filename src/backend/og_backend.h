@@ -15,8 +15,10 @@ typedef struct og_pool og_pool;
 typedef void (*og_pool_fn)(void *ctx, int ith, int nth);
 
 /* n_threads >= 1 (the caller counts as thread 0, so n_threads - 1 workers are
- * started). cpus: NULL, or n_threads CPU ids to pin thread i to cpus[i] (a pin the
- * OS refuses is reported as OG_ERR_INVALID_ARG and nothing is created). Idle
+ * started). cpus: NULL, or n_threads CPU ids: worker i is pinned to cpus[i]
+ * (a pin the OS refuses is OG_ERR_INVALID_ARG and nothing is created). The
+ * calling thread is never re-pinned (its affinity belongs to the caller; new
+ * threads inherit it, so an unpinned pool runs where the caller may run). Idle
  * workers sleep on a condition variable after a short spin (~50 us): they never
  * busy-wait while no work is queued. */
 og_status og_pool_create(int n_threads, const int *cpus, og_pool **out, char *err, size_t errlen);

@@ -80,16 +80,6 @@ og_status og_pool_create(int n_threads, const int *cpus, og_pool **out, char *er
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done_cv, NULL);
-    if (cpus) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpus[0], &set);
-        int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-        if (rc) {
-            og_pool_free(p);
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cannot pin thread 0 to CPU %d: %s", cpus[0], strerror(rc));
-        }
-    }
     p->w = calloc((size_t)n_threads, sizeof *p->w);
     if (!p->w) {
         og_pool_free(p);

@@ -104,7 +104,8 @@ static og_status fill_weights(og_ggml_type type, int64_t K, int64_t n_rows, uint
 }
 
 static og_pool *make_pool(int n, char *err, size_t errlen) {
-    /* pin to the first n CPUs this process may use; fall back to unpinned */
+    /* pin workers to the first n CPUs this process may use (the calling thread,
+     * worker 0, stays where it is); fall back to unpinned */
     cpu_set_t set;
     int cpus[256], found = 0;
     if (sched_getaffinity(0, sizeof set, &set) == 0)

@@ -99,38 +99,49 @@ static void q4_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(h);
 }
 
+/* Q2_K: a 2-bit quant q times its 4-bit scale is at most 45, so q*sc fits a byte
+ * and comes from a 4-entry table per sub-block with one vpshufb; the sixteen
+ * sub-blocks then accumulate in one vpdpbusd chain with no per-lane multiply.
+ * Each 128-bit lane of a shifted plane holds exactly one sub-block (16 elements). */
 static void q2_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q2_K *x = vx;
     const og_block_q8_K *y = vy;
     __m512 acc = _mm512_setzero_ps();
-    float mins = 0;
-    /* dpbusd lane l of chunk k (elements 32k..32k+31 of both halves): sub-block
-     * 2k + (l/4)%2 for l < 8, 8 + 2k + (l/4)%2 for l >= 8 */
-    const __m512i base = _mm512_set_epi32(9, 9, 9, 9, 8, 8, 8, 8, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m256 macc = _mm256_setzero_ps();
+    /* plane k covers sub-blocks 2k, 2k+1 (half 0) and 8+2k, 9+2k (half 1): bring
+     * that sub-block's table to bytes 0-3 of each 128-bit lane */
+    const __m512i sel[4] = {
+        _mm512_set_epi32(0, 0, 0, 9, 0, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0),
+        _mm512_set_epi32(0, 0, 0, 11, 0, 0, 0, 10, 0, 0, 0, 3, 0, 0, 0, 2),
+        _mm512_set_epi32(0, 0, 0, 13, 0, 0, 0, 12, 0, 0, 0, 5, 0, 0, 0, 4),
+        _mm512_set_epi32(0, 0, 0, 15, 0, 0, 0, 14, 0, 0, 0, 7, 0, 0, 0, 6),
+    };
+    const __m512i m3 = _mm512_set1_epi8(3);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         const float dy = y[b].d;
         __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
+        /* mins: (sc >> 4) . bsums per sub-block, accumulated as a vector */
         __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
         __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
-        __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(mm), _mm256_extracti128_si256(mm, 1));
-        m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
-        m4 = _mm_add_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
-        mins += FP16(x[b].dmin) * dy * (float)_mm_cvtsi128_si32(m4);
-        __m512i scv = _mm512_cvtepu8_epi32(_mm_and_si128(sc8, _mm_set1_epi8(0x0F))); /* 16 scales */
-        __m512i q = _mm512_loadu_si512(x[b].qs);                                     /* both halves */
+        macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(FP16(x[b].dmin) * dy), macc);
+        /* table of sub-block j in dword j: bytes [0, s, 2s, 3s] = s * 0x03020100 */
+        __m512i tab = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(sc8, _mm_set1_epi8(0x0F))),
+                                         _mm512_set1_epi32(0x03020100));
+        __m512i q = _mm512_loadu_si512(x[b].qs); /* bytes 0-31: half 0, 32-63: half 1 */
         __m512i isum = _mm512_setzero_si512();
         for (int k = 0; k < 4; k++) {
-            __m512i u = _mm512_and_si512(_mm512_srli_epi16(q, 2 * k), _mm512_set1_epi8(3));
+            __m512i u = _mm512_and_si512(_mm512_srli_epi16(q, 2 * k), m3);
+            __m512i us = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(sel[k], tab), u); /* q * sc */
             __m256i ylo = _mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * k));
             __m256i yhi = _mm256_loadu_si256((const __m256i *)(y[b].qs + 128 + 32 * k));
-            __m512i yy = _mm512_inserti64x4(_mm512_castsi256_si512(ylo), yhi, 1);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yy);
-            __m512i sv = _mm512_permutexvar_epi32(_mm512_add_epi32(base, _mm512_set1_epi32(2 * k)), scv);
-            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, sv));
+            isum = _mm512_dpbusd_epi32(isum, us, _mm512_inserti64x4(_mm512_castsi256_si512(ylo), yhi, 1));
         }
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * dy), acc);
     }
-    *s = _mm512_reduce_add_ps(acc) - mins;
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(macc), _mm256_extractf128_ps(macc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    *s = _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(h);
 }
 
 static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {

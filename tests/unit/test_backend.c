@@ -43,7 +43,7 @@ static void test_pool(void **state) {
         og_pool_free(p);
     }
     og_pool *p;
-    int bad[2] = {0, 100000};
+    int bad[2] = {0, 100000}; /* worker 1 cannot be pinned to CPU 100000 */
     assert_int_not_equal(og_pool_create(2, bad, &p, err, sizeof err), OG_OK);
     assert_null(p);
     int ok[1] = {0};

@@ -125,6 +125,7 @@ static void usage(FILE *out) {
             "  threads; then batched matmul (batch 16, 64, 512) in GFLOP/s for every SIMD tier.\n"
             "  --threads 1,2 (default: 1 and all CPUs)  --types Q4_K,Q2_K,... (default: all)\n"
             "  --reps N  timed runs per figure, median reported (default 5)\n"
+            "  --k K --rows N  matrix shape for comparing with a peer (default K 7168, rows fill the buffer)\n"
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the tier of the matrix x vector runs.\n");
 }
 
@@ -149,10 +150,12 @@ int og_cmd_bench(int argc, char **argv) {
     static const struct option opts[] = {{"json", no_argument, 0, 'j'},          {"size-mib", required_argument, 0, 's'},
                                          {"threads", required_argument, 0, 't'}, {"types", required_argument, 0, 'T'},
                                          {"reps", required_argument, 0, 'r'},    {"help", no_argument, 0, 'h'},
+                                         {"k", required_argument, 0, 'k'},       {"rows", required_argument, 0, 'R'},
                                          {0, 0, 0, 0}};
     bool as_json = false;
     long size_mib = 1024;
     int reps = 5, threads[8], n_threads = 0;
+    long K_arg = 7168, rows_arg = 0;
     const char *types_arg = NULL;
     int c;
     optind = 2;
@@ -163,12 +166,15 @@ int og_cmd_bench(int argc, char **argv) {
         case 't': n_threads = parse_list(optarg, threads, 8); break;
         case 'T': types_arg = optarg; break;
         case 'r': reps = atoi(optarg); break;
+        case 'k': K_arg = atol(optarg); break;
+        case 'R': rows_arg = atol(optarg); break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
     }
-    if (size_mib < 16 || size_mib > 1 << 20 || reps < 1 || reps > 15) {
-        fprintf(stderr, "onegpu bench: --size-mib must be >= 16 and --reps 1..15\n");
+    if (size_mib < 16 || size_mib > 1 << 20 || reps < 1 || reps > 15 || K_arg < 256 || K_arg % 256 || K_arg > 1 << 20 ||
+        rows_arg < 0) {
+        fprintf(stderr, "onegpu bench: --size-mib must be >= 16, --reps 1..15, --k a multiple of 256\n");
         return OG_EXIT_USAGE;
     }
     cpu_set_t set;
@@ -228,10 +234,10 @@ int og_cmd_bench(int argc, char **argv) {
     json_t *limits = json_object();
     double best_limit = 0;
     if (!as_json)
-        printf("CPU tier %s; matrix x vector on %ld MiB of weights (K = 7168), median of %d runs\n\n"
-               "%-8s %7s %12s %12s %9s\n", og_isa_name(isa), size_mib, reps, "type", "threads", "GB/s", "read GB/s",
-               "fraction");
-    const int64_t K = 7168;
+        printf("CPU tier %s; matrix x vector on %s of weights (K = %ld), median of %d runs\n\n"
+               "%-8s %7s %12s %12s %9s\n", og_isa_name(isa), rows_arg ? "N rows" : "the whole buffer", K_arg, reps,
+               "type", "threads", "GB/s", "read GB/s", "fraction");
+    const int64_t K = K_arg;
     float *x = malloc((size_t)K * 4 * 512);
     uint64_t rng = 3;
     for (int64_t i = 0; i < K * 512; i++) x[i] = (float)(og_rand_unit(&rng) * 2 - 1);
@@ -253,7 +259,7 @@ int og_cmd_bench(int argc, char **argv) {
             const og_type_traits *tr = og_quant_traits(types[t]);
             uint64_t rb;
             og_row_bytes(tr->type, (uint64_t)K, &rb);
-            int64_t n_rows = (int64_t)(bytes / rb);
+            int64_t n_rows = rows_arg && (uint64_t)rows_arg * rb <= bytes ? rows_arg : (int64_t)(bytes / rb);
             if (fill_weights(tr->type, K, n_rows, buf, rb)) continue;
             og_weight w = {tr->type, buf, K, n_rows, rb};
             float *yy = malloc((size_t)n_rows * sizeof *yy);

@@ -249,10 +249,21 @@ static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = hsum_ps(acc);
 }
 
-static inline int q3_scale(const uint8_t *sc, int s) {
-    int lo4 = s < 8 ? sc[s] & 0x0F : sc[s - 8] >> 4;
-    int hi2 = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
-    return (lo4 | hi2 << 4) - 32;
+/* The 16 six-bit Q3_K scales (kquants.md §4), four at a time: scale s has its low
+ * nibble in byte s%8 (high half for s >= 8) and its top two bits in byte 8 + s%4
+ * at bit 2*(s/4); minus 32. */
+static inline void q3_scales(const uint8_t *q, int8_t sc[16]) {
+    uint32_t a, b, c;
+    memcpy(&a, q, 4);
+    memcpy(&b, q + 4, 4);
+    memcpy(&c, q + 8, 4);
+    uint32_t w[4] = {
+        (a & 0x0f0f0f0f) | ((c & 0x03030303) << 4),
+        (b & 0x0f0f0f0f) | (((c >> 2) & 0x03030303) << 4),
+        ((a >> 4) & 0x0f0f0f0f) | (((c >> 4) & 0x03030303) << 4),
+        ((b >> 4) & 0x0f0f0f0f) | (((c >> 6) & 0x03030303) << 4),
+    };
+    _mm_storeu_si128((__m128i *)sc, _mm_sub_epi8(_mm_loadu_si128((const __m128i *)w), _mm_set1_epi8(32)));
 }
 
 static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
@@ -261,7 +272,7 @@ static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     float sum = 0;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         int8_t sc[16];
-        for (int j = 0; j < 16; j++) sc[j] = (int8_t)q3_scale(x[b].scales, j);
+        q3_scales(x[b].scales, sc);
         /* q = u - 4 with u = q2 + 4h in [0, 7] */
         int corr = 4 * scales_bsums_dot(sc, y[b].bsums);
         __m256i isum = _mm256_setzero_si256();
@@ -283,6 +294,92 @@ static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = sum;
 }
 
+/* ---- more 32-element formats ---------------------------------------------- */
+
+/* 32 bits of qh -> 32 bytes, byte j = 0x10 if bit j is set (the 5th quant bit). */
+static inline __m256i qh_bits_to_0x10(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    /* byte j of the result takes byte j/8 of h, then tests bit j%8 */
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+static void q4_1_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q4_1 *x = vx;
+    const og_block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i p = dot_u8s8(unpack_nibbles16(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
+        mins += FP16(x[b].m) * FP16(y[b].s);
+    }
+    *s = hsum_ps(acc) + mins;
+}
+
+static void q5_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q5_0 *x = vx;
+    const og_block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = _mm256_or_si256(unpack_nibbles16(x[b].qs), qh_bits_to_0x10(x[b].qh));
+        q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+        __m256i p = dot_s8s8(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void q5_1_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q5_1 *x = vx;
+    const og_block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = _mm256_or_si256(unpack_nibbles16(x[b].qs), qh_bits_to_0x10(x[b].qh));
+        __m256i p = dot_u8s8(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
+        mins += FP16(x[b].m) * FP16(y[b].s);
+    }
+    *s = hsum_ps(acc) + mins;
+}
+
+static void iq4_nl_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_iq4_nl *x = vx;
+    const og_block_q8_0 *y = vy;
+    const __m128i t = _mm_loadu_si128((const __m128i *)og_iq4nl_values);
+    const __m256i table = _mm256_set_m128i(t, t);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles16(x[b].qs)); /* table value per nibble */
+        __m256i p = dot_s8s8(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+static void bf16_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) { /* bf16 -> f32 is a 16-bit shift */
+        __m256i x0 = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i))), 16);
+        __m256i y0 = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(y + i))), 16);
+        __m256i x1 = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i + 8))), 16);
+        __m256i y1 = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(y + i + 8))), 16);
+        a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(x0), _mm256_castsi256_ps(y0), a0);
+        a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(x1), _mm256_castsi256_ps(y1), a1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) sum += og_bf16_to_fp32(x[i]) * og_bf16_to_fp32(y[i]);
+    *s = sum;
+}
+
 void og_kernels_fill_avx2(og_kernels *k) {
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_F16] = f16_dot;
@@ -293,4 +390,9 @@ void og_kernels_fill_avx2(og_kernels *k) {
     k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;
     k->vec_dot[OG_TYPE_Q5_K] = q5_K_dot;
     k->vec_dot[OG_TYPE_Q6_K] = q6_K_dot;
+    k->vec_dot[OG_TYPE_Q4_1] = q4_1_dot;
+    k->vec_dot[OG_TYPE_Q5_0] = q5_0_dot;
+    k->vec_dot[OG_TYPE_Q5_1] = q5_1_dot;
+    k->vec_dot[OG_TYPE_IQ4_NL] = iq4_nl_dot;
+    k->vec_dot[OG_TYPE_BF16] = bf16_dot;
 }

@@ -249,49 +249,51 @@ static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = hsum_ps(acc);
 }
 
-/* The 16 six-bit Q3_K scales (kquants.md §4), four at a time: scale s has its low
- * nibble in byte s%8 (high half for s >= 8) and its top two bits in byte 8 + s%4
- * at bit 2*(s/4); minus 32. */
-static inline void q3_scales(const uint8_t *q, int8_t sc[16]) {
+/* The 16 six-bit Q3_K scales minus 32 (kquants.md §4) as int8 lanes of one
+ * register: scale s has its low nibble in byte s%8 (high half for s >= 8) and its
+ * top two bits in byte 8 + s%4 at bit 2*(s/4). Kept in registers throughout: a
+ * vector store read back as bytes stalls store forwarding. */
+static inline __m128i q3_scales(const uint8_t *q) {
     uint32_t a, b, c;
     memcpy(&a, q, 4);
     memcpy(&b, q + 4, 4);
     memcpy(&c, q + 8, 4);
-    uint32_t w[4] = {
-        (a & 0x0f0f0f0f) | ((c & 0x03030303) << 4),
-        (b & 0x0f0f0f0f) | (((c >> 2) & 0x03030303) << 4),
-        ((a >> 4) & 0x0f0f0f0f) | (((c >> 4) & 0x03030303) << 4),
-        ((b >> 4) & 0x0f0f0f0f) | (((c >> 6) & 0x03030303) << 4),
-    };
-    _mm_storeu_si128((__m128i *)sc, _mm_sub_epi8(_mm_loadu_si128((const __m128i *)w), _mm_set1_epi8(32)));
+    __m128i v = _mm_setr_epi32((int)((a & 0x0f0f0f0f) | ((c & 0x03030303) << 4)),
+                               (int)((b & 0x0f0f0f0f) | (((c >> 2) & 0x03030303) << 4)),
+                               (int)(((a >> 4) & 0x0f0f0f0f) | (((c >> 4) & 0x03030303) << 4)),
+                               (int)(((b >> 4) & 0x0f0f0f0f) | (((c >> 6) & 0x03030303) << 4)));
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
 static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q3_K *x = vx;
     const og_block_q8_K *y = vy;
-    float sum = 0;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i ones16 = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        int8_t sc[16];
-        q3_scales(x[b].scales, sc);
-        /* q = u - 4 with u = q2 + 4h in [0, 7] */
-        int corr = 4 * scales_bsums_dot(sc, y[b].bsums);
-        __m256i isum = _mm256_setzero_si256();
+        __m128i sv = q3_scales(x[b].scales);
+        __m256i s32[2] = {_mm256_cvtepi8_epi32(sv), _mm256_cvtepi8_epi32(_mm_srli_si128(sv, 8))};
+        /* q = u - 4 with u = q2 + 4h in [0, 7]: subtract 4 * sum_s sc[s] * bsums[s] */
+        __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sv), _mm256_loadu_si256((const __m256i *)y[b].bsums));
+        __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 2));
         const __m256i hm = _mm256_loadu_si256((const __m256i *)x[b].hmask);
         const int8_t *q8 = y[b].qs;
-        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) { /* elements 32j..32j+31: half h = j/4, plane k = j%4 */
+            const int h = j / 4, k = j % 4;
             __m256i v = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
-            for (int k = 0; k < 4; k++, q8 += 32) { /* elements 128h + 32k + l: high bit is bit 4h+k of hmask[l] */
-                __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), _mm256_set1_epi8(3));
-                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), _mm256_set1_epi8(1));
-                __m256i u = _mm256_or_si256(q2, _mm256_slli_epi16(hb, 2));
-                __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)q8));
-                int sb = 8 * h + 2 * k;
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, two_scales(sc[sb], sc[sb + 1])));
-            }
+            __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), m3);
+            __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), m1); /* bit 4h+k of hmask[l] */
+            __m256i u = _mm256_or_si256(q2, _mm256_slli_epi16(hb, 2));
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(q8 + 32 * j))), ones16);
+            /* lanes 0-3: sub-block 2j, lanes 4-7: 2j+1 */
+            const __m256i idx = _mm256_setr_epi32((2 * j) % 8, (2 * j) % 8, (2 * j) % 8, (2 * j) % 8, (2 * j + 1) % 8,
+                                                  (2 * j + 1) % 8, (2 * j + 1) % 8, (2 * j + 1) % 8);
+            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(p, _mm256_permutevar8x32_epi32(s32[j / 4], idx)));
         }
-        sum += FP16(x[b].d) * y[b].d * (float)(hsum_epi32(isum) - corr);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(x[b].d) * y[b].d), acc);
     }
-    *s = sum;
+    *s = hsum_ps(acc);
 }
 
 /* ---- more 32-element formats ---------------------------------------------- */

@@ -59,6 +59,16 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
     return len;
 }
 
+bool og_utf8_valid(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_len(u + i, n - i);
+        if (!len) return false;
+        i += len;
+    }
+    return true;
+}
+
 const char *og_printable(const char *s, size_t n, char *out, size_t outlen) {
     const unsigned char *u = (const unsigned char *)s;
     size_t o = 0;

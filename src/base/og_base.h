@@ -110,6 +110,9 @@ uint64_t og_siphash13(const uint64_t key[2], const void *data, size_t n);
  * the kernel refuses: the key only needs to be unpredictable to file authors). */
 void og_random_key(uint64_t key[2]);
 
+/* True if s (n bytes) is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
+bool og_utf8_valid(const char *s, size_t n);
+
 /* Writes s (n bytes) into out as printable text: control bytes and invalid UTF-8
  * become \xNN, output cut to outlen-1 bytes with "..." when longer. Used wherever
  * a name from an untrusted file reaches a terminal. Returns out. */

@@ -16,6 +16,7 @@ static const struct {
 } commands[] = {
     {"gguf", og_cmd_gguf, "inspect a GGUF file: header, metadata, tensors, bytes per role"},
     {"make-model", og_cmd_make_model, "write a synthetic DeepSeek-class (deepseek2) GGUF model"},
+    {"tokenize", og_cmd_tokenize, "text -> token ids (or --decode ids -> text) with a model's tokenizer"},
     {"bench", og_cmd_bench, "benchmarks: 'bench kernels' (CPU matvec vs memory bandwidth, matmul)"},
 };
 

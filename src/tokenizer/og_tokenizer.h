@@ -1,0 +1,69 @@
+/* onegpu tokenizer: byte-level BPE as llama.cpp runs it for DeepSeek GGUFs
+ * (tokenizer.ggml.model = "gpt2", pre "deepseek-v3" or "deepseek-llm"), special
+ * tokens, and a UTF-8 safe incremental detokenizer. Spec: shared/spec/tokenizer.md
+ * (section numbers below). */
+#ifndef OG_TOKENIZER_H
+#define OG_TOKENIZER_H
+
+#include "og_gguf.h"
+
+typedef struct og_tokenizer og_tokenizer;
+
+/* Token types (tokenizer.ggml.token_type). */
+enum { OG_TOK_NORMAL = 1, OG_TOK_UNKNOWN = 2, OG_TOK_CONTROL = 3, OG_TOK_USER_DEFINED = 4,
+       OG_TOK_UNUSED = 5, OG_TOK_BYTE = 6 };
+
+/* Builds the tokenizer from a GGUF's tokenizer.ggml.* keys. The strings are
+ * copied: the og_gguf may be closed afterwards. Errors: OG_ERR_NOT_FOUND (no
+ * vocabulary), OG_ERR_UNSUPPORTED (a model or pre-tokenizer other than gpt2 with
+ * deepseek-v3 / deepseek-llm: refused rather than silently wrong, §0),
+ * OG_ERR_FORMAT (inconsistent arrays), OG_ERR_NOMEM. */
+og_status og_tokenizer_load(const og_gguf *g, og_tokenizer **out, char *err, size_t errlen);
+void og_tokenizer_free(og_tokenizer *t);
+
+int32_t og_tokenizer_n_vocab(const og_tokenizer *t);
+int32_t og_tokenizer_bos(const og_tokenizer *t);   /* -1 if none */
+int32_t og_tokenizer_eos(const og_tokenizer *t);   /* -1 if none */
+bool og_tokenizer_add_bos(const og_tokenizer *t);  /* tokenizer.ggml.add_bos_token */
+/* True for end-of-generation tokens (EOS; §1: <|EOT|> is not). */
+bool og_tokenizer_is_eog(const og_tokenizer *t, int32_t id);
+int og_tokenizer_type(const og_tokenizer *t, int32_t id); /* OG_TOK_*, 0 if out of range */
+/* Id of a token by its exact text, -1 if none. */
+int32_t og_tokenizer_find(const og_tokenizer *t, const char *text, size_t len);
+
+/* A growable id list owned by the caller (og_ids_free). */
+typedef struct og_ids {
+    int32_t *v;
+    size_t n, cap;
+} og_ids;
+void og_ids_free(og_ids *ids);
+
+/* Appends the ids of text (len bytes of UTF-8) to out: BOS first when add_bos,
+ * CONTROL tokens recognized in the text only when parse_special (USER_DEFINED
+ * ones, e.g. <think>, always are: §2). Invalid UTF-8 is tokenized byte for byte
+ * as the byte-level vocabulary allows. Errors: OG_ERR_NOMEM. */
+og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
+                      og_ids *out);
+
+/* The bytes token id stands for (§6): NORMAL tokens decoded from the byte-level
+ * alphabet, USER_DEFINED verbatim, CONTROL/UNUSED empty unless render_special.
+ * Returns the byte count (may exceed cap: then buf holds the first cap bytes), or
+ * -1 for an id out of range. */
+int og_token_to_bytes(const og_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap);
+
+/* Incremental detokenizer: feed ids, receive only complete UTF-8 characters; a
+ * character split across tokens is held back until it completes (§6). */
+typedef struct og_detok {
+    char pending[8];
+    int n_pending;
+} og_detok;
+
+/* Appends the text of id to out (a NUL-terminated buffer of cap bytes; *len is
+ * its current length). Returns the number of bytes appended, or -1 if out is too
+ * small or id is out of range (nothing appended). */
+int og_detok_push(const og_tokenizer *t, og_detok *d, int32_t id, char *out, size_t cap, size_t *len);
+/* Flushes held-back bytes at the end of generation: an incomplete sequence
+ * becomes U+FFFD. Same return convention. */
+int og_detok_flush(og_detok *d, char *out, size_t cap, size_t *len);
+
+#endif

@@ -66,4 +66,37 @@ int og_detok_push(const og_tokenizer *t, og_detok *d, int32_t id, char *out, siz
  * becomes U+FFFD. Same return convention. */
 int og_detok_flush(og_detok *d, char *out, size_t cap, size_t *len);
 
+/* ---- chat templates (tokenizer.md §7) ------------------------------------- */
+
+typedef enum og_chat_kind {
+    OG_CHAT_UNKNOWN = 0,
+    OG_CHAT_DEEPSEEK3, /* the official DeepSeek-V3 template */
+} og_chat_kind;
+
+/* Which built-in formatter renders this tokenizer.chat_template text (detected
+ * by its markers, as llama.cpp does without a Jinja engine). */
+og_chat_kind og_chat_detect(const char *template_text, size_t len);
+
+typedef struct og_chat_tool_call {
+    const char *type;      /* "function" */
+    const char *name;
+    const char *arguments; /* JSON text */
+} og_chat_tool_call;
+
+typedef struct og_chat_msg {
+    const char *role;      /* system, developer (= system), user, assistant, tool */
+    const char *content;   /* NULL: none (an assistant turn with only tool calls) */
+    const og_chat_tool_call *tool_calls;
+    int n_tool_calls;
+} og_chat_msg;
+
+/* Renders messages as the official DeepSeek-V3 template does, quirks included,
+ * WITHOUT the leading BOS text: the tokenizer adds the BOS id (add_bos_token), so
+ * a BOS is never doubled. Tokenize the result with parse_special = true (the
+ * markers are control tokens). *out is malloc'ed, NUL-terminated. Errors:
+ * OG_ERR_UNSUPPORTED (kind), OG_ERR_INVALID_ARG (unknown role, or an assistant
+ * turn with neither content nor tool calls), OG_ERR_NOMEM. */
+og_status og_chat_format(og_chat_kind kind, const og_chat_msg *msgs, int n, bool add_generation_prompt, char **out,
+                         char *err, size_t errlen);
+
 #endif

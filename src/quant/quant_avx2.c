@@ -96,20 +96,6 @@ static void q4_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
 
 /* ---- k-quants ------------------------------------------------------------------ */
 
-/* Unpacks the Q4_K/Q5_K 12-byte field into 8 scales and 8 mins (kquants.md §4),
- * four bytes at a time. */
-static inline void k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
-    uint32_t a, b, c;
-    memcpy(&a, q, 4);
-    memcpy(&b, q + 4, 4);
-    memcpy(&c, q + 8, 4);
-    uint32_t s_lo = a & 0x3f3f3f3f, s_hi = (c & 0x0f0f0f0f) | ((a >> 2) & 0x30303030);
-    uint32_t m_lo = b & 0x3f3f3f3f, m_hi = ((c >> 4) & 0x0f0f0f0f) | ((b >> 2) & 0x30303030);
-    memcpy(sc, &s_lo, 4);
-    memcpy(sc + 4, &s_hi, 4);
-    memcpy(m, &m_lo, 4);
-    memcpy(m + 4, &m_hi, 4);
-}
 
 /* sum over j of m[j] * (bsums[2j] + bsums[2j+1]) */
 static inline int k4_mins_dot(const uint8_t m[8], const int16_t *bsums) {

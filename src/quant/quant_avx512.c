@@ -54,18 +54,6 @@ static inline __m512i nibbles64(const uint8_t *q) {
     return _mm512_and_si512(w, _mm512_set1_epi8(0x0F));
 }
 
-static inline void k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
-    uint32_t a, b, c;
-    memcpy(&a, q, 4);
-    memcpy(&b, q + 4, 4);
-    memcpy(&c, q + 8, 4);
-    uint32_t s_lo = a & 0x3f3f3f3f, s_hi = (c & 0x0f0f0f0f) | ((a >> 2) & 0x30303030);
-    uint32_t m_lo = b & 0x3f3f3f3f, m_hi = ((c >> 4) & 0x0f0f0f0f) | ((b >> 2) & 0x30303030);
-    memcpy(sc, &s_lo, 4);
-    memcpy(sc + 4, &s_hi, 4);
-    memcpy(m, &m_lo, 4);
-    memcpy(m + 4, &m_hi, 4);
-}
 
 static void q4_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q4_K *x = vx;

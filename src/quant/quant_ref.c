@@ -515,24 +515,36 @@ static float fit_asym(int n, int nmax, const float *x, const float *w, uint8_t *
     return scale;
 }
 
-/* Symmetric fit x ~ scale*(L - nmax), L in [0, 2 nmax), weights x^2, trying 19
- * scales around -nmax/max (Q6_K's "qx" fit). Returns scale; L is offset by nmax. */
-static float fit_sym_qx(int n, int nmax, const float *x, int8_t *L) {
+/* First pass of both symmetric fits: L = clamp(round(-nmax x / max)) (stored plus
+ * `offset`) and the weighted sums (weights x^2) of x*L and L^2. Returns false (L
+ * zeroed) for an all-zero group. */
+static bool sym_start(int n, int nmax, const float *x, int8_t *L, int offset, float *max_out, float *sumlx,
+                      float *suml2) {
     float amax;
     float max = signed_absmax(x, n, &amax);
     if (amax < 1e-15f) {
         memset(L, 0, (size_t)n);
-        return 0.f;
+        return false;
     }
-    float iscale = -nmax / max, sumlx = 0, suml2 = 0;
+    float iscale = -nmax / max;
+    *sumlx = *suml2 = 0;
     for (int i = 0; i < n; i++) {
         int l = MAXI(-nmax, MINI(nmax - 1, nearest_int(iscale * x[i])));
-        L[i] = (int8_t)(l + nmax);
+        L[i] = (int8_t)(l + offset);
         float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
+        *sumlx += w * x[i] * (float)l;
+        *suml2 += w * (float)l * (float)l;
     }
-    float scale = suml2 ? sumlx / suml2 : 0.0f, best = scale * sumlx;
+    *max_out = max;
+    return true;
+}
+
+/* Symmetric fit x ~ scale*(L - nmax), L in [0, 2 nmax), weights x^2, trying 19
+ * scales around -nmax/max (Q6_K's "qx" fit). Returns scale; L is offset by nmax. */
+static float fit_sym_qx(int n, int nmax, const float *x, int8_t *L) {
+    float max, sumlx, suml2;
+    if (!sym_start(n, nmax, x, L, nmax, &max, &sumlx, &suml2)) return 0.f;
+    float iscale, scale = suml2 ? sumlx / suml2 : 0.0f, best = scale * sumlx;
     for (int is = -9; is <= 9; is++) {
         if (is == 0) continue;
         iscale = -((float)nmax + 0.1f * (float)is) / max;
@@ -555,20 +567,8 @@ static float fit_sym_qx(int n, int nmax, const float *x, int8_t *L) {
 /* Symmetric fit for Q3_K: start at -nmax/max, then up to 5 passes of coordinate
  * descent with weights x^2 (kquants.md §6 "Q3_K"). L offset by nmax. */
 static float fit_sym_q3(int n, int nmax, const float *x, int8_t *L) {
-    float amax;
-    float max = signed_absmax(x, n, &amax);
-    if (amax < 1e-15f) {
-        memset(L, 0, (size_t)n);
-        return 0.f;
-    }
-    float iscale = -nmax / max, sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = MAXI(-nmax, MINI(nmax - 1, nearest_int(iscale * x[i])));
-        L[i] = (int8_t)l;
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
-    }
+    float max, sumlx, suml2;
+    if (!sym_start(n, nmax, x, L, 0, &max, &sumlx, &suml2)) return 0.f;
     for (int itry = 0; itry < 5; itry++) {
         int changed = 0;
         for (int i = 0; i < n; i++) {

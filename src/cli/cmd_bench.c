@@ -35,7 +35,8 @@ static double median(double *v, int n) {
 typedef struct read_job {
     const uint8_t *buf;
     size_t bytes;
-    uint64_t sink[64];
+    bool avx2;          /* the CPU has AVX2 (og_cpu_detect) */
+    uint64_t sink[256]; /* one result per thread, so the reads are not optimized away */
 } read_job;
 
 __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
@@ -59,17 +60,15 @@ static uint64_t read_plain(const uint8_t *p, size_t n) {
     return a ^ b;
 }
 
-static bool g_have_avx2; /* set once in main of the command; read-only after */
-
 static void read_slice(void *ctx, int ith, int nth) {
     read_job *j = ctx;
     size_t per = j->bytes / (size_t)nth / 4096 * 4096;
     const uint8_t *p = j->buf + per * (size_t)ith;
-    j->sink[ith] = g_have_avx2 ? read_avx2(p, per) : read_plain(p, per);
+    j->sink[ith % 256] = j->avx2 ? read_avx2(p, per) : read_plain(p, per);
 }
 
-static double read_bandwidth(og_pool *pool, const uint8_t *buf, size_t bytes, int reps) {
-    read_job j = {.buf = buf, .bytes = bytes};
+static double read_bandwidth(og_pool *pool, const uint8_t *buf, size_t bytes, int reps, bool avx2) {
+    read_job j = {.buf = buf, .bytes = bytes, .avx2 = avx2};
     double t[16];
     og_pool_run(pool, read_slice, &j); /* warm-up */
     for (int r = 0; r < reps; r++) {
@@ -211,7 +210,6 @@ int og_cmd_bench(int argc, char **argv) {
 
     og_cpu_features feat;
     og_cpu_detect(&feat);
-    g_have_avx2 = feat.avx2;
     char err[512], note[256];
     og_isa isa;
     if (og_isa_choose(&feat, getenv("ONEGPU_CPU_ISA"), &isa, note, sizeof note, err, sizeof err)) {
@@ -250,7 +248,7 @@ int og_cmd_bench(int argc, char **argv) {
             fprintf(stderr, "onegpu bench: %s\n", err);
             return OG_EXIT_USAGE;
         }
-        double limit = read_bandwidth(pool, buf, bytes, reps);
+        double limit = read_bandwidth(pool, buf, bytes, reps, feat.avx2);
         char key[16];
         snprintf(key, sizeof key, "%d", threads[ti]);
         json_object_set_new(limits, key, json_real(limit));

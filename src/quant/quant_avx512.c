@@ -23,28 +23,36 @@ static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = sum;
 }
 
+/* Q8_0: two blocks per 512-bit register. vpdpbusd wants unsigned x signed, so x
+ * is biased to x + 128 (an XOR of the sign bit) and 128 * sum(y), itself one
+ * vpdpbusd, is subtracted: exact in int32. */
 static void q8_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q8_0 *x = vx, *y = vy;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512 acc = _mm512_setzero_ps();
     int64_t nb = n / 32, b = 0;
     for (; b + 1 < nb; b += 2) {
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        __m256i x1 = _mm256_loadu_si256((const __m256i *)x[b + 1].qs), y1 = _mm256_loadu_si256((const __m256i *)y[b + 1].qs);
-        __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), _mm256_sign_epi8(y0, x0));
-        __m256i p1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x1), _mm256_sign_epi8(y1, x1));
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(FP16(x[b + 1].d) * FP16(y[b + 1].d)), acc1);
+        __m512i xx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs)),
+                                        _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
+        __m512i yy = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs)),
+                                        _mm256_loadu_si256((const __m256i *)y[b + 1].qs), 1);
+        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(xx, bias), yy);
+        p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy));
+        /* lanes 0-7: block b's scale, 8-15: block b+1's (insertf64x4: AVX-512F only) */
+        __m512 d = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(FP16(x[b].d) * FP16(y[b].d))),
+                                                       _mm256_castps_pd(_mm256_set1_ps(FP16(x[b + 1].d) * FP16(y[b + 1].d))), 1));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc);
     }
-    for (; b < nb; b++) {
+    float sum = _mm512_reduce_add_ps(acc);
+    for (; b < nb; b++) { /* an odd last block */
         __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
         __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), _mm256_sign_epi8(y0, x0));
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc0);
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+        sum += (float)_mm_cvtsi128_si32(h) * (FP16(x[b].d) * FP16(y[b].d));
     }
-    __m256 a = _mm256_add_ps(acc0, acc1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    *s = _mm_cvtss_f32(h);
+    *s = sum;
 }
 
 /* 32 bytes of two nibble planes -> 64 bytes: low nibbles, then high nibbles. */

@@ -9,5 +9,6 @@ int og_cmd_gguf(int argc, char **argv);
 int og_cmd_make_model(int argc, char **argv);
 int og_cmd_bench(int argc, char **argv);
 int og_cmd_tokenize(int argc, char **argv);
+int og_cmd_run(int argc, char **argv);
 
 #endif

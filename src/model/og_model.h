@@ -4,6 +4,7 @@
 #ifndef OG_MODEL_H
 #define OG_MODEL_H
 
+#include "og_backend.h"
 #include "og_gguf.h"
 
 typedef enum og_tensor_role {
@@ -28,5 +29,93 @@ const char *og_model_role_name(og_tensor_role role);
 
 /* Layer index from "blk.N.*", or -1 for tensors outside the layers. */
 int og_model_tensor_layer(const char *tensor_name);
+
+/* ---- deepseek2 (shared/spec/deepseek2.md) ------------------------------ */
+
+/* Hyperparameters, read from the GGUF keys (§1) and cross-checked with tensor
+ * shapes. Names: D = n_embd, H = n_head, r_q/r_kv = MLA ranks, E = n_expert. */
+typedef struct og_hparams {
+    uint32_t n_layer, n_embd, n_head, n_vocab, n_ctx_train;
+    uint32_t q_lora_rank;            /* 0: plain attn_q */
+    uint32_t kv_lora_rank;           /* r_kv: the cached latent */
+    uint32_t d_nope, d_rope, d_qk, d_v;
+    bool mla_format;                 /* attn_k_b/attn_v_b (else legacy attn_kv_b) */
+    uint32_t n_ff, n_dense;          /* leading dense layers */
+    uint32_t n_expert, n_expert_used, n_expert_shared, n_ff_exp;
+    uint32_t n_group, n_group_used;  /* 1/1: no group limiting */
+    uint32_t gating;                 /* 1 softmax, 2 sigmoid */
+    float expert_scale;              /* routed_scaling_factor (1: none) */
+    bool expert_norm;
+    float rms_eps;
+    og_rope rope;                    /* YaRN parameters, mscale = m_r */
+    float kq_scale;                  /* m^2 / sqrt(d_qk) (§3 "Attention scale") */
+} og_hparams;
+
+typedef struct og_layer {
+    const float *attn_norm;          /* [D] */
+    og_weight q_a, q_b, q;           /* [D -> r_q], [r_q -> H d_qk] | [D -> H d_qk] */
+    const float *q_a_norm;           /* [r_q] */
+    og_weight kv_a;                  /* [D -> r_kv + d_rope] */
+    const float *kv_a_norm;          /* [r_kv] */
+    og_weight k_b, v_b;              /* per head: [d_nope -> r_kv] rows, [r_kv -> d_v] rows; H heads back to back */
+    float *kv_b_f32;                 /* legacy files: attn_kv_b dequantized [H (d_nope + d_v)][r_kv] */
+    og_weight o;                     /* [H d_v -> D] */
+    const float *ffn_norm;           /* [D] */
+    bool moe;
+    og_weight gate, up, down;        /* dense: [D -> F], [D -> F], [F -> D] */
+    og_weight router;                /* [D -> E], F32 */
+    const float *exp_bias;           /* [E] or NULL */
+    og_weight gate_exps, up_exps, down_exps; /* expert e = rows [e F_e, (e+1) F_e) (down: [e D, (e+1) D)) */
+    og_weight gate_sh, up_sh, down_sh;       /* shared experts, or type-less if none */
+} og_layer;
+
+typedef struct og_model {
+    og_hparams hp;
+    og_gguf *gguf;                   /* owns the mapping the weights point into */
+    og_weight tok_embd;              /* [D, n_vocab] */
+    const float *out_norm;           /* [D] */
+    og_weight output;                /* [D -> n_vocab] (token_embd when absent) */
+    og_layer *layers;                /* [n_layer] */
+    og_logger log;
+} og_model;
+
+/* Opens a deepseek2 GGUF, reads and checks the hyperparameters and binds every
+ * weight by name with strict shape checks. Errors name the key or tensor:
+ * OG_ERR_NOT_FOUND (missing key/tensor), OG_ERR_FORMAT (inconsistent shapes or
+ * values), OG_ERR_UNSUPPORTED (another architecture, or a type without kernels),
+ * plus og_gguf_open's. The log receives the rules chosen (routing groups). */
+og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen);
+void og_model_free(og_model *m);
+
+/* One (token, expert, weight) selection of a MoE layer: the dispatch seam the
+ * placement issue splits between device and host. */
+typedef struct og_route {
+    int32_t token;   /* row of the batch */
+    int32_t expert;
+    float weight;
+} og_route;
+
+/* A sequence's MLA cache: per layer and position, the normalized latent c (r_kv)
+ * then the roped k_pe (d_rope) (§3). Grows in blocks of OG_KV_BLOCK positions. */
+#define OG_KV_BLOCK 64
+typedef struct og_kv {
+    float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope] */
+    int n_blocks, cap_blocks;
+    int32_t n_pos;     /* positions filled */
+} og_kv;
+void og_kv_free(og_kv *kv);
+
+/* Everything a forward call needs besides the weights. */
+typedef struct og_run_ctx {
+    const og_kernels *kern;
+    og_pool *pool;
+} og_run_ctx;
+
+/* Runs n_tok tokens of one sequence (positions kv->n_pos ...) through the model
+ * and appends them to the cache; logits[n_vocab] of the last token (or of every
+ * token when all_logits, [n_tok][n_vocab]). Errors: OG_ERR_NOMEM, OG_ERR_RANGE
+ * (context full). */
+og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *tokens, int n_tok,
+                           float *logits, bool all_logits, char *err, size_t errlen);
 
 #endif

@@ -1,5 +1,5 @@
 // usage: node llama_generate.mjs MODEL.gguf (--prompt TEXT | --prompt-file F | --tokens 1,2,3)
-//            [-n N] [--probs] [--teacher 5,6,7] [--special] [--threads T] [--stop-eog]
+//            [-n N] [--probs] [--teacher 5,6,7] [--special] [--threads T] [--stop-eog] [--kv-f32]
 //
 // Greedy llama.cpp reference on the CPU. Prints one JSON object on stdout:
 //   {"prompt_tokens":[...], "tokens":[...], "text":"...", "logprobs":[...]|null,
@@ -51,6 +51,7 @@ for (let i = 0; i < args.length; i++) {
     else if (a === "--tokens") opt.tokens = ids(v(), a);
     else if (a === "-n" || a === "--n-predict") opt.n = positiveInt(v(), a);
     else if (a === "--probs") opt.probs = true;
+    else if (a === "--kv-f32") opt.kvF32 = true; // F32 KV cache (llama.cpp defaults to F16): for F32 comparisons
     else if (a === "--teacher") opt.teacher = ids(v(), a);
     else if (a === "--special") opt.special = true;
     else if (a === "--stop-eog") opt.stopEog = true;
@@ -103,7 +104,8 @@ try {
         contextSize,
         batchSize: Math.min(512, contextSize),
         sequences: 1,
-        threads: opt.threads
+        threads: opt.threads,
+        ...(opt.kvF32 ? { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32" } : {})
     });
     const seq = context.getSequence();
 

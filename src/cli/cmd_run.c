@@ -1,0 +1,249 @@
+/* `onegpu run`: one prompt through the model on the CPU, the generated text
+ * streamed to stdout (nothing else), speeds to stderr. --json prints the ids and
+ * log-probs instead (what the reference comparisons read). */
+#include "cli.h"
+#include "og_model.h"
+#include "og_sampler.h"
+#include "og_tokenizer.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: onegpu run -m MODEL.gguf -p TEXT [-n N] [--chat] [--temp T] [--top-k K] [--top-p P]\n"
+            "                  [--seed S] [--threads T] [--json [--top-logprobs K]] [--teacher ID,ID,...]\n"
+            "  Streams the generated text to stdout; prefill and decode speeds go to stderr.\n"
+            "  -p is tokenized as llama.cpp's completion tool does (BOS when the file says so,\n"
+            "  special-token text parsed); --chat wraps it as one user turn of the model's template.\n"
+            "  -n N          tokens to generate (default 128; stops early at end of generation)\n"
+            "  --temp T      0 = greedy (default 0.8), --top-k (40), --top-p (0.95), --seed (random)\n"
+            "  --json        print {prompt_tokens, tokens, logprobs:[{token, logprob, top:[[id, lp]...]}]}\n"
+            "  --teacher IDS feed these ids after the prompt instead of sampling (reports their log-probs)\n"
+            "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the CPU tier.\n");
+}
+
+static int32_t *parse_ids(const char *s, int *n) {
+    int cap = 64;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    *n = 0;
+    for (const char *p = s; v && *p;) {
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p) {
+            free(v);
+            return NULL;
+        }
+        if (*n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+        if (v) v[(*n)++] = (int32_t)id;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return v;
+}
+
+int og_cmd_run(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"n-predict", required_argument, 0, 'n'},
+        {"chat", no_argument, 0, 'c'},        {"temp", required_argument, 0, 'T'},   {"top-k", required_argument, 0, 'K'},
+        {"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 'S'},   {"threads", required_argument, 0, 't'},
+        {"json", no_argument, 0, 'j'},        {"top-logprobs", required_argument, 0, 'L'},
+        {"teacher", required_argument, 0, 'F'}, {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
+    const char *model_path = NULL, *prompt = NULL, *teacher_arg = NULL;
+    int n_predict = 128, threads = 0, c, n_top = 5;
+    bool chat = false, as_json = false;
+    og_sampler_params sp = og_sampler_defaults();
+    sp.temperature = 0.8f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.seed = (uint64_t)time(NULL);
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model_path = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'n': n_predict = atoi(optarg); break;
+        case 'c': chat = true; break;
+        case 'T': sp.temperature = strtof(optarg, NULL); break;
+        case 'K': sp.top_k = atoi(optarg); break;
+        case 'P': sp.top_p = strtof(optarg, NULL); break;
+        case 'S': sp.seed = strtoull(optarg, NULL, 10); break;
+        case 't': threads = atoi(optarg); break;
+        case 'j': as_json = true; break;
+        case 'L': n_top = atoi(optarg); break;
+        case 'F': teacher_arg = optarg; break;
+        case 'h': usage(stdout); return OG_EXIT_OK;
+        default: usage(stderr); return OG_EXIT_USAGE;
+        }
+    }
+    if (!model_path || !prompt || optind != argc || n_predict < 0 || threads < 0 || n_top < 0 || n_top > 20) {
+        usage(stderr);
+        return OG_EXIT_USAGE;
+    }
+    int n_teacher = 0;
+    int32_t *teacher = teacher_arg ? parse_ids(teacher_arg, &n_teacher) : NULL;
+    if (teacher_arg && !teacher) {
+        fprintf(stderr, "onegpu run: --teacher takes comma-separated token ids\n");
+        return OG_EXIT_USAGE;
+    }
+    char err[1024], note[256];
+    og_logger lg = {.level = OG_LOG_WARN, .out = stderr};
+    og_model *m;
+    if (og_model_load(model_path, &lg, &m, err, sizeof err)) {
+        fprintf(stderr, "onegpu run: %s\n", err);
+        free(teacher);
+        return OG_EXIT_BAD_INPUT;
+    }
+    og_tokenizer *tok;
+    if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
+        fprintf(stderr, "onegpu run: %s: %s\n", model_path, err);
+        og_model_free(m);
+        free(teacher);
+        return OG_EXIT_BAD_INPUT;
+    }
+    og_cpu_features feat;
+    og_cpu_detect(&feat);
+    og_isa isa;
+    if (og_isa_choose(&feat, getenv("ONEGPU_CPU_ISA"), &isa, note, sizeof note, err, sizeof err)) {
+        fprintf(stderr, "onegpu run: %s\n", err);
+        return OG_EXIT_USAGE;
+    }
+    if (note[0]) fprintf(stderr, "onegpu run: %s\n", note);
+    og_kernels kern;
+    og_kernels_init(isa, &kern);
+    if (!threads) {
+        cpu_set_t set;
+        threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    }
+    og_pool *pool;
+    if (og_pool_create(threads, NULL, &pool, err, sizeof err)) {
+        fprintf(stderr, "onegpu run: %s\n", err);
+        return OG_EXIT_USAGE;
+    }
+    int rc = OG_EXIT_OK;
+    og_ids ids = {0};
+    char *text = NULL;
+    if (chat) {
+        og_str tmpl = {0};
+        og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
+        og_chat_kind kind = og_chat_detect(tmpl.s, (size_t)tmpl.n);
+        og_chat_msg msg = {"user", prompt, NULL, 0};
+        if (og_chat_format(kind, &msg, 1, true, &text, err, sizeof err)) {
+            fprintf(stderr, "onegpu run: --chat: %s\n", err);
+            rc = OG_EXIT_BAD_INPUT;
+            goto out;
+        }
+    }
+    og_tokenize(tok, text ? text : prompt, strlen(text ? text : prompt), og_tokenizer_add_bos(tok), true, &ids);
+    if (ids.n == 0) {
+        fprintf(stderr, "onegpu run: the prompt is empty\n");
+        rc = OG_EXIT_USAGE;
+        goto out;
+    }
+    if (ids.n + (size_t)(teacher ? n_teacher : n_predict) > m->hp.n_ctx_train) {
+        fprintf(stderr, "onegpu run: %zu prompt + %d new tokens exceed the context of %u\n", ids.n,
+                teacher ? n_teacher : n_predict, m->hp.n_ctx_train);
+        rc = OG_EXIT_USAGE;
+        goto out;
+    }
+    og_sampler *smp;
+    if (teacher) sp.temperature = 0;
+    if (og_sampler_create(&sp, (int32_t)m->hp.n_vocab, &smp, err, sizeof err)) {
+        fprintf(stderr, "onegpu run: %s\n", err);
+        rc = OG_EXIT_USAGE;
+        goto out;
+    }
+    for (size_t i = 0; i < ids.n; i++) og_sampler_accept(smp, ids.v[i]);
+    og_run_ctx rcx = {.kern = &kern, .pool = pool};
+    og_kv kv = {0};
+    float *logits = malloc(m->hp.n_vocab * sizeof *logits);
+    json_t *jt = json_array(), *jl = json_array();
+    double t0 = now_s();
+    og_status st = og_model_forward(m, &rcx, &kv, ids.v, (int)ids.n, logits, false, err, sizeof err);
+    double t_prefill = now_s() - t0, t_decode = 0;
+    int steps = teacher ? n_teacher : n_predict, done = 0;
+    og_detok dt = {0};
+    char outbuf[4096];
+    for (int i = 0; i < steps && !st; i++) {
+        og_token_logprob top[20];
+        float lp;
+        int32_t pick = og_sampler_sample(smp, logits, &lp, top, n_top > 0 ? n_top : 1);
+        int32_t next = teacher ? teacher[i] : pick;
+        if (teacher) { /* log-prob of the fed token under the same distribution */
+            if (next < 0 || (uint32_t)next >= m->hp.n_vocab) {
+                fprintf(stderr, "onegpu run: --teacher id %d is outside the vocabulary\n", next);
+                rc = OG_EXIT_USAGE;
+                break;
+            }
+            float mx = -INFINITY;
+            for (uint32_t v = 0; v < m->hp.n_vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
+            double sum = 0;
+            for (uint32_t v = 0; v < m->hp.n_vocab; v++) sum += exp((double)logits[v] - mx);
+            lp = (float)((double)logits[next] - mx - log(sum));
+        }
+        json_array_append_new(jt, json_integer(next));
+        json_t *e = json_pack("{s:i, s:f, s:i}", "token", next, "logprob", (double)lp, "argmax", top[0].id);
+        json_t *ta = json_array();
+        for (int k = 0; k < n_top; k++) json_array_append_new(ta, json_pack("[i, f]", top[k].id, (double)top[k].logprob));
+        json_object_set_new(e, "top", ta);
+        json_array_append_new(jl, e);
+        done++;
+        if (!as_json) {
+            size_t len = 0;
+            outbuf[0] = '\0';
+            if (og_detok_push(tok, &dt, next, outbuf, sizeof outbuf, &len) > 0) {
+                fwrite(outbuf, 1, len, stdout);
+                fflush(stdout);
+            }
+        }
+        if (!teacher && og_tokenizer_is_eog(tok, next)) break;
+        if (i + 1 < steps) {
+            double t1 = now_s();
+            st = og_model_forward(m, &rcx, &kv, &next, 1, logits, false, err, sizeof err);
+            t_decode += now_s() - t1;
+        }
+    }
+    if (st) {
+        fprintf(stderr, "onegpu run: %s\n", err);
+        rc = OG_EXIT_BAD_INPUT;
+    } else if (as_json) {
+        json_t *pt = json_array();
+        for (size_t i = 0; i < ids.n; i++) json_array_append_new(pt, json_integer(ids.v[i]));
+        json_t *o = json_pack("{s:o, s:O, s:O}", "prompt_tokens", pt, "tokens", jt, "logprobs", jl);
+        char *s = json_dumps(o, JSON_COMPACT);
+        puts(s);
+        free(s);
+        json_decref(o);
+    } else {
+        size_t len = 0;
+        if (og_detok_flush(&dt, outbuf, sizeof outbuf, &len) > 0) fwrite(outbuf, 1, len, stdout);
+        putchar('\n');
+    }
+    if (!st)
+        fprintf(stderr, "onegpu run: prefill %zu tokens %.1f tok/s, decode %d tokens %.1f tok/s (%s, %d threads)\n", ids.n,
+                (double)ids.n / t_prefill, done - 1 > 0 ? done - 1 : 0, done > 1 ? (done - 1) / t_decode : 0.0,
+                og_isa_name(isa), og_pool_size(pool));
+    json_decref(jt);
+    json_decref(jl);
+    free(logits);
+    og_kv_free(&kv);
+    og_sampler_free(smp);
+out:
+    free(text);
+    og_ids_free(&ids);
+    free(teacher);
+    og_pool_free(pool);
+    og_tokenizer_free(tok);
+    og_model_free(m);
+    return rc;
+}

@@ -1,0 +1,577 @@
+/* deepseek2: hyperparameters, weight binding and the forward pass, written out
+ * plainly in data-flow order (shared/spec/deepseek2.md; section numbers below).
+ * The experts of a layer go through one dispatch function that receives the
+ * (token, expert, weight) list: the seam where placement will split the work. */
+#include "og_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- loading ------------------------------------------------------------- */
+
+typedef struct loader {
+    og_model *m;
+    char *err;
+    size_t errlen;
+} loader;
+
+static og_status key_u32(loader *l, const char *key, uint32_t *out, bool required, uint32_t dflt) {
+    char full[128];
+    snprintf(full, sizeof full, "deepseek2.%s", key);
+    og_status st = og_gguf_get_u32(l->m->gguf, full, out);
+    if (st == OG_ERR_NOT_FOUND && !required) {
+        *out = dflt;
+        return OG_OK;
+    }
+    if (st == OG_ERR_NOT_FOUND) return og_fail(l->err, l->errlen, st, "missing key %s", full);
+    if (st) return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "key %s is not a non-negative integer", full);
+    return OG_OK;
+}
+
+static og_status key_f32(loader *l, const char *key, float *out, float dflt) {
+    char full[128];
+    snprintf(full, sizeof full, "deepseek2.%s", key);
+    og_status st = og_gguf_get_f32(l->m->gguf, full, out);
+    if (st == OG_ERR_NOT_FOUND) {
+        *out = dflt;
+        return OG_OK;
+    }
+    return st ? og_fail(l->err, l->errlen, OG_ERR_FORMAT, "key %s is not a number", full) : OG_OK;
+}
+
+/* Binds tensor `name` as a weight with rows of K elements: expects shape
+ * [K, rows] or [K, rows_a, rows_b] with rows = rows_a * rows_b (3-D stacks). */
+static og_status bind(loader *l, const char *name, uint64_t K, uint64_t rows, og_weight *w, bool required) {
+    const og_gguf_tensor *t = og_gguf_find_tensor(l->m->gguf, name);
+    memset(w, 0, sizeof *w);
+    if (!t) return required ? og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
+    uint64_t trows = (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
+    if ((uint64_t)t->ne[0] != K || trows != rows)
+        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s has shape [%lld, %llu] but the hyperparameters say [%llu, %llu]",
+                       name, (long long)t->ne[0], (unsigned long long)trows, (unsigned long long)K, (unsigned long long)rows);
+    if (!og_quant_traits(t->type) || !og_quant_traits(t->type)->vec_dot)
+        return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "tensor %s is %s, which onegpu has no kernels for", name,
+                       og_type_name(t->type));
+    uint64_t rb;
+    og_row_bytes(t->type, K, &rb);
+    *w = (og_weight){t->type, t->data, (int64_t)K, (int64_t)rows, (size_t)rb};
+    return OG_OK;
+}
+
+/* 1-D F32 tensor of n elements. */
+static og_status bind_vec(loader *l, const char *name, uint64_t n, const float **out, bool required) {
+    const og_gguf_tensor *t = og_gguf_find_tensor(l->m->gguf, name);
+    *out = NULL;
+    if (!t) return required ? og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
+    if (t->type != OG_TYPE_F32 || (uint64_t)t->ne[0] != n || t->ne[1] * t->ne[2] * t->ne[3] != 1)
+        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s must be F32 [%llu]", name, (unsigned long long)n);
+    *out = t->data;
+    return OG_OK;
+}
+
+#define TRY(x) do { og_status st_ = (x); if (st_) return st_; } while (0)
+
+static og_status load_hparams(loader *l) {
+    og_hparams *h = &l->m->hp;
+    char arch[32] = "";
+    og_gguf_get_cstr(l->m->gguf, "general.architecture", arch, sizeof arch);
+    if (strcmp(arch, "deepseek2"))
+        return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "architecture '%s' is not supported (deepseek2 is)", arch);
+    TRY(key_u32(l, "block_count", &h->n_layer, true, 0));
+    TRY(key_u32(l, "embedding_length", &h->n_embd, true, 0));
+    TRY(key_u32(l, "context_length", &h->n_ctx_train, true, 0));
+    TRY(key_u32(l, "attention.head_count", &h->n_head, true, 0));
+    TRY(key_u32(l, "attention.q_lora_rank", &h->q_lora_rank, false, 0));
+    TRY(key_u32(l, "attention.kv_lora_rank", &h->kv_lora_rank, true, 0));
+    TRY(key_u32(l, "rope.dimension_count", &h->d_rope, true, 0));
+    uint32_t kl_mla, vl_mla, kl, vl;
+    TRY(key_u32(l, "attention.key_length_mla", &kl_mla, false, 0));
+    TRY(key_u32(l, "attention.value_length_mla", &vl_mla, false, 0));
+    TRY(key_u32(l, "attention.key_length", &kl, false, 0));
+    TRY(key_u32(l, "attention.value_length", &vl, false, 0));
+    h->mla_format = kl_mla && vl_mla; /* §1 loader rules */
+    h->d_qk = h->mla_format ? kl_mla : kl;
+    h->d_v = h->mla_format ? vl_mla : vl;
+    if (!h->d_qk || !h->d_v || h->d_qk <= h->d_rope)
+        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "inconsistent head sizes: key length %u, value length %u, rope %u",
+                       h->d_qk, h->d_v, h->d_rope);
+    h->d_nope = h->d_qk - h->d_rope;
+    TRY(key_u32(l, "feed_forward_length", &h->n_ff, false, 0));
+    TRY(key_u32(l, "leading_dense_block_count", &h->n_dense, false, 0));
+    TRY(key_u32(l, "expert_count", &h->n_expert, false, 0));
+    TRY(key_u32(l, "expert_used_count", &h->n_expert_used, false, 0));
+    TRY(key_u32(l, "expert_shared_count", &h->n_expert_shared, false, 0));
+    TRY(key_u32(l, "expert_feed_forward_length", &h->n_ff_exp, false, 0));
+    TRY(key_u32(l, "expert_gating_func", &h->gating, false, 1)); /* absent: softmax (§1) */
+    uint32_t g = 0, gu = 0;
+    char gk[64];
+    snprintf(gk, sizeof gk, "deepseek2.expert_group_count");
+    bool have_groups = og_gguf_find_kv(l->m->gguf, gk) != NULL;
+    TRY(key_u32(l, "expert_group_count", &g, false, 1));
+    TRY(key_u32(l, "expert_group_used_count", &gu, false, 1));
+    h->n_group = g > 1 ? g : 1;
+    h->n_group_used = g > 1 ? gu : 1;
+    if (!have_groups && h->n_expert)
+        og_log(&l->m->log, OG_LOG_INFO, "no expert_group_count key: routing without group limits, as llama.cpp does for such files");
+    else if (h->n_group > 1)
+        og_log(&l->m->log, OG_LOG_INFO, "routing: %u groups, keep %u, group score = sum of its top 2 (llama.cpp's rule)",
+               h->n_group, h->n_group_used);
+    TRY(key_f32(l, "expert_weights_scale", &h->expert_scale, 1.0f));
+    if (h->expert_scale == 0.0f) h->expert_scale = 1.0f;
+    bool norm = false;
+    h->expert_norm = og_gguf_get_bool(l->m->gguf, "deepseek2.expert_weights_norm", &norm) == OG_OK && norm;
+    TRY(key_f32(l, "attention.layer_norm_rms_epsilon", &h->rms_eps, 1e-6f));
+    /* MoE sanity (§1) */
+    if (h->n_dense > h->n_layer) return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "leading_dense_block_count > block_count");
+    if (h->n_dense < h->n_layer) {
+        if (!h->n_expert || !h->n_expert_used || h->n_expert_used > h->n_expert || !h->n_ff_exp)
+            return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "MoE layers need 0 < expert_used_count (%u) <= expert_count (%u) and an expert FFN size",
+                           h->n_expert_used, h->n_expert);
+        if (h->n_group > 1 && (h->n_expert % h->n_group || h->n_group_used == 0 || h->n_group_used >= h->n_group ||
+                               h->n_expert / h->n_group < 2))
+            return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "expert groups: %u experts, %u groups, keep %u is inconsistent",
+                           h->n_expert, h->n_group, h->n_group_used);
+        if (h->n_group > 1024 || h->n_expert_used > 256)
+            return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "more than 1024 expert groups or 256 experts per token");
+        if (h->gating != 1 && h->gating != 2)
+            return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "expert_gating_func %u (1 softmax, 2 sigmoid)", h->gating);
+    }
+    /* RoPE / YaRN (§4) and the attention scale (§3) */
+    float base, factor = 1.0f, log_mul = 0.0f;
+    TRY(key_f32(l, "rope.freq_base", &base, 10000.0f));
+    char stype[16] = "none";
+    og_gguf_get_cstr(l->m->gguf, "deepseek2.rope.scaling.type", stype, sizeof stype);
+    TRY(key_f32(l, "rope.scaling.factor", &factor, 1.0f));
+    uint32_t orig;
+    TRY(key_u32(l, "rope.scaling.original_context_length", &orig, false, h->n_ctx_train));
+    bool yarn = !strcmp(stype, "yarn") && factor > 1.0f;
+    bool have_log_mul = og_gguf_find_kv(l->m->gguf, "deepseek2.rope.scaling.yarn_log_multiplier") != NULL;
+    TRY(key_f32(l, "rope.scaling.yarn_log_multiplier", &log_mul, 0.0f));
+    float bf = 32.0f, bs = 1.0f;
+    TRY(key_f32(l, "rope.scaling.yarn_beta_fast", &bf, 32.0f));
+    TRY(key_f32(l, "rope.scaling.yarn_beta_slow", &bs, 1.0f));
+    h->rope = (og_rope){.d_rope = (int)h->d_rope, .base = base, .freq_scale = 1.0f, .ext_factor = 0.0f,
+                        .n_ctx_orig = (int)orig, .beta_fast = bf, .beta_slow = bs, .mscale = 1.0f};
+    float mscale = 1.0f;
+    if (yarn) {
+        h->rope.freq_scale = 1.0f / factor;
+        h->rope.ext_factor = 1.0f;
+        if (have_log_mul) {
+            mscale = 1.0f + log_mul * logf(factor); /* m = 1 + 0.1 mscale_all_dim ln s */
+        } else {
+            og_log(&l->m->log, OG_LOG_WARN, "YaRN without yarn_log_multiplier: generic YaRN magnitude (suspicious file)");
+            h->rope.mscale = 1.0f + 0.1f * logf(factor);
+            mscale = h->rope.mscale;
+        }
+    } else if (!strcmp(stype, "linear") && factor > 0) {
+        h->rope.freq_scale = 1.0f / factor;
+    }
+    h->kq_scale = mscale * mscale / sqrtf((float)h->d_qk);
+    return OG_OK;
+}
+
+static og_status load_weights(loader *l) {
+    og_model *m = l->m;
+    const og_hparams *h = &m->hp;
+    const uint64_t D = h->n_embd, H = h->n_head;
+    const og_gguf_tensor *te = og_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!te) return og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor token_embd.weight");
+    m->hp.n_vocab = (uint32_t)te->ne[1];
+    TRY(bind(l, "token_embd.weight", D, m->hp.n_vocab, &m->tok_embd, true));
+    TRY(bind_vec(l, "output_norm.weight", D, &m->out_norm, true));
+    TRY(bind(l, "output.weight", D, m->hp.n_vocab, &m->output, false));
+    if (!m->output.data) m->output = m->tok_embd; /* tied (§2) */
+    m->layers = calloc(h->n_layer, sizeof *m->layers);
+    if (!m->layers) return og_fail(l->err, l->errlen, OG_ERR_NOMEM, "out of memory");
+    char n[96];
+#define NM(s) (snprintf(n, sizeof n, "blk.%u." s, i), n)
+    for (uint32_t i = 0; i < h->n_layer; i++) {
+        og_layer *L = &m->layers[i];
+        TRY(bind_vec(l, NM("attn_norm.weight"), D, &L->attn_norm, true));
+        if (h->q_lora_rank) {
+            TRY(bind(l, NM("attn_q_a.weight"), D, h->q_lora_rank, &L->q_a, true));
+            TRY(bind_vec(l, NM("attn_q_a_norm.weight"), h->q_lora_rank, &L->q_a_norm, true));
+            TRY(bind(l, NM("attn_q_b.weight"), h->q_lora_rank, H * h->d_qk, &L->q_b, true));
+        } else {
+            TRY(bind(l, NM("attn_q.weight"), D, H * h->d_qk, &L->q, true));
+        }
+        TRY(bind(l, NM("attn_kv_a_mqa.weight"), D, h->kv_lora_rank + h->d_rope, &L->kv_a, true));
+        TRY(bind_vec(l, NM("attn_kv_a_norm.weight"), h->kv_lora_rank, &L->kv_a_norm, true));
+        if (h->mla_format) {
+            TRY(bind(l, NM("attn_k_b.weight"), h->d_nope, (uint64_t)h->kv_lora_rank * H, &L->k_b, true));
+            TRY(bind(l, NM("attn_v_b.weight"), h->kv_lora_rank, (uint64_t)h->d_v * H, &L->v_b, true));
+        } else {
+            og_weight kvb;
+            TRY(bind(l, NM("attn_kv_b.weight"), h->kv_lora_rank, H * (h->d_nope + h->d_v), &kvb, true));
+            size_t cnt = (size_t)kvb.n_rows * (size_t)kvb.K;
+            L->kv_b_f32 = malloc(cnt * sizeof(float));
+            if (!L->kv_b_f32) return og_fail(l->err, l->errlen, OG_ERR_NOMEM, "out of memory");
+            for (int64_t r = 0; r < kvb.n_rows; r++)
+                og_dequantize_row(kvb.type, (const uint8_t *)kvb.data + (size_t)r * kvb.row_bytes, L->kv_b_f32 + r * kvb.K, kvb.K);
+        }
+        TRY(bind(l, NM("attn_output.weight"), H * h->d_v, D, &L->o, true));
+        TRY(bind_vec(l, NM("ffn_norm.weight"), D, &L->ffn_norm, true));
+        L->moe = i >= h->n_dense;
+        if (!L->moe) {
+            TRY(bind(l, NM("ffn_gate.weight"), D, h->n_ff, &L->gate, true));
+            TRY(bind(l, NM("ffn_up.weight"), D, h->n_ff, &L->up, true));
+            TRY(bind(l, NM("ffn_down.weight"), h->n_ff, D, &L->down, true));
+            continue;
+        }
+        const uint64_t E = h->n_expert, Fe = h->n_ff_exp;
+        TRY(bind(l, NM("ffn_gate_inp.weight"), D, E, &L->router, true));
+        if (L->router.type != OG_TYPE_F32)
+            return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "%s must be F32 (routers are never quantized)", n);
+        TRY(bind_vec(l, NM("exp_probs_b.bias"), E, &L->exp_bias, false));
+        TRY(bind(l, NM("ffn_gate_exps.weight"), D, Fe * E, &L->gate_exps, true));
+        TRY(bind(l, NM("ffn_up_exps.weight"), D, Fe * E, &L->up_exps, true));
+        TRY(bind(l, NM("ffn_down_exps.weight"), Fe, D * E, &L->down_exps, true));
+        if (h->n_expert_shared) {
+            const uint64_t Fs = (uint64_t)h->n_expert_shared * Fe;
+            TRY(bind(l, NM("ffn_gate_shexp.weight"), D, Fs, &L->gate_sh, true));
+            TRY(bind(l, NM("ffn_up_shexp.weight"), D, Fs, &L->up_sh, true));
+            TRY(bind(l, NM("ffn_down_shexp.weight"), Fs, D, &L->down_sh, true));
+        }
+    }
+#undef NM
+    return OG_OK;
+}
+
+og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    og_model *m = calloc(1, sizeof *m);
+    if (!m) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    if (lg) m->log = *lg;
+    else m->log = (og_logger){.level = OG_LOG_WARN};
+    og_status st = og_gguf_open(path, 0, &m->gguf, err, errlen);
+    if (st) {
+        free(m);
+        return st;
+    }
+    loader l = {m, err, errlen};
+    if ((st = load_hparams(&l)) || (st = load_weights(&l))) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
+        snprintf(err, errlen, "%s", tmp);
+        og_model_free(m);
+        return st;
+    }
+    *out = m;
+    return OG_OK;
+}
+
+void og_model_free(og_model *m) {
+    if (!m) return;
+    if (m->layers)
+        for (uint32_t i = 0; i < m->hp.n_layer; i++) free(m->layers[i].kv_b_f32);
+    free(m->layers);
+    og_gguf_close(m->gguf);
+    free(m);
+}
+
+void og_kv_free(og_kv *kv) {
+    for (int i = 0; i < kv->n_blocks; i++) free(kv->blocks[i]);
+    free(kv->blocks);
+    memset(kv, 0, sizeof *kv);
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+/* Cache row (c then k_pe) of layer il at position pos. */
+static float *kv_row(const og_model *m, const og_kv *kv, uint32_t il, int32_t pos) {
+    const int w = (int)(m->hp.kv_lora_rank + m->hp.d_rope);
+    return kv->blocks[pos / OG_KV_BLOCK] + ((size_t)il * OG_KV_BLOCK + (size_t)(pos % OG_KV_BLOCK)) * (size_t)w;
+}
+
+static og_status kv_reserve(const og_model *m, og_kv *kv, int32_t n_pos) {
+    const size_t bw = (size_t)m->hp.n_layer * OG_KV_BLOCK * (m->hp.kv_lora_rank + m->hp.d_rope);
+    while (kv->n_blocks * OG_KV_BLOCK < n_pos) {
+        if (kv->n_blocks == kv->cap_blocks) {
+            int cap = kv->cap_blocks ? kv->cap_blocks * 2 : 8;
+            float **nb = realloc(kv->blocks, (size_t)cap * sizeof *nb);
+            if (!nb) return OG_ERR_NOMEM;
+            kv->blocks = nb;
+            kv->cap_blocks = cap;
+        }
+        if (!(kv->blocks[kv->n_blocks] = malloc(bw * sizeof(float)))) return OG_ERR_NOMEM;
+        kv->n_blocks++;
+    }
+    return OG_OK;
+}
+
+/* A scratch arena for one forward call. */
+typedef struct scratch {
+    float *p;
+    size_t used, cap;
+} scratch;
+static float *take(scratch *s, size_t n) {
+    n = (n + 15) & ~(size_t)15;
+    if (s->used + n > s->cap) return NULL;
+    float *r = s->p + s->used;
+    s->used += n;
+    return r;
+}
+
+/* y[m][rows] = x[m][K] . W^T through the kernels (activation scratch inside). */
+static og_status mm(const og_run_ctx *rc, const og_weight *w, const float *x, int64_t m, float *y) {
+    size_t sb = og_cpu_matmul_scratch(w->type, w->K, m);
+    void *q = malloc(sb ? sb : 1);
+    if (!q) return OG_ERR_NOMEM;
+    og_status st = og_cpu_matmul(rc->kern, rc->pool, w, x, m, y, q, sb);
+    free(q);
+    return st;
+}
+
+/* Rows [r0, r0 + n) of w as their own weight. */
+static og_weight slice(const og_weight *w, int64_t r0, int64_t n) {
+    og_weight s = *w;
+    s.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    s.n_rows = n;
+    return s;
+}
+
+static og_status swiglu_ffn(const og_run_ctx *rc, const og_weight *gate, const og_weight *up, const og_weight *down,
+                            const float *x, int64_t n_tok, float *out) {
+    const int64_t F = gate->n_rows;
+    float *g = malloc((size_t)(n_tok * F) * sizeof *g), *u = malloc((size_t)(n_tok * F) * sizeof *u);
+    og_status st = (!g || !u) ? OG_ERR_NOMEM : OG_OK;
+    if (!st) st = mm(rc, gate, x, n_tok, g);
+    if (!st) st = mm(rc, up, x, n_tok, u);
+    if (!st) {
+        og_swiglu(g, g, u, n_tok * F);
+        st = mm(rc, down, g, n_tok, out);
+    }
+    free(g);
+    free(u);
+    return st;
+}
+
+/* Router (§5): selects k experts per token and their weights. */
+static void route(const og_hparams *h, const og_layer *L, const float *logits_in, int32_t tok, og_route *out) {
+    const int E = (int)h->n_expert, k = (int)h->n_expert_used;
+    float *sc = malloc((size_t)E * 2 * sizeof(float)), *sel = sc + E;
+    memcpy(sc, logits_in, (size_t)E * sizeof(float));
+    if (h->gating == 1) og_softmax(sc, E);
+    else
+        for (int e = 0; e < E; e++) sc[e] = 1.0f / (1.0f + expf(-sc[e]));
+    for (int e = 0; e < E; e++) sel[e] = sc[e] + (L->exp_bias ? L->exp_bias[e] : 0.0f);
+    if (h->n_group > 1) {
+        const int G = (int)h->n_group, per = E / G;
+        float gs[1024];
+        for (int g = 0; g < G; g++) { /* group score: sum of its two best */
+            float a = -INFINITY, b = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                if (sel[e] > a) {
+                    b = a;
+                    a = sel[e];
+                } else if (sel[e] > b) {
+                    b = sel[e];
+                }
+            }
+            gs[g] = a + b;
+        }
+        int32_t keep[1024];
+        og_topk(gs, G, (int)h->n_group_used, keep);
+        for (int g = 0; g < G; g++) {
+            bool kept = false;
+            for (uint32_t j = 0; j < h->n_group_used; j++) kept |= keep[j] == g;
+            if (!kept)
+                for (int e = g * per; e < (g + 1) * per; e++) sel[e] = -INFINITY;
+        }
+    }
+    int32_t idx[256];
+    og_topk(sel, E, k, idx);
+    double sum = 0;
+    for (int j = 0; j < k; j++) sum += sc[idx[j]];
+    for (int j = 0; j < k; j++) {
+        float w = sc[idx[j]];
+        if (h->expert_norm) w = (float)(w / fmax(sum, 6.103515625e-5));
+        if (h->expert_scale != 1.0f) w *= h->expert_scale;
+        out[j] = (og_route){tok, idx[j], w};
+    }
+    free(sc);
+}
+
+/* The expert seam: y[t] += sum over routes of weight * expert(x[t]). Routes are
+ * grouped by expert so each expert's weights stream once; each route's output is
+ * kept apart and summed per token in route order, so the result never depends
+ * on how the routes are grouped or where an expert runs. */
+static og_status moe_dispatch(const og_model *m, const og_run_ctx *rc, const og_layer *L, const float *x, int64_t n_tok,
+                              const og_route *routes, int n_routes, float *y) {
+    const int64_t D = m->hp.n_embd, Fe = m->hp.n_ff_exp;
+    float *res = calloc((size_t)n_routes * (size_t)D, sizeof *res);
+    float *xg = malloc((size_t)n_routes * (size_t)D * sizeof *xg);
+    int *order = malloc((size_t)n_routes * sizeof *order);
+    og_status st = (!res || !xg || !order) ? OG_ERR_NOMEM : OG_OK;
+    for (uint32_t e = 0; e < m->hp.n_expert && !st; e++) {
+        int cnt = 0;
+        for (int r = 0; r < n_routes; r++)
+            if (routes[r].expert == (int32_t)e) order[cnt++] = r;
+        if (!cnt) continue;
+        for (int i = 0; i < cnt; i++) memcpy(xg + i * D, x + routes[order[i]].token * D, (size_t)D * sizeof *xg);
+        og_weight g = slice(&L->gate_exps, (int64_t)e * Fe, Fe), u = slice(&L->up_exps, (int64_t)e * Fe, Fe);
+        og_weight d = slice(&L->down_exps, (int64_t)e * D, D);
+        float *ye = malloc((size_t)cnt * (size_t)D * sizeof *ye);
+        if (!ye) {
+            st = OG_ERR_NOMEM;
+            break;
+        }
+        st = swiglu_ffn(rc, &g, &u, &d, xg, cnt, ye);
+        for (int i = 0; i < cnt && !st; i++) memcpy(res + (size_t)order[i] * D, ye + i * D, (size_t)D * sizeof *ye);
+        free(ye);
+    }
+    for (int r = 0; r < n_routes && !st; r++) {
+        float *yt = y + routes[r].token * D;
+        const float *rr = res + (size_t)r * D;
+        for (int64_t i = 0; i < D; i++) yt[i] += routes[r].weight * rr[i];
+    }
+    (void)n_tok;
+    free(res);
+    free(xg);
+    free(order);
+    return st;
+}
+
+og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *tokens, int n_tok,
+                           float *logits, bool all_logits, char *err, size_t errlen) {
+    const og_hparams *h = &m->hp;
+    const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope;
+    const int64_t dqk = h->d_qk, dv = h->d_v, T = n_tok;
+    const int32_t pos0 = kv->n_pos;
+    if (n_tok <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
+    for (int i = 0; i < n_tok; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= h->n_vocab)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token id %d outside the vocabulary", tokens[i]);
+    if (kv_reserve(m, kv, pos0 + n_tok)) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the KV cache");
+
+    /* scratch: sized for the largest per-call buffers */
+    const int64_t qw = H * dqk;
+    size_t need = (size_t)T * (size_t)(3 * D + qw + (h->q_lora_rank ? h->q_lora_rank : 0) + r_kv + dr + H * dv +
+                                       (h->n_expert ? h->n_expert : 0)) +
+                  (size_t)(H * r_kv + r_kv + (pos0 + T)) + 1024;
+    scratch sc = {.cap = need};
+    sc.p = malloc(need * sizeof(float));
+    if (!sc.p) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    float *h_res = take(&sc, (size_t)(T * D));  /* residual stream [T][D] */
+    float *a = take(&sc, (size_t)(T * D));      /* normalized input [T][D] */
+    float *y = take(&sc, (size_t)(T * D));      /* sublayer output [T][D] */
+    float *q = take(&sc, (size_t)(T * qw));     /* [T][H d_qk] */
+    float *qa = h->q_lora_rank ? take(&sc, (size_t)(T * h->q_lora_rank)) : NULL;
+    float *ckv = take(&sc, (size_t)(T * (r_kv + dr)));
+    float *o = take(&sc, (size_t)(T * H * dv)); /* attention output [T][H d_v] */
+    float *rl = h->n_expert ? take(&sc, (size_t)(T * h->n_expert)) : NULL;
+    float *qabs = take(&sc, (size_t)(H * r_kv)); /* one token: [H][r_kv] */
+    float *ctx = take(&sc, (size_t)r_kv);
+    float *att = take(&sc, (size_t)(pos0 + T));
+    og_route *routes = NULL;
+    og_status st = OG_OK;
+
+    for (int64_t t = 0; t < T; t++) /* embeddings (§3: no scaling) */
+        og_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes,
+                          h_res + t * D, D);
+
+    for (uint32_t il = 0; il < h->n_layer && !st; il++) {
+        const og_layer *L = &m->layers[il];
+        /* ---- attention (MLA, absorbed form) ---- */
+        for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->attn_norm, D, h->rms_eps);
+        if (h->q_lora_rank) {
+            if ((st = mm(rc, &L->q_a, a, T, qa))) break;
+            for (int64_t t = 0; t < T; t++)
+                og_rmsnorm(qa + t * h->q_lora_rank, qa + t * h->q_lora_rank, L->q_a_norm, h->q_lora_rank, h->rms_eps);
+            if ((st = mm(rc, &L->q_b, qa, T, q))) break;
+        } else if ((st = mm(rc, &L->q, a, T, q))) {
+            break;
+        }
+        if ((st = mm(rc, &L->kv_a, a, T, ckv))) break;
+        for (int64_t t = 0; t < T; t++) {
+            const int32_t pos = pos0 + (int32_t)t;
+            float *c = ckv + t * (r_kv + dr);
+            og_rmsnorm(c, c, L->kv_a_norm, r_kv, h->rms_eps);
+            og_rope_apply(&h->rope, c + r_kv, 1, dr, pos);             /* k_pe */
+            og_rope_apply(&h->rope, q + t * qw + dn, (int)H, dqk, pos); /* q_pe of every head */
+            memcpy(kv_row(m, kv, il, pos), c, (size_t)(r_kv + dr) * sizeof(float));
+        }
+        for (int64_t t = 0; t < T && !st; t++) {
+            const int32_t pos = pos0 + (int32_t)t;
+            for (int64_t hh = 0; hh < H; hh++) {
+                const float *qh = q + t * qw + hh * dqk;
+                float *qa_h = qabs + hh * r_kv;
+                /* q_abs[r] = sum_d k_b[h][r][d] q_nope[d] */
+                if (L->kv_b_f32) {
+                    for (int64_t r = 0; r < r_kv; r++) qa_h[r] = 0;
+                    for (int64_t d = 0; d < dn; d++) {
+                        const float *row = L->kv_b_f32 + (hh * (dn + dv) + d) * r_kv;
+                        for (int64_t r = 0; r < r_kv; r++) qa_h[r] += row[r] * qh[d];
+                    }
+                } else {
+                    og_weight kb = slice(&L->k_b, hh * r_kv, r_kv);
+                    if ((st = mm(rc, &kb, qh, 1, qa_h))) break;
+                }
+                /* scores over positions 0..pos, softmax, latent context */
+                float mx = -INFINITY;
+                for (int32_t s = 0; s <= pos; s++) {
+                    const float *row = kv_row(m, kv, il, s);
+                    double acc = 0;
+                    for (int64_t r = 0; r < r_kv; r++) acc += (double)qa_h[r] * row[r];
+                    for (int64_t r = 0; r < dr; r++) acc += (double)qh[dn + r] * row[r_kv + r];
+                    att[s] = (float)acc * h->kq_scale;
+                    if (att[s] > mx) mx = att[s];
+                }
+                og_softmax(att, pos + 1);
+                for (int64_t r = 0; r < r_kv; r++) ctx[r] = 0;
+                for (int32_t s = 0; s <= pos; s++) {
+                    const float *row = kv_row(m, kv, il, s);
+                    for (int64_t r = 0; r < r_kv; r++) ctx[r] += att[s] * row[r];
+                }
+                float *oh = o + t * H * dv + hh * dv;
+                if (L->kv_b_f32) {
+                    for (int64_t j = 0; j < dv; j++) {
+                        const float *row = L->kv_b_f32 + (hh * (dn + dv) + dn + j) * r_kv;
+                        double acc = 0;
+                        for (int64_t r = 0; r < r_kv; r++) acc += (double)row[r] * ctx[r];
+                        oh[j] = (float)acc;
+                    }
+                } else {
+                    og_weight vb = slice(&L->v_b, hh * dv, dv);
+                    if ((st = mm(rc, &vb, ctx, 1, oh))) break;
+                }
+            }
+        }
+        if (st || (st = mm(rc, &L->o, o, T, y))) break;
+        for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
+
+        /* ---- FFN: dense, or routed experts + shared experts ---- */
+        for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->ffn_norm, D, h->rms_eps);
+        if (!L->moe) {
+            if ((st = swiglu_ffn(rc, &L->gate, &L->up, &L->down, a, T, y))) break;
+        } else {
+            const int k = (int)h->n_expert_used;
+            if ((st = mm(rc, &L->router, a, T, rl))) break;
+            og_route *nr = realloc(routes, (size_t)(T * k) * sizeof *routes);
+            if (!nr) {
+                st = OG_ERR_NOMEM;
+                break;
+            }
+            routes = nr;
+            for (int64_t t = 0; t < T; t++) route(h, L, rl + t * h->n_expert, (int32_t)t, routes + t * k);
+            if (h->n_expert_shared) {
+                if ((st = swiglu_ffn(rc, &L->gate_sh, &L->up_sh, &L->down_sh, a, T, y))) break;
+            } else {
+                memset(y, 0, (size_t)(T * D) * sizeof *y);
+            }
+            if ((st = moe_dispatch(m, rc, L, a, T, routes, (int)(T * k), y))) break;
+        }
+        for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
+    }
+    if (!st) {
+        int64_t first = all_logits ? 0 : T - 1;
+        for (int64_t t = first; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, m->out_norm, D, h->rms_eps);
+        st = mm(rc, &m->output, a + first * D, T - first, logits);
+    }
+    free(routes);
+    free(sc.p);
+    if (st) return og_fail(err, errlen, st, "forward pass failed: %s", og_status_str(st));
+    kv->n_pos = pos0 + n_tok;
+    return OG_OK;
+}

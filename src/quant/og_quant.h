@@ -85,7 +85,8 @@ og_status og_isa_choose(const og_cpu_features *f, const char *forced, og_isa *ou
 typedef struct og_kernels {
     og_isa isa;
     og_vec_dot_fn vec_dot[OG_TYPE_COUNT];       /* NULL: type unsupported */
-    og_from_float_fn quantize_act[OG_TYPE_COUNT]; /* activation quantizers by vec_dot_type */
+    og_from_float_fn quantize_act[OG_TYPE_COUNT]; /* activation quantizers by vec_dot_type: as ggml's x86
+                                                     backend (Q8_0/Q8_1: 127/max, round half even), every tier */
 } og_kernels;
 
 /* Fills k for tier isa. OG_ERR_UNSUPPORTED if this build lacks that tier. */

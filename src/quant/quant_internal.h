@@ -24,6 +24,9 @@ static inline void k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
     memcpy(m + 4, &m_hi, 4);
 }
 
+/* The activation quantizer of vec_dot_type t (og_kernels.quantize_act). */
+og_from_float_fn og_act_quantizer(og_ggml_type t);
+
 /* Fill the entries a tier implements; leave others untouched. */
 void og_kernels_fill_avx2(og_kernels *k);
 void og_kernels_fill_avx512(og_kernels *k);

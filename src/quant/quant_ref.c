@@ -268,6 +268,40 @@ static void q8_0_to_float(const void *vx, float *y, int64_t n) {
     }
 }
 
+/* Activation quantizers for dot products. ggml's x86 CPU backend, the peer we
+ * check against, quantizes activations with the multiplier 127/max and rounds
+ * half to even (not the weights' reference d = max/127 and roundf): a different
+ * last bit now and then, which random-routed MoE models can amplify into a
+ * different expert. Doing the same keeps onegpu and llama.cpp in step. */
+static void q8_0_act(const float *x, void *vy, int64_t n) {
+    og_block_q8_0 *y = vy;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        float amax;
+        signed_absmax(x, 32, &amax);
+        float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[b].d = TO_FP16(amax / 127.f);
+        for (int j = 0; j < 32; j++) y[b].qs[j] = (int8_t)nearbyintf(x[j] * id);
+    }
+}
+static void q8_1_act(const float *x, void *vy, int64_t n) {
+    og_block_q8_1 *y = vy;
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        float amax;
+        signed_absmax(x, 32, &amax);
+        float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[b].d = TO_FP16(d);
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += (y[b].qs[j] = (int8_t)nearbyintf(x[j] * id));
+        y[b].s = TO_FP16(d * (float)sum);
+    }
+}
+og_from_float_fn og_act_quantizer(og_ggml_type t) {
+    if (t == OG_TYPE_Q8_0) return q8_0_act;
+    if (t == OG_TYPE_Q8_1) return q8_1_act;
+    const og_type_traits *tr = og_quant_traits(t);
+    return tr ? tr->from_float : NULL;
+}
+
 /* Q8_1: Q8_0 plus s = d * sum(q), the activation format of Q4_1/Q5_1. */
 static void q8_1_from_float(const float *x, void *vy, int64_t n) {
     og_block_q8_1 *y = vy;

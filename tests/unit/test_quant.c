@@ -161,9 +161,9 @@ static void test_tiers(void **state) {
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
             const og_type_traits *tr = og_quant_traits(types[ti]);
             const og_type_traits *act = og_quant_traits(tr->vec_dot_type);
-            /* odd sizes: 1, 3, 7, 29 blocks */
-            static const int nblocks[] = {1, 3, 7, 29};
-            for (size_t nbi = 0; nbi < 4; nbi++) {
+            /* odd and even block counts (two-block SIMD loops and their tails) */
+            static const int nblocks[] = {1, 2, 3, 7, 8, 29};
+            for (size_t nbi = 0; nbi < 6; nbi++) {
                 int64_t n = (int64_t)nblocks[nbi] * (tr->blck == 1 ? 33 : tr->blck);
                 if (tr->blck == 1) n += 5; /* float types: not a multiple of the vector width */
                 float *w = malloc((size_t)n * 4), *a = malloc((size_t)n * 4);

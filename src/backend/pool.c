@@ -51,8 +51,10 @@ static void *worker_main(void *arg) {
         uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g == seen) {
             uint64_t t0 = now_ns();
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-                   !atomic_load(&p->stop) && now_ns() - t0 < SPIN_NS)
+            /* read the clock only every 64 pauses: it is not free either */
+            for (unsigned spin = 1; (g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+                                    !atomic_load(&p->stop) && ((spin & 63) || now_ns() - t0 < SPIN_NS);
+                 spin++)
                 cpu_relax();
             if (g == seen) {
                 pthread_mutex_lock(&p->mu);
@@ -138,7 +140,10 @@ void og_pool_run(og_pool *p, og_pool_fn fn, void *ctx) {
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n);
     uint64_t t0 = now_ns();
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0 && now_ns() - t0 < SPIN_NS) cpu_relax();
+    for (unsigned spin = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0 &&
+                            ((spin & 63) || now_ns() - t0 < SPIN_NS);
+         spin++)
+        cpu_relax();
     if (atomic_load(&p->pending) > 0) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done_cv, &p->mu);

@@ -137,6 +137,42 @@ static int cmp_desc(const void *a, const void *b, void *ctx) {
     return x < y ? -1 : x > y;
 }
 
+/* The m best ids by logit (ties: lower id first) into s->idx[0..m), sorted: a
+ * bounded min-heap over the vocabulary, O(V log m), instead of sorting all V. */
+static int32_t top_m(og_sampler *s, const float *l, int32_t m) {
+    int32_t *h = s->idx, n = 0; /* heap of the best so far; h[0] = the worst of them */
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (n == m) {
+            int32_t w = h[0];
+            if (!(l[i] > l[w] || (l[i] == l[w] && i < w))) continue;
+            h[0] = i;
+        } else {
+            h[n++] = i;
+            for (int32_t c = n - 1; c > 0;) { /* sift up */
+                int32_t p = (c - 1) / 2;
+                if (cmp_desc(&h[c], &h[p], (void *)l) <= 0) break; /* h[c] is not worse */
+                int32_t t = h[c];
+                h[c] = h[p];
+                h[p] = t;
+                c = p;
+            }
+            continue;
+        }
+        for (int32_t c = 0;;) { /* sift down the new root */
+            int32_t a = 2 * c + 1, b = a + 1, w = c;
+            if (a < n && cmp_desc(&h[a], &h[w], (void *)l) > 0) w = a;
+            if (b < n && cmp_desc(&h[b], &h[w], (void *)l) > 0) w = b;
+            if (w == c) break;
+            int32_t t = h[c];
+            h[c] = h[w];
+            h[w] = t;
+            c = w;
+        }
+    }
+    qsort_r(h, (size_t)n, sizeof *h, cmp_desc, (void *)l);
+    return n;
+}
+
 /* Candidates worth sorting: ids whose logit is within `span` of the maximum
  * (probability ratio e^-span at temperature 1) or all ids when fewer than `need`
  * qualify. Sorted by logit, then id. Returns their number. */
@@ -156,8 +192,14 @@ int32_t og_sampler_sample(og_sampler *s, float *logits, float *logprob, og_token
     const og_sampler_params *p = &s->p;
     const int32_t n = s->n_vocab;
     apply_penalties(s, logits);
-    float max;
-    double lse = log_norm(logits, n, &max);
+    float max = -INFINITY;
+    double lse = 0;
+    if (logprob || n_top > 0) {
+        lse = log_norm(logits, n, &max); /* only the API's log-probs need the whole normalizer */
+    } else {
+        for (int32_t i = 0; i < n; i++)
+            if (logits[i] > max) max = logits[i];
+    }
     int32_t chosen = 0, n_sorted = 0;
     if (p->temperature == 0.0f) {
         for (int32_t i = 1; i < n; i++)
@@ -166,7 +208,10 @@ int32_t og_sampler_sample(og_sampler *s, float *logits, float *logprob, og_token
         /* Tokens more than 40 T below the best have probability < e^-40 relative
          * to it: leaving them out of the draw changes nothing measurable and
          * avoids sorting 129k logits per token. */
-        n_sorted = sorted_candidates(s, logits, max, 40.0f * p->temperature, n_top > 0 ? n_top : 1);
+        if (p->top_k > 0 && p->top_k < n) /* top-k first: only k ids are ever sorted */
+            n_sorted = top_m(s, logits, p->top_k > n_top ? p->top_k : n_top);
+        else
+            n_sorted = sorted_candidates(s, logits, max, 40.0f * p->temperature, n_top > 0 ? n_top : 1);
         int32_t n_cand = p->top_k > 0 && p->top_k < n_sorted ? p->top_k : n_sorted;
         const double inv_t = 1.0 / p->temperature;
         double sum = 0;
@@ -205,7 +250,7 @@ int32_t og_sampler_sample(og_sampler *s, float *logits, float *logprob, og_token
     }
     if (logprob) *logprob = (float)((double)logits[chosen] - max - lse);
     if (n_top > 0 && top) {
-        if (n_sorted < n_top) n_sorted = sorted_candidates(s, logits, max, 40.0f, n_top);
+        if (n_sorted < n_top) n_sorted = top_m(s, logits, n_top);
         for (int i = 0; i < n_top && i < n_sorted; i++)
             top[i] = (og_token_logprob){s->idx[i], (float)((double)logits[s->idx[i]] - max - lse)};
     }

@@ -313,15 +313,38 @@ static float *take(scratch *s, size_t n) {
     return r;
 }
 
-/* y[m][rows] = x[m][K] . W^T through the kernels (activation scratch inside). */
-static og_status mm(const og_run_ctx *rc, const og_weight *w, const float *x, int64_t m, float *y) {
+/* The quantized-activation buffer of the matmuls, grown as needed and kept for
+ * the whole forward call (a decode step does hundreds of small matmuls). */
+typedef struct act_buf {
+    void *p;
+    size_t cap;
+} act_buf;
+
+/* Below this many weight elements x rows of activations a matmul runs on the
+ * calling thread: waking the pool costs more than it saves. */
+#define MM_PARALLEL_MIN (1 << 14)
+
+/* One forward call's state for the matmuls. */
+typedef struct fwd {
+    const og_run_ctx *rc;
+    act_buf ab;
+} fwd;
+
+/* y[m][rows] = x[m][K] . W^T through the kernels. */
+static og_status mm(fwd *f, const og_weight *w, const float *x, int64_t m, float *y) {
+    const og_run_ctx *rc = f->rc;
+    act_buf *ab = &f->ab;
     size_t sb = og_cpu_matmul_scratch(w->type, w->K, m);
-    void *q = malloc(sb ? sb : 1);
-    if (!q) return OG_ERR_NOMEM;
-    og_status st = og_cpu_matmul(rc->kern, rc->pool, w, x, m, y, q, sb);
-    free(q);
-    return st;
+    if (sb > ab->cap) {
+        void *np = realloc(ab->p, sb);
+        if (!np) return OG_ERR_NOMEM;
+        ab->p = np;
+        ab->cap = sb;
+    }
+    og_pool *pool = w->n_rows * w->K * m < MM_PARALLEL_MIN ? NULL : rc->pool;
+    return og_cpu_matmul(rc->kern, pool, w, x, m, y, ab->p, ab->cap);
 }
+
 
 /* Rows [r0, r0 + n) of w as their own weight. */
 static og_weight slice(const og_weight *w, int64_t r0, int64_t n) {
@@ -331,7 +354,7 @@ static og_weight slice(const og_weight *w, int64_t r0, int64_t n) {
     return s;
 }
 
-static og_status swiglu_ffn(const og_run_ctx *rc, const og_weight *gate, const og_weight *up, const og_weight *down,
+static og_status swiglu_ffn(fwd *rc, const og_weight *gate, const og_weight *up, const og_weight *down,
                             const float *x, int64_t n_tok, float *out) {
     const int64_t F = gate->n_rows;
     float *g = malloc((size_t)(n_tok * F) * sizeof *g), *u = malloc((size_t)(n_tok * F) * sizeof *u);
@@ -397,7 +420,7 @@ static void route(const og_hparams *h, const og_layer *L, const float *logits_in
  * grouped by expert so each expert's weights stream once; each route's output is
  * kept apart and summed per token in route order, so the result never depends
  * on how the routes are grouped or where an expert runs. */
-static og_status moe_dispatch(const og_model *m, const og_run_ctx *rc, const og_layer *L, const float *x, int64_t n_tok,
+static og_status moe_dispatch(const og_model *m, fwd *rc, const og_layer *L, const float *x, int64_t n_tok,
                               const og_route *routes, int n_routes, float *y) {
     const int64_t D = m->hp.n_embd, Fe = m->hp.n_ff_exp;
     float *res = calloc((size_t)n_routes * (size_t)D, sizeof *res);
@@ -466,6 +489,7 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
     float *att = take(&sc, (size_t)(pos0 + T));
     og_route *routes = NULL;
     og_status st = OG_OK;
+    fwd fw = {.rc = rc};
 
     for (int64_t t = 0; t < T; t++) /* embeddings (§3: no scaling) */
         og_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes,
@@ -476,14 +500,14 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
         /* ---- attention (MLA, absorbed form) ---- */
         for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->attn_norm, D, h->rms_eps);
         if (h->q_lora_rank) {
-            if ((st = mm(rc, &L->q_a, a, T, qa))) break;
+            if ((st = mm(&fw, &L->q_a, a, T, qa))) break;
             for (int64_t t = 0; t < T; t++)
                 og_rmsnorm(qa + t * h->q_lora_rank, qa + t * h->q_lora_rank, L->q_a_norm, h->q_lora_rank, h->rms_eps);
-            if ((st = mm(rc, &L->q_b, qa, T, q))) break;
-        } else if ((st = mm(rc, &L->q, a, T, q))) {
+            if ((st = mm(&fw, &L->q_b, qa, T, q))) break;
+        } else if ((st = mm(&fw, &L->q, a, T, q))) {
             break;
         }
-        if ((st = mm(rc, &L->kv_a, a, T, ckv))) break;
+        if ((st = mm(&fw, &L->kv_a, a, T, ckv))) break;
         for (int64_t t = 0; t < T; t++) {
             const int32_t pos = pos0 + (int32_t)t;
             float *c = ckv + t * (r_kv + dr);
@@ -506,23 +530,23 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
                     }
                 } else {
                     og_weight kb = slice(&L->k_b, hh * r_kv, r_kv);
-                    if ((st = mm(rc, &kb, qh, 1, qa_h))) break;
+                    if ((st = mm(&fw, &kb, qh, 1, qa_h))) break;
                 }
                 /* scores over positions 0..pos, softmax, latent context */
-                float mx = -INFINITY;
+                og_vec_dot_fn fdot = rc->kern->vec_dot[OG_TYPE_F32];
                 for (int32_t s = 0; s <= pos; s++) {
                     const float *row = kv_row(m, kv, il, s);
-                    double acc = 0;
-                    for (int64_t r = 0; r < r_kv; r++) acc += (double)qa_h[r] * row[r];
-                    for (int64_t r = 0; r < dr; r++) acc += (double)qh[dn + r] * row[r_kv + r];
-                    att[s] = (float)acc * h->kq_scale;
-                    if (att[s] > mx) mx = att[s];
+                    float sc_c, sc_pe;
+                    fdot(r_kv, &sc_c, qa_h, row);
+                    fdot(dr, &sc_pe, qh + dn, row + r_kv);
+                    att[s] = (sc_c + sc_pe) * h->kq_scale;
                 }
                 og_softmax(att, pos + 1);
                 for (int64_t r = 0; r < r_kv; r++) ctx[r] = 0;
                 for (int32_t s = 0; s <= pos; s++) {
                     const float *row = kv_row(m, kv, il, s);
-                    for (int64_t r = 0; r < r_kv; r++) ctx[r] += att[s] * row[r];
+                    const float w = att[s];
+                    for (int64_t r = 0; r < r_kv; r++) ctx[r] += w * row[r];
                 }
                 float *oh = o + t * H * dv + hh * dv;
                 if (L->kv_b_f32) {
@@ -534,20 +558,20 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
                     }
                 } else {
                     og_weight vb = slice(&L->v_b, hh * dv, dv);
-                    if ((st = mm(rc, &vb, ctx, 1, oh))) break;
+                    if ((st = mm(&fw, &vb, ctx, 1, oh))) break;
                 }
             }
         }
-        if (st || (st = mm(rc, &L->o, o, T, y))) break;
+        if (st || (st = mm(&fw, &L->o, o, T, y))) break;
         for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
 
         /* ---- FFN: dense, or routed experts + shared experts ---- */
         for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->ffn_norm, D, h->rms_eps);
         if (!L->moe) {
-            if ((st = swiglu_ffn(rc, &L->gate, &L->up, &L->down, a, T, y))) break;
+            if ((st = swiglu_ffn(&fw, &L->gate, &L->up, &L->down, a, T, y))) break;
         } else {
             const int k = (int)h->n_expert_used;
-            if ((st = mm(rc, &L->router, a, T, rl))) break;
+            if ((st = mm(&fw, &L->router, a, T, rl))) break;
             og_route *nr = realloc(routes, (size_t)(T * k) * sizeof *routes);
             if (!nr) {
                 st = OG_ERR_NOMEM;
@@ -556,20 +580,21 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
             routes = nr;
             for (int64_t t = 0; t < T; t++) route(h, L, rl + t * h->n_expert, (int32_t)t, routes + t * k);
             if (h->n_expert_shared) {
-                if ((st = swiglu_ffn(rc, &L->gate_sh, &L->up_sh, &L->down_sh, a, T, y))) break;
+                if ((st = swiglu_ffn(&fw, &L->gate_sh, &L->up_sh, &L->down_sh, a, T, y))) break;
             } else {
                 memset(y, 0, (size_t)(T * D) * sizeof *y);
             }
-            if ((st = moe_dispatch(m, rc, L, a, T, routes, (int)(T * k), y))) break;
+            if ((st = moe_dispatch(m, &fw, L, a, T, routes, (int)(T * k), y))) break;
         }
         for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
     }
     if (!st) {
         int64_t first = all_logits ? 0 : T - 1;
         for (int64_t t = first; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, m->out_norm, D, h->rms_eps);
-        st = mm(rc, &m->output, a + first * D, T - first, logits);
+        st = mm(&fw, &m->output, a + first * D, T - first, logits);
     }
     free(routes);
+    free(fw.ab.p);
     free(sc.p);
     if (st) return og_fail(err, errlen, st, "forward pass failed: %s", og_status_str(st));
     kv->n_pos = pos0 + n_tok;

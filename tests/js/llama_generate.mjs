@@ -123,7 +123,9 @@ try {
 
     const tokens = [], logprobs = [];
     let stop = "length";
+    const t0 = performance.now();
     let res = steps > 0 ? await feed(promptTokens) : null;
+    const t1 = performance.now();
     for (let i = 0; i < steps; i++) {
         const tok = opt.teacher ? opt.teacher[i] : res.token;
         tokens.push(tok);
@@ -142,7 +144,12 @@ try {
             res = await feed([tok]);
     }
 
+    const t2 = performance.now();
     const out = {
+        // wall-clock speeds, for benchmarks (bench/RESULTS.md): prefill of the prompt,
+        // then one token at a time (steps - 1 evaluations after the first pick)
+        prefill_tok_per_s: promptTokens.length / ((t1 - t0) / 1000),
+        decode_tok_per_s: steps > 1 ? (steps - 1) / ((t2 - t1) / 1000) : null,
         prompt_tokens: promptTokens,
         tokens,
         text: model.detokenize(tokens, false, promptTokens),

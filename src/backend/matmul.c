@@ -65,3 +65,65 @@ og_status og_cpu_matmul(const og_kernels *k, og_pool *pool, const og_weight *w, 
     og_pool_run(pool, dot_rows, &j);
     return OG_OK;
 }
+
+/* ---- several products in one run ------------------------------------------- */
+
+#define MAX_JOBS 256
+
+typedef struct multi {
+    const og_kernels *k;
+    const og_matmul_job *jobs;
+    int n;
+    uint8_t *xq[MAX_JOBS];
+    size_t xq_row[MAX_JOBS];
+    int64_t band_start[MAX_JOBS + 1]; /* prefix sums of bands per job */
+} multi;
+
+size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs) {
+    size_t total = 0;
+    for (int j = 0; j < n_jobs; j++) total += (og_cpu_matmul_scratch(jobs[j].w->type, jobs[j].w->K, jobs[j].m) + 63) & ~(size_t)63;
+    return total;
+}
+
+static void multi_rows(void *ctx, int ith, int nth) {
+    multi *mu = ctx;
+    int64_t total = mu->band_start[mu->n];
+    int64_t b0 = total * ith / nth, b1 = total * (ith + 1) / nth;
+    int j = 0;
+    for (int64_t b = b0; b < b1; b++) {
+        while (b >= mu->band_start[j + 1]) j++;
+        const og_matmul_job *jb = &mu->jobs[j];
+        const og_weight *w = jb->w;
+        og_vec_dot_fn dot = mu->k->vec_dot[w->type];
+        int64_t r0 = (b - mu->band_start[j]) * ROW_BAND, r1 = r0 + ROW_BAND < w->n_rows ? r0 + ROW_BAND : w->n_rows;
+        for (int64_t a = 0; a < jb->m; a++) {
+            const uint8_t *xq = mu->xq[j] + (size_t)a * mu->xq_row[j];
+            float *ya = jb->y + a * w->n_rows;
+            for (int64_t r = r0; r < r1; r++) dot(w->K, &ya[r], (const uint8_t *)w->data + (size_t)r * w->row_bytes, xq);
+        }
+    }
+}
+
+og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
+                              size_t scratch_bytes) {
+    if (n_jobs < 0 || n_jobs > MAX_JOBS) return OG_ERR_INVALID_ARG;
+    if (scratch_bytes < og_cpu_matmul_multi_scratch(jobs, n_jobs)) return OG_ERR_INVALID_ARG;
+    multi mu = {.k = k, .jobs = jobs, .n = n_jobs};
+    uint8_t *p = scratch;
+    mu.band_start[0] = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        const og_weight *w = jobs[j].w;
+        const og_type_traits *tr = og_quant_traits(w->type);
+        if (!tr || !k->vec_dot[w->type] || !k->quantize_act[tr->vec_dot_type]) return OG_ERR_UNSUPPORTED;
+        if (jobs[j].m < 0 || w->K <= 0 || w->K % tr->blck) return OG_ERR_INVALID_ARG;
+        size_t need = og_cpu_matmul_scratch(w->type, w->K, jobs[j].m);
+        mu.xq[j] = p;
+        mu.xq_row[j] = jobs[j].m ? need / (size_t)jobs[j].m : 0;
+        for (int64_t r = 0; r < jobs[j].m; r++) /* each row alone: batch-invariant */
+            k->quantize_act[tr->vec_dot_type](jobs[j].x + r * w->K, p + (size_t)r * mu.xq_row[j], w->K);
+        p += (need + 63) & ~(size_t)63;
+        mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + ROW_BAND - 1) / ROW_BAND : 0);
+    }
+    if (mu.band_start[n_jobs] > 0) og_pool_run(pool, multi_rows, &mu);
+    return OG_OK;
+}

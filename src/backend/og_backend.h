@@ -53,6 +53,24 @@ size_t og_cpu_matmul_scratch(og_ggml_type wtype, int64_t K, int64_t m);
 og_status og_cpu_matmul(const og_kernels *k, og_pool *pool, const og_weight *w, const float *x, int64_t m,
                         float *y, void *scratch, size_t scratch_bytes);
 
+/* Several independent products done in one pool run: the rows of all jobs are
+ * cut into bands and shared out together, so a decode step pays one wake-up for
+ * e.g. all the selected experts' gate and up projections. Each result is bitwise
+ * what og_cpu_matmul gives for that job alone. */
+typedef struct og_matmul_job {
+    const og_weight *w;
+    const float *x;   /* [m][w->K] */
+    int64_t m;
+    float *y;         /* [m][w->n_rows] */
+} og_matmul_job;
+
+/* Scratch bytes og_cpu_matmul_multi needs for these jobs. */
+size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs);
+
+/* Runs n_jobs products (errors as og_cpu_matmul; at most 256 jobs). */
+og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
+                              size_t scratch_bytes);
+
 /* ---- element-wise operations (f32) ---------------------------------------- */
 
 /* y[i] = w[i] * x[i] / sqrt(mean(x^2) + eps), accumulated in double. y may be x. */

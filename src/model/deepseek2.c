@@ -132,8 +132,8 @@ static og_status load_hparams(loader *l) {
                                h->n_expert / h->n_group < 2))
             return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "expert groups: %u experts, %u groups, keep %u is inconsistent",
                            h->n_expert, h->n_group, h->n_group_used);
-        if (h->n_group > 1024 || h->n_expert_used > 256)
-            return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "more than 1024 expert groups or 256 experts per token");
+        if (h->n_group > 1024 || h->n_expert_used > 256 || h->n_head > 256)
+            return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "more than 1024 expert groups, 256 experts per token or 256 heads");
         if (h->gating != 1 && h->gating != 2)
             return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "expert_gating_func %u (1 softmax, 2 sigmoid)", h->gating);
     }
@@ -354,13 +354,25 @@ static og_weight slice(const og_weight *w, int64_t r0, int64_t n) {
     return s;
 }
 
+/* Several products in one pool run (og_cpu_matmul_multi). */
+static og_status mm_multi(fwd *f, const og_matmul_job *jobs, int n) {
+    size_t sb = og_cpu_matmul_multi_scratch(jobs, n);
+    if (sb > f->ab.cap) {
+        void *np = realloc(f->ab.p, sb);
+        if (!np) return OG_ERR_NOMEM;
+        f->ab.p = np;
+        f->ab.cap = sb;
+    }
+    return og_cpu_matmul_multi(f->rc->kern, f->rc->pool, jobs, n, f->ab.p, f->ab.cap);
+}
+
 static og_status swiglu_ffn(fwd *rc, const og_weight *gate, const og_weight *up, const og_weight *down,
                             const float *x, int64_t n_tok, float *out) {
     const int64_t F = gate->n_rows;
     float *g = malloc((size_t)(n_tok * F) * sizeof *g), *u = malloc((size_t)(n_tok * F) * sizeof *u);
     og_status st = (!g || !u) ? OG_ERR_NOMEM : OG_OK;
-    if (!st) st = mm(rc, gate, x, n_tok, g);
-    if (!st) st = mm(rc, up, x, n_tok, u);
+    og_matmul_job j2[2] = {{gate, x, n_tok, g}, {up, x, n_tok, u}};
+    if (!st) st = mm_multi(rc, j2, 2);
     if (!st) {
         og_swiglu(g, g, u, n_tok * F);
         st = mm(rc, down, g, n_tok, out);
@@ -416,44 +428,133 @@ static void route(const og_hparams *h, const og_layer *L, const float *logits_in
     free(sc);
 }
 
-/* The expert seam: y[t] += sum over routes of weight * expert(x[t]). Routes are
- * grouped by expert so each expert's weights stream once; each route's output is
- * kept apart and summed per token in route order, so the result never depends
- * on how the routes are grouped or where an expert runs. */
-static og_status moe_dispatch(const og_model *m, fwd *rc, const og_layer *L, const float *x, int64_t n_tok,
+/* The expert seam: y[t] = shared(x[t]) + sum over routes of weight * expert(x[t]).
+ * Routes are grouped by expert so each expert's weights stream once, and all
+ * gate/up products (the shared expert's too) run in one pool run, all down
+ * products in another. Each route's output is kept apart and summed per token in
+ * route order, so the result never depends on the grouping or where an expert
+ * runs. */
+static og_status moe_dispatch(const og_model *m, fwd *f, const og_layer *L, const float *x, int64_t n_tok,
                               const og_route *routes, int n_routes, float *y) {
     const int64_t D = m->hp.n_embd, Fe = m->hp.n_ff_exp;
-    float *res = calloc((size_t)n_routes * (size_t)D, sizeof *res);
-    float *xg = malloc((size_t)n_routes * (size_t)D * sizeof *xg);
+    const bool shared = m->hp.n_expert_shared > 0;
+    const int64_t Fs = shared ? L->gate_sh.n_rows : 0;
+    int E = (int)m->hp.n_expert;
     int *order = malloc((size_t)n_routes * sizeof *order);
-    og_status st = (!res || !xg || !order) ? OG_ERR_NOMEM : OG_OK;
-    for (uint32_t e = 0; e < m->hp.n_expert && !st; e++) {
-        int cnt = 0;
-        for (int r = 0; r < n_routes; r++)
-            if (routes[r].expert == (int32_t)e) order[cnt++] = r;
-        if (!cnt) continue;
-        for (int i = 0; i < cnt; i++) memcpy(xg + i * D, x + routes[order[i]].token * D, (size_t)D * sizeof *xg);
-        og_weight g = slice(&L->gate_exps, (int64_t)e * Fe, Fe), u = slice(&L->up_exps, (int64_t)e * Fe, Fe);
-        og_weight d = slice(&L->down_exps, (int64_t)e * D, D);
-        float *ye = malloc((size_t)cnt * (size_t)D * sizeof *ye);
-        if (!ye) {
-            st = OG_ERR_NOMEM;
-            break;
+    int *first = malloc((size_t)(E + 1) * sizeof *first); /* routes of expert e: order[first[e] .. first[e+1]) */
+    float *xg = malloc((size_t)n_routes * (size_t)D * sizeof *xg);
+    float *gu = malloc((size_t)n_routes * (size_t)Fe * 2 * sizeof *gu);
+    float *res = malloc((size_t)n_routes * (size_t)D * sizeof *res);
+    float *gs = shared ? malloc((size_t)(n_tok * Fs) * 2 * sizeof *gs) : NULL;
+    og_weight *wv = malloc((size_t)(3 * 120) * sizeof *wv);
+    og_matmul_job *jobs = malloc((size_t)(2 * 120 + 2) * sizeof *jobs);
+    og_status st = (!order || !first || !xg || !gu || !res || (shared && !gs) || !wv || !jobs) ? OG_ERR_NOMEM : OG_OK;
+    int *used = malloc((size_t)E * sizeof *used), n_used = 0;
+    if (!used) st = OG_ERR_NOMEM;
+    if (!st) {
+        int n = 0;
+        for (int e = 0; e < E; e++) {
+            first[e] = n;
+            for (int r = 0; r < n_routes; r++)
+                if (routes[r].expert == e) order[n++] = r;
+            if (n > first[e]) used[n_used++] = e;
         }
-        st = swiglu_ffn(rc, &g, &u, &d, xg, cnt, ye);
-        for (int i = 0; i < cnt && !st; i++) memcpy(res + (size_t)order[i] * D, ye + i * D, (size_t)D * sizeof *ye);
-        free(ye);
+        first[E] = n;
     }
-    for (int r = 0; r < n_routes && !st; r++) {
-        float *yt = y + routes[r].token * D;
-        const float *rr = res + (size_t)r * D;
-        for (int64_t i = 0; i < D; i++) yt[i] += routes[r].weight * rr[i];
+    /* at most 120 experts per run (2 jobs each, plus the shared expert's 2,
+     * within og_cpu_matmul_multi's 256); the shared expert runs with the first */
+    for (int c0 = 0; (c0 < n_used || (c0 == 0 && shared)) && !st; c0 += 120) {
+        int c1 = c0 + 120 < n_used ? c0 + 120 : n_used, nj = 0;
+        for (int u = c0; u < c1; u++) {
+            int e = used[u], cnt = first[e + 1] - first[e];
+            for (int i = 0; i < cnt; i++)
+                memcpy(xg + (size_t)(first[e] + i) * D, x + routes[order[first[e] + i]].token * D, (size_t)D * sizeof *xg);
+            wv[3 * (u - c0)] = slice(&L->gate_exps, (int64_t)e * Fe, Fe);
+            wv[3 * (u - c0) + 1] = slice(&L->up_exps, (int64_t)e * Fe, Fe);
+            wv[3 * (u - c0) + 2] = slice(&L->down_exps, (int64_t)e * D, D);
+            float *g = gu + (size_t)first[e] * Fe * 2, *up = g + (size_t)cnt * Fe;
+            jobs[nj++] = (og_matmul_job){&wv[3 * (u - c0)], xg + (size_t)first[e] * D, cnt, g};
+            jobs[nj++] = (og_matmul_job){&wv[3 * (u - c0) + 1], xg + (size_t)first[e] * D, cnt, up};
+        }
+        if (shared && c0 == 0) {
+            jobs[nj++] = (og_matmul_job){&L->gate_sh, x, n_tok, gs};
+            jobs[nj++] = (og_matmul_job){&L->up_sh, x, n_tok, gs + n_tok * Fs};
+        }
+        if ((st = mm_multi(f, jobs, nj))) break;
+        nj = 0;
+        for (int u = c0; u < c1; u++) {
+            int e = used[u], cnt = first[e + 1] - first[e];
+            float *g = gu + (size_t)first[e] * Fe * 2, *up = g + (size_t)cnt * Fe;
+            og_swiglu(g, g, up, cnt * Fe);
+            jobs[nj++] = (og_matmul_job){&wv[3 * (u - c0) + 2], g, cnt, res + (size_t)first[e] * D};
+        }
+        if (shared && c0 == 0) {
+            og_swiglu(gs, gs, gs + n_tok * Fs, n_tok * Fs);
+            jobs[nj++] = (og_matmul_job){&L->down_sh, gs, n_tok, y};
+        }
+        st = mm_multi(f, jobs, nj);
     }
-    (void)n_tok;
-    free(res);
-    free(xg);
+    if (!st && !shared) memset(y, 0, (size_t)(n_tok * D) * sizeof *y);
+    if (!st) { /* route order[i]'s output is row i of res */
+        int *pos_of = malloc((size_t)n_routes * sizeof *pos_of);
+        if (!pos_of) st = OG_ERR_NOMEM;
+        for (int i = 0; i < n_routes && !st; i++) pos_of[order[i]] = i;
+        for (int r = 0; r < n_routes && !st; r++) {
+            float *yt = y + routes[r].token * D;
+            const float *rr = res + (size_t)pos_of[r] * D;
+            for (int64_t i = 0; i < D; i++) yt[i] += routes[r].weight * rr[i];
+        }
+        free(pos_of);
+    }
     free(order);
+    free(first);
+    free(used);
+    free(xg);
+    free(gu);
+    free(res);
+    free(gs);
+    free(wv);
+    free(jobs);
     return st;
+}
+
+/* Attention of one token over its cache, heads shared out between threads:
+ * scores = kq_scale (q_abs . c + q_pe . k_pe), softmax, ctx = sum att * c. */
+typedef struct att_job {
+    const og_model *m;
+    const og_kv *kv;
+    uint32_t il;
+    int32_t pos;
+    const float *q;      /* [H][d_qk] of this token */
+    const float *qabs;   /* [H][r_kv] */
+    float *ctx;          /* [H][r_kv] out */
+    float *att;          /* [n_threads][pos + 1] scratch */
+    og_vec_dot_fn fdot;
+} att_job;
+
+static void attend_heads(void *vctx, int ith, int nth) {
+    const att_job *j = vctx;
+    const og_hparams *h = &j->m->hp;
+    const int64_t r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope;
+    float *att = j->att + (size_t)ith * (size_t)(j->pos + 1);
+    for (int64_t hh = ith; hh < h->n_head; hh += nth) {
+        const float *qh = j->q + hh * h->d_qk, *qa_h = j->qabs + hh * r_kv;
+        for (int32_t s = 0; s <= j->pos; s++) {
+            const float *row = kv_row(j->m, j->kv, j->il, s);
+            float sc_c, sc_pe;
+            j->fdot(r_kv, &sc_c, qa_h, row);
+            j->fdot(dr, &sc_pe, qh + dn, row + r_kv);
+            att[s] = (sc_c + sc_pe) * h->kq_scale;
+        }
+        og_softmax(att, j->pos + 1);
+        float *ch = j->ctx + hh * r_kv;
+        for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
+        for (int32_t s = 0; s <= j->pos; s++) {
+            const float *row = kv_row(j->m, j->kv, j->il, s);
+            const float w = att[s];
+            for (int64_t r = 0; r < r_kv; r++) ch[r] += w * row[r];
+        }
+    }
 }
 
 og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *tokens, int n_tok,
@@ -472,7 +573,7 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
     const int64_t qw = H * dqk;
     size_t need = (size_t)T * (size_t)(3 * D + qw + (h->q_lora_rank ? h->q_lora_rank : 0) + r_kv + dr + H * dv +
                                        (h->n_expert ? h->n_expert : 0)) +
-                  (size_t)(H * r_kv + r_kv + (pos0 + T)) + 1024;
+                  (size_t)(2 * H * r_kv) + (size_t)og_pool_size(rc->pool) * (size_t)(pos0 + T) + 1024;
     scratch sc = {.cap = need};
     sc.p = malloc(need * sizeof(float));
     if (!sc.p) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
@@ -485,11 +586,14 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
     float *o = take(&sc, (size_t)(T * H * dv)); /* attention output [T][H d_v] */
     float *rl = h->n_expert ? take(&sc, (size_t)(T * h->n_expert)) : NULL;
     float *qabs = take(&sc, (size_t)(H * r_kv)); /* one token: [H][r_kv] */
-    float *ctx = take(&sc, (size_t)r_kv);
-    float *att = take(&sc, (size_t)(pos0 + T));
+    float *ctx = take(&sc, (size_t)(H * r_kv)); /* one token: [H][r_kv] */
+    float *att = take(&sc, (size_t)og_pool_size(rc->pool) * (size_t)(pos0 + T)); /* per thread */
     og_route *routes = NULL;
     og_status st = OG_OK;
     fwd fw = {.rc = rc};
+    og_weight *head_w = malloc((size_t)(2 * H) * sizeof *head_w); /* per-head k_b, v_b slices */
+    og_matmul_job *head_jobs = malloc((size_t)H * sizeof *head_jobs);
+    if (!head_w || !head_jobs) st = OG_ERR_NOMEM;
 
     for (int64_t t = 0; t < T; t++) /* embeddings (§3: no scaling) */
         og_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes,
@@ -499,15 +603,16 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
         const og_layer *L = &m->layers[il];
         /* ---- attention (MLA, absorbed form) ---- */
         for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->attn_norm, D, h->rms_eps);
-        if (h->q_lora_rank) {
-            if ((st = mm(&fw, &L->q_a, a, T, qa))) break;
+        if (h->q_lora_rank) { /* q_a and kv_a read the same input: one pool run */
+            og_matmul_job j2[2] = {{&L->q_a, a, T, qa}, {&L->kv_a, a, T, ckv}};
+            if ((st = mm_multi(&fw, j2, 2))) break;
             for (int64_t t = 0; t < T; t++)
                 og_rmsnorm(qa + t * h->q_lora_rank, qa + t * h->q_lora_rank, L->q_a_norm, h->q_lora_rank, h->rms_eps);
             if ((st = mm(&fw, &L->q_b, qa, T, q))) break;
-        } else if ((st = mm(&fw, &L->q, a, T, q))) {
-            break;
+        } else {
+            og_matmul_job j2[2] = {{&L->q, a, T, q}, {&L->kv_a, a, T, ckv}};
+            if ((st = mm_multi(&fw, j2, 2))) break;
         }
-        if ((st = mm(&fw, &L->kv_a, a, T, ckv))) break;
         for (int64_t t = 0; t < T; t++) {
             const int32_t pos = pos0 + (int32_t)t;
             float *c = ckv + t * (r_kv + dr);
@@ -516,50 +621,45 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
             og_rope_apply(&h->rope, q + t * qw + dn, (int)H, dqk, pos); /* q_pe of every head */
             memcpy(kv_row(m, kv, il, pos), c, (size_t)(r_kv + dr) * sizeof(float));
         }
+        if (!L->kv_b_f32)
+            for (int64_t hh = 0; hh < H; hh++) {
+                head_w[hh] = slice(&L->k_b, hh * r_kv, r_kv);
+                head_w[H + hh] = slice(&L->v_b, hh * dv, dv);
+            }
+        og_vec_dot_fn fdot = rc->kern->vec_dot[OG_TYPE_F32];
         for (int64_t t = 0; t < T && !st; t++) {
             const int32_t pos = pos0 + (int32_t)t;
-            for (int64_t hh = 0; hh < H; hh++) {
-                const float *qh = q + t * qw + hh * dqk;
-                float *qa_h = qabs + hh * r_kv;
-                /* q_abs[r] = sum_d k_b[h][r][d] q_nope[d] */
-                if (L->kv_b_f32) {
+            /* q_abs[h][r] = sum_d k_b[h][r][d] q_nope[h][d], all heads in one run */
+            if (L->kv_b_f32) {
+                for (int64_t hh = 0; hh < H; hh++) {
+                    const float *qh = q + t * qw + hh * dqk;
+                    float *qa_h = qabs + hh * r_kv;
                     for (int64_t r = 0; r < r_kv; r++) qa_h[r] = 0;
                     for (int64_t d = 0; d < dn; d++) {
                         const float *row = L->kv_b_f32 + (hh * (dn + dv) + d) * r_kv;
                         for (int64_t r = 0; r < r_kv; r++) qa_h[r] += row[r] * qh[d];
                     }
-                } else {
-                    og_weight kb = slice(&L->k_b, hh * r_kv, r_kv);
-                    if ((st = mm(&fw, &kb, qh, 1, qa_h))) break;
                 }
-                /* scores over positions 0..pos, softmax, latent context */
-                og_vec_dot_fn fdot = rc->kern->vec_dot[OG_TYPE_F32];
-                for (int32_t s = 0; s <= pos; s++) {
-                    const float *row = kv_row(m, kv, il, s);
-                    float sc_c, sc_pe;
-                    fdot(r_kv, &sc_c, qa_h, row);
-                    fdot(dr, &sc_pe, qh + dn, row + r_kv);
-                    att[s] = (sc_c + sc_pe) * h->kq_scale;
-                }
-                og_softmax(att, pos + 1);
-                for (int64_t r = 0; r < r_kv; r++) ctx[r] = 0;
-                for (int32_t s = 0; s <= pos; s++) {
-                    const float *row = kv_row(m, kv, il, s);
-                    const float w = att[s];
-                    for (int64_t r = 0; r < r_kv; r++) ctx[r] += w * row[r];
-                }
-                float *oh = o + t * H * dv + hh * dv;
-                if (L->kv_b_f32) {
+            } else {
+                for (int64_t hh = 0; hh < H; hh++)
+                    head_jobs[hh] = (og_matmul_job){&head_w[hh], q + t * qw + hh * dqk, 1, qabs + hh * r_kv};
+                if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
+            }
+            att_job aj = {m, kv, il, pos, q + t * qw, qabs, ctx, att, fdot};
+            og_pool_run(rc->pool, attend_heads, &aj); /* heads shared out between threads */
+            /* o[h] = v_b[h] . ctx[h], all heads in one run */
+            if (L->kv_b_f32) {
+                for (int64_t hh = 0; hh < H; hh++)
                     for (int64_t j = 0; j < dv; j++) {
                         const float *row = L->kv_b_f32 + (hh * (dn + dv) + dn + j) * r_kv;
                         double acc = 0;
-                        for (int64_t r = 0; r < r_kv; r++) acc += (double)row[r] * ctx[r];
-                        oh[j] = (float)acc;
+                        for (int64_t r = 0; r < r_kv; r++) acc += (double)row[r] * ctx[hh * r_kv + r];
+                        o[t * H * dv + hh * dv + j] = (float)acc;
                     }
-                } else {
-                    og_weight vb = slice(&L->v_b, hh * dv, dv);
-                    if ((st = mm(&fw, &vb, ctx, 1, oh))) break;
-                }
+            } else {
+                for (int64_t hh = 0; hh < H; hh++)
+                    head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * r_kv, 1, o + t * H * dv + hh * dv};
+                if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
             }
         }
         if (st || (st = mm(&fw, &L->o, o, T, y))) break;
@@ -579,11 +679,6 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
             }
             routes = nr;
             for (int64_t t = 0; t < T; t++) route(h, L, rl + t * h->n_expert, (int32_t)t, routes + t * k);
-            if (h->n_expert_shared) {
-                if ((st = swiglu_ffn(&fw, &L->gate_sh, &L->up_sh, &L->down_sh, a, T, y))) break;
-            } else {
-                memset(y, 0, (size_t)(T * D) * sizeof *y);
-            }
             if ((st = moe_dispatch(m, &fw, L, a, T, routes, (int)(T * k), y))) break;
         }
         for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
@@ -594,6 +689,8 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
         st = mm(&fw, &m->output, a + first * D, T - first, logits);
     }
     free(routes);
+    free(head_w);
+    free(head_jobs);
     free(fw.ab.p);
     free(sc.p);
     if (st) return og_fail(err, errlen, st, "forward pass failed: %s", og_status_str(st));

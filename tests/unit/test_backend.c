@@ -138,6 +138,60 @@ static void test_matmul(void **state) {
     og_pool_free(pool);
 }
 
+/* Several jobs in one run give bitwise what each gives alone. */
+static void test_matmul_multi(void **state) {
+    (void)state;
+    og_kernels k;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    og_isa isa;
+    char err[256], note[128];
+    og_isa_choose(&f, NULL, &isa, note, sizeof note, err, sizeof err);
+    og_kernels_init(isa, &k);
+    og_pool *pool;
+    assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
+    static const og_ggml_type types[3] = {OG_TYPE_Q4_K, OG_TYPE_Q8_0, OG_TYPE_F32};
+    static const int64_t rows[3] = {37, 5, 64}, ms[3] = {1, 3, 2};
+    const int64_t K = 256;
+    uint8_t *wq[3];
+    float *x[3], *y[3], *y1[3], *wf = malloc(K * 64 * sizeof *wf);
+    og_weight w[3];
+    og_matmul_job jobs[3];
+    for (int j = 0; j < 3; j++) {
+        uint64_t rb;
+        og_row_bytes(types[j], K, &rb);
+        wq[j] = malloc(rb * rows[j]);
+        for (int64_t i = 0; i < K * rows[j]; i++) wf[i] = frand();
+        for (int64_t r = 0; r < rows[j]; r++) og_quantize_row(types[j], wf + r * K, wq[j] + r * rb, K);
+        w[j] = (og_weight){types[j], wq[j], K, rows[j], rb};
+        x[j] = malloc(K * ms[j] * sizeof(float));
+        for (int64_t i = 0; i < K * ms[j]; i++) x[j][i] = frand();
+        y[j] = malloc(rows[j] * ms[j] * sizeof(float));
+        y1[j] = malloc(rows[j] * ms[j] * sizeof(float));
+        jobs[j] = (og_matmul_job){&w[j], x[j], ms[j], y[j]};
+    }
+    size_t sb = og_cpu_matmul_multi_scratch(jobs, 3);
+    void *scratch = malloc(sb);
+    assert_int_equal(og_cpu_matmul_multi(&k, pool, jobs, 3, scratch, sb), OG_OK);
+    for (int j = 0; j < 3; j++) {
+        size_t s1 = og_cpu_matmul_scratch(types[j], K, ms[j]);
+        void *sc1 = malloc(s1);
+        assert_int_equal(og_cpu_matmul(&k, NULL, &w[j], x[j], ms[j], y1[j], sc1, s1), OG_OK);
+        assert_memory_equal(y[j], y1[j], rows[j] * ms[j] * sizeof(float));
+        free(sc1);
+    }
+    assert_int_equal(og_cpu_matmul_multi(&k, pool, jobs, 3, scratch, sb - 1), OG_ERR_INVALID_ARG);
+    for (int j = 0; j < 3; j++) {
+        free(wq[j]);
+        free(x[j]);
+        free(y[j]);
+        free(y1[j]);
+    }
+    free(wf);
+    free(scratch);
+    og_pool_free(pool);
+}
+
 static void test_ops(void **state) {
     (void)state;
     float x[100], w[100], y[100];
@@ -206,7 +260,7 @@ static void test_rope_yarn(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pool), cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_pool), cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_ops), cmocka_unit_test(test_rope_yarn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -559,21 +559,61 @@ static void attend_heads(void *vctx, int ith, int nth) {
 
 og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *tokens, int n_tok,
                            float *logits, bool all_logits, char *err, size_t errlen) {
+    if (n_tok <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
+    int32_t *seq = calloc((size_t)n_tok, sizeof *seq);
+    bool *want = calloc((size_t)n_tok, sizeof *want);
+    if (!seq || !want) {
+        free(seq);
+        free(want);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < n_tok; i++) want[i] = all_logits || i == n_tok - 1;
+    og_batch b = {n_tok, tokens, seq, want};
+    og_status st = og_model_forward_batch(m, rc, &kv, 1, &b, logits, err, errlen);
+    free(seq);
+    free(want);
+    return st;
+}
+
+og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
+                                 const og_batch *batch, float *logits, char *err, size_t errlen) {
     const og_hparams *h = &m->hp;
+    const int n_tok = batch->n_tok;
+    const int32_t *tokens = batch->tokens;
     const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope;
     const int64_t dqk = h->d_qk, dv = h->d_v, T = n_tok;
-    const int32_t pos0 = kv->n_pos;
-    if (n_tok <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
-    for (int i = 0; i < n_tok; i++)
+    if (n_tok <= 0 || n_seq <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
+    for (int i = 0; i < n_tok; i++) {
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= h->n_vocab)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token id %d outside the vocabulary", tokens[i]);
-    if (kv_reserve(m, kv, pos0 + n_tok)) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the KV cache");
+        if (batch->seq[i] < 0 || batch->seq[i] >= n_seq)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token %d names sequence %d of %d", i, batch->seq[i], n_seq);
+    }
+    /* positions: each sequence continues where its cache ends, its tokens in order */
+    int32_t *pos_of = malloc((size_t)n_tok * sizeof *pos_of), *next = malloc((size_t)n_seq * sizeof *next);
+    if (!pos_of || !next) {
+        free(pos_of);
+        free(next);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    int32_t max_pos = 0;
+    for (int s = 0; s < n_seq; s++) next[s] = kvs[s]->n_pos;
+    for (int i = 0; i < n_tok; i++) {
+        pos_of[i] = next[batch->seq[i]]++;
+        if (pos_of[i] + 1 > max_pos) max_pos = pos_of[i] + 1;
+    }
+    for (int s = 0; s < n_seq; s++)
+        if (kv_reserve(m, kvs[s], next[s])) {
+            free(pos_of);
+            free(next);
+            return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the KV cache");
+        }
 
     /* scratch: sized for the largest per-call buffers */
     const int64_t qw = H * dqk;
     size_t need = (size_t)T * (size_t)(3 * D + qw + (h->q_lora_rank ? h->q_lora_rank : 0) + r_kv + dr + H * dv +
                                        (h->n_expert ? h->n_expert : 0)) +
-                  (size_t)(2 * H * r_kv) + (size_t)og_pool_size(rc->pool) * (size_t)(pos0 + T) + 1024;
+                  (size_t)(2 * H * r_kv) + (size_t)og_pool_size(rc->pool) * (size_t)max_pos + 1024;
     scratch sc = {.cap = need};
     sc.p = malloc(need * sizeof(float));
     if (!sc.p) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
@@ -587,7 +627,7 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
     float *rl = h->n_expert ? take(&sc, (size_t)(T * h->n_expert)) : NULL;
     float *qabs = take(&sc, (size_t)(H * r_kv)); /* one token: [H][r_kv] */
     float *ctx = take(&sc, (size_t)(H * r_kv)); /* one token: [H][r_kv] */
-    float *att = take(&sc, (size_t)og_pool_size(rc->pool) * (size_t)(pos0 + T)); /* per thread */
+    float *att = take(&sc, (size_t)og_pool_size(rc->pool) * (size_t)max_pos); /* per thread */
     og_route *routes = NULL;
     og_status st = OG_OK;
     fwd fw = {.rc = rc};
@@ -614,12 +654,12 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
             if ((st = mm_multi(&fw, j2, 2))) break;
         }
         for (int64_t t = 0; t < T; t++) {
-            const int32_t pos = pos0 + (int32_t)t;
+            const int32_t pos = pos_of[t];
             float *c = ckv + t * (r_kv + dr);
             og_rmsnorm(c, c, L->kv_a_norm, r_kv, h->rms_eps);
             og_rope_apply(&h->rope, c + r_kv, 1, dr, pos);             /* k_pe */
             og_rope_apply(&h->rope, q + t * qw + dn, (int)H, dqk, pos); /* q_pe of every head */
-            memcpy(kv_row(m, kv, il, pos), c, (size_t)(r_kv + dr) * sizeof(float));
+            memcpy(kv_row(m, kvs[batch->seq[t]], il, pos), c, (size_t)(r_kv + dr) * sizeof(float));
         }
         if (!L->kv_b_f32)
             for (int64_t hh = 0; hh < H; hh++) {
@@ -628,7 +668,7 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
             }
         og_vec_dot_fn fdot = rc->kern->vec_dot[OG_TYPE_F32];
         for (int64_t t = 0; t < T && !st; t++) {
-            const int32_t pos = pos0 + (int32_t)t;
+            const int32_t pos = pos_of[t];
             /* q_abs[h][r] = sum_d k_b[h][r][d] q_nope[h][d], all heads in one run */
             if (L->kv_b_f32) {
                 for (int64_t hh = 0; hh < H; hh++) {
@@ -645,7 +685,7 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
                     head_jobs[hh] = (og_matmul_job){&head_w[hh], q + t * qw + hh * dqk, 1, qabs + hh * r_kv};
                 if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
             }
-            att_job aj = {m, kv, il, pos, q + t * qw, qabs, ctx, att, fdot};
+            att_job aj = {m, kvs[batch->seq[t]], il, pos, q + t * qw, qabs, ctx, att, fdot};
             og_pool_run(rc->pool, attend_heads, &aj); /* heads shared out between threads */
             /* o[h] = v_b[h] . ctx[h], all heads in one run */
             if (L->kv_b_f32) {
@@ -683,17 +723,21 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
         }
         for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
     }
-    if (!st) {
-        int64_t first = all_logits ? 0 : T - 1;
-        for (int64_t t = first; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, m->out_norm, D, h->rms_eps);
-        st = mm(&fw, &m->output, a + first * D, T - first, logits);
+    if (!st) { /* the wanted rows, in token order */
+        int64_t n_out = 0;
+        for (int64_t t = 0; t < T; t++)
+            if (batch->logits[t]) og_rmsnorm(a + (n_out++) * D, h_res + t * D, m->out_norm, D, h->rms_eps);
+        if (n_out) st = mm(&fw, &m->output, a, n_out, logits);
     }
     free(routes);
     free(head_w);
     free(head_jobs);
     free(fw.ab.p);
     free(sc.p);
+    if (!st)
+        for (int s2 = 0; s2 < n_seq; s2++) kvs[s2]->n_pos = next[s2];
+    free(pos_of);
+    free(next);
     if (st) return og_fail(err, errlen, st, "forward pass failed: %s", og_status_str(st));
-    kv->n_pos = pos0 + n_tok;
     return OG_OK;
 }

@@ -111,6 +111,24 @@ typedef struct og_run_ctx {
     og_pool *pool;
 } og_run_ctx;
 
+/* A batch of tokens from several sequences (continuous batching): token i
+ * belongs to sequence seq[i] (tokens of one sequence in order; each continues
+ * where that sequence's cache ends); logits[i] asks for its logits. */
+typedef struct og_batch {
+    int n_tok;
+    const int32_t *tokens; /* [n_tok] */
+    const int32_t *seq;    /* [n_tok] index into the caches */
+    const bool *logits;    /* [n_tok] */
+} og_batch;
+
+/* One forward call over a batch: the matrix products see all tokens at once,
+ * attention each token's own cache. logits receives [n_wanted][n_vocab] in token
+ * order. A row's result is bitwise the same alone or in any batch. On error no
+ * cache's length changes. Errors as og_model_forward, plus OG_ERR_INVALID_ARG
+ * for a sequence index outside [0, n_seq). */
+og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
+                                 const og_batch *batch, float *logits, char *err, size_t errlen);
+
 /* Runs n_tok tokens of one sequence (positions kv->n_pos ...) through the model
  * and appends them to the cache; logits[n_vocab] of the last token (or of every
  * token when all_logits, [n_tok][n_vocab]). Errors: OG_ERR_NOMEM, OG_ERR_RANGE

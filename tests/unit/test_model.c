@@ -311,6 +311,69 @@ static void test_against_reference(void **state) {
     }
 }
 
+/* Two sequences in one batch (interleaved prefill, then joint decode steps) give
+ * bitwise the logits each gives alone. */
+static void test_batch_invariance(void **state) {
+    (void)state;
+    og_model *m;
+    char err[512];
+    assert_int_equal(og_model_load(g_models[0], NULL, &m, err, sizeof err), OG_OK);
+    const int32_t V = (int32_t)m->hp.n_vocab;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    og_isa isa;
+    char note[128];
+    og_isa_choose(&f, NULL, &isa, note, sizeof note, err, sizeof err);
+    og_kernels k;
+    og_kernels_init(isa, &k);
+    og_pool *pool;
+    og_pool_create(2, NULL, &pool, err, sizeof err);
+    og_run_ctx rc = {&k, pool};
+    const int32_t pa[5] = {1, 7, 9, 11, 3}, pb[3] = {2, 5, 8};
+    const int32_t da[3] = {4, 6, 10}, db[3] = {12, 13, 14};
+    float *alone_a = malloc((size_t)4 * V * sizeof(float)), *alone_b = malloc((size_t)4 * V * sizeof(float));
+    float *both = malloc((size_t)2 * V * sizeof(float));
+    og_kv ka = {0}, kb = {0};
+    assert_int_equal(og_model_forward(m, &rc, &ka, pa, 5, alone_a, false, err, sizeof err), OG_OK);
+    assert_int_equal(og_model_forward(m, &rc, &kb, pb, 3, alone_b, false, err, sizeof err), OG_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(og_model_forward(m, &rc, &ka, &da[i], 1, alone_a + (size_t)(i + 1) * V, false, err, sizeof err), OG_OK);
+        assert_int_equal(og_model_forward(m, &rc, &kb, &db[i], 1, alone_b + (size_t)(i + 1) * V, false, err, sizeof err), OG_OK);
+    }
+    og_kv_free(&ka);
+    og_kv_free(&kb);
+    og_kv *kvs[2] = {&ka, &kb};
+    /* interleaved prefill: a0 b0 a1 b1 a2 b2 a3 a4, logits of a4 and b2 */
+    const int32_t tok[8] = {pa[0], pb[0], pa[1], pb[1], pa[2], pb[2], pa[3], pa[4]};
+    const int32_t seq[8] = {0, 1, 0, 1, 0, 1, 0, 0};
+    const bool want[8] = {false, false, false, false, false, true, false, true};
+    og_batch b = {8, tok, seq, want};
+    assert_int_equal(og_model_forward_batch(m, &rc, kvs, 2, &b, both, err, sizeof err), OG_OK);
+    assert_memory_equal(both, alone_b, (size_t)V * sizeof(float));      /* b2 first in token order */
+    assert_memory_equal(both + V, alone_a, (size_t)V * sizeof(float));  /* then a4 */
+    for (int i = 0; i < 3; i++) {
+        const int32_t t2[2] = {db[i], da[i]}, s2[2] = {1, 0};
+        const bool w2[2] = {true, true};
+        og_batch d = {2, t2, s2, w2};
+        assert_int_equal(og_model_forward_batch(m, &rc, kvs, 2, &d, both, err, sizeof err), OG_OK);
+        assert_memory_equal(both, alone_b + (size_t)(i + 1) * V, (size_t)V * sizeof(float));
+        assert_memory_equal(both + V, alone_a + (size_t)(i + 1) * V, (size_t)V * sizeof(float));
+    }
+    assert_int_equal(ka.n_pos, 8);
+    assert_int_equal(kb.n_pos, 6);
+    const int32_t bad_seq[1] = {2};
+    og_batch bad = {1, da, bad_seq, want};
+    assert_int_equal(og_model_forward_batch(m, &rc, kvs, 2, &bad, both, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_int_equal(ka.n_pos, 8);
+    og_kv_free(&ka);
+    og_kv_free(&kb);
+    free(alone_a);
+    free(alone_b);
+    free(both);
+    og_pool_free(pool);
+    og_model_free(m);
+}
+
 static void test_bad_tokens(void **state) {
     (void)state;
     og_model *m;
@@ -336,6 +399,7 @@ int main(int argc, char **argv) {
     if (argc < 2) return 2;
     g_models = argv + 1;
     g_n_models = argc - 1;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_against_reference), cmocka_unit_test(test_bad_tokens)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_against_reference), cmocka_unit_test(test_batch_invariance),
+                                       cmocka_unit_test(test_bad_tokens)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

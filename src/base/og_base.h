@@ -117,3 +117,9 @@ bool og_utf8_valid(const char *s, size_t n);
  * become \xNN, output cut to outlen-1 bytes with "..." when longer. Used wherever
  * a name from an untrusted file reaches a terminal. Returns out. */
 const char *og_printable(const char *s, size_t n, char *out, size_t outlen);
+
+/* Host memory facts: MemAvailable from /proc/meminfo, and the tightest cgroup
+ * memory limit that applies to this process (v2 memory.max, or v1
+ * memory.limit_in_bytes; UINT64_MAX when none). Bytes. Errors: OG_ERR_IO when
+ * /proc/meminfo cannot be read. */
+og_status og_sys_memory(uint64_t *mem_available, uint64_t *cgroup_limit);

@@ -16,6 +16,7 @@ static const struct {
 } commands[] = {
     {"gguf", og_cmd_gguf, "inspect a GGUF file: header, metadata, tensors, bytes per role"},
     {"make-model", og_cmd_make_model, "write a synthetic DeepSeek-class (deepseek2) GGUF model"},
+    {"plan", og_cmd_plan, "the device/host layout for a model on this machine (header only; exit 3: does not fit)"},
     {"run", og_cmd_run, "generate from one prompt on the CPU (text to stdout, speed to stderr)"},
     {"tokenize", og_cmd_tokenize, "text -> token ids (or --decode ids -> text) with a model's tokenizer"},
     {"bench", og_cmd_bench, "benchmarks: 'bench kernels' (CPU matvec vs memory bandwidth, matmul)"},
@@ -28,7 +29,7 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "  %-12s %s\n", "help", "show this list");
-    fprintf(out, "\nnot yet built: serve, plan (see the project's open issues)\n");
+    fprintf(out, "\nnot yet built: serve (see the project's open issues)\n");
 }
 
 int main(int argc, char **argv) {

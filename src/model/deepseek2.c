@@ -238,6 +238,20 @@ static og_status load_weights(loader *l) {
     return OG_OK;
 }
 
+og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen) {
+    og_model tmp = {.gguf = (og_gguf *)g};
+    if (lg) tmp.log = *lg;
+    else tmp.log = (og_logger){.level = OG_LOG_WARN};
+    loader l = {&tmp, err, errlen};
+    og_status st = load_hparams(&l);
+    if (st) return st;
+    const og_gguf_tensor *te = og_gguf_find_tensor(g, "token_embd.weight");
+    if (!te) return og_fail(err, errlen, OG_ERR_NOT_FOUND, "missing tensor token_embd.weight");
+    tmp.hp.n_vocab = (uint32_t)te->ne[1];
+    *hp = tmp.hp;
+    return OG_OK;
+}
+
 og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen) {
     *out = NULL;
     og_model *m = calloc(1, sizeof *m);

@@ -79,6 +79,10 @@ typedef struct og_model {
     og_logger log;
 } og_model;
 
+/* The hyperparameters alone, from a GGUF opened header-only (the planner's
+ * input): same checks and errors as og_model_load's. */
+og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen);
+
 /* Opens a deepseek2 GGUF, reads and checks the hyperparameters and binds every
  * weight by name with strict shape checks. Errors name the key or tensor:
  * OG_ERR_NOT_FOUND (missing key/tensor), OG_ERR_FORMAT (inconsistent shapes or

@@ -1,0 +1,179 @@
+/* `onegpu plan`: the layout the planner chooses for this model on this machine
+ * (or on the sizes given), for people or as JSON; exit 3 when it does not fit. */
+#include "cli.h"
+#include "og_moe.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: onegpu plan -m MODEL.gguf [--vram SIZE] [--ram SIZE] [--reserve SIZE] [--ctx N]\n"
+            "                   [--parallel N] [--batch-tokens N] [--kv-type f16|f32] [--expert-slots N|all]\n"
+            "                   [--profile FILE] [--json]\n"
+            "  Reads the GGUF header only. --vram is the device memory to plan for (required until the\n"
+            "  CUDA backend can ask the GPU; the CPU plays the device with it); --ram defaults to\n"
+            "  MemAvailable, capped by the cgroup limit. Defaults: --reserve 512M --ctx 4096 --parallel 1\n"
+            "  --batch-tokens 512 --kv-type f16. Sizes take K, M, G, T (powers of 1024).\n"
+            "exit status: 0 fits, 1 usage, 2 bad model file, 3 does not fit\n");
+}
+
+/* Strict positive decimal: "4096" yes; "", "0", "12k", "-1" and values over 2^31 no. */
+static bool parse_count(const char *s, uint32_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v == 0 || v > 0x7fffffffUL) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+int og_cmd_plan(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"vram", required_argument, 0, 'V'}, {"ram", required_argument, 0, 'R'},
+        {"reserve", required_argument, 0, 'r'}, {"ctx", required_argument, 0, 'c'}, {"parallel", required_argument, 0, 'p'},
+        {"batch-tokens", required_argument, 0, 'b'}, {"kv-type", required_argument, 0, 'k'},
+        {"expert-slots", required_argument, 0, 'e'}, {"profile", required_argument, 0, 'P'}, {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *profile = NULL;
+    og_plan_input in = {.reserve = 512ull << 20, .ctx = 4096, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 2,
+                        .slots_override = -1};
+    bool as_json = false, have_vram = false, have_ram = false;
+    int c;
+    optind = 1;
+    int longindex = -1;
+    while ((longindex = -1, c = getopt_long(argc, argv, "m:h", opts, &longindex)) != -1) {
+        bool ok = true;
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'V': ok = og_parse_size(optarg, &in.vram) == OG_OK; have_vram = true; break;
+        case 'R': ok = og_parse_size(optarg, &in.ram) == OG_OK; have_ram = true; break;
+        case 'r': ok = og_parse_size(optarg, &in.reserve) == OG_OK; break;
+        case 'c': ok = parse_count(optarg, &in.ctx); break;
+        case 'p': ok = parse_count(optarg, &in.parallel); break;
+        case 'b': ok = parse_count(optarg, &in.batch_tokens); break;
+        case 'k':
+            ok = !strcmp(optarg, "f16") || !strcmp(optarg, "f32");
+            in.kv_bytes_per_elem = !strcmp(optarg, "f32") ? 4 : 2;
+            break;
+        case 'e':
+            if (!strcmp(optarg, "all")) in.slots_override = -2;
+            else {
+                char *end;
+                long v = strtol(optarg, &end, 10);
+                ok = end != optarg && !*end && v >= 0;
+                in.slots_override = v;
+            }
+            break;
+        case 'P': profile = optarg; break;
+        case 'j': as_json = true; break;
+        case 'h': usage(stdout); return OG_EXIT_OK;
+        default: usage(stderr); return OG_EXIT_USAGE;
+        }
+        if (!ok) {
+            fprintf(stderr, "onegpu plan: bad value '%s' for --%s\n", optarg, longindex >= 0 ? opts[longindex].name : "?");
+            return OG_EXIT_USAGE;
+        }
+    }
+    if (!model || optind != argc) {
+        usage(stderr);
+        return OG_EXIT_USAGE;
+    }
+    if (!have_vram) {
+        fprintf(stderr, "onegpu plan: no GPU backend in this build yet: give the device size with --vram SIZE\n");
+        return OG_EXIT_USAGE;
+    }
+    char err[1024];
+    if (!have_ram) {
+        uint64_t avail, limit;
+        if (og_sys_memory(&avail, &limit)) {
+            fprintf(stderr, "onegpu plan: cannot read /proc/meminfo; give --ram SIZE\n");
+            return OG_EXIT_USAGE;
+        }
+        in.ram = avail < limit ? avail : limit;
+    }
+    og_gguf *g;
+    if (og_gguf_open(model, OG_GGUF_HEADER_ONLY, &g, err, sizeof err)) {
+        fprintf(stderr, "onegpu plan: %s\n", err);
+        return OG_EXIT_BAD_INPUT;
+    }
+    uint64_t *counts = NULL;
+    if (profile) {
+        og_hparams hp;
+        if (og_hparams_read(g, NULL, &hp, err, sizeof err) ||
+            og_profile_read(profile, hp.n_layer, hp.n_expert, &counts, err, sizeof err)) {
+            fprintf(stderr, "onegpu plan: %s\n", err);
+            og_gguf_close(g);
+            return OG_EXIT_BAD_INPUT;
+        }
+        in.profile = counts;
+    }
+    og_plan p;
+    og_status st = og_plan_make(g, &in, &p, err, sizeof err);
+    og_gguf_close(g);
+    free(counts);
+    if (st) {
+        fprintf(stderr, "onegpu plan: %s: %s\n", model, err);
+        return OG_EXIT_BAD_INPUT;
+    }
+    if (as_json) {
+        json_t *o = json_object(), *sl = json_array(), *roles = json_object();
+        for (uint32_t l = 0; l < p.n_layer; l++) json_array_append_new(sl, json_integer(p.slots[l]));
+        for (int r = 0; r < OG_ROLE_COUNT; r++)
+            json_object_set_new(roles, og_model_role_name((og_tensor_role)r), json_integer((json_int_t)p.role_bytes[r]));
+        json_object_set_new(o, "fits", json_boolean(p.fits));
+        json_object_set_new(o, "reason", json_string(p.reason));
+        json_object_set_new(o, "resident_experts", json_integer((json_int_t)p.resident_experts));
+        json_object_set_new(o, "resident_expert_bytes", json_integer((json_int_t)p.resident_expert_bytes));
+        json_object_set_new(o, "device_bytes", json_integer((json_int_t)p.device_bytes));
+        json_object_set_new(o, "host_bytes", json_integer((json_int_t)p.host_bytes));
+        json_object_set_new(o, "kv_bytes", json_integer((json_int_t)p.kv_bytes));
+        json_object_set_new(o, "workspace_bytes", json_integer((json_int_t)p.workspace_bytes));
+        json_object_set_new(o, "nonexpert_bytes", json_integer((json_int_t)p.nonexpert_bytes));
+        json_object_set_new(o, "routed_expert_bytes", json_integer((json_int_t)p.routed_bytes));
+        json_object_set_new(o, "staging_bytes", json_integer((json_int_t)p.staging_bytes));
+        json_object_set_new(o, "expert_bytes_max", json_integer((json_int_t)p.expert_bytes_max));
+        json_object_set_new(o, "total_experts", json_integer((json_int_t)p.n_moe_layers * p.n_expert));
+        json_object_set_new(o, "predicted_device_share", json_real(p.predicted_device_share));
+        json_object_set_new(o, "expert_slots_per_layer", sl);
+        json_object_set_new(o, "bytes_per_role", roles);
+        json_object_set_new(o, "vram", json_integer((json_int_t)in.vram));
+        json_object_set_new(o, "ram", json_integer((json_int_t)in.ram));
+        char *s = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        puts(s);
+        free(s);
+        json_decref(o);
+    } else {
+        char a[32], b[32], c2[32], d[32];
+        printf("plan for %s: device %s, host %s\n", model, og_fmt_bytes(in.vram, a, sizeof a), og_fmt_bytes(in.ram, b, sizeof b));
+        uint64_t total_exp = (uint64_t)p.n_moe_layers * p.n_expert;
+        char e[32];
+        if (!p.fits) {
+            printf("does not fit: %s\n", p.reason);
+        } else {
+            printf("device: non-expert weights %s + KV cache %s + workspace %s + %llu resident experts %s = %s\n",
+                   og_fmt_bytes(p.nonexpert_bytes, a, sizeof a), og_fmt_bytes(p.kv_bytes, b, sizeof b),
+                   og_fmt_bytes(p.workspace_bytes, c2, sizeof c2), (unsigned long long)p.resident_experts,
+                   og_fmt_bytes(p.resident_expert_bytes, d, sizeof d), og_fmt_bytes(p.device_bytes, e, sizeof e));
+            printf("host:   routed experts %s + staging %s = %s\n", og_fmt_bytes(p.routed_bytes, a, sizeof a),
+                   og_fmt_bytes(p.staging_bytes, b, sizeof b), og_fmt_bytes(p.host_bytes, c2, sizeof c2));
+            printf("resident: %llu of %llu experts (%.1f%%); predicted device share of expert selections %.1f%%%s\n",
+                   (unsigned long long)p.resident_experts, (unsigned long long)total_exp,
+                   100.0 * (double)p.resident_experts / (double)(total_exp ? total_exp : 1),
+                   100.0 * p.predicted_device_share, profile ? " (from the profile)" : " (uniform traffic)");
+            printf("expert slots per layer:");
+            for (uint32_t l = 0; l < p.n_layer; l++) printf(" %u", p.slots[l]);
+            printf("\nbytes per role:");
+            for (int r = 0; r < OG_ROLE_COUNT; r++)
+                if (p.role_bytes[r]) printf(" %s %s;", og_model_role_name((og_tensor_role)r), og_fmt_bytes(p.role_bytes[r], a, sizeof a));
+            printf("\n");
+        }
+    }
+    int rc = p.fits ? OG_EXIT_OK : OG_EXIT_REFUSED;
+    if (!p.fits && as_json) fprintf(stderr, "onegpu plan: does not fit: %s\n", p.reason);
+    og_plan_free(&p);
+    return rc;
+}

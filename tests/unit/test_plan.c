@@ -1,0 +1,293 @@
+/* The planner against numbers worked out by hand for DeepSeek-V3's shapes
+ * (make-model --preset v3-671b --sparse: real sizes, no disk), and the
+ * `onegpu plan` command's refusals and exit codes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "og_moe.h"
+
+#include <jansson.h>
+
+static const char *g_onegpu;
+static char g_tmp[256], g_v3[300];
+
+#define GIB (1024ull * 1024 * 1024)
+/* Q2_K: 256 weights in 84 bytes. One expert of V3 = gate + up (7168 x 2048) +
+ * down (2048 x 7168) = 3 x 14,680,064 weights = 3 x 57,344 blocks x 84 B. */
+#define V3_EXPERT_BYTES (3ull * 14680064 / 256 * 84)
+#define V3_MOE_LAYERS 58
+#define V3_EXPERTS 256
+/* KV cache per token: 61 layers x (kv_lora_rank 512 + rope 64) x 2 B (f16) */
+#define V3_KV_PER_TOKEN (61ull * 576 * 2)
+
+static int cli(const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' plan %s >/dev/null 2>&1", g_onegpu, args);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static og_plan_input base_input(void) {
+    og_plan_input in = {.vram = 96 * GIB, .ram = 280 * GIB, .reserve = 512ull << 20, .ctx = 4096, .parallel = 1,
+                        .batch_tokens = 512, .kv_bytes_per_elem = 2, .slots_override = -1};
+    return in;
+}
+
+static void plan(const og_plan_input *in, og_plan *p) {
+    og_gguf *g;
+    char err[512];
+    if (og_gguf_open(g_v3, OG_GGUF_HEADER_ONLY, &g, err, sizeof err)) fail_msg("%s", err);
+    og_status st = og_plan_make(g, in, p, err, sizeof err);
+    og_gguf_close(g);
+    if (st) fail_msg("%s", err);
+}
+
+static void check_consistent(const og_plan *p, const og_plan_input *in) {
+    uint64_t n = 0;
+    for (uint32_t l = 0; l < p->n_layer; l++) {
+        if (l < 3) assert_int_equal(p->slots[l], 0); /* V3's three dense layers */
+        assert_true(p->slots[l] <= V3_EXPERTS);
+        n += p->slots[l];
+    }
+    assert_int_equal(n, p->resident_experts);
+    assert_int_equal(p->resident_expert_bytes, p->resident_experts * V3_EXPERT_BYTES);
+    assert_int_equal(p->device_bytes, p->nonexpert_bytes + p->kv_bytes + p->workspace_bytes + p->resident_expert_bytes);
+    if (p->fits) assert_true(p->device_bytes + in->reserve <= in->vram);
+    assert_int_equal(p->host_bytes, p->routed_bytes + p->staging_bytes);
+}
+
+static void test_hand_numbers(void **state) {
+    (void)state;
+    og_plan_input in = base_input();
+    og_plan p;
+    plan(&in, &p);
+    assert_true(p.fits);
+    assert_int_equal(p.n_layer, 61);
+    assert_int_equal(p.n_moe_layers, V3_MOE_LAYERS);
+    assert_int_equal(p.expert_bytes_max, 14450688);
+    assert_int_equal(V3_EXPERT_BYTES, 14450688);
+    assert_int_equal(p.routed_bytes, (uint64_t)V3_MOE_LAYERS * V3_EXPERTS * V3_EXPERT_BYTES); /* 214,563,815,424 */
+    assert_int_equal(p.routed_bytes, 214563815424ull);
+    assert_int_equal(p.kv_bytes, V3_KV_PER_TOKEN * 4096);
+    assert_int_equal(p.role_bytes[OG_ROLE_ROUTED_EXPERTS], p.routed_bytes);
+    uint64_t sum = 0;
+    for (int r = 0; r < OG_ROLE_COUNT; r++) sum += p.role_bytes[r];
+    assert_int_equal(sum, p.routed_bytes + p.nonexpert_bytes);
+    check_consistent(&p, &in);
+    /* the device is full: one more expert would not fit */
+    assert_true(p.device_bytes + in.reserve + V3_EXPERT_BYTES > in.vram);
+    /* uniform traffic: slots spread evenly, the share is slots / experts */
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (uint32_t l = 3; l < p.n_layer; l++) {
+        lo = p.slots[l] < lo ? p.slots[l] : lo;
+        hi = p.slots[l] > hi ? p.slots[l] : hi;
+    }
+    assert_true(hi - lo <= 1);
+    assert_true(lo >= 100); /* about 85 GiB of 14.45 MB experts over 58 layers */
+    double share = (double)p.resident_experts / (V3_MOE_LAYERS * V3_EXPERTS);
+    assert_true(p.predicted_device_share > share - 1e-9 && p.predicted_device_share < share + 1e-9);
+    og_plan_free(&p);
+
+    /* KV scales with ctx x parallel x element size; slots shrink to make room */
+    og_plan q;
+    in.ctx = 8192, in.parallel = 8, in.kv_bytes_per_elem = 4;
+    plan(&in, &q);
+    assert_true(q.fits);
+    assert_int_equal(q.kv_bytes, V3_KV_PER_TOKEN * 2 * 8192 * 8);
+    assert_true(q.resident_experts < 6308);
+    check_consistent(&q, &in);
+    og_plan_free(&q);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    og_plan_input in = base_input();
+    og_plan p;
+    in.ram = 120 * GIB;
+    plan(&in, &p);
+    assert_false(p.fits);
+    assert_non_null(strstr(p.reason, "host short by"));
+    og_plan_free(&p);
+
+    in = base_input();
+    in.vram = 8 * GIB;
+    plan(&in, &p);
+    assert_false(p.fits);
+    assert_non_null(strstr(p.reason, "device short by"));
+    assert_non_null(strstr(p.reason, "bigger GPU")); /* 9.6 GiB of weights alone */
+    og_plan_free(&p);
+
+    /* a KV cache too big for the card: the reason names a --ctx that fits */
+    in = base_input();
+    in.ctx = 163840, in.parallel = 64;
+    plan(&in, &p);
+    assert_false(p.fits);
+    assert_non_null(strstr(p.reason, "fits with --ctx"));
+    const char *c = strstr(p.reason, "--ctx ") + 6;
+    og_plan_free(&p);
+    in.ctx = (uint32_t)strtoul(c, NULL, 10);
+    assert_true(in.ctx > 0 && in.ctx < 163840);
+    plan(&in, &p);
+    assert_true(p.fits);
+    og_plan_free(&p);
+}
+
+static void test_overrides(void **state) {
+    (void)state;
+    og_plan_input in = base_input();
+    og_plan p;
+    in.slots_override = 0;
+    plan(&in, &p);
+    assert_true(p.fits);
+    assert_int_equal(p.resident_experts, 0);
+    assert_true(p.predicted_device_share == 0.0);
+    check_consistent(&p, &in);
+    og_plan_free(&p);
+
+    in.slots_override = -2; /* all: 200 GiB of experts do not fit a 96 GiB card */
+    plan(&in, &p);
+    assert_false(p.fits);
+    assert_non_null(strstr(p.reason, "--expert-slots 256"));
+    og_plan_free(&p);
+
+    in.vram = 256 * GIB;
+    plan(&in, &p);
+    assert_true(p.fits);
+    assert_int_equal(p.resident_experts, V3_MOE_LAYERS * V3_EXPERTS);
+    assert_true(p.predicted_device_share == 1.0);
+    check_consistent(&p, &in);
+    og_plan_free(&p);
+}
+
+/* Layer 3 sends all its traffic to experts 0..9, the rest is uniform: the
+ * planner gives layer 3 exactly those ten slots and the rest to the others. */
+static void test_profile(void **state) {
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/profile.json", g_tmp);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"layers\": [");
+    for (uint32_t l = 3; l < 61; l++) {
+        fprintf(f, "%s{\"layer\": %u, \"counts\": [", l > 3 ? "," : "", l);
+        for (uint32_t e = 0; e < V3_EXPERTS; e++) fprintf(f, "%s%u", e ? "," : "", l == 3 ? (e < 10 ? 1000 : 0) : 7);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "]}\n");
+    fclose(f);
+    uint64_t *counts;
+    char err[512];
+    assert_int_equal(og_profile_read(path, 61, V3_EXPERTS, &counts, err, sizeof err), OG_OK);
+    assert_int_equal(counts[3 * V3_EXPERTS + 9], 1000);
+    assert_int_equal(counts[3 * V3_EXPERTS + 10], 0);
+    assert_int_equal(counts[60 * V3_EXPERTS + 255], 7);
+    og_plan_input in = base_input();
+    in.profile = counts;
+    og_plan p;
+    plan(&in, &p);
+    assert_true(p.fits);
+    check_consistent(&p, &in);
+    assert_int_equal(p.slots[3], 10);
+    uint32_t lo = UINT32_MAX, hi = 0;
+    double expect = 1.0;
+    for (uint32_t l = 4; l < 61; l++) {
+        lo = p.slots[l] < lo ? p.slots[l] : lo;
+        hi = p.slots[l] > hi ? p.slots[l] : hi;
+        expect += (double)p.slots[l] / V3_EXPERTS;
+    }
+    assert_true(hi - lo <= 1);
+    expect /= V3_MOE_LAYERS;
+    assert_true(p.predicted_device_share > expect - 1e-9 && p.predicted_device_share < expect + 1e-9);
+    /* same bytes as the uniform plan, more of the traffic */
+    assert_true(p.device_bytes + in.reserve + V3_EXPERT_BYTES > in.vram);
+    assert_true(p.predicted_device_share > (double)p.resident_experts / (V3_MOE_LAYERS * V3_EXPERTS) + 0.005);
+    og_plan_free(&p);
+    free(counts);
+
+    /* the profile is checked against the model */
+    assert_int_equal(og_profile_read(path, 61, 128, &counts, err, sizeof err), OG_ERR_FORMAT);
+    assert_non_null(strstr(err, "does not match the model"));
+    f = fopen(path, "w");
+    fprintf(f, "{\"layers\": [{\"layer\": 3, \"counts\": [");
+    for (uint32_t e = 0; e < V3_EXPERTS; e++) fprintf(f, "%s%s", e ? "," : "", e == 5 ? "-1" : "1");
+    fprintf(f, "]}]}");
+    fclose(f);
+    assert_int_equal(og_profile_read(path, 61, V3_EXPERTS, &counts, err, sizeof err), OG_ERR_FORMAT);
+    assert_non_null(strstr(err, "expert 5"));
+}
+
+static void test_cli(void **state) {
+    (void)state;
+    char a[1024], bad[512];
+    snprintf(a, sizeof a, "-m '%s' --vram 96G --ram 280G", g_v3);
+    assert_int_equal(cli(a), 0);
+    snprintf(a, sizeof a, "-m '%s' --vram 96G --ram 120G", g_v3);
+    assert_int_equal(cli(a), 3);
+    snprintf(a, sizeof a, "-m '%s' --vram 8G --ram 280G --json", g_v3);
+    assert_int_equal(cli(a), 3);
+    snprintf(a, sizeof a, "-m '%s' --vram 96G --ram 280G --ctx 12k", g_v3);
+    assert_int_equal(cli(a), 1);
+    snprintf(a, sizeof a, "-m '%s' --vram lots --ram 280G", g_v3);
+    assert_int_equal(cli(a), 1);
+    snprintf(a, sizeof a, "-m '%s' --vram 96G --ram 280G --profile '%s/profile.json'", g_v3, g_tmp);
+    assert_int_equal(cli(a), 2); /* left invalid by test_profile */
+    snprintf(bad, sizeof bad, "%s/not-a-model.gguf", g_tmp);
+    FILE *f = fopen(bad, "w");
+    fputs("GGUF but not really", f);
+    fclose(f);
+    snprintf(a, sizeof a, "-m '%s' --vram 96G --ram 280G", bad);
+    assert_int_equal(cli(a), 2);
+    /* the JSON output carries the same numbers */
+    char cmd[1024], out[512];
+    snprintf(cmd, sizeof cmd, "'%s' plan -m '%s' --vram 96G --ram 280G --json > '%s/plan.json'", g_onegpu, g_v3,
+             g_tmp);
+    assert_int_equal(system(cmd), 0);
+    snprintf(out, sizeof out, "%s/plan.json", g_tmp);
+    json_error_t je;
+    json_t *j = json_load_file(out, 0, &je);
+    assert_non_null(j);
+    assert_true(json_is_true(json_object_get(j, "fits")));
+    assert_int_equal(json_integer_value(json_object_get(j, "routed_expert_bytes")), 214563815424ll);
+    assert_int_equal(json_integer_value(json_object_get(j, "kv_bytes")), (long long)(V3_KV_PER_TOKEN * 4096));
+    json_t *slots = json_object_get(j, "expert_slots_per_layer");
+    assert_int_equal(json_array_size(slots), 61);
+    long long n = 0;
+    for (size_t i = 0; i < json_array_size(slots); i++) n += json_integer_value(json_array_get(slots, i));
+    assert_int_equal(n, json_integer_value(json_object_get(j, "resident_experts")));
+    json_decref(j);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_plan PATH/TO/onegpu\n");
+        return 2;
+    }
+    g_onegpu = argv[1];
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/og-plan-XXXXXX");
+    if (!mkdtemp(g_tmp)) return 2;
+    snprintf(g_v3, sizeof g_v3, "%s/v3.gguf", g_tmp);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' make-model --preset v3-671b --sparse --tokenizer none -o '%s' >/dev/null", g_onegpu,
+             g_v3);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "make-model failed\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hand_numbers), cmocka_unit_test(test_refusals), cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_profile), cmocka_unit_test(test_cli),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
+    return rc;
+}

@@ -6,9 +6,10 @@
 #
 # --demo   installs what is missing (scripts/deps.sh), builds onegpu, makes the
 #          built-in demo model (models/demo.gguf: a synthetic DeepSeek-class MoE
-#          with the real DeepSeek-V3 tokenizer) and inspects it.
-#          The server (`onegpu serve`), the planner and model download are not
-#          built yet: this script grows with them (see the open issues).
+#          with the real DeepSeek-V3 tokenizer), inspects it, plans it for a
+#          540 MiB device and generates a few tokens with that plan.
+#          The server (`onegpu serve`) and model download are not built yet:
+#          this script grows with them (see the open issues).
 # --dry-run  print every command without running anything.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -19,8 +20,9 @@ usage: ./run.sh --demo [--dry-run]
 
 --demo     install what is missing (scripts/deps.sh), build onegpu, make the built-in
            demo model (models/demo.gguf: a synthetic DeepSeek-class MoE with the real
-           DeepSeek-V3 tokenizer) and inspect it. The server, the planner and model
-           download are not built yet; this script grows with them.
+           DeepSeek-V3 tokenizer), inspect it, plan it for a 540 MiB device and generate
+           a few tokens with that plan. The server and model download are not built
+           yet; this script grows with them.
 --dry-run  print every command without running anything.
 EOF
 }
@@ -58,12 +60,20 @@ else
   step ./build/onegpu make-model --preset demo -o "$model"
 fi
 # Header and bytes per role; every tensor: ./build/onegpu gguf models/demo.gguf
+plan=(--vram 540M --reserve 64M --ctx 4096)
 if [[ $dry -eq 1 ]]; then
   echo "+ ./build/onegpu gguf $model   (header and bytes per role shown)" >&2
+  echo "+ ./build/onegpu plan -m $model ${plan[*]}" >&2
+  echo "+ ./build/onegpu run -m $model ${plan[*]} -p 'The capital of France is' -n 24 --temp 0" >&2
   exit 0
 fi
 echo "+ ./build/onegpu gguf $model   (header and bytes per role shown)" >&2
 ./build/onegpu gguf "$model" | awk '/^metadata:/{skip=1} /^bytes per role:/{skip=0} !skip'
 echo >&2
-echo "run.sh: the demo model is ready at $model. Serving it (onegpu serve on port 8090) is the next issue;" >&2
-echo "run.sh: until then, see every tensor with ./build/onegpu gguf $model (or --json)" >&2
+step ./build/onegpu plan -m "$model" "${plan[@]}"
+echo >&2
+echo "# random weights: the text is noise; the speeds and the hit rate are real" >&2
+step ./build/onegpu run -m "$model" "${plan[@]}" -p 'The capital of France is' -n 24 --temp 0
+echo >&2
+echo "run.sh: the demo model is ready at $model. Serving it (onegpu serve on port 8090) is a coming issue;" >&2
+echo "run.sh: until then: ./build/onegpu run -m $model -p TEXT, ./build/onegpu plan -m $model --vram SIZE" >&2

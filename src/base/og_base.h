@@ -86,6 +86,11 @@ const char *og_fmt_bytes(uint64_t bytes, char *buf, size_t buflen);
 og_status og_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
                        char *err, size_t errlen);
 
+/* Writes len bytes to path atomically: a temporary file beside it (mkstemp),
+ * fsync, rename; on any error the old file is untouched and the temporary
+ * removed. Errors: OG_ERR_IO naming the path and errno's text. */
+og_status og_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
 /* splitmix64: a tiny seeded generator for tests and synthetic models (state owned
  * by the caller). Source: Steele, Lea, Flood, "Fast splittable PRNGs" (2014). */
 static inline uint64_t og_splitmix64(uint64_t *state) {

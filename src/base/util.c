@@ -98,3 +98,37 @@ og_status og_read_file(const char *path, size_t max_bytes, char **out, size_t *o
     if (out_len) *out_len = n;
     return OG_OK;
 }
+
+og_status og_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+    size_t n = strlen(path);
+    char *tmp = malloc(n + 16);
+    if (!tmp) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".tmp.XXXXXX", 12);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        og_status st = og_fail(err, errlen, OG_ERR_IO, "%s: cannot create a file beside it: %s", path, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    const char *p = data;
+    size_t left = len;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        p += w;
+        left -= (size_t)w;
+    }
+    int e = left ? (errno ? errno : EIO) : 0;
+    if (!e && fsync(fd)) e = errno;
+    if (close(fd) && !e) e = errno;
+    if (!e && rename(tmp, path)) e = errno;
+    if (e) {
+        unlink(tmp);
+        free(tmp);
+        return og_fail(err, errlen, OG_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+    }
+    free(tmp);
+    return OG_OK;
+}

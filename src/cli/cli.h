@@ -3,6 +3,9 @@
 #ifndef OG_CLI_H
 #define OG_CLI_H
 
+#include <stdbool.h>
+#include <stdio.h>
+
 enum { OG_EXIT_OK = 0, OG_EXIT_USAGE = 1, OG_EXIT_BAD_INPUT = 2, OG_EXIT_REFUSED = 3 };
 
 int og_cmd_gguf(int argc, char **argv);
@@ -11,5 +14,10 @@ int og_cmd_bench(int argc, char **argv);
 int og_cmd_tokenize(int argc, char **argv);
 int og_cmd_run(int argc, char **argv);
 int og_cmd_plan(int argc, char **argv);
+
+/* One line for `run` and `serve` at start: device and host bytes, resident
+ * experts and the predicted device share (defined in cmd_plan.c). */
+struct og_plan;
+void og_cli_plan_line(FILE *out, const struct og_plan *p, bool from_profile);
 
 #endif

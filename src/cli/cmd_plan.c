@@ -21,6 +21,17 @@ static void usage(FILE *out) {
             "exit status: 0 fits, 1 usage, 2 bad model file, 3 does not fit\n");
 }
 
+void og_cli_plan_line(FILE *out, const og_plan *p, bool from_profile) {
+    char a[32], b[32], c[32];
+    uint64_t total = (uint64_t)p->n_moe_layers * p->n_expert;
+    fprintf(out, "plan: device %s (%llu of %llu experts resident, %s), host %s; predicted device share of expert "
+                 "selections %.1f%% (%s)\n",
+            og_fmt_bytes(p->device_bytes, a, sizeof a), (unsigned long long)p->resident_experts,
+            (unsigned long long)total, og_fmt_bytes(p->resident_expert_bytes, b, sizeof b),
+            og_fmt_bytes(p->host_bytes, c, sizeof c), 100.0 * p->predicted_device_share,
+            from_profile ? "from the profile" : "uniform traffic");
+}
+
 /* Strict positive decimal: "4096" yes; "", "0", "12k", "-1" and values over 2^31 no. */
 static bool parse_count(const char *s, uint32_t *out) {
     char *end;
@@ -136,6 +147,7 @@ int og_cmd_plan(int argc, char **argv) {
         json_object_set_new(o, "routed_expert_bytes", json_integer((json_int_t)p.routed_bytes));
         json_object_set_new(o, "staging_bytes", json_integer((json_int_t)p.staging_bytes));
         json_object_set_new(o, "expert_bytes_max", json_integer((json_int_t)p.expert_bytes_max));
+        json_object_set_new(o, "n_expert_used", json_integer((json_int_t)p.n_expert_used));
         json_object_set_new(o, "total_experts", json_integer((json_int_t)p.n_moe_layers * p.n_expert));
         json_object_set_new(o, "predicted_device_share", json_real(p.predicted_device_share));
         json_object_set_new(o, "expert_slots_per_layer", sl);

@@ -3,6 +3,7 @@
  * log-probs instead (what the reference comparisons read). */
 #include "cli.h"
 #include "og_model.h"
+#include "og_moe.h"
 #include "og_sampler.h"
 #include "og_tokenizer.h"
 
@@ -31,6 +32,11 @@ static void usage(FILE *out) {
             "  --temp T      0 = greedy (default 0.8), --top-k (40), --top-p (0.95), --seed (random)\n"
             "  --json        print {prompt_tokens, tokens, logprobs:[{token, logprob, top:[[id, lp]...]}]}\n"
             "  --teacher IDS feed these ids after the prompt instead of sampling (reports their log-probs)\n"
+            "placement (as `onegpu plan`; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
+            "  --vram SIZE [--ram SIZE] [--reserve SIZE] [--ctx N] [--expert-slots N|all] [--profile FILE]\n"
+            "                plans for a device of SIZE, prints the plan, and counts how many expert selections\n"
+            "                hit the resident set (this build has no GPU backend: all experts still run on the CPU)\n"
+            "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the CPU tier.\n");
 }
 
@@ -58,7 +64,14 @@ int og_cmd_run(int argc, char **argv) {
         {"chat", no_argument, 0, 'c'},        {"temp", required_argument, 0, 'T'},   {"top-k", required_argument, 0, 'K'},
         {"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 'S'},   {"threads", required_argument, 0, 't'},
         {"json", no_argument, 0, 'j'},        {"top-logprobs", required_argument, 0, 'L'},
-        {"teacher", required_argument, 0, 'F'}, {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
+        {"teacher", required_argument, 0, 'F'}, {"help", no_argument, 0, 'h'},
+        {"vram", required_argument, 0, 'V'},    {"ram", required_argument, 0, 'R'},    {"reserve", required_argument, 0, 'r'},
+        {"ctx", required_argument, 0, 'C'},     {"expert-slots", required_argument, 0, 'e'},
+        {"profile", required_argument, 0, 'f'}, {"save-profile", required_argument, 0, 's'}, {0, 0, 0, 0}};
+    og_plan_input pin = {.reserve = 512ull << 20, .ctx = 4096, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 4,
+                         .slots_override = -1};
+    bool have_vram = false, have_ram = false, bad_value = false;
+    const char *profile_path = NULL, *save_profile = NULL;
     const char *model_path = NULL, *prompt = NULL, *teacher_arg = NULL;
     int n_predict = 128, threads = 0, c, n_top = 5;
     bool chat = false, as_json = false;
@@ -82,9 +95,38 @@ int og_cmd_run(int argc, char **argv) {
         case 'j': as_json = true; break;
         case 'L': n_top = atoi(optarg); break;
         case 'F': teacher_arg = optarg; break;
+        case 'V': bad_value |= og_parse_size(optarg, &pin.vram) != OG_OK; have_vram = true; break;
+        case 'R': bad_value |= og_parse_size(optarg, &pin.ram) != OG_OK; have_ram = true; break;
+        case 'r': bad_value |= og_parse_size(optarg, &pin.reserve) != OG_OK; break;
+        case 'C': {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+            bad_value |= end == optarg || *end || v == 0 || v > 0x7fffffffUL;
+            pin.ctx = (uint32_t)v;
+            break;
+        }
+        case 'e':
+            if (!strcmp(optarg, "all")) pin.slots_override = -2;
+            else {
+                char *end;
+                long v = strtol(optarg, &end, 10);
+                bad_value |= end == optarg || *end || v < 0;
+                pin.slots_override = v;
+            }
+            break;
+        case 'f': profile_path = optarg; break;
+        case 's': save_profile = optarg; break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
+    }
+    if (bad_value) {
+        fprintf(stderr, "onegpu run: bad size or count in the placement flags\n");
+        return OG_EXIT_USAGE;
+    }
+    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1)) {
+        fprintf(stderr, "onegpu run: --ram, --profile and --expert-slots plan for a device: give --vram SIZE too\n");
+        return OG_EXIT_USAGE;
     }
     if (!model_path || !prompt || optind != argc || n_predict < 0 || threads < 0 || n_top < 0 || n_top > 20) {
         usage(stderr);
@@ -97,26 +139,89 @@ int og_cmd_run(int argc, char **argv) {
         return OG_EXIT_USAGE;
     }
     char err[1024], note[256];
+    /* placement: planned from the header before anything is loaded */
+    og_plan plan = {0};
+    uint64_t *profile = NULL;
+    if (have_vram) {
+        if (!have_ram) {
+            uint64_t avail, limit;
+            pin.ram = og_sys_memory(&avail, &limit) == OG_OK ? (avail < limit ? avail : limit) : UINT64_MAX;
+        }
+        og_gguf *hg;
+        og_hparams hph;
+        og_status pst = og_gguf_open(model_path, OG_GGUF_HEADER_ONLY, &hg, err, sizeof err);
+        if (!pst) {
+            pst = og_hparams_read(hg, NULL, &hph, err, sizeof err);
+            if (!pst && profile_path)
+                pst = og_profile_read(profile_path, hph.n_layer, hph.n_expert, &profile, err, sizeof err);
+            pin.profile = profile;
+            if (!pst) pst = og_plan_make(hg, &pin, &plan, err, sizeof err);
+            og_gguf_close(hg);
+        }
+        if (pst) {
+            fprintf(stderr, "onegpu run: %s\n", err);
+            free(profile);
+            free(teacher);
+            return OG_EXIT_BAD_INPUT;
+        }
+        if (!plan.fits) {
+            fprintf(stderr, "onegpu run: does not fit: %s\n", plan.reason);
+            og_plan_free(&plan);
+            free(profile);
+            free(teacher);
+            return OG_EXIT_REFUSED;
+        }
+        og_cli_plan_line(stderr, &plan, profile != NULL);
+    }
     og_logger lg = {.level = OG_LOG_WARN, .out = stderr};
     og_model *m;
     if (og_model_load(model_path, &lg, &m, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s\n", err);
+        og_plan_free(&plan);
+        free(profile);
         free(teacher);
         return OG_EXIT_BAD_INPUT;
     }
-    og_tokenizer *tok;
+    og_expert_stats stats = {0};
+    uint8_t *resident = NULL;
+    const size_t n_le = (size_t)m->hp.n_layer * m->hp.n_expert;
+    if ((have_vram || save_profile) && n_le) {
+        stats.counts = calloc(n_le, sizeof *stats.counts);
+        if (have_vram && (resident = malloc(n_le))) og_plan_resident(&plan, profile, resident);
+        stats.resident = resident;
+    }
+    /* no GPU backend yet: the cpu device plays it, holding the resident experts
+     * in an arena of the plan's slot bytes */
+    og_cpu_device *dev = NULL;
+    if (have_vram && resident) {
+        char pb[32];
+        if (og_cpu_device_create(m, plan.resident_expert_bytes, &dev, err, sizeof err) ||
+            og_cpu_device_load(dev, m, resident, err, sizeof err)) {
+            fprintf(stderr, "onegpu run: %s\n", err);
+            og_cpu_device_free(dev);
+            dev = NULL;
+        } else {
+            fprintf(stderr, "onegpu run: cpu device: %llu experts resident, %s copied host->device\n",
+                    (unsigned long long)dev->n_resident, og_fmt_bytes(dev->pcie_bytes, pb, sizeof pb));
+        }
+    }
+    og_tokenizer *tok = NULL;
+    og_pool *pool = NULL;
+    int rc = OG_EXIT_OK;
+    og_ids ids = {0};
+    char *text = NULL;
     if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s: %s\n", model_path, err);
-        og_model_free(m);
-        free(teacher);
-        return OG_EXIT_BAD_INPUT;
+        rc = OG_EXIT_BAD_INPUT;
+        goto out;
     }
     og_cpu_features feat;
     og_cpu_detect(&feat);
     og_isa isa;
     if (og_isa_choose(&feat, getenv("ONEGPU_CPU_ISA"), &isa, note, sizeof note, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s\n", err);
-        return OG_EXIT_USAGE;
+        rc = OG_EXIT_USAGE;
+        goto out;
     }
     if (note[0]) fprintf(stderr, "onegpu run: %s\n", note);
     og_kernels kern;
@@ -125,14 +230,11 @@ int og_cmd_run(int argc, char **argv) {
         cpu_set_t set;
         threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
     }
-    og_pool *pool;
     if (og_pool_create(threads, NULL, &pool, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s\n", err);
-        return OG_EXIT_USAGE;
+        rc = OG_EXIT_USAGE;
+        goto out;
     }
-    int rc = OG_EXIT_OK;
-    og_ids ids = {0};
-    char *text = NULL;
     if (chat) {
         og_str tmpl = {0};
         og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
@@ -164,7 +266,8 @@ int og_cmd_run(int argc, char **argv) {
         goto out;
     }
     for (size_t i = 0; i < ids.n; i++) og_sampler_accept(smp, ids.v[i]);
-    og_run_ctx rcx = {.kern = &kern, .pool = pool};
+    og_run_ctx rcx = {.kern = &kern, .pool = pool, .stats = stats.counts ? &stats : NULL,
+                      .experts = dev ? &dev->map : NULL};
     og_kv kv = {0};
     float *logits = malloc(m->hp.n_vocab * sizeof *logits);
     json_t *jt = json_array(), *jl = json_array();
@@ -228,17 +331,35 @@ int og_cmd_run(int argc, char **argv) {
         size_t len = 0;
         if (og_detok_flush(&dt, outbuf, sizeof outbuf, &len) > 0) fwrite(outbuf, 1, len, stdout);
         putchar('\n');
+        fflush(stdout);
     }
     if (!st)
         fprintf(stderr, "onegpu run: prefill %zu tokens %.1f tok/s, decode %d tokens %.1f tok/s (%s, %d threads)\n", ids.n,
                 (double)ids.n / t_prefill, done - 1 > 0 ? done - 1 : 0, done > 1 ? (done - 1) / t_decode : 0.0,
                 og_isa_name(isa), og_pool_size(pool));
+    if (!st && have_vram && stats.routes)
+        fprintf(stderr, "onegpu run: %.1f%% of %llu expert selections hit the %llu resident experts (plan: %.1f%%)\n",
+                100.0 * (double)stats.routes_resident / (double)stats.routes, (unsigned long long)stats.routes,
+                (unsigned long long)plan.resident_experts, 100.0 * plan.predicted_device_share);
+    if (!st && save_profile && stats.counts) {
+        if (profile)
+            for (size_t i = 0; i < n_le; i++) stats.counts[i] += profile[i];
+        if (og_profile_write(save_profile, m->hp.n_layer, m->hp.n_expert, stats.counts, err, sizeof err)) {
+            fprintf(stderr, "onegpu run: --save-profile: %s\n", err);
+            rc = OG_EXIT_USAGE;
+        }
+    }
     json_decref(jt);
     json_decref(jl);
     free(logits);
     og_kv_free(&kv);
     og_sampler_free(smp);
 out:
+    og_cpu_device_free(dev);
+    free(stats.counts);
+    free(resident);
+    free(profile);
+    og_plan_free(&plan);
     free(text);
     og_ids_free(&ids);
     free(teacher);

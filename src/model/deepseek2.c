@@ -448,8 +448,10 @@ static void route(const og_hparams *h, const og_layer *L, const float *logits_in
  * products in another. Each route's output is kept apart and summed per token in
  * route order, so the result never depends on the grouping or where an expert
  * runs. */
-static og_status moe_dispatch(const og_model *m, fwd *f, const og_layer *L, const float *x, int64_t n_tok,
+static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const float *x, int64_t n_tok,
                               const og_route *routes, int n_routes, float *y) {
+    const og_layer *L = &m->layers[il];
+    const og_expert_map *xm = f->rc->experts;
     const int64_t D = m->hp.n_embd, Fe = m->hp.n_ff_exp;
     const bool shared = m->hp.n_expert_shared > 0;
     const int64_t Fs = shared ? L->gate_sh.n_rows : 0;
@@ -486,6 +488,12 @@ static og_status moe_dispatch(const og_model *m, fwd *f, const og_layer *L, cons
             wv[3 * (u - c0)] = slice(&L->gate_exps, (int64_t)e * Fe, Fe);
             wv[3 * (u - c0) + 1] = slice(&L->up_exps, (int64_t)e * Fe, Fe);
             wv[3 * (u - c0) + 2] = slice(&L->down_exps, (int64_t)e * D, D);
+            const size_t at = (size_t)il * (size_t)E + (size_t)e;
+            if (xm && xm->gate[at]) { /* resident: the device copy */
+                wv[3 * (u - c0)].data = xm->gate[at];
+                wv[3 * (u - c0) + 1].data = xm->up[at];
+                wv[3 * (u - c0) + 2].data = xm->down[at];
+            }
             float *g = gu + (size_t)first[e] * Fe * 2, *up = g + (size_t)cnt * Fe;
             jobs[nj++] = (og_matmul_job){&wv[3 * (u - c0)], xg + (size_t)first[e] * D, cnt, g};
             jobs[nj++] = (og_matmul_job){&wv[3 * (u - c0) + 1], xg + (size_t)first[e] * D, cnt, up};
@@ -733,7 +741,17 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
             }
             routes = nr;
             for (int64_t t = 0; t < T; t++) route(h, L, rl + t * h->n_expert, (int32_t)t, routes + t * k);
-            if ((st = moe_dispatch(m, &fw, L, a, T, routes, (int)(T * k), y))) break;
+            if (rc->stats) {
+                og_expert_stats *es = rc->stats;
+                const size_t base = (size_t)il * h->n_expert;
+                for (int64_t r = 0; r < T * k; r++) {
+                    size_t at = base + (size_t)routes[r].expert;
+                    es->counts[at]++;
+                    es->routes++;
+                    if (es->resident && es->resident[at]) es->routes_resident++;
+                }
+            }
+            if ((st = moe_dispatch(m, &fw, (uint32_t)il, a, T, routes, (int)(T * k), y))) break;
         }
         for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
     }

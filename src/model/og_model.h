@@ -109,10 +109,30 @@ typedef struct og_kv {
 } og_kv;
 void og_kv_free(og_kv *kv);
 
+/* Expert traffic of forward calls (the placement issue's statistics). The
+ * caller owns the arrays; forward calls add to them, one thread at a time. */
+typedef struct og_expert_stats {
+    uint64_t *counts;        /* [n_layer][n_expert] selections, added to (dense layers stay 0) */
+    const uint8_t *resident; /* [n_layer][n_expert] 1 = held in a device slot, or NULL */
+    uint64_t routes;         /* (token, expert) selections seen */
+    uint64_t routes_resident;/* of those, to resident experts: the device hit count */
+} og_expert_stats;
+
+/* Where routed experts are read from: the device side of placement. For
+ * expert e of layer l (index l * n_expert + e), gate[i] / up[i] point at its
+ * n_ff_exp rows of ffn_gate_exps / ffn_up_exps and down[i] at its n_embd rows of
+ * ffn_down_exps, in the file's type and row layout, in device memory; NULL: read
+ * from the host copy (the mapped file). Same bytes give the same result. */
+typedef struct og_expert_map {
+    const void *const *gate, *const *up, *const *down; /* [n_layer * n_expert] */
+} og_expert_map;
+
 /* Everything a forward call needs besides the weights. */
 typedef struct og_run_ctx {
     const og_kernels *kern;
     og_pool *pool;
+    og_expert_stats *stats;  /* NULL: no bookkeeping */
+    const og_expert_map *experts; /* NULL: every expert from the host copy */
 } og_run_ctx;
 
 /* A batch of tokens from several sequences (continuous batching): token i

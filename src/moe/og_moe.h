@@ -53,4 +53,40 @@ void og_plan_free(og_plan *plan);
 og_status og_profile_read(const char *path, uint32_t n_layer, uint32_t n_expert, uint64_t **counts, char *err,
                           size_t errlen);
 
+/* Writes counts[n_layer][n_expert] as a usage profile (the format
+ * og_profile_read reads; layers without selections are left out), atomically:
+ * a temporary file in the same directory, then rename. */
+og_status og_profile_write(const char *path, uint32_t n_layer, uint32_t n_expert, const uint64_t *counts, char *err,
+                           size_t errlen);
+
+/* The initial hot set of a plan: resident[n_layer][n_expert] (caller's array)
+ * gets 1 for the plan->slots[l] experts of layer l with the most selections in
+ * profile (ties and no profile: lower index first), 0 elsewhere. */
+void og_plan_resident(const og_plan *plan, const uint64_t *profile, uint8_t *resident);
+
+/* The `cpu` device: plays the GPU when there is none (DESIGN.md "The device
+ * without a GPU"). Resident experts live in a separate arena of a fixed budget;
+ * every byte copied into it is counted as a PCIe byte, so placement policies and
+ * budgets can be tested and measured without a card. */
+typedef struct og_cpu_device {
+    uint8_t *arena;
+    uint64_t capacity, used;  /* bytes */
+    uint64_t pcie_bytes;      /* host -> device bytes copied so far */
+    uint64_t n_resident;      /* experts held */
+    uint32_t n_layer, n_expert;
+    const void **ptr;         /* [3][n_layer * n_expert]: gate, up, down copies or NULL */
+    og_expert_map map;        /* views of ptr for og_run_ctx.experts */
+} og_cpu_device;
+
+/* An arena of capacity bytes for model m's experts (nothing resident yet).
+ * Errors: OG_ERR_NOMEM (the message gives the size). */
+og_status og_cpu_device_create(const og_model *m, uint64_t capacity, og_cpu_device **out, char *err, size_t errlen);
+
+/* Copies every expert with resident[l * n_expert + e] != 0 (gate, up and down
+ * rows, as in the file) into the arena, replacing what it held; counts the bytes
+ * as PCIe traffic. Errors: OG_ERR_RANGE when they exceed the capacity (nothing
+ * is resident then). */
+og_status og_cpu_device_load(og_cpu_device *d, const og_model *m, const uint8_t *resident, char *err, size_t errlen);
+void og_cpu_device_free(og_cpu_device *d);
+
 #endif

@@ -109,10 +109,11 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
     }
     /* device: KV (MLA latent + rope key per token and layer, §3), workspace, minimum slots */
     p->kv_bytes = (uint64_t)in->ctx * in->parallel * hp.n_layer * (hp.kv_lora_rank + hp.d_rope) * in->kv_bytes_per_elem;
-    /* activations of one step: a few rows of width n_embd, the expert FFN and the
-     * logits per token, f32; plus 256 MiB for the runtime's own buffers */
-    uint64_t per_tok = 4ull * (16ull * hp.n_embd + 4ull * (hp.n_ff_exp ? hp.n_ff_exp : hp.n_ff) + hp.n_vocab);
-    p->workspace_bytes = (uint64_t)in->batch_tokens * per_tok + 256 * MIB;
+    /* activations of one step, f32: a few rows of width n_embd and the expert FFN
+     * per batch token, logits for one row per sequence; plus 256 MiB for the
+     * runtime's own buffers (library workspaces, router scratch) */
+    uint64_t per_tok = 4ull * (16ull * hp.n_embd + 4ull * (hp.n_ff_exp ? hp.n_ff_exp : hp.n_ff));
+    p->workspace_bytes = (uint64_t)in->batch_tokens * per_tok + 4ull * in->parallel * hp.n_vocab + 256 * MIB;
     uint32_t min_slots = hp.n_expert_used;
     for (uint32_t l = 0; l < hp.n_layer; l++)
         if (layer_expert_bytes[l]) p->min_slot_bytes += (uint64_t)min_slots * (layer_expert_bytes[l] / hp.n_expert);
@@ -128,14 +129,19 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         uint64_t ctx_fit = 0;
         if (p->kv_bytes > short_by && in->ctx)
             ctx_fit = (uint64_t)in->ctx * (p->kv_bytes - short_by) / p->kv_bytes / 256 * 256;
-        char nb[32], kb[32], wb[32], vb[32], sb[32];
+        char nb[32], kb[32], wb[32], vb[32], sb[32], rb[32];
+        const char *hint;
+        if (ctx_fit) hint = "; it fits with --ctx ";
+        else if (kv_one && p->kv_bytes >= short_by) hint = "; fewer --parallel would fit";
+        else if (p->nonexpert_bytes + p->min_slot_bytes > in->vram) hint = "; the weights alone do not fit: a bigger GPU";
+        else hint = "; a smaller --batch-tokens, --reserve or --ctx would help";
         snprintf(p->reason, sizeof p->reason,
-                 "device short by %s: needs %s (non-expert weights %s, KV cache %s for %u sequences x %u tokens, "
-                 "workspace %s, %u expert slots per MoE layer) but --vram gives %s%s",
+                 "device short by %s: needs %s (non-expert weights %s, KV cache %s for %u sequence%s x %u tokens, "
+                 "workspace %s, %u expert slots per MoE layer, reserve %s) but --vram gives %s%s",
                  og_fmt_bytes(short_by, sb, sizeof sb), og_fmt_bytes(device_need, a, sizeof a),
                  og_fmt_bytes(p->nonexpert_bytes, nb, sizeof nb), og_fmt_bytes(p->kv_bytes, kb, sizeof kb), in->parallel,
-                 in->ctx, og_fmt_bytes(p->workspace_bytes, wb, sizeof wb), min_slots, og_fmt_bytes(in->vram, vb, sizeof vb),
-                 ctx_fit ? "; it fits with --ctx " : (kv_one && p->kv_bytes >= short_by ? "; fewer --parallel would fit" : "; the weights alone do not fit: a bigger GPU"));
+                 in->parallel == 1 ? "" : "s", in->ctx, og_fmt_bytes(p->workspace_bytes, wb, sizeof wb), min_slots,
+                 og_fmt_bytes(in->reserve, rb, sizeof rb), og_fmt_bytes(in->vram, vb, sizeof vb), hint);
         if (ctx_fit) {
             size_t l = strlen(p->reason);
             snprintf(p->reason + l, sizeof p->reason - l, "%llu or less, or fewer --parallel", (unsigned long long)ctx_fit);
@@ -264,4 +270,43 @@ og_status og_profile_read(const char *path, uint32_t n_layer, uint32_t n_expert,
     json_decref(root);
     *counts = c;
     return OG_OK;
+}
+
+og_status og_profile_write(const char *path, uint32_t n_layer, uint32_t n_expert, const uint64_t *counts, char *err,
+                           size_t errlen) {
+    json_t *layers = json_array();
+    for (uint32_t l = 0; l < n_layer && layers; l++) {
+        uint64_t sum = 0;
+        for (uint32_t e = 0; e < n_expert; e++) sum += counts[(size_t)l * n_expert + e];
+        if (!sum) continue;
+        json_t *c = json_array();
+        for (uint32_t e = 0; e < n_expert; e++) json_array_append_new(c, json_integer((json_int_t)counts[(size_t)l * n_expert + e]));
+        json_array_append_new(layers, json_pack("{s:i, s:o}", "layer", (json_int_t)l, "counts", c));
+    }
+    json_t *root = layers ? json_pack("{s:i, s:i, s:o}", "n_layer", (json_int_t)n_layer, "n_expert", (json_int_t)n_expert,
+                                      "layers", layers)
+                          : NULL;
+    char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    if (!text) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    size_t n = strlen(text);
+    text[n] = '\n';
+    og_status st = og_write_file_atomic(path, text, n + 1, err, errlen);
+    free(text);
+    return st;
+}
+
+void og_plan_resident(const og_plan *p, const uint64_t *profile, uint8_t *resident) {
+    const uint32_t E = p->n_expert;
+    memset(resident, 0, (size_t)p->n_layer * E);
+    for (uint32_t l = 0; l < p->n_layer; l++) {
+        uint8_t *r = resident + (size_t)l * E;
+        const uint64_t *c = profile ? profile + (size_t)l * E : NULL;
+        for (uint32_t k = 0; k < p->slots[l] && k < E; k++) { /* the hottest expert not yet chosen */
+            uint32_t best = UINT32_MAX;
+            for (uint32_t e = 0; e < E; e++)
+                if (!r[e] && (best == UINT32_MAX || (c && c[e] > c[best]))) best = e;
+            r[best] = 1;
+        }
+    }
 }

@@ -264,7 +264,7 @@ static void test_against_reference(void **state) {
             og_kernels_init((og_isa)isa, &k);
             og_pool *pool;
             og_pool_create(2, NULL, &pool, err, sizeof err);
-            og_run_ctx rc = {&k, pool};
+            og_run_ctx rc = {.kern = &k, .pool = pool};
             /* all at once (prefill), then the same prompt token by token (decode) */
             float *fast = malloc((size_t)(T * V) * sizeof *fast), *one = malloc((size_t)V * sizeof *one);
             og_kv kv = {0}, kv2 = {0};
@@ -328,7 +328,7 @@ static void test_batch_invariance(void **state) {
     og_kernels_init(isa, &k);
     og_pool *pool;
     og_pool_create(2, NULL, &pool, err, sizeof err);
-    og_run_ctx rc = {&k, pool};
+    og_run_ctx rc = {.kern = &k, .pool = pool};
     const int32_t pa[5] = {1, 7, 9, 11, 3}, pb[3] = {2, 5, 8};
     const int32_t da[3] = {4, 6, 10}, db[3] = {12, 13, 14};
     float *alone_a = malloc((size_t)4 * V * sizeof(float)), *alone_b = malloc((size_t)4 * V * sizeof(float));
@@ -365,6 +365,69 @@ static void test_batch_invariance(void **state) {
     og_batch bad = {1, da, bad_seq, want};
     assert_int_equal(og_model_forward_batch(m, &rc, kvs, 2, &bad, both, err, sizeof err), OG_ERR_INVALID_ARG);
     assert_int_equal(ka.n_pos, 8);
+    /* expert statistics: each token's k routes counted once per MoE layer, hits
+     * on the resident (here: even) experts counted apart; the result unchanged */
+    const size_t LE = (size_t)m->hp.n_layer * m->hp.n_expert;
+    uint64_t *cnt = calloc(LE, sizeof *cnt);
+    uint8_t *res = calloc(LE, 1);
+    for (size_t i = 0; i < LE; i += 2) res[i] = 1;
+    og_expert_stats es = {.counts = cnt, .resident = res};
+    og_run_ctx rs = rc;
+    rs.stats = &es;
+    og_kv kc = {0};
+    assert_int_equal(og_model_forward(m, &rs, &kc, pa, 5, both, false, err, sizeof err), OG_OK);
+    assert_memory_equal(both, alone_a, (size_t)V * sizeof(float));
+    uint64_t even = 0, kk = m->hp.n_expert_used;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        uint64_t sum = 0;
+        for (uint32_t e = 0; e < m->hp.n_expert; e++) {
+            uint64_t c = cnt[(size_t)l * m->hp.n_expert + e];
+            assert_true(c <= 5); /* a token picks an expert at most once */
+            sum += c;
+            if (e % 2 == 0 && m->hp.n_expert % 2 == 0) even += c;
+        }
+        assert_int_equal(sum, l < m->hp.n_dense ? 0 : 5 * kk);
+    }
+    assert_true(m->hp.n_layer > m->hp.n_dense);
+    assert_int_equal(es.routes, 5 * kk * (m->hp.n_layer - m->hp.n_dense));
+    assert_int_equal(es.routes_resident, even);
+    og_kv_free(&kc);
+    /* an expert map: every expert read from a separate copy gives bitwise the
+     * same logits; a map pointing each expert at its neighbour's gate rows does
+     * not (so the forward pass really reads through the map) */
+    const void **ptr = calloc(3 * LE, sizeof *ptr);
+    uint8_t **copies = calloc(m->hp.n_layer, sizeof *copies);
+    for (uint32_t l = m->hp.n_dense; l < m->hp.n_layer; l++) {
+        const og_layer *L = &m->layers[l];
+        const size_t gb = m->hp.n_ff_exp * L->gate_exps.row_bytes, ub = m->hp.n_ff_exp * L->up_exps.row_bytes,
+                     dnb = m->hp.n_embd * L->down_exps.row_bytes, E = m->hp.n_expert;
+        copies[l] = malloc(E * (gb + ub + dnb));
+        memcpy(copies[l], L->gate_exps.data, E * gb);
+        memcpy(copies[l] + E * gb, L->up_exps.data, E * ub);
+        memcpy(copies[l] + E * (gb + ub), L->down_exps.data, E * dnb);
+        for (size_t e = 0; e < E; e++) {
+            ptr[l * E + e] = copies[l] + e * gb;
+            ptr[LE + l * E + e] = copies[l] + E * gb + e * ub;
+            ptr[2 * LE + l * E + e] = copies[l] + E * (gb + ub) + e * dnb;
+        }
+    }
+    og_expert_map xm = {.gate = ptr, .up = ptr + LE, .down = ptr + 2 * LE};
+    og_run_ctx rm = rc;
+    rm.experts = &xm;
+    assert_int_equal(og_model_forward(m, &rm, &kc, pa, 5, both, false, err, sizeof err), OG_OK);
+    assert_memory_equal(both, alone_a, (size_t)V * sizeof(float));
+    og_kv_free(&kc);
+    for (uint32_t l = m->hp.n_dense; l < m->hp.n_layer; l++)
+        for (size_t e = 0; e < m->hp.n_expert; e++)
+            ptr[l * m->hp.n_expert + e] = copies[l] + ((e + 1) % m->hp.n_expert) * m->hp.n_ff_exp * m->layers[l].gate_exps.row_bytes;
+    assert_int_equal(og_model_forward(m, &rm, &kc, pa, 5, both, false, err, sizeof err), OG_OK);
+    assert_true(memcmp(both, alone_a, (size_t)V * sizeof(float)) != 0);
+    og_kv_free(&kc);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) free(copies[l]);
+    free(copies);
+    free(ptr);
+    free(cnt);
+    free(res);
     og_kv_free(&ka);
     og_kv_free(&kb);
     free(alone_a);
@@ -381,7 +444,7 @@ static void test_bad_tokens(void **state) {
     assert_int_equal(og_model_load(g_models[0], NULL, &m, err, sizeof err), OG_OK);
     og_kernels k;
     og_kernels_init(OG_ISA_SCALAR, &k);
-    og_run_ctx rc = {&k, NULL};
+    og_run_ctx rc = {.kern = &k, .pool = NULL};
     og_kv kv = {0};
     float *lg = malloc(m->hp.n_vocab * sizeof *lg);
     int32_t bad = (int32_t)m->hp.n_vocab;

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Placement in `onegpu run`: the plan is checked before loading (exit 3), the
+# expert statistics count every selection once (prompt + fed tokens - 1 forward
+# tokens x k per MoE layer, from the saved profile), and the measured hit rate
+# on the resident set equals the plan's prediction when a run replays the
+# traffic of the profile it was planned from (same teacher-forced tokens).
+# usage: placement.sh ONEGPU WORKDIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+need_node_refs  # the tiny preset takes its tokenizer from tests/node_modules
+onegpu=$1 work=$2
+mkdir -p "$work"
+m=$work/tiny.gguf
+"$onegpu" make-model --preset tiny -o "$m" 2>/dev/null
+teacher=100,200,300,400,500,600,700,800,900
+fits=(--vram 1G --ram 8G)
+
+"$onegpu" plan -m "$m" "${fits[@]}" --json >"$work/plan.json"
+k=$(json_get "$work/plan.json" 'j.n_expert_used')
+n_layer=$(json_get "$work/plan.json" 'j.expert_slots_per_layer.length')
+[[ $(json_get "$work/plan.json" 'j.fits') == true ]] || fail "tiny model does not fit 1G"
+
+# statistics: every MoE layer sees (prompt + 9 - 1) x k selections
+"$onegpu" run -m "$m" -p "The quick brown fox" --teacher $teacher --json "${fits[@]}" --expert-slots 4 \
+  --save-profile "$work/p.json" >"$work/out.json" 2>"$work/err1"
+n_prompt=$(json_get "$work/out.json" 'j.prompt_tokens.length')
+want=$(( (n_prompt + 8) * k ))
+sums=$(json_get "$work/p.json" 'j.layers.map(l => l.counts.reduce((a, b) => a + b, 0)).join(" ")')
+n_moe=$(json_get "$work/p.json" 'j.layers.length')
+[[ $n_moe -ge 1 && $n_moe -lt $n_layer ]] || fail "profile has $n_moe MoE layers of $n_layer"
+for s in $sums; do [[ $s == "$want" ]] || fail "layer selection count $s, want ($n_prompt + 8) x $k = $want"; done
+grep -q "cpu device: $((4 * n_moe)) experts resident" "$work/err1" || fail "resident set: $(cat "$work/err1")"
+hit_line=$(grep 'expert selections hit' "$work/err1") || fail "no hit-rate line: $(cat "$work/err1")"
+[[ $hit_line == *"of $((want * n_moe)) expert selections"* ]] || fail "wrong selection total: $hit_line"
+
+# replaying the same traffic from the profile: measured hit rate == predicted
+"$onegpu" run -m "$m" -p "The quick brown fox" --teacher $teacher --json "${fits[@]}" --expert-slots 4 \
+  --profile "$work/p.json" >"$work/out2.json" 2>"$work/err2"
+cmp -s <(json_get "$work/out.json" 'JSON.stringify(j)') <(json_get "$work/out2.json" 'JSON.stringify(j)') \
+  || fail "placement changed the result"
+"$onegpu" run -m "$m" -p "The quick brown fox" --teacher $teacher --json >"$work/out0.json" 2>/dev/null
+cmp -s <(json_get "$work/out.json" 'JSON.stringify(j)') <(json_get "$work/out0.json" 'JSON.stringify(j)') \
+  || fail "experts read from the cpu device differ from the host copy"
+line=$(grep 'expert selections hit' "$work/err2")
+got=$(sed -E 's/.*: ([0-9.]+)% of .*/\1/' <<<"$line"); pred=$(sed -E 's/.*\(plan: ([0-9.]+)%\)/\1/' <<<"$line")
+[[ $got == "$pred" ]] || fail "replay hit rate $got% but the plan predicted $pred%: $line"
+uniform=$(sed -E 's/.*: ([0-9.]+)% of .*/\1/' <<<"$hit_line")
+awk -v a="$got" -v b="$uniform" 'BEGIN { exit !(a > b) }' || fail "profile-seeded hot set ($got%) not above uniform ($uniform%)"
+grep -q 'from the profile' "$work/err2" || fail "plan line does not say it used the profile"
+
+# every expert resident: 100%; none: 0%
+"$onegpu" run -m "$m" -p "x" --teacher 5,6 --json "${fits[@]}" --expert-slots all >/dev/null 2>"$work/err3"
+grep -q ': 100.0% of' "$work/err3" || fail "--expert-slots all: $(cat "$work/err3")"
+"$onegpu" run -m "$m" -p "x" --teacher 5,6 --json "${fits[@]}" --expert-slots 0 >/dev/null 2>"$work/err4"
+grep -q ': 0.0% of' "$work/err4" || fail "--expert-slots 0: $(cat "$work/err4")"
+
+# refused before loading: exit 3 with the reason; bad flags: exit 1
+set +e
+"$onegpu" run -m "$m" -p "x" -n 1 --vram 100M --ram 8G >/dev/null 2>"$work/err5"; rc=$?
+[[ $rc == 3 ]] && grep -q 'does not fit: device short by' "$work/err5" || fail "small --vram: rc $rc, $(cat "$work/err5")"
+"$onegpu" run -m "$m" -p "x" -n 1 --vram 1G --ram 1M >/dev/null 2>"$work/err6"; rc=$?
+[[ $rc == 3 ]] && grep -q 'host short by' "$work/err6" || fail "small --ram: rc $rc, $(cat "$work/err6")"
+"$onegpu" run -m "$m" -p "x" -n 1 --ram 8G >/dev/null 2>&1; rc=$?
+[[ $rc == 1 ]] || fail "--ram without --vram: rc $rc"
+"$onegpu" run -m "$m" -p "x" -n 1 --vram 1G --profile "$work/nonexistent.json" >/dev/null 2>&1; rc=$?
+[[ $rc == 2 ]] || fail "missing profile: rc $rc"
+set -e
+echo "placement: OK (k=$k, $n_moe MoE layers, $want selections per layer; replay hit $got% = plan, uniform $uniform%)"

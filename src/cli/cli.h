@@ -11,6 +11,7 @@ enum { OG_EXIT_OK = 0, OG_EXIT_USAGE = 1, OG_EXIT_BAD_INPUT = 2, OG_EXIT_REFUSED
 int og_cmd_gguf(int argc, char **argv);
 int og_cmd_make_model(int argc, char **argv);
 int og_cmd_bench(int argc, char **argv);
+int og_cmd_bench_placement(int argc, char **argv);
 int og_cmd_tokenize(int argc, char **argv);
 int og_cmd_run(int argc, char **argv);
 int og_cmd_plan(int argc, char **argv);

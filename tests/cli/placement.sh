@@ -65,4 +65,15 @@ set +e
 "$onegpu" run -m "$m" -p "x" -n 1 --vram 1G --profile "$work/nonexistent.json" >/dev/null 2>&1; rc=$?
 [[ $rc == 2 ]] || fail "missing profile: rc $rc"
 set -e
+
+# the policy benchmark's JSON: every policy, the oracle on top
+"$onegpu" bench placement --json --layers 2 --experts 64 --k 4 --steps 300 >"$work/bench.json"
+[[ $(json_get "$work/bench.json" 'j.policies.map(p => p.name).join(",")') == lru,decay,static,oracle ]] \
+  || fail "bench placement policies: $(cat "$work/bench.json")"
+[[ $(json_get "$work/bench.json" 'j.policies.every(p => p.device_share >= 0 && p.device_share <= j.policies[3].device_share)') == true ]] \
+  || fail "a policy beats the oracle or is out of range"
+set +e
+"$onegpu" bench placement --locality 2 >/dev/null 2>&1; rc=$?
+set -e
+[[ $rc == 1 ]] || fail "bench placement --locality 2: rc $rc"
 echo "placement: OK (k=$k, $n_moe MoE layers, $want selections per layer; replay hit $got% = plan, uniform $uniform%)"

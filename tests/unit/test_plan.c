@@ -18,7 +18,7 @@
 #include <jansson.h>
 
 static const char *g_onegpu;
-static char g_tmp[256], g_v3[300];
+static char g_tmp[256], g_v3[300], g_ref[300];
 
 #define GIB (1024ull * 1024 * 1024)
 /* Q2_K: 256 weights in 84 bytes. One expert of V3 = gate + up (7168 x 2048) +
@@ -42,14 +42,16 @@ static og_plan_input base_input(void) {
     return in;
 }
 
-static void plan(const og_plan_input *in, og_plan *p) {
+static void plan_file(const char *path, const og_plan_input *in, og_plan *p) {
     og_gguf *g;
     char err[512];
-    if (og_gguf_open(g_v3, OG_GGUF_HEADER_ONLY, &g, err, sizeof err)) fail_msg("%s", err);
+    if (og_gguf_open(path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err)) fail_msg("%s", err);
     og_status st = og_plan_make(g, in, p, err, sizeof err);
     og_gguf_close(g);
     if (st) fail_msg("%s", err);
 }
+
+static void plan(const og_plan_input *in, og_plan *p) { plan_file(g_v3, in, p); }
 
 static void check_consistent(const og_plan *p, const og_plan_input *in) {
     uint64_t n = 0;
@@ -106,6 +108,33 @@ static void test_hand_numbers(void **state) {
     assert_true(q.resident_experts < 6308);
     check_consistent(&q, &in);
     og_plan_free(&q);
+}
+
+/* The reference model's shape (DESIGN.md): hidden 5120, 40 MoE layers x 384
+ * experts of FFN 2304, 6 used. One Q2_K expert = 3 x 2304 x 5120 / 256 x 84 B. */
+static void test_reference_shape(void **state) {
+    (void)state;
+    og_plan_input in = base_input();
+    og_plan p;
+    plan_file(g_ref, &in, &p);
+    assert_true(p.fits);
+    assert_int_equal(p.n_moe_layers, 40);
+    assert_int_equal(p.n_expert, 384);
+    assert_int_equal(p.n_expert_used, 6);
+    assert_int_equal(p.expert_bytes_max, 3ull * 2304 * 5120 / 256 * 84); /* 11,612,160 */
+    assert_int_equal(p.routed_bytes, 40ull * 384 * 11612160);           /* 178,362,777,600 */
+    assert_int_equal(p.kv_bytes, 41ull * 576 * 2 * 4096);               /* 47,232 B/token */
+    assert_int_equal(p.resident_expert_bytes, p.resident_experts * 11612160);
+    assert_true(p.device_bytes + in.reserve <= in.vram);
+    assert_true(p.device_bytes + in.reserve + 11612160 > in.vram);
+    assert_int_equal(p.slots[0], 0);
+    for (uint32_t l = 1; l < 41; l++) assert_true(p.slots[l] >= p.resident_experts / 40 && p.slots[l] <= p.resident_experts / 40 + 1);
+    og_plan_free(&p);
+    in.ram = 120 * GIB;
+    plan_file(g_ref, &in, &p);
+    assert_false(p.fits);
+    assert_non_null(strstr(p.reason, "host short by"));
+    og_plan_free(&p);
 }
 
 static void test_refusals(void **state) {
@@ -282,8 +311,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "make-model failed\n");
         return 1;
     }
+    snprintf(g_ref, sizeof g_ref, "%s/ref.gguf", g_tmp);
+    snprintf(cmd, sizeof cmd,
+             "'%s' make-model --preset v3-671b --sparse --tokenizer none --n-embd 5120 --n-layer 41 --n-dense 1 "
+             "--n-expert 384 --n-expert-used 6 --n-ff-exp 2304 -o '%s' >/dev/null 2>&1",
+             g_onegpu, g_ref);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "make-model (reference shape) failed\n");
+        return 1;
+    }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hand_numbers), cmocka_unit_test(test_refusals), cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_hand_numbers), cmocka_unit_test(test_reference_shape), cmocka_unit_test(test_refusals), cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_profile), cmocka_unit_test(test_cli),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

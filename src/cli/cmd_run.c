@@ -36,6 +36,8 @@ static void usage(FILE *out) {
             "  --vram SIZE [--ram SIZE] [--reserve SIZE] [--ctx N] [--expert-slots N|all] [--profile FILE]\n"
             "                plans for a device of SIZE, prints the plan, and counts how many expert selections\n"
             "                hit the resident set (this build has no GPU backend: all experts still run on the CPU)\n"
+            "  --migrate N   between forward steps, copy up to N experts per layer into the device (default 2;\n"
+            "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the CPU tier.\n");
 }
@@ -67,7 +69,9 @@ int og_cmd_run(int argc, char **argv) {
         {"teacher", required_argument, 0, 'F'}, {"help", no_argument, 0, 'h'},
         {"vram", required_argument, 0, 'V'},    {"ram", required_argument, 0, 'R'},    {"reserve", required_argument, 0, 'r'},
         {"ctx", required_argument, 0, 'C'},     {"expert-slots", required_argument, 0, 'e'},
-        {"profile", required_argument, 0, 'f'}, {"save-profile", required_argument, 0, 's'}, {0, 0, 0, 0}};
+        {"profile", required_argument, 0, 'f'}, {"save-profile", required_argument, 0, 's'},
+        {"migrate", required_argument, 0, 'M'}, {0, 0, 0, 0}};
+    long migrate = 2;
     og_plan_input pin = {.reserve = 512ull << 20, .ctx = 4096, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 4,
                          .slots_override = -1};
     bool have_vram = false, have_ram = false, bad_value = false;
@@ -115,6 +119,12 @@ int og_cmd_run(int argc, char **argv) {
             }
             break;
         case 'f': profile_path = optarg; break;
+        case 'M': {
+            char *end;
+            migrate = strtol(optarg, &end, 10);
+            bad_value |= end == optarg || *end || migrate < 0 || migrate > 1000000;
+            break;
+        }
         case 's': save_profile = optarg; break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
@@ -182,6 +192,12 @@ int og_cmd_run(int argc, char **argv) {
         free(teacher);
         return OG_EXIT_BAD_INPUT;
     }
+    og_tokenizer *tok = NULL;
+    og_pool *pool = NULL;
+    int rc = OG_EXIT_OK;
+    og_ids ids = {0};
+    char *text = NULL;
+    og_migrator *mig = NULL;
     og_expert_stats stats = {0};
     uint8_t *resident = NULL;
     const size_t n_le = (size_t)m->hp.n_layer * m->hp.n_expert;
@@ -193,23 +209,27 @@ int og_cmd_run(int argc, char **argv) {
     /* no GPU backend yet: the cpu device plays it, holding the resident experts
      * in an arena of the plan's slot bytes */
     og_cpu_device *dev = NULL;
-    if (have_vram && resident) {
+    if (have_vram && !resident) {
+        fprintf(stderr, "onegpu run: out of memory\n");
+        rc = OG_EXIT_USAGE;
+        goto out;
+    }
+    if (have_vram) {
         char pb[32];
-        if (og_cpu_device_create(m, plan.resident_expert_bytes, &dev, err, sizeof err) ||
-            og_cpu_device_load(dev, m, resident, err, sizeof err)) {
+        if (og_cpu_device_create(m, plan.slots, &dev, err, sizeof err) ||
+            og_cpu_device_load(dev, m, resident, err, sizeof err) ||
+            (migrate && og_migrator_create(m->hp.n_layer, m->hp.n_expert, (uint32_t)migrate, 8, 0.85, &mig, err,
+                                           sizeof err))) {
             fprintf(stderr, "onegpu run: %s\n", err);
             og_cpu_device_free(dev);
             dev = NULL;
-        } else {
-            fprintf(stderr, "onegpu run: cpu device: %llu experts resident, %s copied host->device\n",
-                    (unsigned long long)dev->n_resident, og_fmt_bytes(dev->pcie_bytes, pb, sizeof pb));
+            rc = OG_EXIT_USAGE;
+            goto out;
         }
+        stats.resident = dev->resident; /* follows the migrations */
+        fprintf(stderr, "onegpu run: cpu device: %llu experts resident, %s copied host->device\n",
+                (unsigned long long)dev->n_resident, og_fmt_bytes(dev->pcie_bytes, pb, sizeof pb));
     }
-    og_tokenizer *tok = NULL;
-    og_pool *pool = NULL;
-    int rc = OG_EXIT_OK;
-    og_ids ids = {0};
-    char *text = NULL;
     if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s: %s\n", model_path, err);
         rc = OG_EXIT_BAD_INPUT;
@@ -273,6 +293,7 @@ int og_cmd_run(int argc, char **argv) {
     json_t *jt = json_array(), *jl = json_array();
     double t0 = now_s();
     og_status st = og_model_forward(m, &rcx, &kv, ids.v, (int)ids.n, logits, false, err, sizeof err);
+    if (!st && mig) st = og_migrator_step(mig, dev, m, stats.counts, err, sizeof err); /* between steps */
     double t_prefill = now_s() - t0, t_decode = 0;
     int steps = teacher ? n_teacher : n_predict, done = 0;
     og_detok dt = {0};
@@ -313,6 +334,7 @@ int og_cmd_run(int argc, char **argv) {
         if (i + 1 < steps) {
             double t1 = now_s();
             st = og_model_forward(m, &rcx, &kv, &next, 1, logits, false, err, sizeof err);
+            if (!st && mig) st = og_migrator_step(mig, dev, m, stats.counts, err, sizeof err);
             t_decode += now_s() - t1;
         }
     }
@@ -337,10 +359,15 @@ int og_cmd_run(int argc, char **argv) {
         fprintf(stderr, "onegpu run: prefill %zu tokens %.1f tok/s, decode %d tokens %.1f tok/s (%s, %d threads)\n", ids.n,
                 (double)ids.n / t_prefill, done - 1 > 0 ? done - 1 : 0, done > 1 ? (done - 1) / t_decode : 0.0,
                 og_isa_name(isa), og_pool_size(pool));
-    if (!st && have_vram && stats.routes)
+    if (!st && have_vram && stats.routes) {
+        char pb[32];
         fprintf(stderr, "onegpu run: %.1f%% of %llu expert selections hit the %llu resident experts (plan: %.1f%%)\n",
                 100.0 * (double)stats.routes_resident / (double)stats.routes, (unsigned long long)stats.routes,
                 (unsigned long long)plan.resident_experts, 100.0 * plan.predicted_device_share);
+        if (dev)
+            fprintf(stderr, "onegpu run: %llu migrations, %s copied host->device in all\n",
+                    (unsigned long long)dev->migrations, og_fmt_bytes(dev->pcie_bytes, pb, sizeof pb));
+    }
     if (!st && save_profile && stats.counts) {
         if (profile)
             for (size_t i = 0; i < n_le; i++) stats.counts[i] += profile[i];
@@ -355,6 +382,7 @@ int og_cmd_run(int argc, char **argv) {
     og_kv_free(&kv);
     og_sampler_free(smp);
 out:
+    og_migrator_free(mig);
     og_cpu_device_free(dev);
     free(stats.counts);
     free(resident);

@@ -65,28 +65,64 @@ og_status og_profile_write(const char *path, uint32_t n_layer, uint32_t n_expert
 void og_plan_resident(const og_plan *plan, const uint64_t *profile, uint8_t *resident);
 
 /* The `cpu` device: plays the GPU when there is none (DESIGN.md "The device
- * without a GPU"). Resident experts live in a separate arena of a fixed budget;
- * every byte copied into it is counted as a PCIe byte, so placement policies and
- * budgets can be tested and measured without a card. */
+ * without a GPU"). Layer l has slots[l] expert slots in a separate arena (one
+ * expert's gate, up and down rows each, as in the file); every byte copied in is
+ * counted as a PCIe byte, so placement and migration are real, measurable and
+ * testable without a card. Copies are synchronous here: a slot is usable as soon
+ * as og_cpu_device_swap returns. */
 typedef struct og_cpu_device {
     uint8_t *arena;
-    uint64_t capacity, used;  /* bytes */
+    uint64_t capacity;        /* bytes */
     uint64_t pcie_bytes;      /* host -> device bytes copied so far */
-    uint64_t n_resident;      /* experts held */
+    uint64_t n_resident, migrations;
     uint32_t n_layer, n_expert;
-    const void **ptr;         /* [3][n_layer * n_expert]: gate, up, down copies or NULL */
+    uint64_t *layer_off;      /* [n_layer] first slot's offset in the arena */
+    uint64_t *expert_bytes;   /* [n_layer] bytes of one expert (0: dense layer) */
+    uint32_t *n_slots;        /* [n_layer] */
+    int32_t *slot_of;         /* [n_layer][n_expert] slot holding the expert, or -1 */
+    int32_t *expert_in;       /* [n_layer][max slots] expert in the slot, or -1 */
+    uint32_t max_slots;
+    uint8_t *resident;        /* [n_layer][n_expert] 1 = in a slot (for og_expert_stats) */
+    const void **ptr;         /* [3][n_layer * n_expert]: gate, up, down in the arena or NULL */
     og_expert_map map;        /* views of ptr for og_run_ctx.experts */
 } og_cpu_device;
 
-/* An arena of capacity bytes for model m's experts (nothing resident yet).
- * Errors: OG_ERR_NOMEM (the message gives the size). */
-og_status og_cpu_device_create(const og_model *m, uint64_t capacity, og_cpu_device **out, char *err, size_t errlen);
+/* Arena with slots[l] slots per layer for model m's experts (nothing resident
+ * yet). Errors: OG_ERR_NOMEM (the message gives the size). */
+og_status og_cpu_device_create(const og_model *m, const uint32_t *slots, og_cpu_device **out, char *err, size_t errlen);
 
-/* Copies every expert with resident[l * n_expert + e] != 0 (gate, up and down
- * rows, as in the file) into the arena, replacing what it held; counts the bytes
- * as PCIe traffic. Errors: OG_ERR_RANGE when they exceed the capacity (nothing
- * is resident then). */
+/* Makes exactly the experts with resident[l * n_expert + e] != 0 resident,
+ * copying them into the layer's slots in expert order. Errors: OG_ERR_RANGE when
+ * a layer has more than its slots (nothing changes then). */
 og_status og_cpu_device_load(og_cpu_device *d, const og_model *m, const uint8_t *resident, char *err, size_t errlen);
+
+/* Migration: copies expert e_in of layer l into the slot of resident expert
+ * e_out, which leaves the device. Errors: OG_ERR_INVALID_ARG when e_out is not
+ * resident or e_in already is. */
+og_status og_cpu_device_swap(og_cpu_device *d, const og_model *m, uint32_t l, uint32_t e_in, uint32_t e_out, char *err,
+                             size_t errlen);
 void og_cpu_device_free(og_cpu_device *d);
+
+/* The live migrator (decayed-frequency policy, og_policy.h's rule): after each
+ * forward step it reads the selection counts the step added, decays and adds
+ * them into per-expert scores, and swaps at most swaps_per_step experts per
+ * layer into the device, an expert copied in staying min_residency steps. */
+typedef struct og_migrator {
+    uint32_t n_layer, n_expert, swaps_per_step, min_residency;
+    double decay;
+    uint64_t step;
+    double *score;       /* [n_layer][n_expert] */
+    uint64_t *pinned;    /* [n_layer][n_expert] step until which it stays */
+    uint64_t *last;      /* [n_layer][n_expert] counts seen at the previous step */
+    uint32_t *delta;     /* [n_expert] scratch */
+} og_migrator;
+
+/* Errors: OG_ERR_NOMEM; OG_ERR_INVALID_ARG for decay outside (0, 1). */
+og_status og_migrator_create(uint32_t n_layer, uint32_t n_expert, uint32_t swaps_per_step, uint32_t min_residency,
+                             double decay, og_migrator **out, char *err, size_t errlen);
+/* counts: the og_expert_stats counts (cumulative). Returns the swap's error, if any. */
+og_status og_migrator_step(og_migrator *mg, og_cpu_device *d, const og_model *m, const uint64_t *counts, char *err,
+                           size_t errlen);
+void og_migrator_free(og_migrator *mg);
 
 #endif

@@ -63,6 +63,14 @@ typedef struct og_sim_result {
     uint64_t selections, hits, migrations;
 } og_sim_result;
 
+/* The migrator's rule, shared by the simulator and the live device: the
+ * non-resident expert with the highest score (when demand is given, only those
+ * with demand[e] > 0) replaces the resident one with the lowest score among
+ * those with pinned[e] <= now, if its score is strictly higher. Returns false
+ * when no swap is worth it; else *in and *out. */
+bool og_migrator_pick(uint32_t n_expert, const uint8_t *resident, const double *score, const uint64_t *pinned,
+                      uint64_t now, const uint32_t *demand, uint32_t *in, uint32_t *out);
+
 /* Replays trace t under policy kind. The initial hot set is the profile's top
  * slots per layer (profile: [n_layer][n_expert] counts, e.g. the trace's own
  * totals for a static policy; NULL: experts 0..slots-1). Errors:

@@ -100,6 +100,23 @@ int og_policy_parse(const char *name) {
     return -1;
 }
 
+bool og_migrator_pick(uint32_t E, const uint8_t *res, const double *score, const uint64_t *pinned, uint64_t now,
+                      const uint32_t *demand, uint32_t *in_out, uint32_t *out_out) {
+    uint32_t in = UINT32_MAX, out = UINT32_MAX;
+    for (uint32_t e = 0; e < E; e++) {
+        if (!res[e]) {
+            if (demand && !demand[e]) continue; /* Belady fetches on demand: only what was just missed */
+            if (in == UINT32_MAX || score[e] > score[in]) in = e;
+        } else if (pinned[e] <= now && (out == UINT32_MAX || score[e] < score[out])) {
+            out = e;
+        }
+    }
+    if (in == UINT32_MAX || out == UINT32_MAX || !(score[in] > score[out])) return false;
+    *in_out = in;
+    *out_out = out;
+    return true;
+}
+
 og_status og_policy_simulate(const og_trace *t, og_policy_kind kind, const og_migrator_params *mp,
                              const uint64_t *profile, og_sim_result *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -167,17 +184,8 @@ og_status og_policy_simulate(const og_trace *t, og_policy_kind kind, const og_mi
             }
             if (kind == OG_POLICY_STATIC || s + 1 == N) continue;
             for (uint32_t m = 0; m < mp->swaps_per_step; m++) {
-                uint32_t in = UINT32_MAX, outx = UINT32_MAX;
-                for (uint32_t e = 0; e < E; e++) {
-                    if (!res[e]) {
-                        /* Belady fetches on demand: only what this step missed */
-                        if (kind == OG_POLICY_ORACLE && !c[e]) continue;
-                        if (in == UINT32_MAX || score[e] > score[in]) in = e;
-                    } else if (pinned[e] <= s && (outx == UINT32_MAX || score[e] < score[outx])) {
-                        outx = e;
-                    }
-                }
-                if (in == UINT32_MAX || outx == UINT32_MAX || !(score[in] > score[outx])) break;
+                uint32_t in, outx;
+                if (!og_migrator_pick(E, res, score, pinned, s, kind == OG_POLICY_ORACLE ? c : NULL, &in, &outx)) break;
                 res[outx] = 0;
                 res[in] = 1;
                 usable[in] = lands;

@@ -21,7 +21,7 @@ n_layer=$(json_get "$work/plan.json" 'j.expert_slots_per_layer.length')
 [[ $(json_get "$work/plan.json" 'j.fits') == true ]] || fail "tiny model does not fit 1G"
 
 # statistics: every MoE layer sees (prompt + 9 - 1) x k selections
-"$onegpu" run -m "$m" -p "The quick brown fox" --teacher $teacher --json "${fits[@]}" --expert-slots 4 \
+"$onegpu" run -m "$m" -p "The quick brown fox" --teacher $teacher --json "${fits[@]}" --expert-slots 4 --migrate 0 \
   --save-profile "$work/p.json" >"$work/out.json" 2>"$work/err1"
 n_prompt=$(json_get "$work/out.json" 'j.prompt_tokens.length')
 want=$(( (n_prompt + 8) * k ))
@@ -34,7 +34,7 @@ hit_line=$(grep 'expert selections hit' "$work/err1") || fail "no hit-rate line:
 [[ $hit_line == *"of $((want * n_moe)) expert selections"* ]] || fail "wrong selection total: $hit_line"
 
 # replaying the same traffic from the profile: measured hit rate == predicted
-"$onegpu" run -m "$m" -p "The quick brown fox" --teacher $teacher --json "${fits[@]}" --expert-slots 4 \
+"$onegpu" run -m "$m" -p "The quick brown fox" --teacher $teacher --json "${fits[@]}" --expert-slots 4 --migrate 0 \
   --profile "$work/p.json" >"$work/out2.json" 2>"$work/err2"
 cmp -s <(json_get "$work/out.json" 'JSON.stringify(j)') <(json_get "$work/out2.json" 'JSON.stringify(j)') \
   || fail "placement changed the result"
@@ -47,6 +47,20 @@ got=$(sed -E 's/.*: ([0-9.]+)% of .*/\1/' <<<"$line"); pred=$(sed -E 's/.*\(plan
 uniform=$(sed -E 's/.*: ([0-9.]+)% of .*/\1/' <<<"$hit_line")
 awk -v a="$got" -v b="$uniform" 'BEGIN { exit !(a > b) }' || fail "profile-seeded hot set ($got%) not above uniform ($uniform%)"
 grep -q 'from the profile' "$work/err2" || fail "plan line does not say it used the profile"
+
+# migration on (the default): the hot set moves, the result does not
+long=$(seq -s, 1000 1040)
+"$onegpu" run -m "$m" -p "The quick brown fox" --teacher "$long" --json >"$work/m0.json" 2>/dev/null
+"$onegpu" run -m "$m" -p "The quick brown fox" --teacher "$long" --json "${fits[@]}" --expert-slots 4 --migrate 0 \
+  >/dev/null 2>"$work/err7"
+"$onegpu" run -m "$m" -p "The quick brown fox" --teacher "$long" --json "${fits[@]}" --expert-slots 4 \
+  >"$work/m1.json" 2>"$work/err8"
+cmp -s <(json_get "$work/m0.json" 'JSON.stringify(j)') <(json_get "$work/m1.json" 'JSON.stringify(j)') \
+  || fail "migration changed the result"
+migs=$(sed -nE 's/.*: ([0-9]+) migrations.*/\1/p' "$work/err8")
+[[ -n $migs && $migs -gt 0 ]] || fail "no migrations: $(cat "$work/err8")"
+still=$(sed -nE 's/.*: ([0-9.]+)% of .*/\1/p' "$work/err7"); moved=$(sed -nE 's/.*: ([0-9.]+)% of .*/\1/p' "$work/err8")
+echo "hit rate over 44 steps, 4 of 16 experts per layer: planned set $still%, migrating $moved% ($migs migrations)"
 
 # every expert resident: 100%; none: 0%
 "$onegpu" run -m "$m" -p "x" --teacher 5,6 --json "${fits[@]}" --expert-slots all >/dev/null 2>"$work/err3"

@@ -18,7 +18,7 @@
 #include <jansson.h>
 
 static const char *g_onegpu;
-static char g_tmp[256], g_v3[300], g_ref[300];
+static char g_tmp[256], g_v3[300], g_ref[300], g_small[300];
 
 #define GIB (1024ull * 1024 * 1024)
 /* Q2_K: 256 weights in 84 bytes. One expert of V3 = gate + up (7168 x 2048) +
@@ -254,6 +254,86 @@ static void test_profile(void **state) {
     assert_non_null(strstr(err, "expert 5"));
 }
 
+/* The cpu device on a small F32 model (4 layers, the first dense; 16 experts of
+ * FFN 256 over width 256): one expert = 3 x 256 x 256 x 4 B = 786,432 B. */
+#define SMALL_EXPERT_BYTES (3ull * 256 * 256 * 4)
+static void test_cpu_device(void **state) {
+    (void)state;
+    og_model *m;
+    char err[512];
+    if (og_model_load(g_small, NULL, &m, err, sizeof err)) fail_msg("%s", err);
+    const uint32_t NL = m->hp.n_layer, E = m->hp.n_expert;
+    assert_int_equal(NL, 4);
+    assert_int_equal(E, 16);
+    uint32_t slots[4] = {4, 4, 4, 4}; /* the dense layer gets none whatever it asks */
+    og_cpu_device *d;
+    assert_int_equal(og_cpu_device_create(m, slots, &d, err, sizeof err), OG_OK);
+    assert_int_equal(d->capacity, 3 * 4 * SMALL_EXPERT_BYTES);
+    uint8_t res[4 * 16] = {0};
+    for (uint32_t l = 1; l < NL; l++)
+        for (uint32_t e = 0; e < 4; e++) res[l * E + e] = 1;
+    res[0 * E + 3] = 1; /* dense layer: ignored */
+    assert_int_equal(og_cpu_device_load(d, m, res, err, sizeof err), OG_OK);
+    assert_int_equal(d->n_resident, 12);
+    assert_int_equal(d->pcie_bytes, 12 * SMALL_EXPERT_BYTES);
+    const size_t gate_bytes = 256ull * 256 * 4;
+    /* a resident expert's device copy holds the file's bytes */
+    assert_non_null(d->map.gate[2 * E + 2]);
+    assert_memory_equal(d->map.gate[2 * E + 2], (const uint8_t *)m->layers[2].gate_exps.data + 2 * gate_bytes, gate_bytes);
+    assert_memory_equal(d->map.down[2 * E + 3], (const uint8_t *)m->layers[2].down_exps.data + 3 * gate_bytes, gate_bytes);
+    assert_null(d->map.gate[2 * E + 4]);
+    /* swap 9 in for 0 in layer 1 */
+    assert_int_equal(og_cpu_device_swap(d, m, 1, 9, 0, err, sizeof err), OG_OK);
+    assert_int_equal(d->pcie_bytes, 13 * SMALL_EXPERT_BYTES);
+    assert_int_equal(d->migrations, 1);
+    assert_null(d->map.gate[1 * E + 0]);
+    assert_false(d->resident[1 * E + 0]);
+    assert_true(d->resident[1 * E + 9]);
+    assert_memory_equal(d->map.up[1 * E + 9], (const uint8_t *)m->layers[1].up_exps.data + 9 * gate_bytes, gate_bytes);
+    assert_int_equal(og_cpu_device_swap(d, m, 1, 9, 1, err, sizeof err), OG_ERR_INVALID_ARG); /* 9 is in */
+    assert_int_equal(og_cpu_device_swap(d, m, 1, 10, 0, err, sizeof err), OG_ERR_INVALID_ARG); /* 0 is out */
+    res[1 * E + 5] = 1; /* five in a layer of four slots */
+    assert_int_equal(og_cpu_device_load(d, m, res, err, sizeof err), OG_ERR_RANGE);
+    assert_int_equal(d->n_resident, 12); /* unchanged */
+
+    /* forward: reading experts from the device, with the migrator moving them
+     * between steps, gives bitwise the logits of the host-only run */
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    og_isa isa;
+    char note[128];
+    og_isa_choose(&f, NULL, &isa, note, sizeof note, err, sizeof err);
+    og_kernels k;
+    og_kernels_init(isa, &k);
+    og_migrator *mg;
+    assert_int_equal(og_migrator_create(NL, E, 2, 1, 0.85, &mg, err, sizeof err), OG_OK);
+    uint64_t counts[4 * 16] = {0};
+    og_expert_stats es = {.counts = counts, .resident = d->resident};
+    og_run_ctx plain = {.kern = &k}, placed = {.kern = &k, .stats = &es, .experts = &d->map};
+    og_kv ka = {0}, kb = {0};
+    const uint32_t V = m->hp.n_vocab;
+    float *la = malloc(V * sizeof *la), *lb = malloc(V * sizeof *lb);
+    uint64_t mig0 = d->migrations;
+    for (int32_t t = 0; t < 24; t++) {
+        int32_t tok = (t * 37 + 11) % (int32_t)V;
+        assert_int_equal(og_model_forward(m, &plain, &ka, &tok, 1, la, false, err, sizeof err), OG_OK);
+        assert_int_equal(og_model_forward(m, &placed, &kb, &tok, 1, lb, false, err, sizeof err), OG_OK);
+        assert_memory_equal(la, lb, V * sizeof *la);
+        assert_int_equal(og_migrator_step(mg, d, m, counts, err, sizeof err), OG_OK);
+    }
+    assert_true(d->migrations > mig0);
+    assert_int_equal(d->pcie_bytes, (12 + d->migrations) * SMALL_EXPERT_BYTES);
+    assert_int_equal(es.routes, 24ull * 3 * m->hp.n_expert_used);
+    assert_true(es.routes_resident > 0);
+    og_kv_free(&ka);
+    og_kv_free(&kb);
+    free(la);
+    free(lb);
+    og_migrator_free(mg);
+    og_cpu_device_free(d);
+    og_model_free(m);
+}
+
 static void test_cli(void **state) {
     (void)state;
     char a[1024], bad[512];
@@ -311,6 +391,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "make-model failed\n");
         return 1;
     }
+    snprintf(g_small, sizeof g_small, "%s/small.gguf", g_tmp);
+    snprintf(cmd, sizeof cmd,
+             "'%s' make-model --tokenizer none --vocab 512 --n-layer 4 --n-dense 1 --n-embd 256 --n-head 4 "
+             "--q-lora-rank 64 --kv-lora-rank 64 --qk-nope 32 --qk-rope 16 --v-head 32 --n-ff 256 --n-expert 16 "
+             "--n-expert-used 4 --n-ff-exp 256 --n-group 4 --n-group-used 2 --type F32 -o '%s' >/dev/null 2>&1",
+             g_onegpu, g_small);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "make-model (small) failed\n");
+        return 1;
+    }
     snprintf(g_ref, sizeof g_ref, "%s/ref.gguf", g_tmp);
     snprintf(cmd, sizeof cmd,
              "'%s' make-model --preset v3-671b --sparse --tokenizer none --n-embd 5120 --n-layer 41 --n-dense 1 "
@@ -322,7 +412,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_numbers), cmocka_unit_test(test_reference_shape), cmocka_unit_test(test_refusals), cmocka_unit_test(test_overrides),
-        cmocka_unit_test(test_profile), cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_profile), cmocka_unit_test(test_cpu_device), cmocka_unit_test(test_cli),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

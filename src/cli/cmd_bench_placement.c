@@ -21,7 +21,9 @@ static void usage(FILE *out) {
             "          --window N (8 steps) --phase N (128 steps) --seed N (1)\n"
             "migrator: --swaps N (2 per layer and step) --delay N (1 step) --min-residency N (8)\n"
             "          --decay F (0.85)\n"
-            "  static: the profile of another run of the same model (--seed + 1000).\n");
+            "  static: the profile of another run of the same model (--seed + 1000).\n"
+            "  --trace FILE  replay a trace recorded by onegpu run --save-trace instead (static then\n"
+            "                uses the trace's own counts: an upper bound for a static profile)\n");
 }
 
 typedef struct row {
@@ -59,7 +61,9 @@ int og_cmd_bench_placement(int argc, char **argv) {
         {"skew", required_argument, 0, 's'},  {"locality", required_argument, 0, 'l'}, {"window", required_argument, 0, 'w'},
         {"phase", required_argument, 0, 'p'}, {"seed", required_argument, 0, 'S'},    {"swaps", required_argument, 0, 'W'},
         {"delay", required_argument, 0, 'd'}, {"min-residency", required_argument, 0, 'm'},
-        {"decay", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+        {"decay", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
+        {"trace", required_argument, 0, 'F'}, {0, 0, 0, 0}};
+    const char *trace_path = NULL;
     og_trace_params tp = {.n_layer = 8, .n_expert = 256, .k = 8, .n_step = 2000, .tokens_per_step = 1, .skew = 0.6,
                           .locality = 0.8, .window = 8, .phase = 128, .seed = 1, .model_seed = 7};
     og_migrator_params mp = {.swaps_per_step = 2, .copy_delay_steps = 1, .min_residency = 8, .decay = 0.85};
@@ -69,7 +73,7 @@ int og_cmd_bench_placement(int argc, char **argv) {
     while ((longindex = -1, c = getopt_long(argc, argv, "h", opts, &longindex)) != -1) {
         char *end = NULL;
         double v = 0;
-        if (optarg) {
+        if (optarg && c != 'F') {
             v = strtod(optarg, &end);
             if (end == optarg || *end || v < 0 || v > 1e9) {
                 fprintf(stderr, "onegpu bench placement: bad value '%s' for --%s\n", optarg,
@@ -93,6 +97,7 @@ int og_cmd_bench_placement(int argc, char **argv) {
         case 'd': mp.copy_delay_steps = (uint32_t)v; break;
         case 'm': mp.min_residency = (uint32_t)v; break;
         case 'D': mp.decay = v; break;
+        case 'F': trace_path = optarg; break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
@@ -105,7 +110,22 @@ int og_cmd_bench_placement(int argc, char **argv) {
     og_trace t, prev;
     og_trace_params pp = tp;
     pp.seed = tp.seed + 1000;
-    if (og_trace_synth(&tp, &t, err, sizeof err) || og_trace_synth(&pp, &prev, err, sizeof err)) {
+    if (trace_path) {
+        if (og_trace_read(trace_path, &t, err, sizeof err)) {
+            fprintf(stderr, "onegpu bench placement: %s\n", err);
+            return OG_EXIT_BAD_INPUT;
+        }
+        prev = t; /* its own counts */
+        prev.sel = malloc((size_t)t.n_step * t.n_layer * t.tokens_per_step * t.k * sizeof *prev.sel);
+        if (!prev.sel) {
+            og_trace_free(&t);
+            fprintf(stderr, "onegpu bench placement: out of memory\n");
+            return OG_EXIT_USAGE;
+        }
+        memcpy(prev.sel, t.sel, (size_t)t.n_step * t.n_layer * t.tokens_per_step * t.k * sizeof *prev.sel);
+        tp = (og_trace_params){.n_layer = t.n_layer, .n_expert = t.n_expert, .k = t.k, .n_step = t.n_step,
+                               .tokens_per_step = t.tokens_per_step};
+    } else if (og_trace_synth(&tp, &t, err, sizeof err) || og_trace_synth(&pp, &prev, err, sizeof err)) {
         fprintf(stderr, "onegpu bench placement: %s\n", err);
         og_trace_free(&t);
         return OG_EXIT_USAGE;
@@ -147,8 +167,12 @@ int og_cmd_bench_placement(int argc, char **argv) {
         json_decref(o);
         return OG_EXIT_OK;
     }
-    printf("trace: %u layers x %u experts, k %u, %u steps x %u tokens; skew %.2f, locality %.2f, window %u, phase %u\n",
-           tp.n_layer, tp.n_expert, tp.k, tp.n_step, tp.tokens_per_step, tp.skew, tp.locality, tp.window, tp.phase);
+    if (trace_path)
+        printf("trace: %s: %u layers x %u experts, k %u, %u steps x %u tokens\n", trace_path, tp.n_layer, tp.n_expert,
+               tp.k, tp.n_step, tp.tokens_per_step);
+    else
+        printf("trace: %u layers x %u experts, k %u, %u steps x %u tokens; skew %.2f, locality %.2f, window %u, phase %u\n",
+               tp.n_layer, tp.n_expert, tp.k, tp.n_step, tp.tokens_per_step, tp.skew, tp.locality, tp.window, tp.phase);
     printf("migrator: %u swaps per layer and step, copies land after %u step(s), min residency %u, decay %.2f\n\n",
            mp.swaps_per_step, mp.copy_delay_steps, mp.min_residency, mp.decay);
     printf("%-9s", "resident");

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "og_model.h"
 #include "og_moe.h"
+#include "og_policy.h"
 #include "og_sampler.h"
 #include "og_tokenizer.h"
 
@@ -39,6 +40,7 @@ static void usage(FILE *out) {
             "  --migrate N   between forward steps, copy up to N experts per layer into the device (default 2;\n"
             "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
+            "  --save-trace FILE    writes the experts each decode step selected (for onegpu bench placement --trace)\n"
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the CPU tier.\n");
 }
 
@@ -70,7 +72,8 @@ int og_cmd_run(int argc, char **argv) {
         {"vram", required_argument, 0, 'V'},    {"ram", required_argument, 0, 'R'},    {"reserve", required_argument, 0, 'r'},
         {"ctx", required_argument, 0, 'C'},     {"expert-slots", required_argument, 0, 'e'},
         {"profile", required_argument, 0, 'f'}, {"save-profile", required_argument, 0, 's'},
-        {"migrate", required_argument, 0, 'M'}, {0, 0, 0, 0}};
+        {"migrate", required_argument, 0, 'M'}, {"save-trace", required_argument, 0, 'X'}, {0, 0, 0, 0}};
+    const char *save_trace = NULL;
     long migrate = 2;
     og_plan_input pin = {.reserve = 512ull << 20, .ctx = 4096, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 4,
                          .slots_override = -1};
@@ -119,6 +122,7 @@ int og_cmd_run(int argc, char **argv) {
             }
             break;
         case 'f': profile_path = optarg; break;
+        case 'X': save_trace = optarg; break;
         case 'M': {
             char *end;
             migrate = strtol(optarg, &end, 10);
@@ -201,7 +205,7 @@ int og_cmd_run(int argc, char **argv) {
     og_expert_stats stats = {0};
     uint8_t *resident = NULL;
     const size_t n_le = (size_t)m->hp.n_layer * m->hp.n_expert;
-    if ((have_vram || save_profile) && n_le) {
+    if ((have_vram || save_profile || save_trace) && n_le) {
         stats.counts = calloc(n_le, sizeof *stats.counts);
         if (have_vram && (resident = malloc(n_le))) og_plan_resident(&plan, profile, resident);
         stats.resident = resident;
@@ -294,7 +298,15 @@ int og_cmd_run(int argc, char **argv) {
     double t0 = now_s();
     og_status st = og_model_forward(m, &rcx, &kv, ids.v, (int)ids.n, logits, false, err, sizeof err);
     if (!st && mig) st = og_migrator_step(mig, dev, m, stats.counts, err, sizeof err); /* between steps */
-    double t_prefill = now_s() - t0, t_decode = 0;
+    /* --save-trace: the decode steps' selections, from the counts each step adds */
+    const uint32_t n_moe = m->hp.n_layer - m->hp.n_dense, kx = m->hp.n_expert_used;
+    uint64_t *snap = save_trace && stats.counts ? malloc(n_le * sizeof *snap) : NULL;
+    uint16_t *tsel = NULL;
+    uint32_t t_steps = 0;
+    if (snap) {
+        memcpy(snap, stats.counts, n_le * sizeof *snap);
+        tsel = malloc(((size_t)(teacher ? n_teacher : n_predict) + 1) * n_moe * kx * sizeof *tsel);
+    }    double t_prefill = now_s() - t0, t_decode = 0;
     int steps = teacher ? n_teacher : n_predict, done = 0;
     og_detok dt = {0};
     char outbuf[4096];
@@ -335,6 +347,16 @@ int og_cmd_run(int argc, char **argv) {
             double t1 = now_s();
             st = og_model_forward(m, &rcx, &kv, &next, 1, logits, false, err, sizeof err);
             if (!st && mig) st = og_migrator_step(mig, dev, m, stats.counts, err, sizeof err);
+            if (!st && snap && tsel) {
+                uint16_t *o = tsel + (size_t)t_steps * n_moe * kx;
+                for (uint32_t l = m->hp.n_dense, j = 0; l < m->hp.n_layer; l++, j++)
+                    for (uint32_t x = 0, w = 0; x < m->hp.n_expert && w < kx; x++) {
+                        const size_t at = (size_t)l * m->hp.n_expert + x;
+                        if (stats.counts[at] != snap[at]) o[(size_t)j * kx + w++] = (uint16_t)x;
+                        snap[at] = stats.counts[at];
+                    }
+                t_steps++;
+            }
             t_decode += now_s() - t1;
         }
     }
@@ -368,6 +390,18 @@ int og_cmd_run(int argc, char **argv) {
             fprintf(stderr, "onegpu run: %llu migrations, %s copied host->device in all\n",
                     (unsigned long long)dev->migrations, og_fmt_bytes(dev->pcie_bytes, pb, sizeof pb));
     }
+    if (!st && save_trace) {
+        og_trace tr = {n_moe, m->hp.n_expert, kx, t_steps, 1, tsel};
+        if (!tsel || !t_steps || !n_moe) {
+            fprintf(stderr, "onegpu run: --save-trace: no decode steps through MoE layers to record\n");
+            rc = OG_EXIT_USAGE;
+        } else if (og_trace_write(save_trace, &tr, err, sizeof err)) {
+            fprintf(stderr, "onegpu run: --save-trace: %s\n", err);
+            rc = OG_EXIT_USAGE;
+        }
+    }
+    free(snap);
+    free(tsel);
     if (!st && save_profile && stats.counts) {
         if (profile)
             for (size_t i = 0; i < n_le; i++) stats.counts[i] += profile[i];

@@ -38,6 +38,13 @@ typedef struct og_trace_params {
 og_status og_trace_synth(const og_trace_params *p, og_trace *out, char *err, size_t errlen);
 void og_trace_free(og_trace *t);
 
+/* Trace files (JSON): {"n_layer": L, "n_expert": E, "k": K, "tokens_per_step": T,
+ * "sel": [n_step * L * T * K expert ids]}, written atomically. Reading checks
+ * every field and id; errors name the file and what is wrong (OG_ERR_FORMAT,
+ * OG_ERR_IO, OG_ERR_NOMEM). */
+og_status og_trace_write(const char *path, const og_trace *t, char *err, size_t errlen);
+og_status og_trace_read(const char *path, og_trace *out, char *err, size_t errlen);
+
 typedef enum og_policy_kind {
     OG_POLICY_LRU,    /* score = last step the expert was selected */
     OG_POLICY_DECAY,  /* score = decay * score + selections this step (frequency and recency) */

@@ -1,6 +1,7 @@
 /* Hot-set policies and the migrator, replayed on routing traces (og_policy.h). */
 #include "og_policy.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,75 @@ og_status og_trace_synth(const og_trace_params *p, og_trace *out, char *err, siz
 void og_trace_free(og_trace *t) {
     free(t->sel);
     t->sel = NULL;
+}
+
+og_status og_trace_write(const char *path, const og_trace *t, char *err, size_t errlen) {
+    const size_t n = (size_t)t->n_step * t->n_layer * t->tokens_per_step * t->k;
+    json_t *sel = json_array();
+    for (size_t i = 0; i < n && sel; i++) json_array_append_new(sel, json_integer(t->sel[i]));
+    json_t *o = sel ? json_pack("{s:I, s:I, s:I, s:I, s:o}", "n_layer", (json_int_t)t->n_layer, "n_expert",
+                                (json_int_t)t->n_expert, "k", (json_int_t)t->k, "tokens_per_step",
+                                (json_int_t)t->tokens_per_step, "sel", sel)
+                    : NULL;
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    og_status st = og_write_file_atomic(path, text, strlen(text), err, errlen);
+    free(text);
+    return st;
+}
+
+static bool get_u32(json_t *o, const char *key, uint32_t max, uint32_t *out) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > max) return false;
+    *out = (uint32_t)json_integer_value(v);
+    return true;
+}
+
+og_status og_trace_read(const char *path, og_trace *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    char *text;
+    size_t len;
+    og_status st = og_read_file(path, 1u << 30, &text, &len, err, errlen);
+    if (st) return st;
+    json_error_t je;
+    json_t *o = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!o) return og_fail(err, errlen, OG_ERR_FORMAT, "%s: not JSON (line %d: %s)", path, je.line, je.text);
+    og_trace t = {0};
+    json_t *sel = json_object_get(o, "sel");
+    if (!get_u32(o, "n_layer", 4096, &t.n_layer) || !get_u32(o, "n_expert", 65536, &t.n_expert) ||
+        !get_u32(o, "k", t.n_expert ? t.n_expert : 1, &t.k) || !get_u32(o, "tokens_per_step", 1u << 20, &t.tokens_per_step) ||
+        !json_is_array(sel)) {
+        json_decref(o);
+        return og_fail(err, errlen, OG_ERR_FORMAT,
+                       "%s: needs n_layer (1..4096), n_expert (1..65536), k (1..n_expert), tokens_per_step and a sel array",
+                       path);
+    }
+    const size_t per_step = (size_t)t.n_layer * t.tokens_per_step * t.k, n = json_array_size(sel);
+    if (n == 0 || n % per_step) {
+        json_decref(o);
+        return og_fail(err, errlen, OG_ERR_FORMAT, "%s: sel has %zu ids, not a positive multiple of %zu (layers x tokens x k)",
+                       path, n, per_step);
+    }
+    t.n_step = (uint32_t)(n / per_step);
+    t.sel = malloc(n * sizeof *t.sel);
+    if (!t.sel) {
+        json_decref(o);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(sel, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= t.n_expert) {
+            free(t.sel);
+            json_decref(o);
+            return og_fail(err, errlen, OG_ERR_FORMAT, "%s: sel[%zu] is not an expert id below %u", path, i, t.n_expert);
+        }
+        t.sel[i] = (uint16_t)json_integer_value(v);
+    }
+    json_decref(o);
+    *out = t;
+    return OG_OK;
 }
 
 static const char *const policy_names[OG_POLICY_COUNT] = {"lru", "decay", "static", "oracle"};

@@ -90,4 +90,31 @@ set +e
 "$onegpu" bench placement --locality 2 >/dev/null 2>&1; rc=$?
 set -e
 [[ $rc == 1 ]] || fail "bench placement --locality 2: rc $rc"
+
+# a trace from the model's own router: one entry per decode step (fed tokens - 1),
+# k distinct experts per MoE layer, the same counts as the profile of that run
+"$onegpu" run -m "$m" -p "The quick brown fox" --teacher "$long" --json --save-trace "$work/trace.json" \
+  --save-profile "$work/p2.json" >/dev/null 2>&1
+json_get "$work/trace.json" 'j.n_layer + " " + j.k + " " + j.sel.length' >"$work/tr.txt"
+read -r tl tk tn <"$work/tr.txt"
+[[ $tl == "$n_moe" && $tk == "$k" && $tn == $((40 * n_moe * k)) ]] || fail "trace shape: $(cat "$work/tr.txt")"
+node -e '
+const fs = require("fs");
+const t = JSON.parse(fs.readFileSync(process.argv[1], "utf8")), p = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+const n = p.layers.length, E = t.n_expert, K = t.k;
+for (let i = 0; i < t.sel.length; i += K)
+  if (new Set(t.sel.slice(i, i + K)).size !== K) throw new Error("repeated expert in a step at " + i);
+// profile = prefill + decode; the trace holds the decode part: every trace count <= profile count
+const cnt = Array.from({length: n}, () => new Array(E).fill(0));
+t.sel.forEach((e, i) => cnt[Math.floor(i / K) % n][e]++);
+p.layers.forEach((l, j) => l.counts.forEach((c, e) => { if (cnt[j][e] > c) throw new Error("trace > profile"); }));
+' "$work/trace.json" "$work/p2.json" || fail "trace does not match the run"
+"$onegpu" bench placement --trace "$work/trace.json" --json >"$work/bt.json"
+[[ $(json_get "$work/bt.json" 'j.policies.every(p => p.device_share <= j.policies[3].device_share)') == true ]] \
+  || fail "replayed trace: a policy beats the oracle"
+echo '{"n_layer": 1, "n_expert": 4, "k": 2, "tokens_per_step": 1, "sel": [0, 9]}' >"$work/bad-trace.json"
+set +e
+"$onegpu" bench placement --trace "$work/bad-trace.json" >/dev/null 2>"$work/err9"; rc=$?
+set -e
+[[ $rc == 2 ]] && grep -q 'sel\[1\]' "$work/err9" || fail "bad trace: rc $rc $(cat "$work/err9")"
 echo "placement: OK (k=$k, $n_moe MoE layers, $want selections per layer; replay hit $got% = plan, uniform $uniform%)"

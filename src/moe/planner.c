@@ -3,6 +3,7 @@
  * the host holds (every routed expert plus staging), or refuse before anything
  * is loaded, saying which side is short, by how much, and what would help. */
 #include "og_moe.h"
+#include "moe_json.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -226,17 +227,25 @@ void og_plan_free(og_plan *p) {
     p->slots = NULL;
 }
 
+og_status og_moe_json_load(const char *path, size_t max_bytes, json_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    char *text;
+    size_t len;
+    og_status st = og_read_file(path, max_bytes, &text, &len, err, errlen);
+    if (st) return st;
+    json_error_t je;
+    *out = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!*out) return og_fail(err, errlen, OG_ERR_FORMAT, "%s: not JSON (line %d: %s)", path, je.line, je.text);
+    return OG_OK;
+}
+
 og_status og_profile_read(const char *path, uint32_t n_layer, uint32_t n_expert, uint64_t **counts, char *err,
                           size_t errlen) {
     *counts = NULL;
-    char *text;
-    size_t len;
-    og_status st = og_read_file(path, 256u << 20, &text, &len, err, errlen);
+    json_t *root;
+    og_status st = og_moe_json_load(path, 256u << 20, &root, err, errlen);
     if (st) return st;
-    json_error_t je;
-    json_t *root = json_loadb(text, len, 0, &je);
-    free(text);
-    if (!root) return og_fail(err, errlen, OG_ERR_FORMAT, "%s: not JSON (line %d: %s)", path, je.line, je.text);
     uint64_t *c = calloc((size_t)n_layer * n_expert + 1, sizeof *c);
     json_t *layers = json_object_get(root, "layers");
     if (!c || !json_is_array(layers)) {

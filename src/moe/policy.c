@@ -1,5 +1,6 @@
 /* Hot-set policies and the migrator, replayed on routing traces (og_policy.h). */
 #include "og_policy.h"
+#include "moe_json.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -118,14 +119,9 @@ static bool get_u32(json_t *o, const char *key, uint32_t max, uint32_t *out) {
 
 og_status og_trace_read(const char *path, og_trace *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    char *text;
-    size_t len;
-    og_status st = og_read_file(path, 1u << 30, &text, &len, err, errlen);
+    json_t *o;
+    og_status st = og_moe_json_load(path, 1u << 30, &o, err, errlen);
     if (st) return st;
-    json_error_t je;
-    json_t *o = json_loadb(text, len, 0, &je);
-    free(text);
-    if (!o) return og_fail(err, errlen, OG_ERR_FORMAT, "%s: not JSON (line %d: %s)", path, je.line, je.text);
     og_trace t = {0};
     json_t *sel = json_object_get(o, "sel");
     if (!get_u32(o, "n_layer", 4096, &t.n_layer) || !get_u32(o, "n_expert", 65536, &t.n_expert) ||

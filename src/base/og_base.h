@@ -75,7 +75,8 @@ uint64_t og_fnv1a64(const void *data, size_t n, uint64_t seed);
 #define OG_FNV1A64_INIT 0xcbf29ce484222325ULL
 
 /* Parses a byte size such as "512", "96G", "1.5GiB", "280g", "64M" (powers of 1024;
- * suffixes K, M, G, T with optional "i"/"B"). Returns OG_ERR_INVALID_ARG on junk. */
+ * suffixes K, M, G, T with optional "i"/"B"; plain decimal digits only). Returns
+ * OG_ERR_INVALID_ARG on junk, fractional bytes and sizes above 1 EiB. */
 og_status og_parse_size(const char *s, uint64_t *out_bytes);
 
 /* Formats bytes for people: "1.50 GiB". Returns buf. */
@@ -87,9 +88,15 @@ og_status og_read_file(const char *path, size_t max_bytes, char **out, size_t *o
                        char *err, size_t errlen);
 
 /* Writes len bytes to path atomically: a temporary file beside it (mkstemp),
- * fsync, rename; on any error the old file is untouched and the temporary
- * removed. Errors: OG_ERR_IO naming the path and errno's text. */
+ * fsync, rename; keeps an existing file's mode (new files 0644); refuses what
+ * og_check_writable refuses. On any error the old file is untouched and the
+ * temporary removed. Errors: OG_ERR_IO naming the path and errno's text. */
 og_status og_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+/* Whether og_write_file_atomic could write path: it is a regular file or does
+ * not exist (never a link, device or directory, which the rename would
+ * replace) and its directory is writable. Errors: OG_ERR_IO with the reason. */
+og_status og_check_writable(const char *path, char *err, size_t errlen);
 
 /* splitmix64: a tiny seeded generator for tests and synthetic models (state owned
  * by the caller). Source: Steele, Lea, Flood, "Fast splittable PRNGs" (2014). */

@@ -20,9 +20,13 @@ uint64_t og_fnv1a64(const void *data, size_t n, uint64_t h) {
 
 og_status og_parse_size(const char *s, uint64_t *out_bytes) {
     if (!s || !*s || !out_bytes) return OG_ERR_INVALID_ARG;
+    /* plain decimal only: no sign, spaces, hex or exponent ("0x10G", "1e3G", "+1G") */
+    size_t nd = strspn(s, "0123456789.");
+    if (nd == 0 || !isdigit((unsigned char)s[0])) return OG_ERR_INVALID_ARG;
     errno = 0;
     char *end = NULL;
     double v = strtod(s, &end);
+    if (end != s + nd) return OG_ERR_INVALID_ARG;
     if (end == s || errno || !(v >= 0) || !isfinite(v)) return OG_ERR_INVALID_ARG;
     double mult = 1;
     switch (toupper((unsigned char)*end)) {
@@ -36,7 +40,8 @@ og_status og_parse_size(const char *s, uint64_t *out_bytes) {
     if (*end == 'B' || *end == 'b') end++;
     if (*end != '\0') return OG_ERR_INVALID_ARG;
     double bytes = v * mult;
-    if (bytes >= 18446744073709551615.0) return OG_ERR_INVALID_ARG;
+    if (bytes > 1152921504606846976.0) return OG_ERR_INVALID_ARG; /* 1 EiB: beyond any machine */
+    if (mult == 1 && bytes != floor(bytes)) return OG_ERR_INVALID_ARG; /* "1.5" bytes */
     *out_bytes = (uint64_t)bytes;
     return OG_OK;
 }
@@ -99,7 +104,31 @@ og_status og_read_file(const char *path, size_t max_bytes, char **out, size_t *o
     return OG_OK;
 }
 
+og_status og_check_writable(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return og_fail(err, errlen, OG_ERR_IO, "%s: exists and is not a regular file (a %s); give a file path", path,
+                       S_ISLNK(st.st_mode) ? "symbolic link" : S_ISDIR(st.st_mode) ? "directory" : "device or pipe");
+    size_t n = strlen(path);
+    char *dir = malloc(n + 2);
+    if (!dir) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    memcpy(dir, path, n + 1);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    int ok = access(dir, W_OK | X_OK) == 0;
+    int e = errno;
+    og_status rs = ok ? OG_OK : og_fail(err, errlen, OG_ERR_IO, "%s: cannot write in %s: %s", path, dir, strerror(e));
+    free(dir);
+    return rs;
+}
+
 og_status og_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+    og_status cs = og_check_writable(path, err, errlen);
+    if (cs) return cs;
+    struct stat old;
+    mode_t mode = lstat(path, &old) == 0 ? (old.st_mode & 07777) : 0644;
     size_t n = strlen(path);
     char *tmp = malloc(n + 16);
     if (!tmp) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
@@ -121,6 +150,7 @@ og_status og_write_file_atomic(const char *path, const void *data, size_t len, c
         left -= (size_t)w;
     }
     int e = left ? (errno ? errno : EIO) : 0;
+    if (!e && fchmod(fd, mode)) e = errno;
     if (!e && fsync(fd)) e = errno;
     if (close(fd) && !e) e = errno;
     if (!e && rename(tmp, path)) e = errno;

@@ -21,7 +21,9 @@ static void usage(FILE *out) {
             "          --window N (8 steps) --phase N (128 steps) --seed N (1)\n"
             "migrator: --swaps N (2 per layer and step) --delay N (1 step) --min-residency N (8)\n"
             "          --decay F (0.85)\n"
-            "  static: the profile of another run of the same model (--seed + 1000).\n"
+            "  static: the profile of another run of the same model (--seed + 1000). oracle: Belady's MIN\n"
+            "  under the same --swaps and --delay (it knows the future, so no --min-residency).\n"
+            "  An evicted expert's slot is gone at once; its replacement counts once its copy lands.\n"
             "  --trace FILE  replay a trace recorded by onegpu run --save-trace instead (static then\n"
             "                uses the trace's own counts: an upper bound for a static profile)\n");
 }
@@ -75,7 +77,7 @@ int og_cmd_bench_placement(int argc, char **argv) {
         double v = 0;
         if (optarg && c != 'F') {
             v = strtod(optarg, &end);
-            if (end == optarg || *end || v < 0 || v > 1e9) {
+            if (end == optarg || *end || !(v >= 0 && v <= 1e9)) { /* NaN fails too */
                 fprintf(stderr, "onegpu bench placement: bad value '%s' for --%s\n", optarg,
                         longindex >= 0 ? opts[longindex].name : "?");
                 return OG_EXIT_USAGE;

@@ -18,7 +18,7 @@ static void usage(FILE *out) {
             "  CUDA backend can ask the GPU; the CPU plays the device with it); --ram defaults to\n"
             "  MemAvailable, capped by the cgroup limit. Defaults: --reserve 512M --ctx 4096 --parallel 1\n"
             "  --batch-tokens 512 --kv-type f16. Sizes take K, M, G, T (powers of 1024).\n"
-            "exit status: 0 fits, 1 usage, 2 bad model file, 3 does not fit\n");
+            "exit status: 0 fits, 1 usage, 2 bad model or profile file, 3 does not fit\n");
 }
 
 void og_cli_plan_line(FILE *out, const og_plan *p, bool from_profile) {

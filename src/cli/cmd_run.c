@@ -75,6 +75,7 @@ int og_cmd_run(int argc, char **argv) {
         {"migrate", required_argument, 0, 'M'}, {"save-trace", required_argument, 0, 'X'}, {0, 0, 0, 0}};
     const char *save_trace = NULL;
     long migrate = 2;
+    bool migrate_set = false;
     og_plan_input pin = {.reserve = 512ull << 20, .ctx = 4096, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 4,
                          .slots_override = -1};
     bool have_vram = false, have_ram = false, bad_value = false;
@@ -126,6 +127,7 @@ int og_cmd_run(int argc, char **argv) {
         case 'M': {
             char *end;
             migrate = strtol(optarg, &end, 10);
+            migrate_set = true;
             bad_value |= end == optarg || *end || migrate < 0 || migrate > 1000000;
             break;
         }
@@ -138,9 +140,18 @@ int og_cmd_run(int argc, char **argv) {
         fprintf(stderr, "onegpu run: bad size or count in the placement flags\n");
         return OG_EXIT_USAGE;
     }
-    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1)) {
-        fprintf(stderr, "onegpu run: --ram, --profile and --expert-slots plan for a device: give --vram SIZE too\n");
+    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1 || migrate_set)) {
+        fprintf(stderr, "onegpu run: --ram, --profile, --expert-slots and --migrate plan for a device: give --vram SIZE too\n");
         return OG_EXIT_USAGE;
+    }
+    {
+        char werr[512];
+        const char *outs[2] = {save_profile, save_trace};
+        for (int i = 0; i < 2; i++)
+            if (outs[i] && og_check_writable(outs[i], werr, sizeof werr)) {
+                fprintf(stderr, "onegpu run: %s %s\n", i ? "--save-trace" : "--save-profile", werr);
+                return OG_EXIT_USAGE;
+            }
     }
     if (!model_path || !prompt || optind != argc || n_predict < 0 || threads < 0 || n_top < 0 || n_top > 20) {
         usage(stderr);
@@ -405,6 +416,8 @@ int og_cmd_run(int argc, char **argv) {
     if (!st && save_profile && stats.counts) {
         if (profile)
             for (size_t i = 0; i < n_le; i++) stats.counts[i] += profile[i];
+        for (size_t i = 0; i < n_le; i++) /* saturate: the file stays readable */
+            if (stats.counts[i] > (uint64_t)OG_PROFILE_COUNT_MAX) stats.counts[i] = (uint64_t)OG_PROFILE_COUNT_MAX;
         if (og_profile_write(save_profile, m->hp.n_layer, m->hp.n_expert, stats.counts, err, sizeof err)) {
             fprintf(stderr, "onegpu run: --save-profile: %s\n", err);
             rc = OG_EXIT_USAGE;

@@ -48,6 +48,9 @@ typedef struct og_plan {
 og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *plan, char *err, size_t errlen);
 void og_plan_free(og_plan *plan);
 
+/* Largest selection count a profile holds (sums of 65536 of them stay exact). */
+#define OG_PROFILE_COUNT_MAX (1ll << 40)
+
 /* Reads a usage profile ({"layers": [{"layer": i, "counts": [...]}, ...]}) into
  * counts[n_layer][n_expert] (malloc'ed). Errors name the file and what is wrong. */
 og_status og_profile_read(const char *path, uint32_t n_layer, uint32_t n_expert, uint64_t **counts, char *err,

@@ -11,6 +11,12 @@
 
 #define MIB (1024ull * 1024)
 
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+static uint64_t sat_mul(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
 static bool is_routed(const char *name) { return strstr(name, "_exps.") != NULL; }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -108,45 +114,60 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         uint64_t per = hp.n_expert ? layer_expert_bytes[l] / hp.n_expert : 0;
         if (per > p->expert_bytes_max) p->expert_bytes_max = per;
     }
-    /* device: KV (MLA latent + rope key per token and layer, §3), workspace, minimum slots */
-    p->kv_bytes = (uint64_t)in->ctx * in->parallel * hp.n_layer * (hp.kv_lora_rank + hp.d_rope) * in->kv_bytes_per_elem;
+    /* device: KV (MLA latent + rope key per token and layer, §3), workspace,
+     * minimum slots. Saturating arithmetic: absurd --ctx / --parallel give a
+     * huge need and a refusal, never a wrapped small one. */
+    const uint64_t kv_token = sat_mul((uint64_t)hp.n_layer * (hp.kv_lora_rank + hp.d_rope), in->kv_bytes_per_elem);
+    const uint64_t kv_token_all = sat_mul(kv_token, in->parallel); /* one position of every sequence */
+    p->kv_bytes = sat_mul(kv_token_all, in->ctx);
     /* activations of one step, f32: a few rows of width n_embd and the expert FFN
      * per batch token, logits for one row per sequence; plus 256 MiB for the
      * runtime's own buffers (library workspaces, router scratch) */
     uint64_t per_tok = 4ull * (16ull * hp.n_embd + 4ull * (hp.n_ff_exp ? hp.n_ff_exp : hp.n_ff));
-    p->workspace_bytes = (uint64_t)in->batch_tokens * per_tok + 4ull * in->parallel * hp.n_vocab + 256 * MIB;
+    p->workspace_bytes = sat_add(sat_add(sat_mul(in->batch_tokens, per_tok), sat_mul(4ull * hp.n_vocab, in->parallel)),
+                                 256 * MIB);
+    /* at least n_expert_used slots per MoE layer, unless --expert-slots asks for fewer */
     uint32_t min_slots = hp.n_expert_used;
+    if (in->slots_override >= 0 && (uint64_t)in->slots_override < min_slots) min_slots = (uint32_t)in->slots_override;
     for (uint32_t l = 0; l < hp.n_layer; l++)
         if (layer_expert_bytes[l]) p->min_slot_bytes += (uint64_t)min_slots * (layer_expert_bytes[l] / hp.n_expert);
-    uint64_t device_need = p->nonexpert_bytes + p->kv_bytes + p->workspace_bytes + p->min_slot_bytes + in->reserve;
+    uint64_t device_need = sat_add(sat_add(sat_add(p->nonexpert_bytes, p->kv_bytes), sat_add(p->workspace_bytes,
+                                                                                             p->min_slot_bytes)),
+                                   in->reserve);
     /* host: every routed expert (any may be evicted to it) plus pinned staging for
      * migrations: four experts in flight and 256 MiB */
     p->staging_bytes = 4 * p->expert_bytes_max + 256 * MIB;
     p->host_bytes = p->routed_bytes + p->staging_bytes;
     char a[32], b[32];
     if (device_need > in->vram) {
-        uint64_t kv_one = in->parallel ? p->kv_bytes / in->parallel : p->kv_bytes;
         uint64_t short_by = device_need - in->vram;
+        /* the largest ctx (multiple of 256) whose KV closes the gap, all else equal */
         uint64_t ctx_fit = 0;
-        if (p->kv_bytes > short_by && in->ctx)
-            ctx_fit = (uint64_t)in->ctx * (p->kv_bytes - short_by) / p->kv_bytes / 256 * 256;
-        char nb[32], kb[32], wb[32], vb[32], sb[32], rb[32];
-        const char *hint;
-        if (ctx_fit) hint = "; it fits with --ctx ";
-        else if (kv_one && p->kv_bytes >= short_by) hint = "; fewer --parallel would fit";
-        else if (p->nonexpert_bytes + p->min_slot_bytes > in->vram) hint = "; the weights alone do not fit: a bigger GPU";
-        else hint = "; a smaller --batch-tokens, --reserve or --ctx would help";
+        if (p->kv_bytes > short_by && kv_token_all) ctx_fit = (p->kv_bytes - short_by) / kv_token_all / 256 * 256;
+        if (ctx_fit >= in->ctx) ctx_fit = 0;
+        char nb[32], kb[32], wb[32], vb[32], sb[32], rb[32], mb[32], hint[160];
+        const uint64_t fixed = sat_add(sat_add(p->nonexpert_bytes, p->min_slot_bytes), in->reserve);
+        if (ctx_fit)
+            snprintf(hint, sizeof hint, "; it fits with --ctx %llu or less%s", (unsigned long long)ctx_fit,
+                     in->parallel > 1 ? ", or with fewer --parallel" : "");
+        else if (in->reserve >= in->vram)
+            snprintf(hint, sizeof hint, "; --reserve takes the whole device");
+        else if (fixed > in->vram)
+            snprintf(hint, sizeof hint, "; the weights%s and the reserve alone do not fit: a bigger GPU%s",
+                     min_slots ? ", the minimum expert slots" : "", min_slots ? " or fewer --expert-slots" : "");
+        else if (in->parallel > 1)
+            snprintf(hint, sizeof hint, "; fewer --parallel (each sequence costs %s of KV and logits) would help",
+                     og_fmt_bytes(sat_add(sat_mul(kv_token, in->ctx), 4ull * hp.n_vocab), mb, sizeof mb));
+        else
+            snprintf(hint, sizeof hint, "; a smaller --batch-tokens, --reserve or --ctx would help");
         snprintf(p->reason, sizeof p->reason,
                  "device short by %s: needs %s (non-expert weights %s, KV cache %s for %u sequence%s x %u tokens, "
-                 "workspace %s, %u expert slots per MoE layer, reserve %s) but --vram gives %s%s",
+                 "workspace %s, %u expert slots per MoE layer %s, reserve %s) but --vram gives %s%s",
                  og_fmt_bytes(short_by, sb, sizeof sb), og_fmt_bytes(device_need, a, sizeof a),
                  og_fmt_bytes(p->nonexpert_bytes, nb, sizeof nb), og_fmt_bytes(p->kv_bytes, kb, sizeof kb), in->parallel,
                  in->parallel == 1 ? "" : "s", in->ctx, og_fmt_bytes(p->workspace_bytes, wb, sizeof wb), min_slots,
-                 og_fmt_bytes(in->reserve, rb, sizeof rb), og_fmt_bytes(in->vram, vb, sizeof vb), hint);
-        if (ctx_fit) {
-            size_t l = strlen(p->reason);
-            snprintf(p->reason + l, sizeof p->reason - l, "%llu or less, or fewer --parallel", (unsigned long long)ctx_fit);
-        }
+                 og_fmt_bytes(p->min_slot_bytes, b, sizeof b), og_fmt_bytes(in->reserve, rb, sizeof rb),
+                 og_fmt_bytes(in->vram, vb, sizeof vb), hint);
         free(layer_expert_bytes);
         return OG_OK;
     }
@@ -247,35 +268,45 @@ og_status og_profile_read(const char *path, uint32_t n_layer, uint32_t n_expert,
     og_status st = og_moe_json_load(path, 256u << 20, &root, err, errlen);
     if (st) return st;
     uint64_t *c = calloc((size_t)n_layer * n_expert + 1, sizeof *c);
+    uint8_t *seen = calloc((size_t)n_layer + 1, 1);
     json_t *layers = json_object_get(root, "layers");
-    if (!c || !json_is_array(layers)) {
-        free(c);
-        json_decref(root);
-        return og_fail(err, errlen, OG_ERR_FORMAT, "%s: no \"layers\" array", path);
-    }
+#define PROFILE_FAIL(...)                                                                                              \
+    do { /* the message first: its arguments may point into root */                                                \
+        og_status fst = og_fail(err, errlen, OG_ERR_FORMAT, __VA_ARGS__);                                              \
+        free(c);                                                                                                       \
+        free(seen);                                                                                                    \
+        json_decref(root);                                                                                             \
+        return fst;                                                                                                    \
+    } while (0)
+    if (!c || !seen) PROFILE_FAIL("%s: out of memory", path);
+    if (!json_is_array(layers)) PROFILE_FAIL("%s: no \"layers\" array", path);
+    json_t *jl = json_object_get(root, "n_layer"), *je2 = json_object_get(root, "n_expert");
+    if ((jl && json_integer_value(jl) != n_layer) || (je2 && json_integer_value(je2) != n_expert))
+        PROFILE_FAIL("%s: made for %lld layers x %lld experts, the model has %u x %u", path,
+                     (long long)json_integer_value(jl), (long long)json_integer_value(je2), n_layer, n_expert);
     size_t i;
     json_t *lv;
     json_array_foreach(layers, i, lv) {
         json_t *lj = json_object_get(lv, "layer");
-        json_int_t l = json_is_integer(lj) ? json_integer_value(lj) : -1;
         json_t *arr = json_object_get(lv, "counts");
-        if (l < 0 || (uint64_t)l >= n_layer || !json_is_array(arr) || json_array_size(arr) != n_expert) {
-            free(c);
-            json_decref(root);
-            return og_fail(err, errlen, OG_ERR_FORMAT, "%s: layer entry %zu does not match the model (%u layers, %u experts)",
-                           path, i, n_layer, n_expert);
-        }
+        if (!json_is_integer(lj)) PROFILE_FAIL("%s: layers[%zu] has no integer \"layer\"", path, i);
+        json_int_t l = json_integer_value(lj);
+        if (l < 0 || (uint64_t)l >= n_layer)
+            PROFILE_FAIL("%s: layers[%zu]: layer %lld, but the model has layers 0..%u", path, i, (long long)l, n_layer - 1);
+        if (seen[l]) PROFILE_FAIL("%s: layers[%zu]: layer %lld appears twice", path, i, (long long)l);
+        seen[l] = 1;
+        if (!json_is_array(arr) || json_array_size(arr) != n_expert)
+            PROFILE_FAIL("%s: layers[%zu]: \"counts\" must be an array of %u integers (one per expert), has %zu", path, i,
+                         n_expert, json_is_array(arr) ? json_array_size(arr) : (size_t)0);
         for (uint32_t e = 0; e < n_expert; e++) {
             json_t *vj = json_array_get(arr, e);
-            if (!json_is_integer(vj) || json_integer_value(vj) < 0) {
-                free(c);
-                json_decref(root);
-                return og_fail(err, errlen, OG_ERR_FORMAT, "%s: layer %lld, expert %u: counts must be integers >= 0",
-                               path, (long long)l, e);
-            }
+            if (!json_is_integer(vj) || json_integer_value(vj) < 0 || json_integer_value(vj) > OG_PROFILE_COUNT_MAX)
+                PROFILE_FAIL("%s: layer %lld, expert %u: counts must be integers in 0..2^40", path, (long long)l, e);
             c[(size_t)l * n_expert + e] = (uint64_t)json_integer_value(vj);
         }
     }
+#undef PROFILE_FAIL
+    free(seen);
     json_decref(root);
     *counts = c;
     return OG_OK;

@@ -12,8 +12,15 @@ static double unit(uint64_t *s) { return (double)(og_splitmix64(s) >> 11) * (1.0
 og_status og_trace_synth(const og_trace_params *p, og_trace *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (!p->n_layer || !p->n_expert || !p->k || !p->n_step || !p->tokens_per_step || p->k > p->n_expert ||
-        p->n_expert > 65536 || !p->window || !p->phase)
-        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "trace: sizes must be > 0 and k <= n_expert <= 65536");
+        p->n_expert > 65536 || p->k > 256 || !p->window || !p->phase)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                       "trace: sizes must be > 0, k <= 256 and k <= n_expert <= 65536, window and phase >= 1");
+    if (!(p->skew >= 0 && p->skew <= 10) || !(p->locality >= 0 && p->locality <= 1))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "trace: skew must be in [0, 10] and locality in [0, 1]");
+    const double total = (double)p->n_step * p->n_layer * p->tokens_per_step * p->k;
+    if (total > (double)(1u << 27))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                       "trace: %.0f selections (steps x layers x tokens x k) is above the 2^27 limit", total);
     const uint32_t L = p->n_layer, E = p->n_expert, K = p->k, T = p->tokens_per_step, W = p->window;
     const size_t n_sel = (size_t)p->n_step * L * T * K;
     uint16_t *sel = malloc(n_sel * sizeof *sel);
@@ -183,6 +190,24 @@ bool og_migrator_pick(uint32_t E, const uint8_t *res, const double *score, const
     return true;
 }
 
+typedef struct ranked {
+    uint64_t count;
+    uint32_t e;
+} ranked;
+static int cmp_ranked(const void *a, const void *b) { /* more selections first, then lower index */
+    const ranked *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return x->e < y->e ? -1 : x->e > y->e;
+}
+
+/* res[e] = 1 for the S experts with the most counts (ties: lower index; no
+ * counts: 0..S-1). order: scratch of E entries. O(E log E). */
+static void hot_set(uint32_t E, uint32_t S, const uint64_t *counts, ranked *order, uint8_t *res) {
+    for (uint32_t e = 0; e < E; e++) order[e] = (ranked){counts ? counts[e] : 0, e};
+    qsort(order, E, sizeof *order, cmp_ranked);
+    for (uint32_t j = 0; j < S && j < E; j++) res[order[j].e] = 1;
+}
+
 og_status og_policy_simulate(const og_trace *t, og_policy_kind kind, const og_migrator_params *mp,
                              const uint64_t *profile, og_sim_result *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -194,8 +219,9 @@ og_status og_policy_simulate(const og_trace *t, og_policy_kind kind, const og_mi
     double *score = malloc((size_t)E * sizeof *score);
     uint8_t *res = malloc(E);
     uint64_t *usable = malloc((size_t)E * sizeof *usable), *pinned = malloc((size_t)E * sizeof *pinned);
-    if (!cnt || (kind == OG_POLICY_ORACLE && !next_use) || !score || !res || !usable || !pinned) {
-        free(cnt), free(next_use), free(score), free(res), free(usable), free(pinned);
+    ranked *order = malloc((size_t)E * sizeof *order);
+    if (!cnt || (kind == OG_POLICY_ORACLE && !next_use) || !score || !res || !usable || !pinned || !order) {
+        free(cnt), free(next_use), free(score), free(res), free(usable), free(pinned), free(order);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     for (uint32_t l = 0; l < t->n_layer; l++) {
@@ -213,12 +239,7 @@ og_status og_policy_simulate(const og_trace *t, og_policy_kind kind, const og_mi
         /* initial hot set: the profile's top S (ties: lower index), usable at once */
         memset(res, 0, E);
         const uint64_t *pl = profile ? profile + (size_t)l * E : NULL;
-        for (uint32_t j = 0; j < S; j++) {
-            uint32_t best = UINT32_MAX;
-            for (uint32_t e = 0; e < E; e++)
-                if (!res[e] && (best == UINT32_MAX || (pl && pl[e] > pl[best]))) best = e;
-            res[best] = 1;
-        }
+        hot_set(E, S, pl, order, res);
         for (uint32_t e = 0; e < E; e++) {
             usable[e] = pinned[e] = 0;
             score[e] = kind == OG_POLICY_STATIC && pl ? (double)pl[e] : kind == OG_POLICY_LRU ? -1.0 : 0.0;
@@ -262,6 +283,6 @@ og_status og_policy_simulate(const og_trace *t, og_policy_kind kind, const og_mi
         }
     }
     out->device_share = out->selections ? (double)out->hits / (double)out->selections : 0.0;
-    free(cnt), free(next_use), free(score), free(res), free(usable), free(pinned);
+    free(cnt), free(next_use), free(score), free(res), free(usable), free(pinned), free(order);
     return OG_OK;
 }

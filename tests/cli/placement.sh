@@ -78,6 +78,11 @@ set +e
 [[ $rc == 1 ]] || fail "--ram without --vram: rc $rc"
 "$onegpu" run -m "$m" -p "x" -n 1 --vram 1G --profile "$work/nonexistent.json" >/dev/null 2>&1; rc=$?
 [[ $rc == 2 ]] || fail "missing profile: rc $rc"
+ln -sf "$work/target.json" "$work/link.json"
+"$onegpu" run -m "$m" -p "x" -n 1 --vram 1G --save-profile "$work/link.json" >/dev/null 2>&1; rc=$?
+[[ $rc == 1 && -L $work/link.json ]] || fail "--save-profile onto a symlink: rc $rc"
+"$onegpu" run -m "$m" -p "x" -n 1 --migrate 1 >/dev/null 2>&1; rc=$?
+[[ $rc == 1 ]] || fail "--migrate without --vram: rc $rc"
 set -e
 
 # the policy benchmark's JSON: every policy, the oracle on top

@@ -19,7 +19,7 @@ static void test_parse_size(void **state) {
         assert_int_equal(og_parse_size(ok[i].s, &v), OG_OK);
         assert_int_equal(v, ok[i].v);
     }
-    static const char *bad[] = {"", "G", "-1G", "12X", "1GG", "nan", "1e30T"};
+    static const char *bad[] = {"", "G", "-1G", "12X", "1GG", "nan", "1e30T", "0x10G", "1e3G", "+96G", " 96G", "1.5", "2000000T"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v;
         assert_int_equal(og_parse_size(bad[i], &v), OG_ERR_INVALID_ARG);

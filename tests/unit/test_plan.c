@@ -244,7 +244,24 @@ static void test_profile(void **state) {
 
     /* the profile is checked against the model */
     assert_int_equal(og_profile_read(path, 61, 128, &counts, err, sizeof err), OG_ERR_FORMAT);
-    assert_non_null(strstr(err, "does not match the model"));
+    assert_non_null(strstr(err, "array of 128 integers"));
+    f = fopen(path, "w");
+    fprintf(f, "{\"n_layer\": 27, \"n_expert\": 64, \"layers\": []}");
+    fclose(f);
+    assert_int_equal(og_profile_read(path, 61, V3_EXPERTS, &counts, err, sizeof err), OG_ERR_FORMAT);
+    assert_non_null(strstr(err, "made for 27 layers x 64 experts"));
+    f = fopen(path, "w");
+    fprintf(f, "{\"layers\": [{\"layer\": 70, \"counts\": []}]}");
+    fclose(f);
+    assert_int_equal(og_profile_read(path, 61, V3_EXPERTS, &counts, err, sizeof err), OG_ERR_FORMAT);
+    assert_non_null(strstr(err, "layer 70, but the model has layers 0..60"));
+    f = fopen(path, "w");
+    fprintf(f, "{\"layers\": [{\"layer\": 4, \"counts\": [");
+    for (uint32_t e = 0; e < V3_EXPERTS; e++) fprintf(f, "%s1", e ? "," : "");
+    fprintf(f, "]}, {\"layer\": 4, \"counts\": []}]}");
+    fclose(f);
+    assert_int_equal(og_profile_read(path, 61, V3_EXPERTS, &counts, err, sizeof err), OG_ERR_FORMAT);
+    assert_non_null(strstr(err, "layer 4 appears twice"));
     f = fopen(path, "w");
     fprintf(f, "{\"layers\": [{\"layer\": 3, \"counts\": [");
     for (uint32_t e = 0; e < V3_EXPERTS; e++) fprintf(f, "%s%s", e ? "," : "", e == 5 ? "-1" : "1");
@@ -337,16 +354,28 @@ static void test_cpu_device(void **state) {
 static void test_cli(void **state) {
     (void)state;
     char a[1024], bad[512];
-    snprintf(a, sizeof a, "-m '%s' --vram 96G --ram 280G", g_v3);
-    assert_int_equal(cli(a), 0);
-    snprintf(a, sizeof a, "-m '%s' --vram 96G --ram 120G", g_v3);
-    assert_int_equal(cli(a), 3);
-    snprintf(a, sizeof a, "-m '%s' --vram 8G --ram 280G --json", g_v3);
-    assert_int_equal(cli(a), 3);
-    snprintf(a, sizeof a, "-m '%s' --vram 96G --ram 280G --ctx 12k", g_v3);
-    assert_int_equal(cli(a), 1);
-    snprintf(a, sizeof a, "-m '%s' --vram lots --ram 280G", g_v3);
-    assert_int_equal(cli(a), 1);
+    /* exit status per flags on the V3 file: 0 fits, 1 usage, 3 does not fit */
+    static const struct {
+        const char *flags;
+        int rc;
+    } cases[] = {
+        {"--vram 96G --ram 280G", 0},
+        {"--vram 96G --ram 120G", 3},
+        {"--vram 8G --ram 280G --json", 3},
+        {"--vram 96G --ram 280G --ctx 12k", 1},
+        {"--vram lots --ram 280G", 1},
+        /* no wrap-around: a reserve of the whole card, absurd ctx x parallel, 0x sizes */
+        {"--vram 96G --ram 280G --reserve 96G", 3},
+        {"--vram 96G --ram 280G --ctx 2147483647 --parallel 2147483647", 3},
+        {"--vram 0x10G --ram 280G", 1},
+        /* --expert-slots 0 lowers the minimum: 10.35 GiB fit in 11 */
+        {"--vram 11G --ram 280G --expert-slots 0", 0},
+        {"--vram 11G --ram 280G", 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(a, sizeof a, "-m '%s' %s", g_v3, cases[i].flags);
+        if (cli(a) != cases[i].rc) fail_msg("plan %s: exit %d, want %d", cases[i].flags, cli(a), cases[i].rc);
+    }
     snprintf(a, sizeof a, "-m '%s' --vram 96G --ram 280G --profile '%s/profile.json'", g_v3, g_tmp);
     assert_int_equal(cli(a), 2); /* left invalid by test_profile */
     snprintf(bad, sizeof bad, "%s/not-a-model.gguf", g_tmp);

@@ -221,9 +221,10 @@ int og_cmd_run(int argc, char **argv) {
         if (have_vram && (resident = malloc(n_le))) og_plan_resident(&plan, profile, resident);
         stats.resident = resident;
     }
-    /* no GPU backend yet: the cpu device plays it, holding the resident experts
-     * in an arena of the plan's slot bytes */
-    og_cpu_device *dev = NULL;
+    /* no GPU backend yet: the cpu device plays it (a budget of --vram), holding
+     * the resident experts in the plan's slots */
+    og_device *device = NULL;
+    og_expert_cache *dev = NULL;
     if (have_vram && !resident) {
         fprintf(stderr, "onegpu run: out of memory\n");
         rc = OG_EXIT_USAGE;
@@ -231,13 +232,12 @@ int og_cmd_run(int argc, char **argv) {
     }
     if (have_vram) {
         char pb[32];
-        if (og_cpu_device_create(m, plan.slots, &dev, err, sizeof err) ||
-            og_cpu_device_load(dev, m, resident, err, sizeof err) ||
+        if (og_device_cpu_create(pin.vram, &device, err, sizeof err) ||
+            og_expert_cache_create(m, plan.slots, device, &dev, err, sizeof err) ||
+            og_expert_cache_load(dev, m, resident, err, sizeof err) ||
             (migrate && og_migrator_create(m->hp.n_layer, m->hp.n_expert, (uint32_t)migrate, 8, 0.85, &mig, err,
                                            sizeof err))) {
             fprintf(stderr, "onegpu run: %s\n", err);
-            og_cpu_device_free(dev);
-            dev = NULL;
             rc = OG_EXIT_USAGE;
             goto out;
         }
@@ -430,7 +430,8 @@ int og_cmd_run(int argc, char **argv) {
     og_sampler_free(smp);
 out:
     og_migrator_free(mig);
-    og_cpu_device_free(dev);
+    og_expert_cache_free(dev);
+    og_device_destroy(device);
     free(stats.counts);
     free(resident);
     free(profile);

@@ -4,6 +4,7 @@
 #ifndef OG_MOE_H
 #define OG_MOE_H
 
+#include "og_device.h"
 #include "og_model.h"
 
 /* What the planner is given. Sizes in bytes. */
@@ -67,49 +68,62 @@ og_status og_profile_write(const char *path, uint32_t n_layer, uint32_t n_expert
  * profile (ties and no profile: lower index first), 0 elsewhere. */
 void og_plan_resident(const og_plan *plan, const uint64_t *profile, uint8_t *resident);
 
-/* The `cpu` device: plays the GPU when there is none (DESIGN.md "The device
- * without a GPU"). Layer l has slots[l] expert slots in a separate arena (one
- * expert's gate, up and down rows each, as in the file); every byte copied in is
- * counted as a PCIe byte, so placement and migration are real, measurable and
- * testable without a card. Copies are synchronous here: a slot is usable as soon
- * as og_cpu_device_swap returns. */
-typedef struct og_cpu_device {
-    uint8_t *arena;
+/* The expert cache: the device's expert slots. Layer l has slots[l] slots in
+ * one device allocation (each: one expert's gate, up and down rows as in the
+ * file). Copies go through the device interface; a slot is published in the map
+ * (and counted resident) only once its copy completed (og_expert_cache_poll), so
+ * the forward pass never waits on a migration and never reads a half-copied
+ * expert. With the `cpu` device this makes placement and migration real and
+ * measurable without a card. */
+typedef struct og_expert_cache {
+    og_device *dev;           /* not owned */
+    uint8_t *arena;           /* device memory */
     uint64_t capacity;        /* bytes */
-    uint64_t pcie_bytes;      /* host -> device bytes copied so far */
+    uint64_t pcie_bytes;      /* bytes this cache copied to the device */
     uint64_t n_resident, migrations;
     uint32_t n_layer, n_expert;
     uint64_t *layer_off;      /* [n_layer] first slot's offset in the arena */
     uint64_t *expert_bytes;   /* [n_layer] bytes of one expert (0: dense layer) */
+    uint64_t *gate_bytes, *up_bytes; /* [n_layer] its gate and up parts (down follows) */
     uint32_t *n_slots;        /* [n_layer] */
-    int32_t *slot_of;         /* [n_layer][n_expert] slot holding the expert, or -1 */
-    int32_t *expert_in;       /* [n_layer][max slots] expert in the slot, or -1 */
-    uint32_t max_slots;
-    uint8_t *resident;        /* [n_layer][n_expert] 1 = in a slot (for og_expert_stats) */
-    const void **ptr;         /* [3][n_layer * n_expert]: gate, up, down in the arena or NULL */
+    int32_t *slot_of;         /* [n_layer][n_expert] slot holding or receiving the expert, or -1 */
+    int32_t *expert_in;       /* [n_layer][max_slots] expert in (or on its way to) the slot, or -1 */
+    og_event *pending;        /* [n_layer][max_slots] copy in flight, 0 when published */
+    uint32_t max_slots, n_pending;
+    uint8_t *resident;        /* [n_layer][n_expert] 1 = usable on the device (for og_expert_stats) */
+    uint8_t *occupied;        /* [n_layer][n_expert] 1 = in a slot, usable or arriving */
+    const void **ptr;         /* [3][n_layer * n_expert]: gate, up, down on the device or NULL */
     og_expert_map map;        /* views of ptr for og_run_ctx.experts */
-} og_cpu_device;
+} og_expert_cache;
 
-/* Arena with slots[l] slots per layer for model m's experts (nothing resident
- * yet). Errors: OG_ERR_NOMEM (the message gives the size). */
-og_status og_cpu_device_create(const og_model *m, const uint32_t *slots, og_cpu_device **out, char *err, size_t errlen);
+/* Allocates slots[l] slots per MoE layer on dev (nothing resident yet).
+ * Errors: the device's OG_ERR_NOMEM (with the sizes). */
+og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_device *dev, og_expert_cache **out,
+                                 char *err, size_t errlen);
 
 /* Makes exactly the experts with resident[l * n_expert + e] != 0 resident,
- * copying them into the layer's slots in expert order. Errors: OG_ERR_RANGE when
- * a layer has more than its slots (nothing changes then). */
-og_status og_cpu_device_load(og_cpu_device *d, const og_model *m, const uint8_t *resident, char *err, size_t errlen);
+ * copying them into the layer's slots in expert order and waiting for the
+ * copies (start-up, not the forward path). Errors: OG_ERR_RANGE when a layer
+ * has more than its slots (nothing changes then); the device's copy errors. */
+og_status og_expert_cache_load(og_expert_cache *c, const og_model *m, const uint8_t *resident, char *err,
+                               size_t errlen);
 
-/* Migration: copies expert e_in of layer l into the slot of resident expert
- * e_out, which leaves the device. Errors: OG_ERR_INVALID_ARG when e_out is not
- * resident or e_in already is. */
-og_status og_cpu_device_swap(og_cpu_device *d, const og_model *m, uint32_t l, uint32_t e_in, uint32_t e_out, char *err,
-                             size_t errlen);
-void og_cpu_device_free(og_cpu_device *d);
+/* Migration: expert e_out of layer l leaves the device at once (its slot is
+ * overwritten) and the copy of e_in into that slot starts; e_in becomes usable
+ * when a later og_expert_cache_poll sees the copy complete. Errors:
+ * OG_ERR_INVALID_ARG when e_out is not resident or e_in is resident or arriving. */
+og_status og_expert_cache_swap(og_expert_cache *c, const og_model *m, uint32_t l, uint32_t e_in, uint32_t e_out,
+                               char *err, size_t errlen);
+
+/* Publishes every slot whose copy completed; returns how many are still in flight. */
+uint32_t og_expert_cache_poll(og_expert_cache *c);
+void og_expert_cache_free(og_expert_cache *c);
 
 /* The live migrator (decayed-frequency policy, og_policy.h's rule): after each
- * forward step it reads the selection counts the step added, decays and adds
- * them into per-expert scores, and swaps at most swaps_per_step experts per
- * layer into the device, an expert copied in staying min_residency steps. */
+ * forward step it publishes completed copies, reads the selection counts the
+ * step added, decays and adds them into per-expert scores, and starts at most
+ * swaps_per_step copies per layer, an expert copied in staying min_residency
+ * steps. */
 typedef struct og_migrator {
     uint32_t n_layer, n_expert, swaps_per_step, min_residency;
     double decay;
@@ -124,7 +138,7 @@ typedef struct og_migrator {
 og_status og_migrator_create(uint32_t n_layer, uint32_t n_expert, uint32_t swaps_per_step, uint32_t min_residency,
                              double decay, og_migrator **out, char *err, size_t errlen);
 /* counts: the og_expert_stats counts (cumulative). Returns the swap's error, if any. */
-og_status og_migrator_step(og_migrator *mg, og_cpu_device *d, const og_model *m, const uint64_t *counts, char *err,
+og_status og_migrator_step(og_migrator *mg, og_expert_cache *c, const og_model *m, const uint64_t *counts, char *err,
                            size_t errlen);
 void og_migrator_free(og_migrator *mg);
 

@@ -271,7 +271,7 @@ static void test_profile(void **state) {
     assert_non_null(strstr(err, "expert 5"));
 }
 
-/* The cpu device on a small F32 model (4 layers, the first dense; 16 experts of
+/* The expert cache on the cpu device, on a small F32 model (4 layers, the first dense; 16 experts of
  * FFN 256 over width 256): one expert = 3 x 256 x 256 x 4 B = 786,432 B. */
 #define SMALL_EXPERT_BYTES (3ull * 256 * 256 * 4)
 static void test_cpu_device(void **state) {
@@ -283,14 +283,22 @@ static void test_cpu_device(void **state) {
     assert_int_equal(NL, 4);
     assert_int_equal(E, 16);
     uint32_t slots[4] = {4, 4, 4, 4}; /* the dense layer gets none whatever it asks */
-    og_cpu_device *d;
-    assert_int_equal(og_cpu_device_create(m, slots, &d, err, sizeof err), OG_OK);
+    og_device *dev;
+    assert_int_equal(og_device_cpu_create(3 * 4 * SMALL_EXPERT_BYTES + 100, &dev, err, sizeof err), OG_OK);
+    og_expert_cache *d;
+    assert_int_equal(og_expert_cache_create(m, slots, dev, &d, err, sizeof err), OG_OK);
+    uint64_t dfree, dtotal;
+    assert_int_equal(dev->ops->mem_info(dev, &dfree, &dtotal), OG_OK);
+    assert_int_equal(dfree, 100); /* the slots took the budget */
+    og_expert_cache *d2;
+    assert_int_equal(og_expert_cache_create(m, slots, dev, &d2, err, sizeof err), OG_ERR_NOMEM);
+    assert_non_null(strstr(err, "in use"));
     assert_int_equal(d->capacity, 3 * 4 * SMALL_EXPERT_BYTES);
     uint8_t res[4 * 16] = {0};
     for (uint32_t l = 1; l < NL; l++)
         for (uint32_t e = 0; e < 4; e++) res[l * E + e] = 1;
     res[0 * E + 3] = 1; /* dense layer: ignored */
-    assert_int_equal(og_cpu_device_load(d, m, res, err, sizeof err), OG_OK);
+    assert_int_equal(og_expert_cache_load(d, m, res, err, sizeof err), OG_OK);
     assert_int_equal(d->n_resident, 12);
     assert_int_equal(d->pcie_bytes, 12 * SMALL_EXPERT_BYTES);
     const size_t gate_bytes = 256ull * 256 * 4;
@@ -299,18 +307,24 @@ static void test_cpu_device(void **state) {
     assert_memory_equal(d->map.gate[2 * E + 2], (const uint8_t *)m->layers[2].gate_exps.data + 2 * gate_bytes, gate_bytes);
     assert_memory_equal(d->map.down[2 * E + 3], (const uint8_t *)m->layers[2].down_exps.data + 3 * gate_bytes, gate_bytes);
     assert_null(d->map.gate[2 * E + 4]);
-    /* swap 9 in for 0 in layer 1 */
-    assert_int_equal(og_cpu_device_swap(d, m, 1, 9, 0, err, sizeof err), OG_OK);
+    /* swap 9 in for 0 in layer 1: 0 is gone at once, 9 usable after the poll */
+    assert_int_equal(og_expert_cache_swap(d, m, 1, 9, 0, err, sizeof err), OG_OK);
     assert_int_equal(d->pcie_bytes, 13 * SMALL_EXPERT_BYTES);
+    assert_int_equal(dev->pcie_bytes, 13 * SMALL_EXPERT_BYTES);
     assert_int_equal(d->migrations, 1);
     assert_null(d->map.gate[1 * E + 0]);
     assert_false(d->resident[1 * E + 0]);
+    assert_false(d->resident[1 * E + 9]);
+    assert_null(d->map.gate[1 * E + 9]);
+    assert_int_equal(d->n_resident, 11);
+    assert_int_equal(og_expert_cache_poll(d), 0);
     assert_true(d->resident[1 * E + 9]);
+    assert_int_equal(d->n_resident, 12);
     assert_memory_equal(d->map.up[1 * E + 9], (const uint8_t *)m->layers[1].up_exps.data + 9 * gate_bytes, gate_bytes);
-    assert_int_equal(og_cpu_device_swap(d, m, 1, 9, 1, err, sizeof err), OG_ERR_INVALID_ARG); /* 9 is in */
-    assert_int_equal(og_cpu_device_swap(d, m, 1, 10, 0, err, sizeof err), OG_ERR_INVALID_ARG); /* 0 is out */
+    assert_int_equal(og_expert_cache_swap(d, m, 1, 9, 1, err, sizeof err), OG_ERR_INVALID_ARG); /* 9 is in */
+    assert_int_equal(og_expert_cache_swap(d, m, 1, 10, 0, err, sizeof err), OG_ERR_INVALID_ARG); /* 0 is out */
     res[1 * E + 5] = 1; /* five in a layer of four slots */
-    assert_int_equal(og_cpu_device_load(d, m, res, err, sizeof err), OG_ERR_RANGE);
+    assert_int_equal(og_expert_cache_load(d, m, res, err, sizeof err), OG_ERR_RANGE);
     assert_int_equal(d->n_resident, 12); /* unchanged */
 
     /* forward: reading experts from the device, with the migrator moving them
@@ -347,7 +361,10 @@ static void test_cpu_device(void **state) {
     free(la);
     free(lb);
     og_migrator_free(mg);
-    og_cpu_device_free(d);
+    og_expert_cache_free(d);
+    assert_int_equal(dev->ops->mem_info(dev, &dfree, &dtotal), OG_OK);
+    assert_int_equal(dfree, dtotal); /* freed */
+    og_device_destroy(dev);
     og_model_free(m);
 }
 

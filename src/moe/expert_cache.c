@@ -1,0 +1,259 @@
+/* The expert cache (the device's expert slots, filled through the device
+ * interface) and the live migrator. */
+#include "og_moe.h"
+#include "og_policy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t layer_expert_bytes(const og_model *m, uint32_t l) {
+    const og_layer *L = &m->layers[l];
+    if (!L->moe) return 0;
+    return (uint64_t)m->hp.n_ff_exp * (L->gate_exps.row_bytes + L->up_exps.row_bytes) +
+           (uint64_t)m->hp.n_embd * L->down_exps.row_bytes;
+}
+
+og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_device *dev, og_expert_cache **out,
+                                 char *err, size_t errlen) {
+    *out = NULL;
+    const uint32_t NL = m->hp.n_layer, E = m->hp.n_expert;
+    const size_t n = (size_t)NL * E;
+    og_expert_cache *c = calloc(1, sizeof *c);
+    uint64_t cap = 0;
+    uint32_t max_slots = 0;
+    for (uint32_t l = 0; l < NL; l++) {
+        uint32_t s = layer_expert_bytes(m, l) ? (slots[l] < E ? slots[l] : E) : 0;
+        cap += (uint64_t)s * layer_expert_bytes(m, l);
+        max_slots = s > max_slots ? s : max_slots;
+    }
+    if (c) {
+        c->dev = dev;
+        c->n_layer = NL;
+        c->n_expert = E;
+        c->capacity = cap;
+        c->max_slots = max_slots;
+        c->ptr = calloc(3 * n + 1, sizeof *c->ptr);
+        c->layer_off = calloc(NL + 1, sizeof *c->layer_off);
+        c->expert_bytes = calloc(NL + 1, sizeof *c->expert_bytes);
+        c->gate_bytes = calloc(NL + 1, sizeof *c->gate_bytes);
+        c->up_bytes = calloc(NL + 1, sizeof *c->up_bytes);
+        c->occupied = calloc(n + 1, 1);
+        c->n_slots = calloc(NL + 1, sizeof *c->n_slots);
+        c->slot_of = malloc((n + 1) * sizeof *c->slot_of);
+        c->expert_in = malloc(((size_t)NL * max_slots + 1) * sizeof *c->expert_in);
+        c->pending = calloc((size_t)NL * max_slots + 1, sizeof *c->pending);
+        c->resident = calloc(n + 1, 1);
+    }
+    if (!c || !c->ptr || !c->layer_off || !c->expert_bytes || !c->gate_bytes || !c->up_bytes || !c->occupied ||
+        !c->n_slots || !c->slot_of || !c->expert_in ||
+        !c->pending || !c->resident) {
+        og_expert_cache_free(c);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    if (cap) {
+        void *arena;
+        og_status st = dev->ops->alloc(dev, cap, &arena, err, errlen);
+        if (st) {
+            og_expert_cache_free(c);
+            return st;
+        }
+        c->arena = arena;
+    }
+    uint64_t off = 0;
+    for (uint32_t l = 0; l < NL; l++) {
+        c->expert_bytes[l] = layer_expert_bytes(m, l);
+        if (c->expert_bytes[l]) {
+            c->gate_bytes[l] = (uint64_t)m->hp.n_ff_exp * m->layers[l].gate_exps.row_bytes;
+            c->up_bytes[l] = (uint64_t)m->hp.n_ff_exp * m->layers[l].up_exps.row_bytes;
+        }
+        c->n_slots[l] = c->expert_bytes[l] ? (slots[l] < E ? slots[l] : E) : 0;
+        c->layer_off[l] = off;
+        off += (uint64_t)c->n_slots[l] * c->expert_bytes[l];
+    }
+    for (size_t i = 0; i < n; i++) c->slot_of[i] = -1;
+    for (size_t i = 0; i < (size_t)NL * max_slots; i++) c->expert_in[i] = -1;
+    c->map.gate = c->ptr;
+    c->map.up = c->ptr + n;
+    c->map.down = c->ptr + 2 * n;
+    *out = c;
+    return OG_OK;
+}
+
+/* Starts copying expert e of layer l into slot j; published by poll. */
+static og_status start_copy(og_expert_cache *c, const og_model *m, uint32_t l, uint32_t e, uint32_t j, char *err,
+                            size_t errlen) {
+    const og_layer *L = &m->layers[l];
+    uint8_t *dst = c->arena + c->layer_off[l] + (uint64_t)j * c->expert_bytes[l];
+    const og_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    const uint64_t rows[3] = {m->hp.n_ff_exp, m->hp.n_ff_exp, m->hp.n_embd};
+    og_event ev = 0;
+    for (int k = 0; k < 3; k++) { /* one event for the three: they complete in order */
+        const size_t bytes = (size_t)rows[k] * w[k]->row_bytes;
+        og_status st = c->dev->ops->copy_to_device(c->dev, dst, (const uint8_t *)w[k]->data + (size_t)e * bytes, bytes,
+                                                   &ev, err, errlen);
+        if (st) return st;
+        dst += bytes;
+        c->pcie_bytes += bytes;
+    }
+    const size_t at = (size_t)l * c->n_expert + e, sj = (size_t)l * c->max_slots + j;
+    c->slot_of[at] = (int32_t)j;
+    c->occupied[at] = 1;
+    c->expert_in[sj] = (int32_t)e;
+    c->pending[sj] = ev ? ev : 1;
+    c->n_pending++;
+    return OG_OK;
+}
+
+static void publish(og_expert_cache *c, uint32_t l, uint32_t j) {
+    const size_t n = (size_t)c->n_layer * c->n_expert, sj = (size_t)l * c->max_slots + j;
+    const uint32_t e = (uint32_t)c->expert_in[sj];
+    const size_t at = (size_t)l * c->n_expert + e;
+    const uint8_t *p = c->arena + c->layer_off[l] + (uint64_t)j * c->expert_bytes[l];
+    c->ptr[at] = p;
+    c->ptr[n + at] = p + c->gate_bytes[l];
+    c->ptr[2 * n + at] = p + c->gate_bytes[l] + c->up_bytes[l];
+    c->resident[at] = 1;
+    c->pending[sj] = 0;
+    c->n_pending--;
+    c->n_resident++;
+}
+
+uint32_t og_expert_cache_poll(og_expert_cache *c) {
+    if (!c->n_pending) return 0;
+    for (uint32_t l = 0; l < c->n_layer; l++)
+        for (uint32_t j = 0; j < c->n_slots[l]; j++) {
+            const size_t sj = (size_t)l * c->max_slots + j;
+            if (c->pending[sj] && c->dev->ops->event_done(c->dev, c->pending[sj])) publish(c, l, j);
+        }
+    return c->n_pending;
+}
+
+/* Takes expert e of layer l off the device: unusable at once. */
+static void evict(og_expert_cache *c, uint32_t l, uint32_t e) {
+    const size_t n = (size_t)c->n_layer * c->n_expert, at = (size_t)l * c->n_expert + e;
+    if (c->slot_of[at] < 0) return;
+    const size_t sj = (size_t)l * c->max_slots + (size_t)c->slot_of[at];
+    for (int k = 0; k < 3; k++) c->ptr[(size_t)k * n + at] = NULL;
+    if (c->pending[sj]) {
+        c->pending[sj] = 0;
+        c->n_pending--;
+    } else if (c->resident[at]) {
+        c->n_resident--;
+    }
+    c->expert_in[sj] = -1;
+    c->slot_of[at] = -1;
+    c->occupied[at] = 0;
+    c->resident[at] = 0;
+}
+
+og_status og_expert_cache_load(og_expert_cache *c, const og_model *m, const uint8_t *resident, char *err,
+                               size_t errlen) {
+    const uint32_t E = c->n_expert;
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        uint32_t want = 0;
+        if (c->expert_bytes[l])
+            for (uint32_t e = 0; e < E; e++) want += resident[(size_t)l * E + e] != 0;
+        if (want > c->n_slots[l])
+            return og_fail(err, errlen, OG_ERR_RANGE, "layer %u: %u resident experts but %u slots on the %s device", l,
+                           want, c->n_slots[l], c->dev->ops->name);
+    }
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        for (uint32_t e = 0; e < E; e++) evict(c, l, e);
+        if (!c->expert_bytes[l]) continue;
+        uint32_t j = 0;
+        for (uint32_t e = 0; e < E; e++)
+            if (resident[(size_t)l * E + e]) {
+                og_status st = start_copy(c, m, l, e, j++, err, errlen);
+                if (st) return st;
+            }
+    }
+    while (og_expert_cache_poll(c)) {
+    } /* start-up: wait for the copies */
+    return OG_OK;
+}
+
+og_status og_expert_cache_swap(og_expert_cache *c, const og_model *m, uint32_t l, uint32_t e_in, uint32_t e_out,
+                               char *err, size_t errlen) {
+    const size_t base = (size_t)l * c->n_expert;
+    if (l >= c->n_layer || e_in >= c->n_expert || e_out >= c->n_expert || !c->resident[base + e_out] ||
+        c->slot_of[base + e_in] >= 0)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "layer %u: cannot swap expert %u in for %u", l, e_in, e_out);
+    uint32_t j = (uint32_t)c->slot_of[base + e_out];
+    evict(c, l, e_out); /* the slot is gone before it is overwritten */
+    og_status st = start_copy(c, m, l, e_in, j, err, errlen);
+    if (st) return st;
+    c->migrations++;
+    return OG_OK;
+}
+
+void og_expert_cache_free(og_expert_cache *c) {
+    if (!c) return;
+    if (c->arena) c->dev->ops->free(c->dev, c->arena);
+    free(c->ptr);
+    free(c->layer_off);
+    free(c->expert_bytes);
+    free(c->gate_bytes);
+    free(c->up_bytes);
+    free(c->occupied);
+    free(c->n_slots);
+    free(c->slot_of);
+    free(c->expert_in);
+    free(c->pending);
+    free(c->resident);
+    free(c);
+}
+
+og_status og_migrator_create(uint32_t n_layer, uint32_t n_expert, uint32_t swaps_per_step, uint32_t min_residency,
+                             double decay, og_migrator **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!(decay > 0 && decay < 1)) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "decay %g is not in (0, 1)", decay);
+    const size_t n = (size_t)n_layer * n_expert + 1;
+    og_migrator *mg = calloc(1, sizeof *mg);
+    if (mg) {
+        *mg = (og_migrator){n_layer, n_expert, swaps_per_step, min_residency, decay, 0, calloc(n, sizeof(double)),
+                            calloc(n, sizeof(uint64_t)), calloc(n, sizeof(uint64_t)), calloc(n_expert + 1, sizeof(uint32_t))};
+    }
+    if (!mg || !mg->score || !mg->pinned || !mg->last || !mg->delta) {
+        og_migrator_free(mg);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    *out = mg;
+    return OG_OK;
+}
+
+og_status og_migrator_step(og_migrator *mg, og_expert_cache *d, const og_model *m, const uint64_t *counts, char *err,
+                           size_t errlen) {
+    const uint32_t E = mg->n_expert;
+    const uint64_t now = mg->step++;
+    og_expert_cache_poll(d); /* copies that landed during the step become usable */
+    for (uint32_t l = 0; l < mg->n_layer; l++) {
+        const size_t base = (size_t)l * E;
+        if (!d->expert_bytes[l]) continue;
+        for (uint32_t e = 0; e < E; e++) {
+            mg->delta[e] = (uint32_t)(counts[base + e] - mg->last[base + e]);
+            mg->last[base + e] = counts[base + e];
+            mg->score[base + e] = mg->decay * mg->score[base + e] + mg->delta[e];
+        }
+        for (uint32_t e = 0; e < E; e++)
+            if (d->occupied[base + e] && !d->resident[base + e] && mg->pinned[base + e] <= now)
+                mg->pinned[base + e] = now + 1;
+        for (uint32_t k = 0; k < mg->swaps_per_step; k++) {
+            uint32_t in, out;
+            /* experts on their way count as resident (no second copy) and stay */
+            if (!og_migrator_pick(E, d->occupied + base, mg->score + base, mg->pinned + base, now, NULL, &in, &out)) break;
+            og_status st = og_expert_cache_swap(d, m, l, in, out, err, errlen);
+            if (st) return st;
+            mg->pinned[base + in] = now + 1 + mg->min_residency;
+        }
+    }
+    return OG_OK;
+}
+
+void og_migrator_free(og_migrator *mg) {
+    if (!mg) return;
+    free(mg->score);
+    free(mg->pinned);
+    free(mg->last);
+    free(mg->delta);
+    free(mg);
+}

@@ -43,7 +43,7 @@ if [[ $demo -eq 0 ]]; then
 fi
 
 step() {
-  echo "+ $*" >&2
+  printf '+' >&2; printf ' %q' "$@" >&2; printf '\n' >&2
   [[ $dry -eq 1 ]] || "$@"
 }
 
@@ -60,17 +60,17 @@ else
   step ./build/onegpu make-model --preset demo -o "$model"
 fi
 # Header and bytes per role; every tensor: ./build/onegpu gguf models/demo.gguf
-plan=(--vram 540M --reserve 64M --ctx 4096)
+plan=(--vram 540M --reserve 64M --ctx 4096)   # run's KV cache is f32: plan it so (--kv-type f32)
 if [[ $dry -eq 1 ]]; then
   echo "+ ./build/onegpu gguf $model   (header and bytes per role shown)" >&2
-  echo "+ ./build/onegpu plan -m $model ${plan[*]}" >&2
+  echo "+ ./build/onegpu plan -m $model ${plan[*]} --kv-type f32" >&2
   echo "+ ./build/onegpu run -m $model ${plan[*]} -p 'The capital of France is' -n 24 --temp 0" >&2
   exit 0
 fi
 echo "+ ./build/onegpu gguf $model   (header and bytes per role shown)" >&2
 ./build/onegpu gguf "$model" | awk '/^metadata:/{skip=1} /^bytes per role:/{skip=0} !skip'
 echo >&2
-step ./build/onegpu plan -m "$model" "${plan[@]}"
+step ./build/onegpu plan -m "$model" "${plan[@]}" --kv-type f32
 echo >&2
 echo "# random weights: the text is noise; the speeds and the hit rate are real" >&2
 step ./build/onegpu run -m "$model" "${plan[@]}" -p 'The capital of France is' -n 24 --temp 0

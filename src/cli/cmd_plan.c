@@ -11,21 +11,28 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: onegpu plan -m MODEL.gguf [--vram SIZE] [--ram SIZE] [--reserve SIZE] [--ctx N]\n"
+            "usage: onegpu plan -m MODEL.gguf --vram SIZE [--ram SIZE] [--reserve SIZE] [--ctx N]\n"
             "                   [--parallel N] [--batch-tokens N] [--kv-type f16|f32] [--expert-slots N|all]\n"
             "                   [--profile FILE] [--json]\n"
             "  Reads the GGUF header only. --vram is the device memory to plan for (required until the\n"
             "  CUDA backend can ask the GPU; the CPU plays the device with it); --ram defaults to\n"
             "  MemAvailable, capped by the cgroup limit. Defaults: --reserve 512M --ctx 4096 --parallel 1\n"
             "  --batch-tokens 512 --kv-type f16. Sizes take K, M, G, T (powers of 1024).\n"
+            "  --parallel N       sequences served at once (KV cache and logits for each)\n"
+            "  --expert-slots N|all  experts per MoE layer held on the device (0: all on the host),\n"
+            "                     instead of filling the device; checked against the budget\n"
+            "  --profile FILE     a usage profile (onegpu run --save-profile) seeds the hot set\n"
+            "  --json             the plan as JSON (fits, reason, bytes, expert_slots_per_layer, ...)\n"
+            "  The host keeps every routed expert (resident ones too: evicted experts are computed\n"
+            "  there at once), so RAM must hold all of them plus staging.\n"
             "exit status: 0 fits, 1 usage, 2 bad model or profile file, 3 does not fit\n");
 }
 
 void og_cli_plan_line(FILE *out, const og_plan *p, bool from_profile) {
     char a[32], b[32], c[32];
     uint64_t total = (uint64_t)p->n_moe_layers * p->n_expert;
-    fprintf(out, "plan: device %s (%llu of %llu experts resident, %s), host %s; predicted device share of expert "
-                 "selections %.1f%% (%s)\n",
+    fprintf(out, "plan: uses device %s (%llu of %llu experts resident, %s) and host %s; predicted device share of "
+                 "expert selections %.1f%% (%s)\n",
             og_fmt_bytes(p->device_bytes, a, sizeof a), (unsigned long long)p->resident_experts,
             (unsigned long long)total, og_fmt_bytes(p->resident_expert_bytes, b, sizeof b),
             og_fmt_bytes(p->host_bytes, c, sizeof c), 100.0 * p->predicted_device_share,
@@ -160,7 +167,8 @@ int og_cmd_plan(int argc, char **argv) {
         json_decref(o);
     } else {
         char a[32], b[32], c2[32], d[32];
-        printf("plan for %s: device %s, host %s\n", model, og_fmt_bytes(in.vram, a, sizeof a), og_fmt_bytes(in.ram, b, sizeof b));
+        printf("plan for %s within device memory %s and host RAM %s\n", model, og_fmt_bytes(in.vram, a, sizeof a),
+               og_fmt_bytes(in.ram, b, sizeof b));
         uint64_t total_exp = (uint64_t)p.n_moe_layers * p.n_expert;
         char e[32];
         if (!p.fits) {

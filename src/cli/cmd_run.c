@@ -293,6 +293,12 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_USAGE;
         goto out;
     }
+    if (have_vram && ids.n + (size_t)(teacher ? n_teacher : n_predict) > pin.ctx) {
+        fprintf(stderr, "onegpu run: %zu prompt + %d new tokens exceed the planned --ctx %u\n", ids.n,
+                teacher ? n_teacher : n_predict, pin.ctx);
+        rc = OG_EXIT_USAGE;
+        goto out;
+    }
     og_sampler *smp;
     if (teacher) sp.temperature = 0;
     if (og_sampler_create(&sp, (int32_t)m->hp.n_vocab, &smp, err, sizeof err)) {

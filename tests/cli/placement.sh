@@ -81,6 +81,8 @@ set +e
 ln -sf "$work/target.json" "$work/link.json"
 "$onegpu" run -m "$m" -p "x" -n 1 --vram 1G --save-profile "$work/link.json" >/dev/null 2>&1; rc=$?
 [[ $rc == 1 && -L $work/link.json ]] || fail "--save-profile onto a symlink: rc $rc"
+"$onegpu" run -m "$m" -p "The quick brown fox" -n 20 --vram 1G --ctx 8 >/dev/null 2>"$work/err10"; rc=$?
+[[ $rc == 1 ]] && grep -q 'exceed the planned --ctx 8' "$work/err10" || fail "run beyond --ctx: rc $rc $(cat "$work/err10")"
 "$onegpu" run -m "$m" -p "x" -n 1 --migrate 1 >/dev/null 2>&1; rc=$?
 [[ $rc == 1 ]] || fail "--migrate without --vram: rc $rc"
 set -e

@@ -388,6 +388,8 @@ static void test_cli(void **state) {
         /* --expert-slots 0 lowers the minimum: 10.35 GiB fit in 11 */
         {"--vram 11G --ram 280G --expert-slots 0", 0},
         {"--vram 11G --ram 280G", 3},
+        {"--vram 96G --ram 280G --ctx 163840", 0}, /* V3's context length */
+        {"--vram 96G --ram 280G --ctx 163841", 3}, /* above it */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(a, sizeof a, "-m '%s' %s", g_v3, cases[i].flags);

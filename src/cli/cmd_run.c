@@ -213,9 +213,17 @@ int og_cmd_run(int argc, char **argv) {
     og_ids ids = {0};
     char *text = NULL;
     og_migrator *mig = NULL;
+    og_device *device = NULL;
+    og_expert_cache *dev = NULL;
     og_expert_stats stats = {0};
     uint8_t *resident = NULL;
     const size_t n_le = (size_t)m->hp.n_layer * m->hp.n_expert;
+    if (save_trace && m->hp.n_expert > 65536) {
+        fprintf(stderr, "onegpu run: --save-trace holds expert ids below 65536; this model has %u experts\n",
+                m->hp.n_expert);
+        rc = OG_EXIT_USAGE;
+        goto out;
+    }
     if ((have_vram || save_profile || save_trace) && n_le) {
         stats.counts = calloc(n_le, sizeof *stats.counts);
         if (have_vram && (resident = malloc(n_le))) og_plan_resident(&plan, profile, resident);
@@ -223,8 +231,6 @@ int og_cmd_run(int argc, char **argv) {
     }
     /* no GPU backend yet: the cpu device plays it (a budget of --vram), holding
      * the resident experts in the plan's slots */
-    og_device *device = NULL;
-    og_expert_cache *dev = NULL;
     if (have_vram && !resident) {
         fprintf(stderr, "onegpu run: out of memory\n");
         rc = OG_EXIT_USAGE;

@@ -4,6 +4,7 @@
 #define OG_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 enum { OG_EXIT_OK = 0, OG_EXIT_USAGE = 1, OG_EXIT_BAD_INPUT = 2, OG_EXIT_REFUSED = 3 };
@@ -20,5 +21,9 @@ int og_cmd_plan(int argc, char **argv);
  * experts and the predicted device share (defined in cmd_plan.c). */
 struct og_plan;
 void og_cli_plan_line(FILE *out, const struct og_plan *p, bool from_profile);
+
+/* Strict positive decimal count for flags like --ctx: "4096" yes; "", "0", "12k",
+ * "-1" and values over 2^31 - 1 no (defined in cmd_plan.c). */
+bool og_cli_parse_count(const char *s, uint32_t *out);
 
 #endif

@@ -39,8 +39,7 @@ void og_cli_plan_line(FILE *out, const og_plan *p, bool from_profile) {
             from_profile ? "from the profile" : "uniform traffic");
 }
 
-/* Strict positive decimal: "4096" yes; "", "0", "12k", "-1" and values over 2^31 no. */
-static bool parse_count(const char *s, uint32_t *out) {
+bool og_cli_parse_count(const char *s, uint32_t *out) {
     char *end;
     errno = 0;
     unsigned long v = strtoul(s, &end, 10);
@@ -70,9 +69,9 @@ int og_cmd_plan(int argc, char **argv) {
         case 'V': ok = og_parse_size(optarg, &in.vram) == OG_OK; have_vram = true; break;
         case 'R': ok = og_parse_size(optarg, &in.ram) == OG_OK; have_ram = true; break;
         case 'r': ok = og_parse_size(optarg, &in.reserve) == OG_OK; break;
-        case 'c': ok = parse_count(optarg, &in.ctx); break;
-        case 'p': ok = parse_count(optarg, &in.parallel); break;
-        case 'b': ok = parse_count(optarg, &in.batch_tokens); break;
+        case 'c': ok = og_cli_parse_count(optarg, &in.ctx); break;
+        case 'p': ok = og_cli_parse_count(optarg, &in.parallel); break;
+        case 'b': ok = og_cli_parse_count(optarg, &in.batch_tokens); break;
         case 'k':
             ok = !strcmp(optarg, "f16") || !strcmp(optarg, "f32");
             in.kv_bytes_per_elem = !strcmp(optarg, "f32") ? 4 : 2;

@@ -106,13 +106,7 @@ int og_cmd_run(int argc, char **argv) {
         case 'V': bad_value |= og_parse_size(optarg, &pin.vram) != OG_OK; have_vram = true; break;
         case 'R': bad_value |= og_parse_size(optarg, &pin.ram) != OG_OK; have_ram = true; break;
         case 'r': bad_value |= og_parse_size(optarg, &pin.reserve) != OG_OK; break;
-        case 'C': {
-            char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-            bad_value |= end == optarg || *end || v == 0 || v > 0x7fffffffUL;
-            pin.ctx = (uint32_t)v;
-            break;
-        }
+        case 'C': bad_value |= !og_cli_parse_count(optarg, &pin.ctx); break;
         case 'e':
             if (!strcmp(optarg, "all")) pin.slots_override = -2;
             else {
@@ -226,7 +220,10 @@ int og_cmd_run(int argc, char **argv) {
     }
     if ((have_vram || save_profile || save_trace) && n_le) {
         stats.counts = calloc(n_le, sizeof *stats.counts);
-        if (have_vram && (resident = malloc(n_le))) og_plan_resident(&plan, profile, resident);
+        if (have_vram && (resident = malloc(n_le)) && og_plan_resident(&plan, profile, resident)) {
+            free(resident);
+            resident = NULL; /* reported as out of memory below */
+        }
         stats.resident = resident;
     }
     /* no GPU backend yet: the cpu device plays it (a budget of --vram), holding

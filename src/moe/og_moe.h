@@ -65,8 +65,8 @@ og_status og_profile_write(const char *path, uint32_t n_layer, uint32_t n_expert
 
 /* The initial hot set of a plan: resident[n_layer][n_expert] (caller's array)
  * gets 1 for the plan->slots[l] experts of layer l with the most selections in
- * profile (ties and no profile: lower index first), 0 elsewhere. */
-void og_plan_resident(const og_plan *plan, const uint64_t *profile, uint8_t *resident);
+ * profile (ties and no profile: lower index first), 0 elsewhere. Errors: OG_ERR_NOMEM. */
+og_status og_plan_resident(const og_plan *plan, const uint64_t *profile, uint8_t *resident);
 
 /* The expert cache: the device's expert slots. Layer l has slots[l] slots in
  * one device allocation (each: one expert's gate, up and down rows as in the

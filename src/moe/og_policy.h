@@ -78,6 +78,10 @@ typedef struct og_sim_result {
 bool og_migrator_pick(uint32_t n_expert, const uint8_t *resident, const double *score, const uint64_t *pinned,
                       uint64_t now, const uint32_t *demand, uint32_t *in, uint32_t *out);
 
+/* resident[e] = 1 for the S experts with the most counts (ties and counts NULL:
+ * lower index first), 0 for the others; O(E log E). Errors: OG_ERR_NOMEM. */
+og_status og_hot_set(uint32_t n_expert, uint32_t slots, const uint64_t *counts, uint8_t *resident);
+
 /* Replays trace t under policy kind. The initial hot set is the profile's top
  * slots per layer (profile: [n_layer][n_expert] counts, e.g. the trace's own
  * totals for a static policy; NULL: experts 0..slots-1). Errors:

@@ -4,6 +4,7 @@
  * is loaded, saying which side is short, by how much, and what would help. */
 #include "og_moe.h"
 #include "moe_json.h"
+#include "og_policy.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -227,21 +228,19 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         }
         const uint64_t *cnt = in->profile + (size_t)l * hp.n_expert;
         uint64_t total = 0, top = 0;
-        uint64_t *sorted = malloc(hp.n_expert * sizeof *sorted);
-        if (!sorted) continue;
-        memcpy(sorted, cnt, hp.n_expert * sizeof *sorted);
-        for (uint32_t e = 0; e < hp.n_expert; e++) total += sorted[e];
-        for (uint32_t k = 0; k < p->slots[l]; k++) { /* selection of the k-th largest */
-            uint32_t best = k;
-            for (uint32_t e = k + 1; e < hp.n_expert; e++)
-                if (sorted[e] > sorted[best]) best = e;
-            uint64_t t = sorted[k];
-            sorted[k] = sorted[best];
-            sorted[best] = t;
-            top += sorted[k];
+        uint8_t *hot = malloc(hp.n_expert);
+        if (!hot || og_hot_set(hp.n_expert, p->slots[l], cnt, hot)) { /* the hottest slots[l] experts */
+            free(hot);
+            free(layer_expert_bytes);
+            og_plan_free(p);
+            return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
         }
+        for (uint32_t e = 0; e < hp.n_expert; e++) {
+            total += cnt[e];
+            if (hot[e]) top += cnt[e];
+        }
+        free(hot);
         share += total ? (double)top / (double)total : (double)p->slots[l] / hp.n_expert;
-        free(sorted);
     }
     p->predicted_device_share = nm ? share / nm : 1.0;
     free(layer_expert_bytes);
@@ -341,17 +340,11 @@ og_status og_profile_write(const char *path, uint32_t n_layer, uint32_t n_expert
     return st;
 }
 
-void og_plan_resident(const og_plan *p, const uint64_t *profile, uint8_t *resident) {
-    const uint32_t E = p->n_expert;
-    memset(resident, 0, (size_t)p->n_layer * E);
+og_status og_plan_resident(const og_plan *p, const uint64_t *profile, uint8_t *resident) {
     for (uint32_t l = 0; l < p->n_layer; l++) {
-        uint8_t *r = resident + (size_t)l * E;
-        const uint64_t *c = profile ? profile + (size_t)l * E : NULL;
-        for (uint32_t k = 0; k < p->slots[l] && k < E; k++) { /* the hottest expert not yet chosen */
-            uint32_t best = UINT32_MAX;
-            for (uint32_t e = 0; e < E; e++)
-                if (!r[e] && (best == UINT32_MAX || (c && c[e] > c[best]))) best = e;
-            r[best] = 1;
-        }
+        og_status st = og_hot_set(p->n_expert, p->slots[l], profile ? profile + (size_t)l * p->n_expert : NULL,
+                                  resident + (size_t)l * p->n_expert);
+        if (st) return st;
     }
+    return OG_OK;
 }

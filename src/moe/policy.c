@@ -200,12 +200,20 @@ static int cmp_ranked(const void *a, const void *b) { /* more selections first, 
     return x->e < y->e ? -1 : x->e > y->e;
 }
 
-/* res[e] = 1 for the S experts with the most counts (ties: lower index; no
- * counts: 0..S-1). order: scratch of E entries. O(E log E). */
+/* og_hot_set with the caller's scratch order[E]. */
 static void hot_set(uint32_t E, uint32_t S, const uint64_t *counts, ranked *order, uint8_t *res) {
+    memset(res, 0, E);
     for (uint32_t e = 0; e < E; e++) order[e] = (ranked){counts ? counts[e] : 0, e};
     qsort(order, E, sizeof *order, cmp_ranked);
     for (uint32_t j = 0; j < S && j < E; j++) res[order[j].e] = 1;
+}
+
+og_status og_hot_set(uint32_t E, uint32_t S, const uint64_t *counts, uint8_t *res) {
+    ranked *order = malloc(((size_t)E + 1) * sizeof *order);
+    if (!order) return OG_ERR_NOMEM;
+    hot_set(E, S, counts, order, res);
+    free(order);
+    return OG_OK;
 }
 
 og_status og_policy_simulate(const og_trace *t, og_policy_kind kind, const og_migrator_params *mp,

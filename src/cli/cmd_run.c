@@ -220,6 +220,8 @@ int og_cmd_run(int argc, char **argv) {
     }
     if ((have_vram || save_profile || save_trace) && n_le) {
         stats.counts = calloc(n_le, sizeof *stats.counts);
+        stats.layer_routes = calloc(m->hp.n_layer, sizeof *stats.layer_routes);
+        stats.layer_hits = calloc(m->hp.n_layer, sizeof *stats.layer_hits);
         if (have_vram && (resident = malloc(n_le)) && og_plan_resident(&plan, profile, resident)) {
             free(resident);
             resident = NULL; /* reported as out of memory below */
@@ -387,6 +389,20 @@ int og_cmd_run(int argc, char **argv) {
         json_t *pt = json_array();
         for (size_t i = 0; i < ids.n; i++) json_array_append_new(pt, json_integer(ids.v[i]));
         json_t *o = json_pack("{s:o, s:O, s:O}", "prompt_tokens", pt, "tokens", jt, "logprobs", jl);
+        if (have_vram && dev && stats.layer_routes && stats.layer_hits) { /* what the server will export */
+            json_t *per = json_array();
+            for (uint32_t l = m->hp.n_dense; l < m->hp.n_layer; l++)
+                json_array_append_new(per, json_real(stats.layer_routes[l]
+                                                         ? (double)stats.layer_hits[l] / (double)stats.layer_routes[l]
+                                                         : 0.0));
+            json_object_set_new(o, "placement",
+                                json_pack("{s:I, s:I, s:f, s:o, s:I, s:I, s:I}", "selections", (json_int_t)stats.routes,
+                                          "hits", (json_int_t)stats.routes_resident, "hit_rate",
+                                          stats.routes ? (double)stats.routes_resident / (double)stats.routes : 0.0,
+                                          "hit_rate_per_moe_layer", per, "migrations", (json_int_t)dev->migrations,
+                                          "pcie_bytes", (json_int_t)dev->pcie_bytes, "resident_experts",
+                                          (json_int_t)dev->n_resident));
+        }
         char *s = json_dumps(o, JSON_COMPACT);
         puts(s);
         free(s);
@@ -442,6 +458,8 @@ out:
     og_expert_cache_free(dev);
     og_device_destroy(device);
     free(stats.counts);
+    free(stats.layer_routes);
+    free(stats.layer_hits);
     free(resident);
     free(profile);
     og_plan_free(&plan);

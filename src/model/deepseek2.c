@@ -744,12 +744,16 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
             if (rc->stats) {
                 og_expert_stats *es = rc->stats;
                 const size_t base = (size_t)il * h->n_expert;
+                uint64_t hits = 0;
                 for (int64_t r = 0; r < T * k; r++) {
                     size_t at = base + (size_t)routes[r].expert;
                     es->counts[at]++;
-                    es->routes++;
-                    if (es->resident && es->resident[at]) es->routes_resident++;
+                    if (es->resident && es->resident[at]) hits++;
                 }
+                es->routes += (uint64_t)(T * k);
+                es->routes_resident += hits;
+                if (es->layer_routes) es->layer_routes[il] += (uint64_t)(T * k);
+                if (es->layer_hits) es->layer_hits[il] += hits;
             }
             if ((st = moe_dispatch(m, &fw, (uint32_t)il, a, T, routes, (int)(T * k), y))) break;
         }

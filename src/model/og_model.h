@@ -116,6 +116,7 @@ typedef struct og_expert_stats {
     const uint8_t *resident; /* [n_layer][n_expert] 1 = held in a device slot, or NULL */
     uint64_t routes;         /* (token, expert) selections seen */
     uint64_t routes_resident;/* of those, to resident experts: the device hit count */
+    uint64_t *layer_routes, *layer_hits; /* [n_layer] the same per layer, or NULL */
 } og_expert_stats;
 
 /* Where routed experts are read from: the device side of placement. For

@@ -36,10 +36,10 @@ hit_line=$(grep 'expert selections hit' "$work/err1") || fail "no hit-rate line:
 # replaying the same traffic from the profile: measured hit rate == predicted
 "$onegpu" run -m "$m" -p "The quick brown fox" --teacher $teacher --json "${fits[@]}" --expert-slots 4 --migrate 0 \
   --profile "$work/p.json" >"$work/out2.json" 2>"$work/err2"
-cmp -s <(json_get "$work/out.json" 'JSON.stringify(j)') <(json_get "$work/out2.json" 'JSON.stringify(j)') \
+cmp -s <(json_get "$work/out.json" 'JSON.stringify([j.prompt_tokens, j.tokens, j.logprobs])') <(json_get "$work/out2.json" 'JSON.stringify([j.prompt_tokens, j.tokens, j.logprobs])') \
   || fail "placement changed the result"
 "$onegpu" run -m "$m" -p "The quick brown fox" --teacher $teacher --json >"$work/out0.json" 2>/dev/null
-cmp -s <(json_get "$work/out.json" 'JSON.stringify(j)') <(json_get "$work/out0.json" 'JSON.stringify(j)') \
+cmp -s <(json_get "$work/out.json" 'JSON.stringify([j.prompt_tokens, j.tokens, j.logprobs])') <(json_get "$work/out0.json" 'JSON.stringify([j.prompt_tokens, j.tokens, j.logprobs])') \
   || fail "experts read from the cpu device differ from the host copy"
 line=$(grep 'expert selections hit' "$work/err2")
 got=$(sed -E 's/.*: ([0-9.]+)% of .*/\1/' <<<"$line"); pred=$(sed -E 's/.*\(plan: ([0-9.]+)%\)/\1/' <<<"$line")
@@ -55,9 +55,22 @@ long=$(seq -s, 1000 1040)
   >/dev/null 2>"$work/err7"
 "$onegpu" run -m "$m" -p "The quick brown fox" --teacher "$long" --json "${fits[@]}" --expert-slots 4 \
   >"$work/m1.json" 2>"$work/err8"
-cmp -s <(json_get "$work/m0.json" 'JSON.stringify(j)') <(json_get "$work/m1.json" 'JSON.stringify(j)') \
+cmp -s <(json_get "$work/m0.json" 'JSON.stringify([j.prompt_tokens, j.tokens, j.logprobs])') <(json_get "$work/m1.json" 'JSON.stringify([j.prompt_tokens, j.tokens, j.logprobs])') \
   || fail "migration changed the result"
 migs=$(sed -nE 's/.*: ([0-9]+) migrations.*/\1/p' "$work/err8")
+# the placement stats in --json: selections = fed tokens x MoE layers x k (the prompt in
+# one step), bytes = (initial + migrations) x one expert's bytes, per-layer rates whole
+node -e '
+const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).placement;
+const [nmoe, k, ntok] = process.argv.slice(2).map(Number);
+if (j.selections !== ntok * nmoe * k) throw new Error("selections " + j.selections);
+if (j.hit_rate_per_moe_layer.length !== nmoe) throw new Error("layers");
+const per = j.selections / nmoe, hits = j.hit_rate_per_moe_layer.reduce((a, r) => a + Math.round(r * per), 0);
+if (hits !== j.hits) throw new Error("per-layer hits " + hits + " vs " + j.hits);
+const one = j.pcie_bytes / (4 * nmoe + j.migrations);
+if (!Number.isInteger(one) || one <= 0) throw new Error("pcie bytes " + j.pcie_bytes);
+' "$work/m1.json" "$n_moe" "$k" "$(( $(json_get "$work/m1.json" 'j.prompt_tokens.length') + 40 ))" \
+  || fail "placement stats in --json: $(json_get "$work/m1.json" 'JSON.stringify(j.placement)')"
 [[ -n $migs && $migs -gt 0 ]] || fail "no migrations: $(cat "$work/err8")"
 still=$(sed -nE 's/.*: ([0-9.]+)% of .*/\1/p' "$work/err7"); moved=$(sed -nE 's/.*: ([0-9.]+)% of .*/\1/p' "$work/err8")
 echo "hit rate over 44 steps, 4 of 16 experts per layer: planned set $still%, migrating $moved% ($migs migrations)"

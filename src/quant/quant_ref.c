@@ -843,38 +843,49 @@ static void q4_K_from_float(const float *x, void *vy, int64_t n) {
             for (int l = 0; l < 32; l++) y[b].qs[j / 2 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
     }
 }
+/* Q4_K and Q5_K share their layout but for Q5_K's fifth bit: element e's quant
+ * is nibble e%32 of the 32-byte group e/64 (low nibbles for the first 32), plus
+ * 16 times bit e/32 of qh[e%32] when qh is given. */
+static inline int k45_quant(const uint8_t *qs, const uint8_t *qh, int e) {
+    uint8_t byte = qs[32 * (e / 64) + e % 32];
+    int q = (e % 64) < 32 ? byte & 0xF : byte >> 4;
+    return qh ? q + 16 * ((qh[e % 32] >> (e / 32)) & 1) : q;
+}
+
+static void k45_block_to_float(uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *qs,
+                               const uint8_t *qh, float *y) {
+    float d = FP16(d16), dmin = FP16(dmin16);
+    for (int e = 0; e < OG_QK_K; e++) {
+        uint8_t sc, m;
+        scale_min_k4(e / 32, scales, &sc, &m);
+        y[e] = d * (float)sc * (float)k45_quant(qs, qh, e) - dmin * (float)m;
+    }
+}
+
+/* d * sum_j sc_j (q . y)_j - dmin * sum_j m_j (y sums of sub-block j) */
+static float k45_block_dot(uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                           const og_block_q8_K *y) {
+    int isum = 0, summs = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        scale_min_k4(j, scales, &sc, &m);
+        int is = 0;
+        for (int e = 32 * j; e < 32 * j + 32; e++) is += y->qs[e] * k45_quant(qs, qh, e);
+        isum += sc * is;
+        summs += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+    return FP16(d16) * y->d * (float)isum - FP16(dmin16) * y->d * (float)summs;
+}
+
 static void q4_K_to_float(const void *vx, float *y, int64_t n) {
     const og_block_q4_K *x = vx;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        float d = FP16(x[b].d), dmin = FP16(x[b].dmin);
-        for (int e = 0; e < OG_QK_K; e++) {
-            uint8_t sc, m;
-            scale_min_k4(e / 32, x[b].scales, &sc, &m);
-            uint8_t byte = x[b].qs[32 * (e / 64) + e % 32];
-            int q = (e % 64) < 32 ? byte & 0xF : byte >> 4;
-            *y++ = d * (float)sc * (float)q - dmin * (float)m;
-        }
-    }
+    for (int64_t b = 0; b < n / OG_QK_K; b++, y += OG_QK_K) k45_block_to_float(x[b].d, x[b].dmin, x[b].scales, x[b].qs, NULL, y);
 }
 static void q4_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q4_K *x = vx;
     const og_block_q8_K *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        int isum = 0, summs = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            scale_min_k4(j, x[b].scales, &sc, &m);
-            int is = 0;
-            for (int e = 32 * j; e < 32 * j + 32; e++) {
-                uint8_t byte = x[b].qs[32 * (e / 64) + e % 32];
-                is += y[b].qs[e] * ((e % 64) < 32 ? byte & 0xF : byte >> 4);
-            }
-            isum += sc * is;
-            summs += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-        }
-        sum += FP16(x[b].d) * y[b].d * (float)isum - FP16(x[b].dmin) * y[b].d * (float)summs;
-    }
+    for (int64_t b = 0; b < n / OG_QK_K; b++) sum += k45_block_dot(x[b].d, x[b].dmin, x[b].scales, x[b].qs, NULL, &y[b]);
     *s = sum;
 }
 
@@ -893,37 +904,14 @@ static void q5_K_from_float(const float *x, void *vy, int64_t n) {
 }
 static void q5_K_to_float(const void *vx, float *y, int64_t n) {
     const og_block_q5_K *x = vx;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        float d = FP16(x[b].d), dmin = FP16(x[b].dmin);
-        for (int e = 0; e < OG_QK_K; e++) {
-            uint8_t sc, m;
-            scale_min_k4(e / 32, x[b].scales, &sc, &m);
-            uint8_t byte = x[b].qs[32 * (e / 64) + e % 32];
-            int q = ((e % 64) < 32 ? byte & 0xF : byte >> 4) + 16 * ((x[b].qh[e % 32] >> (e / 32)) & 1);
-            *y++ = d * (float)sc * (float)q - dmin * (float)m;
-        }
-    }
+    for (int64_t b = 0; b < n / OG_QK_K; b++, y += OG_QK_K)
+        k45_block_to_float(x[b].d, x[b].dmin, x[b].scales, x[b].qs, x[b].qh, y);
 }
 static void q5_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q5_K *x = vx;
     const og_block_q8_K *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        int isum = 0, summs = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            scale_min_k4(j, x[b].scales, &sc, &m);
-            int is = 0;
-            for (int e = 32 * j; e < 32 * j + 32; e++) {
-                uint8_t byte = x[b].qs[32 * (e / 64) + e % 32];
-                int q = ((e % 64) < 32 ? byte & 0xF : byte >> 4) + 16 * ((x[b].qh[e % 32] >> (e / 32)) & 1);
-                is += y[b].qs[e] * q;
-            }
-            isum += sc * is;
-            summs += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-        }
-        sum += FP16(x[b].d) * y[b].d * (float)isum - FP16(x[b].dmin) * y[b].d * (float)summs;
-    }
+    for (int64_t b = 0; b < n / OG_QK_K; b++) sum += k45_block_dot(x[b].d, x[b].dmin, x[b].scales, x[b].qs, x[b].qh, &y[b]);
     *s = sum;
 }
 

@@ -185,34 +185,43 @@ static void q4_1_to_float(const void *vx, float *y, int64_t n) {
     }
 }
 
+/* Q5_0 and Q5_1 store 32 five-bit quants the same way: low nibbles of elements
+ * j and j+16 share qs[j], their fifth bits are bits j and j+16 of qh. */
+static void q5_pack(const uint8_t L[32], uint8_t qs[16], uint8_t qh_out[4]) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (L[j] & 0x0F) | (uint8_t)((L[j + 16] & 0x0F) << 4);
+        qh |= (uint32_t)((L[j] & 0x10) >> 4) << j;
+        qh |= (uint32_t)((L[j + 16] & 0x10) >> 4) << (j + 16);
+    }
+    memcpy(qh_out, &qh, 4);
+}
+static void q5_unpack(const uint8_t qs[16], const uint8_t qh_in[4], int q[32]) {
+    uint32_t qh;
+    memcpy(&qh, qh_in, 4);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
+        q[j + 16] = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+    }
+}
+
 static void q5_0_from_float(const float *x, void *vy, int64_t n) {
     og_block_q5_0 *y = vy;
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
         float d = signed_absmax(x, 32, NULL) / -16, id = d ? 1.0f / d : 0.0f;
         y[b].d = TO_FP16(d);
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; j++) {
-            uint8_t lo = (uint8_t)MINI(31, (int8_t)(x[j] * id + 16.5f));
-            uint8_t hi = (uint8_t)MINI(31, (int8_t)(x[j + 16] * id + 16.5f));
-            y[b].qs[j] = (lo & 0x0F) | (uint8_t)((hi & 0x0F) << 4);
-            qh |= (uint32_t)((lo & 0x10) >> 4) << j;
-            qh |= (uint32_t)((hi & 0x10) >> 4) << (j + 16);
-        }
-        memcpy(y[b].qh, &qh, 4);
+        uint8_t L[32];
+        for (int j = 0; j < 32; j++) L[j] = (uint8_t)MINI(31, (int8_t)(x[j] * id + 16.5f));
+        q5_pack(L, y[b].qs, y[b].qh);
     }
 }
 static void q5_0_to_float(const void *vx, float *y, int64_t n) {
     const og_block_q5_0 *x = vx;
     for (int64_t b = 0; b < n / 32; b++, y += 32) {
         float d = FP16(x[b].d);
-        uint32_t qh;
-        memcpy(&qh, x[b].qh, 4);
-        for (int j = 0; j < 16; j++) {
-            int lo = (x[b].qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
-            int hi = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            y[j] = d * (float)(lo - 16);
-            y[j + 16] = d * (float)(hi - 16);
-        }
+        int q[32];
+        q5_unpack(x[b].qs, x[b].qh, q);
+        for (int j = 0; j < 32; j++) y[j] = d * (float)(q[j] - 16);
     }
 }
 
@@ -224,29 +233,18 @@ static void q5_1_from_float(const float *x, void *vy, int64_t n) {
         float d = (mx - mn) / 31, id = d ? 1.0f / d : 0.0f;
         y[b].d = TO_FP16(d);
         y[b].m = TO_FP16(mn);
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; j++) {
-            uint8_t lo = (uint8_t)((x[j] - mn) * id + 0.5f);
-            uint8_t hi = (uint8_t)((x[j + 16] - mn) * id + 0.5f);
-            y[b].qs[j] = (lo & 0x0F) | (uint8_t)((hi & 0x0F) << 4);
-            qh |= (uint32_t)((lo & 0x10) >> 4) << j;
-            qh |= (uint32_t)((hi & 0x10) >> 4) << (j + 16);
-        }
-        memcpy(y[b].qh, &qh, 4);
+        uint8_t L[32];
+        for (int j = 0; j < 32; j++) L[j] = (uint8_t)((x[j] - mn) * id + 0.5f);
+        q5_pack(L, y[b].qs, y[b].qh);
     }
 }
 static void q5_1_to_float(const void *vx, float *y, int64_t n) {
     const og_block_q5_1 *x = vx;
     for (int64_t b = 0; b < n / 32; b++, y += 32) {
         float d = FP16(x[b].d), m = FP16(x[b].m);
-        uint32_t qh;
-        memcpy(&qh, x[b].qh, 4);
-        for (int j = 0; j < 16; j++) {
-            int lo = (x[b].qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
-            int hi = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            y[j] = d * (float)lo + m;
-            y[j + 16] = d * (float)hi + m;
-        }
+        int q[32];
+        q5_unpack(x[b].qs, x[b].qh, q);
+        for (int j = 0; j < 32; j++) y[j] = d * (float)q[j] + m;
     }
 }
 

@@ -402,38 +402,27 @@ static void q4_1_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     }
     *s = sum;
 }
+/* sum of (q[j] - offset) * y[j] over a Q5 block's 32 quants */
+static int q5_dot(const uint8_t qs[16], const uint8_t qh[4], int offset, const int8_t y[32]) {
+    int q[32], isum = 0;
+    q5_unpack(qs, qh, q);
+    for (int j = 0; j < 32; j++) isum += (q[j] - offset) * y[j];
+    return isum;
+}
 static void q5_0_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q5_0 *x = vx;
     const og_block_q8_0 *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / 32; b++) {
-        uint32_t qh;
-        memcpy(&qh, x[b].qh, 4);
-        int isum = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = ((x[b].qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4)) - 16;
-            int hi = ((x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4)) - 16;
-            isum += lo * y[b].qs[j] + hi * y[b].qs[j + 16];
-        }
-        sum += (float)isum * (FP16(x[b].d) * FP16(y[b].d));
-    }
+    for (int64_t b = 0; b < n / 32; b++)
+        sum += (float)q5_dot(x[b].qs, x[b].qh, 16, y[b].qs) * (FP16(x[b].d) * FP16(y[b].d));
     *s = sum;
 }
 static void q5_1_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q5_1 *x = vx;
     const og_block_q8_1 *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / 32; b++) {
-        uint32_t qh;
-        memcpy(&qh, x[b].qh, 4);
-        int isum = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = (x[b].qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
-            int hi = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            isum += lo * y[b].qs[j] + hi * y[b].qs[j + 16];
-        }
-        sum += (FP16(x[b].d) * FP16(y[b].d)) * (float)isum + FP16(x[b].m) * FP16(y[b].s);
-    }
+    for (int64_t b = 0; b < n / 32; b++)
+        sum += (FP16(x[b].d) * FP16(y[b].d)) * (float)q5_dot(x[b].qs, x[b].qh, 0, y[b].qs) + FP16(x[b].m) * FP16(y[b].s);
     *s = sum;
 }
 static void q8_0_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {

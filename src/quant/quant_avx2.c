@@ -106,30 +106,44 @@ static inline int k4_mins_dot(const uint8_t m[8], const int16_t *bsums) {
     return hsum_epi32(_mm256_mullo_epi32(pair, md));
 }
 
+/* One Q4_K or Q5_K block (qh NULL for Q4_K) against a Q8_K block: adds
+ * d * sum_j sc_j (q . y)_j to *acc and dmin * sum_j m_j bsums_j to *mins. Inlined
+ * into both dots, so the Q4_K copy carries no fifth-bit work. */
+static inline __attribute__((always_inline)) void k45_block(uint16_t d, uint16_t dmin, const uint8_t *scales,
+                                                            const uint8_t *qs, const uint8_t *qh_bytes,
+                                                            const og_block_q8_K *y, __m256 *acc, float *mins) {
+    uint8_t sc[8], m[8];
+    k4_unpack(scales, sc, m);
+    const float dy = y->d;
+    *mins += FP16(dmin) * dy * (float)k4_mins_dot(m, y->bsums);
+    __m256i isum = _mm256_setzero_si256();
+    const __m256i qh = qh_bytes ? _mm256_loadu_si256((const __m256i *)qh_bytes) : _mm256_setzero_si256();
+    const uint8_t *q = qs;
+    const int8_t *q8 = y->qs;
+    for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)q);
+        __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+        if (qh_bytes) { /* 5th bit of element 64c+l is bit 2c of qh[l], of 64c+32+l bit 2c+1 */
+            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), _mm256_set1_epi8(1));
+            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), _mm256_set1_epi8(1));
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+        }
+        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
+    }
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(d) * dy), *acc);
+}
+
 static void q4_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q4_K *x = vx;
     const og_block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps();
     float mins = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        uint8_t sc[8], m[8];
-        k4_unpack(x[b].scales, sc, m);
-        const float dy = y[b].d;
-        mins += FP16(x[b].dmin) * dy * (float)k4_mins_dot(m, y[b].bsums);
-        __m256i isum = _mm256_setzero_si256();
-        const uint8_t *q = x[b].qs;
-        const int8_t *q8 = y[b].qs;
-        for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)q);
-            __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(x[b].d) * dy), acc);
-    }
+    for (int64_t b = 0; b < n / OG_QK_K; b++) k45_block(x[b].d, x[b].dmin, x[b].scales, x[b].qs, NULL, &y[b], &acc, &mins);
     *s = hsum_ps(acc) - mins;
 }
 
@@ -138,30 +152,8 @@ static void q5_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps();
     float mins = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        uint8_t sc[8], m[8];
-        k4_unpack(x[b].scales, sc, m);
-        const float dy = y[b].d;
-        mins += FP16(x[b].dmin) * dy * (float)k4_mins_dot(m, y[b].bsums);
-        __m256i isum = _mm256_setzero_si256();
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[b].qh);
-        const uint8_t *q = x[b].qs;
-        const int8_t *q8 = y[b].qs;
-        for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)q);
-            /* 5th bit of element 64c+l is bit 2c of qh[l], of 64c+32+l bit 2c+1 */
-            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), _mm256_set1_epi8(1));
-            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), _mm256_set1_epi8(1));
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_slli_epi16(h0, 4));
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)),
-                                         _mm256_slli_epi16(h1, 4));
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(x[b].d) * dy), acc);
-    }
+    for (int64_t b = 0; b < n / OG_QK_K; b++)
+        k45_block(x[b].d, x[b].dmin, x[b].scales, x[b].qs, x[b].qh, &y[b], &acc, &mins);
     *s = hsum_ps(acc) - mins;
 }
 

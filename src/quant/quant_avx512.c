@@ -56,6 +56,14 @@ static void q8_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
 }
 
 /* 32 bytes of two nibble planes -> 64 bytes: low nibbles, then high nibbles. */
+/* sum of the 8 lanes, in the order (0+4, 1+5, 2+6, 3+7) pairwise */
+static inline float hsum256_ps(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
 static inline __m512i nibbles64(const uint8_t *q) {
     __m256i v = _mm256_loadu_si256((const __m256i *)q);
     __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
@@ -89,10 +97,7 @@ static void q4_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
         }
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * dy), acc);
     }
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(macc), _mm256_extractf128_ps(macc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    *s = _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(h);
+    *s = _mm512_reduce_add_ps(acc) - hsum256_ps(macc);
 }
 
 /* Q2_K: a 2-bit quant q times its 4-bit scale is at most 45, so q*sc fits a byte
@@ -134,10 +139,7 @@ static void q2_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
         }
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * dy), acc);
     }
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(macc), _mm256_extractf128_ps(macc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    *s = _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(h);
+    *s = _mm512_reduce_add_ps(acc) - hsum256_ps(macc);
 }
 
 static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {

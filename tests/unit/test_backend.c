@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "kernels_fixture.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -141,13 +143,8 @@ static void test_matmul(void **state) {
 /* Several jobs in one run give bitwise what each gives alone. */
 static void test_matmul_multi(void **state) {
     (void)state;
-    og_kernels k;
-    og_cpu_features f;
-    og_cpu_detect(&f);
-    og_isa isa;
-    char err[256], note[128];
-    og_isa_choose(&f, NULL, &isa, note, sizeof note, err, sizeof err);
-    og_kernels_init(isa, &k);
+    og_kernels k = fx_best_kernels();
+    char err[256];
     og_pool *pool;
     assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
     static const og_ggml_type types[3] = {OG_TYPE_Q4_K, OG_TYPE_Q8_0, OG_TYPE_F32};

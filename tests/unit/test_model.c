@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "kernels_fixture.h"
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -319,13 +321,7 @@ static void test_batch_invariance(void **state) {
     char err[512];
     assert_int_equal(og_model_load(g_models[0], NULL, &m, err, sizeof err), OG_OK);
     const int32_t V = (int32_t)m->hp.n_vocab;
-    og_cpu_features f;
-    og_cpu_detect(&f);
-    og_isa isa;
-    char note[128];
-    og_isa_choose(&f, NULL, &isa, note, sizeof note, err, sizeof err);
-    og_kernels k;
-    og_kernels_init(isa, &k);
+    og_kernels k = fx_best_kernels();
     og_pool *pool;
     og_pool_create(2, NULL, &pool, err, sizeof err);
     og_run_ctx rc = {.kern = &k, .pool = pool};

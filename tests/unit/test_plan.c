@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "kernels_fixture.h"
+
 #include "og_moe.h"
 
 #include <jansson.h>
@@ -329,13 +331,7 @@ static void test_cpu_device(void **state) {
 
     /* forward: reading experts from the device, with the migrator moving them
      * between steps, gives bitwise the logits of the host-only run */
-    og_cpu_features f;
-    og_cpu_detect(&f);
-    og_isa isa;
-    char note[128];
-    og_isa_choose(&f, NULL, &isa, note, sizeof note, err, sizeof err);
-    og_kernels k;
-    og_kernels_init(isa, &k);
+    og_kernels k = fx_best_kernels();
     og_migrator *mg;
     assert_int_equal(og_migrator_create(NL, E, 2, 1, 0.85, &mg, err, sizeof err), OG_OK);
     uint64_t counts[4 * 16] = {0};

@@ -124,6 +124,10 @@ void og_random_key(uint64_t key[2]);
 
 /* True if s (n bytes) is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
 bool og_utf8_valid(const char *s, size_t n);
+/* Copies s (n bytes) to out (room for 3 n bytes) with each maximal invalid
+ * subpart replaced by U+FFFD (Unicode 15 §3.9 "Substitution of Maximal
+ * Subparts", as WHATWG's decoder does); returns the bytes written. Never fails. */
+size_t og_utf8_repair(const char *s, size_t n, char *out);
 
 /* Writes s (n bytes) into out as printable text: control bytes and invalid UTF-8
  * become \xNN, output cut to outlen-1 bytes with "..." when longer. Used wherever

@@ -162,3 +162,29 @@ og_status og_write_file_atomic(const char *path, const void *data, size_t len, c
     free(tmp);
     return OG_OK;
 }
+
+size_t og_utf8_repair(const char *s, size_t n, char *out) {
+    size_t k = 0;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        /* the second byte's range depends on the first (no overlongs, surrogates, > U+10FFFF) */
+        unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+        size_t got = len ? 1 : 0;
+        if (len > 1 && i + 1 < n && u[i + 1] >= lo && u[i + 1] <= hi) {
+            got = 2;
+            while (got < len && i + got < n && u[i + got] >= 0x80 && u[i + got] <= 0xBF) got++;
+        }
+        if (len && got == len) {
+            memcpy(out + k, s + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(out + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i += got ? got : 1;
+        }
+    }
+    return k;
+}

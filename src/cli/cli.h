@@ -16,6 +16,7 @@ int og_cmd_bench_placement(int argc, char **argv);
 int og_cmd_tokenize(int argc, char **argv);
 int og_cmd_run(int argc, char **argv);
 int og_cmd_plan(int argc, char **argv);
+int og_cmd_serve(int argc, char **argv);
 
 /* One line for `run` and `serve` at start: device and host bytes, resident
  * experts and the predicted device share (defined in cmd_plan.c). */

@@ -17,23 +17,7 @@ static json_t *json_str_lossy(const char *s, size_t n) {
     if (j) return j;
     char *buf = malloc(n * 3 + 1);
     if (!buf) return json_null();
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        json_t *probe = (len && i + len <= n) ? json_stringn(s + i, len) : NULL;
-        if (probe) {
-            json_decref(probe);
-            memcpy(buf + o, s + i, len);
-            o += len;
-            i += len;
-        } else {
-            memcpy(buf + o, "\xef\xbf\xbd", 3);
-            o += 3;
-            i++;
-        }
-    }
-    j = json_stringn(buf, o);
+    j = json_stringn(buf, og_utf8_repair(s, n, buf));
     free(buf);
     return j ? j : json_null();
 }

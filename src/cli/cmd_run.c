@@ -7,6 +7,7 @@
 #include "og_policy.h"
 #include "og_sampler.h"
 #include "og_tokenizer.h"
+#include "placement.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -206,11 +207,7 @@ int og_cmd_run(int argc, char **argv) {
     int rc = OG_EXIT_OK;
     og_ids ids = {0};
     char *text = NULL;
-    og_migrator *mig = NULL;
-    og_device *device = NULL;
-    og_expert_cache *dev = NULL;
-    og_expert_stats stats = {0};
-    uint8_t *resident = NULL;
+    og_cli_placement pl = {0};
     const size_t n_le = (size_t)m->hp.n_layer * m->hp.n_expert;
     if (save_trace && m->hp.n_expert > 65536) {
         fprintf(stderr, "onegpu run: --save-trace holds expert ids below 65536; this model has %u experts\n",
@@ -218,38 +215,12 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    if ((have_vram || save_profile || save_trace) && n_le) {
-        stats.counts = calloc(n_le, sizeof *stats.counts);
-        stats.layer_routes = calloc(m->hp.n_layer, sizeof *stats.layer_routes);
-        stats.layer_hits = calloc(m->hp.n_layer, sizeof *stats.layer_hits);
-        if (have_vram && (resident = malloc(n_le)) && og_plan_resident(&plan, profile, resident)) {
-            free(resident);
-            resident = NULL; /* reported as out of memory below */
-        }
-        stats.resident = resident;
-    }
-    /* no GPU backend yet: the cpu device plays it (a budget of --vram), holding
-     * the resident experts in the plan's slots */
-    if (have_vram && !resident) {
-        fprintf(stderr, "onegpu run: out of memory\n");
-        rc = OG_EXIT_USAGE;
+    if ((rc = og_cli_placement_setup("onegpu run", m, &plan, profile, have_vram ? pin.vram : 0, migrate,
+                                     save_profile || save_trace, &pl)))
         goto out;
-    }
-    if (have_vram) {
-        char pb[32];
-        if (og_device_cpu_create(pin.vram, &device, err, sizeof err) ||
-            og_expert_cache_create(m, plan.slots, device, &dev, err, sizeof err) ||
-            og_expert_cache_load(dev, m, resident, err, sizeof err) ||
-            (migrate && og_migrator_create(m->hp.n_layer, m->hp.n_expert, (uint32_t)migrate, 8, 0.85, &mig, err,
-                                           sizeof err))) {
-            fprintf(stderr, "onegpu run: %s\n", err);
-            rc = OG_EXIT_USAGE;
-            goto out;
-        }
-        stats.resident = dev->resident; /* follows the migrations */
-        fprintf(stderr, "onegpu run: cpu device: %llu experts resident, %s copied host->device\n",
-                (unsigned long long)dev->n_resident, og_fmt_bytes(dev->pcie_bytes, pb, sizeof pb));
-    }
+    og_migrator *mig = pl.mig;
+    og_expert_cache *dev = pl.dev;
+    og_expert_stats stats = pl.stats;
     if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s: %s\n", model_path, err);
         rc = OG_EXIT_BAD_INPUT;
@@ -438,29 +409,15 @@ int og_cmd_run(int argc, char **argv) {
     }
     free(snap);
     free(tsel);
-    if (!st && save_profile && stats.counts) {
-        if (profile)
-            for (size_t i = 0; i < n_le; i++) stats.counts[i] += profile[i];
-        for (size_t i = 0; i < n_le; i++) /* saturate: the file stays readable */
-            if (stats.counts[i] > (uint64_t)OG_PROFILE_COUNT_MAX) stats.counts[i] = (uint64_t)OG_PROFILE_COUNT_MAX;
-        if (og_profile_write(save_profile, m->hp.n_layer, m->hp.n_expert, stats.counts, err, sizeof err)) {
-            fprintf(stderr, "onegpu run: --save-profile: %s\n", err);
-            rc = OG_EXIT_USAGE;
-        }
-    }
+    pl.stats = stats;
+    if (!st && save_profile && !rc) rc = og_cli_placement_save_profile("onegpu run", m, &pl, profile, save_profile);
     json_decref(jt);
     json_decref(jl);
     free(logits);
     og_kv_free(&kv);
     og_sampler_free(smp);
 out:
-    og_migrator_free(mig);
-    og_expert_cache_free(dev);
-    og_device_destroy(device);
-    free(stats.counts);
-    free(stats.layer_routes);
-    free(stats.layer_hits);
-    free(resident);
+    og_cli_placement_free(&pl);
     free(profile);
     og_plan_free(&plan);
     free(text);

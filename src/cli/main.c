@@ -14,6 +14,7 @@ static const struct {
     int (*fn)(int, char **);
     const char *summary;
 } commands[] = {
+    {"serve", og_cmd_serve, "OpenAI-compatible HTTP server (continuous batching, SSE, /metrics) on port 8090"},
     {"gguf", og_cmd_gguf, "inspect a GGUF file: header, metadata, tensors, bytes per role"},
     {"make-model", og_cmd_make_model, "write a synthetic DeepSeek-class (deepseek2) GGUF model"},
     {"plan", og_cmd_plan, "the device/host layout for a model on this machine (header only; exit 3: does not fit)"},
@@ -29,7 +30,6 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "  %-12s %s\n", "help", "show this list");
-    fprintf(out, "\nnot yet built: serve (see the project's open issues)\n");
 }
 
 int main(int argc, char **argv) {

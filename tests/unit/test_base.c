@@ -8,6 +8,33 @@
 
 #include "og_base.h"
 
+/* Expected outputs worked out by hand from Unicode 15 §3.9 (one U+FFFD per
+ * maximal subpart; the same as WHATWG's TextDecoder). */
+static void test_utf8_repair(void **state) {
+    (void)state;
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"plain", "plain"},
+        {"caf\xC3\xA9", "caf\xC3\xA9"},                       /* valid 2-byte */
+        {"a\xFF" "b", "a\xEF\xBF\xBD" "b"},                     /* never-valid byte */
+        {"\xE2\x82", "\xEF\xBF\xBD"},                          /* truncated 3-byte: one subpart */
+        {"\xE2\x82" "x", "\xEF\xBF\xBD" "x"},
+        {"\xF0\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* overlong lead: each byte */
+        {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* surrogate */
+        {"\xF0\x9F\x98", "\xEF\xBF\xBD"},                     /* truncated 4-byte */
+        {"\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80"},             /* U+1F600 */
+        {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},             /* C0 never valid */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char out[64];
+        size_t n = og_utf8_repair(cases[i].in, strlen(cases[i].in), out);
+        assert_int_equal(n, strlen(cases[i].out));
+        assert_memory_equal(out, cases[i].out, n);
+        assert_true(og_utf8_valid(out, n));
+    }
+}
+
 static void test_parse_size(void **state) {
     (void)state;
     static const struct { const char *s; uint64_t v; } ok[] = {
@@ -76,7 +103,7 @@ static void test_printable(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_size), cmocka_unit_test(test_fmt_bytes),
+        cmocka_unit_test(test_parse_size), cmocka_unit_test(test_utf8_repair), cmocka_unit_test(test_fmt_bytes),
         cmocka_unit_test(test_fnv1a), cmocka_unit_test(test_checked_math), cmocka_unit_test(test_printable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,298 @@
+/* `onegpu serve`: the OpenAI-compatible server. Order of events: plan (header
+ * only; refuse before anything is loaded), listen (/health 503 "loading"),
+ * load the model and start the scheduler (/health 200), serve until SIGTERM or
+ * SIGINT, then stop admitting, let running requests finish for --grace
+ * seconds, cancel the rest, and exit 0. */
+#include "cli.h"
+#include "og_engine.h"
+#include "og_moe.h"
+#include "og_policy.h"
+#include "og_server.h"
+#include "placement.h"
+
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: onegpu serve -m MODEL.gguf [--host ADDR] [--port P] [--api-key KEY] [--alias ID]\n"
+            "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T]\n"
+            "                    [--vram SIZE [--ram SIZE] [--reserve SIZE] [--expert-slots N|all]\n"
+            "                     [--profile FILE] [--save-profile FILE] [--migrate N]]\n"
+            "  OpenAI-compatible API at http://HOST:PORT/v1 (chat/completions, completions, models),\n"
+            "  /health (503 while loading) and /metrics (Prometheus text).\n"
+            "  --host ADDR        address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
+            "  --port P           TCP port (default 8090; 0 = any free port, printed at start)\n"
+            "  --api-key KEY      require 'Authorization: Bearer KEY' (also ONEGPU_API_KEY)\n"
+            "  --alias ID         model id in /v1/models and responses (default: the file name without .gguf)\n"
+            "  --ctx N            positions per sequence, prompt + output (default: the model's, at most 4096)\n"
+            "  --parallel N       sequences served at once (default 4); --queue N more wait (default 64; then 503)\n"
+            "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
+            "  --max-body SIZE    request body limit (default 4M; 413 beyond)\n"
+            "  --timeout S        idle connection timeout, seconds (default 600)\n"
+            "  --grace S          on SIGTERM, seconds running requests may take to finish (default 30)\n"
+            "  --threads T        CPU threads (default: the CPUs this process may use)\n"
+            "placement (as onegpu plan; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
+            "  --vram SIZE ...    the cpu device plays the GPU with SIZE bytes; hit rate and migrations in /metrics\n"
+            "  --migrate N        experts per layer moved into the device between steps (default 2)\n"
+            "  --save-profile F   writes the expert selection counts at shutdown (for --profile)\n");
+}
+
+static double parse_seconds(const char *s, bool *bad) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= 0) || v > 1e7) *bad = true;
+    return v;
+}
+
+int og_cmd_serve(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},      {"host", required_argument, 0, 'H'},
+        {"port", required_argument, 0, 'p'},       {"api-key", required_argument, 0, 'k'},
+        {"alias", required_argument, 0, 'a'},      {"ctx", required_argument, 0, 'C'},
+        {"parallel", required_argument, 0, 'P'},   {"batch-tokens", required_argument, 0, 'B'},
+        {"queue", required_argument, 0, 'Q'},      {"threads", required_argument, 0, 't'},
+        {"max-body", required_argument, 0, 'b'},   {"timeout", required_argument, 0, 'T'},
+        {"grace", required_argument, 0, 'g'},      {"vram", required_argument, 0, 'V'},
+        {"ram", required_argument, 0, 'R'},        {"reserve", required_argument, 0, 'r'},
+        {"expert-slots", required_argument, 0, 'e'}, {"profile", required_argument, 0, 'f'},
+        {"save-profile", required_argument, 0, 's'}, {"migrate", required_argument, 0, 'M'},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+    const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
+    const char *profile_path = NULL, *save_profile = NULL;
+    uint32_t ctx = 0, parallel = 4, batch_tokens = 512, queue = 64, threads = 0;
+    long port = 8090, migrate = 2;
+    uint64_t max_body = 4u << 20;
+    double timeout = 600, grace = 30;
+    bool bad = false, have_vram = false, have_ram = false, migrate_set = false;
+    og_plan_input pin = {.reserve = 512ull << 20, .kv_bytes_per_elem = 4, .slots_override = -1};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'm': model_path = optarg; break;
+        case 'H': host = optarg; break;
+        case 'p':
+            port = strtol(optarg, &end, 10);
+            bad |= end == optarg || *end || port < 0 || port > 65535;
+            break;
+        case 'k': api_key = optarg; break;
+        case 'a': alias = optarg; break;
+        case 'C': bad |= !og_cli_parse_count(optarg, &ctx); break;
+        case 'P': bad |= !og_cli_parse_count(optarg, &parallel) || parallel > 4096; break;
+        case 'B': bad |= !og_cli_parse_count(optarg, &batch_tokens) || batch_tokens > (1u << 20); break;
+        case 'Q':
+            queue = (uint32_t)strtoul(optarg, &end, 10);
+            bad |= end == optarg || *end || optarg[0] == '-' || queue > 1000000;
+            break;
+        case 't': bad |= !og_cli_parse_count(optarg, &threads) || threads > 4096; break;
+        case 'b': bad |= og_parse_size(optarg, &max_body) != OG_OK || max_body < 1024 || max_body > (1ull << 31); break;
+        case 'T': timeout = parse_seconds(optarg, &bad); break;
+        case 'g': grace = parse_seconds(optarg, &bad); break;
+        case 'V': bad |= og_parse_size(optarg, &pin.vram) != OG_OK; have_vram = true; break;
+        case 'R': bad |= og_parse_size(optarg, &pin.ram) != OG_OK; have_ram = true; break;
+        case 'r': bad |= og_parse_size(optarg, &pin.reserve) != OG_OK; break;
+        case 'e':
+            if (!strcmp(optarg, "all")) pin.slots_override = -2;
+            else {
+                long v = strtol(optarg, &end, 10);
+                bad |= end == optarg || *end || v < 0;
+                pin.slots_override = v;
+            }
+            break;
+        case 'f': profile_path = optarg; break;
+        case 's': save_profile = optarg; break;
+        case 'M':
+            migrate = strtol(optarg, &end, 10);
+            migrate_set = true;
+            bad |= end == optarg || *end || migrate < 0 || migrate > 1000000;
+            break;
+        case 'h': usage(stdout); return OG_EXIT_OK;
+        default: usage(stderr); return OG_EXIT_USAGE;
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "onegpu serve: a flag has a bad value (see onegpu serve --help)\n");
+        return OG_EXIT_USAGE;
+    }
+    if (!model_path || optind != argc) {
+        usage(stderr);
+        return OG_EXIT_USAGE;
+    }
+    if (batch_tokens < parallel) {
+        fprintf(stderr, "onegpu serve: --batch-tokens (%u) must be at least --parallel (%u): every decoding sequence "
+                        "gets a token each step\n", batch_tokens, parallel);
+        return OG_EXIT_USAGE;
+    }
+    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1 || migrate_set)) {
+        fprintf(stderr, "onegpu serve: --ram, --profile, --expert-slots and --migrate plan for a device: give --vram too\n");
+        return OG_EXIT_USAGE;
+    }
+    if (save_profile) {
+        char werr[512];
+        if (og_check_writable(save_profile, werr, sizeof werr)) {
+            fprintf(stderr, "onegpu serve: --save-profile %s\n", werr);
+            return OG_EXIT_USAGE;
+        }
+    }
+    char err[1024], note[256];
+    /* the model's context bounds --ctx; read from the header only */
+    og_gguf *hg;
+    og_hparams hph;
+    if (og_gguf_open(model_path, OG_GGUF_HEADER_ONLY, &hg, err, sizeof err) ||
+        (og_hparams_read(hg, NULL, &hph, err, sizeof err) && (og_gguf_close(hg), 1))) {
+        fprintf(stderr, "onegpu serve: %s\n", err);
+        return OG_EXIT_BAD_INPUT;
+    }
+    if (!ctx) ctx = hph.n_ctx_train < 4096 ? hph.n_ctx_train : 4096;
+    if (ctx > hph.n_ctx_train || ctx < 2) {
+        og_gguf_close(hg);
+        fprintf(stderr, "onegpu serve: --ctx %u is outside 2..%u, the model's context\n", ctx, hph.n_ctx_train);
+        return OG_EXIT_USAGE;
+    }
+    og_plan plan = {0};
+    uint64_t *profile = NULL;
+    og_status pst = OG_OK;
+    if (have_vram) {
+        if (!have_ram) {
+            uint64_t avail, limit;
+            pin.ram = og_sys_memory(&avail, &limit) == OG_OK ? (avail < limit ? avail : limit) : UINT64_MAX;
+        }
+        pin.ctx = ctx;
+        pin.parallel = parallel;
+        pin.batch_tokens = batch_tokens;
+        if (profile_path) pst = og_profile_read(profile_path, hph.n_layer, hph.n_expert, &profile, err, sizeof err);
+        pin.profile = profile;
+        if (!pst) pst = og_plan_make(hg, &pin, &plan, err, sizeof err);
+    }
+    og_gguf_close(hg);
+    if (pst) {
+        fprintf(stderr, "onegpu serve: %s\n", err);
+        free(profile);
+        return OG_EXIT_BAD_INPUT;
+    }
+    if (have_vram && !plan.fits) {
+        fprintf(stderr, "onegpu serve: does not fit: %s\n", plan.reason);
+        og_plan_free(&plan);
+        free(profile);
+        return OG_EXIT_REFUSED;
+    }
+    if (have_vram) og_cli_plan_line(stderr, &plan, profile != NULL);
+
+    /* signals go to sigwait below, never to a worker thread */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char model_id[256];
+    if (alias) snprintf(model_id, sizeof model_id, "%s", alias);
+    else {
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof tmp, "%s", model_path);
+        snprintf(model_id, sizeof model_id, "%s", basename(tmp));
+        size_t l = strlen(model_id);
+        if (l > 5 && !strcmp(model_id + l - 5, ".gguf")) model_id[l - 5] = 0;
+    }
+    og_cpu_features feat;
+    og_cpu_detect(&feat);
+    og_isa isa;
+    if (og_isa_choose(&feat, getenv("ONEGPU_CPU_ISA"), &isa, note, sizeof note, err, sizeof err)) {
+        fprintf(stderr, "onegpu serve: %s\n", err);
+        og_plan_free(&plan);
+        free(profile);
+        return OG_EXIT_USAGE;
+    }
+    if (note[0]) fprintf(stderr, "onegpu serve: %s\n", note);
+    char fingerprint[64];
+    snprintf(fingerprint, sizeof fingerprint, "onegpu-0.1.0-%s", og_isa_name(isa));
+    og_logger lg = {.level = OG_LOG_WARN, .out = stderr};
+    og_server_config scfg = {.host = host, .port = (int)port, .api_key = api_key, .max_body = (size_t)max_body,
+                             .timeout_s = (unsigned)timeout, .max_connections = parallel + queue + 64,
+                             .model_id = model_id, .fingerprint = fingerprint, .log = &lg};
+    og_server *srv;
+    if (og_server_start(&scfg, &srv, err, sizeof err)) {
+        fprintf(stderr, "onegpu serve: %s\n", err);
+        og_plan_free(&plan);
+        free(profile);
+        return OG_EXIT_USAGE;
+    }
+    fprintf(stderr, "onegpu serve: listening on http://%s:%d/v1 (loading %s)\n", host, og_server_port(srv), model_path);
+
+    int rc = OG_EXIT_OK;
+    og_model *m = NULL;
+    og_tokenizer *tok = NULL;
+    og_pool *pool = NULL;
+    og_engine *eng = NULL;
+    og_cli_placement pl = {0};
+    if (og_model_load(model_path, &lg, &m, err, sizeof err)) {
+        fprintf(stderr, "onegpu serve: %s\n", err);
+        rc = OG_EXIT_BAD_INPUT;
+        goto out;
+    }
+    if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
+        fprintf(stderr, "onegpu serve: %s: %s\n", model_path, err);
+        rc = OG_EXIT_BAD_INPUT;
+        goto out;
+    }
+    if ((rc = og_cli_placement_setup("onegpu serve", m, &plan, profile, have_vram ? pin.vram : 0, migrate,
+                                     save_profile != NULL, &pl)))
+        goto out;
+    og_kernels kern;
+    og_kernels_init(isa, &kern);
+    if (!threads) {
+        cpu_set_t set;
+        threads = sched_getaffinity(0, sizeof set, &set) == 0 ? (uint32_t)CPU_COUNT(&set) : 1;
+    }
+    if (og_pool_create((int)threads, NULL, &pool, err, sizeof err)) {
+        fprintf(stderr, "onegpu serve: %s\n", err);
+        rc = OG_EXIT_USAGE;
+        goto out;
+    }
+    og_engine_config ecfg = {.model = m, .tok = tok,
+                             .rc = {.kern = &kern, .pool = pool, .stats = pl.stats.counts ? &pl.stats : NULL,
+                                    .experts = pl.dev ? &pl.dev->map : NULL},
+                             .dev = pl.dev, .mig = pl.mig, .parallel = (int)parallel, .batch_tokens = (int)batch_tokens,
+                             .ctx = (int)ctx, .queue = (int)queue};
+    if (og_engine_create(&ecfg, &eng, err, sizeof err) || og_engine_start(eng, err, sizeof err)) {
+        fprintf(stderr, "onegpu serve: %s\n", err);
+        rc = OG_EXIT_USAGE;
+        goto out;
+    }
+    og_str tmpl = {0};
+    og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
+    og_api_model mdl = {.tok = tok, .chat = og_chat_detect(tmpl.s, (size_t)tmpl.n),
+                        .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx};
+    og_server_set_engine(srv, eng, &mdl);
+    fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",
+            model_id, ctx, parallel, batch_tokens, og_isa_name(isa), threads);
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "onegpu serve: %s: no new requests; finishing the running ones (up to %.0f s)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", grace);
+out:
+    og_server_stop_admitting(srv);
+    og_engine_drain(eng, grace);
+    og_server_stop(srv); /* waits for every connection thread */
+    if (!rc) rc = og_cli_placement_save_profile("onegpu serve", m, &pl, profile, save_profile);
+    og_engine_free(eng);
+    og_cli_placement_free(&pl);
+    free(profile);
+    og_plan_free(&plan);
+    og_pool_free(pool);
+    og_tokenizer_free(tok);
+    og_model_free(m);
+    if (!rc) fprintf(stderr, "onegpu serve: stopped\n");
+    return rc;
+}

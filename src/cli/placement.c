@@ -1,0 +1,66 @@
+/* See placement.h. */
+#include "placement.h"
+
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *plan, const uint64_t *profile,
+                           uint64_t vram, long migrate, bool want_stats, og_cli_placement *p) {
+    memset(p, 0, sizeof *p);
+    char err[1024];
+    p->n_le = (size_t)m->hp.n_layer * m->hp.n_expert;
+    if (!(vram || want_stats) || !p->n_le) return 0;
+    p->stats.counts = calloc(p->n_le, sizeof *p->stats.counts);
+    p->stats.layer_routes = calloc(m->hp.n_layer, sizeof *p->stats.layer_routes);
+    p->stats.layer_hits = calloc(m->hp.n_layer, sizeof *p->stats.layer_hits);
+    if (!p->stats.counts || !p->stats.layer_routes || !p->stats.layer_hits ||
+        (vram && (!(p->resident = malloc(p->n_le)) || og_plan_resident(plan, profile, p->resident)))) {
+        fprintf(stderr, "%s: out of memory\n", cmd);
+        return OG_EXIT_USAGE;
+    }
+    if (!vram) return 0;
+    /* no GPU backend yet: the cpu device plays it (a budget of --vram), holding
+     * the resident experts in the plan's slots */
+    if (og_device_cpu_create(vram, &p->device, err, sizeof err) ||
+        og_expert_cache_create(m, plan->slots, p->device, &p->dev, err, sizeof err) ||
+        og_expert_cache_load(p->dev, m, p->resident, err, sizeof err) ||
+        (migrate && og_migrator_create(m->hp.n_layer, m->hp.n_expert, (uint32_t)migrate, 8, 0.85, &p->mig, err,
+                                       sizeof err))) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return OG_EXIT_USAGE;
+    }
+    p->stats.resident = p->dev->resident; /* follows the migrations */
+    char pb[32];
+    fprintf(stderr, "%s: cpu device: %llu experts resident, %s copied host->device\n", cmd,
+            (unsigned long long)p->dev->n_resident, og_fmt_bytes(p->dev->pcie_bytes, pb, sizeof pb));
+    return 0;
+}
+
+int og_cli_placement_save_profile(const char *cmd, const og_model *m, og_cli_placement *p, const uint64_t *profile,
+                                  const char *path) {
+    if (!path || !p->stats.counts) return 0;
+    uint64_t *c = p->stats.counts;
+    if (profile)
+        for (size_t i = 0; i < p->n_le; i++) c[i] += profile[i];
+    for (size_t i = 0; i < p->n_le; i++) /* saturate: the file stays readable */
+        if (c[i] > (uint64_t)OG_PROFILE_COUNT_MAX) c[i] = (uint64_t)OG_PROFILE_COUNT_MAX;
+    char err[1024];
+    if (og_profile_write(path, m->hp.n_layer, m->hp.n_expert, c, err, sizeof err)) {
+        fprintf(stderr, "%s: --save-profile: %s\n", cmd, err);
+        return OG_EXIT_USAGE;
+    }
+    return 0;
+}
+
+void og_cli_placement_free(og_cli_placement *p) {
+    og_migrator_free(p->mig);
+    og_expert_cache_free(p->dev);
+    og_device_destroy(p->device);
+    free(p->stats.counts);
+    free(p->stats.layer_routes);
+    free(p->stats.layer_hits);
+    free(p->resident);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,33 @@
+/* The placement side shared by `onegpu run` and `onegpu serve`: after the plan,
+ * hold the resident experts on the cpu device (it plays the GPU), count expert
+ * traffic and migrate; at the end, save the usage profile. */
+#ifndef OG_CLI_PLACEMENT_H
+#define OG_CLI_PLACEMENT_H
+
+#include "og_moe.h"
+#include "og_policy.h"
+
+typedef struct og_cli_placement {
+    og_device *device;         /* the cpu device, or NULL without --vram */
+    og_expert_cache *dev;      /* its expert slots */
+    og_migrator *mig;          /* NULL with --migrate 0 */
+    og_expert_stats stats;     /* counts allocated when placing or profiling */
+    uint8_t *resident;         /* [n_layer * n_expert] the plan's initial set */
+    size_t n_le;               /* n_layer * n_expert */
+} og_cli_placement;
+
+/* plan: a fitting plan when vram > 0 (else nothing goes on a device); profile:
+ * --profile's counts or NULL; want_stats: count traffic even without a device.
+ * Prints "CMD: cpu device: ..." to stderr. Returns 0, or OG_EXIT_USAGE after
+ * printing "CMD: reason" (out of memory, device budget). */
+int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *plan, const uint64_t *profile,
+                           uint64_t vram, long migrate, bool want_stats, og_cli_placement *p);
+
+/* Adds profile (may be NULL) to the counts, saturates them and writes path.
+ * Returns 0 or OG_EXIT_USAGE after printing the error. */
+int og_cli_placement_save_profile(const char *cmd, const og_model *m, og_cli_placement *p, const uint64_t *profile,
+                                  const char *path);
+
+void og_cli_placement_free(og_cli_placement *p);
+
+#endif

@@ -1,0 +1,599 @@
+/* The scheduler: continuous batching with chunked prefill (og_engine.h). One
+ * mutex guards the queue, the running set, every sequence's output and the
+ * metrics; the forward call itself runs without it, so readers are never
+ * blocked for a whole step. A running sequence is freed only by the scheduler
+ * (a reader that leaves marks it), so the forward never sees freed memory. */
+#include "og_engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum { SEQ_QUEUED, SEQ_RUNNING, SEQ_RETIRED } seq_state;
+
+struct og_seq {
+    og_seq *prev, *next;          /* every live sequence of the engine */
+    seq_state state;
+    bool reader_gone;
+    int32_t *prompt;
+    int n_prompt, n_fed, chunk;   /* chunk: prompt tokens in the current step */
+    og_kv kv;
+    og_sampler *smp;
+    int max_tokens, n_stop, n_top;
+    bool logprobs, need_feed;     /* need_feed: last sampled token not yet in the cache */
+    char *stop[OG_ENGINE_MAX_STOP];
+    size_t max_stop;
+    int32_t last;
+    og_detok dt;
+    char *gen;                    /* generated text (NUL-terminated) */
+    size_t gen_len, gen_cap, released, taken;
+    og_tok_out *toks;
+    int n_toks, cap_toks, toks_taken;
+    int n_gen;
+    og_finish finish;
+    char error[256];
+};
+
+#define RATE_SAMPLES 64
+
+struct og_engine {
+    og_engine_config cfg;
+    int32_t n_vocab;
+    pthread_t thread;
+    bool started, draining;
+    double drain_deadline;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_out;
+    og_seq **queue, **running;
+    int n_queue, n_running;
+    og_seq *all;                  /* list head of live sequences */
+    int32_t *b_tokens, *b_seq;
+    bool *b_want;
+    og_kv **b_kvs;
+    float *logits;                /* [parallel][n_vocab] */
+    og_engine_metrics met;
+    double rate_t[RATE_SAMPLES];
+    uint64_t rate_n[RATE_SAMPLES];
+    int rate_pos, rate_count;
+    uint64_t seed_state;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void og_seq_out_free(og_seq_out *o) {
+    if (!o) return;
+    free(o->text);
+    free(o->toks);
+    o->text = NULL;
+    o->toks = NULL;
+}
+
+size_t og_stop_holdback(const char *text, size_t len, const char *const *stop, int n_stop) {
+    size_t best = 0;
+    for (int i = 0; i < n_stop; i++) {
+        size_t sl = strlen(stop[i]);
+        for (size_t k = (sl - 1 < len ? sl - 1 : len); k > best; k--)
+            if (!memcmp(text + len - k, stop[i], k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!cfg->model || !cfg->tok || !cfg->rc.kern || !cfg->rc.pool)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "engine: model, tokenizer, kernels and pool are required");
+    if (cfg->parallel < 1 || cfg->parallel > 4096)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "parallel must be in 1..4096 (got %d)", cfg->parallel);
+    if (cfg->batch_tokens < cfg->parallel || cfg->batch_tokens > (1 << 20))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "batch-tokens must be at least parallel (%d) and at most %d (got %d)",
+                       cfg->parallel, 1 << 20, cfg->batch_tokens);
+    if (cfg->ctx < 2 || (uint64_t)cfg->ctx > cfg->model->hp.n_ctx_train)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "ctx must be in 2..%u, the model's context (got %d)",
+                       cfg->model->hp.n_ctx_train, cfg->ctx);
+    if (cfg->queue < 0 || cfg->queue > 1000000)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "queue must be in 0..1000000 (got %d)", cfg->queue);
+    og_engine *e = calloc(1, sizeof *e);
+    if (!e) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    e->cfg = *cfg;
+    e->n_vocab = (int32_t)cfg->model->hp.n_vocab;
+    size_t nb = (size_t)cfg->batch_tokens + (size_t)cfg->parallel;
+    e->queue = calloc((size_t)cfg->queue + (size_t)cfg->parallel + 1, sizeof *e->queue); /* not yet admitted ones too */
+    e->running = calloc((size_t)cfg->parallel, sizeof *e->running);
+    e->b_tokens = malloc(nb * sizeof *e->b_tokens);
+    e->b_seq = malloc(nb * sizeof *e->b_seq);
+    e->b_want = malloc(nb * sizeof *e->b_want);
+    e->b_kvs = malloc((size_t)cfg->parallel * sizeof *e->b_kvs);
+    e->logits = malloc((size_t)cfg->parallel * (size_t)e->n_vocab * sizeof *e->logits);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv_work, &ca);
+    pthread_cond_init(&e->cv_out, &ca);
+    pthread_condattr_destroy(&ca);
+    uint64_t key[2];
+    og_random_key(key);
+    e->seed_state = key[0] ^ key[1];
+    e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
+    e->met.placement = cfg->dev != NULL && cfg->rc.stats != NULL;
+    if (!e->queue || !e->running || !e->b_tokens || !e->b_seq || !e->b_want || !e->b_kvs || !e->logits) {
+        og_engine_free(e);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the engine's batch buffers");
+    }
+    *out = e;
+    return OG_OK;
+}
+
+static void seq_free(og_seq *s) {
+    if (!s) return;
+    og_kv_free(&s->kv);
+    og_sampler_free(s->smp);
+    for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
+    free(s->prompt);
+    free(s->gen);
+    free(s->toks);
+    free(s);
+}
+
+/* Unlinks s from the engine's list and frees it (lock held). */
+static void seq_destroy(og_engine *e, og_seq *s) {
+    if (s->prev) s->prev->next = s->next;
+    else e->all = s->next;
+    if (s->next) s->next->prev = s->prev;
+    seq_free(s);
+}
+
+/* The scheduler is done with s (lock held): its cache and sampler go at once. */
+static void seq_retire(og_engine *e, og_seq *s) {
+    s->state = SEQ_RETIRED;
+    og_kv_free(&s->kv);
+    memset(&s->kv, 0, sizeof s->kv);
+    og_sampler_free(s->smp);
+    s->smp = NULL;
+    if (s->finish == OG_FINISH_CANCEL) e->met.seqs_cancelled++;
+    else e->met.seqs_finished++;
+    if (s->reader_gone) seq_destroy(e, s);
+}
+
+/* Grows the generated-text buffer to hold at least `more` bytes beyond gen_len. */
+static bool gen_reserve(og_seq *s, size_t more) {
+    if (s->gen_len + more + 1 <= s->gen_cap) return true;
+    size_t cap = s->gen_cap * 2;
+    while (cap < s->gen_len + more + 1) cap *= 2;
+    char *g = realloc(s->gen, cap);
+    if (!g) return false;
+    s->gen = g;
+    s->gen_cap = cap;
+    return true;
+}
+
+static void seq_end(og_seq *s, og_finish f) {
+    if (s->finish != OG_FINISH_NONE) return;
+    s->finish = f;
+    if (f == OG_FINISH_STOP || f == OG_FINISH_LENGTH) {
+        if (gen_reserve(s, 16)) og_detok_flush(&s->dt, s->gen, s->gen_cap, &s->gen_len);
+    }
+    s->released = s->gen_len;
+}
+
+og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, og_seq **out,
+                           char *err, size_t errlen) {
+    *out = NULL;
+    if (n_prompt < 1) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "the prompt is empty");
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->n_vocab)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "prompt token %d (id %d) is outside the vocabulary (0..%d)",
+                           i, prompt[i], e->n_vocab - 1);
+    if (p->n_stop < 0 || p->n_stop > OG_ENGINE_MAX_STOP)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "at most %d stop strings", OG_ENGINE_MAX_STOP);
+    if (p->n_top < 0 || p->n_top > OG_ENGINE_MAX_TOP)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "top log-probs must be in 0..%d", OG_ENGINE_MAX_TOP);
+    if (p->max_tokens < -1) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "max_tokens must be >= 0");
+    const int ctx = e->cfg.ctx;
+    if (n_prompt >= ctx || (p->max_tokens > 0 && (int64_t)n_prompt + p->max_tokens > ctx))
+        return og_fail(err, errlen, OG_ERR_RANGE,
+                       "this model's context is %d tokens; the prompt has %d tokens and %d more were asked for", ctx,
+                       n_prompt, p->max_tokens > 0 ? p->max_tokens : 1);
+    og_seq *s = calloc(1, sizeof *s);
+    if (!s) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    og_status st = og_sampler_create(&p->sampling, e->n_vocab, &s->smp, err, errlen);
+    if (st) {
+        free(s);
+        return st;
+    }
+    s->prompt = malloc((size_t)n_prompt * sizeof *s->prompt);
+    s->gen_cap = 256;
+    s->gen = malloc(s->gen_cap);
+    bool oom = !s->prompt || !s->gen;
+    for (int i = 0; i < p->n_stop && !oom; i++) {
+        if (!p->stop[i] || !p->stop[i][0]) {
+            seq_free(s);
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "stop strings must not be empty");
+        }
+        oom = !(s->stop[s->n_stop++] = strdup(p->stop[i]));
+        size_t l = strlen(p->stop[i]);
+        if (l > s->max_stop) s->max_stop = l;
+    }
+    if (oom) {
+        seq_free(s);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    memcpy(s->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
+    s->gen[0] = 0;
+    s->n_prompt = n_prompt;
+    s->max_tokens = p->max_tokens;
+    s->n_top = p->n_top;
+    s->logprobs = p->logprobs || p->n_top > 0;
+
+    pthread_mutex_lock(&e->mu);
+    const char *why = e->draining                                                   ? "the server is shutting down"
+                      : e->n_running + e->n_queue >= e->cfg.parallel + e->cfg.queue ? "the queue is full"
+                                                                                    : NULL;
+    if (why) {
+        e->met.seqs_rejected++;
+        pthread_mutex_unlock(&e->mu);
+        seq_free(s);
+        return og_fail(err, errlen, OG_ERR_STATE, "%s (%d running, %d queued); retry later", why, e->cfg.parallel,
+                       e->cfg.queue);
+    }
+    s->state = SEQ_QUEUED;
+    s->next = e->all;
+    if (e->all) e->all->prev = s;
+    e->all = s;
+    e->queue[e->n_queue++] = s;
+    e->met.seqs_admitted++;
+    pthread_cond_signal(&e->cv_work);
+    pthread_mutex_unlock(&e->mu);
+    *out = s;
+    return OG_OK;
+}
+
+void og_seq_release(og_engine *e, og_seq *s) {
+    if (!s) return;
+    pthread_mutex_lock(&e->mu);
+    s->reader_gone = true;
+    if (s->state == SEQ_QUEUED) {
+        for (int i = 0; i < e->n_queue; i++)
+            if (e->queue[i] == s) {
+                memmove(e->queue + i, e->queue + i + 1, (size_t)(e->n_queue - i - 1) * sizeof *e->queue);
+                e->n_queue--;
+                break;
+            }
+        seq_end(s, OG_FINISH_CANCEL);
+        seq_retire(e, s); /* frees it: reader_gone */
+    } else if (s->state == SEQ_RETIRED) {
+        seq_destroy(e, s);
+    } else {
+        seq_end(s, OG_FINISH_CANCEL); /* the scheduler frees it before its next step */
+        pthread_cond_signal(&e->cv_work);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+og_status og_seq_take(og_engine *e, og_seq *s, og_seq_out *o) {
+    memset(o, 0, sizeof *o);
+    pthread_mutex_lock(&e->mu);
+    size_t n = s->released - s->taken;
+    /* tokens whose text ends within the released text (all of them at the end) */
+    int nt = s->toks_taken;
+    while (nt < s->n_toks) {
+        size_t end = nt + 1 < s->n_toks ? s->toks[nt + 1].text_start : s->gen_len;
+        if (s->finish == OG_FINISH_NONE && end > s->released) break;
+        nt++;
+    }
+    o->text = malloc(n + 1);
+    o->toks = nt > s->toks_taken ? malloc((size_t)(nt - s->toks_taken) * sizeof *o->toks) : NULL;
+    if (!o->text || (nt > s->toks_taken && !o->toks)) {
+        pthread_mutex_unlock(&e->mu);
+        og_seq_out_free(o);
+        return OG_ERR_NOMEM;
+    }
+    memcpy(o->text, s->gen + s->taken, n);
+    o->text[n] = 0;
+    o->len = n;
+    o->text_offset = s->taken;
+    s->taken = s->released;
+    if (nt > s->toks_taken) memcpy(o->toks, s->toks + s->toks_taken, (size_t)(nt - s->toks_taken) * sizeof *o->toks);
+    o->n_toks = nt - s->toks_taken;
+    s->toks_taken = nt;
+    o->finish = s->taken == s->gen_len && nt == s->n_toks ? s->finish : OG_FINISH_NONE;
+    o->n_prompt = s->n_prompt;
+    o->n_gen = s->n_gen;
+    memcpy(o->error, s->error, sizeof o->error);
+    pthread_mutex_unlock(&e->mu);
+    return OG_OK;
+}
+
+bool og_engine_wait(og_engine *e, double timeout_s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double t = (double)ts.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
+    ts.tv_sec += (time_t)t;
+    ts.tv_nsec = (long)((t - floor(t)) * 1e9);
+    pthread_mutex_lock(&e->mu);
+    int rc = pthread_cond_timedwait(&e->cv_out, &e->mu, &ts);
+    pthread_mutex_unlock(&e->mu);
+    return rc != ETIMEDOUT;
+}
+
+og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->met;
+    out->queued = e->n_queue;
+    out->running = e->n_running;
+    out->gen_tok_per_s = 0;
+    if (e->rate_count > 1) {
+        double t_now = now_s();
+        int newest = (e->rate_pos + RATE_SAMPLES - 1) % RATE_SAMPLES;
+        int oldest = newest;
+        for (int i = 1; i < e->rate_count; i++) {
+            int k = (newest + RATE_SAMPLES - i) % RATE_SAMPLES;
+            if (t_now - e->rate_t[k] > 10.0) break;
+            oldest = k;
+        }
+        double dt = t_now - e->rate_t[oldest];
+        if (oldest != newest && dt > 0 && t_now - e->rate_t[newest] < 10.0)
+            out->gen_tok_per_s = (double)(e->rate_n[newest] - e->rate_n[oldest]) / dt;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return OG_OK;
+}
+
+/* A token was sampled for s (lock held): text, stop strings, finish. */
+static void seq_accept(og_engine *e, og_seq *s, int32_t id, float lp, const og_token_logprob *top) {
+    s->last = id;
+    s->need_feed = true;
+    if (og_tokenizer_is_eog(e->cfg.tok, id)) {
+        seq_end(s, OG_FINISH_STOP);
+        return;
+    }
+    s->n_gen++;
+    e->met.gen_tokens++;
+    if (s->logprobs) {
+        if (s->n_toks == s->cap_toks) {
+            int cap = s->cap_toks ? 2 * s->cap_toks : 16;
+            og_tok_out *t = realloc(s->toks, (size_t)cap * sizeof *t);
+            if (!t) goto oom;
+            s->toks = t;
+            s->cap_toks = cap;
+        }
+        og_tok_out *t = &s->toks[s->n_toks++];
+        t->id = id;
+        t->logprob = lp;
+        t->text_start = (uint32_t)s->gen_len;
+        t->n_top = s->n_top;
+        if (s->n_top) memcpy(t->top, top, (size_t)s->n_top * sizeof *top);
+    }
+    size_t before = s->gen_len;
+    for (size_t want = 64;; want *= 2) {
+        if (!gen_reserve(s, want)) goto oom;
+        if (og_detok_push(e->cfg.tok, &s->dt, id, s->gen, s->gen_cap, &s->gen_len) >= 0) break;
+        if (want > (1u << 24)) break; /* a token cannot be this long; keep going without its text */
+    }
+    if (s->n_stop && s->gen_len > before) {
+        size_t from = before >= s->max_stop ? before - s->max_stop + 1 : 0, best = SIZE_MAX;
+        for (int i = 0; i < s->n_stop; i++) {
+            char *hit = memmem(s->gen + from, s->gen_len - from, s->stop[i], strlen(s->stop[i]));
+            if (hit && (size_t)(hit - s->gen) < best) best = (size_t)(hit - s->gen);
+        }
+        if (best != SIZE_MAX) {
+            s->gen_len = best;
+            s->gen[best] = 0;
+            while (s->n_toks > s->toks_taken && s->toks[s->n_toks - 1].text_start >= best) s->n_toks--;
+            s->finish = OG_FINISH_STOP; /* no flush: held-back bytes lie past the stop */
+            s->released = s->gen_len;
+            return;
+        }
+    }
+    if (s->max_tokens >= 0 && s->n_gen >= s->max_tokens) seq_end(s, OG_FINISH_LENGTH);
+    else if (s->n_prompt + s->n_gen >= e->cfg.ctx) seq_end(s, OG_FINISH_LENGTH);
+    else s->released = s->gen_len - og_stop_holdback(s->gen, s->gen_len, (const char *const *)s->stop, s->n_stop);
+    return;
+oom:
+    snprintf(s->error, sizeof s->error, "out of memory for the generated text");
+    s->finish = OG_FINISH_ERROR;
+    s->released = s->gen_len;
+}
+
+/* One scheduler step's batch (lock held). Returns the token count (0: nothing). */
+static int build_batch(og_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        og_seq *s = e->running[i];
+        e->b_kvs[i] = &s->kv;
+        s->chunk = 0;
+        if (s->n_fed == s->n_prompt && s->need_feed) {
+            e->b_tokens[n] = s->last;
+            e->b_seq[n] = i;
+            e->b_want[n++] = true;
+        }
+    }
+    int budget = e->cfg.batch_tokens - n;
+    for (int i = 0; i < e->n_running && budget > 0; i++) { /* admission order */
+        og_seq *s = e->running[i];
+        if (s->n_fed >= s->n_prompt) continue;
+        int c = s->n_prompt - s->n_fed < budget ? s->n_prompt - s->n_fed : budget;
+        for (int j = 0; j < c; j++) {
+            e->b_tokens[n] = s->prompt[s->n_fed + j];
+            e->b_seq[n] = i;
+            e->b_want[n++] = s->n_fed + j == s->n_prompt - 1;
+        }
+        s->chunk = c;
+        budget -= c;
+    }
+    return n;
+}
+
+static void rate_sample(og_engine *e) {
+    e->rate_t[e->rate_pos] = now_s();
+    e->rate_n[e->rate_pos] = e->met.gen_tokens;
+    e->rate_pos = (e->rate_pos + 1) % RATE_SAMPLES;
+    if (e->rate_count < RATE_SAMPLES) e->rate_count++;
+}
+
+static void *scheduler(void *arg) {
+    og_engine *e = arg;
+    char err[512];
+    og_token_logprob top[OG_ENGINE_MAX_TOP];
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        /* retire what ended (or was cancelled) since the last step */
+        for (int i = 0; i < e->n_running;) {
+            og_seq *s = e->running[i];
+            if (s->finish != OG_FINISH_NONE) {
+                memmove(e->running + i, e->running + i + 1, (size_t)(e->n_running - i - 1) * sizeof *e->running);
+                e->n_running--;
+                seq_retire(e, s);
+            } else {
+                i++;
+            }
+        }
+        if (e->draining && now_s() >= e->drain_deadline) {
+            while (e->n_queue) {
+                og_seq *s = e->queue[--e->n_queue];
+                seq_end(s, OG_FINISH_CANCEL);
+                seq_retire(e, s);
+            }
+            for (int i = 0; i < e->n_running; i++) seq_end(e->running[i], OG_FINISH_CANCEL);
+            while (e->n_running) seq_retire(e, e->running[--e->n_running]);
+        }
+        while (e->n_running < e->cfg.parallel && e->n_queue) {
+            og_seq *s = e->queue[0];
+            memmove(e->queue, e->queue + 1, (size_t)(e->n_queue - 1) * sizeof *e->queue);
+            e->n_queue--;
+            s->state = SEQ_RUNNING;
+            e->running[e->n_running++] = s;
+            if (s->max_tokens == 0) seq_end(s, OG_FINISH_LENGTH);
+        }
+        uint64_t blocks = 0;
+        for (int i = 0; i < e->n_running; i++) blocks += (uint64_t)e->running[i]->kv.n_blocks;
+        e->met.kv_blocks_used = blocks;
+        int n = build_batch(e);
+        if (n == 0) {
+            bool any_ended = false;
+            for (int i = 0; i < e->n_running; i++) any_ended |= e->running[i]->finish != OG_FINISH_NONE;
+            pthread_cond_broadcast(&e->cv_out);
+            if (any_ended) continue;
+            if (e->draining && e->n_queue == 0) break;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += 100000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&e->cv_work, &e->mu, &ts);
+            continue;
+        }
+        const int n_seq = e->n_running;
+        pthread_mutex_unlock(&e->mu);
+
+        og_batch b = {.n_tok = n, .tokens = e->b_tokens, .seq = e->b_seq, .logits = e->b_want};
+        double t0 = now_s();
+        err[0] = 0;
+        og_status st = og_model_forward_batch(e->cfg.model, &e->cfg.rc, e->b_kvs, n_seq, &b, e->logits, err, sizeof err);
+        double dt = now_s() - t0;
+        char merr[256] = "";
+        if (!st && e->cfg.mig &&
+            og_migrator_step(e->cfg.mig, e->cfg.dev, e->cfg.model, e->cfg.rc.stats->counts, merr, sizeof merr))
+            e->cfg.mig = NULL; /* a failed swap leaves the placement as it was: stop migrating, keep serving */
+
+        pthread_mutex_lock(&e->mu);
+        e->met.steps++;
+        if (dt > e->met.longest_step_s) e->met.longest_step_s = dt;
+        if (st) {
+            for (int i = 0; i < n_seq; i++) {
+                og_seq *s = e->running[i];
+                if (s->chunk || (s->n_fed == s->n_prompt && s->need_feed)) {
+                    snprintf(s->error, sizeof s->error, "engine failure: %s", err);
+                    seq_end(s, OG_FINISH_ERROR);
+                }
+            }
+        } else {
+            for (int i = 0; i < n_seq; i++) /* the decoders' last tokens are in their caches now */
+                if (e->running[i]->chunk == 0 && e->running[i]->n_fed == e->running[i]->n_prompt)
+                    e->running[i]->need_feed = false;
+            int k = 0;
+            for (int t = 0; t < n; t++) {
+                og_seq *s = e->running[e->b_seq[t]];
+                if (!e->b_want[t]) continue;
+                float *row = e->logits + (size_t)k++ * (size_t)e->n_vocab;
+                float lp = 0;
+                int32_t id = og_sampler_sample(s->smp, row, s->logprobs ? &lp : NULL, top, s->n_top);
+                if (s->finish == OG_FINISH_NONE) seq_accept(e, s, id, lp, top);
+            }
+            for (int i = 0; i < n_seq; i++) {
+                og_seq *s = e->running[i];
+                s->n_fed += s->chunk;
+                e->met.prompt_tokens += (uint64_t)s->chunk;
+            }
+        }
+        if (e->met.placement) {
+            e->met.expert_routes = e->cfg.rc.stats->routes;
+            e->met.expert_hits = e->cfg.rc.stats->routes_resident;
+            e->met.migrations = e->cfg.dev->migrations;
+            e->met.pcie_bytes = e->cfg.dev->pcie_bytes;
+            e->met.resident_experts = e->cfg.dev->n_resident;
+        }
+        rate_sample(e);
+        pthread_cond_broadcast(&e->cv_out);
+    }
+    e->met.kv_blocks_used = 0;
+    pthread_cond_broadcast(&e->cv_out);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+og_status og_engine_start(og_engine *e, char *err, size_t errlen) {
+    if (e->started) return og_fail(err, errlen, OG_ERR_STATE, "engine already started");
+    int rc = pthread_create(&e->thread, NULL, scheduler, e);
+    if (rc) return og_fail(err, errlen, OG_ERR_NOMEM, "cannot start the scheduler thread: %s", strerror(rc));
+    e->started = true;
+    return OG_OK;
+}
+
+void og_engine_drain(og_engine *e, double grace_s) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->draining = true;
+    e->drain_deadline = now_s() + (grace_s > 0 ? grace_s : 0);
+    pthread_cond_signal(&e->cv_work);
+    pthread_mutex_unlock(&e->mu);
+    if (e->started) pthread_join(e->thread, NULL);
+    e->started = false;
+    pthread_mutex_lock(&e->mu);
+    while (e->n_queue) { /* never started: nothing else will */
+        og_seq *s = e->queue[--e->n_queue];
+        seq_end(s, OG_FINISH_CANCEL);
+        seq_retire(e, s);
+    }
+    pthread_cond_broadcast(&e->cv_out);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void og_engine_free(og_engine *e) {
+    if (!e) return;
+    if (e->started) og_engine_drain(e, 0);
+    while (e->all) seq_destroy(e, e->all);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv_work);
+    pthread_cond_destroy(&e->cv_out);
+    free(e->queue);
+    free(e->running);
+    free(e->b_tokens);
+    free(e->b_seq);
+    free(e->b_want);
+    free(e->b_kvs);
+    free(e->logits);
+    free(e);
+}

@@ -1,0 +1,129 @@
+/* onegpu engine: sequences, the scheduler (continuous batching + chunked
+ * prefill) and what happens to each generated token (sampling, detokenizing,
+ * stop strings, finish reasons). One scheduler thread owns the model's forward
+ * calls; any number of other threads submit sequences and read their output.
+ *
+ * A scheduler step (DESIGN.md "Data flow"): every decoding sequence contributes
+ * its last token, then prefilling sequences contribute prompt chunks, oldest
+ * first, until the step holds batch_tokens tokens; one og_model_forward_batch
+ * runs them all; each sequence that produced logits samples its next token.
+ * So a long prompt delays the decoders by at most one chunk per step. Between
+ * steps the migrator (if any) moves the hot set. */
+#ifndef OG_ENGINE_H
+#define OG_ENGINE_H
+
+#include "og_model.h"
+#include "og_moe.h"
+#include "og_policy.h"
+#include "og_sampler.h"
+#include "og_tokenizer.h"
+
+#define OG_ENGINE_MAX_STOP 4     /* stop strings per sequence (the OpenAI limit) */
+#define OG_ENGINE_MAX_TOP 20     /* alternatives per position (top_logprobs limit) */
+
+typedef struct og_engine og_engine;
+typedef struct og_seq og_seq;
+
+typedef struct og_engine_config {
+    const og_model *model;        /* not owned; outlives the engine */
+    const og_tokenizer *tok;      /* not owned */
+    og_run_ctx rc;                /* kernels, pool, stats (may be NULL), experts (may be NULL) */
+    og_expert_cache *dev;         /* the device's expert slots, or NULL (no placement) */
+    og_migrator *mig;             /* stepped between forward steps, or NULL */
+    int parallel;                 /* sequences decoding or prefilling at once (>= 1) */
+    int batch_tokens;             /* tokens per forward step (>= parallel) */
+    int ctx;                      /* positions per sequence (prompt + generated), <= the model's */
+    int queue;                    /* sequences waiting for a place beyond `parallel` (>= 0) */
+} og_engine_config;
+
+/* Why a sequence ended (the API's finish_reason). */
+typedef enum og_finish {
+    OG_FINISH_NONE = 0,  /* still running */
+    OG_FINISH_STOP,      /* end-of-generation token or a stop string */
+    OG_FINISH_LENGTH,    /* max_tokens reached or the context is full */
+    OG_FINISH_CANCEL,    /* released by its reader before the end */
+    OG_FINISH_ERROR,     /* the engine failed (message in og_seq_out.error) */
+} og_finish;
+
+typedef struct og_seq_params {
+    og_sampler_params sampling;   /* bias arrays are copied */
+    int max_tokens;               /* tokens to generate; -1: until the context is full */
+    const char *stop[OG_ENGINE_MAX_STOP];  /* NUL-terminated, non-empty; copied */
+    int n_stop;
+    int n_top;                    /* alternatives reported per token, 0..OG_ENGINE_MAX_TOP */
+    bool logprobs;                /* report each token's log-probability */
+} og_seq_params;
+
+/* One generated token as reported to the client. */
+typedef struct og_tok_out {
+    int32_t id;
+    float logprob;                /* natural log, after bias and penalties, temperature 1 */
+    uint32_t text_start;          /* byte offset of its text in the sequence's output */
+    int n_top;
+    og_token_logprob top[OG_ENGINE_MAX_TOP];
+} og_tok_out;
+
+/* What og_seq_take hands over: the output released since the last take. Text
+ * is complete UTF-8 characters and never holds a prefix of a stop string that
+ * might still match; tokens are those whose text starts in released text. */
+typedef struct og_seq_out {
+    char *text;                   /* malloc'ed, NUL-terminated (may be "") */
+    size_t len;                   /* bytes */
+    size_t text_offset;           /* byte offset of text in the whole output */
+    og_tok_out *toks;             /* malloc'ed [n_toks] or NULL */
+    int n_toks;
+    og_finish finish;             /* NONE while more may come */
+    int n_prompt, n_gen;          /* tokens (n_gen: generated so far, EOG excluded) */
+    char error[256];              /* for OG_FINISH_ERROR */
+} og_seq_out;
+void og_seq_out_free(og_seq_out *o);
+
+/* Counters for /metrics, read under the engine's lock. */
+typedef struct og_engine_metrics {
+    uint64_t seqs_admitted, seqs_finished, seqs_cancelled, seqs_rejected;
+    uint64_t prompt_tokens, gen_tokens, steps;
+    int queued, running;          /* now */
+    uint64_t kv_blocks_used, kv_blocks_total; /* OG_KV_BLOCK positions each; total = parallel x ctx */
+    double gen_tok_per_s;         /* generated tokens per second over the last ~10 s */
+    double longest_step_s;        /* longest forward step so far, seconds */
+    bool placement;               /* the figures below are meaningful */
+    uint64_t expert_routes, expert_hits, migrations, pcie_bytes, resident_experts;
+} og_engine_metrics;
+
+/* Validates the configuration and allocates. Errors: OG_ERR_INVALID_ARG naming
+ * the bad field, OG_ERR_NOMEM. The scheduler thread starts with og_engine_start. */
+og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *err, size_t errlen);
+og_status og_engine_start(og_engine *e, char *err, size_t errlen);
+/* Stops admitting (og_engine_submit then fails with OG_ERR_STATE), lets running
+ * and queued sequences finish for up to grace_s seconds, cancels the rest, and
+ * joins the scheduler. Readers still see their sequences end. */
+void og_engine_drain(og_engine *e, double grace_s);
+/* Frees the engine after og_engine_drain (or when never started). Sequences
+ * not yet released are freed too: release them first. */
+void og_engine_free(og_engine *e);
+
+/* Queues one sequence with prompt[0..n_prompt) (copied). Errors:
+ * OG_ERR_RANGE (prompt + max_tokens over ctx; the message names the numbers),
+ * OG_ERR_INVALID_ARG (bad sampling parameter, token id outside the vocabulary,
+ * empty prompt, bad stop string), OG_ERR_NOMEM, OG_ERR_STATE (the queue is full
+ * or the engine is draining: try again later; the message says which). */
+og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, og_seq **out,
+                           char *err, size_t errlen);
+
+/* Moves the output released since the last call into *out (which the caller
+ * frees with og_seq_out_free). Never fails except for OG_ERR_NOMEM. */
+og_status og_seq_take(og_engine *e, og_seq *s, og_seq_out *out);
+/* Waits up to timeout_s seconds for new output or the end of any sequence of
+ * this engine. Returns true when woken by output, false on timeout. */
+bool og_engine_wait(og_engine *e, double timeout_s);
+/* The reader is done with s: cancels it if it is still queued or running (its
+ * KV cache is freed before the next step) and frees it. s is invalid after. */
+void og_seq_release(og_engine *e, og_seq *s);
+
+og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out);
+
+/* Longest suffix of text[0..len) that is a proper prefix of one of the stop
+ * strings: the bytes a stream must hold back. Exposed for tests. */
+size_t og_stop_holdback(const char *text, size_t len, const char *const *stop, int n_stop);
+
+#endif

@@ -1,0 +1,528 @@
+/* Request validation and response pieces for the OpenAI API (og_api.h). Every
+ * rule names the spec section it follows (shared/spec/openai-api.md). */
+#include "og_api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool og_api_error(og_api_err *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                  ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+#define BAD(param, ...) og_api_error(e, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+#define BADC(param, code, ...) og_api_error(e, 400, "invalid_request_error", param, code, __VA_ARGS__)
+#define OOM() og_api_error(e, 500, "server_error", NULL, NULL, "out of memory")
+
+char *og_api_error_json(const og_api_err *e) {
+    json_t *o = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", og_api_jstr(e->message, strlen(e->message)),
+                          "type", e->type ? e->type : "server_error", "param",
+                          e->param[0] ? json_string(e->param) : json_null(), "code",
+                          e->code ? json_string(e->code) : json_null());
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+json_t *og_api_jstr(const char *s, size_t n) {
+    if (og_utf8_valid(s, n)) return json_stringn(s, n);
+    char *o = malloc(3 * n + 1);
+    if (!o) return NULL;
+    json_t *j = json_stringn(o, og_utf8_repair(s, n, o));
+    free(o);
+    return j;
+}
+
+const char *og_api_finish_reason(og_finish f) {
+    return f == OG_FINISH_STOP ? "stop" : f == OG_FINISH_LENGTH ? "length" : NULL;
+}
+
+static json_t *token_json(const og_tokenizer *tok, int32_t id, char *buf, size_t cap, int *n) {
+    *n = og_token_to_bytes(tok, id, true, buf, cap);
+    if (*n < 0) *n = 0;
+    if ((size_t)*n > cap) *n = (int)cap;
+    return og_api_jstr(buf, (size_t)*n);
+}
+
+static json_t *bytes_json(const char *buf, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)buf[i]));
+    return a;
+}
+
+json_t *og_api_logprobs(const og_tokenizer *tok, bool chat, const og_tok_out *toks, int n, size_t text_base) {
+    char buf[256];
+    int bn;
+    if (chat) {
+        json_t *content = json_array();
+        for (int i = 0; i < n; i++) {
+            json_t *top = json_array();
+            for (int j = 0; j < toks[i].n_top; j++) {
+                json_t *t = token_json(tok, toks[i].top[j].id, buf, sizeof buf, &bn);
+                json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", t, "logprob",
+                                                     (double)toks[i].top[j].logprob, "bytes", bytes_json(buf, bn)));
+            }
+            json_t *t = token_json(tok, toks[i].id, buf, sizeof buf, &bn);
+            json_array_append_new(content, json_pack("{s:o,s:f,s:o,s:o}", "token", t, "logprob",
+                                                     (double)toks[i].logprob, "bytes", bytes_json(buf, bn),
+                                                     "top_logprobs", top));
+        }
+        return json_pack("{s:o,s:n}", "content", content, "refusal");
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (int i = 0; i < n; i++) {
+        json_array_append_new(tokens, token_json(tok, toks[i].id, buf, sizeof buf, &bn));
+        json_array_append_new(lps, json_real(toks[i].logprob));
+        json_t *top = json_object();
+        for (int j = 0; j < toks[i].n_top; j++) {
+            json_t *t = token_json(tok, toks[i].top[j].id, buf, sizeof buf, &bn);
+            json_object_set_new(top, json_string_value(t), json_real(toks[i].top[j].logprob));
+            json_decref(t);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)(text_base + toks[i].text_start)));
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+void og_api_req_free(og_api_req *r) {
+    for (int i = 0; i < r->n_prompts; i++) {
+        og_ids_free(&r->prompts[i]);
+        free(r->prompt_text[i]);
+    }
+    free(r->bias_ids);
+    free(r->bias_values);
+    json_decref(r->root);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- field readers: absent and null mean "default" ---------------------- */
+
+static json_t *field(json_t *root, const char *k) {
+    json_t *v = json_object_get(root, k);
+    return json_is_null(v) ? NULL : v;
+}
+
+static bool get_number(json_t *root, const char *k, double lo, double hi, double *out, og_api_err *e) {
+    json_t *v = field(root, k);
+    if (!v) return true;
+    if (!json_is_number(v)) return BAD(k, "'%s' must be a number", k);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return BAD(k, "'%s' must be between %g and %g (got %g)", k, lo, hi, x);
+    *out = x;
+    return true;
+}
+
+static bool get_int(json_t *root, const char *k, long long lo, long long hi, long long *out, og_api_err *e) {
+    json_t *v = field(root, k);
+    if (!v) return true;
+    if (!json_is_integer(v)) return BAD(k, "'%s' must be an integer", k);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return BAD(k, "'%s' must be between %lld and %lld (got %lld)", k, lo, hi, x);
+    *out = x;
+    return true;
+}
+
+static bool get_bool(json_t *root, const char *k, bool *out, og_api_err *e) {
+    json_t *v = field(root, k);
+    if (!v) return true;
+    if (!json_is_boolean(v)) return BAD(k, "'%s' must be true or false", k);
+    *out = json_is_true(v);
+    return true;
+}
+
+/* Does text (parsed with special tokens) contain a control token? Names it. */
+static bool control_token_free(const og_tokenizer *tok, const char *text, const char *param, og_api_err *e) {
+    og_ids ids = {0};
+    if (og_tokenize(tok, text, strlen(text), false, true, &ids)) return OOM();
+    for (size_t i = 0; i < ids.n; i++)
+        if (og_tokenizer_type(tok, ids.v[i]) == OG_TOK_CONTROL) {
+            char t[128];
+            int n = og_token_to_bytes(tok, ids.v[i], true, t, sizeof t - 1);
+            t[n < 0 ? 0 : n > (int)sizeof t - 1 ? (int)sizeof t - 1 : n] = 0;
+            int32_t id = ids.v[i];
+            og_ids_free(&ids);
+            return BAD(param, "%s contains the control token '%s' (id %d); the chat template adds those itself", param,
+                       t, id);
+        }
+    og_ids_free(&ids);
+    return true;
+}
+
+/* §3: a message's content as one string (text parts concatenated), malloc'ed;
+ * *out NULL for null/absent content. */
+static bool content_text(json_t *c, const char *param, char **out, og_api_err *e) {
+    *out = NULL;
+    if (!c || json_is_null(c)) return true;
+    if (json_is_string(c)) {
+        *out = strndup(json_string_value(c), json_string_length(c));
+        return *out ? true : OOM();
+    }
+    if (!json_is_array(c)) return BAD(param, "%s must be a string or an array of content parts", param);
+    size_t total = 0, i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+        json_t *type = json_object_get(p, "type"), *text = json_object_get(p, "text");
+        if (!json_is_object(p) || !json_is_string(type))
+            return BAD(param, "%s[%zu] must be an object with a 'type'", param, i);
+        if (strcmp(json_string_value(type), "text") && strcmp(json_string_value(type), "refusal"))
+            return BAD(param, "%s[%zu] is of type '%s': this server reads only text parts", param, i,
+                       json_string_value(type));
+        if (!strcmp(json_string_value(type), "refusal")) text = json_object_get(p, "refusal");
+        if (!json_is_string(text)) return BAD(param, "%s[%zu].text must be a string", param, i);
+        total += json_string_length(text);
+    }
+    char *s = malloc(total + 1);
+    if (!s) return OOM();
+    size_t k = 0;
+    json_array_foreach(c, i, p) {
+        json_t *text = json_object_get(p, "text");
+        if (!json_is_string(text)) text = json_object_get(p, "refusal");
+        memcpy(s + k, json_string_value(text), json_string_length(text));
+        k += json_string_length(text);
+    }
+    s[k] = 0;
+    *out = s;
+    return true;
+}
+
+static bool parse_messages(json_t *root, const og_api_model *mdl, og_api_req *r, og_api_err *e) {
+    json_t *msgs = json_object_get(root, "messages");
+    if (!msgs) return BAD("messages", "'messages' is required");
+    if (!json_is_array(msgs)) return BAD("messages", "'messages' must be an array");
+    size_t n = json_array_size(msgs);
+    if (n == 0) return BAD("messages", "'messages' must hold at least one message");
+    if (n > 100000) return BAD("messages", "too many messages (%zu)", n);
+    og_chat_msg *cm = calloc(n, sizeof *cm);
+    char **texts = calloc(n, sizeof *texts);
+    og_chat_tool_call **calls = calloc(n, sizeof *calls);
+    bool ok = cm && texts && calls ? true : OOM();
+    char param[64];
+    for (size_t i = 0; ok && i < n; i++) {
+        json_t *m = json_array_get(msgs, i);
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(m)) {
+            ok = BAD(param, "%s must be an object", param);
+            break;
+        }
+        json_t *role = json_object_get(m, "role");
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        if (!json_is_string(role)) {
+            ok = BAD(param, "%s must be a string", param);
+            break;
+        }
+        const char *rs = json_string_value(role);
+        static const char *roles[] = {"system", "developer", "user", "assistant", "tool", "function"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof roles / sizeof *roles; k++) known |= !strcmp(rs, roles[k]);
+        if (!known) {
+            char pr[80];
+            ok = BAD(param, "%s '%s' is not one of system, developer, user, assistant, tool", param,
+                     og_printable(rs, json_string_length(role), pr, sizeof pr));
+            break;
+        }
+        cm[i].role = !strcmp(rs, "function") ? "tool" : rs;
+        snprintf(param, sizeof param, "messages[%zu].content", i);
+        if (!(ok = content_text(json_object_get(m, "content"), param, &texts[i], e))) break;
+        cm[i].content = texts[i];
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (tc && !json_is_null(tc) && !strcmp(rs, "assistant")) {
+            snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+            if (!json_is_array(tc)) {
+                ok = BAD(param, "%s must be an array", param);
+                break;
+            }
+            size_t nc = json_array_size(tc), j;
+            json_t *c;
+            calls[i] = calloc(nc ? nc : 1, sizeof **calls);
+            if (!calls[i]) {
+                ok = OOM();
+                break;
+            }
+            json_array_foreach(tc, j, c) {
+                json_t *fn = json_object_get(c, "function");
+                json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+                if (!json_is_string(name) || !json_is_string(args)) {
+                    ok = BAD(param, "%s[%zu].function needs string 'name' and 'arguments'", param, j);
+                    break;
+                }
+                calls[i][j] = (og_chat_tool_call){"function", json_string_value(name), json_string_value(args)};
+            }
+            cm[i].tool_calls = calls[i];
+            cm[i].n_tool_calls = (int)nc;
+        }
+        if (!ok) break;
+        if (!texts[i] && !cm[i].n_tool_calls) {
+            if (strcmp(rs, "assistant")) {
+                ok = BAD(param, "%s is required for a %s message", param, rs);
+                break;
+            }
+        }
+        if (texts[i] && strcmp(rs, "assistant") && !(ok = control_token_free(mdl->tok, texts[i], param, e))) break;
+    }
+    char *prompt = NULL;
+    if (ok) {
+        char err[256];
+        og_status st = og_chat_format(mdl->chat, cm, (int)n, true, &prompt, err, sizeof err);
+        if (st == OG_ERR_NOMEM) ok = OOM();
+        else if (st) ok = BAD("messages", "%s", err);
+    }
+    if (ok) {
+        r->n_prompts = 1;
+        if (og_tokenize(mdl->tok, prompt, strlen(prompt), og_tokenizer_add_bos(mdl->tok), true, &r->prompts[0]))
+            ok = OOM();
+    }
+    free(prompt);
+    for (size_t i = 0; texts && i < n; i++) free(texts[i]);
+    for (size_t i = 0; calls && i < n; i++) free(calls[i]);
+    free(texts);
+    free(calls);
+    free(cm);
+    return ok;
+}
+
+/* §6: prompt is a string, an array of strings, an array of token ids, or an
+ * array of arrays of token ids. */
+static bool parse_prompt(json_t *root, const og_api_model *mdl, og_api_req *r, og_api_err *e) {
+    json_t *p = json_object_get(root, "prompt");
+    if (!p) return BAD("prompt", "'prompt' is required");
+    json_t *list[OG_API_MAX_PROMPTS];
+    int n = 0;
+    bool ids_one = false;
+    if (json_is_string(p)) list[n++] = p;
+    else if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
+        list[n++] = p;
+        ids_one = true;
+    } else if (json_is_array(p)) {
+        if (json_array_size(p) == 0) return BAD("prompt", "'prompt' must not be an empty array");
+        if (json_array_size(p) > OG_API_MAX_PROMPTS)
+            return BAD("prompt", "at most %d prompts per request (got %zu)", OG_API_MAX_PROMPTS, json_array_size(p));
+        size_t i;
+        json_t *v;
+        json_array_foreach(p, i, v) list[n++] = v;
+    } else {
+        return BAD("prompt", "'prompt' must be a string, an array of strings or an array of token ids");
+    }
+    for (int i = 0; i < n; i++) {
+        json_t *v = list[i];
+        og_ids *ids = &r->prompts[i];
+        r->n_prompts = i + 1;
+        if (json_is_string(v)) {
+            const char *s = json_string_value(v);
+            size_t l = json_string_length(v);
+            if (og_tokenize(mdl->tok, s, l, og_tokenizer_add_bos(mdl->tok), true, ids)) return OOM();
+            if (!(r->prompt_text[i] = strndup(s, l))) return OOM();
+        } else if (json_is_array(v) && (ids_one || json_array_size(v) > 0)) {
+            size_t k;
+            json_t *t;
+            size_t cap = json_array_size(v);
+            ids->v = malloc(cap * sizeof *ids->v);
+            if (!ids->v) return OOM();
+            ids->cap = cap;
+            size_t text_len = 0;
+            char buf[256];
+            json_array_foreach(v, k, t) {
+                if (!json_is_integer(t)) return BAD("prompt", "prompt %d: token ids must be integers", i);
+                json_int_t id = json_integer_value(t);
+                if (id < 0 || id >= mdl->n_vocab)
+                    return BAD("prompt", "prompt %d: token id %lld is outside the vocabulary (0..%d)", i,
+                               (long long)id, mdl->n_vocab - 1);
+                ids->v[ids->n++] = (int32_t)id;
+                int bn = og_token_to_bytes(mdl->tok, (int32_t)id, false, buf, sizeof buf);
+                text_len += bn > 0 ? (size_t)bn : 0;
+            }
+            char *txt = malloc(text_len + 1), *w = txt;
+            if (!txt) return OOM();
+            for (size_t j = 0; j < ids->n; j++) {
+                int bn = og_token_to_bytes(mdl->tok, ids->v[j], false, w, (size_t)(txt + text_len - w));
+                if (bn > 0) w += bn;
+            }
+            *w = 0;
+            r->prompt_text[i] = txt;
+        } else {
+            return BAD("prompt", "prompt %d must be a string or a non-empty array of token ids", i);
+        }
+        if (ids->n == 0) return BAD("prompt", "prompt %d is empty", i);
+    }
+    return true;
+}
+
+bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *mdl, og_api_req *r, og_api_err *e) {
+    memset(r, 0, sizeof *r);
+    r->chat = chat;
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) return BAD(NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    r->root = root;
+    if (!json_is_object(root)) return BAD(NULL, "the body must be a JSON object");
+    json_t *model = field(root, "model");
+    if (model && !json_is_string(model)) return BAD("model", "'model' must be a string");
+
+    og_sampler_params *sp = &r->sp.sampling;
+    *sp = og_sampler_defaults();
+    double x;
+    long long i;
+    x = 1;
+    if (!get_number(root, "temperature", 0, 2, &x, e)) return false;
+    sp->temperature = (float)x;
+    x = 1;
+    if (!get_number(root, "top_p", 0, 1, &x, e)) return false;
+    sp->top_p = x > 0 ? (float)x : 1e-9f; /* 0: only the most likely token */
+    x = 0;
+    if (!get_number(root, "min_p", 0, 1, &x, e)) return false;
+    sp->min_p = (float)x;
+    x = 0;
+    if (!get_number(root, "presence_penalty", -2, 2, &x, e)) return false;
+    sp->presence_penalty = (float)x;
+    x = 0;
+    if (!get_number(root, "frequency_penalty", -2, 2, &x, e)) return false;
+    sp->frequency_penalty = (float)x;
+    i = 0;
+    if (!get_int(root, "top_k", 0, mdl->n_vocab, &i, e)) return false;
+    sp->top_k = (int)i;
+    i = 1;
+    if (!get_int(root, "n", 1, 1, &i, e))
+        return BAD("n", "'n' must be 1: this server returns one choice per request (send more requests instead)");
+    json_t *seed = field(root, "seed");
+    if (seed && !json_is_integer(seed)) return BAD("seed", "'seed' must be an integer");
+    uint64_t key[2];
+    og_random_key(key);
+    sp->seed = seed ? (uint64_t)json_integer_value(seed) : key[0];
+    if (!get_bool(root, "stream", &r->stream, e)) return false;
+    json_t *so = field(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
+        if (!get_bool(so, "include_usage", &r->include_usage, e)) return false;
+    }
+    json_t *repro = field(root, "strata_reproducible");
+    if (repro) {
+        const char *v = json_string_value(repro);
+        if (!v || (strcmp(v, "required") && strcmp(v, "off")))
+            return BAD("strata_reproducible", "'strata_reproducible' must be \"required\" or \"off\"");
+        r->reproducible = !strcmp(v, "required");
+    }
+    /* stop: a string or up to 4 non-empty strings */
+    json_t *stop = field(root, "stop");
+    if (stop) {
+        if (json_is_string(stop)) {
+            r->sp.stop[r->sp.n_stop++] = json_string_value(stop);
+        } else if (json_is_array(stop)) {
+            if (json_array_size(stop) > OG_ENGINE_MAX_STOP)
+                return BAD("stop", "'stop' holds at most %d strings (got %zu)", OG_ENGINE_MAX_STOP, json_array_size(stop));
+            size_t k;
+            json_t *v;
+            json_array_foreach(stop, k, v) {
+                if (!json_is_string(v)) return BAD("stop", "'stop' must be a string or an array of strings");
+                r->sp.stop[r->sp.n_stop++] = json_string_value(v);
+            }
+        } else {
+            return BAD("stop", "'stop' must be a string or an array of strings");
+        }
+        for (int k = 0; k < r->sp.n_stop; k++) {
+            if (!r->sp.stop[k][0]) return BAD("stop", "stop strings must not be empty");
+            if (strlen(r->sp.stop[k]) != json_string_length(json_is_string(stop) ? stop : json_array_get(stop, (size_t)k)))
+                return BAD("stop", "stop strings must not contain NUL");
+        }
+    }
+    /* logit_bias: {"token id": -100..100} */
+    json_t *lb = field(root, "logit_bias");
+    if (lb) {
+        if (!json_is_object(lb)) return BAD("logit_bias", "'logit_bias' must be an object of token id -> number");
+        size_t nb = json_object_size(lb);
+        r->bias_ids = malloc((nb ? nb : 1) * sizeof *r->bias_ids);
+        r->bias_values = malloc((nb ? nb : 1) * sizeof *r->bias_values);
+        if (!r->bias_ids || !r->bias_values) return OOM();
+        const char *k;
+        json_t *v;
+        int nbias = 0;
+        json_object_foreach(lb, k, v) {
+            char *end;
+            long long id = strtoll(k, &end, 10);
+            char pk[64];
+            if (end == k || *end || id < 0 || id >= mdl->n_vocab)
+                return BAD("logit_bias", "logit_bias key '%s' is not a token id in 0..%d",
+                           og_printable(k, strlen(k), pk, sizeof pk), mdl->n_vocab - 1);
+            if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+                return BAD("logit_bias", "logit_bias for token %lld must be a number in -100..100", id);
+            r->bias_ids[nbias] = (int32_t)id;
+            r->bias_values[nbias++] = (float)json_number_value(v);
+        }
+        sp->bias_ids = r->bias_ids;
+        sp->bias_values = r->bias_values;
+        sp->n_bias = nbias;
+    }
+    /* max tokens: chat prefers max_completion_tokens (§2); completions default 16 (§6) */
+    long long max_tokens = chat ? -1 : 16;
+    const char *mt_name = "max_tokens";
+    if (chat && field(root, "max_completion_tokens")) mt_name = "max_completion_tokens";
+    if (!get_int(root, mt_name, chat ? 1 : 0, INT32_MAX, &max_tokens, e)) return false;
+    r->sp.max_tokens = (int)max_tokens;
+    /* log-probs */
+    if (chat) {
+        if (!get_bool(root, "logprobs", &r->logprobs, e)) return false;
+        i = 0;
+        if (!get_int(root, "top_logprobs", 0, OG_ENGINE_MAX_TOP, &i, e)) return false;
+        if (i > 0 && !r->logprobs) return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r->top_logprobs = (int)i;
+    } else {
+        i = -1;
+        if (!get_int(root, "logprobs", 0, OG_ENGINE_MAX_TOP, &i, e)) return false;
+        r->logprobs = i >= 0;
+        r->top_logprobs = i > 0 ? (int)i : 0;
+        if (!get_bool(root, "echo", &r->echo, e)) return false;
+        json_t *suffix = field(root, "suffix");
+        if (suffix && !(json_is_string(suffix) && json_string_length(suffix) == 0))
+            return BAD("suffix", "'suffix' (insertion) is not supported by this server");
+        i = 1;
+        if (!get_int(root, "best_of", 1, 1, &i, e))
+            return BAD("best_of", "'best_of' must be 1: this server returns one candidate per prompt");
+    }
+    r->sp.logprobs = r->logprobs;
+    r->sp.n_top = r->top_logprobs;
+    /* features this server does not have yet: a clear 400, never a silent ignore */
+    json_t *rf = field(root, "response_format");
+    if (rf) {
+        const char *t = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !t) return BAD("response_format", "'response_format' must be an object with a 'type'");
+        if (strcmp(t, "text"))
+            return BADC("response_format", "unsupported_parameter",
+                        "response_format type '%s' is not supported by this server yet (only \"text\")",
+                        !strcmp(t, "json_object") || !strcmp(t, "json_schema") ? t : "other");
+    }
+    json_t *tools = field(root, "tools"), *tc = field(root, "tool_choice");
+    if (tools) {
+        if (!json_is_array(tools)) return BAD("tools", "'tools' must be an array");
+        bool none = json_is_string(tc) && !strcmp(json_string_value(tc), "none");
+        if (json_array_size(tools) > 0 && !none)
+            return BADC("tools", "unsupported_parameter",
+                        "tools (function calling) are not supported by this server yet; send tool_choice \"none\" "
+                        "or no tools");
+    }
+    if (field(root, "functions"))
+        return BADC("functions", "unsupported_parameter", "'functions' (function calling) is not supported by this server");
+
+    if (chat ? !parse_messages(root, mdl, r, e) : !parse_prompt(root, mdl, r, e)) return false;
+    for (int k = 0; k < r->n_prompts; k++) {
+        long long need = (long long)r->prompts[k].n + (r->sp.max_tokens > 0 ? r->sp.max_tokens : 1);
+        if ((long long)r->prompts[k].n >= mdl->ctx || (r->sp.max_tokens > 0 && need > mdl->ctx))
+            return BADC(chat ? "messages" : "prompt", "context_length_exceeded",
+                        "this model's context is %d tokens; the prompt%s has %zu tokens and %s%d more %s asked for "
+                        "(%lld in all)",
+                        mdl->ctx, r->n_prompts > 1 ? " number" : "", r->prompts[k].n,
+                        r->sp.max_tokens > 0 ? "" : "at least ", r->sp.max_tokens > 0 ? r->sp.max_tokens : 1,
+                        r->sp.max_tokens == 1 ? "was" : "were", need);
+    }
+    return true;
+}

@@ -1,0 +1,73 @@
+/* The OpenAI request/response mapping (shared/spec/openai-api.md): a request
+ * body becomes token ids and og_seq_params, or an error with the status code,
+ * type, param and code the spec's §8 asks for. No HTTP here. */
+#ifndef OG_API_H
+#define OG_API_H
+
+#include "og_engine.h"
+
+#include <jansson.h>
+
+#define OG_API_MAX_PROMPTS 16 /* prompts per /v1/completions request */
+
+/* An error for the client: HTTP status plus the OpenAI error envelope fields. */
+typedef struct og_api_err {
+    int status;              /* 400, 401, 404, 413, 503, ... */
+    const char *type;        /* invalid_request_error, ... */
+    const char *code;        /* or NULL */
+    char param[64];          /* "" = null */
+    char message[512];
+} og_api_err;
+
+/* What the parser needs to know about the served model. */
+typedef struct og_api_model {
+    const og_tokenizer *tok;
+    og_chat_kind chat;
+    int32_t n_vocab;
+    int ctx;                 /* positions per sequence */
+} og_api_model;
+
+typedef struct og_api_req {
+    bool chat;               /* /v1/chat/completions (else /v1/completions) */
+    bool stream, include_usage, echo, reproducible;
+    bool logprobs;           /* chat: logprobs; completions: logprobs != null */
+    int top_logprobs;        /* alternatives per token */
+    og_seq_params sp;        /* stop strings point into root */
+    og_ids prompts[OG_API_MAX_PROMPTS];
+    int n_prompts;
+    char *prompt_text[OG_API_MAX_PROMPTS]; /* for echo: the prompt as text (malloc'ed) */
+    int32_t *bias_ids;       /* [n_bias] (sp.sampling points here) */
+    float *bias_values;
+    json_t *root;            /* the parsed body (owned) */
+} og_api_req;
+
+/* Parses and validates a request body (len bytes) for the chat (chat = true)
+ * or completions endpoint, renders and tokenizes the prompt. Returns true on
+ * success; false with *e filled (status 400, or 500 for out of memory). The
+ * context check (prompt + max tokens against ctx) is done here too
+ * (code "context_length_exceeded", the numbers in the message). */
+bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *mdl, og_api_req *out, og_api_err *e);
+void og_api_req_free(og_api_req *r);
+
+/* Sets *e and returns false (for one-line error returns). */
+bool og_api_error(og_api_err *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                  ...) __attribute__((format(printf, 6, 7)));
+
+/* The error envelope {"error": {message, type, param, code}} as a JSON text
+ * (malloc'ed). */
+char *og_api_error_json(const og_api_err *e);
+
+/* A JSON string from bytes that may not be valid UTF-8 (invalid bytes become
+ * U+FFFD). New reference, NULL when out of memory. */
+json_t *og_api_jstr(const char *s, size_t n);
+
+/* The logprobs object of one chunk or response for tokens toks[0..n):
+ * chat shape ({"content": [...], "refusal": null}) or completions shape
+ * ({"tokens", "token_logprobs", "top_logprobs", "text_offset"}); text_base is
+ * the byte offset added to the completions text_offset (echo). */
+json_t *og_api_logprobs(const og_tokenizer *tok, bool chat, const og_tok_out *toks, int n, size_t text_base);
+
+/* "stop" / "length" / NULL (still running, cancelled, error). */
+const char *og_api_finish_reason(og_finish f);
+
+#endif

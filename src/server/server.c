@@ -1,0 +1,701 @@
+/* HTTP plumbing of the API (og_server.h): libmicrohttpd in thread-per-connection
+ * mode. A generation request blocks its own connection thread: non-streaming
+ * requests wait in the access handler, streams in the response's content
+ * reader; both poll the socket so a client that goes away cancels its
+ * sequences within ~100 ms (and the engine frees their KV before its next step). */
+#include "og_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { ST_LOADING, ST_READY, ST_DRAINING };
+
+/* status codes counted for /metrics */
+static const int counted[] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+#define N_COUNTED (sizeof counted / sizeof *counted)
+
+struct og_server {
+    struct MHD_Daemon *d;
+    og_server_config cfg;
+    char *host, *api_key, *model_id, *fingerprint;
+    int port;
+    pthread_mutex_t mu;
+    int state;
+    og_engine *engine;
+    og_api_model mdl;
+    uint64_t by_status[N_COUNTED + 1]; /* last: other codes */
+    uint64_t id_seq, id_key;
+    time_t created;
+};
+
+typedef struct conn_ctx {
+    char *body;
+    size_t len, cap;
+    bool too_large, responded;
+} conn_ctx;
+
+/* One generation request's state: owned by the stream response (freed by its
+ * free callback) or by the access handler (non-streaming). */
+typedef struct gen_ctx {
+    og_server *srv;
+    og_engine *e;
+    og_api_req req;
+    og_seq *seqs[OG_API_MAX_PROMPTS];
+    bool released[OG_API_MAX_PROMPTS], ended[OG_API_MAX_PROMPTS];
+    og_finish finish[OG_API_MAX_PROMPTS];
+    int n;
+    int fd;
+    char id[48];
+    time_t created;
+    /* streaming: bytes produced but not yet handed to MHD */
+    char *out;
+    size_t out_len, out_pos, out_cap;
+    bool started, sent_done;
+    /* non-streaming: accumulated output per choice */
+    char *text[OG_API_MAX_PROMPTS];
+    size_t text_len[OG_API_MAX_PROMPTS];
+    og_tok_out *toks[OG_API_MAX_PROMPTS];
+    int n_toks[OG_API_MAX_PROMPTS];
+    int n_prompt[OG_API_MAX_PROMPTS], n_gen[OG_API_MAX_PROMPTS];
+    char error[256];
+} gen_ctx;
+
+static void count_status(og_server *s, int status) {
+    pthread_mutex_lock(&s->mu);
+    size_t k = 0;
+    while (k < N_COUNTED && counted[k] != status) k++;
+    s->by_status[k]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static enum MHD_Result send_text(og_server *s, struct MHD_Connection *c, int status, const char *ctype,
+                                 const char *text, size_t len, const char *retry_after) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    count_status(s, status);
+    return ret;
+}
+
+static enum MHD_Result send_json(og_server *s, struct MHD_Connection *c, int status, json_t *o) {
+    char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!txt) return MHD_NO;
+    enum MHD_Result r = send_text(s, c, status, "application/json", txt, strlen(txt), NULL);
+    free(txt);
+    return r;
+}
+
+static enum MHD_Result send_error(og_server *s, struct MHD_Connection *c, const og_api_err *e) {
+    char *txt = og_api_error_json(e);
+    if (!txt) return MHD_NO;
+    if (s->cfg.log) og_log(s->cfg.log, OG_LOG_INFO, "%d %s", e->status, e->message);
+    const char *retry = e->status == 503 || e->status == 429 ? "1" : NULL;
+    enum MHD_Result r = send_text(s, c, e->status, "application/json", txt, strlen(txt), retry);
+    free(txt);
+    return r;
+}
+
+static enum MHD_Result fail(og_server *s, struct MHD_Connection *c, int status, const char *type, const char *code,
+                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static enum MHD_Result fail(og_server *s, struct MHD_Connection *c, int status, const char *type, const char *code,
+                            const char *fmt, ...) {
+    og_api_err e = {.status = status, .type = type, .code = code};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return send_error(s, c, &e);
+}
+
+/* ---- the client's socket ------------------------------------------------- */
+
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+static void gen_release_all(gen_ctx *g) {
+    for (int i = 0; i < g->n; i++)
+        if (!g->released[i]) {
+            og_seq_release(g->e, g->seqs[i]);
+            g->released[i] = true;
+        }
+}
+
+static void gen_free(gen_ctx *g) {
+    if (!g) return;
+    gen_release_all(g);
+    og_api_req_free(&g->req);
+    for (int i = 0; i < OG_API_MAX_PROMPTS; i++) {
+        free(g->text[i]);
+        free(g->toks[i]);
+    }
+    free(g->out);
+    free(g);
+}
+
+/* ---- responses ------------------------------------------------------------ */
+
+static json_t *usage_json(const gen_ctx *g) {
+    long long p = 0, c = 0;
+    for (int i = 0; i < g->n; i++) {
+        p += g->n_prompt[i];
+        c += g->n_gen[i];
+    }
+    return json_pack("{s:I,s:I,s:I,s:{s:i}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
+                     "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens", 0);
+}
+
+static json_t *envelope(const gen_ctx *g, const char *object) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", g->id, "object", object, "created", (json_int_t)g->created,
+                     "model", g->srv->model_id, "system_fingerprint", g->srv->fingerprint);
+}
+
+/* Appends one SSE event (data: JSON) to the stream buffer. */
+static bool emit(gen_ctx *g, json_t *o) {
+    char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!txt) return false;
+    size_t l = strlen(txt), need = g->out_len + l + 8;
+    if (need > g->out_cap) {
+        size_t cap = g->out_cap ? g->out_cap : 4096;
+        while (cap < need) cap *= 2;
+        char *b = realloc(g->out, cap);
+        if (!b) {
+            free(txt);
+            return false;
+        }
+        g->out = b;
+        g->out_cap = cap;
+    }
+    g->out_len += (size_t)sprintf(g->out + g->out_len, "data: %s\n\n", txt);
+    free(txt);
+    return true;
+}
+
+static bool emit_raw(gen_ctx *g, const char *s) {
+    size_t l = strlen(s);
+    if (g->out_len + l + 1 > g->out_cap) {
+        size_t cap = g->out_cap ? g->out_cap * 2 : 4096;
+        while (cap < g->out_len + l + 1) cap *= 2;
+        char *b = realloc(g->out, cap);
+        if (!b) return false;
+        g->out = b;
+        g->out_cap = cap;
+    }
+    memcpy(g->out + g->out_len, s, l + 1);
+    g->out_len += l;
+    return true;
+}
+
+/* A stream chunk for choice i: chat {"delta": ...} or completions {"text": ...}. */
+static json_t *chunk(const gen_ctx *g, int i, json_t *delta_or_text, json_t *logprobs, const char *finish) {
+    bool chat = g->req.chat;
+    json_t *o = envelope(g, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *ch = json_pack("{s:i,s:o,s:o,s:o}", "index", i, chat ? "delta" : "text", delta_or_text, "logprobs",
+                           logprobs ? logprobs : json_null(), "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(o, "choices", json_pack("[o]", ch));
+    if (g->req.include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+/* Moves new engine output into stream events (or the non-streaming
+ * accumulators). Returns true if anything changed. */
+static bool gen_collect(gen_ctx *g, bool stream) {
+    bool changed = false;
+    if (stream && !g->started) {
+        g->started = true;
+        changed = true;
+        for (int i = 0; i < g->n; i++) {
+            if (g->req.chat) emit(g, chunk(g, i, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL));
+            else if (g->req.echo && g->req.prompt_text[i])
+                emit(g, chunk(g, i, og_api_jstr(g->req.prompt_text[i], strlen(g->req.prompt_text[i])), NULL, NULL));
+        }
+    }
+    for (int i = 0; i < g->n; i++) {
+        if (g->ended[i]) continue;
+        og_seq_out o;
+        if (og_seq_take(g->e, g->seqs[i], &o)) continue;
+        g->n_prompt[i] = o.n_prompt;
+        g->n_gen[i] = o.n_gen;
+        size_t base = g->req.echo && g->req.prompt_text[i] ? strlen(g->req.prompt_text[i]) : 0;
+        if (o.len || o.n_toks) changed = true;
+        if (stream) {
+            if (o.len || o.n_toks) {
+                json_t *lp = g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, g->req.chat, o.toks, o.n_toks, base)
+                                             : NULL;
+                json_t *t = og_api_jstr(o.text, o.len);
+                emit(g, chunk(g, i, g->req.chat ? json_pack("{s:o}", "content", t) : t, lp, NULL));
+            }
+        } else {
+            char *nt = realloc(g->text[i], g->text_len[i] + o.len + 1);
+            og_tok_out *tk = o.n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o.n_toks) * sizeof *tk) : g->toks[i];
+            if (nt) {
+                g->text[i] = nt;
+                memcpy(nt + g->text_len[i], o.text, o.len + 1);
+                g->text_len[i] += o.len;
+            }
+            if (tk) {
+                g->toks[i] = tk;
+                if (o.n_toks) memcpy(tk + g->n_toks[i], o.toks, (size_t)o.n_toks * sizeof *tk);
+                g->n_toks[i] += o.n_toks;
+            }
+        }
+        if (o.finish != OG_FINISH_NONE) {
+            changed = true;
+            g->ended[i] = true;
+            g->finish[i] = o.finish;
+            if (o.finish == OG_FINISH_ERROR || o.finish == OG_FINISH_CANCEL)
+                snprintf(g->error, sizeof g->error, "%s",
+                         o.finish == OG_FINISH_ERROR ? o.error : "the request was cancelled: the server is shutting down");
+            if (stream) {
+                if (o.finish == OG_FINISH_ERROR || o.finish == OG_FINISH_CANCEL)
+                    emit(g, json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", g->error, "type",
+                                      o.finish == OG_FINISH_ERROR ? "server_error" : "unavailable_error", "param",
+                                      "code"));
+                else
+                    emit(g, chunk(g, i, g->req.chat ? json_object() : json_string(""), NULL,
+                                  og_api_finish_reason(o.finish)));
+            }
+        }
+        og_seq_out_free(&o);
+    }
+    bool all = true;
+    for (int i = 0; i < g->n; i++) all &= g->ended[i];
+    if (stream && all && !g->sent_done) {
+        if (g->req.include_usage) {
+            json_t *u = envelope(g, g->req.chat ? "chat.completion.chunk" : "text_completion");
+            json_object_set_new(u, "choices", json_array());
+            json_object_set_new(u, "usage", usage_json(g));
+            emit(g, u);
+        }
+        emit_raw(g, "data: [DONE]\n\n");
+        g->sent_done = true;
+        changed = true;
+    }
+    return changed;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    gen_ctx *g = cls;
+    for (;;) {
+        if (g->out_pos < g->out_len) {
+            size_t n = g->out_len - g->out_pos < max ? g->out_len - g->out_pos : max;
+            memcpy(buf, g->out + g->out_pos, n);
+            g->out_pos += n;
+            if (g->out_pos == g->out_len) g->out_pos = g->out_len = 0;
+            return (ssize_t)n;
+        }
+        if (g->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (gen_collect(g, true)) continue;
+        if (client_gone(g->fd)) {
+            gen_release_all(g); /* cancels: the KV goes before the next step */
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        og_engine_wait(g->e, 0.1);
+    }
+}
+
+static void stream_free(void *cls) { gen_free(cls); }
+
+static json_t *final_response(gen_ctx *g) {
+    bool chat = g->req.chat;
+    json_t *o = envelope(g, chat ? "chat.completion" : "text_completion");
+    json_t *choices = json_array();
+    for (int i = 0; i < g->n; i++) {
+        size_t base = 0;
+        json_t *text;
+        if (!chat && g->req.echo && g->req.prompt_text[i]) {
+            base = strlen(g->req.prompt_text[i]);
+            size_t tl = base + g->text_len[i];
+            char *t = malloc(tl + 1);
+            if (t) {
+                memcpy(t, g->req.prompt_text[i], base);
+                memcpy(t + base, g->text[i] ? g->text[i] : "", g->text_len[i]);
+            }
+            text = t ? og_api_jstr(t, tl) : NULL;
+            free(t);
+        } else {
+            text = og_api_jstr(g->text[i] ? g->text[i] : "", g->text_len[i]);
+        }
+        json_t *lp = g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, chat, g->toks[i], g->n_toks[i], base) : NULL;
+        const char *fr = og_api_finish_reason(g->finish[i]);
+        json_t *ch = chat ? json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", i, "message", "role", "assistant",
+                                      "content", text, "refusal", "logprobs", lp ? lp : json_null(), "finish_reason", fr)
+                          : json_pack("{s:i,s:o,s:o,s:s}", "index", i, "text", text, "logprobs", lp ? lp : json_null(),
+                                      "finish_reason", fr);
+        json_array_append_new(choices, ch);
+    }
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_json(g));
+    return o;
+}
+
+static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, conn_ctx *cc, bool chat) {
+    pthread_mutex_lock(&s->mu);
+    int state = s->state;
+    og_engine *e = s->engine;
+    og_api_model mdl = s->mdl;
+    uint64_t seq_no = ++s->id_seq;
+    pthread_mutex_unlock(&s->mu);
+    if (state == ST_LOADING) return fail(s, c, 503, "unavailable_error", NULL, "the model is still loading; retry shortly");
+    if (state == ST_DRAINING) return fail(s, c, 503, "unavailable_error", NULL, "the server is shutting down");
+    gen_ctx *g = calloc(1, sizeof *g);
+    if (!g) return fail(s, c, 500, "server_error", NULL, "out of memory");
+    g->srv = s;
+    g->e = e;
+    g->created = time(NULL);
+    snprintf(g->id, sizeof g->id, "%s%016llx", chat ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)og_splitmix64(&(uint64_t){s->id_key ^ seq_no}));
+    og_api_err err;
+    if (!og_api_parse(cc->body ? cc->body : "", cc->len, chat, &mdl, &g->req, &err)) {
+        gen_free(g);
+        return send_error(s, c, &err);
+    }
+    for (int i = 0; i < g->req.n_prompts; i++) {
+        char msg[512];
+        og_status st = og_engine_submit(e, g->req.prompts[i].v, (int)g->req.prompts[i].n, &g->req.sp, &g->seqs[i], msg,
+                                        sizeof msg);
+        if (st) {
+            gen_free(g);
+            if (st == OG_ERR_STATE) return fail(s, c, 503, "unavailable_error", NULL, "%s", msg);
+            if (st == OG_ERR_RANGE)
+                return fail(s, c, 400, "invalid_request_error", "context_length_exceeded", "%s", msg);
+            if (st == OG_ERR_NOMEM) return fail(s, c, 500, "server_error", NULL, "%s", msg);
+            return fail(s, c, 400, "invalid_request_error", NULL, "%s", msg);
+        }
+        g->n = i + 1;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    g->fd = ci ? ci->connect_fd : -1;
+    if (g->req.stream) {
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g, stream_free);
+        if (!r) {
+            gen_free(g);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        enum MHD_Result ret = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        count_status(s, 200);
+        return ret;
+    }
+    for (;;) {
+        gen_collect(g, false);
+        bool all = true;
+        for (int i = 0; i < g->n; i++) all &= g->ended[i];
+        if (all) break;
+        if (client_gone(g->fd)) {
+            gen_free(g); /* cancels */
+            return MHD_NO;
+        }
+        og_engine_wait(e, 0.1);
+    }
+    for (int i = 0; i < g->n; i++)
+        if (g->finish[i] == OG_FINISH_ERROR || g->finish[i] == OG_FINISH_CANCEL) {
+            bool cancel = g->finish[i] == OG_FINISH_CANCEL;
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", g->error);
+            gen_free(g);
+            return fail(s, c, cancel ? 503 : 500, cancel ? "unavailable_error" : "server_error", NULL, "%s", msg);
+        }
+    json_t *o = final_response(g);
+    gen_free(g);
+    return send_json(s, c, 200, o);
+}
+
+/* ---- other endpoints ------------------------------------------------------ */
+
+static json_t *model_json(og_server *s) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", s->model_id, "object", "model", "created", (json_int_t)s->created,
+                     "owned_by", "onegpu", "context_length", s->mdl.ctx);
+}
+
+static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c) {
+    pthread_mutex_lock(&s->mu);
+    og_engine *e = s->engine;
+    uint64_t by[N_COUNTED + 1];
+    memcpy(by, s->by_status, sizeof by);
+    int state = s->state;
+    pthread_mutex_unlock(&s->mu);
+    og_engine_metrics m = {0};
+    if (e) og_engine_metrics_get(e, &m);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return fail(s, c, 500, "server_error", NULL, "out of memory");
+    fprintf(f, "# HELP onegpu_requests_total HTTP responses sent, by status code.\n"
+               "# TYPE onegpu_requests_total counter\n");
+    for (size_t k = 0; k < N_COUNTED; k++)
+        fprintf(f, "onegpu_requests_total{code=\"%d\"} %llu\n", counted[k], (unsigned long long)by[k]);
+    fprintf(f, "onegpu_requests_total{code=\"other\"} %llu\n", (unsigned long long)by[N_COUNTED]);
+    const struct {
+        const char *name, *type, *help;
+        double v;
+        bool placement; /* only with --vram */
+    } rows[] = {
+        {"ready", "gauge", "1 when the model is loaded and requests are admitted.", state == ST_READY, false},
+        {"prompt_tokens_total", "counter", "Prompt tokens run through the model.", (double)m.prompt_tokens, false},
+        {"generation_tokens_total", "counter", "Tokens generated.", (double)m.gen_tokens, false},
+        {"generation_tokens_per_second", "gauge", "Generated tokens per second over the last 10 s.", m.gen_tok_per_s,
+         false},
+        {"queue_depth", "gauge", "Sequences waiting for a place.", m.queued, false},
+        {"sequences_running", "gauge", "Sequences prefilling or decoding.", m.running, false},
+        {"sequences_admitted_total", "counter", "Sequences accepted into the queue.", (double)m.seqs_admitted, false},
+        {"sequences_cancelled_total", "counter", "Sequences cancelled (client gone or shutdown).",
+         (double)m.seqs_cancelled, false},
+        {"sequences_finished_total", "counter", "Sequences that ran to their end.", (double)m.seqs_finished, false},
+        {"sequences_rejected_total", "counter", "Sequences refused because the queue was full.",
+         (double)m.seqs_rejected, false},
+        {"kv_blocks_used", "gauge", "KV cache blocks held by live sequences.", (double)m.kv_blocks_used, false},
+        {"kv_blocks_total", "gauge", "KV cache blocks planned (parallel x ctx).", (double)m.kv_blocks_total, false},
+        {"kv_usage_ratio", "gauge", "kv_blocks_used / kv_blocks_total.",
+         m.kv_blocks_total ? (double)m.kv_blocks_used / (double)m.kv_blocks_total : 0.0, false},
+        {"steps_total", "counter", "Scheduler steps (forward calls).", (double)m.steps, false},
+        {"step_seconds_max", "gauge", "Longest scheduler step so far, seconds.", m.longest_step_s, false},
+        {"expert_selections_total", "counter", "Routed (token, expert) selections.", (double)m.expert_routes, true},
+        {"expert_device_hits_total", "counter", "Selections of experts resident on the device.",
+         (double)m.expert_hits, true},
+        {"expert_hit_rate", "gauge", "expert_device_hits_total / expert_selections_total.",
+         m.expert_routes ? (double)m.expert_hits / (double)m.expert_routes : 0.0, true},
+        {"expert_migrations_total", "counter", "Experts moved into device slots.", (double)m.migrations, true},
+        {"pcie_bytes_total", "counter", "Bytes copied host -> device.", (double)m.pcie_bytes, true},
+        {"resident_experts", "gauge", "Experts held in device slots.", (double)m.resident_experts, true},
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
+        if (rows[k].placement && !m.placement) continue;
+        fprintf(f, "# HELP onegpu_%s %s\n# TYPE onegpu_%s %s\nonegpu_%s %.17g\n", rows[k].name, rows[k].help,
+                rows[k].name, rows[k].type, rows[k].name, rows[k].v);
+    }
+    if (fclose(f) || !buf) {
+        free(buf);
+        return fail(s, c, 500, "server_error", NULL, "out of memory");
+    }
+    enum MHD_Result r = send_text(s, c, 200, "text/plain; version=0.0.4", buf, len, NULL);
+    free(buf);
+    return r;
+}
+
+static bool authorized(og_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    size_t a = strlen(h), b = strlen(s->api_key);
+    unsigned char diff = (unsigned char)(a != b);
+    for (size_t i = 0; i < b; i++) diff |= (unsigned char)(s->api_key[i] ^ (i < a ? h[i] : 0));
+    return diff == 0;
+}
+
+static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                      const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    og_server *s = cls;
+    conn_ctx *cc = *con_cls;
+    if (!cc) {
+        if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
+        *con_cls = cc;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
+            cc->responded = true;
+            return fail(s, c, 413, "invalid_request_error", "request_too_large",
+                        "the request body (%s bytes) is over this server's limit of %zu bytes", cl, s->cfg.max_body);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cc->responded && !cc->too_large) {
+            if (cc->len + *upload_size > s->cfg.max_body) {
+                cc->too_large = true;
+            } else {
+                if (cc->len + *upload_size + 1 > cc->cap) {
+                    size_t cap = cc->cap ? cc->cap : 4096;
+                    while (cap < cc->len + *upload_size + 1) cap *= 2;
+                    char *b = realloc(cc->body, cap);
+                    if (!b) return MHD_NO;
+                    cc->body = b;
+                    cc->cap = cap;
+                }
+                memcpy(cc->body + cc->len, upload, *upload_size);
+                cc->len += *upload_size;
+                cc->body[cc->len] = 0;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (cc->responded) return MHD_YES;
+    cc->responded = true;
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    if (!strcmp(url, "/health")) {
+        if (!get) return fail(s, c, 405, "invalid_request_error", NULL, "use GET for /health");
+        pthread_mutex_lock(&s->mu);
+        int st = s->state;
+        pthread_mutex_unlock(&s->mu);
+        return send_json(s, c, st == ST_READY ? 200 : 503,
+                         json_pack("{s:s}", "status", st == ST_READY ? "ok" : st == ST_LOADING ? "loading" : "shutting down"));
+    }
+    if (!authorized(s, c))
+        return fail(s, c, 401, "authentication_error", "invalid_api_key",
+                    "a valid API key is required: send the header 'Authorization: Bearer KEY' (onegpu serve --api-key)");
+    if (cc->too_large)
+        return fail(s, c, 413, "invalid_request_error", "request_too_large",
+                    "the request body is over this server's limit of %zu bytes", s->cfg.max_body);
+    bool is_chat = !strcmp(url, "/v1/chat/completions"), is_cmpl = !strcmp(url, "/v1/completions");
+    if (is_chat || is_cmpl) {
+        if (!post) return fail(s, c, 405, "invalid_request_error", NULL, "use POST for %s", url);
+        return handle_generate(s, c, cc, is_chat);
+    }
+    if (!strcmp(url, "/metrics")) {
+        if (!get) return fail(s, c, 405, "invalid_request_error", NULL, "use GET for /metrics");
+        return handle_metrics(s, c);
+    }
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) {
+        if (!get) return fail(s, c, 405, "invalid_request_error", NULL, "use GET for %s", url);
+        if (!strcmp(url, "/v1/models"))
+            return send_json(s, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));
+        if (!strcmp(url + 11, s->model_id)) return send_json(s, c, 200, model_json(s));
+        char pr[128];
+        return fail(s, c, 404, "invalid_request_error", "model_not_found", "the model '%s' does not exist; this server has '%s'",
+                    og_printable(url + 11, strlen(url + 11), pr, sizeof pr), s->model_id);
+    }
+    char pr[128];
+    return fail(s, c, 404, "not_found_error", NULL, "no such endpoint: %s %s", method,
+                og_printable(url, strlen(url), pr, sizeof pr));
+}
+
+static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    (void)toe;
+    conn_ctx *cc = *con_cls;
+    if (cc) {
+        free(cc->body);
+        free(cc);
+    }
+    *con_cls = NULL;
+}
+
+static int listen_on(const char *host, int port, int *out_port, char *err, size_t errlen) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc) {
+        og_fail(err, errlen, OG_ERR_IO, "cannot resolve --host %s: %s", host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1, last = 0;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            last = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) || listen(fd, 128)) {
+            last = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        og_fail(err, errlen, OG_ERR_IO, "cannot listen on %s port %d: %s%s", host, port, strerror(last),
+                last == EADDRINUSE ? " (another server is there: stop it or choose --port)" : "");
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *out_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+og_status og_server_start(const og_server_config *cfg, og_server **out, char *err, size_t errlen) {
+    *out = NULL;
+    og_server *s = calloc(1, sizeof *s);
+    if (!s) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    s->cfg = *cfg;
+    s->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
+    s->model_id = strdup(cfg->model_id ? cfg->model_id : "onegpu");
+    s->fingerprint = strdup(cfg->fingerprint ? cfg->fingerprint : "onegpu");
+    s->api_key = cfg->api_key && cfg->api_key[0] ? strdup(cfg->api_key) : NULL;
+    pthread_mutex_init(&s->mu, NULL);
+    s->created = time(NULL);
+    uint64_t key[2];
+    og_random_key(key);
+    s->id_key = key[0] ^ key[1];
+    if (!s->host || !s->model_id || !s->fingerprint || (cfg->api_key && cfg->api_key[0] && !s->api_key)) {
+        og_server_stop(s);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    int fd = listen_on(s->host, cfg->port, &s->port, err, errlen);
+    if (fd < 0) {
+        og_server_stop(s);
+        return OG_ERR_IO;
+    }
+    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL,
+                            0, NULL, NULL, access_handler, s, MHD_OPTION_LISTEN_SOCKET, fd,
+                            MHD_OPTION_CONNECTION_TIMEOUT, cfg->timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                            cfg->max_connections ? cfg->max_connections : 256u, MHD_OPTION_NOTIFY_COMPLETED,
+                            request_done, s, MHD_OPTION_END);
+    if (!s->d) {
+        close(fd);
+        og_server_stop(s);
+        return og_fail(err, errlen, OG_ERR_IO, "libmicrohttpd could not start on %s port %d", cfg->host, cfg->port);
+    }
+    *out = s;
+    return OG_OK;
+}
+
+int og_server_port(const og_server *s) { return s->port; }
+
+void og_server_set_engine(og_server *s, og_engine *e, const og_api_model *mdl) {
+    pthread_mutex_lock(&s->mu);
+    s->engine = e;
+    s->mdl = *mdl;
+    s->state = ST_READY;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void og_server_stop_admitting(og_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->state = ST_DRAINING;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void og_server_stop(og_server *s) {
+    if (!s) return;
+    if (s->d) MHD_stop_daemon(s->d);
+    pthread_mutex_destroy(&s->mu);
+    free(s->host);
+    free(s->model_id);
+    free(s->fingerprint);
+    free(s->api_key);
+    free(s);
+}

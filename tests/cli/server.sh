@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The engine and `onegpu serve`: test_engine on a tiny model, then the server
+# driven by the official openai npm client (tests/js/openai_client.mjs) and by
+# curl (a table of bad requests), then SIGTERM.
+# usage: server.sh ONEGPU TEST_ENGINE WORKDIR
+set -euo pipefail
+onegpu=$1 unit=$2 work=$3
+. "$(dirname "$0")/lib.sh"
+mkdir -p "$work"
+model=$work/tiny.gguf
+if [[ ! -s $model ]]; then
+  "$onegpu" make-model --preset tiny -o "$model" 2>"$work/make.log" || {
+    if grep -q 'tokenizer' "$work/make.log"; then echo "SKIP: no tokenizer files (run scripts/deps.sh)"; exit 77; fi
+    cat "$work/make.log"; fail "make-model"
+  }
+fi
+echo "== test_engine"
+"$unit" "$model"
+
+# ---- the server --------------------------------------------------------------
+key=test-key-123
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+# start_server LOG ARGS...: starts onegpu serve on a free port, waits for /health 200; sets port, spid
+start_server() {
+  local log=$1; shift
+  "$onegpu" serve -m "$model" --port 0 "$@" 2>"$log" &
+  spid=$!
+  pids+=("$spid")
+  port=
+  for _ in $(seq 1 600); do
+    port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$log" 2>/dev/null | grep -o '[0-9]*$' || true)
+    [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    kill -0 "$spid" 2>/dev/null || { cat "$log"; fail "onegpu serve exited at start"; }
+    sleep 0.1
+  done
+  cat "$log"; fail "onegpu serve did not become ready"
+}
+
+start_server "$work/serve.log" --api-key "$key" --parallel 8 --batch-tokens 64 --ctx 512 --queue 64
+base=http://127.0.0.1:$port
+echo "== server on port $port"
+
+# /health needs no key; everything else does
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$base/health") == 200 ]] || fail "/health"
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$base/v1/models") == 401 ]] || fail "no key must be 401"
+
+if command -v node >/dev/null && [[ $(node -p 'process.versions.node.split(".")[0]') -ge 20 ]] &&
+   [[ -d $here/node_modules/openai ]]; then
+  echo "== the official openai client"
+  node "$here/js/openai_client.mjs" "$base/v1" "$key"
+else
+  echo "SKIP (part): the openai npm client is not installed (scripts/deps.sh)"
+fi
+
+echo "== bad requests: each gets its 4xx, the server keeps serving"
+# req EXPECTED PATH BODY [extra curl args...]; the body is sent as given
+n_bad=0
+req() {
+  local want=$1 path=$2 body=$3; shift 3
+  local got
+  got=$(printf '%s' "$body" | curl -s -o "$work/resp.json" -w '%{http_code}' -H "Authorization: ${AUTH:-Bearer $key}" \
+        -H 'Content-Type: application/json' --data-binary @- "$@" "$base$path")
+  if [[ $got != "$want" ]]; then
+    echo "body: ${body:0:200}"; cat "$work/resp.json"; echo
+    fail "$path: expected $want, got $got"
+  fi
+  if [[ $want != 200 ]]; then
+    node -e "const j=JSON.parse(require('fs').readFileSync('$work/resp.json','utf8'));
+      if(typeof j.error.message!=='string'||!j.error.message||typeof j.error.type!=='string'||!('param' in j.error)||!('code' in j.error)) process.exit(1)" ||
+      fail "$path: not an OpenAI error envelope: $(cat "$work/resp.json")"
+  fi
+  n_bad=$((n_bad + 1))
+}
+C=/v1/chat/completions P=/v1/completions
+u='"messages":[{"role":"user","content":"hi"}]'
+req 400 $C '{'
+req 400 $C '[]'
+req 400 $C '{"model":"m"}'
+req 400 $C '{"messages":"hi"}'
+req 400 $C '{"messages":[]}'
+req 400 $C '{"messages":[1]}'
+req 400 $C '{"messages":[{"role":"wizard","content":"hi"}]}'
+req 400 $C '{"messages":[{"role":7,"content":"hi"}]}'
+req 400 $C '{"messages":[{"role":"user","content":12}]}'
+req 400 $C '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}'
+req 400 $C '{"messages":[{"role":"user","content":null}]}'
+req 400 $C '{"messages":[{"role":"user","content":"a <｜end▁of▁sentence｜> b"}]}'
+req 400 $C "{$u,\"temperature\":\"hot\"}"
+req 400 $C "{$u,\"temperature\":3}"
+req 400 $C "{$u,\"top_p\":-1}"
+req 400 $C "{$u,\"top_k\":100000000}"
+req 400 $C "{$u,\"top_k\":-1}"
+req 400 $C "{$u,\"max_tokens\":-5}"
+req 400 $C "{$u,\"max_tokens\":0}"
+req 400 $C "{$u,\"max_tokens\":1000000000000}"
+req 400 $C "{$u,\"max_tokens\":\"10\"}"
+req 400 $C "{$u,\"max_completion_tokens\":100000}"
+req 400 $C "{$u,\"n\":3}"
+req 400 $C "{$u,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}"
+req 400 $C "{$u,\"stop\":[1]}"
+req 400 $C "{$u,\"stop\":\"\"}"
+req 400 $C "{$u,\"logit_bias\":{\"999999999\":1}}"
+req 400 $C "{$u,\"logit_bias\":{\"abc\":1}}"
+req 400 $C "{$u,\"logit_bias\":{\"5\":500}}"
+req 400 $C "{$u,\"top_logprobs\":5}"
+req 400 $C "{$u,\"logprobs\":true,\"top_logprobs\":50}"
+req 400 $C "{$u,\"response_format\":{\"type\":\"json_object\"}}"
+req 400 $C "{$u,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
+req 400 $C "{$u,\"strata_reproducible\":\"maybe\"}"
+req 400 $C "{$u,\"stream\":\"yes\"}"
+req 400 $C "{$u,\"seed\":\"abc\"}"
+req 400 $C "{$u,\"model\":\"a\",\"model\":\"b\"}"
+req 400 $C '{"messages":[{"role":"user","content":"a\u0000b"}]}'
+req 400 $C "$(printf '{"messages":[{"role":"user","content":"\xff\xfe"}]}')"
+req 400 $C "{\"messages\":[{\"role\":\"user\",\"content\":\"$(printf 'word %.0s' $(seq 1 600))\"}]}"
+req 400 $P '{"model":"m"}'
+req 400 $P '{"prompt":[]}'
+req 400 $P '{"prompt":[999999999]}'
+req 400 $P '{"prompt":{}}'
+req 400 $P '{"prompt":"x","best_of":2}'
+req 400 $P '{"prompt":"x","logprobs":50}'
+req 400 $P '{"prompt":"x","suffix":"y"}'
+req 400 $P '{"prompt":"x","max_tokens":-1}'
+req 405 $C '' -X GET
+req 404 /v2/nothing '{}'
+req 404 /v1/models/nothing '' -X GET
+AUTH="Bearer wrong" req 401 $C "{$u}"
+AUTH="Basic dXNlcjpwYXNz" req 401 $C "{$u}"
+head -c 5000000 /dev/zero | tr '\0' 'a' > "$work/huge.txt"
+req 413 $C "$(cat "$work/huge.txt")"
+req 413 $C "$(cat "$work/huge.txt")" -H 'Transfer-Encoding: chunked'
+req 200 $C "{$u,\"max_tokens\":2}" -H 'Transfer-Encoding: chunked'
+req 200 $C "{$u,\"max_tokens\":2,\"unknown_field\":{\"x\":1},\"user\":\"u\",\"metadata\":{}}"
+req 200 $P '{"prompt":"x","max_tokens":0}'
+echo "ok: $n_bad requests answered as expected"
+curl -s -H "Authorization: Bearer $key" "$base/metrics" > "$work/metrics.txt"
+grep -q '^onegpu_requests_total{code="400"} [1-9]' "$work/metrics.txt" || fail "/metrics does not count the 400s"
+grep -q '^onegpu_sequences_running 0$' "$work/metrics.txt" || fail "sequences left running"
+grep -q '^onegpu_kv_blocks_used 0$' "$work/metrics.txt" || fail "KV blocks left in use"
+
+echo "== SIGTERM: the running stream ends, the server exits 0"
+curl -sN -H "Authorization: Bearer $key" "$base/v1/completions" \
+  -d '{"prompt":"count","max_tokens":400,"stream":true}' > "$work/term-stream.txt" &
+cpid=$!
+sleep 0.5
+kill -TERM "$spid"
+rc=0; wait "$spid" || rc=$?
+wait "$cpid" || true
+[[ $rc == 0 ]] || { cat "$work/serve.log"; fail "serve exited $rc after SIGTERM"; }
+grep -q 'onegpu serve: stopped' "$work/serve.log" || fail "no 'stopped' line"
+grep -q '^data: ' "$work/term-stream.txt" || fail "the stream got nothing before SIGTERM"
+grep -qE '"finish_reason":"length"|shutting down' "$work/term-stream.txt" || fail "the stream did not end cleanly"
+echo "ok: SIGTERM"
+
+echo "== placement: the cpu device plays the GPU; /metrics shows the hot set"
+start_server "$work/serve-vram.log" --vram 296M --reserve 0 --ctx 256 --parallel 2 --migrate 4
+curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"The cat","max_tokens":16,"temperature":0}' > "$work/v.json"
+node -e "process.exit(JSON.parse(require('fs').readFileSync('$work/v.json','utf8')).usage.completion_tokens===16?0:1)" ||
+  fail "completion with --vram: $(cat "$work/v.json")"
+curl -s "http://127.0.0.1:$port/metrics" > "$work/metrics-vram.txt"
+sel=$(awk '$1=="onegpu_expert_selections_total"{print $2}' "$work/metrics-vram.txt")
+hits=$(awk '$1=="onegpu_expert_device_hits_total"{print $2}' "$work/metrics-vram.txt")
+[[ -n $sel && $sel -gt 0 && -n $hits && $hits -le $sel ]] || fail "expert figures missing: $(grep expert "$work/metrics-vram.txt")"
+grep -q '^onegpu_expert_hit_rate 0\.' "$work/metrics-vram.txt" || fail "hit rate"
+kill -TERM "$spid"; wait "$spid"
+echo "ok: placement ($hits of $sel selections on the device)"
+
+echo "== refusals at start"
+rc=0; "$onegpu" serve -m "$model" --vram 1M --port 0 2>"$work/refuse.log" || rc=$?
+[[ $rc == 3 ]] && grep -q 'does not fit' "$work/refuse.log" || { cat "$work/refuse.log"; fail "--vram 1M must be refused with exit 3 (got $rc)"; }
+start_server "$work/serve-a.log" --ctx 128
+rc=0; "$onegpu" serve -m "$model" --port "$port" 2>"$work/inuse.log" || rc=$?
+[[ $rc == 1 ]] && grep -q 'another server is there' "$work/inuse.log" || { cat "$work/inuse.log"; fail "port in use: exit $rc"; }
+kill -TERM "$spid"; wait "$spid"
+rc=0; "$onegpu" serve -m "$work/missing.gguf" 2>"$work/missing.log" || rc=$?
+[[ $rc == 2 ]] || fail "a missing model must exit 2 (got $rc)"
+echo "ok: refusals"
+echo "server.sh: all passed"

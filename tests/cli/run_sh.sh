@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# run.sh: resumable, verified downloads from a local HTTP server (tests/js/range_server.mjs),
+# split files, the NUMA binding ladder with a fake numactl that fails, --dry-run on this
+# machine, and a machine too small for the plan.
+# usage: run_sh.sh ONEGPU WORKDIR
+set -euo pipefail
+onegpu=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") work=$2
+. "$(dirname "$0")/lib.sh"
+command -v node >/dev/null || { echo "SKIP: node is needed for the local HTTP server"; exit 77; }
+repo=$(cd "$here/.." && pwd)
+rm -rf "$work"; mkdir -p "$work/srv" "$work/bin"
+export ONEGPU_BIN=$onegpu
+runsh() { (cd "$work" && "$repo/run.sh" "$@"); }
+
+# the file to download: a real GGUF (so the planner can read it afterwards)
+"$onegpu" make-model --tokenizer none --vocab 512 --n-layer 2 --n-embd 256 --n-head 4 --n-expert 8 \
+  --n-expert-used 2 --n-ff-exp 512 -o "$work/srv/m.gguf" 2>/dev/null
+size=$(stat -c %s "$work/srv/m.gguf")
+sum=$(sha256sum "$work/srv/m.gguf" | cut -d' ' -f1)
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+start_http() { # start_http CUT: sets url_base
+  : > "$work/http.log"
+  node "$here/js/range_server.mjs" "$work/srv" "$work/http.log" "$1" > "$work/port" &
+  pids+=($!)
+  for _ in $(seq 1 50); do [[ -s $work/port ]] && break; sleep 0.1; done
+  url_base=http://127.0.0.1:$(cat "$work/port")
+}
+
+echo "== a download cut halfway resumes and verifies"
+start_http $((size / 2))
+export ONEGPU_MODELS_DIR=$work/models
+rc=0; runsh --model "$url_base/m.gguf" --sha256 "$sum" --vram 1M > "$work/out1" 2>&1 || rc=$?
+if [[ -f $work/models/m.gguf ]]; then
+  # curl resumed by itself within the run (its --retry with -C -)
+  grep -q "bytes=[1-9]" "$work/http.log" || fail "the file arrived without a resumed request: $(cat "$work/http.log")"
+else
+  grep -q 'run the same command again to resume\|run again to resume' "$work/out1" || fail "no resume hint: $(cat "$work/out1")"
+  [[ -f $work/models/m.gguf.part ]] || fail "the partial file was not kept"
+  part=$(stat -c %s "$work/models/m.gguf.part")
+  (( part > 0 && part < size )) || fail "partial size $part"
+  rc=0; runsh --model "$url_base/m.gguf" --sha256 "$sum" --vram 1M > "$work/out1b" 2>&1 || rc=$?
+  grep -q "resuming .*m.gguf.part at byte $part" "$work/out1b" || fail "no resume line: $(cat "$work/out1b")"
+  grep -q "bytes=$part-" "$work/http.log" || fail "no Range request from byte $part: $(cat "$work/http.log")"
+  cat "$work/out1b" >> "$work/out1"
+fi
+cmp -s "$work/models/m.gguf" "$work/srv/m.gguf" || fail "the downloaded file differs"
+grep -q "SHA-256 verified: $sum" "$work/out1" || fail "not verified: $(cat "$work/out1")"
+# then the plan: --vram 1M is too small -> the planner's message and its exit status
+[[ $rc == 3 ]] || fail "a machine too small must stop with the planner's exit 3 (got $rc)"
+grep -q 'does not fit: device short by' "$work/out1" || fail "no planner message"
+grep -q 'the planner refused this machine (exit 3)' "$work/out1" || fail "run.sh did not say the planner refused"
+echo "ok: resumed, verified, then refused by the planner (exit 3)"
+
+echo "== a wrong SHA-256 is refused and the file kept aside"
+rm -rf "$work/models"
+bad=$(printf '0%.0s' $(seq 1 64))
+rc=0; runsh --model "$url_base/m.gguf" --sha256 "$bad" --vram 1M > "$work/out2" 2>&1 || rc=$?
+[[ $rc == 1 ]] || fail "wrong sha: exit $rc"
+grep -q "SHA-256 mismatch .*expected $bad, got $sum; the file is kept aside as .*m.gguf.sha256-mismatch" "$work/out2" ||
+  fail "mismatch message: $(cat "$work/out2")"
+[[ -f $work/models/m.gguf.sha256-mismatch && ! -f $work/models/m.gguf ]] || fail "the bad file must be kept aside, not used"
+echo "ok: wrong SHA-256"
+
+echo "== split files: every part is fetched"
+head -c 3000 /dev/urandom > "$work/srv/s-00001-of-00002.gguf"
+head -c 2000 /dev/urandom > "$work/srv/s-00002-of-00002.gguf"
+rc=0; runsh --model "$url_base/s-00001-of-00002.gguf" --vram 1M > "$work/out3" 2>&1 || rc=$?
+cmp -s "$work/models/s-00001-of-00002.gguf" "$work/srv/s-00001-of-00002.gguf" &&
+  cmp -s "$work/models/s-00002-of-00002.gguf" "$work/srv/s-00002-of-00002.gguf" || fail "parts: $(cat "$work/out3")"
+[[ $rc != 0 ]] || fail "random bytes must not plan"
+echo "ok: split files"
+
+echo "== the NUMA ladder falls to the next rung when one is refused"
+cat > "$work/bin/numactl" <<'FAKE'
+#!/usr/bin/env bash
+# fake numactl: memory policy refused as a container's seccomp does; CPU binding per $FAKE_CPUBIND
+for a in "$@"; do
+  [[ $a == --preferred=* ]] && { echo "set_mempolicy: Operation not permitted" >&2; exit 1; }
+done
+[[ ${FAKE_CPUBIND:-ok} == ok ]] || { echo "sched_setaffinity: Operation not permitted" >&2; exit 1; }
+while [[ $1 == --* ]]; do shift; done
+exec "$@"
+FAKE
+chmod +x "$work/bin/numactl"
+PATH=$work/bin:$PATH runsh --dry-run --model "$work/srv/m.gguf" > "$work/out4" 2>&1 || fail "dry run: $(cat "$work/out4")"
+grep -q 'tried: numactl --preferred=0 --cpunodebind=0 -> failed: set_mempolicy: Operation not permitted' "$work/out4" ||
+  fail "the refused rung is not reported: $(cat "$work/out4")"
+grep -q 'NUMA binding: CPUs of node 0 only' "$work/out4" || fail "did not fall to --cpunodebind: $(cat "$work/out4")"
+grep -q '^+ numactl --cpunodebind=0 .*onegpu serve' "$work/out4" || fail "serve command: $(cat "$work/out4")"
+FAKE_CPUBIND=no PATH=$work/bin:$PATH runsh --dry-run --model "$work/srv/m.gguf" > "$work/out5" 2>&1 || fail "dry run 2"
+grep -q 'tried: numactl --cpunodebind=0 -> failed: sched_setaffinity' "$work/out5" || fail "second rung: $(cat "$work/out5")"
+grep -q 'NUMA binding: taskset to CPUs' "$work/out5" || fail "did not fall to taskset: $(cat "$work/out5")"
+printf '#!/bin/sh\necho "taskset: failed to set pid 0 affinity: Operation not permitted" >&2\nexit 1\n' > "$work/bin/taskset"
+chmod +x "$work/bin/taskset"
+FAKE_CPUBIND=no PATH=$work/bin:$PATH runsh --dry-run --model "$work/srv/m.gguf" > "$work/out6" 2>&1 || fail "dry run 3"
+grep -q 'NUMA binding: none' "$work/out6" || fail "did not fall to none: $(cat "$work/out6")"
+grep -q '^+ .*onegpu serve -m' "$work/out6" && ! grep -q '^+ numactl\|^+ taskset' "$work/out6" || fail "none: $(cat "$work/out6")"
+echo "ok: ladder"
+
+echo "== --dry-run on this machine: facts and commands, nothing changed"
+rm -rf "$work/models"
+runsh --demo --dry-run > "$work/out7" 2>&1 || fail "demo dry run: $(cat "$work/out7")"
+cores=$(lscpu -p=CORE,SOCKET | grep -v '^#' | sort -u | wc -l)
+grep -qE "^run.sh: facts: GPU (none|.*NUMA node).*; [0-9]+ NUMA node\(s\); node 0: CPUs [0-9,-]+, $cores physical cores; RAM [0-9.]+ GiB" "$work/out7" ||
+  fail "facts line: $(cat "$work/out7")"
+grep -q "^+ .*onegpu make-model --preset demo -o $work/models/demo.gguf" "$work/out7" || fail "make-model not shown"
+grep -q "^+ .*onegpu serve -m $work/models/demo.gguf --port 8090 --threads $cores --vram 600M --reserve 64M --migrate 2" "$work/out7" ||
+  fail "serve command: $(cat "$work/out7")"
+[[ ! -e $work/models ]] || fail "--dry-run created $work/models"
+echo "ok: dry run"
+
+echo "== bad usage"
+rc=0; runsh --model > /dev/null 2>&1 || rc=$?; [[ $rc == 1 ]] || fail "--model without a value: $rc"
+rc=0; runsh --port 99999 > /dev/null 2>&1 || rc=$?; [[ $rc == 1 ]] || fail "--port 99999: $rc"
+rc=0; runsh --model "$work/nope.gguf" > "$work/out8" 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q 'no such model file' "$work/out8" || fail "missing file: $rc $(cat "$work/out8")"
+rc=0; ONEGPU_DEFAULT_MODEL_URL= runsh > "$work/out9" 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q 'DeepSeek-V4.1-Flash-Q2_K.gguf, 264 GB' "$work/out9" || fail "no model: $rc $(cat "$work/out9")"
+echo "run_sh.sh: all passed"

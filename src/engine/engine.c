@@ -59,6 +59,7 @@ struct og_engine {
     uint64_t rate_n[RATE_SAMPLES];
     int rate_pos, rate_count;
     uint64_t seed_state;
+    uint64_t *layer_routes, *layer_hits; /* [n_layer] copies taken after each step */
 };
 
 static double now_s(void) {
@@ -126,6 +127,14 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     e->seed_state = key[0] ^ key[1];
     e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
     e->met.placement = cfg->dev != NULL && cfg->rc.stats != NULL;
+    if (e->met.placement && cfg->rc.stats->layer_routes && cfg->rc.stats->layer_hits) {
+        e->layer_routes = calloc(cfg->model->hp.n_layer, sizeof *e->layer_routes);
+        e->layer_hits = calloc(cfg->model->hp.n_layer, sizeof *e->layer_hits);
+        if (!e->layer_routes || !e->layer_hits) {
+            og_engine_free(e);
+            return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+        }
+    }
     if (!e->queue || !e->running || !e->b_tokens || !e->b_seq || !e->b_want || !e->b_kvs || !e->logits) {
         og_engine_free(e);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the engine's batch buffers");
@@ -544,6 +553,11 @@ static void *scheduler(void *arg) {
             e->met.migrations = e->cfg.dev->migrations;
             e->met.pcie_bytes = e->cfg.dev->pcie_bytes;
             e->met.resident_experts = e->cfg.dev->n_resident;
+            if (e->layer_routes) {
+                size_t nl = e->cfg.model->hp.n_layer;
+                memcpy(e->layer_routes, e->cfg.rc.stats->layer_routes, nl * sizeof *e->layer_routes);
+                memcpy(e->layer_hits, e->cfg.rc.stats->layer_hits, nl * sizeof *e->layer_hits);
+            }
         }
         rate_sample(e);
         pthread_cond_broadcast(&e->cv_out);
@@ -595,5 +609,17 @@ void og_engine_free(og_engine *e) {
     free(e->b_want);
     free(e->b_kvs);
     free(e->logits);
+    free(e->layer_routes);
+    free(e->layer_hits);
     free(e);
+}
+
+og_status og_engine_layer_hits(og_engine *e, uint64_t *routes, uint64_t *hits, uint32_t n_layer) {
+    if (!e->layer_routes) return OG_ERR_STATE;
+    uint32_t n = n_layer < e->cfg.model->hp.n_layer ? n_layer : e->cfg.model->hp.n_layer;
+    pthread_mutex_lock(&e->mu);
+    memcpy(routes, e->layer_routes, n * sizeof *routes);
+    memcpy(hits, e->layer_hits, n * sizeof *hits);
+    pthread_mutex_unlock(&e->mu);
+    return OG_OK;
 }

@@ -121,6 +121,10 @@ bool og_engine_wait(og_engine *e, double timeout_s);
 void og_seq_release(og_engine *e, og_seq *s);
 
 og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out);
+/* Per-layer expert traffic as of the last step: routes[l] selections and hits[l]
+ * of them on the device, for l < n_layer (the model's layers; dense ones stay
+ * 0). Errors: OG_ERR_STATE without placement statistics. */
+og_status og_engine_layer_hits(og_engine *e, uint64_t *routes, uint64_t *hits, uint32_t n_layer);
 
 /* Longest suffix of text[0..len) that is a proper prefix of one of the stop
  * strings: the bytes a stream must hold back. Exposed for tests. */

@@ -25,6 +25,7 @@ typedef struct og_api_model {
     og_chat_kind chat;
     int32_t n_vocab;
     int ctx;                 /* positions per sequence */
+    uint32_t n_layer;        /* for per-layer metrics */
 } og_api_model;
 
 typedef struct og_api_req {

@@ -439,6 +439,7 @@ static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c) {
     uint64_t by[N_COUNTED + 1];
     memcpy(by, s->by_status, sizeof by);
     int state = s->state;
+    uint32_t nl = s->mdl.n_layer;
     pthread_mutex_unlock(&s->mu);
     og_engine_metrics m = {0};
     if (e) og_engine_metrics_get(e, &m);
@@ -489,6 +490,15 @@ static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c) {
         fprintf(f, "# HELP onegpu_%s %s\n# TYPE onegpu_%s %s\nonegpu_%s %.17g\n", rows[k].name, rows[k].help,
                 rows[k].name, rows[k].type, rows[k].name, rows[k].v);
     }
+    uint64_t *lr = nl ? calloc(nl, sizeof *lr) : NULL, *lh = nl ? calloc(nl, sizeof *lh) : NULL;
+    if (m.placement && lr && lh && !og_engine_layer_hits(e, lr, lh, nl)) {
+        fprintf(f, "# HELP onegpu_expert_hit_rate_layer Device share of expert selections per MoE layer.\n"
+                   "# TYPE onegpu_expert_hit_rate_layer gauge\n");
+        for (uint32_t l = 0; l < nl; l++)
+            if (lr[l]) fprintf(f, "onegpu_expert_hit_rate_layer{layer=\"%u\"} %.17g\n", l, (double)lh[l] / (double)lr[l]);
+    }
+    free(lr);
+    free(lh);
     if (fclose(f) || !buf) {
         free(buf);
         return fail(s, c, 500, "server_error", NULL, "out of memory");

@@ -164,6 +164,11 @@ sel=$(awk '$1=="onegpu_expert_selections_total"{print $2}' "$work/metrics-vram.t
 hits=$(awk '$1=="onegpu_expert_device_hits_total"{print $2}' "$work/metrics-vram.txt")
 [[ -n $sel && $sel -gt 0 && -n $hits && $hits -le $sel ]] || fail "expert figures missing: $(grep expert "$work/metrics-vram.txt")"
 grep -q '^onegpu_expert_hit_rate 0\.' "$work/metrics-vram.txt" || fail "hit rate"
+# per MoE layer: every layer that saw traffic, rates in [0, 1], the overall rate between their min and max
+awk '/^onegpu_expert_hit_rate_layer/{n++; v=$2; if(v<0||v>1) bad=1; if(min==""||v<min) min=v; if(max==""||v>max) max=v}
+     $1=="onegpu_expert_hit_rate"{all=$2}
+     END{exit !(n==7 && !bad && all>=min-1e-12 && all<=max+1e-12)}' "$work/metrics-vram.txt" ||
+  fail "per-layer hit rates: $(grep hit_rate "$work/metrics-vram.txt")"
 kill -TERM "$spid"; wait "$spid"
 echo "ok: placement ($hits of $sel selections on the device)"
 

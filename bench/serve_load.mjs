@@ -1,0 +1,76 @@
+// Load figures of a running `onegpu serve` (bench/serve.sh starts one):
+// decode tok/s for 1, 4 and 8 concurrent users, and the longest pause the
+// decoders see when a long prompt arrives, compared with that prompt's prefill
+// time alone (what the pause would be without chunked prefill), same run.
+// usage: node serve_load.mjs BASE_URL LONG_PROMPT_WORDS   -> JSON on stdout
+const [base, wordsArg] = process.argv.slice(2);
+const words = Number(wordsArg || 1500);
+const now = () => performance.now() / 1000;
+
+async function stream(body, onToken) {
+  const r = await fetch(`${base}/v1/completions`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+  });
+  if (r.status !== 200) throw new Error(`status ${r.status}: ${await r.text()}`);
+  const dec = new TextDecoder();
+  let buf = '', usage = null;
+  for await (const chunk of r.body) {
+    buf += dec.decode(chunk, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, i); buf = buf.slice(i + 2);
+      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
+      const j = JSON.parse(ev.slice(6));
+      if (j.usage) usage = j.usage;
+      if (j.choices?.[0]?.text) onToken(now());
+    }
+  }
+  return usage;
+}
+
+async function users(n, tokens) {
+  const times = Array.from({ length: n }, () => []);
+  const t0 = now();
+  await Promise.all(times.map((t, i) => stream({ prompt: `User ${i} says:`, max_tokens: tokens, temperature: 0,
+    logit_bias: {} }, (x) => t.push(x))));
+  const per = times.map((t) => (t.length - 1) / (t[t.length - 1] - t[0]));
+  const total = times.reduce((a, t) => a + t.length, 0) / (now() - t0);
+  return { users: n, total_tok_s: total, slowest_tok_s: Math.min(...per) };
+}
+
+const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
+const out = { runs: [] };
+await users(1, 8); // warm-up
+for (const n of [1, 4, 8]) out.runs.push(await users(n, 48));
+
+// the long prompt alone: time to its first token = its prefill time without company
+const long = { prompt: 'word '.repeat(words), max_tokens: 1, temperature: 0 };
+let first = 0;
+const ta = now();
+const lu = await stream(long, (x) => { if (!first) first = x; });
+const prefillAlone = first - ta;
+
+// 4 decoders, then the long prompt arrives
+const gaps = [], before = [];
+let arrived = 0;
+const decoders = Array.from({ length: 4 }, (_, i) => {
+  let last = 0;
+  return stream({ prompt: `Decoder ${i}:`, max_tokens: 400, temperature: 0 }, (x) => {
+    if (last) (arrived && x > arrived ? gaps : before).push(x - last);
+    last = x;
+  });
+});
+await new Promise((r) => setTimeout(r, 1500));
+arrived = now();
+let longFirst = 0;
+await stream(long, (x) => { if (!longFirst) longFirst = x; });
+const prefillShared = longFirst - arrived;
+await Promise.all(decoders);
+out.long_prompt_tokens = lu?.prompt_tokens;
+out.prefill_alone_s = prefillAlone;
+out.prefill_among_4_decoders_s = prefillShared;
+out.decode_gap_median_before_s = median(before);
+out.longest_pause_s = Math.max(...gaps);
+out.longest_pause_vs_unchunked = out.longest_pause_s / prefillAlone;
+console.log(JSON.stringify(out, null, 1));

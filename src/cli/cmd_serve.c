@@ -36,7 +36,7 @@ static void usage(FILE *out) {
             "  --parallel N       sequences served at once (default 4); --queue N more wait (default 64; then 503)\n"
             "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
             "  --max-body SIZE    request body limit (default 4M; 413 beyond)\n"
-            "  --timeout S        idle connection timeout, seconds (default 600)\n"
+            "  --timeout S        idle connection timeout, seconds (default 60; a request being answered is never idle)\n"
             "  --grace S          on SIGTERM, seconds running requests may take to finish (default 30)\n"
             "  --threads T        CPU threads (default: the CPUs this process may use)\n"
             "placement (as onegpu plan; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
@@ -70,7 +70,7 @@ int og_cmd_serve(int argc, char **argv) {
     uint32_t ctx = 0, parallel = 4, batch_tokens = 512, queue = 64, threads = 0;
     long port = 8090, migrate = 2;
     uint64_t max_body = 4u << 20;
-    double timeout = 600, grace = 30;
+    double timeout = 60, grace = 30;
     bool bad = false, have_vram = false, have_ram = false, migrate_set = false;
     og_plan_input pin = {.reserve = 512ull << 20, .kv_bytes_per_elem = 4, .slots_override = -1};
     int c;

@@ -54,6 +54,14 @@ else
   echo "SKIP (part): the openai npm client is not installed (scripts/deps.sh)"
 fi
 
+echo "== SSE headers: event stream, no caching, no proxy buffering"
+curl -s -D "$work/sse-headers.txt" -o /dev/null -H "Authorization: Bearer $key" "$base/v1/completions" \
+  -d '{"prompt":"hi","max_tokens":2,"stream":true}'
+for h in 'Content-Type: text/event-stream' 'Cache-Control: no-cache' 'X-Accel-Buffering: no'; do
+  grep -qi "^$h" "$work/sse-headers.txt" || fail "missing header $h: $(cat "$work/sse-headers.txt")"
+done
+echo "ok: SSE headers"
+
 echo "== bad requests: each gets its 4xx, the server keeps serving"
 # req EXPECTED PATH BODY [extra curl args...]; the body is sent as given
 n_bad=0

@@ -272,7 +272,8 @@ int og_cmd_serve(int argc, char **argv) {
     og_str tmpl = {0};
     og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
     og_api_model mdl = {.tok = tok, .chat = og_chat_detect(tmpl.s, (size_t)tmpl.n),
-                        .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = m->hp.n_layer};
+                        .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = m->hp.n_layer,
+                        .capacity = (int)(parallel + queue)};
     og_server_set_engine(srv, eng, &mdl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), threads);

@@ -250,10 +250,11 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
                                                                                     : NULL;
     if (why) {
         e->met.seqs_rejected++;
+        int running = e->n_running, queued = e->n_queue;
         pthread_mutex_unlock(&e->mu);
         seq_free(s);
-        return og_fail(err, errlen, OG_ERR_STATE, "%s (%d running, %d queued); retry later", why, e->cfg.parallel,
-                       e->cfg.queue);
+        return og_fail(err, errlen, OG_ERR_STATE, "%s (%d running of %d, %d queued of %d); retry later", why, running,
+                       e->cfg.parallel, queued, e->cfg.queue);
     }
     s->state = SEQ_QUEUED;
     s->next = e->all;

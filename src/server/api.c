@@ -120,7 +120,7 @@ static bool get_number(json_t *root, const char *k, double lo, double hi, double
     if (!v) return true;
     if (!json_is_number(v)) return BAD(k, "'%s' must be a number", k);
     double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) return BAD(k, "'%s' must be between %g and %g (got %g)", k, lo, hi, x);
+    if (!(x >= lo && x <= hi)) return BAD(k, "'%s' must be between %g and %g (got %.17g)", k, lo, hi, x);
     *out = x;
     return true;
 }
@@ -161,6 +161,12 @@ static bool control_token_free(const og_tokenizer *tok, const char *text, const 
     return true;
 }
 
+/* The text of a content part: "refusal" for refusal parts, else "text". */
+static json_t *part_text(json_t *p) {
+    const char *type = json_string_value(json_object_get(p, "type"));
+    return json_object_get(p, type && !strcmp(type, "refusal") ? "refusal" : "text");
+}
+
 /* §3: a message's content as one string (text parts concatenated), malloc'ed;
  * *out NULL for null/absent content. */
 static bool content_text(json_t *c, const char *param, char **out, og_api_err *e) {
@@ -174,22 +180,22 @@ static bool content_text(json_t *c, const char *param, char **out, og_api_err *e
     size_t total = 0, i;
     json_t *p;
     json_array_foreach(c, i, p) {
-        json_t *type = json_object_get(p, "type"), *text = json_object_get(p, "text");
+        json_t *type = json_object_get(p, "type"), *text = part_text(p);
         if (!json_is_object(p) || !json_is_string(type))
             return BAD(param, "%s[%zu] must be an object with a 'type'", param, i);
         if (strcmp(json_string_value(type), "text") && strcmp(json_string_value(type), "refusal"))
             return BAD(param, "%s[%zu] is of type '%s': this server reads only text parts", param, i,
                        json_string_value(type));
-        if (!strcmp(json_string_value(type), "refusal")) text = json_object_get(p, "refusal");
-        if (!json_is_string(text)) return BAD(param, "%s[%zu].text must be a string", param, i);
+        if (!json_is_string(text))
+            return BAD(param, "%s[%zu].%s must be a string", param, i,
+                       strcmp(json_string_value(type), "refusal") ? "text" : "refusal");
         total += json_string_length(text);
     }
     char *s = malloc(total + 1);
     if (!s) return OOM();
     size_t k = 0;
     json_array_foreach(c, i, p) {
-        json_t *text = json_object_get(p, "text");
-        if (!json_is_string(text)) text = json_object_get(p, "refusal");
+        json_t *text = part_text(p);
         memcpy(s + k, json_string_value(text), json_string_length(text));
         k += json_string_length(text);
     }
@@ -270,7 +276,13 @@ static bool parse_messages(json_t *root, const og_api_model *mdl, og_api_req *r,
                 break;
             }
         }
-        if (texts[i] && strcmp(rs, "assistant") && !(ok = control_token_free(mdl->tok, texts[i], param, e))) break;
+        if (texts[i] && !(ok = control_token_free(mdl->tok, texts[i], param, e))) break;
+        for (int j = 0; ok && j < cm[i].n_tool_calls; j++) {
+            snprintf(param, sizeof param, "messages[%zu].tool_calls[%d]", i, j);
+            ok = control_token_free(mdl->tok, calls[i][j].name, param, e) &&
+                 control_token_free(mdl->tok, calls[i][j].arguments, param, e);
+        }
+        if (!ok) break;
     }
     char *prompt = NULL;
     if (ok) {
@@ -364,6 +376,8 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     r->chat = chat;
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root && strstr(je.text, "NUL"))
+        return BAD(NULL, "NUL characters (\\u0000) in strings are not supported (line %d, column %d)", je.line, je.column);
     if (!root) return BAD(NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     r->root = root;
     if (!json_is_object(root)) return BAD(NULL, "the body must be a JSON object");
@@ -404,7 +418,10 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     json_t *so = field(root, "stream_options");
     if (so) {
         if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
-        if (!get_bool(so, "include_usage", &r->include_usage, e)) return false;
+        json_t *iu = field(so, "include_usage");
+        if (iu && !json_is_boolean(iu))
+            return BAD("stream_options.include_usage", "'stream_options.include_usage' must be true or false");
+        r->include_usage = json_is_true(iu);
     }
     json_t *repro = field(root, "strata_reproducible");
     if (repro) {
@@ -451,7 +468,9 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
             char *end;
             long long id = strtoll(k, &end, 10);
             char pk[64];
-            if (end == k || *end || id < 0 || id >= mdl->n_vocab)
+            /* canonical decimal only: " 5", "+5" and "05" would name token 5 twice */
+            bool canonical = k[0] >= '0' && k[0] <= '9' && (k[0] != '0' || !k[1]) && strlen(k) <= 10;
+            if (!canonical || end == k || *end || id < 0 || id >= mdl->n_vocab)
                 return BAD("logit_bias", "logit_bias key '%s' is not a token id in 0..%d",
                            og_printable(k, strlen(k), pk, sizeof pk), mdl->n_vocab - 1);
             if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
@@ -502,6 +521,9 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
                         !strcmp(t, "json_object") || !strcmp(t, "json_schema") ? t : "other");
     }
     json_t *tools = field(root, "tools"), *tc = field(root, "tool_choice");
+    if (tc && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none")) &&
+        !(tools && json_is_array(tools) && json_array_size(tools) > 0))
+        return BAD("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
     if (tools) {
         if (!json_is_array(tools)) return BAD("tools", "'tools' must be an array");
         bool none = json_is_string(tc) && !strcmp(json_string_value(tc), "none");
@@ -515,14 +537,18 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
 
     if (chat ? !parse_messages(root, mdl, r, e) : !parse_prompt(root, mdl, r, e)) return false;
     for (int k = 0; k < r->n_prompts; k++) {
-        long long need = (long long)r->prompts[k].n + (r->sp.max_tokens > 0 ? r->sp.max_tokens : 1);
-        if ((long long)r->prompts[k].n >= mdl->ctx || (r->sp.max_tokens > 0 && need > mdl->ctx))
-            return BADC(chat ? "messages" : "prompt", "context_length_exceeded",
-                        "this model's context is %d tokens; the prompt%s has %zu tokens and %s%d more %s asked for "
-                        "(%lld in all)",
-                        mdl->ctx, r->n_prompts > 1 ? " number" : "", r->prompts[k].n,
-                        r->sp.max_tokens > 0 ? "" : "at least ", r->sp.max_tokens > 0 ? r->sp.max_tokens : 1,
-                        r->sp.max_tokens == 1 ? "was" : "were", need);
+        long long n = (long long)r->prompts[k].n, need = n + (r->sp.max_tokens > 0 ? r->sp.max_tokens : 0);
+        const char *what = chat ? "messages" : "prompt";
+        char label[32];
+        snprintf(label, sizeof label, chat ? "messages take" : r->n_prompts > 1 ? "prompt %d has" : "prompt has", k);
+        if (n >= mdl->ctx)
+            return BADC(what, "context_length_exceeded",
+                        "this model's context is %d tokens and the %s %lld tokens: shorten it", mdl->ctx, label, n);
+        if (need > mdl->ctx)
+            return BADC(what, "context_length_exceeded",
+                        "this model's context is %d tokens; the %s %lld tokens and max_tokens asks for %d more "
+                        "(%lld in all): lower max_tokens to %lld or less",
+                        mdl->ctx, label, n, r->sp.max_tokens, need, mdl->ctx - n);
     }
     return true;
 }

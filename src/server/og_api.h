@@ -26,6 +26,7 @@ typedef struct og_api_model {
     int32_t n_vocab;
     int ctx;                 /* positions per sequence */
     uint32_t n_layer;        /* for per-layer metrics */
+    int capacity;            /* sequences the engine holds at once: parallel + queue */
 } og_api_model;
 
 typedef struct og_api_req {

@@ -80,18 +80,24 @@ static void count_status(og_server *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static enum MHD_Result send_text(og_server *s, struct MHD_Connection *c, int status, const char *ctype,
-                                 const char *text, size_t len, const char *retry_after) {
+static enum MHD_Result send_text_allow(og_server *s, struct MHD_Connection *c, int status, const char *ctype,
+                                       const char *text, size_t len, const char *retry_after, const char *allow) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 405) MHD_add_response_header(r, "Allow", allow ? allow : "GET, HEAD");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     count_status(s, status);
     return ret;
+}
+
+static enum MHD_Result send_text(og_server *s, struct MHD_Connection *c, int status, const char *ctype,
+                                 const char *text, size_t len, const char *retry_after) {
+    return send_text_allow(s, c, status, ctype, text, len, retry_after, NULL);
 }
 
 static enum MHD_Result send_json(og_server *s, struct MHD_Connection *c, int status, json_t *o) {
@@ -372,6 +378,13 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
         gen_free(g);
         return send_error(s, c, &err);
     }
+    if (g->req.n_prompts > mdl.capacity) {
+        int n = g->req.n_prompts;
+        gen_free(g);
+        return fail(s, c, 400, "invalid_request_error", NULL,
+                    "%d prompts in one request, but this server holds %d sequences at once (--parallel + --queue): "
+                    "send fewer per request", n, mdl.capacity);
+    }
     for (int i = 0; i < g->req.n_prompts; i++) {
         char msg[512];
         og_status st = og_engine_submit(e, g->req.prompts[i].v, (int)g->req.prompts[i].n, &g->req.sp, &g->seqs[i], msg,
@@ -429,8 +442,13 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
 /* ---- other endpoints ------------------------------------------------------ */
 
 static json_t *model_json(og_server *s) {
-    return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", s->model_id, "object", "model", "created", (json_int_t)s->created,
-                     "owned_by", "onegpu", "context_length", s->mdl.ctx);
+    pthread_mutex_lock(&s->mu);
+    int ctx = s->mdl.ctx;
+    pthread_mutex_unlock(&s->mu);
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", s->model_id, "object", "model", "created", (json_int_t)s->created,
+                          "owned_by", "onegpu");
+    if (o && ctx > 0) json_object_set_new(o, "context_length", json_integer(ctx));
+    return o;
 }
 
 static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c) {
@@ -508,12 +526,19 @@ static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c) {
     return r;
 }
 
+/* "Authorization: Bearer KEY" (the scheme case-insensitive, RFC 7235 §2.1;
+ * spaces around the key ignored; a header holding NUL never matches). */
 static bool authorized(og_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    const char *h;
+    size_t hl;
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, "Authorization", 13, &h, &hl) != MHD_YES || !h ||
+        strlen(h) != hl || hl < 7 || strncasecmp(h, "Bearer ", 7))
+        return false;
     h += 7;
+    while (*h == ' ' || *h == '\t') h++;
     size_t a = strlen(h), b = strlen(s->api_key);
+    while (a && (h[a - 1] == ' ' || h[a - 1] == '\t')) a--;
     unsigned char diff = (unsigned char)(a != b);
     for (size_t i = 0; i < b; i++) diff |= (unsigned char)(s->api_key[i] ^ (i < a ? h[i] : 0));
     return diff == 0;
@@ -527,6 +552,11 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
     if (!cc) {
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         *con_cls = cc;
+        if (strcmp(url, "/health") && !authorized(s, c)) { /* before reading any body */
+            cc->responded = true;
+            return fail(s, c, 401, "authentication_error", "invalid_api_key",
+                        "a valid API key is required: send the header 'Authorization: Bearer KEY' (onegpu serve --api-key)");
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
             cc->responded = true;
@@ -575,7 +605,16 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
                     "the request body is over this server's limit of %zu bytes", s->cfg.max_body);
     bool is_chat = !strcmp(url, "/v1/chat/completions"), is_cmpl = !strcmp(url, "/v1/completions");
     if (is_chat || is_cmpl) {
-        if (!post) return fail(s, c, 405, "invalid_request_error", NULL, "use POST for %s", url);
+        if (!post) {
+            og_api_err e = {.status = 405, .type = "invalid_request_error"};
+            char pr[128];
+            snprintf(e.message, sizeof e.message, "use POST for %s", og_printable(url, strlen(url), pr, sizeof pr));
+            char *txt = og_api_error_json(&e);
+            if (!txt) return MHD_NO;
+            enum MHD_Result r = send_text_allow(s, c, 405, "application/json", txt, strlen(txt), NULL, "POST");
+            free(txt);
+            return r;
+        }
         return handle_generate(s, c, cc, is_chat);
     }
     if (!strcmp(url, "/metrics")) {
@@ -588,8 +627,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
             return send_json(s, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));
         if (!strcmp(url + 11, s->model_id)) return send_json(s, c, 200, model_json(s));
         char pr[128];
-        return fail(s, c, 404, "invalid_request_error", "model_not_found", "the model '%s' does not exist; this server has '%s'",
-                    og_printable(url + 11, strlen(url + 11), pr, sizeof pr), s->model_id);
+        og_api_err e = {.status = 404, .type = "invalid_request_error", .code = "model_not_found", .param = "model"};
+        snprintf(e.message, sizeof e.message, "the model '%s' does not exist; this server has '%s'",
+                 og_printable(url + 11, strlen(url + 11), pr, sizeof pr), s->model_id);
+        return send_error(s, c, &e);
     }
     char pr[128];
     return fail(s, c, 404, "not_found_error", NULL, "no such endpoint: %s %s", method,

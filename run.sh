@@ -31,8 +31,8 @@ usage: ./run.sh [--demo] [--dry-run] [--model PATH|URL] [--sha256 HEX[,HEX...]] 
 --ram SIZE     host memory for the plan (default: MemAvailable and any cgroup limit)
 --port P       HTTP port (default 8090)
 --threads N    CPU threads for the host expert pool (default: physical cores of the GPU's NUMA node)
---dry-run      print the facts found and every command, change nothing (the NUMA binding is still
-               probed with `true`, so the rung that would take effect is reported)
+--dry-run      print the facts found and every command to stdout, change nothing (read-only checks
+               still run: the planner on an existing model, and the NUMA rungs probed with `true`)
 Environment: ONEGPU_BIN (use this binary, never build), ONEGPU_MODELS_DIR (default models/),
 ONEGPU_DEFAULT_MODEL_URL (address of the default model).
 EOF
@@ -59,6 +59,7 @@ done
 [[ $port =~ ^[0-9]+$ && $port -le 65535 ]] || { echo "run.sh: --port must be 0..65535" >&2; exit 1; }
 [[ -z $threads || $threads =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --threads must be a positive number" >&2; exit 1; }
 [[ $demo -eq 1 && -n $model_arg ]] && { echo "run.sh: --demo serves the built-in model; drop --model" >&2; exit 1; }
+[[ $dry -eq 1 ]] && exec 2>&1   # a dry run's report goes to stdout: ./run.sh --dry-run > plan.txt
 
 say() { echo "run.sh: $*" >&2; }
 show() { printf '+' >&2; printf ' %q' "$@" >&2; printf '\n' >&2; }
@@ -216,8 +217,11 @@ if [[ ${#place[@]} -gt 0 ]]; then
   if [[ $dry -eq 0 || -f $model ]]; then
     rc=0
     "$bin" plan -m "$model" "${place[@]}" --ctx 4096 --parallel 4 --kv-type f32 >&2 || rc=$?
-    if [[ $rc -ne 0 ]]; then
-      say "the planner refused this machine (exit $rc): see its message above"
+    if [[ $rc -eq 3 ]]; then
+      say "the planner refused this machine (exit 3): see its message above"
+      exit 3
+    elif [[ $rc -ne 0 ]]; then
+      say "could not plan $model (exit $rc): see the message above"
       exit "$rc"
     fi
   fi
@@ -250,7 +254,11 @@ if [[ $dry -eq 1 ]]; then
   say "dry run: nothing was changed"
   exit 0
 fi
-say "serving on http://127.0.0.1:$port/v1 (Ctrl-C stops it). Try:"
+if [[ $port -ne 0 ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  say "port $port is taken (another server is listening there): stop it or choose --port"
+  exit 1
+fi
+say "starting onegpu serve on http://127.0.0.1:$port/v1 (Ctrl-C stops it); once it says 'ready', try:"
 say "  curl -s http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \\"
 say "       -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'"
 say "  curl -s http://127.0.0.1:$port/metrics | grep expert"

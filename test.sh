@@ -26,7 +26,7 @@ cmake --build build -j"$jobs" >/dev/null
 echo "== tests (build/)"
 (cd build && ctest --output-on-failure -j"$jobs")
 
-[[ $quick -eq 1 ]] && exit 0
+[[ $quick -eq 1 ]] && { echo "test.sh --quick: all tests passed (gcc build)"; exit 0; }
 
 echo "== build (clang, ASan + UBSan, libFuzzer)"
 CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DOG_WERROR=ON -DOG_SANITIZE=ON \
@@ -34,3 +34,4 @@ CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DOG_WERROR=ON -DOG_S
 cmake --build build-asan -j"$jobs" >/dev/null
 echo "== tests (build-asan/)"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j"$jobs")
+echo "test.sh: all tests passed (gcc build and ASan+UBSan build)"

@@ -96,6 +96,8 @@ int og_cmd_plan(int argc, char **argv) {
         }
     }
     if (!model || optind != argc) {
+        if (!model) fprintf(stderr, "onegpu plan: -m MODEL.gguf is required\n");
+        else fprintf(stderr, "onegpu plan: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
         return OG_EXIT_USAGE;
     }

@@ -149,6 +149,12 @@ int og_cmd_run(int argc, char **argv) {
             }
     }
     if (!model_path || !prompt || optind != argc || n_predict < 0 || threads < 0 || n_top < 0 || n_top > 20) {
+        fprintf(stderr, "onegpu run: %s\n", !model_path ? "-m MODEL.gguf is required"
+                                         : !prompt   ? "-p TEXT is required"
+                                         : optind != argc ? "unexpected argument"
+                                         : n_predict < 0 ? "-n must be >= 0"
+                                         : threads < 0   ? "--threads must be >= 1"
+                                                         : "--top-logprobs must be in 0..20");
         usage(stderr);
         return OG_EXIT_USAGE;
     }

@@ -37,10 +37,15 @@ static void usage(FILE *out) {
             "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
             "  --max-body SIZE    request body limit (default 4M; 413 beyond)\n"
             "  --timeout S        idle connection timeout, seconds (default 60; a request being answered is never idle)\n"
-            "  --grace S          on SIGTERM, seconds running requests may take to finish (default 30)\n"
+            "  --grace S          on SIGTERM or SIGINT, seconds running requests may take to finish (default 30)\n"
             "  --threads T        CPU threads (default: the CPUs this process may use)\n"
             "placement (as onegpu plan; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
-            "  --vram SIZE ...    the cpu device plays the GPU with SIZE bytes; hit rate and migrations in /metrics\n"
+            "  --vram SIZE        the cpu device plays a GPU of SIZE bytes (this build has no CUDA backend): it holds\n"
+            "                     the planned hot set; hit rate, migrations and PCIe bytes show in /metrics\n"
+            "  --ram SIZE         host memory for the plan (default: MemAvailable and any cgroup limit)\n"
+            "  --reserve SIZE     device memory kept free (default 512M)\n"
+            "  --expert-slots N|all  expert slots per MoE layer instead of the planner's (0: all on the host)\n"
+            "  --profile FILE     a usage profile (--save-profile) that seeds the initial hot set\n"
             "  --migrate N        experts per layer moved into the device between steps (default 2)\n"
             "  --save-profile F   writes the expert selection counts at shutdown (for --profile)\n");
 }
@@ -73,10 +78,11 @@ int og_cmd_serve(int argc, char **argv) {
     double timeout = 60, grace = 30;
     bool bad = false, have_vram = false, have_ram = false, migrate_set = false;
     og_plan_input pin = {.reserve = 512ull << 20, .kv_bytes_per_elem = 4, .slots_override = -1};
-    int c;
+    int c, li = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:h", opts, &li)) != -1) {
         char *end;
+        bool was_bad = bad;
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'H': host = optarg; break;
@@ -116,15 +122,33 @@ int og_cmd_serve(int argc, char **argv) {
             bad |= end == optarg || *end || migrate < 0 || migrate > 1000000;
             break;
         case 'h': usage(stdout); return OG_EXIT_OK;
-        default: usage(stderr); return OG_EXIT_USAGE;
+        default:
+            fprintf(stderr, "(onegpu serve --help lists the flags)\n");
+            return OG_EXIT_USAGE;
+        }
+        if (bad && !was_bad) {
+            const char *name = "?";
+            for (const struct option *o = opts; o->name; o++)
+                if (o->val == c) name = o->name;
+            static const struct {
+                char flag;
+                const char *want;
+            } hints[] = {{'p', "a port, 0..65535"}, {'C', "a positive count"}, {'P', "a count, 1..4096"},
+                         {'B', "a count, 1..1048576"}, {'Q', "a count, 0..1000000"}, {'t', "a count, 1..4096"},
+                         {'b', "a size, 1K..2G (e.g. 4M)"}, {'T', "seconds, >= 0"}, {'g', "seconds, >= 0"},
+                         {'V', "a size (e.g. 96G)"}, {'R', "a size (e.g. 280G)"}, {'r', "a size (e.g. 512M)"},
+                         {'e', "a count or 'all'"}, {'M', "a count, 0..1000000"}};
+            const char *want = "";
+            for (size_t k = 0; k < sizeof hints / sizeof *hints; k++)
+                if (hints[k].flag == c) want = hints[k].want;
+            fprintf(stderr, "onegpu serve: bad value '%s' for --%s: expected %s\n", optarg, name, want);
+            return OG_EXIT_USAGE;
         }
     }
-    if (bad) {
-        fprintf(stderr, "onegpu serve: a flag has a bad value (see onegpu serve --help)\n");
-        return OG_EXIT_USAGE;
-    }
     if (!model_path || optind != argc) {
-        usage(stderr);
+        if (!model_path) fprintf(stderr, "onegpu serve: -m MODEL.gguf is required (the model to serve)\n");
+        else fprintf(stderr, "onegpu serve: unexpected argument '%s'\n", argv[optind]);
+        fprintf(stderr, "(onegpu serve --help lists the flags)\n");
         return OG_EXIT_USAGE;
     }
     if (batch_tokens < parallel) {

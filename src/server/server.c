@@ -501,7 +501,7 @@ static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c) {
          m.expert_routes ? (double)m.expert_hits / (double)m.expert_routes : 0.0, true},
         {"expert_migrations_total", "counter", "Experts moved into device slots.", (double)m.migrations, true},
         {"pcie_bytes_total", "counter", "Bytes copied host -> device.", (double)m.pcie_bytes, true},
-        {"resident_experts", "gauge", "Experts held in device slots.", (double)m.resident_experts, true},
+        {"resident_experts", "gauge", "Experts usable in device slots (copies in flight not counted).", (double)m.resident_experts, true},
     };
     for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
         if (rows[k].placement && !m.placement) continue;

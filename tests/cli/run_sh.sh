@@ -117,4 +117,9 @@ rc=0; runsh --model "$work/nope.gguf" > "$work/out8" 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q 'no such model file' "$work/out8" || fail "missing file: $rc $(cat "$work/out8")"
 rc=0; ONEGPU_DEFAULT_MODEL_URL= runsh > "$work/out9" 2>&1 || rc=$?
 [[ $rc == 1 ]] && grep -q 'DeepSeek-V4.1-Flash-Q2_K.gguf, 264 GB' "$work/out9" || fail "no model: $rc $(cat "$work/out9")"
+rc=0; runsh --model "$work/srv/s-00001-of-00002.gguf" --vram 1G > "$work/out10" 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q 'could not plan' "$work/out10" && ! grep -q 'refused this machine' "$work/out10" ||
+  fail "a bad file is not a machine refusal: $rc $(cat "$work/out10")"
+rc=0; runsh --model "$work/srv/m.gguf" --port "$(cat "$work/port")" > "$work/out11" 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q "port $(cat "$work/port") is taken" "$work/out11" || fail "port taken: $rc $(cat "$work/out11")"
 echo "run_sh.sh: all passed"

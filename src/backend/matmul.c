@@ -81,8 +81,22 @@ typedef struct multi {
 
 size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs) {
     size_t total = 0;
-    for (int j = 0; j < n_jobs; j++) total += (og_cpu_matmul_scratch(jobs[j].w->type, jobs[j].w->K, jobs[j].m) + 63) & ~(size_t)63;
+    for (int j = 0; j < n_jobs; j++)
+        if (jobs[j].numerics == OG_NUMERICS_FAST)
+            total += (og_cpu_matmul_scratch(jobs[j].w->type, jobs[j].w->K, jobs[j].m) + 63) & ~(size_t)63;
     return total;
+}
+
+/* Rows r0..r1 of a OG_NUMERICS_DEVICE job: each weight row dequantized once,
+ * then dotted with every activation row in device order. */
+static void device_rows(const og_kernels *k, const og_matmul_job *jb, int64_t r0, int64_t r1) {
+    const og_weight *w = jb->w;
+    const og_type_traits *tr = og_quant_traits(w->type);
+    float row[OG_NUMERICS_DEVICE_MAX_K];
+    for (int64_t r = r0; r < r1; r++) {
+        tr->to_float((const uint8_t *)w->data + (size_t)r * w->row_bytes, row, w->K);
+        for (int64_t a = 0; a < jb->m; a++) jb->y[a * w->n_rows + r] = k->dot_f32_device(row, jb->x + a * w->K, w->K);
+    }
 }
 
 static void multi_rows(void *ctx, int ith, int nth) {
@@ -96,6 +110,10 @@ static void multi_rows(void *ctx, int ith, int nth) {
         const og_weight *w = jb->w;
         og_vec_dot_fn dot = mu->k->vec_dot[w->type];
         int64_t r0 = (b - mu->band_start[j]) * ROW_BAND, r1 = r0 + ROW_BAND < w->n_rows ? r0 + ROW_BAND : w->n_rows;
+        if (jb->numerics == OG_NUMERICS_DEVICE) {
+            device_rows(mu->k, jb, r0, r1);
+            continue;
+        }
         for (int64_t a = 0; a < jb->m; a++) {
             const uint8_t *xq = mu->xq[j] + (size_t)a * mu->xq_row[j];
             float *ya = jb->y + a * w->n_rows;
@@ -114,8 +132,15 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
     for (int j = 0; j < n_jobs; j++) {
         const og_weight *w = jobs[j].w;
         const og_type_traits *tr = og_quant_traits(w->type);
+        if (jobs[j].m < 0 || w->K <= 0 || (tr && w->K % tr->blck)) return OG_ERR_INVALID_ARG;
+        if (jobs[j].numerics == OG_NUMERICS_DEVICE) {
+            if (!tr || !tr->to_float || !k->dot_f32_device || w->K > OG_NUMERICS_DEVICE_MAX_K) return OG_ERR_UNSUPPORTED;
+            mu.xq[j] = NULL;
+            mu.xq_row[j] = 0;
+            mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + ROW_BAND - 1) / ROW_BAND : 0);
+            continue;
+        }
         if (!tr || !k->vec_dot[w->type] || !k->quantize_act[tr->vec_dot_type]) return OG_ERR_UNSUPPORTED;
-        if (jobs[j].m < 0 || w->K <= 0 || w->K % tr->blck) return OG_ERR_INVALID_ARG;
         size_t need = og_cpu_matmul_scratch(w->type, w->K, jobs[j].m);
         mu.xq[j] = p;
         mu.xq_row[j] = jobs[j].m ? need / (size_t)jobs[j].m : 0;

@@ -57,17 +57,28 @@ og_status og_cpu_matmul(const og_kernels *k, og_pool *pool, const og_weight *w, 
  * cut into bands and shared out together, so a decode step pays one wake-up for
  * e.g. all the selected experts' gate and up projections. Each result is bitwise
  * what og_cpu_matmul gives for that job alone. */
+/* How a product computes (DESIGN.md "Numerics modes"). */
+typedef enum og_numerics {
+    OG_NUMERICS_FAST = 0, /* activations quantized to the weight's vec_dot_type, the tier's integer dot */
+    OG_NUMERICS_DEVICE,   /* weights dequantized to f32 (reference to_float), og_dot_f32_device with the f32
+                             activations: what the device computes, bit for bit, in any tier */
+} og_numerics;
+#define OG_NUMERICS_DEVICE_MAX_K 16384 /* row length limit of OG_NUMERICS_DEVICE (a stack buffer) */
+
 typedef struct og_matmul_job {
     const og_weight *w;
     const float *x;   /* [m][w->K] */
     int64_t m;
     float *y;         /* [m][w->n_rows] */
+    og_numerics numerics;
 } og_matmul_job;
 
 /* Scratch bytes og_cpu_matmul_multi needs for these jobs. */
 size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs);
 
-/* Runs n_jobs products (errors as og_cpu_matmul; at most 256 jobs). */
+/* Runs n_jobs products (errors as og_cpu_matmul; at most 256 jobs; a
+ * OG_NUMERICS_DEVICE job with K above OG_NUMERICS_DEVICE_MAX_K or a type without
+ * a dequantizer is OG_ERR_UNSUPPORTED). */
 og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
                               size_t scratch_bytes);
 

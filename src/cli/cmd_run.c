@@ -42,6 +42,9 @@ static void usage(FILE *out) {
             "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
             "  --save-trace FILE    writes the experts each decode step selected (for onegpu bench placement --trace)\n"
+            "  --cpu-numerics fork|gpu  how host (cold) experts compute: fork (default) the fast path, activations\n"
+            "                quantized (Q8_K/Q8_0) with integer dots; gpu exactly as the device computes resident\n"
+            "                experts (f32 from dequantized weights, warp order), so placement never changes a result\n"
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the CPU tier.\n");
 }
 
@@ -69,7 +72,7 @@ int og_cmd_run(int argc, char **argv) {
         {"chat", no_argument, 0, 'c'},        {"temp", required_argument, 0, 'T'},   {"top-k", required_argument, 0, 'K'},
         {"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 'S'},   {"threads", required_argument, 0, 't'},
         {"json", no_argument, 0, 'j'},        {"top-logprobs", required_argument, 0, 'L'},
-        {"teacher", required_argument, 0, 'F'}, {"help", no_argument, 0, 'h'},
+        {"teacher", required_argument, 0, 'F'}, {"cpu-numerics", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},
         {"vram", required_argument, 0, 'V'},    {"ram", required_argument, 0, 'R'},    {"reserve", required_argument, 0, 'r'},
         {"ctx", required_argument, 0, 'C'},     {"expert-slots", required_argument, 0, 'e'},
         {"profile", required_argument, 0, 'f'}, {"save-profile", required_argument, 0, 's'},
@@ -83,7 +86,7 @@ int og_cmd_run(int argc, char **argv) {
     const char *profile_path = NULL, *save_profile = NULL;
     const char *model_path = NULL, *prompt = NULL, *teacher_arg = NULL;
     int n_predict = 128, threads = 0, c, n_top = 5;
-    bool chat = false, as_json = false;
+    bool chat = false, as_json = false, numerics_gpu = false;
     og_sampler_params sp = og_sampler_defaults();
     sp.temperature = 0.8f;
     sp.top_k = 40;
@@ -127,6 +130,9 @@ int og_cmd_run(int argc, char **argv) {
             break;
         }
         case 's': save_profile = optarg; break;
+        case 'N':
+            if (!og_cli_parse_numerics("onegpu run", optarg, &numerics_gpu)) return OG_EXIT_USAGE;
+            break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
@@ -290,7 +296,8 @@ int og_cmd_run(int argc, char **argv) {
     }
     for (size_t i = 0; i < ids.n; i++) og_sampler_accept(smp, ids.v[i]);
     og_run_ctx rcx = {.kern = &kern, .pool = pool, .stats = stats.counts ? &stats : NULL,
-                      .experts = dev ? &dev->map : NULL};
+                      .experts = dev ? &dev->map : NULL, .device_numerics = OG_NUMERICS_DEVICE,
+                      .host_numerics = numerics_gpu ? OG_NUMERICS_DEVICE : OG_NUMERICS_FAST};
     og_kv kv = {0};
     float *logits = malloc(m->hp.n_vocab * sizeof *logits);
     json_t *jt = json_array(), *jl = json_array();

@@ -39,6 +39,9 @@ static void usage(FILE *out) {
             "  --timeout S        idle connection timeout, seconds (default 60; a request being answered is never idle)\n"
             "  --grace S          on SIGTERM or SIGINT, seconds running requests may take to finish (default 30)\n"
             "  --threads T        CPU threads (default: the CPUs this process may use)\n"
+            "  --cpu-numerics fork|gpu  host (cold) experts: fork (default) the fast quantized path; gpu exactly as\n"
+            "                     the device computes resident ones, so no result depends on placement; requests with\n"
+            "                     \"strata_reproducible\": \"required\" get gpu numerics either way\n"
             "placement (as onegpu plan; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --vram SIZE        the cpu device plays a GPU of SIZE bytes (this build has no CUDA backend): it holds\n"
             "                     the planned hot set; hit rate, migrations and PCIe bytes show in /metrics\n"
@@ -69,14 +72,14 @@ int og_cmd_serve(int argc, char **argv) {
         {"ram", required_argument, 0, 'R'},        {"reserve", required_argument, 0, 'r'},
         {"expert-slots", required_argument, 0, 'e'}, {"profile", required_argument, 0, 'f'},
         {"save-profile", required_argument, 0, 's'}, {"migrate", required_argument, 0, 'M'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+        {"cpu-numerics", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
     const char *profile_path = NULL, *save_profile = NULL;
     uint32_t ctx = 0, parallel = 4, batch_tokens = 512, queue = 64, threads = 0;
     long port = 8090, migrate = 2;
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
-    bool bad = false, have_vram = false, have_ram = false, migrate_set = false;
+    bool bad = false, have_vram = false, have_ram = false, migrate_set = false, numerics_gpu = false;
     og_plan_input pin = {.reserve = 512ull << 20, .kv_bytes_per_elem = 4, .slots_override = -1};
     int c, li = 0;
     optind = 1;
@@ -120,6 +123,9 @@ int og_cmd_serve(int argc, char **argv) {
             migrate = strtol(optarg, &end, 10);
             migrate_set = true;
             bad |= end == optarg || *end || migrate < 0 || migrate > 1000000;
+            break;
+        case 'N':
+            if (!og_cli_parse_numerics("onegpu serve", optarg, &numerics_gpu)) return OG_EXIT_USAGE;
             break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default:
@@ -285,7 +291,8 @@ int og_cmd_serve(int argc, char **argv) {
     }
     og_engine_config ecfg = {.model = m, .tok = tok,
                              .rc = {.kern = &kern, .pool = pool, .stats = pl.stats.counts ? &pl.stats : NULL,
-                                    .experts = pl.dev ? &pl.dev->map : NULL},
+                                    .experts = pl.dev ? &pl.dev->map : NULL, .device_numerics = OG_NUMERICS_DEVICE,
+                                    .host_numerics = numerics_gpu ? OG_NUMERICS_DEVICE : OG_NUMERICS_FAST},
                              .dev = pl.dev, .mig = pl.mig, .parallel = (int)parallel, .batch_tokens = (int)batch_tokens,
                              .ctx = (int)ctx, .queue = (int)queue};
     if (og_engine_create(&ecfg, &eng, err, sizeof err) || og_engine_start(eng, err, sizeof err)) {

@@ -64,3 +64,12 @@ void og_cli_placement_free(og_cli_placement *p) {
     free(p->resident);
     memset(p, 0, sizeof *p);
 }
+
+bool og_cli_parse_numerics(const char *cmd, const char *arg, bool *gpu) {
+    if (!strcmp(arg, "gpu") || !strcmp(arg, "fork")) {
+        *gpu = !strcmp(arg, "gpu");
+        return true;
+    }
+    fprintf(stderr, "%s: --cpu-numerics takes fork or gpu (got '%s')\n", cmd, arg);
+    return false;
+}

@@ -30,4 +30,7 @@ int og_cli_placement_save_profile(const char *cmd, const og_model *m, og_cli_pla
 
 void og_cli_placement_free(og_cli_placement *p);
 
+/* --cpu-numerics fork|gpu: *gpu set; false after printing "CMD: ..." for anything else. */
+bool og_cli_parse_numerics(const char *cmd, const char *arg, bool *gpu);
+
 #endif

@@ -24,6 +24,7 @@ struct og_seq {
     og_sampler *smp;
     int max_tokens, n_stop, n_top;
     bool logprobs, need_feed;     /* need_feed: last sampled token not yet in the cache */
+    bool reproducible;
     char *stop[OG_ENGINE_MAX_STOP];
     size_t max_stop;
     int32_t last;
@@ -51,7 +52,7 @@ struct og_engine {
     int n_queue, n_running;
     og_seq *all;                  /* list head of live sequences */
     int32_t *b_tokens, *b_seq;
-    bool *b_want;
+    bool *b_want, *b_exact;
     og_kv **b_kvs;
     float *logits;                /* [parallel][n_vocab] */
     og_engine_metrics met;
@@ -113,6 +114,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     e->b_tokens = malloc(nb * sizeof *e->b_tokens);
     e->b_seq = malloc(nb * sizeof *e->b_seq);
     e->b_want = malloc(nb * sizeof *e->b_want);
+    e->b_exact = malloc(nb * sizeof *e->b_exact);
     e->b_kvs = malloc((size_t)cfg->parallel * sizeof *e->b_kvs);
     e->logits = malloc((size_t)cfg->parallel * (size_t)e->n_vocab * sizeof *e->logits);
     pthread_mutex_init(&e->mu, NULL);
@@ -135,7 +137,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
             return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
         }
     }
-    if (!e->queue || !e->running || !e->b_tokens || !e->b_seq || !e->b_want || !e->b_kvs || !e->logits) {
+    if (!e->queue || !e->running || !e->b_tokens || !e->b_seq || !e->b_want || !e->b_exact || !e->b_kvs || !e->logits) {
         og_engine_free(e);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the engine's batch buffers");
     }
@@ -243,6 +245,7 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
     s->max_tokens = p->max_tokens;
     s->n_top = p->n_top;
     s->logprobs = p->logprobs || p->n_top > 0;
+    s->reproducible = p->reproducible;
 
     pthread_mutex_lock(&e->mu);
     const char *why = e->draining                                                   ? "the server is shutting down"
@@ -425,6 +428,7 @@ static int build_batch(og_engine *e) {
         if (s->n_fed == s->n_prompt && s->need_feed) {
             e->b_tokens[n] = s->last;
             e->b_seq[n] = i;
+            e->b_exact[n] = s->reproducible;
             e->b_want[n++] = true;
         }
     }
@@ -436,6 +440,7 @@ static int build_batch(og_engine *e) {
         for (int j = 0; j < c; j++) {
             e->b_tokens[n] = s->prompt[s->n_fed + j];
             e->b_seq[n] = i;
+            e->b_exact[n] = s->reproducible;
             e->b_want[n++] = s->n_fed + j == s->n_prompt - 1;
         }
         s->chunk = c;
@@ -508,7 +513,7 @@ static void *scheduler(void *arg) {
         const int n_seq = e->n_running;
         pthread_mutex_unlock(&e->mu);
 
-        og_batch b = {.n_tok = n, .tokens = e->b_tokens, .seq = e->b_seq, .logits = e->b_want};
+        og_batch b = {.n_tok = n, .tokens = e->b_tokens, .seq = e->b_seq, .logits = e->b_want, .exact = e->b_exact};
         double t0 = now_s();
         err[0] = 0;
         og_status st = og_model_forward_batch(e->cfg.model, &e->cfg.rc, e->b_kvs, n_seq, &b, e->logits, err, sizeof err);
@@ -608,6 +613,7 @@ void og_engine_free(og_engine *e) {
     free(e->b_tokens);
     free(e->b_seq);
     free(e->b_want);
+    free(e->b_exact);
     free(e->b_kvs);
     free(e->logits);
     free(e->layer_routes);

@@ -52,6 +52,8 @@ typedef struct og_seq_params {
     int n_stop;
     int n_top;                    /* alternatives reported per token, 0..OG_ENGINE_MAX_TOP */
     bool logprobs;                /* report each token's log-probability */
+    bool reproducible;            /* strata_reproducible "required": its cold experts compute with the
+                                     device's numerics, so its output never depends on placement or company */
 } og_seq_params;
 
 /* One generated token as reported to the client. */

@@ -342,6 +342,7 @@ typedef struct act_buf {
 typedef struct fwd {
     const og_run_ctx *rc;
     act_buf ab;
+    const bool *exact; /* [n_tok] rows whose cold experts compute with device numerics too, or NULL */
 } fwd;
 
 /* y[m][rows] = x[m][K] . W^T through the kernels. */
@@ -385,7 +386,7 @@ static og_status swiglu_ffn(fwd *rc, const og_weight *gate, const og_weight *up,
     const int64_t F = gate->n_rows;
     float *g = malloc((size_t)(n_tok * F) * sizeof *g), *u = malloc((size_t)(n_tok * F) * sizeof *u);
     og_status st = (!g || !u) ? OG_ERR_NOMEM : OG_OK;
-    og_matmul_job j2[2] = {{gate, x, n_tok, g}, {up, x, n_tok, u}};
+    og_matmul_job j2[2] = {{gate, x, n_tok, g, OG_NUMERICS_FAST}, {up, x, n_tok, u, OG_NUMERICS_FAST}};
     if (!st) st = mm_multi(rc, j2, 2);
     if (!st) {
         og_swiglu(g, g, u, n_tok * F);
@@ -448,6 +449,7 @@ static void route(const og_hparams *h, const og_layer *L, const float *logits_in
  * products in another. Each route's output is kept apart and summed per token in
  * route order, so the result never depends on the grouping or where an expert
  * runs. */
+#define CHUNK 60 /* experts per pool run */
 static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const float *x, int64_t n_tok,
                               const og_route *routes, int n_routes, float *y) {
     const og_layer *L = &m->layers[il];
@@ -462,45 +464,71 @@ static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const floa
     float *gu = malloc((size_t)n_routes * (size_t)Fe * 2 * sizeof *gu);
     float *res = malloc((size_t)n_routes * (size_t)D * sizeof *res);
     float *gs = shared ? malloc((size_t)(n_tok * Fs) * 2 * sizeof *gs) : NULL;
-    og_weight *wv = malloc((size_t)(3 * 120) * sizeof *wv);
-    og_matmul_job *jobs = malloc((size_t)(2 * 120 + 2) * sizeof *jobs);
+    og_weight *wv = malloc((size_t)(3 * CHUNK) * sizeof *wv);
+    og_matmul_job *jobs = malloc((size_t)(4 * CHUNK + 2) * sizeof *jobs);
     og_status st = (!order || !first || !xg || !gu || !res || (shared && !gs) || !wv || !jobs) ? OG_ERR_NOMEM : OG_OK;
     int *used = malloc((size_t)E * sizeof *used), n_used = 0;
-    if (!used) st = OG_ERR_NOMEM;
+    int *n_exact = malloc((size_t)E * sizeof *n_exact); /* routes of e that need device numerics: listed first */
+    if (!used || !n_exact) st = OG_ERR_NOMEM;
     if (!st) {
         int n = 0;
         for (int e = 0; e < E; e++) {
             first[e] = n;
-            for (int r = 0; r < n_routes; r++)
-                if (routes[r].expert == e) order[n++] = r;
+            for (int pass = 0; pass < 2; pass++)
+                for (int r = 0; r < n_routes; r++)
+                    if (routes[r].expert == e && (f->exact && f->exact[routes[r].token]) == (pass == 0)) order[n++] = r;
+            n_exact[e] = 0;
+            for (int i = first[e]; i < n; i++) n_exact[e] += f->exact && f->exact[routes[order[i]].token];
             if (n > first[e]) used[n_used++] = e;
         }
         first[E] = n;
     }
-    /* at most 120 experts per run (2 jobs each, plus the shared expert's 2,
-     * within og_cpu_matmul_multi's 256); the shared expert runs with the first */
-    for (int c0 = 0; (c0 < n_used || (c0 == 0 && shared)) && !st; c0 += 120) {
-        int c1 = c0 + 120 < n_used ? c0 + 120 : n_used, nj = 0;
+    /* Pieces: an expert's routes, split when a cold expert serves rows that need
+     * device numerics beside rows that may take the host's fast path. */
+    typedef struct piece {
+        int u, start, len;
+        og_numerics nm;
+    } piece;
+    piece pc[2 * CHUNK];
+    /* at most CHUNK experts per run (up to 2 pieces of 2 jobs each, plus the
+     * shared expert's 2, within og_cpu_matmul_multi's 256); the shared expert
+     * runs with the first */
+    for (int c0 = 0; (c0 < n_used || (c0 == 0 && shared)) && !st; c0 += CHUNK) {
+        int c1 = c0 + CHUNK < n_used ? c0 + CHUNK : n_used, nj = 0, np = 0;
         for (int u = c0; u < c1; u++) {
-            int e = used[u], cnt = first[e + 1] - first[e];
+            int e = used[u], cnt = first[e + 1] - first[e], nx = n_exact[e];
             for (int i = 0; i < cnt; i++)
                 memcpy(xg + (size_t)(first[e] + i) * D, x + routes[order[first[e] + i]].token * D, (size_t)D * sizeof *xg);
-            wv[3 * (u - c0)] = slice(&L->gate_exps, (int64_t)e * Fe, Fe);
-            wv[3 * (u - c0) + 1] = slice(&L->up_exps, (int64_t)e * Fe, Fe);
-            wv[3 * (u - c0) + 2] = slice(&L->down_exps, (int64_t)e * D, D);
+            og_weight *w3 = &wv[3 * (u - c0)];
+            w3[0] = slice(&L->gate_exps, (int64_t)e * Fe, Fe);
+            w3[1] = slice(&L->up_exps, (int64_t)e * Fe, Fe);
+            w3[2] = slice(&L->down_exps, (int64_t)e * D, D);
             const size_t at = (size_t)il * (size_t)E + (size_t)e;
-            if (xm && xm->gate[at]) { /* resident: the device copy */
-                wv[3 * (u - c0)].data = xm->gate[at];
-                wv[3 * (u - c0) + 1].data = xm->up[at];
-                wv[3 * (u - c0) + 2].data = xm->down[at];
+            og_numerics nm = f->rc->host_numerics; /* a cold expert: the host pool's numerics */
+            if (xm && xm->gate[at]) { /* resident: the device copy, computed as the device does */
+                w3[0].data = xm->gate[at];
+                w3[1].data = xm->up[at];
+                w3[2].data = xm->down[at];
+                nm = f->rc->device_numerics;
             }
+            if (nx == 0 || nm == OG_NUMERICS_DEVICE) pc[np++] = (piece){u, 0, cnt, nm};
+            else if (nx == cnt) pc[np++] = (piece){u, 0, cnt, OG_NUMERICS_DEVICE};
+            else {
+                pc[np++] = (piece){u, 0, nx, OG_NUMERICS_DEVICE};
+                pc[np++] = (piece){u, nx, cnt - nx, nm};
+            }
+        }
+        for (int k = 0; k < np; k++) {
+            int e = used[pc[k].u], cnt = first[e + 1] - first[e];
             float *g = gu + (size_t)first[e] * Fe * 2, *up = g + (size_t)cnt * Fe;
-            jobs[nj++] = (og_matmul_job){&wv[3 * (u - c0)], xg + (size_t)first[e] * D, cnt, g};
-            jobs[nj++] = (og_matmul_job){&wv[3 * (u - c0) + 1], xg + (size_t)first[e] * D, cnt, up};
+            const float *xs = xg + (size_t)(first[e] + pc[k].start) * D;
+            jobs[nj++] = (og_matmul_job){&wv[3 * (pc[k].u - c0)], xs, pc[k].len, g + (size_t)pc[k].start * Fe, pc[k].nm};
+            jobs[nj++] =
+                (og_matmul_job){&wv[3 * (pc[k].u - c0) + 1], xs, pc[k].len, up + (size_t)pc[k].start * Fe, pc[k].nm};
         }
         if (shared && c0 == 0) {
-            jobs[nj++] = (og_matmul_job){&L->gate_sh, x, n_tok, gs};
-            jobs[nj++] = (og_matmul_job){&L->up_sh, x, n_tok, gs + n_tok * Fs};
+            jobs[nj++] = (og_matmul_job){&L->gate_sh, x, n_tok, gs, OG_NUMERICS_FAST};
+            jobs[nj++] = (og_matmul_job){&L->up_sh, x, n_tok, gs + n_tok * Fs, OG_NUMERICS_FAST};
         }
         if ((st = mm_multi(f, jobs, nj))) break;
         nj = 0;
@@ -508,11 +536,16 @@ static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const floa
             int e = used[u], cnt = first[e + 1] - first[e];
             float *g = gu + (size_t)first[e] * Fe * 2, *up = g + (size_t)cnt * Fe;
             og_swiglu(g, g, up, cnt * Fe);
-            jobs[nj++] = (og_matmul_job){&wv[3 * (u - c0) + 2], g, cnt, res + (size_t)first[e] * D};
+        }
+        for (int k = 0; k < np; k++) {
+            int e = used[pc[k].u];
+            float *g = gu + (size_t)first[e] * Fe * 2;
+            jobs[nj++] = (og_matmul_job){&wv[3 * (pc[k].u - c0) + 2], g + (size_t)pc[k].start * Fe, pc[k].len,
+                                         res + (size_t)(first[e] + pc[k].start) * D, pc[k].nm};
         }
         if (shared && c0 == 0) {
             og_swiglu(gs, gs, gs + n_tok * Fs, n_tok * Fs);
-            jobs[nj++] = (og_matmul_job){&L->down_sh, gs, n_tok, y};
+            jobs[nj++] = (og_matmul_job){&L->down_sh, gs, n_tok, y, OG_NUMERICS_FAST};
         }
         st = mm_multi(f, jobs, nj);
     }
@@ -531,6 +564,7 @@ static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const floa
     free(order);
     free(first);
     free(used);
+    free(n_exact);
     free(xg);
     free(gu);
     free(res);
@@ -590,7 +624,7 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < n_tok; i++) want[i] = all_logits || i == n_tok - 1;
-    og_batch b = {n_tok, tokens, seq, want};
+    og_batch b = {n_tok, tokens, seq, want, NULL};
     og_status st = og_model_forward_batch(m, rc, &kv, 1, &b, logits, err, errlen);
     free(seq);
     free(want);
@@ -652,7 +686,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     float *att = take(&sc, (size_t)og_pool_size(rc->pool) * (size_t)max_pos); /* per thread */
     og_route *routes = NULL;
     og_status st = OG_OK;
-    fwd fw = {.rc = rc};
+    fwd fw = {.rc = rc, .exact = batch->exact};
     og_weight *head_w = malloc((size_t)(2 * H) * sizeof *head_w); /* per-head k_b, v_b slices */
     og_matmul_job *head_jobs = malloc((size_t)H * sizeof *head_jobs);
     if (!head_w || !head_jobs) st = OG_ERR_NOMEM;
@@ -666,13 +700,13 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
         /* ---- attention (MLA, absorbed form) ---- */
         for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->attn_norm, D, h->rms_eps);
         if (h->q_lora_rank) { /* q_a and kv_a read the same input: one pool run */
-            og_matmul_job j2[2] = {{&L->q_a, a, T, qa}, {&L->kv_a, a, T, ckv}};
+            og_matmul_job j2[2] = {{&L->q_a, a, T, qa, OG_NUMERICS_FAST}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FAST}};
             if ((st = mm_multi(&fw, j2, 2))) break;
             for (int64_t t = 0; t < T; t++)
                 og_rmsnorm(qa + t * h->q_lora_rank, qa + t * h->q_lora_rank, L->q_a_norm, h->q_lora_rank, h->rms_eps);
             if ((st = mm(&fw, &L->q_b, qa, T, q))) break;
         } else {
-            og_matmul_job j2[2] = {{&L->q, a, T, q}, {&L->kv_a, a, T, ckv}};
+            og_matmul_job j2[2] = {{&L->q, a, T, q, OG_NUMERICS_FAST}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FAST}};
             if ((st = mm_multi(&fw, j2, 2))) break;
         }
         for (int64_t t = 0; t < T; t++) {
@@ -704,7 +738,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                 }
             } else {
                 for (int64_t hh = 0; hh < H; hh++)
-                    head_jobs[hh] = (og_matmul_job){&head_w[hh], q + t * qw + hh * dqk, 1, qabs + hh * r_kv};
+                    head_jobs[hh] = (og_matmul_job){&head_w[hh], q + t * qw + hh * dqk, 1, qabs + hh * r_kv, OG_NUMERICS_FAST};
                 if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
             }
             att_job aj = {m, kvs[batch->seq[t]], il, pos, q + t * qw, qabs, ctx, att, fdot};
@@ -720,7 +754,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                     }
             } else {
                 for (int64_t hh = 0; hh < H; hh++)
-                    head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * r_kv, 1, o + t * H * dv + hh * dv};
+                    head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * r_kv, 1, o + t * H * dv + hh * dv, OG_NUMERICS_FAST};
                 if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
             }
         }

@@ -134,6 +134,11 @@ typedef struct og_run_ctx {
     og_pool *pool;
     og_expert_stats *stats;  /* NULL: no bookkeeping */
     const og_expert_map *experts; /* NULL: every expert from the host copy */
+    /* --cpu-numerics (DESIGN.md "Numerics modes"): resident experts compute with
+     * device_numerics (OG_NUMERICS_DEVICE when a device holds them), cold ones
+     * with host_numerics (FAST: "fork", the default; DEVICE: "gpu", so a result
+     * never depends on where an expert ran). Zero: FAST everywhere. */
+    og_numerics device_numerics, host_numerics;
 } og_run_ctx;
 
 /* A batch of tokens from several sequences (continuous batching): token i
@@ -144,6 +149,8 @@ typedef struct og_batch {
     const int32_t *tokens; /* [n_tok] */
     const int32_t *seq;    /* [n_tok] index into the caches */
     const bool *logits;    /* [n_tok] */
+    const bool *exact;     /* [n_tok] or NULL: rows whose cold experts compute with device numerics too
+                              (a strata_reproducible request while the others keep the fast path) */
 } og_batch;
 
 /* One forward call over a batch: the matrix products see all tokens at once,

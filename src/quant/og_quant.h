@@ -80,6 +80,17 @@ const char *og_isa_name(og_isa isa);
 og_status og_isa_choose(const og_cpu_features *f, const char *forced, og_isa *out, char *note,
                         size_t notelen, char *err, size_t errlen);
 
+/* Device-order f32 dot product ("device numerics", DESIGN.md "Numerics modes"):
+ * sum of w[i] * x[i], i < n, computed as a 32-lane GPU warp does it, so a CUDA
+ * kernel can reproduce it bit for bit: lane l (l < 32) accumulates
+ * acc_l = fma(w[i], x[i], acc_l) for i = l, l + 32, l + 64, ... in increasing i,
+ * starting from +0 and with n padded by zeros to a multiple of 32 (the padding's
+ * fma(0, 0, acc) included); then the lanes are combined by the butterfly of
+ * __shfl_xor_sync with offsets 16, 8, 4, 2, 1 (acc_l += acc_{l^o}), and lane 0
+ * is the result. Every tier gives the same bits. */
+typedef float (*og_dot_f32_fn)(const float *w, const float *x, int64_t n);
+float og_dot_f32_device_ref(const float *w, const float *x, int64_t n);
+
 /* The kernels of one tier. Types without a fast kernel in that tier use the
  * scalar reference, so every entry is callable. Owned by the caller (engine). */
 typedef struct og_kernels {
@@ -87,6 +98,7 @@ typedef struct og_kernels {
     og_vec_dot_fn vec_dot[OG_TYPE_COUNT];       /* NULL: type unsupported */
     og_from_float_fn quantize_act[OG_TYPE_COUNT]; /* activation quantizers by vec_dot_type: as ggml's x86
                                                      backend (Q8_0/Q8_1: 127/max, round half even), every tier */
+    og_dot_f32_fn dot_f32_device;                 /* og_dot_f32_device_ref's result, this tier's speed */
 } og_kernels;
 
 /* Fills k for tier isa. OG_ERR_UNSUPPORTED if this build lacks that tier. */

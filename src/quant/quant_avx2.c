@@ -360,7 +360,27 @@ static void bf16_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = sum;
 }
 
+/* og_dot_f32_device: lanes 0-31 in four 8-wide registers; the zero padding
+ * is an fma(0, 0, acc) exactly as the reference does. */
+static float dot_f32_device(const float *w, const float *x, int64_t n) {
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int r = 0; r < 4; r++)
+            a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8 * r), _mm256_loadu_ps(x + i + 8 * r), a[r]);
+    if (i < n) {
+        float tw[32] = {0}, tx[32] = {0};
+        memcpy(tw, w + i, (size_t)(n - i) * sizeof *tw);
+        memcpy(tx, x + i, (size_t)(n - i) * sizeof *tx);
+        for (int r = 0; r < 4; r++) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(tw + 8 * r), _mm256_loadu_ps(tx + 8 * r), a[r]);
+    }
+    float acc[32];
+    for (int r = 0; r < 4; r++) _mm256_storeu_ps(acc + 8 * r, a[r]);
+    return og_warp_reduce32(acc);
+}
+
 void og_kernels_fill_avx2(og_kernels *k) {
+    k->dot_f32_device = dot_f32_device;
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_F16] = f16_dot;
     k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;

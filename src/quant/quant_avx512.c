@@ -176,7 +176,28 @@ static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = _mm512_reduce_add_ps(acc);
 }
 
+/* og_dot_f32_device: lanes 0-15 and 16-31 in two registers. */
+static float dot_f32_device(const float *w, const float *x, int64_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    if (i < n) { /* zero-padded tail: masked loads give the zeros */
+        int64_t r = n - i;
+        __mmask16 m0 = (__mmask16)(r >= 16 ? 0xFFFF : (1u << r) - 1), m1 = (__mmask16)(r > 16 ? (1u << (r - 16)) - 1 : 0);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, w + i), _mm512_maskz_loadu_ps(m0, x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, w + i + 16), _mm512_maskz_loadu_ps(m1, x + i + 16), a1);
+    }
+    float acc[32];
+    _mm512_storeu_ps(acc, a0);
+    _mm512_storeu_ps(acc + 16, a1);
+    return og_warp_reduce32(acc);
+}
+
 void og_kernels_fill_avx512(og_kernels *k) {
+    k->dot_f32_device = dot_f32_device;
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;
     k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;

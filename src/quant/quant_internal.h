@@ -28,6 +28,16 @@ static inline void k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
 og_from_float_fn og_act_quantizer(og_ggml_type t);
 
 /* Fill the entries a tier implements; leave others untouched. */
+/* The butterfly of og_dot_f32_device (offsets 16, 8, 4, 2, 1) over acc[32];
+ * modifies acc, returns lane 0. */
+static inline float og_warp_reduce32(float *acc) {
+    for (int o = 16; o; o >>= 1) {
+        float t[32];
+        for (int l = 0; l < 32; l++) t[l] = acc[l] + acc[l ^ o];
+        for (int l = 0; l < 32; l++) acc[l] = t[l];
+    }
+    return acc[0];
+}
 void og_kernels_fill_avx2(og_kernels *k);
 void og_kernels_fill_avx512(og_kernels *k);
 

@@ -1014,3 +1014,11 @@ og_status og_dequantize_row(og_ggml_type t, const void *src, float *y, int64_t n
     tr->to_float(src, y, n);
     return OG_OK;
 }
+
+float og_dot_f32_device_ref(const float *w, const float *x, int64_t n) {
+    float acc[32] = {0};
+    int64_t padded = (n + 31) / 32 * 32;
+    for (int64_t i = 0; i < padded; i++)
+        acc[i & 31] = i < n ? fmaf(w[i], x[i], acc[i & 31]) : fmaf(0.0f, 0.0f, acc[i & 31]);
+    return og_warp_reduce32(acc);
+}

@@ -429,6 +429,7 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
         if (!v || (strcmp(v, "required") && strcmp(v, "off")))
             return BAD("strata_reproducible", "'strata_reproducible' must be \"required\" or \"off\"");
         r->reproducible = !strcmp(v, "required");
+        r->sp.reproducible = r->reproducible;
     }
     /* stop: a string or up to 4 non-empty strings */
     json_t *stop = field(root, "stop");

@@ -38,6 +38,8 @@ struct og_server {
     uint64_t by_status[N_COUNTED + 1]; /* last: other codes */
     uint64_t id_seq, id_key;
     time_t created;
+    int active;                        /* generation requests not yet fully answered */
+    pthread_cond_t idle;               /* signalled when active drops to 0 */
 };
 
 typedef struct conn_ctx {
@@ -150,6 +152,9 @@ static void gen_release_all(gen_ctx *g) {
 static void gen_free(gen_ctx *g) {
     if (!g) return;
     gen_release_all(g);
+    pthread_mutex_lock(&g->srv->mu);
+    if (--g->srv->active == 0) pthread_cond_broadcast(&g->srv->idle);
+    pthread_mutex_unlock(&g->srv->mu);
     og_api_req_free(&g->req);
     for (int i = 0; i < OG_API_MAX_PROMPTS; i++) {
         free(g->text[i]);
@@ -370,6 +375,9 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     if (!g) return fail(s, c, 500, "server_error", NULL, "out of memory");
     g->srv = s;
     g->e = e;
+    pthread_mutex_lock(&s->mu);
+    s->active++;
+    pthread_mutex_unlock(&s->mu);
     g->created = time(NULL);
     snprintf(g->id, sizeof g->id, "%s%016llx", chat ? "chatcmpl-" : "cmpl-",
              (unsigned long long)og_splitmix64(&(uint64_t){s->id_key ^ seq_no}));
@@ -697,6 +705,7 @@ og_status og_server_start(const og_server_config *cfg, og_server **out, char *er
     s->fingerprint = strdup(cfg->fingerprint ? cfg->fingerprint : "onegpu");
     s->api_key = cfg->api_key && cfg->api_key[0] ? strdup(cfg->api_key) : NULL;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->idle, NULL);
     s->created = time(NULL);
     uint64_t key[2];
     og_random_key(key);
@@ -742,7 +751,17 @@ void og_server_stop_admitting(og_server *s) {
 
 void og_server_stop(og_server *s) {
     if (!s) return;
-    if (s->d) MHD_stop_daemon(s->d);
+    if (s->d) { /* let the answers whose sequences ended reach their clients (at most 10 s) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 10;
+        pthread_mutex_lock(&s->mu);
+        while (s->active > 0 && pthread_cond_timedwait(&s->idle, &s->mu, &ts) == 0) {
+        }
+        pthread_mutex_unlock(&s->mu);
+        MHD_stop_daemon(s->d);
+    }
+    pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->mu);
     free(s->host);
     free(s->model_id);

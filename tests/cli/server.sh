@@ -178,7 +178,11 @@ grep -qE '"finish_reason":"length"|shutting down' "$work/term-stream.txt" || fai
 echo "ok: SIGTERM"
 
 echo "== placement: the cpu device plays the GPU; /metrics shows the hot set"
-start_server "$work/serve-vram.log" --vram 296M --reserve 0 --ctx 256 --parallel 2 --migrate 4
+q8=$work/tiny-q8.gguf   # Q8_0: its fast path (quantized activations) differs from the device's numerics
+[[ -s $q8 ]] || "$onegpu" make-model --preset tiny --type Q8_0 -o "$q8" 2>/dev/null
+model_f32=$model model=$q8
+start_server "$work/serve-vram.log" --vram 296M --reserve 0 --ctx 256 --parallel 4 --migrate 4 --expert-slots 4
+model=$model_f32
 curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"The cat","max_tokens":16,"temperature":0}' > "$work/v.json"
 node -e "process.exit(JSON.parse(require('fs').readFileSync('$work/v.json','utf8')).usage.completion_tokens===16?0:1)" ||
   fail "completion with --vram: $(cat "$work/v.json")"
@@ -192,8 +196,23 @@ awk '/^onegpu_expert_hit_rate_layer/{n++; v=$2; if(v<0||v>1) bad=1; if(min==""||
      $1=="onegpu_expert_hit_rate"{all=$2}
      END{exit !(n==7 && !bad && all>=min-1e-12 && all<=max+1e-12)}' "$work/metrics-vram.txt" ||
   fail "per-layer hit rates: $(grep hit_rate "$work/metrics-vram.txt")"
+# strata_reproducible "required" under --cpu-numerics fork with migrations: the same
+# log-probs alone and while three other requests move the hot set
+rq='{"prompt":"Reproducible","max_tokens":12,"temperature":0,"logprobs":2,"strata_reproducible":"required"}'
+curl -s "http://127.0.0.1:$port/v1/completions" -d "$rq" > "$work/r1.json"
+others=()
+for i in 1 2 3; do
+  curl -s "http://127.0.0.1:$port/v1/completions" -d "{\"prompt\":\"other $i $(printf 'x%.0s ' $(seq 1 $((i * 20))))\",\"max_tokens\":40}" >/dev/null &
+  others+=($!)
+done
+curl -s "http://127.0.0.1:$port/v1/completions" -d "$rq" > "$work/r2.json"
+wait "${others[@]}"
+node -e '
+const [a, b] = process.argv.slice(1).map(f => JSON.parse(require("fs").readFileSync(f, "utf8")).choices[0].logprobs);
+if (JSON.stringify(a) !== JSON.stringify(b)) { console.error(JSON.stringify(a), JSON.stringify(b)); process.exit(1); }
+' "$work/r1.json" "$work/r2.json" || fail "strata_reproducible: log-probs moved with placement and company"
 kill -TERM "$spid"; wait "$spid"
-echo "ok: placement ($hits of $sel selections on the device)"
+echo "ok: placement ($hits of $sel selections on the device; a reproducible request unchanged by migrations)"
 
 echo "== refusals at start"
 rc=0; "$onegpu" serve -m "$model" --vram 1M --port 0 2>"$work/refuse.log" || rc=$?

@@ -165,7 +165,7 @@ static void test_matmul_multi(void **state) {
         for (int64_t i = 0; i < K * ms[j]; i++) x[j][i] = frand();
         y[j] = malloc(rows[j] * ms[j] * sizeof(float));
         y1[j] = malloc(rows[j] * ms[j] * sizeof(float));
-        jobs[j] = (og_matmul_job){&w[j], x[j], ms[j], y[j]};
+        jobs[j] = (og_matmul_job){&w[j], x[j], ms[j], y[j], OG_NUMERICS_FAST};
     }
     size_t sb = og_cpu_matmul_multi_scratch(jobs, 3);
     void *scratch = malloc(sb);
@@ -186,6 +186,71 @@ static void test_matmul_multi(void **state) {
     }
     free(wf);
     free(scratch);
+    og_pool_free(pool);
+}
+
+/* OG_NUMERICS_DEVICE: each output is og_dot_f32_device_ref of the dequantized
+ * row and the f32 activation row (bitwise), whatever the batch; and the fast
+ * path stays within the activation-quantization bound of it: Q8_0 (per 32) and
+ * Q8_K (per 256) activations round each element by at most half their block's
+ * scale d = amax / 127 (kquants.md §3, §6), so |fast - device| <= sum_i |w_i| d_b(i) / 2
+ * plus float-order slack (1e-5 of sum |w_i x_i|). */
+static void test_matmul_device_numerics(void **state) {
+    (void)state;
+    og_kernels k = fx_best_kernels();
+    char err[256];
+    og_pool *pool;
+    assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
+    static const og_ggml_type types[3] = {OG_TYPE_Q8_0, OG_TYPE_Q4_K, OG_TYPE_Q2_K};
+    const int64_t K = 512, rows = 21, m = 5;
+    float *wf = malloc(K * rows * sizeof *wf), *x = malloc(K * m * sizeof *x), *row = malloc(K * sizeof *row);
+    float *yd = malloc(rows * m * sizeof *yd), *y1 = malloc(rows * sizeof *y1), *yf = malloc(rows * m * sizeof *yf);
+    for (int64_t i = 0; i < K * m; i++) x[i] = frand();
+    for (int t = 0; t < 3; t++) {
+        uint64_t rb;
+        og_row_bytes(types[t], K, &rb);
+        uint8_t *wq = malloc(rb * rows);
+        for (int64_t i = 0; i < K * rows; i++) wf[i] = frand();
+        for (int64_t r = 0; r < rows; r++) og_quantize_row(types[t], wf + r * K, wq + r * rb, K);
+        og_weight w = {types[t], wq, K, rows, rb};
+        og_matmul_job jd = {&w, x, m, yd, OG_NUMERICS_DEVICE}, jf = {&w, x, m, yf, OG_NUMERICS_FAST};
+        assert_int_equal(og_cpu_matmul_multi(&k, pool, &jd, 1, NULL, 0), OG_OK); /* no scratch needed */
+        size_t sb = og_cpu_matmul_multi_scratch(&jf, 1);
+        void *scratch = malloc(sb);
+        assert_int_equal(og_cpu_matmul_multi(&k, pool, &jf, 1, scratch, sb), OG_OK);
+        int blk = types[t] == OG_TYPE_Q8_0 ? 32 : 256;
+        for (int64_t a = 0; a < m; a++) {
+            og_matmul_job one = {&w, x + a * K, 1, y1, OG_NUMERICS_DEVICE}; /* the same row alone */
+            assert_int_equal(og_cpu_matmul_multi(&k, NULL, &one, 1, NULL, 0), OG_OK);
+            assert_memory_equal(y1, yd + a * rows, rows * sizeof *y1);
+            for (int64_t r = 0; r < rows; r++) {
+                assert_int_equal(og_dequantize_row(types[t], wq + r * rb, row, K), OG_OK);
+                float want = og_dot_f32_device_ref(row, x + a * K, K);
+                assert_memory_equal(&want, &yd[a * rows + r], sizeof want);
+                double bound = 0, mag = 0;
+                for (int64_t b0 = 0; b0 < K; b0 += blk) {
+                    double amax = 0;
+                    for (int64_t i = b0; i < b0 + blk; i++) amax = fmax(amax, fabs(x[a * K + i]));
+                    for (int64_t i = b0; i < b0 + blk; i++) {
+                        bound += fabs(row[i]) * amax / 127.0 / 2.0;
+                        mag += fabs(row[i] * x[a * K + i]);
+                    }
+                }
+                assert_true(fabs((double)yf[a * rows + r] - (double)want) <= bound + 1e-5 * mag);
+            }
+        }
+        free(scratch);
+        free(wq);
+    }
+    og_matmul_job too_long = {&(og_weight){OG_TYPE_F32, wf, OG_NUMERICS_DEVICE_MAX_K + 32, 1, 0}, x, 1, yd,
+                              OG_NUMERICS_DEVICE};
+    assert_int_equal(og_cpu_matmul_multi(&k, pool, &too_long, 1, NULL, 0), OG_ERR_UNSUPPORTED);
+    free(wf);
+    free(x);
+    free(row);
+    free(yd);
+    free(y1);
+    free(yf);
     og_pool_free(pool);
 }
 
@@ -258,6 +323,7 @@ static void test_rope_yarn(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool), cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_multi),
+        cmocka_unit_test(test_matmul_device_numerics),
         cmocka_unit_test(test_ops), cmocka_unit_test(test_rope_yarn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

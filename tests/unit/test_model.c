@@ -343,14 +343,14 @@ static void test_batch_invariance(void **state) {
     const int32_t tok[8] = {pa[0], pb[0], pa[1], pb[1], pa[2], pb[2], pa[3], pa[4]};
     const int32_t seq[8] = {0, 1, 0, 1, 0, 1, 0, 0};
     const bool want[8] = {false, false, false, false, false, true, false, true};
-    og_batch b = {8, tok, seq, want};
+    og_batch b = {8, tok, seq, want, NULL};
     assert_int_equal(og_model_forward_batch(m, &rc, kvs, 2, &b, both, err, sizeof err), OG_OK);
     assert_memory_equal(both, alone_b, (size_t)V * sizeof(float));      /* b2 first in token order */
     assert_memory_equal(both + V, alone_a, (size_t)V * sizeof(float));  /* then a4 */
     for (int i = 0; i < 3; i++) {
         const int32_t t2[2] = {db[i], da[i]}, s2[2] = {1, 0};
         const bool w2[2] = {true, true};
-        og_batch d = {2, t2, s2, w2};
+        og_batch d = {2, t2, s2, w2, NULL};
         assert_int_equal(og_model_forward_batch(m, &rc, kvs, 2, &d, both, err, sizeof err), OG_OK);
         assert_memory_equal(both, alone_b + (size_t)(i + 1) * V, (size_t)V * sizeof(float));
         assert_memory_equal(both + V, alone_a + (size_t)(i + 1) * V, (size_t)V * sizeof(float));
@@ -358,7 +358,7 @@ static void test_batch_invariance(void **state) {
     assert_int_equal(ka.n_pos, 8);
     assert_int_equal(kb.n_pos, 6);
     const int32_t bad_seq[1] = {2};
-    og_batch bad = {1, da, bad_seq, want};
+    og_batch bad = {1, da, bad_seq, want, NULL};
     assert_int_equal(og_model_forward_batch(m, &rc, kvs, 2, &bad, both, err, sizeof err), OG_ERR_INVALID_ARG);
     assert_int_equal(ka.n_pos, 8);
     /* expert statistics: each token's k routes counted once per MoE layer, hits

@@ -199,6 +199,43 @@ static void test_tiers(void **state) {
     print_message("SIMD tiers tested against the scalar reference: %d\n", tested_tiers);
 }
 
+/* og_dot_f32_device: the warp order, checked by hand, and every tier bit-identical
+ * to the reference on odd lengths and values of every magnitude. */
+static void test_dot_f32_device(void **state) {
+    (void)state;
+    float w[100], x[100];
+    /* 1..3 . 4..6 = 32 exactly */
+    for (int i = 0; i < 3; i++) w[i] = (float)(i + 1), x[i] = (float)(i + 4);
+    assert_true(og_dot_f32_device_ref(w, x, 3) == 32.0f);
+    /* the order shows: lane 0 gets 1e8 then 1e8 + 1 (= 1e8 in float), lane 1 gets -1e8,
+     * so the warp sum is 0 where a sequential sum (1e8 - 1e8 + 1) would give 1 */
+    memset(w, 0, sizeof w);
+    memset(x, 0, sizeof x);
+    for (int i = 0; i < 64; i++) w[i] = 1.0f;
+    x[0] = 1e8f;
+    x[1] = -1e8f;
+    x[32] = 1.0f;
+    assert_true(og_dot_f32_device_ref(w, x, 64) == 0.0f);
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    uint64_t seed = 7;
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_isa got;
+        char note[256], err[256];
+        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) continue;
+        og_kernels k;
+        assert_int_equal(og_kernels_init((og_isa)isa, &k), OG_OK);
+        for (int n = 1; n <= 100; n++) {
+            for (int i = 0; i < n; i++) {
+                w[i] = (float)((og_rand_unit(&seed) - 0.5) * pow(10.0, (double)(i % 7) - 3));
+                x[i] = (float)(og_rand_unit(&seed) - 0.5);
+            }
+            float a = og_dot_f32_device_ref(w, x, n), b = k.dot_f32_device(w, x, n);
+            assert_memory_equal(&a, &b, sizeof a);
+        }
+    }
+}
+
 static void test_isa_choice(void **state) {
     (void)state;
     og_cpu_features none = {0}, f;
@@ -227,6 +264,7 @@ int main(void) {
         cmocka_unit_test(test_fp16_bf16),
         cmocka_unit_test(test_vectors),
         cmocka_unit_test(test_tiers),
+        cmocka_unit_test(test_dot_f32_device),
         cmocka_unit_test(test_isa_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

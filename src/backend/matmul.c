@@ -93,7 +93,13 @@ static void device_rows(const og_kernels *k, const og_matmul_job *jb, int64_t r0
     const og_weight *w = jb->w;
     const og_type_traits *tr = og_quant_traits(w->type);
     float row[OG_NUMERICS_DEVICE_MAX_K];
+    float (*fused)(const void *, const float *, int64_t) = k->dot_device[w->type];
     for (int64_t r = r0; r < r1; r++) {
+        if (fused) {
+            const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+            for (int64_t a = 0; a < jb->m; a++) jb->y[a * w->n_rows + r] = fused(wr, jb->x + a * w->K, w->K);
+            continue;
+        }
         tr->to_float((const uint8_t *)w->data + (size_t)r * w->row_bytes, row, w->K);
         for (int64_t a = 0; a < jb->m; a++) jb->y[a * w->n_rows + r] = k->dot_f32_device(row, jb->x + a * w->K, w->K);
     }

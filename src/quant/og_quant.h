@@ -99,6 +99,9 @@ typedef struct og_kernels {
     og_from_float_fn quantize_act[OG_TYPE_COUNT]; /* activation quantizers by vec_dot_type: as ggml's x86
                                                      backend (Q8_0/Q8_1: 127/max, round half even), every tier */
     og_dot_f32_fn dot_f32_device;                 /* og_dot_f32_device_ref's result, this tier's speed */
+    /* Fused: dot_f32_device(to_float(row), x, n) without the f32 row, bit for bit;
+     * NULL where a tier has none (then dequantize, then dot_f32_device). */
+    float (*dot_device[OG_TYPE_COUNT])(const void *row, const float *x, int64_t n);
 } og_kernels;
 
 /* Fills k for tier isa. OG_ERR_UNSUPPORTED if this build lacks that tier. */

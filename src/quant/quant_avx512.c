@@ -196,8 +196,28 @@ static float dot_f32_device(const float *w, const float *x, int64_t n) {
     return og_warp_reduce32(acc);
 }
 
+/* Q8_0 row . f32 x in device order: a block's 32 weights are the 32 lanes, each
+ * w = d * q exactly as q8_0's to_float computes it. */
+static float q8_0_dot_device(const void *row, const float *x, int64_t n) {
+    const og_block_q8_0 *b = row;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        __m512 d = _mm512_set1_ps(FP16(b[i].d));
+        __m128i q0 = _mm_loadu_si128((const __m128i *)b[i].qs), q1 = _mm_loadu_si128((const __m128i *)(b[i].qs + 16));
+        __m512 w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)));
+        __m512 w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)));
+        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), a0);
+        a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), a1);
+    }
+    float acc[32];
+    _mm512_storeu_ps(acc, a0);
+    _mm512_storeu_ps(acc + 16, a1);
+    return og_warp_reduce32(acc);
+}
+
 void og_kernels_fill_avx512(og_kernels *k) {
     k->dot_f32_device = dot_f32_device;
+    k->dot_device[OG_TYPE_Q8_0] = q8_0_dot_device;
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;
     k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;

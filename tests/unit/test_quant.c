@@ -233,6 +233,19 @@ static void test_dot_f32_device(void **state) {
             float a = og_dot_f32_device_ref(w, x, n), b = k.dot_f32_device(w, x, n);
             assert_memory_equal(&a, &b, sizeof a);
         }
+        /* fused dequantize-and-dot kernels: the same bits as dequantize, then the reference */
+        for (int t = 0; t < OG_TYPE_COUNT; t++) {
+            if (!k.dot_device[t]) continue;
+            const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
+            const int64_t n = 8 * tr->blck;
+            float wf[8 * 256], xf[8 * 256], deq[8 * 256];
+            uint8_t q[8 * 256 * 2];
+            for (int64_t i = 0; i < n; i++) wf[i] = (float)(og_rand_unit(&seed) - 0.5), xf[i] = (float)(og_rand_unit(&seed) - 0.5);
+            og_quantize_row((og_ggml_type)t, wf, q, n);
+            og_dequantize_row((og_ggml_type)t, q, deq, n);
+            float a = og_dot_f32_device_ref(deq, xf, n), b = k.dot_device[t](q, xf, n);
+            assert_memory_equal(&a, &b, sizeof a);
+        }
     }
 }
 

@@ -215,7 +215,69 @@ static float q8_0_dot_device(const void *row, const float *x, int64_t n) {
     return og_warp_reduce32(acc);
 }
 
+/* 32 weights of a k-quant group as lanes: w = dl * q - ml, the reference's
+ * (d * sc) * q - dmin * m, then into the two lane accumulators. */
+static inline void kq_group_fma(__m256i q8, float dl, float ml, const float *x, __m512 *a0, __m512 *a1) {
+    __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q8)));
+    __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q8, 1)));
+    __m512 vd = _mm512_set1_ps(dl), vm = _mm512_set1_ps(ml);
+    *a0 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_mul_ps(vd, q0), vm), _mm512_loadu_ps(x), *a0);
+    *a1 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_mul_ps(vd, q1), vm), _mm512_loadu_ps(x + 16), *a1);
+}
+
+/* Q2_K . f32 in device order: group g (32 elements) reads qs[32 (g / 4) ..] shifted
+ * by 2 (g % 4); lanes 0-15 take scale 2g, lanes 16-31 scale 2g + 1. */
+static float q2_K_dot_device(const void *row, const float *x, int64_t n) {
+    const og_block_q2_K *b = row;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int64_t i = 0; i < n / OG_QK_K; i++) {
+        float d = FP16(b[i].d), dmin = FP16(b[i].dmin);
+        for (int g = 0; g < 8; g++, x += 32) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * (g / 4)));
+            __m256i q = _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(2 * (g % 4))), three);
+            uint8_t s0 = b[i].scales[2 * g], s1 = b[i].scales[2 * g + 1];
+            __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)));
+            __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)));
+            __m512 w0 = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * (float)(s0 & 0xF)), q0),
+                                      _mm512_set1_ps(dmin * (float)(s0 >> 4)));
+            __m512 w1 = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * (float)(s1 & 0xF)), q1),
+                                      _mm512_set1_ps(dmin * (float)(s1 >> 4)));
+            a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), a0);
+            a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), a1);
+        }
+    }
+    float acc[32];
+    _mm512_storeu_ps(acc, a0);
+    _mm512_storeu_ps(acc + 16, a1);
+    return og_warp_reduce32(acc);
+}
+
+/* Q4_K . f32 in device order: group g reads the low (even g) or high (odd g)
+ * nibbles of qs[32 (g / 2) ..], one scale and min per group. */
+static float q4_K_dot_device(const void *row, const float *x, int64_t n) {
+    const og_block_q4_K *b = row;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    const __m256i lo = _mm256_set1_epi8(0xF);
+    for (int64_t i = 0; i < n / OG_QK_K; i++) {
+        float d = FP16(b[i].d), dmin = FP16(b[i].dmin);
+        for (int g = 0; g < 8; g++, x += 32) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * (g / 2)));
+            __m256i q = _mm256_and_si256(g % 2 ? _mm256_srli_epi16(raw, 4) : raw, lo);
+            uint8_t sc, m;
+            og_scale_min_k4(g, b[i].scales, &sc, &m);
+            kq_group_fma(q, d * (float)sc, dmin * (float)m, x, &a0, &a1);
+        }
+    }
+    float acc[32];
+    _mm512_storeu_ps(acc, a0);
+    _mm512_storeu_ps(acc + 16, a1);
+    return og_warp_reduce32(acc);
+}
+
 void og_kernels_fill_avx512(og_kernels *k) {
+    k->dot_device[OG_TYPE_Q2_K] = q2_K_dot_device;
+    k->dot_device[OG_TYPE_Q4_K] = q4_K_dot_device;
     k->dot_f32_device = dot_f32_device;
     k->dot_device[OG_TYPE_Q8_0] = q8_0_dot_device;
     k->vec_dot[OG_TYPE_F32] = f32_dot;

@@ -234,8 +234,10 @@ static void test_dot_f32_device(void **state) {
             assert_memory_equal(&a, &b, sizeof a);
         }
         /* fused dequantize-and-dot kernels: the same bits as dequantize, then the reference */
+        int fused = 0;
         for (int t = 0; t < OG_TYPE_COUNT; t++) {
             if (!k.dot_device[t]) continue;
+            fused++;
             const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
             const int64_t n = 8 * tr->blck;
             float wf[8 * 256], xf[8 * 256], deq[8 * 256];
@@ -246,6 +248,7 @@ static void test_dot_f32_device(void **state) {
             float a = og_dot_f32_device_ref(deq, xf, n), b = k.dot_device[t](q, xf, n);
             assert_memory_equal(&a, &b, sizeof a);
         }
+        if (isa == OG_ISA_AVX512) assert_int_equal(fused, 3); /* Q8_0, Q2_K, Q4_K */
     }
 }
 

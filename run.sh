@@ -4,7 +4,9 @@
 # (stop if it does not fit), choose the NUMA binding, exec `onegpu serve`.
 # ./run.sh --help for the options.
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "$0")"
+abs() { [[ $1 == /* ]] && printf '%s' "$1" || printf '%s/%s' "$caller" "$1"; }  # caller-relative -> absolute
 
 # The default model: named here, and only here, with its expected size (the
 # reference deployment of shared/DESIGN.md). No download address is built in:
@@ -39,7 +41,7 @@ EOF
 }
 
 dry=0 demo=0 model_arg="" sha="" vram="" ram="" port=8090 threads="" extra=()
-need_value() { [[ $# -ge 2 && -n $2 ]] || { echo "run.sh: $1 needs a value (try --help)" >&2; exit 1; }; }
+need_value() { [[ $# -ge 2 && -n $2 && $2 != --* ]] || { echo "run.sh: $1 needs a value (try --help)" >&2; exit 1; }; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --demo) demo=1 ;;
@@ -56,7 +58,21 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-[[ $port =~ ^[0-9]+$ && $port -le 65535 ]] || { echo "run.sh: --port must be 0..65535" >&2; exit 1; }
+[[ $port =~ ^[0-9]{1,5}$ && $((10#$port)) -le 65535 ]] || { echo "run.sh: --port must be 0..65535" >&2; exit 1; }
+port=$((10#$port))
+for a in "${extra[@]}"; do
+  [[ $a == --port || $a == --port=* ]] && { echo "run.sh: give --port to run.sh itself, not after --" >&2; exit 1; }
+done
+# --sha256: 64 hex digits each (case ignored), checked before any download
+shas=()
+if [[ -n $sha ]]; then
+  IFS=',' read -r -a shas <<<"$sha"
+  [[ $sha != *, && $sha != ,* && $sha != *,,* ]] || { echo "run.sh: --sha256: empty hash in '$sha'" >&2; exit 1; }
+  for i in "${!shas[@]}"; do
+    shas[$i]=$(tr 'A-F' 'a-f' <<<"${shas[$i]}")
+    [[ ${shas[$i]} =~ ^[0-9a-f]{64}$ ]] || { echo "run.sh: --sha256: '${shas[$i]}' is not 64 hex digits" >&2; exit 1; }
+  done
+fi
 [[ -z $threads || $threads =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --threads must be a positive number" >&2; exit 1; }
 [[ $demo -eq 1 && -n $model_arg ]] && { echo "run.sh: --demo serves the built-in model; drop --model" >&2; exit 1; }
 [[ $dry -eq 1 ]] && exec 2>&1   # a dry run's report goes to stdout: ./run.sh --dry-run > plan.txt
@@ -69,15 +85,16 @@ step() { show "$@"; [[ $dry -eq 1 ]] || "$@"; }
 # ---- facts -------------------------------------------------------------------
 gpu_name="" gpu_bus="" gpu_free_mib="" gpu_node=""
 if command -v nvidia-smi >/dev/null 2>&1 &&
-   line=$(nvidia-smi --query-gpu=name,pci.bus_id,memory.free --format=csv,noheader,nounits -i 0 2>/dev/null) &&
+   line=$(timeout 15 nvidia-smi --query-gpu=name,pci.bus_id,memory.free --format=csv,noheader,nounits -i 0 2>/dev/null) &&
    [[ -n $line ]]; then
   IFS=',' read -r gpu_name gpu_bus gpu_free_mib <<<"$line"
   gpu_name=$(echo "$gpu_name" | xargs) gpu_bus=$(echo "$gpu_bus" | xargs) gpu_free_mib=$(echo "$gpu_free_mib" | xargs)
+  [[ $gpu_free_mib =~ ^[0-9]+$ ]] || gpu_free_mib=""   # "[N/A]" (MIG, vGPU): unknown, ask for --vram
   # /sys wants the 4-digit domain, lower case: 00000000:17:00.0 -> 0000:17:00.0
   sysbus=$(echo "${gpu_bus#0000}" | tr 'A-F' 'a-f')
   [[ -r /sys/bus/pci/devices/$sysbus/numa_node ]] && gpu_node=$(cat "/sys/bus/pci/devices/$sysbus/numa_node")
   if [[ -z $gpu_node || $gpu_node -lt 0 ]]; then   # nvidia-smi topo -m: the "NUMA Affinity" column
-    gpu_node=$(nvidia-smi topo -m 2>/dev/null | awk '/NUMA Affinity/{for(i=1;i<=NF;i++) if($i=="NUMA") col=i}
+    gpu_node=$(timeout 15 nvidia-smi topo -m 2>/dev/null | awk '/NUMA Affinity/{for(i=1;i<=NF;i++) if($i=="NUMA" && !col) col=i}
                /^GPU0/{if(col) print $(col); exit}' | grep -E '^[0-9]+$' || true)
   fi
 fi
@@ -97,7 +114,8 @@ say "facts: GPU ${gpu_name:-none}${gpu_bus:+ (bus $gpu_bus, ${gpu_free_mib} MiB 
 
 # ---- build -------------------------------------------------------------------
 jobs=$(nproc 2>/dev/null || echo 2)
-bin=${ONEGPU_BIN:-./build/onegpu}
+bin=./build/onegpu
+[[ -n ${ONEGPU_BIN:-} ]] && bin=$(abs "$ONEGPU_BIN")
 if [[ -n ${ONEGPU_BIN:-} ]]; then
   [[ -x $bin ]] || { say "ONEGPU_BIN=$bin is not an executable"; exit 1; }
 else
@@ -114,14 +132,31 @@ else
 fi
 
 # ---- the model ---------------------------------------------------------------
-models=${ONEGPU_MODELS_DIR:-models}
-free_bytes() { df -B1 --output=avail "$1" 2>/dev/null | tail -1 | tr -d ' '; }
-remote_size() { # last Content-Length after redirects, or empty
-  curl -sfIL --max-time 30 "$1" 2>/dev/null | tr -d '\r' | awk 'tolower($1)=="content-length:"{n=$2} END{if(n!="") print n}'
+models=models
+[[ -n ${ONEGPU_MODELS_DIR:-} ]] && models=$(abs "$ONEGPU_MODELS_DIR")
+# free bytes where PATH will be (its nearest existing parent), or empty
+free_bytes() {
+  local d=$1
+  while [[ ! -d $d && $d != / && $d != . ]]; do d=$(dirname "$d"); done
+  df -B1 --output=avail "$d" 2>/dev/null | tail -1 | tr -d ' '
 }
-# fetch URL DEST [SHA]: resumable download into DEST.part, verified, then renamed to DEST
+# remote_head URL: "SIZE VALIDATOR" of the final response when it is a 2xx (size
+# "-" when unknown; validator = ETag or Last-Modified, "-" when none); empty when
+# HEAD fails or ends in an error (some servers refuse HEAD: then nothing is known)
+remote_head() {
+  timeout 60 curl -sIL --max-redirs 10 "$1" 2>/dev/null | tr -d '\r' | awk '
+    /^HTTP\//{code=$2; n=""; v=""; lm=""}
+    tolower($1)=="content-length:"{n=$2}
+    tolower($1)=="etag:"{v=$2}
+    tolower($1)=="last-modified:"{lm=$0; sub(/^[^:]*:[ \t]*/, "", lm)}
+    END{if (code ~ /^2/) print (n == "" ? "-" : n), (v != "" ? v : lm != "" ? lm : "-")}'
+}
+# fetch URL DEST [SHA]: resumable download into DEST.part, verified, then renamed to DEST.
+# One run at a time per file (a lock); a .part whose server copy changed (ETag or
+# Last-Modified) or that is longer than the file restarts from zero.
 fetch() {
   local url=$1 dest=$2 want=${3:-} part="$2.part"
+  if [[ -d $dest ]]; then say "$dest is a directory: move it away first"; exit 1; fi
   if [[ -f $dest ]]; then
     if [[ -n $want ]]; then
       local have; have=$(sha256sum "$dest" | cut -d' ' -f1)
@@ -130,33 +165,62 @@ fetch() {
     say "$dest is already here${want:+ (SHA-256 verified)}"
     return 0
   fi
-  local size have_bytes=0 avail
-  size=$(remote_size "$url" || true)
+  local head size validator have_bytes=0 avail
+  head=$(remote_head "$url" || true)
+  size=${head%% *}; validator=${head#* }
+  [[ -z $head ]] && { size="-"; validator="-"; say "the server answered no HEAD request for $url: size unknown"; }
+  [[ $size == "-" ]] && size=""
+  if [[ $dry -eq 1 ]]; then
+    show curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url"
+    return 0
+  fi
+  exec 9>"$dest.lock"
+  flock -n 9 || { say "another run.sh is downloading $dest (lock $dest.lock): wait for it"; exit 1; }
   [[ -f $part ]] && have_bytes=$(stat -c %s "$part")
+  if [[ $have_bytes -gt 0 && -f $part.validator && $validator != "-" && $(cat "$part.validator") != "$validator" ]]; then
+    say "the file at $url changed since $part was started ($(cat "$part.validator") -> $validator): starting over"
+    rm -f "$part"; have_bytes=0
+  fi
+  if [[ -n $size && $have_bytes -gt $size ]]; then
+    say "$part is longer ($have_bytes bytes) than the file ($size): starting over"
+    rm -f "$part"; have_bytes=0
+  fi
+  [[ $validator != "-" ]] && printf '%s\n' "$validator" > "$part.validator"
   avail=$(free_bytes "$(dirname "$dest")")
   if [[ -n $size && -n $avail ]] && (( size - have_bytes > avail )); then
     say "not enough disk for $dest: $((size - have_bytes)) more bytes needed, $avail free in $(dirname "$dest")"
     exit 1
   fi
-  [[ $have_bytes -gt 0 ]] && say "resuming $part at byte $have_bytes${size:+ of $size}"
-  show curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url"
-  if [[ $dry -eq 0 ]]; then
-    curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url" ||
-      { say "download of $url stopped (curl exit $?); $part keeps what arrived: run the same command again to resume"; exit 1; }
+  if [[ -n $size && $have_bytes -eq $size ]]; then
+    say "$part is complete ($size bytes): verifying"
+  else
+    [[ $have_bytes -gt 0 ]] && say "resuming $part at byte $have_bytes${size:+ of $size}"
+    show curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url"
+    local rc=0
+    curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url" || rc=$?
+    case $rc in
+      0) ;;
+      18|28|52|55|56|7|92) say "download of $url stopped (curl exit $rc); $part keeps what arrived: run the same command again to resume"; exit 1 ;;
+      33) say "the server cannot resume (no Range support): delete $part and run again to start over"; exit 1 ;;
+      *) say "download of $url failed (curl exit $rc: see its message above); check the URL, the server and $(dirname "$dest")"; exit 1 ;;
+    esac
     if [[ -n $size && $(stat -c %s "$part") -ne $size ]]; then
       say "download of $url is incomplete ($(stat -c %s "$part") of $size bytes): run again to resume"; exit 1
     fi
-    if [[ -n $want ]]; then
-      local got; got=$(sha256sum "$part" | cut -d' ' -f1)
-      if [[ $got != "$want" ]]; then
-        mv -f "$part" "$dest.sha256-mismatch"
-        say "SHA-256 mismatch for $url: expected $want, got $got; the file is kept aside as $dest.sha256-mismatch"
-        exit 1
-      fi
-      say "SHA-256 verified: $got"
-    fi
-    mv -f "$part" "$dest"
   fi
+  if [[ -n $want ]]; then
+    local got; got=$(sha256sum "$part" | cut -d' ' -f1)
+    if [[ $got != "$want" ]]; then
+      mv -f "$part" "$dest.sha256-mismatch"
+      rm -f "$part.validator"
+      say "SHA-256 mismatch for $url: expected $want, got $got; the file is kept aside as $dest.sha256-mismatch"
+      exit 1
+    fi
+    say "SHA-256 verified: $got"
+  fi
+  mv -f "$part" "$dest"
+  rm -f "$part.validator" "$dest.lock"
+  exec 9>&-
 }
 
 if [[ $demo -eq 1 ]]; then
@@ -176,28 +240,33 @@ else
   fi
   if [[ $src =~ ^https?:// ]]; then
     step mkdir -p "$models"
-    name=$(basename "${src%%\?*}")
-    IFS=',' read -r -a shas <<<"$sha"
+    nofrag=${src%%#*}
+    query=""; [[ $nofrag == *\?* ]] && query="?${nofrag#*\?}"
+    path=${nofrag%%\?*}
+    name=$(basename "$path")
+    if [[ $path == */ || ! $name =~ ^[A-Za-z0-9._+-]+\.gguf$ ]]; then
+      say "cannot take a file name ending in .gguf from $src (got '$name'): give the URL of the .gguf file"; exit 1
+    fi
     if [[ $name =~ ^(.*)-00001-of-([0-9]{5})\.gguf$ ]]; then
       prefix=${BASH_REMATCH[1]} count=$((10#${BASH_REMATCH[2]}))
-      [[ -z $sha || ${#shas[@]} -eq $count ]] || { say "--sha256 needs $count comma-separated hashes, one per part"; exit 1; }
+      [[ $count -ge 1 ]] || { say "$name: a split file of 0 parts?"; exit 1; }
+      [[ ${#shas[@]} -eq 0 || ${#shas[@]} -eq $count ]] || { say "--sha256 needs $count comma-separated hashes, one per part"; exit 1; }
       for ((i = 1; i <= count; i++)); do
         part_name=$(printf '%s-%05d-of-%05d.gguf' "$prefix" "$i" "$count")
-        fetch "${src%/*}/$part_name" "$models/$part_name" "${shas[$((i - 1))]:-}"
+        fetch "${path%/*}/$part_name$query" "$models/$part_name" "${shas[$((i - 1))]:-}"
       done
-      model=$models/$name
     else
       [[ ${#shas[@]} -le 1 ]] || { say "--sha256: one hash for one file"; exit 1; }
-      fetch "$src" "$models/$name" "$sha"
-      model=$models/$name
+      fetch "$src" "$models/$name" "${shas[0]:-}"
     fi
+    model=$models/$name
   else
-    model=$src
-    [[ -f $model ]] || { say "no such model file: $model"; exit 2; }
-    [[ -z $sha ]] || {
+    model=$(abs "$src")
+    [[ -f $model ]] || { say "no such model file: $src"; exit 2; }
+    if [[ ${#shas[@]} -gt 0 ]]; then
       have=$(sha256sum "$model" | cut -d' ' -f1)
-      [[ $have == "$sha" ]] || { say "$model: SHA-256 is $have, not $sha"; exit 1; }
-    }
+      [[ $have == "${shas[0]}" ]] || { say "$model: SHA-256 is $have, not ${shas[0]}"; exit 1; }
+    fi
   fi
 fi
 
@@ -227,13 +296,21 @@ if [[ ${#place[@]} -gt 0 ]]; then
   fi
 else
   say "no GPU and no --vram: every expert runs on the CPU threads (no placement)"
+  [[ -n $ram ]] && say "--ram is not used without a device to plan for (--vram)"
 fi
 
 # ---- NUMA binding ladder -----------------------------------------------------
 # Each rung is tried for real with `true`: a container's seccomp or a missing
 # capability can refuse one, and that must not go unnoticed.
 bind=() rung="none"
-try_rung() { local out; out=$("$@" true 2>&1) && return 0; say "  tried: $* -> failed: ${out:-exit status $?}"; return 1; }
+try_rung() {
+  local out rc=0
+  out=$(timeout 10 "$@" true 2>&1) || rc=$?
+  [[ $rc -eq 0 ]] && return 0
+  [[ $rc -eq 124 ]] && out="no answer in 10 s"
+  say "  tried: $* -> failed: ${out:-exit status $rc}"
+  return 1
+}
 if command -v numactl >/dev/null 2>&1 && try_rung numactl --preferred="$node" --cpunodebind="$node"; then
   bind=(numactl --preferred="$node" --cpunodebind="$node"); rung="memory preferred on node $node + CPUs of node $node"
 elif command -v numactl >/dev/null 2>&1 && try_rung numactl --cpunodebind="$node"; then

@@ -62,10 +62,47 @@ grep -q "SHA-256 mismatch .*expected $bad, got $sum; the file is kept aside as .
 [[ -f $work/models/m.gguf.sha256-mismatch && ! -f $work/models/m.gguf ]] || fail "the bad file must be kept aside, not used"
 echo "ok: wrong SHA-256"
 
+echo "== a complete .part (a run stopped before the rename) is verified, not fetched again"
+rm -rf "$work/models"; mkdir -p "$work/models"
+cp "$work/srv/m.gguf" "$work/models/m.gguf.part"
+: > "$work/http.log"
+up=$(tr 'a-f' 'A-F' <<<"$sum")   # hashes are taken in any case
+rc=0; runsh --model "$url_base/m.gguf" --sha256 "$up" --vram 1M > "$work/out2b" 2>&1 || rc=$?
+grep -q 'm.gguf.part is complete' "$work/out2b" && ! grep -q '^GET' "$work/http.log" || fail "complete .part: $(cat "$work/out2b")"
+[[ $rc == 3 && -f $work/models/m.gguf ]] || fail "complete .part: rc $rc"
+echo "ok: complete .part"
+
+echo "== bad --sha256 is refused before any download"
+: > "$work/http.log"
+rc=0; runsh --model "$url_base/m2.gguf" --sha256 abc --vram 1M > "$work/out2c" 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q "'abc' is not 64 hex digits" "$work/out2c" && [[ ! -s $work/http.log ]] || fail "bad sha: $(cat "$work/out2c")"
+echo "ok: bad --sha256"
+
+echo "== the server's file changed between two runs: start over, never splice"
+cp "$work/srv/m.gguf" "$work/srv/c.gguf"
+kill "${pids[-1]}"; start_http $((size / 2))
+rc=0; runsh --model "$url_base/c.gguf" --vram 1M > "$work/out2d" 2>&1 || rc=$?
+[[ -f $work/models/c.gguf.part ]] || fail "no partial file: $(cat "$work/out2d")"
+"$onegpu" make-model --tokenizer none --vocab 512 --n-layer 2 --n-embd 256 --n-head 4 --n-expert 8 \
+  --n-expert-used 2 --n-ff-exp 512 --seed 99 -o "$work/srv/c.gguf" 2>/dev/null
+touch -d '+1 hour' "$work/srv/c.gguf"
+rc=0; runsh --model "$url_base/c.gguf" --vram 1M > "$work/out2e" 2>&1 || rc=$?
+grep -q 'changed since .*c.gguf.part was started.*starting over' "$work/out2e" || fail "change not seen: $(cat "$work/out2e")"
+cmp -s "$work/models/c.gguf" "$work/srv/c.gguf" || fail "the result is not the new file"
+echo "ok: changed file"
+
+echo "== a URL with a query string and a fresh models dir under --dry-run"
+rm -rf "$work/models"
+runsh --dry-run --model "$url_base/m.gguf?token=x" > "$work/out2f" 2>&1 || fail "dry run with a URL: $(cat "$work/out2f")"
+grep -q "^+ curl .*m.gguf.part .*m.gguf.*token=x" "$work/out2f" && [[ ! -e $work/models ]] || fail "dry run: $(cat "$work/out2f")"
+echo "ok: dry run with a URL"
+
 echo "== split files: every part is fetched"
 head -c 3000 /dev/urandom > "$work/srv/s-00001-of-00002.gguf"
 head -c 2000 /dev/urandom > "$work/srv/s-00002-of-00002.gguf"
-rc=0; runsh --model "$url_base/s-00001-of-00002.gguf" --vram 1M > "$work/out3" 2>&1 || rc=$?
+: > "$work/http.log"
+rc=0; runsh --model "$url_base/s-00001-of-00002.gguf?sig=1" --vram 1M > "$work/out3" 2>&1 || rc=$?
+grep -q '^GET /s-00002-of-00002.gguf?sig=1' "$work/http.log" || fail "the query string was not kept: $(cat "$work/http.log")"
 cmp -s "$work/models/s-00001-of-00002.gguf" "$work/srv/s-00001-of-00002.gguf" &&
   cmp -s "$work/models/s-00002-of-00002.gguf" "$work/srv/s-00002-of-00002.gguf" || fail "parts: $(cat "$work/out3")"
 [[ $rc != 0 ]] || fail "random bytes must not plan"
@@ -113,6 +150,11 @@ echo "ok: dry run"
 echo "== bad usage"
 rc=0; runsh --model > /dev/null 2>&1 || rc=$?; [[ $rc == 1 ]] || fail "--model without a value: $rc"
 rc=0; runsh --port 99999 > /dev/null 2>&1 || rc=$?; [[ $rc == 1 ]] || fail "--port 99999: $rc"
+(cd "$work/srv" && "$repo/run.sh" --dry-run --model m.gguf > "$work/out8b" 2>&1) || fail "relative --model: $(cat "$work/out8b")"
+grep -q "serve -m $work/srv/m.gguf" "$work/out8b" || fail "relative --model not taken from the caller's directory"
+rc=0; runsh --port 08090 --dry-run --model "$work/srv/m.gguf" > "$work/out8c" 2>&1 || rc=$?
+[[ $rc == 0 ]] && grep -q -- '--port 8090' "$work/out8c" || fail "--port 08090: $(cat "$work/out8c")"
+rc=0; runsh --model --dry-run > /dev/null 2>&1 || rc=$?; [[ $rc == 1 ]] || fail "--model --dry-run: $rc"
 rc=0; runsh --model "$work/nope.gguf" > "$work/out8" 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q 'no such model file' "$work/out8" || fail "missing file: $rc $(cat "$work/out8")"
 rc=0; ONEGPU_DEFAULT_MODEL_URL= runsh > "$work/out9" 2>&1 || rc=$?

@@ -13,13 +13,14 @@ const cutDone = new Set();
 const server = http.createServer((req, res) => {
   const file = path.join(dir, path.basename(decodeURIComponent(req.url.split('?')[0])));
   fs.appendFileSync(log, `${req.method} ${req.url} ${req.headers.range || '-'}\n`);
-  if (!fs.existsSync(file)) { res.writeHead(404); res.end('not found'); return; }
+  if (!fs.existsSync(file) || !fs.statSync(file).isFile()) { res.writeHead(404); res.end('not found'); return; }
   const size = fs.statSync(file).size;
   let start = 0;
   const m = /^bytes=(\d+)-$/.exec(req.headers.range || '');
   if (m) start = Number(m[1]);
-  if (start > size) { res.writeHead(416, { 'Content-Range': `bytes */${size}` }); res.end(); return; }
-  const headers = { 'Content-Length': size - start, 'Accept-Ranges': 'bytes', 'Content-Type': 'application/octet-stream' };
+  if (m && start >= size) { res.writeHead(416, { 'Content-Range': `bytes */${size}` }); res.end(); return; } // as nginx/S3
+  const headers = { 'Content-Length': size - start, 'Accept-Ranges': 'bytes', 'Content-Type': 'application/octet-stream',
+    'Last-Modified': fs.statSync(file).mtime.toUTCString() };
   if (m) headers['Content-Range'] = `bytes ${start}-${size - 1}/${size}`;
   res.writeHead(m ? 206 : 200, headers);
   if (req.method === 'HEAD') { res.end(); return; }

@@ -21,6 +21,7 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 start_http() { # start_http CUT: sets url_base
   : > "$work/http.log"
+  rm -f "$work/port"
   node "$here/js/range_server.mjs" "$work/srv" "$work/http.log" "$1" > "$work/port" &
   pids+=($!)
   for _ in $(seq 1 50); do [[ -s $work/port ]] && break; sleep 0.1; done

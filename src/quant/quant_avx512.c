@@ -176,6 +176,14 @@ static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = _mm512_reduce_add_ps(acc);
 }
 
+/* Lanes 0-15 and 16-31 of the device order, combined by og_warp_reduce32. */
+static inline float warp_sum(__m512 a0, __m512 a1) {
+    float acc[32];
+    _mm512_storeu_ps(acc, a0);
+    _mm512_storeu_ps(acc + 16, a1);
+    return og_warp_reduce32(acc);
+}
+
 /* og_dot_f32_device: lanes 0-15 and 16-31 in two registers. */
 static float dot_f32_device(const float *w, const float *x, int64_t n) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
@@ -190,10 +198,7 @@ static float dot_f32_device(const float *w, const float *x, int64_t n) {
         a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, w + i), _mm512_maskz_loadu_ps(m0, x + i), a0);
         a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, w + i + 16), _mm512_maskz_loadu_ps(m1, x + i + 16), a1);
     }
-    float acc[32];
-    _mm512_storeu_ps(acc, a0);
-    _mm512_storeu_ps(acc + 16, a1);
-    return og_warp_reduce32(acc);
+    return warp_sum(a0, a1);
 }
 
 /* Q8_0 row . f32 x in device order: a block's 32 weights are the 32 lanes, each
@@ -209,20 +214,20 @@ static float q8_0_dot_device(const void *row, const float *x, int64_t n) {
         a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), a0);
         a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), a1);
     }
-    float acc[32];
-    _mm512_storeu_ps(acc, a0);
-    _mm512_storeu_ps(acc + 16, a1);
-    return og_warp_reduce32(acc);
+    return warp_sum(a0, a1);
 }
 
 /* 32 weights of a k-quant group as lanes: w = dl * q - ml, the reference's
- * (d * sc) * q - dmin * m, then into the two lane accumulators. */
-static inline void kq_group_fma(__m256i q8, float dl, float ml, const float *x, __m512 *a0, __m512 *a1) {
+ * (d * sc) * q - dmin * m (lanes 0-15 with dl0/ml0, 16-31 with dl1/ml1), then
+ * into the two lane accumulators. */
+static inline void kq_group_fma(__m256i q8, float dl0, float ml0, float dl1, float ml1, const float *x, __m512 *a0,
+                                __m512 *a1) {
     __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q8)));
     __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q8, 1)));
-    __m512 vd = _mm512_set1_ps(dl), vm = _mm512_set1_ps(ml);
-    *a0 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_mul_ps(vd, q0), vm), _mm512_loadu_ps(x), *a0);
-    *a1 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_mul_ps(vd, q1), vm), _mm512_loadu_ps(x + 16), *a1);
+    *a0 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl0), q0), _mm512_set1_ps(ml0)),
+                          _mm512_loadu_ps(x), *a0);
+    *a1 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl1), q1), _mm512_set1_ps(ml1)),
+                          _mm512_loadu_ps(x + 16), *a1);
 }
 
 /* Q2_K . f32 in device order: group g (32 elements) reads qs[32 (g / 4) ..] shifted
@@ -237,20 +242,11 @@ static float q2_K_dot_device(const void *row, const float *x, int64_t n) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * (g / 4)));
             __m256i q = _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(2 * (g % 4))), three);
             uint8_t s0 = b[i].scales[2 * g], s1 = b[i].scales[2 * g + 1];
-            __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)));
-            __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)));
-            __m512 w0 = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * (float)(s0 & 0xF)), q0),
-                                      _mm512_set1_ps(dmin * (float)(s0 >> 4)));
-            __m512 w1 = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d * (float)(s1 & 0xF)), q1),
-                                      _mm512_set1_ps(dmin * (float)(s1 >> 4)));
-            a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), a0);
-            a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), a1);
+            kq_group_fma(q, d * (float)(s0 & 0xF), dmin * (float)(s0 >> 4), d * (float)(s1 & 0xF),
+                         dmin * (float)(s1 >> 4), x, &a0, &a1);
         }
     }
-    float acc[32];
-    _mm512_storeu_ps(acc, a0);
-    _mm512_storeu_ps(acc + 16, a1);
-    return og_warp_reduce32(acc);
+    return warp_sum(a0, a1);
 }
 
 /* Q4_K . f32 in device order: group g reads the low (even g) or high (odd g)
@@ -266,13 +262,10 @@ static float q4_K_dot_device(const void *row, const float *x, int64_t n) {
             __m256i q = _mm256_and_si256(g % 2 ? _mm256_srli_epi16(raw, 4) : raw, lo);
             uint8_t sc, m;
             og_scale_min_k4(g, b[i].scales, &sc, &m);
-            kq_group_fma(q, d * (float)sc, dmin * (float)m, x, &a0, &a1);
+            kq_group_fma(q, d * (float)sc, dmin * (float)m, d * (float)sc, dmin * (float)m, x, &a0, &a1);
         }
     }
-    float acc[32];
-    _mm512_storeu_ps(acc, a0);
-    _mm512_storeu_ps(acc + 16, a1);
-    return og_warp_reduce32(acc);
+    return warp_sum(a0, a1);
 }
 
 void og_kernels_fill_avx512(og_kernels *k) {

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -51,6 +52,31 @@ static void usage(FILE *out) {
             "  --profile FILE     a usage profile (--save-profile) that seeds the initial hot set\n"
             "  --migrate N        experts per layer moved into the device between steps (default 2)\n"
             "  --save-profile F   writes the expert selection counts at shutdown (for --profile)\n");
+}
+
+/* SIGTERM/SIGINT, taken by one thread: while the model loads there is nothing to
+ * finish, so the process ends at once; once serving, main is woken to drain. */
+typedef struct sig_watch {
+    sigset_t sigs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool serving;
+    int sig;
+} sig_watch;
+
+static void *watch_signals(void *arg) {
+    sig_watch *w = arg;
+    int sig = 0;
+    sigwait(&w->sigs, &sig);
+    pthread_mutex_lock(&w->mu);
+    if (!w->serving) {
+        fprintf(stderr, "onegpu serve: %s while loading: stopped\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        _exit(0); /* nothing admitted yet: no request to finish, nothing to save */
+    }
+    w->sig = sig;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
 }
 
 static double parse_seconds(const char *s, bool *bad) {
@@ -259,6 +285,11 @@ int og_cmd_serve(int argc, char **argv) {
     }
     fprintf(stderr, "onegpu serve: listening on http://%s:%d/v1 (loading %s)\n", host, og_server_port(srv), model_path);
 
+    sig_watch sw = {.sigs = sigs};
+    pthread_mutex_init(&sw.mu, NULL);
+    pthread_cond_init(&sw.cv, NULL);
+    pthread_t watcher;
+    bool watching = pthread_create(&watcher, NULL, watch_signals, &sw) == 0;
     int rc = OG_EXIT_OK;
     og_model *m = NULL;
     og_tokenizer *tok = NULL;
@@ -310,10 +341,29 @@ int og_cmd_serve(int argc, char **argv) {
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), threads);
     fflush(stderr);
     int sig = 0;
-    sigwait(&sigs, &sig);
+    if (watching) {
+        pthread_mutex_lock(&sw.mu);
+        sw.serving = true;
+        while (!sw.sig) pthread_cond_wait(&sw.cv, &sw.mu);
+        sig = sw.sig;
+        pthread_mutex_unlock(&sw.mu);
+        pthread_join(watcher, NULL);
+        watching = false;
+    } else {
+        sigwait(&sigs, &sig);
+    }
     fprintf(stderr, "onegpu serve: %s: no new requests; finishing the running ones (up to %.0f s)\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM", grace);
 out:
+    if (watching) { /* a load error: the watcher still waits for a signal */
+        pthread_mutex_lock(&sw.mu);
+        sw.serving = true; /* from here a signal only wakes it */
+        pthread_mutex_unlock(&sw.mu);
+        pthread_kill(watcher, SIGTERM);
+        pthread_join(watcher, NULL);
+    }
+    pthread_mutex_destroy(&sw.mu);
+    pthread_cond_destroy(&sw.cv);
     og_server_stop_admitting(srv);
     og_engine_drain(eng, grace);
     og_server_stop(srv); /* waits for every connection thread */

@@ -61,7 +61,13 @@ static json_t *bytes_json(const char *buf, int n) {
     return a;
 }
 
-json_t *og_api_logprobs(const og_tokenizer *tok, bool chat, const og_tok_out *toks, int n, size_t text_base) {
+size_t og_api_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+json_t *og_api_logprobs(const og_tokenizer *tok, bool chat, const og_tok_out *toks, int n, og_api_offsets *off) {
     char buf[256];
     int bn;
     if (chat) {
@@ -91,7 +97,11 @@ json_t *og_api_logprobs(const og_tokenizer *tok, bool chat, const og_tok_out *to
             json_decref(t);
         }
         json_array_append_new(tops, top);
-        json_array_append_new(offs, json_integer((json_int_t)(text_base + toks[i].text_start)));
+        if (off && off->text && toks[i].text_start >= off->byte) {
+            off->chars += og_api_chars(off->text + off->byte, toks[i].text_start - off->byte);
+            off->byte = toks[i].text_start;
+        }
+        json_array_append_new(offs, json_integer((json_int_t)(off ? off->base + off->chars : toks[i].text_start)));
     }
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
                      "text_offset", offs);

@@ -63,11 +63,22 @@ char *og_api_error_json(const og_api_err *e);
  * U+FFFD). New reference, NULL when out of memory. */
 json_t *og_api_jstr(const char *s, size_t n);
 
+/* Where completions' text_offset counts from: text is the output so far (the
+ * tokens' text_start are byte offsets into it), base the characters before it
+ * (an echoed prompt); byte/chars a cursor kept between calls (start at 0). */
+typedef struct og_api_offsets {
+    const char *text;
+    size_t base, byte, chars;
+} og_api_offsets;
+
 /* The logprobs object of one chunk or response for tokens toks[0..n):
  * chat shape ({"content": [...], "refusal": null}) or completions shape
- * ({"tokens", "token_logprobs", "top_logprobs", "text_offset"}); text_base is
- * the byte offset added to the completions text_offset (echo). */
-json_t *og_api_logprobs(const og_tokenizer *tok, bool chat, const og_tok_out *toks, int n, size_t text_base);
+ * ({"tokens", "token_logprobs", "top_logprobs", "text_offset"}: offsets in
+ * characters, as OpenAI counts them; off may be NULL for chat). */
+json_t *og_api_logprobs(const og_tokenizer *tok, bool chat, const og_tok_out *toks, int n, og_api_offsets *off);
+
+/* Characters (UTF-8 code points; an invalid byte counts as one) in s[0..n). */
+size_t og_api_chars(const char *s, size_t n);
 
 /* "stop" / "length" / NULL (still running, cancelled, error). */
 const char *og_api_finish_reason(og_finish f);

@@ -71,6 +71,7 @@ typedef struct gen_ctx {
     og_tok_out *toks[OG_API_MAX_PROMPTS];
     int n_toks[OG_API_MAX_PROMPTS];
     int n_prompt[OG_API_MAX_PROMPTS], n_gen[OG_API_MAX_PROMPTS];
+    og_api_offsets off[OG_API_MAX_PROMPTS]; /* completions text_offset cursors */
     char error[256];
 } gen_ctx;
 
@@ -248,23 +249,27 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         if (og_seq_take(g->e, g->seqs[i], &o)) continue;
         g->n_prompt[i] = o.n_prompt;
         g->n_gen[i] = o.n_gen;
-        size_t base = g->req.echo && g->req.prompt_text[i] ? strlen(g->req.prompt_text[i]) : 0;
         if (o.len || o.n_toks) changed = true;
-        if (stream) {
-            if (o.len || o.n_toks) {
-                json_t *lp = g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, g->req.chat, o.toks, o.n_toks, base)
-                                             : NULL;
-                json_t *t = og_api_jstr(o.text, o.len);
-                emit(g, chunk(g, i, g->req.chat ? json_pack("{s:o}", "content", t) : t, lp, NULL));
-            }
-        } else {
+        { /* the whole output so far: the final response's text, and what text_offset counts in */
             char *nt = realloc(g->text[i], g->text_len[i] + o.len + 1);
-            og_tok_out *tk = o.n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o.n_toks) * sizeof *tk) : g->toks[i];
             if (nt) {
                 g->text[i] = nt;
                 memcpy(nt + g->text_len[i], o.text, o.len + 1);
                 g->text_len[i] += o.len;
             }
+            g->off[i].text = g->text[i];
+            if (g->req.echo && g->req.prompt_text[i] && !g->off[i].base)
+                g->off[i].base = og_api_chars(g->req.prompt_text[i], strlen(g->req.prompt_text[i]));
+        }
+        if (stream) {
+            if (o.len || o.n_toks) {
+                json_t *lp =
+                    g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, g->req.chat, o.toks, o.n_toks, &g->off[i]) : NULL;
+                json_t *t = og_api_jstr(o.text, o.len);
+                emit(g, chunk(g, i, g->req.chat ? json_pack("{s:o}", "content", t) : t, lp, NULL));
+            }
+        } else {
+            og_tok_out *tk = o.n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o.n_toks) * sizeof *tk) : g->toks[i];
             if (tk) {
                 g->toks[i] = tk;
                 if (o.n_toks) memcpy(tk + g->n_toks[i], o.toks, (size_t)o.n_toks * sizeof *tk);
@@ -349,7 +354,8 @@ static json_t *final_response(gen_ctx *g) {
         } else {
             text = og_api_jstr(g->text[i] ? g->text[i] : "", g->text_len[i]);
         }
-        json_t *lp = g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, chat, g->toks[i], g->n_toks[i], base) : NULL;
+        json_t *lp =
+            g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, chat, g->toks[i], g->n_toks[i], &g->off[i]) : NULL;
         const char *fr = og_api_finish_reason(g->finish[i]);
         json_t *ch = chat ? json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", i, "message", "role", "assistant",
                                       "content", text, "refusal", "logprobs", lp ? lp : json_null(), "finish_reason", fr)

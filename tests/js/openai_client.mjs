@@ -121,6 +121,12 @@ assert.equal(cp.object, 'text_completion');
 assert.equal(cp.choices[0].logprobs.tokens.length, 6);
 assert.equal(cp.choices[0].logprobs.tokens.join(''), cp.choices[0].text);
 assert.equal(cp.usage.completion_tokens, 6);
+// text_offset counts characters (code points) of the text before each token
+const cps = (t) => Array.from(t).length;
+cp.choices[0].logprobs.text_offset.forEach((o, i) =>
+  assert.equal(o, cps(cp.choices[0].logprobs.tokens.slice(0, i).join(''))));
+const cel = await client.completions.create({ model: id, prompt: 'Größe', max_tokens: 4, temperature: 0, echo: true, logprobs: 0 });
+assert.equal(cel.choices[0].logprobs.text_offset[0], 5); // after the 5 characters (7 bytes) of the echoed prompt
 const ce = await client.completions.create({ model: id, prompt: 'The cat sat on', max_tokens: 6, temperature: 0, echo: true });
 assert.equal(ce.choices[0].text, 'The cat sat on' + cp.choices[0].text);
 let ctext = '';

@@ -468,20 +468,25 @@ static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const floa
     og_matmul_job *jobs = malloc((size_t)(4 * CHUNK + 2) * sizeof *jobs);
     og_status st = (!order || !first || !xg || !gu || !res || (shared && !gs) || !wv || !jobs) ? OG_ERR_NOMEM : OG_OK;
     int *used = malloc((size_t)E * sizeof *used), n_used = 0;
-    int *n_exact = malloc((size_t)E * sizeof *n_exact); /* routes of e that need device numerics: listed first */
-    if (!used || !n_exact) st = OG_ERR_NOMEM;
-    if (!st) {
-        int n = 0;
-        for (int e = 0; e < E; e++) {
-            first[e] = n;
-            for (int pass = 0; pass < 2; pass++)
-                for (int r = 0; r < n_routes; r++)
-                    if (routes[r].expert == e && (f->exact && f->exact[routes[r].token]) == (pass == 0)) order[n++] = r;
-            n_exact[e] = 0;
-            for (int i = first[e]; i < n; i++) n_exact[e] += f->exact && f->exact[routes[order[i]].token];
-            if (n > first[e]) used[n_used++] = e;
+    int *n_exact = calloc((size_t)E, sizeof *n_exact); /* routes of e that need device numerics: listed first */
+    int *cur = malloc((size_t)E * 2 * sizeof *cur);     /* next slot of e's exact / other routes */
+    if (!used || !n_exact || !cur) st = OG_ERR_NOMEM;
+    if (!st) { /* counting sort by expert, each expert's exact routes first, route order kept within each */
+        for (int e = 0; e <= E; e++) first[e] = 0;
+        for (int r = 0; r < n_routes; r++) {
+            first[routes[r].expert + 1]++;
+            if (f->exact && f->exact[routes[r].token]) n_exact[routes[r].expert]++;
         }
-        first[E] = n;
+        for (int e = 0; e < E; e++) {
+            first[e + 1] += first[e];
+            cur[2 * e] = first[e];
+            cur[2 * e + 1] = first[e] + n_exact[e];
+            if (first[e + 1] > first[e]) used[n_used++] = e;
+        }
+        for (int r = 0; r < n_routes; r++) {
+            bool ex = f->exact && f->exact[routes[r].token];
+            order[cur[2 * routes[r].expert + !ex]++] = r;
+        }
     }
     /* Pieces: an expert's routes, split when a cold expert serves rows that need
      * device numerics beside rows that may take the host's fast path. */
@@ -565,6 +570,7 @@ static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const floa
     free(first);
     free(used);
     free(n_exact);
+    free(cur);
     free(xg);
     free(gu);
     free(res);

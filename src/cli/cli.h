@@ -27,4 +27,11 @@ void og_cli_plan_line(FILE *out, const struct og_plan *p, bool from_profile);
  * "-1" and values over 2^31 - 1 no (defined in cmd_plan.c). */
 bool og_cli_parse_count(const char *s, uint32_t *out);
 
+/* --expert-slots N|all: N >= 0 slots per MoE layer, "all" = -2 (og_plan_input's
+ * slots_override). False on junk (defined in cmd_plan.c). */
+bool og_cli_parse_slots(const char *s, int64_t *out);
+
+/* A decimal in [lo, hi], nothing else (--migrate, --queue; defined in cmd_plan.c). */
+bool og_cli_parse_long(const char *s, long lo, long hi, long *out);
+
 #endif

@@ -4,6 +4,7 @@
 #include "og_moe.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -48,6 +49,26 @@ bool og_cli_parse_count(const char *s, uint32_t *out) {
     return true;
 }
 
+bool og_cli_parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool og_cli_parse_slots(const char *s, int64_t *out) {
+    if (!strcmp(s, "all")) {
+        *out = -2;
+        return true;
+    }
+    long v;
+    if (!og_cli_parse_long(s, 0, LONG_MAX, &v)) return false;
+    *out = v;
+    return true;
+}
+
 int og_cmd_plan(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"vram", required_argument, 0, 'V'}, {"ram", required_argument, 0, 'R'},
@@ -76,15 +97,7 @@ int og_cmd_plan(int argc, char **argv) {
             ok = !strcmp(optarg, "f16") || !strcmp(optarg, "f32");
             in.kv_bytes_per_elem = !strcmp(optarg, "f32") ? 4 : 2;
             break;
-        case 'e':
-            if (!strcmp(optarg, "all")) in.slots_override = -2;
-            else {
-                char *end;
-                long v = strtol(optarg, &end, 10);
-                ok = end != optarg && !*end && v >= 0;
-                in.slots_override = v;
-            }
-            break;
+        case 'e': ok = og_cli_parse_slots(optarg, &in.slots_override); break;
         case 'P': profile = optarg; break;
         case 'j': as_json = true; break;
         case 'h': usage(stdout); return OG_EXIT_OK;

@@ -111,24 +111,13 @@ int og_cmd_run(int argc, char **argv) {
         case 'R': bad_value |= og_parse_size(optarg, &pin.ram) != OG_OK; have_ram = true; break;
         case 'r': bad_value |= og_parse_size(optarg, &pin.reserve) != OG_OK; break;
         case 'C': bad_value |= !og_cli_parse_count(optarg, &pin.ctx); break;
-        case 'e':
-            if (!strcmp(optarg, "all")) pin.slots_override = -2;
-            else {
-                char *end;
-                long v = strtol(optarg, &end, 10);
-                bad_value |= end == optarg || *end || v < 0;
-                pin.slots_override = v;
-            }
-            break;
+        case 'e': bad_value |= !og_cli_parse_slots(optarg, &pin.slots_override); break;
         case 'f': profile_path = optarg; break;
         case 'X': save_trace = optarg; break;
-        case 'M': {
-            char *end;
-            migrate = strtol(optarg, &end, 10);
+        case 'M':
+            bad_value |= !og_cli_parse_long(optarg, 0, 1000000, &migrate);
             migrate_set = true;
-            bad_value |= end == optarg || *end || migrate < 0 || migrate > 1000000;
             break;
-        }
         case 's': save_profile = optarg; break;
         case 'N':
             if (!og_cli_parse_numerics("onegpu run", optarg, &numerics_gpu)) return OG_EXIT_USAGE;

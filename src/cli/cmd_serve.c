@@ -110,24 +110,22 @@ int og_cmd_serve(int argc, char **argv) {
     int c, li = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:h", opts, &li)) != -1) {
-        char *end;
         bool was_bad = bad;
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'H': host = optarg; break;
-        case 'p':
-            port = strtol(optarg, &end, 10);
-            bad |= end == optarg || *end || port < 0 || port > 65535;
-            break;
+        case 'p': bad |= !og_cli_parse_long(optarg, 0, 65535, &port); break;
         case 'k': api_key = optarg; break;
         case 'a': alias = optarg; break;
         case 'C': bad |= !og_cli_parse_count(optarg, &ctx); break;
         case 'P': bad |= !og_cli_parse_count(optarg, &parallel) || parallel > 4096; break;
         case 'B': bad |= !og_cli_parse_count(optarg, &batch_tokens) || batch_tokens > (1u << 20); break;
-        case 'Q':
-            queue = (uint32_t)strtoul(optarg, &end, 10);
-            bad |= end == optarg || *end || optarg[0] == '-' || queue > 1000000;
+        case 'Q': {
+            long v = 0;
+            bad |= !og_cli_parse_long(optarg, 0, 1000000, &v);
+            queue = (uint32_t)v;
             break;
+        }
         case 't': bad |= !og_cli_parse_count(optarg, &threads) || threads > 4096; break;
         case 'b': bad |= og_parse_size(optarg, &max_body) != OG_OK || max_body < 1024 || max_body > (1ull << 31); break;
         case 'T': timeout = parse_seconds(optarg, &bad); break;
@@ -135,20 +133,12 @@ int og_cmd_serve(int argc, char **argv) {
         case 'V': bad |= og_parse_size(optarg, &pin.vram) != OG_OK; have_vram = true; break;
         case 'R': bad |= og_parse_size(optarg, &pin.ram) != OG_OK; have_ram = true; break;
         case 'r': bad |= og_parse_size(optarg, &pin.reserve) != OG_OK; break;
-        case 'e':
-            if (!strcmp(optarg, "all")) pin.slots_override = -2;
-            else {
-                long v = strtol(optarg, &end, 10);
-                bad |= end == optarg || *end || v < 0;
-                pin.slots_override = v;
-            }
-            break;
+        case 'e': bad |= !og_cli_parse_slots(optarg, &pin.slots_override); break;
         case 'f': profile_path = optarg; break;
         case 's': save_profile = optarg; break;
         case 'M':
-            migrate = strtol(optarg, &end, 10);
+            bad |= !og_cli_parse_long(optarg, 0, 1000000, &migrate);
             migrate_set = true;
-            bad |= end == optarg || *end || migrate < 0 || migrate > 1000000;
             break;
         case 'N':
             if (!og_cli_parse_numerics("onegpu serve", optarg, &numerics_gpu)) return OG_EXIT_USAGE;

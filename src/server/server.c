@@ -250,7 +250,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         g->n_prompt[i] = o.n_prompt;
         g->n_gen[i] = o.n_gen;
         if (o.len || o.n_toks) changed = true;
-        { /* the whole output so far: the final response's text, and what text_offset counts in */
+        if (!stream || (g->req.logprobs && !g->req.chat)) { /* the final text; what text_offset counts in */
             char *nt = realloc(g->text[i], g->text_len[i] + o.len + 1);
             if (nt) {
                 g->text[i] = nt;

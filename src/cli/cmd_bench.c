@@ -42,6 +42,10 @@ typedef struct read_job {
 __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i + 128 <= n; i += 128) {
+        /* the same software prefetch as the kernels (quant_avx512.c PF_DIST), so
+         * the limit is the best a core can stream, not the hardware prefetcher's */
+        _mm_prefetch((const char *)(p + i) + 6144, _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + i) + 6144 + 64, _MM_HINT_T0);
         a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
         a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
         a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));

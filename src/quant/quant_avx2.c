@@ -227,29 +227,13 @@ static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = hsum_ps(acc);
 }
 
-/* The 16 six-bit Q3_K scales minus 32 (kquants.md §4) as int8 lanes of one
- * register: scale s has its low nibble in byte s%8 (high half for s >= 8) and its
- * top two bits in byte 8 + s%4 at bit 2*(s/4). Kept in registers throughout: a
- * vector store read back as bytes stalls store forwarding. */
-static inline __m128i q3_scales(const uint8_t *q) {
-    uint32_t a, b, c;
-    memcpy(&a, q, 4);
-    memcpy(&b, q + 4, 4);
-    memcpy(&c, q + 8, 4);
-    __m128i v = _mm_setr_epi32((int)((a & 0x0f0f0f0f) | ((c & 0x03030303) << 4)),
-                               (int)((b & 0x0f0f0f0f) | (((c >> 2) & 0x03030303) << 4)),
-                               (int)(((a >> 4) & 0x0f0f0f0f) | (((c >> 4) & 0x03030303) << 4)),
-                               (int)(((b >> 4) & 0x0f0f0f0f) | (((c >> 6) & 0x03030303) << 4)));
-    return _mm_sub_epi8(v, _mm_set1_epi8(32));
-}
-
 static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q3_K *x = vx;
     const og_block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps();
     const __m256i ones16 = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        __m128i sv = q3_scales(x[b].scales);
+        __m128i sv = og_q3_scales(x[b].scales);
         __m256i s32[2] = {_mm256_cvtepi8_epi32(sv), _mm256_cvtepi8_epi32(_mm_srli_si128(sv, 8))};
         /* q = u - 4 with u = q2 + 4h in [0, 7]: subtract 4 * sum_s sc[s] * bsums[s] */
         __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sv), _mm256_loadu_si256((const __m256i *)y[b].bsums));

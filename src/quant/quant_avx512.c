@@ -5,9 +5,20 @@
 #include "quant_internal.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #define FP16(x) _cvtsh_ss(x) /* F16C: one instruction, inlined */
+/* fp16 at p (any alignment) */
+static inline float h16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return FP16(v);
+}
+
+#ifndef PF_DIST
+#define PF_DIST 6144
+#endif
 
 static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const float *x = vx, *y = vy;
@@ -32,6 +43,8 @@ static void q8_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
     __m512 acc = _mm512_setzero_ps();
     int64_t nb = n / 32, b = 0;
     for (; b + 1 < nb; b += 2) {
+        _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + b) + PF_DIST + 64, _MM_HINT_T0);
         __m512i xx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs)),
                                         _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
         __m512i yy = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs)),
@@ -71,71 +84,112 @@ static inline __m512i nibbles64(const uint8_t *q) {
 }
 
 
-static void q4_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
-    const og_block_q4_K *x = vx;
-    const og_block_q8_K *y = vy;
-    __m512 acc = _mm512_setzero_ps();
-    __m256 macc = _mm256_setzero_ps();
-    /* lane l of a 64-element chunk's dpbusd belongs to sub-block 2c + l/8 */
-    const __m512i half = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        uint8_t sc[8], m[8];
-        k4_unpack(x[b].scales, sc, m);
-        const float dy = y[b].d;
-        /* mins: m[j] * (bsums[2j] + bsums[2j+1]) */
-        __m256i md = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m));
-        __m256i pair = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums), _mm256_set1_epi16(1));
-        macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(pair, md)),
-                               _mm256_set1_ps(FP16(x[b].dmin) * dy), macc);
-        __m512i scv = _mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)); /* 8 scales in lanes 0-7 */
-        __m512i isum = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
-            __m512i q = nibbles64(x[b].qs + 32 * c);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_loadu_si512(y[b].qs + 64 * c));
-            __m512i sv = _mm512_permutexvar_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(2 * c)), scv);
-            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, sv));
-        }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * dy), acc);
-    }
-    *s = _mm512_reduce_add_ps(acc) - hsum256_ps(macc);
+/* The 12-byte scale field of Q4_K/Q5_K (kquants.md §4) as 16 bytes: 8 scales,
+ * then 8 mins. Reads 16 bytes at q (the 4 after the field are the block's own
+ * quants, so the read stays inside the block). */
+static inline __m128i k4_scales_mins(const uint8_t *q) {
+    __m128i v = _mm_loadu_si128((const __m128i *)q);                                 /* dwords a b c . */
+    __m128i u = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));                       /* a a b b */
+    __m128i w = _mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)), _mm_set_epi32(4, 0, 0, 0)); /* c c c c>>4 */
+    __m128i six = _mm_and_si128(u, _mm_set_epi32(0, 0x3f3f3f3f, 0, 0x3f3f3f3f));
+    __m128i top = _mm_and_si128(_mm_srli_epi32(u, 2), _mm_set_epi32(0x30303030, 0, 0x30303030, 0));
+    __m128i low = _mm_and_si128(w, _mm_set_epi32(0x0f0f0f0f, 0, 0x0f0f0f0f, 0));
+    return _mm_or_si128(six, _mm_or_si128(top, low)); /* sc0-3 sc4-7 m0-3 m4-7 */
 }
 
-/* Q2_K: a 2-bit quant q times its 4-bit scale is at most 45, so q*sc fits a byte
- * and comes from a 4-entry table per sub-block with one vpshufb; the sixteen
- * sub-blocks then accumulate in one vpdpbusd chain with no per-lane multiply.
- * Each 128-bit lane of a shifted plane holds exactly one sub-block (16 elements). */
+/* Q4_K and Q5_K: chunk c (64 quants: sub-blocks 2c, 2c+1) gives sixteen int32 sums
+ * of four u * s8 products (|p| <= 4 * 31 * 128, so int16 holds them); two chunks
+ * pack into one int16 vector and vpdpwssd multiplies each adjacent pair, which
+ * always shares a sub-block, by that sub-block's scale. No 32-bit multiplies in
+ * the loop. Q5_K's fifth bit of element 64c + l is bit 2c of qh[l], of element
+ * 64c + 32 + l bit 2c + 1: the broadcast qh is tested against those bits. The
+ * fields sit at the same places in both blocks but for Q5_K's qh before qs. */
+static inline __attribute__((always_inline)) float k45_dot(bool five, int64_t n, const void *vx, const og_block_q8_K *y) {
+    const size_t size = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K);
+    const size_t qs = five ? offsetof(og_block_q5_K, qs) : offsetof(og_block_q4_K, qs);
+    __m512 acc = _mm512_setzero_ps();
+    __m256 macc = _mm256_setzero_ps();
+    /* int16 scale pattern of packs(p_2h, p_2h+1), 128-bit lane k: 4 x sc[4h + k/2],
+     * then 4 x sc[4h + 2 + k/2]; 0x80 zeroes the high byte */
+#define W(i) (char)0x80, (char)(i) /* _mm_set_epi8 lists the high byte first */
+#define LANE(a, b) W(b), W(b), W(b), W(b), W(a), W(a), W(a), W(a)
+    const __m512i ctl01 = _mm512_set_epi8(LANE(1, 3), LANE(1, 3), LANE(0, 2), LANE(0, 2));
+    const __m512i ctl23 = _mm512_set_epi8(LANE(5, 7), LANE(5, 7), LANE(4, 6), LANE(4, 6));
+    /* mins doubled for the pairs of bsums: int16 j = m[j / 2] */
+    const __m256i ctlm = _mm256_set_epi8(W(15), W(15), W(14), W(14), W(13), W(13), W(12), W(12),
+                                         W(11), W(11), W(10), W(10), W(9), W(9), W(8), W(8));
+#undef LANE
+#undef W
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
+        const float dy = y[b].d;
+        _mm_prefetch((const char *)x + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + PF_DIST + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + PF_DIST + 128, _MM_HINT_T0);
+        __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
+        __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums),
+                                       _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm));
+        macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(h16(x + 2) * dy), macc);
+        const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))))
+                                : _mm512_setzero_si512();
+        __m512i p[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i q = nibbles64(x + qs + 32 * c);
+            if (five) {
+                __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(2 << (2 * c))), 1);
+                q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bits), q, _mm512_set1_epi8(0x10));
+            }
+            p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_loadu_si512(y[b].qs + 64 * c));
+        }
+        __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), _mm512_shuffle_epi8(smb, ctl01));
+        isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), _mm512_shuffle_epi8(smb, ctl23));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(h16(x) * dy), acc);
+    }
+    return _mm512_reduce_add_ps(acc) - hsum256_ps(macc);
+}
+static void q4_K_dot(int64_t n, float *s, const void *x, const void *y) { *s = k45_dot(false, n, x, y); }
+static void q5_K_dot(int64_t n, float *s, const void *x, const void *y) { *s = k45_dot(true, n, x, y); }
+
+/* Q2_K: a 2-bit quant q times its 4-bit scale is at most 45, so q * sc fits a byte
+ * and comes from a table lookup (vpshufb); all sixteen sub-blocks then accumulate
+ * in one vpdpbusd chain with no per-lane multiply. Half h of the quants (32 bytes)
+ * is broadcast to both 256-bit halves and shifted by 4m and 4m + 2: 64 consecutive
+ * elements, 128h + 64m .., whose 128-bit lane L is sub-block 8h + 4m + L. Lane L of
+ * the table holds q * sc[4c + L] at byte 4c + q for c = 2h + m, so the index is
+ * q | 4c (one vpternlogd). */
 static void q2_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q2_K *x = vx;
     const og_block_q8_K *y = vy;
     __m512 acc = _mm512_setzero_ps();
     __m256 macc = _mm256_setzero_ps();
-    /* plane k covers sub-blocks 2k, 2k+1 (half 0) and 8+2k, 9+2k (half 1): bring
-     * that sub-block's table to bytes 0-3 of each 128-bit lane */
-    const __m512i sel[4] = {
-        _mm512_set_epi32(0, 0, 0, 9, 0, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0),
-        _mm512_set_epi32(0, 0, 0, 11, 0, 0, 0, 10, 0, 0, 0, 3, 0, 0, 0, 2),
-        _mm512_set_epi32(0, 0, 0, 13, 0, 0, 0, 12, 0, 0, 0, 5, 0, 0, 0, 4),
-        _mm512_set_epi32(0, 0, 0, 15, 0, 0, 0, 14, 0, 0, 0, 7, 0, 0, 0, 6),
-    };
+    const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    /* per-int16 shift counts: 4m in the low 256 bits, 4m + 2 in the high */
+    const __m512i shift0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    const __m512i shift1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     const __m512i m3 = _mm512_set1_epi8(3);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         const float dy = y[b].d;
+        _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + b) + PF_DIST + 64, _MM_HINT_T0);
         __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
-        /* mins: (sc >> 4) . bsums per sub-block, accumulated as a vector */
+        /* mins: (sc >> 4) . bsums per sub-block */
         __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
         __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
         macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(FP16(x[b].dmin) * dy), macc);
-        /* table of sub-block j in dword j: bytes [0, s, 2s, 3s] = s * 0x03020100 */
-        __m512i tab = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(sc8, _mm_set1_epi8(0x0F))),
-                                         _mm512_set1_epi32(0x03020100));
-        __m512i q = _mm512_loadu_si512(x[b].qs); /* bytes 0-31: half 0, 32-63: half 1 */
+        /* dword 4L + c = sc[4c + L] * 0x03020100: bytes [0, s, 2s, 3s] */
+        __m512i tab = _mm512_mullo_epi32(
+            _mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_and_si128(sc8, _mm_set1_epi8(0x0F)), transpose)),
+            _mm512_set1_epi32(0x03020100));
         __m512i isum = _mm512_setzero_si512();
-        for (int k = 0; k < 4; k++) {
-            __m512i u = _mm512_and_si512(_mm512_srli_epi16(q, 2 * k), m3);
-            __m512i us = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(sel[k], tab), u); /* q * sc */
-            __m256i ylo = _mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * k));
-            __m256i yhi = _mm256_loadu_si256((const __m256i *)(y[b].qs + 128 + 32 * k));
-            isum = _mm512_dpbusd_epi32(isum, us, _mm512_inserti64x4(_mm512_castsi256_si512(ylo), yhi, 1));
+        for (int h = 0; h < 2; h++) {
+            __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
+            for (int m = 0; m < 2; m++) {
+                __m512i u = _mm512_srlv_epi16(q, m ? shift1 : shift0);
+                __m512i idx = _mm512_ternarylogic_epi32(u, m3, _mm512_set1_epi8((char)(4 * (2 * h + m))), 0xEA); /* (u & 3) | 4c */
+                isum = _mm512_dpbusd_epi32(isum, _mm512_shuffle_epi8(tab, idx),
+                                           _mm512_loadu_si512(y[b].qs + 128 * h + 64 * m));
+            }
         }
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * dy), acc);
     }
@@ -149,6 +203,7 @@ static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
     const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(x + b) + PF_DIST + 64 * l, _MM_HINT_T0);
         __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
         /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
@@ -176,12 +231,189 @@ static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = _mm512_reduce_add_ps(acc);
 }
 
-/* Lanes 0-15 and 16-31 of the device order, combined by og_warp_reduce32. */
+/* ---- 32-element formats, two blocks per register --------------------------- */
+
+/* Nibble fields of blocks a and b (16 bytes each) -> 64 bytes: a's elements 0-31,
+ * then b's (low nibbles are elements 0-15 of a block, high nibbles 16-31). */
+static inline __m512i nibbles_2x16(const uint8_t *a, const uint8_t *b) {
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)a))),
+                                   _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b)), 1);
+    const __m512i shift = _mm512_set_epi32(0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004, 0x40004, 0x40004,
+                                           0x40004, 0, 0, 0, 0); /* 128-bit lanes 1 and 3: high nibbles */
+    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0F));
+}
+/* 32 bytes at a, then 32 at b. */
+static inline __m512i bytes_2x32(const void *a, const void *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+/* s0 in lanes 0-7, s1 in lanes 8-15 (insertf64x4: AVX-512F only). */
+static inline __m512 scales_2(float s0, float s1) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(s0)), _mm256_castps_pd(_mm256_set1_ps(s1)), 1));
+}
+/* The 5th bits of blocks a and b (32 bits each): 0x10 in each byte whose bit is set,
+ * added to the nibbles of nibbles_2x16. */
+static inline __m512i add_fifth_bits(__m512i q, const uint8_t *qa, const uint8_t *qb) {
+    uint32_t ha, hb;
+    memcpy(&ha, qa, 4);
+    memcpy(&hb, qb, 4);
+    return _mm512_mask_add_epi8(q, (__mmask64)ha | (__mmask64)hb << 32, q, _mm512_set1_epi8(0x10));
+}
+/* One block through the scalar reference: the odd last block of a row. */
+static float ref_block(og_ggml_type t, const void *x, const void *y) {
+    float v;
+    og_quant_traits(t)->vec_dot(32, &v, x, y);
+    return v;
+}
+
+/* The 32-element formats differ only in how a block's bytes become u8 weights u
+ * and what is added back: Q4_0 q = u - 8, Q5_0 q = u - 16 (u = nibble + 16 * fifth
+ * bit), IQ4_NL q = table[nibble] = u - 128 (the table biased to unsigned), each
+ * bias b taken off as b * sum(y), itself one vpdpbusd; Q4_1 and Q5_1 add m * s
+ * (s = d_y sum(q_y), kept in the Q8_1 block). Every field sits at the same place
+ * in each format's block: d at 0, m at 2, then qh (Q5), then qs. */
+typedef enum { K32_Q4_0, K32_Q4_1, K32_Q5_0, K32_Q5_1, K32_IQ4_NL } k32_kind;
+
+static inline __attribute__((always_inline)) float k32_dot(k32_kind k, og_ggml_type t, int64_t n, const void *vx,
+                                                           const void *vy) {
+    static const size_t size[] = {sizeof(og_block_q4_0), sizeof(og_block_q4_1), sizeof(og_block_q5_0),
+                                  sizeof(og_block_q5_1), sizeof(og_block_iq4_nl)};
+    static const size_t qs[] = {offsetof(og_block_q4_0, qs), offsetof(og_block_q4_1, qs), offsetof(og_block_q5_0, qs),
+                                offsetof(og_block_q5_1, qs), offsetof(og_block_iq4_nl, qs)};
+    static const int bias[] = {8, 0, 16, 0, 128};
+    const bool has_min = k == K32_Q4_1 || k == K32_Q5_1, fifth = k == K32_Q5_0 || k == K32_Q5_1;
+    const size_t xs = size[k], xq = qs[k], xh = k == K32_Q5_0 ? offsetof(og_block_q5_0, qh) : offsetof(og_block_q5_1, qh);
+    const size_t ys = has_min ? sizeof(og_block_q8_1) : sizeof(og_block_q8_0);
+    const size_t yq = has_min ? offsetof(og_block_q8_1, qs) : offsetof(og_block_q8_0, qs);
+    const uint8_t *x = vx, *y = vy;
+    const __m512i vbias = _mm512_set1_epi8((char)bias[k]);
+    const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)og_iq4nl_values)),
+                                           _mm512_set1_epi8((char)0x80));
+    __m512 acc = _mm512_setzero_ps();
+    float mins0 = 0, mins1 = 0; /* two chains: one would make the float adds' latency the pace */
+    int64_t nb = n / 32, b = 0;
+    for (; b + 1 < nb; b += 2) {
+        const uint8_t *x0 = x + (size_t)b * xs, *x1 = x0 + xs, *y0 = y + (size_t)b * ys, *y1 = y0 + ys;
+        _mm_prefetch((const char *)x0 + PF_DIST, _MM_HINT_T0);
+        __m512i yy = bytes_2x32(y0 + yq, y1 + yq);
+        __m512i u = nibbles_2x16(x0 + xq, x1 + xq);
+        if (k == K32_IQ4_NL) u = _mm512_shuffle_epi8(table, u);
+        if (fifth) u = add_fifth_bits(u, x0 + xh, x1 + xh);
+        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yy);
+        if (bias[k]) p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), vbias, yy));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(h16(x0) * h16(y0), h16(x1) * h16(y1)), acc);
+        if (has_min) {
+            mins0 += h16(x0 + 2) * h16(y0 + 2);
+            mins1 += h16(x1 + 2) * h16(y1 + 2);
+        }
+    }
+    float sum = _mm512_reduce_add_ps(acc) + (mins0 + mins1);
+    if (b < nb) sum += ref_block(t, x + (size_t)b * xs, y + (size_t)b * ys);
+    return sum;
+}
+
+static void q4_0_dot(int64_t n, float *s, const void *x, const void *y) { *s = k32_dot(K32_Q4_0, OG_TYPE_Q4_0, n, x, y); }
+static void q4_1_dot(int64_t n, float *s, const void *x, const void *y) { *s = k32_dot(K32_Q4_1, OG_TYPE_Q4_1, n, x, y); }
+static void q5_0_dot(int64_t n, float *s, const void *x, const void *y) { *s = k32_dot(K32_Q5_0, OG_TYPE_Q5_0, n, x, y); }
+static void q5_1_dot(int64_t n, float *s, const void *x, const void *y) { *s = k32_dot(K32_Q5_1, OG_TYPE_Q5_1, n, x, y); }
+static void iq4_nl_dot(int64_t n, float *s, const void *x, const void *y) {
+    *s = k32_dot(K32_IQ4_NL, OG_TYPE_IQ4_NL, n, x, y);
+}
+
+/* ---- Q3_K, Q5_K ---------------------------------------------------------------- */
+
+/* Q3_K: u = q2 + 4 * hbit in [0, 7] and q = u - 4; 4 sum_s sc[s] bsums[s] is
+ * subtracted once per block. Half h of the 2-bit quants is broadcast and shifted
+ * by 4m, 4m + 2 (as Q2_K), the high bits likewise by 4h + 2m, 4h + 2m + 1: 64
+ * consecutive elements 128h + 64m .., 128-bit lane L = sub-block 8h + 4m + L.
+ * The sums (|p| <= 3584) pack to int16 for vpdpwssd with the signed scales. */
+static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const og_block_q3_K *x = vx;
+    const og_block_q8_K *y = vy;
+    __m512 acc = _mm512_setzero_ps();
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    /* int16 index of packs(p_m0, p_m1) for half h, 128-bit lane L: 4 x (8h + L), 4 x (8h + 4 + L) */
+#define Q(a, b) b, b, b, b, a, a, a, a
+    const __m512i sidx0 = _mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4));
+    const __m512i sidx1 = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
+#undef Q
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + b) + PF_DIST + 64, _MM_HINT_T0);
+        __m128i sv = og_q3_scales(x[b].scales);
+        __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
+        __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(s16), _mm256_loadu_si256((const __m256i *)y[b].bsums));
+        __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(),
+                                              _mm512_castsi256_si512(_mm256_slli_epi32(corr, 2)));
+        __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
+        for (int h = 0; h < 2; h++) {
+            __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
+            __m512i p[2];
+            for (int m = 0; m < 2; m++) {
+                __m512i qs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * m)), _mm256_set1_epi16((short)(4 * m + 2)), 1);
+                __m512i hs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h + 2 * m)),
+                                                _mm256_set1_epi16((short)(4 * h + 2 * m + 1)), 1);
+                __m512i q2 = _mm512_and_si512(_mm512_srlv_epi16(q, qs), m3);
+                __mmask64 hb = _mm512_test_epi8_mask(_mm512_srlv_epi16(hm, hs), _mm512_set1_epi8(1));
+                __m512i u = _mm512_mask_add_epi8(q2, hb, q2, four);
+                p[m] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(y[b].qs + 128 * h + 64 * m));
+            }
+            isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[0], p[1]), _mm512_permutexvar_epi16(h ? sidx1 : sidx0, s16));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * y[b].d), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}
+
+
+/* ---- float types -------------------------------------------------------------- */
+
+static void f16_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(x + i) + PF_DIST, _MM_HINT_T0);
+        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))),
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + i))), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16))),
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + i + 16))), a1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (; i < n; i++) sum += FP16(x[i]) * FP16(y[i]);
+    *s = sum;
+}
+
+/* bf16 -> f32 is a 16-bit shift; no AVX512_BF16 needed (and vdpbf16ps would
+ * flush denormals). */
+static inline __m512 bf16x16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+static void bf16_dot(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(x + i) + PF_DIST, _MM_HINT_T0);
+        a0 = _mm512_fmadd_ps(bf16x16(x + i), bf16x16(y + i), a0);
+        a1 = _mm512_fmadd_ps(bf16x16(x + i + 16), bf16x16(y + i + 16), a1);
+    }
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (; i < n; i++) sum += og_bf16_to_fp32(x[i]) * og_bf16_to_fp32(y[i]);
+    *s = sum;
+}
+
+/* Lanes 0-15 and 16-31 of the device order, combined as og_warp_reduce32 does:
+ * lane l + lane l^o for o = 16, 8, 4, 2, 1. Float addition commutes, so after the
+ * first step both halves are equal and one register carries on; each later step
+ * adds the register to itself with lanes swapped at distance o. */
 static inline float warp_sum(__m512 a0, __m512 a1) {
-    float acc[32];
-    _mm512_storeu_ps(acc, a0);
-    _mm512_storeu_ps(acc + 16, a1);
-    return og_warp_reduce32(acc);
+    __m512 v = _mm512_add_ps(a0, a1);
+    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2))); /* o = 8 */
+    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1))); /* o = 4 */
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));       /* o = 2 */
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));       /* o = 1 */
+    return _mm512_cvtss_f32(v);
 }
 
 /* og_dot_f32_device: lanes 0-15 and 16-31 in two registers. */
@@ -217,33 +449,44 @@ static float q8_0_dot_device(const void *row, const float *x, int64_t n) {
     return warp_sum(a0, a1);
 }
 
-/* 32 weights of a k-quant group as lanes: w = dl * q - ml, the reference's
- * (d * sc) * q - dmin * m (lanes 0-15 with dl0/ml0, 16-31 with dl1/ml1), then
- * into the two lane accumulators. */
-static inline void kq_group_fma(__m256i q8, float dl0, float ml0, float dl1, float ml1, const float *x, __m512 *a0,
-                                __m512 *a1) {
-    __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q8)));
-    __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q8, 1)));
-    *a0 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl0), q0), _mm512_set1_ps(ml0)),
-                          _mm512_loadu_ps(x), *a0);
-    *a1 = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl1), q1), _mm512_set1_ps(ml1)),
-                          _mm512_loadu_ps(x + 16), *a1);
+/* The k-quant device kernels dequantize by table: inside a group of one scale and
+ * min every weight is one of few values, w(q) = dl * q - ml exactly as the
+ * reference's to_float rounds it, so sixteen of them sit in a register and
+ * vpermps, which reads only the low 4 bits of each index, looks weights up from
+ * the zero-extended quant bytes. The sums are then the device order's fmas. */
+static const float iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static const float iota4x4[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+
+/* Table of sub-block j: lane i = dlml[j] * q[i] - dlml[8 + j] (Q4_K) or, with
+ * separate vectors, dl[j] * q[i] - ml[j]. */
+static inline __m512 wtable(__m512 dl, __m512 ml, int j, __m512 q) {
+    __m512i jj = _mm512_set1_epi32(j);
+    return _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(jj, dl), q), _mm512_permutexvar_ps(jj, ml));
 }
 
 /* Q2_K . f32 in device order: group g (32 elements) reads qs[32 (g / 4) ..] shifted
- * by 2 (g % 4); lanes 0-15 take scale 2g, lanes 16-31 scale 2g + 1. */
+ * by 2 (g % 4); lanes 0-15 take sub-block 2g, lanes 16-31 sub-block 2g + 1. The
+ * table repeats w(0..3) four times, so the next plane's bits in index bits 2-3
+ * do not matter. */
 static float q2_K_dot_device(const void *row, const float *x, int64_t n) {
     const og_block_q2_K *b = row;
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    const __m256i three = _mm256_set1_epi8(3);
+    const __m512 q4 = _mm512_loadu_ps(iota4x4);
     for (int64_t i = 0; i < n / OG_QK_K; i++) {
-        float d = FP16(b[i].d), dmin = FP16(b[i].dmin);
+        _mm_prefetch((const char *)(b + i) + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i) + PF_DIST + 64, _MM_HINT_T0);
+        __m128i sc = _mm_loadu_si128((const __m128i *)b[i].scales);
+        __m512 dl = _mm512_mul_ps(_mm512_set1_ps(FP16(b[i].d)),
+                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(sc, _mm_set1_epi8(0x0F)))));
+        __m512 ml = _mm512_mul_ps(_mm512_set1_ps(FP16(b[i].dmin)),
+                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)))));
+#pragma GCC unroll 8
         for (int g = 0; g < 8; g++, x += 32) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * (g / 4)));
-            __m256i q = _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(2 * (g % 4))), three);
-            uint8_t s0 = b[i].scales[2 * g], s1 = b[i].scales[2 * g + 1];
-            kq_group_fma(q, d * (float)(s0 & 0xF), dmin * (float)(s0 >> 4), d * (float)(s1 & 0xF),
-                         dmin * (float)(s1 >> 4), x, &a0, &a1);
+            const uint8_t *q = b[i].qs + 32 * (g / 4);
+            __m512i u0 = _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q)), 2 * (g % 4));
+            __m512i u1 = _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))), 2 * (g % 4));
+            a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, wtable(dl, ml, 2 * g, q4)), _mm512_loadu_ps(x), a0);
+            a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, wtable(dl, ml, 2 * g + 1, q4)), _mm512_loadu_ps(x + 16), a1);
         }
     }
     return warp_sum(a0, a1);
@@ -254,15 +497,60 @@ static float q2_K_dot_device(const void *row, const float *x, int64_t n) {
 static float q4_K_dot_device(const void *row, const float *x, int64_t n) {
     const og_block_q4_K *b = row;
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    const __m256i lo = _mm256_set1_epi8(0xF);
+    const __m512 q16 = _mm512_loadu_ps(iota16);
     for (int64_t i = 0; i < n / OG_QK_K; i++) {
-        float d = FP16(b[i].d), dmin = FP16(b[i].dmin);
+        _mm_prefetch((const char *)(b + i) + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i) + PF_DIST + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + i) + PF_DIST + 128, _MM_HINT_T0);
+        /* lanes 0-7: d * sc_j, lanes 8-15: dmin * m_j */
+        __m512 dm = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(b[i].scales))),
+                                  scales_2(FP16(b[i].d), FP16(b[i].dmin)));
+        __m512 ml = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(dm), _mm512_castps_si512(dm), 8));
+#pragma GCC unroll 8
         for (int g = 0; g < 8; g++, x += 32) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * (g / 2)));
-            __m256i q = _mm256_and_si256(g % 2 ? _mm256_srli_epi16(raw, 4) : raw, lo);
-            uint8_t sc, m;
-            og_scale_min_k4(g, b[i].scales, &sc, &m);
-            kq_group_fma(q, d * (float)sc, dmin * (float)m, d * (float)sc, dmin * (float)m, x, &a0, &a1);
+            const uint8_t *q = b[i].qs + 32 * (g / 2);
+            __m512i u0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+            __m512i u1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
+            if (g % 2) {
+                u0 = _mm512_srli_epi32(u0, 4);
+                u1 = _mm512_srli_epi32(u1, 4);
+            }
+            __m512 t = wtable(dm, ml, g, q16);
+            a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, t), _mm512_loadu_ps(x), a0);
+            a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, t), _mm512_loadu_ps(x + 16), a1);
+        }
+    }
+    return warp_sum(a0, a1);
+}
+
+/* Q6_K . f32 in device order: group g = 4h + k (32 elements) takes the low (k < 2)
+ * or high nibbles of ql[64h + 32 (k % 2) ..] and bits 2k, 2k + 1 of qh[32h ..];
+ * w = (d * sc) * (u - 32) with u - 32 exact in float, as the reference rounds it.
+ * Lanes 0-15 take sub-block 2g, lanes 16-31 sub-block 2g + 1. */
+static float q6_K_dot_device(const void *row, const float *x, int64_t n) {
+    const og_block_q6_K *b = row;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    const __m512i lo4 = _mm512_set1_epi32(0x0F);
+    const __m512 c32 = _mm512_set1_ps(32.0f);
+    for (int64_t i = 0; i < n / OG_QK_K; i++) {
+        for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(b + i) + PF_DIST + 64 * l, _MM_HINT_T0);
+        __m512 dl = _mm512_mul_ps(_mm512_set1_ps(FP16(b[i].d)),
+                                  _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b[i].scales))));
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++, x += 32) {
+            const int h = g / 4, k = g % 4;
+            const uint8_t *ql = b[i].ql + 64 * h + 32 * (k % 2), *qh = b[i].qh + 32 * h;
+            __m512 w[2];
+            for (int j = 0; j < 2; j++) {
+                __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 16 * j)));
+                lo = k < 2 ? _mm512_and_si512(lo, lo4) : _mm512_srli_epi32(lo, 4);
+                __m512i hi = _mm512_slli_epi32(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * j))), 2 * k), 4);
+                __m512i u = _mm512_ternarylogic_epi32(hi, _mm512_set1_epi32(0x30), lo, 0xEA); /* (hi & 0x30) | lo */
+                __m512 q = _mm512_sub_ps(_mm512_cvtepi32_ps(u), c32);
+                w[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + j), dl), q);
+            }
+            a0 = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(x), a0);
+            a1 = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(x + 16), a1);
         }
     }
     return warp_sum(a0, a1);
@@ -273,9 +561,19 @@ void og_kernels_fill_avx512(og_kernels *k) {
     k->dot_device[OG_TYPE_Q4_K] = q4_K_dot_device;
     k->dot_f32_device = dot_f32_device;
     k->dot_device[OG_TYPE_Q8_0] = q8_0_dot_device;
+    k->dot_device[OG_TYPE_Q6_K] = q6_K_dot_device;
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;
     k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;
     k->vec_dot[OG_TYPE_Q2_K] = q2_K_dot;
     k->vec_dot[OG_TYPE_Q6_K] = q6_K_dot;
+    k->vec_dot[OG_TYPE_Q3_K] = q3_K_dot;
+    k->vec_dot[OG_TYPE_Q5_K] = q5_K_dot;
+    k->vec_dot[OG_TYPE_Q4_0] = q4_0_dot;
+    k->vec_dot[OG_TYPE_Q4_1] = q4_1_dot;
+    k->vec_dot[OG_TYPE_Q5_0] = q5_0_dot;
+    k->vec_dot[OG_TYPE_Q5_1] = q5_1_dot;
+    k->vec_dot[OG_TYPE_IQ4_NL] = iq4_nl_dot;
+    k->vec_dot[OG_TYPE_F16] = f16_dot;
+    k->vec_dot[OG_TYPE_BF16] = bf16_dot;
 }

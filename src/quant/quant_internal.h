@@ -24,6 +24,25 @@ static inline void k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
     memcpy(m + 4, &m_hi, 4);
 }
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+/* The 16 six-bit Q3_K scales minus 32 (kquants.md §4) as int8 lanes of one
+ * register: scale s has its low nibble in byte s%8 (high half for s >= 8) and its
+ * top two bits in byte 8 + s%4 at bit 2*(s/4). Kept in registers throughout: a
+ * vector store read back as bytes stalls store forwarding. */
+static inline __m128i og_q3_scales(const uint8_t *q) {
+    uint32_t a, b, c;
+    memcpy(&a, q, 4);
+    memcpy(&b, q + 4, 4);
+    memcpy(&c, q + 8, 4);
+    __m128i v = _mm_setr_epi32((int)((a & 0x0f0f0f0f) | ((c & 0x03030303) << 4)),
+                               (int)((b & 0x0f0f0f0f) | (((c >> 2) & 0x03030303) << 4)),
+                               (int)(((a >> 4) & 0x0f0f0f0f) | (((c >> 4) & 0x03030303) << 4)),
+                               (int)(((b >> 4) & 0x0f0f0f0f) | (((c >> 6) & 0x03030303) << 4)));
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
+#endif
+
 /* The activation quantizer of vec_dot_type t (og_kernels.quantize_act). */
 og_from_float_fn og_act_quantizer(og_ggml_type t);
 

@@ -33,21 +33,41 @@ static void quantize_rows(void *ctx, int ith, int nth) {
         j->k->quantize_act[j->act](j->x + r * j->w->K, j->xq + (size_t)r * j->xq_row, j->w->K);
 }
 
+/* Weight rows r0..r1 against m quantized activation rows (xq, xq_row bytes apart):
+ * y[a * n_rows + r]. Four activation rows at a time go through vec_dot4 where the
+ * tier has it (one pass over each weight row for four), the rest one by one; the
+ * bits are vec_dot's either way, so a row's result never depends on the batch. */
+static void band_dot(const og_kernels *k, const og_weight *w, const uint8_t *xq, size_t xq_row, int64_t m, float *y,
+                     int64_t r0, int64_t r1) {
+    og_vec_dot_fn dot = k->vec_dot[w->type];
+    og_vec_dot4_fn dot4 = k->vec_dot4[w->type];
+    int64_t a = 0;
+    if (dot4)
+        for (; a + 4 <= m; a += 4) {
+            const void *ys[4] = {xq + (size_t)a * xq_row, xq + (size_t)(a + 1) * xq_row, xq + (size_t)(a + 2) * xq_row,
+                                 xq + (size_t)(a + 3) * xq_row};
+            for (int64_t r = r0; r < r1; r++) {
+                float s4[4];
+                dot4(w->K, s4, (const uint8_t *)w->data + (size_t)r * w->row_bytes, ys);
+                for (int i = 0; i < 4; i++) y[(a + i) * w->n_rows + r] = s4[i];
+            }
+        }
+    for (; a < m; a++) {
+        const uint8_t *xa = xq + (size_t)a * xq_row;
+        float *ya = y + a * w->n_rows;
+        for (int64_t r = r0; r < r1; r++) dot(w->K, &ya[r], (const uint8_t *)w->data + (size_t)r * w->row_bytes, xa);
+    }
+}
+
 static void dot_rows(void *ctx, int ith, int nth) {
     job *j = ctx;
     const og_weight *w = j->w;
-    og_vec_dot_fn dot = j->k->vec_dot[w->type];
     /* contiguous share of rows per thread, in whole bands */
     int64_t bands = (w->n_rows + ROW_BAND - 1) / ROW_BAND;
     int64_t b0 = bands * ith / nth, b1 = bands * (ith + 1) / nth;
     for (int64_t b = b0; b < b1; b++) {
         int64_t r0 = b * ROW_BAND, r1 = r0 + ROW_BAND < w->n_rows ? r0 + ROW_BAND : w->n_rows;
-        for (int64_t a = 0; a < j->m; a++) {
-            const uint8_t *xq = j->xq + (size_t)a * j->xq_row;
-            float *ya = j->y + a * w->n_rows;
-            for (int64_t r = r0; r < r1; r++)
-                dot(w->K, &ya[r], (const uint8_t *)w->data + (size_t)r * w->row_bytes, xq);
-        }
+        band_dot(j->k, w, j->xq, j->xq_row, j->m, j->y, r0, r1);
     }
 }
 
@@ -114,17 +134,12 @@ static void multi_rows(void *ctx, int ith, int nth) {
         while (b >= mu->band_start[j + 1]) j++;
         const og_matmul_job *jb = &mu->jobs[j];
         const og_weight *w = jb->w;
-        og_vec_dot_fn dot = mu->k->vec_dot[w->type];
         int64_t r0 = (b - mu->band_start[j]) * ROW_BAND, r1 = r0 + ROW_BAND < w->n_rows ? r0 + ROW_BAND : w->n_rows;
         if (jb->numerics == OG_NUMERICS_DEVICE) {
             device_rows(mu->k, jb, r0, r1);
             continue;
         }
-        for (int64_t a = 0; a < jb->m; a++) {
-            const uint8_t *xq = mu->xq[j] + (size_t)a * mu->xq_row[j];
-            float *ya = jb->y + a * w->n_rows;
-            for (int64_t r = r0; r < r1; r++) dot(w->K, &ya[r], (const uint8_t *)w->data + (size_t)r * w->row_bytes, xq);
-        }
+        band_dot(mu->k, w, mu->xq[j], mu->xq_row[j], jb->m, jb->y, r0, r1);
     }
 }
 

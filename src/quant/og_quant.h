@@ -25,6 +25,9 @@ typedef void (*og_from_float_fn)(const float *x, void *y, int64_t n);
 /* *s = dot(weight row x, activation row y) over n elements; y is in the weight
  * type's vec_dot_type. */
 typedef void (*og_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+/* s[0..4) = dot(x, y[i]) for four activation rows at once (one pass over the
+ * weight row), each the bits og_vec_dot_fn gives for that row alone. */
+typedef void (*og_vec_dot4_fn)(int64_t n, float *s, const void *x, const void *const *y);
 
 /* One row per supported ggml type (ggml's type_traits habit). */
 typedef struct og_type_traits {
@@ -96,6 +99,7 @@ float og_dot_f32_device_ref(const float *w, const float *x, int64_t n);
 typedef struct og_kernels {
     og_isa isa;
     og_vec_dot_fn vec_dot[OG_TYPE_COUNT];       /* NULL: type unsupported */
+    og_vec_dot4_fn vec_dot4[OG_TYPE_COUNT];     /* NULL: this tier has none (then vec_dot per row) */
     og_from_float_fn quantize_act[OG_TYPE_COUNT]; /* activation quantizers by vec_dot_type: as ggml's x86
                                                      backend (Q8_0/Q8_1: 127/max, round half even), every tier */
     og_dot_f32_fn dot_f32_device;                 /* og_dot_f32_device_ref's result, this tier's speed */

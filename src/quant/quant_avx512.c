@@ -20,6 +20,44 @@ static inline float h16(const uint8_t *p) {
 #define PF_DIST 6144
 #endif
 
+/* Kernels written as one body for NY activation rows (NY = 1: vec_dot; NY = 4:
+ * vec_dot4, one pass over the weights for four rows): every float operation of
+ * row i is the same in both, so vec_dot4 gives vec_dot's bits for each row. */
+#define NYMAX 4
+
+/* Nibble fields of blocks a and b (16 bytes each) -> 64 bytes: a's elements 0-31,
+ * then b's (low nibbles are elements 0-15 of a block, high nibbles 16-31). */
+static inline __m512i nibbles_2x16(const uint8_t *a, const uint8_t *b) {
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)a))),
+                                   _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b)), 1);
+    const __m512i shift = _mm512_set_epi32(0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004, 0x40004, 0x40004,
+                                           0x40004, 0, 0, 0, 0); /* 128-bit lanes 1 and 3: high nibbles */
+    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0F));
+}
+/* 32 bytes at a, then 32 at b. */
+static inline __m512i bytes_2x32(const void *a, const void *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+/* s0 in lanes 0-7, s1 in lanes 8-15 (insertf64x4: AVX-512F only). */
+static inline __m512 scales_2(float s0, float s1) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(s0)), _mm256_castps_pd(_mm256_set1_ps(s1)), 1));
+}
+/* The 5th bits of blocks a and b (32 bits each): 0x10 in each byte whose bit is set,
+ * added to the nibbles of nibbles_2x16. */
+static inline __m512i add_fifth_bits(__m512i q, const uint8_t *qa, const uint8_t *qb) {
+    uint32_t ha, hb;
+    memcpy(&ha, qa, 4);
+    memcpy(&hb, qb, 4);
+    return _mm512_mask_add_epi8(q, (__mmask64)ha | (__mmask64)hb << 32, q, _mm512_set1_epi8(0x10));
+}
+/* One block through the scalar reference: the odd last block of a row. */
+static float ref_block(og_ggml_type t, const void *x, const void *y) {
+    float v;
+    og_quant_traits(t)->vec_dot(32, &v, x, y);
+    return v;
+}
+
 static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const float *x = vx, *y = vy;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
@@ -37,35 +75,42 @@ static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
 /* Q8_0: two blocks per 512-bit register. vpdpbusd wants unsigned x signed, so x
  * is biased to x + 128 (an XOR of the sign bit) and 128 * sum(y), itself one
  * vpdpbusd, is subtracted: exact in int32. */
-static void q8_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
-    const og_block_q8_0 *x = vx, *y = vy;
+static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, float *s, const void *vx,
+                                                              const void *const *vy) {
+    const og_block_q8_0 *x = vx;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[NYMAX];
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
     int64_t nb = n / 32, b = 0;
     for (; b + 1 < nb; b += 2) {
         _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
         _mm_prefetch((const char *)(x + b) + PF_DIST + 64, _MM_HINT_T0);
-        __m512i xx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs)),
-                                        _mm256_loadu_si256((const __m256i *)x[b + 1].qs), 1);
-        __m512i yy = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs)),
-                                        _mm256_loadu_si256((const __m256i *)y[b + 1].qs), 1);
-        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(xx, bias), yy);
-        p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy));
-        /* lanes 0-7: block b's scale, 8-15: block b+1's (insertf64x4: AVX-512F only) */
-        __m512 d = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(FP16(x[b].d) * FP16(y[b].d))),
-                                                       _mm256_castps_pd(_mm256_set1_ps(FP16(x[b + 1].d) * FP16(y[b + 1].d))), 1));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc);
+        __m512i xb = _mm512_xor_si512(bytes_2x32(x[b].qs, x[b + 1].qs), bias);
+        const float d0 = FP16(x[b].d), d1 = FP16(x[b + 1].d);
+        #pragma GCC unroll 4
+        for (int i = 0; i < ny; i++) {
+            const og_block_q8_0 *y = vy[i];
+            __m512i yy = bytes_2x32(y[b].qs, y[b + 1].qs);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xb, yy);
+            p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(d0 * FP16(y[b].d), d1 * FP16(y[b + 1].d)), acc[i]);
+        }
     }
-    float sum = _mm512_reduce_add_ps(acc);
-    for (; b < nb; b++) { /* an odd last block */
-        __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), _mm256_sign_epi8(y0, x0));
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-        sum += (float)_mm_cvtsi128_si32(h) * (FP16(x[b].d) * FP16(y[b].d));
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) {
+        const og_block_q8_0 *y = vy[i];
+        float sum = _mm512_reduce_add_ps(acc[i]);
+        if (b < nb) { /* an odd last block */
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
+            __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), _mm256_sign_epi8(y0, x0));
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+            sum += (float)_mm_cvtsi128_si32(h) * (FP16(x[b].d) * FP16(y[b].d));
+        }
+        s[i] = sum;
     }
-    *s = sum;
 }
 
 /* 32 bytes of two nibble planes -> 64 bytes: low nibbles, then high nibbles. */
@@ -104,11 +149,15 @@ static inline __m128i k4_scales_mins(const uint8_t *q) {
  * the loop. Q5_K's fifth bit of element 64c + l is bit 2c of qh[l], of element
  * 64c + 32 + l bit 2c + 1: the broadcast qh is tested against those bits. The
  * fields sit at the same places in both blocks but for Q5_K's qh before qs. */
-static inline __attribute__((always_inline)) float k45_dot(bool five, int64_t n, const void *vx, const og_block_q8_K *y) {
+static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, int64_t n, float *s, const void *vx,
+                                                             const void *const *vy) {
     const size_t size = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K);
     const size_t qs = five ? offsetof(og_block_q5_K, qs) : offsetof(og_block_q4_K, qs);
-    __m512 acc = _mm512_setzero_ps();
-    __m256 macc = _mm256_setzero_ps();
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    __m512 acc[NYMAX];
+    __m256 macc[NYMAX];
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), macc[i] = _mm256_setzero_ps();
     /* int16 scale pattern of packs(p_2h, p_2h+1), 128-bit lane k: 4 x sc[4h + k/2],
      * then 4 x sc[4h + 2 + k/2]; 0x80 zeroes the high byte */
 #define W(i) (char)0x80, (char)(i) /* _mm_set_epi8 lists the high byte first */
@@ -122,34 +171,42 @@ static inline __attribute__((always_inline)) float k45_dot(bool five, int64_t n,
 #undef W
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
-        const float dy = y[b].d;
         _mm_prefetch((const char *)x + PF_DIST, _MM_HINT_T0);
         _mm_prefetch((const char *)x + PF_DIST + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)x + PF_DIST + 128, _MM_HINT_T0);
         __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
-        __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums),
-                                       _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm));
-        macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(h16(x + 2) * dy), macc);
+        const __m256i m16 = _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm);
+        const __m512i s01 = _mm512_shuffle_epi8(smb, ctl01), s23 = _mm512_shuffle_epi8(smb, ctl23);
+        const float d = h16(x), dmin = h16(x + 2);
+        #pragma GCC unroll 4
+        for (int i = 0; i < ny; i++) {
+            __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i][b].bsums), m16);
+            macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * y[i][b].d), macc[i]);
+        }
         const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))))
                                 : _mm512_setzero_si512();
-        __m512i p[4];
+        __m512i q[4];
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            __m512i q = nibbles64(x + qs + 32 * c);
+            q[c] = nibbles64(x + qs + 32 * c);
             if (five) {
                 __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(2 << (2 * c))), 1);
-                q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bits), q, _mm512_set1_epi8(0x10));
+                q[c] = _mm512_mask_add_epi8(q[c], _mm512_test_epi8_mask(qh, bits), q[c], _mm512_set1_epi8(0x10));
             }
-            p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_loadu_si512(y[b].qs + 64 * c));
         }
-        __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), _mm512_shuffle_epi8(smb, ctl01));
-        isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), _mm512_shuffle_epi8(smb, ctl23));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(h16(x) * dy), acc);
+        #pragma GCC unroll 4
+        for (int i = 0; i < ny; i++) {
+            __m512i p[4];
+            #pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], _mm512_loadu_si512(y[i][b].qs + 64 * c));
+            __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), s01);
+            isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), s23);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+        }
     }
-    return _mm512_reduce_add_ps(acc) - hsum256_ps(macc);
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - hsum256_ps(macc[i]);
 }
-static void q4_K_dot(int64_t n, float *s, const void *x, const void *y) { *s = k45_dot(false, n, x, y); }
-static void q5_K_dot(int64_t n, float *s, const void *x, const void *y) { *s = k45_dot(true, n, x, y); }
 
 /* Q2_K: a 2-bit quant q times its 4-bit scale is at most 45, so q * sc fits a byte
  * and comes from a table lookup (vpshufb); all sixteen sub-blocks then accumulate
@@ -158,113 +215,105 @@ static void q5_K_dot(int64_t n, float *s, const void *x, const void *y) { *s = k
  * elements, 128h + 64m .., whose 128-bit lane L is sub-block 8h + 4m + L. Lane L of
  * the table holds q * sc[4c + L] at byte 4c + q for c = 2h + m, so the index is
  * q | 4c (one vpternlogd). */
-static void q2_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+                                                              const void *const *vy) {
     const og_block_q2_K *x = vx;
-    const og_block_q8_K *y = vy;
-    __m512 acc = _mm512_setzero_ps();
-    __m256 macc = _mm256_setzero_ps();
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    __m512 acc[NYMAX];
+    __m256 macc[NYMAX];
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), macc[i] = _mm256_setzero_ps();
     const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     /* per-int16 shift counts: 4m in the low 256 bits, 4m + 2 in the high */
     const __m512i shift0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
     const __m512i shift1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     const __m512i m3 = _mm512_set1_epi8(3);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        const float dy = y[b].d;
         _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
         _mm_prefetch((const char *)(x + b) + PF_DIST + 64, _MM_HINT_T0);
+        /* d and dmin (adjacent fp16) converted together */
+        uint32_t ddm;
+        memcpy(&ddm, &x[b].d, 4);
+        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
         __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
         /* mins: (sc >> 4) . bsums per sub-block */
         __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
-        __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
-        macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(FP16(x[b].dmin) * dy), macc);
         /* dword 4L + c = sc[4c + L] * 0x03020100: bytes [0, s, 2s, 3s] */
         __m512i tab = _mm512_mullo_epi32(
             _mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_and_si128(sc8, _mm_set1_epi8(0x0F)), transpose)),
             _mm512_set1_epi32(0x03020100));
-        __m512i isum = _mm512_setzero_si512();
+        __m512i us[4]; /* q * sc of elements 64j .. 64j + 63 */
+        #pragma GCC unroll 4
         for (int h = 0; h < 2; h++) {
             __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
+            #pragma GCC unroll 4
             for (int m = 0; m < 2; m++) {
                 __m512i u = _mm512_srlv_epi16(q, m ? shift1 : shift0);
                 __m512i idx = _mm512_ternarylogic_epi32(u, m3, _mm512_set1_epi8((char)(4 * (2 * h + m))), 0xEA); /* (u & 3) | 4c */
-                isum = _mm512_dpbusd_epi32(isum, _mm512_shuffle_epi8(tab, idx),
-                                           _mm512_loadu_si512(y[b].qs + 128 * h + 64 * m));
+                us[2 * h + m] = _mm512_shuffle_epi8(tab, idx);
             }
         }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * dy), acc);
+        #pragma GCC unroll 4
+        for (int i = 0; i < ny; i++) {
+            const __m128 sd = _mm_mul_ps(dd, _mm_set1_ps(y[i][b].d)); /* d dy, dmin dy */
+            __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+            macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_broadcastss_ps(_mm_movehdup_ps(sd)), macc[i]);
+            __m512i isum = _mm512_setzero_si512();
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) isum = _mm512_dpbusd_epi32(isum, us[j], _mm512_loadu_si512(y[i][b].qs + 64 * j));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(sd), acc[i]);
+        }
     }
-    *s = _mm512_reduce_add_ps(acc) - hsum256_ps(macc);
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - hsum256_ps(macc[i]);
 }
 
-static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+                                                              const void *const *vy) {
     const og_block_q6_K *x = vx;
-    const og_block_q8_K *y = vy;
-    __m512 acc = _mm512_setzero_ps();
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    __m512 acc[NYMAX];
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
     /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
     const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(x + b) + PF_DIST + 64 * l, _MM_HINT_T0);
         __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
-        /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
-        __m256i cc = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[b].bsums));
-        __m512i isum = _mm512_slli_epi32(_mm512_castsi256_si512(cc), 5); /* upper half garbage: masked below */
-        isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), isum);
+        __m512i u[4], sv[4]; /* elements 64j .. 64j + 63 and their scales */
+        #pragma GCC unroll 4
         for (int h = 0; h < 2; h++) {
             __m512i ql = _mm512_loadu_si512(x[b].ql + 64 * h); /* low nibbles: elems 0-63, high: 64-127 */
             __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
             __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
             __m512i h23 = _mm512_srli_epi16(h01, 4);
-            __m512i u0 = _mm512_or_si512(_mm512_and_si512(ql, _mm512_set1_epi8(0x0F)),
-                                         _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
-            __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
-                                         _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
-            __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_loadu_si512(y[b].qs + 128 * h));
-            __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u1, _mm512_loadu_si512(y[b].qs + 128 * h + 64));
-            __m512i s0 = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), scv);
-            __m512i s1 = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), scv);
-            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p0, s0));
-            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p1, s1));
+            u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, _mm512_set1_epi8(0x0F)),
+                                       _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
+            u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
+                                           _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
+            sv[2 * h] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), scv);
+            sv[2 * h + 1] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), scv);
         }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * y[b].d), acc);
+        const float d = FP16(x[b].d);
+        #pragma GCC unroll 4
+        for (int i = 0; i < ny; i++) {
+            /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
+            __m256i cc = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+            __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), _mm512_castsi256_si512(_mm256_slli_epi32(cc, 5)));
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j],
+                                                                                     _mm512_loadu_si512(y[i][b].qs + 64 * j)),
+                                                                 sv[j]));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+        }
     }
-    *s = _mm512_reduce_add_ps(acc);
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]);
 }
 
 /* ---- 32-element formats, two blocks per register --------------------------- */
-
-/* Nibble fields of blocks a and b (16 bytes each) -> 64 bytes: a's elements 0-31,
- * then b's (low nibbles are elements 0-15 of a block, high nibbles 16-31). */
-static inline __m512i nibbles_2x16(const uint8_t *a, const uint8_t *b) {
-    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)a))),
-                                   _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b)), 1);
-    const __m512i shift = _mm512_set_epi32(0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004, 0x40004, 0x40004,
-                                           0x40004, 0, 0, 0, 0); /* 128-bit lanes 1 and 3: high nibbles */
-    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0F));
-}
-/* 32 bytes at a, then 32 at b. */
-static inline __m512i bytes_2x32(const void *a, const void *b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
-                              _mm256_loadu_si256((const __m256i *)b), 1);
-}
-/* s0 in lanes 0-7, s1 in lanes 8-15 (insertf64x4: AVX-512F only). */
-static inline __m512 scales_2(float s0, float s1) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(s0)), _mm256_castps_pd(_mm256_set1_ps(s1)), 1));
-}
-/* The 5th bits of blocks a and b (32 bits each): 0x10 in each byte whose bit is set,
- * added to the nibbles of nibbles_2x16. */
-static inline __m512i add_fifth_bits(__m512i q, const uint8_t *qa, const uint8_t *qb) {
-    uint32_t ha, hb;
-    memcpy(&ha, qa, 4);
-    memcpy(&hb, qb, 4);
-    return _mm512_mask_add_epi8(q, (__mmask64)ha | (__mmask64)hb << 32, q, _mm512_set1_epi8(0x10));
-}
-/* One block through the scalar reference: the odd last block of a row. */
-static float ref_block(og_ggml_type t, const void *x, const void *y) {
-    float v;
-    og_quant_traits(t)->vec_dot(32, &v, x, y);
-    return v;
-}
 
 /* The 32-element formats differ only in how a block's bytes become u8 weights u
  * and what is added back: Q4_0 q = u - 8, Q5_0 q = u - 16 (u = nibble + 16 * fifth
@@ -327,10 +376,13 @@ static void iq4_nl_dot(int64_t n, float *s, const void *x, const void *y) {
  * by 4m, 4m + 2 (as Q2_K), the high bits likewise by 4h + 2m, 4h + 2m + 1: 64
  * consecutive elements 128h + 64m .., 128-bit lane L = sub-block 8h + 4m + L.
  * The sums (|p| <= 3584) pack to int16 for vpdpwssd with the signed scales. */
-static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+static inline __attribute__((always_inline)) void q3_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+                                                              const void *const *vy) {
     const og_block_q3_K *x = vx;
-    const og_block_q8_K *y = vy;
-    __m512 acc = _mm512_setzero_ps();
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    __m512 acc[NYMAX];
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     /* int16 index of packs(p_m0, p_m1) for half h, 128-bit lane L: 4 x (8h + L), 4 x (8h + 4 + L) */
 #define Q(a, b) b, b, b, b, a, a, a, a
@@ -342,28 +394,56 @@ static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
         _mm_prefetch((const char *)(x + b) + PF_DIST + 64, _MM_HINT_T0);
         __m128i sv = og_q3_scales(x[b].scales);
         __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
-        __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(s16), _mm256_loadu_si256((const __m256i *)y[b].bsums));
-        __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(),
-                                              _mm512_castsi256_si512(_mm256_slli_epi32(corr, 2)));
         __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
+        __m512i u[4], sc[2]; /* elements 64j .. 64j + 63; scales of half h */
+        #pragma GCC unroll 4
         for (int h = 0; h < 2; h++) {
             __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
-            __m512i p[2];
+            #pragma GCC unroll 4
             for (int m = 0; m < 2; m++) {
                 __m512i qs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * m)), _mm256_set1_epi16((short)(4 * m + 2)), 1);
                 __m512i hs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h + 2 * m)),
                                                 _mm256_set1_epi16((short)(4 * h + 2 * m + 1)), 1);
                 __m512i q2 = _mm512_and_si512(_mm512_srlv_epi16(q, qs), m3);
                 __mmask64 hb = _mm512_test_epi8_mask(_mm512_srlv_epi16(hm, hs), _mm512_set1_epi8(1));
-                __m512i u = _mm512_mask_add_epi8(q2, hb, q2, four);
-                p[m] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(y[b].qs + 128 * h + 64 * m));
+                u[2 * h + m] = _mm512_mask_add_epi8(q2, hb, q2, four);
             }
-            isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[0], p[1]), _mm512_permutexvar_epi16(h ? sidx1 : sidx0, s16));
+            sc[h] = _mm512_permutexvar_epi16(h ? sidx1 : sidx0, s16);
         }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(FP16(x[b].d) * y[b].d), acc);
+        const float d = FP16(x[b].d);
+        #pragma GCC unroll 4
+        for (int i = 0; i < ny; i++) {
+            __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(s16), _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+            __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(),
+                                                  _mm512_castsi256_si512(_mm256_slli_epi32(corr, 2)));
+            #pragma GCC unroll 4
+            for (int h = 0; h < 2; h++) {
+                __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h], _mm512_loadu_si512(y[i][b].qs + 128 * h));
+                __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h + 1], _mm512_loadu_si512(y[i][b].qs + 128 * h + 64));
+                isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), sc[h]);
+            }
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+        }
     }
-    *s = _mm512_reduce_add_ps(acc);
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]);
 }
+
+/* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel */
+#define NY_KERNELS(name, call)                                                                          \
+    static void name##_dot(int64_t n, float *s, const void *x, const void *y) { call(1, n, s, x, &y); } \
+    static void name##_dot4(int64_t n, float *s, const void *x, const void *const *y) { call(4, n, s, x, y); }
+#define K4(ny, n, s, x, y) k45_dot_n(false, ny, n, s, x, y)
+#define K5(ny, n, s, x, y) k45_dot_n(true, ny, n, s, x, y)
+NY_KERNELS(q8_0, q8_0_dot_n)
+NY_KERNELS(q2_K, q2_K_dot_n)
+NY_KERNELS(q3_K, q3_K_dot_n)
+NY_KERNELS(q4_K, K4)
+NY_KERNELS(q5_K, K5)
+NY_KERNELS(q6_K, q6_K_dot_n)
+#undef K4
+#undef K5
+#undef NY_KERNELS
 
 
 /* ---- float types -------------------------------------------------------------- */
@@ -567,6 +647,12 @@ void og_kernels_fill_avx512(og_kernels *k) {
     k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;
     k->vec_dot[OG_TYPE_Q2_K] = q2_K_dot;
     k->vec_dot[OG_TYPE_Q6_K] = q6_K_dot;
+    k->vec_dot4[OG_TYPE_Q8_0] = q8_0_dot4;
+    k->vec_dot4[OG_TYPE_Q2_K] = q2_K_dot4;
+    k->vec_dot4[OG_TYPE_Q3_K] = q3_K_dot4;
+    k->vec_dot4[OG_TYPE_Q4_K] = q4_K_dot4;
+    k->vec_dot4[OG_TYPE_Q5_K] = q5_K_dot4;
+    k->vec_dot4[OG_TYPE_Q6_K] = q6_K_dot4;
     k->vec_dot[OG_TYPE_Q3_K] = q3_K_dot;
     k->vec_dot[OG_TYPE_Q5_K] = q5_K_dot;
     k->vec_dot[OG_TYPE_Q4_0] = q4_0_dot;

@@ -199,6 +199,68 @@ static void test_tiers(void **state) {
     print_message("SIMD tiers tested against the scalar reference: %d\n", tested_tiers);
 }
 
+/* The kernels of tier isa, or false if this CPU cannot run it. */
+static bool tier_kernels(const og_cpu_features *f, int isa, og_kernels *k) {
+    og_isa got;
+    char note[256], err[256];
+    if (og_isa_choose(f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) return false;
+    assert_int_equal(og_kernels_init((og_isa)isa, k), OG_OK);
+    return true;
+}
+
+/* vec_dot4 (four activation rows in one pass over the weights): for every row
+ * exactly vec_dot's bits, which batch invariance rests on; on odd block counts
+ * and every data kind, four different activation rows. */
+static void test_vec_dot4(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    int checked = 0;
+    bool avx512 = false;
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_kernels k;
+        if (!tier_kernels(&f, isa, &k)) continue;
+        avx512 |= isa == OG_ISA_AVX512;
+        for (int t = 0; t < OG_TYPE_COUNT; t++) {
+            if (!k.vec_dot4[t]) continue;
+            const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
+            const og_type_traits *act = og_quant_traits(tr->vec_dot_type);
+            static const int nblocks[] = {1, 2, 3, 7, 29};
+            for (size_t nbi = 0; nbi < 5; nbi++) {
+                int64_t n = (int64_t)nblocks[nbi] * tr->blck;
+                float *w = malloc((size_t)n * 4), *a = malloc((size_t)n * 4);
+                uint8_t *qw = malloc((size_t)n * 4 + 64), *qa = malloc(4 * ((size_t)n * 4 + 64));
+                const size_t stride = (size_t)n * 4 + 64;
+                for (int kind = 0; kind <= DATA_SPARSE; kind++) {
+                    fill(w, n, (data_kind)kind, 1.0f);
+                    tr->from_float(w, qw, n);
+                    const void *ys[4];
+                    for (int i = 0; i < 4; i++) {
+                        fill(a, n, i == 3 ? (data_kind)kind : DATA_RANDOM, 1.0f + (float)i);
+                        act->from_float(a, qa + i * stride, n);
+                        ys[i] = qa + i * stride;
+                    }
+                    float s4[4];
+                    k.vec_dot4[t](n, s4, qw, ys);
+                    for (int i = 0; i < 4; i++) {
+                        float s1;
+                        k.vec_dot[t](n, &s1, qw, ys[i]);
+                        if (memcmp(&s1, &s4[i], sizeof s1))
+                            fail_msg("%s %s n=%lld data %d row %d: vec_dot4 %.9g vs vec_dot %.9g", og_isa_name((og_isa)isa),
+                                     tr->name, (long long)n, kind, i, s4[i], s1);
+                    }
+                }
+                free(w);
+                free(a);
+                free(qw);
+                free(qa);
+            }
+            checked++;
+        }
+    }
+    if (avx512) assert_int_equal(checked, 6); /* Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K */
+}
+
 /* og_dot_f32_device: the warp order, checked by hand, and every tier bit-identical
  * to the reference on odd lengths and values of every magnitude. */
 static void test_dot_f32_device(void **state) {
@@ -220,11 +282,8 @@ static void test_dot_f32_device(void **state) {
     og_cpu_detect(&f);
     uint64_t seed = 7;
     for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
-        og_isa got;
-        char note[256], err[256];
-        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) continue;
         og_kernels k;
-        assert_int_equal(og_kernels_init((og_isa)isa, &k), OG_OK);
+        if (!tier_kernels(&f, isa, &k)) continue;
         for (int n = 1; n <= 100; n++) {
             for (int i = 0; i < n; i++) {
                 w[i] = (float)((og_rand_unit(&seed) - 0.5) * pow(10.0, (double)(i % 7) - 3));
@@ -280,6 +339,7 @@ int main(void) {
         cmocka_unit_test(test_fp16_bf16),
         cmocka_unit_test(test_vectors),
         cmocka_unit_test(test_tiers),
+        cmocka_unit_test(test_vec_dot4),
         cmocka_unit_test(test_dot_f32_device),
         cmocka_unit_test(test_isa_choice),
     };

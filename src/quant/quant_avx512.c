@@ -545,13 +545,16 @@ static inline __m512 wtable(__m512 dl, __m512 ml, int j, __m512 q) {
 }
 
 /* Q2_K . f32 in device order: group g (32 elements) reads qs[32 (g / 4) ..] shifted
- * by 2 (g % 4); lanes 0-15 take sub-block 2g, lanes 16-31 sub-block 2g + 1. The
- * table repeats w(0..3) four times, so the next plane's bits in index bits 2-3
- * do not matter. */
+ * by 2 (g % 4); lanes 0-15 take sub-block 2g, lanes 16-31 sub-block 2g + 1. A
+ * 2-bit quant has four values, so one register holds the tables of four
+ * sub-blocks, 4t .. 4t + 3 (lane 4j + q: w of sub-block 4t + j at q), and the
+ * index is (q & 3) | 4j, one vpternlogd. */
 static float q2_K_dot_device(const void *row, const float *x, int64_t n) {
     const og_block_q2_K *b = row;
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     const __m512 q4 = _mm512_loadu_ps(iota4x4);
+    const __m512i m3 = _mm512_set1_epi32(3);
+    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     for (int64_t i = 0; i < n / OG_QK_K; i++) {
         _mm_prefetch((const char *)(b + i) + PF_DIST, _MM_HINT_T0);
         _mm_prefetch((const char *)(b + i) + PF_DIST + 64, _MM_HINT_T0);
@@ -560,13 +563,26 @@ static float q2_K_dot_device(const void *row, const float *x, int64_t n) {
                                   _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(sc, _mm_set1_epi8(0x0F)))));
         __m512 ml = _mm512_mul_ps(_mm512_set1_ps(FP16(b[i].dmin)),
                                   _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)))));
+        __m512 tab[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            __m512i idx = _mm512_add_epi32(spread, _mm512_set1_epi32(4 * t));
+            tab[t] = _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(idx, dl), q4), _mm512_permutexvar_ps(idx, ml));
+        }
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++, x += 32) {
             const uint8_t *q = b[i].qs + 32 * (g / 4);
-            __m512i u0 = _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q)), 2 * (g % 4));
-            __m512i u1 = _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))), 2 * (g % 4));
-            a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, wtable(dl, ml, 2 * g, q4)), _mm512_loadu_ps(x), a0);
-            a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, wtable(dl, ml, 2 * g + 1, q4)), _mm512_loadu_ps(x + 16), a1);
+            const int j0 = 2 * (g % 2);
+            __m512i u0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+            __m512i u1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
+            if (g % 4) {
+                u0 = _mm512_srli_epi32(u0, 2 * (g % 4));
+                u1 = _mm512_srli_epi32(u1, 2 * (g % 4));
+            }
+            u0 = _mm512_ternarylogic_epi32(u0, m3, _mm512_set1_epi32(4 * j0), 0xEA);     /* (u & 3) | 4j */
+            u1 = _mm512_ternarylogic_epi32(u1, m3, _mm512_set1_epi32(4 * j0 + 4), 0xEA);
+            a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, tab[g / 2]), _mm512_loadu_ps(x), a0);
+            a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, tab[g / 2]), _mm512_loadu_ps(x + 16), a1);
         }
     }
     return warp_sum(a0, a1);

@@ -114,6 +114,16 @@ static void device_rows(const og_kernels *k, const og_matmul_job *jb, int64_t r0
     const og_type_traits *tr = og_quant_traits(w->type);
     float row[OG_NUMERICS_DEVICE_MAX_K];
     float (*fused)(const void *, const float *, int64_t) = k->dot_device[w->type];
+    void (*fused4)(const void *, size_t, const float *, int64_t, float *) = k->dot_device4[w->type];
+    if (fused4) /* four rows at a time: four independent fma chains (same bits) */
+        for (; r0 + 4 <= r1; r0 += 4) {
+            const void *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+            for (int64_t a = 0; a < jb->m; a++) {
+                float out[4];
+                fused4(wr, w->row_bytes, jb->x + a * w->K, w->K, out);
+                for (int i = 0; i < 4; i++) jb->y[a * w->n_rows + r0 + i] = out[i];
+            }
+        }
     for (int64_t r = r0; r < r1; r++) {
         if (fused) {
             const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;

@@ -106,6 +106,11 @@ typedef struct og_kernels {
     /* Fused: dot_f32_device(to_float(row), x, n) without the f32 row, bit for bit;
      * NULL where a tier has none (then dequantize, then dot_f32_device). */
     float (*dot_device[OG_TYPE_COUNT])(const void *row, const float *x, int64_t n);
+    /* Four weight rows (row, row + row_bytes, ...) against one x: out[r] is
+     * dot_device of row r, bit for bit. The device order makes each row a chain of
+     * n / 32 dependent fmas per lane; four rows interleave four chains. NULL where
+     * a tier has none. */
+    void (*dot_device4[OG_TYPE_COUNT])(const void *row, size_t row_bytes, const float *x, int64_t n, float *out);
 } og_kernels;
 
 /* Fills k for tier isa. OG_ERR_UNSUPPORTED if this build lacks that tier. */

@@ -513,20 +513,51 @@ static float dot_f32_device(const float *w, const float *x, int64_t n) {
     return warp_sum(a0, a1);
 }
 
-/* Q8_0 row . f32 x in device order: a block's 32 weights are the 32 lanes, each
- * w = d * q exactly as q8_0's to_float computes it. */
-static float q8_0_dot_device(const void *row, const float *x, int64_t n) {
-    const og_block_q8_0 *b = row;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        __m512 d = _mm512_set1_ps(FP16(b[i].d));
-        __m128i q0 = _mm_loadu_si128((const __m128i *)b[i].qs), q1 = _mm_loadu_si128((const __m128i *)(b[i].qs + 16));
-        __m512 w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)));
-        __m512 w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)));
-        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), a0);
-        a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), a1);
+/* Zeroes the lane accumulators of nr rows and says how far ahead to prefetch: the
+ * rows are read side by side, so the next rows to stream are the group after
+ * this one (one row alone: PF_DIST ahead). */
+static inline size_t device_start(int nr, size_t stride, __m512 *a0, __m512 *a1) {
+    for (int r = 0; r < nr; r++) a0[r] = a1[r] = _mm512_setzero_ps();
+    return nr > 1 ? (size_t)nr * stride : PF_DIST;
+}
+
+/* Block i of row r (rows stride bytes apart, blocks bs bytes), with its bytes
+ * `ahead` further on prefetched. */
+static inline const uint8_t *row_block(const void *row, size_t stride, int r, int64_t i, size_t bs, size_t ahead) {
+    const uint8_t *b = (const uint8_t *)row + (size_t)r * stride + (size_t)i * bs;
+    for (size_t l = 0; l < bs; l += 64) _mm_prefetch((const char *)b + ahead + l, _MM_HINT_T0);
+    return b;
+}
+
+/* 32 quant bytes at q as two vectors of int32 lanes, shifted right by `shift`
+ * (vpermps then reads their low 4 bits). */
+static inline void bytes32_shifted(const uint8_t *q, int shift, __m512i *u0, __m512i *u1) {
+    *u0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+    *u1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
+    if (shift) {
+        *u0 = _mm512_srli_epi32(*u0, shift);
+        *u1 = _mm512_srli_epi32(*u1, shift);
     }
-    return warp_sum(a0, a1);
+}
+
+/* Q8_0 rows . f32 x in device order: a block's 32 weights are the 32 lanes, each
+ * w = d * q exactly as q8_0's to_float computes it. */
+static inline __attribute__((always_inline)) void q8_0_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
+                                                                    float *out) {
+    __m512 a0[NYMAX], a1[NYMAX];
+    const size_t ahead = device_start(nr, stride, a0, a1);
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const og_block_q8_0 *b = (const og_block_q8_0 *)row_block(row, stride, r, i, sizeof *b, ahead);
+            __m512 d = _mm512_set1_ps(FP16(b->d));
+            __m128i q0 = _mm_loadu_si128((const __m128i *)b->qs), q1 = _mm_loadu_si128((const __m128i *)(b->qs + 16));
+            a0[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))), x0, a0[r]);
+            a1[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))), x1, a1[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
 }
 
 /* The k-quant device kernels dequantize by table: inside a group of one scale and
@@ -544,113 +575,320 @@ static inline __m512 wtable(__m512 dl, __m512 ml, int j, __m512 q) {
     return _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(jj, dl), q), _mm512_permutexvar_ps(jj, ml));
 }
 
-/* Q2_K . f32 in device order: group g (32 elements) reads qs[32 (g / 4) ..] shifted
- * by 2 (g % 4); lanes 0-15 take sub-block 2g, lanes 16-31 sub-block 2g + 1. A
- * 2-bit quant has four values, so one register holds the tables of four
+/* Q2_K rows . f32 in device order: group g (32 elements) reads qs[32 (g / 4) ..]
+ * shifted by 2 (g % 4); lanes 0-15 take sub-block 2g, lanes 16-31 sub-block
+ * 2g + 1. A 2-bit quant has four values, so one register holds the tables of four
  * sub-blocks, 4t .. 4t + 3 (lane 4j + q: w of sub-block 4t + j at q), and the
  * index is (q & 3) | 4j, one vpternlogd. */
-static float q2_K_dot_device(const void *row, const float *x, int64_t n) {
-    const og_block_q2_K *b = row;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+static inline __attribute__((always_inline)) void q2_K_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
+                                                                    float *out) {
+    __m512 a0[NYMAX], a1[NYMAX];
+    const size_t ahead = device_start(nr, stride, a0, a1);
     const __m512 q4 = _mm512_loadu_ps(iota4x4);
     const __m512i m3 = _mm512_set1_epi32(3);
     const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    for (int64_t i = 0; i < n / OG_QK_K; i++) {
-        _mm_prefetch((const char *)(b + i) + PF_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + i) + PF_DIST + 64, _MM_HINT_T0);
-        __m128i sc = _mm_loadu_si128((const __m128i *)b[i].scales);
-        __m512 dl = _mm512_mul_ps(_mm512_set1_ps(FP16(b[i].d)),
+    for (int64_t i = 0; i < n / OG_QK_K; i++, x += OG_QK_K) {
+        const og_block_q2_K *b[NYMAX];
+        __m512 dl[NYMAX], ml[NYMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            b[r] = (const og_block_q2_K *)row_block(row, stride, r, i, sizeof *b[r], ahead);
+            __m128i sc = _mm_loadu_si128((const __m128i *)b[r]->scales);
+            dl[r] = _mm512_mul_ps(_mm512_set1_ps(FP16(b[r]->d)),
                                   _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(sc, _mm_set1_epi8(0x0F)))));
-        __m512 ml = _mm512_mul_ps(_mm512_set1_ps(FP16(b[i].dmin)),
+            ml[r] = _mm512_mul_ps(_mm512_set1_ps(FP16(b[r]->dmin)),
                                   _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)))));
-        __m512 tab[4];
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
-            __m512i idx = _mm512_add_epi32(spread, _mm512_set1_epi32(4 * t));
-            tab[t] = _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(idx, dl), q4), _mm512_permutexvar_ps(idx, ml));
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++, x += 32) {
-            const uint8_t *q = b[i].qs + 32 * (g / 4);
-            const int j0 = 2 * (g % 2);
-            __m512i u0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-            __m512i u1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
-            if (g % 4) {
-                u0 = _mm512_srli_epi32(u0, 2 * (g % 4));
-                u1 = _mm512_srli_epi32(u1, 2 * (g % 4));
+            __m512 tab[NYMAX];
+            const __m512i idx = _mm512_add_epi32(spread, _mm512_set1_epi32(4 * t));
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++)
+                tab[r] = _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(idx, dl[r]), q4), _mm512_permutexvar_ps(idx, ml[r]));
+#pragma GCC unroll 2
+            for (int g = 2 * t; g < 2 * t + 2; g++) {
+                const int j0 = 2 * (g % 2);
+                const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
+#pragma GCC unroll 4
+                for (int r = 0; r < nr; r++) {
+                    __m512i u0, u1;
+                    bytes32_shifted(b[r]->qs + 32 * (g / 4), 2 * (g % 4), &u0, &u1);
+                    u0 = _mm512_ternarylogic_epi32(u0, m3, _mm512_set1_epi32(4 * j0), 0xEA); /* (u & 3) | 4j */
+                    u1 = _mm512_ternarylogic_epi32(u1, m3, _mm512_set1_epi32(4 * j0 + 4), 0xEA);
+                    a0[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, tab[r]), x0, a0[r]);
+                    a1[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, tab[r]), x1, a1[r]);
+                }
             }
-            u0 = _mm512_ternarylogic_epi32(u0, m3, _mm512_set1_epi32(4 * j0), 0xEA);     /* (u & 3) | 4j */
-            u1 = _mm512_ternarylogic_epi32(u1, m3, _mm512_set1_epi32(4 * j0 + 4), 0xEA);
-            a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, tab[g / 2]), _mm512_loadu_ps(x), a0);
-            a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, tab[g / 2]), _mm512_loadu_ps(x + 16), a1);
         }
     }
-    return warp_sum(a0, a1);
+    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
 }
 
-/* Q4_K . f32 in device order: group g reads the low (even g) or high (odd g)
+/* Q4_K rows . f32 in device order: group g reads the low (even g) or high (odd g)
  * nibbles of qs[32 (g / 2) ..], one scale and min per group. */
-static float q4_K_dot_device(const void *row, const float *x, int64_t n) {
-    const og_block_q4_K *b = row;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+static inline __attribute__((always_inline)) void q4_K_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
+                                                                    float *out) {
+    __m512 a0[NYMAX], a1[NYMAX];
+    const size_t ahead = device_start(nr, stride, a0, a1);
     const __m512 q16 = _mm512_loadu_ps(iota16);
-    for (int64_t i = 0; i < n / OG_QK_K; i++) {
-        _mm_prefetch((const char *)(b + i) + PF_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + i) + PF_DIST + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + i) + PF_DIST + 128, _MM_HINT_T0);
-        /* lanes 0-7: d * sc_j, lanes 8-15: dmin * m_j */
-        __m512 dm = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(b[i].scales))),
-                                  scales_2(FP16(b[i].d), FP16(b[i].dmin)));
-        __m512 ml = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(dm), _mm512_castps_si512(dm), 8));
+    for (int64_t i = 0; i < n / OG_QK_K; i++, x += OG_QK_K) {
+        const og_block_q4_K *b[NYMAX];
+        __m512 dm[NYMAX], ml[NYMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            b[r] = (const og_block_q4_K *)row_block(row, stride, r, i, sizeof *b[r], ahead);
+            /* lanes 0-7: d * sc_j, lanes 8-15: dmin * m_j */
+            dm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(b[r]->scales))),
+                                  scales_2(FP16(b[r]->d), FP16(b[r]->dmin)));
+            ml[r] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(dm[r]), _mm512_castps_si512(dm[r]), 8));
+        }
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; g++, x += 32) {
-            const uint8_t *q = b[i].qs + 32 * (g / 2);
-            __m512i u0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-            __m512i u1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
-            if (g % 2) {
-                u0 = _mm512_srli_epi32(u0, 4);
-                u1 = _mm512_srli_epi32(u1, 4);
+        for (int g = 0; g < 8; g++) {
+            const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) {
+                __m512i u0, u1;
+                bytes32_shifted(b[r]->qs + 32 * (g / 2), 4 * (g % 2), &u0, &u1);
+                __m512 t = wtable(dm[r], ml[r], g, q16);
+                a0[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, t), x0, a0[r]);
+                a1[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, t), x1, a1[r]);
             }
-            __m512 t = wtable(dm, ml, g, q16);
-            a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, t), _mm512_loadu_ps(x), a0);
-            a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, t), _mm512_loadu_ps(x + 16), a1);
         }
     }
-    return warp_sum(a0, a1);
+    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
 }
 
-/* Q6_K . f32 in device order: group g = 4h + k (32 elements) takes the low (k < 2)
- * or high nibbles of ql[64h + 32 (k % 2) ..] and bits 2k, 2k + 1 of qh[32h ..];
- * w = (d * sc) * (u - 32) with u - 32 exact in float, as the reference rounds it.
- * Lanes 0-15 take sub-block 2g, lanes 16-31 sub-block 2g + 1. */
-static float q6_K_dot_device(const void *row, const float *x, int64_t n) {
-    const og_block_q6_K *b = row;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+/* Q6_K rows . f32 in device order: group g = 4h + k (32 elements) takes the low
+ * (k < 2) or high nibbles of ql[64h + 32 (k % 2) ..] and bits 2k, 2k + 1 of
+ * qh[32h ..]; w = (d * sc) * (u - 32) with u - 32 exact in float, as the reference
+ * rounds it. Lanes 0-15 take sub-block 2g, lanes 16-31 sub-block 2g + 1. */
+static inline __attribute__((always_inline)) void q6_K_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
+                                                                    float *out) {
+    __m512 a0[NYMAX], a1[NYMAX];
+    const size_t ahead = device_start(nr, stride, a0, a1);
     const __m512i lo4 = _mm512_set1_epi32(0x0F);
     const __m512 c32 = _mm512_set1_ps(32.0f);
-    for (int64_t i = 0; i < n / OG_QK_K; i++) {
-        for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(b + i) + PF_DIST + 64 * l, _MM_HINT_T0);
-        __m512 dl = _mm512_mul_ps(_mm512_set1_ps(FP16(b[i].d)),
-                                  _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b[i].scales))));
+    for (int64_t i = 0; i < n / OG_QK_K; i++, x += OG_QK_K) {
+        const og_block_q6_K *b[NYMAX];
+        __m512 dl[NYMAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            b[r] = (const og_block_q6_K *)row_block(row, stride, r, i, sizeof *b[r], ahead);
+            dl[r] = _mm512_mul_ps(_mm512_set1_ps(FP16(b[r]->d)),
+                                  _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b[r]->scales))));
+        }
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; g++, x += 32) {
+        for (int g = 0; g < 8; g++) {
             const int h = g / 4, k = g % 4;
-            const uint8_t *ql = b[i].ql + 64 * h + 32 * (k % 2), *qh = b[i].qh + 32 * h;
-            __m512 w[2];
-            for (int j = 0; j < 2; j++) {
-                __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 16 * j)));
-                lo = k < 2 ? _mm512_and_si512(lo, lo4) : _mm512_srli_epi32(lo, 4);
-                __m512i hi = _mm512_slli_epi32(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * j))), 2 * k), 4);
-                __m512i u = _mm512_ternarylogic_epi32(hi, _mm512_set1_epi32(0x30), lo, 0xEA); /* (hi & 0x30) | lo */
-                __m512 q = _mm512_sub_ps(_mm512_cvtepi32_ps(u), c32);
-                w[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + j), dl), q);
+            const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) {
+                const uint8_t *ql = b[r]->ql + 64 * h + 32 * (k % 2), *qh = b[r]->qh + 32 * h;
+                __m512 w[2];
+                for (int j = 0; j < 2; j++) {
+                    __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 16 * j)));
+                    lo = k < 2 ? _mm512_and_si512(lo, lo4) : _mm512_srli_epi32(lo, 4);
+                    __m512i hi = _mm512_slli_epi32(
+                        _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * j))), 2 * k), 4);
+                    __m512i u = _mm512_ternarylogic_epi32(hi, _mm512_set1_epi32(0x30), lo, 0xEA); /* (hi & 0x30) | lo */
+                    __m512 q = _mm512_sub_ps(_mm512_cvtepi32_ps(u), c32);
+                    w[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + j), dl[r]), q);
+                }
+                a0[r] = _mm512_fmadd_ps(w[0], x0, a0[r]);
+                a1[r] = _mm512_fmadd_ps(w[1], x1, a1[r]);
             }
-            a0 = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(x), a0);
-            a1 = _mm512_fmadd_ps(w[1], _mm512_loadu_ps(x + 16), a1);
         }
     }
-    return warp_sum(a0, a1);
+    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
 }
+
+/* ---- device order for the other types: dequantize a block, then the fmas ----
+ * Each dequantizer gives the reference to_float's bits (the same products and
+ * sums, in the same order, without fma contraction); the block's weights then go
+ * through the same lane fmas as og_dot_f32_device. */
+
+/* 16 weights d * (float)q of int32 lanes q */
+static inline void deq_store(float *w, __m512 d, __m512i q) { _mm512_storeu_ps(w, _mm512_mul_ps(d, _mm512_cvtepi32_ps(q))); }
+
+/* F16 and BF16 rows take 32 elements at a time; the last cnt < 32 are zero-padded
+ * (masked loads: +0.0 in both formats), as the device order pads. */
+static inline __mmask16 first16(int64_t cnt, int j) {
+    int64_t c = cnt - j;
+    return (__mmask16)(c >= 16 ? 0xFFFF : c <= 0 ? 0 : (1u << c) - 1);
+}
+static inline void deq_f16_n(const uint8_t *b, float *w, int64_t cnt) {
+    for (int j = 0; j < 32; j += 16)
+        _mm512_storeu_ps(w + j, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first16(cnt, j), b + 2 * j)));
+}
+static inline void deq_bf16_n(const uint8_t *b, float *w, int64_t cnt) {
+    for (int j = 0; j < 32; j += 16)
+        _mm512_storeu_ps(w + j, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                    _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(first16(cnt, j), b + 2 * j)), 16)));
+}
+static inline void deq_f16(const uint8_t *b, float *w) { deq_f16_n(b, w, 32); }
+static inline void deq_bf16(const uint8_t *b, float *w) { deq_bf16_n(b, w, 32); }
+/* nibbles of 16 bytes: elements 0-15 (low), 16-31 (high), plus 16 * fifth bit */
+static inline void nib32(const uint8_t *qs, const uint8_t *qh, __m512i *lo, __m512i *hi) {
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+    *lo = _mm512_and_si512(v, _mm512_set1_epi32(0x0F));
+    *hi = _mm512_srli_epi32(v, 4);
+    if (qh) {
+        uint32_t h;
+        memcpy(&h, qh, 4);
+        *lo = _mm512_mask_add_epi32(*lo, (__mmask16)(h & 0xFFFF), *lo, _mm512_set1_epi32(16));
+        *hi = _mm512_mask_add_epi32(*hi, (__mmask16)(h >> 16), *hi, _mm512_set1_epi32(16));
+    }
+}
+static inline void deq_q4_0(const uint8_t *b, float *w) { /* d * (q - 8) */
+    __m512i lo, hi;
+    nib32(b + offsetof(og_block_q4_0, qs), NULL, &lo, &hi);
+    const __m512 d = _mm512_set1_ps(h16(b));
+    deq_store(w, d, _mm512_sub_epi32(lo, _mm512_set1_epi32(8)));
+    deq_store(w + 16, d, _mm512_sub_epi32(hi, _mm512_set1_epi32(8)));
+}
+static inline void deq_q5_0(const uint8_t *b, float *w) { /* d * (q - 16) */
+    __m512i lo, hi;
+    nib32(b + offsetof(og_block_q5_0, qs), b + offsetof(og_block_q5_0, qh), &lo, &hi);
+    const __m512 d = _mm512_set1_ps(h16(b));
+    deq_store(w, d, _mm512_sub_epi32(lo, _mm512_set1_epi32(16)));
+    deq_store(w + 16, d, _mm512_sub_epi32(hi, _mm512_set1_epi32(16)));
+}
+/* d * q + m: the product rounded, then the sum */
+static inline void deq_dm(float *w, __m512 d, __m512 m, __m512i q) {
+    _mm512_storeu_ps(w, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q)), m));
+}
+static inline void deq_q4_1(const uint8_t *b, float *w) {
+    __m512i lo, hi;
+    nib32(b + offsetof(og_block_q4_1, qs), NULL, &lo, &hi);
+    const __m512 d = _mm512_set1_ps(h16(b)), m = _mm512_set1_ps(h16(b + 2));
+    deq_dm(w, d, m, lo);
+    deq_dm(w + 16, d, m, hi);
+}
+static inline void deq_q5_1(const uint8_t *b, float *w) {
+    __m512i lo, hi;
+    nib32(b + offsetof(og_block_q5_1, qs), b + offsetof(og_block_q5_1, qh), &lo, &hi);
+    const __m512 d = _mm512_set1_ps(h16(b)), m = _mm512_set1_ps(h16(b + 2));
+    deq_dm(w, d, m, lo);
+    deq_dm(w + 16, d, m, hi);
+}
+static inline void deq_iq4_nl(const uint8_t *b, float *w) { /* d * T[q] */
+    __m512i lo, hi;
+    nib32(b + offsetof(og_block_iq4_nl, qs), NULL, &lo, &hi);
+    const __m512 t = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)og_iq4nl_values)));
+    const __m512 d = _mm512_set1_ps(h16(b));
+    _mm512_storeu_ps(w, _mm512_mul_ps(d, _mm512_permutexvar_ps(lo, t)));
+    _mm512_storeu_ps(w + 16, _mm512_mul_ps(d, _mm512_permutexvar_ps(hi, t)));
+}
+/* Q3_K: (d * sc) * (q2 + 4 hbit - 4); sub-block s = elements 16s ..: half h = s / 8,
+ * plane k = (s / 2) % 4, bytes l = 16 (s % 2) .. of qs[32h ..] and hmask, hmask bit
+ * 4h + k. */
+static inline void deq_q3_K(const uint8_t *b, float *w) {
+    const og_block_q3_K *x = (const og_block_q3_K *)b;
+    const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(FP16(x->d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(og_q3_scales(x->scales))));
+    const __m512i m3 = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1), four = _mm512_set1_epi32(4);
+#pragma GCC unroll 16
+    for (int s = 0; s < 16; s++) {
+        const int h = s / 8, k = (s / 2) % 4, l = 16 * (s % 2);
+        __m512i q2 = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 32 * h + l))), 2 * k), m3);
+        __m512i hb = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->hmask + l))), 4 * h + k), one);
+        __m512i q = _mm512_sub_epi32(_mm512_add_epi32(q2, _mm512_slli_epi32(hb, 2)), four);
+        _mm512_storeu_ps(w + 16 * s, _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(s), dl), _mm512_cvtepi32_ps(q)));
+    }
+}
+/* Q5_K: (d * sc) * q - dmin * m per group g of 32; q = nibble + 16 * (bit g of qh[l]) */
+static inline void deq_q5_K(const uint8_t *b, float *w) {
+    const og_block_q5_K *x = (const og_block_q5_K *)b;
+    const __m512 dm = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(x->scales))),
+                                    scales_2(FP16(x->d), FP16(x->dmin)));
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const __m512 dl = _mm512_permutexvar_ps(_mm512_set1_epi32(g), dm), ml = _mm512_permutexvar_ps(_mm512_set1_epi32(8 + g), dm);
+        for (int j = 0; j < 2; j++) {
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 32 * (g / 2) + 16 * j)));
+            v = g % 2 ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(0x0F));
+            __m512i hb = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qh + 16 * j))), g),
+                                          _mm512_set1_epi32(1));
+            __m512i q = _mm512_add_epi32(v, _mm512_slli_epi32(hb, 4));
+            _mm512_storeu_ps(w + 32 * g + 16 * j, _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(q)), ml));
+        }
+    }
+}
+
+/* nr rows (stride bytes apart) of blocks of qk weights (bs bytes) against x, in
+ * device order, each block dequantized by deq into a buffer first. */
+static inline __attribute__((always_inline)) void deq_dot_device_n(void (*deq)(const uint8_t *, float *),
+                                                                   void (*tail)(const uint8_t *, float *, int64_t), int qk,
+                                                                   size_t bs, int nr, const void *row, size_t stride,
+                                                                   const float *x, int64_t n, float *out) {
+    __m512 a0[NYMAX], a1[NYMAX];
+    const size_t ahead = device_start(nr, stride, a0, a1);
+    float w[NYMAX][OG_QK_K];
+    for (int64_t i = 0; i < n / qk; i++, x += qk) {
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            deq(row_block(row, stride, r, i, bs, ahead), w[r]);
+        }
+        for (int c = 0; c < qk; c += 32) {
+            const __m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < nr; r++) {
+                a0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w[r] + c), x0, a0[r]);
+                a1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w[r] + c + 16), x1, a1[r]);
+            }
+        }
+    }
+    if (tail && n % qk) { /* float types: the last n % 32 elements, zero-padded */
+        const int64_t cnt = n % qk;
+        const __m512 x0 = _mm512_maskz_loadu_ps(first16(cnt, 0), x), x1 = _mm512_maskz_loadu_ps(first16(cnt, 16), x + 16);
+        for (int r = 0; r < nr; r++) {
+            tail((const uint8_t *)row + (size_t)r * stride + (size_t)(n / qk) * bs, w[r], cnt);
+            a0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w[r]), x0, a0[r]);
+            a1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w[r] + 16), x1, a1[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
+}
+#define DEQ_KERNEL(name, tail, qk, block)                                                                  \
+    static inline __attribute__((always_inline)) void name##_dot_device_n(int nr, const void *row, size_t stride, \
+                                                                          const float *x, int64_t n, float *out) { \
+        deq_dot_device_n(deq_##name, tail, qk, block, nr, row, stride, x, n, out);                            \
+    }
+DEQ_KERNEL(f16, deq_f16_n, 32, 64)
+DEQ_KERNEL(bf16, deq_bf16_n, 32, 64)
+DEQ_KERNEL(q4_0, NULL, 32, sizeof(og_block_q4_0))
+DEQ_KERNEL(q4_1, NULL, 32, sizeof(og_block_q4_1))
+DEQ_KERNEL(q5_0, NULL, 32, sizeof(og_block_q5_0))
+DEQ_KERNEL(q5_1, NULL, 32, sizeof(og_block_q5_1))
+DEQ_KERNEL(iq4_nl, NULL, 32, sizeof(og_block_iq4_nl))
+DEQ_KERNEL(q3_K, NULL, OG_QK_K, sizeof(og_block_q3_K))
+DEQ_KERNEL(q5_K, NULL, OG_QK_K, sizeof(og_block_q5_K))
+#undef DEQ_KERNEL
+
+/* dot_device (one row) and dot_device4 (four rows row_bytes apart) of each kernel */
+#define DEVICE_KERNELS(name)                                                                         \
+    static float name##_dot_device(const void *row, const float *x, int64_t n) {                   \
+        float out;                                                                                  \
+        name##_dot_device_n(1, row, 0, x, n, &out);                                                 \
+        return out;                                                                                 \
+    }                                                                                               \
+    static void name##_dot_device4(const void *row, size_t row_bytes, const float *x, int64_t n, float *out) { \
+        name##_dot_device_n(4, row, row_bytes, x, n, out);                                          \
+    }
+DEVICE_KERNELS(q8_0)
+DEVICE_KERNELS(q2_K)
+DEVICE_KERNELS(q4_K)
+DEVICE_KERNELS(q6_K)
+DEVICE_KERNELS(q3_K)
+DEVICE_KERNELS(q5_K)
+DEVICE_KERNELS(q4_0)
+DEVICE_KERNELS(q4_1)
+DEVICE_KERNELS(q5_0)
+DEVICE_KERNELS(q5_1)
+DEVICE_KERNELS(iq4_nl)
+DEVICE_KERNELS(f16)
+DEVICE_KERNELS(bf16)
+#undef DEVICE_KERNELS
 
 void og_kernels_fill_avx512(og_kernels *k) {
     k->dot_device[OG_TYPE_Q2_K] = q2_K_dot_device;
@@ -658,6 +896,21 @@ void og_kernels_fill_avx512(og_kernels *k) {
     k->dot_f32_device = dot_f32_device;
     k->dot_device[OG_TYPE_Q8_0] = q8_0_dot_device;
     k->dot_device[OG_TYPE_Q6_K] = q6_K_dot_device;
+    k->dot_device4[OG_TYPE_Q8_0] = q8_0_dot_device4;
+    k->dot_device4[OG_TYPE_Q2_K] = q2_K_dot_device4;
+    k->dot_device4[OG_TYPE_Q4_K] = q4_K_dot_device4;
+    k->dot_device4[OG_TYPE_Q6_K] = q6_K_dot_device4;
+#define SET(T, name) k->dot_device[T] = name##_dot_device, k->dot_device4[T] = name##_dot_device4
+    SET(OG_TYPE_Q3_K, q3_K);
+    SET(OG_TYPE_Q5_K, q5_K);
+    SET(OG_TYPE_Q4_0, q4_0);
+    SET(OG_TYPE_Q4_1, q4_1);
+    SET(OG_TYPE_Q5_0, q5_0);
+    SET(OG_TYPE_Q5_1, q5_1);
+    SET(OG_TYPE_IQ4_NL, iq4_nl);
+    SET(OG_TYPE_F16, f16);
+    SET(OG_TYPE_BF16, bf16);
+#undef SET
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;
     k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;

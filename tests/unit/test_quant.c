@@ -293,12 +293,12 @@ static void test_dot_f32_device(void **state) {
             assert_memory_equal(&a, &b, sizeof a);
         }
         /* fused dequantize-and-dot kernels: the same bits as dequantize, then the reference */
-        int fused = 0;
+        int fused = 0, fused4 = 0;
         for (int t = 0; t < OG_TYPE_COUNT; t++) {
             if (!k.dot_device[t]) continue;
             fused++;
             const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
-            const int64_t n = 8 * tr->blck;
+            const int64_t n = tr->blck == 1 ? 8 * 32 + 5 : 8 * tr->blck; /* float types: a zero-padded tail */
             float wf[8 * 256], xf[8 * 256], deq[8 * 256];
             uint8_t q[8 * 256 * 2];
             for (int64_t i = 0; i < n; i++) wf[i] = (float)(og_rand_unit(&seed) - 0.5), xf[i] = (float)(og_rand_unit(&seed) - 0.5);
@@ -306,8 +306,23 @@ static void test_dot_f32_device(void **state) {
             og_dequantize_row((og_ggml_type)t, q, deq, n);
             float a = og_dot_f32_device_ref(deq, xf, n), b = k.dot_device[t](q, xf, n);
             assert_memory_equal(&a, &b, sizeof a);
+            if (!k.dot_device4[t]) continue;
+            /* four rows: rows 1-3 are row 0's blocks rotated, so each row differs */
+            const size_t rb = (size_t)n / tr->blck * tr->type_size;
+            uint8_t rows4[4 * sizeof q];
+            for (int r = 0; r < 4; r++)
+                for (size_t i = 0; i < rb; i++) rows4[r * rb + i] = q[(i + (size_t)r * tr->type_size) % rb];
+            float out[4];
+            k.dot_device4[t](rows4, rb, xf, n, out);
+            for (int r = 0; r < 4; r++) {
+                float one = k.dot_device[t](rows4 + r * rb, xf, n);
+                assert_memory_equal(&one, &out[r], sizeof one);
+            }
+            fused4++;
         }
-        if (isa == OG_ISA_AVX512) assert_int_equal(fused, 4); /* Q8_0, Q2_K, Q4_K, Q6_K */
+        /* every type but F32: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K-Q6_K, F16, BF16 */
+        if (isa == OG_ISA_AVX512) assert_int_equal(fused, 13);
+        if (isa == OG_ISA_AVX512) assert_int_equal(fused4, 13);
     }
 }
 

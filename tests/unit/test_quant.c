@@ -261,6 +261,76 @@ static void test_vec_dot4(void **state) {
     if (avx512) assert_int_equal(checked, 6); /* Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K */
 }
 
+/* Blocks of random bytes (every scale, quant and high-bit pattern a file could
+ * hold, not only what the reference quantizer writes) with finite fp16 scales:
+ * each tier's dot within the bound of the reference, vec_dot4 and the device-order
+ * kernels bit for bit against vec_dot and the reference's dequantize-then-dot. */
+static void test_random_blocks(void **state) {
+    (void)state;
+    static const struct { og_ggml_type t; int off[2]; } types[] = {
+        {OG_TYPE_Q8_0, {0, -1}}, {OG_TYPE_Q4_0, {0, -1}}, {OG_TYPE_Q4_1, {0, 2}},   {OG_TYPE_Q5_0, {0, -1}},
+        {OG_TYPE_Q5_1, {0, 2}},  {OG_TYPE_IQ4_NL, {0, -1}}, {OG_TYPE_Q2_K, {80, 82}}, {OG_TYPE_Q3_K, {108, -1}},
+        {OG_TYPE_Q4_K, {0, 2}},  {OG_TYPE_Q5_K, {0, 2}},  {OG_TYPE_Q6_K, {208, -1}},
+    };
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    og_kernels ref;
+    assert_int_equal(og_kernels_init(OG_ISA_SCALAR, &ref), OG_OK);
+    uint64_t seed = 99;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const og_type_traits *tr = og_quant_traits(types[ti].t);
+        const og_type_traits *act = og_quant_traits(tr->vec_dot_type);
+        const int64_t n = 7 * tr->blck, nb = 7;
+        const size_t rb = (size_t)nb * tr->type_size;
+        uint8_t w[4][7 * 256], qa[4][7 * 300];
+        float a[7 * 256], deq[7 * 256];
+        for (int r = 0; r < 4; r++) {
+            for (size_t i = 0; i < rb; i++) w[r][i] = (uint8_t)(og_rand_unit(&seed) * 256);
+            for (int64_t b = 0; b < nb; b++)
+                for (int k = 0; k < 2; k++)
+                    if (types[ti].off[k] >= 0) {
+                        uint16_t h = og_fp32_to_fp16((float)(og_rand_unit(&seed) * 2 - 1));
+                        memcpy(w[r] + b * tr->type_size + types[ti].off[k], &h, 2);
+                    }
+            for (int64_t i = 0; i < n; i++) a[i] = (float)(og_rand_unit(&seed) * 2 - 1) * (float)(r + 1);
+            act->from_float(a, qa[r], n);
+        }
+        const void *ys[4] = {qa[0], qa[1], qa[2], qa[3]};
+        for (int isa = OG_ISA_AVX2; isa <= OG_ISA_AVX512; isa++) {
+            og_kernels k;
+            if (!tier_kernels(&f, isa, &k)) continue;
+            for (int r = 0; r < 4; r++) {
+                float want, got;
+                ref.vec_dot[tr->type](n, &want, w[0], qa[r]);
+                k.vec_dot[tr->type](n, &got, w[0], qa[r]);
+                tr->to_float(w[0], deq, n);
+                float *ad = a; /* the activation as the dot sees it */
+                act->to_float(qa[r], ad, n);
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)deq[i] * ad[i]);
+                if (!(fabs((double)want - got) <= og_quant_dot_tolerance(tr->type) * mag + 1e-30))
+                    fail_msg("%s %s row %d: fast %.9g vs reference %.9g", og_isa_name((og_isa)isa), tr->name, r, got, want);
+                if (k.vec_dot4[tr->type]) {
+                    float s4[4];
+                    k.vec_dot4[tr->type](n, s4, w[0], ys);
+                    assert_memory_equal(&s4[r], &got, sizeof got);
+                }
+                if (k.dot_device[tr->type]) { /* weight row r . activation a */
+                    for (int64_t i = 0; i < n; i++) a[i] = (float)(og_rand_unit(&seed) * 2 - 1);
+                    tr->to_float(w[r], deq, n);
+                    float dref = og_dot_f32_device_ref(deq, a, n), dfast = k.dot_device[tr->type](w[r], a, n);
+                    assert_memory_equal(&dref, &dfast, sizeof dref);
+                    if (k.dot_device4[tr->type]) {
+                        float out[4];
+                        k.dot_device4[tr->type](w[0], sizeof w[0], a, n, out);
+                        assert_memory_equal(&out[r], &dref, sizeof dref);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* og_dot_f32_device: the warp order, checked by hand, and every tier bit-identical
  * to the reference on odd lengths and values of every magnitude. */
 static void test_dot_f32_device(void **state) {
@@ -355,6 +425,7 @@ int main(void) {
         cmocka_unit_test(test_vectors),
         cmocka_unit_test(test_tiers),
         cmocka_unit_test(test_vec_dot4),
+        cmocka_unit_test(test_random_blocks),
         cmocka_unit_test(test_dot_f32_device),
         cmocka_unit_test(test_isa_choice),
     };

@@ -402,10 +402,11 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(int ny, int64_t n, 
             #pragma GCC unroll 4
             for (int m = 0; m < 2; m++) {
                 __m512i qs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * m)), _mm256_set1_epi16((short)(4 * m + 2)), 1);
-                __m512i hs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h + 2 * m)),
-                                                _mm256_set1_epi16((short)(4 * h + 2 * m + 1)), 1);
+                /* high bit 4h + 2m (low 256 bits), 4h + 2m + 1 (high) of each hmask byte */
+                __m512i hbit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * m))),
+                                                  _mm256_set1_epi8((char)(1 << (4 * h + 2 * m + 1))), 1);
                 __m512i q2 = _mm512_and_si512(_mm512_srlv_epi16(q, qs), m3);
-                __mmask64 hb = _mm512_test_epi8_mask(_mm512_srlv_epi16(hm, hs), _mm512_set1_epi8(1));
+                __mmask64 hb = _mm512_test_epi8_mask(hm, hbit);
                 u[2 * h + m] = _mm512_mask_add_epi8(q2, hb, q2, four);
             }
             sc[h] = _mm512_permutexvar_epi16(h ? sidx1 : sidx0, s16);

@@ -671,10 +671,13 @@ static void q2_K_to_float(const void *vx, float *y, int64_t n) {
     const og_block_q2_K *x = vx;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         float d = FP16(x[b].d), dmin = FP16(x[b].dmin);
-        for (int e = 0; e < OG_QK_K; e++) {
-            int q = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-            uint8_t sc = x[b].scales[e / 16];
-            *y++ = d * (float)(sc & 0xF) * (float)q - dmin * (float)(sc >> 4);
+        for (int s = 0; s < 16; s++, y += 16) { /* the scale of 16 elements, then the elements */
+            uint8_t sc = x[b].scales[s];
+            const float dl = d * (float)(sc & 0xF), ml = dmin * (float)(sc >> 4);
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * s + i, q = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                y[i] = dl * (float)q - ml;
+            }
         }
     }
 }
@@ -750,10 +753,14 @@ static void q3_K_to_float(const void *vx, float *y, int64_t n) {
     const og_block_q3_K *x = vx;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         float d = FP16(x[b].d);
-        for (int e = 0; e < OG_QK_K; e++) {
-            int q2 = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-            int h = (x[b].hmask[e % 32] >> (e / 32)) & 1;
-            *y++ = d * (float)q3_scale(x[b].scales, e / 16) * (float)(q2 + 4 * h - 4);
+        for (int s = 0; s < 16; s++, y += 16) {
+            const float dl = d * (float)q3_scale(x[b].scales, s);
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * s + i;
+                int q2 = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                int h = (x[b].hmask[e % 32] >> (e / 32)) & 1;
+                y[i] = dl * (float)(q2 + 4 * h - 4);
+            }
         }
     }
 }
@@ -842,10 +849,11 @@ static inline int k45_quant(const uint8_t *qs, const uint8_t *qh, int e) {
 static void k45_block_to_float(uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *qs,
                                const uint8_t *qh, float *y) {
     float d = FP16(d16), dmin = FP16(dmin16);
-    for (int e = 0; e < OG_QK_K; e++) {
+    for (int j = 0; j < 8; j++) { /* scale and min of 32 elements, then the elements */
         uint8_t sc, m;
-        scale_min_k4(e / 32, scales, &sc, &m);
-        y[e] = d * (float)sc * (float)k45_quant(qs, qh, e) - dmin * (float)m;
+        scale_min_k4(j, scales, &sc, &m);
+        const float dl = d * (float)sc, ml = dmin * (float)m;
+        for (int e = 32 * j; e < 32 * j + 32; e++) y[e] = dl * (float)k45_quant(qs, qh, e) - ml;
     }
 }
 
@@ -949,7 +957,10 @@ static void q6_K_to_float(const void *vx, float *y, int64_t n) {
     const og_block_q6_K *x = vx;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         float d = FP16(x[b].d);
-        for (int e = 0; e < OG_QK_K; e++) *y++ = d * (float)x[b].scales[e / 16] * (float)q6_quant(&x[b], e);
+        for (int s = 0; s < 16; s++, y += 16) {
+            const float dl = d * (float)x[b].scales[s];
+            for (int i = 0; i < 16; i++) y[i] = dl * (float)q6_quant(&x[b], 16 * s + i);
+        }
     }
 }
 static void q6_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {

@@ -5,6 +5,7 @@
 #include "quant_internal.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #define FP16(x) _cvtsh_ss(x) /* F16C: one instruction, inlined */
@@ -65,14 +66,31 @@ static void f16_dot(int64_t n, float *s, const void *vx, const void *vy) {
 
 /* ---- 32-element formats ----------------------------------------------------- */
 
-static void q8_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
-    const og_block_q8_0 *x = vx, *y = vy;
-    __m256 acc = _mm256_setzero_ps();
+/* Kernels written as one body for NY activation rows (NY = 1: vec_dot; NY = 4:
+ * vec_dot4, one pass over the weights for four rows): every float operation of
+ * row i is the same in both, so vec_dot4 gives vec_dot's bits for each row.
+ * Weights are prefetched PF_DIST bytes ahead. */
+#define NYMAX 4
+#define PF_DIST 6144
+
+static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, float *s, const void *vx,
+                                                              const void *const *vy) {
+    const og_block_q8_0 *x = vx;
+    __m256 acc[NYMAX];
+    for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++) {
-        __m256i p = dot_s8s8(_mm256_loadu_si256((const __m256i *)x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
+        _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[b].qs);
+        const __m256i ax = _mm256_sign_epi8(xq, xq); /* |x|; the sign moves onto y */
+        const float dx = FP16(x[b].d);
+#pragma GCC unroll 4
+        for (int i = 0; i < ny; i++) {
+            const og_block_q8_0 *y = vy[i];
+            __m256i p = dot_u8s8(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y[b].qs), xq));
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dx * FP16(y[b].d)), acc[i]);
+        }
     }
-    *s = hsum_ps(acc);
+    for (int i = 0; i < ny; i++) s[i] = hsum_ps(acc[i]);
 }
 
 /* 16 packed bytes -> 32 nibbles: low nibbles first (elements 0-15), then high. */
@@ -106,126 +124,160 @@ static inline int k4_mins_dot(const uint8_t m[8], const int16_t *bsums) {
     return hsum_epi32(_mm256_mullo_epi32(pair, md));
 }
 
-/* One Q4_K or Q5_K block (qh NULL for Q4_K) against a Q8_K block: adds
- * d * sum_j sc_j (q . y)_j to *acc and dmin * sum_j m_j bsums_j to *mins. Inlined
- * into both dots, so the Q4_K copy carries no fifth-bit work. */
-static inline __attribute__((always_inline)) void k45_block(uint16_t d, uint16_t dmin, const uint8_t *scales,
-                                                            const uint8_t *qs, const uint8_t *qh_bytes,
-                                                            const og_block_q8_K *y, __m256 *acc, float *mins) {
-    uint8_t sc[8], m[8];
-    k4_unpack(scales, sc, m);
-    const float dy = y->d;
-    *mins += FP16(dmin) * dy * (float)k4_mins_dot(m, y->bsums);
-    __m256i isum = _mm256_setzero_si256();
-    const __m256i qh = qh_bytes ? _mm256_loadu_si256((const __m256i *)qh_bytes) : _mm256_setzero_si256();
-    const uint8_t *q = qs;
-    const int8_t *q8 = y->qs;
-    for (int c = 0; c < 4; c++, q += 32, q8 += 64) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)q);
-        __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
-        if (qh_bytes) { /* 5th bit of element 64c+l is bit 2c of qh[l], of 64c+32+l bit 2c+1 */
-            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), _mm256_set1_epi8(1));
-            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), _mm256_set1_epi8(1));
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
-        }
-        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
-        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c])));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1])));
-    }
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(d) * dy), *acc);
-}
-
-static void q4_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
-    const og_block_q4_K *x = vx;
-    const og_block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) k45_block(x[b].d, x[b].dmin, x[b].scales, x[b].qs, NULL, &y[b], &acc, &mins);
-    *s = hsum_ps(acc) - mins;
-}
-
-static void q5_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
-    const og_block_q5_K *x = vx;
-    const og_block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++)
-        k45_block(x[b].d, x[b].dmin, x[b].scales, x[b].qs, x[b].qh, &y[b], &acc, &mins);
-    *s = hsum_ps(acc) - mins;
-}
-
-/* int16 vector: scale a in lanes 0-7, scale b in lanes 8-15 (one per 16 elements). */
-static inline __m256i two_scales(int a, int b) {
-    return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
-}
-
-static void q2_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
-    const og_block_q2_K *x = vx;
-    const og_block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
+/* Q4_K and Q5_K (five: Q5_K's fifth bit from qh) against ny Q8_K rows: d * sum_j
+ * sc_j (q . y)_j - dmin * sum_j m_j bsums_j per block. The fields sit at the
+ * same places in both blocks but for Q5_K's qh before qs. */
+static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, int64_t n, float *s, const void *vx,
+                                                             const void *const *vy) {
+    const size_t size = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K);
+    const size_t qs_off = five ? offsetof(og_block_q5_K, qs) : offsetof(og_block_q4_K, qs);
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    __m256 acc[NYMAX];
+    float mins[NYMAX];
+    for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps(), mins[i] = 0;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        const uint8_t *sc = x[b].scales;
-        const float dy = y[b].d;
-        /* mins: sum over 16 sub-blocks of (sc >> 4) * bsums */
-        __m256i m16 = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_and_si128(_mm_loadu_si128((const __m128i *)sc),
-                                                                        _mm_set1_epi8((char)0xF0)), 4));
-        int msum = hsum_epi32(_mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[b].bsums)));
-        mins += FP16(x[b].dmin) * dy * (float)msum;
-        __m256i isum = _mm256_setzero_si256();
-        const int8_t *q8 = y[b].qs;
-        for (int h = 0; h < 2; h++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
-            for (int k = 0; k < 4; k++, q8 += 32) { /* elements 128h + 32k .. +31 */
-                __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), _mm256_set1_epi8(3));
-                __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)q8));
-                int sb = 8 * h + 2 * k;
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, two_scales(sc[sb] & 0xF, sc[sb + 1] & 0xF)));
+        const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
+        for (int l = 0; l < 3; l++) _mm_prefetch((const char *)x + PF_DIST + 64 * l, _MM_HINT_T0);
+        uint8_t sc[8], m[8];
+        k4_unpack(x + offsetof(og_block_q4_K, scales), sc, m);
+        uint16_t d16, dmin16;
+        memcpy(&d16, x, 2);
+        memcpy(&dmin16, x + 2, 2);
+        const float d = FP16(d16), dmin = FP16(dmin16);
+        for (int i = 0; i < ny; i++) mins[i] += dmin * y[i][b].d * (float)k4_mins_dot(m, y[i][b].bsums);
+        __m256i isum[NYMAX];
+        for (int i = 0; i < ny; i++) isum[i] = _mm256_setzero_si256();
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))) : _mm256_setzero_si256();
+        const uint8_t *q = x + qs_off;
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++, q += 32) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)q);
+            __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+            if (five) { /* 5th bit of element 64c+l is bit 2c of qh[l], of 64c+32+l bit 2c+1 */
+                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), _mm256_set1_epi8(1));
+                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), _mm256_set1_epi8(1));
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+            }
+            const __m256i s0 = _mm256_set1_epi16(sc[2 * c]), s1 = _mm256_set1_epi16(sc[2 * c + 1]);
+#pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 64 * c)));
+                __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 64 * c + 32)));
+                isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p0, s0));
+                isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p1, s1));
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(x[b].d) * dy), acc);
+        for (int i = 0; i < ny; i++) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * y[i][b].d), acc[i]);
     }
-    *s = hsum_ps(acc) - mins;
+    for (int i = 0; i < ny; i++) s[i] = hsum_ps(acc[i]) - mins[i];
 }
 
-/* Signed-scale correction: sum over 16 sub-blocks of scale[s] * bsums[s]. */
-static inline int scales_bsums_dot(const int8_t sc[16], const int16_t *bsums) {
-    __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-    return hsum_epi32(_mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)bsums)));
+/* The int16 scales of sub-blocks 2j (lanes 0-7) and 2j + 1 (lanes 8-15), j < 8, from
+ * sixteen int16 scales s16: one vpshufb of the 128-bit half that holds them. */
+static inline __m256i pair_scales(__m256i s16, int j) {
+    const __m256i half = j < 4 ? _mm256_permute2x128_si256(s16, s16, 0x00) : _mm256_permute2x128_si256(s16, s16, 0x11);
+    const int lo = 2 * (2 * j % 8), hi = lo + 2; /* byte offsets of int16 2j, 2j + 1 in their half */
+    const __m256i ctl = _mm256_setr_epi8((char)lo, (char)(lo + 1), (char)lo, (char)(lo + 1), (char)lo, (char)(lo + 1), (char)lo,
+                                         (char)(lo + 1), (char)lo, (char)(lo + 1), (char)lo, (char)(lo + 1), (char)lo, (char)(lo + 1),
+                                         (char)lo, (char)(lo + 1), (char)hi, (char)(hi + 1), (char)hi, (char)(hi + 1), (char)hi,
+                                         (char)(hi + 1), (char)hi, (char)(hi + 1), (char)hi, (char)(hi + 1), (char)hi, (char)(hi + 1),
+                                         (char)hi, (char)(hi + 1), (char)hi, (char)(hi + 1));
+    return _mm256_shuffle_epi8(half, ctl);
 }
 
-static void q6_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
-    const og_block_q6_K *x = vx;
-    const og_block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
+/* Q2_K against ny Q8_K rows: element 128h + 32k + l is (qs[32h + l] >> 2k) & 3, in
+ * sub-blocks 8h + 2k (l < 16) and 8h + 2k + 1 */
+static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+                                                              const void *const *vy) {
+    const og_block_q2_K *x = vx;
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    __m256 acc[NYMAX];
+    float mins[NYMAX];
+    for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps(), mins[i] = 0;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        const int8_t *sc = x[b].scales;
-        /* q = u - 32 with u in [0, 63]: dot = sum sc*(u.y) - 32 * sum sc*bsums */
-        int corr = 32 * scales_bsums_dot(sc, y[b].bsums);
-        __m256i isum = _mm256_setzero_si256();
-        const int8_t *q8 = y[b].qs;
+        for (int l = 0; l < 2; l++) _mm_prefetch((const char *)(x + b) + PF_DIST + 64 * l, _MM_HINT_T0);
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[b].scales);
+        /* mins: sum over 16 sub-blocks of (sc >> 4) * bsums; scales: the low nibbles */
+        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
+        const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(0x0F)));
+        const float d = FP16(x[b].d), dmin = FP16(x[b].dmin);
+        __m256i isum[NYMAX];
+        for (int i = 0; i < ny; i++) {
+            int msum = hsum_epi32(_mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums)));
+            mins[i] += dmin * y[i][b].d * (float)msum;
+            isum[i] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h));
-            __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
-            for (int k = 0; k < 4; k++, q8 += 32) { /* elements 128h + 32k .. +31 */
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) { /* elements 128h + 32k .. +31 */
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), _mm256_set1_epi8(3));
+                const __m256i sp = pair_scales(s16, 4 * h + k);
+#pragma GCC unroll 4
+                for (int i = 0; i < ny; i++) {
+                    __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 128 * h + 32 * k)));
+                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p, sp));
+                }
+            }
+        }
+        for (int i = 0; i < ny; i++) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * y[i][b].d), acc[i]);
+    }
+    for (int i = 0; i < ny; i++) s[i] = hsum_ps(acc[i]) - mins[i];
+}
+
+/* Q6_K against ny Q8_K rows: q = u - 32 with u in [0, 63], so the dot is
+ * sum sc (u . y) - 32 sum sc bsums, both in int32 lanes until the block's end. */
+static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+                                                              const void *const *vy) {
+    const og_block_q6_K *x = vx;
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    __m256 acc[NYMAX];
+    for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+        for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(x + b) + PF_DIST + 64 * l, _MM_HINT_T0);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+        __m256i isum[NYMAX];
+        for (int i = 0; i < ny; i++) /* - 32 sum sc bsums, per pair of sub-blocks */
+            isum[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_slli_epi32(_mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums)), 5));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) { /* elements 128h + 32k .. +31 */
                 __m256i lo = (k & 1) ? l1 : l0;
                 lo = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(lo, 4) : lo, _mm256_set1_epi8(0x0F));
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
-                __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-                __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)q8));
-                int sb = 8 * h + 2 * k;
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, two_scales(sc[sb], sc[sb + 1])));
+                const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                const __m256i sp = pair_scales(s16, 4 * h + k);
+#pragma GCC unroll 4
+                for (int i = 0; i < ny; i++) {
+                    __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 128 * h + 32 * k)));
+                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p, sp));
+                }
             }
         }
-        int total = hsum_epi32(isum) - corr;
-        acc = _mm256_add_ps(acc, _mm256_setr_ps(FP16(x[b].d) * y[b].d * (float)total, 0, 0, 0, 0, 0, 0, 0));
+        const float d = FP16(x[b].d);
+        for (int i = 0; i < ny; i++) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * y[i][b].d), acc[i]);
     }
-    *s = hsum_ps(acc);
+    for (int i = 0; i < ny; i++) s[i] = hsum_ps(acc[i]);
 }
+
+/* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel */
+#define K4(ny, n, s, x, y) k45_dot_n(false, ny, n, s, x, y)
+#define K5(ny, n, s, x, y) k45_dot_n(true, ny, n, s, x, y)
+OG_NY_KERNELS(q8_0, q8_0_dot_n)
+OG_NY_KERNELS(q2_K, q2_K_dot_n)
+OG_NY_KERNELS(q4_K, K4)
+OG_NY_KERNELS(q5_K, K5)
+OG_NY_KERNELS(q6_K, q6_K_dot_n)
+#undef K4
+#undef K5
 
 static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q3_K *x = vx;
@@ -368,6 +420,11 @@ void og_kernels_fill_avx2(og_kernels *k) {
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_F16] = f16_dot;
     k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;
+    k->vec_dot4[OG_TYPE_Q8_0] = q8_0_dot4;
+    k->vec_dot4[OG_TYPE_Q2_K] = q2_K_dot4;
+    k->vec_dot4[OG_TYPE_Q4_K] = q4_K_dot4;
+    k->vec_dot4[OG_TYPE_Q5_K] = q5_K_dot4;
+    k->vec_dot4[OG_TYPE_Q6_K] = q6_K_dot4;
     k->vec_dot[OG_TYPE_Q4_0] = q4_0_dot;
     k->vec_dot[OG_TYPE_Q2_K] = q2_K_dot;
     k->vec_dot[OG_TYPE_Q3_K] = q3_K_dot;

@@ -431,20 +431,16 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(int ny, int64_t n, 
 }
 
 /* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel */
-#define NY_KERNELS(name, call)                                                                          \
-    static void name##_dot(int64_t n, float *s, const void *x, const void *y) { call(1, n, s, x, &y); } \
-    static void name##_dot4(int64_t n, float *s, const void *x, const void *const *y) { call(4, n, s, x, y); }
 #define K4(ny, n, s, x, y) k45_dot_n(false, ny, n, s, x, y)
 #define K5(ny, n, s, x, y) k45_dot_n(true, ny, n, s, x, y)
-NY_KERNELS(q8_0, q8_0_dot_n)
-NY_KERNELS(q2_K, q2_K_dot_n)
-NY_KERNELS(q3_K, q3_K_dot_n)
-NY_KERNELS(q4_K, K4)
-NY_KERNELS(q5_K, K5)
-NY_KERNELS(q6_K, q6_K_dot_n)
+OG_NY_KERNELS(q8_0, q8_0_dot_n)
+OG_NY_KERNELS(q2_K, q2_K_dot_n)
+OG_NY_KERNELS(q3_K, q3_K_dot_n)
+OG_NY_KERNELS(q4_K, K4)
+OG_NY_KERNELS(q5_K, K5)
+OG_NY_KERNELS(q6_K, q6_K_dot_n)
 #undef K4
 #undef K5
-#undef NY_KERNELS
 
 
 /* ---- float types -------------------------------------------------------------- */

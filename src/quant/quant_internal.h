@@ -57,6 +57,12 @@ static inline float og_warp_reduce32(float *acc) {
     }
     return acc[0];
 }
+/* A tier's kernel written as one body call(ny, n, s, x, y) for ny activation rows
+ * becomes its vec_dot (ny = 1) and vec_dot4 (ny = 4), name##_dot and name##_dot4. */
+#define OG_NY_KERNELS(name, call)                                                                        \
+    static void name##_dot(int64_t n, float *s, const void *x, const void *y) { call(1, n, s, x, &y); } \
+    static void name##_dot4(int64_t n, float *s, const void *x, const void *const *y) { call(4, n, s, x, y); }
+
 void og_kernels_fill_avx2(og_kernels *k);
 void og_kernels_fill_avx512(og_kernels *k);
 

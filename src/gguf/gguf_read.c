@@ -475,6 +475,12 @@ static og_status parse(og_gguf *g, unsigned flags, char *err, size_t errlen) {
                 st = cfail(&c, at, OG_ERR_FORMAT, "general.alignment %u is not a non-zero power of two", a);
                 goto kv_fail;
             }
+            if (a < 4) { /* legal GGUF, but onegpu's kernels read f32 and fp16 fields in place */
+                st = cfail(&c, at, OG_ERR_UNSUPPORTED,
+                           "general.alignment %u: onegpu needs tensor data aligned to at least 4 bytes "
+                           "(re-save the file with the default alignment, 32)", a);
+                goto kv_fail;
+            }
             g->alignment = a;
         }
         continue;

@@ -23,7 +23,9 @@ typedef void (*og_to_float_fn)(const void *x, float *y, int64_t n);
 /* Quantizes x[0..n) into a row of blocks. */
 typedef void (*og_from_float_fn)(const float *x, void *y, int64_t n);
 /* *s = dot(weight row x, activation row y) over n elements; y is in the weight
- * type's vec_dot_type. */
+ * type's vec_dot_type. Q8_0 and Q8_1 activation quants must lie in [-127, 127],
+ * as og_kernels.quantize_act writes them (the AVX2 tier moves signs with vpsignb,
+ * which cannot negate -128); Q8_K ones may be -128. */
 typedef void (*og_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
 /* s[0..4) = dot(x, y[i]) for four activation rows at once (one pass over the
  * weight row), each the bits og_vec_dot_fn gives for that row alone. */

@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
     __m256 acc[NYMAX];
     for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++) {
-        _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
+        OG_PREFETCH(x + b, PF_DIST);
         const __m256i xq = _mm256_loadu_si256((const __m256i *)x[b].qs);
         const __m256i ax = _mm256_sign_epi8(xq, xq); /* |x|; the sign moves onto y */
         const float dx = FP16(x[b].d);
@@ -137,7 +137,7 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
     for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps(), mins[i] = 0;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
-        for (int l = 0; l < 3; l++) _mm_prefetch((const char *)x + PF_DIST + 64 * l, _MM_HINT_T0);
+        for (int l = 0; l < 3; l++) OG_PREFETCH(x, PF_DIST + 64 * l);
         uint8_t sc[8], m[8];
         k4_unpack(x + offsetof(og_block_q4_K, scales), sc, m);
         uint16_t d16, dmin16;
@@ -197,7 +197,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, 
     float mins[NYMAX];
     for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps(), mins[i] = 0;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        for (int l = 0; l < 2; l++) _mm_prefetch((const char *)(x + b) + PF_DIST + 64 * l, _MM_HINT_T0);
+        for (int l = 0; l < 2; l++) OG_PREFETCH(x + b, PF_DIST + 64 * l);
         const __m128i sc = _mm_loadu_si128((const __m128i *)x[b].scales);
         /* mins: sum over 16 sub-blocks of (sc >> 4) * bsums; scales: the low nibbles */
         const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
@@ -237,7 +237,7 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, 
     __m256 acc[NYMAX];
     for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(x + b) + PF_DIST + 64 * l, _MM_HINT_T0);
+        for (int l = 0; l < 4; l++) OG_PREFETCH(x + b, PF_DIST + 64 * l);
         const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
         __m256i isum[NYMAX];
         for (int i = 0; i < ny; i++) /* - 32 sum sc bsums, per pair of sub-blocks */

@@ -84,8 +84,8 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
     for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
     int64_t nb = n / 32, b = 0;
     for (; b + 1 < nb; b += 2) {
-        _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)(x + b) + PF_DIST + 64, _MM_HINT_T0);
+        OG_PREFETCH(x + b, PF_DIST);
+        OG_PREFETCH(x + b, PF_DIST + 64);
         __m512i xb = _mm512_xor_si512(bytes_2x32(x[b].qs, x[b + 1].qs), bias);
         const float d0 = FP16(x[b].d), d1 = FP16(x[b + 1].d);
         #pragma GCC unroll 4
@@ -101,9 +101,11 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
     for (int i = 0; i < ny; i++) {
         const og_block_q8_0 *y = vy[i];
         float sum = _mm512_reduce_add_ps(acc[i]);
-        if (b < nb) { /* an odd last block */
+        if (b < nb) { /* an odd last block, with the same bias as the pairs (exact for y = -128 too) */
+            const __m256i bias8 = _mm256_set1_epi8((char)0x80);
             __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
-            __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), _mm256_sign_epi8(y0, x0));
+            __m256i p0 = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(x0, bias8), y0),
+                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias8, y0));
             __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
@@ -171,9 +173,9 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
 #undef W
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
-        _mm_prefetch((const char *)x + PF_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + PF_DIST + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + PF_DIST + 128, _MM_HINT_T0);
+        OG_PREFETCH(x, PF_DIST);
+        OG_PREFETCH(x, PF_DIST + 64);
+        OG_PREFETCH(x, PF_DIST + 128);
         __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
         const __m256i m16 = _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm);
         const __m512i s01 = _mm512_shuffle_epi8(smb, ctl01), s23 = _mm512_shuffle_epi8(smb, ctl23);
@@ -229,8 +231,8 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, 
     const __m512i shift1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     const __m512i m3 = _mm512_set1_epi8(3);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)(x + b) + PF_DIST + 64, _MM_HINT_T0);
+        OG_PREFETCH(x + b, PF_DIST);
+        OG_PREFETCH(x + b, PF_DIST + 64);
         /* d and dmin (adjacent fp16) converted together */
         uint32_t ddm;
         memcpy(&ddm, &x[b].d, 4);
@@ -278,7 +280,7 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, 
     /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
     const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(x + b) + PF_DIST + 64 * l, _MM_HINT_T0);
+        for (int l = 0; l < 4; l++) OG_PREFETCH(x + b, PF_DIST + 64 * l);
         __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
         __m512i u[4], sv[4]; /* elements 64j .. 64j + 63 and their scales */
@@ -343,7 +345,7 @@ static inline __attribute__((always_inline)) float k32_dot(k32_kind k, og_ggml_t
     int64_t nb = n / 32, b = 0;
     for (; b + 1 < nb; b += 2) {
         const uint8_t *x0 = x + (size_t)b * xs, *x1 = x0 + xs, *y0 = y + (size_t)b * ys, *y1 = y0 + ys;
-        _mm_prefetch((const char *)x0 + PF_DIST, _MM_HINT_T0);
+        OG_PREFETCH(x0, PF_DIST);
         __m512i yy = bytes_2x32(y0 + yq, y1 + yq);
         __m512i u = nibbles_2x16(x0 + xq, x1 + xq);
         if (k == K32_IQ4_NL) u = _mm512_shuffle_epi8(table, u);
@@ -390,8 +392,8 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(int ny, int64_t n, 
     const __m512i sidx1 = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
 #undef Q
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        _mm_prefetch((const char *)(x + b) + PF_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)(x + b) + PF_DIST + 64, _MM_HINT_T0);
+        OG_PREFETCH(x + b, PF_DIST);
+        OG_PREFETCH(x + b, PF_DIST + 64);
         __m128i sv = og_q3_scales(x[b].scales);
         __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
         __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
@@ -450,7 +452,7 @@ static void f16_dot(int64_t n, float *s, const void *vx, const void *vy) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        _mm_prefetch((const char *)(x + i) + PF_DIST, _MM_HINT_T0);
+        OG_PREFETCH(x + i, PF_DIST);
         a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))),
                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(y + i))), a0);
         a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i + 16))),
@@ -471,7 +473,7 @@ static void bf16_dot(int64_t n, float *s, const void *vx, const void *vy) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        _mm_prefetch((const char *)(x + i) + PF_DIST, _MM_HINT_T0);
+        OG_PREFETCH(x + i, PF_DIST);
         a0 = _mm512_fmadd_ps(bf16x16(x + i), bf16x16(y + i), a0);
         a1 = _mm512_fmadd_ps(bf16x16(x + i + 16), bf16x16(y + i + 16), a1);
     }
@@ -522,7 +524,7 @@ static inline size_t device_start(int nr, size_t stride, __m512 *a0, __m512 *a1)
  * `ahead` further on prefetched. */
 static inline const uint8_t *row_block(const void *row, size_t stride, int r, int64_t i, size_t bs, size_t ahead) {
     const uint8_t *b = (const uint8_t *)row + (size_t)r * stride + (size_t)i * bs;
-    for (size_t l = 0; l < bs; l += 64) _mm_prefetch((const char *)b + ahead + l, _MM_HINT_T0);
+    for (size_t l = 0; l < bs; l += 64) OG_PREFETCH(b, ahead + l);
     return b;
 }
 

@@ -57,6 +57,11 @@ static inline float og_warp_reduce32(float *acc) {
     }
     return acc[0];
 }
+/* Prefetch of the byte `ahead` bytes past p, the address formed as an integer: it
+ * may lie past the end of the row or buffer, where a prefetch never faults but a
+ * pointer would be undefined behaviour (C11 6.5.6). For the SIMD tiers. */
+#define OG_PREFETCH(p, ahead) _mm_prefetch((const char *)((uintptr_t)(p) + (ahead)), _MM_HINT_T0)
+
 /* A tier's kernel written as one body call(ny, n, s, x, y) for ny activation rows
  * becomes its vec_dot (ny = 1) and vec_dot4 (ny = 4), name##_dot and name##_dot4. */
 #define OG_NY_KERNELS(name, call)                                                                        \

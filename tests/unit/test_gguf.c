@@ -129,6 +129,27 @@ static void test_writer_matches_spec_bytes(void **state) {
     free(b.p);
 }
 
+/* general.alignment 1 or 2 is legal GGUF, but the kernels read f32 and fp16
+ * fields in place: refused with a message that says what to do. */
+static void test_small_alignment(void **state) {
+    (void)state;
+    for (uint32_t align = 1; align <= 2; align++) {
+        og_gguf_writer *w;
+        assert_int_equal(og_gguf_writer_create(align, &w), OG_OK);
+        static uint8_t data[34];
+        int64_t dims[1] = {32};
+        assert_int_equal(og_gguf_writer_add_tensor(w, "t.q8", OG_TYPE_Q8_0, 1, dims, data), OG_OK);
+        char path[300], err[512];
+        snprintf(path, sizeof path, "%s/align%u.gguf", g_tmpdir, align);
+        assert_int_equal(og_gguf_writer_write(w, path, NULL, NULL, err, sizeof err), OG_OK);
+        og_gguf_writer_free(w);
+        og_gguf *g = NULL;
+        assert_int_equal(og_gguf_open(path, 0, &g, err, sizeof err), OG_ERR_UNSUPPORTED);
+        assert_null(g);
+        assert_non_null(strstr(err, "aligned to at least 4 bytes"));
+    }
+}
+
 /* Every value type, scalars and arrays, written and read back equal; a second
  * write from what was read is byte-identical to the first file. */
 static void test_round_trip_all_types(void **state) {
@@ -428,6 +449,7 @@ int main(int argc, char **argv) {
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_read_fixture);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_writer_matches_spec_bytes);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_round_trip_all_types);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_small_alignment);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sparse_write);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_messages_distinct);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_every_truncation);

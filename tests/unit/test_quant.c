@@ -263,6 +263,42 @@ static void test_vec_dot4(void **state) {
     if (f.avx2 && f.fma && f.f16c) assert_int_equal(checked2, 5); /* avx2: all but Q3_K */
 }
 
+/* Activation quants replaced by random ones over their whole contract range:
+ * Q8_K [-128, 127] (bsums kept true), Q8_0 and Q8_1 [-127, 127] (Q8_1's s = d sum
+ * kept true), so kernels see every value, -128 included where allowed. */
+static void randomize_activation(og_ggml_type t, uint8_t *q, int64_t n, uint64_t *seed) {
+    if (t == OG_TYPE_Q8_K) {
+        og_block_q8_K *y = (og_block_q8_K *)q;
+        for (int64_t b = 0; b < n / 256; b++)
+            for (int j = 0; j < 16; j++) {
+                int sum = 0;
+                for (int i = 0; i < 16; i++) {
+                    int v = (int)(og_rand_unit(seed) * 256) - 128;
+                    y[b].qs[16 * j + i] = (int8_t)v;
+                    sum += v;
+                }
+                y[b].bsums[j] = (int16_t)sum;
+            }
+    } else if (t == OG_TYPE_Q8_0 || t == OG_TYPE_Q8_1) {
+        const size_t bs = t == OG_TYPE_Q8_0 ? sizeof(og_block_q8_0) : sizeof(og_block_q8_1);
+        const size_t off = t == OG_TYPE_Q8_0 ? offsetof(og_block_q8_0, qs) : offsetof(og_block_q8_1, qs);
+        for (int64_t b = 0; b < n / 32; b++) {
+            int sum = 0;
+            for (int i = 0; i < 32; i++) {
+                int v = (int)(og_rand_unit(seed) * 255) - 127;
+                q[b * bs + off + i] = (uint8_t)(int8_t)v;
+                sum += v;
+            }
+            if (t == OG_TYPE_Q8_1) {
+                uint16_t dh, sh;
+                memcpy(&dh, q + b * bs, 2);
+                sh = og_fp32_to_fp16(og_fp16_to_fp32(dh) * (float)sum);
+                memcpy(q + b * bs + 2, &sh, 2);
+            }
+        }
+    }
+}
+
 /* Blocks of random bytes (every scale, quant and high-bit pattern a file could
  * hold, not only what the reference quantizer writes) with finite fp16 scales:
  * each tier's dot within the bound of the reference, vec_dot4 and the device-order
@@ -296,6 +332,7 @@ static void test_random_blocks(void **state) {
                     }
             for (int64_t i = 0; i < n; i++) a[i] = (float)(og_rand_unit(&seed) * 2 - 1) * (float)(r + 1);
             act->from_float(a, qa[r], n);
+            randomize_activation(act->type, qa[r], n, &seed);
         }
         const void *ys[4] = {qa[0], qa[1], qa[2], qa[3]};
         for (int isa = OG_ISA_AVX2; isa <= OG_ISA_AVX512; isa++) {
@@ -371,6 +408,16 @@ static void test_dot_f32_device(void **state) {
             fused++;
             const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
             const int64_t n = tr->blck == 1 ? 8 * 32 + 5 : 8 * tr->blck; /* float types: a zero-padded tail */
+            if (tr->blck == 1) /* float types: short rows too, all tail */
+                for (int64_t m = 1; m <= 40; m += 13) {
+                    float wf1[64], xf1[64], deq1[64];
+                    uint8_t q1[128];
+                    for (int64_t i = 0; i < m; i++) wf1[i] = (float)(og_rand_unit(&seed) - 0.5), xf1[i] = (float)(og_rand_unit(&seed) - 0.5);
+                    og_quantize_row((og_ggml_type)t, wf1, q1, m);
+                    og_dequantize_row((og_ggml_type)t, q1, deq1, m);
+                    float a1 = og_dot_f32_device_ref(deq1, xf1, m), b1 = k.dot_device[t](q1, xf1, m);
+                    assert_memory_equal(&a1, &b1, sizeof a1);
+                }
             float wf[8 * 256], xf[8 * 256], deq[8 * 256];
             uint8_t q[8 * 256 * 2];
             for (int64_t i = 0; i < n; i++) wf[i] = (float)(og_rand_unit(&seed) - 0.5), xf[i] = (float)(og_rand_unit(&seed) - 0.5);

@@ -338,6 +338,10 @@ typedef struct act_buf {
  * calling thread: waking the pool costs more than it saves. */
 #define MM_PARALLEL_MIN (1 << 14)
 
+/* Tokens whose per-head k_b / v_b products and attention run together: four or
+ * more let the matmuls take four activation rows per weight pass (vec_dot4). */
+#define ATT_CHUNK 16
+
 /* One forward call's state for the matmuls. */
 typedef struct fwd {
     const og_run_ctx *rc;
@@ -580,42 +584,47 @@ static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const floa
     return st;
 }
 
-/* Attention of one token over its cache, heads shared out between threads:
- * scores = kq_scale (q_abs . c + q_pe . k_pe), softmax, ctx = sum att * c. */
+/* Attention of a chunk of tokens over their caches, the (token, head) pairs shared
+ * out between threads: scores = kq_scale ([q_abs, q_pe] . [c, k_pe]), softmax,
+ * ctx = sum att * c. Each pair's arithmetic is the same whatever else is in the
+ * chunk, so a token's result never depends on the batch. */
 typedef struct att_job {
     const og_model *m;
-    const og_kv *kv;
+    og_kv *const *kvs;     /* caches by sequence */
+    const int32_t *seq;    /* [n] sequence of each token */
+    const int32_t *pos;    /* [n] position of each token */
+    int64_t n, stride;     /* tokens in the chunk; token stride of qabs and ctx per head */
     uint32_t il;
-    int32_t pos;
-    const float *q;      /* [H][d_qk] of this token */
-    const float *qabs;   /* [H][r_kv] */
-    float *ctx;          /* [H][r_kv] out */
-    float *att;          /* [n_threads][pos + 1] scratch */
+    const float *q;        /* [n][H d_qk] */
+    const float *qabs;     /* [H][stride][r_kv] */
+    float *ctx;            /* [H][stride][r_kv] out */
+    float *att;            /* [n_threads][max_pos + r_kv + d_rope] scratch */
+    size_t att_stride;
     og_vec_dot_fn fdot;
+    void (*axpy)(int64_t n, float a, const float *x, float *y);
 } att_job;
 
 static void attend_heads(void *vctx, int ith, int nth) {
     const att_job *j = vctx;
     const og_hparams *h = &j->m->hp;
-    const int64_t r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope;
-    float *att = j->att + (size_t)ith * (size_t)(j->pos + 1);
-    for (int64_t hh = ith; hh < h->n_head; hh += nth) {
-        const float *qh = j->q + hh * h->d_qk, *qa_h = j->qabs + hh * r_kv;
-        for (int32_t s = 0; s <= j->pos; s++) {
-            const float *row = kv_row(j->m, j->kv, j->il, s);
-            float sc_c, sc_pe;
-            j->fdot(r_kv, &sc_c, qa_h, row);
-            j->fdot(dr, &sc_pe, qh + dn, row + r_kv);
-            att[s] = (sc_c + sc_pe) * h->kq_scale;
+    const int64_t r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope, H = h->n_head;
+    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + (j->att_stride - (size_t)(r_kv + dr));
+    for (int64_t p = ith; p < j->n * H; p += nth) {
+        const int64_t i = p / H, hh = p % H;
+        const int32_t pos = j->pos[i];
+        const og_kv *kv = j->kvs[j->seq[i]];
+        /* [q_abs, q_pe] against the cached [c, k_pe]: one dot per key */
+        memcpy(qc, j->qabs + (hh * j->stride + i) * r_kv, (size_t)r_kv * sizeof *qc);
+        memcpy(qc + r_kv, j->q + i * H * h->d_qk + hh * h->d_qk + dn, (size_t)dr * sizeof *qc);
+        for (int32_t s = 0; s <= pos; s++) {
+            float sc;
+            j->fdot(r_kv + dr, &sc, qc, kv_row(j->m, kv, j->il, s));
+            att[s] = sc * h->kq_scale;
         }
-        og_softmax(att, j->pos + 1);
-        float *ch = j->ctx + hh * r_kv;
+        og_softmax(att, pos + 1);
+        float *ch = j->ctx + (hh * j->stride + i) * r_kv;
         for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
-        for (int32_t s = 0; s <= j->pos; s++) {
-            const float *row = kv_row(j->m, j->kv, j->il, s);
-            const float w = att[s];
-            for (int64_t r = 0; r < r_kv; r++) ch[r] += w * row[r];
-        }
+        for (int32_t s = 0; s <= pos; s++) j->axpy(r_kv, att[s], kv_row(j->m, kv, j->il, s), ch);
     }
 }
 
@@ -675,7 +684,8 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     const int64_t qw = H * dqk;
     size_t need = (size_t)T * (size_t)(3 * D + qw + (h->q_lora_rank ? h->q_lora_rank : 0) + r_kv + dr + H * dv +
                                        (h->n_expert ? h->n_expert : 0)) +
-                  (size_t)(2 * H * r_kv) + (size_t)og_pool_size(rc->pool) * (size_t)max_pos + 1024;
+                  (size_t)(H * ATT_CHUNK * (dn + 2 * r_kv + dv)) +
+                  (size_t)og_pool_size(rc->pool) * ((size_t)max_pos + (size_t)(r_kv + dr)) + 1024;
     scratch sc = {.cap = need};
     sc.p = malloc(need * sizeof(float));
     if (!sc.p) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
@@ -687,9 +697,12 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     float *ckv = take(&sc, (size_t)(T * (r_kv + dr)));
     float *o = take(&sc, (size_t)(T * H * dv)); /* attention output [T][H d_v] */
     float *rl = h->n_expert ? take(&sc, (size_t)(T * h->n_expert)) : NULL;
-    float *qabs = take(&sc, (size_t)(H * r_kv)); /* one token: [H][r_kv] */
-    float *ctx = take(&sc, (size_t)(H * r_kv)); /* one token: [H][r_kv] */
-    float *att = take(&sc, (size_t)og_pool_size(rc->pool) * (size_t)max_pos); /* per thread */
+    float *qn = take(&sc, (size_t)(H * ATT_CHUNK * dn));   /* q_nope of a chunk, [H][ATT_CHUNK][d_nope] */
+    float *qabs = take(&sc, (size_t)(H * ATT_CHUNK * r_kv)); /* [H][ATT_CHUNK][r_kv] */
+    float *ctx = take(&sc, (size_t)(H * ATT_CHUNK * r_kv));  /* [H][ATT_CHUNK][r_kv] */
+    float *ov = take(&sc, (size_t)(H * ATT_CHUNK * dv));     /* [H][ATT_CHUNK][d_v] */
+    const size_t att_stride = (size_t)max_pos + (size_t)(r_kv + dr); /* scores, then [q_abs, q_pe] */
+    float *att = take(&sc, (size_t)og_pool_size(rc->pool) * att_stride); /* per thread */
     og_route *routes = NULL;
     og_status st = OG_OK;
     fwd fw = {.rc = rc, .exact = batch->exact};
@@ -729,39 +742,51 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                 head_w[H + hh] = slice(&L->v_b, hh * dv, dv);
             }
         og_vec_dot_fn fdot = rc->kern->vec_dot[OG_TYPE_F32];
-        for (int64_t t = 0; t < T && !st; t++) {
-            const int32_t pos = pos_of[t];
-            /* q_abs[h][r] = sum_d k_b[h][r][d] q_nope[h][d], all heads in one run */
+        for (int64_t t0 = 0; t0 < T && !st; t0 += ATT_CHUNK) { /* ATT_CHUNK tokens at a time */
+            const int64_t tc = T - t0 < ATT_CHUNK ? T - t0 : ATT_CHUNK;
+            /* q_abs[h][t][r] = sum_d k_b[h][r][d] q_nope[t][h][d]: per head one product
+             * over the chunk's tokens, all heads in one run */
             if (L->kv_b_f32) {
-                for (int64_t hh = 0; hh < H; hh++) {
-                    const float *qh = q + t * qw + hh * dqk;
-                    float *qa_h = qabs + hh * r_kv;
-                    for (int64_t r = 0; r < r_kv; r++) qa_h[r] = 0;
-                    for (int64_t d = 0; d < dn; d++) {
-                        const float *row = L->kv_b_f32 + (hh * (dn + dv) + d) * r_kv;
-                        for (int64_t r = 0; r < r_kv; r++) qa_h[r] += row[r] * qh[d];
-                    }
-                }
-            } else {
                 for (int64_t hh = 0; hh < H; hh++)
-                    head_jobs[hh] = (og_matmul_job){&head_w[hh], q + t * qw + hh * dqk, 1, qabs + hh * r_kv, OG_NUMERICS_FAST};
+                    for (int64_t i = 0; i < tc; i++) {
+                        const float *qh = q + (t0 + i) * qw + hh * dqk;
+                        float *qa_h = qabs + (hh * ATT_CHUNK + i) * r_kv;
+                        for (int64_t r = 0; r < r_kv; r++) qa_h[r] = 0;
+                        for (int64_t d = 0; d < dn; d++) {
+                            const float *row = L->kv_b_f32 + (hh * (dn + dv) + d) * r_kv;
+                            for (int64_t r = 0; r < r_kv; r++) qa_h[r] += row[r] * qh[d];
+                        }
+                    }
+            } else {
+                for (int64_t hh = 0; hh < H; hh++) {
+                    for (int64_t i = 0; i < tc; i++)
+                        memcpy(qn + (hh * ATT_CHUNK + i) * dn, q + (t0 + i) * qw + hh * dqk, (size_t)dn * sizeof *qn);
+                    head_jobs[hh] = (og_matmul_job){&head_w[hh], qn + hh * ATT_CHUNK * dn, tc, qabs + hh * ATT_CHUNK * r_kv,
+                                                    OG_NUMERICS_FAST};
+                }
                 if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
             }
-            att_job aj = {m, kvs[batch->seq[t]], il, pos, q + t * qw, qabs, ctx, att, fdot};
-            og_pool_run(rc->pool, attend_heads, &aj); /* heads shared out between threads */
-            /* o[h] = v_b[h] . ctx[h], all heads in one run */
+            att_job aj = {m, kvs, batch->seq + t0, pos_of + t0, tc, ATT_CHUNK, il, q + t0 * qw, qabs, ctx, att,
+                          att_stride, fdot, rc->kern->axpy_f32};
+            og_pool_run(rc->pool, attend_heads, &aj);
+            /* o[t][h] = v_b[h] . ctx[h][t] */
             if (L->kv_b_f32) {
                 for (int64_t hh = 0; hh < H; hh++)
-                    for (int64_t j = 0; j < dv; j++) {
-                        const float *row = L->kv_b_f32 + (hh * (dn + dv) + dn + j) * r_kv;
-                        double acc = 0;
-                        for (int64_t r = 0; r < r_kv; r++) acc += (double)row[r] * ctx[hh * r_kv + r];
-                        o[t * H * dv + hh * dv + j] = (float)acc;
-                    }
+                    for (int64_t i = 0; i < tc; i++)
+                        for (int64_t j = 0; j < dv; j++) {
+                            const float *row = L->kv_b_f32 + (hh * (dn + dv) + dn + j) * r_kv;
+                            double acc = 0;
+                            for (int64_t r = 0; r < r_kv; r++) acc += (double)row[r] * ctx[(hh * ATT_CHUNK + i) * r_kv + r];
+                            o[(t0 + i) * H * dv + hh * dv + j] = (float)acc;
+                        }
             } else {
                 for (int64_t hh = 0; hh < H; hh++)
-                    head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * r_kv, 1, o + t * H * dv + hh * dv, OG_NUMERICS_FAST};
+                    head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * ATT_CHUNK * r_kv, tc, ov + hh * ATT_CHUNK * dv,
+                                                    OG_NUMERICS_FAST};
                 if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
+                for (int64_t hh = 0; hh < H; hh++)
+                    for (int64_t i = 0; i < tc; i++)
+                        memcpy(o + (t0 + i) * H * dv + hh * dv, ov + (hh * ATT_CHUNK + i) * dv, (size_t)dv * sizeof *o);
             }
         }
         if (st || (st = mm(&fw, &L->o, o, T, y))) break;

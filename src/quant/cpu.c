@@ -98,6 +98,7 @@ og_status og_kernels_init(og_isa isa, og_kernels *k) {
     memset(k, 0, sizeof *k);
     k->isa = isa;
     k->dot_f32_device = og_dot_f32_device_ref;
+    k->axpy_f32 = og_axpy_f32_ref;
     for (int t = 0; t < OG_TYPE_COUNT; t++) {
         const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
         if (!tr) continue;

@@ -96,6 +96,9 @@ og_status og_isa_choose(const og_cpu_features *f, const char *forced, og_isa *ou
 typedef float (*og_dot_f32_fn)(const float *w, const float *x, int64_t n);
 float og_dot_f32_device_ref(const float *w, const float *x, int64_t n);
 
+/* y[i] += a * x[i] for i < n, each product rounded to float before the sum. */
+void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y);
+
 /* The kernels of one tier. Types without a fast kernel in that tier use the
  * scalar reference, so every entry is callable. Owned by the caller (engine). */
 typedef struct og_kernels {
@@ -103,8 +106,12 @@ typedef struct og_kernels {
     og_vec_dot_fn vec_dot[OG_TYPE_COUNT];       /* NULL: type unsupported */
     og_vec_dot4_fn vec_dot4[OG_TYPE_COUNT];     /* NULL: this tier has none (then vec_dot per row) */
     og_from_float_fn quantize_act[OG_TYPE_COUNT]; /* activation quantizers by vec_dot_type: as ggml's x86
-                                                     backend (Q8_0/Q8_1: 127/max, round half even), every tier */
+                                                     backend (Q8_0/Q8_1: 127/max, round half even); every
+                                                     tier writes the same bytes (tested) */
     og_dot_f32_fn dot_f32_device;                 /* og_dot_f32_device_ref's result, this tier's speed */
+    /* y[i] += a * x[i], i < n: the product rounded, then the sum (no fma), so every
+     * tier gives og_axpy_f32_ref's bits. Attention's weighted sum of cached rows. */
+    void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
     /* Fused: dot_f32_device(to_float(row), x, n) without the f32 row, bit for bit;
      * NULL where a tier has none (then dequantize, then dot_f32_device). */
     float (*dot_device[OG_TYPE_COUNT])(const void *row, const float *x, int64_t n);

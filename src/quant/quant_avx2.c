@@ -415,7 +415,18 @@ static float dot_f32_device(const float *w, const float *x, int64_t n) {
     return og_warp_reduce32(acc);
 }
 
+static void axpy_f32(int64_t n, float a, const float *x, float *y) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+    for (; i < n; i++) {
+        float p = a * x[i];
+        y[i] += p;
+    }
+}
+
 void og_kernels_fill_avx2(og_kernels *k) {
+    k->axpy_f32 = axpy_f32;
     k->dot_f32_device = dot_f32_device;
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_F16] = f16_dot;

@@ -5,6 +5,7 @@
 #include "quant_internal.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -889,7 +890,64 @@ DEVICE_KERNELS(f16)
 DEVICE_KERNELS(bf16)
 #undef DEVICE_KERNELS
 
+/* ---- activation quantizer ------------------------------------------------------ */
+
+/* Q8_K of a row with the reference's bytes (quant_ref.c q8_K_from_float): the first
+ * element of largest magnitude sets iscale = -127 / max, q = round-half-even(iscale
+ * x) (vcvtps2dq under the default rounding mode, as the reference's magic-number
+ * rounding), at most 127, bsums of 16. A block holding NaN or infinity goes through
+ * the reference, whose rounding of those differs. */
+static void q8_K_act(const float *x, void *vy, int64_t n) {
+    og_block_q8_K *y = vy;
+    const og_from_float_fn ref = og_quant_traits(OG_TYPE_Q8_K)->from_float;
+    for (int64_t b = 0; b < n / OG_QK_K; b++, x += OG_QK_K) {
+        __m512 amax = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int j = 0; j < OG_QK_K; j += 16) {
+            __m512 v = _mm512_loadu_ps(x + j);
+            bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(INFINITY), _CMP_NLT_UQ); /* NaN or inf */
+            amax = _mm512_max_ps(_mm512_abs_ps(v), amax);
+        }
+        if (bad) {
+            ref(x, &y[b], OG_QK_K);
+            continue;
+        }
+        const float a = _mm512_reduce_max_ps(amax);
+        if (a == 0) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float max = 0;
+        for (int j = 0; j < OG_QK_K; j += 16) { /* the first element with |x| = a */
+            __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + j)), _mm512_set1_ps(a), _CMP_EQ_OQ);
+            if (hit) {
+                max = x[j + __builtin_ctz(hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 is = _mm512_set1_ps(iscale);
+        for (int j = 0; j < OG_QK_K; j += 16) {
+            __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(is, _mm512_loadu_ps(x + j))), _mm512_set1_epi32(127));
+            _mm_storeu_si128((__m128i *)(y[b].qs + j), _mm512_cvtepi32_epi8(q));
+            y[b].bsums[j / 16] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y[b].d = 1 / iscale;
+    }
+}
+
+static void axpy_f32(int64_t n, float a, const float *x, float *y) {
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(va, _mm512_loadu_ps(x + i))));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i))));
+    }
+}
+
 void og_kernels_fill_avx512(og_kernels *k) {
+    k->axpy_f32 = axpy_f32;
     k->dot_device[OG_TYPE_Q2_K] = q2_K_dot_device;
     k->dot_device[OG_TYPE_Q4_K] = q4_K_dot_device;
     k->dot_f32_device = dot_f32_device;
@@ -911,6 +969,7 @@ void og_kernels_fill_avx512(og_kernels *k) {
     SET(OG_TYPE_BF16, bf16);
 #undef SET
     k->vec_dot[OG_TYPE_F32] = f32_dot;
+    k->quantize_act[OG_TYPE_Q8_K] = q8_K_act;
     k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;
     k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;
     k->vec_dot[OG_TYPE_Q2_K] = q2_K_dot;

@@ -1033,3 +1033,10 @@ float og_dot_f32_device_ref(const float *w, const float *x, int64_t n) {
         acc[i & 31] = i < n ? fmaf(w[i], x[i], acc[i & 31]) : fmaf(0.0f, 0.0f, acc[i & 31]);
     return og_warp_reduce32(acc);
 }
+
+void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y) {
+    for (int64_t i = 0; i < n; i++) {
+        float p = a * x[i]; /* rounded: C11 without FP_CONTRACT never fuses across a statement */
+        y[i] += p;
+    }
+}

@@ -299,6 +299,67 @@ static void randomize_activation(og_ggml_type t, uint8_t *q, int64_t n, uint64_t
     }
 }
 
+/* axpy_f32: every tier the reference's bits (the product rounded, then the sum),
+ * on every length up to 70 (masked and scalar tails). */
+static void test_axpy(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    float x[70], y0[70], y1[70];
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_kernels k;
+        if (!tier_kernels(&f, isa, &k)) continue;
+        for (int n = 0; n <= 70; n++) {
+            const float a = frand();
+            for (int i = 0; i < 70; i++) x[i] = frand(), y0[i] = y1[i] = frand();
+            og_axpy_f32_ref(n, a, x, y0);
+            k.axpy_f32(n, a, x, y1);
+            assert_memory_equal(y0, y1, sizeof y0); /* and nothing past n written */
+        }
+        /* the rounding shows: (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 rounds (half to even)
+         * to 1 + 2^-11, so y = -(1 + 2^-11) ends at 0; a fused multiply-add would
+         * leave 2^-24. In a vector lane and in a tail. */
+        for (int i = 0; i < 20; i++) x[i] = 1.0f + 0x1p-12f, y1[i] = -(1.0f + 0x1p-11f);
+        k.axpy_f32(20, 1.0f + 0x1p-12f, x, y1);
+        for (int i = 0; i < 20; i++) assert_true(y1[i] == 0.0f);
+    }
+}
+
+/* Activation quantizers: every tier writes the reference's bytes, on random rows,
+ * rows with ties for the largest magnitude (+a and -a: the first wins), zero
+ * blocks, and a block with a NaN and one with an infinity. */
+static void test_quantize_act(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    static const og_ggml_type acts[] = {OG_TYPE_Q8_0, OG_TYPE_Q8_1, OG_TYPE_Q8_K};
+    og_kernels ref;
+    assert_int_equal(og_kernels_init(OG_ISA_SCALAR, &ref), OG_OK);
+    const int64_t n = 6 * 256;
+    float x[6 * 256];
+    uint8_t a[6 * 300], b[6 * 300];
+    for (int isa = OG_ISA_AVX2; isa <= OG_ISA_AVX512; isa++) {
+        og_kernels k;
+        if (!tier_kernels(&f, isa, &k)) continue;
+        for (size_t t = 0; t < 3; t++)
+            for (int rep = 0; rep < 20; rep++) {
+                for (int64_t i = 0; i < n; i++) x[i] = frand() * (float)(rep + 1);
+                x[3] = 50.0f, x[200] = -50.0f;        /* a tie: +a first */
+                x[256 + 7] = -60.0f, x[256 + 9] = 60.0f; /* a tie: -a first */
+                for (int i = 512; i < 768; i++) x[i] = 0.0f; /* a zero block */
+                if (rep == 1) x[800] = NAN;
+                if (rep == 2) x[1100] = INFINITY;
+                memset(a, 0, sizeof a);
+                memset(b, 0, sizeof b);
+                ref.quantize_act[acts[t]](x, a, n);
+                k.quantize_act[acts[t]](x, b, n);
+                if (memcmp(a, b, sizeof a))
+                    fail_msg("%s quantize_act %s differs from the reference (rep %d)", og_isa_name((og_isa)isa),
+                             og_quant_traits(acts[t])->name, rep);
+            }
+    }
+}
+
 /* Blocks of random bytes (every scale, quant and high-bit pattern a file could
  * hold, not only what the reference quantizer writes) with finite fp16 scales:
  * each tier's dot within the bound of the reference, vec_dot4 and the device-order
@@ -474,6 +535,8 @@ int main(void) {
         cmocka_unit_test(test_vectors),
         cmocka_unit_test(test_tiers),
         cmocka_unit_test(test_vec_dot4),
+        cmocka_unit_test(test_axpy),
+        cmocka_unit_test(test_quantize_act),
         cmocka_unit_test(test_random_blocks),
         cmocka_unit_test(test_dot_f32_device),
         cmocka_unit_test(test_isa_choice),

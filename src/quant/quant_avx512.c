@@ -326,8 +326,8 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, 
  * in each format's block: d at 0, m at 2, then qh (Q5), then qs. */
 typedef enum { K32_Q4_0, K32_Q4_1, K32_Q5_0, K32_Q5_1, K32_IQ4_NL } k32_kind;
 
-static inline __attribute__((always_inline)) float k32_dot(k32_kind k, og_ggml_type t, int64_t n, const void *vx,
-                                                           const void *vy) {
+static inline __attribute__((always_inline)) void k32_dot_n(k32_kind k, og_ggml_type t, int ny, int64_t n, float *s,
+                                                             const void *vx, const void *const *vy) {
     static const size_t size[] = {sizeof(og_block_q4_0), sizeof(og_block_q4_1), sizeof(og_block_q5_0),
                                   sizeof(og_block_q5_1), sizeof(og_block_iq4_nl)};
     static const size_t qs[] = {offsetof(og_block_q4_0, qs), offsetof(og_block_q4_1, qs), offsetof(og_block_q5_0, qs),
@@ -337,40 +337,56 @@ static inline __attribute__((always_inline)) float k32_dot(k32_kind k, og_ggml_t
     const size_t xs = size[k], xq = qs[k], xh = k == K32_Q5_0 ? offsetof(og_block_q5_0, qh) : offsetof(og_block_q5_1, qh);
     const size_t ys = has_min ? sizeof(og_block_q8_1) : sizeof(og_block_q8_0);
     const size_t yq = has_min ? offsetof(og_block_q8_1, qs) : offsetof(og_block_q8_0, qs);
-    const uint8_t *x = vx, *y = vy;
+    const uint8_t *x = vx;
     const __m512i vbias = _mm512_set1_epi8((char)bias[k]);
     const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)og_iq4nl_values)),
                                            _mm512_set1_epi8((char)0x80));
-    __m512 acc = _mm512_setzero_ps();
-    float mins0 = 0, mins1 = 0; /* two chains: one would make the float adds' latency the pace */
+    __m512 acc[NYMAX];
+    float mins0[NYMAX], mins1[NYMAX]; /* two chains: one would make the float adds' latency the pace */
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), mins0[i] = mins1[i] = 0;
     int64_t nb = n / 32, b = 0;
     for (; b + 1 < nb; b += 2) {
-        const uint8_t *x0 = x + (size_t)b * xs, *x1 = x0 + xs, *y0 = y + (size_t)b * ys, *y1 = y0 + ys;
+        const uint8_t *x0 = x + (size_t)b * xs, *x1 = x0 + xs;
         OG_PREFETCH(x0, PF_DIST);
-        __m512i yy = bytes_2x32(y0 + yq, y1 + yq);
         __m512i u = nibbles_2x16(x0 + xq, x1 + xq);
         if (k == K32_IQ4_NL) u = _mm512_shuffle_epi8(table, u);
         if (fifth) u = add_fifth_bits(u, x0 + xh, x1 + xh);
-        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yy);
-        if (bias[k]) p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), vbias, yy));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(h16(x0) * h16(y0), h16(x1) * h16(y1)), acc);
-        if (has_min) {
-            mins0 += h16(x0 + 2) * h16(y0 + 2);
-            mins1 += h16(x1 + 2) * h16(y1 + 2);
+        const float dx0 = h16(x0), dx1 = h16(x1);
+#pragma GCC unroll 4
+        for (int i = 0; i < ny; i++) {
+            const uint8_t *y0 = (const uint8_t *)vy[i] + (size_t)b * ys, *y1 = y0 + ys;
+            __m512i yy = bytes_2x32(y0 + yq, y1 + yq);
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yy);
+            if (bias[k]) p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), vbias, yy));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(dx0 * h16(y0), dx1 * h16(y1)), acc[i]);
+            if (has_min) {
+                mins0[i] += h16(x0 + 2) * h16(y0 + 2);
+                mins1[i] += h16(x1 + 2) * h16(y1 + 2);
+            }
         }
     }
-    float sum = _mm512_reduce_add_ps(acc) + (mins0 + mins1);
-    if (b < nb) sum += ref_block(t, x + (size_t)b * xs, y + (size_t)b * ys);
-    return sum;
+    for (int i = 0; i < ny; i++) {
+        float sum = _mm512_reduce_add_ps(acc[i]) + (mins0[i] + mins1[i]);
+        if (b < nb) sum += ref_block(t, x + (size_t)b * xs, (const uint8_t *)vy[i] + (size_t)b * ys);
+        s[i] = sum;
+    }
 }
 
-static void q4_0_dot(int64_t n, float *s, const void *x, const void *y) { *s = k32_dot(K32_Q4_0, OG_TYPE_Q4_0, n, x, y); }
-static void q4_1_dot(int64_t n, float *s, const void *x, const void *y) { *s = k32_dot(K32_Q4_1, OG_TYPE_Q4_1, n, x, y); }
-static void q5_0_dot(int64_t n, float *s, const void *x, const void *y) { *s = k32_dot(K32_Q5_0, OG_TYPE_Q5_0, n, x, y); }
-static void q5_1_dot(int64_t n, float *s, const void *x, const void *y) { *s = k32_dot(K32_Q5_1, OG_TYPE_Q5_1, n, x, y); }
-static void iq4_nl_dot(int64_t n, float *s, const void *x, const void *y) {
-    *s = k32_dot(K32_IQ4_NL, OG_TYPE_IQ4_NL, n, x, y);
-}
+#define Q4_0(ny, n, s, x, y) k32_dot_n(K32_Q4_0, OG_TYPE_Q4_0, ny, n, s, x, y)
+#define Q4_1(ny, n, s, x, y) k32_dot_n(K32_Q4_1, OG_TYPE_Q4_1, ny, n, s, x, y)
+#define Q5_0(ny, n, s, x, y) k32_dot_n(K32_Q5_0, OG_TYPE_Q5_0, ny, n, s, x, y)
+#define Q5_1(ny, n, s, x, y) k32_dot_n(K32_Q5_1, OG_TYPE_Q5_1, ny, n, s, x, y)
+#define IQ4_NL(ny, n, s, x, y) k32_dot_n(K32_IQ4_NL, OG_TYPE_IQ4_NL, ny, n, s, x, y)
+OG_NY_KERNELS(q4_0, Q4_0)
+OG_NY_KERNELS(q4_1, Q4_1)
+OG_NY_KERNELS(q5_0, Q5_0)
+OG_NY_KERNELS(q5_1, Q5_1)
+OG_NY_KERNELS(iq4_nl, IQ4_NL)
+#undef Q4_0
+#undef Q4_1
+#undef Q5_0
+#undef Q5_1
+#undef IQ4_NL
 
 /* ---- Q3_K, Q5_K ---------------------------------------------------------------- */
 
@@ -980,6 +996,11 @@ void og_kernels_fill_avx512(og_kernels *k) {
     k->vec_dot4[OG_TYPE_Q4_K] = q4_K_dot4;
     k->vec_dot4[OG_TYPE_Q5_K] = q5_K_dot4;
     k->vec_dot4[OG_TYPE_Q6_K] = q6_K_dot4;
+    k->vec_dot4[OG_TYPE_Q4_0] = q4_0_dot4;
+    k->vec_dot4[OG_TYPE_Q4_1] = q4_1_dot4;
+    k->vec_dot4[OG_TYPE_Q5_0] = q5_0_dot4;
+    k->vec_dot4[OG_TYPE_Q5_1] = q5_1_dot4;
+    k->vec_dot4[OG_TYPE_IQ4_NL] = iq4_nl_dot4;
     k->vec_dot[OG_TYPE_Q3_K] = q3_K_dot;
     k->vec_dot[OG_TYPE_Q5_K] = q5_K_dot;
     k->vec_dot[OG_TYPE_Q4_0] = q4_0_dot;

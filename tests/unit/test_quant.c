@@ -259,7 +259,7 @@ static void test_vec_dot4(void **state) {
             checked2 += isa == OG_ISA_AVX2 ? 1 : 0;
         }
     }
-    if (avx512) assert_int_equal(checked, 6); /* Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K */
+    if (avx512) assert_int_equal(checked, 11); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K-Q6_K */
     if (f.avx2 && f.fma && f.f16c) assert_int_equal(checked2, 5); /* avx2: all but Q3_K */
 }
 

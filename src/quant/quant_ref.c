@@ -271,6 +271,14 @@ static void q8_0_to_float(const void *vx, float *y, int64_t n) {
  * half to even (not the weights' reference d = max/127 and roundf): a different
  * last bit now and then, which random-routed MoE models can amplify into a
  * different expert. Doing the same keeps onegpu and llama.cpp in step. */
+/* nearbyintf(v) as an int8 for the activation quantizers: v is within [-127, 127]
+ * for finite input; a non-finite activation (a broken model) must not be
+ * undefined behaviour: NaN gives 0, the infinities +-127. */
+static inline int8_t act_round(float v) {
+    if (v != v) return 0;
+    float r = nearbyintf(v);
+    return (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+}
 static void q8_0_act(const float *x, void *vy, int64_t n) {
     og_block_q8_0 *y = vy;
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
@@ -278,7 +286,7 @@ static void q8_0_act(const float *x, void *vy, int64_t n) {
         signed_absmax(x, 32, &amax);
         float id = amax != 0.0f ? 127.f / amax : 0.0f;
         y[b].d = TO_FP16(amax / 127.f);
-        for (int j = 0; j < 32; j++) y[b].qs[j] = (int8_t)nearbyintf(x[j] * id);
+        for (int j = 0; j < 32; j++) y[b].qs[j] = act_round(x[j] * id);
     }
 }
 static void q8_1_act(const float *x, void *vy, int64_t n) {
@@ -289,7 +297,7 @@ static void q8_1_act(const float *x, void *vy, int64_t n) {
         float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
         y[b].d = TO_FP16(d);
         int sum = 0;
-        for (int j = 0; j < 32; j++) sum += (y[b].qs[j] = (int8_t)nearbyintf(x[j] * id));
+        for (int j = 0; j < 32; j++) sum += (y[b].qs[j] = act_round(x[j] * id));
         y[b].s = TO_FP16(d * (float)sum);
     }
 }

@@ -53,10 +53,6 @@ size_t og_cpu_matmul_scratch(og_ggml_type wtype, int64_t K, int64_t m);
 og_status og_cpu_matmul(const og_kernels *k, og_pool *pool, const og_weight *w, const float *x, int64_t m,
                         float *y, void *scratch, size_t scratch_bytes);
 
-/* Several independent products done in one pool run: the rows of all jobs are
- * cut into bands and shared out together, so a decode step pays one wake-up for
- * e.g. all the selected experts' gate and up projections. Each result is bitwise
- * what og_cpu_matmul gives for that job alone. */
 /* How a product computes (DESIGN.md "Numerics modes"). */
 typedef enum og_numerics {
     OG_NUMERICS_FAST = 0, /* activations quantized to the weight's vec_dot_type, the tier's integer dot */
@@ -65,6 +61,10 @@ typedef enum og_numerics {
 } og_numerics;
 #define OG_NUMERICS_DEVICE_MAX_K 16384 /* row length limit of OG_NUMERICS_DEVICE (a stack buffer) */
 
+/* Several independent products done in one pool run: the rows of all jobs are
+ * cut into bands and shared out together, so a decode step pays one wake-up for
+ * e.g. all the selected experts' gate and up projections. Each result is bitwise
+ * what og_cpu_matmul gives for that job alone. */
 typedef struct og_matmul_job {
     const og_weight *w;
     const float *x;   /* [m][w->K] */

@@ -7,14 +7,10 @@
 
 #include <getopt.h>
 #include <immintrin.h>
-#include <stdint.h>
-
-/* prefetch `ahead` bytes past p, the address formed as an integer: it may lie
- * past the buffer's end (a prefetch never faults; a pointer there would be UB) */
-#define OG_PREFETCH(p, ahead) _mm_prefetch((const char *)((uintptr_t)(p) + (ahead)), _MM_HINT_T0)
 #include <jansson.h>
 #include <math.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,6 +33,10 @@ static double median(double *v, int n) {
 
 /* ---- memory read bandwidth ------------------------------------------------- */
 
+/* prefetch `ahead` bytes past p, the address formed as an integer: it may lie
+ * past the buffer's end (a prefetch never faults; a pointer there would be UB) */
+#define OG_PREFETCH(p, ahead) _mm_prefetch((const char *)((uintptr_t)(p) + (ahead)), _MM_HINT_T0)
+
 typedef struct read_job {
     const uint8_t *buf;
     size_t bytes;
@@ -47,10 +47,10 @@ typedef struct read_job {
 __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i + 128 <= n; i += 128) {
-        /* the same software prefetch as the kernels (quant_avx512.c PF_DIST), so
-         * the limit is the best a core can stream, not the hardware prefetcher's */
-        OG_PREFETCH(p + i, 6144);
-        OG_PREFETCH(p + i, 6144 + 64);
+        /* the same software prefetch as the kernels (OG_PREFETCH_DIST), so the
+         * limit is the best a core can stream, not the hardware prefetcher's */
+        OG_PREFETCH(p + i, OG_PREFETCH_DIST);
+        OG_PREFETCH(p + i, OG_PREFETCH_DIST + 64);
         a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
         a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
         a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));

@@ -593,11 +593,11 @@ typedef struct att_job {
     og_kv *const *kvs;     /* caches by sequence */
     const int32_t *seq;    /* [n] sequence of each token */
     const int32_t *pos;    /* [n] position of each token */
-    int64_t n, stride;     /* tokens in the chunk; token stride of qabs and ctx per head */
+    int64_t n;             /* tokens in the chunk (at most ATT_CHUNK) */
     uint32_t il;
     const float *q;        /* [n][H d_qk] */
-    const float *qabs;     /* [H][stride][r_kv] */
-    float *ctx;            /* [H][stride][r_kv] out */
+    const float *qabs;     /* [H][ATT_CHUNK][r_kv] */
+    float *ctx;            /* [H][ATT_CHUNK][r_kv] out */
     float *att;            /* [n_threads][max_pos + r_kv + d_rope] scratch */
     size_t att_stride;
     og_vec_dot_fn fdot;
@@ -614,7 +614,7 @@ static void attend_heads(void *vctx, int ith, int nth) {
         const int32_t pos = j->pos[i];
         const og_kv *kv = j->kvs[j->seq[i]];
         /* [q_abs, q_pe] against the cached [c, k_pe]: one dot per key */
-        memcpy(qc, j->qabs + (hh * j->stride + i) * r_kv, (size_t)r_kv * sizeof *qc);
+        memcpy(qc, j->qabs + (hh * ATT_CHUNK + i) * r_kv, (size_t)r_kv * sizeof *qc);
         memcpy(qc + r_kv, j->q + i * H * h->d_qk + hh * h->d_qk + dn, (size_t)dr * sizeof *qc);
         for (int32_t s = 0; s <= pos; s++) {
             float sc;
@@ -622,7 +622,7 @@ static void attend_heads(void *vctx, int ith, int nth) {
             att[s] = sc * h->kq_scale;
         }
         og_softmax(att, pos + 1);
-        float *ch = j->ctx + (hh * j->stride + i) * r_kv;
+        float *ch = j->ctx + (hh * ATT_CHUNK + i) * r_kv;
         for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
         for (int32_t s = 0; s <= pos; s++) j->axpy(r_kv, att[s], kv_row(j->m, kv, j->il, s), ch);
     }
@@ -766,7 +766,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                 }
                 if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
             }
-            att_job aj = {m, kvs, batch->seq + t0, pos_of + t0, tc, ATT_CHUNK, il, q + t0 * qw, qabs, ctx, att,
+            att_job aj = {m, kvs, batch->seq + t0, pos_of + t0, tc, il, q + t0 * qw, qabs, ctx, att,
                           att_stride, fdot, rc->kern->axpy_f32};
             og_pool_run(rc->pool, attend_heads, &aj);
             /* o[t][h] = v_b[h] . ctx[h][t] */

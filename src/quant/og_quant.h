@@ -99,6 +99,11 @@ float og_dot_f32_device_ref(const float *w, const float *x, int64_t n);
 /* y[i] += a * x[i] for i < n, each product rounded to float before the sum. */
 void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y);
 
+/* How far ahead (bytes) the SIMD kernels prefetch the weights they stream: one
+ * core keeps enough reads in flight to run at its memory read rate (measured in
+ * bench/RESULTS.md). `onegpu bench kernels` prefetches its read limit the same way. */
+#define OG_PREFETCH_DIST 6144
+
 /* The kernels of one tier. Types without a fast kernel in that tier use the
  * scalar reference, so every entry is callable. Owned by the caller (engine). */
 typedef struct og_kernels {

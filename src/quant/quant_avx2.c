@@ -10,12 +10,6 @@
 
 #define FP16(x) _cvtsh_ss(x) /* F16C: one instruction, inlined */
 
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 static inline int hsum_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
@@ -44,7 +38,7 @@ static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
         a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
     }
     for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    float sum = og_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; i < n; i++) sum += x[i] * y[i];
     *s = sum;
 }
@@ -59,7 +53,7 @@ static void f16_dot(int64_t n, float *s, const void *vx, const void *vy) {
         a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8))),
                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8))), a1);
     }
-    float sum = hsum_ps(_mm256_add_ps(a0, a1));
+    float sum = og_hsum256(_mm256_add_ps(a0, a1));
     for (; i < n; i++) sum += FP16(x[i]) * FP16(y[i]);
     *s = sum;
 }
@@ -69,9 +63,8 @@ static void f16_dot(int64_t n, float *s, const void *vx, const void *vy) {
 /* Kernels written as one body for NY activation rows (NY = 1: vec_dot; NY = 4:
  * vec_dot4, one pass over the weights for four rows): every float operation of
  * row i is the same in both, so vec_dot4 gives vec_dot's bits for each row.
- * Weights are prefetched PF_DIST bytes ahead. */
+ * Weights are prefetched OG_PREFETCH_DIST bytes ahead. */
 #define NYMAX 4
-#define PF_DIST 6144
 
 static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
@@ -79,7 +72,7 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
     __m256 acc[NYMAX];
     for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++) {
-        OG_PREFETCH(x + b, PF_DIST);
+        og_prefetch_span(x + b, OG_PREFETCH_DIST, sizeof *x);
         const __m256i xq = _mm256_loadu_si256((const __m256i *)x[b].qs);
         const __m256i ax = _mm256_sign_epi8(xq, xq); /* |x|; the sign moves onto y */
         const float dx = FP16(x[b].d);
@@ -90,7 +83,7 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dx * FP16(y[b].d)), acc[i]);
         }
     }
-    for (int i = 0; i < ny; i++) s[i] = hsum_ps(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = og_hsum256(acc[i]);
 }
 
 /* 16 packed bytes -> 32 nibbles: low nibbles first (elements 0-15), then high. */
@@ -109,7 +102,7 @@ static void q4_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
         __m256i p = dot_s8s8(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
     }
-    *s = hsum_ps(acc);
+    *s = og_hsum256(acc);
 }
 
 /* ---- k-quants ------------------------------------------------------------------ */
@@ -137,13 +130,10 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
     for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps(), mins[i] = 0;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
-        for (int l = 0; l < 3; l++) OG_PREFETCH(x, PF_DIST + 64 * l);
+        og_prefetch_span(x, OG_PREFETCH_DIST, size);
         uint8_t sc[8], m[8];
         k4_unpack(x + offsetof(og_block_q4_K, scales), sc, m);
-        uint16_t d16, dmin16;
-        memcpy(&d16, x, 2);
-        memcpy(&dmin16, x + 2, 2);
-        const float d = FP16(d16), dmin = FP16(dmin16);
+        const float d = og_h16(x), dmin = og_h16(x + 2);
         for (int i = 0; i < ny; i++) mins[i] += dmin * y[i][b].d * (float)k4_mins_dot(m, y[i][b].bsums);
         __m256i isum[NYMAX];
         for (int i = 0; i < ny; i++) isum[i] = _mm256_setzero_si256();
@@ -171,7 +161,7 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
         }
         for (int i = 0; i < ny; i++) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * y[i][b].d), acc[i]);
     }
-    for (int i = 0; i < ny; i++) s[i] = hsum_ps(acc[i]) - mins[i];
+    for (int i = 0; i < ny; i++) s[i] = og_hsum256(acc[i]) - mins[i];
 }
 
 /* The int16 scales of sub-blocks 2j (lanes 0-7) and 2j + 1 (lanes 8-15), j < 8, from
@@ -197,7 +187,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, 
     float mins[NYMAX];
     for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps(), mins[i] = 0;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        for (int l = 0; l < 2; l++) OG_PREFETCH(x + b, PF_DIST + 64 * l);
+        og_prefetch_span(x + b, OG_PREFETCH_DIST, sizeof *x);
         const __m128i sc = _mm_loadu_si128((const __m128i *)x[b].scales);
         /* mins: sum over 16 sub-blocks of (sc >> 4) * bsums; scales: the low nibbles */
         const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
@@ -225,7 +215,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, 
         }
         for (int i = 0; i < ny; i++) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * y[i][b].d), acc[i]);
     }
-    for (int i = 0; i < ny; i++) s[i] = hsum_ps(acc[i]) - mins[i];
+    for (int i = 0; i < ny; i++) s[i] = og_hsum256(acc[i]) - mins[i];
 }
 
 /* Q6_K against ny Q8_K rows: q = u - 32 with u in [0, 63], so the dot is
@@ -237,7 +227,7 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, 
     __m256 acc[NYMAX];
     for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        for (int l = 0; l < 4; l++) OG_PREFETCH(x + b, PF_DIST + 64 * l);
+        og_prefetch_span(x + b, OG_PREFETCH_DIST, sizeof *x);
         const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
         __m256i isum[NYMAX];
         for (int i = 0; i < ny; i++) /* - 32 sum sc bsums, per pair of sub-blocks */
@@ -265,7 +255,7 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, 
         const float d = FP16(x[b].d);
         for (int i = 0; i < ny; i++) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * y[i][b].d), acc[i]);
     }
-    for (int i = 0; i < ny; i++) s[i] = hsum_ps(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = og_hsum256(acc[i]);
 }
 
 /* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel */
@@ -307,7 +297,7 @@ static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
         }
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(x[b].d) * y[b].d), acc);
     }
-    *s = hsum_ps(acc);
+    *s = og_hsum256(acc);
 }
 
 /* ---- more 32-element formats ---------------------------------------------- */
@@ -335,7 +325,7 @@ static void q4_1_dot(int64_t n, float *s, const void *vx, const void *vy) {
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
         mins += FP16(x[b].m) * FP16(y[b].s);
     }
-    *s = hsum_ps(acc) + mins;
+    *s = og_hsum256(acc) + mins;
 }
 
 static void q5_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
@@ -348,7 +338,7 @@ static void q5_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
         __m256i p = dot_s8s8(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
     }
-    *s = hsum_ps(acc);
+    *s = og_hsum256(acc);
 }
 
 static void q5_1_dot(int64_t n, float *s, const void *vx, const void *vy) {
@@ -362,7 +352,7 @@ static void q5_1_dot(int64_t n, float *s, const void *vx, const void *vy) {
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
         mins += FP16(x[b].m) * FP16(y[b].s);
     }
-    *s = hsum_ps(acc) + mins;
+    *s = og_hsum256(acc) + mins;
 }
 
 static void iq4_nl_dot(int64_t n, float *s, const void *vx, const void *vy) {
@@ -376,7 +366,7 @@ static void iq4_nl_dot(int64_t n, float *s, const void *vx, const void *vy) {
         __m256i p = dot_s8s8(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(FP16(x[b].d) * FP16(y[b].d)), acc);
     }
-    *s = hsum_ps(acc);
+    *s = og_hsum256(acc);
 }
 
 static void bf16_dot(int64_t n, float *s, const void *vx, const void *vy) {
@@ -391,7 +381,7 @@ static void bf16_dot(int64_t n, float *s, const void *vx, const void *vy) {
         a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(x0), _mm256_castsi256_ps(y0), a0);
         a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(x1), _mm256_castsi256_ps(y1), a1);
     }
-    float sum = hsum_ps(_mm256_add_ps(a0, a1));
+    float sum = og_hsum256(_mm256_add_ps(a0, a1));
     for (; i < n; i++) sum += og_bf16_to_fp32(x[i]) * og_bf16_to_fp32(y[i]);
     *s = sum;
 }
@@ -419,10 +409,7 @@ static void axpy_f32(int64_t n, float a, const float *x, float *y) {
     const __m256 va = _mm256_set1_ps(a);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
-    for (; i < n; i++) {
-        float p = a * x[i];
-        y[i] += p;
-    }
+    og_axpy_f32_ref(n - i, a, x + i, y + i); /* the tail */
 }
 
 void og_kernels_fill_avx2(og_kernels *k) {

@@ -1,7 +1,8 @@
-/* AVX-512 (F, BW, VL, VNNI) dot kernels: vpdpbusd sums four u8*s8 products per
- * int32 lane, so quantized weights are widened once and never pass through int16.
- * Types not listed here keep their AVX2 kernel in this tier. Built with
- * -mavx512f -mavx512bw -mavx512vl -mavx512vnni (plus AVX2 flags). */
+/* AVX-512 (F, BW, VL, VNNI) kernels: vpdpbusd sums four u8*s8 products per int32
+ * lane, so quantized weights are widened once and never pass through int16. Every
+ * type has its dot (one and four activation rows) and device-order kernels here;
+ * the tier's other entries are the AVX2 ones. Built with -mavx512f -mavx512bw
+ * -mavx512vl -mavx512vnni (plus AVX2 flags). */
 #include "quant_internal.h"
 
 #include <immintrin.h>
@@ -10,16 +11,7 @@
 #include <string.h>
 
 #define FP16(x) _cvtsh_ss(x) /* F16C: one instruction, inlined */
-/* fp16 at p (any alignment) */
-static inline float h16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return FP16(v);
-}
-
-#ifndef PF_DIST
-#define PF_DIST 6144
-#endif
+#define PF_DIST OG_PREFETCH_DIST
 
 /* Kernels written as one body for NY activation rows (NY = 1: vec_dot; NY = 4:
  * vec_dot4, one pass over the weights for four rows): every float operation of
@@ -59,6 +51,12 @@ static float ref_block(og_ggml_type t, const void *x, const void *y) {
     return v;
 }
 
+/* Mask of the lanes j .. j + 15 that lie below cnt (for masked tail loads). */
+static inline __mmask16 first16(int64_t cnt, int j) {
+    int64_t c = cnt - j;
+    return (__mmask16)(c >= 16 ? 0xFFFF : c <= 0 ? 0 : (1u << c) - 1);
+}
+
 static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const float *x = vx, *y = vy;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
@@ -85,8 +83,7 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
     for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
     int64_t nb = n / 32, b = 0;
     for (; b + 1 < nb; b += 2) {
-        OG_PREFETCH(x + b, PF_DIST);
-        OG_PREFETCH(x + b, PF_DIST + 64);
+        og_prefetch_span(x + b, PF_DIST, 2 * sizeof *x);
         __m512i xb = _mm512_xor_si512(bytes_2x32(x[b].qs, x[b + 1].qs), bias);
         const float d0 = FP16(x[b].d), d1 = FP16(x[b + 1].d);
         #pragma GCC unroll 4
@@ -117,20 +114,11 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
 }
 
 /* 32 bytes of two nibble planes -> 64 bytes: low nibbles, then high nibbles. */
-/* sum of the 8 lanes, in the order (0+4, 1+5, 2+6, 3+7) pairwise */
-static inline float hsum256_ps(__m256 v) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
 static inline __m512i nibbles64(const uint8_t *q) {
     __m256i v = _mm256_loadu_si256((const __m256i *)q);
     __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
     return _mm512_and_si512(w, _mm512_set1_epi8(0x0F));
 }
-
 
 /* The 12-byte scale field of Q4_K/Q5_K (kquants.md §4) as 16 bytes: 8 scales,
  * then 8 mins. Reads 16 bytes at q (the 4 after the field are the block's own
@@ -174,13 +162,11 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
 #undef W
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
         const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
-        OG_PREFETCH(x, PF_DIST);
-        OG_PREFETCH(x, PF_DIST + 64);
-        OG_PREFETCH(x, PF_DIST + 128);
+        og_prefetch_span(x, PF_DIST, size);
         __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
         const __m256i m16 = _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm);
         const __m512i s01 = _mm512_shuffle_epi8(smb, ctl01), s23 = _mm512_shuffle_epi8(smb, ctl23);
-        const float d = h16(x), dmin = h16(x + 2);
+        const float d = og_h16(x), dmin = og_h16(x + 2);
         #pragma GCC unroll 4
         for (int i = 0; i < ny; i++) {
             __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i][b].bsums), m16);
@@ -208,7 +194,7 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
         }
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - hsum256_ps(macc[i]);
+    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
 }
 
 /* Q2_K: a 2-bit quant q times its 4-bit scale is at most 45, so q * sc fits a byte
@@ -232,8 +218,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, 
     const __m512i shift1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     const __m512i m3 = _mm512_set1_epi8(3);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        OG_PREFETCH(x + b, PF_DIST);
-        OG_PREFETCH(x + b, PF_DIST + 64);
+        og_prefetch_span(x + b, PF_DIST, sizeof *x);
         /* d and dmin (adjacent fp16) converted together */
         uint32_t ddm;
         memcpy(&ddm, &x[b].d, 4);
@@ -268,7 +253,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, 
         }
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - hsum256_ps(macc[i]);
+    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
 }
 
 static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, float *s, const void *vx,
@@ -281,7 +266,7 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, 
     /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
     const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        for (int l = 0; l < 4; l++) OG_PREFETCH(x + b, PF_DIST + 64 * l);
+        og_prefetch_span(x + b, PF_DIST, sizeof *x);
         __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
         __m512i u[4], sv[4]; /* elements 64j .. 64j + 63 and their scales */
@@ -347,21 +332,21 @@ static inline __attribute__((always_inline)) void k32_dot_n(k32_kind k, og_ggml_
     int64_t nb = n / 32, b = 0;
     for (; b + 1 < nb; b += 2) {
         const uint8_t *x0 = x + (size_t)b * xs, *x1 = x0 + xs;
-        OG_PREFETCH(x0, PF_DIST);
+        og_prefetch_span(x0, PF_DIST, 2 * xs);
         __m512i u = nibbles_2x16(x0 + xq, x1 + xq);
         if (k == K32_IQ4_NL) u = _mm512_shuffle_epi8(table, u);
         if (fifth) u = add_fifth_bits(u, x0 + xh, x1 + xh);
-        const float dx0 = h16(x0), dx1 = h16(x1);
+        const float dx0 = og_h16(x0), dx1 = og_h16(x1), mx0 = has_min ? og_h16(x0 + 2) : 0, mx1 = has_min ? og_h16(x1 + 2) : 0;
 #pragma GCC unroll 4
         for (int i = 0; i < ny; i++) {
             const uint8_t *y0 = (const uint8_t *)vy[i] + (size_t)b * ys, *y1 = y0 + ys;
             __m512i yy = bytes_2x32(y0 + yq, y1 + yq);
             __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yy);
             if (bias[k]) p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), vbias, yy));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(dx0 * h16(y0), dx1 * h16(y1)), acc[i]);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(dx0 * og_h16(y0), dx1 * og_h16(y1)), acc[i]);
             if (has_min) {
-                mins0[i] += h16(x0 + 2) * h16(y0 + 2);
-                mins1[i] += h16(x1 + 2) * h16(y1 + 2);
+                mins0[i] += mx0 * og_h16(y0 + 2);
+                mins1[i] += mx1 * og_h16(y1 + 2);
             }
         }
     }
@@ -388,7 +373,7 @@ OG_NY_KERNELS(iq4_nl, IQ4_NL)
 #undef Q5_1
 #undef IQ4_NL
 
-/* ---- Q3_K, Q5_K ---------------------------------------------------------------- */
+/* ---- Q3_K ------------------------------------------------------------------------ */
 
 /* Q3_K: u = q2 + 4 * hbit in [0, 7] and q = u - 4; 4 sum_s sc[s] bsums[s] is
  * subtracted once per block. Half h of the 2-bit quants is broadcast and shifted
@@ -409,8 +394,7 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(int ny, int64_t n, 
     const __m512i sidx1 = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
 #undef Q
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        OG_PREFETCH(x + b, PF_DIST);
-        OG_PREFETCH(x + b, PF_DIST + 64);
+        og_prefetch_span(x + b, PF_DIST, sizeof *x);
         __m128i sv = og_q3_scales(x[b].scales);
         __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
         __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
@@ -461,7 +445,6 @@ OG_NY_KERNELS(q6_K, q6_K_dot_n)
 #undef K4
 #undef K5
 
-
 /* ---- float types -------------------------------------------------------------- */
 
 static void f16_dot(int64_t n, float *s, const void *vx, const void *vy) {
@@ -482,9 +465,8 @@ static void f16_dot(int64_t n, float *s, const void *vx, const void *vy) {
 
 /* bf16 -> f32 is a 16-bit shift; no AVX512_BF16 needed (and vdpbf16ps would
  * flush denormals). */
-static inline __m512 bf16x16(const uint16_t *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-}
+static inline __m512 bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+static inline __m512 bf16x16(const uint16_t *p) { return bf16_widen(_mm256_loadu_si256((const __m256i *)p)); }
 static void bf16_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const uint16_t *x = vx, *y = vy;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
@@ -521,8 +503,7 @@ static float dot_f32_device(const float *w, const float *x, int64_t n) {
         a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
     }
     if (i < n) { /* zero-padded tail: masked loads give the zeros */
-        int64_t r = n - i;
-        __mmask16 m0 = (__mmask16)(r >= 16 ? 0xFFFF : (1u << r) - 1), m1 = (__mmask16)(r > 16 ? (1u << (r - 16)) - 1 : 0);
+        __mmask16 m0 = first16(n - i, 0), m1 = first16(n - i, 16);
         a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, w + i), _mm512_maskz_loadu_ps(m0, x + i), a0);
         a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, w + i + 16), _mm512_maskz_loadu_ps(m1, x + i + 16), a1);
     }
@@ -541,7 +522,7 @@ static inline size_t device_start(int nr, size_t stride, __m512 *a0, __m512 *a1)
  * `ahead` further on prefetched. */
 static inline const uint8_t *row_block(const void *row, size_t stride, int r, int64_t i, size_t bs, size_t ahead) {
     const uint8_t *b = (const uint8_t *)row + (size_t)r * stride + (size_t)i * bs;
-    for (size_t l = 0; l < bs; l += 64) OG_PREFETCH(b, ahead + l);
+    og_prefetch_span(b, ahead, bs);
     return b;
 }
 
@@ -584,11 +565,10 @@ static inline __attribute__((always_inline)) void q8_0_dot_device_n(int nr, cons
 static const float iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 static const float iota4x4[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
 
-/* Table of sub-block j: lane i = dlml[j] * q[i] - dlml[8 + j] (Q4_K) or, with
- * separate vectors, dl[j] * q[i] - ml[j]. */
-static inline __m512 wtable(__m512 dl, __m512 ml, int j, __m512 q) {
-    __m512i jj = _mm512_set1_epi32(j);
-    return _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(jj, dl), q), _mm512_permutexvar_ps(jj, ml));
+/* Weight table: lane i = dl[idx[i]] * q[i] - ml[idx[i]], the reference's
+ * (d * sc) * q - dmin * m for the scale and min that idx picks per lane. */
+static inline __m512 wtable(__m512 dl, __m512 ml, __m512i idx, __m512 q) {
+    return _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(idx, dl), q), _mm512_permutexvar_ps(idx, ml));
 }
 
 /* Q2_K rows . f32 in device order: group g (32 elements) reads qs[32 (g / 4) ..]
@@ -621,7 +601,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_device_n(int nr, cons
             const __m512i idx = _mm512_add_epi32(spread, _mm512_set1_epi32(4 * t));
 #pragma GCC unroll 4
             for (int r = 0; r < nr; r++)
-                tab[r] = _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(idx, dl[r]), q4), _mm512_permutexvar_ps(idx, ml[r]));
+                tab[r] = wtable(dl[r], ml[r], idx, q4);
 #pragma GCC unroll 2
             for (int g = 2 * t; g < 2 * t + 2; g++) {
                 const int j0 = 2 * (g % 2);
@@ -666,7 +646,7 @@ static inline __attribute__((always_inline)) void q4_K_dot_device_n(int nr, cons
             for (int r = 0; r < nr; r++) {
                 __m512i u0, u1;
                 bytes32_shifted(b[r]->qs + 32 * (g / 2), 4 * (g % 2), &u0, &u1);
-                __m512 t = wtable(dm[r], ml[r], g, q16);
+                __m512 t = wtable(dm[r], ml[r], _mm512_set1_epi32(g), q16);
                 a0[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, t), x0, a0[r]);
                 a1[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, t), x1, a1[r]);
             }
@@ -729,18 +709,13 @@ static inline void deq_store(float *w, __m512 d, __m512i q) { _mm512_storeu_ps(w
 
 /* F16 and BF16 rows take 32 elements at a time; the last cnt < 32 are zero-padded
  * (masked loads: +0.0 in both formats), as the device order pads. */
-static inline __mmask16 first16(int64_t cnt, int j) {
-    int64_t c = cnt - j;
-    return (__mmask16)(c >= 16 ? 0xFFFF : c <= 0 ? 0 : (1u << c) - 1);
-}
 static inline void deq_f16_n(const uint8_t *b, float *w, int64_t cnt) {
     for (int j = 0; j < 32; j += 16)
         _mm512_storeu_ps(w + j, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first16(cnt, j), b + 2 * j)));
 }
 static inline void deq_bf16_n(const uint8_t *b, float *w, int64_t cnt) {
     for (int j = 0; j < 32; j += 16)
-        _mm512_storeu_ps(w + j, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                    _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(first16(cnt, j), b + 2 * j)), 16)));
+        _mm512_storeu_ps(w + j, bf16_widen(_mm256_maskz_loadu_epi16(first16(cnt, j), b + 2 * j)));
 }
 static inline void deq_f16(const uint8_t *b, float *w) { deq_f16_n(b, w, 32); }
 static inline void deq_bf16(const uint8_t *b, float *w) { deq_bf16_n(b, w, 32); }
@@ -756,43 +731,30 @@ static inline void nib32(const uint8_t *qs, const uint8_t *qh, __m512i *lo, __m5
         *hi = _mm512_mask_add_epi32(*hi, (__mmask16)(h >> 16), *hi, _mm512_set1_epi32(16));
     }
 }
-static inline void deq_q4_0(const uint8_t *b, float *w) { /* d * (q - 8) */
-    __m512i lo, hi;
-    nib32(b + offsetof(og_block_q4_0, qs), NULL, &lo, &hi);
-    const __m512 d = _mm512_set1_ps(h16(b));
-    deq_store(w, d, _mm512_sub_epi32(lo, _mm512_set1_epi32(8)));
-    deq_store(w + 16, d, _mm512_sub_epi32(hi, _mm512_set1_epi32(8)));
+/* The nibble formats: Q4_0, Q5_0 give d * (q - bias), Q4_1, Q5_1 d * q + m (the
+ * product rounded, then the sum); qh (Q5) adds the fifth bits. */
+static inline void deq_nibbles(const uint8_t *b, size_t qs, const uint8_t *qh, int bias, bool has_min, float *w) {
+    __m512i q[2];
+    nib32(b + qs, qh, &q[0], &q[1]);
+    const __m512 d = _mm512_set1_ps(og_h16(b)), m = has_min ? _mm512_set1_ps(og_h16(b + 2)) : _mm512_setzero_ps();
+    for (int j = 0; j < 2; j++) {
+        __m512 v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[j], _mm512_set1_epi32(bias))));
+        _mm512_storeu_ps(w + 16 * j, has_min ? _mm512_add_ps(v, m) : v);
+    }
 }
-static inline void deq_q5_0(const uint8_t *b, float *w) { /* d * (q - 16) */
-    __m512i lo, hi;
-    nib32(b + offsetof(og_block_q5_0, qs), b + offsetof(og_block_q5_0, qh), &lo, &hi);
-    const __m512 d = _mm512_set1_ps(h16(b));
-    deq_store(w, d, _mm512_sub_epi32(lo, _mm512_set1_epi32(16)));
-    deq_store(w + 16, d, _mm512_sub_epi32(hi, _mm512_set1_epi32(16)));
-}
-/* d * q + m: the product rounded, then the sum */
-static inline void deq_dm(float *w, __m512 d, __m512 m, __m512i q) {
-    _mm512_storeu_ps(w, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q)), m));
-}
-static inline void deq_q4_1(const uint8_t *b, float *w) {
-    __m512i lo, hi;
-    nib32(b + offsetof(og_block_q4_1, qs), NULL, &lo, &hi);
-    const __m512 d = _mm512_set1_ps(h16(b)), m = _mm512_set1_ps(h16(b + 2));
-    deq_dm(w, d, m, lo);
-    deq_dm(w + 16, d, m, hi);
+static inline void deq_q4_0(const uint8_t *b, float *w) { deq_nibbles(b, offsetof(og_block_q4_0, qs), NULL, 8, false, w); }
+static inline void deq_q4_1(const uint8_t *b, float *w) { deq_nibbles(b, offsetof(og_block_q4_1, qs), NULL, 0, true, w); }
+static inline void deq_q5_0(const uint8_t *b, float *w) {
+    deq_nibbles(b, offsetof(og_block_q5_0, qs), b + offsetof(og_block_q5_0, qh), 16, false, w);
 }
 static inline void deq_q5_1(const uint8_t *b, float *w) {
-    __m512i lo, hi;
-    nib32(b + offsetof(og_block_q5_1, qs), b + offsetof(og_block_q5_1, qh), &lo, &hi);
-    const __m512 d = _mm512_set1_ps(h16(b)), m = _mm512_set1_ps(h16(b + 2));
-    deq_dm(w, d, m, lo);
-    deq_dm(w + 16, d, m, hi);
+    deq_nibbles(b, offsetof(og_block_q5_1, qs), b + offsetof(og_block_q5_1, qh), 0, true, w);
 }
 static inline void deq_iq4_nl(const uint8_t *b, float *w) { /* d * T[q] */
     __m512i lo, hi;
     nib32(b + offsetof(og_block_iq4_nl, qs), NULL, &lo, &hi);
     const __m512 t = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)og_iq4nl_values)));
-    const __m512 d = _mm512_set1_ps(h16(b));
+    const __m512 d = _mm512_set1_ps(og_h16(b));
     _mm512_storeu_ps(w, _mm512_mul_ps(d, _mm512_permutexvar_ps(lo, t)));
     _mm512_storeu_ps(w + 16, _mm512_mul_ps(d, _mm512_permutexvar_ps(hi, t)));
 }
@@ -957,57 +919,46 @@ static void axpy_f32(int64_t n, float a, const float *x, float *y) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(va, _mm512_loadu_ps(x + i))));
     if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 m = first16(n - i, 0);
         _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i))));
     }
 }
 
 void og_kernels_fill_avx512(og_kernels *k) {
-    k->axpy_f32 = axpy_f32;
-    k->dot_device[OG_TYPE_Q2_K] = q2_K_dot_device;
-    k->dot_device[OG_TYPE_Q4_K] = q4_K_dot_device;
-    k->dot_f32_device = dot_f32_device;
-    k->dot_device[OG_TYPE_Q8_0] = q8_0_dot_device;
-    k->dot_device[OG_TYPE_Q6_K] = q6_K_dot_device;
-    k->dot_device4[OG_TYPE_Q8_0] = q8_0_dot_device4;
-    k->dot_device4[OG_TYPE_Q2_K] = q2_K_dot_device4;
-    k->dot_device4[OG_TYPE_Q4_K] = q4_K_dot_device4;
-    k->dot_device4[OG_TYPE_Q6_K] = q6_K_dot_device4;
-#define SET(T, name) k->dot_device[T] = name##_dot_device, k->dot_device4[T] = name##_dot_device4
-    SET(OG_TYPE_Q3_K, q3_K);
-    SET(OG_TYPE_Q5_K, q5_K);
-    SET(OG_TYPE_Q4_0, q4_0);
-    SET(OG_TYPE_Q4_1, q4_1);
-    SET(OG_TYPE_Q5_0, q5_0);
-    SET(OG_TYPE_Q5_1, q5_1);
-    SET(OG_TYPE_IQ4_NL, iq4_nl);
-    SET(OG_TYPE_F16, f16);
-    SET(OG_TYPE_BF16, bf16);
-#undef SET
     k->vec_dot[OG_TYPE_F32] = f32_dot;
-    k->quantize_act[OG_TYPE_Q8_K] = q8_K_act;
-    k->vec_dot[OG_TYPE_Q8_0] = q8_0_dot;
-    k->vec_dot[OG_TYPE_Q4_K] = q4_K_dot;
-    k->vec_dot[OG_TYPE_Q2_K] = q2_K_dot;
-    k->vec_dot[OG_TYPE_Q6_K] = q6_K_dot;
-    k->vec_dot4[OG_TYPE_Q8_0] = q8_0_dot4;
-    k->vec_dot4[OG_TYPE_Q2_K] = q2_K_dot4;
-    k->vec_dot4[OG_TYPE_Q3_K] = q3_K_dot4;
-    k->vec_dot4[OG_TYPE_Q4_K] = q4_K_dot4;
-    k->vec_dot4[OG_TYPE_Q5_K] = q5_K_dot4;
-    k->vec_dot4[OG_TYPE_Q6_K] = q6_K_dot4;
-    k->vec_dot4[OG_TYPE_Q4_0] = q4_0_dot4;
-    k->vec_dot4[OG_TYPE_Q4_1] = q4_1_dot4;
-    k->vec_dot4[OG_TYPE_Q5_0] = q5_0_dot4;
-    k->vec_dot4[OG_TYPE_Q5_1] = q5_1_dot4;
-    k->vec_dot4[OG_TYPE_IQ4_NL] = iq4_nl_dot4;
-    k->vec_dot[OG_TYPE_Q3_K] = q3_K_dot;
-    k->vec_dot[OG_TYPE_Q5_K] = q5_K_dot;
-    k->vec_dot[OG_TYPE_Q4_0] = q4_0_dot;
-    k->vec_dot[OG_TYPE_Q4_1] = q4_1_dot;
-    k->vec_dot[OG_TYPE_Q5_0] = q5_0_dot;
-    k->vec_dot[OG_TYPE_Q5_1] = q5_1_dot;
-    k->vec_dot[OG_TYPE_IQ4_NL] = iq4_nl_dot;
     k->vec_dot[OG_TYPE_F16] = f16_dot;
     k->vec_dot[OG_TYPE_BF16] = bf16_dot;
+    k->quantize_act[OG_TYPE_Q8_K] = q8_K_act;
+    k->axpy_f32 = axpy_f32;
+    k->dot_f32_device = dot_f32_device;
+    /* quantized types: the dot for one and four activation rows */
+#define DOT(T, name) k->vec_dot[T] = name##_dot, k->vec_dot4[T] = name##_dot4
+    DOT(OG_TYPE_Q8_0, q8_0);
+    DOT(OG_TYPE_Q4_0, q4_0);
+    DOT(OG_TYPE_Q4_1, q4_1);
+    DOT(OG_TYPE_Q5_0, q5_0);
+    DOT(OG_TYPE_Q5_1, q5_1);
+    DOT(OG_TYPE_IQ4_NL, iq4_nl);
+    DOT(OG_TYPE_Q2_K, q2_K);
+    DOT(OG_TYPE_Q3_K, q3_K);
+    DOT(OG_TYPE_Q4_K, q4_K);
+    DOT(OG_TYPE_Q5_K, q5_K);
+    DOT(OG_TYPE_Q6_K, q6_K);
+#undef DOT
+    /* every type but F32: the device order for one and four weight rows */
+#define DEV(T, name) k->dot_device[T] = name##_dot_device, k->dot_device4[T] = name##_dot_device4
+    DEV(OG_TYPE_Q8_0, q8_0);
+    DEV(OG_TYPE_Q4_0, q4_0);
+    DEV(OG_TYPE_Q4_1, q4_1);
+    DEV(OG_TYPE_Q5_0, q5_0);
+    DEV(OG_TYPE_Q5_1, q5_1);
+    DEV(OG_TYPE_IQ4_NL, iq4_nl);
+    DEV(OG_TYPE_Q2_K, q2_K);
+    DEV(OG_TYPE_Q3_K, q3_K);
+    DEV(OG_TYPE_Q4_K, q4_K);
+    DEV(OG_TYPE_Q5_K, q5_K);
+    DEV(OG_TYPE_Q6_K, q6_K);
+    DEV(OG_TYPE_F16, f16);
+    DEV(OG_TYPE_BF16, bf16);
+#undef DEV
 }

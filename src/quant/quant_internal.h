@@ -7,7 +7,6 @@
 #include <string.h>
 
 extern const int8_t og_iq4nl_values[16];
-void og_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m);
 
 /* Unpacks the Q4_K/Q5_K 12-byte field into 8 scales and 8 mins (kquants.md §4),
  * four bytes at a time. */
@@ -46,7 +45,6 @@ static inline __m128i og_q3_scales(const uint8_t *q) {
 /* The activation quantizer of vec_dot_type t (og_kernels.quantize_act). */
 og_from_float_fn og_act_quantizer(og_ggml_type t);
 
-/* Fill the entries a tier implements; leave others untouched. */
 /* The butterfly of og_dot_f32_device (offsets 16, 8, 4, 2, 1) over acc[32];
  * modifies acc, returns lane 0. */
 static inline float og_warp_reduce32(float *acc) {
@@ -57,10 +55,6 @@ static inline float og_warp_reduce32(float *acc) {
     }
     return acc[0];
 }
-/* Prefetch of the byte `ahead` bytes past p, the address formed as an integer: it
- * may lie past the end of the row or buffer, where a prefetch never faults but a
- * pointer would be undefined behaviour (C11 6.5.6). For the SIMD tiers. */
-#define OG_PREFETCH(p, ahead) _mm_prefetch((const char *)((uintptr_t)(p) + (ahead)), _MM_HINT_T0)
 
 /* A tier's kernel written as one body call(ny, n, s, x, y) for ny activation rows
  * becomes its vec_dot (ny = 1) and vec_dot4 (ny = 4), name##_dot and name##_dot4. */
@@ -68,6 +62,38 @@ static inline float og_warp_reduce32(float *acc) {
     static void name##_dot(int64_t n, float *s, const void *x, const void *y) { call(1, n, s, x, &y); } \
     static void name##_dot4(int64_t n, float *s, const void *x, const void *const *y) { call(4, n, s, x, y); }
 
+#if defined(__AVX2__) && defined(__F16C__)
+/* ---- shared by the SIMD tiers (built with AVX2 and F16C) ---- */
+#include <immintrin.h>
+
+/* Prefetch of the byte `ahead` bytes past p, the address formed as an integer: it
+ * may lie past the end of the row or buffer, where a prefetch never faults but a
+ * pointer would be undefined behaviour (C11 6.5.6). */
+#define OG_PREFETCH(p, ahead) _mm_prefetch((const char *)((uintptr_t)(p) + (ahead)), _MM_HINT_T0)
+
+/* Prefetches the `bytes` bytes (a block, a pair of blocks) that lie `ahead` bytes
+ * past p, one cache line at a time. */
+static inline void og_prefetch_span(const void *p, size_t ahead, size_t bytes) {
+    for (size_t l = 0; l < bytes; l += 64) OG_PREFETCH(p, ahead + l);
+}
+
+/* The fp16 at p (any alignment) as a float (F16C). */
+static inline float og_h16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return _cvtsh_ss(v);
+}
+
+/* Sum of the 8 lanes, in the order (0+4, 1+5, 2+6, 3+7) pairwise. */
+static inline float og_hsum256(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+#endif
+
+/* Fill the entries a tier implements; leave others untouched. */
 void og_kernels_fill_avx2(og_kernels *k);
 void og_kernels_fill_avx512(og_kernels *k);
 

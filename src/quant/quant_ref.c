@@ -634,7 +634,6 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
 }
-void og_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) { scale_min_k4(j, q, sc, m); }
 
 /* ---- Q2_K ------------------------------------------------------------------- */
 

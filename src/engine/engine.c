@@ -59,7 +59,6 @@ struct og_engine {
     double rate_t[RATE_SAMPLES];
     uint64_t rate_n[RATE_SAMPLES];
     int rate_pos, rate_count;
-    uint64_t seed_state;
     uint64_t *layer_routes, *layer_hits; /* [n_layer] copies taken after each step */
 };
 
@@ -124,9 +123,6 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     pthread_cond_init(&e->cv_work, &ca);
     pthread_cond_init(&e->cv_out, &ca);
     pthread_condattr_destroy(&ca);
-    uint64_t key[2];
-    og_random_key(key);
-    e->seed_state = key[0] ^ key[1];
     e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
     e->met.placement = cfg->dev != NULL && cfg->rc.stats != NULL;
     if (e->met.placement && cfg->rc.stats->layer_routes && cfg->rc.stats->layer_hits) {
@@ -456,6 +452,15 @@ static void rate_sample(og_engine *e) {
     if (e->rate_count < RATE_SAMPLES) e->rate_count++;
 }
 
+/* KV blocks held by every sequence the engine still knows, running, queued or
+ * retired but not yet released by its reader (lock held): a sequence that kept
+ * its cache past retirement shows here. */
+static uint64_t kv_blocks_in_use(const og_engine *e) {
+    uint64_t blocks = 0;
+    for (const og_seq *s = e->all; s; s = s->next) blocks += (uint64_t)s->kv.n_blocks;
+    return blocks;
+}
+
 static void *scheduler(void *arg) {
     og_engine *e = arg;
     char err[512];
@@ -490,9 +495,7 @@ static void *scheduler(void *arg) {
             e->running[e->n_running++] = s;
             if (s->max_tokens == 0) seq_end(s, OG_FINISH_LENGTH);
         }
-        uint64_t blocks = 0;
-        for (int i = 0; i < e->n_running; i++) blocks += (uint64_t)e->running[i]->kv.n_blocks;
-        e->met.kv_blocks_used = blocks;
+        e->met.kv_blocks_used = kv_blocks_in_use(e);
         int n = build_batch(e);
         if (n == 0) {
             bool any_ended = false;
@@ -568,7 +571,7 @@ static void *scheduler(void *arg) {
         rate_sample(e);
         pthread_cond_broadcast(&e->cv_out);
     }
-    e->met.kv_blocks_used = 0;
+    e->met.kv_blocks_used = kv_blocks_in_use(e);
     pthread_cond_broadcast(&e->cv_out);
     pthread_mutex_unlock(&e->mu);
     return NULL;

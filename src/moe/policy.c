@@ -245,7 +245,6 @@ og_status og_policy_simulate(const og_trace *t, og_policy_kind kind, const og_mi
                     next_use[(size_t)s * E + e] = cnt[(size_t)s * E + e] ? s : next_use[(size_t)(s + 1) * E + e];
         }
         /* initial hot set: the profile's top S (ties: lower index), usable at once */
-        memset(res, 0, E);
         const uint64_t *pl = profile ? profile + (size_t)l * E : NULL;
         hot_set(E, S, pl, order, res);
         for (uint32_t e = 0; e < E; e++) {

@@ -421,9 +421,13 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
         return BAD("n", "'n' must be 1: this server returns one choice per request (send more requests instead)");
     json_t *seed = field(root, "seed");
     if (seed && !json_is_integer(seed)) return BAD("seed", "'seed' must be an integer");
-    uint64_t key[2];
-    og_random_key(key);
-    sp->seed = seed ? (uint64_t)json_integer_value(seed) : key[0];
+    if (seed) {
+        sp->seed = (uint64_t)json_integer_value(seed);
+    } else { /* no seed asked for: a fresh one (one getrandom) */
+        uint64_t key[2];
+        og_random_key(key);
+        sp->seed = key[0];
+    }
     if (!get_bool(root, "stream", &r->stream, e)) return false;
     json_t *so = field(root, "stream_options");
     if (so) {

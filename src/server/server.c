@@ -611,9 +611,6 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
         return send_json(s, c, st == ST_READY ? 200 : 503,
                          json_pack("{s:s}", "status", st == ST_READY ? "ok" : st == ST_LOADING ? "loading" : "shutting down"));
     }
-    if (!authorized(s, c))
-        return fail(s, c, 401, "authentication_error", "invalid_api_key",
-                    "a valid API key is required: send the header 'Authorization: Bearer KEY' (onegpu serve --api-key)");
     if (cc->too_large)
         return fail(s, c, 413, "invalid_request_error", "request_too_large",
                     "the request body is over this server's limit of %zu bytes", s->cfg.max_body);

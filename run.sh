@@ -281,11 +281,20 @@ elif [[ -n $gpu_free_mib ]]; then
   place=(--vram "${gpu_free_mib}M"); [[ -n $ram ]] && place+=(--ram "$ram")
 fi
 if [[ ${#place[@]} -gt 0 ]]; then
-  # serve keeps an f32 cache for --parallel 4 sequences of --ctx 4096 by default: plan the same
-  show "$bin" plan -m "$model" "${place[@]}" --ctx 4096 --parallel 4 --kv-type f32
+  # plan what serve will run: its f32 cache for --parallel 4 sequences (its --ctx default,
+  # the model's length up to 4096, is plan's too), and the serve flags after -- that the
+  # planner also reads
+  plan=("$bin" plan -m "$model" "${place[@]}" --parallel 4 --kv-type f32)
+  for ((i = 0; i < ${#extra[@]}; i++)); do
+    case ${extra[i]} in
+      --ctx|--parallel|--batch-tokens|--reserve|--expert-slots|--profile) plan+=("${extra[i]}" "${extra[i + 1]:-}"); i=$((i + 1)) ;;
+      --ctx=*|--parallel=*|--batch-tokens=*|--reserve=*|--expert-slots=*|--profile=*) plan+=("${extra[i]}") ;;
+    esac
+  done
+  show "${plan[@]}"
   if [[ $dry -eq 0 || -f $model ]]; then
     rc=0
-    "$bin" plan -m "$model" "${place[@]}" --ctx 4096 --parallel 4 --kv-type f32 >&2 || rc=$?
+    "${plan[@]}" >&2 || rc=$?
     if [[ $rc -eq 3 ]]; then
       say "the planner refused this machine (exit 3): see its message above"
       exit 3

@@ -7,6 +7,16 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifndef OG_VERSION
+#define OG_VERSION "0.1.0" /* onegpu --version, and the API's system_fingerprint */
+#endif
+
+/* The context length run, serve and plan take without --ctx: the model's
+ * (n_ctx_train), at most 4096 tokens. */
+static inline uint32_t og_cli_default_ctx(uint32_t n_ctx_train) {
+    return n_ctx_train && n_ctx_train < 4096 ? n_ctx_train : 4096;
+}
+
 enum { OG_EXIT_OK = 0, OG_EXIT_USAGE = 1, OG_EXIT_BAD_INPUT = 2, OG_EXIT_REFUSED = 3 };
 
 int og_cmd_gguf(int argc, char **argv);

@@ -17,8 +17,8 @@ static void usage(FILE *out) {
             "                   [--profile FILE] [--json]\n"
             "  Reads the GGUF header only. --vram is the device memory to plan for (required until the\n"
             "  CUDA backend can ask the GPU; the CPU plays the device with it); --ram defaults to\n"
-            "  MemAvailable, capped by the cgroup limit. Defaults: --reserve 512M --ctx 4096 --parallel 1\n"
-            "  --batch-tokens 512 --kv-type f16. Sizes take K, M, G, T (powers of 1024).\n"
+            "  MemAvailable, capped by the cgroup limit. Defaults: --reserve 512M, --ctx the model's\n"
+            "  context length up to 4096 (as onegpu serve), --parallel 1, --batch-tokens 512, --kv-type f16. Sizes take K, M, G, T (powers of 1024).\n"
             "  --parallel N       sequences served at once (KV cache and logits for each)\n"
             "  --expert-slots N|all  experts per MoE layer held on the device (0: all on the host),\n"
             "                     instead of filling the device; checked against the budget\n"
@@ -77,7 +77,7 @@ int og_cmd_plan(int argc, char **argv) {
         {"expert-slots", required_argument, 0, 'e'}, {"profile", required_argument, 0, 'P'}, {"json", no_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *profile = NULL;
-    og_plan_input in = {.reserve = 512ull << 20, .ctx = 4096, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 2,
+    og_plan_input in = {.reserve = 512ull << 20, .ctx = 0 /* below: as serve */, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 2,
                         .slots_override = -1};
     bool as_json = false, have_vram = false, have_ram = false;
     int c;
@@ -133,10 +133,15 @@ int og_cmd_plan(int argc, char **argv) {
         return OG_EXIT_BAD_INPUT;
     }
     uint64_t *counts = NULL;
+    og_hparams hp;
+    if (og_hparams_read(g, NULL, &hp, err, sizeof err)) {
+        fprintf(stderr, "onegpu plan: %s\n", err);
+        og_gguf_close(g);
+        return OG_EXIT_BAD_INPUT;
+    }
+    if (!in.ctx) in.ctx = og_cli_default_ctx(hp.n_ctx_train);
     if (profile) {
-        og_hparams hp;
-        if (og_hparams_read(g, NULL, &hp, err, sizeof err) ||
-            og_profile_read(profile, hp.n_layer, hp.n_expert, &counts, err, sizeof err)) {
+        if (og_profile_read(profile, hp.n_layer, hp.n_expert, &counts, err, sizeof err)) {
             fprintf(stderr, "onegpu plan: %s\n", err);
             og_gguf_close(g);
             return OG_EXIT_BAD_INPUT;
@@ -147,6 +152,10 @@ int og_cmd_plan(int argc, char **argv) {
     og_status st = og_plan_make(g, &in, &p, err, sizeof err);
     og_gguf_close(g);
     free(counts);
+    if (st == OG_ERR_INVALID_ARG) { /* e.g. --ctx above the model's */
+        fprintf(stderr, "onegpu plan: %s\n", err);
+        return OG_EXIT_USAGE;
+    }
     if (st) {
         fprintf(stderr, "onegpu plan: %s: %s\n", model, err);
         return OG_EXIT_BAD_INPUT;

@@ -80,7 +80,7 @@ int og_cmd_run(int argc, char **argv) {
     const char *save_trace = NULL;
     long migrate = 2;
     bool migrate_set = false;
-    og_plan_input pin = {.reserve = 512ull << 20, .ctx = 4096, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 4,
+    og_plan_input pin = {.reserve = 512ull << 20, .ctx = 0 /* below: as serve */, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 4,
                          .slots_override = -1};
     bool have_vram = false, have_ram = false, bad_value = false;
     const char *profile_path = NULL, *save_profile = NULL;
@@ -176,6 +176,7 @@ int og_cmd_run(int argc, char **argv) {
             if (!pst && profile_path)
                 pst = og_profile_read(profile_path, hph.n_layer, hph.n_expert, &profile, err, sizeof err);
             pin.profile = profile;
+            if (!pst && !pin.ctx) pin.ctx = og_cli_default_ctx(hph.n_ctx_train);
             if (!pst) pst = og_plan_make(hg, &pin, &plan, err, sizeof err);
             og_gguf_close(hg);
         }
@@ -183,7 +184,7 @@ int og_cmd_run(int argc, char **argv) {
             fprintf(stderr, "onegpu run: %s\n", err);
             free(profile);
             free(teacher);
-            return OG_EXIT_BAD_INPUT;
+            return pst == OG_ERR_INVALID_ARG ? OG_EXIT_USAGE : OG_EXIT_BAD_INPUT; /* --ctx above the model's */
         }
         if (!plan.fits) {
             fprintf(stderr, "onegpu run: does not fit: %s\n", plan.reason);

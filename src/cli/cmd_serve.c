@@ -109,7 +109,7 @@ int og_cmd_serve(int argc, char **argv) {
     og_plan_input pin = {.reserve = 512ull << 20, .kv_bytes_per_elem = 4, .slots_override = -1};
     int c, li = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:h", opts, &li)) != -1) {
+    while ((li = -1, c = getopt_long(argc, argv, "m:h", opts, &li)) != -1) {
         bool was_bad = bad;
         switch (c) {
         case 'm': model_path = optarg; break;
@@ -149,9 +149,7 @@ int og_cmd_serve(int argc, char **argv) {
             return OG_EXIT_USAGE;
         }
         if (bad && !was_bad) {
-            const char *name = "?";
-            for (const struct option *o = opts; o->name; o++)
-                if (o->val == c) name = o->name;
+            const char *name = li >= 0 ? opts[li].name : "?";
             static const struct {
                 char flag;
                 const char *want;
@@ -198,7 +196,7 @@ int og_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "onegpu serve: %s\n", err);
         return OG_EXIT_BAD_INPUT;
     }
-    if (!ctx) ctx = hph.n_ctx_train < 4096 ? hph.n_ctx_train : 4096;
+    if (!ctx) ctx = og_cli_default_ctx(hph.n_ctx_train);
     if (ctx > hph.n_ctx_train || ctx < 2) {
         og_gguf_close(hg);
         fprintf(stderr, "onegpu serve: --ctx %u is outside 2..%u, the model's context\n", ctx, hph.n_ctx_train);
@@ -261,7 +259,7 @@ int og_cmd_serve(int argc, char **argv) {
     }
     if (note[0]) fprintf(stderr, "onegpu serve: %s\n", note);
     char fingerprint[64];
-    snprintf(fingerprint, sizeof fingerprint, "onegpu-0.1.0-%s", og_isa_name(isa));
+    snprintf(fingerprint, sizeof fingerprint, "onegpu-" OG_VERSION "-%s", og_isa_name(isa));
     og_logger lg = {.level = OG_LOG_WARN, .out = stderr};
     og_server_config scfg = {.host = host, .port = (int)port, .api_key = api_key, .max_body = (size_t)max_body,
                              .timeout_s = (unsigned)timeout, .max_connections = parallel + queue + 64,

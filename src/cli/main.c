@@ -5,10 +5,6 @@
 #include <errno.h>
 #include <string.h>
 
-#ifndef OG_VERSION
-#define OG_VERSION "0.1.0"
-#endif
-
 static const struct {
     const char *name;
     int (*fn)(int, char **);

@@ -86,6 +86,9 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
     og_hparams hp;
     og_status st = og_hparams_read(g, NULL, &hp, err, errlen);
     if (st) return st;
+    if (hp.n_ctx_train && in->ctx > hp.n_ctx_train) /* a wrong request, not a machine too small */
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "--ctx %u is above the model's context length %u", in->ctx,
+                       hp.n_ctx_train);
     char arch[32] = "";
     og_gguf_get_cstr(g, "general.architecture", arch, sizeof arch);
     p->n_layer = hp.n_layer;
@@ -140,11 +143,6 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
     p->staging_bytes = 4 * p->expert_bytes_max + 256 * MIB;
     p->host_bytes = p->routed_bytes + p->staging_bytes;
     char a[32], b[32];
-    if (hp.n_ctx_train && in->ctx > hp.n_ctx_train) {
-        snprintf(p->reason, sizeof p->reason, "--ctx %u is above the model's context length %u", in->ctx, hp.n_ctx_train);
-        free(layer_expert_bytes);
-        return OG_OK;
-    }
     if (device_need > in->vram) {
         uint64_t short_by = device_need - in->vram;
         /* the largest ctx (multiple of 256) whose KV closes the gap, all else equal */

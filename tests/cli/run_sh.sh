@@ -136,6 +136,16 @@ grep -q 'NUMA binding: none' "$work/out6" || fail "did not fall to none: $(cat "
 grep -q '^+ .*onegpu serve -m' "$work/out6" && ! grep -q '^+ numactl\|^+ taskset' "$work/out6" || fail "none: $(cat "$work/out6")"
 echo "ok: ladder"
 
+echo "== a model with less than 4096 tokens of context plans at its own; serve flags after -- reach the plan"
+"$onegpu" make-model --tokenizer none --vocab 512 --n-layer 2 --n-embd 256 --n-head 4 --n-expert 8 \
+  --n-expert-used 2 --n-ff-exp 512 --ctx 2048 -o "$work/short.gguf" 2>/dev/null
+runsh --dry-run --model "$work/short.gguf" --vram 1G > "$work/out8" 2>&1 || fail "a 2048-token model refused: $(cat "$work/out8")"
+! grep -q 'above the model' "$work/out8" || fail "planned above the model's context: $(cat "$work/out8")"
+rc=0; runsh --dry-run --model "$work/short.gguf" --vram 1G -- --ctx 4096 > "$work/out9" 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q 'ctx 4096 is above the model' "$work/out9" ||
+  fail "--ctx after -- did not reach the planner as a usage error (rc $rc): $(cat "$work/out9")"
+echo "ok: the plan follows serve's --ctx default and flags"
+
 echo "== --dry-run on this machine: facts and commands, nothing changed"
 rm -rf "$work/models"
 runsh --demo --dry-run > "$work/out7" 2>&1 || fail "demo dry run: $(cat "$work/out7")"

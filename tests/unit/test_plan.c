@@ -379,13 +379,13 @@ static void test_cli(void **state) {
         {"--vram lots --ram 280G", 1},
         /* no wrap-around: a reserve of the whole card, absurd ctx x parallel, 0x sizes */
         {"--vram 96G --ram 280G --reserve 96G", 3},
-        {"--vram 96G --ram 280G --ctx 2147483647 --parallel 2147483647", 3},
+        {"--vram 96G --ram 280G --ctx 163840 --parallel 2147483647", 3},
         {"--vram 0x10G --ram 280G", 1},
         /* --expert-slots 0 lowers the minimum: 10.35 GiB fit in 11 */
         {"--vram 11G --ram 280G --expert-slots 0", 0},
         {"--vram 11G --ram 280G", 3},
         {"--vram 96G --ram 280G --ctx 163840", 0}, /* V3's context length */
-        {"--vram 96G --ram 280G --ctx 163841", 3}, /* above it */
+        {"--vram 96G --ram 280G --ctx 163841", 1}, /* above it: a usage error, not a refusal */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(a, sizeof a, "-m '%s' %s", g_v3, cases[i].flags);

@@ -374,7 +374,7 @@ int og_cmd_run(int argc, char **argv) {
                                           "hits", (json_int_t)stats.routes_resident, "hit_rate",
                                           stats.routes ? (double)stats.routes_resident / (double)stats.routes : 0.0,
                                           "hit_rate_per_moe_layer", per, "migrations", (json_int_t)dev->migrations,
-                                          "pcie_bytes", (json_int_t)dev->pcie_bytes, "resident_experts",
+                                          "pcie_bytes", (json_int_t)dev->dev->pcie_bytes, "resident_experts",
                                           (json_int_t)dev->n_resident));
         }
         char *s = json_dumps(o, JSON_COMPACT);
@@ -398,7 +398,7 @@ int og_cmd_run(int argc, char **argv) {
                 (unsigned long long)plan.resident_experts, 100.0 * plan.predicted_device_share);
         if (dev)
             fprintf(stderr, "onegpu run: %llu migrations, %s copied host->device in all\n",
-                    (unsigned long long)dev->migrations, og_fmt_bytes(dev->pcie_bytes, pb, sizeof pb));
+                    (unsigned long long)dev->migrations, og_fmt_bytes(dev->dev->pcie_bytes, pb, sizeof pb));
     }
     if (!st && save_trace) {
         og_trace tr = {n_moe, m->hp.n_expert, kx, t_steps, 1, tsel};

@@ -34,7 +34,7 @@ int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *pl
     p->stats.resident = p->dev->resident; /* follows the migrations */
     char pb[32];
     fprintf(stderr, "%s: cpu device: %llu experts resident, %s copied host->device\n", cmd,
-            (unsigned long long)p->dev->n_resident, og_fmt_bytes(p->dev->pcie_bytes, pb, sizeof pb));
+            (unsigned long long)p->dev->n_resident, og_fmt_bytes(p->dev->dev->pcie_bytes, pb, sizeof pb));
     return 0;
 }
 

@@ -560,7 +560,7 @@ static void *scheduler(void *arg) {
             e->met.expert_routes = e->cfg.rc.stats->routes;
             e->met.expert_hits = e->cfg.rc.stats->routes_resident;
             e->met.migrations = e->cfg.dev->migrations;
-            e->met.pcie_bytes = e->cfg.dev->pcie_bytes;
+            e->met.pcie_bytes = e->cfg.dev->dev->pcie_bytes;
             e->met.resident_experts = e->cfg.dev->n_resident;
             if (e->layer_routes) {
                 size_t nl = e->cfg.model->hp.n_layer;

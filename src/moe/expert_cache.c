@@ -92,8 +92,7 @@ static og_status start_copy(og_expert_cache *c, const og_model *m, uint32_t l, u
         og_status st = c->dev->ops->copy_to_device(c->dev, dst, (const uint8_t *)w[k]->data + (size_t)e * bytes, bytes,
                                                    &ev, err, errlen);
         if (st) return st;
-        dst += bytes;
-        c->pcie_bytes += bytes;
+        dst += bytes; /* the device counts the bytes (og_device.pcie_bytes) */
     }
     const size_t at = (size_t)l * c->n_expert + e, sj = (size_t)l * c->max_slots + j;
     c->slot_of[at] = (int32_t)j;

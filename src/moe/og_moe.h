@@ -79,7 +79,6 @@ typedef struct og_expert_cache {
     og_device *dev;           /* not owned */
     uint8_t *arena;           /* device memory */
     uint64_t capacity;        /* bytes */
-    uint64_t pcie_bytes;      /* bytes this cache copied to the device */
     uint64_t n_resident, migrations;
     uint32_t n_layer, n_expert;
     uint64_t *layer_off;      /* [n_layer] first slot's offset in the arena */

@@ -12,3 +12,20 @@ need_node_refs() {
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # json_get FILE EXPR: evaluates a JS expression over the parsed JSON `j`.
 json_get() { node -e "const j=JSON.parse(require('fs').readFileSync('$1','utf8')); console.log($2)"; }
+# start_server LOG ARGS...: starts "$onegpu" serve -m "$model" on a free port, waits for
+# /health 200; sets port and spid, adds spid to the caller's pids array (its cleanup
+# kills them). Fails with the server's log if it exits or is not ready in 60 s.
+start_server() {
+  local log=$1; shift
+  "$onegpu" serve -m "$model" --port 0 "$@" 2>"$log" &
+  spid=$!
+  pids+=("$spid")
+  port=
+  for _ in $(seq 1 600); do
+    port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$log" 2>/dev/null | grep -o '[0-9]*$' || true)
+    [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    kill -0 "$spid" 2>/dev/null || { cat "$log"; fail "onegpu serve exited at start"; }
+    sleep 0.1
+  done
+  cat "$log"; fail "onegpu serve did not become ready"
+}

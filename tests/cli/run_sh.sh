@@ -149,7 +149,7 @@ echo "ok: the plan follows serve's --ctx default and flags"
 echo "== --dry-run on this machine: facts and commands, nothing changed"
 rm -rf "$work/models"
 runsh --demo --dry-run > "$work/out7" 2>&1 || fail "demo dry run: $(cat "$work/out7")"
-cores=$(lscpu -p=CORE,SOCKET | grep -v '^#' | sort -u | wc -l)
+cores=$(lscpu -p=CORE,SOCKET,NODE | awk -F, '!/^#/ && ($3 == 0 || $3 == "") {print $2"-"$1}' | sort -u | wc -l) # node 0's
 grep -qE "^run.sh: facts: GPU (none|.*NUMA node).*; [0-9]+ NUMA node\(s\); node 0: CPUs [0-9,-]+, $cores physical cores; RAM [0-9.]+ GiB" "$work/out7" ||
   fail "facts line: $(cat "$work/out7")"
 grep -q "^+ .*onegpu make-model --preset demo -o $work/models/demo.gguf" "$work/out7" || fail "make-model not shown"

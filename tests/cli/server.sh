@@ -22,22 +22,6 @@ key=test-key-123
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
-# start_server LOG ARGS...: starts onegpu serve on a free port, waits for /health 200; sets port, spid
-start_server() {
-  local log=$1; shift
-  "$onegpu" serve -m "$model" --port 0 "$@" 2>"$log" &
-  spid=$!
-  pids+=("$spid")
-  port=
-  for _ in $(seq 1 600); do
-    port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$log" 2>/dev/null | grep -o '[0-9]*$' || true)
-    [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    kill -0 "$spid" 2>/dev/null || { cat "$log"; fail "onegpu serve exited at start"; }
-    sleep 0.1
-  done
-  cat "$log"; fail "onegpu serve did not become ready"
-}
-
 start_server "$work/serve.log" --api-key "$key" --parallel 8 --batch-tokens 64 --ctx 512 --queue 64
 base=http://127.0.0.1:$port
 echo "== server on port $port"

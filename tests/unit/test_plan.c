@@ -302,7 +302,7 @@ static void test_cpu_device(void **state) {
     res[0 * E + 3] = 1; /* dense layer: ignored */
     assert_int_equal(og_expert_cache_load(d, m, res, err, sizeof err), OG_OK);
     assert_int_equal(d->n_resident, 12);
-    assert_int_equal(d->pcie_bytes, 12 * SMALL_EXPERT_BYTES);
+    assert_int_equal(d->dev->pcie_bytes, 12 * SMALL_EXPERT_BYTES);
     const size_t gate_bytes = 256ull * 256 * 4;
     /* a resident expert's device copy holds the file's bytes */
     assert_non_null(d->map.gate[2 * E + 2]);
@@ -311,8 +311,8 @@ static void test_cpu_device(void **state) {
     assert_null(d->map.gate[2 * E + 4]);
     /* swap 9 in for 0 in layer 1: 0 is gone at once, 9 usable after the poll */
     assert_int_equal(og_expert_cache_swap(d, m, 1, 9, 0, err, sizeof err), OG_OK);
-    assert_int_equal(d->pcie_bytes, 13 * SMALL_EXPERT_BYTES);
-    assert_int_equal(dev->pcie_bytes, 13 * SMALL_EXPERT_BYTES);
+    assert_int_equal(d->dev->pcie_bytes, 13 * SMALL_EXPERT_BYTES);
+    assert_ptr_equal(d->dev, dev); /* the counter is the device's own */
     assert_int_equal(d->migrations, 1);
     assert_null(d->map.gate[1 * E + 0]);
     assert_false(d->resident[1 * E + 0]);
@@ -349,7 +349,7 @@ static void test_cpu_device(void **state) {
         assert_int_equal(og_migrator_step(mg, d, m, counts, err, sizeof err), OG_OK);
     }
     assert_true(d->migrations > mig0);
-    assert_int_equal(d->pcie_bytes, (12 + d->migrations) * SMALL_EXPERT_BYTES);
+    assert_int_equal(d->dev->pcie_bytes, (12 + d->migrations) * SMALL_EXPERT_BYTES);
     assert_int_equal(es.routes, 24ull * 3 * m->hp.n_expert_used);
     assert_true(es.routes_resident > 0);
     og_kv_free(&ka);

@@ -8,15 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool og_api_error(og_api_err *e, int status, const char *type, const char *param, const char *code, const char *fmt,
-                  ...) {
+bool og_api_verror(og_api_err *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                   va_list ap) {
     e->status = status;
     e->type = type;
     e->code = code;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    return false;
+}
+
+bool og_api_error(og_api_err *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                  ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    og_api_verror(e, status, type, param, code, fmt, ap);
     va_end(ap);
     return false;
 }
@@ -25,11 +31,14 @@ bool og_api_error(og_api_err *e, int status, const char *type, const char *param
 #define BADC(param, code, ...) og_api_error(e, 400, "invalid_request_error", param, code, __VA_ARGS__)
 #define OOM() og_api_error(e, 500, "server_error", NULL, NULL, "out of memory")
 
+json_t *og_api_error_obj(const og_api_err *e) {
+    return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", og_api_jstr(e->message, strlen(e->message)), "type",
+                     e->type ? e->type : "server_error", "param", e->param[0] ? json_string(e->param) : json_null(),
+                     "code", e->code ? json_string(e->code) : json_null());
+}
+
 char *og_api_error_json(const og_api_err *e) {
-    json_t *o = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", og_api_jstr(e->message, strlen(e->message)),
-                          "type", e->type ? e->type : "server_error", "param",
-                          e->param[0] ? json_string(e->param) : json_null(), "code",
-                          e->code ? json_string(e->code) : json_null());
+    json_t *o = og_api_error_obj(e);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;

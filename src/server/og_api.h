@@ -7,6 +7,7 @@
 #include "og_engine.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 
 #define OG_API_MAX_PROMPTS 16 /* prompts per /v1/completions request */
 
@@ -51,12 +52,16 @@ typedef struct og_api_req {
 bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *mdl, og_api_req *out, og_api_err *e);
 void og_api_req_free(og_api_req *r);
 
-/* Sets *e and returns false (for one-line error returns). */
+/* Sets *e and returns false (for one-line error returns). param and code may be
+ * NULL (JSON null). og_api_verror: the same with a va_list. */
 bool og_api_error(og_api_err *e, int status, const char *type, const char *param, const char *code, const char *fmt,
                   ...) __attribute__((format(printf, 6, 7)));
+bool og_api_verror(og_api_err *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                   va_list ap) __attribute__((format(printf, 6, 0)));
 
-/* The error envelope {"error": {message, type, param, code}} as a JSON text
- * (malloc'ed). */
+/* The error envelope {"error": {message, type, param, code}}: as a JSON value
+ * (caller owns; NULL if out of memory), and as a JSON text (malloc'ed). */
+json_t *og_api_error_obj(const og_api_err *e);
 char *og_api_error_json(const og_api_err *e);
 
 /* A JSON string from bytes that may not be valid UTF-8 (invalid bytes become

@@ -112,12 +112,14 @@ static enum MHD_Result send_json(og_server *s, struct MHD_Connection *c, int sta
     return r;
 }
 
-static enum MHD_Result send_error(og_server *s, struct MHD_Connection *c, const og_api_err *e) {
+/* The error envelope with e's status; allow: the Allow header of a 405 (NULL:
+ * "GET, HEAD"). */
+static enum MHD_Result send_error(og_server *s, struct MHD_Connection *c, const og_api_err *e, const char *allow) {
     char *txt = og_api_error_json(e);
     if (!txt) return MHD_NO;
     if (s->cfg.log) og_log(s->cfg.log, OG_LOG_INFO, "%d %s", e->status, e->message);
     const char *retry = e->status == 503 || e->status == 429 ? "1" : NULL;
-    enum MHD_Result r = send_text(s, c, e->status, "application/json", txt, strlen(txt), retry);
+    enum MHD_Result r = send_text_allow(s, c, e->status, "application/json", txt, strlen(txt), retry, allow);
     free(txt);
     return r;
 }
@@ -126,12 +128,18 @@ static enum MHD_Result fail(og_server *s, struct MHD_Connection *c, int status, 
                             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 static enum MHD_Result fail(og_server *s, struct MHD_Connection *c, int status, const char *type, const char *code,
                             const char *fmt, ...) {
-    og_api_err e = {.status = status, .type = type, .code = code};
+    og_api_err e;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    og_api_verror(&e, status, type, NULL, code, fmt, ap);
     va_end(ap);
-    return send_error(s, c, &e);
+    return send_error(s, c, &e, NULL);
+}
+
+/* The error a request that ended with ERROR or CANCEL gets (msg: why). */
+static void finish_error(og_finish f, const char *msg, og_api_err *e) {
+    bool cancel = f == OG_FINISH_CANCEL;
+    og_api_error(e, cancel ? 503 : 500, cancel ? "unavailable_error" : "server_error", NULL, NULL, "%s", msg);
 }
 
 /* ---- the client's socket ------------------------------------------------- */
@@ -182,28 +190,7 @@ static json_t *envelope(const gen_ctx *g, const char *object) {
                      "model", g->srv->model_id, "system_fingerprint", g->srv->fingerprint);
 }
 
-/* Appends one SSE event (data: JSON) to the stream buffer. */
-static bool emit(gen_ctx *g, json_t *o) {
-    char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!txt) return false;
-    size_t l = strlen(txt), need = g->out_len + l + 8;
-    if (need > g->out_cap) {
-        size_t cap = g->out_cap ? g->out_cap : 4096;
-        while (cap < need) cap *= 2;
-        char *b = realloc(g->out, cap);
-        if (!b) {
-            free(txt);
-            return false;
-        }
-        g->out = b;
-        g->out_cap = cap;
-    }
-    g->out_len += (size_t)sprintf(g->out + g->out_len, "data: %s\n\n", txt);
-    free(txt);
-    return true;
-}
-
+/* Appends s to the stream buffer. */
 static bool emit_raw(gen_ctx *g, const char *s) {
     size_t l = strlen(s);
     if (g->out_len + l + 1 > g->out_cap) {
@@ -217,6 +204,15 @@ static bool emit_raw(gen_ctx *g, const char *s) {
     memcpy(g->out + g->out_len, s, l + 1);
     g->out_len += l;
     return true;
+}
+
+/* Appends one SSE event (data: JSON) to the stream buffer; takes o. */
+static bool emit(gen_ctx *g, json_t *o) {
+    char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    bool ok = txt && emit_raw(g, "data: ") && emit_raw(g, txt) && emit_raw(g, "\n\n");
+    free(txt);
+    return ok;
 }
 
 /* A stream chunk for choice i: chat {"delta": ...} or completions {"text": ...}. */
@@ -284,11 +280,11 @@ static bool gen_collect(gen_ctx *g, bool stream) {
                 snprintf(g->error, sizeof g->error, "%s",
                          o.finish == OG_FINISH_ERROR ? o.error : "the request was cancelled: the server is shutting down");
             if (stream) {
-                if (o.finish == OG_FINISH_ERROR || o.finish == OG_FINISH_CANCEL)
-                    emit(g, json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", g->error, "type",
-                                      o.finish == OG_FINISH_ERROR ? "server_error" : "unavailable_error", "param",
-                                      "code"));
-                else
+                if (o.finish == OG_FINISH_ERROR || o.finish == OG_FINISH_CANCEL) {
+                    og_api_err fe;
+                    finish_error(o.finish, g->error, &fe);
+                    emit(g, og_api_error_obj(&fe));
+                } else
                     emit(g, chunk(g, i, g->req.chat ? json_object() : json_string(""), NULL,
                                   og_api_finish_reason(o.finish)));
             }
@@ -390,7 +386,7 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     og_api_err err;
     if (!og_api_parse(cc->body ? cc->body : "", cc->len, chat, &mdl, &g->req, &err)) {
         gen_free(g);
-        return send_error(s, c, &err);
+        return send_error(s, c, &err, NULL);
     }
     if (g->req.n_prompts > mdl.capacity) {
         int n = g->req.n_prompts;
@@ -442,11 +438,10 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     }
     for (int i = 0; i < g->n; i++)
         if (g->finish[i] == OG_FINISH_ERROR || g->finish[i] == OG_FINISH_CANCEL) {
-            bool cancel = g->finish[i] == OG_FINISH_CANCEL;
-            char msg[256];
-            snprintf(msg, sizeof msg, "%s", g->error);
+            og_api_err fe;
+            finish_error(g->finish[i], g->error, &fe);
             gen_free(g);
-            return fail(s, c, cancel ? 503 : 500, cancel ? "unavailable_error" : "server_error", NULL, "%s", msg);
+            return send_error(s, c, &fe, NULL);
         }
     json_t *o = final_response(g);
     gen_free(g);
@@ -617,14 +612,11 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
     bool is_chat = !strcmp(url, "/v1/chat/completions"), is_cmpl = !strcmp(url, "/v1/completions");
     if (is_chat || is_cmpl) {
         if (!post) {
-            og_api_err e = {.status = 405, .type = "invalid_request_error"};
+            og_api_err e;
             char pr[128];
-            snprintf(e.message, sizeof e.message, "use POST for %s", og_printable(url, strlen(url), pr, sizeof pr));
-            char *txt = og_api_error_json(&e);
-            if (!txt) return MHD_NO;
-            enum MHD_Result r = send_text_allow(s, c, 405, "application/json", txt, strlen(txt), NULL, "POST");
-            free(txt);
-            return r;
+            og_api_error(&e, 405, "invalid_request_error", NULL, NULL, "use POST for %s",
+                         og_printable(url, strlen(url), pr, sizeof pr));
+            return send_error(s, c, &e, "POST");
         }
         return handle_generate(s, c, cc, is_chat);
     }
@@ -638,10 +630,11 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
             return send_json(s, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));
         if (!strcmp(url + 11, s->model_id)) return send_json(s, c, 200, model_json(s));
         char pr[128];
-        og_api_err e = {.status = 404, .type = "invalid_request_error", .code = "model_not_found", .param = "model"};
-        snprintf(e.message, sizeof e.message, "the model '%s' does not exist; this server has '%s'",
-                 og_printable(url + 11, strlen(url + 11), pr, sizeof pr), s->model_id);
-        return send_error(s, c, &e);
+        og_api_err e;
+        og_api_error(&e, 404, "invalid_request_error", "model", "model_not_found",
+                     "the model '%s' does not exist; this server has '%s'",
+                     og_printable(url + 11, strlen(url + 11), pr, sizeof pr), s->model_id);
+        return send_error(s, c, &e, NULL);
     }
     char pr[128];
     return fail(s, c, 404, "not_found_error", NULL, "no such endpoint: %s %s", method,

@@ -222,7 +222,7 @@ int og_cmd_run(int argc, char **argv) {
         goto out;
     og_migrator *mig = pl.mig;
     og_expert_cache *dev = pl.dev;
-    og_expert_stats stats = pl.stats;
+    og_expert_stats *stats = &pl.stats; /* saved with the profile at the end */
     if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s: %s\n", model_path, err);
         rc = OG_EXIT_BAD_INPUT;
@@ -285,7 +285,7 @@ int og_cmd_run(int argc, char **argv) {
         goto out;
     }
     for (size_t i = 0; i < ids.n; i++) og_sampler_accept(smp, ids.v[i]);
-    og_run_ctx rcx = {.kern = &kern, .pool = pool, .stats = stats.counts ? &stats : NULL,
+    og_run_ctx rcx = {.kern = &kern, .pool = pool, .stats = stats->counts ? stats : NULL,
                       .experts = dev ? &dev->map : NULL, .device_numerics = OG_NUMERICS_DEVICE,
                       .host_numerics = numerics_gpu ? OG_NUMERICS_DEVICE : OG_NUMERICS_FAST};
     og_kv kv = {0};
@@ -293,14 +293,14 @@ int og_cmd_run(int argc, char **argv) {
     json_t *jt = json_array(), *jl = json_array();
     double t0 = now_s();
     og_status st = og_model_forward(m, &rcx, &kv, ids.v, (int)ids.n, logits, false, err, sizeof err);
-    if (!st && mig) st = og_migrator_step(mig, dev, m, stats.counts, err, sizeof err); /* between steps */
+    if (!st && mig) st = og_migrator_step(mig, dev, m, stats->counts, err, sizeof err); /* between steps */
     /* --save-trace: the decode steps' selections, from the counts each step adds */
     const uint32_t n_moe = m->hp.n_layer - m->hp.n_dense, kx = m->hp.n_expert_used;
-    uint64_t *snap = save_trace && stats.counts ? malloc(n_le * sizeof *snap) : NULL;
+    uint64_t *snap = save_trace && stats->counts ? malloc(n_le * sizeof *snap) : NULL;
     uint16_t *tsel = NULL;
     uint32_t t_steps = 0;
     if (snap) {
-        memcpy(snap, stats.counts, n_le * sizeof *snap);
+        memcpy(snap, stats->counts, n_le * sizeof *snap);
         tsel = malloc(((size_t)(teacher ? n_teacher : n_predict) + 1) * n_moe * kx * sizeof *tsel);
     }    double t_prefill = now_s() - t0, t_decode = 0;
     int steps = teacher ? n_teacher : n_predict, done = 0;
@@ -342,14 +342,14 @@ int og_cmd_run(int argc, char **argv) {
         if (i + 1 < steps) {
             double t1 = now_s();
             st = og_model_forward(m, &rcx, &kv, &next, 1, logits, false, err, sizeof err);
-            if (!st && mig) st = og_migrator_step(mig, dev, m, stats.counts, err, sizeof err);
+            if (!st && mig) st = og_migrator_step(mig, dev, m, stats->counts, err, sizeof err);
             if (!st && snap && tsel) {
                 uint16_t *o = tsel + (size_t)t_steps * n_moe * kx;
                 for (uint32_t l = m->hp.n_dense, j = 0; l < m->hp.n_layer; l++, j++)
                     for (uint32_t x = 0, w = 0; x < m->hp.n_expert && w < kx; x++) {
                         const size_t at = (size_t)l * m->hp.n_expert + x;
-                        if (stats.counts[at] != snap[at]) o[(size_t)j * kx + w++] = (uint16_t)x;
-                        snap[at] = stats.counts[at];
+                        if (stats->counts[at] != snap[at]) o[(size_t)j * kx + w++] = (uint16_t)x;
+                        snap[at] = stats->counts[at];
                     }
                 t_steps++;
             }
@@ -363,16 +363,16 @@ int og_cmd_run(int argc, char **argv) {
         json_t *pt = json_array();
         for (size_t i = 0; i < ids.n; i++) json_array_append_new(pt, json_integer(ids.v[i]));
         json_t *o = json_pack("{s:o, s:O, s:O}", "prompt_tokens", pt, "tokens", jt, "logprobs", jl);
-        if (have_vram && dev && stats.layer_routes && stats.layer_hits) { /* what the server will export */
+        if (have_vram && dev && stats->layer_routes && stats->layer_hits) { /* what the server will export */
             json_t *per = json_array();
             for (uint32_t l = m->hp.n_dense; l < m->hp.n_layer; l++)
-                json_array_append_new(per, json_real(stats.layer_routes[l]
-                                                         ? (double)stats.layer_hits[l] / (double)stats.layer_routes[l]
+                json_array_append_new(per, json_real(stats->layer_routes[l]
+                                                         ? (double)stats->layer_hits[l] / (double)stats->layer_routes[l]
                                                          : 0.0));
             json_object_set_new(o, "placement",
-                                json_pack("{s:I, s:I, s:f, s:o, s:I, s:I, s:I}", "selections", (json_int_t)stats.routes,
-                                          "hits", (json_int_t)stats.routes_resident, "hit_rate",
-                                          stats.routes ? (double)stats.routes_resident / (double)stats.routes : 0.0,
+                                json_pack("{s:I, s:I, s:f, s:o, s:I, s:I, s:I}", "selections", (json_int_t)stats->routes,
+                                          "hits", (json_int_t)stats->routes_resident, "hit_rate",
+                                          stats->routes ? (double)stats->routes_resident / (double)stats->routes : 0.0,
                                           "hit_rate_per_moe_layer", per, "migrations", (json_int_t)dev->migrations,
                                           "pcie_bytes", (json_int_t)dev->dev->pcie_bytes, "resident_experts",
                                           (json_int_t)dev->n_resident));
@@ -391,10 +391,10 @@ int og_cmd_run(int argc, char **argv) {
         fprintf(stderr, "onegpu run: prefill %zu tokens %.1f tok/s, decode %d tokens %.1f tok/s (%s, %d threads)\n", ids.n,
                 (double)ids.n / t_prefill, done - 1 > 0 ? done - 1 : 0, done > 1 ? (done - 1) / t_decode : 0.0,
                 og_isa_name(isa), og_pool_size(pool));
-    if (!st && have_vram && stats.routes) {
+    if (!st && have_vram && stats->routes) {
         char pb[32];
         fprintf(stderr, "onegpu run: %.1f%% of %llu expert selections hit the %llu resident experts (plan: %.1f%%)\n",
-                100.0 * (double)stats.routes_resident / (double)stats.routes, (unsigned long long)stats.routes,
+                100.0 * (double)stats->routes_resident / (double)stats->routes, (unsigned long long)stats->routes,
                 (unsigned long long)plan.resident_experts, 100.0 * plan.predicted_device_share);
         if (dev)
             fprintf(stderr, "onegpu run: %llu migrations, %s copied host->device in all\n",
@@ -412,7 +412,6 @@ int og_cmd_run(int argc, char **argv) {
     }
     free(snap);
     free(tsel);
-    pl.stats = stats;
     if (!st && save_profile && !rc) rc = og_cli_placement_save_profile("onegpu run", m, &pl, profile, save_profile);
     json_decref(jt);
     json_decref(jl);

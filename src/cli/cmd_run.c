@@ -12,7 +12,6 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -159,41 +158,26 @@ int og_cmd_run(int argc, char **argv) {
         fprintf(stderr, "onegpu run: --teacher takes comma-separated token ids\n");
         return OG_EXIT_USAGE;
     }
-    char err[1024], note[256];
+    char err[1024];
     /* placement: planned from the header before anything is loaded */
     og_plan plan = {0};
     uint64_t *profile = NULL;
     if (have_vram) {
-        if (!have_ram) {
-            uint64_t avail, limit;
-            pin.ram = og_sys_memory(&avail, &limit) == OG_OK ? (avail < limit ? avail : limit) : UINT64_MAX;
-        }
         og_gguf *hg;
         og_hparams hph;
-        og_status pst = og_gguf_open(model_path, OG_GGUF_HEADER_ONLY, &hg, err, sizeof err);
-        if (!pst) {
-            pst = og_hparams_read(hg, NULL, &hph, err, sizeof err);
-            if (!pst && profile_path)
-                pst = og_profile_read(profile_path, hph.n_layer, hph.n_expert, &profile, err, sizeof err);
-            pin.profile = profile;
-            if (!pst && !pin.ctx) pin.ctx = og_cli_default_ctx(hph.n_ctx_train);
-            if (!pst) pst = og_plan_make(hg, &pin, &plan, err, sizeof err);
-            og_gguf_close(hg);
-        }
-        if (pst) {
+        if (og_gguf_open(model_path, OG_GGUF_HEADER_ONLY, &hg, err, sizeof err) ||
+            (og_hparams_read(hg, NULL, &hph, err, sizeof err) && (og_gguf_close(hg), 1))) {
             fprintf(stderr, "onegpu run: %s\n", err);
-            free(profile);
             free(teacher);
-            return pst == OG_ERR_INVALID_ARG ? OG_EXIT_USAGE : OG_EXIT_BAD_INPUT; /* --ctx above the model's */
+            return OG_EXIT_BAD_INPUT;
         }
-        if (!plan.fits) {
-            fprintf(stderr, "onegpu run: does not fit: %s\n", plan.reason);
-            og_plan_free(&plan);
-            free(profile);
+        if (!pin.ctx) pin.ctx = og_cli_default_ctx(hph.n_ctx_train);
+        int prc = og_cli_plan_prepare("onegpu run", hg, &hph, &pin, have_ram, profile_path, &plan, &profile);
+        og_gguf_close(hg);
+        if (prc) {
             free(teacher);
-            return OG_EXIT_REFUSED;
+            return prc;
         }
-        og_cli_plan_line(stderr, &plan, profile != NULL);
     }
     og_logger lg = {.level = OG_LOG_WARN, .out = stderr};
     og_model *m;
@@ -228,26 +212,11 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
-    og_cpu_features feat;
-    og_cpu_detect(&feat);
     og_isa isa;
-    if (og_isa_choose(&feat, getenv("ONEGPU_CPU_ISA"), &isa, note, sizeof note, err, sizeof err)) {
-        fprintf(stderr, "onegpu run: %s\n", err);
-        rc = OG_EXIT_USAGE;
-        goto out;
-    }
-    if (note[0]) fprintf(stderr, "onegpu run: %s\n", note);
+    if ((rc = og_cli_choose_isa("onegpu run", &isa))) goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
-    if (!threads) {
-        cpu_set_t set;
-        threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    }
-    if (og_pool_create(threads, NULL, &pool, err, sizeof err)) {
-        fprintf(stderr, "onegpu run: %s\n", err);
-        rc = OG_EXIT_USAGE;
-        goto out;
-    }
+    if ((rc = og_cli_pool("onegpu run", threads, &pool))) goto out;
     if (chat) {
         og_str tmpl = {0};
         og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);

@@ -14,7 +14,6 @@
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,7 +186,7 @@ int og_cmd_serve(int argc, char **argv) {
             return OG_EXIT_USAGE;
         }
     }
-    char err[1024], note[256];
+    char err[1024];
     /* the model's context bounds --ctx; read from the header only */
     og_gguf *hg;
     og_hparams hph;
@@ -204,32 +203,17 @@ int og_cmd_serve(int argc, char **argv) {
     }
     og_plan plan = {0};
     uint64_t *profile = NULL;
-    og_status pst = OG_OK;
     if (have_vram) {
-        if (!have_ram) {
-            uint64_t avail, limit;
-            pin.ram = og_sys_memory(&avail, &limit) == OG_OK ? (avail < limit ? avail : limit) : UINT64_MAX;
-        }
         pin.ctx = ctx;
         pin.parallel = parallel;
         pin.batch_tokens = batch_tokens;
-        if (profile_path) pst = og_profile_read(profile_path, hph.n_layer, hph.n_expert, &profile, err, sizeof err);
-        pin.profile = profile;
-        if (!pst) pst = og_plan_make(hg, &pin, &plan, err, sizeof err);
+        int prc = og_cli_plan_prepare("onegpu serve", hg, &hph, &pin, have_ram, profile_path, &plan, &profile);
+        if (prc) {
+            og_gguf_close(hg);
+            return prc;
+        }
     }
     og_gguf_close(hg);
-    if (pst) {
-        fprintf(stderr, "onegpu serve: %s\n", err);
-        free(profile);
-        return OG_EXIT_BAD_INPUT;
-    }
-    if (have_vram && !plan.fits) {
-        fprintf(stderr, "onegpu serve: does not fit: %s\n", plan.reason);
-        og_plan_free(&plan);
-        free(profile);
-        return OG_EXIT_REFUSED;
-    }
-    if (have_vram) og_cli_plan_line(stderr, &plan, profile != NULL);
 
     /* signals go to sigwait below, never to a worker thread */
     sigset_t sigs;
@@ -248,16 +232,12 @@ int og_cmd_serve(int argc, char **argv) {
         size_t l = strlen(model_id);
         if (l > 5 && !strcmp(model_id + l - 5, ".gguf")) model_id[l - 5] = 0;
     }
-    og_cpu_features feat;
-    og_cpu_detect(&feat);
     og_isa isa;
-    if (og_isa_choose(&feat, getenv("ONEGPU_CPU_ISA"), &isa, note, sizeof note, err, sizeof err)) {
-        fprintf(stderr, "onegpu serve: %s\n", err);
+    if (og_cli_choose_isa("onegpu serve", &isa)) {
         og_plan_free(&plan);
         free(profile);
         return OG_EXIT_USAGE;
     }
-    if (note[0]) fprintf(stderr, "onegpu serve: %s\n", note);
     char fingerprint[64];
     snprintf(fingerprint, sizeof fingerprint, "onegpu-" OG_VERSION "-%s", og_isa_name(isa));
     og_logger lg = {.level = OG_LOG_WARN, .out = stderr};
@@ -299,15 +279,7 @@ int og_cmd_serve(int argc, char **argv) {
         goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
-    if (!threads) {
-        cpu_set_t set;
-        threads = sched_getaffinity(0, sizeof set, &set) == 0 ? (uint32_t)CPU_COUNT(&set) : 1;
-    }
-    if (og_pool_create((int)threads, NULL, &pool, err, sizeof err)) {
-        fprintf(stderr, "onegpu serve: %s\n", err);
-        rc = OG_EXIT_USAGE;
-        goto out;
-    }
+    if ((rc = og_cli_pool("onegpu serve", (int)threads, &pool))) goto out;
     og_engine_config ecfg = {.model = m, .tok = tok,
                              .rc = {.kern = &kern, .pool = pool, .stats = pl.stats.counts ? &pl.stats : NULL,
                                     .experts = pl.dev ? &pl.dev->map : NULL, .device_numerics = OG_NUMERICS_DEVICE,

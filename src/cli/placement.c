@@ -3,8 +3,57 @@
 
 #include "cli.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+
+int og_cli_choose_isa(const char *cmd, og_isa *isa) {
+    og_cpu_features feat;
+    og_cpu_detect(&feat);
+    char note[256], err[512];
+    if (og_isa_choose(&feat, getenv("ONEGPU_CPU_ISA"), isa, note, sizeof note, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return OG_EXIT_USAGE;
+    }
+    if (note[0]) fprintf(stderr, "%s: %s\n", cmd, note);
+    return OG_EXIT_OK;
+}
+
+int og_cli_pool(const char *cmd, int threads, og_pool **pool) {
+    if (threads <= 0) {
+        cpu_set_t set;
+        threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    }
+    char err[512];
+    if (og_pool_create(threads, NULL, pool, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return OG_EXIT_USAGE;
+    }
+    return OG_EXIT_OK;
+}
+
+int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_hparams *hp, og_plan_input *pin, bool have_ram,
+                        const char *profile_path, og_plan *plan, uint64_t **profile) {
+    char err[1024];
+    *profile = NULL;
+    if (!have_ram) {
+        uint64_t avail, limit;
+        pin->ram = og_sys_memory(&avail, &limit) == OG_OK ? (avail < limit ? avail : limit) : UINT64_MAX;
+    }
+    og_status st = profile_path ? og_profile_read(profile_path, hp->n_layer, hp->n_expert, profile, err, sizeof err) : OG_OK;
+    pin->profile = *profile;
+    if (!st) st = og_plan_make(hg, pin, plan, err, sizeof err);
+    if (st || !plan->fits) {
+        if (st) fprintf(stderr, "%s: %s\n", cmd, err);
+        else fprintf(stderr, "%s: does not fit: %s\n", cmd, plan->reason);
+        if (!st) og_plan_free(plan);
+        free(*profile);
+        *profile = NULL;
+        return !st ? OG_EXIT_REFUSED : st == OG_ERR_INVALID_ARG ? OG_EXIT_USAGE : OG_EXIT_BAD_INPUT;
+    }
+    og_cli_plan_line(stderr, plan, *profile != NULL);
+    return OG_EXIT_OK;
+}
 
 int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *plan, const uint64_t *profile,
                            uint64_t vram, long migrate, bool want_stats, og_cli_placement *p) {

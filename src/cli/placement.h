@@ -16,6 +16,15 @@ typedef struct og_cli_placement {
     size_t n_le;               /* n_layer * n_expert */
 } og_cli_placement;
 
+/* The plan before anything is loaded (run and serve): --ram defaults to
+ * MemAvailable capped by the cgroup limit (unknown: no limit), --profile's counts
+ * read into *profile (caller frees), og_plan_make. Prints the plan's summary line
+ * and returns 0; or prints "CMD: reason" and returns OG_EXIT_USAGE (a wrong
+ * request, e.g. --ctx above the model's), OG_EXIT_BAD_INPUT (file, profile) or
+ * OG_EXIT_REFUSED (does not fit), with nothing left allocated. */
+int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_hparams *hp, og_plan_input *pin, bool have_ram,
+                        const char *profile_path, og_plan *plan, uint64_t **profile);
+
 /* plan: a fitting plan when vram > 0 (else nothing goes on a device); profile:
  * --profile's counts or NULL; want_stats: count traffic even without a device.
  * Prints "CMD: cpu device: ..." to stderr. Returns 0, or OG_EXIT_USAGE after
@@ -29,6 +38,14 @@ int og_cli_placement_save_profile(const char *cmd, const og_model *m, og_cli_pla
                                   const char *path);
 
 void og_cli_placement_free(og_cli_placement *p);
+
+/* The SIMD tier: $ONEGPU_CPU_ISA, else the best the CPU has (a note on AMX
+ * refused is printed). Returns 0, or OG_EXIT_USAGE after printing why. */
+int og_cli_choose_isa(const char *cmd, og_isa *isa);
+
+/* A pool of `threads` workers; 0: one per CPU this process may run on. Returns 0,
+ * or OG_EXIT_USAGE after printing why. */
+int og_cli_pool(const char *cmd, int threads, og_pool **pool);
 
 /* --cpu-numerics fork|gpu: *gpu set; false after printing "CMD: ..." for anything else. */
 bool og_cli_parse_numerics(const char *cmd, const char *arg, bool *gpu);

@@ -19,19 +19,10 @@ og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_de
     const uint32_t NL = m->hp.n_layer, E = m->hp.n_expert;
     const size_t n = (size_t)NL * E;
     og_expert_cache *c = calloc(1, sizeof *c);
-    uint64_t cap = 0;
-    uint32_t max_slots = 0;
-    for (uint32_t l = 0; l < NL; l++) {
-        uint32_t s = layer_expert_bytes(m, l) ? (slots[l] < E ? slots[l] : E) : 0;
-        cap += (uint64_t)s * layer_expert_bytes(m, l);
-        max_slots = s > max_slots ? s : max_slots;
-    }
     if (c) {
         c->dev = dev;
         c->n_layer = NL;
         c->n_expert = E;
-        c->capacity = cap;
-        c->max_slots = max_slots;
         c->ptr = calloc(3 * n + 1, sizeof *c->ptr);
         c->layer_off = calloc(NL + 1, sizeof *c->layer_off);
         c->expert_bytes = calloc(NL + 1, sizeof *c->expert_bytes);
@@ -40,26 +31,15 @@ og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_de
         c->occupied = calloc(n + 1, 1);
         c->n_slots = calloc(NL + 1, sizeof *c->n_slots);
         c->slot_of = malloc((n + 1) * sizeof *c->slot_of);
-        c->expert_in = malloc(((size_t)NL * max_slots + 1) * sizeof *c->expert_in);
-        c->pending = calloc((size_t)NL * max_slots + 1, sizeof *c->pending);
         c->resident = calloc(n + 1, 1);
     }
     if (!c || !c->ptr || !c->layer_off || !c->expert_bytes || !c->gate_bytes || !c->up_bytes || !c->occupied ||
-        !c->n_slots || !c->slot_of || !c->expert_in ||
-        !c->pending || !c->resident) {
+        !c->n_slots || !c->slot_of || !c->resident) {
         og_expert_cache_free(c);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
-    if (cap) {
-        void *arena;
-        og_status st = dev->ops->alloc(dev, cap, &arena, err, errlen);
-        if (st) {
-            og_expert_cache_free(c);
-            return st;
-        }
-        c->arena = arena;
-    }
-    uint64_t off = 0;
+    /* per layer: one expert's bytes, its slots (none on dense layers, at most E),
+     * where its slots start in the arena */
     for (uint32_t l = 0; l < NL; l++) {
         c->expert_bytes[l] = layer_expert_bytes(m, l);
         if (c->expert_bytes[l]) {
@@ -67,11 +47,27 @@ og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_de
             c->up_bytes[l] = (uint64_t)m->hp.n_ff_exp * m->layers[l].up_exps.row_bytes;
         }
         c->n_slots[l] = c->expert_bytes[l] ? (slots[l] < E ? slots[l] : E) : 0;
-        c->layer_off[l] = off;
-        off += (uint64_t)c->n_slots[l] * c->expert_bytes[l];
+        c->layer_off[l] = c->capacity;
+        c->capacity += (uint64_t)c->n_slots[l] * c->expert_bytes[l];
+        c->max_slots = c->n_slots[l] > c->max_slots ? c->n_slots[l] : c->max_slots;
+    }
+    c->expert_in = malloc(((size_t)NL * c->max_slots + 1) * sizeof *c->expert_in);
+    c->pending = calloc((size_t)NL * c->max_slots + 1, sizeof *c->pending);
+    if (!c->expert_in || !c->pending) {
+        og_expert_cache_free(c);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    if (c->capacity) {
+        void *arena;
+        og_status st = dev->ops->alloc(dev, c->capacity, &arena, err, errlen);
+        if (st) {
+            og_expert_cache_free(c);
+            return st;
+        }
+        c->arena = arena;
     }
     for (size_t i = 0; i < n; i++) c->slot_of[i] = -1;
-    for (size_t i = 0; i < (size_t)NL * max_slots; i++) c->expert_in[i] = -1;
+    for (size_t i = 0; i < (size_t)NL * c->max_slots; i++) c->expert_in[i] = -1;
     c->map.gate = c->ptr;
     c->map.up = c->ptr + n;
     c->map.down = c->ptr + 2 * n;
@@ -210,9 +206,9 @@ og_status og_migrator_create(uint32_t n_layer, uint32_t n_expert, uint32_t swaps
     og_migrator *mg = calloc(1, sizeof *mg);
     if (mg) {
         *mg = (og_migrator){n_layer, n_expert, swaps_per_step, min_residency, decay, 0, calloc(n, sizeof(double)),
-                            calloc(n, sizeof(uint64_t)), calloc(n, sizeof(uint64_t)), calloc(n_expert + 1, sizeof(uint32_t))};
+                            calloc(n, sizeof(uint64_t)), calloc(n, sizeof(uint64_t))};
     }
-    if (!mg || !mg->score || !mg->pinned || !mg->last || !mg->delta) {
+    if (!mg || !mg->score || !mg->pinned || !mg->last) {
         og_migrator_free(mg);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
@@ -229,9 +225,9 @@ og_status og_migrator_step(og_migrator *mg, og_expert_cache *d, const og_model *
         const size_t base = (size_t)l * E;
         if (!d->expert_bytes[l]) continue;
         for (uint32_t e = 0; e < E; e++) {
-            mg->delta[e] = (uint32_t)(counts[base + e] - mg->last[base + e]);
+            const uint32_t delta = (uint32_t)(counts[base + e] - mg->last[base + e]); /* selections this step */
             mg->last[base + e] = counts[base + e];
-            mg->score[base + e] = mg->decay * mg->score[base + e] + mg->delta[e];
+            mg->score[base + e] = mg->decay * mg->score[base + e] + delta;
         }
         for (uint32_t e = 0; e < E; e++)
             if (d->occupied[base + e] && !d->resident[base + e] && mg->pinned[base + e] <= now)
@@ -253,6 +249,5 @@ void og_migrator_free(og_migrator *mg) {
     free(mg->score);
     free(mg->pinned);
     free(mg->last);
-    free(mg->delta);
     free(mg);
 }

@@ -130,7 +130,6 @@ typedef struct og_migrator {
     double *score;       /* [n_layer][n_expert] */
     uint64_t *pinned;    /* [n_layer][n_expert] step until which it stays */
     uint64_t *last;      /* [n_layer][n_expert] counts seen at the previous step */
-    uint32_t *delta;     /* [n_expert] scratch */
 } og_migrator;
 
 /* Errors: OG_ERR_NOMEM; OG_ERR_INVALID_ARG for decay outside (0, 1). */

@@ -164,20 +164,13 @@ static bool get_bool(json_t *root, const char *k, bool *out, og_api_err *e) {
 
 /* Does text (parsed with special tokens) contain a control token? Names it. */
 static bool control_token_free(const og_tokenizer *tok, const char *text, const char *param, og_api_err *e) {
-    og_ids ids = {0};
-    if (og_tokenize(tok, text, strlen(text), false, true, &ids)) return OOM();
-    for (size_t i = 0; i < ids.n; i++)
-        if (og_tokenizer_type(tok, ids.v[i]) == OG_TOK_CONTROL) {
-            char t[128];
-            int n = og_token_to_bytes(tok, ids.v[i], true, t, sizeof t - 1);
-            t[n < 0 ? 0 : n > (int)sizeof t - 1 ? (int)sizeof t - 1 : n] = 0;
-            int32_t id = ids.v[i];
-            og_ids_free(&ids);
-            return BAD(param, "%s contains the control token '%s' (id %d); the chat template adds those itself", param,
-                       t, id);
-        }
-    og_ids_free(&ids);
-    return true;
+    int32_t id;
+    if (og_tokenizer_first_control(tok, text, strlen(text), &id)) return OOM();
+    if (id < 0) return true;
+    char t[128];
+    int n = og_token_to_bytes(tok, id, true, t, sizeof t - 1);
+    t[n < 0 ? 0 : n > (int)sizeof t - 1 ? (int)sizeof t - 1 : n] = 0;
+    return BAD(param, "%s contains the control token '%s' (id %d); the chat template adds those itself", param, t, id);
 }
 
 /* The text of a content part: "refusal" for refusal parts, else "text". */

@@ -45,6 +45,10 @@ void og_ids_free(og_ids *ids);
 og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
                       og_ids *out);
 
+/* The first CONTROL token written in text (as og_tokenize with parse_special
+ * finds them, without tokenizing the rest) in *id, or -1. Errors: OG_ERR_NOMEM. */
+og_status og_tokenizer_first_control(const og_tokenizer *t, const char *text, size_t len, int32_t *id);
+
 /* The bytes token id stands for (§6): NORMAL tokens decoded from the byte-level
  * alphabet, USER_DEFINED verbatim, CONTROL/UNUSED empty unless render_special.
  * Returns the byte count (may exceed cap: then buf holds the first cap bytes), or

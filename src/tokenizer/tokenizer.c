@@ -538,10 +538,11 @@ typedef struct frag {
     int32_t id; /* >= 0: a special token; -1: raw text */
 } frag;
 
-og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
-                      og_ids *out) {
-    og_status st = OG_OK;
-    if (add_bos && t->bos >= 0 && (st = ids_push(out, t->bos))) return st;
+/* Cuts text into fragments in text order: the special tokens found in it (longest
+ * first; CONTROL ones only when parse_special) and the raw text between them.
+ * *out: malloc'ed, *n_out of them. Errors: OG_ERR_NOMEM. */
+static og_status split_specials(const og_tokenizer *t, const char *text, size_t len, bool parse_special, frag **out,
+                                size_t *n_out) {
     size_t cap = 16, n = 1;
     frag *fr = malloc(cap * sizeof *fr);
     if (!fr) return OG_ERR_NOMEM;
@@ -577,6 +578,30 @@ og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, bool 
             /* f + 2 ("after") is visited next and may hold more occurrences */
         }
     }
+    *out = fr;
+    *n_out = n;
+    return OG_OK;
+}
+
+og_status og_tokenizer_first_control(const og_tokenizer *t, const char *text, size_t len, int32_t *id) {
+    frag *fr;
+    size_t n;
+    og_status st = split_specials(t, text, len, true, &fr, &n);
+    if (st) return st;
+    *id = -1;
+    for (size_t f = 0; f < n && *id < 0; f++)
+        if (fr[f].id >= 0 && t->type[fr[f].id] == OG_TOK_CONTROL) *id = fr[f].id;
+    free(fr);
+    return OG_OK;
+}
+
+og_status og_tokenize(const og_tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
+                      og_ids *out) {
+    og_status st = OG_OK;
+    if (add_bos && t->bos >= 0 && (st = ids_push(out, t->bos))) return st;
+    frag *fr;
+    size_t n;
+    if ((st = split_specials(t, text, len, parse_special, &fr, &n))) return st;
     for (size_t f = 0; f < n && !st; f++) {
         if (fr[f].id >= 0) st = ids_push(out, fr[f].id);
         else st = encode_raw(t, text, fr[f].start, fr[f].len, out);

@@ -93,6 +93,15 @@ static void test_specials_and_bos(void **state) {
     for (size_t i = 0; i < b.n; i++) assert_int_not_equal(b.v[i], user_id); /* never from user text otherwise */
     og_ids_free(&a);
     og_ids_free(&b);
+    /* og_tokenizer_first_control: the first CONTROL token in text order, as og_tokenize finds them */
+    const char *eos = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+    int32_t eos_id = og_tokenizer_find(g_tok, eos, strlen(eos)), first;
+    assert_true(eos_id > 0 && eos_id != user_id);
+    snprintf(text, sizeof text, "x %s y %s", eos, user);
+    assert_int_equal(og_tokenizer_first_control(g_tok, text, strlen(text), &first), OG_OK);
+    assert_int_equal(first, eos_id);
+    assert_int_equal(og_tokenizer_first_control(g_tok, "plain <think> text", 18, &first), OG_OK);
+    assert_int_equal(first, -1);
     /* USER_DEFINED <think> is matched even without parse_special (spec §2.1) */
     int32_t think = og_tokenizer_find(g_tok, "<think>", 7);
     if (think >= 0 && og_tokenizer_type(g_tok, think) == OG_TOK_USER_DEFINED) {

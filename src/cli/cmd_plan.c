@@ -41,10 +41,8 @@ void og_cli_plan_line(FILE *out, const og_plan *p, bool from_profile) {
 }
 
 bool og_cli_parse_count(const char *s, uint32_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v == 0 || v > 0x7fffffffUL) return false;
+    long v;
+    if (!og_cli_parse_long(s, 1, 0x7fffffffL, &v)) return false;
     *out = (uint32_t)v;
     return true;
 }

@@ -55,7 +55,7 @@ typedef struct gen_ctx {
     og_engine *e;
     og_api_req req;
     og_seq *seqs[OG_API_MAX_PROMPTS];
-    bool released[OG_API_MAX_PROMPTS], ended[OG_API_MAX_PROMPTS];
+    bool released[OG_API_MAX_PROMPTS];
     og_finish finish[OG_API_MAX_PROMPTS];
     int n;
     int fd;
@@ -240,7 +240,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         }
     }
     for (int i = 0; i < g->n; i++) {
-        if (g->ended[i]) continue;
+        if (g->finish[i] != OG_FINISH_NONE) continue; /* ended */
         og_seq_out o;
         if (og_seq_take(g->e, g->seqs[i], &o)) continue;
         g->n_prompt[i] = o.n_prompt;
@@ -274,7 +274,6 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         }
         if (o.finish != OG_FINISH_NONE) {
             changed = true;
-            g->ended[i] = true;
             g->finish[i] = o.finish;
             if (o.finish == OG_FINISH_ERROR || o.finish == OG_FINISH_CANCEL)
                 snprintf(g->error, sizeof g->error, "%s",
@@ -292,7 +291,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         og_seq_out_free(&o);
     }
     bool all = true;
-    for (int i = 0; i < g->n; i++) all &= g->ended[i];
+    for (int i = 0; i < g->n; i++) all &= g->finish[i] != OG_FINISH_NONE;
     if (stream && all && !g->sent_done) {
         if (g->req.include_usage) {
             json_t *u = envelope(g, g->req.chat ? "chat.completion.chunk" : "text_completion");
@@ -428,7 +427,7 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     for (;;) {
         gen_collect(g, false);
         bool all = true;
-        for (int i = 0; i < g->n; i++) all &= g->ended[i];
+        for (int i = 0; i < g->n; i++) all &= g->finish[i] != OG_FINISH_NONE;
         if (all) break;
         if (client_gone(g->fd)) {
             gen_free(g); /* cancels */

@@ -151,6 +151,8 @@ remote_head() {
     tolower($1)=="last-modified:"{lm=$0; sub(/^[^:]*:[ \t]*/, "", lm)}
     END{if (code ~ /^2/) print (n == "" ? "-" : n), (v != "" ? v : lm != "" ? lm : "-")}'
 }
+# sha256_of FILE: its SHA-256, hex
+sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 # fetch URL DEST [SHA]: resumable download into DEST.part, verified, then renamed to DEST.
 # One run at a time per file (a lock); a .part whose server copy changed (ETag or
 # Last-Modified) or that is longer than the file restarts from zero.
@@ -159,26 +161,28 @@ fetch() {
   if [[ -d $dest ]]; then say "$dest is a directory: move it away first"; exit 1; fi
   if [[ -f $dest ]]; then
     if [[ -n $want ]]; then
-      local have; have=$(sha256sum "$dest" | cut -d' ' -f1)
+      local have; have=$(sha256_of "$dest")
       [[ $have == "$want" ]] || { say "$dest exists but its SHA-256 is $have, not $want: move it away to download again"; exit 1; }
     fi
     say "$dest is already here${want:+ (SHA-256 verified)}"
     return 0
   fi
-  local head size validator have_bytes=0 avail
+  local head size validator have_bytes=0 avail old_validator=""
+  local get=(curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url")
+  if [[ $dry -eq 1 ]]; then
+    show "${get[@]}"
+    return 0
+  fi
   head=$(remote_head "$url" || true)
   size=${head%% *}; validator=${head#* }
   [[ -z $head ]] && { size="-"; validator="-"; say "the server answered no HEAD request for $url: size unknown"; }
   [[ $size == "-" ]] && size=""
-  if [[ $dry -eq 1 ]]; then
-    show curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url"
-    return 0
-  fi
   exec 9>"$dest.lock"
   flock -n 9 || { say "another run.sh is downloading $dest (lock $dest.lock): wait for it"; exit 1; }
   [[ -f $part ]] && have_bytes=$(stat -c %s "$part")
-  if [[ $have_bytes -gt 0 && -f $part.validator && $validator != "-" && $(cat "$part.validator") != "$validator" ]]; then
-    say "the file at $url changed since $part was started ($(cat "$part.validator") -> $validator): starting over"
+  [[ -f $part.validator ]] && old_validator=$(cat "$part.validator")
+  if [[ $have_bytes -gt 0 && -n $old_validator && $validator != "-" && $old_validator != "$validator" ]]; then
+    say "the file at $url changed since $part was started ($old_validator -> $validator): starting over"
     rm -f "$part"; have_bytes=0
   fi
   if [[ -n $size && $have_bytes -gt $size ]]; then
@@ -195,21 +199,22 @@ fetch() {
     say "$part is complete ($size bytes): verifying"
   else
     [[ $have_bytes -gt 0 ]] && say "resuming $part at byte $have_bytes${size:+ of $size}"
-    show curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url"
+    show "${get[@]}"
     local rc=0
-    curl -fL --retry 3 --retry-delay 2 -C - -o "$part" "$url" || rc=$?
+    "${get[@]}" || rc=$?
     case $rc in
       0) ;;
       18|28|52|55|56|7|92) say "download of $url stopped (curl exit $rc); $part keeps what arrived: run the same command again to resume"; exit 1 ;;
       33) say "the server cannot resume (no Range support): delete $part and run again to start over"; exit 1 ;;
       *) say "download of $url failed (curl exit $rc: see its message above); check the URL, the server and $(dirname "$dest")"; exit 1 ;;
     esac
-    if [[ -n $size && $(stat -c %s "$part") -ne $size ]]; then
-      say "download of $url is incomplete ($(stat -c %s "$part") of $size bytes): run again to resume"; exit 1
+    have_bytes=$(stat -c %s "$part")
+    if [[ -n $size && $have_bytes -ne $size ]]; then
+      say "download of $url is incomplete ($have_bytes of $size bytes): run again to resume"; exit 1
     fi
   fi
   if [[ -n $want ]]; then
-    local got; got=$(sha256sum "$part" | cut -d' ' -f1)
+    local got; got=$(sha256_of "$part")
     if [[ $got != "$want" ]]; then
       mv -f "$part" "$dest.sha256-mismatch"
       rm -f "$part.validator"
@@ -264,7 +269,7 @@ else
     model=$(abs "$src")
     [[ -f $model ]] || { say "no such model file: $src"; exit 2; }
     if [[ ${#shas[@]} -gt 0 ]]; then
-      have=$(sha256sum "$model" | cut -d' ' -f1)
+      have=$(sha256_of "$model")
       [[ $have == "${shas[0]}" ]] || { say "$model: SHA-256 is $have, not ${shas[0]}"; exit 1; }
     fi
   fi

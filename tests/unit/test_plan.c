@@ -364,6 +364,99 @@ static void test_cpu_device(void **state) {
     og_model_free(m);
 }
 
+/* A device whose copies complete only when the test says (events up to `released`,
+ * or all of them while `instant`), over the cpu device: the expert cache's
+ * in-flight states, which the cpu device's instant copies never show. */
+typedef struct slow_device {
+    og_device base;
+    og_device *inner;
+    og_event last, released;
+    bool instant;
+} slow_device;
+static og_status slow_mem(og_device *d, uint64_t *f, uint64_t *t) {
+    og_device *in = ((slow_device *)d)->inner;
+    return in->ops->mem_info(in, f, t);
+}
+static og_status slow_alloc(og_device *d, uint64_t bytes, void **out, char *err, size_t errlen) {
+    og_device *in = ((slow_device *)d)->inner;
+    return in->ops->alloc(in, bytes, out, err, errlen);
+}
+static void slow_free(og_device *d, void *p) {
+    og_device *in = ((slow_device *)d)->inner;
+    in->ops->free(in, p);
+}
+static og_status slow_copy(og_device *d, void *dst, const void *src, uint64_t bytes, og_event *ev, char *err,
+                           size_t errlen) {
+    slow_device *s = (slow_device *)d;
+    og_event inner_ev;
+    og_status st = s->inner->ops->copy_to_device(s->inner, dst, src, bytes, &inner_ev, err, errlen);
+    d->pcie_bytes += bytes;
+    *ev = ++s->last;
+    return st;
+}
+static bool slow_done(og_device *d, og_event ev) {
+    const slow_device *s = (const slow_device *)d;
+    return s->instant || ev <= s->released;
+}
+static void slow_destroy(og_device *d) { (void)d; }
+static const og_device_ops slow_ops = {"slow", slow_mem, slow_alloc, slow_free, slow_copy, slow_done, slow_destroy};
+
+static void test_copies_in_flight(void **state) {
+    (void)state;
+    og_model *m;
+    char err[512];
+    if (og_model_load(g_small, NULL, &m, err, sizeof err)) fail_msg("%s", err);
+    const uint32_t E = m->hp.n_expert;
+    uint32_t slots[4] = {4, 4, 4, 4};
+    og_device *cpu;
+    assert_int_equal(og_device_cpu_create(3 * 4 * SMALL_EXPERT_BYTES, &cpu, err, sizeof err), OG_OK);
+    slow_device sd = {.base = {.ops = &slow_ops}, .inner = cpu, .instant = true};
+    og_expert_cache *d;
+    assert_int_equal(og_expert_cache_create(m, slots, &sd.base, &d, err, sizeof err), OG_OK);
+    uint8_t res[4 * 16] = {0};
+    for (uint32_t l = 1; l < 4; l++)
+        for (uint32_t e = 0; e < 4; e++) res[l * E + e] = 1;
+    assert_int_equal(og_expert_cache_load(d, m, res, err, sizeof err), OG_OK); /* start-up: waits for its copies */
+    assert_int_equal(d->n_resident, 12);
+    sd.instant = false;
+    sd.released = sd.last;
+    /* a swap in flight: the arriving expert is neither resident nor in the map, and
+     * can neither be swapped out nor in again */
+    assert_int_equal(og_expert_cache_swap(d, m, 1, 9, 0, err, sizeof err), OG_OK);
+    const og_event ev9 = sd.last;
+    assert_int_equal(og_expert_cache_poll(d), 1);
+    assert_false(d->resident[1 * E + 9]);
+    assert_null(d->map.gate[1 * E + 9]);
+    assert_null(d->map.gate[1 * E + 0]); /* the leaving one at once */
+    assert_int_equal(d->n_resident, 11);
+    assert_int_equal(og_expert_cache_swap(d, m, 1, 10, 9, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_int_equal(og_expert_cache_swap(d, m, 1, 9, 1, err, sizeof err), OG_ERR_INVALID_ARG);
+    /* the migrator pins an expert whose copy is still arriving */
+    og_migrator *mg;
+    assert_int_equal(og_migrator_create(4, E, 2, 1, 0.85, &mg, err, sizeof err), OG_OK);
+    uint64_t counts[4 * 16] = {0};
+    assert_int_equal(og_migrator_step(mg, d, m, counts, err, sizeof err), OG_OK);
+    assert_true(mg->pinned[1 * E + 9] > 0);
+    /* a second swap; only 9's copy completes: 9 published, 10 still in flight */
+    assert_int_equal(og_expert_cache_swap(d, m, 1, 10, 1, err, sizeof err), OG_OK);
+    sd.released = ev9;
+    assert_int_equal(og_expert_cache_poll(d), 1);
+    assert_true(d->resident[1 * E + 9]);
+    assert_non_null(d->map.gate[1 * E + 9]);
+    assert_false(d->resident[1 * E + 10]);
+    /* a new load evicts the slot still receiving 10: 10 is never published */
+    sd.instant = true;
+    assert_int_equal(og_expert_cache_load(d, m, res, err, sizeof err), OG_OK);
+    assert_int_equal(og_expert_cache_poll(d), 0);
+    assert_false(d->resident[1 * E + 10]);
+    assert_null(d->map.gate[1 * E + 10]);
+    assert_int_equal(d->n_resident, 12);
+    og_migrator_free(mg);
+    og_expert_cache_free(d);
+    og_device_destroy(cpu);
+    og_model_free(m);
+}
+
 static void test_cli(void **state) {
     (void)state;
     char a[1024], bad[512];
@@ -456,7 +549,8 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_numbers), cmocka_unit_test(test_reference_shape), cmocka_unit_test(test_refusals), cmocka_unit_test(test_overrides),
-        cmocka_unit_test(test_profile), cmocka_unit_test(test_cpu_device), cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_profile), cmocka_unit_test(test_cpu_device),
+        cmocka_unit_test(test_copies_in_flight), cmocka_unit_test(test_cli),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

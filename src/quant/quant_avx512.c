@@ -704,9 +704,6 @@ static inline __attribute__((always_inline)) void q6_K_dot_device_n(int nr, cons
  * sums, in the same order, without fma contraction); the block's weights then go
  * through the same lane fmas as og_dot_f32_device. */
 
-/* 16 weights d * (float)q of int32 lanes q */
-static inline void deq_store(float *w, __m512 d, __m512i q) { _mm512_storeu_ps(w, _mm512_mul_ps(d, _mm512_cvtepi32_ps(q))); }
-
 /* F16 and BF16 rows take 32 elements at a time; the last cnt < 32 are zero-padded
  * (masked loads: +0.0 in both formats), as the device order pads. */
 static inline void deq_f16_n(const uint8_t *b, float *w, int64_t cnt) {

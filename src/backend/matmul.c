@@ -102,17 +102,17 @@ typedef struct multi {
 size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs) {
     size_t total = 0;
     for (int j = 0; j < n_jobs; j++)
-        if (jobs[j].numerics == OG_NUMERICS_FAST)
+        if (jobs[j].numerics == OG_NUMERICS_FORK)
             total += (og_cpu_matmul_scratch(jobs[j].w->type, jobs[j].w->K, jobs[j].m) + 63) & ~(size_t)63;
     return total;
 }
 
-/* Rows r0..r1 of a OG_NUMERICS_DEVICE job: each weight row dequantized once,
+/* Rows r0..r1 of a OG_NUMERICS_CANONICAL job: each weight row dequantized once,
  * then dotted with every activation row in device order. */
 static void device_rows(const og_kernels *k, const og_matmul_job *jb, int64_t r0, int64_t r1) {
     const og_weight *w = jb->w;
     const og_type_traits *tr = og_quant_traits(w->type);
-    float row[OG_NUMERICS_DEVICE_MAX_K];
+    float row[OG_NUMERICS_CANONICAL_MAX_K];
     float (*fused)(const void *, const float *, int64_t) = k->dot_device[w->type];
     void (*fused4)(const void *, size_t, const float *, int64_t, float *) = k->dot_device4[w->type];
     if (fused4) /* four rows at a time: four independent fma chains (same bits) */
@@ -145,7 +145,7 @@ static void multi_rows(void *ctx, int ith, int nth) {
         const og_matmul_job *jb = &mu->jobs[j];
         const og_weight *w = jb->w;
         int64_t r0 = (b - mu->band_start[j]) * ROW_BAND, r1 = r0 + ROW_BAND < w->n_rows ? r0 + ROW_BAND : w->n_rows;
-        if (jb->numerics == OG_NUMERICS_DEVICE) {
+        if (jb->numerics == OG_NUMERICS_CANONICAL) {
             device_rows(mu->k, jb, r0, r1);
             continue;
         }
@@ -164,8 +164,8 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
         const og_weight *w = jobs[j].w;
         const og_type_traits *tr = og_quant_traits(w->type);
         if (jobs[j].m < 0 || w->K <= 0 || (tr && w->K % tr->blck)) return OG_ERR_INVALID_ARG;
-        if (jobs[j].numerics == OG_NUMERICS_DEVICE) {
-            if (!tr || !tr->to_float || !k->dot_f32_device || w->K > OG_NUMERICS_DEVICE_MAX_K) return OG_ERR_UNSUPPORTED;
+        if (jobs[j].numerics == OG_NUMERICS_CANONICAL) {
+            if (!tr || !tr->to_float || !k->dot_f32_device || w->K > OG_NUMERICS_CANONICAL_MAX_K) return OG_ERR_UNSUPPORTED;
             mu.xq[j] = NULL;
             mu.xq_row[j] = 0;
             mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + ROW_BAND - 1) / ROW_BAND : 0);

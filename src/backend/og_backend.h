@@ -55,11 +55,11 @@ og_status og_cpu_matmul(const og_kernels *k, og_pool *pool, const og_weight *w, 
 
 /* How a product computes (DESIGN.md "Numerics modes"). */
 typedef enum og_numerics {
-    OG_NUMERICS_FAST = 0, /* activations quantized to the weight's vec_dot_type, the tier's integer dot */
-    OG_NUMERICS_DEVICE,   /* weights dequantized to f32 (reference to_float), og_dot_f32_device with the f32
+    OG_NUMERICS_FORK = 0, /* activations quantized to the weight's vec_dot_type, the tier's integer dot */
+    OG_NUMERICS_CANONICAL,   /* weights dequantized to f32 (reference to_float), og_dot_f32_device with the f32
                              activations: what the device computes, bit for bit, in any tier */
 } og_numerics;
-#define OG_NUMERICS_DEVICE_MAX_K 16384 /* row length limit of OG_NUMERICS_DEVICE (a stack buffer) */
+#define OG_NUMERICS_CANONICAL_MAX_K 16384 /* row length limit of OG_NUMERICS_CANONICAL (a stack buffer) */
 
 /* Several independent products done in one pool run: the rows of all jobs are
  * cut into bands and shared out together, so a decode step pays one wake-up for
@@ -77,7 +77,7 @@ typedef struct og_matmul_job {
 size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs);
 
 /* Runs n_jobs products (errors as og_cpu_matmul; at most 256 jobs; a
- * OG_NUMERICS_DEVICE job with K above OG_NUMERICS_DEVICE_MAX_K or a type without
+ * OG_NUMERICS_CANONICAL job with K above OG_NUMERICS_CANONICAL_MAX_K or a type without
  * a dequantizer is OG_ERR_UNSUPPORTED). */
 og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
                               size_t scratch_bytes);

@@ -284,7 +284,7 @@ int og_cmd_bench(int argc, char **argv) {
             double bps = (double)(rb * (uint64_t)n_rows) / median(tm, reps);
             /* the same product in device numerics (--cpu-numerics gpu: f32 products
              * of the dequantized weights in the warp order) */
-            og_matmul_job dj = {.w = &w, .x = x, .m = 1, .y = yy, .numerics = OG_NUMERICS_DEVICE};
+            og_matmul_job dj = {.w = &w, .x = x, .m = 1, .y = yy, .numerics = OG_NUMERICS_CANONICAL};
             double dbps = 0;
             if (og_cpu_matmul_multi(&kern, pool, &dj, 1, NULL, 0) == OG_OK) {
                 for (int r = 0; r < reps; r++) {

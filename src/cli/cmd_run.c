@@ -255,8 +255,8 @@ int og_cmd_run(int argc, char **argv) {
     }
     for (size_t i = 0; i < ids.n; i++) og_sampler_accept(smp, ids.v[i]);
     og_run_ctx rcx = {.kern = &kern, .pool = pool, .stats = stats->counts ? stats : NULL,
-                      .experts = dev ? &dev->map : NULL, .device_numerics = OG_NUMERICS_DEVICE,
-                      .host_numerics = numerics_gpu ? OG_NUMERICS_DEVICE : OG_NUMERICS_FAST};
+                      .experts = dev ? &dev->map : NULL, .device_numerics = OG_NUMERICS_CANONICAL,
+                      .host_numerics = numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK};
     og_kv kv = {0};
     float *logits = malloc(m->hp.n_vocab * sizeof *logits);
     json_t *jt = json_array(), *jl = json_array();

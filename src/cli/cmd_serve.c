@@ -282,8 +282,8 @@ int og_cmd_serve(int argc, char **argv) {
     if ((rc = og_cli_pool("onegpu serve", (int)threads, &pool))) goto out;
     og_engine_config ecfg = {.model = m, .tok = tok,
                              .rc = {.kern = &kern, .pool = pool, .stats = pl.stats.counts ? &pl.stats : NULL,
-                                    .experts = pl.dev ? &pl.dev->map : NULL, .device_numerics = OG_NUMERICS_DEVICE,
-                                    .host_numerics = numerics_gpu ? OG_NUMERICS_DEVICE : OG_NUMERICS_FAST},
+                                    .experts = pl.dev ? &pl.dev->map : NULL, .device_numerics = OG_NUMERICS_CANONICAL,
+                                    .host_numerics = numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
                              .dev = pl.dev, .mig = pl.mig, .parallel = (int)parallel, .batch_tokens = (int)batch_tokens,
                              .ctx = (int)ctx, .queue = (int)queue};
     if (og_engine_create(&ecfg, &eng, err, sizeof err) || og_engine_start(eng, err, sizeof err)) {

@@ -390,7 +390,7 @@ static og_status swiglu_ffn(fwd *rc, const og_weight *gate, const og_weight *up,
     const int64_t F = gate->n_rows;
     float *g = malloc((size_t)(n_tok * F) * sizeof *g), *u = malloc((size_t)(n_tok * F) * sizeof *u);
     og_status st = (!g || !u) ? OG_ERR_NOMEM : OG_OK;
-    og_matmul_job j2[2] = {{gate, x, n_tok, g, OG_NUMERICS_FAST}, {up, x, n_tok, u, OG_NUMERICS_FAST}};
+    og_matmul_job j2[2] = {{gate, x, n_tok, g, OG_NUMERICS_FORK}, {up, x, n_tok, u, OG_NUMERICS_FORK}};
     if (!st) st = mm_multi(rc, j2, 2);
     if (!st) {
         og_swiglu(g, g, u, n_tok * F);
@@ -520,10 +520,10 @@ static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const floa
                 w3[2].data = xm->down[at];
                 nm = f->rc->device_numerics;
             }
-            if (nx == 0 || nm == OG_NUMERICS_DEVICE) pc[np++] = (piece){u, 0, cnt, nm};
-            else if (nx == cnt) pc[np++] = (piece){u, 0, cnt, OG_NUMERICS_DEVICE};
+            if (nx == 0 || nm == OG_NUMERICS_CANONICAL) pc[np++] = (piece){u, 0, cnt, nm};
+            else if (nx == cnt) pc[np++] = (piece){u, 0, cnt, OG_NUMERICS_CANONICAL};
             else {
-                pc[np++] = (piece){u, 0, nx, OG_NUMERICS_DEVICE};
+                pc[np++] = (piece){u, 0, nx, OG_NUMERICS_CANONICAL};
                 pc[np++] = (piece){u, nx, cnt - nx, nm};
             }
         }
@@ -536,8 +536,8 @@ static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const floa
                 (og_matmul_job){&wv[3 * (pc[k].u - c0) + 1], xs, pc[k].len, up + (size_t)pc[k].start * Fe, pc[k].nm};
         }
         if (shared && c0 == 0) {
-            jobs[nj++] = (og_matmul_job){&L->gate_sh, x, n_tok, gs, OG_NUMERICS_FAST};
-            jobs[nj++] = (og_matmul_job){&L->up_sh, x, n_tok, gs + n_tok * Fs, OG_NUMERICS_FAST};
+            jobs[nj++] = (og_matmul_job){&L->gate_sh, x, n_tok, gs, OG_NUMERICS_FORK};
+            jobs[nj++] = (og_matmul_job){&L->up_sh, x, n_tok, gs + n_tok * Fs, OG_NUMERICS_FORK};
         }
         if ((st = mm_multi(f, jobs, nj))) break;
         nj = 0;
@@ -554,7 +554,7 @@ static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const floa
         }
         if (shared && c0 == 0) {
             og_swiglu(gs, gs, gs + n_tok * Fs, n_tok * Fs);
-            jobs[nj++] = (og_matmul_job){&L->down_sh, gs, n_tok, y, OG_NUMERICS_FAST};
+            jobs[nj++] = (og_matmul_job){&L->down_sh, gs, n_tok, y, OG_NUMERICS_FORK};
         }
         st = mm_multi(f, jobs, nj);
     }
@@ -719,13 +719,13 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
         /* ---- attention (MLA, absorbed form) ---- */
         for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->attn_norm, D, h->rms_eps);
         if (h->q_lora_rank) { /* q_a and kv_a read the same input: one pool run */
-            og_matmul_job j2[2] = {{&L->q_a, a, T, qa, OG_NUMERICS_FAST}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FAST}};
+            og_matmul_job j2[2] = {{&L->q_a, a, T, qa, OG_NUMERICS_FORK}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FORK}};
             if ((st = mm_multi(&fw, j2, 2))) break;
             for (int64_t t = 0; t < T; t++)
                 og_rmsnorm(qa + t * h->q_lora_rank, qa + t * h->q_lora_rank, L->q_a_norm, h->q_lora_rank, h->rms_eps);
             if ((st = mm(&fw, &L->q_b, qa, T, q))) break;
         } else {
-            og_matmul_job j2[2] = {{&L->q, a, T, q, OG_NUMERICS_FAST}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FAST}};
+            og_matmul_job j2[2] = {{&L->q, a, T, q, OG_NUMERICS_FORK}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FORK}};
             if ((st = mm_multi(&fw, j2, 2))) break;
         }
         for (int64_t t = 0; t < T; t++) {
@@ -762,7 +762,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                     for (int64_t i = 0; i < tc; i++)
                         memcpy(qn + (hh * ATT_CHUNK + i) * dn, q + (t0 + i) * qw + hh * dqk, (size_t)dn * sizeof *qn);
                     head_jobs[hh] = (og_matmul_job){&head_w[hh], qn + hh * ATT_CHUNK * dn, tc, qabs + hh * ATT_CHUNK * r_kv,
-                                                    OG_NUMERICS_FAST};
+                                                    OG_NUMERICS_FORK};
                 }
                 if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
             }
@@ -782,7 +782,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
             } else {
                 for (int64_t hh = 0; hh < H; hh++)
                     head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * ATT_CHUNK * r_kv, tc, ov + hh * ATT_CHUNK * dv,
-                                                    OG_NUMERICS_FAST};
+                                                    OG_NUMERICS_FORK};
                 if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
                 for (int64_t hh = 0; hh < H; hh++)
                     for (int64_t i = 0; i < tc; i++)

@@ -135,7 +135,7 @@ typedef struct og_run_ctx {
     og_expert_stats *stats;  /* NULL: no bookkeeping */
     const og_expert_map *experts; /* NULL: every expert from the host copy */
     /* --cpu-numerics (DESIGN.md "Numerics modes"): resident experts compute with
-     * device_numerics (OG_NUMERICS_DEVICE when a device holds them), cold ones
+     * device_numerics (OG_NUMERICS_CANONICAL when a device holds them), cold ones
      * with host_numerics (FAST: "fork", the default; DEVICE: "gpu", so a result
      * never depends on where an expert ran). Zero: FAST everywhere. */
     og_numerics device_numerics, host_numerics;

@@ -165,7 +165,7 @@ static void test_matmul_multi(void **state) {
         for (int64_t i = 0; i < K * ms[j]; i++) x[j][i] = frand();
         y[j] = malloc(rows[j] * ms[j] * sizeof(float));
         y1[j] = malloc(rows[j] * ms[j] * sizeof(float));
-        jobs[j] = (og_matmul_job){&w[j], x[j], ms[j], y[j], OG_NUMERICS_FAST};
+        jobs[j] = (og_matmul_job){&w[j], x[j], ms[j], y[j], OG_NUMERICS_FORK};
     }
     size_t sb = og_cpu_matmul_multi_scratch(jobs, 3);
     void *scratch = malloc(sb);
@@ -189,7 +189,7 @@ static void test_matmul_multi(void **state) {
     og_pool_free(pool);
 }
 
-/* OG_NUMERICS_DEVICE: each output is og_dot_f32_device_ref of the dequantized
+/* OG_NUMERICS_CANONICAL: each output is og_dot_f32_device_ref of the dequantized
  * row and the f32 activation row (bitwise), whatever the batch; and the fast
  * path stays within the activation-quantization bound of it: Q8_0 (per 32) and
  * Q8_K (per 256) activations round each element by at most half their block's
@@ -213,14 +213,14 @@ static void test_matmul_device_numerics(void **state) {
         for (int64_t i = 0; i < K * rows; i++) wf[i] = frand();
         for (int64_t r = 0; r < rows; r++) og_quantize_row(types[t], wf + r * K, wq + r * rb, K);
         og_weight w = {types[t], wq, K, rows, rb};
-        og_matmul_job jd = {&w, x, m, yd, OG_NUMERICS_DEVICE}, jf = {&w, x, m, yf, OG_NUMERICS_FAST};
+        og_matmul_job jd = {&w, x, m, yd, OG_NUMERICS_CANONICAL}, jf = {&w, x, m, yf, OG_NUMERICS_FORK};
         assert_int_equal(og_cpu_matmul_multi(&k, pool, &jd, 1, NULL, 0), OG_OK); /* no scratch needed */
         size_t sb = og_cpu_matmul_multi_scratch(&jf, 1);
         void *scratch = malloc(sb);
         assert_int_equal(og_cpu_matmul_multi(&k, pool, &jf, 1, scratch, sb), OG_OK);
         int blk = types[t] == OG_TYPE_Q8_0 ? 32 : 256;
         for (int64_t a = 0; a < m; a++) {
-            og_matmul_job one = {&w, x + a * K, 1, y1, OG_NUMERICS_DEVICE}; /* the same row alone */
+            og_matmul_job one = {&w, x + a * K, 1, y1, OG_NUMERICS_CANONICAL}; /* the same row alone */
             assert_int_equal(og_cpu_matmul_multi(&k, NULL, &one, 1, NULL, 0), OG_OK);
             assert_memory_equal(y1, yd + a * rows, rows * sizeof *y1);
             for (int64_t r = 0; r < rows; r++) {
@@ -242,8 +242,8 @@ static void test_matmul_device_numerics(void **state) {
         free(scratch);
         free(wq);
     }
-    og_matmul_job too_long = {&(og_weight){OG_TYPE_F32, wf, OG_NUMERICS_DEVICE_MAX_K + 32, 1, 0}, x, 1, yd,
-                              OG_NUMERICS_DEVICE};
+    og_matmul_job too_long = {&(og_weight){OG_TYPE_F32, wf, OG_NUMERICS_CANONICAL_MAX_K + 32, 1, 0}, x, 1, yd,
+                              OG_NUMERICS_CANONICAL};
     assert_int_equal(og_cpu_matmul_multi(&k, pool, &too_long, 1, NULL, 0), OG_ERR_UNSUPPORTED);
     free(wf);
     free(x);

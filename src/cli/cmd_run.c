@@ -28,6 +28,7 @@ static void usage(FILE *out) {
             "  --temp T      0 = greedy (default 0.8), --top-k (40), --top-p (0.95), --seed (random)\n"
             "  --json        print {prompt_tokens, tokens, logprobs:[{token, logprob, top:[[id, lp]...]}]}\n"
             "  --teacher IDS feed these ids after the prompt instead of sampling (reports their log-probs)\n"
+            "  --threads T   CPU threads, 1..4096 (default: the CPUs this process may use)\n"
             "placement (as `onegpu plan`; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --vram SIZE [--ram SIZE] [--reserve SIZE] [--ctx N] [--expert-slots N|all] [--profile FILE]\n"
             "                plans for a device of SIZE, prints the plan, and counts how many expert selections\n"

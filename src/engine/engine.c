@@ -92,6 +92,21 @@ size_t og_stop_holdback(const char *text, size_t len, const char *const *stop, i
     return best;
 }
 
+/* Copies the placement's counters into the metrics (lock held, or before the
+ * scheduler starts; on the placement's thread). */
+static void placement_metrics(og_engine *e) {
+    if (!e->met.placement) return;
+    og_placement_stats ps;
+    og_placement_get_stats(e->cfg.placement, &ps);
+    e->met.expert_routes = ps.selections;
+    e->met.expert_hits = ps.hits;
+    e->met.migrations = ps.migrations;
+    e->met.pcie_bytes = ps.pcie_bytes;
+    e->met.resident_experts = ps.resident_experts;
+    e->in_flight = ps.in_flight;
+    og_placement_layer_hits(e->cfg.placement, e->layer_routes, e->layer_hits, e->cfg.model->hp.n_layer);
+}
+
 og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *err, size_t errlen) {
     *out = NULL;
     if (!cfg->model || !cfg->tok || !cfg->rc.kern || !cfg->rc.pool)
@@ -127,7 +142,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     pthread_cond_init(&e->cv_out, &ca);
     pthread_condattr_destroy(&ca);
     e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
-    og_placement_bind(cfg->placement, &e->cfg.rc);
+    if (cfg->placement) og_placement_bind(cfg->placement, &e->cfg.rc);
     og_placement_stats ps;
     og_placement_get_stats(cfg->placement, &ps);
     e->met.placement = ps.device;
@@ -143,6 +158,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
         og_engine_free(e);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the engine's batch buffers");
     }
+    placement_metrics(e); /* /metrics shows the initial set before the first step */
     *out = e;
     return OG_OK;
 }
@@ -484,21 +500,6 @@ static uint64_t kv_blocks_in_use(const og_engine *e) {
     uint64_t blocks = 0;
     for (const og_seq *s = e->all; s; s = s->next) blocks += (uint64_t)s->kv.n_blocks;
     return blocks;
-}
-
-/* Copies the placement's counters into the metrics (lock held; the scheduler
- * thread, the placement's). */
-static void placement_metrics(og_engine *e) {
-    if (!e->met.placement) return;
-    og_placement_stats ps;
-    og_placement_get_stats(e->cfg.placement, &ps);
-    e->met.expert_routes = ps.selections;
-    e->met.expert_hits = ps.hits;
-    e->met.migrations = ps.migrations;
-    e->met.pcie_bytes = ps.pcie_bytes;
-    e->met.resident_experts = ps.resident_experts;
-    e->in_flight = ps.in_flight;
-    og_placement_layer_hits(e->cfg.placement, e->layer_routes, e->layer_hits, e->cfg.model->hp.n_layer);
 }
 
 static void *scheduler(void *arg) {

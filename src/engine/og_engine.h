@@ -37,7 +37,7 @@ typedef struct og_engine_step {
 typedef struct og_engine_config {
     const og_model *model;        /* not owned; outlives the engine */
     const og_tokenizer *tok;      /* not owned */
-    og_run_ctx rc;                /* kernels, pool, numerics; stats and experts come from the placement */
+    og_run_ctx rc;                /* kernels, pool, numerics; with a placement, its stats and experts */
     og_placement *placement;      /* not owned, outlives the engine; stepped between forward steps and
                                      used only by the scheduler thread once started; NULL: none */
     /* Called on the scheduler thread after each forward step and its placement

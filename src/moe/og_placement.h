@@ -84,6 +84,12 @@ const uint64_t *og_placement_counts(const og_placement *p);
  * slot_of[l * n_expert + e], usable when resident[...]), or NULL without a
  * device. The cache stays the placement's. */
 og_expert_cache *og_placement_cache(og_placement *p);
+/* Where expert e of layer l is usable now: its slot index in the layer's
+ * device allocation (og_expert_cache.layer_off[l] + slot x expert_bytes[l]), or
+ * -1 when it runs on the host (not resident, its copy still in flight, no
+ * device, or l / e out of range). */
+int32_t og_placement_slot(const og_placement *p, uint32_t l, uint32_t e);
+
 /* The device, or NULL without one. Stays the placement's. */
 og_device *og_placement_device(og_placement *p);
 

@@ -129,6 +129,12 @@ const uint64_t *og_placement_counts(const og_placement *p) { return p ? p->stats
 
 og_expert_cache *og_placement_cache(og_placement *p) { return p ? p->cache : NULL; }
 
+int32_t og_placement_slot(const og_placement *p, uint32_t l, uint32_t e) {
+    if (!p || !p->cache || l >= p->n_layer || e >= p->n_expert) return -1;
+    const size_t at = (size_t)l * p->n_expert + e;
+    return p->cache->resident[at] ? p->cache->slot_of[at] : -1;
+}
+
 og_device *og_placement_device(og_placement *p) { return p ? p->dev : NULL; }
 
 og_status og_placement_save_profile(const og_placement *p, const uint64_t *add, const char *path, char *err,

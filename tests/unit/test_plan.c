@@ -444,6 +444,22 @@ static void test_placement(void **state) {
             saw_in_flight = true;
             assert_int_equal(ps.resident_experts + ps.in_flight, ps.planned_experts);
         }
+        /* the slot a dispatcher gets: usable experts only, each layer's slots taken once */
+        const og_expert_cache *c = og_placement_cache(p);
+        for (uint32_t l = 0; l < NL; l++) {
+            uint32_t used = 0, n_usable = 0;
+            for (uint32_t e = 0; e < E; e++) {
+                int32_t j = og_placement_slot(p, l, e);
+                assert_int_equal(j, c->resident[l * E + e] ? c->slot_of[l * E + e] : -1);
+                if (j < 0) continue;
+                assert_true(j < 4 && !(used & (1u << j)));
+                used |= 1u << j;
+                n_usable++;
+            }
+            assert_true(l == 0 ? n_usable == 0 : n_usable <= 4);
+        }
+        assert_int_equal(og_placement_slot(p, NL, 0), -1);
+        assert_int_equal(og_placement_slot(p, 1, E), -1);
     }
     assert_true(saw_in_flight);
     og_placement_get_stats(p, &ps);

@@ -1,7 +1,9 @@
-/* `onegpu run`: one prompt through the model on the CPU, the generated text
- * streamed to stdout (nothing else), speeds to stderr. --json prints the ids and
- * log-probs instead (what the reference comparisons read). */
+/* `onegpu run`: one prompt through the engine (the server's scheduler, sampler
+ * and placement, one sequence), the generated text streamed to stdout (nothing
+ * else), speeds to stderr. --json prints the ids and log-probs instead (what
+ * the reference comparisons read). */
 #include "cli.h"
+#include "og_engine.h"
 #include "og_model.h"
 #include "og_moe.h"
 #include "og_policy.h"
@@ -11,16 +13,9 @@
 
 #include <getopt.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -33,6 +28,7 @@ static void usage(FILE *out) {
             "  --temp T      0 = greedy (default 0.8), --top-k (40), --top-p (0.95), --seed (random)\n"
             "  --json        print {prompt_tokens, tokens, logprobs:[{token, logprob, top:[[id, lp]...]}]}\n"
             "  --teacher IDS feed these ids after the prompt instead of sampling (reports their log-probs)\n"
+            "  --threads T   CPU threads, 1..4096 (default: the CPUs this process may use)\n"
             "placement (as `onegpu plan`; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --vram SIZE [--ram SIZE] [--reserve SIZE] [--ctx N] [--expert-slots N|all] [--profile FILE]\n"
             "                plans for a device of SIZE, prints the plan, and counts how many expert selections\n"
@@ -65,27 +61,51 @@ static int32_t *parse_ids(const char *s, int *n) {
     return v;
 }
 
+/* What the engine's on_step hook gathers: speeds, and --save-trace's experts
+ * of each decode step (from the counts the step added). */
+typedef struct run_steps {
+    og_placement *pl;
+    uint32_t n_layer, n_dense, n_expert, k;
+    uint64_t *snap;       /* [n_layer * n_expert] counts after the previous step, or NULL: no trace */
+    uint16_t *tsel;       /* [cap][n_moe][k] */
+    uint32_t t_steps, cap;
+    double t_prefill, t_decode;
+} run_steps;
+
+static void on_step(void *arg, const og_engine_step *st) {
+    run_steps *r = arg;
+    if (st->n_prompt) r->t_prefill += st->seconds;
+    else r->t_decode += st->seconds;
+    const uint64_t *counts = og_placement_counts(r->pl);
+    if (!r->snap || !counts) return;
+    const size_t n_le = (size_t)r->n_layer * r->n_expert;
+    if (!st->n_prompt && r->t_steps < r->cap) {
+        const uint32_t n_moe = r->n_layer - r->n_dense;
+        uint16_t *o = r->tsel + (size_t)r->t_steps * n_moe * r->k;
+        for (uint32_t l = r->n_dense, j = 0; l < r->n_layer; l++, j++)
+            for (uint32_t x = 0, w = 0; x < r->n_expert && w < r->k; x++) {
+                const size_t at = (size_t)l * r->n_expert + x;
+                if (counts[at] != r->snap[at]) o[(size_t)j * r->k + w++] = (uint16_t)x;
+            }
+        r->t_steps++;
+    }
+    memcpy(r->snap, counts, n_le * sizeof *r->snap);
+}
+
 int og_cmd_run(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"n-predict", required_argument, 0, 'n'},
         {"chat", no_argument, 0, 'c'},        {"temp", required_argument, 0, 'T'},   {"top-k", required_argument, 0, 'K'},
-        {"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 'S'},   {"threads", required_argument, 0, 't'},
-        {"json", no_argument, 0, 'j'},        {"top-logprobs", required_argument, 0, 'L'},
-        {"teacher", required_argument, 0, 'F'}, {"cpu-numerics", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},
-        {"vram", required_argument, 0, 'V'},    {"ram", required_argument, 0, 'R'},    {"reserve", required_argument, 0, 'r'},
-        {"ctx", required_argument, 0, 'C'},     {"expert-slots", required_argument, 0, 'e'},
-        {"profile", required_argument, 0, 'f'}, {"save-profile", required_argument, 0, 's'},
-        {"migrate", required_argument, 0, 'M'}, {"save-trace", required_argument, 0, 'X'}, {0, 0, 0, 0}};
+        {"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 'S'},   {"json", no_argument, 0, 'j'},
+        {"top-logprobs", required_argument, 0, 'L'}, {"teacher", required_argument, 0, 'F'},
+        {"help", no_argument, 0, 'h'},        {"save-trace", required_argument, 0, 'X'}, OG_CLI_FLAG_OPTIONS,
+        {0, 0, 0, 0}};
     const char *save_trace = NULL;
-    long migrate = 2;
-    bool migrate_set = false;
-    og_plan_input pin = {.reserve = 512ull << 20, .ctx = 0 /* below: as serve */, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 4,
-                         .slots_override = -1};
-    bool have_vram = false, have_ram = false, bad_value = false;
-    const char *profile_path = NULL, *save_profile = NULL;
+    og_cli_flags fl;
+    og_cli_flags_init(&fl);
     const char *model_path = NULL, *prompt = NULL, *teacher_arg = NULL;
-    int n_predict = 128, threads = 0, c, n_top = 5;
-    bool chat = false, as_json = false, numerics_gpu = false;
+    int n_predict = 128, c, n_top = 5;
+    bool chat = false, as_json = false;
     og_sampler_params sp = og_sampler_defaults();
     sp.temperature = 0.8f;
     sp.top_k = 40;
@@ -93,6 +113,9 @@ int og_cmd_run(int argc, char **argv) {
     sp.seed = (uint64_t)time(NULL);
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1) {
+        int shared = og_cli_flag("onegpu run", c == 't' ? OG_OPT_THREADS : c, optarg, &fl);
+        if (shared < 0) return OG_EXIT_USAGE;
+        if (shared) continue;
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'p': prompt = optarg; break;
@@ -102,52 +125,28 @@ int og_cmd_run(int argc, char **argv) {
         case 'K': sp.top_k = atoi(optarg); break;
         case 'P': sp.top_p = strtof(optarg, NULL); break;
         case 'S': sp.seed = strtoull(optarg, NULL, 10); break;
-        case 't': threads = atoi(optarg); break;
         case 'j': as_json = true; break;
         case 'L': n_top = atoi(optarg); break;
         case 'F': teacher_arg = optarg; break;
-        case 'V': bad_value |= og_parse_size(optarg, &pin.vram) != OG_OK; have_vram = true; break;
-        case 'R': bad_value |= og_parse_size(optarg, &pin.ram) != OG_OK; have_ram = true; break;
-        case 'r': bad_value |= og_parse_size(optarg, &pin.reserve) != OG_OK; break;
-        case 'C': bad_value |= !og_cli_parse_count(optarg, &pin.ctx); break;
-        case 'e': bad_value |= !og_cli_parse_slots(optarg, &pin.slots_override); break;
-        case 'f': profile_path = optarg; break;
         case 'X': save_trace = optarg; break;
-        case 'M':
-            bad_value |= !og_cli_parse_long(optarg, 0, 1000000, &migrate);
-            migrate_set = true;
-            break;
-        case 's': save_profile = optarg; break;
-        case 'N':
-            if (!og_cli_parse_numerics("onegpu run", optarg, &numerics_gpu)) return OG_EXIT_USAGE;
-            break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
     }
-    if (bad_value) {
-        fprintf(stderr, "onegpu run: bad size or count in the placement flags\n");
-        return OG_EXIT_USAGE;
-    }
-    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1 || migrate_set)) {
-        fprintf(stderr, "onegpu run: --ram, --profile, --expert-slots and --migrate plan for a device: give --vram SIZE too\n");
-        return OG_EXIT_USAGE;
-    }
-    {
+    int rc = og_cli_flags_check("onegpu run", &fl);
+    if (rc) return rc;
+    if (save_trace) {
         char werr[512];
-        const char *outs[2] = {save_profile, save_trace};
-        for (int i = 0; i < 2; i++)
-            if (outs[i] && og_check_writable(outs[i], werr, sizeof werr)) {
-                fprintf(stderr, "onegpu run: %s %s\n", i ? "--save-trace" : "--save-profile", werr);
-                return OG_EXIT_USAGE;
-            }
+        if (og_check_writable(save_trace, werr, sizeof werr)) {
+            fprintf(stderr, "onegpu run: --save-trace %s\n", werr);
+            return OG_EXIT_USAGE;
+        }
     }
-    if (!model_path || !prompt || optind != argc || n_predict < 0 || threads < 0 || n_top < 0 || n_top > 20) {
+    if (!model_path || !prompt || optind != argc || n_predict < 0 || n_top < 0 || n_top > 20) {
         fprintf(stderr, "onegpu run: %s\n", !model_path ? "-m MODEL.gguf is required"
                                          : !prompt   ? "-p TEXT is required"
                                          : optind != argc ? "unexpected argument"
                                          : n_predict < 0 ? "-n must be >= 0"
-                                         : threads < 0   ? "--threads must be >= 1"
                                                          : "--top-logprobs must be in 0..20");
         usage(stderr);
         return OG_EXIT_USAGE;
@@ -160,24 +159,13 @@ int og_cmd_run(int argc, char **argv) {
     }
     char err[1024];
     /* placement: planned from the header before anything is loaded */
-    og_plan plan = {0};
-    uint64_t *profile = NULL;
-    if (have_vram) {
-        og_gguf *hg;
-        og_hparams hph;
-        if (og_gguf_open(model_path, OG_GGUF_HEADER_ONLY, &hg, err, sizeof err) ||
-            (og_hparams_read(hg, NULL, &hph, err, sizeof err) && (og_gguf_close(hg), 1))) {
-            fprintf(stderr, "onegpu run: %s\n", err);
-            free(teacher);
-            return OG_EXIT_BAD_INPUT;
-        }
-        if (!pin.ctx) pin.ctx = og_cli_default_ctx(hph.n_ctx_train);
-        int prc = og_cli_plan_prepare("onegpu run", hg, &hph, &pin, have_ram, profile_path, &plan, &profile);
-        og_gguf_close(hg);
-        if (prc) {
-            free(teacher);
-            return prc;
-        }
+    const bool ctx_given = fl.ctx != 0;
+    og_hparams hph;
+    og_plan plan;
+    uint64_t *profile;
+    if ((rc = og_cli_plan_flags("onegpu run", model_path, &fl, 1, 512, &hph, &plan, &profile))) {
+        free(teacher);
+        return rc;
     }
     og_logger lg = {.level = OG_LOG_WARN, .out = stderr};
     og_model *m;
@@ -190,23 +178,22 @@ int og_cmd_run(int argc, char **argv) {
     }
     og_tokenizer *tok = NULL;
     og_pool *pool = NULL;
-    int rc = OG_EXIT_OK;
+    og_engine *eng = NULL;
+    og_seq *seq = NULL;
     og_ids ids = {0};
     char *text = NULL;
-    og_cli_placement pl = {0};
-    const size_t n_le = (size_t)m->hp.n_layer * m->hp.n_expert;
+    og_placement *pl = NULL;
+    json_t *jt = json_array(), *jl = json_array();
+    const int steps = teacher ? n_teacher : n_predict;
+    run_steps rs = {.n_layer = m->hp.n_layer, .n_dense = m->hp.n_dense, .n_expert = m->hp.n_expert,
+                    .k = m->hp.n_expert_used};
     if (save_trace && m->hp.n_expert > 65536) {
         fprintf(stderr, "onegpu run: --save-trace holds expert ids below 65536; this model has %u experts\n",
                 m->hp.n_expert);
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    if ((rc = og_cli_placement_setup("onegpu run", m, &plan, profile, have_vram ? pin.vram : 0, migrate,
-                                     save_profile || save_trace, &pl)))
-        goto out;
-    og_migrator *mig = pl.mig;
-    og_expert_cache *dev = pl.dev;
-    og_expert_stats *stats = &pl.stats; /* saved with the profile at the end */
+    if ((rc = og_cli_placement_create("onegpu run", m, &fl, &plan, profile, save_trace != NULL, &pl))) goto out;
     if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s: %s\n", model_path, err);
         rc = OG_EXIT_BAD_INPUT;
@@ -216,7 +203,7 @@ int og_cmd_run(int argc, char **argv) {
     if ((rc = og_cli_choose_isa("onegpu run", &isa))) goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
-    if ((rc = og_cli_pool("onegpu run", threads, &pool))) goto out;
+    if ((rc = og_cli_pool("onegpu run", (int)fl.threads, &pool))) goto out;
     if (chat) {
         og_str tmpl = {0};
         og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
@@ -234,144 +221,126 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    if (ids.n + (size_t)(teacher ? n_teacher : n_predict) > m->hp.n_ctx_train) {
-        fprintf(stderr, "onegpu run: %zu prompt + %d new tokens exceed the context of %u\n", ids.n,
-                teacher ? n_teacher : n_predict, m->hp.n_ctx_train);
+    if (ids.n + (size_t)steps > m->hp.n_ctx_train) {
+        fprintf(stderr, "onegpu run: %zu prompt + %d new tokens exceed the context of %u\n", ids.n, steps,
+                m->hp.n_ctx_train);
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    if (have_vram && ids.n + (size_t)(teacher ? n_teacher : n_predict) > pin.ctx) {
-        fprintf(stderr, "onegpu run: %zu prompt + %d new tokens exceed the planned --ctx %u\n", ids.n,
-                teacher ? n_teacher : n_predict, pin.ctx);
+    if ((fl.have_vram || ctx_given) && ids.n + (size_t)steps > fl.ctx) {
+        fprintf(stderr, "onegpu run: %zu prompt + %d new tokens exceed the planned --ctx %u\n", ids.n, steps, fl.ctx);
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    og_sampler *smp;
+    for (int i = 0; i < n_teacher; i++)
+        if (teacher[i] < 0 || (uint32_t)teacher[i] >= m->hp.n_vocab) {
+            fprintf(stderr, "onegpu run: --teacher id %d is outside the vocabulary\n", teacher[i]);
+            rc = OG_EXIT_USAGE;
+            goto out;
+        }
+    if (save_trace && og_placement_counts(pl)) {
+        rs.cap = (uint32_t)steps + 1;
+        rs.snap = calloc((size_t)m->hp.n_layer * m->hp.n_expert + 1, sizeof *rs.snap);
+        rs.tsel = malloc(((size_t)rs.cap * (m->hp.n_layer - m->hp.n_dense) * rs.k + 1) * sizeof *rs.tsel);
+        if (!rs.snap || !rs.tsel) {
+            fprintf(stderr, "onegpu run: out of memory\n");
+            rc = OG_EXIT_USAGE;
+            goto out;
+        }
+    }
+    rs.pl = pl;
+    /* one sequence through the engine: the prompt in one step, then one token a step */
+    og_engine_config ecfg = {.model = m, .tok = tok,
+                             .rc = {.kern = &kern, .pool = pool, .device_numerics = OG_NUMERICS_CANONICAL,
+                                    .host_numerics = fl.numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
+                             .placement = pl, .on_step = on_step, .on_step_arg = &rs, .parallel = 1,
+                             .batch_tokens = (int)ids.n, .ctx = (int)m->hp.n_ctx_train, .queue = 0};
     if (teacher) sp.temperature = 0;
-    if (og_sampler_create(&sp, (int32_t)m->hp.n_vocab, &smp, err, sizeof err)) {
+    og_seq_params qp = {.sampling = sp, .max_tokens = steps, .n_top = n_top > 0 ? n_top : 1 /* the argmax */,
+                        .logprobs = true, .forced = teacher, .n_forced = n_teacher, .report_eog = true};
+    if (og_engine_create(&ecfg, &eng, err, sizeof err) || og_engine_start(eng, err, sizeof err) ||
+        og_engine_submit(eng, ids.v, (int)ids.n, &qp, &seq, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s\n", err);
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    for (size_t i = 0; i < ids.n; i++) og_sampler_accept(smp, ids.v[i]);
-    og_run_ctx rcx = {.kern = &kern, .pool = pool, .stats = stats->counts ? stats : NULL,
-                      .experts = dev ? &dev->map : NULL, .device_numerics = OG_NUMERICS_CANONICAL,
-                      .host_numerics = numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK};
-    og_kv kv = {0};
-    float *logits = malloc(m->hp.n_vocab * sizeof *logits);
-    json_t *jt = json_array(), *jl = json_array();
-    double t0 = now_s();
-    og_status st = og_model_forward(m, &rcx, &kv, ids.v, (int)ids.n, logits, false, err, sizeof err);
-    if (!st && mig) st = og_migrator_step(mig, dev, m, stats->counts, err, sizeof err); /* between steps */
-    /* --save-trace: the decode steps' selections, from the counts each step adds */
-    const uint32_t n_moe = m->hp.n_layer - m->hp.n_dense, kx = m->hp.n_expert_used;
-    uint64_t *snap = save_trace && stats->counts ? malloc(n_le * sizeof *snap) : NULL;
-    uint16_t *tsel = NULL;
-    uint32_t t_steps = 0;
-    if (snap) {
-        memcpy(snap, stats->counts, n_le * sizeof *snap);
-        tsel = malloc(((size_t)(teacher ? n_teacher : n_predict) + 1) * n_moe * kx * sizeof *tsel);
-    }    double t_prefill = now_s() - t0, t_decode = 0;
-    int steps = teacher ? n_teacher : n_predict, done = 0;
-    og_detok dt = {0};
-    char outbuf[4096];
-    for (int i = 0; i < steps && !st; i++) {
-        og_token_logprob top[20];
-        float lp;
-        int32_t pick = og_sampler_sample(smp, logits, &lp, top, n_top > 0 ? n_top : 1);
-        int32_t next = teacher ? teacher[i] : pick;
-        if (teacher) { /* log-prob of the fed token under the same distribution */
-            if (next < 0 || (uint32_t)next >= m->hp.n_vocab) {
-                fprintf(stderr, "onegpu run: --teacher id %d is outside the vocabulary\n", next);
-                rc = OG_EXIT_USAGE;
-                break;
-            }
-            float mx = -INFINITY;
-            for (uint32_t v = 0; v < m->hp.n_vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
-            double sum = 0;
-            for (uint32_t v = 0; v < m->hp.n_vocab; v++) sum += exp((double)logits[v] - mx);
-            lp = (float)((double)logits[next] - mx - log(sum));
+    int done = 0;
+    og_seq_out o;
+    for (og_finish fin = OG_FINISH_NONE; fin == OG_FINISH_NONE;) {
+        if (og_seq_take(eng, seq, &o)) {
+            fprintf(stderr, "onegpu run: out of memory\n");
+            rc = OG_EXIT_USAGE;
+            break;
         }
-        json_array_append_new(jt, json_integer(next));
-        json_t *e = json_pack("{s:i, s:f, s:i}", "token", next, "logprob", (double)lp, "argmax", top[0].id);
-        json_t *ta = json_array();
-        for (int k = 0; k < n_top; k++) json_array_append_new(ta, json_pack("[i, f]", top[k].id, (double)top[k].logprob));
-        json_object_set_new(e, "top", ta);
-        json_array_append_new(jl, e);
-        done++;
-        if (!as_json) {
-            size_t len = 0;
-            outbuf[0] = '\0';
-            if (og_detok_push(tok, &dt, next, outbuf, sizeof outbuf, &len) > 0) {
-                fwrite(outbuf, 1, len, stdout);
-                fflush(stdout);
-            }
+        if (!as_json && o.len) {
+            fwrite(o.text, 1, o.len, stdout);
+            fflush(stdout);
         }
-        if (!teacher && og_tokenizer_is_eog(tok, next)) break;
-        if (i + 1 < steps) {
-            double t1 = now_s();
-            st = og_model_forward(m, &rcx, &kv, &next, 1, logits, false, err, sizeof err);
-            if (!st && mig) st = og_migrator_step(mig, dev, m, stats->counts, err, sizeof err);
-            if (!st && snap && tsel) {
-                uint16_t *o = tsel + (size_t)t_steps * n_moe * kx;
-                for (uint32_t l = m->hp.n_dense, j = 0; l < m->hp.n_layer; l++, j++)
-                    for (uint32_t x = 0, w = 0; x < m->hp.n_expert && w < kx; x++) {
-                        const size_t at = (size_t)l * m->hp.n_expert + x;
-                        if (stats->counts[at] != snap[at]) o[(size_t)j * kx + w++] = (uint16_t)x;
-                        snap[at] = stats->counts[at];
-                    }
-                t_steps++;
-            }
-            t_decode += now_s() - t1;
+        for (int i = 0; i < o.n_toks; i++, done++) {
+            const og_tok_out *t = &o.toks[i];
+            json_array_append_new(jt, json_integer(t->id));
+            json_t *e = json_pack("{s:i, s:f, s:i}", "token", t->id, "logprob", (double)t->logprob, "argmax", t->top[0].id);
+            json_t *ta = json_array();
+            for (int k = 0; k < n_top; k++)
+                json_array_append_new(ta, json_pack("[i, f]", t->top[k].id, (double)t->top[k].logprob));
+            json_object_set_new(e, "top", ta);
+            json_array_append_new(jl, e);
         }
+        fin = o.finish;
+        if (fin == OG_FINISH_ERROR) {
+            fprintf(stderr, "onegpu run: %s\n", o.error);
+            rc = OG_EXIT_BAD_INPUT;
+        }
+        og_seq_out_free(&o);
+        if (fin == OG_FINISH_NONE) og_engine_wait(eng, 1.0);
     }
-    if (st) {
-        fprintf(stderr, "onegpu run: %s\n", err);
-        rc = OG_EXIT_BAD_INPUT;
-    } else if (as_json) {
+    og_seq_release(eng, seq);
+    og_engine_drain(eng, 0); /* the scheduler is gone: the placement is this thread's again */
+    og_placement_idle(pl);   /* at rest: the last step's copies are resident */
+    og_placement_stats ps;
+    og_placement_get_stats(pl, &ps);
+    if (!rc && as_json) {
         json_t *pt = json_array();
         for (size_t i = 0; i < ids.n; i++) json_array_append_new(pt, json_integer(ids.v[i]));
-        json_t *o = json_pack("{s:o, s:O, s:O}", "prompt_tokens", pt, "tokens", jt, "logprobs", jl);
-        if (have_vram && dev && stats->layer_routes && stats->layer_hits) { /* what the server will export */
+        json_t *ob = json_pack("{s:o, s:O, s:O}", "prompt_tokens", pt, "tokens", jt, "logprobs", jl);
+        uint64_t *lr = ps.device ? calloc(m->hp.n_layer, sizeof *lr) : NULL, *lh = lr ? calloc(m->hp.n_layer, sizeof *lh) : NULL;
+        if (lh && !og_placement_layer_hits(pl, lr, lh, m->hp.n_layer)) { /* what the server exports */
             json_t *per = json_array();
             for (uint32_t l = m->hp.n_dense; l < m->hp.n_layer; l++)
-                json_array_append_new(per, json_real(stats->layer_routes[l]
-                                                         ? (double)stats->layer_hits[l] / (double)stats->layer_routes[l]
-                                                         : 0.0));
-            json_object_set_new(o, "placement",
-                                json_pack("{s:I, s:I, s:f, s:o, s:I, s:I, s:I}", "selections", (json_int_t)stats->routes,
-                                          "hits", (json_int_t)stats->routes_resident, "hit_rate",
-                                          stats->routes ? (double)stats->routes_resident / (double)stats->routes : 0.0,
-                                          "hit_rate_per_moe_layer", per, "migrations", (json_int_t)dev->migrations,
-                                          "pcie_bytes", (json_int_t)dev->dev->pcie_bytes, "resident_experts",
-                                          (json_int_t)dev->n_resident));
+                json_array_append_new(per, json_real(lr[l] ? (double)lh[l] / (double)lr[l] : 0.0));
+            json_object_set_new(ob, "placement",
+                                json_pack("{s:I, s:I, s:f, s:o, s:I, s:I, s:I}", "selections", (json_int_t)ps.selections,
+                                          "hits", (json_int_t)ps.hits, "hit_rate", ps.hit_rate, "hit_rate_per_moe_layer",
+                                          per, "migrations", (json_int_t)ps.migrations, "pcie_bytes",
+                                          (json_int_t)ps.pcie_bytes, "resident_experts", (json_int_t)ps.resident_experts));
         }
-        char *s = json_dumps(o, JSON_COMPACT);
-        puts(s);
-        free(s);
-        json_decref(o);
-    } else {
-        size_t len = 0;
-        if (og_detok_flush(&dt, outbuf, sizeof outbuf, &len) > 0) fwrite(outbuf, 1, len, stdout);
+        free(lr);
+        free(lh);
+        char *js = json_dumps(ob, JSON_COMPACT);
+        puts(js);
+        free(js);
+        json_decref(ob);
+    } else if (!rc) {
         putchar('\n');
         fflush(stdout);
     }
-    if (!st)
+    if (!rc)
         fprintf(stderr, "onegpu run: prefill %zu tokens %.1f tok/s, decode %d tokens %.1f tok/s (%s, %d threads)\n", ids.n,
-                (double)ids.n / t_prefill, done - 1 > 0 ? done - 1 : 0, done > 1 ? (done - 1) / t_decode : 0.0,
-                og_isa_name(isa), og_pool_size(pool));
-    if (!st && have_vram && stats->routes) {
+                rs.t_prefill > 0 ? (double)ids.n / rs.t_prefill : 0.0, done - 1 > 0 ? done - 1 : 0,
+                done > 1 ? (done - 1) / rs.t_decode : 0.0, og_isa_name(isa), og_pool_size(pool));
+    if (!rc && fl.have_vram && ps.selections) {
         char pb[32];
         fprintf(stderr, "onegpu run: %.1f%% of %llu expert selections hit the %llu resident experts (plan: %.1f%%)\n",
-                100.0 * (double)stats->routes_resident / (double)stats->routes, (unsigned long long)stats->routes,
-                (unsigned long long)plan.resident_experts, 100.0 * plan.predicted_device_share);
-        if (dev)
+                100.0 * ps.hit_rate, (unsigned long long)ps.selections, (unsigned long long)plan.resident_experts,
+                100.0 * plan.predicted_device_share);
+        if (ps.device)
             fprintf(stderr, "onegpu run: %llu migrations, %s copied host->device in all\n",
-                    (unsigned long long)dev->migrations, og_fmt_bytes(dev->dev->pcie_bytes, pb, sizeof pb));
+                    (unsigned long long)ps.migrations, og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb));
     }
-    if (!st && save_trace) {
-        og_trace tr = {n_moe, m->hp.n_expert, kx, t_steps, 1, tsel};
-        if (!tsel || !t_steps || !n_moe) {
+    if (!rc && save_trace) {
+        const uint32_t n_moe = m->hp.n_layer - m->hp.n_dense;
+        og_trace tr = {n_moe, m->hp.n_expert, rs.k, rs.t_steps, 1, rs.tsel};
+        if (!rs.tsel || !rs.t_steps || !n_moe) {
             fprintf(stderr, "onegpu run: --save-trace: no decode steps through MoE layers to record\n");
             rc = OG_EXIT_USAGE;
         } else if (og_trace_write(save_trace, &tr, err, sizeof err)) {
@@ -379,16 +348,14 @@ int og_cmd_run(int argc, char **argv) {
             rc = OG_EXIT_USAGE;
         }
     }
-    free(snap);
-    free(tsel);
-    if (!st && save_profile && !rc) rc = og_cli_placement_save_profile("onegpu run", m, &pl, profile, save_profile);
+    if (!rc) rc = og_cli_placement_save_profile("onegpu run", pl, &fl, profile);
+out:
+    og_engine_free(eng);
     json_decref(jt);
     json_decref(jl);
-    free(logits);
-    og_kv_free(&kv);
-    og_sampler_free(smp);
-out:
-    og_cli_placement_free(&pl);
+    free(rs.snap);
+    free(rs.tsel);
+    og_placement_free(pl);
     free(profile);
     og_plan_free(&plan);
     free(text);

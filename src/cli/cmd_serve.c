@@ -89,34 +89,32 @@ int og_cmd_serve(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"host", required_argument, 0, 'H'},
         {"port", required_argument, 0, 'p'},       {"api-key", required_argument, 0, 'k'},
-        {"alias", required_argument, 0, 'a'},      {"ctx", required_argument, 0, 'C'},
-        {"parallel", required_argument, 0, 'P'},   {"batch-tokens", required_argument, 0, 'B'},
-        {"queue", required_argument, 0, 'Q'},      {"threads", required_argument, 0, 't'},
+        {"alias", required_argument, 0, 'a'},      {"parallel", required_argument, 0, 'P'},
+        {"batch-tokens", required_argument, 0, 'B'}, {"queue", required_argument, 0, 'Q'},
         {"max-body", required_argument, 0, 'b'},   {"timeout", required_argument, 0, 'T'},
-        {"grace", required_argument, 0, 'g'},      {"vram", required_argument, 0, 'V'},
-        {"ram", required_argument, 0, 'R'},        {"reserve", required_argument, 0, 'r'},
-        {"expert-slots", required_argument, 0, 'e'}, {"profile", required_argument, 0, 'f'},
-        {"save-profile", required_argument, 0, 's'}, {"migrate", required_argument, 0, 'M'},
-        {"cpu-numerics", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+        {"grace", required_argument, 0, 'g'},      OG_CLI_FLAG_OPTIONS,
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
-    const char *profile_path = NULL, *save_profile = NULL;
-    uint32_t ctx = 0, parallel = 4, batch_tokens = 512, queue = 64, threads = 0;
-    long port = 8090, migrate = 2;
+    uint32_t parallel = 4, batch_tokens = 512, queue = 64;
+    long port = 8090;
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
-    bool bad = false, have_vram = false, have_ram = false, migrate_set = false, numerics_gpu = false;
-    og_plan_input pin = {.reserve = 512ull << 20, .kv_bytes_per_elem = 4, .slots_override = -1};
+    bool bad = false;
+    og_cli_flags fl;
+    og_cli_flags_init(&fl);
     int c, li = 0;
     optind = 1;
     while ((li = -1, c = getopt_long(argc, argv, "m:h", opts, &li)) != -1) {
         bool was_bad = bad;
+        int shared = og_cli_flag("onegpu serve", c, optarg, &fl);
+        if (shared < 0) return OG_EXIT_USAGE;
+        if (shared) continue;
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'H': host = optarg; break;
         case 'p': bad |= !og_cli_parse_long(optarg, 0, 65535, &port); break;
         case 'k': api_key = optarg; break;
         case 'a': alias = optarg; break;
-        case 'C': bad |= !og_cli_parse_count(optarg, &ctx); break;
         case 'P': bad |= !og_cli_parse_count(optarg, &parallel) || parallel > 4096; break;
         case 'B': bad |= !og_cli_parse_count(optarg, &batch_tokens) || batch_tokens > (1u << 20); break;
         case 'Q': {
@@ -125,23 +123,9 @@ int og_cmd_serve(int argc, char **argv) {
             queue = (uint32_t)v;
             break;
         }
-        case 't': bad |= !og_cli_parse_count(optarg, &threads) || threads > 4096; break;
         case 'b': bad |= og_parse_size(optarg, &max_body) != OG_OK || max_body < 1024 || max_body > (1ull << 31); break;
         case 'T': timeout = parse_seconds(optarg, &bad); break;
         case 'g': grace = parse_seconds(optarg, &bad); break;
-        case 'V': bad |= og_parse_size(optarg, &pin.vram) != OG_OK; have_vram = true; break;
-        case 'R': bad |= og_parse_size(optarg, &pin.ram) != OG_OK; have_ram = true; break;
-        case 'r': bad |= og_parse_size(optarg, &pin.reserve) != OG_OK; break;
-        case 'e': bad |= !og_cli_parse_slots(optarg, &pin.slots_override); break;
-        case 'f': profile_path = optarg; break;
-        case 's': save_profile = optarg; break;
-        case 'M':
-            bad |= !og_cli_parse_long(optarg, 0, 1000000, &migrate);
-            migrate_set = true;
-            break;
-        case 'N':
-            if (!og_cli_parse_numerics("onegpu serve", optarg, &numerics_gpu)) return OG_EXIT_USAGE;
-            break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default:
             fprintf(stderr, "(onegpu serve --help lists the flags)\n");
@@ -152,11 +136,9 @@ int og_cmd_serve(int argc, char **argv) {
             static const struct {
                 char flag;
                 const char *want;
-            } hints[] = {{'p', "a port, 0..65535"}, {'C', "a positive count"}, {'P', "a count, 1..4096"},
-                         {'B', "a count, 1..1048576"}, {'Q', "a count, 0..1000000"}, {'t', "a count, 1..4096"},
-                         {'b', "a size, 1K..2G (e.g. 4M)"}, {'T', "seconds, >= 0"}, {'g', "seconds, >= 0"},
-                         {'V', "a size (e.g. 96G)"}, {'R', "a size (e.g. 280G)"}, {'r', "a size (e.g. 512M)"},
-                         {'e', "a count or 'all'"}, {'M', "a count, 0..1000000"}};
+            } hints[] = {{'p', "a port, 0..65535"}, {'P', "a count, 1..4096"}, {'B', "a count, 1..1048576"},
+                         {'Q', "a count, 0..1000000"}, {'b', "a size, 1K..2G (e.g. 4M)"}, {'T', "seconds, >= 0"},
+                         {'g', "seconds, >= 0"}};
             const char *want = "";
             for (size_t k = 0; k < sizeof hints / sizeof *hints; k++)
                 if (hints[k].flag == c) want = hints[k].want;
@@ -175,45 +157,16 @@ int og_cmd_serve(int argc, char **argv) {
                         "gets a token each step\n", batch_tokens, parallel);
         return OG_EXIT_USAGE;
     }
-    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1 || migrate_set)) {
-        fprintf(stderr, "onegpu serve: --ram, --profile, --expert-slots and --migrate plan for a device: give --vram too\n");
-        return OG_EXIT_USAGE;
-    }
-    if (save_profile) {
-        char werr[512];
-        if (og_check_writable(save_profile, werr, sizeof werr)) {
-            fprintf(stderr, "onegpu serve: --save-profile %s\n", werr);
-            return OG_EXIT_USAGE;
-        }
-    }
+    int frc = og_cli_flags_check("onegpu serve", &fl);
+    if (frc) return frc;
     char err[1024];
-    /* the model's context bounds --ctx; read from the header only */
-    og_gguf *hg;
+    /* the model's context bounds --ctx, and the plan comes before loading: from the header only */
     og_hparams hph;
-    if (og_gguf_open(model_path, OG_GGUF_HEADER_ONLY, &hg, err, sizeof err) ||
-        (og_hparams_read(hg, NULL, &hph, err, sizeof err) && (og_gguf_close(hg), 1))) {
-        fprintf(stderr, "onegpu serve: %s\n", err);
-        return OG_EXIT_BAD_INPUT;
-    }
-    if (!ctx) ctx = og_cli_default_ctx(hph.n_ctx_train);
-    if (ctx > hph.n_ctx_train || ctx < 2) {
-        og_gguf_close(hg);
-        fprintf(stderr, "onegpu serve: --ctx %u is outside 2..%u, the model's context\n", ctx, hph.n_ctx_train);
-        return OG_EXIT_USAGE;
-    }
-    og_plan plan = {0};
-    uint64_t *profile = NULL;
-    if (have_vram) {
-        pin.ctx = ctx;
-        pin.parallel = parallel;
-        pin.batch_tokens = batch_tokens;
-        int prc = og_cli_plan_prepare("onegpu serve", hg, &hph, &pin, have_ram, profile_path, &plan, &profile);
-        if (prc) {
-            og_gguf_close(hg);
-            return prc;
-        }
-    }
-    og_gguf_close(hg);
+    og_plan plan;
+    uint64_t *profile;
+    frc = og_cli_plan_flags("onegpu serve", model_path, &fl, parallel, batch_tokens, &hph, &plan, &profile);
+    if (frc) return frc;
+    const uint32_t ctx = fl.ctx, threads = fl.threads;
 
     /* signals go to sigwait below, never to a worker thread */
     sigset_t sigs;
@@ -263,7 +216,7 @@ int og_cmd_serve(int argc, char **argv) {
     og_tokenizer *tok = NULL;
     og_pool *pool = NULL;
     og_engine *eng = NULL;
-    og_cli_placement pl = {0};
+    og_placement *pl = NULL;
     if (og_model_load(model_path, &lg, &m, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s\n", err);
         rc = OG_EXIT_BAD_INPUT;
@@ -274,17 +227,14 @@ int og_cmd_serve(int argc, char **argv) {
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
-    if ((rc = og_cli_placement_setup("onegpu serve", m, &plan, profile, have_vram ? pin.vram : 0, migrate,
-                                     save_profile != NULL, &pl)))
-        goto out;
+    if ((rc = og_cli_placement_create("onegpu serve", m, &fl, &plan, profile, false, &pl))) goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
     if ((rc = og_cli_pool("onegpu serve", (int)threads, &pool))) goto out;
     og_engine_config ecfg = {.model = m, .tok = tok,
-                             .rc = {.kern = &kern, .pool = pool, .stats = pl.stats.counts ? &pl.stats : NULL,
-                                    .experts = pl.dev ? &pl.dev->map : NULL, .device_numerics = OG_NUMERICS_CANONICAL,
-                                    .host_numerics = numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
-                             .dev = pl.dev, .mig = pl.mig, .parallel = (int)parallel, .batch_tokens = (int)batch_tokens,
+                             .rc = {.kern = &kern, .pool = pool, .device_numerics = OG_NUMERICS_CANONICAL,
+                                    .host_numerics = fl.numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
+                             .placement = pl, .parallel = (int)parallel, .batch_tokens = (int)batch_tokens,
                              .ctx = (int)ctx, .queue = (int)queue};
     if (og_engine_create(&ecfg, &eng, err, sizeof err) || og_engine_start(eng, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s\n", err);
@@ -327,9 +277,9 @@ out:
     og_server_stop_admitting(srv);
     og_engine_drain(eng, grace);
     og_server_stop(srv); /* waits for every connection thread */
-    if (!rc) rc = og_cli_placement_save_profile("onegpu serve", m, &pl, profile, save_profile);
-    og_engine_free(eng);
-    og_cli_placement_free(&pl);
+    og_engine_free(eng); /* the scheduler stopped: the placement is this thread's now */
+    if (!rc) rc = og_cli_placement_save_profile("onegpu serve", pl, &fl, profile);
+    og_placement_free(pl);
     free(profile);
     og_plan_free(&plan);
     og_pool_free(pool);

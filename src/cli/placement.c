@@ -55,70 +55,132 @@ int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_hparams *hp
     return OG_EXIT_OK;
 }
 
-int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *plan, const uint64_t *profile,
-                           uint64_t vram, long migrate, bool want_stats, og_cli_placement *p) {
-    memset(p, 0, sizeof *p);
-    char err[1024];
-    p->n_le = (size_t)m->hp.n_layer * m->hp.n_expert;
-    if (!(vram || want_stats) || !p->n_le) return 0;
-    p->stats.counts = calloc(p->n_le, sizeof *p->stats.counts);
-    p->stats.layer_routes = calloc(m->hp.n_layer, sizeof *p->stats.layer_routes);
-    p->stats.layer_hits = calloc(m->hp.n_layer, sizeof *p->stats.layer_hits);
-    if (!p->stats.counts || !p->stats.layer_routes || !p->stats.layer_hits ||
-        (vram && (!(p->resident = malloc(p->n_le)) || og_plan_resident(plan, profile, p->resident)))) {
-        fprintf(stderr, "%s: out of memory\n", cmd);
+void og_cli_flags_init(og_cli_flags *f) {
+    memset(f, 0, sizeof *f);
+    f->pin = (og_plan_input){.reserve = 512ull << 20, .kv_bytes_per_elem = 4 /* the CPU cache is f32 */,
+                             .slots_override = -1};
+    f->migrate = 2;
+    f->numerics_gpu = false; /* --cpu-numerics fork */
+}
+
+int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
+    bool ok = true;
+    const char *name, *want;
+    switch (c) {
+    case OG_OPT_VRAM:
+        name = "vram", want = "a size (e.g. 96G)";
+        ok = og_parse_size(arg, &f->pin.vram) == OG_OK;
+        f->have_vram = true;
+        break;
+    case OG_OPT_RAM:
+        name = "ram", want = "a size (e.g. 280G)";
+        ok = og_parse_size(arg, &f->pin.ram) == OG_OK;
+        f->have_ram = true;
+        break;
+    case OG_OPT_RESERVE:
+        name = "reserve", want = "a size (e.g. 512M)";
+        ok = og_parse_size(arg, &f->pin.reserve) == OG_OK;
+        break;
+    case OG_OPT_CTX: name = "ctx", want = "a positive count"; ok = og_cli_parse_count(arg, &f->ctx); break;
+    case OG_OPT_SLOTS:
+        name = "expert-slots", want = "a count or 'all'";
+        ok = og_cli_parse_slots(arg, &f->pin.slots_override);
+        break;
+    case OG_OPT_PROFILE: name = "profile", want = ""; f->profile = arg; break;
+    case OG_OPT_SAVE_PROFILE: name = "save-profile", want = ""; f->save_profile = arg; break;
+    case OG_OPT_MIGRATE:
+        name = "migrate", want = "a count, 0..1000000";
+        ok = og_cli_parse_long(arg, 0, 1000000, &f->migrate);
+        f->migrate_set = true;
+        break;
+    case OG_OPT_NUMERICS:
+        name = "cpu-numerics", want = "fork or gpu";
+        ok = !strcmp(arg, "gpu") || !strcmp(arg, "fork");
+        f->numerics_gpu = !strcmp(arg, "gpu");
+        break;
+    case OG_OPT_THREADS:
+        name = "threads", want = "a count, 1..4096";
+        ok = og_cli_parse_count(arg, &f->threads) && f->threads <= 4096;
+        break;
+    default: return 0;
+    }
+    if (ok) return 1;
+    fprintf(stderr, "%s: bad value '%s' for --%s: expected %s\n", cmd, arg, name, want);
+    return -1;
+}
+
+int og_cli_flags_check(const char *cmd, const og_cli_flags *f) {
+    if (!f->have_vram && (f->have_ram || f->profile || f->pin.slots_override != -1 || f->migrate_set)) {
+        fprintf(stderr, "%s: --ram, --profile, --expert-slots and --migrate plan for a device: give --vram SIZE too\n",
+                cmd);
         return OG_EXIT_USAGE;
     }
-    if (!vram) return 0;
-    /* no GPU backend yet: the cpu device plays it (a budget of --vram), holding
-     * the resident experts in the plan's slots */
-    if (og_device_cpu_create(vram, &p->device, err, sizeof err) ||
-        og_expert_cache_create(m, plan->slots, p->device, &p->dev, err, sizeof err) ||
-        og_expert_cache_load(p->dev, m, p->resident, err, sizeof err) ||
-        (migrate && og_migrator_create(m->hp.n_layer, m->hp.n_expert, (uint32_t)migrate, 8, 0.85, &p->mig, err,
-                                       sizeof err))) {
+    char werr[512];
+    if (f->save_profile && og_check_writable(f->save_profile, werr, sizeof werr)) {
+        fprintf(stderr, "%s: --save-profile %s\n", cmd, werr);
+        return OG_EXIT_USAGE;
+    }
+    return OG_EXIT_OK;
+}
+
+int og_cli_plan_flags(const char *cmd, const char *model_path, og_cli_flags *f, uint32_t parallel,
+                      uint32_t batch_tokens, og_hparams *hp, og_plan *plan, uint64_t **profile) {
+    char err[1024];
+    memset(plan, 0, sizeof *plan);
+    *profile = NULL;
+    og_gguf *hg;
+    if (og_gguf_open(model_path, OG_GGUF_HEADER_ONLY, &hg, err, sizeof err) ||
+        (og_hparams_read(hg, NULL, hp, err, sizeof err) && (og_gguf_close(hg), 1))) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return OG_EXIT_BAD_INPUT;
+    }
+    if (!f->ctx) f->ctx = og_cli_default_ctx(hp->n_ctx_train);
+    int rc = OG_EXIT_OK;
+    if (f->ctx > hp->n_ctx_train || f->ctx < 2) {
+        fprintf(stderr, "%s: --ctx %u is outside 2..%u, the model's context\n", cmd, f->ctx, hp->n_ctx_train);
+        rc = OG_EXIT_USAGE;
+    } else if (f->have_vram) {
+        f->pin.ctx = f->ctx;
+        f->pin.parallel = parallel;
+        f->pin.batch_tokens = batch_tokens;
+        rc = og_cli_plan_prepare(cmd, hg, hp, &f->pin, f->have_ram, f->profile, plan, profile);
+    }
+    og_gguf_close(hg);
+    return rc;
+}
+
+int og_cli_placement_create(const char *cmd, const og_model *m, const og_cli_flags *f, const og_plan *plan,
+                            const uint64_t *profile, bool count, og_placement **out) {
+    *out = NULL;
+    og_placement_config pc = og_placement_defaults();
+    pc.vram = f->have_vram ? f->pin.vram : 0;
+    pc.plan = plan;
+    pc.profile = profile;
+    pc.migrate = (uint32_t)f->migrate;
+    pc.count = count || f->save_profile;
+    if (!pc.vram && !pc.count) return OG_EXIT_OK;
+    char err[1024];
+    if (og_placement_create(m, &pc, out, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         return OG_EXIT_USAGE;
     }
-    p->stats.resident = p->dev->resident; /* follows the migrations */
-    char pb[32];
-    fprintf(stderr, "%s: cpu device: %llu experts resident, %s copied host->device\n", cmd,
-            (unsigned long long)p->dev->n_resident, og_fmt_bytes(p->dev->dev->pcie_bytes, pb, sizeof pb));
-    return 0;
+    og_placement_stats ps;
+    og_placement_get_stats(*out, &ps);
+    if (ps.device) {
+        char pb[32];
+        fprintf(stderr, "%s: cpu device: %llu experts resident, %s copied host->device\n", cmd,
+                (unsigned long long)ps.resident_experts, og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb));
+    }
+    return OG_EXIT_OK;
 }
 
-int og_cli_placement_save_profile(const char *cmd, const og_model *m, og_cli_placement *p, const uint64_t *profile,
-                                  const char *path) {
-    if (!path || !p->stats.counts) return 0;
-    uint64_t *c = p->stats.counts;
-    if (profile)
-        for (size_t i = 0; i < p->n_le; i++) c[i] += profile[i];
-    for (size_t i = 0; i < p->n_le; i++) /* saturate: the file stays readable */
-        if (c[i] > (uint64_t)OG_PROFILE_COUNT_MAX) c[i] = (uint64_t)OG_PROFILE_COUNT_MAX;
+int og_cli_placement_save_profile(const char *cmd, const og_placement *p, const og_cli_flags *f,
+                                  const uint64_t *profile) {
+    if (!f->save_profile || !p) return OG_EXIT_OK;
     char err[1024];
-    if (og_profile_write(path, m->hp.n_layer, m->hp.n_expert, c, err, sizeof err)) {
+    if (og_placement_save_profile(p, profile, f->save_profile, err, sizeof err)) {
         fprintf(stderr, "%s: --save-profile: %s\n", cmd, err);
         return OG_EXIT_USAGE;
     }
-    return 0;
-}
-
-void og_cli_placement_free(og_cli_placement *p) {
-    og_migrator_free(p->mig);
-    og_expert_cache_free(p->dev);
-    og_device_destroy(p->device);
-    free(p->stats.counts);
-    free(p->stats.layer_routes);
-    free(p->stats.layer_hits);
-    free(p->resident);
-    memset(p, 0, sizeof *p);
-}
-
-bool og_cli_parse_numerics(const char *cmd, const char *arg, bool *gpu) {
-    if (!strcmp(arg, "gpu") || !strcmp(arg, "fork")) {
-        *gpu = !strcmp(arg, "gpu");
-        return true;
-    }
-    fprintf(stderr, "%s: --cpu-numerics takes fork or gpu (got '%s')\n", cmd, arg);
-    return false;
+    return OG_EXIT_OK;
 }

@@ -1,43 +1,78 @@
-/* The placement side shared by `onegpu run` and `onegpu serve`: after the plan,
- * hold the resident experts on the cpu device (it plays the GPU), count expert
- * traffic and migrate; at the end, save the usage profile. */
+/* What `onegpu run` and `onegpu serve` share: their placement and plan flags
+ * (one parser, one validation), the plan before loading, the placement
+ * (og_placement) after it, and at the end the usage profile. */
 #ifndef OG_CLI_PLACEMENT_H
 #define OG_CLI_PLACEMENT_H
 
 #include "og_moe.h"
+#include "og_placement.h"
 #include "og_policy.h"
 
-typedef struct og_cli_placement {
-    og_device *device;         /* the cpu device, or NULL without --vram */
-    og_expert_cache *dev;      /* its expert slots */
-    og_migrator *mig;          /* NULL with --migrate 0 */
-    og_expert_stats stats;     /* counts allocated when placing or profiling */
-    uint8_t *resident;         /* [n_layer * n_expert] the plan's initial set */
-    size_t n_le;               /* n_layer * n_expert */
-} og_cli_placement;
+#include <getopt.h>
 
-/* The plan before anything is loaded (run and serve): --ram defaults to
- * MemAvailable capped by the cgroup limit (unknown: no limit), --profile's counts
- * read into *profile (caller frees), og_plan_make. Prints the plan's summary line
- * and returns 0; or prints "CMD: reason" and returns OG_EXIT_USAGE (a wrong
- * request, e.g. --ctx above the model's), OG_EXIT_BAD_INPUT (file, profile) or
- * OG_EXIT_REFUSED (does not fit), with nothing left allocated. */
-int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_hparams *hp, og_plan_input *pin, bool have_ram,
-                        const char *profile_path, og_plan *plan, uint64_t **profile);
+/* The flags `run` and `serve` share, parsed and checked in one place (one
+ * validation, one set of defaults; a new shared flag is one more case here). */
+typedef struct og_cli_flags {
+    og_plan_input pin;       /* --vram, --ram, --reserve, --expert-slots; ctx, parallel and batch_tokens
+                                are filled by og_cli_plan_flags */
+    uint32_t ctx;            /* --ctx: positions per sequence; 0 = the model's (og_cli_default_ctx) */
+    uint32_t threads;        /* --threads; 0 = one per CPU this process may run on */
+    long migrate;            /* --migrate: experts per MoE layer per step (default 2) */
+    const char *profile;     /* --profile FILE, or NULL */
+    const char *save_profile;/* --save-profile FILE, or NULL */
+    bool numerics_gpu;       /* --cpu-numerics gpu (true) or fork */
+    bool have_vram, have_ram, migrate_set;
+} og_cli_flags;
 
-/* plan: a fitting plan when vram > 0 (else nothing goes on a device); profile:
- * --profile's counts or NULL; want_stats: count traffic even without a device.
- * Prints "CMD: cpu device: ..." to stderr. Returns 0, or OG_EXIT_USAGE after
- * printing "CMD: reason" (out of memory, device budget). */
-int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *plan, const uint64_t *profile,
-                           uint64_t vram, long migrate, bool want_stats, og_cli_placement *p);
+/* getopt_long values of the shared flags (above any short option). */
+enum {
+    OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
+    OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS
+};
 
-/* Adds profile (may be NULL) to the counts, saturates them and writes path.
- * Returns 0 or OG_EXIT_USAGE after printing the error. */
-int og_cli_placement_save_profile(const char *cmd, const og_model *m, og_cli_placement *p, const uint64_t *profile,
-                                  const char *path);
+/* The shared flags' entries for a command's getopt_long table. */
+#define OG_CLI_FLAG_OPTIONS                                                                                            \
+    {"vram", required_argument, 0, OG_OPT_VRAM}, {"ram", required_argument, 0, OG_OPT_RAM},                            \
+        {"reserve", required_argument, 0, OG_OPT_RESERVE}, {"ctx", required_argument, 0, OG_OPT_CTX},                  \
+        {"expert-slots", required_argument, 0, OG_OPT_SLOTS}, {"profile", required_argument, 0, OG_OPT_PROFILE},       \
+        {"save-profile", required_argument, 0, OG_OPT_SAVE_PROFILE},                                                   \
+        {"migrate", required_argument, 0, OG_OPT_MIGRATE}, {"cpu-numerics", required_argument, 0, OG_OPT_NUMERICS},    \
+        {"threads", required_argument, 0, OG_OPT_THREADS}
 
-void og_cli_placement_free(og_cli_placement *p);
+/* The defaults: no device, --reserve 512M, --migrate 2, fork numerics, every CPU. */
+void og_cli_flags_init(og_cli_flags *f);
+
+/* One flag: c is getopt_long's value, arg its optarg. Returns 1 when c is a
+ * shared flag with a good value, 0 when c is not a shared flag, -1 after
+ * printing "CMD: bad value 'ARG' for --NAME: expected ...". */
+int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f);
+
+/* After the command line: the combinations (--ram, --profile, --expert-slots and
+ * --migrate need --vram; --save-profile must be writable). Returns 0, or
+ * OG_EXIT_USAGE after printing why. */
+int og_cli_flags_check(const char *cmd, const og_cli_flags *f);
+
+/* Before loading: reads model_path's header, sets f->ctx (the model's when not
+ * given; refused outside 2..n_ctx_train) and, with --vram, plans for parallel
+ * sequences and batch_tokens (og_cli_plan_prepare) into *plan and *profile (the
+ * caller frees both; zero / NULL without --vram). *hp gets the header's
+ * hyper-parameters. Returns 0 or an exit status after printing why. */
+int og_cli_plan_flags(const char *cmd, const char *model_path, og_cli_flags *f, uint32_t parallel,
+                      uint32_t batch_tokens, og_hparams *hp, og_plan *plan, uint64_t **profile);
+
+/* The placement of run and serve: with --vram the cpu device (it plays the GPU)
+ * holds the plan's hot set, migrating --migrate experts per layer per step;
+ * selections are counted with a device, --save-profile or count. Prints "CMD:
+ * cpu device: ..." to stderr. *out stays NULL when nothing is placed or
+ * counted. Returns 0, or OG_EXIT_USAGE after printing "CMD: reason". */
+int og_cli_placement_create(const char *cmd, const og_model *m, const og_cli_flags *f, const og_plan *plan,
+                            const uint64_t *profile, bool count, og_placement **out);
+
+/* --save-profile: the counts plus profile's (may be NULL) written to
+ * f->save_profile (nothing without it). Returns 0 or OG_EXIT_USAGE after
+ * printing the error. */
+int og_cli_placement_save_profile(const char *cmd, const og_placement *p, const og_cli_flags *f,
+                                  const uint64_t *profile);
 
 /* The SIMD tier: $ONEGPU_CPU_ISA, else the best the CPU has (a note on AMX
  * refused is printed). Returns 0, or OG_EXIT_USAGE after printing why. */
@@ -46,8 +81,5 @@ int og_cli_choose_isa(const char *cmd, og_isa *isa);
 /* A pool of `threads` workers; 0: one per CPU this process may run on. Returns 0,
  * or OG_EXIT_USAGE after printing why. */
 int og_cli_pool(const char *cmd, int threads, og_pool **pool);
-
-/* --cpu-numerics fork|gpu: *gpu set; false after printing "CMD: ..." for anything else. */
-bool og_cli_parse_numerics(const char *cmd, const char *arg, bool *gpu);
 
 #endif

@@ -24,7 +24,9 @@ struct og_seq {
     og_sampler *smp;
     int max_tokens, n_stop, n_top;
     bool logprobs, need_feed;     /* need_feed: last sampled token not yet in the cache */
-    bool reproducible;
+    bool reproducible, report_eog;
+    int32_t *forced;              /* teacher forcing: generated tokens 0..n_forced-1 */
+    int n_forced, n_sampled;      /* n_sampled: tokens accepted so far, EOG included */
     char *stop[OG_ENGINE_MAX_STOP];
     size_t max_stop;
     int32_t last;
@@ -60,6 +62,7 @@ struct og_engine {
     uint64_t rate_n[RATE_SAMPLES];
     int rate_pos, rate_count;
     uint64_t *layer_routes, *layer_hits; /* [n_layer] copies taken after each step */
+    uint32_t in_flight;           /* the placement's copies not yet published, as of the last look */
 };
 
 static double now_s(void) {
@@ -87,6 +90,21 @@ size_t og_stop_holdback(const char *text, size_t len, const char *const *stop, i
             }
     }
     return best;
+}
+
+/* Copies the placement's counters into the metrics (lock held, or before the
+ * scheduler starts; on the placement's thread). */
+static void placement_metrics(og_engine *e) {
+    if (!e->met.placement) return;
+    og_placement_stats ps;
+    og_placement_get_stats(e->cfg.placement, &ps);
+    e->met.expert_routes = ps.selections;
+    e->met.expert_hits = ps.hits;
+    e->met.migrations = ps.migrations;
+    e->met.pcie_bytes = ps.pcie_bytes;
+    e->met.resident_experts = ps.resident_experts;
+    e->in_flight = ps.in_flight;
+    og_placement_layer_hits(e->cfg.placement, e->layer_routes, e->layer_hits, e->cfg.model->hp.n_layer);
 }
 
 og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *err, size_t errlen) {
@@ -124,8 +142,11 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     pthread_cond_init(&e->cv_out, &ca);
     pthread_condattr_destroy(&ca);
     e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
-    e->met.placement = cfg->dev != NULL && cfg->rc.stats != NULL;
-    if (e->met.placement && cfg->rc.stats->layer_routes && cfg->rc.stats->layer_hits) {
+    if (cfg->placement) og_placement_bind(cfg->placement, &e->cfg.rc);
+    og_placement_stats ps;
+    og_placement_get_stats(cfg->placement, &ps);
+    e->met.placement = ps.device;
+    if (e->met.placement) {
         e->layer_routes = calloc(cfg->model->hp.n_layer, sizeof *e->layer_routes);
         e->layer_hits = calloc(cfg->model->hp.n_layer, sizeof *e->layer_hits);
         if (!e->layer_routes || !e->layer_hits) {
@@ -137,6 +158,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
         og_engine_free(e);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the engine's batch buffers");
     }
+    placement_metrics(e); /* /metrics shows the initial set before the first step */
     *out = e;
     return OG_OK;
 }
@@ -147,6 +169,7 @@ static void seq_free(og_seq *s) {
     og_sampler_free(s->smp);
     for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
     free(s->prompt);
+    free(s->forced);
     free(s->gen);
     free(s->toks);
     free(s);
@@ -206,6 +229,12 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
     if (p->n_top < 0 || p->n_top > OG_ENGINE_MAX_TOP)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "top log-probs must be in 0..%d", OG_ENGINE_MAX_TOP);
     if (p->max_tokens < -1) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "max_tokens must be >= 0");
+    if (p->n_forced < 0 || (p->n_forced && !p->forced))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "forced tokens: %d ids but no array", p->n_forced);
+    for (int i = 0; i < p->n_forced; i++)
+        if (p->forced[i] < 0 || p->forced[i] >= e->n_vocab)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "forced token %d (id %d) is outside the vocabulary (0..%d)",
+                           i, p->forced[i], e->n_vocab - 1);
     const int ctx = e->cfg.ctx;
     if (n_prompt >= ctx || (p->max_tokens > 0 && (int64_t)n_prompt + p->max_tokens > ctx))
         return og_fail(err, errlen, OG_ERR_RANGE,
@@ -221,7 +250,8 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
     s->prompt = malloc((size_t)n_prompt * sizeof *s->prompt);
     s->gen_cap = 256;
     s->gen = malloc(s->gen_cap);
-    bool oom = !s->prompt || !s->gen;
+    s->forced = p->n_forced ? malloc((size_t)p->n_forced * sizeof *s->forced) : NULL;
+    bool oom = !s->prompt || !s->gen || (p->n_forced && !s->forced);
     for (int i = 0; i < p->n_stop && !oom; i++) {
         if (!p->stop[i] || !p->stop[i][0]) {
             seq_free(s);
@@ -242,6 +272,9 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
     s->n_top = p->n_top;
     s->logprobs = p->logprobs || p->n_top > 0;
     s->reproducible = p->reproducible;
+    s->report_eog = p->report_eog;
+    s->n_forced = p->n_forced;
+    if (p->n_forced) memcpy(s->forced, p->forced, (size_t)p->n_forced * sizeof *s->forced);
 
     pthread_mutex_lock(&e->mu);
     const char *why = e->draining                                                   ? "the server is shutting down"
@@ -358,16 +391,20 @@ og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out) {
     return OG_OK;
 }
 
-/* A token was sampled for s (lock held): text, stop strings, finish. */
-static void seq_accept(og_engine *e, og_seq *s, int32_t id, float lp, const og_token_logprob *top) {
+/* A token was sampled (or forced) for s (lock held): text, stop strings, finish. */
+static void seq_accept(og_engine *e, og_seq *s, int32_t id, float lp, const og_token_logprob *top, bool forced) {
     s->last = id;
     s->need_feed = true;
-    if (og_tokenizer_is_eog(e->cfg.tok, id)) {
+    s->n_sampled++;
+    const bool eog = !forced && og_tokenizer_is_eog(e->cfg.tok, id);
+    if (eog && !(s->report_eog && s->logprobs)) {
         seq_end(s, OG_FINISH_STOP);
         return;
     }
-    s->n_gen++;
-    e->met.gen_tokens++;
+    if (!eog) {
+        s->n_gen++;
+        e->met.gen_tokens++;
+    }
     if (s->logprobs) {
         if (s->n_toks == s->cap_toks) {
             int cap = s->cap_toks ? 2 * s->cap_toks : 16;
@@ -382,6 +419,10 @@ static void seq_accept(og_engine *e, og_seq *s, int32_t id, float lp, const og_t
         t->text_start = (uint32_t)s->gen_len;
         t->n_top = s->n_top;
         if (s->n_top) memcpy(t->top, top, (size_t)s->n_top * sizeof *top);
+    }
+    if (eog) { /* reported, no text */
+        seq_end(s, OG_FINISH_STOP);
+        return;
     }
     size_t before = s->gen_len;
     for (size_t want = 64;; want *= 2) {
@@ -498,6 +539,10 @@ static void *scheduler(void *arg) {
         e->met.kv_blocks_used = kv_blocks_in_use(e);
         int n = build_batch(e);
         if (n == 0) {
+            if (e->in_flight) { /* at rest: copies that completed become resident without another step */
+                og_placement_idle(e->cfg.placement);
+                placement_metrics(e);
+            }
             bool any_ended = false;
             for (int i = 0; i < e->n_running; i++) any_ended |= e->running[i]->finish != OG_FINISH_NONE;
             pthread_cond_broadcast(&e->cv_out);
@@ -514,6 +559,8 @@ static void *scheduler(void *arg) {
             continue;
         }
         const int n_seq = e->n_running;
+        int n_prompt_tok = 0;
+        for (int i = 0; i < n_seq; i++) n_prompt_tok += e->running[i]->chunk;
         pthread_mutex_unlock(&e->mu);
 
         og_batch b = {.n_tok = n, .tokens = e->b_tokens, .seq = e->b_seq, .logits = e->b_want, .exact = e->b_exact};
@@ -522,9 +569,12 @@ static void *scheduler(void *arg) {
         og_status st = og_model_forward_batch(e->cfg.model, &e->cfg.rc, e->b_kvs, n_seq, &b, e->logits, err, sizeof err);
         double dt = now_s() - t0;
         char merr[256] = "";
-        if (!st && e->cfg.mig &&
-            og_migrator_step(e->cfg.mig, e->cfg.dev, e->cfg.model, e->cfg.rc.stats->counts, merr, sizeof merr))
-            e->cfg.mig = NULL; /* a failed swap leaves the placement as it was: stop migrating, keep serving */
+        /* a failed swap stops the migration and leaves the slots as they were: keep serving */
+        if (!st) (void)og_placement_step(e->cfg.placement, merr, sizeof merr);
+        if (e->cfg.on_step) {
+            og_engine_step info = {e->met.steps + 1, n, n_prompt_tok, now_s() - t0};
+            e->cfg.on_step(e->cfg.on_step_arg, &info);
+        }
 
         pthread_mutex_lock(&e->mu);
         e->met.steps++;
@@ -548,7 +598,12 @@ static void *scheduler(void *arg) {
                 float *row = e->logits + (size_t)k++ * (size_t)e->n_vocab;
                 float lp = 0;
                 int32_t id = og_sampler_sample(s->smp, row, s->logprobs ? &lp : NULL, top, s->n_top);
-                if (s->finish == OG_FINISH_NONE) seq_accept(e, s, id, lp, top);
+                const bool forced = s->n_sampled < s->n_forced;
+                if (forced) { /* teacher forcing: the fed id's log-prob under the same distribution */
+                    id = s->forced[s->n_sampled];
+                    lp = og_sampler_logprob(row, e->n_vocab, id);
+                }
+                if (s->finish == OG_FINISH_NONE) seq_accept(e, s, id, lp, top, forced);
             }
             for (int i = 0; i < n_seq; i++) {
                 og_seq *s = e->running[i];
@@ -556,18 +611,7 @@ static void *scheduler(void *arg) {
                 e->met.prompt_tokens += (uint64_t)s->chunk;
             }
         }
-        if (e->met.placement) {
-            e->met.expert_routes = e->cfg.rc.stats->routes;
-            e->met.expert_hits = e->cfg.rc.stats->routes_resident;
-            e->met.migrations = e->cfg.dev->migrations;
-            e->met.pcie_bytes = e->cfg.dev->dev->pcie_bytes;
-            e->met.resident_experts = e->cfg.dev->n_resident;
-            if (e->layer_routes) {
-                size_t nl = e->cfg.model->hp.n_layer;
-                memcpy(e->layer_routes, e->cfg.rc.stats->layer_routes, nl * sizeof *e->layer_routes);
-                memcpy(e->layer_hits, e->cfg.rc.stats->layer_hits, nl * sizeof *e->layer_hits);
-            }
-        }
+        placement_metrics(e);
         rate_sample(e);
         pthread_cond_broadcast(&e->cv_out);
     }

@@ -8,12 +8,14 @@
  * first, until the step holds batch_tokens tokens; one og_model_forward_batch
  * runs them all; each sequence that produced logits samples its next token.
  * So a long prompt delays the decoders by at most one chunk per step. Between
- * steps the migrator (if any) moves the hot set. */
+ * steps the placement (if any) moves the hot set (og_placement_step); with
+ * nothing to run it publishes the copies that completed (og_placement_idle). */
 #ifndef OG_ENGINE_H
 #define OG_ENGINE_H
 
 #include "og_model.h"
 #include "og_moe.h"
+#include "og_placement.h"
 #include "og_policy.h"
 #include "og_sampler.h"
 #include "og_tokenizer.h"
@@ -24,12 +26,26 @@
 typedef struct og_engine og_engine;
 typedef struct og_seq og_seq;
 
+/* What on_step is told about one scheduler step. */
+typedef struct og_engine_step {
+    uint64_t step;                /* 1 for the first */
+    int n_tok;                    /* tokens in the step */
+    int n_prompt;                 /* of them prompt tokens (prefill chunks) */
+    double seconds;               /* the forward call plus the placement step */
+} og_engine_step;
+
 typedef struct og_engine_config {
     const og_model *model;        /* not owned; outlives the engine */
     const og_tokenizer *tok;      /* not owned */
-    og_run_ctx rc;                /* kernels, pool, stats (may be NULL), experts (may be NULL) */
-    og_expert_cache *dev;         /* the device's expert slots, or NULL (no placement) */
-    og_migrator *mig;             /* stepped between forward steps, or NULL */
+    og_run_ctx rc;                /* kernels, pool, numerics; with a placement, its stats and experts */
+    og_placement *placement;      /* not owned, outlives the engine; stepped between forward steps and
+                                     used only by the scheduler thread once started; NULL: none */
+    /* Called on the scheduler thread after each forward step and its placement
+     * step, before the step's tokens are sampled, without the engine's lock: it
+     * may read the placement (the scheduler is its thread) but must not call the
+     * engine. NULL: none. (onegpu run's speeds and --save-trace.) */
+    void (*on_step)(void *arg, const og_engine_step *step);
+    void *on_step_arg;
     int parallel;                 /* sequences decoding or prefilling at once (>= 1) */
     int batch_tokens;             /* tokens per forward step (>= parallel) */
     int ctx;                      /* positions per sequence (prompt + generated), <= the model's */
@@ -54,6 +70,13 @@ typedef struct og_seq_params {
     bool logprobs;                /* report each token's log-probability */
     bool reproducible;            /* strata_reproducible "required": its cold experts compute with the
                                      device's numerics, so its output never depends on placement or company */
+    const int32_t *forced;        /* teacher forcing: the first n_forced generated tokens are these ids
+                                     (copied), not the sampled ones; each reports its own log-prob under
+                                     the step's distribution (top: that distribution's), and an
+                                     end-of-generation id among them does not end the sequence */
+    int n_forced;
+    bool report_eog;              /* the end-of-generation token that ends the sequence is reported as a
+                                     token too (with its log-prob; no text): onegpu run --json lists it */
 } og_seq_params;
 
 /* One generated token as reported to the client. */
@@ -88,8 +111,8 @@ typedef struct og_engine_metrics {
     uint64_t kv_blocks_used, kv_blocks_total; /* OG_KV_BLOCK positions each; total = parallel x ctx */
     double gen_tok_per_s;         /* generated tokens per second over the last ~10 s */
     double longest_step_s;        /* longest forward step so far, seconds */
-    bool placement;               /* the figures below are meaningful */
-    uint64_t expert_routes, expert_hits, migrations, pcie_bytes, resident_experts;
+    bool placement;               /* the figures below are meaningful (a device holds experts) */
+    uint64_t expert_routes, expert_hits, migrations, pcie_bytes, resident_experts; /* og_placement_stats' */
 } og_engine_metrics;
 
 /* Validates the configuration and allocates. Errors: OG_ERR_INVALID_ARG naming
@@ -106,7 +129,7 @@ void og_engine_free(og_engine *e);
 
 /* Queues one sequence with prompt[0..n_prompt) (copied). Errors:
  * OG_ERR_RANGE (prompt + max_tokens over ctx; the message names the numbers),
- * OG_ERR_INVALID_ARG (bad sampling parameter, token id outside the vocabulary,
+ * OG_ERR_INVALID_ARG (bad sampling parameter, prompt or forced token id outside the vocabulary,
  * empty prompt, bad stop string), OG_ERR_NOMEM, OG_ERR_STATE (the queue is full
  * or the engine is draining: try again later; the message says which). */
 og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, og_seq **out,

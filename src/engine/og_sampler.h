@@ -46,6 +46,11 @@ typedef struct og_token_logprob {
  * (og_sampler_accept is implied). Never fails. */
 int32_t og_sampler_sample(og_sampler *s, float *logits, float *logprob, og_token_logprob *top, int n_top);
 
+/* log-softmax of logits[n_vocab] at id, accumulated in double as
+ * og_sampler_sample's log-probs (the same bits for the same logits): the
+ * log-prob of a forced token. Never fails (id must be in range). */
+float og_sampler_logprob(const float *logits, int32_t n_vocab, int32_t id);
+
 /* Counts a token that was not sampled (prompt tokens for the repetition
  * penalty, or a forced token). */
 void og_sampler_accept(og_sampler *s, int32_t token);

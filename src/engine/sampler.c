@@ -130,6 +130,12 @@ static double log_norm(const float *logits, int32_t n, float *max_out) {
     return log(sum);
 }
 
+float og_sampler_logprob(const float *logits, int32_t n_vocab, int32_t id) {
+    float max;
+    double lse = log_norm(logits, n_vocab, &max);
+    return (float)((double)logits[id] - max - lse);
+}
+
 static int cmp_desc(const void *a, const void *b, void *ctx) {
     const float *l = ctx;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;

@@ -100,6 +100,17 @@ ln -sf "$work/target.json" "$work/link.json"
 [[ $rc == 1 ]] && grep -q 'exceed the planned --ctx 8' "$work/err10" || fail "run beyond --ctx: rc $rc $(cat "$work/err10")"
 "$onegpu" run -m "$m" -p "x" -n 1 --migrate 1 >/dev/null 2>&1; rc=$?
 [[ $rc == 1 ]] || fail "--migrate without --vram: rc $rc"
+# run and serve share one parser: the same message for the same bad value, --ctx checked against the model
+for cmd in run serve; do
+  "$onegpu" $cmd -m "$m" --vram 12Q >/dev/null 2>"$work/err11"; rc=$?
+  [[ $rc == 1 ]] && grep -q "onegpu $cmd: bad value '12Q' for --vram: expected a size" "$work/err11" \
+    || fail "$cmd --vram 12Q: rc $rc $(cat "$work/err11")"
+  "$onegpu" $cmd -m "$m" --cpu-numerics exact >/dev/null 2>"$work/err12"; rc=$?
+  [[ $rc == 1 ]] && grep -q "onegpu $cmd: bad value 'exact' for --cpu-numerics: expected fork or gpu" "$work/err12" \
+    || fail "$cmd --cpu-numerics exact: rc $rc $(cat "$work/err12")"
+done
+"$onegpu" run -m "$m" -p "x" -n 1 --ctx 1000000 >/dev/null 2>"$work/err13"; rc=$?
+[[ $rc == 1 ]] && grep -q -- '--ctx 1000000 is outside 2\.\.' "$work/err13" || fail "run --ctx beyond the model: rc $rc $(cat "$work/err13")"
 set -e
 
 # the policy benchmark's JSON: every policy, the oracle on top

@@ -15,7 +15,7 @@ if [[ ! -s $model ]]; then
   }
 fi
 echo "== test_engine"
-"$unit" "$model"
+"$unit" "$model" "$onegpu"
 
 # ---- the server --------------------------------------------------------------
 key=test-key-123

@@ -4,6 +4,8 @@
 #include "kernels_fixture.h"
 #include "og_engine.h"
 
+#include <jansson.h>
+
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,7 +16,7 @@
 
 #include <cmocka.h>
 
-static const char *g_path;
+static const char *g_path, *g_onegpu;
 static og_model *g_m;
 static og_tokenizer *g_tok;
 static og_pool *g_pool;
@@ -354,12 +356,262 @@ static void test_zero_tokens_and_drain(void **state) {
     og_ids_free(&ids);
 }
 
+/* A plain forward loop after the prompt: position t feeds feed[t] (NULL: its
+ * own argmax); ids[t] the fed id, lp[t] the log-softmax at it, argmax[t] the
+ * most likely id. */
+static void forward_loop(const og_ids *prompt, const int32_t *feed, int n, og_numerics nm, int32_t *ids, float *lp,
+                         int32_t *argmax) {
+    og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .device_numerics = nm, .host_numerics = nm};
+    og_kv kv = {0};
+    float *logits = malloc(g_m->hp.n_vocab * sizeof *logits);
+    char err[256];
+    assert_int_equal(og_model_forward(g_m, &rc, &kv, prompt->v, (int)prompt->n, logits, false, err, sizeof err), OG_OK);
+    for (int t = 0; t < n; t++) {
+        int32_t best = 0;
+        float max = logits[0];
+        for (uint32_t j = 1; j < g_m->hp.n_vocab; j++)
+            if (logits[j] > logits[best]) best = (int32_t)j, max = logits[j];
+        double sum = 0;
+        for (uint32_t j = 0; j < g_m->hp.n_vocab; j++) sum += exp((double)logits[j] - max);
+        ids[t] = feed ? feed[t] : best;
+        argmax[t] = best;
+        lp[t] = (float)((double)logits[ids[t]] - max - log(sum));
+        assert_int_equal(og_model_forward(g_m, &rc, &kv, &ids[t], 1, logits, false, err, sizeof err), OG_OK);
+    }
+    og_kv_free(&kv);
+    free(logits);
+}
+
+static int32_t first_eog(void) {
+    for (int32_t id = 0; id < (int32_t)g_m->hp.n_vocab; id++)
+        if (og_tokenizer_is_eog(g_tok, id)) return id;
+    fail_msg("the tokenizer has no end-of-generation token");
+    return -1;
+}
+
+/* Teacher forcing (onegpu run --teacher): the forced ids come out, each with
+ * the log-prob a plain forward loop feeding them gives (the same bits), the
+ * top entry the loop's argmax, and an end-of-generation id among them does not
+ * end the sequence. report_eog: a sampled end of generation is reported as a
+ * token (no text); without it, it is not. */
+static void test_forced_and_eog(void **state) {
+    (void)state;
+    og_ids ids = prompt_ids("The quick brown fox");
+    const int32_t eog = first_eog();
+    int32_t forced[12] = {100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100, 1200};
+    forced[5] = eog;
+    int32_t ref[12], ref_max[12];
+    float ref_lp[12];
+    forward_loop(&ids, forced, 12, OG_NUMERICS_FORK, ref, ref_lp, ref_max);
+    og_engine *e = make_engine(2, 64, 256, 2, true);
+    og_seq_params p = greedy(12);
+    p.forced = forced;
+    p.n_forced = 12;
+    p.n_top = 1;
+    og_seq *s = submit(e, &ids, &p);
+    result r = {0};
+    int32_t tops[16];
+    int n_tops = 0;
+    for (;;) { /* collect() with the top entries */
+        og_seq_out o;
+        assert_int_equal(og_seq_take(e, s, &o), OG_OK);
+        for (int i = 0; i < o.n_toks; i++, r.n++) {
+            r.ids[r.n] = o.toks[i].id;
+            r.lps[r.n] = o.toks[i].logprob;
+            tops[n_tops++] = o.toks[i].top[0].id;
+        }
+        og_finish f = o.finish;
+        og_seq_out_free(&o);
+        if (f != OG_FINISH_NONE) {
+            r.finish = f;
+            break;
+        }
+        og_engine_wait(e, 0.05);
+    }
+    og_seq_release(e, s);
+    assert_int_equal(r.finish, OG_FINISH_LENGTH);
+    assert_int_equal(r.n, 12);
+    for (int t = 0; t < 12; t++) {
+        assert_int_equal(r.ids[t], forced[t]);
+        assert_true(r.lps[t] == ref_lp[t]);
+        assert_int_equal(tops[t], ref_max[t]);
+    }
+    /* a bad forced id is refused */
+    char err[256];
+    int32_t bad = (int32_t)g_m->hp.n_vocab;
+    p.forced = &bad;
+    p.n_forced = 1;
+    assert_int_equal(og_engine_submit(e, ids.v, (int)ids.n, &p, &s, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "forced token 0"));
+    /* the end of generation, made the greedy choice by a bias */
+    float big = 100.0f;
+    og_seq_params q = greedy(8);
+    q.sampling.bias_ids = &eog;
+    q.sampling.bias_values = &big;
+    q.sampling.n_bias = 1;
+    for (int rep = 0; rep < 2; rep++) {
+        q.report_eog = rep == 1;
+        collect(e, submit(e, &ids, &q), &r);
+        assert_int_equal(r.finish, OG_FINISH_STOP);
+        assert_int_equal(r.n_gen, 0);
+        assert_int_equal(r.len, 0);
+        assert_int_equal(r.n, rep);
+        if (rep) {
+            assert_int_equal(r.ids[0], eog);
+            assert_true(r.lps[0] > -1e-3f && r.lps[0] <= 0); /* a bias of 100: nearly certain */
+        }
+    }
+    og_engine_free(e);
+    og_ids_free(&ids);
+}
+
+typedef struct step_log {
+    og_placement *pl;
+    int steps, prompt_steps, tokens;
+    uint32_t last_in_flight;
+} step_log;
+
+static void log_step(void *arg, const og_engine_step *st) {
+    step_log *l = arg;
+    og_placement_stats ps;
+    og_placement_get_stats(l->pl, &ps);
+    l->steps++;
+    l->prompt_steps += st->n_prompt > 0;
+    l->tokens += st->n_tok;
+    assert_int_equal((uint64_t)l->steps, st->step);
+    assert_true(st->seconds >= 0);
+    l->last_in_flight = ps.in_flight;
+}
+
+/* The engine with a placement (4 slots per MoE layer, migrating): the metrics
+ * carry the placement's counters; selections are tokens x MoE layers x k; the
+ * hook sees every step; and once the engine is at rest, the copies the last
+ * step left in flight are resident: the plan's count, without another step. */
+static void test_placement_at_rest(void **state) {
+    (void)state;
+    og_gguf *g;
+    char err[512];
+    if (og_gguf_open(g_path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err)) fail_msg("%s", err);
+    og_plan_input in = {.vram = 1ull << 30, .ram = 8ull << 30, .ctx = 256, .parallel = 2, .batch_tokens = 64,
+                        .kv_bytes_per_elem = 4, .slots_override = 4};
+    og_plan plan;
+    assert_int_equal(og_plan_make(g, &in, &plan, err, sizeof err), OG_OK);
+    og_gguf_close(g);
+    assert_true(plan.fits);
+    og_placement_config pc = og_placement_defaults();
+    pc.vram = in.vram;
+    pc.plan = &plan;
+    pc.min_residency = 1;
+    og_placement *pl;
+    assert_int_equal(og_placement_create(g_m, &pc, &pl, err, sizeof err), OG_OK);
+    step_log lg = {.pl = pl};
+    og_engine_config c = {.model = g_m, .tok = g_tok, .rc = {.kern = &g_kern, .pool = g_pool}, .placement = pl,
+                          .on_step = log_step, .on_step_arg = &lg, .parallel = 2, .batch_tokens = 64, .ctx = 256,
+                          .queue = 2};
+    og_engine *e;
+    if (og_engine_create(&c, &e, err, sizeof err) || og_engine_start(e, err, sizeof err)) fail_msg("%s", err);
+    og_ids ids = prompt_ids("The quick brown fox jumps over the lazy dog");
+    og_seq_params p = greedy(24);
+    p.sampling.temperature = 0.9f; /* wander: the hot set keeps moving */
+    p.sampling.seed = 5;
+    result r;
+    collect(e, submit(e, &ids, &p), &r);
+    og_engine_drain(e, 5);
+    og_engine_metrics m;
+    og_engine_metrics_get(e, &m);
+    og_placement_stats ps;
+    og_placement_get_stats(pl, &ps);
+    const uint64_t n_moe = g_m->hp.n_layer - g_m->hp.n_dense, fed = ids.n + (uint64_t)r.n - (r.finish == OG_FINISH_LENGTH);
+    assert_true(m.placement);
+    assert_int_equal(lg.tokens, (int)fed);
+    assert_int_equal(lg.prompt_steps, 1);
+    assert_int_equal((uint64_t)lg.steps, m.steps);
+    assert_int_equal(m.expert_routes, fed * n_moe * g_m->hp.n_expert_used);
+    assert_int_equal(m.expert_routes, ps.selections);
+    assert_int_equal(m.expert_hits, ps.hits);
+    assert_int_equal(m.migrations, ps.migrations);
+    assert_true(m.migrations > 0);
+    assert_int_equal(m.pcie_bytes, ps.pcie_bytes);
+    assert_true(lg.last_in_flight > 0); /* the last step started copies */
+    assert_int_equal(ps.in_flight, 0);
+    assert_int_equal(m.resident_experts, plan.resident_experts);
+    uint64_t lr[64], lh[64], sum = 0;
+    assert_true(g_m->hp.n_layer <= 64);
+    assert_int_equal(og_engine_layer_hits(e, lr, lh, g_m->hp.n_layer), OG_OK);
+    for (uint32_t l = 0; l < g_m->hp.n_layer; l++) sum += lh[l];
+    assert_int_equal(sum, m.expert_hits);
+    og_engine_free(e);
+    og_placement_free(pl);
+    og_plan_free(&plan);
+    og_ids_free(&ids);
+}
+
+/* `onegpu run --json` (argv[2]) gives the ids and log-probs of a plain forward
+ * loop: greedy, and teacher-forced with the cpu device holding 4 experts per
+ * layer and migrating (--cpu-numerics gpu: placement changes no bit). */
+static void test_run_cli(void **state) {
+    (void)state;
+    if (!g_onegpu) skip();
+    char out[300], cmd[2048];
+    snprintf(out, sizeof out, "/tmp/og-engine-run-%d.json", (int)getpid());
+    og_ids ids = prompt_ids("The quick brown fox");
+    int32_t feed[10] = {11, 22, 33, 44, 55, 66, 77, 88, 99, 111};
+    for (int mode = 0; mode < 2; mode++) {
+        snprintf(cmd, sizeof cmd,
+                 mode == 0 ? "'%s' run -m '%s' -p 'The quick brown fox' -n 10 --temp 0 --json --threads 2 >'%s' 2>/dev/null"
+                           : "'%s' run -m '%s' -p 'The quick brown fox' --teacher 11,22,33,44,55,66,77,88,99,111 --json "
+                             "--vram 1G --ram 8G --expert-slots 4 --cpu-numerics gpu --threads 2 >'%s' 2>/dev/null",
+                 g_onegpu, g_path, out);
+        assert_int_equal(system(cmd), 0);
+        json_error_t je;
+        json_t *j = json_load_file(out, 0, &je);
+        if (!j) fail_msg("%s: %s", out, je.text);
+        int32_t ref[10], ref_max[10];
+        float ref_lp[10];
+        forward_loop(&ids, mode ? feed : NULL, 10, mode ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK, ref, ref_lp, ref_max);
+        json_t *pt = json_object_get(j, "prompt_tokens"), *tk = json_object_get(j, "tokens"),
+               *lp = json_object_get(j, "logprobs");
+        assert_int_equal(json_array_size(pt), ids.n);
+        for (size_t i = 0; i < ids.n; i++) assert_int_equal(json_integer_value(json_array_get(pt, i)), ids.v[i]);
+        int n = 10;
+        for (int t = 0; t < 10 && !mode; t++)
+            if (og_tokenizer_is_eog(g_tok, ref[t])) { /* greedy stops there, the EOG listed */
+                n = t + 1;
+                break;
+            }
+        assert_int_equal(json_array_size(tk), n);
+        assert_int_equal(json_array_size(lp), n);
+        for (int t = 0; t < n; t++) {
+            json_t *e = json_array_get(lp, (size_t)t);
+            assert_int_equal(json_integer_value(json_array_get(tk, (size_t)t)), ref[t]);
+            assert_int_equal(json_integer_value(json_object_get(e, "token")), ref[t]);
+            assert_true((float)json_real_value(json_object_get(e, "logprob")) == ref_lp[t]);
+            assert_int_equal(json_integer_value(json_object_get(e, "argmax")), ref_max[t]);
+            assert_int_equal(json_array_size(json_object_get(e, "top")), 5);
+        }
+        json_t *pm = json_object_get(j, "placement");
+        if (mode) {
+            const uint64_t n_moe = g_m->hp.n_layer - g_m->hp.n_dense;
+            assert_non_null(pm);
+            assert_int_equal(json_integer_value(json_object_get(pm, "selections")),
+                             (ids.n + 9) * n_moe * g_m->hp.n_expert_used);
+            assert_int_equal(json_integer_value(json_object_get(pm, "resident_experts")), 4 * n_moe); /* at rest */
+        } else {
+            assert_null(pm);
+        }
+        json_decref(j);
+    }
+    unlink(out);
+    og_ids_free(&ids);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_engine MODEL.gguf (with a tokenizer)\n");
+        fprintf(stderr, "usage: test_engine MODEL.gguf (with a tokenizer) [PATH/TO/onegpu]\n");
         return 1;
     }
     g_path = argv[1];
+    g_onegpu = argc > 2 ? argv[2] : NULL;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_holdback),
         cmocka_unit_test(test_greedy_matches_forward_loop),
@@ -368,6 +620,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cancel_frees_everything),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_zero_tokens_and_drain),
+        cmocka_unit_test(test_forced_and_eog),
+        cmocka_unit_test(test_placement_at_rest),
+        cmocka_unit_test(test_run_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

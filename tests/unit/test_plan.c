@@ -16,6 +16,7 @@
 #include "kernels_fixture.h"
 
 #include "og_moe.h"
+#include "og_placement.h"
 
 #include <jansson.h>
 
@@ -364,6 +365,175 @@ static void test_cpu_device(void **state) {
     og_model_free(m);
 }
 
+/* og_placement on the small model (4 slots of 16 per MoE layer, migration on):
+ * the counters read through the accessors equal a plain count kept here from
+ * the selections a host-only run makes (same routes: the F32 results are
+ * bitwise the same), migration moves the set, the bytes are (initial +
+ * migrations) experts, and at rest (og_placement_idle) the resident count is
+ * the plan's again although the last step left copies in flight. */
+static void test_placement(void **state) {
+    (void)state;
+    og_model *m;
+    char err[512];
+    if (og_model_load(g_small, NULL, &m, err, sizeof err)) fail_msg("%s", err);
+    const uint32_t NL = m->hp.n_layer, E = m->hp.n_expert, K = m->hp.n_expert_used;
+    og_plan_input in = {.vram = 1 * GIB, .ram = 8 * GIB, .reserve = 0, .ctx = 64, .parallel = 1, .batch_tokens = 16,
+                        .kv_bytes_per_elem = 4, .slots_override = 4};
+    og_plan pl;
+    plan_file(g_small, &in, &pl);
+    assert_true(pl.fits);
+    assert_int_equal(pl.resident_experts, 3 * 4);
+
+    og_placement_config pc = og_placement_defaults();
+    og_placement *bad;
+    pc.vram = in.vram; /* no plan */
+    assert_int_equal(og_placement_create(m, &pc, &bad, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_null(bad);
+    og_plan other = pl;
+    other.n_expert = E + 1; /* another model's plan */
+    pc.plan = &other;
+    assert_int_equal(og_placement_create(m, &pc, &bad, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "the model has"));
+    pc.plan = &pl;
+    pc.decay = 1.5;
+    assert_int_equal(og_placement_create(m, &pc, &bad, err, sizeof err), OG_ERR_INVALID_ARG);
+    pc.decay = og_placement_defaults().decay;
+    pc.min_residency = 1; /* moves within the test's few steps */
+    og_placement *p;
+    assert_int_equal(og_placement_create(m, &pc, &p, err, sizeof err), OG_OK);
+    og_placement_stats ps;
+    og_placement_get_stats(p, &ps);
+    assert_true(ps.device && ps.counting);
+    assert_int_equal(ps.resident_experts, 12);
+    assert_int_equal(ps.planned_experts, 12);
+    assert_int_equal(ps.pcie_bytes, 12 * SMALL_EXPERT_BYTES);
+    assert_int_equal(ps.selections, 0);
+    assert_non_null(og_placement_cache(p));
+    assert_ptr_equal(og_placement_cache(p)->dev, og_placement_device(p));
+    assert_int_equal(og_placement_cache(p)->slot_of[1 * E + 0], 0); /* no profile: experts 0..3, in order */
+    assert_int_equal(og_placement_cache(p)->slot_of[1 * E + 4], -1);
+
+    og_kernels k = fx_best_kernels();
+    og_run_ctx placed = {.kern = &k}, plain = {.kern = &k};
+    og_placement_bind(p, &placed);
+    assert_non_null(placed.stats);
+    assert_non_null(placed.experts);
+    uint64_t counts[4 * 16] = {0}, before[4 * 16], hits = 0, layer_hits[4] = {0};
+    og_expert_stats es = {.counts = counts};
+    plain.stats = &es;
+    og_kv ka = {0}, kb = {0};
+    const uint32_t V = m->hp.n_vocab;
+    float *la = malloc(V * sizeof *la), *lb = malloc(V * sizeof *lb);
+    uint8_t res[4 * 16];
+    bool saw_in_flight = false;
+    const int T = 20;
+    for (int32_t t = 0; t < T; t++) {
+        int32_t tok = (t * 37 + 11) % (int32_t)V;
+        memcpy(res, og_placement_cache(p)->resident, sizeof res); /* usable during this step */
+        memcpy(before, counts, sizeof before);
+        assert_int_equal(og_model_forward(m, &placed, &ka, &tok, 1, la, false, err, sizeof err), OG_OK);
+        assert_int_equal(og_model_forward(m, &plain, &kb, &tok, 1, lb, false, err, sizeof err), OG_OK);
+        assert_memory_equal(la, lb, V * sizeof *la);
+        for (uint32_t i = 0; i < NL * E; i++) {
+            hits += (counts[i] - before[i]) * res[i];
+            layer_hits[i / E] += (counts[i] - before[i]) * res[i];
+        }
+        assert_int_equal(og_placement_step(p, err, sizeof err), OG_OK);
+        og_placement_get_stats(p, &ps);
+        if (ps.in_flight) { /* copies started: not yet counted resident */
+            saw_in_flight = true;
+            assert_int_equal(ps.resident_experts + ps.in_flight, ps.planned_experts);
+        }
+        /* the slot a dispatcher gets: usable experts only, each layer's slots taken once */
+        const og_expert_cache *c = og_placement_cache(p);
+        for (uint32_t l = 0; l < NL; l++) {
+            uint32_t used = 0, n_usable = 0;
+            for (uint32_t e = 0; e < E; e++) {
+                int32_t j = og_placement_slot(p, l, e);
+                assert_int_equal(j, c->resident[l * E + e] ? c->slot_of[l * E + e] : -1);
+                if (j < 0) continue;
+                assert_true(j < 4 && !(used & (1u << j)));
+                used |= 1u << j;
+                n_usable++;
+            }
+            assert_true(l == 0 ? n_usable == 0 : n_usable <= 4);
+        }
+        assert_int_equal(og_placement_slot(p, NL, 0), -1);
+        assert_int_equal(og_placement_slot(p, 1, E), -1);
+    }
+    assert_true(saw_in_flight);
+    og_placement_get_stats(p, &ps);
+    assert_int_equal(ps.selections, (uint64_t)T * 3 * K);
+    assert_int_equal(ps.hits, hits);
+    assert_true(hits > 0 && hits < ps.selections);
+    assert_true(ps.hit_rate == (double)hits / (double)(T * 3 * K));
+    assert_true(ps.migrations > 0);
+    assert_int_equal(ps.pcie_bytes, (12 + ps.migrations) * SMALL_EXPERT_BYTES);
+    assert_memory_equal(og_placement_counts(p), counts, sizeof counts);
+    uint64_t lr[4], lh[4];
+    assert_int_equal(og_placement_layer_hits(p, lr, lh, 4), OG_OK);
+    assert_int_equal(lr[0], 0); /* the dense layer */
+    for (uint32_t l = 1; l < NL; l++) {
+        assert_int_equal(lr[l], (uint64_t)T * K);
+        assert_int_equal(lh[l], layer_hits[l]);
+    }
+    /* at rest: what completed is published without another step */
+    assert_true(ps.in_flight > 0); /* the last step left copies in flight */
+    assert_true(ps.resident_experts < pl.resident_experts);
+    assert_int_equal(og_placement_idle(p), 0);
+    og_placement_get_stats(p, &ps);
+    assert_int_equal(ps.in_flight, 0);
+    assert_int_equal(ps.resident_experts, pl.resident_experts);
+
+    /* the profile: these counts plus the added ones, read back */
+    char path[400];
+    snprintf(path, sizeof path, "%s/placement-profile.json", g_tmp);
+    uint64_t add[4 * 16] = {0}, *back;
+    add[2 * E + 5] = 7;
+    assert_int_equal(og_placement_save_profile(p, add, path, err, sizeof err), OG_OK);
+    assert_int_equal(og_profile_read(path, NL, E, &back, err, sizeof err), OG_OK);
+    for (uint32_t i = 0; i < NL * E; i++) assert_int_equal(back[i], counts[i] + add[i]);
+    free(back);
+    og_placement_free(p);
+
+    /* --migrate 0: the planned set stays; no device: counts only, nothing bound */
+    pc.migrate = 0;
+    assert_int_equal(og_placement_create(m, &pc, &p, err, sizeof err), OG_OK);
+    og_placement_bind(p, &placed);
+    for (int32_t t = 0; t < 4; t++) {
+        int32_t tok = t + 1;
+        assert_int_equal(og_model_forward(m, &placed, &ka, &tok, 1, la, false, err, sizeof err), OG_OK);
+        assert_int_equal(og_placement_step(p, err, sizeof err), OG_OK);
+    }
+    og_placement_get_stats(p, &ps);
+    assert_int_equal(ps.migrations, 0);
+    assert_int_equal(ps.resident_experts, 12);
+    assert_int_equal(ps.selections, 4ull * 3 * K);
+    og_placement_free(p);
+    pc = og_placement_defaults();
+    pc.count = true;
+    assert_int_equal(og_placement_create(m, &pc, &p, err, sizeof err), OG_OK);
+    og_placement_bind(p, &placed);
+    assert_non_null(placed.stats);
+    assert_null(placed.experts);
+    assert_null(og_placement_cache(p));
+    assert_int_equal(og_placement_layer_hits(p, lr, lh, 4), OG_ERR_STATE);
+    assert_int_equal(og_placement_idle(p), 0);
+    assert_int_equal(og_placement_step(p, err, sizeof err), OG_OK);
+    og_placement_get_stats(p, &ps);
+    assert_true(ps.counting && !ps.device);
+    og_placement_free(p);
+    og_placement_get_stats(NULL, &ps);
+    assert_false(ps.counting);
+
+    og_kv_free(&ka);
+    og_kv_free(&kb);
+    free(la);
+    free(lb);
+    og_plan_free(&pl);
+    og_model_free(m);
+}
+
 /* A device whose copies complete only when the test says (events up to `released`,
  * or all of them while `instant`), over the cpu device: the expert cache's
  * in-flight states, which the cpu device's instant copies never show. */
@@ -550,7 +720,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_numbers), cmocka_unit_test(test_reference_shape), cmocka_unit_test(test_refusals), cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_profile), cmocka_unit_test(test_cpu_device),
-        cmocka_unit_test(test_copies_in_flight), cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_copies_in_flight), cmocka_unit_test(test_placement), cmocka_unit_test(test_cli),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

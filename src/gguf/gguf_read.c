@@ -891,6 +891,7 @@ static og_status open_file(const char *path, unsigned flags, og_gguf **out, char
 }
 
 og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen) {
+    *out = NULL;
     og_gguf *g;
     og_status st = open_file(path, flags, &g, err, errlen);
     if (st) return st;

@@ -608,11 +608,12 @@ static og_status read_split_keys(const og_gguf *g, split_keys *s, char *err, siz
         (st = split_key(g, "split.tensors.count", INT32_MAX, &s->has_total, &s->total, err, errlen)))
         return st;
     if (!has_count) {
-        if (has_no)
-            return pfail(g->path, err, errlen, OG_ERR_FORMAT, "split.no is set but split.count is missing");
+        if (has_no && no > 0)
+            return pfail(g->path, err, errlen, OG_ERR_FORMAT, "split.no is %llu but split.count is missing",
+                         (unsigned long long)no);
         return OG_OK;
     }
-    if (count == 0) return pfail(g->path, err, errlen, OG_ERR_FORMAT, "split.count is 0");
+    if (count == 0) return OG_OK; /* gguf-split --merge writes split.count 0 into the merged file */
     if (!has_no && count > 1)
         return pfail(g->path, err, errlen, OG_ERR_FORMAT, "split.count is %llu but split.no is missing",
                      (unsigned long long)count);
@@ -684,7 +685,7 @@ static og_status open_part(og_gguf *g, const split_keys *s0, const char *prefix,
     if ((st = read_split_keys(p, &s, err, errlen))) goto fail;
     if (!s.present) {
         st = pfail(path, err, errlen, OG_ERR_FORMAT,
-                   "has no split.count key, so it is not a part of a split model, but its name makes it part %u of %u "
+                   "is not a part of a split model (split.count absent or 0), but its name makes it part %u of %u "
                    "of %s", k + 1, s0->count, first);
         goto fail;
     }

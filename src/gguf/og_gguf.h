@@ -98,8 +98,10 @@ enum {
  * well-formed big-endian or version-1 file), OG_ERR_NOMEM. Never aborts on bad
  * input and never allocates more than a small multiple of the header size.
  *
- * Split models (gguf.md §7.4): given the first part PREFIX-00001-of-0000N.gguf
- * (a file whose split.count is N > 1), every part PREFIX-0000k-of-0000N.gguf is
+ * Split models (gguf.md §7.4): a file without split.count, or with split.count
+ * 0 (what llama.cpp's gguf-split --merge leaves), is a single file. Given the
+ * first part PREFIX-00001-of-0000N.gguf (split.no 0, split.count N), every part
+ * PREFIX-0000k-of-0000N.gguf is
  * opened with the same flags and the result reads as one model: the metadata is
  * the first part's, the tensors are every part's in part order (tensor_at,
  * find_tensor, n_tensors cover them all), each tensor's data points into its own

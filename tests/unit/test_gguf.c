@@ -541,7 +541,7 @@ static const split_case split_cases[] = {
     {"split: tensor total", {P(0, 5, "a"), P(1, 5, "bc"), P(2, 5, "d")}, 1, OG_ERR_FORMAT, 1, 0,
      "the 3 parts hold 4 tensors but split.tensors.count is 5"},
     {"split: part without split keys", {P(0, 4, "a"), P(-1, 0, "bc"), P(2, 4, "d")}, 1, OG_ERR_FORMAT, 2, 1,
-     "has no split.count key"},
+     "is not a part of a split model (split.count absent or 0)"},
     {"split: split.count a string", {{false, NULL, 0, COUNT_AS_STRING, 4, "a"}, P(1, 4, "bc"), P(2, 4, "d")}, 1,
      OG_ERR_FORMAT, 1, 0, "split.count has type string, not an integer"},
     {"split: later part given", {P(0, 4, "a"), P(1, 4, "bc"), P(2, 4, "d")}, 2, OG_ERR_INVALID_ARG, 2, 1,
@@ -648,6 +648,12 @@ static void test_split_first_renamed(void **state) {
     assert_int_equal(og_gguf_open_memory(img, n, "img", 0, &g, err, sizeof err), OG_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "img: part 1 of 3 of a split model"));
     free(img);
+    /* split.count 0 (gguf-split --merge writes it into the merged file): a single file */
+    fx_split_part(path, NULL, 0, 0, 0, "ab");
+    assert_int_equal(og_gguf_open(path, 0, &g, err, sizeof err), OG_OK);
+    assert_int_equal(og_gguf_n_parts(g), 1);
+    assert_int_equal(og_gguf_n_tensors(g), 2);
+    og_gguf_close(g);
     /* a one-part split set is just a file (llama.cpp's gguf-split writes those too) */
     fx_split_part(path, NULL, 0, 1, 2, "ab");
     assert_int_equal(og_gguf_open(path, 0, &g, err, sizeof err), OG_OK);

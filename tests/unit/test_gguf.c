@@ -450,58 +450,6 @@ static void test_every_truncation(void **state) {
 
 /* ---- split models (gguf.md §7.4) ------------------------------------------ */
 
-#define COUNT_AS_STRING (-2) /* split.count written as the string "3" */
-
-/* A part assembled byte by byte (not by our writer): general.architecture when
- * arch is set, the split keys as gguf-split writes them (split.no u16,
- * split.count u16, split.tensors.count i32; no < 0 leaves them out), then one
- * F32 [8] tensor per letter of `tensors`, its 32 bytes all equal to the letter. */
-static void fx_split_part(const char *path, const char *arch, int no, int count, int total, const char *tensors) {
-    fx_buf b = {0};
-    size_t nt = strlen(tensors);
-    fx_bytes(&b, "GGUF", 4);
-    fx_u32(&b, 3);
-    fx_u64(&b, nt);
-    fx_u64(&b, (arch ? 1 : 0) + (no >= 0 ? 3 : 0));
-    if (arch) {
-        fx_str(&b, "general.architecture");
-        fx_u32(&b, 8);
-        fx_str(&b, arch);
-    }
-    if (no >= 0) {
-        uint16_t v = (uint16_t)no;
-        fx_str(&b, "split.no");
-        fx_u32(&b, 2);
-        fx_bytes(&b, &v, 2);
-        fx_str(&b, "split.count");
-        if (count == COUNT_AS_STRING) {
-            fx_u32(&b, 8);
-            fx_str(&b, "3");
-        } else {
-            v = (uint16_t)count;
-            fx_u32(&b, 2);
-            fx_bytes(&b, &v, 2);
-        }
-        int32_t t = total;
-        fx_str(&b, "split.tensors.count");
-        fx_u32(&b, 5);
-        fx_bytes(&b, &t, 4);
-    }
-    for (size_t i = 0; i < nt; i++) {
-        char name[2] = {tensors[i], 0};
-        fx_str(&b, name);
-        fx_u32(&b, 1);
-        fx_u64(&b, 8);
-        fx_u32(&b, 0);
-        fx_u64(&b, 32 * i);
-    }
-    while (b.n % 32) fx_u8(&b, 0);
-    for (size_t i = 0; i < nt; i++)
-        for (int k = 0; k < 32; k++) fx_u8(&b, (uint8_t)tensors[i]);
-    write_file(path, b.p, b.n);
-    free(b.p);
-}
-
 typedef struct split_part_def {
     bool absent;       /* not written: a missing part */
     const char *arch;
@@ -542,7 +490,7 @@ static const split_case split_cases[] = {
      "the 3 parts hold 4 tensors but split.tensors.count is 5"},
     {"split: part without split keys", {P(0, 4, "a"), P(-1, 0, "bc"), P(2, 4, "d")}, 1, OG_ERR_FORMAT, 2, 1,
      "is not a part of a split model (split.count absent or 0)"},
-    {"split: split.count a string", {{false, NULL, 0, COUNT_AS_STRING, 4, "a"}, P(1, 4, "bc"), P(2, 4, "d")}, 1,
+    {"split: split.count a string", {{false, NULL, 0, FX_COUNT_AS_STRING, 4, "a"}, P(1, 4, "bc"), P(2, 4, "d")}, 1,
      OG_ERR_FORMAT, 1, 0, "split.count has type string, not an integer"},
     {"split: later part given", {P(0, 4, "a"), P(1, 4, "bc"), P(2, 4, "d")}, 2, OG_ERR_INVALID_ARG, 2, 1,
      "this is part 2 of 3 of a split model; give the first part, "},
@@ -552,6 +500,13 @@ static const split_case split_cases[] = {
 
 static void split_case_path(size_t i, int part, char *buf, size_t n) {
     snprintf(buf, n, "%s/split%zu/m-%05d-of-00003.gguf", g_tmpdir, i, part);
+}
+
+/* Writes fx_build_split_part's file at path. */
+static void fx_split_part(const char *path, const char *arch, int no, int count, int total, const char *tensors) {
+    fx_buf b = fx_build_split_part(arch, no, count, total, tensors);
+    write_file(path, b.p, b.n);
+    free(b.p);
 }
 
 static void write_split_case(size_t i) {

@@ -276,8 +276,8 @@ int og_cmd_gguf(int argc, char **argv) {
 
     char b1[32], b2[32], pn[300];
     const uint32_t n_parts = og_gguf_n_parts(g);
-    printf("file: %s (%s)\n", og_printable(path, strlen(path), pn, sizeof pn),
-           og_fmt_bytes(og_gguf_file_size(g), b1, sizeof b1));
+    printf("file: %s (%s%s)\n", og_printable(path, strlen(path), pn, sizeof pn),
+           og_fmt_bytes(og_gguf_file_size(g), b1, sizeof b1), n_parts > 1 ? " in all parts" : "");
     printf("GGUF v%u, alignment %u, %llu metadata keys, %llu tensors, data at offset %llu\n",
            og_gguf_version(g), og_gguf_alignment(g), (unsigned long long)og_gguf_n_kv(g),
            (unsigned long long)n_t, (unsigned long long)og_gguf_data_offset(g));

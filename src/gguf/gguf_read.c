@@ -24,6 +24,10 @@
 #define GGUF_MAX_STRING_BYTES (1ull << 30) /* ggml refuses longer strings */
 #define GGUF_MAX_ARRAY_ELEMS (1ull << 30)  /* ggml's cap on array length */
 #define HEADER_FIRST_READ (4u << 20)       /* header-only: first read, then x4 */
+#define PART_FIRST_READ (64u << 10)        /* the same for a later part of a split model:
+                                            * its header holds only the split keys and its
+                                            * tensor infos, and the buffer lives as long as
+                                            * the model */
 #define HEADER_MAX_BYTES (4ull << 30)      /* header-only: give up beyond this */
 #define NAME_BLOCK_BYTES 65536
 
@@ -662,7 +666,8 @@ static void fill_part_info(const og_gguf *g, og_gguf_part *p) {
     *p = (og_gguf_part){g->path, g->file_size, g->data_offset, g->n_tensors, g->alignment};
 }
 
-static og_status open_file(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen);
+static og_status open_file(const char *path, unsigned flags, uint64_t first_read, og_gguf **out, char *err,
+                           size_t errlen);
 
 /* Part k (1 <= k < n) of the split model whose first part is g: opened, and its
  * split keys and metadata checked against the first part's. */
@@ -674,7 +679,7 @@ static og_status open_part(og_gguf *g, const split_keys *s0, const char *prefix,
     if (og_gguf_split_path(prefix, k, s0->count, path, sizeof path))
         return pfail(g->path, err, errlen, OG_ERR_RANGE, "the path of part %u is too long", k + 1);
     og_gguf *p;
-    og_status st = open_file(path, flags, &p, inner, sizeof inner);
+    og_status st = open_file(path, flags, PART_FIRST_READ, &p, inner, sizeof inner);
     if (st) {
         if (err && errlen)
             snprintf(err, errlen, "%s (part %u of %u of the split model %s%s)", inner, k + 1, s0->count, first,
@@ -818,8 +823,8 @@ og_status og_gguf_open_memory(const void *buf, size_t len, const char *name, uns
 
 /* Header-only: pread a growing prefix until the header parses (or fails on its
  * own terms), so no part of the file is mapped. */
-static og_status parse_prefix(og_gguf *g, int fd, unsigned flags, char *err, size_t errlen) {
-    uint64_t want = g->file_size < HEADER_FIRST_READ ? g->file_size : HEADER_FIRST_READ;
+static og_status parse_prefix(og_gguf *g, int fd, unsigned flags, uint64_t first_read, char *err, size_t errlen) {
+    uint64_t want = g->file_size < first_read ? g->file_size : first_read;
     for (;;) {
         uint8_t *nb = realloc(g->buf, want ? (size_t)want : 1);
         if (!nb) return OG_ERR_NOMEM;
@@ -847,7 +852,8 @@ static og_status parse_prefix(og_gguf *g, int fd, unsigned flags, char *err, siz
 }
 
 /* One file, parsed and validated on its own (no split handling). */
-static og_status open_file(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen) {
+static og_status open_file(const char *path, unsigned flags, uint64_t first_read, og_gguf **out, char *err,
+                           size_t errlen) {
     *out = NULL;
     /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below). */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -870,7 +876,7 @@ static og_status open_file(const char *path, unsigned flags, og_gguf **out, char
     g->file_size = (uint64_t)sb.st_size;
     og_status st;
     if (flags & OG_GGUF_HEADER_ONLY) {
-        st = parse_prefix(g, fd, flags, err, errlen);
+        st = parse_prefix(g, fd, flags, first_read, err, errlen);
     } else if (g->file_size == 0) {
         g->base = (const uint8_t *)"";
         st = parse(g, flags, err, errlen);
@@ -894,7 +900,7 @@ static og_status open_file(const char *path, unsigned flags, og_gguf **out, char
 og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen) {
     *out = NULL;
     og_gguf *g;
-    og_status st = open_file(path, flags, &g, err, errlen);
+    og_status st = open_file(path, flags, HEADER_FIRST_READ, &g, err, errlen);
     if (st) return st;
     st = join_parts(g, true, flags, err, errlen);
     if (st == OG_ERR_NOMEM) og_fail(err, errlen, st, "%s: out of memory while reading the parts", path);

@@ -699,6 +699,50 @@ static void test_split_writer_bytes(void **state) {
     og_gguf_close(g);
 }
 
+/* A later part whose header (2000 tensor infos of 60-byte names, ~200 KB) is
+ * larger than the reader's first read of a part: header-only mode reads on
+ * until it fits, and both modes find every tensor with its bytes. */
+static void test_split_large_part_header(void **state) {
+    (void)state;
+    og_gguf_writer *w;
+    assert_int_equal(og_gguf_writer_create(32, &w), OG_OK);
+    assert_int_equal(og_gguf_writer_set_str(w, "general.architecture", "test"), OG_OK);
+    static float big[65536];
+    for (int i = 0; i < 65536; i++) big[i] = (float)i;
+    int64_t ne_big = 65536, ne = 8;
+    assert_int_equal(og_gguf_writer_add_tensor(w, "big", OG_TYPE_F32, 1, &ne_big, big), OG_OK);
+    static float small[2000][8];
+    char name[64];
+    for (int t = 0; t < 2000; t++) {
+        for (int i = 0; i < 8; i++) small[t][i] = (float)(t * 8 + i);
+        snprintf(name, sizeof name, "tensor.%04d.with.a.long.name.to.make.the.infos.large.......", t);
+        assert_int_equal(og_gguf_writer_add_tensor(w, name, OG_TYPE_F32, 1, &ne, small[t]), OG_OK);
+    }
+    char base[300], first[400], err[1024];
+    snprintf(base, sizeof base, "%s/wide.gguf", g_tmpdir);
+    uint32_t n_parts;
+    assert_int_equal(og_gguf_writer_write_split(w, base, 300 * 1024, NULL, NULL, &n_parts, err, sizeof err), OG_OK);
+    og_gguf_writer_free(w);
+    assert_int_equal(n_parts, 2);
+    snprintf(first, sizeof first, "%s/wide-00001-of-00002.gguf", g_tmpdir);
+    for (int mode = 0; mode < 2; mode++) {
+        og_gguf *g;
+        if (og_gguf_open(first, mode ? OG_GGUF_HEADER_ONLY : 0, &g, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(og_gguf_n_tensors(g), 2001);
+        og_gguf_part p;
+        assert_int_equal(og_gguf_part_at(g, 1, &p), OG_OK);
+        assert_true(p.data_offset > 128 * 1024); /* the header really is larger than the first read */
+        for (int t = 0; t < 2000; t++) {
+            snprintf(name, sizeof name, "tensor.%04d.with.a.long.name.to.make.the.infos.large.......", t);
+            const og_gguf_tensor *ti = og_gguf_find_tensor(g, name);
+            if (!ti) fail_msg("%s missing", name);
+            if (!mode) assert_memory_equal(ti->data, small[t], sizeof small[t]);
+        }
+        if (!mode) assert_memory_equal(og_gguf_find_tensor(g, "big")->data, big, sizeof big);
+        og_gguf_close(g);
+    }
+}
+
 /* make-model --split-max-size against the same model unsplit (same seed):
  * every tensor found with identical bytes and shape, every key of the unsplit
  * file with the same value in the first part, each part within the size unless
@@ -838,7 +882,7 @@ int main(int argc, char **argv) {
     g_onegpu = argv[1];
     snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/og_test_gguf_XXXXXX");
     if (!mkdtemp(g_tmpdir)) return 2;
-    struct CMUnitTest tests[14 + 2 * N_CASES + N_SPLIT_CASES];
+    struct CMUnitTest tests[15 + 2 * N_CASES + N_SPLIT_CASES];
     size_t n = 0;
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_read_fixture);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_writer_matches_spec_bytes);
@@ -851,6 +895,7 @@ int main(int argc, char **argv) {
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_escaped_names);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_split_first_renamed);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_split_writer_bytes);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_split_large_part_header);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_split_make_model);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_split_cli_same_results);
     for (size_t i = 0; i < N_SPLIT_CASES; i++)

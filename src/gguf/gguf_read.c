@@ -716,10 +716,12 @@ static og_status open_part(og_gguf *g, const split_keys *s0, const char *prefix,
         goto fail;
     }
     /* gguf-split writes only the split keys into later parts; any other key
-     * the first part also has must agree (general.architecture, general.name). */
+     * the first part also has must agree (general.architecture, general.name).
+     * The split keys were compared by value above; each file has its own
+     * alignment. */
     for (uint64_t i = 0; i < p->n_kv; i++) {
         const og_gguf_kv *kv = &p->kvs[i];
-        if (!strcmp(kv->key, "split.no") || !strcmp(kv->key, "general.alignment")) continue;
+        if (!strncmp(kv->key, "split.", 6) || !strcmp(kv->key, "general.alignment")) continue;
         const og_gguf_kv *k0 = og_gguf_find_kv(g, kv->key);
         if (k0 && !same_kv(kv, k0)) {
             char kn[128];

@@ -110,7 +110,7 @@ enum {
  * missing path); each part's split.no is its place in the name (no part twice,
  * none out of order) and its split.count and split.tensors.count equal the
  * first part's; a key present in a later part and in the first (other than
- * split.no and general.alignment) has the same value in both; no tensor name is
+ * split.* and general.alignment) has the same type and value in both; no tensor name is
  * in two parts; the parts hold split.tensors.count tensors together (when the
  * key is present). Those are OG_ERR_FORMAT. A later part given alone (split.no >
  * 0) is refused with OG_ERR_INVALID_ARG, naming the first part to give instead.

@@ -699,6 +699,23 @@ static void test_split_writer_bytes(void **state) {
     og_gguf_close(g);
 }
 
+/* A command's whole stdout; fails the test unless it exits 0. */
+static char *run_stdout(const char *cmd) {
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, n = 0;
+    char *out = malloc(cap);
+    size_t r;
+    while ((r = fread(out + n, 1, cap - n - 1, p)) > 0) {
+        n += r;
+        if (n + 1 == cap) out = realloc(out, cap *= 2);
+    }
+    out[n] = '\0';
+    int st = pclose(p);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("'%s' failed (exit %d)", cmd, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    return out;
+}
+
 /* A later part whose header (2000 tensor infos of 60-byte names, ~200 KB) is
  * larger than the reader's first read of a part: header-only mode reads on
  * until it fits, and both modes find every tensor with its bytes. */
@@ -814,23 +831,16 @@ static void test_split_make_model(void **state) {
         og_gguf_close(b);
     }
     og_gguf_close(a);
-}
-
-/* One line of a command's stdout (the JSON of `onegpu run --json`). */
-static char *run_stdout(const char *cmd) {
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t cap = 1 << 16, n = 0;
-    char *out = malloc(cap);
-    size_t r;
-    while ((r = fread(out + n, 1, cap - n - 1, p)) > 0) {
-        n += r;
-        if (n + 1 == cap) out = realloc(out, cap *= 2);
-    }
-    out[n] = '\0';
-    int st = pclose(p);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("'%s' failed (exit %d)", cmd, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    return out;
+    /* onegpu gguf lists the parts, the last one by its name */
+    char last[400], want[512];
+    snprintf(last, sizeof last, "%s/mms-%05u-of-%05u.gguf", g_tmpdir, n, n);
+    snprintf(cmd, sizeof cmd, "'%s' gguf '%s'", g_onegpu, first);
+    char *out = run_stdout(cmd);
+    snprintf(want, sizeof want, "split into %u parts", n);
+    assert_non_null(strstr(out, want));
+    snprintf(want, sizeof want, "  part %u: %s (", n, last);
+    assert_non_null(strstr(out, want));
+    free(out);
 }
 
 /* `onegpu run --json` (token ids and log-probs, greedy and teacher-forced),

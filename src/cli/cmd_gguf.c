@@ -178,6 +178,8 @@ static void usage(FILE *out) {
     fprintf(out, "usage: onegpu gguf FILE [--json]\n"
                  "  Prints the header, metadata (long arrays summarized), the tensor table\n"
                  "  (name, ggml type, shape, bytes, offset) and bytes per tensor role.\n"
+                 "  A split model (NAME-00001-of-0000N.gguf ...): give the first part; every part\n"
+                 "  is read, listed, and each tensor's part shown (JSON: \"parts\", tensors' \"part\").\n"
                  "  --json   one JSON object on stdout instead\n"
                  "exit status: 0 ok, 1 usage, 2 unreadable or invalid file\n");
 }

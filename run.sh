@@ -27,7 +27,8 @@ usage: ./run.sh [--demo] [--dry-run] [--model PATH|URL] [--sha256 HEX[,HEX...]] 
 --model X      a local GGUF file, or an http(s) URL downloaded into models/ (resumable: run again
                after an interruption; split files NAME-00001-of-0000N.gguf fetch every part)
 --sha256 HEX   expected SHA-256 of the download (one per part, comma-separated); a mismatch keeps
-               the file aside as NAME.sha256-mismatch and stops
+               the file aside as NAME.sha256-mismatch and stops; for a local file, checked in place
+               (for a local split model's first part, one hash per part)
 --vram SIZE    device memory for the plan (default: the GPU's free memory; without a GPU, nothing
                is planned for a device unless given: the cpu device then plays one of SIZE)
 --ram SIZE     host memory for the plan (default: MemAvailable and any cgroup limit)
@@ -269,8 +270,18 @@ else
     model=$(abs "$src")
     [[ -f $model ]] || { say "no such model file: $src"; exit 2; }
     if [[ ${#shas[@]} -gt 0 ]]; then
-      have=$(sha256_of "$model")
-      [[ $have == "${shas[0]}" ]] || { say "$model: SHA-256 is $have, not ${shas[0]}"; exit 1; }
+      files=("$model")
+      if [[ ${#shas[@]} -gt 1 && $model =~ ^(.*)-00001-of-([0-9]{5})\.gguf$ ]]; then # a split model: one hash per part
+        count=$((10#${BASH_REMATCH[2]}))
+        [[ ${#shas[@]} -eq $count ]] || { say "--sha256 needs $count comma-separated hashes, one per part"; exit 1; }
+        for ((i = 2; i <= count; i++)); do files+=("$(printf '%s-%05d-of-%05d.gguf' "${BASH_REMATCH[1]}" "$i" "$count")"); done
+      fi
+      [[ ${#shas[@]} -eq ${#files[@]} ]] || { say "--sha256: one hash for one file"; exit 1; }
+      for ((i = 0; i < ${#files[@]}; i++)); do
+        [[ -f ${files[i]} ]] || { say "no such model file: ${files[i]} (a part of $model)"; exit 2; }
+        have=$(sha256_of "${files[i]}")
+        [[ $have == "${shas[i]}" ]] || { say "${files[i]}: SHA-256 is $have, not ${shas[i]}"; exit 1; }
+      done
     fi
   fi
 fi

@@ -178,6 +178,8 @@ static void usage(FILE *out) {
     fprintf(out, "usage: onegpu gguf FILE [--json]\n"
                  "  Prints the header, metadata (long arrays summarized), the tensor table\n"
                  "  (name, ggml type, shape, bytes, offset) and bytes per tensor role.\n"
+                 "  A split model (NAME-00001-of-0000N.gguf ...): give the first part; every part\n"
+                 "  is read, listed, and each tensor's part shown (JSON: \"parts\", tensors' \"part\").\n"
                  "  --json   one JSON object on stdout instead\n"
                  "exit status: 0 ok, 1 usage, 2 unreadable or invalid file\n");
 }
@@ -235,6 +237,15 @@ int og_cmd_gguf(int argc, char **argv) {
         json_object_set_new(o, "n_tensors", json_integer((json_int_t)n_t));
         json_object_set_new(o, "data_offset", json_integer((json_int_t)og_gguf_data_offset(g)));
         json_object_set_new(o, "tensor_bytes", json_integer((json_int_t)total));
+        json_t *parts = json_array(); /* one entry per file: the only one, or each part of a split model */
+        for (uint32_t k = 0; k < og_gguf_n_parts(g); k++) {
+            og_gguf_part p;
+            og_gguf_part_at(g, k, &p);
+            json_array_append_new(parts, json_pack("{s:o, s:I, s:I, s:I}", "file", json_str_lossy(p.path, strlen(p.path)),
+                                                   "file_bytes", (json_int_t)p.file_size, "n_tensors",
+                                                   (json_int_t)p.n_tensors, "data_offset", (json_int_t)p.data_offset));
+        }
+        json_object_set_new(o, "parts", parts);
         json_t *md = json_array();
         for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) json_array_append_new(md, kv_json(og_gguf_kv_at(g, i)));
         json_object_set_new(o, "metadata", md);
@@ -243,9 +254,9 @@ int og_cmd_gguf(int argc, char **argv) {
             const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
             json_t *shape = json_array();
             for (uint32_t d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer(t->ne[d]));
-            json_array_append_new(ts, json_pack("{s:o, s:s, s:o, s:I, s:I, s:s}", "name", json_str_lossy(t->name, strlen(t->name)), "type",
+            json_array_append_new(ts, json_pack("{s:o, s:s, s:o, s:I, s:I, s:i, s:s}", "name", json_str_lossy(t->name, strlen(t->name)), "type",
                                                 og_type_name(t->type), "shape", shape, "bytes",
-                                                (json_int_t)t->n_bytes, "offset", (json_int_t)t->offset,
+                                                (json_int_t)t->n_bytes, "offset", (json_int_t)t->offset, "part", (int)t->part,
                                                 "role", og_model_role_name(og_model_tensor_role(arch, t->name))));
         }
         json_object_set_new(o, "tensors", ts);
@@ -265,11 +276,23 @@ int og_cmd_gguf(int argc, char **argv) {
         return s ? OG_EXIT_OK : OG_EXIT_USAGE;
     }
 
-    char b1[32], b2[32];
-    printf("file: %s (%s)\n", path, og_fmt_bytes(og_gguf_file_size(g), b1, sizeof b1));
+    char b1[32], b2[32], pn[300];
+    const uint32_t n_parts = og_gguf_n_parts(g);
+    printf("file: %s (%s%s)\n", og_printable(path, strlen(path), pn, sizeof pn),
+           og_fmt_bytes(og_gguf_file_size(g), b1, sizeof b1), n_parts > 1 ? " in all parts" : "");
     printf("GGUF v%u, alignment %u, %llu metadata keys, %llu tensors, data at offset %llu\n",
            og_gguf_version(g), og_gguf_alignment(g), (unsigned long long)og_gguf_n_kv(g),
            (unsigned long long)n_t, (unsigned long long)og_gguf_data_offset(g));
+    if (n_parts > 1) {
+        printf("split into %u parts (offsets and sizes are each file's own):\n", n_parts);
+        for (uint32_t k = 0; k < n_parts; k++) {
+            og_gguf_part p;
+            og_gguf_part_at(g, k, &p);
+            printf("  part %u: %s (%s, %llu tensors, data at offset %llu)\n", k + 1,
+                   og_printable(p.path, strlen(p.path), pn, sizeof pn), og_fmt_bytes(p.file_size, b1, sizeof b1),
+                   (unsigned long long)p.n_tensors, (unsigned long long)p.data_offset);
+        }
+    }
     printf("\nmetadata:\n");
     int key_width = 20;
     for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) {
@@ -277,15 +300,16 @@ int og_cmd_gguf(int argc, char **argv) {
         if (w > key_width && w <= 60) key_width = w;
     }
     for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) print_kv(og_gguf_kv_at(g, i), key_width);
-    printf("\ntensors (offsets from the data section start):\n  %-40s %-6s %-24s %14s %14s\n", "name", "type",
-           "shape", "bytes", "offset");
+    printf("\ntensors (offsets from the data section start%s):\n  %-40s %-6s %-24s %14s %14s%s\n",
+           n_parts > 1 ? " of their part" : "", "name", "type", "shape", "bytes", "offset", n_parts > 1 ? "  part" : "");
     for (uint64_t i = 0; i < n_t; i++) {
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
-        char shape[96], name[300];
+        char shape[96], name[300], part[16] = "";
         shape_str(t, shape, sizeof shape);
-        printf("  %-40s %-6s %-24s %14llu %14llu\n", og_printable(t->name, strlen(t->name), name, sizeof name),
+        if (n_parts > 1) snprintf(part, sizeof part, "  %4u", t->part + 1);
+        printf("  %-40s %-6s %-24s %14llu %14llu%s\n", og_printable(t->name, strlen(t->name), name, sizeof name),
                og_type_name(t->type), shape,
-               (unsigned long long)t->n_bytes, (unsigned long long)t->offset);
+               (unsigned long long)t->n_bytes, (unsigned long long)t->offset, part);
     }
     printf("\nbytes per role:\n");
     for (int r = 0; r < OG_ROLE_COUNT; r++) {

@@ -23,6 +23,11 @@ static void usage(FILE *out) {
         "  --preset NAME             tiny (default; 45 MB, unit tests), demo (250 MB, Q8_0),\n"
         "                            v3-671b (DeepSeek-V3 shapes, 209 GiB; use --sparse)\n"
         "  --sparse                  tensor data is a hole: full size, no disk, for planning\n"
+        "  --split-max-size SIZE     split into parts of at most SIZE bytes each (e.g. 50M, 2G;\n"
+        "                            K/M/G/T are powers of 1024), named as llama.cpp's gguf-split\n"
+        "                            names them: -o NAME.gguf writes NAME-00001-of-0000N.gguf ...\n"
+        "                            (metadata in the first part; a part is larger only when\n"
+        "                            one tensor is); load the model by giving the first part\n"
         "  --seed N                  weight seed (default 42)\n"
         "  --tokenizer DIR           dir with tokenizer.json + tokenizer_config.json (default:\n"
         "                            $ONEGPU_TOKENIZER_DIR, else " TOKENIZER_SUBDIR "\n"
@@ -101,7 +106,7 @@ enum {
     O_PRESET = 256, O_SPARSE, O_SEED, O_TOKENIZER, O_NLAYER, O_NEMBD, O_NHEAD, O_QLORA, O_KVLORA,
     O_QKNOPE, O_QKROPE, O_VHEAD, O_NFF, O_NDENSE, O_CTX, O_VOCAB, O_NEXP, O_NEXPUSED, O_NEXPSH,
     O_NFFEXP, O_NGROUP, O_NGROUPUSED, O_NOGROUPKEYS, O_LEGACY, O_GATING, O_EXPSCALE, O_NOEXPNORM,
-    O_NOYARN, O_SKEW, O_TYPE, O_TEMBD, O_TOUT, O_TATTN, O_TDENSE, O_TROUTED, O_TSHARED,
+    O_NOYARN, O_SKEW, O_TYPE, O_TEMBD, O_TOUT, O_TATTN, O_TDENSE, O_TROUTED, O_TSHARED, O_SPLITMAX,
 };
 
 int og_cmd_make_model(int argc, char **argv) {
@@ -125,7 +130,7 @@ int og_cmd_make_model(int argc, char **argv) {
         {"type-embd", required_argument, 0, O_TEMBD}, {"type-output", required_argument, 0, O_TOUT},
         {"type-attn", required_argument, 0, O_TATTN}, {"type-dense", required_argument, 0, O_TDENSE},
         {"type-routed", required_argument, 0, O_TROUTED}, {"type-shared", required_argument, 0, O_TSHARED},
-        {0, 0, 0, 0}};
+        {"split-max-size", required_argument, 0, O_SPLITMAX}, {0, 0, 0, 0}};
 
     /* The preset is applied first, whatever its position, then the overrides: a
      * silent first pass of the same parser finds it (abbreviations included). */
@@ -191,6 +196,7 @@ int og_cmd_make_model(int argc, char **argv) {
         case O_NOEXPNORM: cfg.expert_norm = false; break;
         case O_NOYARN: cfg.n_ctx_orig = 0; break;
         case O_SKEW: ok = parse_f32(optarg, &cfg.router_skew); break;
+        case O_SPLITMAX: ok = og_parse_size(optarg, &cfg.split_max_bytes) == OG_OK && cfg.split_max_bytes > 0; break;
         case O_TYPE: case O_TEMBD: case O_TOUT: case O_TATTN: case O_TDENSE: case O_TROUTED: case O_TSHARED: {
             og_ggml_type t;
             if (og_type_from_name(optarg, &t) != OG_OK) {
@@ -270,8 +276,8 @@ int og_cmd_make_model(int argc, char **argv) {
         return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED || st == OG_ERR_RANGE ? OG_EXIT_USAGE
                                                                                          : OG_EXIT_BAD_INPUT;
     }
-    struct stat sb;
-    if (stat(out_path, &sb) == 0)
+    struct stat sb; /* a split model's parts were reported as written */
+    if (!cfg.split_max_bytes && stat(out_path, &sb) == 0)
         fprintf(stderr, "onegpu make-model: wrote %s (%lld bytes%s)\n", out_path, (long long)sb.st_size,
                 sparse ? ", sparse" : "");
     return OG_EXIT_OK;

@@ -7,6 +7,7 @@
 #include "og_quant.h"
 
 #include <math.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,7 +472,19 @@ og_status og_synth_write(const og_synth_config *c, const og_hf_vocab *vocab, con
         }
     }
     fill_ctx fc = {.b = &b, .rank_layer = -1};
-    st = og_gguf_writer_write(b.w, path, sparse ? NULL : fill, &fc, err, errlen);
+    if (!c->split_max_bytes) {
+        st = og_gguf_writer_write(b.w, path, sparse ? NULL : fill, &fc, err, errlen);
+    } else {
+        uint32_t n_parts;
+        st = og_gguf_writer_write_split(b.w, path, c->split_max_bytes, sparse ? NULL : fill, &fc, &n_parts, err, errlen);
+        char prefix[4096], part[4200];
+        for (uint32_t k = 0; !st && k < n_parts && !og_gguf_split_prefix(path, prefix, sizeof prefix); k++) {
+            struct stat sb;
+            og_gguf_split_path(prefix, k, n_parts, part, sizeof part);
+            if (stat(part, &sb) == 0)
+                og_log(lg, OG_LOG_INFO, "wrote %s (%lld bytes%s)", part, (long long)sb.st_size, sparse ? ", sparse" : "");
+        }
+    }
     free(fc.row);
     free(fc.rank);
 out:

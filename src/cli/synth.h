@@ -44,6 +44,7 @@ typedef struct og_synth_config {
     float rms_eps;
     uint32_t n_vocab;          /* padded vocabulary size (129280 for DeepSeek-V3) */
     og_ggml_type types[SYN_T_COUNT];
+    uint64_t split_max_bytes;  /* 0: one file; else gguf-split parts of at most this many bytes */
 } og_synth_config;
 
 /* Fills cfg with a preset: "tiny", "demo" or "v3-671b". OG_ERR_NOT_FOUND if unknown. */
@@ -54,7 +55,9 @@ og_status og_synth_validate(const og_synth_config *cfg, char *err, size_t errlen
 
 /* Writes the model. vocab may be NULL only for sparse files without a tokenizer.
  * sparse: tensor data is a hole (no disk, no weights computed). Type fallbacks
- * (rows not a multiple of the block) are reported on lg at info level. */
+ * (rows not a multiple of the block) are reported on lg at info level. With
+ * cfg->split_max_bytes, path "NAME.gguf" gives the parts NAME-0000k-of-0000N.gguf
+ * (og_gguf_writer_write_split), each reported on lg at info level. */
 og_status og_synth_write(const og_synth_config *cfg, const og_hf_vocab *vocab, const char *path,
                          bool sparse, const og_logger *lg, char *err, size_t errlen);
 

@@ -24,6 +24,10 @@
 #define GGUF_MAX_STRING_BYTES (1ull << 30) /* ggml refuses longer strings */
 #define GGUF_MAX_ARRAY_ELEMS (1ull << 30)  /* ggml's cap on array length */
 #define HEADER_FIRST_READ (4u << 20)       /* header-only: first read, then x4 */
+#define PART_FIRST_READ (64u << 10)        /* the same for a later part of a split model:
+                                            * its header holds only the split keys and its
+                                            * tensor infos, and the buffer lives as long as
+                                            * the model */
 #define HEADER_MAX_BYTES (4ull << 30)      /* header-only: give up beyond this */
 #define NAME_BLOCK_BYTES 65536
 
@@ -53,6 +57,12 @@ struct og_gguf {
     size_t *kv_index, *t_index;      /* open addressing: slot -> index + 1 */
     size_t kv_index_cap, t_index_cap;
     uint64_t hash_key[2];            /* SipHash key, random per open */
+    /* Split model (gguf.md §7.4): this og_gguf is part 0 and tensors[] holds every
+     * part's tensors; parts[k] (1 <= k < n_parts) are the others, each a complete
+     * og_gguf whose names and mappings the merged table points into. */
+    uint32_t n_parts;                /* 0 until joined: a single file */
+    og_gguf **parts;                 /* [n_parts]; parts[0] unused */
+    og_gguf_part *part_info;         /* [n_parts] */
 };
 
 /* Parsing cursor over the bytes in memory; every read is bounds-checked. */
@@ -542,6 +552,265 @@ static og_status finish(og_gguf *g, og_status st, og_gguf **out, char *err, size
     return OG_OK;
 }
 
+/* ---- split models (gguf.md §7.4) ----------------------------------------- */
+
+/* The split.* keys of one file; present is false when it has no split.count. */
+typedef struct split_keys {
+    bool present;
+    uint32_t no, count;         /* split.no (0-based), split.count */
+    bool has_total;
+    uint64_t total;             /* split.tensors.count */
+} split_keys;
+
+/* A path from the command line or derived from one, as it may appear inside a
+ * message: escaped and bounded (buf of 256 bytes). */
+#define SAFEP(buf, p) og_printable((p), strlen(p), (buf), sizeof(buf))
+
+/* A message naming the file: "<path>: <what>" (path escaped, long ones cut). */
+static og_status pfail(const char *path, char *err, size_t errlen, og_status st, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static og_status pfail(const char *path, char *err, size_t errlen, og_status st, const char *fmt, ...) {
+    if (err && errlen) {
+        char what[768], pp[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        size_t pl = strlen(path);
+        const char *p = pl > 200 ? path + pl - 200 : path;
+        og_printable(p, strlen(p), pp, sizeof pp);
+        snprintf(err, errlen, "%s%s: %s", pl > 200 ? "..." : "", pp, what);
+    }
+    return st;
+}
+
+/* One split key as an integer in [0, max]; any integer type is taken (files in
+ * the wild vary, gguf.md §2), gguf-split writes u16, u16 and i32. */
+static og_status split_key(const og_gguf *g, const char *key, uint64_t max, bool *present, uint64_t *v, char *err,
+                           size_t errlen) {
+    const og_gguf_kv *kv = og_gguf_find_kv(g, key);
+    *present = kv != NULL;
+    if (!kv) return OG_OK;
+    int64_t x;
+    if (kv->type == OG_GGUF_ARRAY || og_gguf_kv_num_i64(kv, 0, &x) != OG_OK)
+        return pfail(g->path, err, errlen, OG_ERR_FORMAT, "%s has type %s, not an integer", key,
+                     og_gguf_vtype_name(kv->type));
+    if (x < 0 || (uint64_t)x > max)
+        return pfail(g->path, err, errlen, OG_ERR_FORMAT, "%s is %lld, outside 0..%llu", key, (long long)x,
+                     (unsigned long long)max);
+    *v = (uint64_t)x;
+    return OG_OK;
+}
+
+static og_status read_split_keys(const og_gguf *g, split_keys *s, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    bool has_no, has_count;
+    uint64_t no = 0, count = 0;
+    og_status st;
+    if ((st = split_key(g, "split.no", UINT16_MAX, &has_no, &no, err, errlen)) ||
+        (st = split_key(g, "split.count", UINT16_MAX, &has_count, &count, err, errlen)) ||
+        (st = split_key(g, "split.tensors.count", INT32_MAX, &s->has_total, &s->total, err, errlen)))
+        return st;
+    if (!has_count) {
+        if (has_no && no > 0)
+            return pfail(g->path, err, errlen, OG_ERR_FORMAT, "split.no is %llu but split.count is missing",
+                         (unsigned long long)no);
+        return OG_OK;
+    }
+    if (count == 0) return OG_OK; /* gguf-split --merge writes split.count 0 into the merged file */
+    if (!has_no && count > 1)
+        return pfail(g->path, err, errlen, OG_ERR_FORMAT, "split.count is %llu but split.no is missing",
+                     (unsigned long long)count);
+    if (no >= count)
+        return pfail(g->path, err, errlen, OG_ERR_FORMAT, "split.no %llu is not below split.count %llu",
+                     (unsigned long long)no, (unsigned long long)count);
+    s->present = true;
+    s->no = (uint32_t)no;
+    s->count = (uint32_t)count;
+    return OG_OK;
+}
+
+og_status og_gguf_split_path(const char *prefix, uint32_t k, uint32_t n, char *buf, size_t buflen) {
+    if (k >= n) return OG_ERR_RANGE;
+    int w = snprintf(buf, buflen, "%s-%05u-of-%05u.gguf", prefix, k + 1, n);
+    return w < 0 || (size_t)w >= buflen ? OG_ERR_RANGE : OG_OK;
+}
+
+/* The prefix of a part's path when it ends in -%05u-of-%05u.gguf for part k of n;
+ * false when the name is not a gguf-split name for that place. */
+static bool split_prefix_of(const char *path, uint32_t k, uint32_t n, char *prefix, size_t prefix_len) {
+    char tail[48];
+    snprintf(tail, sizeof tail, "-%05u-of-%05u.gguf", k + 1, n);
+    size_t pl = strlen(path), tl = strlen(tail);
+    if (pl <= tl || strcmp(path + pl - tl, tail) != 0 || pl - tl >= prefix_len) return false;
+    memcpy(prefix, path, pl - tl);
+    prefix[pl - tl] = '\0';
+    return true;
+}
+
+/* Two values of the same key stored identically (type and bytes). */
+static bool same_kv(const og_gguf_kv *a, const og_gguf_kv *b) {
+    if (a->type != b->type) return false;
+    if (a->type == OG_GGUF_STRING) return a->str.n == b->str.n && memcmp(a->str.s, b->str.s, (size_t)a->str.n) == 0;
+    if (a->type != OG_GGUF_ARRAY) return memcmp(a->data, b->data, og_gguf_vtype_size(a->type)) == 0;
+    if (a->arr_type != b->arr_type || a->arr_n != b->arr_n) return false;
+    if (a->arr_type != OG_GGUF_STRING)
+        return memcmp(a->data, b->data, (size_t)(a->arr_n * og_gguf_vtype_size(a->arr_type))) == 0;
+    for (uint64_t i = 0; i < a->arr_n; i++)
+        if (a->strs[i].n != b->strs[i].n || memcmp(a->strs[i].s, b->strs[i].s, (size_t)a->strs[i].n) != 0)
+            return false;
+    return true;
+}
+
+static void fill_part_info(const og_gguf *g, og_gguf_part *p) {
+    *p = (og_gguf_part){g->path, g->file_size, g->data_offset, g->n_tensors, g->alignment};
+}
+
+static og_status open_file(const char *path, unsigned flags, uint64_t first_read, og_gguf **out, char *err,
+                           size_t errlen);
+
+/* Part k (1 <= k < n) of the split model whose first part is g: opened, and its
+ * split keys and metadata checked against the first part's. */
+static og_status open_part(og_gguf *g, const split_keys *s0, const char *prefix, uint32_t k, unsigned flags,
+                           og_gguf **out, char *err, size_t errlen) {
+    char path[4096], inner[1024], first[256];
+    *out = NULL;
+    SAFEP(first, g->path);
+    if (og_gguf_split_path(prefix, k, s0->count, path, sizeof path))
+        return pfail(g->path, err, errlen, OG_ERR_RANGE, "the path of part %u is too long", k + 1);
+    og_gguf *p;
+    og_status st = open_file(path, flags, PART_FIRST_READ, &p, inner, sizeof inner);
+    if (st) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s (part %u of %u of the split model %s%s)", inner, k + 1, s0->count, first,
+                     st == OG_ERR_IO ? ": every part must be next to the first" : "");
+        return st;
+    }
+    split_keys s;
+    if ((st = read_split_keys(p, &s, err, errlen))) goto fail;
+    if (!s.present) {
+        st = pfail(path, err, errlen, OG_ERR_FORMAT,
+                   "is not a part of a split model (split.count absent or 0), but its name makes it part %u of %u "
+                   "of %s", k + 1, s0->count, first);
+        goto fail;
+    }
+    if (s.count != s0->count) {
+        st = pfail(path, err, errlen, OG_ERR_FORMAT,
+                   "split.count is %u but the first part (%s) says %u: the parts are from different split sets",
+                   s.count, first, s0->count);
+        goto fail;
+    }
+    if (s.no != k) {
+        st = pfail(path, err, errlen, OG_ERR_FORMAT,
+                   "split.no is %u (part %u) but its name makes it part %u (split.no %u): a part is duplicated, "
+                   "renamed or out of order", s.no, s.no + 1, k + 1, k);
+        goto fail;
+    }
+    if (s.has_total != s0->has_total || s.total != s0->total) {
+        char a[32] = "absent", b[32] = "absent";
+        if (s.has_total) snprintf(a, sizeof a, "%llu", (unsigned long long)s.total);
+        if (s0->has_total) snprintf(b, sizeof b, "%llu", (unsigned long long)s0->total);
+        st = pfail(path, err, errlen, OG_ERR_FORMAT,
+                   "split.tensors.count is %s but the first part (%s) says %s: the parts come from different models", a,
+                   first, b);
+        goto fail;
+    }
+    /* gguf-split writes only the split keys into later parts; any other key
+     * the first part also has must agree (general.architecture, general.name).
+     * The split keys were compared by value above; each file has its own
+     * alignment. */
+    for (uint64_t i = 0; i < p->n_kv; i++) {
+        const og_gguf_kv *kv = &p->kvs[i];
+        if (!strncmp(kv->key, "split.", 6) || !strcmp(kv->key, "general.alignment")) continue;
+        const og_gguf_kv *k0 = og_gguf_find_kv(g, kv->key);
+        if (k0 && !same_kv(kv, k0)) {
+            char kn[128];
+            st = pfail(path, err, errlen, OG_ERR_FORMAT,
+                       "metadata key '%s' differs from the first part's (%s): the parts come from different models",
+                       SAFE(kn, kv->key), first);
+            goto fail;
+        }
+    }
+    *out = p;
+    return OG_OK;
+fail:
+    og_gguf_close(p);
+    return st;
+}
+
+/* Merges every part's tensors into g's table (part order, then file order). */
+static og_status merge_tensors(og_gguf *g, char *err, size_t errlen) {
+    uint64_t total = g->n_tensors;
+    for (uint32_t k = 1; k < g->n_parts; k++) total += g->parts[k]->n_tensors; /* each <= its file size / 25 */
+    og_gguf_tensor *all = malloc((size_t)(total ? total : 1) * sizeof *all);
+    if (!all) return OG_ERR_NOMEM;
+    uint64_t n = 0;
+    for (uint32_t k = 0; k < g->n_parts; k++) {
+        const og_gguf *p = k ? g->parts[k] : g;
+        for (uint64_t i = 0; i < p->n_tensors; i++) {
+            all[n] = p->tensors[i];
+            all[n++].part = k;
+        }
+    }
+    free(g->tensors);
+    free(g->t_index);
+    g->t_index = NULL;
+    g->tensors = all;
+    g->n_tensors = total;
+    uint64_t dup;
+    og_status st = build_index(g, total, tensor_name_at, &g->t_index, &g->t_index_cap, &dup);
+    if (st != OG_ERR_FORMAT) return st;
+    uint64_t first = 0;
+    while (first < dup && strcmp(all[first].name, all[dup].name) != 0) first++;
+    char tn[128], other[256];
+    return pfail(g->part_info[all[dup].part].path, err, errlen, OG_ERR_FORMAT,
+                 "tensor '%s' is also in %s: a tensor in two parts (parts of different split sets?)",
+                 SAFE(tn, all[dup].name), SAFEP(other, g->part_info[all[first].part].path));
+}
+
+/* After part 0 parsed: a single file stays as it is; the first part of a split
+ * model opens and joins the rest; a later part is refused. */
+static og_status join_parts(og_gguf *g, bool from_file, unsigned flags, char *err, size_t errlen) {
+    split_keys s0;
+    og_status st = read_split_keys(g, &s0, err, errlen);
+    if (st || !s0.present) return st;
+    char prefix[4096];
+    bool named = split_prefix_of(g->path, s0.no, s0.count, prefix, sizeof prefix);
+    if (s0.no != 0) {
+        char first[4096], fp[256];
+        if (named && og_gguf_split_path(prefix, 0, s0.count, first, sizeof first) == OG_OK)
+            return pfail(g->path, err, errlen, OG_ERR_INVALID_ARG,
+                         "this is part %u of %u of a split model; give the first part, %s", s0.no + 1, s0.count,
+                         SAFEP(fp, first));
+        return pfail(g->path, err, errlen, OG_ERR_INVALID_ARG,
+                     "this is part %u of %u of a split model; give the first part (split.no 0, named ...-00001-of-%05u.gguf)",
+                     s0.no + 1, s0.count, s0.count);
+    }
+    if (s0.count > 1 && !from_file)
+        return pfail(g->path, err, errlen, OG_ERR_UNSUPPORTED,
+                     "part 1 of %u of a split model: open it from its file so that the other parts can be read",
+                     s0.count);
+    if (s0.count > 1 && !named)
+        return pfail(g->path, err, errlen, OG_ERR_FORMAT,
+                     "part 1 of a model split into %u files, but its name does not end in -00001-of-%05u.gguf, so the "
+                     "other parts cannot be found (give the files their gguf-split names)", s0.count, s0.count);
+    g->parts = calloc(s0.count, sizeof *g->parts);
+    g->part_info = calloc(s0.count, sizeof *g->part_info);
+    if (!g->parts || !g->part_info) return OG_ERR_NOMEM;
+    g->n_parts = s0.count;
+    fill_part_info(g, &g->part_info[0]);
+    for (uint32_t k = 1; k < s0.count; k++) {
+        if ((st = open_part(g, &s0, prefix, k, flags, &g->parts[k], err, errlen))) return st;
+        fill_part_info(g->parts[k], &g->part_info[k]);
+    }
+    if ((st = merge_tensors(g, err, errlen))) return st;
+    if (s0.has_total && g->n_tensors != s0.total)
+        return pfail(g->path, err, errlen, OG_ERR_FORMAT,
+                     "the %u parts hold %llu tensors but split.tensors.count is %llu: a part is incomplete or from "
+                     "another model", s0.count, (unsigned long long)g->n_tensors, (unsigned long long)s0.total);
+    return OG_OK;
+}
+
 og_status og_gguf_open_memory(const void *buf, size_t len, const char *name, unsigned flags, og_gguf **out,
                               char *err, size_t errlen) {
     *out = NULL;
@@ -549,13 +818,15 @@ og_status og_gguf_open_memory(const void *buf, size_t len, const char *name, uns
     if (!g) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     g->base = buf;
     g->avail = g->file_size = len;
-    return finish(g, parse(g, flags, err, errlen), out, err, errlen);
+    og_status st = parse(g, flags, err, errlen);
+    if (!st) st = join_parts(g, false, flags, err, errlen);
+    return finish(g, st, out, err, errlen);
 }
 
 /* Header-only: pread a growing prefix until the header parses (or fails on its
  * own terms), so no part of the file is mapped. */
-static og_status parse_prefix(og_gguf *g, int fd, unsigned flags, char *err, size_t errlen) {
-    uint64_t want = g->file_size < HEADER_FIRST_READ ? g->file_size : HEADER_FIRST_READ;
+static og_status parse_prefix(og_gguf *g, int fd, unsigned flags, uint64_t first_read, char *err, size_t errlen) {
+    uint64_t want = g->file_size < first_read ? g->file_size : first_read;
     for (;;) {
         uint8_t *nb = realloc(g->buf, want ? (size_t)want : 1);
         if (!nb) return OG_ERR_NOMEM;
@@ -582,7 +853,9 @@ static og_status parse_prefix(og_gguf *g, int fd, unsigned flags, char *err, siz
     }
 }
 
-og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen) {
+/* One file, parsed and validated on its own (no split handling). */
+static og_status open_file(const char *path, unsigned flags, uint64_t first_read, og_gguf **out, char *err,
+                           size_t errlen) {
     *out = NULL;
     /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below). */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -605,7 +878,7 @@ og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *er
     g->file_size = (uint64_t)sb.st_size;
     og_status st;
     if (flags & OG_GGUF_HEADER_ONLY) {
-        st = parse_prefix(g, fd, flags, err, errlen);
+        st = parse_prefix(g, fd, flags, first_read, err, errlen);
     } else if (g->file_size == 0) {
         g->base = (const uint8_t *)"";
         st = parse(g, flags, err, errlen);
@@ -626,8 +899,26 @@ og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *er
     return finish(g, st, out, err, errlen);
 }
 
+og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen) {
+    *out = NULL;
+    og_gguf *g;
+    og_status st = open_file(path, flags, HEADER_FIRST_READ, &g, err, errlen);
+    if (st) return st;
+    st = join_parts(g, true, flags, err, errlen);
+    if (st == OG_ERR_NOMEM) og_fail(err, errlen, st, "%s: out of memory while reading the parts", path);
+    if (st) {
+        og_gguf_close(g);
+        return st;
+    }
+    *out = g;
+    return OG_OK;
+}
+
 void og_gguf_close(og_gguf *g) {
     if (!g) return;
+    for (uint32_t k = 1; k < g->n_parts; k++) og_gguf_close(g->parts[k]);
+    free(g->parts);
+    free(g->part_info);
     reset_parse(g);
     if (g->map) munmap(g->map, g->map_len);
     free(g->buf);
@@ -640,7 +931,20 @@ uint64_t og_gguf_n_kv(const og_gguf *g) { return g->n_kv; }
 uint64_t og_gguf_n_tensors(const og_gguf *g) { return g->n_tensors; }
 uint32_t og_gguf_alignment(const og_gguf *g) { return g->alignment; }
 uint64_t og_gguf_data_offset(const og_gguf *g) { return g->data_offset; }
-uint64_t og_gguf_file_size(const og_gguf *g) { return g->file_size; }
+uint64_t og_gguf_file_size(const og_gguf *g) {
+    uint64_t n = g->n_parts ? 0 : g->file_size;
+    for (uint32_t k = 0; k < g->n_parts; k++) n += g->part_info[k].file_size;
+    return n;
+}
+
+uint32_t og_gguf_n_parts(const og_gguf *g) { return g->n_parts ? g->n_parts : 1; }
+
+og_status og_gguf_part_at(const og_gguf *g, uint32_t k, og_gguf_part *out) {
+    if (k >= og_gguf_n_parts(g)) return OG_ERR_RANGE;
+    if (g->n_parts) *out = g->part_info[k];
+    else fill_part_info(g, out);
+    return OG_OK;
+}
 
 const og_gguf_kv *og_gguf_kv_at(const og_gguf *g, uint64_t i) { return i < g->n_kv ? &g->kvs[i] : NULL; }
 const og_gguf_tensor *og_gguf_tensor_at(const og_gguf *g, uint64_t i) {

@@ -245,9 +245,49 @@ static og_status open_temp(const char *path, char **tmp_out, FILE **f_out, char 
     return OG_OK;
 }
 
-og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill_fn fill, void *fill_ctx, char *err,
-                               size_t errlen) {
+/* What one file holds: tensors [t0, t1) and, for a part of a split model, the
+ * split keys (split.count 0: a plain file with every key). */
+typedef struct part_spec {
+    size_t t0, t1;
+    uint32_t split_no, split_count;
+} part_spec;
+
+static bool is_split_key(const char *key) { return strncmp(key, "split.", 6) == 0; }
+
+/* Appends the KV records a part carries to h; *n_kv counts them. */
+static void put_kvs(const og_gguf_writer *w, const part_spec *ps, bbuf *h, uint64_t *n_kv) {
+    *n_kv = 0;
+    for (size_t i = 0; i < w->n_kv; i++) {
+        const char *key = w->kvs[i].key;
+        /* later parts: only the split keys and the alignment their layout needs
+         * (gguf-split writes only the split keys; it uses the default alignment) */
+        bool keep = !ps->split_count || (!is_split_key(key) && (ps->split_no == 0 || !strcmp(key, "general.alignment")));
+        if (!keep) continue;
+        bput_str(h, key, strlen(key));
+        bput(h, w->kvs[i].val, w->kvs[i].val_len);
+        ++*n_kv;
+    }
+    if (!ps->split_count) return;
+    uint16_t no = (uint16_t)ps->split_no, count = (uint16_t)ps->split_count;
+    int32_t total = (int32_t)w->n_tensors;
+    bput_str(h, "split.no", 8);
+    bput_u32(h, OG_GGUF_UINT16);
+    bput(h, &no, 2);
+    bput_str(h, "split.count", 11);
+    bput_u32(h, OG_GGUF_UINT16);
+    bput(h, &count, 2);
+    bput_str(h, "split.tensors.count", 19);
+    bput_u32(h, OG_GGUF_INT32);
+    bput(h, &total, 4);
+    *n_kv += 3;
+}
+
+/* Writes one file into a fresh temporary beside path; *tmp_out names it (the
+ * caller renames or unlinks it). */
+static og_status write_part(og_gguf_writer *w, const part_spec *ps, const char *path, og_gguf_fill_fn fill,
+                            void *fill_ctx, char **tmp_out, char *err, size_t errlen) {
     struct stat sb;
+    *tmp_out = NULL;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return og_fail(err, errlen, OG_ERR_IO, "%s exists and is not a regular file; not replacing it", path);
     char *tmp = NULL;
@@ -256,27 +296,34 @@ og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill
     og_status st = open_temp(path, &tmp, &f, err, errlen);
     if (st) return st;
     static const uint8_t zeros[256];
-    /* Header, KVs and tensor infos. */
-    bbuf h = {0};
+    /* Header, KVs and tensor infos; offsets from this part's data section. */
+    const uint64_t base = ps->t0 < ps->t1 ? w->tensors[ps->t0].t.offset : 0;
+    bbuf h = {0}, kvb = {0};
+    uint64_t n_kv;
+    put_kvs(w, ps, &kvb, &n_kv);
     bput(&h, "GGUF", 4);
     bput_u32(&h, 3);
-    bput_u64(&h, w->n_tensors);
-    bput_u64(&h, w->n_kv);
-    for (size_t i = 0; i < w->n_kv; i++) {
-        bput_str(&h, w->kvs[i].key, strlen(w->kvs[i].key));
-        bput(&h, w->kvs[i].val, w->kvs[i].val_len);
-    }
-    uint64_t max_fill = 0;
-    for (size_t i = 0; i < w->n_tensors; i++) {
+    bput_u64(&h, ps->t1 - ps->t0);
+    bput_u64(&h, n_kv);
+    bput(&h, kvb.p, kvb.n);
+    h.oom |= kvb.oom;
+    free(kvb.p);
+    uint64_t max_fill = 0, data_bytes = 0;
+    for (size_t i = ps->t0; i < ps->t1; i++) {
         const og_gguf_tensor *t = &w->tensors[i].t;
         bput_str(&h, t->name, strlen(t->name));
         bput_u32(&h, t->n_dims);
         for (uint32_t d = 0; d < t->n_dims; d++) bput_u64(&h, (uint64_t)t->ne[d]);
         bput_u32(&h, t->type);
-        bput_u64(&h, t->offset);
+        bput_u64(&h, t->offset - base);
         if (!t->data && fill && t->n_bytes > max_fill) max_fill = t->n_bytes;
     }
-    if (w->n_tensors) {
+    if (ps->t1 > ps->t0) { /* the part's tensors are packed: its data ends after the last, padded */
+        const og_gguf_tensor *last = &w->tensors[ps->t1 - 1].t;
+        og_align_up_u64(last->n_bytes, w->alignment, &data_bytes); /* checked when added */
+        data_bytes += last->offset - base;
+    }
+    if (ps->t1 > ps->t0) {
         while (h.n % w->alignment) bput(&h, zeros, 1);
     }
     if (h.oom) {
@@ -293,7 +340,7 @@ og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill
         }
     }
     /* Tensor data in order; holes stay unwritten so a sparse file costs no disk. */
-    for (size_t i = 0; i < w->n_tensors; i++) {
+    for (size_t i = ps->t0; i < ps->t1; i++) {
         const og_gguf_tensor *t = &w->tensors[i].t;
         const void *src = t->data;
         if (!src && fill) {
@@ -301,7 +348,7 @@ og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill
             src = buf;
         }
         if (!src) continue;
-        if (fseeko(f, (off_t)(data_start + t->offset), SEEK_SET) != 0) {
+        if (fseeko(f, (off_t)(data_start + t->offset - base), SEEK_SET) != 0) {
             st = og_fail(err, errlen, OG_ERR_IO, "%s: seek failed: %s", path, strerror(errno));
             goto fail;
         }
@@ -309,7 +356,7 @@ og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill
     }
     /* Flush to the disk before the rename: after a crash the path holds either
      * the old file or the whole new one. */
-    if (fflush(f) != 0 || ftruncate(fileno(f), (off_t)(data_start + w->data_bytes)) != 0 || fsync(fileno(f)) != 0) {
+    if (fflush(f) != 0 || ftruncate(fileno(f), (off_t)(data_start + data_bytes)) != 0 || fsync(fileno(f)) != 0) {
         st = og_fail(err, errlen, OG_ERR_IO, "%s: %s", path, strerror(errno));
         goto fail;
     }
@@ -318,14 +365,9 @@ og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill
         st = og_fail(err, errlen, OG_ERR_IO, "%s: close failed: %s", path, strerror(errno));
         goto fail;
     }
-    f = NULL;
-    if (rename(tmp, path) != 0) {
-        st = og_fail(err, errlen, OG_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        goto fail;
-    }
     free(h.p);
     free(buf);
-    free(tmp);
+    *tmp_out = tmp;
     return OG_OK;
 fail:
     if (f) fclose(f);
@@ -333,5 +375,123 @@ fail:
     free(h.p);
     free(buf);
     free(tmp);
+    return st;
+}
+
+og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill_fn fill, void *fill_ctx, char *err,
+                               size_t errlen) {
+    part_spec ps = {0, w->n_tensors, 0, 0};
+    char *tmp;
+    og_status st = write_part(w, &ps, path, fill, fill_ctx, &tmp, err, errlen);
+    if (st) return st;
+    if (rename(tmp, path) != 0) {
+        st = og_fail(err, errlen, OG_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    return st;
+}
+
+og_status og_gguf_split_prefix(const char *path, char *buf, size_t buflen) {
+    size_t n = strlen(path);
+    if (n > 5 && strcmp(path + n - 5, ".gguf") == 0) n -= 5;
+    if (n >= buflen) return OG_ERR_RANGE;
+    memcpy(buf, path, n);
+    buf[n] = '\0';
+    return OG_OK;
+}
+
+/* Bytes of one tensor info record (gguf.md §3). */
+static uint64_t info_bytes(const og_gguf_tensor *t) { return 8 + strlen(t->name) + 4 + 8ull * t->n_dims + 4 + 8; }
+
+og_status og_gguf_writer_write_split(og_gguf_writer *w, const char *path, uint64_t max_part_bytes, og_gguf_fill_fn fill,
+                                     void *fill_ctx, uint32_t *n_parts_out, char *err, size_t errlen) {
+    *n_parts_out = 0;
+    if (max_part_bytes == 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "the largest part size must be above 0");
+    if (w->n_tensors > INT32_MAX)
+        return og_fail(err, errlen, OG_ERR_RANGE, "%zu tensors do not fit split.tensors.count (int32)", w->n_tensors);
+    char prefix[4096];
+    if (og_gguf_split_prefix(path, prefix, sizeof prefix))
+        return og_fail(err, errlen, OG_ERR_RANGE, "%s: the path is too long", path);
+    /* Parts in tensor order, greedily: a tensor starts a new part when the
+     * current one (header padded, data padded) would exceed the limit. */
+    size_t cap = 16, n_parts = 0;
+    part_spec *parts = malloc(cap * sizeof *parts);
+    if (!parts) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    bbuf kv0 = {0}, kvk = {0};
+    uint64_t n_kv;
+    put_kvs(w, &(part_spec){0, 0, 0, 1}, &kv0, &n_kv);
+    put_kvs(w, &(part_spec){0, 0, 1, 2}, &kvk, &n_kv);
+    const uint64_t kv_bytes[2] = {kv0.n, kvk.n};
+    bool oom = kv0.oom || kvk.oom;
+    free(kv0.p);
+    free(kvk.p);
+    if (oom) {
+        free(parts);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    size_t t = 0;
+    do {
+        if (n_parts == cap) {
+            part_spec *np = realloc(parts, 2 * cap * sizeof *parts);
+            if (!np) {
+                free(parts);
+                return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+            }
+            parts = np;
+            cap *= 2;
+        }
+        part_spec *ps = &parts[n_parts];
+        *ps = (part_spec){t, t, (uint32_t)n_parts, 0};
+        uint64_t header = 24 + kv_bytes[n_parts ? 1 : 0], data = 0;
+        while (t < w->n_tensors) {
+            const og_gguf_tensor *ti = &w->tensors[t].t;
+            uint64_t h2 = header + info_bytes(ti), hp, dp;
+            og_align_up_u64(h2, w->alignment, &hp);
+            og_align_up_u64(ti->n_bytes, w->alignment, &dp); /* checked when added */
+            if (ps->t1 > ps->t0 && hp + data + dp > max_part_bytes) break;
+            header = h2;
+            data += dp;
+            ps->t1 = ++t;
+        }
+        n_parts++;
+    } while (t < w->n_tensors);
+    if (n_parts > UINT16_MAX) {
+        free(parts);
+        return og_fail(err, errlen, OG_ERR_RANGE,
+                       "%zu parts of at most %llu bytes: more than the 65535 split.count can number; give a larger size",
+                       n_parts, (unsigned long long)max_part_bytes);
+    }
+    char **tmps = calloc(n_parts, sizeof *tmps);
+    if (!tmps) {
+        free(parts);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    og_status st = OG_OK;
+    char part_path[4200];
+    for (size_t k = 0; k < n_parts && !st; k++) {
+        parts[k].split_count = (uint32_t)n_parts;
+        if (og_gguf_split_path(prefix, (uint32_t)k, (uint32_t)n_parts, part_path, sizeof part_path))
+            st = og_fail(err, errlen, OG_ERR_RANGE, "%s: the path is too long", path);
+        else
+            st = write_part(w, &parts[k], part_path, fill, fill_ctx, &tmps[k], err, errlen);
+    }
+    /* Every part is on the disk: now they appear, in order. */
+    for (size_t k = 0; k < n_parts && !st; k++) {
+        og_gguf_split_path(prefix, (uint32_t)k, (uint32_t)n_parts, part_path, sizeof part_path);
+        if (rename(tmps[k], part_path) != 0)
+            st = og_fail(err, errlen, OG_ERR_IO, "cannot rename %s to %s: %s", tmps[k], part_path, strerror(errno));
+        else {
+            free(tmps[k]);
+            tmps[k] = NULL;
+        }
+    }
+    for (size_t k = 0; k < n_parts; k++) {
+        if (tmps[k]) unlink(tmps[k]);
+        free(tmps[k]);
+    }
+    free(tmps);
+    free(parts);
+    if (!st) *n_parts_out = (uint32_t)n_parts;
     return st;
 }

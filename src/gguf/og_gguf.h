@@ -78,9 +78,10 @@ typedef struct og_gguf_tensor {
     uint32_t n_dims;      /* 1..4 */
     int64_t ne[4];        /* sizes, innermost first (gguf.md §5); unused dims are 1 */
     og_ggml_type type;
-    uint64_t offset;      /* bytes from the data section start */
+    uint64_t offset;      /* bytes from the data section start of its part */
     uint64_t n_bytes;     /* exact size, without padding */
     const void *data;     /* NULL in header-only mode */
+    uint32_t part;        /* index of the part holding it (0-based; 0 for a single file) */
 } og_gguf_tensor;
 
 typedef struct og_gguf og_gguf;
@@ -95,17 +96,62 @@ enum {
  * "<path>: offset <byte>: <what is wrong>". Errors: OG_ERR_IO (cannot open/map),
  * OG_ERR_FORMAT (any malformed structure, gguf.md §4), OG_ERR_UNSUPPORTED (a
  * well-formed big-endian or version-1 file), OG_ERR_NOMEM. Never aborts on bad
- * input and never allocates more than a small multiple of the header size. */
+ * input and never allocates more than a small multiple of the header size.
+ *
+ * Split models (gguf.md §7.4): a file without split.count, or with split.count
+ * 0 (what llama.cpp's gguf-split --merge leaves), is a single file. Given the
+ * first part PREFIX-00001-of-0000N.gguf (split.no 0, split.count N), every part
+ * PREFIX-0000k-of-0000N.gguf is
+ * opened with the same flags and the result reads as one model: the metadata is
+ * the first part's, the tensors are every part's in part order (tensor_at,
+ * find_tensor, n_tensors cover them all), each tensor's data points into its own
+ * part's mapping and its `part` field says which. The parts must agree, or the
+ * open fails naming the file at fault: every part exists (OG_ERR_IO names the
+ * missing path); each part's split.no is its place in the name (no part twice,
+ * none out of order) and its split.count and split.tensors.count equal the
+ * first part's; a key present in a later part and in the first (other than
+ * split.* and general.alignment) has the same type and value in both; no tensor name is
+ * in two parts; the parts hold split.tensors.count tensors together (when the
+ * key is present). Those are OG_ERR_FORMAT. A later part given alone (split.no >
+ * 0) is refused with OG_ERR_INVALID_ARG, naming the first part to give instead.
+ * Parts of two models with the same tensor names and counts split at the same
+ * places cannot be told apart from the split keys (gguf-split writes nothing
+ * else into later parts); the model loader's shape checks remain. */
 og_status og_gguf_open(const char *path, unsigned flags, og_gguf **out, char *err, size_t errlen);
 
 /* Same checks on an in-memory image (not copied; must outlive the og_gguf).
- * `name` is used in error messages. Tensor data pointers point into `buf`. */
+ * `name` is used in error messages. Tensor data pointers point into `buf`.
+ * A part of a split model with more than one part is refused (OG_ERR_UNSUPPORTED):
+ * the other parts can only be found next to a file. */
 og_status og_gguf_open_memory(const void *buf, size_t len, const char *name, unsigned flags,
                               og_gguf **out, char *err, size_t errlen);
+
+/* One file of a model: the only one, or one part of a split model. */
+typedef struct og_gguf_part {
+    const char *path;       /* as opened (the name given for a memory image) */
+    uint64_t file_size;     /* bytes */
+    uint64_t data_offset;   /* file offset of its data section */
+    uint64_t n_tensors;     /* tensors stored in this file */
+    uint32_t alignment;     /* bytes */
+} og_gguf_part;
+
+/* Number of files the model was read from: 1 for a single file, split.count for
+ * a split model. */
+uint32_t og_gguf_n_parts(const og_gguf *g);
+/* Part k (0-based, k < og_gguf_n_parts). OG_ERR_RANGE when k is out of range. */
+og_status og_gguf_part_at(const og_gguf *g, uint32_t k, og_gguf_part *out);
+
+/* Path of part k (0-based) of n of a split model whose parts are named
+ * PREFIX-%05u-of-%05u.gguf, as llama.cpp's gguf-split writes them (k + 1 in the
+ * name). OG_ERR_RANGE if k >= n or the path does not fit buflen. */
+og_status og_gguf_split_path(const char *prefix, uint32_t k, uint32_t n, char *buf, size_t buflen);
 
 /* Releases the mapping and tables; NULL is fine. No status (cannot fail). */
 void og_gguf_close(og_gguf *g);
 
+/* For a split model: version, n_kv, alignment and data_offset are the first
+ * part's, n_tensors counts every part's tensors and file_size adds every part's
+ * bytes (og_gguf_part_at has each part's own). */
 uint32_t og_gguf_version(const og_gguf *g);
 uint64_t og_gguf_n_kv(const og_gguf *g);
 uint64_t og_gguf_n_tensors(const og_gguf *g);
@@ -174,6 +220,24 @@ typedef og_status (*og_gguf_fill_fn)(void *ctx, uint64_t i, const og_gguf_tensor
  * is NULL are produced by fill (if given) or left as holes (sparse file). */
 og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill_fn fill,
                                void *fill_ctx, char *err, size_t errlen);
+
+/* Writes the model split into parts of at most max_part_bytes each (header
+ * included), as llama.cpp's gguf-split does: path "NAME.gguf" (or "NAME") gives
+ * NAME-00001-of-0000N.gguf ... NAME-0000N-of-0000N.gguf; every part carries
+ * split.no (u16, 0-based), split.count (u16) and split.tensors.count (i32), the
+ * first part also every key set on w; tensors go in the order added, each part
+ * holding at least one, so a part exceeds the limit only when its header and its
+ * single tensor do. Each part is written as og_gguf_writer_write writes a file
+ * and none appears until all are written. *n_parts_out receives N. Errors:
+ * OG_ERR_INVALID_ARG (max_part_bytes 0), OG_ERR_RANGE (more than 65535 parts or
+ * a name too long), then as og_gguf_writer_write. */
+og_status og_gguf_writer_write_split(og_gguf_writer *w, const char *path, uint64_t max_part_bytes,
+                                     og_gguf_fill_fn fill, void *fill_ctx, uint32_t *n_parts_out,
+                                     char *err, size_t errlen);
+
+/* Prefix of the parts og_gguf_writer_write_split writes for path: path without
+ * a trailing ".gguf". OG_ERR_RANGE if it does not fit buflen. */
+og_status og_gguf_split_prefix(const char *path, char *buf, size_t buflen);
 
 /* Number of tensors added so far / bytes the data section will take. */
 uint64_t og_gguf_writer_n_tensors(const og_gguf_writer *w);

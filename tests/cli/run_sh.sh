@@ -98,15 +98,41 @@ runsh --dry-run --model "$url_base/m.gguf?token=x" > "$work/out2f" 2>&1 || fail 
 grep -q "^+ curl .*m.gguf.part .*m.gguf.*token=x" "$work/out2f" && [[ ! -e $work/models ]] || fail "dry run: $(cat "$work/out2f")"
 echo "ok: dry run with a URL"
 
-echo "== split files: every part is fetched"
-head -c 3000 /dev/urandom > "$work/srv/s-00001-of-00002.gguf"
-head -c 2000 /dev/urandom > "$work/srv/s-00002-of-00002.gguf"
+echo "== split files: every part is fetched, and the plan reads the whole model"
+# the same model as m.gguf, split by make-model (gguf-split names)
+"$onegpu" make-model --tokenizer none --vocab 512 --n-layer 2 --n-embd 256 --n-head 4 --n-expert 8 \
+  --n-expert-used 2 --n-ff-exp 512 --split-max-size 1M -o "$work/srv/s.gguf" 2>/dev/null
+first=$(cd "$work/srv" && ls s-00001-of-*.gguf)
+n_parts=$((10#$(basename "$first" .gguf | sed 's/.*-of-//')))
+[[ $n_parts -ge 2 ]] || fail "make-model --split-max-size 1M wrote $first"
 : > "$work/http.log"
-rc=0; runsh --model "$url_base/s-00001-of-00002.gguf?sig=1" --vram 1M > "$work/out3" 2>&1 || rc=$?
-grep -q '^GET /s-00002-of-00002.gguf?sig=1' "$work/http.log" || fail "the query string was not kept: $(cat "$work/http.log")"
-cmp -s "$work/models/s-00001-of-00002.gguf" "$work/srv/s-00001-of-00002.gguf" &&
-  cmp -s "$work/models/s-00002-of-00002.gguf" "$work/srv/s-00002-of-00002.gguf" || fail "parts: $(cat "$work/out3")"
-[[ $rc != 0 ]] || fail "random bytes must not plan"
+rc=0; runsh --model "$url_base/$first?sig=1" --vram 1M > "$work/out3" 2>&1 || rc=$?
+for ((k = 1; k <= n_parts; k++)); do
+  part=$(printf 's-%05d-of-%05d.gguf' "$k" "$n_parts")
+  [[ $k -eq 1 ]] || grep -q "^GET /$part?sig=1" "$work/http.log" || fail "the query string was not kept: $(cat "$work/http.log")"
+  cmp -s "$work/models/$part" "$work/srv/$part" || fail "part $part: $(cat "$work/out3")"
+done
+[[ $rc == 3 ]] || fail "--vram 1M must be refused by the planner (exit 3), got $rc: $(cat "$work/out3")"
+# the first part plans the model as the unsplit file does (every line but the file's name)
+runsh --dry-run --model "$work/models/$first" --vram 1G > "$work/out3b" 2>&1 || fail "split dry run: $(cat "$work/out3b")"
+runsh --dry-run --model "$work/srv/m.gguf" --vram 1G > "$work/out3c" 2>&1 || fail "unsplit dry run: $(cat "$work/out3c")"
+diff <(grep -E '^(device|host|resident|expert slots|bytes per role):' "$work/out3b") \
+     <(grep -E '^(device|host|resident|expert slots|bytes per role):' "$work/out3c") >&2 ||
+  fail "the split model plans differently from the unsplit one"
+grep -q '^device: ' "$work/out3b" || fail "no plan in the split dry run: $(cat "$work/out3b")"
+# a local split model: one hash per part, each checked
+sums=$(cd "$work/models" && for ((k = 1; k <= n_parts; k++)); do sha256sum "$(printf 's-%05d-of-%05d.gguf' "$k" "$n_parts")" | cut -d' ' -f1; done | paste -sd,)
+runsh --dry-run --model "$work/models/$first" --sha256 "$sums" --vram 1G > "$work/out3e" 2>&1 || fail "split hashes: $(cat "$work/out3e")"
+wrong=${sums%,*},$(printf '0%.0s' $(seq 64))
+rc=0; runsh --dry-run --model "$work/models/$first" --sha256 "$wrong" --vram 1G > "$work/out3f" 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q "$(printf 's-%05d-of-%05d.gguf' "$n_parts" "$n_parts"): SHA-256 is " "$work/out3f" ||
+  fail "a wrong hash of the last part: $rc $(cat "$work/out3f")"
+# a part missing: the planner names it
+mv "$work/models/$(printf 's-%05d-of-%05d.gguf' 2 "$n_parts")" "$work/part2"
+rc=0; runsh --dry-run --model "$work/models/$first" --vram 1G > "$work/out3d" 2>&1 || rc=$?
+grep -q "$(printf 's-%05d-of-%05d.gguf' 2 "$n_parts"): cannot open" "$work/out3d" && [[ $rc == 2 ]] ||
+  fail "a missing part: exit $rc, $(cat "$work/out3d")"
+mv "$work/part2" "$work/models/$(printf 's-%05d-of-%05d.gguf' 2 "$n_parts")"
 echo "ok: split files"
 
 echo "== the NUMA ladder falls to the next rung when one is refused"
@@ -170,7 +196,8 @@ rc=0; runsh --model "$work/nope.gguf" > "$work/out8" 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q 'no such model file' "$work/out8" || fail "missing file: $rc $(cat "$work/out8")"
 rc=0; ONEGPU_DEFAULT_MODEL_URL= runsh > "$work/out9" 2>&1 || rc=$?
 [[ $rc == 1 ]] && grep -q 'DeepSeek-V4.1-Flash-Q2_K.gguf, 264 GB' "$work/out9" || fail "no model: $rc $(cat "$work/out9")"
-rc=0; runsh --model "$work/srv/s-00001-of-00002.gguf" --vram 1G > "$work/out10" 2>&1 || rc=$?
+head -c 3000 /dev/urandom > "$work/srv/bad.gguf"
+rc=0; runsh --model "$work/srv/bad.gguf" --vram 1G > "$work/out10" 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q 'could not plan' "$work/out10" && ! grep -q 'refused this machine' "$work/out10" ||
   fail "a bad file is not a machine refusal: $rc $(cat "$work/out10")"
 rc=0; runsh --model "$work/srv/m.gguf" --port "$(cat "$work/port")" > "$work/out11" 2>&1 || rc=$?

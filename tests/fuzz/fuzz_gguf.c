@@ -35,7 +35,7 @@ static void walk(const og_gguf *g) {
     }
     for (uint64_t i = 0; i < og_gguf_n_tensors(g); i++) {
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
-        if (og_gguf_find_tensor(g, t->name) != t) __builtin_trap();
+        if (og_gguf_find_tensor(g, t->name) != t || t->part >= og_gguf_n_parts(g)) __builtin_trap();
         if (t->data && t->n_bytes) {
             const uint8_t *p = t->data;
             sink += p[0] + p[t->n_bytes - 1];

@@ -132,4 +132,56 @@ static inline fx_buf fx_build(enum fx_corruption c) {
     return b;
 }
 
+#define FX_COUNT_AS_STRING (-2) /* split.count written as the string "3" */
+
+/* A part of a split model (gguf.md §7.4), assembled byte by byte:
+ * general.architecture when arch is set, the split keys as gguf-split writes
+ * them (split.no u16, split.count u16, split.tensors.count i32; no < 0 leaves
+ * them out), then one F32 [8] tensor per letter of `tensors`, its 32 bytes all
+ * equal to the letter. */
+static inline fx_buf fx_build_split_part(const char *arch, int no, int count, int total, const char *tensors) {
+    fx_buf b = {0};
+    size_t nt = strlen(tensors);
+    fx_bytes(&b, "GGUF", 4);
+    fx_u32(&b, 3);
+    fx_u64(&b, nt);
+    fx_u64(&b, (arch ? 1 : 0) + (no >= 0 ? 3 : 0));
+    if (arch) {
+        fx_str(&b, "general.architecture");
+        fx_u32(&b, 8);
+        fx_str(&b, arch);
+    }
+    if (no >= 0) {
+        uint16_t v = (uint16_t)no;
+        fx_str(&b, "split.no");
+        fx_u32(&b, 2);
+        fx_bytes(&b, &v, 2);
+        fx_str(&b, "split.count");
+        if (count == FX_COUNT_AS_STRING) {
+            fx_u32(&b, 8);
+            fx_str(&b, "3");
+        } else {
+            v = (uint16_t)count;
+            fx_u32(&b, 2);
+            fx_bytes(&b, &v, 2);
+        }
+        int32_t t = total;
+        fx_str(&b, "split.tensors.count");
+        fx_u32(&b, 5);
+        fx_bytes(&b, &t, 4);
+    }
+    for (size_t i = 0; i < nt; i++) {
+        char name[2] = {tensors[i], 0};
+        fx_str(&b, name);
+        fx_u32(&b, 1);
+        fx_u64(&b, 8);
+        fx_u32(&b, 0);
+        fx_u64(&b, 32 * i);
+    }
+    while (b.n % 32) fx_u8(&b, 0);
+    for (size_t i = 0; i < nt; i++)
+        for (int k = 0; k < 32; k++) fx_u8(&b, (uint8_t)tensors[i]);
+    return b;
+}
+
 #endif

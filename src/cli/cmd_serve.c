@@ -24,6 +24,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu serve -m MODEL.gguf [--host ADDR] [--port P] [--api-key KEY] [--alias ID]\n"
             "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T]\n"
+            "                    [--max-tokens N] [--log-format text|json]\n"
             "                    [--vram SIZE [--ram SIZE] [--reserve SIZE] [--expert-slots N|all]\n"
             "                     [--profile FILE] [--save-profile FILE] [--migrate N]]\n"
             "  OpenAI-compatible API at http://HOST:PORT/v1 (chat/completions, completions, models),\n"
@@ -35,6 +36,10 @@ static void usage(FILE *out) {
             "  --ctx N            positions per sequence, prompt + output (default: the model's, at most 4096)\n"
             "  --parallel N       sequences served at once (default 4); --queue N more wait (default 64; then 503)\n"
             "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
+            "  --max-tokens N     tokens generated for a request that sets no max_tokens (default: until the\n"
+            "                     context is full for chat, 16 for completions); a request's own max_tokens wins\n"
+            "  --log-format text|json  the access log on stdout, one line per request: time, method, path, status,\n"
+            "                     prompt / cached / completion tokens, seconds (default text)\n"
             "  --max-body SIZE    request body limit (default 4M; 413 beyond)\n"
             "  --timeout S        idle connection timeout, seconds (default 60; a request being answered is never idle)\n"
             "  --grace S          on SIGTERM or SIGINT, seconds running requests may take to finish (default 30)\n"
@@ -97,11 +102,13 @@ int og_cmd_serve(int argc, char **argv) {
         {"ram", required_argument, 0, 'R'},        {"reserve", required_argument, 0, 'r'},
         {"expert-slots", required_argument, 0, 'e'}, {"profile", required_argument, 0, 'f'},
         {"save-profile", required_argument, 0, 's'}, {"migrate", required_argument, 0, 'M'},
-        {"cpu-numerics", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+        {"cpu-numerics", required_argument, 0, 'N'}, {"max-tokens", required_argument, 0, 'x'},
+        {"log-format", required_argument, 0, 'l'}, {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
     const char *profile_path = NULL, *save_profile = NULL;
     uint32_t ctx = 0, parallel = 4, batch_tokens = 512, queue = 64, threads = 0;
-    long port = 8090, migrate = 2;
+    long port = 8090, migrate = 2, max_tokens = 0;
+    bool log_json = false;
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
     bool bad = false, have_vram = false, have_ram = false, migrate_set = false, numerics_gpu = false;
@@ -142,6 +149,14 @@ int og_cmd_serve(int argc, char **argv) {
         case 'N':
             if (!og_cli_parse_numerics("onegpu serve", optarg, &numerics_gpu)) return OG_EXIT_USAGE;
             break;
+        case 'x': bad |= !og_cli_parse_long(optarg, 1, INT32_MAX, &max_tokens); break;
+        case 'l':
+            if (strcmp(optarg, "text") && strcmp(optarg, "json")) {
+                fprintf(stderr, "onegpu serve: bad value '%s' for --log-format: expected text or json\n", optarg);
+                return OG_EXIT_USAGE;
+            }
+            log_json = !strcmp(optarg, "json");
+            break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default:
             fprintf(stderr, "(onegpu serve --help lists the flags)\n");
@@ -156,7 +171,7 @@ int og_cmd_serve(int argc, char **argv) {
                          {'B', "a count, 1..1048576"}, {'Q', "a count, 0..1000000"}, {'t', "a count, 1..4096"},
                          {'b', "a size, 1K..2G (e.g. 4M)"}, {'T', "seconds, >= 0"}, {'g', "seconds, >= 0"},
                          {'V', "a size (e.g. 96G)"}, {'R', "a size (e.g. 280G)"}, {'r', "a size (e.g. 512M)"},
-                         {'e', "a count or 'all'"}, {'M', "a count, 0..1000000"}};
+                         {'e', "a count or 'all'"}, {'M', "a count, 0..1000000"}, {'x', "a count, 1..2147483647"}};
             const char *want = "";
             for (size_t k = 0; k < sizeof hints / sizeof *hints; k++)
                 if (hints[k].flag == c) want = hints[k].want;
@@ -243,7 +258,8 @@ int og_cmd_serve(int argc, char **argv) {
     og_logger lg = {.level = OG_LOG_WARN, .out = stderr};
     og_server_config scfg = {.host = host, .port = (int)port, .api_key = api_key, .max_body = (size_t)max_body,
                              .timeout_s = (unsigned)timeout, .max_connections = parallel + queue + 64,
-                             .model_id = model_id, .fingerprint = fingerprint, .log = &lg};
+                             .model_id = model_id, .fingerprint = fingerprint, .log = &lg, .access_log = stdout,
+                             .access_json = log_json};
     og_server *srv;
     if (og_server_start(&scfg, &srv, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s\n", err);
@@ -295,7 +311,7 @@ int og_cmd_serve(int argc, char **argv) {
     og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
     og_api_model mdl = {.tok = tok, .chat = og_chat_detect(tmpl.s, (size_t)tmpl.n),
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = m->hp.n_layer,
-                        .capacity = (int)(parallel + queue)};
+                        .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens};
     og_server_set_engine(srv, eng, &mdl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), threads);

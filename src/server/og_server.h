@@ -21,6 +21,8 @@ typedef struct og_server_config {
     const char *model_id;    /* the id /v1/models lists and responses echo */
     const char *fingerprint; /* system_fingerprint of responses */
     const og_logger *log;    /* request errors are logged at INFO, failures at WARN */
+    FILE *access_log;        /* one line per request (server.c access_log), or NULL for none */
+    bool access_json;        /* those lines as JSON objects (--log-format json), else text */
 } og_server_config;
 
 /* Binds and starts serving (/health answers 503 until the engine is set).

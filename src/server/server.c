@@ -44,7 +44,6 @@ struct og_server {
     pthread_cond_t idle;               /* signalled when active drops to 0 */
 };
 
-
 /* One request (libmicrohttpd's per-request pointer): its body, and what the
  * access log and /metrics say about it. */
 typedef struct conn_ctx {
@@ -101,8 +100,9 @@ static void count_status(og_server *s, conn_ctx *cc, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static enum MHD_Result send_text_allow(og_server *s, struct MHD_Connection *c, conn_ctx *cc, int status, const char *ctype,
-                                       const char *text, size_t len, const char *retry_after, const char *allow) {
+static enum MHD_Result send_text_allow(og_server *s, struct MHD_Connection *c, conn_ctx *cc, int status,
+                                       const char *ctype, const char *text, size_t len, const char *retry_after,
+                                       const char *allow) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);

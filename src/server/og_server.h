@@ -1,7 +1,7 @@
 /* onegpu's HTTP server: the OpenAI-compatible API (shared/spec/openai-api.md)
  * over libmicrohttpd, one thread per connection (a connection waiting for its
- * tokens blocks only itself), with /health, /metrics (Prometheus text) and
- * optional bearer-key auth. The server listens before the model is loaded
+ * tokens blocks only itself), with /health, /metrics (Prometheus text),
+ * optional bearer-key auth and an access log (one line per request). The server listens before the model is loaded
  * (/health says 503 "loading" until og_server_set_engine). */
 #ifndef OG_SERVER_H
 #define OG_SERVER_H

@@ -1,7 +1,8 @@
 // Load figures of a running `onegpu serve` (bench/serve.sh starts one):
-// decode tok/s for 1, 4 and 8 concurrent users, and the longest pause the
+// decode tok/s for 1, 4 and 8 concurrent users, the longest pause the
 // decoders see when a long prompt arrives, compared with that prompt's prefill
-// time alone (what the pause would be without chunked prefill), same run.
+// time alone (what the pause would be without chunked prefill), and the time to
+// first token of a short request sent 0.3 s after a long prompt, same run.
 // usage: node serve_load.mjs BASE_URL LONG_PROMPT_WORDS   -> JSON on stdout
 const [base, wordsArg] = process.argv.slice(2);
 const words = Number(wordsArg || 1500);
@@ -67,6 +68,18 @@ let longFirst = 0;
 await stream(long, (x) => { if (!longFirst) longFirst = x; });
 const prefillShared = longFirst - arrived;
 await Promise.all(decoders);
+
+// a short request sent 0.3 s after the long prompt (no other load): its time to
+// first token, with the prefill budget shared among the prompts (issue 12 item 5)
+let longT = 0, shortT = 0;
+const tl = now();
+const longDone = stream(long, (x) => { if (!longT) longT = x; });
+await new Promise((r) => setTimeout(r, 300));
+const ts = now();
+await stream({ prompt: 'A short question:', max_tokens: 16, temperature: 0 }, (x) => { if (!shortT) shortT = x; });
+await longDone;
+out.short_after_long_ttft_s = shortT - ts;
+out.long_ttft_with_short_s = longT - tl;
 out.long_prompt_tokens = lu?.prompt_tokens;
 out.prefill_alone_s = prefillAlone;
 out.prefill_among_4_decoders_s = prefillShared;

@@ -24,6 +24,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu serve -m MODEL.gguf [--host ADDR] [--port P] [--api-key KEY] [--alias ID]\n"
             "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T]\n"
+            "                    [--max-tokens N] [--log-format text|json]\n"
             "                    [--vram SIZE [--ram SIZE] [--reserve SIZE] [--expert-slots N|all]\n"
             "                     [--profile FILE] [--save-profile FILE] [--migrate N]]\n"
             "  OpenAI-compatible API at http://HOST:PORT/v1 (chat/completions, completions, models),\n"
@@ -35,6 +36,10 @@ static void usage(FILE *out) {
             "  --ctx N            positions per sequence, prompt + output (default: the model's, at most 4096)\n"
             "  --parallel N       sequences served at once (default 4); --queue N more wait (default 64; then 503)\n"
             "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
+            "  --max-tokens N     tokens generated for a request that sets no max_tokens (default: until the\n"
+            "                     context is full for chat, 16 for completions); a request's own max_tokens wins\n"
+            "  --log-format text|json  the access log on stdout, one line per request: time, method, path, status,\n"
+            "                     prompt / cached / completion tokens, seconds (default text)\n"
             "  --max-body SIZE    request body limit (default 4M; 413 beyond)\n"
             "  --timeout S        idle connection timeout, seconds (default 60; a request being answered is never idle)\n"
             "  --grace S          on SIGTERM or SIGINT, seconds running requests may take to finish (default 30)\n"
@@ -93,10 +98,12 @@ int og_cmd_serve(int argc, char **argv) {
         {"batch-tokens", required_argument, 0, 'B'}, {"queue", required_argument, 0, 'Q'},
         {"max-body", required_argument, 0, 'b'},   {"timeout", required_argument, 0, 'T'},
         {"grace", required_argument, 0, 'g'},      OG_CLI_FLAG_OPTIONS,
+        {"max-tokens", required_argument, 0, 'x'}, {"log-format", required_argument, 0, 'l'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
     uint32_t parallel = 4, batch_tokens = 512, queue = 64;
-    long port = 8090;
+    long port = 8090, max_tokens = 0;
+    bool log_json = false;
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
     bool bad = false;
@@ -126,6 +133,14 @@ int og_cmd_serve(int argc, char **argv) {
         case 'b': bad |= og_parse_size(optarg, &max_body) != OG_OK || max_body < 1024 || max_body > (1ull << 31); break;
         case 'T': timeout = parse_seconds(optarg, &bad); break;
         case 'g': grace = parse_seconds(optarg, &bad); break;
+        case 'x': bad |= !og_cli_parse_long(optarg, 1, INT32_MAX, &max_tokens); break;
+        case 'l':
+            if (strcmp(optarg, "text") && strcmp(optarg, "json")) {
+                fprintf(stderr, "onegpu serve: bad value '%s' for --log-format: expected text or json\n", optarg);
+                return OG_EXIT_USAGE;
+            }
+            log_json = !strcmp(optarg, "json");
+            break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default:
             fprintf(stderr, "(onegpu serve --help lists the flags)\n");
@@ -138,7 +153,7 @@ int og_cmd_serve(int argc, char **argv) {
                 const char *want;
             } hints[] = {{'p', "a port, 0..65535"}, {'P', "a count, 1..4096"}, {'B', "a count, 1..1048576"},
                          {'Q', "a count, 0..1000000"}, {'b', "a size, 1K..2G (e.g. 4M)"}, {'T', "seconds, >= 0"},
-                         {'g', "seconds, >= 0"}};
+                         {'g', "seconds, >= 0"}, {'x', "a count, 1..2147483647"}};
             const char *want = "";
             for (size_t k = 0; k < sizeof hints / sizeof *hints; k++)
                 if (hints[k].flag == c) want = hints[k].want;
@@ -196,7 +211,8 @@ int og_cmd_serve(int argc, char **argv) {
     og_logger lg = {.level = OG_LOG_WARN, .out = stderr};
     og_server_config scfg = {.host = host, .port = (int)port, .api_key = api_key, .max_body = (size_t)max_body,
                              .timeout_s = (unsigned)timeout, .max_connections = parallel + queue + 64,
-                             .model_id = model_id, .fingerprint = fingerprint, .log = &lg};
+                             .model_id = model_id, .fingerprint = fingerprint, .log = &lg, .access_log = stdout,
+                             .access_json = log_json};
     og_server *srv;
     if (og_server_start(&scfg, &srv, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s\n", err);
@@ -245,7 +261,7 @@ int og_cmd_serve(int argc, char **argv) {
     og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
     og_api_model mdl = {.tok = tok, .chat = og_chat_detect(tmpl.s, (size_t)tmpl.n),
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = m->hp.n_layer,
-                        .capacity = (int)(parallel + queue)};
+                        .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens};
     og_server_set_engine(srv, eng, &mdl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), threads);

@@ -36,6 +36,7 @@ struct og_seq {
     og_tok_out *toks;
     int n_toks, cap_toks, toks_taken;
     int n_gen;
+    uint64_t step_submit, step_first; /* og_seq_out's */
     og_finish finish;
     char error[256];
 };
@@ -55,6 +56,7 @@ struct og_engine {
     og_seq *all;                  /* list head of live sequences */
     int32_t *b_tokens, *b_seq;
     bool *b_want, *b_exact;
+    int *b_share;                 /* [2][parallel]: prompt tokens left, this step's share */
     og_kv **b_kvs;
     float *logits;                /* [parallel][n_vocab] */
     og_engine_metrics met;
@@ -132,6 +134,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     e->b_seq = malloc(nb * sizeof *e->b_seq);
     e->b_want = malloc(nb * sizeof *e->b_want);
     e->b_exact = malloc(nb * sizeof *e->b_exact);
+    e->b_share = malloc(2 * (size_t)cfg->parallel * sizeof *e->b_share);
     e->b_kvs = malloc((size_t)cfg->parallel * sizeof *e->b_kvs);
     e->logits = malloc((size_t)cfg->parallel * (size_t)e->n_vocab * sizeof *e->logits);
     pthread_mutex_init(&e->mu, NULL);
@@ -154,7 +157,8 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
             return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
         }
     }
-    if (!e->queue || !e->running || !e->b_tokens || !e->b_seq || !e->b_want || !e->b_exact || !e->b_kvs || !e->logits) {
+    if (!e->queue || !e->running || !e->b_tokens || !e->b_seq || !e->b_want || !e->b_exact || !e->b_share ||
+        !e->b_kvs || !e->logits) {
         og_engine_free(e);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the engine's batch buffers");
     }
@@ -289,6 +293,7 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
                        e->cfg.parallel, queued, e->cfg.queue);
     }
     s->state = SEQ_QUEUED;
+    s->step_submit = e->met.steps;
     s->next = e->all;
     if (e->all) e->all->prev = s;
     e->all = s;
@@ -351,6 +356,8 @@ og_status og_seq_take(og_engine *e, og_seq *s, og_seq_out *o) {
     o->finish = s->taken == s->gen_len && nt == s->n_toks ? s->finish : OG_FINISH_NONE;
     o->n_prompt = s->n_prompt;
     o->n_gen = s->n_gen;
+    o->step_submit = s->step_submit;
+    o->step_first = s->step_first;
     memcpy(o->error, s->error, sizeof o->error);
     pthread_mutex_unlock(&e->mu);
     return OG_OK;
@@ -455,13 +462,45 @@ oom:
     s->released = s->gen_len;
 }
 
-/* One scheduler step's batch (lock held). Returns the token count (0: nothing). */
+int og_prefill_share(const int *need, int n, int budget, int *take) {
+    int left = budget > 0 ? budget : 0, active = 0;
+    for (int i = 0; i < n; i++) {
+        take[i] = 0;
+        active += need[i] > 0;
+    }
+    while (left > 0 && active > 0) {
+        int share = left / active;
+        if (share == 0) { /* fewer tokens than sequences: one each, oldest first */
+            for (int i = 0; i < n && left > 0; i++)
+                if (take[i] < need[i]) {
+                    take[i]++;
+                    left--;
+                }
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            if (take[i] >= need[i]) continue;
+            int g = need[i] - take[i] < share ? need[i] - take[i] : share;
+            take[i] += g;
+            left -= g;
+            active -= take[i] == need[i];
+        }
+    }
+    return (budget > 0 ? budget : 0) - left;
+}
+
+/* One scheduler step's batch (lock held). Returns the token count (0: nothing).
+ * The decoders come first, then the prefill budget is shared among the
+ * prefilling sequences (og_prefill_share). */
 static int build_batch(og_engine *e) {
-    int n = 0;
+    int n = 0, n_pre = 0;
+    int *need = e->b_share, *take = e->b_share + e->cfg.parallel;
     for (int i = 0; i < e->n_running; i++) {
         og_seq *s = e->running[i];
         e->b_kvs[i] = &s->kv;
         s->chunk = 0;
+        need[i] = s->n_prompt - s->n_fed;
+        n_pre += need[i] > 0;
         if (s->n_fed == s->n_prompt && s->need_feed) {
             e->b_tokens[n] = s->last;
             e->b_seq[n] = i;
@@ -469,19 +508,17 @@ static int build_batch(og_engine *e) {
             e->b_want[n++] = true;
         }
     }
-    int budget = e->cfg.batch_tokens - n;
-    for (int i = 0; i < e->n_running && budget > 0; i++) { /* admission order */
+    if (n_pre == 0) return n;
+    og_prefill_share(need, e->n_running, e->cfg.batch_tokens - n, take);
+    for (int i = 0; i < e->n_running; i++) { /* admission order */
         og_seq *s = e->running[i];
-        if (s->n_fed >= s->n_prompt) continue;
-        int c = s->n_prompt - s->n_fed < budget ? s->n_prompt - s->n_fed : budget;
-        for (int j = 0; j < c; j++) {
+        for (int j = 0; j < take[i]; j++) {
             e->b_tokens[n] = s->prompt[s->n_fed + j];
             e->b_seq[n] = i;
             e->b_exact[n] = s->reproducible;
             e->b_want[n++] = s->n_fed + j == s->n_prompt - 1;
         }
-        s->chunk = c;
-        budget -= c;
+        s->chunk = take[i];
     }
     return n;
 }
@@ -603,6 +640,7 @@ static void *scheduler(void *arg) {
                     id = s->forced[s->n_sampled];
                     lp = og_sampler_logprob(row, e->n_vocab, id);
                 }
+                if (!s->step_first) s->step_first = e->met.steps;
                 if (s->finish == OG_FINISH_NONE) seq_accept(e, s, id, lp, top, forced);
             }
             for (int i = 0; i < n_seq; i++) {
@@ -661,6 +699,7 @@ void og_engine_free(og_engine *e) {
     free(e->b_seq);
     free(e->b_want);
     free(e->b_exact);
+    free(e->b_share);
     free(e->b_kvs);
     free(e->logits);
     free(e->layer_routes);

@@ -4,10 +4,17 @@
  * calls; any number of other threads submit sequences and read their output.
  *
  * A scheduler step (DESIGN.md "Data flow"): every decoding sequence contributes
- * its last token, then prefilling sequences contribute prompt chunks, oldest
- * first, until the step holds batch_tokens tokens; one og_model_forward_batch
- * runs them all; each sequence that produced logits samples its next token.
- * So a long prompt delays the decoders by at most one chunk per step. Between
+ * its last token, then the rest of the step's batch_tokens is shared fairly
+ * among the prefilling sequences (og_prefill_share: equal shares, a share a
+ * sequence does not need goes to the others), so a short prompt admitted behind
+ * a long one is prefilled in its first step and samples its first token there,
+ * instead of waiting for the whole long prompt; one og_model_forward_batch runs
+ * them all; each sequence that produced logits samples its next token. A step
+ * never holds more than batch_tokens tokens, so prompts delay the decoders by
+ * at most one batch per step. A sequence is admitted at the start of a step, so
+ * its first token comes at most two steps after og_engine_submit returns (the
+ * step in flight, then its own) when a place is free and its prompt fits its
+ * share. Between
  * steps the placement (if any) moves the hot set (og_placement_step); with
  * nothing to run it publishes the copies that completed (og_placement_idle). */
 #ifndef OG_ENGINE_H
@@ -99,6 +106,8 @@ typedef struct og_seq_out {
     int n_toks;
     og_finish finish;             /* NONE while more may come */
     int n_prompt, n_gen;          /* tokens (n_gen: generated so far, EOG excluded) */
+    uint64_t step_submit;         /* scheduler steps done (og_engine_metrics.steps) when it was submitted */
+    uint64_t step_first;          /* the step that sampled its first token (EOG too); 0: none yet */
     char error[256];              /* for OG_FINISH_ERROR */
 } og_seq_out;
 void og_seq_out_free(og_seq_out *o);
@@ -150,6 +159,15 @@ og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out);
  * of them on the device, for l < n_layer (the model's layers; dense ones stay
  * 0). Errors: OG_ERR_STATE without placement statistics. */
 og_status og_engine_layer_hits(og_engine *e, uint64_t *routes, uint64_t *hits, uint32_t n_layer);
+
+/* Shares a step's prefill budget (tokens, the step's batch_tokens less its
+ * decoders) among n running sequences in admission order: need[i] prompt
+ * tokens each still has to feed (0: not prefilling). Writes take[i] in
+ * 0..need[i], the tokens it feeds this step: max-min fair (equal shares; what a
+ * sequence does not need goes to the others; when tokens are fewer than
+ * sequences, one each, oldest first), sum(take) = min(budget, sum(need)).
+ * Returns that sum (0 when budget <= 0). Exposed for tests. */
+int og_prefill_share(const int *need, int n, int budget, int *take);
 
 /* Longest suffix of text[0..len) that is a proper prefix of one of the stop
  * strings: the bytes a stream must hold back. Exposed for tests. */

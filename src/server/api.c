@@ -162,17 +162,6 @@ static bool get_bool(json_t *root, const char *k, bool *out, og_api_err *e) {
     return true;
 }
 
-/* Does text (parsed with special tokens) contain a control token? Names it. */
-static bool control_token_free(const og_tokenizer *tok, const char *text, const char *param, og_api_err *e) {
-    int32_t id;
-    if (og_tokenizer_first_control(tok, text, strlen(text), &id)) return OOM();
-    if (id < 0) return true;
-    char t[128];
-    int n = og_token_to_bytes(tok, id, true, t, sizeof t - 1);
-    t[n < 0 ? 0 : n > (int)sizeof t - 1 ? (int)sizeof t - 1 : n] = 0;
-    return BAD(param, "%s contains the control token '%s' (id %d); the chat template adds those itself", param, t, id);
-}
-
 /* The text of a content part: "refusal" for refusal parts, else "text". */
 static json_t *part_text(json_t *p) {
     const char *type = json_string_value(json_object_get(p, "type"));
@@ -288,27 +277,14 @@ static bool parse_messages(json_t *root, const og_api_model *mdl, og_api_req *r,
                 break;
             }
         }
-        if (texts[i] && !(ok = control_token_free(mdl->tok, texts[i], param, e))) break;
-        for (int j = 0; ok && j < cm[i].n_tool_calls; j++) {
-            snprintf(param, sizeof param, "messages[%zu].tool_calls[%d]", i, j);
-            ok = control_token_free(mdl->tok, calls[i][j].name, param, e) &&
-                 control_token_free(mdl->tok, calls[i][j].arguments, param, e);
-        }
-        if (!ok) break;
     }
-    char *prompt = NULL;
-    if (ok) {
+    if (ok) { /* control-token text in a message is plain text: only the template's markers are control tokens */
         char err[256];
-        og_status st = og_chat_format(mdl->chat, cm, (int)n, true, &prompt, err, sizeof err);
+        r->n_prompts = 1;
+        og_status st = og_chat_tokenize(mdl->tok, mdl->chat, cm, (int)n, true, &r->prompts[0], err, sizeof err);
         if (st == OG_ERR_NOMEM) ok = OOM();
         else if (st) ok = BAD("messages", "%s", err);
     }
-    if (ok) {
-        r->n_prompts = 1;
-        if (og_tokenize(mdl->tok, prompt, strlen(prompt), og_tokenizer_add_bos(mdl->tok), true, &r->prompts[0]))
-            ok = OOM();
-    }
-    free(prompt);
     for (size_t i = 0; texts && i < n; i++) free(texts[i]);
     for (size_t i = 0; calls && i < n; i++) free(calls[i]);
     free(texts);
@@ -347,6 +323,11 @@ static bool parse_prompt(json_t *root, const og_api_model *mdl, og_api_req *r, o
             const char *s = json_string_value(v);
             size_t l = json_string_length(v);
             if (og_tokenize(mdl->tok, s, l, og_tokenizer_add_bos(mdl->tok), true, ids)) return OOM();
+            int32_t bos = og_tokenizer_bos(mdl->tok);
+            if (og_tokenizer_add_bos(mdl->tok) && ids->n >= 2 && ids->v[0] == bos && ids->v[1] == bos) {
+                memmove(ids->v, ids->v + 1, (ids->n - 1) * sizeof *ids->v); /* the text's own BOS: not a second */
+                ids->n--;
+            }
             if (!(r->prompt_text[i] = strndup(s, l))) return OOM();
         } else if (json_is_array(v) && (ids_one || json_array_size(v) > 0)) {
             size_t k;
@@ -504,6 +485,7 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     const char *mt_name = "max_tokens";
     if (chat && field(root, "max_completion_tokens")) mt_name = "max_completion_tokens";
     if (!get_int(root, mt_name, chat ? 1 : 0, INT32_MAX, &max_tokens, e)) return false;
+    bool mt_set = field(root, mt_name) != NULL;
     r->sp.max_tokens = (int)max_tokens;
     /* log-probs */
     if (chat) {
@@ -553,6 +535,15 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
         return BADC("functions", "unsupported_parameter", "'functions' (function calling) is not supported by this server");
 
     if (chat ? !parse_messages(root, mdl, r, e) : !parse_prompt(root, mdl, r, e)) return false;
+    if (!mt_set && mdl->max_tokens > 0) { /* the server's cap, within what the context leaves */
+        long long longest = 0;
+        for (int k = 0; k < r->n_prompts; k++)
+            if ((long long)r->prompts[k].n > longest) longest = (long long)r->prompts[k].n;
+        long long cap = mdl->max_tokens;
+        if (r->sp.max_tokens >= 0 && r->sp.max_tokens < cap) cap = r->sp.max_tokens;
+        if (longest < mdl->ctx && cap > mdl->ctx - longest) cap = mdl->ctx - longest;
+        r->sp.max_tokens = (int)cap;
+    }
     for (int k = 0; k < r->n_prompts; k++) {
         long long n = (long long)r->prompts[k].n, need = n + (r->sp.max_tokens > 0 ? r->sp.max_tokens : 0);
         const char *what = chat ? "messages" : "prompt";

@@ -28,6 +28,8 @@ typedef struct og_api_model {
     int ctx;                 /* positions per sequence */
     uint32_t n_layer;        /* for per-layer metrics */
     int capacity;            /* sequences the engine holds at once: parallel + queue */
+    int max_tokens;          /* tokens generated for a request that sets no max_tokens (--max-tokens; 0: until
+                                the context is full, or completions' 16), clipped to what the context leaves */
 } og_api_model;
 
 typedef struct og_api_req {
@@ -45,7 +47,10 @@ typedef struct og_api_req {
 } og_api_req;
 
 /* Parses and validates a request body (len bytes) for the chat (chat = true)
- * or completions endpoint, renders and tokenizes the prompt. Returns true on
+ * or completions endpoint, renders and tokenizes the prompt: messages with
+ * og_chat_tokenize (control-token text typed in a message is plain text), a
+ * completions prompt with special tokens parsed, and a prompt text that begins
+ * with the BOS text gets no second BOS. Returns true on
  * success; false with *e filled (status 400, or 500 for out of memory). The
  * context check (prompt + max tokens against ctx) is done here too
  * (code "context_length_exceeded", the numbers in the message). */

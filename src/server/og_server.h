@@ -1,7 +1,7 @@
 /* onegpu's HTTP server: the OpenAI-compatible API (shared/spec/openai-api.md)
  * over libmicrohttpd, one thread per connection (a connection waiting for its
- * tokens blocks only itself), with /health, /metrics (Prometheus text) and
- * optional bearer-key auth. The server listens before the model is loaded
+ * tokens blocks only itself), with /health, /metrics (Prometheus text),
+ * optional bearer-key auth and an access log (one line per request). The server listens before the model is loaded
  * (/health says 503 "loading" until og_server_set_engine). */
 #ifndef OG_SERVER_H
 #define OG_SERVER_H
@@ -21,6 +21,8 @@ typedef struct og_server_config {
     const char *model_id;    /* the id /v1/models lists and responses echo */
     const char *fingerprint; /* system_fingerprint of responses */
     const og_logger *log;    /* request errors are logged at INFO, failures at WARN */
+    FILE *access_log;        /* one line per request (server.c access_log), or NULL for none */
+    bool access_json;        /* those lines as JSON objects (--log-format json), else text */
 } og_server_config;
 
 /* Binds and starts serving (/health answers 503 until the engine is set).

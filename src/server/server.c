@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -35,23 +36,34 @@ struct og_server {
     int state;
     og_engine *engine;
     og_api_model mdl;
-    uint64_t by_status[N_COUNTED + 1]; /* last: other codes */
+    uint64_t by_status[N_COUNTED + 1]; /* API requests answered; last: other codes */
+    uint64_t probes[2];                /* /health, /metrics requests answered */
     uint64_t id_seq, id_key;
     time_t created;
     int active;                        /* generation requests not yet fully answered */
     pthread_cond_t idle;               /* signalled when active drops to 0 */
 };
 
+/* One request (libmicrohttpd's per-request pointer): its body, and what the
+ * access log and /metrics say about it. */
 typedef struct conn_ctx {
     char *body;
     size_t len, cap;
-    bool too_large, responded;
+    bool responded;
+    bool probe;                   /* /health or /metrics: counted apart from the API requests */
+    int status;                   /* of the answer sent; 0: none (the client left first) */
+    long long n_prompt, n_gen;    /* tokens of a generation request, for the access log */
+    double t0;                    /* CLOCK_MONOTONIC seconds when its headers arrived */
+    struct timespec wall0;        /* the same moment, CLOCK_REALTIME */
+    char method[16];
+    char path[256];               /* the URL path, cut at 255 bytes */
 } conn_ctx;
 
 /* One generation request's state: owned by the stream response (freed by its
  * free callback) or by the access handler (non-streaming). */
 typedef struct gen_ctx {
     og_server *srv;
+    conn_ctx *cc;                 /* its request: token counts for the access log (read only while it runs) */
     og_engine *e;
     og_api_req req;
     og_seq *seqs[OG_API_MAX_PROMPTS];
@@ -75,16 +87,22 @@ typedef struct gen_ctx {
     char error[256];
 } gen_ctx;
 
-static void count_status(og_server *s, int status) {
+static void count_status(og_server *s, conn_ctx *cc, int status) {
+    cc->status = status;
     pthread_mutex_lock(&s->mu);
-    size_t k = 0;
-    while (k < N_COUNTED && counted[k] != status) k++;
-    s->by_status[k]++;
+    if (cc->probe) {
+        s->probes[strcmp(cc->path, "/health") ? 1 : 0]++;
+    } else {
+        size_t k = 0;
+        while (k < N_COUNTED && counted[k] != status) k++;
+        s->by_status[k]++;
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
-static enum MHD_Result send_text_allow(og_server *s, struct MHD_Connection *c, int status, const char *ctype,
-                                       const char *text, size_t len, const char *retry_after, const char *allow) {
+static enum MHD_Result send_text_allow(og_server *s, struct MHD_Connection *c, conn_ctx *cc, int status,
+                                       const char *ctype, const char *text, size_t len, const char *retry_after,
+                                       const char *allow) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
@@ -94,46 +112,47 @@ static enum MHD_Result send_text_allow(og_server *s, struct MHD_Connection *c, i
     if (status == 405) MHD_add_response_header(r, "Allow", allow ? allow : "GET, HEAD");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
-    count_status(s, status);
+    count_status(s, cc, status);
     return ret;
 }
 
-static enum MHD_Result send_text(og_server *s, struct MHD_Connection *c, int status, const char *ctype,
+static enum MHD_Result send_text(og_server *s, struct MHD_Connection *c, conn_ctx *cc, int status, const char *ctype,
                                  const char *text, size_t len, const char *retry_after) {
-    return send_text_allow(s, c, status, ctype, text, len, retry_after, NULL);
+    return send_text_allow(s, c, cc, status, ctype, text, len, retry_after, NULL);
 }
 
-static enum MHD_Result send_json(og_server *s, struct MHD_Connection *c, int status, json_t *o) {
+static enum MHD_Result send_json(og_server *s, struct MHD_Connection *c, conn_ctx *cc, int status, json_t *o) {
     char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!txt) return MHD_NO;
-    enum MHD_Result r = send_text(s, c, status, "application/json", txt, strlen(txt), NULL);
+    enum MHD_Result r = send_text(s, c, cc, status, "application/json", txt, strlen(txt), NULL);
     free(txt);
     return r;
 }
 
 /* The error envelope with e's status; allow: the Allow header of a 405 (NULL:
  * "GET, HEAD"). */
-static enum MHD_Result send_error(og_server *s, struct MHD_Connection *c, const og_api_err *e, const char *allow) {
+static enum MHD_Result send_error(og_server *s, struct MHD_Connection *c, conn_ctx *cc, const og_api_err *e,
+                                  const char *allow) {
     char *txt = og_api_error_json(e);
     if (!txt) return MHD_NO;
     if (s->cfg.log) og_log(s->cfg.log, OG_LOG_INFO, "%d %s", e->status, e->message);
     const char *retry = e->status == 503 || e->status == 429 ? "1" : NULL;
-    enum MHD_Result r = send_text_allow(s, c, e->status, "application/json", txt, strlen(txt), retry, allow);
+    enum MHD_Result r = send_text_allow(s, c, cc, e->status, "application/json", txt, strlen(txt), retry, allow);
     free(txt);
     return r;
 }
 
-static enum MHD_Result fail(og_server *s, struct MHD_Connection *c, int status, const char *type, const char *code,
-                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static enum MHD_Result fail(og_server *s, struct MHD_Connection *c, int status, const char *type, const char *code,
-                            const char *fmt, ...) {
+static enum MHD_Result fail(og_server *s, struct MHD_Connection *c, conn_ctx *cc, int status, const char *type,
+                            const char *code, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static enum MHD_Result fail(og_server *s, struct MHD_Connection *c, conn_ctx *cc, int status, const char *type,
+                            const char *code, const char *fmt, ...) {
     og_api_err e;
     va_list ap;
     va_start(ap, fmt);
     og_api_verror(&e, status, type, NULL, code, fmt, ap);
     va_end(ap);
-    return send_error(s, c, &e, NULL);
+    return send_error(s, c, cc, &e, NULL);
 }
 
 /* The error a request that ended with ERROR or CANCEL gets (msg: why). */
@@ -303,6 +322,11 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         g->sent_done = true;
         changed = true;
     }
+    g->cc->n_prompt = g->cc->n_gen = 0;
+    for (int i = 0; i < g->n; i++) {
+        g->cc->n_prompt += g->n_prompt[i];
+        g->cc->n_gen += g->n_gen[i];
+    }
     return changed;
 }
 
@@ -370,11 +394,12 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     og_api_model mdl = s->mdl;
     uint64_t seq_no = ++s->id_seq;
     pthread_mutex_unlock(&s->mu);
-    if (state == ST_LOADING) return fail(s, c, 503, "unavailable_error", NULL, "the model is still loading; retry shortly");
-    if (state == ST_DRAINING) return fail(s, c, 503, "unavailable_error", NULL, "the server is shutting down");
+    if (state == ST_LOADING) return fail(s, c, cc, 503, "unavailable_error", NULL, "the model is still loading; retry shortly");
+    if (state == ST_DRAINING) return fail(s, c, cc, 503, "unavailable_error", NULL, "the server is shutting down");
     gen_ctx *g = calloc(1, sizeof *g);
-    if (!g) return fail(s, c, 500, "server_error", NULL, "out of memory");
+    if (!g) return fail(s, c, cc, 500, "server_error", NULL, "out of memory");
     g->srv = s;
+    g->cc = cc;
     g->e = e;
     pthread_mutex_lock(&s->mu);
     s->active++;
@@ -385,12 +410,12 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     og_api_err err;
     if (!og_api_parse(cc->body ? cc->body : "", cc->len, chat, &mdl, &g->req, &err)) {
         gen_free(g);
-        return send_error(s, c, &err, NULL);
+        return send_error(s, c, cc, &err, NULL);
     }
     if (g->req.n_prompts > mdl.capacity) {
         int n = g->req.n_prompts;
         gen_free(g);
-        return fail(s, c, 400, "invalid_request_error", NULL,
+        return fail(s, c, cc, 400, "invalid_request_error", NULL,
                     "%d prompts in one request, but this server holds %d sequences at once (--parallel + --queue): "
                     "send fewer per request", n, mdl.capacity);
     }
@@ -400,11 +425,11 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
                                         sizeof msg);
         if (st) {
             gen_free(g);
-            if (st == OG_ERR_STATE) return fail(s, c, 503, "unavailable_error", NULL, "%s", msg);
+            if (st == OG_ERR_STATE) return fail(s, c, cc, 503, "unavailable_error", NULL, "%s", msg);
             if (st == OG_ERR_RANGE)
-                return fail(s, c, 400, "invalid_request_error", "context_length_exceeded", "%s", msg);
-            if (st == OG_ERR_NOMEM) return fail(s, c, 500, "server_error", NULL, "%s", msg);
-            return fail(s, c, 400, "invalid_request_error", NULL, "%s", msg);
+                return fail(s, c, cc, 400, "invalid_request_error", "context_length_exceeded", "%s", msg);
+            if (st == OG_ERR_NOMEM) return fail(s, c, cc, 500, "server_error", NULL, "%s", msg);
+            return fail(s, c, cc, 400, "invalid_request_error", NULL, "%s", msg);
         }
         g->n = i + 1;
     }
@@ -421,7 +446,7 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
-        count_status(s, 200);
+        count_status(s, cc, 200);
         return ret;
     }
     for (;;) {
@@ -440,11 +465,11 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
             og_api_err fe;
             finish_error(g->finish[i], g->error, &fe);
             gen_free(g);
-            return send_error(s, c, &fe, NULL);
+            return send_error(s, c, cc, &fe, NULL);
         }
     json_t *o = final_response(g);
     gen_free(g);
-    return send_json(s, c, 200, o);
+    return send_json(s, c, cc, 200, o);
 }
 
 /* ---- other endpoints ------------------------------------------------------ */
@@ -459,11 +484,12 @@ static json_t *model_json(og_server *s) {
     return o;
 }
 
-static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c) {
+static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c, conn_ctx *cc) {
     pthread_mutex_lock(&s->mu);
     og_engine *e = s->engine;
-    uint64_t by[N_COUNTED + 1];
+    uint64_t by[N_COUNTED + 1], probes[2];
     memcpy(by, s->by_status, sizeof by);
+    memcpy(probes, s->probes, sizeof probes);
     int state = s->state;
     uint32_t nl = s->mdl.n_layer;
     pthread_mutex_unlock(&s->mu);
@@ -472,12 +498,16 @@ static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    if (!f) return fail(s, c, 500, "server_error", NULL, "out of memory");
-    fprintf(f, "# HELP onegpu_requests_total HTTP responses sent, by status code.\n"
-               "# TYPE onegpu_requests_total counter\n");
+    if (!f) return fail(s, c, cc, 500, "server_error", NULL, "out of memory");
+    fprintf(f, "# HELP onegpu_requests_total API requests answered (every path but /health and /metrics), by status "
+               "code.\n# TYPE onegpu_requests_total counter\n");
     for (size_t k = 0; k < N_COUNTED; k++)
         fprintf(f, "onegpu_requests_total{code=\"%d\"} %llu\n", counted[k], (unsigned long long)by[k]);
     fprintf(f, "onegpu_requests_total{code=\"other\"} %llu\n", (unsigned long long)by[N_COUNTED]);
+    fprintf(f, "# HELP onegpu_probe_requests_total Requests to /health and /metrics answered (this one not yet).\n"
+               "# TYPE onegpu_probe_requests_total counter\n"
+               "onegpu_probe_requests_total{path=\"/health\"} %llu\nonegpu_probe_requests_total{path=\"/metrics\"} %llu\n",
+            (unsigned long long)probes[0], (unsigned long long)probes[1]);
     const struct {
         const char *name, *type, *help;
         double v;
@@ -527,9 +557,9 @@ static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c) {
     free(lh);
     if (fclose(f) || !buf) {
         free(buf);
-        return fail(s, c, 500, "server_error", NULL, "out of memory");
+        return fail(s, c, cc, 500, "server_error", NULL, "out of memory");
     }
-    enum MHD_Result r = send_text(s, c, 200, "text/plain; version=0.0.4", buf, len, NULL);
+    enum MHD_Result r = send_text(s, c, cc, 200, "text/plain; version=0.0.4", buf, len, NULL);
     free(buf);
     return r;
 }
@@ -552,45 +582,125 @@ static bool authorized(og_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Writes p[0..n) to the socket by deadline (CLOCK_MONOTONIC seconds). */
+static bool send_all(int fd, const char *p, size_t n, double deadline) {
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            p += k;
+            n -= (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+        double left = deadline - mono_s();
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) return false;
+    }
+    return true;
+}
+
+#define LINGER_QUIET_S 2.0 /* refuse_early: a client silent this long is done sending */
+
+/* Answers e (a 401 or 413) before the request's body is read, on the socket
+ * itself. Queued through libmicrohttpd, the answer would be followed by a close
+ * with the client's unread bytes pending, which resets the connection: a client
+ * that sends its whole body before reading (most do) gets a broken pipe and
+ * never the answer. Here the answer goes out, our side shuts down for writing,
+ * and what the client still sends is read and dropped (never stored) until it
+ * closes, stays silent for LINGER_QUIET_S, or --timeout (60 s if 0) has passed
+ * in all; then libmicrohttpd closes the connection (MHD_NO). */
+static enum MHD_Result refuse_early(og_server *s, struct MHD_Connection *c, conn_ctx *cc, const char *version,
+                                    const og_api_err *e) {
+    cc->responded = true;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char *body = og_api_error_json(e);
+    if (!ci || !body) {
+        free(body);
+        return MHD_NO;
+    }
+    int fd = ci->connect_fd;
+    double deadline = mono_s() + (s->cfg.timeout_s ? s->cfg.timeout_s : 60);
+    char head[512];
+    int hl = snprintf(head, sizeof head,
+                      "%s %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nCache-Control: no-cache\r\n"
+                      "%sConnection: close\r\n\r\n",
+                      version && !strcmp(version, "HTTP/1.0") ? "HTTP/1.0" : "HTTP/1.1", e->status,
+                      e->status == 401 ? "Unauthorized" : "Content Too Large", strlen(body),
+                      e->status == 401 ? "WWW-Authenticate: Bearer\r\n" : "");
+    if (s->cfg.log) og_log(s->cfg.log, OG_LOG_INFO, "%d %s", e->status, e->message);
+    count_status(s, cc, e->status);
+    if (send_all(fd, head, (size_t)hl, deadline) && send_all(fd, body, strlen(body), deadline)) {
+        shutdown(fd, SHUT_WR);
+        char buf[65536];
+        for (;;) {
+            double left = deadline - mono_s();
+            if (left > LINGER_QUIET_S) left = LINGER_QUIET_S;
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) break;
+            ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+        }
+    }
+    free(body);
+    return MHD_NO;
+}
+
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                       const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     og_server *s = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) {
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         *con_cls = cc;
-        if (strcmp(url, "/health") && !authorized(s, c)) { /* before reading any body */
-            cc->responded = true;
-            return fail(s, c, 401, "authentication_error", "invalid_api_key",
-                        "a valid API key is required: send the header 'Authorization: Bearer KEY' (onegpu serve --api-key)");
-        }
+        cc->t0 = mono_s();
+        clock_gettime(CLOCK_REALTIME, &cc->wall0);
+        snprintf(cc->method, sizeof cc->method, "%s", method);
+        snprintf(cc->path, sizeof cc->path, "%s", url);
+        cc->probe = !strcmp(url, "/health") || !strcmp(url, "/metrics");
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
+        bool has_body = (cl && strtoull(cl, NULL, 10) > 0) ||
+                        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+        og_api_err e;
+        if (strcmp(url, "/health") && !authorized(s, c)) { /* before reading any body */
+            og_api_error(&e, 401, "authentication_error", NULL, "invalid_api_key",
+                         "a valid API key is required: send the header 'Authorization: Bearer KEY' (onegpu serve "
+                         "--api-key)");
+            if (has_body) return refuse_early(s, c, cc, version, &e);
             cc->responded = true;
-            return fail(s, c, 413, "invalid_request_error", "request_too_large",
-                        "the request body (%s bytes) is over this server's limit of %zu bytes", cl, s->cfg.max_body);
+            return send_error(s, c, cc, &e, NULL);
+        }
+        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) {
+            og_api_error(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                         "the request body (%s bytes) is over this server's limit of %zu bytes", cl, s->cfg.max_body);
+            return refuse_early(s, c, cc, version, &e);
         }
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!cc->responded && !cc->too_large) {
-            if (cc->len + *upload_size > s->cfg.max_body) {
-                cc->too_large = true;
-            } else {
-                if (cc->len + *upload_size + 1 > cc->cap) {
-                    size_t cap = cc->cap ? cc->cap : 4096;
-                    while (cap < cc->len + *upload_size + 1) cap *= 2;
-                    char *b = realloc(cc->body, cap);
-                    if (!b) return MHD_NO;
-                    cc->body = b;
-                    cc->cap = cap;
-                }
-                memcpy(cc->body + cc->len, upload, *upload_size);
-                cc->len += *upload_size;
-                cc->body[cc->len] = 0;
-            }
+        if (cc->responded) return MHD_NO;
+        if (cc->len + *upload_size > s->cfg.max_body) { /* no Content-Length (chunked): found out while reading */
+            og_api_err e;
+            og_api_error(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                         "the request body is over this server's limit of %zu bytes", s->cfg.max_body);
+            return refuse_early(s, c, cc, version, &e);
         }
+        if (cc->len + *upload_size + 1 > cc->cap) {
+            size_t cap = cc->cap ? cc->cap : 4096;
+            while (cap < cc->len + *upload_size + 1) cap *= 2;
+            char *b = realloc(cc->body, cap);
+            if (!b) return MHD_NO;
+            cc->body = b;
+            cc->cap = cap;
+        }
+        memcpy(cc->body + cc->len, upload, *upload_size);
+        cc->len += *upload_size;
+        cc->body[cc->len] = 0;
         *upload_size = 0;
         return MHD_YES;
     }
@@ -598,16 +708,13 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
     cc->responded = true;
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health")) {
-        if (!get) return fail(s, c, 405, "invalid_request_error", NULL, "use GET for /health");
+        if (!get) return fail(s, c, cc, 405, "invalid_request_error", NULL, "use GET for /health");
         pthread_mutex_lock(&s->mu);
         int st = s->state;
         pthread_mutex_unlock(&s->mu);
-        return send_json(s, c, st == ST_READY ? 200 : 503,
+        return send_json(s, c, cc, st == ST_READY ? 200 : 503,
                          json_pack("{s:s}", "status", st == ST_READY ? "ok" : st == ST_LOADING ? "loading" : "shutting down"));
     }
-    if (cc->too_large)
-        return fail(s, c, 413, "invalid_request_error", "request_too_large",
-                    "the request body is over this server's limit of %zu bytes", s->cfg.max_body);
     bool is_chat = !strcmp(url, "/v1/chat/completions"), is_cmpl = !strcmp(url, "/v1/completions");
     if (is_chat || is_cmpl) {
         if (!post) {
@@ -615,37 +722,69 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
             char pr[128];
             og_api_error(&e, 405, "invalid_request_error", NULL, NULL, "use POST for %s",
                          og_printable(url, strlen(url), pr, sizeof pr));
-            return send_error(s, c, &e, "POST");
+            return send_error(s, c, cc, &e, "POST");
         }
         return handle_generate(s, c, cc, is_chat);
     }
     if (!strcmp(url, "/metrics")) {
-        if (!get) return fail(s, c, 405, "invalid_request_error", NULL, "use GET for /metrics");
-        return handle_metrics(s, c);
+        if (!get) return fail(s, c, cc, 405, "invalid_request_error", NULL, "use GET for /metrics");
+        return handle_metrics(s, c, cc);
     }
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) {
-        if (!get) return fail(s, c, 405, "invalid_request_error", NULL, "use GET for %s", url);
+        if (!get) return fail(s, c, cc, 405, "invalid_request_error", NULL, "use GET for %s", url);
         if (!strcmp(url, "/v1/models"))
-            return send_json(s, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));
-        if (!strcmp(url + 11, s->model_id)) return send_json(s, c, 200, model_json(s));
+            return send_json(s, c, cc, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));
+        if (!strcmp(url + 11, s->model_id)) return send_json(s, c, cc, 200, model_json(s));
         char pr[128];
         og_api_err e;
         og_api_error(&e, 404, "invalid_request_error", "model", "model_not_found",
                      "the model '%s' does not exist; this server has '%s'",
                      og_printable(url + 11, strlen(url + 11), pr, sizeof pr), s->model_id);
-        return send_error(s, c, &e, NULL);
+        return send_error(s, c, cc, &e, NULL);
     }
     char pr[128];
-    return fail(s, c, 404, "not_found_error", NULL, "no such endpoint: %s %s", method,
+    return fail(s, c, cc, 404, "not_found_error", NULL, "no such endpoint: %s %s", method,
                 og_printable(url, strlen(url), pr, sizeof pr));
 }
 
+/* The access-log line of a finished request: when its headers arrived (UTC),
+ * method, path, status (499: the client left before any answer), prompt /
+ * cached / completion tokens (0 but for generation requests; no prefix cache
+ * yet, so cached is 0), and seconds from its headers to its end. */
+static void access_log(og_server *s, const conn_ctx *cc) {
+    FILE *f = s->cfg.access_log;
+    if (!f) return;
+    struct tm tm;
+    gmtime_r(&cc->wall0.tv_sec, &tm);
+    char ts[48];
+    size_t tl = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + tl, sizeof ts - tl, ".%03ldZ", cc->wall0.tv_nsec / 1000000);
+    double dur = mono_s() - cc->t0;
+    int status = cc->status ? cc->status : 499;
+    if (s->cfg.access_json) {
+        json_t *o = json_pack("{s:s,s:o,s:o,s:i,s:I,s:i,s:I,s:f}", "time", ts, "method",
+                              og_api_jstr(cc->method, strlen(cc->method)), "path", og_api_jstr(cc->path, strlen(cc->path)),
+                              "status", status, "prompt_tokens", (json_int_t)cc->n_prompt, "cached_tokens", 0,
+                              "completion_tokens", (json_int_t)cc->n_gen, "duration_s", round(dur * 1e6) / 1e6);
+        char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (t) fprintf(f, "%s\n", t);
+        free(t);
+    } else {
+        char pm[64], pp[1100];
+        fprintf(f, "%s %s %s %d prompt=%lld cached=0 completion=%lld %.3fs\n", ts,
+                og_printable(cc->method, strlen(cc->method), pm, sizeof pm),
+                og_printable(cc->path, strlen(cc->path), pp, sizeof pp), status, cc->n_prompt, cc->n_gen, dur);
+    }
+    fflush(f);
+}
+
 static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
     (void)c;
     (void)toe;
     conn_ctx *cc = *con_cls;
     if (cc) {
+        access_log(cls, cc);
         free(cc->body);
         free(cc);
     }

@@ -97,10 +97,22 @@ typedef struct og_chat_msg {
 /* Renders messages as the official DeepSeek-V3 template does, quirks included,
  * WITHOUT the leading BOS text: the tokenizer adds the BOS id (add_bos_token), so
  * a BOS is never doubled. Tokenize the result with parse_special = true (the
- * markers are control tokens). *out is malloc'ed, NUL-terminated. Errors:
- * OG_ERR_UNSUPPORTED (kind), OG_ERR_INVALID_ARG (unknown role, or an assistant
+ * markers are control tokens), or use og_chat_tokenize, which keeps message
+ * text from ever becoming a control token. *out is malloc'ed, NUL-terminated.
+ * Errors: OG_ERR_UNSUPPORTED (kind), OG_ERR_INVALID_ARG (unknown role, or an assistant
  * turn with neither content nor tool calls), OG_ERR_NOMEM. */
 og_status og_chat_format(og_chat_kind kind, const og_chat_msg *msgs, int n, bool add_generation_prompt, char **out,
                          char *err, size_t errlen);
+
+/* Renders messages as og_chat_format does and appends the prompt's token ids to
+ * out (BOS first when the tokenizer adds one): the template's markers become
+ * their control tokens, and all other text, every message's content, tool
+ * names and arguments included, is tokenized with parse_special = false, so
+ * control-token text typed in a message stays plain text (USER_DEFINED tokens
+ * such as <think> are still recognized, §2). For text without control-token
+ * text the ids equal og_tokenize(og_chat_format(...), parse_special = true).
+ * Errors: those of og_chat_format, OG_ERR_NOMEM. */
+og_status og_chat_tokenize(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *msgs, int n,
+                           bool add_generation_prompt, og_ids *out, char *err, size_t errlen);
 
 #endif

@@ -15,9 +15,10 @@ json_get() { node -e "const j=JSON.parse(require('fs').readFileSync('$1','utf8')
 # start_server LOG ARGS...: starts "$onegpu" serve -m "$model" on a free port, waits for
 # /health 200; sets port and spid, adds spid to the caller's pids array (its cleanup
 # kills them). Fails with the server's log if it exits or is not ready in 60 s.
+# stderr goes to LOG, stdout (the access log) to LOG.access.
 start_server() {
   local log=$1; shift
-  "$onegpu" serve -m "$model" --port 0 "$@" 2>"$log" &
+  "$onegpu" serve -m "$model" --port 0 "$@" 2>"$log" >"$log.access" &
   spid=$!
   pids+=("$spid")
   port=

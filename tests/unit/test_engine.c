@@ -64,6 +64,7 @@ typedef struct result {
     int n;
     og_finish finish;
     int n_gen;
+    uint64_t step_submit, step_first;
 } result;
 
 /* Reads s to its end, concatenating what each og_seq_take hands over. */
@@ -82,6 +83,8 @@ static void collect(og_engine *e, og_seq *s, result *r) {
         }
         og_finish f = o.finish;
         r->n_gen = o.n_gen;
+        r->step_submit = o.step_submit;
+        r->step_first = o.step_first;
         og_seq_out_free(&o);
         if (f != OG_FINISH_NONE) {
             r->finish = f;
@@ -299,6 +302,109 @@ static void test_cancel_frees_everything(void **state) {
     assert_int_equal(r.n_gen, 3);
     og_engine_free(e);
     og_ids_free(&ids);
+}
+
+/* og_prefill_share against a reference that deals the budget out one token at
+ * a time, round robin over the sequences still prefilling, in admission order. */
+static void test_prefill_share(void **state) {
+    (void)state;
+    int take[8];
+    const int a[] = {2000, 10};
+    assert_int_equal(og_prefill_share(a, 2, 64, take), 64);
+    assert_int_equal(take[0], 54); /* the short prompt fits its half: all of it now */
+    assert_int_equal(take[1], 10);
+    const int b[] = {0, 100, 0, 100, 100};
+    assert_int_equal(og_prefill_share(b, 5, 10, take), 10);
+    assert_int_equal(take[0], 0);
+    assert_int_equal(take[1], 4); /* 10 = 3 + 3 + 3, the one left over to the oldest */
+    assert_int_equal(take[2], 0);
+    assert_int_equal(take[3], 3);
+    assert_int_equal(take[4], 3);
+    const int c[] = {5, 5, 5};
+    assert_int_equal(og_prefill_share(c, 3, 2, take), 2); /* fewer tokens than sequences */
+    assert_int_equal(take[0], 1);
+    assert_int_equal(take[1], 1);
+    assert_int_equal(take[2], 0);
+    assert_int_equal(og_prefill_share(c, 3, 100, take), 15); /* more than they need */
+    assert_int_equal(og_prefill_share(c, 3, 0, take), 0);
+    assert_int_equal(take[0] + take[1] + take[2], 0);
+    uint64_t x = 88172645463325252ull;
+    for (int iter = 0; iter < 2000; iter++) {
+        int need[8], ref[8], n = 1 + iter % 8, total = 0;
+        for (int i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            need[i] = (x >> 8) % 4 == 0 ? 0 : (int)((x >> 16) % 300);
+            total += need[i];
+            ref[i] = 0;
+        }
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int budget = (int)((x >> 20) % 700), dealt = 0;
+        for (bool any = true; any && dealt < budget;) {
+            any = false;
+            for (int i = 0; i < n && dealt < budget; i++)
+                if (ref[i] < need[i]) {
+                    ref[i]++;
+                    dealt++;
+                    any = true;
+                }
+        }
+        assert_int_equal(og_prefill_share(need, n, budget, take), budget < total ? budget : total);
+        assert_memory_equal(take, ref, (size_t)n * sizeof *take);
+    }
+}
+
+/* Fair prefill, counted in steps: a 10-token prompt submitted one step after a
+ * 2,000-token one gets its first token before the long one, within two steps
+ * of its submission, and both get exactly the tokens and log-probs they get
+ * alone (their prompts were chunked differently). */
+static void test_short_prompt_behind_long(void **state) {
+    (void)state;
+    size_t cap = 64 * 1024, len = 0;
+    char *doc = malloc(cap);
+    assert_non_null(doc);
+    for (int i = 0; i < 400; i++)
+        len += (size_t)snprintf(doc + len, cap - len, " Sentence %d of a very long document that goes on.", i);
+    og_ids ids_long = {0}, ids_short = prompt_ids("A short question about the weather in Paris tomorrow morning");
+    assert_int_equal(og_tokenize(g_tok, doc, len, og_tokenizer_add_bos(g_tok), true, &ids_long), OG_OK);
+    free(doc);
+    assert_true(ids_long.n >= 2000);
+    assert_true(ids_short.n >= 10);
+    ids_long.n = 2000;
+    ids_short.n = 10;
+    const int batch = 64;
+    og_seq_params p = greedy(4);
+    og_engine *e = make_engine(4, batch, 2048, 4, true);
+    result long_alone, short_alone, long_r, short_r;
+    collect(e, submit(e, &ids_long, &p), &long_alone);
+    collect(e, submit(e, &ids_short, &p), &short_alone);
+    og_engine_free(e);
+
+    e = make_engine(4, batch, 2048, 4, true);
+    og_seq *sl = submit(e, &ids_long, &p);
+    og_engine_metrics m = {0};
+    while (og_engine_metrics_get(e, &m) == OG_OK && m.steps < 1) og_engine_wait(e, 0.05);
+    og_seq *ss = submit(e, &ids_short, &p);
+    collect(e, ss, &short_r);
+    collect(e, sl, &long_r);
+    og_engine_free(e);
+
+    assert_int_equal(long_r.step_submit, 0);
+    assert_true(short_r.step_submit >= 1);
+    assert_true(short_r.step_first > short_r.step_submit);
+    assert_true(short_r.step_first <= short_r.step_submit + 2);
+    assert_true(short_r.step_first < long_r.step_first);
+    assert_true(long_r.step_first >= (2000 + batch - 1) / batch); /* it still needs its whole prompt */
+    assert_true(long_alone.step_first >= (2000 + batch - 1) / batch);
+    const result *pair[2][2] = {{&long_alone, &long_r}, {&short_alone, &short_r}};
+    for (int k = 0; k < 2; k++) {
+        const result *a = pair[k][0], *b = pair[k][1];
+        assert_int_equal(a->n, 4);
+        assert_int_equal(b->n, a->n);
+        assert_memory_equal(a->ids, b->ids, (size_t)a->n * sizeof *a->ids);
+        assert_memory_equal(a->lps, b->lps, (size_t)a->n * sizeof *a->lps); /* bitwise */
+    }
+    og_ids_free(&ids_long);
+    og_ids_free(&ids_short);
 }
 
 static void test_refusals(void **state) {
@@ -618,6 +724,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_stop_across_tokens),
         cmocka_unit_test(test_cancel_frees_everything),
+        cmocka_unit_test(test_prefill_share),
+        cmocka_unit_test(test_short_prompt_behind_long),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_zero_tokens_and_drain),
         cmocka_unit_test(test_forced_and_eog),

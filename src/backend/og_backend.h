@@ -82,6 +82,29 @@ size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs);
 og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
                               size_t scratch_bytes);
 
+/* ---- routed experts -------------------------------------------------------- */
+
+/* One expert over a run of activation rows: y = down(swiglu(gate x, up x)), the
+ * FFN of a routed or shared expert (deepseek2.md §5). Weights host-readable
+ * (the mapped file, or the cpu device's own memory when it runs the op). */
+typedef struct og_expert_job {
+    og_weight gate, up;   /* [D -> F] each (K = D, n_rows = F) */
+    og_weight down;       /* [F -> D] */
+    const float *x;       /* [m][D] */
+    int64_t m;            /* rows, >= 0 */
+    float *y;             /* [m][D] out */
+    og_numerics numerics;
+} og_expert_job;
+
+/* Runs n_jobs experts: every gate/up product in one pool run, SwiGLU, every
+ * down product in another (in chunks when there are many). Each output row is
+ * bitwise what og_cpu_matmul_multi gives for that row alone with the job's
+ * numerics, whatever the other jobs, the pool or its size: so an expert gives
+ * the same bits on the host pool and on the cpu device's threads. Errors:
+ * og_cpu_matmul_multi's (OG_ERR_UNSUPPORTED, OG_ERR_INVALID_ARG for shapes that
+ * do not chain: gate/up K != down n_rows or gate/up n_rows != down K), OG_ERR_NOMEM. */
+og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs);
+
 /* ---- element-wise operations (f32) ---------------------------------------- */
 
 /* y[i] = w[i] * x[i] / sqrt(mean(x^2) + eps), accumulated in double. y may be x. */

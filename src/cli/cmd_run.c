@@ -36,7 +36,9 @@ static void usage(FILE *out) {
             "placement (as `onegpu plan`; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --vram SIZE [--ram SIZE] [--reserve SIZE] [--ctx N] [--expert-slots N|all] [--profile FILE]\n"
             "                plans for a device of SIZE, prints the plan, and counts how many expert selections\n"
-            "                hit the resident set (this build has no GPU backend: all experts still run on the CPU)\n"
+            "                hit the resident set (no GPU backend yet: the cpu device plays it, running the\n"
+            "                resident experts on its own threads while the host pool runs the cold ones)\n"
+            "  --device-threads N  the cpu device's threads (default: half the CPUs; the host pool keeps --threads)\n"
             "  --migrate N   between forward steps, copy up to N experts per layer into the device (default 2;\n"
             "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
@@ -75,7 +77,8 @@ int og_cmd_run(int argc, char **argv) {
         {"vram", required_argument, 0, 'V'},    {"ram", required_argument, 0, 'R'},    {"reserve", required_argument, 0, 'r'},
         {"ctx", required_argument, 0, 'C'},     {"expert-slots", required_argument, 0, 'e'},
         {"profile", required_argument, 0, 'f'}, {"save-profile", required_argument, 0, 's'},
-        {"migrate", required_argument, 0, 'M'}, {"save-trace", required_argument, 0, 'X'}, {0, 0, 0, 0}};
+        {"migrate", required_argument, 0, 'M'}, {"save-trace", required_argument, 0, 'X'},
+        {"device-threads", required_argument, 0, 'D'}, {0, 0, 0, 0}};
     const char *save_trace = NULL;
     long migrate = 2;
     bool migrate_set = false;
@@ -85,6 +88,7 @@ int og_cmd_run(int argc, char **argv) {
     const char *profile_path = NULL, *save_profile = NULL;
     const char *model_path = NULL, *prompt = NULL, *teacher_arg = NULL;
     int n_predict = 128, threads = 0, c, n_top = 5;
+    uint32_t device_threads = 0;
     bool chat = false, as_json = false, numerics_gpu = false;
     og_sampler_params sp = og_sampler_defaults();
     sp.temperature = 0.8f;
@@ -103,6 +107,7 @@ int og_cmd_run(int argc, char **argv) {
         case 'P': sp.top_p = strtof(optarg, NULL); break;
         case 'S': sp.seed = strtoull(optarg, NULL, 10); break;
         case 't': threads = atoi(optarg); break;
+        case 'D': bad_value |= !og_cli_parse_count(optarg, &device_threads) || device_threads > 4096; break;
         case 'j': as_json = true; break;
         case 'L': n_top = atoi(optarg); break;
         case 'F': teacher_arg = optarg; break;
@@ -201,8 +206,12 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_USAGE;
         goto out;
     }
+    og_isa isa;
+    if ((rc = og_cli_choose_isa("onegpu run", &isa))) goto out;
+    og_kernels kern;
+    og_kernels_init(isa, &kern);
     if ((rc = og_cli_placement_setup("onegpu run", m, &plan, profile, have_vram ? pin.vram : 0, migrate,
-                                     save_profile || save_trace, &pl)))
+                                     save_profile || save_trace, &kern, (int)device_threads, &pl)))
         goto out;
     og_migrator *mig = pl.mig;
     og_expert_cache *dev = pl.dev;
@@ -212,10 +221,6 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
-    og_isa isa;
-    if ((rc = og_cli_choose_isa("onegpu run", &isa))) goto out;
-    og_kernels kern;
-    og_kernels_init(isa, &kern);
     if ((rc = og_cli_pool("onegpu run", threads, &pool))) goto out;
     if (chat) {
         og_str tmpl = {0};
@@ -255,7 +260,7 @@ int og_cmd_run(int argc, char **argv) {
     }
     for (size_t i = 0; i < ids.n; i++) og_sampler_accept(smp, ids.v[i]);
     og_run_ctx rcx = {.kern = &kern, .pool = pool, .stats = stats->counts ? stats : NULL,
-                      .experts = dev ? &dev->map : NULL, .device_numerics = OG_NUMERICS_CANONICAL,
+                      .dispatch = og_dispatch_table(pl.dispatch), .device_numerics = OG_NUMERICS_CANONICAL,
                       .host_numerics = numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK};
     og_kv kv = {0};
     float *logits = malloc(m->hp.n_vocab * sizeof *logits);

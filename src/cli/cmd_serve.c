@@ -44,7 +44,9 @@ static void usage(FILE *out) {
             "                     \"strata_reproducible\": \"required\" get gpu numerics either way\n"
             "placement (as onegpu plan; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --vram SIZE        the cpu device plays a GPU of SIZE bytes (this build has no CUDA backend): it holds\n"
-            "                     the planned hot set; hit rate, migrations and PCIe bytes show in /metrics\n"
+            "                     the planned hot set and runs those experts on its own threads while the host pool\n"
+            "                     runs the cold ones; hit rate, migrations and PCIe bytes show in /metrics\n"
+            "  --device-threads N the cpu device's threads (default: half the CPUs; the host pool keeps --threads)\n"
             "  --ram SIZE         host memory for the plan (default: MemAvailable and any cgroup limit)\n"
             "  --reserve SIZE     device memory kept free (default 512M)\n"
             "  --expert-slots N|all  expert slots per MoE layer instead of the planner's (0: all on the host)\n"
@@ -97,10 +99,11 @@ int og_cmd_serve(int argc, char **argv) {
         {"ram", required_argument, 0, 'R'},        {"reserve", required_argument, 0, 'r'},
         {"expert-slots", required_argument, 0, 'e'}, {"profile", required_argument, 0, 'f'},
         {"save-profile", required_argument, 0, 's'}, {"migrate", required_argument, 0, 'M'},
-        {"cpu-numerics", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+        {"cpu-numerics", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},
+        {"device-threads", required_argument, 0, 'D'}, {0, 0, 0, 0}};
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
     const char *profile_path = NULL, *save_profile = NULL;
-    uint32_t ctx = 0, parallel = 4, batch_tokens = 512, queue = 64, threads = 0;
+    uint32_t ctx = 0, parallel = 4, batch_tokens = 512, queue = 64, threads = 0, device_threads = 0;
     long port = 8090, migrate = 2;
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
@@ -126,6 +129,7 @@ int og_cmd_serve(int argc, char **argv) {
             break;
         }
         case 't': bad |= !og_cli_parse_count(optarg, &threads) || threads > 4096; break;
+        case 'D': bad |= !og_cli_parse_count(optarg, &device_threads) || device_threads > 4096; break;
         case 'b': bad |= og_parse_size(optarg, &max_body) != OG_OK || max_body < 1024 || max_body > (1ull << 31); break;
         case 'T': timeout = parse_seconds(optarg, &bad); break;
         case 'g': grace = parse_seconds(optarg, &bad); break;
@@ -274,15 +278,15 @@ int og_cmd_serve(int argc, char **argv) {
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
-    if ((rc = og_cli_placement_setup("onegpu serve", m, &plan, profile, have_vram ? pin.vram : 0, migrate,
-                                     save_profile != NULL, &pl)))
-        goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
+    if ((rc = og_cli_placement_setup("onegpu serve", m, &plan, profile, have_vram ? pin.vram : 0, migrate,
+                                     save_profile != NULL, &kern, (int)device_threads, &pl)))
+        goto out;
     if ((rc = og_cli_pool("onegpu serve", (int)threads, &pool))) goto out;
     og_engine_config ecfg = {.model = m, .tok = tok,
                              .rc = {.kern = &kern, .pool = pool, .stats = pl.stats.counts ? &pl.stats : NULL,
-                                    .experts = pl.dev ? &pl.dev->map : NULL, .device_numerics = OG_NUMERICS_CANONICAL,
+                                    .dispatch = og_dispatch_table(pl.dispatch), .device_numerics = OG_NUMERICS_CANONICAL,
                                     .host_numerics = numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
                              .dev = pl.dev, .mig = pl.mig, .parallel = (int)parallel, .batch_tokens = (int)batch_tokens,
                              .ctx = (int)ctx, .queue = (int)queue};

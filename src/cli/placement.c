@@ -55,12 +55,23 @@ int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_hparams *hp
     return OG_EXIT_OK;
 }
 
+/* The dispatcher over what setup built (host only without a device). */
+static int make_dispatch(const char *cmd, og_cli_placement *p) {
+    char err[512];
+    if (og_dispatch_create(p->device, p->dev, &p->dispatch, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return OG_EXIT_USAGE;
+    }
+    return 0;
+}
+
 int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *plan, const uint64_t *profile,
-                           uint64_t vram, long migrate, bool want_stats, og_cli_placement *p) {
+                           uint64_t vram, long migrate, bool want_stats, const og_kernels *kern, int device_threads,
+                           og_cli_placement *p) {
     memset(p, 0, sizeof *p);
     char err[1024];
     p->n_le = (size_t)m->hp.n_layer * m->hp.n_expert;
-    if (!(vram || want_stats) || !p->n_le) return 0;
+    if (!(vram || want_stats) || !p->n_le) return make_dispatch(cmd, p);
     p->stats.counts = calloc(p->n_le, sizeof *p->stats.counts);
     p->stats.layer_routes = calloc(m->hp.n_layer, sizeof *p->stats.layer_routes);
     p->stats.layer_hits = calloc(m->hp.n_layer, sizeof *p->stats.layer_hits);
@@ -69,10 +80,11 @@ int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *pl
         fprintf(stderr, "%s: out of memory\n", cmd);
         return OG_EXIT_USAGE;
     }
-    if (!vram) return 0;
-    /* no GPU backend yet: the cpu device plays it (a budget of --vram), holding
-     * the resident experts in the plan's slots */
-    if (og_device_cpu_create(vram, &p->device, err, sizeof err) ||
+    if (!vram) return make_dispatch(cmd, p);
+    /* no GPU backend yet: the cpu device plays it (a budget of --vram, its own
+     * threads), holding the resident experts in the plan's slots */
+    const int nth = device_threads > 0 ? device_threads : og_device_cpu_default_threads();
+    if (og_device_cpu_create(vram, nth, kern, &p->device, err, sizeof err) ||
         og_expert_cache_create(m, plan->slots, p->device, &p->dev, err, sizeof err) ||
         og_expert_cache_load(p->dev, m, p->resident, err, sizeof err) ||
         (migrate && og_migrator_create(m->hp.n_layer, m->hp.n_expert, (uint32_t)migrate, 8, 0.85, &p->mig, err,
@@ -82,9 +94,9 @@ int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *pl
     }
     p->stats.resident = p->dev->resident; /* follows the migrations */
     char pb[32];
-    fprintf(stderr, "%s: cpu device: %llu experts resident, %s copied host->device\n", cmd,
-            (unsigned long long)p->dev->n_resident, og_fmt_bytes(p->dev->dev->pcie_bytes, pb, sizeof pb));
-    return 0;
+    fprintf(stderr, "%s: cpu device: %llu experts resident, %s copied host->device, %d threads\n", cmd,
+            (unsigned long long)p->dev->n_resident, og_fmt_bytes(p->dev->dev->pcie_bytes, pb, sizeof pb), nth);
+    return make_dispatch(cmd, p);
 }
 
 int og_cli_placement_save_profile(const char *cmd, const og_model *m, og_cli_placement *p, const uint64_t *profile,
@@ -104,6 +116,7 @@ int og_cli_placement_save_profile(const char *cmd, const og_model *m, og_cli_pla
 }
 
 void og_cli_placement_free(og_cli_placement *p) {
+    og_dispatch_free(p->dispatch);
     og_migrator_free(p->mig);
     og_expert_cache_free(p->dev);
     og_device_destroy(p->device);

@@ -11,6 +11,7 @@ typedef struct og_cli_placement {
     og_device *device;         /* the cpu device, or NULL without --vram */
     og_expert_cache *dev;      /* its expert slots */
     og_migrator *mig;          /* NULL with --migrate 0 */
+    og_dispatch *dispatch;     /* the forward pass's dispatcher (host only without a device) */
     og_expert_stats stats;     /* counts allocated when placing or profiling */
     uint8_t *resident;         /* [n_layer * n_expert] the plan's initial set */
     size_t n_le;               /* n_layer * n_expert */
@@ -26,11 +27,14 @@ int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_hparams *hp
                         const char *profile_path, og_plan *plan, uint64_t **profile);
 
 /* plan: a fitting plan when vram > 0 (else nothing goes on a device); profile:
- * --profile's counts or NULL; want_stats: count traffic even without a device.
+ * --profile's counts or NULL; want_stats: count traffic even without a device;
+ * kern: the kernels the cpu device computes with; device_threads: its threads
+ * (--device-threads; 0: og_device_cpu_default_threads). Always sets p->dispatch.
  * Prints "CMD: cpu device: ..." to stderr. Returns 0, or OG_EXIT_USAGE after
  * printing "CMD: reason" (out of memory, device budget). */
 int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *plan, const uint64_t *profile,
-                           uint64_t vram, long migrate, bool want_stats, og_cli_placement *p);
+                           uint64_t vram, long migrate, bool want_stats, const og_kernels *kern, int device_threads,
+                           og_cli_placement *p);
 
 /* Adds profile (may be NULL) to the counts, saturates them and writes path.
  * Returns 0 or OG_EXIT_USAGE after printing the error. */

@@ -406,7 +406,7 @@ og_status og_device_cpu_create(uint64_t budget, int n_threads, const og_kernels 
 int og_device_cpu_default_threads(void) {
     cpu_set_t set;
     int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    return n / 2 > 1 ? n / 2 : 1;
+    return n > 4096 ? 4096 : n > 1 ? n : 1;
 }
 
 /* ---- test hooks ---- */

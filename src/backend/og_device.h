@@ -98,11 +98,13 @@ struct og_device {
 og_status og_device_cpu_create(uint64_t budget, int n_threads, const og_kernels *kern, og_device **out, char *err,
                                size_t errlen);
 
-/* The default --device-threads when the CPU plays the device: half the CPUs this
- * process may run on, at least 1. The host pool keeps every CPU (it still runs
- * everything but the resident experts), so the device's threads share cores with
- * it only while both compute a MoE layer; without --vram no device exists and
- * nothing changes. */
+/* The default --device-threads when the CPU plays the device: every CPU this
+ * process may run on, as the host pool's default. The host pool keeps its
+ * threads (it still runs everything but the resident experts); the two compute
+ * at once only while a MoE layer is split between them, and then the OS shares
+ * the cores, so with every expert resident the device's part runs as fast as the
+ * host pool ran it before, and with a mix neither waits on a smaller share.
+ * Without --vram no device exists and nothing changes. */
 int og_device_cpu_default_threads(void);
 
 /* ---- test hooks of the cpu device (tests prove ordering and overlap with

@@ -38,7 +38,7 @@ static void usage(FILE *out) {
             "                plans for a device of SIZE, prints the plan, and counts how many expert selections\n"
             "                hit the resident set (no GPU backend yet: the cpu device plays it, running the\n"
             "                resident experts on its own threads while the host pool runs the cold ones)\n"
-            "  --device-threads N  the cpu device's threads (default: half the CPUs; the host pool keeps --threads)\n"
+            "  --device-threads N  the cpu device's threads (default: as --threads)\n"
             "  --migrate N   between forward steps, copy up to N experts per layer into the device (default 2;\n"
             "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
@@ -134,8 +134,9 @@ int og_cmd_run(int argc, char **argv) {
         fprintf(stderr, "onegpu run: bad size or count in the placement flags\n");
         return OG_EXIT_USAGE;
     }
-    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1 || migrate_set)) {
-        fprintf(stderr, "onegpu run: --ram, --profile, --expert-slots and --migrate plan for a device: give --vram SIZE too\n");
+    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1 || migrate_set || device_threads)) {
+        fprintf(stderr, "onegpu run: --ram, --profile, --expert-slots, --migrate and --device-threads plan for a device: "
+                        "give --vram SIZE too\n");
         return OG_EXIT_USAGE;
     }
     {
@@ -211,7 +212,7 @@ int og_cmd_run(int argc, char **argv) {
     og_kernels kern;
     og_kernels_init(isa, &kern);
     if ((rc = og_cli_placement_setup("onegpu run", m, &plan, profile, have_vram ? pin.vram : 0, migrate,
-                                     save_profile || save_trace, &kern, (int)device_threads, &pl)))
+                                     save_profile || save_trace, &kern, device_threads ? (int)device_threads : (int)threads, &pl)))
         goto out;
     og_migrator *mig = pl.mig;
     og_expert_cache *dev = pl.dev;

@@ -46,7 +46,7 @@ static void usage(FILE *out) {
             "  --vram SIZE        the cpu device plays a GPU of SIZE bytes (this build has no CUDA backend): it holds\n"
             "                     the planned hot set and runs those experts on its own threads while the host pool\n"
             "                     runs the cold ones; hit rate, migrations and PCIe bytes show in /metrics\n"
-            "  --device-threads N the cpu device's threads (default: half the CPUs; the host pool keeps --threads)\n"
+            "  --device-threads N the cpu device's threads (default: as --threads)\n"
             "  --ram SIZE         host memory for the plan (default: MemAvailable and any cgroup limit)\n"
             "  --reserve SIZE     device memory kept free (default 512M)\n"
             "  --expert-slots N|all  expert slots per MoE layer instead of the planner's (0: all on the host)\n"
@@ -179,8 +179,9 @@ int og_cmd_serve(int argc, char **argv) {
                         "gets a token each step\n", batch_tokens, parallel);
         return OG_EXIT_USAGE;
     }
-    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1 || migrate_set)) {
-        fprintf(stderr, "onegpu serve: --ram, --profile, --expert-slots and --migrate plan for a device: give --vram too\n");
+    if (!have_vram && (have_ram || profile_path || pin.slots_override != -1 || migrate_set || device_threads)) {
+        fprintf(stderr, "onegpu serve: --ram, --profile, --expert-slots, --migrate and --device-threads plan for a device: "
+                        "give --vram too\n");
         return OG_EXIT_USAGE;
     }
     if (save_profile) {
@@ -281,7 +282,7 @@ int og_cmd_serve(int argc, char **argv) {
     og_kernels kern;
     og_kernels_init(isa, &kern);
     if ((rc = og_cli_placement_setup("onegpu serve", m, &plan, profile, have_vram ? pin.vram : 0, migrate,
-                                     save_profile != NULL, &kern, (int)device_threads, &pl)))
+                                     save_profile != NULL, &kern, device_threads ? (int)device_threads : (int)threads, &pl)))
         goto out;
     if ((rc = og_cli_pool("onegpu serve", (int)threads, &pool))) goto out;
     og_engine_config ecfg = {.model = m, .tok = tok,

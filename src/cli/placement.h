@@ -29,7 +29,7 @@ int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_hparams *hp
 /* plan: a fitting plan when vram > 0 (else nothing goes on a device); profile:
  * --profile's counts or NULL; want_stats: count traffic even without a device;
  * kern: the kernels the cpu device computes with; device_threads: its threads
- * (--device-threads; 0: og_device_cpu_default_threads). Always sets p->dispatch.
+ * (0: og_device_cpu_default_threads). Always sets p->dispatch.
  * Prints "CMD: cpu device: ..." to stderr. Returns 0, or OG_EXIT_USAGE after
  * printing "CMD: reason" (out of memory, device budget). */
 int og_cli_placement_setup(const char *cmd, const og_model *m, const og_plan *plan, const uint64_t *profile,

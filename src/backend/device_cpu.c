@@ -15,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define HDR 64
 #define MAX_STREAMS 256
 #define EV_SHIFT 48
+#define SPIN_NS 50000 /* as the pool: a decode step hands work over twice per MoE layer, and a futex wake costs ~10 us */
 
 typedef struct cpu_op {
     og_cpu_op_kind kind;
@@ -39,7 +41,7 @@ struct og_stream {
     pthread_t tid;
     cpu_op *head, *tail;
     uint64_t issued;                /* events recorded */
-    atomic_uint_fast64_t done;      /* events completed */
+    atomic_uint_fast64_t n_ops;     /* ops queued so far (the thread spins on it before sleeping) */
     bool running, waiting, held, stop;
     og_status err;                  /* first failed op's */
     char msg[256];
@@ -51,7 +53,8 @@ struct cpu_device {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     og_stream *streams[MAX_STREAMS]; /* NULL: never created or destroyed */
-    int n_streams;                   /* indices handed out */
+    atomic_int n_streams;            /* indices handed out */
+    atomic_uint_fast64_t done[MAX_STREAMS]; /* events completed per stream index; UINT64_MAX once destroyed */
     bool have_kern;
     og_kernels kern;
     og_pool *pool;
@@ -112,12 +115,24 @@ static void cpu_free(og_device *d, void *ptr) {
     free(p);
 }
 
-/* With c->mu held. */
-static bool done_locked(cpu_device *c, og_event ev) {
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Whether ev completed; no lock needed (an index never handed out: complete). */
+static bool ev_done(cpu_device *c, og_event ev) {
     if (!ev) return true;
     const uint64_t idx = (ev >> EV_SHIFT) - 1, seq = ev & ((1ull << EV_SHIFT) - 1);
-    if (idx >= (uint64_t)c->n_streams || !c->streams[idx]) return true;
-    return atomic_load_explicit(&c->streams[idx]->done, memory_order_acquire) >= seq;
+    if (idx >= (uint64_t)atomic_load(&c->n_streams)) return true;
+    return atomic_load_explicit(&c->done[idx], memory_order_acquire) >= seq;
 }
 
 /* Runs one op on the stream's thread (no lock held). */
@@ -168,8 +183,19 @@ static void run_op(og_stream *s, cpu_op *op) {
 static void *stream_main(void *arg) {
     og_stream *s = arg;
     cpu_device *c = s->dev;
+    uint64_t seen = 0; /* n_ops when the queue was last found empty */
     pthread_mutex_lock(&c->mu);
     for (;;) {
+        if (!s->head && !s->stop) { /* spin briefly for the next op, then sleep */
+            seen = atomic_load(&s->n_ops);
+            pthread_mutex_unlock(&c->mu);
+            const uint64_t t0 = now_ns();
+            for (unsigned spin = 1; atomic_load_explicit(&s->n_ops, memory_order_acquire) == seen &&
+                                    ((spin & 63) || now_ns() - t0 < SPIN_NS);
+                 spin++)
+                cpu_relax();
+            pthread_mutex_lock(&c->mu);
+        }
         while (!s->head && !s->stop) pthread_cond_wait(&c->cv, &c->mu);
         if (!s->head) break;
         cpu_op *op = s->head;
@@ -183,7 +209,7 @@ static void *stream_main(void *arg) {
         if (op->kind == OG_CPU_OP_WAIT) {
             s->waiting = true;
             pthread_cond_broadcast(&c->cv);
-            while (!done_locked(c, op->ev)) pthread_cond_wait(&c->cv, &c->mu);
+            while (!ev_done(c, op->ev)) pthread_cond_wait(&c->cv, &c->mu);
             s->waiting = false;
         }
         s->running = true;
@@ -197,7 +223,7 @@ static void *stream_main(void *arg) {
         pthread_mutex_lock(&c->mu);
         s->head = op->next;
         if (!s->head) s->tail = NULL;
-        if (op->kind == OG_CPU_OP_RECORD) atomic_store_explicit(&s->done, op->seq, memory_order_release);
+        if (op->kind == OG_CPU_OP_RECORD) atomic_store_explicit(&c->done[s->index], op->seq, memory_order_release);
         s->running = false;
         pthread_cond_broadcast(&c->cv);
         free((void *)op->xop.groups);
@@ -213,20 +239,23 @@ static og_status cpu_stream_create(og_device *d, og_stream **out, char *err, siz
     og_stream *s = calloc(1, sizeof *s);
     if (!s) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     s->dev = c;
-    atomic_init(&s->done, 0);
+    atomic_init(&s->n_ops, 0);
     pthread_mutex_lock(&c->mu);
-    if (c->n_streams == MAX_STREAMS) {
+    if (atomic_load(&c->n_streams) == MAX_STREAMS) {
         pthread_mutex_unlock(&c->mu);
         free(s);
         return og_fail(err, errlen, OG_ERR_RANGE, "cpu device: more than %d streams created", MAX_STREAMS);
     }
-    s->index = c->n_streams++;
+    s->index = atomic_load(&c->n_streams);
+    atomic_store(&c->done[s->index], 0);
     c->streams[s->index] = s;
+    atomic_store(&c->n_streams, s->index + 1);
     pthread_mutex_unlock(&c->mu);
     int rc = pthread_create(&s->tid, NULL, stream_main, s);
     if (rc) {
         pthread_mutex_lock(&c->mu);
         c->streams[s->index] = NULL;
+        atomic_store(&c->done[s->index], UINT64_MAX);
         pthread_mutex_unlock(&c->mu);
         free(s);
         return og_fail(err, errlen, OG_ERR_NOMEM, "cpu device: cannot start a stream thread: %s", strerror(rc));
@@ -245,6 +274,7 @@ static void cpu_stream_destroy(og_device *d, og_stream *s) {
     pthread_join(s->tid, NULL); /* the thread ran its whole queue first */
     pthread_mutex_lock(&c->mu);
     c->streams[s->index] = NULL;
+    atomic_store(&c->done[s->index], UINT64_MAX);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     free(s);
@@ -260,6 +290,7 @@ static og_status enqueue(cpu_device *c, og_stream *s, cpu_op *op, uint64_t *seq,
     if (s->tail) s->tail->next = op;
     else s->head = op;
     s->tail = op;
+    atomic_fetch_add_explicit(&s->n_ops, 1, memory_order_release);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return OG_OK;
@@ -332,11 +363,13 @@ static og_status cpu_stream_wait(og_device *d, og_stream *s, og_event ev, char *
 
 static og_status cpu_event_wait(og_device *d, og_event ev, char *err, size_t errlen) {
     cpu_device *c = (cpu_device *)d;
+    const uint64_t t0 = now_ns(); /* spin briefly: the device is often about done */
+    for (unsigned spin = 1; !ev_done(c, ev) && ((spin & 63) || now_ns() - t0 < SPIN_NS); spin++) cpu_relax();
     pthread_mutex_lock(&c->mu);
-    while (!done_locked(c, ev)) pthread_cond_wait(&c->cv, &c->mu);
+    while (!ev_done(c, ev)) pthread_cond_wait(&c->cv, &c->mu);
     og_status st = OG_OK;
     const uint64_t idx = (ev >> EV_SHIFT) - 1;
-    if (ev && idx < (uint64_t)c->n_streams && c->streams[idx] && c->streams[idx]->err) {
+    if (ev && idx < (uint64_t)atomic_load(&c->n_streams) && c->streams[idx] && c->streams[idx]->err) {
         st = og_fail(err, errlen, c->streams[idx]->err, "%s", c->streams[idx]->msg);
     }
     pthread_mutex_unlock(&c->mu);
@@ -344,16 +377,12 @@ static og_status cpu_event_wait(og_device *d, og_event ev, char *err, size_t err
 }
 
 static bool cpu_event_done(og_device *d, og_event ev) {
-    cpu_device *c = (cpu_device *)d;
-    pthread_mutex_lock(&c->mu);
-    bool done = done_locked(c, ev);
-    pthread_mutex_unlock(&c->mu);
-    return done;
+    return ev_done((cpu_device *)d, ev);
 }
 
 static void cpu_destroy(og_device *d) {
     cpu_device *c = (cpu_device *)d;
-    for (int i = 0; i < c->n_streams; i++)
+    for (int i = 0; i < atomic_load(&c->n_streams); i++)
         if (c->streams[i]) cpu_stream_destroy(d, c->streams[i]);
     og_pool_free(c->pool);
     pthread_mutex_destroy(&c->mu);
@@ -453,7 +482,7 @@ og_status og_device_cpu_release(og_device *d) {
 og_status og_device_cpu_settle(og_device *d, og_stream *s) {
     CPU_OR_FAIL(c, d);
     pthread_mutex_lock(&c->mu);
-    while (!((!s->head && !s->running) || s->held || (s->waiting && !done_locked(c, s->head->ev))))
+    while (!((!s->head && !s->running) || s->held || (s->waiting && !ev_done(c, s->head->ev))))
         pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
     return OG_OK;

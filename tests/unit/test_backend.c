@@ -23,14 +23,14 @@
 typedef struct count_ctx {
     atomic_int calls;
     atomic_int seen_mask;
-    int nth_seen;
+    atomic_int nth_seen;
 } count_ctx;
 
 static void count_fn(void *vctx, int ith, int nth) {
     count_ctx *c = vctx;
     atomic_fetch_add(&c->calls, 1);
     atomic_fetch_or(&c->seen_mask, 1 << ith);
-    c->nth_seen = nth;
+    atomic_store(&c->nth_seen, nth);
 }
 
 static void test_pool(void **state) {
@@ -45,7 +45,7 @@ static void test_pool(void **state) {
             og_pool_run(p, count_fn, &c);
             assert_int_equal(atomic_load(&c.calls), n);
             assert_int_equal(atomic_load(&c.seen_mask), (1 << n) - 1);
-            assert_int_equal(c.nth_seen, n);
+            assert_int_equal(atomic_load(&c.nth_seen), n);
         }
         og_pool_free(p);
     }

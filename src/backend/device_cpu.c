@@ -15,12 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "spin.h"
 
 #define HDR 64
 #define MAX_STREAMS 256
 #define EV_SHIFT 48
-#define SPIN_NS 50000 /* as the pool: a decode step hands work over twice per MoE layer, and a futex wake costs ~10 us */
 
 typedef struct cpu_op {
     og_cpu_op_kind kind;
@@ -115,18 +115,6 @@ static void cpu_free(og_device *d, void *ptr) {
     free(p);
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-}
-
 /* Whether ev completed; no lock needed (an index never handed out: complete). */
 static bool ev_done(cpu_device *c, og_event ev) {
     if (!ev) return true;
@@ -189,11 +177,11 @@ static void *stream_main(void *arg) {
         if (!s->head && !s->stop) { /* spin briefly for the next op, then sleep */
             seen = atomic_load(&s->n_ops);
             pthread_mutex_unlock(&c->mu);
-            const uint64_t t0 = now_ns();
+            const uint64_t t0 = og_now_ns();
             for (unsigned spin = 1; atomic_load_explicit(&s->n_ops, memory_order_acquire) == seen &&
-                                    ((spin & 63) || now_ns() - t0 < SPIN_NS);
+                                    ((spin & 63) || og_now_ns() - t0 < OG_SPIN_NS);
                  spin++)
-                cpu_relax();
+                og_cpu_relax();
             pthread_mutex_lock(&c->mu);
         }
         while (!s->head && !s->stop) pthread_cond_wait(&c->cv, &c->mu);
@@ -363,8 +351,8 @@ static og_status cpu_stream_wait(og_device *d, og_stream *s, og_event ev, char *
 
 static og_status cpu_event_wait(og_device *d, og_event ev, char *err, size_t errlen) {
     cpu_device *c = (cpu_device *)d;
-    const uint64_t t0 = now_ns(); /* spin briefly: the device is often about done */
-    for (unsigned spin = 1; !ev_done(c, ev) && ((spin & 63) || now_ns() - t0 < SPIN_NS); spin++) cpu_relax();
+    const uint64_t t0 = og_now_ns(); /* spin briefly: the device is often about done */
+    for (unsigned spin = 1; !ev_done(c, ev) && ((spin & 63) || og_now_ns() - t0 < OG_SPIN_NS); spin++) og_cpu_relax();
     pthread_mutex_lock(&c->mu);
     while (!ev_done(c, ev)) pthread_cond_wait(&c->cv, &c->mu);
     og_status st = OG_OK;

@@ -2,8 +2,8 @@
  * the host part of a MoE layer really overlap (the device's expert op is held
  * while the host pool finishes the cold experts: the order of events is
  * asserted, never times); a forward pass gives the host-only logits bit for bit
- * with 0, some and all experts resident and with migrations between steps, at
- * canonical numerics, on files with Q2_K, Q3_K, Q4_K, Q6_K and Q8_0 experts; and
+ * with 0, some and all experts resident, with migrations between steps and in a
+ * batch with another sequence, at canonical numerics, on files with Q2_K, Q3_K, Q4_K, Q6_K and Q8_0 experts; and
  * a copy into a slot that a queued op reads waits for that op.
  * usage: test_dispatch ONEGPU */
 #include <setjmp.h>
@@ -123,6 +123,22 @@ static void test_bit_identical(void **state) {
             if (cfg == 2) assert_int_equal(p.es.routes_resident, routes);
             if (cfg == 1 || cfg == 3) assert_true(p.es.routes_resident > 0 && p.es.routes_resident < routes);
             if (cfg == 3) assert_true(p.cache->migrations > 0);
+            if (cfg == 1) { /* in a batch: the prompt beside another sequence, interleaved */
+                og_kv ka = {0}, kb = {0};
+                og_kv *kvs[2] = {&ka, &kb};
+                int32_t tok[12], seq[12];
+                bool want[12];
+                for (int i = 0; i < 12; i++) {
+                    tok[i] = i % 2 ? (int32_t)(i * 31 % V) : g_prompt[i / 2];
+                    seq[i] = i % 2;
+                    want[i] = i % 2 == 0;
+                }
+                og_batch b = {12, tok, seq, want, NULL};
+                assert_int_equal(og_model_forward_batch(m, &prc, kvs, 2, &b, got, err, sizeof err), OG_OK);
+                assert_memory_equal(ref, got, 6 * V * sizeof *got); /* the prompt's 6 rows, as alone on the host */
+                og_kv_free(&ka);
+                og_kv_free(&kb);
+            }
             og_migrator_free(mg);
             unplace(&p);
         }

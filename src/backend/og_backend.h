@@ -1,7 +1,7 @@
-/* onegpu backend, CPU side: a thread pool, quantized matrix products and the
- * element-wise operations of the model (RMSNorm, RoPE/YaRN, softmax, SwiGLU,
- * top-k). The device interface (cpu playing the GPU, cuda) arrives with the
- * placement issue and builds on these. */
+/* onegpu backend, CPU side: a thread pool, quantized matrix products, the
+ * routed-expert op and the element-wise operations of the model (RMSNorm,
+ * RoPE/YaRN, softmax, SwiGLU, top-k). The device interface (og_device.h: the
+ * cpu device playing the GPU, later cuda) builds on these. */
 #ifndef OG_BACKEND_H
 #define OG_BACKEND_H
 

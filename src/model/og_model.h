@@ -1,6 +1,7 @@
-/* onegpu model: architecture knowledge. For now: the table of tensor roles that
- * the planner and `onegpu gguf` read without knowing the model's internals
- * (DESIGN.md "Target models"); the forward pass arrives with the model issue. */
+/* onegpu model: architecture knowledge: the table of tensor roles that the
+ * planner and `onegpu gguf` read without knowing the model's internals
+ * (DESIGN.md "Target models"), deepseek2's weights and forward pass, and the
+ * dispatcher seam its MoE layers go through (og_dispatch_type). */
 #ifndef OG_MODEL_H
 #define OG_MODEL_H
 

@@ -1,6 +1,6 @@
-/* onegpu moe: the planner (budgets -> layout) for now; residency, traffic
- * statistics, migration and the device/host dispatcher come next (DESIGN.md
- * "The planner", issue "The heart"). */
+/* onegpu moe: the planner (budgets -> layout), usage profiles, the expert cache
+ * (the device's slots), the live migrator and the dispatcher that splits a MoE
+ * layer between device and host (DESIGN.md "The planner", "The seams"). */
 #ifndef OG_MOE_H
 #define OG_MOE_H
 

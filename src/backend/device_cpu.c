@@ -9,6 +9,7 @@
  * waited for all its work) is complete. */
 #include "og_device.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -150,6 +151,7 @@ static void run_op(og_stream *s, cpu_op *op) {
         j->y = (float *)x->y + row * D;
         j->m = gr->n_rows;
         j->numerics = gr->numerics;
+        j->swiglu_clamp = x->swiglu_clamp;
         row += gr->n_rows;
     }
     if (!st) {
@@ -311,6 +313,8 @@ static og_status cpu_experts(og_device *d, og_stream *s, const og_expert_op *x, 
     if (!c->have_kern) return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cpu device: created without kernels");
     if (x->n_groups < 1 || !x->groups || !x->x || !x->y || !x->slots.base)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cpu device: an expert op needs groups, x, y and slots");
+    if (!(x->swiglu_clamp >= 0 && isfinite(x->swiglu_clamp)))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cpu device: SwiGLU clamp %g", (double)x->swiglu_clamp);
     const og_weight *w[3] = {&x->slots.gate, &x->slots.up, &x->slots.down};
     for (int i = 0; i < 3; i++)
         if (!og_quant_traits(w[i]->type) || !c->kern.vec_dot[w[i]->type])

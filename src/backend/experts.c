@@ -2,6 +2,7 @@
  * the cpu device (og_device.h), so resident and cold experts run one code path. */
 #include "og_backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #define CHUNK 60 /* experts per pool run: 4 jobs each at most within og_cpu_matmul_multi's 256 */
@@ -22,7 +23,7 @@ og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job
     for (int i = 0; i < n_jobs; i++) {
         const og_expert_job *j = &jobs[i];
         if (j->m < 0 || j->gate.K != j->up.K || j->gate.n_rows != j->up.n_rows || j->down.K != j->gate.n_rows ||
-            j->down.n_rows != j->gate.K)
+            j->down.n_rows != j->gate.K || !(j->swiglu_clamp >= 0 && isfinite(j->swiglu_clamp)))
             return OG_ERR_INVALID_ARG;
         total_f += 2 * (size_t)j->m * (size_t)j->gate.n_rows;
     }
@@ -51,7 +52,8 @@ og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job
         for (int i = c0; i < c1; i++) {
             const og_expert_job *j = &jobs[i];
             const size_t mf = (size_t)j->m * (size_t)j->gate.n_rows;
-            og_swiglu(g, g, g + mf, (int64_t)mf);
+            if (j->swiglu_clamp > 0) og_swiglu_clamp(g, g, g + mf, (int64_t)mf, j->swiglu_clamp);
+            else og_swiglu(g, g, g + mf, (int64_t)mf);
             mj[nj++] = (og_matmul_job){&j->down, g, j->m, j->y, j->numerics};
             g += 2 * mf;
         }

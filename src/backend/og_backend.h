@@ -94,6 +94,7 @@ typedef struct og_expert_job {
     int64_t m;            /* rows, >= 0 */
     float *y;             /* [m][D] out */
     og_numerics numerics;
+    float swiglu_clamp;   /* > 0: og_swiglu_clamp with this limit (V4's experts); 0: og_swiglu */
 } og_expert_job;
 
 /* Runs n_jobs experts: every gate/up product in one pool run, SwiGLU, every
@@ -102,7 +103,8 @@ typedef struct og_expert_job {
  * numerics, whatever the other jobs, the pool or its size: so an expert gives
  * the same bits on the host pool and on the cpu device's threads. Errors:
  * og_cpu_matmul_multi's (OG_ERR_UNSUPPORTED, OG_ERR_INVALID_ARG for shapes that
- * do not chain: gate/up K != down n_rows or gate/up n_rows != down K), OG_ERR_NOMEM. */
+ * do not chain: gate/up K != down n_rows or gate/up n_rows != down K, or a
+ * negative or non-finite clamp), OG_ERR_NOMEM. */
 og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs);
 
 /* ---- element-wise operations (f32) ---------------------------------------- */
@@ -115,6 +117,11 @@ void og_softmax(float *x, int64_t n);
 
 /* out[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). out may alias either. */
 void og_swiglu(float *out, const float *gate, const float *up, int64_t n);
+
+/* SwiGLU with DeepSeek V4's clamp (deepseek4.md §4.1): out[i] =
+ * silu(min(gate[i], limit)) * clamp(up[i], -limit, limit); limit > 0. out may
+ * alias either. */
+void og_swiglu_clamp(float *out, const float *gate, const float *up, int64_t n, float limit);
 
 /* Indices of the k largest values of x[0..n), largest first; ties go to the
  * lower index (deepseek2.md §5 "tie-breaking"). NaN never wins. k <= n. */

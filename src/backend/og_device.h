@@ -42,13 +42,15 @@ typedef struct og_expert_group {
 } og_expert_group;
 
 /* The routed-expert op: group g computes y = down(swiglu(gate x, up x)) of its
- * slot's expert for its n_rows rows, groups back to back in x and y. */
+ * slot's expert for its n_rows rows, groups back to back in x and y; with
+ * swiglu_clamp > 0 the SwiGLU is V4's clamped one (og_swiglu_clamp). */
 typedef struct og_expert_op {
     og_expert_slots slots;
     const og_expert_group *groups; /* [n_groups], host memory, copied when the op is issued */
     int n_groups;                  /* >= 1 */
     const void *x;                 /* device [sum n_rows][D] f32 */
     void *y;                       /* device [sum n_rows][D] f32 */
+    float swiglu_clamp;            /* 0: plain SwiGLU (deepseek2) */
 } og_expert_op;
 
 typedef struct og_device_ops {
@@ -70,7 +72,7 @@ typedef struct og_device_ops {
     og_status (*copy_to_host)(og_device *d, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
                               size_t errlen);
     /* issues the routed-expert op on s. Errors at once: OG_ERR_INVALID_ARG (a slot
-     * outside n_slots, a group without rows), OG_ERR_UNSUPPORTED (no kernels for
+     * outside n_slots, a group without rows, a negative clamp), OG_ERR_UNSUPPORTED (no kernels for
      * the types on this device); a product that fails later fails the stream */
     og_status (*experts)(og_device *d, og_stream *s, const og_expert_op *op, char *err, size_t errlen);
     /* *ev completes when everything issued on s before it has completed */

@@ -137,10 +137,11 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
                                              xg + (size_t)row * D,
                                              pc[k].len,
                                              res + (size_t)row * D,
-                                             pc[k].nm};
+                                             pc[k].nm,
+                                             0};
         }
         if (shared)
-            jobs[n_jobs++] = (og_expert_job){L->gate_sh, L->up_sh, L->down_sh, io->x, io->n_tok, io->y, OG_NUMERICS_FORK};
+            jobs[n_jobs++] = (og_expert_job){L->gate_sh, L->up_sh, L->down_sh, io->x, io->n_tok, io->y, OG_NUMERICS_FORK, 0};
     }
     /* the device part: rows up, the expert op grouped by expert, results down */
     if (!st && n_dev_rows) {

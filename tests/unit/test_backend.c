@@ -280,6 +280,12 @@ static void test_ops(void **state) {
     float g[3] = {0, 2, -3}, u[3] = {5, 1, 2}, o[3];
     og_swiglu(o, g, u, 3);
     assert_true(o[0] == 0 && fabsf(o[1] - 2 / (1 + expf(-2))) < 1e-6f && fabsf(o[2] - 2 * (-3 / (1 + expf(3)))) < 1e-6f);
+    /* V4's clamp at 1: gate 2 -> 1, up 5 -> 1 and -4 -> -1; inside it, plain SwiGLU */
+    float cg[3] = {2, 0.5f, -3}, cu[3] = {5, 0.5f, -4}, co[3];
+    og_swiglu_clamp(co, cg, cu, 3, 1.0f);
+    assert_true(fabsf(co[0] - 1 / (1 + expf(-1))) < 1e-6f);
+    assert_true(fabsf(co[1] - 0.5f / (1 + expf(-0.5f)) * 0.5f) < 1e-6f);
+    assert_true(fabsf(co[2] - (-3 / (1 + expf(3))) * -1) < 1e-6f);
     float t[8] = {1, 5, 3, 5, NAN, -1, 3, 0};
     int32_t idx[4];
     og_topk(t, 8, 4, idx);
@@ -327,8 +333,10 @@ static void test_rope_yarn(void **state) {
 
 /* ---- the expert op ------------------------------------------------------ */
 
-/* y = down(silu(gate x) * up x) in double from the dequantized weights. */
-static void ffn_ref(const og_weight *g, const og_weight *u, const og_weight *dn, const float *x, double *y) {
+/* y = down(silu(gate x) * up x) in double from the dequantized weights; with
+ * clamp > 0, silu(min(g, clamp)) * clamp(u, -clamp, clamp). */
+static void ffn_ref(const og_weight *g, const og_weight *u, const og_weight *dn, const float *x, double clamp,
+                    double *y) {
     const int64_t D = g->K, F = g->n_rows;
     float *row = malloc((size_t)(D > F ? D : F) * sizeof *row);
     double *h = malloc((size_t)F * sizeof *h);
@@ -338,6 +346,10 @@ static void ffn_ref(const og_weight *g, const og_weight *u, const og_weight *dn,
         for (int64_t i = 0; i < D; i++) a += (double)row[i] * x[i];
         og_dequantize_row(u->type, (const uint8_t *)u->data + (size_t)f * u->row_bytes, row, D);
         for (int64_t i = 0; i < D; i++) b += (double)row[i] * x[i];
+        if (clamp > 0) {
+            a = fmin(a, clamp);
+            b = fmax(-clamp, fmin(b, clamp));
+        }
         h[f] = a / (1 + exp(-a)) * b;
     }
     for (int64_t o = 0; o < D; o++) {
@@ -414,7 +426,7 @@ static void test_device_experts(void **state) {
     for (int g = 0; g < 3; g++) {
         const uint8_t *p = host + slot_expert[groups[g].slot] * slot_bytes;
         jobs[g] = (og_expert_job){op.slots.gate, op.slots.up, op.slots.down, x + row * D, groups[g].n_rows, yh + row * D,
-                                  groups[g].numerics};
+                                  groups[g].numerics, 0};
         jobs[g].gate.data = p;
         jobs[g].up.data = p + gate_bytes;
         jobs[g].down.data = p + 2 * gate_bytes;
@@ -427,7 +439,7 @@ static void test_device_experts(void **state) {
         if (!left) left = groups[++g].n_rows;
         left--;
         double ref[D], scale = 0, worst = 0;
-        ffn_ref(&jobs[g].gate, &jobs[g].up, &jobs[g].down, x + r * D, ref);
+        ffn_ref(&jobs[g].gate, &jobs[g].up, &jobs[g].down, x + r * D, 0, ref);
         for (int i = 0; i < D; i++) {
             scale = fmax(scale, fabs(ref[i]));
             worst = fmax(worst, fabs(ref[i] - y[r * D + i]));
@@ -435,6 +447,33 @@ static void test_device_experts(void **state) {
         assert_true(scale > 0);
         assert_true(worst <= (groups[g].numerics == OG_NUMERICS_FORK ? 0.03 : 1e-4) * scale);
     }
+    /* V4's clamped SwiGLU, at a limit the products reach: the same bits as the
+     * host path, within the bound of the double FFN, and not the plain result */
+    float yc[ROWS * D];
+    op.swiglu_clamp = 0.25f;
+    assert_int_equal(ops->experts(dev, s, &op, err, sizeof err), OG_OK);
+    assert_int_equal(ops->copy_to_host(dev, s, yc, dy, sizeof yc, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_record(dev, s, &ev, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_wait(dev, ev, err, sizeof err), OG_OK);
+    for (int g = 0; g < 3; g++) jobs[g].swiglu_clamp = 0.25f;
+    assert_int_equal(og_cpu_experts(&k, pool, jobs, 3), OG_OK);
+    assert_memory_equal(yc, yh, sizeof yc);
+    assert_true(memcmp(yc, y, sizeof y) != 0);
+    {
+        double ref[D], scale = 0, worst = 0;
+        ffn_ref(&jobs[1].gate, &jobs[1].up, &jobs[1].down, x + 3 * D, 0.25, ref); /* row 3: group 1, canonical */
+        for (int i = 0; i < D; i++) {
+            scale = fmax(scale, fabs(ref[i]));
+            worst = fmax(worst, fabs(ref[i] - yc[3 * D + i]));
+        }
+        assert_true(scale > 0 && worst <= 1e-4 * scale);
+    }
+    op.swiglu_clamp = -1;
+    assert_int_equal(ops->experts(dev, s, &op, err, sizeof err), OG_ERR_INVALID_ARG);
+    jobs[0].swiglu_clamp = NAN;
+    assert_int_equal(og_cpu_experts(&k, pool, jobs, 1), OG_ERR_INVALID_ARG);
+    jobs[0].swiglu_clamp = 0;
+    op.swiglu_clamp = 0;
     /* bad ops refused at once */
     og_expert_group bad = {NE, 1, OG_NUMERICS_FORK};
     op.groups = &bad;

@@ -349,7 +349,7 @@ static void test_migration_waits_for_reader(void **state) {
     assert_int_equal(og_expert_cache_slot(p.cache, l, e_new), j);
     /* the op read e_old: the host's bits for e_old from the file */
     const og_layer *L = &m->layers[l];
-    og_expert_job hj = {L->gate_exps, L->up_exps, L->down_exps, x, 1, yh, OG_NUMERICS_CANONICAL};
+    og_expert_job hj = {L->gate_exps, L->up_exps, L->down_exps, x, 1, yh, OG_NUMERICS_CANONICAL, 0};
     hj.gate.data = (const uint8_t *)L->gate_exps.data + (size_t)(e_old * Fe) * L->gate_exps.row_bytes;
     hj.up.data = (const uint8_t *)L->up_exps.data + (size_t)(e_old * Fe) * L->up_exps.row_bytes;
     hj.down.data = (const uint8_t *)L->down_exps.data + (size_t)(e_old * D) * L->down_exps.row_bytes;

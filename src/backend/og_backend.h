@@ -1,7 +1,7 @@
-/* onegpu backend, CPU side: a thread pool, quantized matrix products and the
- * element-wise operations of the model (RMSNorm, RoPE/YaRN, softmax, SwiGLU,
- * top-k). The device interface (cpu playing the GPU, cuda) arrives with the
- * placement issue and builds on these. */
+/* onegpu backend, CPU side: a thread pool, quantized matrix products, the
+ * routed-expert op and the element-wise operations of the model (RMSNorm,
+ * RoPE/YaRN, softmax, SwiGLU, top-k). The device interface (og_device.h: the
+ * cpu device playing the GPU, later cuda) builds on these. */
 #ifndef OG_BACKEND_H
 #define OG_BACKEND_H
 
@@ -82,6 +82,31 @@ size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs);
 og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
                               size_t scratch_bytes);
 
+/* ---- routed experts -------------------------------------------------------- */
+
+/* One expert over a run of activation rows: y = down(swiglu(gate x, up x)), the
+ * FFN of a routed or shared expert (deepseek2.md §5). Weights host-readable
+ * (the mapped file, or the cpu device's own memory when it runs the op). */
+typedef struct og_expert_job {
+    og_weight gate, up;   /* [D -> F] each (K = D, n_rows = F) */
+    og_weight down;       /* [F -> D] */
+    const float *x;       /* [m][D] */
+    int64_t m;            /* rows, >= 0 */
+    float *y;             /* [m][D] out */
+    og_numerics numerics;
+    float swiglu_clamp;   /* > 0: og_swiglu_clamp with this limit (V4's experts); 0: og_swiglu */
+} og_expert_job;
+
+/* Runs n_jobs experts: every gate/up product in one pool run, SwiGLU, every
+ * down product in another (in chunks when there are many). Each output row is
+ * bitwise what og_cpu_matmul_multi gives for that row alone with the job's
+ * numerics, whatever the other jobs, the pool or its size: so an expert gives
+ * the same bits on the host pool and on the cpu device's threads. Errors:
+ * og_cpu_matmul_multi's (OG_ERR_UNSUPPORTED, OG_ERR_INVALID_ARG for shapes that
+ * do not chain: gate/up K != down n_rows or gate/up n_rows != down K, or a
+ * negative or non-finite clamp), OG_ERR_NOMEM. */
+og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs);
+
 /* ---- element-wise operations (f32) ---------------------------------------- */
 
 /* y[i] = w[i] * x[i] / sqrt(mean(x^2) + eps), accumulated in double. y may be x. */
@@ -92,6 +117,11 @@ void og_softmax(float *x, int64_t n);
 
 /* out[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). out may alias either. */
 void og_swiglu(float *out, const float *gate, const float *up, int64_t n);
+
+/* SwiGLU with DeepSeek V4's clamp (deepseek4.md §4.1): out[i] =
+ * silu(min(gate[i], limit)) * clamp(up[i], -limit, limit); limit > 0. out may
+ * alias either. */
+void og_swiglu_clamp(float *out, const float *gate, const float *up, int64_t n, float limit);
 
 /* Indices of the k largest values of x[0..n), largest first; ties go to the
  * lower index (deepseek2.md §5 "tie-breaking"). NaN never wins. k <= n. */

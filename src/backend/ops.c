@@ -32,6 +32,13 @@ void og_swiglu(float *out, const float *gate, const float *up, int64_t n) {
     }
 }
 
+void og_swiglu_clamp(float *out, const float *gate, const float *up, int64_t n, float limit) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+        out[i] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
 void og_topk(const float *x, int64_t n, int k, int32_t *idx) {
     /* k is small (experts per token, groups): selection by repeated scans keeps
      * the tie rule obvious. */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#define SPIN_NS 50000 /* spin before sleeping */
+#include "spin.h"
 
 typedef struct worker {
     struct og_pool *pool;
@@ -31,18 +31,6 @@ struct og_pool {
     void *ctx;
 };
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-}
-
 static void *worker_main(void *arg) {
     worker *me = arg;
     og_pool *p = me->pool;
@@ -50,12 +38,12 @@ static void *worker_main(void *arg) {
     for (;;) {
         uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g == seen) {
-            uint64_t t0 = now_ns();
+            uint64_t t0 = og_now_ns();
             /* read the clock only every 64 pauses: it is not free either */
             for (unsigned spin = 1; (g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-                                    !atomic_load(&p->stop) && ((spin & 63) || now_ns() - t0 < SPIN_NS);
+                                    !atomic_load(&p->stop) && ((spin & 63) || og_now_ns() - t0 < OG_SPIN_NS);
                  spin++)
-                cpu_relax();
+                og_cpu_relax();
             if (g == seen) {
                 pthread_mutex_lock(&p->mu);
                 while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->wake, &p->mu);
@@ -139,11 +127,11 @@ void og_pool_run(og_pool *p, og_pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = og_now_ns();
     for (unsigned spin = 1; atomic_load_explicit(&p->pending, memory_order_acquire) > 0 &&
-                            ((spin & 63) || now_ns() - t0 < SPIN_NS);
+                            ((spin & 63) || og_now_ns() - t0 < OG_SPIN_NS);
          spin++)
-        cpu_relax();
+        og_cpu_relax();
     if (atomic_load(&p->pending) > 0) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done_cv, &p->mu);

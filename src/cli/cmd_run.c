@@ -32,7 +32,9 @@ static void usage(FILE *out) {
             "placement (as `onegpu plan`; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --vram SIZE [--ram SIZE] [--reserve SIZE] [--ctx N] [--expert-slots N|all] [--profile FILE]\n"
             "                plans for a device of SIZE, prints the plan, and counts how many expert selections\n"
-            "                hit the resident set (this build has no GPU backend: all experts still run on the CPU)\n"
+            "                hit the resident set (no GPU backend yet: the cpu device plays it, running the\n"
+            "                resident experts on its own threads while the host pool runs the cold ones)\n"
+            "  --device-threads N  the cpu device's threads (default: as --threads)\n"
             "  --migrate N   between forward steps, copy up to N experts per layer into the device (default 2;\n"
             "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
@@ -193,16 +195,16 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    if ((rc = og_cli_placement_create("onegpu run", m, &fl, &plan, profile, save_trace != NULL, &pl))) goto out;
+    og_isa isa;
+    if ((rc = og_cli_choose_isa("onegpu run", &isa))) goto out;
+    og_kernels kern;
+    og_kernels_init(isa, &kern);
+    if ((rc = og_cli_placement_create("onegpu run", m, &fl, &plan, profile, save_trace != NULL, &kern, &pl))) goto out;
     if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s: %s\n", model_path, err);
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
-    og_isa isa;
-    if ((rc = og_cli_choose_isa("onegpu run", &isa))) goto out;
-    og_kernels kern;
-    og_kernels_init(isa, &kern);
     if ((rc = og_cli_pool("onegpu run", (int)fl.threads, &pool))) goto out;
     if (chat) {
         og_str tmpl = {0};

@@ -49,7 +49,9 @@ static void usage(FILE *out) {
             "                     \"strata_reproducible\": \"required\" get gpu numerics either way\n"
             "placement (as onegpu plan; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --vram SIZE        the cpu device plays a GPU of SIZE bytes (this build has no CUDA backend): it holds\n"
-            "                     the planned hot set; hit rate, migrations and PCIe bytes show in /metrics\n"
+            "                     the planned hot set and runs those experts on its own threads while the host pool\n"
+            "                     runs the cold ones; hit rate, migrations and PCIe bytes show in /metrics\n"
+            "  --device-threads N the cpu device's threads (default: as --threads)\n"
             "  --ram SIZE         host memory for the plan (default: MemAvailable and any cgroup limit)\n"
             "  --reserve SIZE     device memory kept free (default 512M)\n"
             "  --expert-slots N|all  expert slots per MoE layer instead of the planner's (0: all on the host)\n"
@@ -243,9 +245,9 @@ int og_cmd_serve(int argc, char **argv) {
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
-    if ((rc = og_cli_placement_create("onegpu serve", m, &fl, &plan, profile, false, &pl))) goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
+    if ((rc = og_cli_placement_create("onegpu serve", m, &fl, &plan, profile, false, &kern, &pl))) goto out;
     if ((rc = og_cli_pool("onegpu serve", (int)threads, &pool))) goto out;
     og_engine_config ecfg = {.model = m, .tok = tok,
                              .rc = {.kern = &kern, .pool = pool, .device_numerics = OG_NUMERICS_CANONICAL,

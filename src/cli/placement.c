@@ -102,6 +102,10 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         name = "threads", want = "a count, 1..4096";
         ok = og_cli_parse_count(arg, &f->threads) && f->threads <= 4096;
         break;
+    case OG_OPT_DEVICE_THREADS:
+        name = "device-threads", want = "a count, 1..4096";
+        ok = og_cli_parse_count(arg, &f->device_threads) && f->device_threads <= 4096;
+        break;
     default: return 0;
     }
     if (ok) return 1;
@@ -110,8 +114,11 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
 }
 
 int og_cli_flags_check(const char *cmd, const og_cli_flags *f) {
-    if (!f->have_vram && (f->have_ram || f->profile || f->pin.slots_override != -1 || f->migrate_set)) {
-        fprintf(stderr, "%s: --ram, --profile, --expert-slots and --migrate plan for a device: give --vram SIZE too\n",
+    if (!f->have_vram &&
+        (f->have_ram || f->profile || f->pin.slots_override != -1 || f->migrate_set || f->device_threads)) {
+        fprintf(stderr,
+                "%s: --ram, --profile, --expert-slots, --migrate and --device-threads plan for a device: give --vram SIZE "
+                "too\n",
                 cmd);
         return OG_EXIT_USAGE;
     }
@@ -150,7 +157,7 @@ int og_cli_plan_flags(const char *cmd, const char *model_path, og_cli_flags *f, 
 }
 
 int og_cli_placement_create(const char *cmd, const og_model *m, const og_cli_flags *f, const og_plan *plan,
-                            const uint64_t *profile, bool count, og_placement **out) {
+                            const uint64_t *profile, bool count, const og_kernels *kern, og_placement **out) {
     *out = NULL;
     og_placement_config pc = og_placement_defaults();
     pc.vram = f->have_vram ? f->pin.vram : 0;
@@ -158,7 +165,8 @@ int og_cli_placement_create(const char *cmd, const og_model *m, const og_cli_fla
     pc.profile = profile;
     pc.migrate = (uint32_t)f->migrate;
     pc.count = count || f->save_profile;
-    if (!pc.vram && !pc.count) return OG_EXIT_OK;
+    pc.kern = kern;
+    pc.device_threads = (int)(f->device_threads ? f->device_threads : f->threads);
     char err[1024];
     if (og_placement_create(m, &pc, out, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);

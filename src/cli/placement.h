@@ -17,6 +17,7 @@ typedef struct og_cli_flags {
                                 are filled by og_cli_plan_flags */
     uint32_t ctx;            /* --ctx: positions per sequence; 0 = the model's (og_cli_default_ctx) */
     uint32_t threads;        /* --threads; 0 = one per CPU this process may run on */
+    uint32_t device_threads; /* --device-threads: the cpu device's threads; 0 = as --threads */
     long migrate;            /* --migrate: experts per MoE layer per step (default 2) */
     const char *profile;     /* --profile FILE, or NULL */
     const char *save_profile;/* --save-profile FILE, or NULL */
@@ -27,7 +28,7 @@ typedef struct og_cli_flags {
 /* getopt_long values of the shared flags (above any short option). */
 enum {
     OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
-    OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS
+    OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS
 };
 
 /* The shared flags' entries for a command's getopt_long table. */
@@ -37,7 +38,7 @@ enum {
         {"expert-slots", required_argument, 0, OG_OPT_SLOTS}, {"profile", required_argument, 0, OG_OPT_PROFILE},       \
         {"save-profile", required_argument, 0, OG_OPT_SAVE_PROFILE},                                                   \
         {"migrate", required_argument, 0, OG_OPT_MIGRATE}, {"cpu-numerics", required_argument, 0, OG_OPT_NUMERICS},    \
-        {"threads", required_argument, 0, OG_OPT_THREADS}
+        {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}
 
 /* The defaults: no device, --reserve 512M, --migrate 2, fork numerics, every CPU. */
 void og_cli_flags_init(og_cli_flags *f);
@@ -60,13 +61,14 @@ int og_cli_flags_check(const char *cmd, const og_cli_flags *f);
 int og_cli_plan_flags(const char *cmd, const char *model_path, og_cli_flags *f, uint32_t parallel,
                       uint32_t batch_tokens, og_hparams *hp, og_plan *plan, uint64_t **profile);
 
-/* The placement of run and serve: with --vram the cpu device (it plays the GPU)
- * holds the plan's hot set, migrating --migrate experts per layer per step;
- * selections are counted with a device, --save-profile or count. Prints "CMD:
- * cpu device: ..." to stderr. *out stays NULL when nothing is placed or
- * counted. Returns 0, or OG_EXIT_USAGE after printing "CMD: reason". */
+/* The placement of run and serve (always made: it owns the forward pass's
+ * dispatcher): with --vram the cpu device (it plays the GPU) holds the plan's
+ * hot set and computes those experts on its own --device-threads threads with
+ * kern, migrating --migrate experts per layer per step; selections are counted
+ * with a device, --save-profile or count. Prints "CMD: cpu device: ..." to
+ * stderr. Returns 0, or OG_EXIT_USAGE after printing "CMD: reason". */
 int og_cli_placement_create(const char *cmd, const og_model *m, const og_cli_flags *f, const og_plan *plan,
-                            const uint64_t *profile, bool count, og_placement **out);
+                            const uint64_t *profile, bool count, const og_kernels *kern, og_placement **out);
 
 /* --save-profile: the counts plus profile's (may be NULL) written to
  * f->save_profile (nothing without it). Returns 0 or OG_EXIT_USAGE after

@@ -1,7 +1,8 @@
 /* deepseek2: hyperparameters, weight binding and the forward pass, written out
  * plainly in data-flow order (shared/spec/deepseek2.md; section numbers below).
- * The experts of a layer go through one dispatch function that receives the
- * (token, expert, weight) list: the seam where placement will split the work. */
+ * The experts of a layer go to the run context's dispatcher (og_dispatch_type)
+ * with the (token, expert, weight) list: the seam where placement splits the
+ * work between device and host (src/moe/dispatch.c). */
 #include "og_model.h"
 
 #include <math.h>
@@ -346,7 +347,6 @@ typedef struct act_buf {
 typedef struct fwd {
     const og_run_ctx *rc;
     act_buf ab;
-    const bool *exact; /* [n_tok] rows whose cold experts compute with device numerics too, or NULL */
 } fwd;
 
 /* y[m][rows] = x[m][K] . W^T through the kernels. */
@@ -447,143 +447,6 @@ static void route(const og_hparams *h, const og_layer *L, const float *logits_in
     free(sc);
 }
 
-/* The expert seam: y[t] = shared(x[t]) + sum over routes of weight * expert(x[t]).
- * Routes are grouped by expert so each expert's weights stream once, and all
- * gate/up products (the shared expert's too) run in one pool run, all down
- * products in another. Each route's output is kept apart and summed per token in
- * route order, so the result never depends on the grouping or where an expert
- * runs. */
-#define CHUNK 60 /* experts per pool run */
-static og_status moe_dispatch(const og_model *m, fwd *f, uint32_t il, const float *x, int64_t n_tok,
-                              const og_route *routes, int n_routes, float *y) {
-    const og_layer *L = &m->layers[il];
-    const og_expert_map *xm = f->rc->experts;
-    const int64_t D = m->hp.n_embd, Fe = m->hp.n_ff_exp;
-    const bool shared = m->hp.n_expert_shared > 0;
-    const int64_t Fs = shared ? L->gate_sh.n_rows : 0;
-    int E = (int)m->hp.n_expert;
-    int *order = malloc((size_t)n_routes * sizeof *order);
-    int *first = malloc((size_t)(E + 1) * sizeof *first); /* routes of expert e: order[first[e] .. first[e+1]) */
-    float *xg = malloc((size_t)n_routes * (size_t)D * sizeof *xg);
-    float *gu = malloc((size_t)n_routes * (size_t)Fe * 2 * sizeof *gu);
-    float *res = malloc((size_t)n_routes * (size_t)D * sizeof *res);
-    float *gs = shared ? malloc((size_t)(n_tok * Fs) * 2 * sizeof *gs) : NULL;
-    og_weight *wv = malloc((size_t)(3 * CHUNK) * sizeof *wv);
-    og_matmul_job *jobs = malloc((size_t)(4 * CHUNK + 2) * sizeof *jobs);
-    og_status st = (!order || !first || !xg || !gu || !res || (shared && !gs) || !wv || !jobs) ? OG_ERR_NOMEM : OG_OK;
-    int *used = malloc((size_t)E * sizeof *used), n_used = 0;
-    int *n_exact = calloc((size_t)E, sizeof *n_exact); /* routes of e that need device numerics: listed first */
-    int *cur = malloc((size_t)E * 2 * sizeof *cur);     /* next slot of e's exact / other routes */
-    if (!used || !n_exact || !cur) st = OG_ERR_NOMEM;
-    if (!st) { /* counting sort by expert, each expert's exact routes first, route order kept within each */
-        for (int e = 0; e <= E; e++) first[e] = 0;
-        for (int r = 0; r < n_routes; r++) {
-            first[routes[r].expert + 1]++;
-            if (f->exact && f->exact[routes[r].token]) n_exact[routes[r].expert]++;
-        }
-        for (int e = 0; e < E; e++) {
-            first[e + 1] += first[e];
-            cur[2 * e] = first[e];
-            cur[2 * e + 1] = first[e] + n_exact[e];
-            if (first[e + 1] > first[e]) used[n_used++] = e;
-        }
-        for (int r = 0; r < n_routes; r++) {
-            bool ex = f->exact && f->exact[routes[r].token];
-            order[cur[2 * routes[r].expert + !ex]++] = r;
-        }
-    }
-    /* Pieces: an expert's routes, split when a cold expert serves rows that need
-     * device numerics beside rows that may take the host's fast path. */
-    typedef struct piece {
-        int u, start, len;
-        og_numerics nm;
-    } piece;
-    piece pc[2 * CHUNK];
-    /* at most CHUNK experts per run (up to 2 pieces of 2 jobs each, plus the
-     * shared expert's 2, within og_cpu_matmul_multi's 256); the shared expert
-     * runs with the first */
-    for (int c0 = 0; (c0 < n_used || (c0 == 0 && shared)) && !st; c0 += CHUNK) {
-        int c1 = c0 + CHUNK < n_used ? c0 + CHUNK : n_used, nj = 0, np = 0;
-        for (int u = c0; u < c1; u++) {
-            int e = used[u], cnt = first[e + 1] - first[e], nx = n_exact[e];
-            for (int i = 0; i < cnt; i++)
-                memcpy(xg + (size_t)(first[e] + i) * D, x + routes[order[first[e] + i]].token * D, (size_t)D * sizeof *xg);
-            og_weight *w3 = &wv[3 * (u - c0)];
-            w3[0] = slice(&L->gate_exps, (int64_t)e * Fe, Fe);
-            w3[1] = slice(&L->up_exps, (int64_t)e * Fe, Fe);
-            w3[2] = slice(&L->down_exps, (int64_t)e * D, D);
-            const size_t at = (size_t)il * (size_t)E + (size_t)e;
-            og_numerics nm = f->rc->host_numerics; /* a cold expert: the host pool's numerics */
-            if (xm && xm->gate[at]) { /* resident: the device copy, computed as the device does */
-                w3[0].data = xm->gate[at];
-                w3[1].data = xm->up[at];
-                w3[2].data = xm->down[at];
-                nm = f->rc->device_numerics;
-            }
-            if (nx == 0 || nm == OG_NUMERICS_CANONICAL) pc[np++] = (piece){u, 0, cnt, nm};
-            else if (nx == cnt) pc[np++] = (piece){u, 0, cnt, OG_NUMERICS_CANONICAL};
-            else {
-                pc[np++] = (piece){u, 0, nx, OG_NUMERICS_CANONICAL};
-                pc[np++] = (piece){u, nx, cnt - nx, nm};
-            }
-        }
-        for (int k = 0; k < np; k++) {
-            int e = used[pc[k].u], cnt = first[e + 1] - first[e];
-            float *g = gu + (size_t)first[e] * Fe * 2, *up = g + (size_t)cnt * Fe;
-            const float *xs = xg + (size_t)(first[e] + pc[k].start) * D;
-            jobs[nj++] = (og_matmul_job){&wv[3 * (pc[k].u - c0)], xs, pc[k].len, g + (size_t)pc[k].start * Fe, pc[k].nm};
-            jobs[nj++] =
-                (og_matmul_job){&wv[3 * (pc[k].u - c0) + 1], xs, pc[k].len, up + (size_t)pc[k].start * Fe, pc[k].nm};
-        }
-        if (shared && c0 == 0) {
-            jobs[nj++] = (og_matmul_job){&L->gate_sh, x, n_tok, gs, OG_NUMERICS_FORK};
-            jobs[nj++] = (og_matmul_job){&L->up_sh, x, n_tok, gs + n_tok * Fs, OG_NUMERICS_FORK};
-        }
-        if ((st = mm_multi(f, jobs, nj))) break;
-        nj = 0;
-        for (int u = c0; u < c1; u++) {
-            int e = used[u], cnt = first[e + 1] - first[e];
-            float *g = gu + (size_t)first[e] * Fe * 2, *up = g + (size_t)cnt * Fe;
-            og_swiglu(g, g, up, cnt * Fe);
-        }
-        for (int k = 0; k < np; k++) {
-            int e = used[pc[k].u];
-            float *g = gu + (size_t)first[e] * Fe * 2;
-            jobs[nj++] = (og_matmul_job){&wv[3 * (pc[k].u - c0) + 2], g + (size_t)pc[k].start * Fe, pc[k].len,
-                                         res + (size_t)(first[e] + pc[k].start) * D, pc[k].nm};
-        }
-        if (shared && c0 == 0) {
-            og_swiglu(gs, gs, gs + n_tok * Fs, n_tok * Fs);
-            jobs[nj++] = (og_matmul_job){&L->down_sh, gs, n_tok, y, OG_NUMERICS_FORK};
-        }
-        st = mm_multi(f, jobs, nj);
-    }
-    if (!st && !shared) memset(y, 0, (size_t)(n_tok * D) * sizeof *y);
-    if (!st) { /* route order[i]'s output is row i of res */
-        int *pos_of = malloc((size_t)n_routes * sizeof *pos_of);
-        if (!pos_of) st = OG_ERR_NOMEM;
-        for (int i = 0; i < n_routes && !st; i++) pos_of[order[i]] = i;
-        for (int r = 0; r < n_routes && !st; r++) {
-            float *yt = y + routes[r].token * D;
-            const float *rr = res + (size_t)pos_of[r] * D;
-            for (int64_t i = 0; i < D; i++) yt[i] += routes[r].weight * rr[i];
-        }
-        free(pos_of);
-    }
-    free(order);
-    free(first);
-    free(used);
-    free(n_exact);
-    free(cur);
-    free(xg);
-    free(gu);
-    free(res);
-    free(gs);
-    free(wv);
-    free(jobs);
-    return st;
-}
-
 /* Attention of a chunk of tokens over their caches, the (token, head) pairs shared
  * out between threads: scores = kq_scale ([q_abs, q_pe] . [c, k_pe]), softmax,
  * ctx = sum att * c. Each pair's arithmetic is the same whatever else is in the
@@ -654,6 +517,8 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope;
     const int64_t dqk = h->d_qk, dv = h->d_v, T = n_tok;
     if (n_tok <= 0 || n_seq <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
+    if (h->n_dense < h->n_layer && (!rc->dispatch || !rc->dispatch->type || !rc->dispatch->type->moe_layer))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a MoE model needs a dispatcher (og_run_ctx.dispatch)");
     for (int i = 0; i < n_tok; i++) {
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= h->n_vocab)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token id %d outside the vocabulary", tokens[i]);
@@ -705,7 +570,8 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     float *att = take(&sc, (size_t)og_pool_size(rc->pool) * att_stride); /* per thread */
     og_route *routes = NULL;
     og_status st = OG_OK;
-    fwd fw = {.rc = rc, .exact = batch->exact};
+    bool moe_failed = false;
+    fwd fw = {.rc = rc};
     og_weight *head_w = malloc((size_t)(2 * H) * sizeof *head_w); /* per-head k_b, v_b slices */
     og_matmul_job *head_jobs = malloc((size_t)H * sizeof *head_jobs);
     if (!head_w || !head_jobs) st = OG_ERR_NOMEM;
@@ -820,7 +686,11 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                 if (es->layer_routes) es->layer_routes[il] += (uint64_t)(T * k);
                 if (es->layer_hits) es->layer_hits[il] += hits;
             }
-            if ((st = moe_dispatch(m, &fw, (uint32_t)il, a, T, routes, (int)(T * k), y))) break;
+            const og_moe_layer io = {(uint32_t)il, a, T, routes, (int)(T * k), batch->exact, y};
+            if ((st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, err, errlen))) {
+                moe_failed = true;
+                break;
+            }
         }
         for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
     }
@@ -839,6 +709,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
         for (int s2 = 0; s2 < n_seq; s2++) kvs[s2]->n_pos = next[s2];
     free(pos_of);
     free(next);
+    if (st && moe_failed) return st; /* the dispatcher's message */
     if (st) return og_fail(err, errlen, st, "forward pass failed: %s", og_status_str(st));
     return OG_OK;
 }

@@ -1,6 +1,7 @@
-/* onegpu model: architecture knowledge. For now: the table of tensor roles that
- * the planner and `onegpu gguf` read without knowing the model's internals
- * (DESIGN.md "Target models"); the forward pass arrives with the model issue. */
+/* onegpu model: architecture knowledge: the table of tensor roles that the
+ * planner and `onegpu gguf` read without knowing the model's internals
+ * (DESIGN.md "Target models"), deepseek2's weights and forward pass, and the
+ * dispatcher seam its MoE layers go through (og_dispatch_type). */
 #ifndef OG_MODEL_H
 #define OG_MODEL_H
 
@@ -119,27 +120,48 @@ typedef struct og_expert_stats {
     uint64_t *layer_routes, *layer_hits; /* [n_layer] the same per layer, or NULL */
 } og_expert_stats;
 
-/* Where routed experts are read from: the device side of placement. For
- * expert e of layer l (index l * n_expert + e), gate[i] / up[i] point at its
- * n_ff_exp rows of ffn_gate_exps / ffn_up_exps and down[i] at its n_embd rows of
- * ffn_down_exps, in the file's type and row layout, in device memory; NULL: read
- * from the host copy (the mapped file). Same bytes give the same result. */
-typedef struct og_expert_map {
-    const void *const *gate, *const *up, *const *down; /* [n_layer * n_expert] */
-} og_expert_map;
+typedef struct og_run_ctx og_run_ctx;
+
+/* One MoE layer's experts, as the forward pass hands them to the dispatcher. */
+typedef struct og_moe_layer {
+    uint32_t layer;
+    const float *x;          /* [n_tok][D] the FFN's normalized input (host memory) */
+    int64_t n_tok;
+    const og_route *routes;  /* [n_routes] (token, expert, weight), the router's order */
+    int n_routes;
+    const bool *exact;       /* [n_tok] or NULL: rows whose cold experts compute canonically too */
+    float *y;                /* [n_tok][D] out: shared experts + sum of weight * expert(x) in route order */
+} og_moe_layer;
+
+/* The dispatcher seam (DESIGN.md "The seams"): the forward pass computes a MoE
+ * layer's experts through this table and knows nothing of where they run. The
+ * moe part implements it (og_dispatch_create, with or without a device); like
+ * redis's dictType, the model sees only the function and its opaque self. */
+typedef struct og_dispatch_type {
+    /* Computes io->y. The result must not depend on where an expert ran when
+     * the numerics agree (route-order sum). Errors: OG_ERR_NOMEM, the kernels',
+     * the device's. */
+    og_status (*moe_layer)(void *self, const og_model *m, const og_run_ctx *rc, const og_moe_layer *io, char *err,
+                           size_t errlen);
+} og_dispatch_type;
+
+typedef struct og_dispatcher {
+    const og_dispatch_type *type;
+    void *self;
+} og_dispatcher;
 
 /* Everything a forward call needs besides the weights. */
-typedef struct og_run_ctx {
+struct og_run_ctx {
     const og_kernels *kern;
-    og_pool *pool;
+    og_pool *pool;           /* the host pool */
     og_expert_stats *stats;  /* NULL: no bookkeeping */
-    const og_expert_map *experts; /* NULL: every expert from the host copy */
-    /* --cpu-numerics (DESIGN.md "Numerics modes"): resident experts compute with
+    const og_dispatcher *dispatch; /* required for models with MoE layers (OG_ERR_INVALID_ARG without) */
+    /* --cpu-numerics (DESIGN.md "Numerics"): resident experts compute with
      * device_numerics (OG_NUMERICS_CANONICAL when a device holds them), cold ones
-     * with host_numerics (FAST: "fork", the default; DEVICE: "gpu", so a result
-     * never depends on where an expert ran). Zero: FAST everywhere. */
+     * with host_numerics (FORK: "fork", the default; CANONICAL: "gpu", so a result
+     * never depends on where an expert ran). Zero: FORK everywhere. */
     og_numerics device_numerics, host_numerics;
-} og_run_ctx;
+};
 
 /* A batch of tokens from several sequences (continuous batching): token i
  * belongs to sequence seq[i] (tokens of one sequence in order; each continues

@@ -23,7 +23,6 @@ og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_de
         c->dev = dev;
         c->n_layer = NL;
         c->n_expert = E;
-        c->ptr = calloc(3 * n + 1, sizeof *c->ptr);
         c->layer_off = calloc(NL + 1, sizeof *c->layer_off);
         c->expert_bytes = calloc(NL + 1, sizeof *c->expert_bytes);
         c->gate_bytes = calloc(NL + 1, sizeof *c->gate_bytes);
@@ -33,7 +32,7 @@ og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_de
         c->slot_of = malloc((n + 1) * sizeof *c->slot_of);
         c->resident = calloc(n + 1, 1);
     }
-    if (!c || !c->ptr || !c->layer_off || !c->expert_bytes || !c->gate_bytes || !c->up_bytes || !c->occupied ||
+    if (!c || !c->layer_off || !c->expert_bytes || !c->gate_bytes || !c->up_bytes || !c->occupied ||
         !c->n_slots || !c->slot_of || !c->resident) {
         og_expert_cache_free(c);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
@@ -53,44 +52,51 @@ og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_de
     }
     c->expert_in = malloc(((size_t)NL * c->max_slots + 1) * sizeof *c->expert_in);
     c->pending = calloc((size_t)NL * c->max_slots + 1, sizeof *c->pending);
-    if (!c->expert_in || !c->pending) {
+    c->last_read = calloc((size_t)NL * c->max_slots + 1, sizeof *c->last_read);
+    if (!c->expert_in || !c->pending || !c->last_read) {
         og_expert_cache_free(c);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     if (c->capacity) {
         void *arena;
         og_status st = dev->ops->alloc(dev, c->capacity, &arena, err, errlen);
+        if (!st) {
+            c->arena = arena;
+            st = dev->ops->stream_create(dev, &c->stream, err, errlen);
+        }
         if (st) {
             og_expert_cache_free(c);
             return st;
         }
-        c->arena = arena;
     }
     for (size_t i = 0; i < n; i++) c->slot_of[i] = -1;
     for (size_t i = 0; i < (size_t)NL * c->max_slots; i++) c->expert_in[i] = -1;
-    c->map.gate = c->ptr;
-    c->map.up = c->ptr + n;
-    c->map.down = c->ptr + 2 * n;
     *out = c;
     return OG_OK;
 }
 
-/* Starts copying expert e of layer l into slot j; published by poll. */
+/* Starts copying expert e of layer l into slot j on the cache's stream, after
+ * the last op that read the slot (a queued op never sees its expert change);
+ * published by poll. */
 static og_status start_copy(og_expert_cache *c, const og_model *m, uint32_t l, uint32_t e, uint32_t j, char *err,
                             size_t errlen) {
     const og_layer *L = &m->layers[l];
+    const size_t at = (size_t)l * c->n_expert + e, sj = (size_t)l * c->max_slots + j;
     uint8_t *dst = c->arena + c->layer_off[l] + (uint64_t)j * c->expert_bytes[l];
     const og_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
     const uint64_t rows[3] = {m->hp.n_ff_exp, m->hp.n_ff_exp, m->hp.n_embd};
-    og_event ev = 0;
-    for (int k = 0; k < 3; k++) { /* one event for the three: they complete in order */
+    const og_device_ops *ops = c->dev->ops;
+    og_status st = ops->stream_wait(c->dev, c->stream, c->last_read[sj], err, errlen);
+    for (int k = 0; k < 3 && !st; k++) { /* one event for the three: a stream runs in order */
         const size_t bytes = (size_t)rows[k] * w[k]->row_bytes;
-        og_status st = c->dev->ops->copy_to_device(c->dev, dst, (const uint8_t *)w[k]->data + (size_t)e * bytes, bytes,
-                                                   &ev, err, errlen);
-        if (st) return st;
+        st = ops->copy_to_device(c->dev, c->stream, dst, (const uint8_t *)w[k]->data + (size_t)e * bytes, bytes, err,
+                                 errlen);
         dst += bytes; /* the device counts the bytes (og_device.pcie_bytes) */
     }
-    const size_t at = (size_t)l * c->n_expert + e, sj = (size_t)l * c->max_slots + j;
+    og_event ev = 0;
+    if (!st) st = ops->event_record(c->dev, c->stream, &ev, err, errlen);
+    if (st) return st;
+    c->last_read[sj] = 0; /* the wait above covers it */
     c->slot_of[at] = (int32_t)j;
     c->occupied[at] = 1;
     c->expert_in[sj] = (int32_t)e;
@@ -100,13 +106,9 @@ static og_status start_copy(og_expert_cache *c, const og_model *m, uint32_t l, u
 }
 
 static void publish(og_expert_cache *c, uint32_t l, uint32_t j) {
-    const size_t n = (size_t)c->n_layer * c->n_expert, sj = (size_t)l * c->max_slots + j;
+    const size_t sj = (size_t)l * c->max_slots + j;
     const uint32_t e = (uint32_t)c->expert_in[sj];
     const size_t at = (size_t)l * c->n_expert + e;
-    const uint8_t *p = c->arena + c->layer_off[l] + (uint64_t)j * c->expert_bytes[l];
-    c->ptr[at] = p;
-    c->ptr[n + at] = p + c->gate_bytes[l];
-    c->ptr[2 * n + at] = p + c->gate_bytes[l] + c->up_bytes[l];
     c->resident[at] = 1;
     c->pending[sj] = 0;
     c->n_pending--;
@@ -125,10 +127,9 @@ uint32_t og_expert_cache_poll(og_expert_cache *c) {
 
 /* Takes expert e of layer l off the device: unusable at once. */
 static void evict(og_expert_cache *c, uint32_t l, uint32_t e) {
-    const size_t n = (size_t)c->n_layer * c->n_expert, at = (size_t)l * c->n_expert + e;
+    const size_t at = (size_t)l * c->n_expert + e;
     if (c->slot_of[at] < 0) return;
     const size_t sj = (size_t)l * c->max_slots + (size_t)c->slot_of[at];
-    for (int k = 0; k < 3; k++) c->ptr[(size_t)k * n + at] = NULL;
     if (c->pending[sj]) {
         c->pending[sj] = 0;
         c->n_pending--;
@@ -162,9 +163,15 @@ og_status og_expert_cache_load(og_expert_cache *c, const og_model *m, const uint
                 if (st) return st;
             }
     }
-    while (og_expert_cache_poll(c)) {
-    } /* start-up: wait for the copies */
-    return OG_OK;
+    return og_expert_cache_settle(c, err, errlen); /* start-up: wait for the copies */
+}
+
+og_status og_expert_cache_settle(og_expert_cache *c, char *err, size_t errlen) {
+    og_status st = OG_OK;
+    for (size_t i = 0; i < (size_t)c->n_layer * c->max_slots && !st && c->n_pending; i++)
+        if (c->pending[i]) st = c->dev->ops->event_wait(c->dev, c->pending[i], err, errlen);
+    og_expert_cache_poll(c);
+    return st;
 }
 
 og_status og_expert_cache_swap(og_expert_cache *c, const og_model *m, uint32_t l, uint32_t e_in, uint32_t e_out,
@@ -181,10 +188,38 @@ og_status og_expert_cache_swap(og_expert_cache *c, const og_model *m, uint32_t l
     return OG_OK;
 }
 
+int32_t og_expert_cache_slot(const og_expert_cache *c, uint32_t l, uint32_t e) {
+    if (!c || l >= c->n_layer || e >= c->n_expert) return -1;
+    const size_t at = (size_t)l * c->n_expert + e;
+    return c->resident[at] ? c->slot_of[at] : -1;
+}
+
+og_status og_expert_cache_slots(const og_expert_cache *c, const og_model *m, uint32_t l, og_expert_slots *out) {
+    memset(out, 0, sizeof *out);
+    if (l >= c->n_layer || l >= m->hp.n_layer || !c->n_slots[l]) return OG_ERR_INVALID_ARG;
+    const og_layer *L = &m->layers[l];
+    const int64_t Fe = m->hp.n_ff_exp, D = m->hp.n_embd;
+    out->base = c->arena + c->layer_off[l];
+    out->slot_bytes = c->expert_bytes[l];
+    out->n_slots = c->n_slots[l];
+    out->gate = (og_weight){L->gate_exps.type, NULL, L->gate_exps.K, Fe, L->gate_exps.row_bytes};
+    out->up = (og_weight){L->up_exps.type, NULL, L->up_exps.K, Fe, L->up_exps.row_bytes};
+    out->down = (og_weight){L->down_exps.type, NULL, L->down_exps.K, D, L->down_exps.row_bytes};
+    out->gate_off = 0;
+    out->up_off = c->gate_bytes[l];
+    out->down_off = c->gate_bytes[l] + c->up_bytes[l];
+    return OG_OK;
+}
+
+void og_expert_cache_note_read(og_expert_cache *c, uint32_t l, int32_t slot, og_event ev) {
+    if (l < c->n_layer && slot >= 0 && (uint32_t)slot < c->n_slots[l]) c->last_read[(size_t)l * c->max_slots + (size_t)slot] = ev;
+}
+
 void og_expert_cache_free(og_expert_cache *c) {
     if (!c) return;
+    if (c->stream) c->dev->ops->stream_destroy(c->dev, c->stream); /* waits for its copies */
     if (c->arena) c->dev->ops->free(c->dev, c->arena);
-    free(c->ptr);
+    free(c->last_read);
     free(c->layer_off);
     free(c->expert_bytes);
     free(c->gate_bytes);

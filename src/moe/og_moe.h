@@ -1,6 +1,6 @@
-/* onegpu moe: the planner (budgets -> layout) for now; residency, traffic
- * statistics, migration and the device/host dispatcher come next (DESIGN.md
- * "The planner", issue "The heart"). */
+/* onegpu moe: the planner (budgets -> layout), usage profiles, the expert cache
+ * (the device's slots), the live migrator and the dispatcher that splits a MoE
+ * layer between device and host (DESIGN.md "The planner", "The seams"). */
 #ifndef OG_MOE_H
 #define OG_MOE_H
 
@@ -70,11 +70,13 @@ og_status og_plan_resident(const og_plan *plan, const uint64_t *profile, uint8_t
 
 /* The expert cache: the device's expert slots. Layer l has slots[l] slots in
  * one device allocation (each: one expert's gate, up and down rows as in the
- * file). Copies go through the device interface; a slot is published in the map
- * (and counted resident) only once its copy completed (og_expert_cache_poll), so
- * the forward pass never waits on a migration and never reads a half-copied
- * expert. With the `cpu` device this makes placement and migration real and
- * measurable without a card. */
+ * file). Copies go through the device interface on the cache's own stream; a
+ * slot is published (og_expert_cache_slot finds it, counted resident) only once
+ * its copy completed (og_expert_cache_poll), so the forward pass never waits on
+ * a migration and never reads a half-copied expert; and a copy into a slot
+ * starts only after the last op that read it (og_expert_cache_note_read), so a
+ * queued op never reads an expert that changed under it. With the `cpu` device
+ * this makes placement and migration real and measurable without a card. */
 typedef struct og_expert_cache {
     og_device *dev;           /* not owned */
     uint8_t *arena;           /* device memory */
@@ -88,11 +90,11 @@ typedef struct og_expert_cache {
     int32_t *slot_of;         /* [n_layer][n_expert] slot holding or receiving the expert, or -1 */
     int32_t *expert_in;       /* [n_layer][max_slots] expert in (or on its way to) the slot, or -1 */
     og_event *pending;        /* [n_layer][max_slots] copy in flight, 0 when published */
+    og_event *last_read;      /* [n_layer][max_slots] event of the last op issued that reads the slot, or 0 */
+    og_stream *stream;        /* the copies' stream (NULL without slots) */
     uint32_t max_slots, n_pending;
     uint8_t *resident;        /* [n_layer][n_expert] 1 = usable on the device (for og_expert_stats) */
     uint8_t *occupied;        /* [n_layer][n_expert] 1 = in a slot, usable or arriving */
-    const void **ptr;         /* [3][n_layer * n_expert]: gate, up, down on the device or NULL */
-    og_expert_map map;        /* views of ptr for og_run_ctx.experts */
 } og_expert_cache;
 
 /* Allocates slots[l] slots per MoE layer on dev (nothing resident yet).
@@ -116,6 +118,22 @@ og_status og_expert_cache_swap(og_expert_cache *c, const og_model *m, uint32_t l
 
 /* Publishes every slot whose copy completed; returns how many are still in flight. */
 uint32_t og_expert_cache_poll(og_expert_cache *c);
+/* Waits (host wait on each copy's event) for every copy in flight, then
+ * publishes them. Errors: the device's (a failed copy stays unpublished). */
+og_status og_expert_cache_settle(og_expert_cache *c, char *err, size_t errlen);
+
+/* The slot holding expert e of layer l, usable now (its copy published), or -1
+ * (not resident, arriving, a dense layer, or l / e out of range). Never fails. */
+int32_t og_expert_cache_slot(const og_expert_cache *c, uint32_t l, uint32_t e);
+
+/* Layer l's slots as the device's expert op takes them (og_expert_slots: arena
+ * address, slot size, the three matrices' layout). Errors: OG_ERR_INVALID_ARG
+ * for a layer without slots. */
+og_status og_expert_cache_slots(const og_expert_cache *c, const og_model *m, uint32_t l, og_expert_slots *out);
+
+/* Records that work issued before ev reads slot `slot` of layer l: the next copy
+ * into that slot waits for ev on the device. Out-of-range slots are ignored. */
+void og_expert_cache_note_read(og_expert_cache *c, uint32_t l, int32_t slot, og_event ev);
 void og_expert_cache_free(og_expert_cache *c);
 
 /* The live migrator (decayed-frequency policy, og_policy.h's rule): after each
@@ -139,5 +157,41 @@ og_status og_migrator_create(uint32_t n_layer, uint32_t n_expert, uint32_t swaps
 og_status og_migrator_step(og_migrator *mg, og_expert_cache *c, const og_model *m, const uint64_t *counts, char *err,
                            size_t errlen);
 void og_migrator_free(og_migrator *mg);
+
+/* ---- the dispatcher (DESIGN.md "The seams") ---- */
+
+/* Implements og_dispatch_type for the forward pass. Per MoE layer: the routes
+ * are grouped by expert; the routes of resident experts (og_expert_cache_slot)
+ * go to the device (their rows uploaded, the expert op issued grouped by expert
+ * on the dispatcher's stream, the results copied back, an event recorded), the
+ * cold experts and the shared expert run on the host pool meanwhile, then the
+ * dispatcher waits on the event and sums every token's outputs in route order
+ * (shared expert first), so where an expert ran never changes the order of a
+ * sum. Resident experts compute with rc->device_numerics, cold ones with
+ * rc->host_numerics (rows marked exact: canonical); the shared expert with
+ * OG_NUMERICS_FORK on the host (until the forward pass runs on the device). */
+typedef struct og_dispatch og_dispatch;
+
+/* What the dispatcher reports to a test hook, in order, per MoE layer with
+ * device work: OG_DISPATCH_DEVICE_ISSUED (the device part is queued), then
+ * OG_DISPATCH_HOST_DONE (the host part finished), then OG_DISPATCH_DEVICE_DONE
+ * (the event waited on). Layers without device work report only HOST_DONE. */
+typedef enum og_dispatch_point {
+    OG_DISPATCH_DEVICE_ISSUED = 0,
+    OG_DISPATCH_HOST_DONE,
+    OG_DISPATCH_DEVICE_DONE,
+} og_dispatch_point;
+typedef void (*og_dispatch_hook)(void *ctx, uint32_t layer, og_dispatch_point at);
+
+/* dev and cache: both NULL (host only: every expert on the host pool) or the
+ * device and its expert cache (cache->dev == dev). Errors: OG_ERR_INVALID_ARG,
+ * OG_ERR_NOMEM, the device's stream creation. */
+og_status og_dispatch_create(og_device *dev, og_expert_cache *cache, og_dispatch **out, char *err, size_t errlen);
+/* The table to put in og_run_ctx.dispatch; valid while d lives. */
+const og_dispatcher *og_dispatch_table(const og_dispatch *d);
+/* Test hook (NULL clears): called on the forward pass's thread. */
+void og_dispatch_set_hook(og_dispatch *d, og_dispatch_hook fn, void *ctx);
+/* Waits for the dispatcher's device work and frees it; NULL is fine. */
+void og_dispatch_free(og_dispatch *d);
 
 #endif

@@ -25,13 +25,15 @@ typedef struct og_placement_config {
     uint32_t min_residency;  /* steps an expert copied in stays before it may leave */
     double decay;            /* the decayed-frequency score's factor per step, in (0, 1) */
     bool count;              /* count selections without a device too (profiles, traces) */
+    const og_kernels *kern;  /* what the device computes with (required with vram > 0; outlives the placement) */
+    int device_threads;      /* the cpu device's threads; 0: og_device_cpu_default_threads() */
 } og_placement_config;
 
 /* The defaults run and serve use: no device, --migrate 2, 8-step residency,
  * decay 0.85, no counting. */
 og_placement_config og_placement_defaults(void);
 
-/* Creates the device (vram > 0), its slots (plan->slots[l] per MoE layer), loads
+/* Creates the dispatcher (always), the device (vram > 0), its slots (plan->slots[l] per MoE layer), loads
  * the initial hot set (og_plan_resident: the profile's top experts) and waiting
  * for those copies, and the migrator (migrate > 0). Counts selections whenever
  * there is a device or cfg->count. Errors: OG_ERR_INVALID_ARG (vram without a
@@ -41,8 +43,9 @@ og_status og_placement_create(const og_model *m, const og_placement_config *cfg,
                               size_t errlen);
 void og_placement_free(og_placement *p);
 
-/* Points rc->stats at the counters (NULL when not counting) and rc->experts at
- * the device's slots (NULL without a device). Cannot fail: it only assigns. */
+/* Points rc->stats at the counters (NULL when not counting) and rc->dispatch at
+ * the placement's dispatcher (device and host pool together; host only without
+ * a device). Cannot fail: it only assigns. */
 void og_placement_bind(og_placement *p, og_run_ctx *rc);
 
 /* Between forward steps: publishes the copies that completed, then lets the
@@ -51,9 +54,11 @@ void og_placement_bind(og_placement *p, og_run_ctx *rc);
  * and returns the device's error once; later steps return OG_OK. */
 og_status og_placement_step(og_placement *p, char *err, size_t errlen);
 
-/* At rest (nothing to run): publishes the copies that completed since the last
- * step, so the resident count reaches the plan without another step. Returns
- * the copies still in flight (0 without a device). Never fails. */
+/* At rest (nothing to run): waits for the copies still in flight (host waits on
+ * their events: at rest nothing else needs the thread) and publishes them, so
+ * the resident count reaches the plan without another step. Returns the copies
+ * still in flight after that (0 without a device; a copy the device failed
+ * stays unpublished). Never fails. */
 uint32_t og_placement_idle(og_placement *p);
 
 /* The counters as of now (DESIGN.md "Placement"). */

@@ -10,6 +10,7 @@ struct og_placement {
     og_device *dev;          /* owned */
     og_expert_cache *cache;  /* owned */
     og_migrator *mig;        /* owned; NULL: the hot set stays (or migration stopped) */
+    og_dispatch *dispatch;   /* owned: the forward pass's MoE dispatcher (host only without a device) */
     og_expert_stats stats;   /* counts NULL when not counting */
     uint64_t planned;        /* experts resident after the initial load */
 };
@@ -52,7 +53,8 @@ og_status og_placement_create(const og_model *m, const og_placement_config *cfg,
         uint8_t *resident = malloc(n);
         og_status st = resident ? og_plan_resident(cfg->plan, cfg->profile, resident) : OG_ERR_NOMEM;
         if (st) og_fail(err, errlen, st, "out of memory");
-        if (!st) st = og_device_cpu_create(cfg->vram, &p->dev, err, errlen);
+        if (!st && !cfg->kern) st = og_fail(err, errlen, OG_ERR_INVALID_ARG, "placement: a device needs kernels");
+        if (!st) st = og_device_cpu_create(cfg->vram, cfg->device_threads > 0 ? cfg->device_threads : og_device_cpu_default_threads(), cfg->kern, &p->dev, err, errlen);
         if (!st) st = og_expert_cache_create(m, cfg->plan->slots, p->dev, &p->cache, err, errlen);
         if (!st) st = og_expert_cache_load(p->cache, m, resident, err, errlen);
         if (!st && cfg->migrate)
@@ -65,6 +67,11 @@ og_status og_placement_create(const og_model *m, const og_placement_config *cfg,
         p->stats.resident = p->cache->resident; /* follows the migrations */
         p->planned = p->cache->n_resident;
     }
+    og_status st = og_dispatch_create(p->dev, p->cache, &p->dispatch, err, errlen);
+    if (st) {
+        og_placement_free(p);
+        return st;
+    }
     *out = p;
     return OG_OK;
 }
@@ -72,6 +79,7 @@ og_status og_placement_create(const og_model *m, const og_placement_config *cfg,
 void og_placement_free(og_placement *p) {
     if (!p) return;
     og_migrator_free(p->mig);
+    og_dispatch_free(p->dispatch); /* waits for its device work: before the slots go */
     og_expert_cache_free(p->cache);
     og_device_destroy(p->dev);
     free(p->stats.counts);
@@ -82,7 +90,7 @@ void og_placement_free(og_placement *p) {
 
 void og_placement_bind(og_placement *p, og_run_ctx *rc) {
     rc->stats = p && p->stats.counts ? &p->stats : NULL;
-    rc->experts = p && p->cache ? &p->cache->map : NULL;
+    rc->dispatch = p ? og_dispatch_table(p->dispatch) : NULL;
 }
 
 og_status og_placement_step(og_placement *p, char *err, size_t errlen) {
@@ -99,7 +107,12 @@ og_status og_placement_step(og_placement *p, char *err, size_t errlen) {
     return st;
 }
 
-uint32_t og_placement_idle(og_placement *p) { return p && p->cache ? og_expert_cache_poll(p->cache) : 0; }
+uint32_t og_placement_idle(og_placement *p) {
+    if (!p || !p->cache) return 0;
+    char err[256];
+    (void)og_expert_cache_settle(p->cache, err, sizeof err); /* a failed copy stays in flight: counted below */
+    return p->cache->n_pending;
+}
 
 void og_placement_get_stats(const og_placement *p, og_placement_stats *out) {
     memset(out, 0, sizeof *out);

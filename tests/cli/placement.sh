@@ -61,17 +61,19 @@ cmp -s <(json_get "$work/m0.json" 'JSON.stringify([j.prompt_tokens, j.tokens, j.
   || fail "migration changed the result"
 migs=$(sed -nE 's/.*: ([0-9]+) migrations.*/\1/p' "$work/err8")
 # the placement stats in --json: selections = fed tokens x MoE layers x k (the prompt in
-# one step), bytes = (initial + migrations) x one expert's bytes, per-layer rates whole
+# one step), bytes = (initial + migrations) x one expert's bytes + the hidden rows the
+# dispatcher uploads for the hits (n_embd f32 each), per-layer rates whole
+n_embd=$("$onegpu" gguf "$m" | sed -nE 's/^ *deepseek2\.embedding_length +uint32 +([0-9]+)$/\1/p')
 node -e '
 const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).placement;
-const [nmoe, k, ntok] = process.argv.slice(2).map(Number);
+const [nmoe, k, ntok, d] = process.argv.slice(2).map(Number);
 if (j.selections !== ntok * nmoe * k) throw new Error("selections " + j.selections);
 if (j.hit_rate_per_moe_layer.length !== nmoe) throw new Error("layers");
 const per = j.selections / nmoe, hits = j.hit_rate_per_moe_layer.reduce((a, r) => a + Math.round(r * per), 0);
 if (hits !== j.hits) throw new Error("per-layer hits " + hits + " vs " + j.hits);
-const one = j.pcie_bytes / (4 * nmoe + j.migrations);
-if (!Number.isInteger(one) || one <= 0) throw new Error("pcie bytes " + j.pcie_bytes);
-' "$work/m1.json" "$n_moe" "$k" "$(( $(json_get "$work/m1.json" 'j.prompt_tokens.length') + 40 ))" \
+const one = (j.pcie_bytes - j.hits * d * 4) / (4 * nmoe + j.migrations);
+if (!(d > 0) || !Number.isInteger(one) || one <= 0) throw new Error("pcie bytes " + j.pcie_bytes);
+' "$work/m1.json" "$n_moe" "$k" "$(( $(json_get "$work/m1.json" 'j.prompt_tokens.length') + 40 ))" "$n_embd" \
   || fail "placement stats in --json: $(json_get "$work/m1.json" 'JSON.stringify(j.placement)')"
 [[ -n $migs && $migs -gt 0 ]] || fail "no migrations: $(cat "$work/err8")"
 still=$(sed -nE 's/.*: ([0-9.]+)% of .*/\1/p' "$work/err7"); moved=$(sed -nE 's/.*: ([0-9.]+)% of .*/\1/p' "$work/err8")

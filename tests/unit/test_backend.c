@@ -1,6 +1,8 @@
 /* backend (CPU): thread pool, quantized matmul on every tier against a double
- * precision product of the dequantized operands, batch invariance, and the
- * element-wise ops against direct formulas. */
+ * precision product of the dequantized operands, batch invariance, the
+ * element-wise ops against direct formulas, the expert op against a double
+ * precision FFN, and the cpu device's streams (order, events, waits: proven with
+ * its hold and settle hooks, never with timing). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,18 +16,21 @@
 #include <string.h>
 
 #include "og_backend.h"
+#include "og_device.h"
+
+#include <pthread.h>
 
 typedef struct count_ctx {
     atomic_int calls;
     atomic_int seen_mask;
-    int nth_seen;
+    atomic_int nth_seen;
 } count_ctx;
 
 static void count_fn(void *vctx, int ith, int nth) {
     count_ctx *c = vctx;
     atomic_fetch_add(&c->calls, 1);
     atomic_fetch_or(&c->seen_mask, 1 << ith);
-    c->nth_seen = nth;
+    atomic_store(&c->nth_seen, nth);
 }
 
 static void test_pool(void **state) {
@@ -40,7 +45,7 @@ static void test_pool(void **state) {
             og_pool_run(p, count_fn, &c);
             assert_int_equal(atomic_load(&c.calls), n);
             assert_int_equal(atomic_load(&c.seen_mask), (1 << n) - 1);
-            assert_int_equal(c.nth_seen, n);
+            assert_int_equal(atomic_load(&c.nth_seen), n);
         }
         og_pool_free(p);
     }
@@ -275,6 +280,12 @@ static void test_ops(void **state) {
     float g[3] = {0, 2, -3}, u[3] = {5, 1, 2}, o[3];
     og_swiglu(o, g, u, 3);
     assert_true(o[0] == 0 && fabsf(o[1] - 2 / (1 + expf(-2))) < 1e-6f && fabsf(o[2] - 2 * (-3 / (1 + expf(3)))) < 1e-6f);
+    /* V4's clamp at 1: gate 2 -> 1, up 5 -> 1 and -4 -> -1; inside it, plain SwiGLU */
+    float cg[3] = {2, 0.5f, -3}, cu[3] = {5, 0.5f, -4}, co[3];
+    og_swiglu_clamp(co, cg, cu, 3, 1.0f);
+    assert_true(fabsf(co[0] - 1 / (1 + expf(-1))) < 1e-6f);
+    assert_true(fabsf(co[1] - 0.5f / (1 + expf(-0.5f)) * 0.5f) < 1e-6f);
+    assert_true(fabsf(co[2] - (-3 / (1 + expf(3))) * -1) < 1e-6f);
     float t[8] = {1, 5, 3, 5, NAN, -1, 3, 0};
     int32_t idx[4];
     og_topk(t, 8, 4, idx);
@@ -320,11 +331,285 @@ static void test_rope_yarn(void **state) {
     for (int i = 0; i < 8; i++) assert_true(fabs(th[i] - 7 * pow(10000.0, -2.0 * i / 16)) < 1e-5);
 }
 
+/* ---- the expert op ------------------------------------------------------ */
+
+/* y = down(silu(gate x) * up x) in double from the dequantized weights; with
+ * clamp > 0, silu(min(g, clamp)) * clamp(u, -clamp, clamp). */
+static void ffn_ref(const og_weight *g, const og_weight *u, const og_weight *dn, const float *x, double clamp,
+                    double *y) {
+    const int64_t D = g->K, F = g->n_rows;
+    float *row = malloc((size_t)(D > F ? D : F) * sizeof *row);
+    double *h = malloc((size_t)F * sizeof *h);
+    for (int64_t f = 0; f < F; f++) {
+        double a = 0, b = 0;
+        og_dequantize_row(g->type, (const uint8_t *)g->data + (size_t)f * g->row_bytes, row, D);
+        for (int64_t i = 0; i < D; i++) a += (double)row[i] * x[i];
+        og_dequantize_row(u->type, (const uint8_t *)u->data + (size_t)f * u->row_bytes, row, D);
+        for (int64_t i = 0; i < D; i++) b += (double)row[i] * x[i];
+        if (clamp > 0) {
+            a = fmin(a, clamp);
+            b = fmax(-clamp, fmin(b, clamp));
+        }
+        h[f] = a / (1 + exp(-a)) * b;
+    }
+    for (int64_t o = 0; o < D; o++) {
+        og_dequantize_row(dn->type, (const uint8_t *)dn->data + (size_t)o * dn->row_bytes, row, F);
+        double acc = 0;
+        for (int64_t f = 0; f < F; f++) acc += (double)row[f] * h[f];
+        y[o] = acc;
+    }
+    free(row);
+    free(h);
+}
+
+/* Three Q8_0 experts (D 64, F 96) in device slots in the order 2, 0, 1; groups
+ * (slot 0: 3 rows fork, slot 2: 1 row canonical, slot 0 again: 2 rows canonical):
+ * each output row within a bound of the double FFN, and bitwise what
+ * og_cpu_experts gives on the host with the same numerics. */
+static void test_device_experts(void **state) {
+    (void)state;
+    og_kernels k = fx_best_kernels();
+    char err[256];
+    enum { D = 64, F = 96, NE = 3, ROWS = 6 };
+    uint64_t rbd, rbf;
+    og_row_bytes(OG_TYPE_Q8_0, D, &rbd);
+    og_row_bytes(OG_TYPE_Q8_0, F, &rbf);
+    const uint64_t gate_bytes = F * rbd, down_bytes = D * rbf, slot_bytes = 2 * gate_bytes + down_bytes;
+    uint8_t *host = malloc(NE * slot_bytes); /* expert e at e * slot_bytes: gate, up, down */
+    float *wf = malloc(F * D * sizeof *wf);
+    for (int e = 0; e < NE; e++) {
+        uint8_t *p = host + e * slot_bytes;
+        for (int part = 0; part < 3; part++) {
+            const int64_t rows = part < 2 ? F : D, K = part < 2 ? D : F;
+            const uint64_t rb = part < 2 ? rbd : rbf;
+            for (int64_t i = 0; i < rows * K; i++) wf[i] = frand() * 0.2f;
+            for (int64_t r = 0; r < rows; r++) og_quantize_row(OG_TYPE_Q8_0, wf + r * K, p + r * rb, K);
+            p += rows * rb;
+        }
+    }
+    float x[ROWS * D], y[ROWS * D], yh[ROWS * D];
+    for (int i = 0; i < ROWS * D; i++) x[i] = frand();
+    og_device *dev;
+    assert_int_equal(og_device_cpu_create(1 << 20, 2, &k, &dev, err, sizeof err), OG_OK);
+    const og_device_ops *ops = dev->ops;
+    void *arena, *dx, *dy;
+    assert_int_equal(ops->alloc(dev, NE * slot_bytes, &arena, err, sizeof err), OG_OK);
+    assert_int_equal(ops->alloc(dev, sizeof x, &dx, err, sizeof err), OG_OK);
+    assert_int_equal(ops->alloc(dev, sizeof y, &dy, err, sizeof err), OG_OK);
+    og_stream *s;
+    assert_int_equal(ops->stream_create(dev, &s, err, sizeof err), OG_OK);
+    static const int slot_expert[NE] = {2, 0, 1};
+    for (int j = 0; j < NE; j++)
+        assert_int_equal(ops->copy_to_device(dev, s, (uint8_t *)arena + j * slot_bytes, host + slot_expert[j] * slot_bytes,
+                                             slot_bytes, err, sizeof err),
+                         OG_OK);
+    og_expert_op op = {.slots = {.base = arena, .slot_bytes = slot_bytes, .n_slots = NE,
+                                 .gate = {OG_TYPE_Q8_0, NULL, D, F, rbd}, .up = {OG_TYPE_Q8_0, NULL, D, F, rbd},
+                                 .down = {OG_TYPE_Q8_0, NULL, F, D, rbf},
+                                 .gate_off = 0, .up_off = gate_bytes, .down_off = 2 * gate_bytes}};
+    const og_expert_group groups[3] = {{0, 3, OG_NUMERICS_FORK}, {2, 1, OG_NUMERICS_CANONICAL}, {0, 2, OG_NUMERICS_CANONICAL}};
+    op.groups = groups;
+    op.n_groups = 3;
+    op.x = dx;
+    op.y = dy;
+    og_event ev;
+    assert_int_equal(ops->copy_to_device(dev, s, dx, x, sizeof x, err, sizeof err), OG_OK);
+    assert_int_equal(ops->experts(dev, s, &op, err, sizeof err), OG_OK);
+    assert_int_equal(ops->copy_to_host(dev, s, y, dy, sizeof y, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_record(dev, s, &ev, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_wait(dev, ev, err, sizeof err), OG_OK);
+    /* the host path on its own pool: same bits */
+    og_pool *pool;
+    assert_int_equal(og_pool_create(3, NULL, &pool, err, sizeof err), OG_OK);
+    og_expert_job jobs[3];
+    int row = 0;
+    for (int g = 0; g < 3; g++) {
+        const uint8_t *p = host + slot_expert[groups[g].slot] * slot_bytes;
+        jobs[g] = (og_expert_job){op.slots.gate, op.slots.up, op.slots.down, x + row * D, groups[g].n_rows, yh + row * D,
+                                  groups[g].numerics, 0};
+        jobs[g].gate.data = p;
+        jobs[g].up.data = p + gate_bytes;
+        jobs[g].down.data = p + 2 * gate_bytes;
+        row += groups[g].n_rows;
+    }
+    assert_int_equal(og_cpu_experts(&k, pool, jobs, 3), OG_OK);
+    assert_memory_equal(y, yh, sizeof y);
+    /* against the double FFN: Q8_0 activations (fork) or f32 ones (canonical) */
+    for (int r = 0, g = 0, left = groups[0].n_rows; r < ROWS; r++) {
+        if (!left) left = groups[++g].n_rows;
+        left--;
+        double ref[D], scale = 0, worst = 0;
+        ffn_ref(&jobs[g].gate, &jobs[g].up, &jobs[g].down, x + r * D, 0, ref);
+        for (int i = 0; i < D; i++) {
+            scale = fmax(scale, fabs(ref[i]));
+            worst = fmax(worst, fabs(ref[i] - y[r * D + i]));
+        }
+        assert_true(scale > 0);
+        assert_true(worst <= (groups[g].numerics == OG_NUMERICS_FORK ? 0.03 : 1e-4) * scale);
+    }
+    /* V4's clamped SwiGLU, at a limit the products reach: the same bits as the
+     * host path, within the bound of the double FFN, and not the plain result */
+    float yc[ROWS * D];
+    op.swiglu_clamp = 0.25f;
+    assert_int_equal(ops->experts(dev, s, &op, err, sizeof err), OG_OK);
+    assert_int_equal(ops->copy_to_host(dev, s, yc, dy, sizeof yc, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_record(dev, s, &ev, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_wait(dev, ev, err, sizeof err), OG_OK);
+    for (int g = 0; g < 3; g++) jobs[g].swiglu_clamp = 0.25f;
+    assert_int_equal(og_cpu_experts(&k, pool, jobs, 3), OG_OK);
+    assert_memory_equal(yc, yh, sizeof yc);
+    assert_true(memcmp(yc, y, sizeof y) != 0);
+    {
+        double ref[D], scale = 0, worst = 0;
+        ffn_ref(&jobs[1].gate, &jobs[1].up, &jobs[1].down, x + 3 * D, 0.25, ref); /* row 3: group 1, canonical */
+        for (int i = 0; i < D; i++) {
+            scale = fmax(scale, fabs(ref[i]));
+            worst = fmax(worst, fabs(ref[i] - yc[3 * D + i]));
+        }
+        assert_true(scale > 0 && worst <= 1e-4 * scale);
+    }
+    op.swiglu_clamp = -1;
+    assert_int_equal(ops->experts(dev, s, &op, err, sizeof err), OG_ERR_INVALID_ARG);
+    jobs[0].swiglu_clamp = NAN;
+    assert_int_equal(og_cpu_experts(&k, pool, jobs, 1), OG_ERR_INVALID_ARG);
+    jobs[0].swiglu_clamp = 0;
+    op.swiglu_clamp = 0;
+    /* bad ops refused at once */
+    og_expert_group bad = {NE, 1, OG_NUMERICS_FORK};
+    op.groups = &bad;
+    op.n_groups = 1;
+    assert_int_equal(ops->experts(dev, s, &op, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "slot 3 of 3"));
+    bad = (og_expert_group){0, 0, OG_NUMERICS_FORK};
+    assert_int_equal(ops->experts(dev, s, &op, err, sizeof err), OG_ERR_INVALID_ARG);
+    og_device *bare; /* without kernels: no compute */
+    assert_int_equal(og_device_cpu_create(1024, 1, NULL, &bare, err, sizeof err), OG_OK);
+    assert_int_equal(bare->ops->experts(bare, s, &op, err, sizeof err), OG_ERR_UNSUPPORTED);
+    og_device_destroy(bare);
+    assert_int_equal(og_device_cpu_create(1024, 0, NULL, &bare, err, sizeof err), OG_ERR_INVALID_ARG);
+    /* bad shapes for the host path */
+    jobs[0].down.K = F + 32;
+    assert_int_equal(og_cpu_experts(&k, pool, jobs, 1), OG_ERR_INVALID_ARG);
+    og_pool_free(pool);
+    ops->stream_destroy(dev, s);
+    ops->free(dev, arena);
+    ops->free(dev, dx);
+    ops->free(dev, dy);
+    og_device_destroy(dev);
+    free(host);
+    free(wf);
+}
+
+/* ---- streams and events ---------------------------------------------------- */
+
+typedef struct trace_log {
+    pthread_mutex_t mu;
+    int n;
+    struct {
+        int stream;
+        og_cpu_op_kind kind;
+        bool done;
+    } e[64];
+} trace_log;
+
+static void trace_fn(void *ctx, int stream, og_cpu_op_kind kind, bool done) {
+    trace_log *t = ctx;
+    pthread_mutex_lock(&t->mu);
+    if (t->n < 64) {
+        t->e[t->n].stream = stream;
+        t->e[t->n].kind = kind;
+        t->e[t->n].done = done;
+        t->n++;
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void test_device_streams(void **state) {
+    (void)state;
+    char err[256];
+    og_device *dev;
+    assert_int_equal(og_device_cpu_create(4096, 1, NULL, &dev, err, sizeof err), OG_OK);
+    const og_device_ops *ops = dev->ops;
+    trace_log tl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    assert_int_equal(og_device_cpu_trace(dev, trace_fn, &tl), OG_OK);
+    og_stream *s, *t;
+    assert_int_equal(ops->stream_create(dev, &s, err, sizeof err), OG_OK);
+    assert_int_equal(ops->stream_create(dev, &t, err, sizeof err), OG_OK);
+    void *da, *big;
+    assert_int_equal(ops->alloc(dev, 1024, &da, err, sizeof err), OG_OK);
+    assert_int_equal(ops->alloc(dev, 4096, &big, err, sizeof err), OG_ERR_NOMEM); /* beyond the budget */
+    assert_non_null(strstr(err, "in use"));
+    uint8_t src[3][1024], dst[3][1024];
+    for (int i = 0; i < 3; i++) memset(src[i], 0x10 + i, sizeof src[i]);
+    memset(dst, 0, sizeof dst);
+    /* one stream runs in issue order: each copy back sees the copy before it */
+    og_event ev;
+    assert_int_equal(ops->copy_to_device(dev, s, da, src[0], 1024, err, sizeof err), OG_OK);
+    assert_int_equal(ops->copy_to_host(dev, s, dst[0], da, 1024, err, sizeof err), OG_OK);
+    assert_int_equal(ops->copy_to_device(dev, s, da, src[1], 1024, err, sizeof err), OG_OK);
+    assert_int_equal(ops->copy_to_host(dev, s, dst[1], da, 1024, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_record(dev, s, &ev, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_wait(dev, ev, err, sizeof err), OG_OK);
+    assert_true(ops->event_done(dev, ev));
+    assert_true(ops->event_done(dev, 0));
+    assert_memory_equal(dst[0], src[0], 1024);
+    assert_memory_equal(dst[1], src[1], 1024);
+    assert_int_equal(dev->pcie_bytes, 2048); /* host -> device only */
+    static const og_cpu_op_kind issued[5] = {OG_CPU_OP_COPY_TO_DEVICE, OG_CPU_OP_COPY_TO_HOST, OG_CPU_OP_COPY_TO_DEVICE,
+                                             OG_CPU_OP_COPY_TO_HOST, OG_CPU_OP_RECORD};
+    pthread_mutex_lock(&tl.mu);
+    assert_int_equal(tl.n, 10);
+    for (int i = 0; i < 10; i++) { /* start, done, start, done ...: never two at once */
+        assert_int_equal(tl.e[i].stream, 0);
+        assert_int_equal(tl.e[i].kind, issued[i / 2]);
+        assert_int_equal(tl.e[i].done, i % 2 == 1);
+    }
+    tl.n = 0;
+    pthread_mutex_unlock(&tl.mu);
+    /* host wait and stream wait: s's copy is held; t waits on s's event, then
+     * copies back. t can make no progress (settled) and its event stays pending
+     * until the held copy is released; then t reads what s wrote. */
+    assert_int_equal(og_device_cpu_hold(dev, OG_CPU_OP_COPY_TO_DEVICE), OG_OK);
+    og_event es, et;
+    assert_int_equal(ops->copy_to_device(dev, s, da, src[2], 1024, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_record(dev, s, &es, err, sizeof err), OG_OK);
+    assert_int_equal(ops->stream_wait(dev, t, es, err, sizeof err), OG_OK);
+    assert_int_equal(ops->copy_to_host(dev, t, dst[2], da, 1024, err, sizeof err), OG_OK);
+    assert_int_equal(ops->event_record(dev, t, &et, err, sizeof err), OG_OK);
+    assert_int_equal(og_device_cpu_wait_held(dev), OG_OK);
+    assert_int_equal(og_device_cpu_settle(dev, t), OG_OK);
+    assert_false(ops->event_done(dev, es));
+    assert_false(ops->event_done(dev, et));
+    pthread_mutex_lock(&tl.mu);
+    for (int i = 0; i < tl.n; i++) assert_int_not_equal(tl.e[i].kind, OG_CPU_OP_COPY_TO_HOST); /* t has not copied */
+    pthread_mutex_unlock(&tl.mu);
+    assert_int_equal(og_device_cpu_release(dev), OG_OK);
+    assert_int_equal(ops->event_wait(dev, et, err, sizeof err), OG_OK);
+    assert_true(ops->event_done(dev, es));
+    assert_memory_equal(dst[2], src[2], 1024);
+    /* an event of a destroyed stream is complete */
+    ops->stream_destroy(dev, t);
+    assert_true(ops->event_done(dev, et));
+    assert_int_equal(ops->event_wait(dev, et, err, sizeof err), OG_OK);
+    /* the hooks refuse another device */
+    og_device fake = {.ops = NULL};
+    assert_int_equal(og_device_cpu_hold(&fake, OG_CPU_OP_EXPERTS), OG_ERR_INVALID_ARG);
+    assert_int_equal(og_device_cpu_trace(dev, NULL, NULL), OG_OK);
+    ops->stream_destroy(dev, s);
+    ops->free(dev, da);
+    uint64_t fr, tot;
+    assert_int_equal(ops->mem_info(dev, &fr, &tot), OG_OK);
+    assert_int_equal(fr, tot);
+    og_device_destroy(dev);
+    assert_true(og_device_cpu_default_threads() >= 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool), cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_device_numerics),
         cmocka_unit_test(test_ops), cmocka_unit_test(test_rope_yarn),
+        cmocka_unit_test(test_device_experts), cmocka_unit_test(test_device_streams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

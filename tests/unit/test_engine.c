@@ -21,6 +21,8 @@ static og_model *g_m;
 static og_tokenizer *g_tok;
 static og_pool *g_pool;
 static og_kernels g_kern;
+static og_dispatch *g_dispatch;      /* host only */
+static const og_dispatcher *g_host;
 
 static int setup(void **state) {
     (void)state;
@@ -29,11 +31,14 @@ static int setup(void **state) {
     if (og_tokenizer_load(g_m->gguf, &g_tok, err, sizeof err)) fail_msg("%s", err);
     if (og_pool_create(2, NULL, &g_pool, err, sizeof err)) fail_msg("%s", err);
     g_kern = fx_best_kernels();
+    if (og_dispatch_create(NULL, NULL, &g_dispatch, err, sizeof err)) fail_msg("%s", err);
+    g_host = og_dispatch_table(g_dispatch);
     return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
+    og_dispatch_free(g_dispatch);
     og_pool_free(g_pool);
     og_tokenizer_free(g_tok);
     og_model_free(g_m);
@@ -41,7 +46,7 @@ static int teardown(void **state) {
 }
 
 static og_engine *make_engine(int parallel, int batch_tokens, int ctx, int queue, bool start) {
-    og_engine_config c = {.model = g_m, .tok = g_tok, .rc = {.kern = &g_kern, .pool = g_pool}, .parallel = parallel,
+    og_engine_config c = {.model = g_m, .tok = g_tok, .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host}, .parallel = parallel,
                           .batch_tokens = batch_tokens, .ctx = ctx, .queue = queue};
     og_engine *e;
     char err[256];
@@ -128,7 +133,7 @@ static void test_greedy_matches_forward_loop(void **state) {
     (void)state;
     og_ids ids = prompt_ids("The quick brown fox jumps over the lazy dog, and then it");
     const int n_new = 10;
-    og_run_ctx rc = {.kern = &g_kern, .pool = g_pool};
+    og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host};
     og_kv kv = {0};
     float *logits = malloc(g_m->hp.n_vocab * sizeof *logits);
     int32_t ref[16];
@@ -467,7 +472,7 @@ static void test_zero_tokens_and_drain(void **state) {
  * most likely id. */
 static void forward_loop(const og_ids *prompt, const int32_t *feed, int n, og_numerics nm, int32_t *ids, float *lp,
                          int32_t *argmax) {
-    og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .device_numerics = nm, .host_numerics = nm};
+    og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host, .device_numerics = nm, .host_numerics = nm};
     og_kv kv = {0};
     float *logits = malloc(g_m->hp.n_vocab * sizeof *logits);
     char err[256];
@@ -607,6 +612,7 @@ static void test_placement_at_rest(void **state) {
     og_placement_config pc = og_placement_defaults();
     pc.vram = in.vram;
     pc.plan = &plan;
+    pc.kern = &g_kern;
     pc.min_residency = 1;
     og_placement *pl;
     assert_int_equal(og_placement_create(g_m, &pc, &pl, err, sizeof err), OG_OK);

@@ -15,10 +15,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "og_model.h"
+#include "og_moe.h"
 
 static char **g_models;
 static int g_n_models;
+static const og_dispatcher *g_host; /* the host-only dispatcher (every expert on the pool) */
 
 /* ---- the reference ---------------------------------------------------------- */
 
@@ -266,7 +267,7 @@ static void test_against_reference(void **state) {
             og_kernels_init((og_isa)isa, &k);
             og_pool *pool;
             og_pool_create(2, NULL, &pool, err, sizeof err);
-            og_run_ctx rc = {.kern = &k, .pool = pool};
+            og_run_ctx rc = {.kern = &k, .pool = pool, .dispatch = g_host};
             /* all at once (prefill), then the same prompt token by token (decode) */
             float *fast = malloc((size_t)(T * V) * sizeof *fast), *one = malloc((size_t)V * sizeof *one);
             og_kv kv = {0}, kv2 = {0};
@@ -324,7 +325,7 @@ static void test_batch_invariance(void **state) {
     og_kernels k = fx_best_kernels();
     og_pool *pool;
     og_pool_create(2, NULL, &pool, err, sizeof err);
-    og_run_ctx rc = {.kern = &k, .pool = pool};
+    og_run_ctx rc = {.kern = &k, .pool = pool, .dispatch = g_host};
     const int32_t pa[5] = {1, 7, 9, 11, 3}, pb[3] = {2, 5, 8};
     const int32_t da[3] = {4, 6, 10}, db[3] = {12, 13, 14};
     float *alone_a = malloc((size_t)4 * V * sizeof(float)), *alone_b = malloc((size_t)4 * V * sizeof(float));
@@ -388,40 +389,6 @@ static void test_batch_invariance(void **state) {
     assert_int_equal(es.routes, 5 * kk * (m->hp.n_layer - m->hp.n_dense));
     assert_int_equal(es.routes_resident, even);
     og_kv_free(&kc);
-    /* an expert map: every expert read from a separate copy gives bitwise the
-     * same logits; a map pointing each expert at its neighbour's gate rows does
-     * not (so the forward pass really reads through the map) */
-    const void **ptr = calloc(3 * LE, sizeof *ptr);
-    uint8_t **copies = calloc(m->hp.n_layer, sizeof *copies);
-    for (uint32_t l = m->hp.n_dense; l < m->hp.n_layer; l++) {
-        const og_layer *L = &m->layers[l];
-        const size_t gb = m->hp.n_ff_exp * L->gate_exps.row_bytes, ub = m->hp.n_ff_exp * L->up_exps.row_bytes,
-                     dnb = m->hp.n_embd * L->down_exps.row_bytes, E = m->hp.n_expert;
-        copies[l] = malloc(E * (gb + ub + dnb));
-        memcpy(copies[l], L->gate_exps.data, E * gb);
-        memcpy(copies[l] + E * gb, L->up_exps.data, E * ub);
-        memcpy(copies[l] + E * (gb + ub), L->down_exps.data, E * dnb);
-        for (size_t e = 0; e < E; e++) {
-            ptr[l * E + e] = copies[l] + e * gb;
-            ptr[LE + l * E + e] = copies[l] + E * gb + e * ub;
-            ptr[2 * LE + l * E + e] = copies[l] + E * (gb + ub) + e * dnb;
-        }
-    }
-    og_expert_map xm = {.gate = ptr, .up = ptr + LE, .down = ptr + 2 * LE};
-    og_run_ctx rm = rc;
-    rm.experts = &xm;
-    assert_int_equal(og_model_forward(m, &rm, &kc, pa, 5, both, false, err, sizeof err), OG_OK);
-    assert_memory_equal(both, alone_a, (size_t)V * sizeof(float));
-    og_kv_free(&kc);
-    for (uint32_t l = m->hp.n_dense; l < m->hp.n_layer; l++)
-        for (size_t e = 0; e < m->hp.n_expert; e++)
-            ptr[l * m->hp.n_expert + e] = copies[l] + ((e + 1) % m->hp.n_expert) * m->hp.n_ff_exp * m->layers[l].gate_exps.row_bytes;
-    assert_int_equal(og_model_forward(m, &rm, &kc, pa, 5, both, false, err, sizeof err), OG_OK);
-    assert_true(memcmp(both, alone_a, (size_t)V * sizeof(float)) != 0);
-    og_kv_free(&kc);
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) free(copies[l]);
-    free(copies);
-    free(ptr);
     free(cnt);
     free(res);
     og_kv_free(&ka);
@@ -440,13 +407,19 @@ static void test_bad_tokens(void **state) {
     assert_int_equal(og_model_load(g_models[0], NULL, &m, err, sizeof err), OG_OK);
     og_kernels k;
     og_kernels_init(OG_ISA_SCALAR, &k);
-    og_run_ctx rc = {.kern = &k, .pool = NULL};
+    og_run_ctx rc = {.kern = &k, .pool = NULL, .dispatch = g_host};
     og_kv kv = {0};
     float *lg = malloc(m->hp.n_vocab * sizeof *lg);
     int32_t bad = (int32_t)m->hp.n_vocab;
     assert_int_equal(og_model_forward(m, &rc, &kv, &bad, 1, lg, false, err, sizeof err), OG_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "outside the vocabulary"));
     assert_int_equal(kv.n_pos, 0); /* nothing appended */
+    /* a MoE model without a dispatcher: refused, not a crash */
+    og_run_ctx none = {.kern = &k};
+    int32_t ok_tok = 1;
+    assert_int_equal(og_model_forward(m, &none, &kv, &ok_tok, 1, lg, false, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "dispatcher"));
+    assert_int_equal(kv.n_pos, 0);
     free(lg);
     og_kv_free(&kv);
     og_model_free(m);
@@ -458,7 +431,13 @@ int main(int argc, char **argv) {
     if (argc < 2) return 2;
     g_models = argv + 1;
     g_n_models = argc - 1;
+    og_dispatch *host;
+    char err[256];
+    if (og_dispatch_create(NULL, NULL, &host, err, sizeof err)) return 2;
+    g_host = og_dispatch_table(host);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_against_reference), cmocka_unit_test(test_batch_invariance),
                                        cmocka_unit_test(test_bad_tokens)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    og_dispatch_free(host);
+    return rc;
 }

@@ -1,0 +1,242 @@
+/* The dispatcher (og_moe.h): a MoE layer's routes split between the device
+ * (resident experts, by slot) and the host pool (cold experts and the shared
+ * expert), the two running at once, the outputs summed in route order. */
+#include "og_moe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct og_dispatch {
+    og_dispatcher table;
+    og_device *dev;          /* NULL: host only */
+    og_expert_cache *cache;
+    og_stream *stream;       /* the expert ops' stream */
+    void *dx, *dy;           /* device rows in and out, dcap bytes each */
+    uint64_t dcap;
+    og_dispatch_hook hook;
+    void *hook_ctx;
+};
+
+static void note(const og_dispatch *d, uint32_t il, og_dispatch_point at) {
+    if (d->hook) d->hook(d->hook_ctx, il, at);
+}
+
+/* Rows [r0, r0 + n) of w as their own weight. */
+static og_weight slice(const og_weight *w, int64_t r0, int64_t n) {
+    og_weight s = *w;
+    s.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    s.n_rows = n;
+    return s;
+}
+
+/* Device rows of at least bytes each way; the previous layer's work was waited on. */
+static og_status device_rows(og_dispatch *d, uint64_t bytes, char *err, size_t errlen) {
+    if (bytes <= d->dcap) return OG_OK;
+    const og_device_ops *ops = d->dev->ops;
+    ops->free(d->dev, d->dx);
+    ops->free(d->dev, d->dy);
+    d->dx = d->dy = NULL;
+    d->dcap = 0;
+    bytes = bytes < 65536 ? 65536 : bytes + bytes / 2;
+    og_status st = ops->alloc(d->dev, bytes, &d->dx, err, errlen);
+    if (!st) st = ops->alloc(d->dev, bytes, &d->dy, err, errlen);
+    if (!st) d->dcap = bytes;
+    return st;
+}
+
+/* A piece: `len` of an expert's routes from `start`, with one numerics. */
+typedef struct piece {
+    int e, start, len;
+    og_numerics nm;
+} piece;
+
+/* The pieces of expert e's cnt routes, nx of them exact (listed first). */
+static int split(int e, int cnt, int nx, og_numerics nm, piece *out) {
+    if (nx == 0 || nm == OG_NUMERICS_CANONICAL) {
+        out[0] = (piece){e, 0, cnt, nm};
+        return 1;
+    }
+    if (nx == cnt) {
+        out[0] = (piece){e, 0, cnt, OG_NUMERICS_CANONICAL};
+        return 1;
+    }
+    out[0] = (piece){e, 0, nx, OG_NUMERICS_CANONICAL};
+    out[1] = (piece){e, nx, cnt - nx, nm};
+    return 2;
+}
+
+static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, const og_moe_layer *io, char *err,
+                           size_t errlen) {
+    og_dispatch *d = self;
+    const uint32_t il = io->layer;
+    const og_layer *L = &m->layers[il];
+    const int64_t D = m->hp.n_embd, Fe = m->hp.n_ff_exp;
+    const int E = (int)m->hp.n_expert, n_routes = io->n_routes;
+    const bool shared = m->hp.n_expert_shared > 0;
+    const og_route *routes = io->routes;
+    for (int r = 0; r < n_routes; r++)
+        if (routes[r].expert < 0 || routes[r].expert >= E || routes[r].token < 0 || routes[r].token >= io->n_tok)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "layer %u: route %d names expert %d, token %d", il, r,
+                           routes[r].expert, routes[r].token);
+    int *order = malloc(((size_t)n_routes + 1) * sizeof *order);  /* row i of xg / res is route order[i] */
+    int *pos_of = malloc(((size_t)n_routes + 1) * sizeof *pos_of); /* and back */
+    int *cnt = calloc((size_t)E, sizeof *cnt), *n_exact = calloc((size_t)E, sizeof *n_exact);
+    int *first = malloc((size_t)E * sizeof *first), *cur = malloc((size_t)E * 2 * sizeof *cur);
+    int32_t *slot = malloc((size_t)E * sizeof *slot);
+    float *xg = malloc(((size_t)n_routes + 1) * (size_t)D * sizeof *xg);
+    float *res = malloc(((size_t)n_routes + 1) * (size_t)D * sizeof *res);
+    piece *pc = malloc((2 * (size_t)E + 1) * sizeof *pc);
+    og_expert_group *groups = malloc((2 * (size_t)E + 1) * sizeof *groups);
+    og_expert_job *jobs = malloc((2 * (size_t)E + 2) * sizeof *jobs);
+    og_status st = OG_OK;
+    if (!order || !pos_of || !cnt || !n_exact || !first || !cur || !slot || !xg || !res || !pc || !groups || !jobs)
+        st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    int n_dev_rows = 0, n_groups = 0, n_jobs = 0, np = 0;
+    bool issued = false;
+    og_event ev = 0;
+    if (!st) {
+        /* counting sort by expert: the resident experts' routes first (the device
+         * rows), each expert's exact routes first, route order kept within each */
+        for (int r = 0; r < n_routes; r++) {
+            cnt[routes[r].expert]++;
+            if (io->exact && io->exact[routes[r].token]) n_exact[routes[r].expert]++;
+        }
+        for (int e = 0; e < E; e++) slot[e] = cnt[e] && d->cache ? og_expert_cache_slot(d->cache, il, (uint32_t)e) : -1;
+        int at = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int e = 0; e < E; e++)
+                if (cnt[e] && (slot[e] >= 0) == (pass == 0)) {
+                    first[e] = at;
+                    cur[2 * e] = at;
+                    cur[2 * e + 1] = at + n_exact[e];
+                    at += cnt[e];
+                    if (pass == 0) n_dev_rows = at;
+                }
+        for (int r = 0; r < n_routes; r++) {
+            const bool ex = io->exact && io->exact[routes[r].token];
+            const int i = cur[2 * routes[r].expert + !ex]++;
+            order[i] = r;
+            pos_of[r] = i;
+        }
+        for (int i = 0; i < n_routes; i++)
+            memcpy(xg + (size_t)i * D, io->x + routes[order[i]].token * D, (size_t)D * sizeof *xg);
+        /* pieces in row order: device experts, then cold ones */
+        for (int pass = 0; pass < 2; pass++)
+            for (int e = 0; e < E; e++)
+                if (cnt[e] && (slot[e] >= 0) == (pass == 0))
+                    np += split(e, cnt[e], n_exact[e], pass == 0 ? rc->device_numerics : rc->host_numerics, pc + np);
+        for (int k = 0; k < np; k++) {
+            const int e = pc[k].e, row = first[e] + pc[k].start;
+            if (slot[e] >= 0) {
+                groups[n_groups++] = (og_expert_group){slot[e], pc[k].len, pc[k].nm};
+                continue;
+            }
+            jobs[n_jobs++] = (og_expert_job){slice(&L->gate_exps, (int64_t)e * Fe, Fe),
+                                             slice(&L->up_exps, (int64_t)e * Fe, Fe),
+                                             slice(&L->down_exps, (int64_t)e * D, D),
+                                             xg + (size_t)row * D,
+                                             pc[k].len,
+                                             res + (size_t)row * D,
+                                             pc[k].nm,
+                                             0};
+        }
+        if (shared)
+            jobs[n_jobs++] = (og_expert_job){L->gate_sh, L->up_sh, L->down_sh, io->x, io->n_tok, io->y, OG_NUMERICS_FORK, 0};
+    }
+    /* the device part: rows up, the expert op grouped by expert, results down */
+    if (!st && n_dev_rows) {
+        const og_device_ops *ops = d->dev->ops;
+        const uint64_t bytes = (uint64_t)n_dev_rows * (uint64_t)D * sizeof(float);
+        og_expert_op op = {.groups = groups, .n_groups = n_groups};
+        st = device_rows(d, bytes, err, errlen);
+        if (!st) st = og_expert_cache_slots(d->cache, m, il, &op.slots);
+        if (st == OG_ERR_INVALID_ARG) og_fail(err, errlen, st, "layer %u has no expert slots", il);
+        op.x = d->dx;
+        op.y = d->dy;
+        if (!st) st = ops->copy_to_device(d->dev, d->stream, d->dx, xg, bytes, err, errlen);
+        if (!st) issued = true; /* from here on the device reads xg: wait before freeing it */
+        if (!st) st = ops->experts(d->dev, d->stream, &op, err, errlen);
+        if (!st) st = ops->copy_to_host(d->dev, d->stream, res, d->dy, bytes, err, errlen);
+        og_status rs = ops->event_record(d->dev, d->stream, &ev, st ? NULL : err, st ? 0 : errlen);
+        if (!st) st = rs;
+        if (!st)
+            for (int g = 0; g < n_groups; g++) og_expert_cache_note_read(d->cache, il, groups[g].slot, ev);
+        if (!st) note(d, il, OG_DISPATCH_DEVICE_ISSUED);
+    }
+    /* the host part, meanwhile */
+    if (!st && n_jobs) {
+        st = og_cpu_experts(rc->kern, rc->pool, jobs, n_jobs);
+        if (st) og_fail(err, errlen, st, "layer %u: host experts: %s", il, og_status_str(st));
+    }
+    if (!st) note(d, il, OG_DISPATCH_HOST_DONE);
+    if (issued) { /* always, even after an error: the device may still use xg and res */
+        og_status ws = ev ? d->dev->ops->event_wait(d->dev, ev, st ? NULL : err, st ? 0 : errlen) : OG_OK;
+        if (!ev) { /* no event: wait for the whole stream through a fresh one */
+            og_event e2 = 0;
+            if (!d->dev->ops->event_record(d->dev, d->stream, &e2, NULL, 0))
+                d->dev->ops->event_wait(d->dev, e2, NULL, 0);
+        }
+        if (!st) st = ws;
+        if (!st) note(d, il, OG_DISPATCH_DEVICE_DONE);
+    }
+    if (!st) { /* every token: the shared expert, then its routes in route order */
+        if (!shared) memset(io->y, 0, (size_t)(io->n_tok * D) * sizeof *io->y);
+        for (int r = 0; r < n_routes; r++) {
+            float *yt = io->y + routes[r].token * D;
+            const float *rr = res + (size_t)pos_of[r] * D;
+            for (int64_t i = 0; i < D; i++) yt[i] += routes[r].weight * rr[i];
+        }
+    }
+    free(order);
+    free(pos_of);
+    free(cnt);
+    free(n_exact);
+    free(first);
+    free(cur);
+    free(slot);
+    free(xg);
+    free(res);
+    free(pc);
+    free(groups);
+    free(jobs);
+    return st;
+}
+
+static const og_dispatch_type dispatch_type = {moe_layer};
+
+og_status og_dispatch_create(og_device *dev, og_expert_cache *cache, og_dispatch **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!dev != !cache || (cache && cache->dev != dev))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "dispatcher: a device needs its expert cache, and the cache its device");
+    og_dispatch *d = calloc(1, sizeof *d);
+    if (!d) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    d->dev = dev;
+    d->cache = cache;
+    d->table = (og_dispatcher){&dispatch_type, d};
+    if (dev) {
+        og_status st = dev->ops->stream_create(dev, &d->stream, err, errlen);
+        if (st) {
+            free(d);
+            return st;
+        }
+    }
+    *out = d;
+    return OG_OK;
+}
+
+const og_dispatcher *og_dispatch_table(const og_dispatch *d) { return &d->table; }
+
+void og_dispatch_set_hook(og_dispatch *d, og_dispatch_hook fn, void *ctx) {
+    d->hook = fn;
+    d->hook_ctx = ctx;
+}
+
+void og_dispatch_free(og_dispatch *d) {
+    if (!d) return;
+    if (d->dev) {
+        d->dev->ops->stream_destroy(d->dev, d->stream); /* waits for its work */
+        d->dev->ops->free(d->dev, d->dx);
+        d->dev->ops->free(d->dev, d->dy);
+    }
+    free(d);
+}

@@ -6,7 +6,7 @@
 set -euo pipefail
 onegpu=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") work=$2
 . "$(dirname "$0")/lib.sh"
-command -v node >/dev/null || { echo "SKIP: node is needed for the local HTTP server"; exit 77; }
+command -v node >/dev/null || skip_dep "node is needed for the local HTTP server"
 repo=$(cd "$here/.." && pwd)
 rm -rf "$work"; mkdir -p "$work/srv" "$work/bin"
 export ONEGPU_BIN=$onegpu

@@ -18,14 +18,14 @@
 typedef struct count_ctx {
     atomic_int calls;
     atomic_int seen_mask;
-    int nth_seen;
+    int nth_seen[4]; /* per thread: each writes only its own */
 } count_ctx;
 
 static void count_fn(void *vctx, int ith, int nth) {
     count_ctx *c = vctx;
     atomic_fetch_add(&c->calls, 1);
     atomic_fetch_or(&c->seen_mask, 1 << ith);
-    c->nth_seen = nth;
+    c->nth_seen[ith] = nth;
 }
 
 static void test_pool(void **state) {
@@ -40,7 +40,7 @@ static void test_pool(void **state) {
             og_pool_run(p, count_fn, &c);
             assert_int_equal(atomic_load(&c.calls), n);
             assert_int_equal(atomic_load(&c.seen_mask), (1 << n) - 1);
-            assert_int_equal(c.nth_seen, n);
+            for (int i = 0; i < n; i++) assert_int_equal(c.nth_seen[i], n);
         }
         og_pool_free(p);
     }

@@ -25,7 +25,7 @@ static double now_s(void) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu run -m MODEL.gguf -p TEXT [-n N] [--chat] [--temp T] [--top-k K] [--top-p P]\n"
-            "                  [--seed S] [--threads T] [--json [--top-logprobs K]] [--teacher ID,ID,...]\n"
+            "                  [--seed S] [--threads T] [--numa-node N] [--json [--top-logprobs K]] [--teacher ID,ID,...]\n"
             "  Streams the generated text to stdout; prefill and decode speeds go to stderr.\n"
             "  -p is tokenized as llama.cpp's completion tool does (BOS when the file says so,\n"
             "  special-token text parsed); --chat wraps it as one user turn of the model's template.\n"
@@ -33,6 +33,7 @@ static void usage(FILE *out) {
             "  --temp T      0 = greedy (default 0.8), --top-k (40), --top-p (0.95), --seed (random)\n"
             "  --json        print {prompt_tokens, tokens, logprobs:[{token, logprob, top:[[id, lp]...]}]}\n"
             "  --teacher IDS feed these ids after the prompt instead of sampling (reports their log-probs)\n"
+            "  --numa-node N threads pinned to node N's CPUs, routed experts' memory preferred there (as serve)\n"
             "placement (as `onegpu plan`; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --vram SIZE [--ram SIZE] [--reserve SIZE] [--ctx N] [--expert-slots N|all] [--profile FILE]\n"
             "                plans for a device of SIZE, prints the plan, and counts how many expert selections\n"
@@ -75,9 +76,10 @@ int og_cmd_run(int argc, char **argv) {
         {"vram", required_argument, 0, 'V'},    {"ram", required_argument, 0, 'R'},    {"reserve", required_argument, 0, 'r'},
         {"ctx", required_argument, 0, 'C'},     {"expert-slots", required_argument, 0, 'e'},
         {"profile", required_argument, 0, 'f'}, {"save-profile", required_argument, 0, 's'},
-        {"migrate", required_argument, 0, 'M'}, {"save-trace", required_argument, 0, 'X'}, {0, 0, 0, 0}};
+        {"migrate", required_argument, 0, 'M'}, {"save-trace", required_argument, 0, 'X'},
+        {"numa-node", required_argument, 0, 'U'}, {0, 0, 0, 0}};
     const char *save_trace = NULL;
-    long migrate = 2;
+    long migrate = 2, numa_node = -1;
     bool migrate_set = false;
     og_plan_input pin = {.reserve = 512ull << 20, .ctx = 0 /* below: as serve */, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 4,
                          .slots_override = -1};
@@ -113,6 +115,7 @@ int og_cmd_run(int argc, char **argv) {
         case 'e': bad_value |= !og_cli_parse_slots(optarg, &pin.slots_override); break;
         case 'f': profile_path = optarg; break;
         case 'X': save_trace = optarg; break;
+        case 'U': bad_value |= !og_cli_parse_long(optarg, 0, OG_MAX_NUMA_NODES - 1, &numa_node); break;
         case 'M':
             bad_value |= !og_cli_parse_long(optarg, 0, 1000000, &migrate);
             migrate_set = true;
@@ -126,7 +129,7 @@ int og_cmd_run(int argc, char **argv) {
         }
     }
     if (bad_value) {
-        fprintf(stderr, "onegpu run: bad size or count in the placement flags\n");
+        fprintf(stderr, "onegpu run: bad size or count in the placement or --numa-node flags\n");
         return OG_EXIT_USAGE;
     }
     if (!have_vram && (have_ram || profile_path || pin.slots_override != -1 || migrate_set)) {
@@ -156,6 +159,11 @@ int og_cmd_run(int argc, char **argv) {
     int32_t *teacher = teacher_arg ? parse_ids(teacher_arg, &n_teacher) : NULL;
     if (teacher_arg && !teacher) {
         fprintf(stderr, "onegpu run: --teacher takes comma-separated token ids\n");
+        return OG_EXIT_USAGE;
+    }
+    og_cli_numa numa;
+    if (og_cli_numa_choose("onegpu run", numa_node, &numa)) {
+        free(teacher);
         return OG_EXIT_USAGE;
     }
     char err[1024];
@@ -216,7 +224,7 @@ int og_cmd_run(int argc, char **argv) {
     if ((rc = og_cli_choose_isa("onegpu run", &isa))) goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
-    if ((rc = og_cli_pool("onegpu run", threads, &pool))) goto out;
+    if ((rc = og_cli_numa_pool("onegpu run", &numa, m, threads, &pool))) goto out;
     if (chat) {
         og_str tmpl = {0};
         og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);

@@ -23,7 +23,7 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu serve -m MODEL.gguf [--host ADDR] [--port P] [--api-key KEY] [--alias ID]\n"
-            "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T]\n"
+            "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T] [--numa-node N]\n"
             "                    [--vram SIZE [--ram SIZE] [--reserve SIZE] [--expert-slots N|all]\n"
             "                     [--profile FILE] [--save-profile FILE] [--migrate N]]\n"
             "  OpenAI-compatible API at http://HOST:PORT/v1 (chat/completions, completions, models),\n"
@@ -38,7 +38,9 @@ static void usage(FILE *out) {
             "  --max-body SIZE    request body limit (default 4M; 413 beyond)\n"
             "  --timeout S        idle connection timeout, seconds (default 60; a request being answered is never idle)\n"
             "  --grace S          on SIGTERM or SIGINT, seconds running requests may take to finish (default 30)\n"
-            "  --threads T        CPU threads (default: the CPUs this process may use)\n"
+            "  --threads T        CPU threads (default: the CPUs this process may use; with a NUMA node, its CPUs)\n"
+            "  --numa-node N      pin the threads to node N's CPUs and prefer node N for the routed experts' memory\n"
+            "                     (default: the GPU's node when Linux knows it, else no binding; run.sh passes it)\n"
             "  --cpu-numerics fork|gpu  host (cold) experts: fork (default) the fast quantized path; gpu exactly as\n"
             "                     the device computes resident ones, so no result depends on placement; requests with\n"
             "                     \"strata_reproducible\": \"required\" get gpu numerics either way\n"
@@ -97,11 +99,12 @@ int og_cmd_serve(int argc, char **argv) {
         {"ram", required_argument, 0, 'R'},        {"reserve", required_argument, 0, 'r'},
         {"expert-slots", required_argument, 0, 'e'}, {"profile", required_argument, 0, 'f'},
         {"save-profile", required_argument, 0, 's'}, {"migrate", required_argument, 0, 'M'},
-        {"cpu-numerics", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+        {"cpu-numerics", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},
+        {"numa-node", required_argument, 0, 'U'},  {0, 0, 0, 0}};
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
     const char *profile_path = NULL, *save_profile = NULL;
     uint32_t ctx = 0, parallel = 4, batch_tokens = 512, queue = 64, threads = 0;
-    long port = 8090, migrate = 2;
+    long port = 8090, migrate = 2, numa_node = -1;
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
     bool bad = false, have_vram = false, have_ram = false, migrate_set = false, numerics_gpu = false;
@@ -126,6 +129,7 @@ int og_cmd_serve(int argc, char **argv) {
             break;
         }
         case 't': bad |= !og_cli_parse_count(optarg, &threads) || threads > 4096; break;
+        case 'U': bad |= !og_cli_parse_long(optarg, 0, OG_MAX_NUMA_NODES - 1, &numa_node); break;
         case 'b': bad |= og_parse_size(optarg, &max_body) != OG_OK || max_body < 1024 || max_body > (1ull << 31); break;
         case 'T': timeout = parse_seconds(optarg, &bad); break;
         case 'g': grace = parse_seconds(optarg, &bad); break;
@@ -156,7 +160,7 @@ int og_cmd_serve(int argc, char **argv) {
                          {'B', "a count, 1..1048576"}, {'Q', "a count, 0..1000000"}, {'t', "a count, 1..4096"},
                          {'b', "a size, 1K..2G (e.g. 4M)"}, {'T', "seconds, >= 0"}, {'g', "seconds, >= 0"},
                          {'V', "a size (e.g. 96G)"}, {'R', "a size (e.g. 280G)"}, {'r', "a size (e.g. 512M)"},
-                         {'e', "a count or 'all'"}, {'M', "a count, 0..1000000"}};
+                         {'e', "a count or 'all'"}, {'M', "a count, 0..1000000"}, {'U', "a NUMA node, 0..1023"}};
             const char *want = "";
             for (size_t k = 0; k < sizeof hints / sizeof *hints; k++)
                 if (hints[k].flag == c) want = hints[k].want;
@@ -186,6 +190,8 @@ int og_cmd_serve(int argc, char **argv) {
             return OG_EXIT_USAGE;
         }
     }
+    og_cli_numa numa;
+    if (og_cli_numa_choose("onegpu serve", numa_node, &numa)) return OG_EXIT_USAGE;
     char err[1024];
     /* the model's context bounds --ctx; read from the header only */
     og_gguf *hg;
@@ -279,7 +285,7 @@ int og_cmd_serve(int argc, char **argv) {
         goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
-    if ((rc = og_cli_pool("onegpu serve", (int)threads, &pool))) goto out;
+    if ((rc = og_cli_numa_pool("onegpu serve", &numa, m, (int)threads, &pool))) goto out;
     og_engine_config ecfg = {.model = m, .tok = tok,
                              .rc = {.kern = &kern, .pool = pool, .stats = pl.stats.counts ? &pl.stats : NULL,
                                     .experts = pl.dev ? &pl.dev->map : NULL, .device_numerics = OG_NUMERICS_CANONICAL,
@@ -298,7 +304,7 @@ int og_cmd_serve(int argc, char **argv) {
                         .capacity = (int)(parallel + queue)};
     og_server_set_engine(srv, eng, &mdl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",
-            model_id, ctx, parallel, batch_tokens, og_isa_name(isa), threads);
+            model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool));
     fflush(stderr);
     int sig = 0;
     if (watching) {

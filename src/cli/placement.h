@@ -47,6 +47,30 @@ int og_cli_choose_isa(const char *cmd, og_isa *isa);
  * or OG_EXIT_USAGE after printing why. */
 int og_cli_pool(const char *cmd, int threads, og_pool **pool);
 
+/* The NUMA binding of run and serve (--numa-node N). */
+typedef struct og_cli_numa {
+    int node;                  /* -1: no binding */
+    const char *why;           /* "--numa-node", "the GPU's node" */
+    int n_cpus;
+    int cpus[OG_MAX_CPUS];     /* the node's CPUs this process may run on, ascending */
+} og_cli_numa;
+
+/* Before loading: the node is numa_node (>= 0, from --numa-node; run.sh passes the
+ * node it bound to), else (-1) the GPU's node when sysfs knows it, else none. The
+ * topology is read from $ONEGPU_SYSFS (tests: a fake tree) or /sys. Returns 0, or
+ * OG_EXIT_USAGE after printing "CMD: --numa-node N: NUMA node N does not exist
+ * (this machine's nodes: ...)" or that none of its CPUs is in this process's set. */
+int og_cli_numa_choose(const char *cmd, long numa_node, og_cli_numa *nu);
+
+/* After loading, instead of og_cli_pool: with a node, the calling thread (and so
+ * the threads it starts later) may run on the node's CPUs, worker i of the pool
+ * is pinned to its CPU i (modulo), threads 0 = one per node CPU; the thread's
+ * memory policy and the routed experts' ranges of the mapped file prefer the
+ * node (mbind). Prints one line "CMD: NUMA: node, CPUs, memory policy"; a pin or
+ * policy the kernel refuses is said there, not a failure. Returns 0, or
+ * OG_EXIT_USAGE after printing why the pool could not start. */
+int og_cli_numa_pool(const char *cmd, const og_cli_numa *nu, const og_model *m, int threads, og_pool **pool);
+
 /* --cpu-numerics fork|gpu: *gpu set; false after printing "CMD: ..." for anything else. */
 bool og_cli_parse_numerics(const char *cmd, const char *arg, bool *gpu);
 

@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "og_backend.h"
+#include <pthread.h>
+#include <sched.h>
 
 typedef struct count_ctx {
     atomic_int calls;
@@ -26,6 +28,41 @@ static void count_fn(void *vctx, int ith, int nth) {
     atomic_fetch_add(&c->calls, 1);
     atomic_fetch_or(&c->seen_mask, 1 << ith);
     c->nth_seen[ith] = nth;
+}
+
+/* Each thread's allowed CPUs, as the kernel reports them inside the job. */
+typedef struct pin_ctx {
+    cpu_set_t got[3];
+} pin_ctx;
+
+static void pin_fn(void *vctx, int ith, int nth) {
+    (void)nth;
+    pin_ctx *c = vctx;
+    pthread_getaffinity_np(pthread_self(), sizeof c->got[ith], &c->got[ith]);
+}
+
+/* Workers pinned one CPU each (the last and the first this process may use): the
+ * kernel's affinity of each worker is exactly that CPU; the caller is left alone. */
+static void test_pool_pinned(void **state) {
+    (void)state;
+    cpu_set_t mine;
+    assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+    int first = -1, last = -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mine)) last = c, first = first < 0 ? c : first;
+    int cpus[3] = {-1, last, first};
+    char err[256];
+    og_pool *p;
+    assert_int_equal(og_pool_create(3, cpus, &p, err, sizeof err), OG_OK);
+    pin_ctx c;
+    memset(&c, 0, sizeof c);
+    og_pool_run(p, pin_fn, &c);
+    og_pool_free(p);
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(CPU_COUNT(&c.got[i]), 1);
+        assert_true(CPU_ISSET(cpus[i], &c.got[i]));
+    }
+    assert_true(CPU_EQUAL(&c.got[0], &mine));
 }
 
 static void test_pool(void **state) {
@@ -322,7 +359,7 @@ static void test_rope_yarn(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pool), cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_multi),
+        cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_pinned), cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_device_numerics),
         cmocka_unit_test(test_ops), cmocka_unit_test(test_rope_yarn),
     };

@@ -82,19 +82,21 @@ int og_cli_numa_pool(const char *cmd, const og_cli_numa *nu, const og_model *m, 
     CPU_ZERO(&set);
     for (int i = 0; i < nu->n_cpus; i++) CPU_SET(nu->cpus[i], &set);
     int prc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    /* memory: this thread's policy first, so the pool's workers inherit it (page-cache
+     * pages follow the faulting thread), then the routed experts' ranges of the
+     * mapping (pages already read are moved) */
+    og_status st = og_sys_prefer_node(nu->node, mem, sizeof mem);
     int *pins = prc ? NULL : malloc((size_t)threads * sizeof *pins);
     for (int i = 0; pins && i < threads; i++) pins[i] = nu->cpus[i % nu->n_cpus];
-    og_status st = og_pool_create(threads, pins, pool, err, sizeof err);
+    og_status pst = og_pool_create(threads, pins, pool, err, sizeof err);
     free(pins);
-    if (st) {
+    if (pst) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         return OG_EXIT_USAGE;
     }
-    /* memory: this thread's policy (page-cache pages follow the faulting thread),
-     * then the routed experts' ranges of the mapping (pages already read are moved) */
+    if (st) snprintf(err, sizeof err, "%s", mem);
     uint64_t bytes = 0;
     int ranges = 0;
-    st = og_sys_prefer_node(nu->node, err, sizeof err);
     for (uint32_t l = 0; !st && l < m->hp.n_layer; l++) {
         const og_layer *L = &m->layers[l];
         const og_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};

@@ -347,7 +347,9 @@ command -v numactl >/dev/null 2>&1 || say "  numactl is not installed (Debian: n
 say "NUMA binding: $rung"
 
 # ---- serve -------------------------------------------------------------------
-serve=("$bin" serve -m "$model" --port "$port" --threads "${threads:-$phys}")
+# --numa-node: onegpu pins its threads to the node's CPUs and binds the routed experts'
+# memory there itself (and prints the binding), whichever rung above took effect
+serve=("$bin" serve -m "$model" --port "$port" --threads "${threads:-$phys}" --numa-node "$node")
 [[ ${#place[@]} -gt 0 ]] && serve+=("${place[@]}")
 [[ $demo -eq 1 ]] && serve+=(--migrate 2)
 serve+=("${extra[@]}")

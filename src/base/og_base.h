@@ -139,3 +139,42 @@ const char *og_printable(const char *s, size_t n, char *out, size_t outlen);
  * memory.limit_in_bytes; UINT64_MAX when none). Bytes. Errors: OG_ERR_IO when
  * /proc/meminfo cannot be read. */
 og_status og_sys_memory(uint64_t *mem_available, uint64_t *cgroup_limit);
+
+/* --- NUMA: topology from sysfs, memory policy ----------------------------- */
+/* sysfs: the directory read as Linux's /sys; NULL means "/sys" (tests give a
+ * tree they build, with devices/system/node/nodeN/cpulist files). */
+#define OG_MAX_CPUS 4096
+#define OG_MAX_NUMA_NODES 1024
+
+/* A Linux cpulist ("0-3,8,10-11", a trailing newline allowed) into cpus[0..*n),
+ * in the order written, CPU ids < OG_MAX_CPUS. Errors: OG_ERR_FORMAT (junk, a
+ * range whose end is below its start), OG_ERR_RANGE (more than cap CPUs). */
+og_status og_cpulist_parse(const char *s, int *cpus, int cap, int *n, char *err, size_t errlen);
+
+/* cpus[0..n) as a cpulist ("0-3,8"), cut to outlen. Returns out; never fails. */
+const char *og_cpulist_format(const int *cpus, int n, char *out, size_t outlen);
+
+/* The CPUs of NUMA node `node` (SYSFS/devices/system/node/nodeN/cpulist), at most
+ * cap. Errors: OG_ERR_NOT_FOUND when the node does not exist ("NUMA node 5 does
+ * not exist (this machine's nodes: 0-1)", from .../node/online) or has no CPUs;
+ * OG_ERR_FORMAT, OG_ERR_RANGE as og_cpulist_parse. */
+og_status og_sys_node_cpus(const char *sysfs, int node, int *cpus, int cap, int *n, char *err, size_t errlen);
+
+/* The NUMA node of the first NVIDIA GPU on PCI (SYSFS/bus/pci/devices/X with
+ * vendor 0x10de and a display class 0x03xxxx: its numa_node). -1 when there is
+ * none or Linux does not know its node (numa_node -1, as on one-node machines).
+ * No status: "unknown" is an answer. */
+int og_sys_gpu_node(const char *sysfs);
+
+/* The calling thread's memory policy (inherited by threads it creates later):
+ * preferred node `node` (set_mempolicy MPOL_PREFERRED). Errors: OG_ERR_IO with
+ * the errno text when the kernel refuses (EPERM under a container's seccomp),
+ * OG_ERR_INVALID_ARG for a node outside 0..OG_MAX_NUMA_NODES-1. */
+og_status og_sys_prefer_node(int node, char *err, size_t errlen);
+
+/* [addr, addr + len) bytes (widened to whole pages) preferred on node `node`
+ * (mbind MPOL_PREFERRED; pages already in memory are moved there, MPOL_MF_MOVE,
+ * where only this process maps them). For a MAP_SHARED file mapping Linux keeps
+ * the policy for moves only: new page-cache pages follow the faulting thread's
+ * policy (og_sys_prefer_node). Errors as og_sys_prefer_node ("mbind: ..."). */
+og_status og_sys_bind_memory(const void *addr, size_t len, int node, char *err, size_t errlen);

@@ -20,7 +20,7 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu run -m MODEL.gguf -p TEXT [-n N] [--chat] [--temp T] [--top-k K] [--top-p P]\n"
-            "                  [--seed S] [--threads T] [--json [--top-logprobs K]] [--teacher ID,ID,...]\n"
+            "                  [--seed S] [--threads T] [--numa-node N] [--json [--top-logprobs K]] [--teacher ID,ID,...]\n"
             "  Streams the generated text to stdout; prefill and decode speeds go to stderr.\n"
             "  -p is tokenized as llama.cpp's completion tool does (BOS when the file says so,\n"
             "  special-token text parsed); --chat wraps it as one user turn of the model's template.\n"
@@ -28,6 +28,7 @@ static void usage(FILE *out) {
             "  --temp T      0 = greedy (default 0.8), --top-k (40), --top-p (0.95), --seed (random)\n"
             "  --json        print {prompt_tokens, tokens, logprobs:[{token, logprob, top:[[id, lp]...]}]}\n"
             "  --teacher IDS feed these ids after the prompt instead of sampling (reports their log-probs)\n"
+            "  --numa-node N threads pinned to node N's CPUs, routed experts' memory preferred there (as serve)\n"
             "  --threads T   CPU threads, 1..4096 (default: the CPUs this process may use)\n"
             "placement (as `onegpu plan`; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --vram SIZE [--ram SIZE] [--reserve SIZE] [--ctx N] [--expert-slots N|all] [--profile FILE]\n"
@@ -159,6 +160,11 @@ int og_cmd_run(int argc, char **argv) {
         fprintf(stderr, "onegpu run: --teacher takes comma-separated token ids\n");
         return OG_EXIT_USAGE;
     }
+    og_cli_numa numa;
+    if (og_cli_numa_choose("onegpu run", fl.numa_node, &numa)) {
+        free(teacher);
+        return OG_EXIT_USAGE;
+    }
     char err[1024];
     /* placement: planned from the header before anything is loaded */
     const bool ctx_given = fl.ctx != 0;
@@ -205,7 +211,7 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
-    if ((rc = og_cli_pool("onegpu run", (int)fl.threads, &pool))) goto out;
+    if ((rc = og_cli_numa_pool("onegpu run", &numa, m, (int)fl.threads, &pool))) goto out;
     if (chat) {
         og_str tmpl = {0};
         og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);

@@ -23,7 +23,7 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu serve -m MODEL.gguf [--host ADDR] [--port P] [--api-key KEY] [--alias ID]\n"
-            "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T]\n"
+            "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T] [--numa-node N]\n"
             "                    [--max-tokens N] [--log-format text|json]\n"
             "                    [--vram SIZE [--ram SIZE] [--reserve SIZE] [--expert-slots N|all]\n"
             "                     [--profile FILE] [--save-profile FILE] [--migrate N]]\n"
@@ -43,7 +43,9 @@ static void usage(FILE *out) {
             "  --max-body SIZE    request body limit (default 4M; 413 beyond)\n"
             "  --timeout S        idle connection timeout, seconds (default 60; a request being answered is never idle)\n"
             "  --grace S          on SIGTERM or SIGINT, seconds running requests may take to finish (default 30)\n"
-            "  --threads T        CPU threads (default: the CPUs this process may use)\n"
+            "  --threads T        CPU threads (default: the CPUs this process may use; with a NUMA node, its CPUs)\n"
+            "  --numa-node N      pin the threads to node N's CPUs and prefer node N for the routed experts' memory\n"
+            "                     (default: the GPU's node when Linux knows it, else no binding; run.sh passes it)\n"
             "  --cpu-numerics fork|gpu  host (cold) experts: fork (default) the fast quantized path; gpu exactly as\n"
             "                     the device computes resident ones, so no result depends on placement; requests with\n"
             "                     \"strata_reproducible\": \"required\" get gpu numerics either way\n"
@@ -176,6 +178,8 @@ int og_cmd_serve(int argc, char **argv) {
     }
     int frc = og_cli_flags_check("onegpu serve", &fl);
     if (frc) return frc;
+    og_cli_numa numa;
+    if (og_cli_numa_choose("onegpu serve", fl.numa_node, &numa)) return OG_EXIT_USAGE;
     char err[1024];
     /* the model's context bounds --ctx, and the plan comes before loading: from the header only */
     og_hparams hph;
@@ -248,7 +252,7 @@ int og_cmd_serve(int argc, char **argv) {
     og_kernels kern;
     og_kernels_init(isa, &kern);
     if ((rc = og_cli_placement_create("onegpu serve", m, &fl, &plan, profile, false, &kern, &pl))) goto out;
-    if ((rc = og_cli_pool("onegpu serve", (int)threads, &pool))) goto out;
+    if ((rc = og_cli_numa_pool("onegpu serve", &numa, m, (int)threads, &pool))) goto out;
     og_engine_config ecfg = {.model = m, .tok = tok,
                              .rc = {.kern = &kern, .pool = pool, .device_numerics = OG_NUMERICS_CANONICAL,
                                     .host_numerics = fl.numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
@@ -266,7 +270,7 @@ int og_cmd_serve(int argc, char **argv) {
                         .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens};
     og_server_set_engine(srv, eng, &mdl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",
-            model_id, ctx, parallel, batch_tokens, og_isa_name(isa), threads);
+            model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool));
     fflush(stderr);
     int sig = 0;
     if (watching) {

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,92 @@ int og_cli_pool(const char *cmd, int threads, og_pool **pool) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         return OG_EXIT_USAGE;
     }
+    return OG_EXIT_OK;
+}
+
+int og_cli_numa_choose(const char *cmd, long numa_node, og_cli_numa *nu) {
+    const char *sysfs = getenv("ONEGPU_SYSFS");
+    nu->node = numa_node >= 0 ? (int)numa_node : og_sys_gpu_node(sysfs);
+    nu->why = numa_node >= 0 ? "--numa-node" : "the GPU's node";
+    nu->n_cpus = 0;
+    if (nu->node < 0) return OG_EXIT_OK;
+    char err[512], a[256], b[256];
+    int n;
+    if (og_sys_node_cpus(sysfs, nu->node, nu->cpus, OG_MAX_CPUS, &n, err, sizeof err)) {
+        fprintf(stderr, "%s: %s%s\n", cmd, numa_node >= 0 ? "--numa-node: " : "the GPU's node: ", err);
+        return OG_EXIT_USAGE;
+    }
+    og_cpulist_format(nu->cpus, n, a, sizeof a);
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof mine, &mine)) CPU_ZERO(&mine);
+    for (int i = 0; i < n; i++)
+        if (nu->cpus[i] < CPU_SETSIZE && CPU_ISSET(nu->cpus[i], &mine)) nu->cpus[nu->n_cpus++] = nu->cpus[i];
+    if (!nu->n_cpus) {
+        int all[CPU_SETSIZE], k = 0;
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &mine)) all[k++] = c;
+        fprintf(stderr, "%s: NUMA node %d (%s): none of its CPUs %s is one this process may use (%s)\n", cmd, nu->node,
+                nu->why, a, og_cpulist_format(all, k, b, sizeof b));
+        return OG_EXIT_USAGE;
+    }
+    return OG_EXIT_OK;
+}
+
+int og_cli_numa_pool(const char *cmd, const og_cli_numa *nu, const og_model *m, int threads, og_pool **pool) {
+    char cpus[256], mem[512], err[512];
+    if (nu->node < 0) {
+        int rc = og_cli_pool(cmd, threads, pool);
+        cpu_set_t mine;
+        int all[CPU_SETSIZE], k = 0;
+        if (!sched_getaffinity(0, sizeof mine, &mine))
+            for (int c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &mine)) all[k++] = c;
+        if (!rc)
+            fprintf(stderr, "%s: NUMA: no binding (no GPU with a known node; --numa-node N binds): %d threads on CPUs %s "
+                            "as inherited, memory policy unchanged\n", cmd, og_pool_size(*pool),
+                    og_cpulist_format(all, k, cpus, sizeof cpus));
+        return rc;
+    }
+    og_cpulist_format(nu->cpus, nu->n_cpus, cpus, sizeof cpus);
+    if (threads <= 0) threads = nu->n_cpus;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int i = 0; i < nu->n_cpus; i++) CPU_SET(nu->cpus[i], &set);
+    int prc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    /* memory: this thread's policy first, so the pool's workers inherit it (page-cache
+     * pages follow the faulting thread), then the routed experts' ranges of the
+     * mapping (pages already read are moved) */
+    og_status st = og_sys_prefer_node(nu->node, mem, sizeof mem);
+    int *pins = prc ? NULL : malloc((size_t)threads * sizeof *pins);
+    for (int i = 0; pins && i < threads; i++) pins[i] = nu->cpus[i % nu->n_cpus];
+    og_status pst = og_pool_create(threads, pins, pool, err, sizeof err);
+    free(pins);
+    if (pst) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return OG_EXIT_USAGE;
+    }
+    if (st) snprintf(err, sizeof err, "%s", mem);
+    uint64_t bytes = 0;
+    int ranges = 0;
+    for (uint32_t l = 0; !st && l < m->hp.n_layer; l++) {
+        const og_layer *L = &m->layers[l];
+        const og_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int k = 0; L->moe && k < 3 && !st; k++) {
+            size_t n = (size_t)w[k]->n_rows * w[k]->row_bytes;
+            st = og_sys_bind_memory(w[k]->data, n, nu->node, err, sizeof err);
+            bytes += n;
+            ranges++;
+        }
+    }
+    char b[32];
+    if (st) snprintf(mem, sizeof mem, "memory not bound (%s)", err);
+    else snprintf(mem, sizeof mem, "memory preferred on node %d (this thread's policy, and mbind of %d routed-expert "
+                  "ranges, %s)", nu->node, ranges, og_fmt_bytes(bytes, b, sizeof b));
+    char pinned[160];
+    if (prc) snprintf(pinned, sizeof pinned, "NOT pinned (pthread_setaffinity_np: %s) to", strerror(prc));
+    else snprintf(pinned, sizeof pinned, "pinned to");
+    fprintf(stderr, "%s: NUMA: node %d (%s), %d thread%s %s CPUs %s, %s\n", cmd, nu->node, nu->why, threads,
+            threads == 1 ? "" : "s", pinned, cpus, mem);
     return OG_EXIT_OK;
 }
 
@@ -60,6 +147,7 @@ void og_cli_flags_init(og_cli_flags *f) {
     f->pin = (og_plan_input){.reserve = 512ull << 20, .kv_bytes_per_elem = 4 /* the CPU cache is f32 */,
                              .slots_override = -1};
     f->migrate = 2;
+    f->numa_node = -1;
     f->numerics_gpu = false; /* --cpu-numerics fork */
 }
 
@@ -101,6 +189,10 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
     case OG_OPT_THREADS:
         name = "threads", want = "a count, 1..4096";
         ok = og_cli_parse_count(arg, &f->threads) && f->threads <= 4096;
+        break;
+    case OG_OPT_NUMA_NODE:
+        name = "numa-node", want = "a NUMA node, 0..1023";
+        ok = og_cli_parse_long(arg, 0, OG_MAX_NUMA_NODES - 1, &f->numa_node);
         break;
     case OG_OPT_DEVICE_THREADS:
         name = "device-threads", want = "a count, 1..4096";

@@ -18,6 +18,7 @@ typedef struct og_cli_flags {
     uint32_t ctx;            /* --ctx: positions per sequence; 0 = the model's (og_cli_default_ctx) */
     uint32_t threads;        /* --threads; 0 = one per CPU this process may run on */
     uint32_t device_threads; /* --device-threads: the cpu device's threads; 0 = as --threads */
+    long numa_node;          /* --numa-node N; -1 = the GPU's node when known (og_cli_numa_choose) */
     long migrate;            /* --migrate: experts per MoE layer per step (default 2) */
     const char *profile;     /* --profile FILE, or NULL */
     const char *save_profile;/* --save-profile FILE, or NULL */
@@ -28,7 +29,7 @@ typedef struct og_cli_flags {
 /* getopt_long values of the shared flags (above any short option). */
 enum {
     OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
-    OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS
+    OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS, OG_OPT_NUMA_NODE
 };
 
 /* The shared flags' entries for a command's getopt_long table. */
@@ -38,7 +39,8 @@ enum {
         {"expert-slots", required_argument, 0, OG_OPT_SLOTS}, {"profile", required_argument, 0, OG_OPT_PROFILE},       \
         {"save-profile", required_argument, 0, OG_OPT_SAVE_PROFILE},                                                   \
         {"migrate", required_argument, 0, OG_OPT_MIGRATE}, {"cpu-numerics", required_argument, 0, OG_OPT_NUMERICS},    \
-        {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}
+        {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}, \
+        {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}
 
 /* The defaults: no device, --reserve 512M, --migrate 2, fork numerics, every CPU. */
 void og_cli_flags_init(og_cli_flags *f);
@@ -83,5 +85,29 @@ int og_cli_choose_isa(const char *cmd, og_isa *isa);
 /* A pool of `threads` workers; 0: one per CPU this process may run on. Returns 0,
  * or OG_EXIT_USAGE after printing why. */
 int og_cli_pool(const char *cmd, int threads, og_pool **pool);
+
+/* The NUMA binding of run and serve (--numa-node N). */
+typedef struct og_cli_numa {
+    int node;                  /* -1: no binding */
+    const char *why;           /* "--numa-node", "the GPU's node" */
+    int n_cpus;
+    int cpus[OG_MAX_CPUS];     /* the node's CPUs this process may run on, ascending */
+} og_cli_numa;
+
+/* Before loading: the node is numa_node (>= 0, from --numa-node; run.sh passes the
+ * node it bound to), else (-1) the GPU's node when sysfs knows it, else none. The
+ * topology is read from $ONEGPU_SYSFS (tests: a fake tree) or /sys. Returns 0, or
+ * OG_EXIT_USAGE after printing "CMD: --numa-node N: NUMA node N does not exist
+ * (this machine's nodes: ...)" or that none of its CPUs is in this process's set. */
+int og_cli_numa_choose(const char *cmd, long numa_node, og_cli_numa *nu);
+
+/* After loading, instead of og_cli_pool: with a node, the calling thread (and so
+ * the threads it starts later) may run on the node's CPUs, worker i of the pool
+ * is pinned to its CPU i (modulo), threads 0 = one per node CPU; the thread's
+ * memory policy and the routed experts' ranges of the mapped file prefer the
+ * node (mbind). Prints one line "CMD: NUMA: node, CPUs, memory policy"; a pin or
+ * policy the kernel refuses is said there, not a failure. Returns 0, or
+ * OG_EXIT_USAGE after printing why the pool could not start. */
+int og_cli_numa_pool(const char *cmd, const og_cli_numa *nu, const og_model *m, int threads, og_pool **pool);
 
 #endif

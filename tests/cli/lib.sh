@@ -1,12 +1,25 @@
-# Shared by the shell tests: skip (exit 77, ctest SKIP_RETURN_CODE) when the
-# outside references are not installed, and small assertion helpers.
+# Shared by the shell tests: skips (exit 77, ctest SKIP_RETURN_CODE), the outside
+# references' check, and small assertion helpers.
+# Two kinds of skip, each one line that test.sh counts (it reads ctest's log):
+#   skip_dep WHY   a dependency is missing. scripts/deps.sh (the README's command)
+#                  installs every one, so under CI=true this is a failure instead;
+#   skip_hw WHY    hardware this machine lacks (a GPU, AMX): never a failure.
+# skip_dep_part WHY: the same for a part of a test that goes on without it.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)   # tests/
+skip_dep_part() {
+  if [[ ${CI:-} == true ]]; then
+    echo "FAIL: CI=true and a dependency is missing, which would skip: $* (the README's command, scripts/deps.sh, installs it)" >&2; exit 1
+  fi
+  echo "SKIP (dependency): $*"
+}
+skip_dep() { skip_dep_part "$@"; exit 77; }
+skip_hw() { echo "SKIP (hardware): $*"; exit 77; }
 need_node_refs() {
   if ! command -v node >/dev/null || [[ $(node -p 'process.versions.node.split(".")[0]') -lt 20 ]]; then
-    echo "SKIP: Node.js >= 20 is needed for the llama.cpp reference (scripts/deps.sh)"; exit 77
+    skip_dep "Node.js >= 20 is needed for the llama.cpp reference (scripts/deps.sh)"
   fi
   if [[ ! -d $here/node_modules/node-llama-cpp ]]; then
-    echo "SKIP: tests/node_modules missing: run scripts/deps.sh"; exit 77
+    skip_dep "tests/node_modules missing: run scripts/deps.sh"
   fi
 }
 fail() { echo "FAIL: $*" >&2; exit 1; }

@@ -6,7 +6,7 @@
 set -euo pipefail
 onegpu=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") work=$2
 . "$(dirname "$0")/lib.sh"
-command -v node >/dev/null || { echo "SKIP: node is needed for the local HTTP server"; exit 77; }
+command -v node >/dev/null || skip_dep "node is needed for the local HTTP server"
 repo=$(cd "$here/.." && pwd)
 rm -rf "$work"; mkdir -p "$work/srv" "$work/bin"
 export ONEGPU_BIN=$onegpu
@@ -179,7 +179,7 @@ cores=$(lscpu -p=CORE,SOCKET,NODE | awk -F, '!/^#/ && ($3 == 0 || $3 == "") {pri
 grep -qE "^run.sh: facts: GPU (none|.*NUMA node).*; [0-9]+ NUMA node\(s\); node 0: CPUs [0-9,-]+, $cores physical cores; RAM [0-9.]+ GiB" "$work/out7" ||
   fail "facts line: $(cat "$work/out7")"
 grep -q "^+ .*onegpu make-model --preset demo -o $work/models/demo.gguf" "$work/out7" || fail "make-model not shown"
-grep -q "^+ .*onegpu serve -m $work/models/demo.gguf --port 8090 --threads $cores --vram 600M --reserve 64M --migrate 2" "$work/out7" ||
+grep -q "^+ .*onegpu serve -m $work/models/demo.gguf --port 8090 --threads $cores --numa-node 0 --vram 600M --reserve 64M --migrate 2" "$work/out7" ||
   fail "serve command: $(cat "$work/out7")"
 [[ ! -e $work/models ]] || fail "--dry-run created $work/models"
 echo "ok: dry run"

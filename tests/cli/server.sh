@@ -10,7 +10,7 @@ mkdir -p "$work"
 model=$work/tiny.gguf
 if [[ ! -s $model ]]; then
   "$onegpu" make-model --preset tiny -o "$model" 2>"$work/make.log" || {
-    if grep -q 'tokenizer' "$work/make.log"; then echo "SKIP: no tokenizer files (run scripts/deps.sh)"; exit 77; fi
+    if grep -q 'tokenizer' "$work/make.log"; then skip_dep "no tokenizer files (run scripts/deps.sh)"; fi
     cat "$work/make.log"; fail "make-model"
   }
 fi
@@ -37,7 +37,7 @@ if command -v node >/dev/null && [[ $(node -p 'process.versions.node.split(".")[
   echo "== the official openai client"
   node "$here/js/openai_client.mjs" "$base/v1" "$key"
 else
-  echo "SKIP (part): the openai npm client is not installed (scripts/deps.sh)"
+  skip_dep_part "the official openai client part: Node.js >= 20 and the openai npm package (scripts/deps.sh)"
 fi
 
 echo "== SSE headers: event stream, no caching, no proxy buffering"

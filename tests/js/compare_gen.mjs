@@ -19,6 +19,8 @@ const quantized = process.argv.includes("--quantized");
 const fail = (m) => { console.error(m); process.exit(1); };
 if (JSON.stringify(L.prompt_tokens) !== JSON.stringify(O.prompt_tokens))
     fail(`prompt tokens differ: llama.cpp ${JSON.stringify(L.prompt_tokens)} vs ours ${JSON.stringify(O.prompt_tokens)}`);
+if (!L.tokens.length || O.logprobs.length < L.tokens.length)
+    fail(`nothing to compare or a different count: llama.cpp ${L.tokens.length} tokens, ours ${O.logprobs.length} log-probs`);
 let maxDiff = 0, nearTies = 0, bad = 0, clear = 0, agree = 0;
 const diffs = [];
 for (let i = 0; i < L.tokens.length; i++) {

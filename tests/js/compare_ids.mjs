@@ -4,6 +4,7 @@
 import fs from "node:fs";
 const read = (f) => fs.readFileSync(f, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
 const [a, b] = [read(process.argv[2]), read(process.argv[3])];
+if (a.length === 0) { console.error("no cases to compare: zero lines in " + process.argv[2]); process.exit(1); }
 if (a.length !== b.length) { console.error(`different counts: ${a.length} vs ${b.length}`); process.exit(1); }
 let bad = 0, tokens = 0;
 for (let i = 0; i < a.length; i++) {

@@ -19,18 +19,54 @@
 #include "og_device.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 typedef struct count_ctx {
     atomic_int calls;
     atomic_int seen_mask;
-    atomic_int nth_seen;
+    int nth_seen[4]; /* per thread: each writes only its own */
 } count_ctx;
 
 static void count_fn(void *vctx, int ith, int nth) {
     count_ctx *c = vctx;
     atomic_fetch_add(&c->calls, 1);
     atomic_fetch_or(&c->seen_mask, 1 << ith);
-    atomic_store(&c->nth_seen, nth);
+    c->nth_seen[ith] = nth;
+}
+
+/* Each thread's allowed CPUs, as the kernel reports them inside the job. */
+typedef struct pin_ctx {
+    cpu_set_t got[3];
+} pin_ctx;
+
+static void pin_fn(void *vctx, int ith, int nth) {
+    (void)nth;
+    pin_ctx *c = vctx;
+    pthread_getaffinity_np(pthread_self(), sizeof c->got[ith], &c->got[ith]);
+}
+
+/* Workers pinned one CPU each (the last and the first this process may use): the
+ * kernel's affinity of each worker is exactly that CPU; the caller is left alone. */
+static void test_pool_pinned(void **state) {
+    (void)state;
+    cpu_set_t mine;
+    assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+    int first = -1, last = -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mine)) last = c, first = first < 0 ? c : first;
+    int cpus[3] = {-1, last, first};
+    char err[256];
+    og_pool *p;
+    assert_int_equal(og_pool_create(3, cpus, &p, err, sizeof err), OG_OK);
+    pin_ctx c;
+    memset(&c, 0, sizeof c);
+    og_pool_run(p, pin_fn, &c);
+    og_pool_free(p);
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(CPU_COUNT(&c.got[i]), 1);
+        assert_true(CPU_ISSET(cpus[i], &c.got[i]));
+    }
+    assert_true(CPU_EQUAL(&c.got[0], &mine));
 }
 
 static void test_pool(void **state) {
@@ -45,7 +81,7 @@ static void test_pool(void **state) {
             og_pool_run(p, count_fn, &c);
             assert_int_equal(atomic_load(&c.calls), n);
             assert_int_equal(atomic_load(&c.seen_mask), (1 << n) - 1);
-            assert_int_equal(atomic_load(&c.nth_seen), n);
+            for (int i = 0; i < n; i++) assert_int_equal(c.nth_seen[i], n);
         }
         og_pool_free(p);
     }
@@ -606,7 +642,7 @@ static void test_device_streams(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pool), cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_multi),
+        cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_pinned), cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_device_numerics),
         cmocka_unit_test(test_ops), cmocka_unit_test(test_rope_yarn),
         cmocka_unit_test(test_device_experts), cmocka_unit_test(test_device_streams),

@@ -4,7 +4,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <numaif.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "og_base.h"
 
@@ -101,10 +107,110 @@ static void test_printable(void **state) {
     assert_true(og_siphash13(k1, "abc", 3) != og_siphash13(k1, "abd", 3));
 }
 
+static void test_cpulist(void **state) {
+    (void)state;
+    int c[16], n;
+    char err[256], out[64];
+    assert_int_equal(og_cpulist_parse("0-3,8,10-11\n", c, 16, &n, err, sizeof err), OG_OK);
+    static const int want[] = {0, 1, 2, 3, 8, 10, 11};
+    assert_int_equal(n, 7);
+    assert_memory_equal(c, want, sizeof want);
+    assert_string_equal(og_cpulist_format(c, n, out, sizeof out), "0-3,8,10-11");
+    assert_int_equal(og_cpulist_parse("", c, 16, &n, err, sizeof err), OG_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(og_cpulist_parse("3-1", c, 16, &n, err, sizeof err), OG_ERR_FORMAT);
+    assert_non_null(strstr(err, "bad range 3-1"));
+    assert_int_equal(og_cpulist_parse("1,a", c, 16, &n, err, sizeof err), OG_ERR_FORMAT);
+    assert_int_equal(og_cpulist_parse("2-", c, 16, &n, err, sizeof err), OG_ERR_FORMAT);
+    assert_int_equal(og_cpulist_parse("1 2", c, 16, &n, err, sizeof err), OG_ERR_FORMAT);
+    assert_int_equal(og_cpulist_parse("0-99999", c, 16, &n, err, sizeof err), OG_ERR_FORMAT);
+    assert_int_equal(og_cpulist_parse("0-16", c, 16, &n, err, sizeof err), OG_ERR_RANGE);
+}
+
+static void put(const char *root, const char *rel, const char *text) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; *p; p++) /* mkdir -p of the parents */
+        if (*p == '/') {
+            *p = 0;
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A fake two-node machine: node 1's CPUs, a node that does not exist, the GPU's node. */
+static void test_numa_topology(void **state) {
+    (void)state;
+    char root[] = "/tmp/og_sysfs_XXXXXX", err[256];
+    assert_non_null(mkdtemp(root));
+    put(root, "devices/system/node/online", "0-1\n");
+    put(root, "devices/system/node/node0/cpulist", "0-1,4\n");
+    put(root, "devices/system/node/node1/cpulist", "2-3,5-7\n");
+    int c[OG_MAX_CPUS], n;
+    assert_int_equal(og_sys_node_cpus(root, 1, c, OG_MAX_CPUS, &n, err, sizeof err), OG_OK);
+    static const int want[] = {2, 3, 5, 6, 7};
+    assert_int_equal(n, 5);
+    assert_memory_equal(c, want, sizeof want);
+    assert_int_equal(og_sys_node_cpus(root, 2, c, OG_MAX_CPUS, &n, err, sizeof err), OG_ERR_NOT_FOUND);
+    assert_string_equal(err, "NUMA node 2 does not exist (this machine's nodes: 0-1)");
+    assert_int_equal(og_sys_node_cpus(root, -1, c, OG_MAX_CPUS, &n, err, sizeof err), OG_ERR_NOT_FOUND);
+    /* GPUs: none; an NVIDIA non-display device and another vendor's GPU do not count */
+    assert_int_equal(og_sys_gpu_node(root), -1);
+    put(root, "bus/pci/devices/0000:03:00.0/vendor", "0x8086\n");
+    put(root, "bus/pci/devices/0000:03:00.0/class", "0x030000\n");
+    put(root, "bus/pci/devices/0000:03:00.0/numa_node", "0\n");
+    put(root, "bus/pci/devices/0000:04:00.0/vendor", "0x10de\n");
+    put(root, "bus/pci/devices/0000:04:00.0/class", "0x068000\n"); /* an NVSwitch bridge */
+    put(root, "bus/pci/devices/0000:04:00.0/numa_node", "0\n");
+    assert_int_equal(og_sys_gpu_node(root), -1);
+    put(root, "bus/pci/devices/0000:17:00.0/vendor", "0x10de\n");
+    put(root, "bus/pci/devices/0000:17:00.0/class", "0x030200\n");
+    put(root, "bus/pci/devices/0000:17:00.0/numa_node", "-1\n");
+    assert_int_equal(og_sys_gpu_node(root), -1); /* Linux does not know its node */
+    put(root, "bus/pci/devices/0000:17:00.0/numa_node", "1\n");
+    assert_int_equal(og_sys_gpu_node(root), 1);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* mbind on real pages (node 0 exists on every Linux machine): the kernel then reports
+ * MPOL_PREFERRED on node 0 for an address inside; a refusal must carry its reason. */
+static void test_numa_bind(void **state) {
+    (void)state;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *m = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    m[0] = 1; /* one page already there: it is moved, not refused */
+    char err[256] = "";
+    og_status st = og_sys_bind_memory(m + 100, 2 * page, 0, err, sizeof err);
+    if (st) {
+        assert_int_equal(st, OG_ERR_IO);
+        assert_true(!strncmp(err, "mbind: ", 7) && strlen(err) > 7);
+        print_message("mbind refused here: %s\n", err);
+    } else {
+        int mode = -1;
+        unsigned long mask[OG_MAX_NUMA_NODES / (8 * sizeof(unsigned long))] = {0};
+        assert_int_equal(get_mempolicy(&mode, mask, OG_MAX_NUMA_NODES + 1, m + page, MPOL_F_ADDR), 0);
+        assert_int_equal(mode, MPOL_PREFERRED);
+        assert_int_equal(mask[0], 1);
+        assert_int_equal(get_mempolicy(&mode, NULL, 0, m + 3 * page, MPOL_F_ADDR), 0);
+        assert_int_equal(mode, MPOL_DEFAULT); /* past the range: untouched */
+    }
+    assert_int_equal(og_sys_bind_memory(m, page, -1, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_int_equal(og_sys_prefer_node(OG_MAX_NUMA_NODES, err, sizeof err), OG_ERR_INVALID_ARG);
+    munmap(m, 4 * page);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_size), cmocka_unit_test(test_utf8_repair), cmocka_unit_test(test_fmt_bytes),
         cmocka_unit_test(test_fnv1a), cmocka_unit_test(test_checked_math), cmocka_unit_test(test_printable),
+        cmocka_unit_test(test_cpulist), cmocka_unit_test(test_numa_topology), cmocka_unit_test(test_numa_bind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

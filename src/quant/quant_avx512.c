@@ -44,6 +44,9 @@ static inline __m512i add_fifth_bits(__m512i q, const uint8_t *qa, const uint8_t
     memcpy(&hb, qb, 4);
     return _mm512_mask_add_epi8(q, (__mmask64)ha | (__mmask64)hb << 32, q, _mm512_set1_epi8(0x10));
 }
+/* The int32 lanes of v folded to eight, with the same sum (og_canon8 slots). */
+static inline __m256i fold256(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+
 /* One block through the scalar reference: the odd last block of a row. */
 static float ref_block(og_ggml_type t, const void *x, const void *y) {
     float v;
@@ -74,13 +77,15 @@ static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
 /* Q8_0: two blocks per 512-bit register. vpdpbusd wants unsigned x signed, so x
  * is biased to x + 128 (an XOR of the sign bit) and 128 * sum(y), itself one
  * vpdpbusd, is subtracted: exact in int32. */
-static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, float *s, const void *vx,
+static inline __attribute__((always_inline)) void q8_0_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q8_0 *x = vx;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     __m512 acc[NYMAX];
+    __m256 cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     int64_t nb = n / 32, b = 0;
     for (; b + 1 < nb; b += 2) {
         og_prefetch_span(x + b, PF_DIST, 2 * sizeof *x);
@@ -92,24 +97,39 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
             __m512i yy = bytes_2x32(y[b].qs, y[b + 1].qs);
             __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xb, yy);
             p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(d0 * FP16(y[b].d), d1 * FP16(y[b + 1].d)), acc[i]);
+            if (canon) { /* b even: the pair never straddles a group of eight */
+                g[i].i[b & 7] = _mm512_castsi512_si256(p);
+                g[i].i[(b + 1) & 7] = _mm512_extracti64x4_epi64(p, 1);
+                g[i].a[b & 7] = d0 * FP16(y[b].d);
+                g[i].a[(b + 1) & 7] = d1 * FP16(y[b + 1].d);
+                og_canon_step(&g[i], cacc[i], b + 1, nb, false);
+            } else {
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(d0 * FP16(y[b].d), d1 * FP16(y[b + 1].d)), acc[i]);
+            }
         }
     }
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) {
         const og_block_q8_0 *y = vy[i];
-        float sum = _mm512_reduce_add_ps(acc[i]);
+        float sum = canon ? 0 : _mm512_reduce_add_ps(acc[i]);
         if (b < nb) { /* an odd last block, with the same bias as the pairs (exact for y = -128 too) */
             const __m256i bias8 = _mm256_set1_epi8((char)0x80);
             __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
             __m256i p0 = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(x0, bias8), y0),
                                           _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias8, y0));
+            if (canon) {
+                g[i].i[b & 7] = p0;
+                g[i].a[b & 7] = FP16(x[b].d) * FP16(y[b].d);
+                og_canon_step(&g[i], cacc[i], b, nb, false);
+                s[i] = og_canon_finish(cacc[i]);
+                continue;
+            }
             __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
             sum += (float)_mm_cvtsi128_si32(h) * (FP16(x[b].d) * FP16(y[b].d));
         }
-        s[i] = sum;
+        s[i] = canon ? og_canon_finish(cacc[i]) : sum;
     }
 }
 
@@ -140,15 +160,18 @@ static inline __m128i k4_scales_mins(const uint8_t *q) {
  * the loop. Q5_K's fifth bit of element 64c + l is bit 2c of qh[l], of element
  * 64c + 32 + l bit 2c + 1: the broadcast qh is tested against those bits. The
  * fields sit at the same places in both blocks but for Q5_K's qh before qs. */
-static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, int64_t n, float *s, const void *vx,
-                                                             const void *const *vy) {
+static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool canon, int ny, int64_t n, float *s,
+                                                             const void *vx, const void *const *vy) {
     const size_t size = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K);
     const size_t qs = five ? offsetof(og_block_q5_K, qs) : offsetof(og_block_q4_K, qs);
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
-    __m256 macc[NYMAX];
+    __m256 macc[NYMAX], cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), macc[i] = _mm256_setzero_ps();
+    for (int i = 0; i < ny; i++)
+        acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     /* int16 scale pattern of packs(p_2h, p_2h+1), 128-bit lane k: 4 x sc[4h + k/2],
      * then 4 x sc[4h + 2 + k/2]; 0x80 zeroes the high byte */
 #define W(i) (char)0x80, (char)(i) /* _mm_set_epi8 lists the high byte first */
@@ -160,7 +183,7 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
                                          W(11), W(11), W(10), W(10), W(9), W(9), W(8), W(8));
 #undef LANE
 #undef W
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+    for (int64_t b = 0; b < nb; b++) {
         const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
         og_prefetch_span(x, PF_DIST, size);
         __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
@@ -170,7 +193,12 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
         #pragma GCC unroll 4
         for (int i = 0; i < ny; i++) {
             __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i][b].bsums), m16);
-            macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * y[i][b].d), macc[i]);
+            if (canon) {
+                g[i].s[b & 7] = mm;
+                g[i].c[b & 7] = dmin * y[i][b].d;
+            } else {
+                macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * y[i][b].d), macc[i]);
+            }
         }
         const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))))
                                 : _mm512_setzero_si512();
@@ -190,11 +218,14 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
             for (int c = 0; c < 4; c++) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], _mm512_loadu_si512(y[i][b].qs + 64 * c));
             __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), s01);
             isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), s23);
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+            if (canon)
+                og_canon_put(&g[i], cacc[i], b, nb, fold256(isum), d * y[i][b].d, true);
+            else
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
         }
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
 }
 
 /* Q2_K: a 2-bit quant q times its 4-bit scale is at most 45, so q * sc fits a byte
@@ -204,20 +235,23 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
  * elements, 128h + 64m .., whose 128-bit lane L is sub-block 8h + 4m + L. Lane L of
  * the table holds q * sc[4c + L] at byte 4c + q for c = 2h + m, so the index is
  * q | 4c (one vpternlogd). */
-static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q2_K *x = vx;
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
-    __m256 macc[NYMAX];
+    __m256 macc[NYMAX], cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), macc[i] = _mm256_setzero_ps();
+    for (int i = 0; i < ny; i++)
+        acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     /* per-int16 shift counts: 4m in the low 256 bits, 4m + 2 in the high */
     const __m512i shift0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
     const __m512i shift1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     const __m512i m3 = _mm512_set1_epi8(3);
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+    for (int64_t b = 0; b < nb; b++) {
         og_prefetch_span(x + b, PF_DIST, sizeof *x);
         /* d and dmin (adjacent fp16) converted together */
         uint32_t ddm;
@@ -245,27 +279,38 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, 
         for (int i = 0; i < ny; i++) {
             const __m128 sd = _mm_mul_ps(dd, _mm_set1_ps(y[i][b].d)); /* d dy, dmin dy */
             __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-            macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_broadcastss_ps(_mm_movehdup_ps(sd)), macc[i]);
             __m512i isum = _mm512_setzero_si512();
             #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) isum = _mm512_dpbusd_epi32(isum, us[j], _mm512_loadu_si512(y[i][b].qs + 64 * j));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(sd), acc[i]);
+            if (canon) {
+                g[i].i[b & 7] = fold256(isum);
+                g[i].s[b & 7] = mm;
+                g[i].a[b & 7] = _mm_cvtss_f32(sd);
+                g[i].c[b & 7] = _mm_cvtss_f32(_mm_movehdup_ps(sd));
+                og_canon_step(&g[i], cacc[i], b, nb, true);
+            } else {
+                macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_broadcastss_ps(_mm_movehdup_ps(sd)), macc[i]);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(sd), acc[i]);
+            }
         }
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
 }
 
-static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q6_K *x = vx;
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
+    __m256 cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
     const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+    for (int64_t b = 0; b < nb; b++) {
         og_prefetch_span(x + b, PF_DIST, sizeof *x);
         __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
@@ -294,11 +339,14 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, 
                 isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j],
                                                                                      _mm512_loadu_si512(y[i][b].qs + 64 * j)),
                                                                  sv[j]));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+            if (canon)
+                og_canon_put(&g[i], cacc[i], b, nb, fold256(isum), d * y[i][b].d, false);
+            else
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
         }
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
 }
 
 /* ---- 32-element formats, two blocks per register --------------------------- */
@@ -380,20 +428,23 @@ OG_NY_KERNELS(iq4_nl, IQ4_NL)
  * by 4m, 4m + 2 (as Q2_K), the high bits likewise by 4h + 2m, 4h + 2m + 1: 64
  * consecutive elements 128h + 64m .., 128-bit lane L = sub-block 8h + 4m + L.
  * The sums (|p| <= 3584) pack to int16 for vpdpwssd with the signed scales. */
-static inline __attribute__((always_inline)) void q3_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q3_K *x = vx;
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
+    __m256 cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     /* int16 index of packs(p_m0, p_m1) for half h, 128-bit lane L: 4 x (8h + L), 4 x (8h + 4 + L) */
 #define Q(a, b) b, b, b, b, a, a, a, a
     const __m512i sidx0 = _mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4));
     const __m512i sidx1 = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
 #undef Q
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
+    for (int64_t b = 0; b < nb; b++) {
         og_prefetch_span(x + b, PF_DIST, sizeof *x);
         __m128i sv = og_q3_scales(x[b].scales);
         __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
@@ -426,22 +477,26 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(int ny, int64_t n, 
                 __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h + 1], _mm512_loadu_si512(y[i][b].qs + 128 * h + 64));
                 isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), sc[h]);
             }
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+            if (canon)
+                og_canon_put(&g[i], cacc[i], b, nb, fold256(isum), d * y[i][b].d, false);
+            else
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
         }
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
 }
 
-/* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel */
-#define K4(ny, n, s, x, y) k45_dot_n(false, ny, n, s, x, y)
-#define K5(ny, n, s, x, y) k45_dot_n(true, ny, n, s, x, y)
-OG_NY_KERNELS(q8_0, q8_0_dot_n)
-OG_NY_KERNELS(q2_K, q2_K_dot_n)
-OG_NY_KERNELS(q3_K, q3_K_dot_n)
-OG_NY_KERNELS(q4_K, K4)
-OG_NY_KERNELS(q5_K, K5)
-OG_NY_KERNELS(q6_K, q6_K_dot_n)
+/* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel, in the
+ * fork's order and (name_canon) the canonical one */
+#define K4(canon, ny, n, s, x, y) k45_dot_n(false, canon, ny, n, s, x, y)
+#define K5(canon, ny, n, s, x, y) k45_dot_n(true, canon, ny, n, s, x, y)
+OG_FORK_CANON_KERNELS(q8_0, q8_0_dot_n)
+OG_FORK_CANON_KERNELS(q2_K, q2_K_dot_n)
+OG_FORK_CANON_KERNELS(q3_K, q3_K_dot_n)
+OG_FORK_CANON_KERNELS(q4_K, K4)
+OG_FORK_CANON_KERNELS(q5_K, K5)
+OG_FORK_CANON_KERNELS(q6_K, q6_K_dot_n)
 #undef K4
 #undef K5
 
@@ -526,183 +581,8 @@ static inline const uint8_t *row_block(const void *row, size_t stride, int r, in
     return b;
 }
 
-/* 32 quant bytes at q as two vectors of int32 lanes, shifted right by `shift`
- * (vpermps then reads their low 4 bits). */
-static inline void bytes32_shifted(const uint8_t *q, int shift, __m512i *u0, __m512i *u1) {
-    *u0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-    *u1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
-    if (shift) {
-        *u0 = _mm512_srli_epi32(*u0, shift);
-        *u1 = _mm512_srli_epi32(*u1, shift);
-    }
-}
-
-/* Q8_0 rows . f32 x in device order: a block's 32 weights are the 32 lanes, each
- * w = d * q exactly as q8_0's to_float computes it. */
-static inline __attribute__((always_inline)) void q8_0_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
-                                                                    float *out) {
-    __m512 a0[NYMAX], a1[NYMAX];
-    const size_t ahead = device_start(nr, stride, a0, a1);
-    for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            const og_block_q8_0 *b = (const og_block_q8_0 *)row_block(row, stride, r, i, sizeof *b, ahead);
-            __m512 d = _mm512_set1_ps(FP16(b->d));
-            __m128i q0 = _mm_loadu_si128((const __m128i *)b->qs), q1 = _mm_loadu_si128((const __m128i *)(b->qs + 16));
-            a0[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))), x0, a0[r]);
-            a1[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))), x1, a1[r]);
-        }
-    }
-    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
-}
-
-/* The k-quant device kernels dequantize by table: inside a group of one scale and
- * min every weight is one of few values, w(q) = dl * q - ml exactly as the
- * reference's to_float rounds it, so sixteen of them sit in a register and
- * vpermps, which reads only the low 4 bits of each index, looks weights up from
- * the zero-extended quant bytes. The sums are then the device order's fmas. */
-static const float iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-static const float iota4x4[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
-
-/* Weight table: lane i = dl[idx[i]] * q[i] - ml[idx[i]], the reference's
- * (d * sc) * q - dmin * m for the scale and min that idx picks per lane. */
-static inline __m512 wtable(__m512 dl, __m512 ml, __m512i idx, __m512 q) {
-    return _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(idx, dl), q), _mm512_permutexvar_ps(idx, ml));
-}
-
-/* Q2_K rows . f32 in device order: group g (32 elements) reads qs[32 (g / 4) ..]
- * shifted by 2 (g % 4); lanes 0-15 take sub-block 2g, lanes 16-31 sub-block
- * 2g + 1. A 2-bit quant has four values, so one register holds the tables of four
- * sub-blocks, 4t .. 4t + 3 (lane 4j + q: w of sub-block 4t + j at q), and the
- * index is (q & 3) | 4j, one vpternlogd. */
-static inline __attribute__((always_inline)) void q2_K_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
-                                                                    float *out) {
-    __m512 a0[NYMAX], a1[NYMAX];
-    const size_t ahead = device_start(nr, stride, a0, a1);
-    const __m512 q4 = _mm512_loadu_ps(iota4x4);
-    const __m512i m3 = _mm512_set1_epi32(3);
-    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    for (int64_t i = 0; i < n / OG_QK_K; i++, x += OG_QK_K) {
-        const og_block_q2_K *b[NYMAX];
-        __m512 dl[NYMAX], ml[NYMAX];
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            b[r] = (const og_block_q2_K *)row_block(row, stride, r, i, sizeof *b[r], ahead);
-            __m128i sc = _mm_loadu_si128((const __m128i *)b[r]->scales);
-            dl[r] = _mm512_mul_ps(_mm512_set1_ps(FP16(b[r]->d)),
-                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(sc, _mm_set1_epi8(0x0F)))));
-            ml[r] = _mm512_mul_ps(_mm512_set1_ps(FP16(b[r]->dmin)),
-                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)))));
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; t++) {
-            __m512 tab[NYMAX];
-            const __m512i idx = _mm512_add_epi32(spread, _mm512_set1_epi32(4 * t));
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++)
-                tab[r] = wtable(dl[r], ml[r], idx, q4);
-#pragma GCC unroll 2
-            for (int g = 2 * t; g < 2 * t + 2; g++) {
-                const int j0 = 2 * (g % 2);
-                const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
-#pragma GCC unroll 4
-                for (int r = 0; r < nr; r++) {
-                    __m512i u0, u1;
-                    bytes32_shifted(b[r]->qs + 32 * (g / 4), 2 * (g % 4), &u0, &u1);
-                    u0 = _mm512_ternarylogic_epi32(u0, m3, _mm512_set1_epi32(4 * j0), 0xEA); /* (u & 3) | 4j */
-                    u1 = _mm512_ternarylogic_epi32(u1, m3, _mm512_set1_epi32(4 * j0 + 4), 0xEA);
-                    a0[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, tab[r]), x0, a0[r]);
-                    a1[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, tab[r]), x1, a1[r]);
-                }
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
-}
-
-/* Q4_K rows . f32 in device order: group g reads the low (even g) or high (odd g)
- * nibbles of qs[32 (g / 2) ..], one scale and min per group. */
-static inline __attribute__((always_inline)) void q4_K_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
-                                                                    float *out) {
-    __m512 a0[NYMAX], a1[NYMAX];
-    const size_t ahead = device_start(nr, stride, a0, a1);
-    const __m512 q16 = _mm512_loadu_ps(iota16);
-    for (int64_t i = 0; i < n / OG_QK_K; i++, x += OG_QK_K) {
-        const og_block_q4_K *b[NYMAX];
-        __m512 dm[NYMAX], ml[NYMAX];
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            b[r] = (const og_block_q4_K *)row_block(row, stride, r, i, sizeof *b[r], ahead);
-            /* lanes 0-7: d * sc_j, lanes 8-15: dmin * m_j */
-            dm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(b[r]->scales))),
-                                  scales_2(FP16(b[r]->d), FP16(b[r]->dmin)));
-            ml[r] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(dm[r]), _mm512_castps_si512(dm[r]), 8));
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) {
-                __m512i u0, u1;
-                bytes32_shifted(b[r]->qs + 32 * (g / 2), 4 * (g % 2), &u0, &u1);
-                __m512 t = wtable(dm[r], ml[r], _mm512_set1_epi32(g), q16);
-                a0[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, t), x0, a0[r]);
-                a1[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, t), x1, a1[r]);
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
-}
-
-/* Q6_K rows . f32 in device order: group g = 4h + k (32 elements) takes the low
- * (k < 2) or high nibbles of ql[64h + 32 (k % 2) ..] and bits 2k, 2k + 1 of
- * qh[32h ..]; w = (d * sc) * (u - 32) with u - 32 exact in float, as the reference
- * rounds it. Lanes 0-15 take sub-block 2g, lanes 16-31 sub-block 2g + 1. */
-static inline __attribute__((always_inline)) void q6_K_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
-                                                                    float *out) {
-    __m512 a0[NYMAX], a1[NYMAX];
-    const size_t ahead = device_start(nr, stride, a0, a1);
-    const __m512i lo4 = _mm512_set1_epi32(0x0F);
-    const __m512 c32 = _mm512_set1_ps(32.0f);
-    for (int64_t i = 0; i < n / OG_QK_K; i++, x += OG_QK_K) {
-        const og_block_q6_K *b[NYMAX];
-        __m512 dl[NYMAX];
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            b[r] = (const og_block_q6_K *)row_block(row, stride, r, i, sizeof *b[r], ahead);
-            dl[r] = _mm512_mul_ps(_mm512_set1_ps(FP16(b[r]->d)),
-                                  _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b[r]->scales))));
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            const int h = g / 4, k = g % 4;
-            const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) {
-                const uint8_t *ql = b[r]->ql + 64 * h + 32 * (k % 2), *qh = b[r]->qh + 32 * h;
-                __m512 w[2];
-                for (int j = 0; j < 2; j++) {
-                    __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 16 * j)));
-                    lo = k < 2 ? _mm512_and_si512(lo, lo4) : _mm512_srli_epi32(lo, 4);
-                    __m512i hi = _mm512_slli_epi32(
-                        _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * j))), 2 * k), 4);
-                    __m512i u = _mm512_ternarylogic_epi32(hi, _mm512_set1_epi32(0x30), lo, 0xEA); /* (hi & 0x30) | lo */
-                    __m512 q = _mm512_sub_ps(_mm512_cvtepi32_ps(u), c32);
-                    w[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + j), dl[r]), q);
-                }
-                a0[r] = _mm512_fmadd_ps(w[0], x0, a0[r]);
-                a1[r] = _mm512_fmadd_ps(w[1], x1, a1[r]);
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
-}
-
-/* ---- device order for the other types: dequantize a block, then the fmas ----
- * Each dequantizer gives the reference to_float's bits (the same products and
- * sums, in the same order, without fma contraction); the block's weights then go
- * through the same lane fmas as og_dot_f32_device. */
+/* ---- device order of the float types: widen a block, then the fmas ----
+ * The block's weights go through the same lane fmas as og_dot_f32_device. */
 
 /* F16 and BF16 rows take 32 elements at a time; the last cnt < 32 are zero-padded
  * (masked loads: +0.0 in both formats), as the device order pads. */
@@ -716,80 +596,6 @@ static inline void deq_bf16_n(const uint8_t *b, float *w, int64_t cnt) {
 }
 static inline void deq_f16(const uint8_t *b, float *w) { deq_f16_n(b, w, 32); }
 static inline void deq_bf16(const uint8_t *b, float *w) { deq_bf16_n(b, w, 32); }
-/* nibbles of 16 bytes: elements 0-15 (low), 16-31 (high), plus 16 * fifth bit */
-static inline void nib32(const uint8_t *qs, const uint8_t *qh, __m512i *lo, __m512i *hi) {
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
-    *lo = _mm512_and_si512(v, _mm512_set1_epi32(0x0F));
-    *hi = _mm512_srli_epi32(v, 4);
-    if (qh) {
-        uint32_t h;
-        memcpy(&h, qh, 4);
-        *lo = _mm512_mask_add_epi32(*lo, (__mmask16)(h & 0xFFFF), *lo, _mm512_set1_epi32(16));
-        *hi = _mm512_mask_add_epi32(*hi, (__mmask16)(h >> 16), *hi, _mm512_set1_epi32(16));
-    }
-}
-/* The nibble formats: Q4_0, Q5_0 give d * (q - bias), Q4_1, Q5_1 d * q + m (the
- * product rounded, then the sum); qh (Q5) adds the fifth bits. */
-static inline void deq_nibbles(const uint8_t *b, size_t qs, const uint8_t *qh, int bias, bool has_min, float *w) {
-    __m512i q[2];
-    nib32(b + qs, qh, &q[0], &q[1]);
-    const __m512 d = _mm512_set1_ps(og_h16(b)), m = has_min ? _mm512_set1_ps(og_h16(b + 2)) : _mm512_setzero_ps();
-    for (int j = 0; j < 2; j++) {
-        __m512 v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[j], _mm512_set1_epi32(bias))));
-        _mm512_storeu_ps(w + 16 * j, has_min ? _mm512_add_ps(v, m) : v);
-    }
-}
-static inline void deq_q4_0(const uint8_t *b, float *w) { deq_nibbles(b, offsetof(og_block_q4_0, qs), NULL, 8, false, w); }
-static inline void deq_q4_1(const uint8_t *b, float *w) { deq_nibbles(b, offsetof(og_block_q4_1, qs), NULL, 0, true, w); }
-static inline void deq_q5_0(const uint8_t *b, float *w) {
-    deq_nibbles(b, offsetof(og_block_q5_0, qs), b + offsetof(og_block_q5_0, qh), 16, false, w);
-}
-static inline void deq_q5_1(const uint8_t *b, float *w) {
-    deq_nibbles(b, offsetof(og_block_q5_1, qs), b + offsetof(og_block_q5_1, qh), 0, true, w);
-}
-static inline void deq_iq4_nl(const uint8_t *b, float *w) { /* d * T[q] */
-    __m512i lo, hi;
-    nib32(b + offsetof(og_block_iq4_nl, qs), NULL, &lo, &hi);
-    const __m512 t = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)og_iq4nl_values)));
-    const __m512 d = _mm512_set1_ps(og_h16(b));
-    _mm512_storeu_ps(w, _mm512_mul_ps(d, _mm512_permutexvar_ps(lo, t)));
-    _mm512_storeu_ps(w + 16, _mm512_mul_ps(d, _mm512_permutexvar_ps(hi, t)));
-}
-/* Q3_K: (d * sc) * (q2 + 4 hbit - 4); sub-block s = elements 16s ..: half h = s / 8,
- * plane k = (s / 2) % 4, bytes l = 16 (s % 2) .. of qs[32h ..] and hmask, hmask bit
- * 4h + k. */
-static inline void deq_q3_K(const uint8_t *b, float *w) {
-    const og_block_q3_K *x = (const og_block_q3_K *)b;
-    const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(FP16(x->d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(og_q3_scales(x->scales))));
-    const __m512i m3 = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1), four = _mm512_set1_epi32(4);
-#pragma GCC unroll 16
-    for (int s = 0; s < 16; s++) {
-        const int h = s / 8, k = (s / 2) % 4, l = 16 * (s % 2);
-        __m512i q2 = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 32 * h + l))), 2 * k), m3);
-        __m512i hb = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->hmask + l))), 4 * h + k), one);
-        __m512i q = _mm512_sub_epi32(_mm512_add_epi32(q2, _mm512_slli_epi32(hb, 2)), four);
-        _mm512_storeu_ps(w + 16 * s, _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(s), dl), _mm512_cvtepi32_ps(q)));
-    }
-}
-/* Q5_K: (d * sc) * q - dmin * m per group g of 32; q = nibble + 16 * (bit g of qh[l]) */
-static inline void deq_q5_K(const uint8_t *b, float *w) {
-    const og_block_q5_K *x = (const og_block_q5_K *)b;
-    const __m512 dm = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(x->scales))),
-                                    scales_2(FP16(x->d), FP16(x->dmin)));
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) {
-        const __m512 dl = _mm512_permutexvar_ps(_mm512_set1_epi32(g), dm), ml = _mm512_permutexvar_ps(_mm512_set1_epi32(8 + g), dm);
-        for (int j = 0; j < 2; j++) {
-            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 32 * (g / 2) + 16 * j)));
-            v = g % 2 ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(0x0F));
-            __m512i hb = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qh + 16 * j))), g),
-                                          _mm512_set1_epi32(1));
-            __m512i q = _mm512_add_epi32(v, _mm512_slli_epi32(hb, 4));
-            _mm512_storeu_ps(w + 32 * g + 16 * j, _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(q)), ml));
-        }
-    }
-}
-
 /* nr rows (stride bytes apart) of blocks of qk weights (bs bytes) against x, in
  * device order, each block dequantized by deq into a buffer first. */
 static inline __attribute__((always_inline)) void deq_dot_device_n(void (*deq)(const uint8_t *, float *),
@@ -831,13 +637,6 @@ static inline __attribute__((always_inline)) void deq_dot_device_n(void (*deq)(c
     }
 DEQ_KERNEL(f16, deq_f16_n, 32, 64)
 DEQ_KERNEL(bf16, deq_bf16_n, 32, 64)
-DEQ_KERNEL(q4_0, NULL, 32, sizeof(og_block_q4_0))
-DEQ_KERNEL(q4_1, NULL, 32, sizeof(og_block_q4_1))
-DEQ_KERNEL(q5_0, NULL, 32, sizeof(og_block_q5_0))
-DEQ_KERNEL(q5_1, NULL, 32, sizeof(og_block_q5_1))
-DEQ_KERNEL(iq4_nl, NULL, 32, sizeof(og_block_iq4_nl))
-DEQ_KERNEL(q3_K, NULL, OG_QK_K, sizeof(og_block_q3_K))
-DEQ_KERNEL(q5_K, NULL, OG_QK_K, sizeof(og_block_q5_K))
 #undef DEQ_KERNEL
 
 /* dot_device (one row) and dot_device4 (four rows row_bytes apart) of each kernel */
@@ -850,17 +649,6 @@ DEQ_KERNEL(q5_K, NULL, OG_QK_K, sizeof(og_block_q5_K))
     static void name##_dot_device4(const void *row, size_t row_bytes, const float *x, int64_t n, float *out) { \
         name##_dot_device_n(4, row, row_bytes, x, n, out);                                          \
     }
-DEVICE_KERNELS(q8_0)
-DEVICE_KERNELS(q2_K)
-DEVICE_KERNELS(q4_K)
-DEVICE_KERNELS(q6_K)
-DEVICE_KERNELS(q3_K)
-DEVICE_KERNELS(q5_K)
-DEVICE_KERNELS(q4_0)
-DEVICE_KERNELS(q4_1)
-DEVICE_KERNELS(q5_0)
-DEVICE_KERNELS(q5_1)
-DEVICE_KERNELS(iq4_nl)
 DEVICE_KERNELS(f16)
 DEVICE_KERNELS(bf16)
 #undef DEVICE_KERNELS
@@ -942,19 +730,17 @@ void og_kernels_fill_avx512(og_kernels *k) {
     DOT(OG_TYPE_Q5_K, q5_K);
     DOT(OG_TYPE_Q6_K, q6_K);
 #undef DOT
-    /* every type but F32: the device order for one and four weight rows */
+    /* the canonical order, one and four activation rows */
+#define CANON(T, name) k->vec_dot_canonical[T] = name##_canon_dot, k->vec_dot4_canonical[T] = name##_canon_dot4
+    CANON(OG_TYPE_Q8_0, q8_0);
+    CANON(OG_TYPE_Q2_K, q2_K);
+    CANON(OG_TYPE_Q3_K, q3_K);
+    CANON(OG_TYPE_Q4_K, q4_K);
+    CANON(OG_TYPE_Q5_K, q5_K);
+    CANON(OG_TYPE_Q6_K, q6_K);
+#undef CANON
+    /* F16 and BF16: the device order for one and four weight rows */
 #define DEV(T, name) k->dot_device[T] = name##_dot_device, k->dot_device4[T] = name##_dot_device4
-    DEV(OG_TYPE_Q8_0, q8_0);
-    DEV(OG_TYPE_Q4_0, q4_0);
-    DEV(OG_TYPE_Q4_1, q4_1);
-    DEV(OG_TYPE_Q5_0, q5_0);
-    DEV(OG_TYPE_Q5_1, q5_1);
-    DEV(OG_TYPE_IQ4_NL, iq4_nl);
-    DEV(OG_TYPE_Q2_K, q2_K);
-    DEV(OG_TYPE_Q3_K, q3_K);
-    DEV(OG_TYPE_Q4_K, q4_K);
-    DEV(OG_TYPE_Q5_K, q5_K);
-    DEV(OG_TYPE_Q6_K, q6_K);
     DEV(OG_TYPE_F16, f16);
     DEV(OG_TYPE_BF16, bf16);
 #undef DEV

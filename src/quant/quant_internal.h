@@ -62,6 +62,20 @@ static inline float og_warp_reduce32(float *acc) {
     static void name##_dot(int64_t n, float *s, const void *x, const void *y) { call(1, n, s, x, &y); } \
     static void name##_dot4(int64_t n, float *s, const void *x, const void *const *y) { call(4, n, s, x, y); }
 
+/* A body call(canon, ny, n, s, x, y) becomes name##_dot, name##_dot4 (the fork's
+ * order, canon false) and name##_canon_dot, name##_canon_dot4 (the canonical one). */
+#define OG_FORK_CANON_KERNELS(name, call)                                                          \
+    static inline __attribute__((always_inline)) void name##_fork_n(int ny, int64_t n, float *s, const void *x, \
+                                                                    const void *const *y) {                     \
+        call(false, ny, n, s, x, y);                                                 \
+    }                                                                                \
+    static inline __attribute__((always_inline)) void name##_canon_n(int ny, int64_t n, float *s, const void *x, \
+                                                                     const void *const *y) {                     \
+        call(true, ny, n, s, x, y);                                                  \
+    }                                                                                \
+    OG_NY_KERNELS(name, name##_fork_n)                                               \
+    OG_NY_KERNELS(name##_canon, name##_canon_n)
+
 #if defined(__AVX2__) && defined(__F16C__)
 /* ---- shared by the SIMD tiers (built with AVX2 and F16C) ---- */
 #include <immintrin.h>
@@ -90,6 +104,58 @@ static inline float og_hsum256(__m256 v) {
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     return _mm_cvtss_f32(h);
+}
+
+
+/* ---- the canonical order in registers (og_quant.h "Canonical numerics") ----
+ * Blocks go in groups of eight (8g .. 8g + 7): each block leaves in its slot a
+ * vector of int32 lanes that sum to I_b (and, for types with mins, one that sums
+ * to S_b) and its factors a_b (c_b); a full or final group is reduced to its
+ * eight exact sums at once and its eight v_b join lanes 8g .. 8g + 7 of the 32,
+ * acc[g % 4]. */
+typedef struct og_canon8 {
+    __m256i i[8], s[8];
+    float a[8], c[8];
+} og_canon8;
+
+/* Lane j: the sum of the eight int32 lanes of v[j] (exact, any order). */
+static inline __m256i og_sum8_epi32(const __m256i v[8]) {
+    const __m256i s01 = _mm256_hadd_epi32(v[0], v[1]), s23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i s45 = _mm256_hadd_epi32(v[4], v[5]), s67 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i lo = _mm256_hadd_epi32(s01, s23), hi = _mm256_hadd_epi32(s45, s67); /* 128-bit halves apart */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+/* Called once block b (of nb) has filled slot b % 8: if the group is complete or
+ * b is the last block, adds v = fma(-c, (float)S, a * (float)I) of its blocks to
+ * their lanes (absent blocks: a = c = 0 and zero sums, so +0, which leaves a lane
+ * as it was). mins: the type has S_b and c_b. */
+static inline __attribute__((always_inline)) void og_canon_step(og_canon8 *g, __m256 acc[4], int64_t b, int64_t nb,
+                                                                 bool mins) {
+    const int j = (int)(b & 7);
+    if (j != 7 && b != nb - 1) return;
+    for (int k = j + 1; k < 8; k++) {
+        g->i[k] = g->s[k] = _mm256_setzero_si256();
+        g->a[k] = g->c[k] = 0;
+    }
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(g->a), _mm256_cvtepi32_ps(og_sum8_epi32(g->i)));
+    if (mins) v = _mm256_fnmadd_ps(_mm256_loadu_ps(g->c), _mm256_cvtepi32_ps(og_sum8_epi32(g->s)), v);
+    acc[(b >> 3) & 3] = _mm256_add_ps(acc[(b >> 3) & 3], v);
+}
+
+/* Block b's I lanes and factor a into its slot, then og_canon_step. */
+static inline __attribute__((always_inline)) void og_canon_put(og_canon8 *g, __m256 acc[4], int64_t b, int64_t nb,
+                                                                __m256i isum, float a, bool mins) {
+    g->i[b & 7] = isum;
+    g->a[b & 7] = a;
+    og_canon_step(g, acc, b, nb, mins);
+}
+
+/* The butterfly of og_dot_f32_device over the 32 lanes acc[0..4): offset 16 adds
+ * acc[0] + acc[2] and acc[1] + acc[3], offset 8 those two, then og_hsum256's
+ * steps are offsets 4, 2 and 1. */
+static inline float og_canon_finish(const __m256 acc[4]) {
+    return og_hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
 }
 #endif
 

@@ -44,8 +44,56 @@ static inline __m512i add_fifth_bits(__m512i q, const uint8_t *qa, const uint8_t
     memcpy(&hb, qb, 4);
     return _mm512_mask_add_epi8(q, (__mmask64)ha | (__mmask64)hb << 32, q, _mm512_set1_epi8(0x10));
 }
-/* The int32 lanes of v folded to eight, with the same sum (og_canon8 slots). */
-static inline __m256i fold256(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+/* og_canon8 with 16-lane I slots: the k-quant kernels' block sums as they come. */
+typedef struct canon16 {
+    __m512i i[8];
+    __m256i s[8];
+    float a[8], c[8];
+} canon16;
+
+/* og_sum8_epi32 of sixteen-lane vectors: the same blend-and-one-shuffle steps at
+ * 32 and 64 bits, then at 128 bits across the two, then the 256-bit halves. */
+static inline __m256i sum8_epi32_512(const __m512i v[8]) {
+    __m512i a[4], b[2];
+    for (int k = 0; k < 4; k++) {
+        const __m512i u = _mm512_mask_blend_epi32(0xAAAA, v[2 * k], v[2 * k + 1]);
+        const __m512i w = _mm512_mask_blend_epi32(0xAAAA, v[2 * k + 1], v[2 * k]);
+        a[k] = _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_CDAB));
+    }
+    for (int k = 0; k < 2; k++) { /* 128-bit unit q, lane j: v[4k + j]'s lanes in unit q */
+        const __m512i u = _mm512_mask_blend_epi32(0xCCCC, a[2 * k], a[2 * k + 1]);
+        const __m512i w = _mm512_mask_blend_epi32(0xCCCC, a[2 * k + 1], a[2 * k]);
+        b[k] = _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_BADC));
+    }
+    /* units: v0-3 of units 0+1, v4-7 of 0+1, v0-3 of 2+3, v4-7 of 2+3 */
+    const __m512i u = _mm512_mask_blend_epi32(0xF0F0, b[0], b[1]), w = _mm512_mask_blend_epi32(0xF0F0, b[1], b[0]);
+    const __m512i t = _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+}
+
+/* og_canon_put and og_canon_flush for canon16 (S lanes and c: types with mins). */
+static inline __attribute__((always_inline)) void canon_put16(canon16 *g, int j, __m512i isum, __m256i ssum, float a, float c,
+                                                               bool mins) {
+    g->i[j] = isum;
+    g->a[j] = a;
+    if (mins) g->s[j] = ssum, g->c[j] = c;
+}
+static inline __attribute__((always_inline)) void canon_flush16(canon16 *g, __m256 acc[4], int64_t b0, int64_t nb, bool mins) {
+    for (int64_t k = nb - b0; k < 8; k++) {
+        g->i[k] = _mm512_setzero_si512();
+        g->s[k] = _mm256_setzero_si256();
+        g->a[k] = g->c[k] = 0;
+    }
+    og_canon_add(acc, b0, sum8_epi32_512(g->i), mins ? og_sum8_epi32(g->s) : _mm256_setzero_si256(), g->a, g->c, mins);
+}
+
+/* A block's sixteen I lanes, with factor a, of a type without mins: into canonical
+ * slot j, or the fork's lane fma. */
+static inline __attribute__((always_inline)) void block_done16(bool canon, canon16 *g, int j, __m512 *acc, __m512i isum,
+                                                                float a) {
+    if (canon) canon_put16(g, j, isum, _mm256_setzero_si256(), a, 0, false);
+    else *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a), *acc);
+}
 
 /* One block through the scalar reference: the odd last block of a row. */
 static float ref_block(og_ggml_type t, const void *x, const void *y) {
@@ -77,16 +125,60 @@ static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
 /* Q8_0: two blocks per 512-bit register. vpdpbusd wants unsigned x signed, so x
  * is biased to x + 128 (an XOR of the sign bit) and 128 * sum(y), itself one
  * vpdpbusd, is subtracted: exact in int32. */
+/* One Q8_0 block's products as eight int32 lanes, with the same bias as the pairs
+ * (exact for y = -128 too): an odd last block. */
+static inline __m256i q8_0_block(const og_block_q8_0 *x, const og_block_q8_0 *y) {
+    const __m256i bias8 = _mm256_set1_epi8((char)0x80);
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)x->qs), y0 = _mm256_loadu_si256((const __m256i *)y->qs);
+    return _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(x0, bias8), y0),
+                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias8, y0));
+}
+
+/* The int32 lanes of blocks b and b + 1 against y: x biased, the bias's sum off. */
+static inline __m512i q8_0_pair(__m512i xb, const og_block_q8_0 *y, int64_t b) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512i yy = bytes_2x32(y[b].qs, y[b + 1].qs);
+    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xb, yy);
+    return _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy));
+}
+
 static inline __attribute__((always_inline)) void q8_0_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q8_0 *x = vx;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const int64_t nb = n / 32;
+    if (canon) { /* groups of eight blocks, four pairs, then the odd last block */
+        __m256 cacc[NYMAX][4];
+        og_canon8 g[NYMAX];
+        for (int i = 0; i < ny; i++) cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
+        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+            for (int j = 0; j < 8 && b0 + j + 1 < nb; j += 2) {
+                const int64_t b = b0 + j;
+                og_prefetch_span(x + b, PF_DIST, 2 * sizeof *x);
+                const __m512i xb = _mm512_xor_si512(bytes_2x32(x[b].qs, x[b + 1].qs), bias);
+                const float d0 = FP16(x[b].d), d1 = FP16(x[b + 1].d);
+#pragma GCC unroll 4
+                for (int i = 0; i < ny; i++) {
+                    const og_block_q8_0 *y = vy[i];
+                    const __m512i p = q8_0_pair(xb, y, b);
+                    og_canon_put(&g[i], j, _mm512_castsi512_si256(p), d0 * FP16(y[b].d));
+                    og_canon_put(&g[i], j + 1, _mm512_extracti64x4_epi64(p, 1), d1 * FP16(y[b + 1].d));
+                }
+            }
+            if ((nb & 1) && b0 + 8 >= nb) /* the odd last block, nb - 1, is in this group */
+                for (int i = 0; i < ny; i++) {
+                    const og_block_q8_0 *y = vy[i];
+                    og_canon_put(&g[i], (int)(nb - 1 - b0), q8_0_block(&x[nb - 1], &y[nb - 1]), FP16(x[nb - 1].d) * FP16(y[nb - 1].d));
+                }
+            for (int i = 0; i < ny; i++) og_canon_flush(&g[i], cacc[i], b0, nb, false);
+        }
+        for (int i = 0; i < ny; i++) s[i] = og_canon_finish(cacc[i]);
+        return;
+    }
     __m512 acc[NYMAX];
-    __m256 cacc[NYMAX][4];
-    og_canon8 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
-    int64_t nb = n / 32, b = 0;
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
+    int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         og_prefetch_span(x + b, PF_DIST, 2 * sizeof *x);
         __m512i xb = _mm512_xor_si512(bytes_2x32(x[b].qs, x[b + 1].qs), bias);
@@ -94,42 +186,22 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(bool canon, int ny,
         #pragma GCC unroll 4
         for (int i = 0; i < ny; i++) {
             const og_block_q8_0 *y = vy[i];
-            __m512i yy = bytes_2x32(y[b].qs, y[b + 1].qs);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xb, yy);
-            p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy));
-            if (canon) { /* b even: the pair never straddles a group of eight */
-                g[i].i[b & 7] = _mm512_castsi512_si256(p);
-                g[i].i[(b + 1) & 7] = _mm512_extracti64x4_epi64(p, 1);
-                g[i].a[b & 7] = d0 * FP16(y[b].d);
-                g[i].a[(b + 1) & 7] = d1 * FP16(y[b + 1].d);
-                og_canon_step(&g[i], cacc[i], b + 1, nb, false);
-            } else {
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(d0 * FP16(y[b].d), d1 * FP16(y[b + 1].d)), acc[i]);
-            }
+            const __m512i p = q8_0_pair(xb, y, b);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(d0 * FP16(y[b].d), d1 * FP16(y[b + 1].d)), acc[i]);
         }
     }
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) {
         const og_block_q8_0 *y = vy[i];
-        float sum = canon ? 0 : _mm512_reduce_add_ps(acc[i]);
-        if (b < nb) { /* an odd last block, with the same bias as the pairs (exact for y = -128 too) */
-            const __m256i bias8 = _mm256_set1_epi8((char)0x80);
-            __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
-            __m256i p0 = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(x0, bias8), y0),
-                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias8, y0));
-            if (canon) {
-                g[i].i[b & 7] = p0;
-                g[i].a[b & 7] = FP16(x[b].d) * FP16(y[b].d);
-                og_canon_step(&g[i], cacc[i], b, nb, false);
-                s[i] = og_canon_finish(cacc[i]);
-                continue;
-            }
+        float sum = _mm512_reduce_add_ps(acc[i]);
+        if (b < nb) { /* an odd last block */
+            __m256i p0 = q8_0_block(&x[b], &y[b]);
             __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
             sum += (float)_mm_cvtsi128_si32(h) * (FP16(x[b].d) * FP16(y[b].d));
         }
-        s[i] = canon ? og_canon_finish(cacc[i]) : sum;
+        s[i] = sum;
     }
 }
 
@@ -168,7 +240,7 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool cano
     const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
     __m256 macc[NYMAX], cacc[NYMAX][4];
-    og_canon8 g[NYMAX];
+    canon16 g[NYMAX];
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++)
         acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
@@ -183,46 +255,47 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool cano
                                          W(11), W(11), W(10), W(10), W(9), W(9), W(8), W(8));
 #undef LANE
 #undef W
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
-        og_prefetch_span(x, PF_DIST, size);
-        __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
-        const __m256i m16 = _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm);
-        const __m512i s01 = _mm512_shuffle_epi8(smb, ctl01), s23 = _mm512_shuffle_epi8(smb, ctl23);
-        const float d = og_h16(x), dmin = og_h16(x + 2);
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i][b].bsums), m16);
-            if (canon) {
-                g[i].s[b & 7] = mm;
-                g[i].c[b & 7] = dmin * y[i][b].d;
-            } else {
-                macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * y[i][b].d), macc[i]);
-            }
-        }
-        const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))))
-                                : _mm512_setzero_si512();
-        __m512i q[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            q[c] = nibbles64(x + qs + 32 * c);
-            if (five) {
-                __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(2 << (2 * c))), 1);
-                q[c] = _mm512_mask_add_epi8(q[c], _mm512_test_epi8_mask(qh, bits), q[c], _mm512_set1_epi8(0x10));
-            }
-        }
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            __m512i p[4];
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
+            og_prefetch_span(x, PF_DIST, size);
+            __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
+            const __m256i m16 = _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm);
+            const __m512i s01 = _mm512_shuffle_epi8(smb, ctl01), s23 = _mm512_shuffle_epi8(smb, ctl23);
+            const float d = og_h16(x), dmin = og_h16(x + 2);
+            __m256i mm[NYMAX];
             #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], _mm512_loadu_si512(y[i][b].qs + 64 * c));
-            __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), s01);
-            isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), s23);
-            if (canon)
-                og_canon_put(&g[i], cacc[i], b, nb, fold256(isum), d * y[i][b].d, true);
-            else
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+            for (int i = 0; i < ny; i++) {
+                mm[i] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i][b].bsums), m16);
+                if (!canon) macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm[i]), _mm256_set1_ps(dmin * y[i][b].d), macc[i]);
+            }
+            const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))))
+                                    : _mm512_setzero_si512();
+            __m512i q[4];
+    #pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                q[c] = nibbles64(x + qs + 32 * c);
+                if (five) {
+                    __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(2 << (2 * c))), 1);
+                    q[c] = _mm512_mask_add_epi8(q[c], _mm512_test_epi8_mask(qh, bits), q[c], _mm512_set1_epi8(0x10));
+                }
+            }
+            #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                __m512i p[4];
+                #pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], _mm512_loadu_si512(y[i][b].qs + 64 * c));
+                __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), s01);
+                isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), s23);
+                if (canon)
+                    canon_put16(&g[i], slot, isum, mm[i], d * y[i][b].d, dmin * y[i][b].d, true);
+                else
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+            }
         }
+        if (canon)
+            for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, true);
     }
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
@@ -242,7 +315,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny,
     const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
     __m256 macc[NYMAX], cacc[NYMAX][4];
-    og_canon8 g[NYMAX];
+    canon16 g[NYMAX];
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++)
         acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
@@ -251,48 +324,49 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny,
     const __m512i shift0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
     const __m512i shift1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     const __m512i m3 = _mm512_set1_epi8(3);
-    for (int64_t b = 0; b < nb; b++) {
-        og_prefetch_span(x + b, PF_DIST, sizeof *x);
-        /* d and dmin (adjacent fp16) converted together */
-        uint32_t ddm;
-        memcpy(&ddm, &x[b].d, 4);
-        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
-        /* mins: (sc >> 4) . bsums per sub-block */
-        __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
-        /* dword 4L + c = sc[4c + L] * 0x03020100: bytes [0, s, 2s, 3s] */
-        __m512i tab = _mm512_mullo_epi32(
-            _mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_and_si128(sc8, _mm_set1_epi8(0x0F)), transpose)),
-            _mm512_set1_epi32(0x03020100));
-        __m512i us[4]; /* q * sc of elements 64j .. 64j + 63 */
-        #pragma GCC unroll 4
-        for (int h = 0; h < 2; h++) {
-            __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            og_prefetch_span(x + b, PF_DIST, sizeof *x);
+            /* d and dmin (adjacent fp16) converted together */
+            uint32_t ddm;
+            memcpy(&ddm, &x[b].d, 4);
+            const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
+            __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
+            /* mins: (sc >> 4) . bsums per sub-block */
+            __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
+            /* dword 4L + c = sc[4c + L] * 0x03020100: bytes [0, s, 2s, 3s] */
+            __m512i tab = _mm512_mullo_epi32(
+                _mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_and_si128(sc8, _mm_set1_epi8(0x0F)), transpose)),
+                _mm512_set1_epi32(0x03020100));
+            __m512i us[4]; /* q * sc of elements 64j .. 64j + 63 */
             #pragma GCC unroll 4
-            for (int m = 0; m < 2; m++) {
-                __m512i u = _mm512_srlv_epi16(q, m ? shift1 : shift0);
-                __m512i idx = _mm512_ternarylogic_epi32(u, m3, _mm512_set1_epi8((char)(4 * (2 * h + m))), 0xEA); /* (u & 3) | 4c */
-                us[2 * h + m] = _mm512_shuffle_epi8(tab, idx);
+            for (int h = 0; h < 2; h++) {
+                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
+                #pragma GCC unroll 4
+                for (int m = 0; m < 2; m++) {
+                    __m512i u = _mm512_srlv_epi16(q, m ? shift1 : shift0);
+                    __m512i idx = _mm512_ternarylogic_epi32(u, m3, _mm512_set1_epi8((char)(4 * (2 * h + m))), 0xEA); /* (u & 3) | 4c */
+                    us[2 * h + m] = _mm512_shuffle_epi8(tab, idx);
+                }
+            }
+            #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                const __m128 sd = _mm_mul_ps(dd, _mm_set1_ps(y[i][b].d)); /* d dy, dmin dy */
+                __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+                __m512i isum = _mm512_setzero_si512();
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) isum = _mm512_dpbusd_epi32(isum, us[j], _mm512_loadu_si512(y[i][b].qs + 64 * j));
+                if (canon) {
+                    canon_put16(&g[i], slot, isum, mm, _mm_cvtss_f32(sd), _mm_cvtss_f32(_mm_movehdup_ps(sd)), true);
+                } else {
+                    macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_broadcastss_ps(_mm_movehdup_ps(sd)), macc[i]);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(sd), acc[i]);
+                }
             }
         }
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            const __m128 sd = _mm_mul_ps(dd, _mm_set1_ps(y[i][b].d)); /* d dy, dmin dy */
-            __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-            __m512i isum = _mm512_setzero_si512();
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) isum = _mm512_dpbusd_epi32(isum, us[j], _mm512_loadu_si512(y[i][b].qs + 64 * j));
-            if (canon) {
-                g[i].i[b & 7] = fold256(isum);
-                g[i].s[b & 7] = mm;
-                g[i].a[b & 7] = _mm_cvtss_f32(sd);
-                g[i].c[b & 7] = _mm_cvtss_f32(_mm_movehdup_ps(sd));
-                og_canon_step(&g[i], cacc[i], b, nb, true);
-            } else {
-                macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_broadcastss_ps(_mm_movehdup_ps(sd)), macc[i]);
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(sd), acc[i]);
-            }
-        }
+        if (canon)
+            for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, true);
     }
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
@@ -305,45 +379,47 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny,
     const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
     __m256 cacc[NYMAX][4];
-    og_canon8 g[NYMAX];
+    canon16 g[NYMAX];
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
     const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    for (int64_t b = 0; b < nb; b++) {
-        og_prefetch_span(x + b, PF_DIST, sizeof *x);
-        __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
-        __m512i u[4], sv[4]; /* elements 64j .. 64j + 63 and their scales */
-        #pragma GCC unroll 4
-        for (int h = 0; h < 2; h++) {
-            __m512i ql = _mm512_loadu_si512(x[b].ql + 64 * h); /* low nibbles: elems 0-63, high: 64-127 */
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
-            __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-            __m512i h23 = _mm512_srli_epi16(h01, 4);
-            u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, _mm512_set1_epi8(0x0F)),
-                                       _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
-            u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
-                                           _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
-            sv[2 * h] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), scv);
-            sv[2 * h + 1] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), scv);
-        }
-        const float d = FP16(x[b].d);
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
-            __m256i cc = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-            __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), _mm512_castsi256_si512(_mm256_slli_epi32(cc, 5)));
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            og_prefetch_span(x + b, PF_DIST, sizeof *x);
+            __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
+            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+            __m512i u[4], sv[4]; /* elements 64j .. 64j + 63 and their scales */
             #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j],
-                                                                                     _mm512_loadu_si512(y[i][b].qs + 64 * j)),
-                                                                 sv[j]));
-            if (canon)
-                og_canon_put(&g[i], cacc[i], b, nb, fold256(isum), d * y[i][b].d, false);
-            else
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+            for (int h = 0; h < 2; h++) {
+                __m512i ql = _mm512_loadu_si512(x[b].ql + 64 * h); /* low nibbles: elems 0-63, high: 64-127 */
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
+                __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+                __m512i h23 = _mm512_srli_epi16(h01, 4);
+                u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, _mm512_set1_epi8(0x0F)),
+                                           _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
+                u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
+                                               _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
+                sv[2 * h] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), scv);
+                sv[2 * h + 1] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), scv);
+            }
+            const float d = FP16(x[b].d);
+            #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
+                __m256i cc = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+                __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), _mm512_castsi256_si512(_mm256_slli_epi32(cc, 5)));
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j],
+                                                                                         _mm512_loadu_si512(y[i][b].qs + 64 * j)),
+                                                                     sv[j]));
+                block_done16(canon, &g[i], slot, &acc[i], isum, d * y[i][b].d);
+            }
         }
+        if (canon)
+            for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, false);
     }
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
@@ -435,7 +511,7 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny,
     const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
     __m256 cacc[NYMAX][4];
-    og_canon8 g[NYMAX];
+    canon16 g[NYMAX];
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
@@ -444,44 +520,46 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny,
     const __m512i sidx0 = _mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4));
     const __m512i sidx1 = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
 #undef Q
-    for (int64_t b = 0; b < nb; b++) {
-        og_prefetch_span(x + b, PF_DIST, sizeof *x);
-        __m128i sv = og_q3_scales(x[b].scales);
-        __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
-        __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
-        __m512i u[4], sc[2]; /* elements 64j .. 64j + 63; scales of half h */
-        #pragma GCC unroll 4
-        for (int h = 0; h < 2; h++) {
-            __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
-            #pragma GCC unroll 4
-            for (int m = 0; m < 2; m++) {
-                __m512i qs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * m)), _mm256_set1_epi16((short)(4 * m + 2)), 1);
-                /* high bit 4h + 2m (low 256 bits), 4h + 2m + 1 (high) of each hmask byte */
-                __m512i hbit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * m))),
-                                                  _mm256_set1_epi8((char)(1 << (4 * h + 2 * m + 1))), 1);
-                __m512i q2 = _mm512_and_si512(_mm512_srlv_epi16(q, qs), m3);
-                __mmask64 hb = _mm512_test_epi8_mask(hm, hbit);
-                u[2 * h + m] = _mm512_mask_add_epi8(q2, hb, q2, four);
-            }
-            sc[h] = _mm512_permutexvar_epi16(h ? sidx1 : sidx0, s16);
-        }
-        const float d = FP16(x[b].d);
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(s16), _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-            __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(),
-                                                  _mm512_castsi256_si512(_mm256_slli_epi32(corr, 2)));
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            og_prefetch_span(x + b, PF_DIST, sizeof *x);
+            __m128i sv = og_q3_scales(x[b].scales);
+            __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
+            __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
+            __m512i u[4], sc[2]; /* elements 64j .. 64j + 63; scales of half h */
             #pragma GCC unroll 4
             for (int h = 0; h < 2; h++) {
-                __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h], _mm512_loadu_si512(y[i][b].qs + 128 * h));
-                __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h + 1], _mm512_loadu_si512(y[i][b].qs + 128 * h + 64));
-                isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), sc[h]);
+                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
+                #pragma GCC unroll 4
+                for (int m = 0; m < 2; m++) {
+                    __m512i qs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * m)), _mm256_set1_epi16((short)(4 * m + 2)), 1);
+                    /* high bit 4h + 2m (low 256 bits), 4h + 2m + 1 (high) of each hmask byte */
+                    __m512i hbit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * m))),
+                                                      _mm256_set1_epi8((char)(1 << (4 * h + 2 * m + 1))), 1);
+                    __m512i q2 = _mm512_and_si512(_mm512_srlv_epi16(q, qs), m3);
+                    __mmask64 hb = _mm512_test_epi8_mask(hm, hbit);
+                    u[2 * h + m] = _mm512_mask_add_epi8(q2, hb, q2, four);
+                }
+                sc[h] = _mm512_permutexvar_epi16(h ? sidx1 : sidx0, s16);
             }
-            if (canon)
-                og_canon_put(&g[i], cacc[i], b, nb, fold256(isum), d * y[i][b].d, false);
-            else
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+            const float d = FP16(x[b].d);
+            #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(s16), _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+                __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(),
+                                                      _mm512_castsi256_si512(_mm256_slli_epi32(corr, 2)));
+                #pragma GCC unroll 4
+                for (int h = 0; h < 2; h++) {
+                    __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h], _mm512_loadu_si512(y[i][b].qs + 128 * h));
+                    __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h + 1], _mm512_loadu_si512(y[i][b].qs + 128 * h + 64));
+                    isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), sc[h]);
+                }
+                block_done16(canon, &g[i], slot, &acc[i], isum, d * y[i][b].d);
+            }
         }
+        if (canon)
+            for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, false);
     }
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);

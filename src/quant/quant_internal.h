@@ -118,37 +118,53 @@ typedef struct og_canon8 {
     float a[8], c[8];
 } og_canon8;
 
-/* Lane j: the sum of the eight int32 lanes of v[j] (exact, any order). */
+/* Lane j: the sum of the eight int32 lanes of v[j] (exact, any order). Each step
+ * pairs two vectors by blends (any ALU port) and one shuffle, not the two shuffles
+ * of a hadd: the shuffle port is what the kernels around it are short of. */
 static inline __m256i og_sum8_epi32(const __m256i v[8]) {
-    const __m256i s01 = _mm256_hadd_epi32(v[0], v[1]), s23 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i s45 = _mm256_hadd_epi32(v[4], v[5]), s67 = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i lo = _mm256_hadd_epi32(s01, s23), hi = _mm256_hadd_epi32(s45, s67); /* 128-bit halves apart */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+    __m256i a[4], b[2];
+    for (int k = 0; k < 4; k++) { /* lane 2m: v[2k]'s lanes 2m, 2m+1; lane 2m+1: v[2k+1]'s */
+        const __m256i u = _mm256_blend_epi32(v[2 * k], v[2 * k + 1], 0xAA), w = _mm256_blend_epi32(v[2 * k + 1], v[2 * k], 0xAA);
+        a[k] = _mm256_add_epi32(u, _mm256_shuffle_epi32(w, _MM_SHUFFLE(2, 3, 0, 1)));
+    }
+    for (int k = 0; k < 2; k++) { /* lane 4h + j: v[4k + j]'s lanes 4h .. 4h + 3 */
+        const __m256i u = _mm256_blend_epi32(a[2 * k], a[2 * k + 1], 0xCC), w = _mm256_blend_epi32(a[2 * k + 1], a[2 * k], 0xCC);
+        b[k] = _mm256_add_epi32(u, _mm256_shuffle_epi32(w, _MM_SHUFFLE(1, 0, 3, 2)));
+    }
+    const __m256i u = _mm256_blend_epi32(b[0], b[1], 0xF0), w = _mm256_blend_epi32(b[1], b[0], 0xF0);
+    return _mm256_add_epi32(u, _mm256_permute2x128_si256(w, w, 0x01));
 }
 
-/* Called once block b (of nb) has filled slot b % 8: if the group is complete or
- * b is the last block, adds v = fma(-c, (float)S, a * (float)I) of its blocks to
- * their lanes (absent blocks: a = c = 0 and zero sums, so +0, which leaves a lane
- * as it was). mins: the type has S_b and c_b. */
-static inline __attribute__((always_inline)) void og_canon_step(og_canon8 *g, __m256 acc[4], int64_t b, int64_t nb,
-                                                                 bool mins) {
-    const int j = (int)(b & 7);
-    if (j != 7 && b != nb - 1) return;
-    for (int k = j + 1; k < 8; k++) {
-        g->i[k] = g->s[k] = _mm256_setzero_si256();
-        g->a[k] = g->c[k] = 0;
-    }
-    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(g->a), _mm256_cvtepi32_ps(og_sum8_epi32(g->i)));
-    if (mins) v = _mm256_fnmadd_ps(_mm256_loadu_ps(g->c), _mm256_cvtepi32_ps(og_sum8_epi32(g->s)), v);
+/* Adds v_b = fma(-c_b, (float)S_b, a_b * (float)I_b) of the group of blocks b & ~7 ..
+ * (I, S: their exact sums, lane j = block b0 + j) to lanes b0 .. b0 + 7. */
+static inline __attribute__((always_inline)) void og_canon_add(__m256 acc[4], int64_t b, __m256i isums, __m256i ssums,
+                                                                const float *a, const float *c, bool mins) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_cvtepi32_ps(isums));
+    if (mins) v = _mm256_fnmadd_ps(_mm256_loadu_ps(c), _mm256_cvtepi32_ps(ssums), v);
     acc[(b >> 3) & 3] = _mm256_add_ps(acc[(b >> 3) & 3], v);
 }
 
-/* Block b's I lanes and factor a into its slot, then og_canon_step. */
-static inline __attribute__((always_inline)) void og_canon_put(og_canon8 *g, __m256 acc[4], int64_t b, int64_t nb,
-                                                                __m256i isum, float a, bool mins) {
-    g->i[b & 7] = isum;
-    g->a[b & 7] = a;
-    og_canon_step(g, acc, b, nb, mins);
+/* Blocks per turn of a kernel's block loop (both orders): a group of eight, whose
+ * canonical terms go to the lanes after the loop over its blocks. */
+#define OG_CANON_GROUP 8
+
+/* Slot j of a group: its block's I lanes and factor a. */
+static inline __attribute__((always_inline)) void og_canon_put(og_canon8 *g, int j, __m256i isum, float a) {
+    g->i[j] = isum;
+    g->a[j] = a;
+}
+
+/* The group of blocks b0 .. b0 + 7 (b0 a multiple of 8; blocks from nb on are
+ * absent) is in its slots: absent ones become a = c = 0 and zero sums, so +0,
+ * which leaves a lane as it was; then v_b of each joins its lane. mins: the type
+ * has S_b and c_b. */
+static inline __attribute__((always_inline)) void og_canon_flush(og_canon8 *g, __m256 acc[4], int64_t b0, int64_t nb,
+                                                                  bool mins) {
+    for (int64_t k = nb - b0; k < 8; k++) {
+        g->i[k] = g->s[k] = _mm256_setzero_si256();
+        g->a[k] = g->c[k] = 0;
+    }
+    og_canon_add(acc, b0, og_sum8_epi32(g->i), mins ? og_sum8_epi32(g->s) : _mm256_setzero_si256(), g->a, g->c, mins);
 }
 
 /* The butterfly of og_dot_f32_device over the 32 lanes acc[0..4): offset 16 adds

@@ -134,10 +134,11 @@ typedef struct og_run_ctx {
     og_pool *pool;
     og_expert_stats *stats;  /* NULL: no bookkeeping */
     const og_expert_map *experts; /* NULL: every expert from the host copy */
-    /* --cpu-numerics (DESIGN.md "Numerics modes"): resident experts compute with
+    /* --cpu-numerics (DESIGN.md "Numerics"): resident experts compute with
      * device_numerics (OG_NUMERICS_CANONICAL when a device holds them), cold ones
-     * with host_numerics (FAST: "fork", the default; DEVICE: "gpu", so a result
-     * never depends on where an expert ran). Zero: FAST everywhere. */
+     * with host_numerics (OG_NUMERICS_FORK: "fork", the default; CANONICAL: "gpu",
+     * so a result never depends on where an expert ran, og_quant.h "Canonical
+     * numerics"). Zero: the fork everywhere. */
     og_numerics device_numerics, host_numerics;
 } og_run_ctx;
 

@@ -10,12 +10,6 @@
 
 #define FP16(x) _cvtsh_ss(x) /* F16C: one instruction, inlined */
 
-static inline int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
 /* Sum of u8*s8 products of 32 pairs into 8 int32 lanes. */
 static inline __m256i dot_u8s8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
@@ -160,7 +154,7 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool cano
                     g[i].s[slot] = k4_mins_lanes(m, y[i][b].bsums);
                     g[i].c[slot] = dmin * y[i][b].d;
                 } else {
-                    mins[i] += dmin * y[i][b].d * (float)hsum_epi32(k4_mins_lanes(m, y[i][b].bsums));
+                    mins[i] += dmin * y[i][b].d * (float)og_hsum_epi32(k4_mins_lanes(m, y[i][b].bsums));
                 }
             }
             __m256i isum[NYMAX];
@@ -237,7 +231,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny,
                     g[i].s[slot] = ml;
                     g[i].c[slot] = dmin * y[i][b].d;
                 } else {
-                    mins[i] += dmin * y[i][b].d * (float)hsum_epi32(ml);
+                    mins[i] += dmin * y[i][b].d * (float)og_hsum_epi32(ml);
                 }
                 isum[i] = _mm256_setzero_si256();
             }

@@ -79,12 +79,13 @@ static inline __attribute__((always_inline)) void canon_put16(canon16 *g, int j,
     if (mins) g->s[j] = ssum, g->c[j] = c;
 }
 static inline __attribute__((always_inline)) void canon_flush16(canon16 *g, __m256 acc[4], int64_t b0, int64_t nb, bool mins) {
-    for (int64_t k = nb - b0; k < 8; k++) {
+    const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8;
+    for (int k = cnt; k < 8; k++) {
         g->i[k] = _mm512_setzero_si512();
         g->s[k] = _mm256_setzero_si256();
-        g->a[k] = g->c[k] = 0;
     }
-    og_canon_add(acc, b0, sum8_epi32_512(g->i), mins ? og_sum8_epi32(g->s) : _mm256_setzero_si256(), g->a, g->c, mins);
+    og_canon_add(acc, b0, sum8_epi32_512(g->i), mins ? og_sum8_epi32(g->s) : _mm256_setzero_si256(), og_first_ps(g->a, cnt),
+                 mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
 }
 
 /* A block's sixteen I lanes, with factor a, of a type without mins: into canonical

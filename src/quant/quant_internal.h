@@ -138,9 +138,9 @@ static inline __m256i og_sum8_epi32(const __m256i v[8]) {
 /* Adds v_b = fma(-c_b, (float)S_b, a_b * (float)I_b) of the group of blocks b & ~7 ..
  * (I, S: their exact sums, lane j = block b0 + j) to lanes b0 .. b0 + 7. */
 static inline __attribute__((always_inline)) void og_canon_add(__m256 acc[4], int64_t b, __m256i isums, __m256i ssums,
-                                                                const float *a, const float *c, bool mins) {
-    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_cvtepi32_ps(isums));
-    if (mins) v = _mm256_fnmadd_ps(_mm256_loadu_ps(c), _mm256_cvtepi32_ps(ssums), v);
+                                                                __m256 a, __m256 c, bool mins) {
+    __m256 v = _mm256_mul_ps(a, _mm256_cvtepi32_ps(isums));
+    if (mins) v = _mm256_fnmadd_ps(c, _mm256_cvtepi32_ps(ssums), v);
     acc[(b >> 3) & 3] = _mm256_add_ps(acc[(b >> 3) & 3], v);
 }
 
@@ -154,17 +154,30 @@ static inline __attribute__((always_inline)) void og_canon_put(og_canon8 *g, int
     g->a[j] = a;
 }
 
+/* The sum of v's eight int32 lanes. */
+static inline int32_t og_hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Lanes j < cnt of the eight floats at p, zero beyond (a masked load). */
+static inline __m256 og_first_ps(const float *p, int cnt) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), lane));
+}
+
 /* The group of blocks b0 .. b0 + 7 (b0 a multiple of 8; blocks from nb on are
- * absent) is in its slots: absent ones become a = c = 0 and zero sums, so +0,
- * which leaves a lane as it was; then v_b of each joins its lane. mins: the type
- * has S_b and c_b. */
+ * absent) is in its slots: v_b of each joins its lane. Absent slots (a row's last
+ * group) count as a = c = 0 and zero sums, so +0, which leaves a lane as it was.
+ * mins: the type has S_b and c_b. */
 static inline __attribute__((always_inline)) void og_canon_flush(og_canon8 *g, __m256 acc[4], int64_t b0, int64_t nb,
                                                                   bool mins) {
-    for (int64_t k = nb - b0; k < 8; k++) {
-        g->i[k] = g->s[k] = _mm256_setzero_si256();
-        g->a[k] = g->c[k] = 0;
-    }
-    og_canon_add(acc, b0, og_sum8_epi32(g->i), mins ? og_sum8_epi32(g->s) : _mm256_setzero_si256(), g->a, g->c, mins);
+    const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8;
+    for (int k = cnt; k < 8; k++) g->i[k] = g->s[k] = _mm256_setzero_si256();
+    og_canon_add(acc, b0, og_sum8_epi32(g->i), mins ? og_sum8_epi32(g->s) : _mm256_setzero_si256(), og_first_ps(g->a, cnt),
+                 mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
 }
 
 /* The butterfly of og_dot_f32_device over the 32 lanes acc[0..4): offset 16 adds

@@ -53,18 +53,25 @@ typedef struct canon16 {
 
 /* og_sum8_epi32 of sixteen-lane vectors: the same blend-and-one-shuffle steps at
  * 32 and 64 bits, then at 128 bits across the two, then the 256-bit halves. */
-static inline __m256i sum8_epi32_512(const __m512i v[8]) {
-    __m512i a[4], b[2];
-    for (int k = 0; k < 4; k++) {
+/* The first two steps for v[0..4): 128-bit unit q, lane j: v[j]'s lanes in unit q. */
+static inline __m512i sum4x4_epi32_512(const __m512i *v) {
+    __m512i a[2];
+    for (int k = 0; k < 2; k++) {
         const __m512i u = _mm512_mask_blend_epi32(0xAAAA, v[2 * k], v[2 * k + 1]);
         const __m512i w = _mm512_mask_blend_epi32(0xAAAA, v[2 * k + 1], v[2 * k]);
         a[k] = _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_CDAB));
     }
-    for (int k = 0; k < 2; k++) { /* 128-bit unit q, lane j: v[4k + j]'s lanes in unit q */
-        const __m512i u = _mm512_mask_blend_epi32(0xCCCC, a[2 * k], a[2 * k + 1]);
-        const __m512i w = _mm512_mask_blend_epi32(0xCCCC, a[2 * k + 1], a[2 * k]);
-        b[k] = _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_BADC));
-    }
+    const __m512i u = _mm512_mask_blend_epi32(0xCCCC, a[0], a[1]), w = _mm512_mask_blend_epi32(0xCCCC, a[1], a[0]);
+    return _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_BADC));
+}
+/* og_sum4_epi32 of sixteen-lane vectors. */
+static inline __m256i sum4_epi32_512(const __m512i v[4]) {
+    const __m512i b = sum4x4_epi32_512(v);
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(b), _mm512_extracti64x4_epi64(b, 1));
+    return _mm256_zextsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+static inline __m256i sum8_epi32_512(const __m512i v[8]) {
+    const __m512i b[2] = {sum4x4_epi32_512(v), sum4x4_epi32_512(v + 4)};
     /* units: v0-3 of units 0+1, v4-7 of 0+1, v0-3 of 2+3, v4-7 of 2+3 */
     const __m512i u = _mm512_mask_blend_epi32(0xF0F0, b[0], b[1]), w = _mm512_mask_blend_epi32(0xF0F0, b[1], b[0]);
     const __m512i t = _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -79,13 +86,14 @@ static inline __attribute__((always_inline)) void canon_put16(canon16 *g, int j,
     if (mins) g->s[j] = ssum, g->c[j] = c;
 }
 static inline __attribute__((always_inline)) void canon_flush16(canon16 *g, __m256 acc[4], int64_t b0, int64_t nb, bool mins) {
-    const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8;
-    for (int k = cnt; k < 8; k++) {
+    const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8, top = cnt <= 4 ? 4 : 8; /* as og_canon_flush */
+    for (int k = cnt; k < top; k++) {
         g->i[k] = _mm512_setzero_si512();
         g->s[k] = _mm256_setzero_si256();
     }
-    og_canon_add(acc, b0, sum8_epi32_512(g->i), mins ? og_sum8_epi32(g->s) : _mm256_setzero_si256(), og_first_ps(g->a, cnt),
-                 mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
+    const __m256i is = top == 4 ? sum4_epi32_512(g->i) : sum8_epi32_512(g->i);
+    const __m256i ss = !mins ? _mm256_setzero_si256() : top == 4 ? og_sum4_epi32(g->s) : og_sum8_epi32(g->s);
+    og_canon_add(acc, b0, is, ss, og_first_ps(g->a, cnt), mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
 }
 
 /* A block's sixteen I lanes, with factor a, of a type without mins: into canonical

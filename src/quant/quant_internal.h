@@ -121,18 +121,25 @@ typedef struct og_canon8 {
 /* Lane j: the sum of the eight int32 lanes of v[j] (exact, any order). Each step
  * pairs two vectors by blends (any ALU port) and one shuffle, not the two shuffles
  * of a hadd: the shuffle port is what the kernels around it are short of. */
-static inline __m256i og_sum8_epi32(const __m256i v[8]) {
-    __m256i a[4], b[2];
-    for (int k = 0; k < 4; k++) { /* lane 2m: v[2k]'s lanes 2m, 2m+1; lane 2m+1: v[2k+1]'s */
+/* The first two steps for v[0..4): lane 4h + j holds v[j]'s lanes 4h .. 4h + 3. */
+static inline __m256i og_sum4x2_epi32(const __m256i *v) {
+    __m256i a[2];
+    for (int k = 0; k < 2; k++) { /* lane 2m: v[2k]'s lanes 2m, 2m+1; lane 2m+1: v[2k+1]'s */
         const __m256i u = _mm256_blend_epi32(v[2 * k], v[2 * k + 1], 0xAA), w = _mm256_blend_epi32(v[2 * k + 1], v[2 * k], 0xAA);
         a[k] = _mm256_add_epi32(u, _mm256_shuffle_epi32(w, _MM_SHUFFLE(2, 3, 0, 1)));
     }
-    for (int k = 0; k < 2; k++) { /* lane 4h + j: v[4k + j]'s lanes 4h .. 4h + 3 */
-        const __m256i u = _mm256_blend_epi32(a[2 * k], a[2 * k + 1], 0xCC), w = _mm256_blend_epi32(a[2 * k + 1], a[2 * k], 0xCC);
-        b[k] = _mm256_add_epi32(u, _mm256_shuffle_epi32(w, _MM_SHUFFLE(1, 0, 3, 2)));
-    }
-    const __m256i u = _mm256_blend_epi32(b[0], b[1], 0xF0), w = _mm256_blend_epi32(b[1], b[0], 0xF0);
+    const __m256i u = _mm256_blend_epi32(a[0], a[1], 0xCC), w = _mm256_blend_epi32(a[1], a[0], 0xCC);
+    return _mm256_add_epi32(u, _mm256_shuffle_epi32(w, _MM_SHUFFLE(1, 0, 3, 2)));
+}
+static inline __m256i og_sum8_epi32(const __m256i v[8]) {
+    const __m256i b0 = og_sum4x2_epi32(v), b1 = og_sum4x2_epi32(v + 4);
+    const __m256i u = _mm256_blend_epi32(b0, b1, 0xF0), w = _mm256_blend_epi32(b1, b0, 0xF0);
     return _mm256_add_epi32(u, _mm256_permute2x128_si256(w, w, 0x01));
+}
+/* Lanes 0-3: the sums of v[0..4) (lanes 4-7 zero): a row's last group of at most four. */
+static inline __m256i og_sum4_epi32(const __m256i v[4]) {
+    const __m256i b = og_sum4x2_epi32(v);
+    return _mm256_zextsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
 }
 
 /* Adds v_b = fma(-c_b, (float)S_b, a_b * (float)I_b) of the group of blocks b & ~7 ..
@@ -162,22 +169,31 @@ static inline int32_t og_hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* Lanes j < cnt of the eight floats at p, zero beyond (a masked load). */
+/* Lanes j < cnt: the floats p[j], each written alone; zero beyond. One broadcast
+ * load per float (a load the store of that float forwards to, where one vector
+ * load over eight separate stores would wait for them all to reach the cache), then
+ * blends: no shuffles. */
 static inline __m256 og_first_ps(const float *p, int cnt) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt), lane));
+    __m256 v = _mm256_setzero_ps();
+#define OG_SLOT(j) \
+    if (cnt > (j)) v = _mm256_blend_ps(v, _mm256_broadcast_ss(p + (j)), 1 << (j));
+    OG_SLOT(0) OG_SLOT(1) OG_SLOT(2) OG_SLOT(3) OG_SLOT(4) OG_SLOT(5) OG_SLOT(6) OG_SLOT(7)
+#undef OG_SLOT
+    return v;
 }
 
 /* The group of blocks b0 .. b0 + 7 (b0 a multiple of 8; blocks from nb on are
  * absent) is in its slots: v_b of each joins its lane. Absent slots (a row's last
- * group) count as a = c = 0 and zero sums, so +0, which leaves a lane as it was.
+ * group) count as a = c = 0 and zero sums, so +0, which leaves a lane as it was;
+ * a last group of at most four blocks is summed as four.
  * mins: the type has S_b and c_b. */
 static inline __attribute__((always_inline)) void og_canon_flush(og_canon8 *g, __m256 acc[4], int64_t b0, int64_t nb,
                                                                   bool mins) {
-    const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8;
-    for (int k = cnt; k < 8; k++) g->i[k] = g->s[k] = _mm256_setzero_si256();
-    og_canon_add(acc, b0, og_sum8_epi32(g->i), mins ? og_sum8_epi32(g->s) : _mm256_setzero_si256(), og_first_ps(g->a, cnt),
-                 mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
+    const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8, top = cnt <= 4 ? 4 : 8; /* up to four: half the tree */
+    for (int k = cnt; k < top; k++) g->i[k] = g->s[k] = _mm256_setzero_si256();
+    const __m256i is = top == 4 ? og_sum4_epi32(g->i) : og_sum8_epi32(g->i);
+    const __m256i ss = !mins ? _mm256_setzero_si256() : top == 4 ? og_sum4_epi32(g->s) : og_sum8_epi32(g->s);
+    og_canon_add(acc, b0, is, ss, og_first_ps(g->a, cnt), mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
 }
 
 /* The butterfly of og_dot_f32_device over the 32 lanes acc[0..4): offset 16 adds

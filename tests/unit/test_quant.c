@@ -507,8 +507,8 @@ static void test_dot_f32_device(void **state) {
  * result shows the lanes, and one Q4_K block whose I, S and float operations are
  * known; then every tier's vec_dot_canonical and vec_dot4_canonical bit for bit
  * against the scalar statement (og_type_traits.vec_dot_canonical) on random
- * blocks (every byte pattern, finite fp16 scales) of 1 to 70 blocks (partial
- * groups, more blocks than lanes), and the statement within the float-order
+ * blocks (every byte pattern, finite fp16 scales) of 1 to 70 blocks (last groups
+ * of one to eight, more blocks than lanes), and the statement within the float-order
  * bound of the reference vec_dot. */
 static void test_canonical(void **state) {
     (void)state;
@@ -565,7 +565,7 @@ static void test_canonical(void **state) {
     if (tiers) assert_int_equal(fast4, 5 + 6 * (tiers - 1));
 
     uint64_t seed = 4242;
-    static const int64_t nbs[] = {1, 7, 8, 9, 33, 70};
+    static const int64_t nbs[] = {1, 2, 4, 5, 7, 8, 9, 12, 33, 70};
     int rows = 0;
     for (size_t ti = 0; ti < N_RTYPES; ti++) {
         const og_type_traits *tr = og_quant_traits(rtypes[ti].t);
@@ -617,7 +617,7 @@ static void test_canonical(void **state) {
             free(deq);
         }
     }
-    assert_int_equal(rows, (int)(N_RTYPES * 6 * 4));
+    assert_int_equal(rows, (int)(N_RTYPES * 10 * 4));
 }
 
 static void test_isa_choice(void **state) {

@@ -93,7 +93,10 @@ static inline __attribute__((always_inline)) void canon_flush16(canon16 *g, __m2
     }
     const __m256i is = top == 4 ? sum4_epi32_512(g->i) : sum8_epi32_512(g->i);
     const __m256i ss = !mins ? _mm256_setzero_si256() : top == 4 ? og_sum4_epi32(g->s) : og_sum8_epi32(g->s);
-    og_canon_add(acc, b0, is, ss, og_first_ps(g->a, cnt), mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
+    if (cnt == 8)
+        og_canon_add(acc, b0, is, ss, _mm256_loadu_ps(g->a), mins ? _mm256_loadu_ps(g->c) : _mm256_setzero_ps(), mins);
+    else
+        og_canon_add(acc, b0, is, ss, og_first_ps(g->a, cnt), mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
 }
 
 /* A block's sixteen I lanes, with factor a, of a type without mins: into canonical

@@ -193,7 +193,10 @@ static inline __attribute__((always_inline)) void og_canon_flush(og_canon8 *g, _
     for (int k = cnt; k < top; k++) g->i[k] = g->s[k] = _mm256_setzero_si256();
     const __m256i is = top == 4 ? og_sum4_epi32(g->i) : og_sum8_epi32(g->i);
     const __m256i ss = !mins ? _mm256_setzero_si256() : top == 4 ? og_sum4_epi32(g->s) : og_sum8_epi32(g->s);
-    og_canon_add(acc, b0, is, ss, og_first_ps(g->a, cnt), mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
+    if (cnt == 8) /* mid-row: the stores have long reached the cache when the lanes need the sum */
+        og_canon_add(acc, b0, is, ss, _mm256_loadu_ps(g->a), mins ? _mm256_loadu_ps(g->c) : _mm256_setzero_ps(), mins);
+    else
+        og_canon_add(acc, b0, is, ss, og_first_ps(g->a, cnt), mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
 }
 
 /* The butterfly of og_dot_f32_device over the 32 lanes acc[0..4): offset 16 adds

@@ -36,11 +36,12 @@ static void quantize_rows(void *ctx, int ith, int nth) {
 /* Weight rows r0..r1 against m quantized activation rows (xq, xq_row bytes apart):
  * y[a * n_rows + r]. Four activation rows at a time go through vec_dot4 where the
  * tier has it (one pass over each weight row for four), the rest one by one; the
- * bits are vec_dot's either way, so a row's result never depends on the batch. */
-static void band_dot(const og_kernels *k, const og_weight *w, const uint8_t *xq, size_t xq_row, int64_t m, float *y,
-                     int64_t r0, int64_t r1) {
-    og_vec_dot_fn dot = k->vec_dot[w->type];
-    og_vec_dot4_fn dot4 = k->vec_dot4[w->type];
+ * bits are vec_dot's either way, so a row's result never depends on the batch.
+ * canon: the canonical kernels (vec_dot_canonical, vec_dot4_canonical). */
+static void band_dot(const og_kernels *k, bool canon, const og_weight *w, const uint8_t *xq, size_t xq_row, int64_t m,
+                     float *y, int64_t r0, int64_t r1) {
+    og_vec_dot_fn dot = canon ? k->vec_dot_canonical[w->type] : k->vec_dot[w->type];
+    og_vec_dot4_fn dot4 = canon ? k->vec_dot4_canonical[w->type] : k->vec_dot4[w->type];
     int64_t a = 0;
     if (dot4)
         for (; a + 4 <= m; a += 4) {
@@ -67,7 +68,7 @@ static void dot_rows(void *ctx, int ith, int nth) {
     int64_t b0 = bands * ith / nth, b1 = bands * (ith + 1) / nth;
     for (int64_t b = b0; b < b1; b++) {
         int64_t r0 = b * ROW_BAND, r1 = r0 + ROW_BAND < w->n_rows ? r0 + ROW_BAND : w->n_rows;
-        band_dot(j->k, w, j->xq, j->xq_row, j->m, j->y, r0, r1);
+        band_dot(j->k, false, w, j->xq, j->xq_row, j->m, j->y, r0, r1);
     }
 }
 
@@ -99,16 +100,23 @@ typedef struct multi {
     int64_t band_start[MAX_JOBS + 1]; /* prefix sums of bands per job */
 } multi;
 
+/* True if job j's activations are quantized (the fork, and the canonical order of
+ * quantized types); false for a canonical job on a float type (f32 activations). */
+static bool quantizes(const og_matmul_job *j) {
+    const og_type_traits *tr = og_quant_traits(j->w->type);
+    return j->numerics == OG_NUMERICS_FORK || (tr && tr->vec_dot_canonical);
+}
+
 size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs) {
     size_t total = 0;
     for (int j = 0; j < n_jobs; j++)
-        if (jobs[j].numerics == OG_NUMERICS_FORK)
+        if (quantizes(&jobs[j]))
             total += (og_cpu_matmul_scratch(jobs[j].w->type, jobs[j].w->K, jobs[j].m) + 63) & ~(size_t)63;
     return total;
 }
 
-/* Rows r0..r1 of a OG_NUMERICS_CANONICAL job: each weight row dequantized once,
- * then dotted with every activation row in device order. */
+/* Rows r0..r1 of a OG_NUMERICS_CANONICAL job on a float type: each weight row
+ * widened once, then dotted with every activation row in device order. */
 static void device_rows(const og_kernels *k, const og_matmul_job *jb, int64_t r0, int64_t r1) {
     const og_weight *w = jb->w;
     const og_type_traits *tr = og_quant_traits(w->type);
@@ -145,11 +153,11 @@ static void multi_rows(void *ctx, int ith, int nth) {
         const og_matmul_job *jb = &mu->jobs[j];
         const og_weight *w = jb->w;
         int64_t r0 = (b - mu->band_start[j]) * ROW_BAND, r1 = r0 + ROW_BAND < w->n_rows ? r0 + ROW_BAND : w->n_rows;
-        if (jb->numerics == OG_NUMERICS_CANONICAL) {
+        if (!mu->xq[j]) {
             device_rows(mu->k, jb, r0, r1);
             continue;
         }
-        band_dot(mu->k, w, mu->xq[j], mu->xq_row[j], jb->m, jb->y, r0, r1);
+        band_dot(mu->k, jb->numerics == OG_NUMERICS_CANONICAL, w, mu->xq[j], mu->xq_row[j], jb->m, jb->y, r0, r1);
     }
 }
 
@@ -164,14 +172,15 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
         const og_weight *w = jobs[j].w;
         const og_type_traits *tr = og_quant_traits(w->type);
         if (jobs[j].m < 0 || w->K <= 0 || (tr && w->K % tr->blck)) return OG_ERR_INVALID_ARG;
-        if (jobs[j].numerics == OG_NUMERICS_CANONICAL) {
+        if (!quantizes(&jobs[j])) {
             if (!tr || !tr->to_float || !k->dot_f32_device || w->K > OG_NUMERICS_CANONICAL_MAX_K) return OG_ERR_UNSUPPORTED;
             mu.xq[j] = NULL;
             mu.xq_row[j] = 0;
             mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + ROW_BAND - 1) / ROW_BAND : 0);
             continue;
         }
-        if (!tr || !k->vec_dot[w->type] || !k->quantize_act[tr->vec_dot_type]) return OG_ERR_UNSUPPORTED;
+        const og_vec_dot_fn dot = jobs[j].numerics == OG_NUMERICS_CANONICAL ? k->vec_dot_canonical[w->type] : k->vec_dot[w->type];
+        if (!tr || !dot || !k->quantize_act[tr->vec_dot_type]) return OG_ERR_UNSUPPORTED;
         size_t need = og_cpu_matmul_scratch(w->type, w->K, jobs[j].m);
         mu.xq[j] = p;
         mu.xq_row[j] = jobs[j].m ? need / (size_t)jobs[j].m : 0;

@@ -53,13 +53,14 @@ size_t og_cpu_matmul_scratch(og_ggml_type wtype, int64_t K, int64_t m);
 og_status og_cpu_matmul(const og_kernels *k, og_pool *pool, const og_weight *w, const float *x, int64_t m,
                         float *y, void *scratch, size_t scratch_bytes);
 
-/* How a product computes (DESIGN.md "Numerics modes"). */
+/* How a product computes (DESIGN.md "Numerics"). Both quantize each activation row
+ * alone to the weight's vec_dot_type (same bytes in every tier) for quantized types. */
 typedef enum og_numerics {
-    OG_NUMERICS_FORK = 0, /* activations quantized to the weight's vec_dot_type, the tier's integer dot */
-    OG_NUMERICS_CANONICAL,   /* weights dequantized to f32 (reference to_float), og_dot_f32_device with the f32
-                             activations: what the device computes, bit for bit, in any tier */
+    OG_NUMERICS_FORK = 0,  /* the tier's fastest float order after the exact integer sums (differs by tier) */
+    OG_NUMERICS_CANONICAL, /* og_quant.h "Canonical numerics": the same bits in every tier, batch and device;
+                              float weight types: og_dot_f32_device of the f32 row and f32 activations */
 } og_numerics;
-#define OG_NUMERICS_CANONICAL_MAX_K 16384 /* row length limit of OG_NUMERICS_CANONICAL (a stack buffer) */
+#define OG_NUMERICS_CANONICAL_MAX_K 16384 /* row length limit of OG_NUMERICS_CANONICAL on float types (a stack buffer) */
 
 /* Several independent products done in one pool run: the rows of all jobs are
  * cut into bands and shared out together, so a decode step pays one wake-up for
@@ -77,8 +78,8 @@ typedef struct og_matmul_job {
 size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs);
 
 /* Runs n_jobs products (errors as og_cpu_matmul; at most 256 jobs; a
- * OG_NUMERICS_CANONICAL job with K above OG_NUMERICS_CANONICAL_MAX_K or a type without
- * a dequantizer is OG_ERR_UNSUPPORTED). */
+ * OG_NUMERICS_CANONICAL job on a float type with K above OG_NUMERICS_CANONICAL_MAX_K,
+ * or on a type with neither a canonical kernel nor a dequantizer, is OG_ERR_UNSUPPORTED). */
 og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
                               size_t scratch_bytes);
 

@@ -40,9 +40,9 @@ static void usage(FILE *out) {
             "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
             "  --save-trace FILE    writes the experts each decode step selected (for onegpu bench placement --trace)\n"
-            "  --cpu-numerics fork|gpu  how host (cold) experts compute: fork (default) the fast path, activations\n"
-            "                quantized (Q8_K/Q8_0) with integer dots; gpu exactly as the device computes resident\n"
-            "                experts (f32 from dequantized weights, warp order), so placement never changes a result\n"
+            "  --cpu-numerics fork|gpu  how host (cold) experts compute: fork (default) each CPU tier's fastest float\n"
+            "                order after the exact integer block sums; gpu the canonical order that every tier and the\n"
+            "                device compute bit for bit (resident experts always), so placement never changes a result\n"
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the CPU tier.\n");
 }
 

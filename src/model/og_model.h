@@ -158,8 +158,9 @@ struct og_run_ctx {
     const og_dispatcher *dispatch; /* required for models with MoE layers (OG_ERR_INVALID_ARG without) */
     /* --cpu-numerics (DESIGN.md "Numerics"): resident experts compute with
      * device_numerics (OG_NUMERICS_CANONICAL when a device holds them), cold ones
-     * with host_numerics (FORK: "fork", the default; CANONICAL: "gpu", so a result
-     * never depends on where an expert ran). Zero: FORK everywhere. */
+     * with host_numerics (OG_NUMERICS_FORK: "fork", the default; CANONICAL: "gpu",
+     * so a result never depends on where an expert ran, og_quant.h "Canonical
+     * numerics"). Zero: the fork everywhere. */
     og_numerics device_numerics, host_numerics;
 };
 

@@ -103,6 +103,7 @@ og_status og_kernels_init(og_isa isa, og_kernels *k) {
         const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
         if (!tr) continue;
         k->vec_dot[t] = tr->vec_dot;
+        k->vec_dot_canonical[t] = tr->vec_dot_canonical;
         k->quantize_act[t] = og_act_quantizer((og_ggml_type)t); /* the same in every tier */
     }
     switch (isa) {

@@ -41,6 +41,7 @@ typedef struct og_type_traits {
     og_to_float_fn to_float;     /* dequantize */
     og_from_float_fn from_float; /* reference quantizer (kquants.md §6) */
     og_vec_dot_fn vec_dot;       /* scalar reference dot: the truth in every test */
+    og_vec_dot_fn vec_dot_canonical; /* scalar canonical dot (below); NULL for float types */
 } og_type_traits;
 
 /* Traits of type t, or NULL if onegpu has no kernels for it. */
@@ -85,7 +86,7 @@ const char *og_isa_name(og_isa isa);
 og_status og_isa_choose(const og_cpu_features *f, const char *forced, og_isa *out, char *note,
                         size_t notelen, char *err, size_t errlen);
 
-/* Device-order f32 dot product ("device numerics", DESIGN.md "Numerics modes"):
+/* Device-order f32 dot product (the canonical order of float rows, DESIGN.md "Numerics"):
  * sum of w[i] * x[i], i < n, computed as a 32-lane GPU warp does it, so a CUDA
  * kernel can reproduce it bit for bit: lane l (l < 32) accumulates
  * acc_l = fma(w[i], x[i], acc_l) for i = l, l + 32, l + 64, ... in increasing i,
@@ -95,6 +96,28 @@ og_status og_isa_choose(const og_cpu_features *f, const char *forced, og_isa *ou
  * is the result. Every tier gives the same bits. */
 typedef float (*og_dot_f32_fn)(const float *w, const float *x, int64_t n);
 float og_dot_f32_device_ref(const float *w, const float *x, int64_t n);
+
+/* Canonical numerics (DESIGN.md "Numerics"): the dot product of a quantized weight
+ * row x and an activation row y (the weight type's vec_dot_type, written by
+ * og_kernels.quantize_act, which every tier writes the same), defined so that any
+ * hardware can give its bits:
+ *  1. per block b, exact integers: I_b = sum over the block's sub-blocks of scale *
+ *     (q . y) (the type's quants with their offsets, e.g. Q3_K q2 + 4h - 4, Q6_K
+ *     u - 32; Q4_0 q - 8), and for the k-quants with mins (Q2_K, Q4_K, Q5_K) S_b =
+ *     sum over sub-blocks of min * (sums of y). Integer sums are exact in any order.
+ *  2. per block, the float factors a_b = dx_b * dy_b, and for types with mins
+ *     c_b = dmin_b * dy_b, m_b = (float)S_b (Q4_1 and Q5_1: c_b = -m_x, m_b = s_y,
+ *     the fp16 fields), each product rounded; then v_b = a_b * (float)I_b, rounded,
+ *     and v_b = fma(-c_b, m_b, v_b), one rounding (types without mins: c = m = 0,
+ *     so v_b = a_b * (float)I_b). dx, dmin, m_x, s_y: fp16 to float; dy: the
+ *     activation block's scale (fp16 for Q8_0/Q8_1, f32 for Q8_K).
+ *  3. across blocks: lane l < 32 accumulates acc_l += v_b for b = l, l + 32, ... in
+ *     increasing b, from +0; then the butterfly of og_dot_f32_device (offsets 16,
+ *     8, 4, 2, 1) and lane 0 is the result: a warp with one block per lane.
+ * og_type_traits.vec_dot_canonical is the scalar statement of it; every tier's
+ * og_kernels.vec_dot_canonical gives its bits (tested). Float weight types have
+ * no quantized activations: their canonical product is og_dot_f32_device on the
+ * f32 row (og_kernels.dot_device). */
 
 /* y[i] += a * x[i] for i < n, each product rounded to float before the sum. */
 void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y);
@@ -117,13 +140,17 @@ typedef struct og_kernels {
     /* y[i] += a * x[i], i < n: the product rounded, then the sum (no fma), so every
      * tier gives og_axpy_f32_ref's bits. Attention's weighted sum of cached rows. */
     void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
-    /* Fused: dot_f32_device(to_float(row), x, n) without the f32 row, bit for bit;
-     * NULL where a tier has none (then dequantize, then dot_f32_device). */
+    /* The canonical dot (above) of quantized types, one and four activation rows
+     * (vec_dot4's shape), each the bits of og_type_traits.vec_dot_canonical;
+     * vec_dot4_canonical NULL: this tier has none (then one row at a time). */
+    og_vec_dot_fn vec_dot_canonical[OG_TYPE_COUNT];
+    og_vec_dot4_fn vec_dot4_canonical[OG_TYPE_COUNT];
+    /* Float weight types (F16, BF16): dot_f32_device(to_float(row), x, n) without
+     * the f32 row, bit for bit; NULL where a tier has none (then dequantize, then
+     * dot_f32_device). */
     float (*dot_device[OG_TYPE_COUNT])(const void *row, const float *x, int64_t n);
     /* Four weight rows (row, row + row_bytes, ...) against one x: out[r] is
-     * dot_device of row r, bit for bit. The device order makes each row a chain of
-     * n / 32 dependent fmas per lane; four rows interleave four chains. NULL where
-     * a tier has none. */
+     * dot_device of row r, bit for bit. NULL where a tier has none. */
     void (*dot_device4[OG_TYPE_COUNT])(const void *row, size_t row_bytes, const float *x, int64_t n, float *out);
 } og_kernels;
 

@@ -10,12 +10,6 @@
 
 #define FP16(x) _cvtsh_ss(x) /* F16C: one instruction, inlined */
 
-static inline int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
 /* Sum of u8*s8 products of 32 pairs into 8 int32 lanes. */
 static inline __m256i dot_u8s8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
@@ -60,30 +54,47 @@ static void f16_dot(int64_t n, float *s, const void *vx, const void *vy) {
 
 /* ---- 32-element formats ----------------------------------------------------- */
 
+/* A block's sum lanes isum, with factor a: into canonical slot j, or the fork's
+ * lane fma. */
+static inline __attribute__((always_inline)) void block_done(bool canon, og_canon8 *g, int j, __m256 *acc, __m256i isum,
+                                                              float a) {
+    if (canon) og_canon_put(g, j, isum, a);
+    else *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(a), *acc);
+}
+
 /* Kernels written as one body for NY activation rows (NY = 1: vec_dot; NY = 4:
  * vec_dot4, one pass over the weights for four rows): every float operation of
  * row i is the same in both, so vec_dot4 gives vec_dot's bits for each row.
  * Weights are prefetched OG_PREFETCH_DIST bytes ahead. */
 #define NYMAX 4
 
-static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, float *s, const void *vx,
+/* canon: the canonical order (og_canon8 groups) instead of the fork's lane sums;
+ * the integer work is the same. */
+static inline __attribute__((always_inline)) void q8_0_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q8_0 *x = vx;
-    __m256 acc[NYMAX];
-    for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / 32; b++) {
-        og_prefetch_span(x + b, OG_PREFETCH_DIST, sizeof *x);
-        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[b].qs);
-        const __m256i ax = _mm256_sign_epi8(xq, xq); /* |x|; the sign moves onto y */
-        const float dx = FP16(x[b].d);
-#pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            const og_block_q8_0 *y = vy[i];
-            __m256i p = dot_u8s8(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y[b].qs), xq));
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dx * FP16(y[b].d)), acc[i]);
+    const int64_t nb = n / 32;
+    __m256 acc[NYMAX], cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
+    for (int i = 0; i < ny; i++) acc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            og_prefetch_span(x + b, OG_PREFETCH_DIST, sizeof *x);
+            const __m256i xq = _mm256_loadu_si256((const __m256i *)x[b].qs);
+            const __m256i ax = _mm256_sign_epi8(xq, xq); /* |x|; the sign moves onto y */
+            const float dx = FP16(x[b].d);
+    #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                const og_block_q8_0 *y = vy[i];
+                __m256i p = dot_u8s8(ax, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y[b].qs), xq));
+                block_done(canon, &g[i], slot, &acc[i], p, dx * FP16(y[b].d));
+            }
         }
+        if (canon)
+            for (int i = 0; i < ny; i++) og_canon_flush(&g[i], cacc[i], b0, nb, false);
     }
-    for (int i = 0; i < ny; i++) s[i] = og_hsum256(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : og_hsum256(acc[i]);
 }
 
 /* 16 packed bytes -> 32 nibbles: low nibbles first (elements 0-15), then high. */
@@ -108,60 +119,76 @@ static void q4_0_dot(int64_t n, float *s, const void *vx, const void *vy) {
 /* ---- k-quants ------------------------------------------------------------------ */
 
 
-/* sum over j of m[j] * (bsums[2j] + bsums[2j+1]) */
-static inline int k4_mins_dot(const uint8_t m[8], const int16_t *bsums) {
+/* int32 lanes j = m[j] * (bsums[2j] + bsums[2j+1]): their sum is the block's S */
+static inline __m256i k4_mins_lanes(const uint8_t m[8], const int16_t *bsums) {
     __m128i mm = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m));
     __m256i md = _mm256_cvtepu16_epi32(mm);                         /* 8 x i32 */
     __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);         /* 16 x i16 */
     __m256i pair = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));     /* 8 x i32 sums of pairs */
-    return hsum_epi32(_mm256_mullo_epi32(pair, md));
+    return _mm256_mullo_epi32(pair, md);
 }
 
 /* Q4_K and Q5_K (five: Q5_K's fifth bit from qh) against ny Q8_K rows: d * sum_j
  * sc_j (q . y)_j - dmin * sum_j m_j bsums_j per block. The fields sit at the
  * same places in both blocks but for Q5_K's qh before qs. */
-static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, int64_t n, float *s, const void *vx,
-                                                             const void *const *vy) {
+static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool canon, int ny, int64_t n, float *s,
+                                                             const void *vx, const void *const *vy) {
     const size_t size = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K);
     const size_t qs_off = five ? offsetof(og_block_q5_K, qs) : offsetof(og_block_q4_K, qs);
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
-    __m256 acc[NYMAX];
+    const int64_t nb = n / OG_QK_K;
+    __m256 acc[NYMAX], cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
     float mins[NYMAX];
-    for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps(), mins[i] = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
-        og_prefetch_span(x, OG_PREFETCH_DIST, size);
-        uint8_t sc[8], m[8];
-        k4_unpack(x + offsetof(og_block_q4_K, scales), sc, m);
-        const float d = og_h16(x), dmin = og_h16(x + 2);
-        for (int i = 0; i < ny; i++) mins[i] += dmin * y[i][b].d * (float)k4_mins_dot(m, y[i][b].bsums);
-        __m256i isum[NYMAX];
-        for (int i = 0; i < ny; i++) isum[i] = _mm256_setzero_si256();
-        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))) : _mm256_setzero_si256();
-        const uint8_t *q = x + qs_off;
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++, q += 32) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)q);
-            __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
-            if (five) { /* 5th bit of element 64c+l is bit 2c of qh[l], of 64c+32+l bit 2c+1 */
-                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), _mm256_set1_epi8(1));
-                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), _mm256_set1_epi8(1));
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
-            }
-            const __m256i s0 = _mm256_set1_epi16(sc[2 * c]), s1 = _mm256_set1_epi16(sc[2 * c + 1]);
-#pragma GCC unroll 4
+    for (int i = 0; i < ny; i++) acc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps(), mins[i] = 0;
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
+            og_prefetch_span(x, OG_PREFETCH_DIST, size);
+            uint8_t sc[8], m[8];
+            k4_unpack(x + offsetof(og_block_q4_K, scales), sc, m);
+            const float d = og_h16(x), dmin = og_h16(x + 2);
             for (int i = 0; i < ny; i++) {
-                __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 64 * c)));
-                __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 64 * c + 32)));
-                isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p0, s0));
-                isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p1, s1));
+                if (canon) {
+                    g[i].s[slot] = k4_mins_lanes(m, y[i][b].bsums);
+                    g[i].c[slot] = dmin * y[i][b].d;
+                } else {
+                    mins[i] += dmin * y[i][b].d * (float)og_hsum_epi32(k4_mins_lanes(m, y[i][b].bsums));
+                }
+            }
+            __m256i isum[NYMAX];
+            for (int i = 0; i < ny; i++) isum[i] = _mm256_setzero_si256();
+            const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))) : _mm256_setzero_si256();
+            const uint8_t *q = x + qs_off;
+    #pragma GCC unroll 4
+            for (int c = 0; c < 4; c++, q += 32) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)q);
+                __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+                if (five) { /* 5th bit of element 64c+l is bit 2c of qh[l], of 64c+32+l bit 2c+1 */
+                    __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), _mm256_set1_epi8(1));
+                    __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), _mm256_set1_epi8(1));
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+                }
+                const __m256i s0 = _mm256_set1_epi16(sc[2 * c]), s1 = _mm256_set1_epi16(sc[2 * c + 1]);
+    #pragma GCC unroll 4
+                for (int i = 0; i < ny; i++) {
+                    __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 64 * c)));
+                    __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 64 * c + 32)));
+                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p0, s0));
+                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p1, s1));
+                }
+            }
+            for (int i = 0; i < ny; i++) {
+                block_done(canon, &g[i], slot, &acc[i], isum[i], d * y[i][b].d);
             }
         }
-        for (int i = 0; i < ny; i++) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * y[i][b].d), acc[i]);
+        if (canon)
+            for (int i = 0; i < ny; i++) og_canon_flush(&g[i], cacc[i], b0, nb, true);
     }
-    for (int i = 0; i < ny; i++) s[i] = og_hsum256(acc[i]) - mins[i];
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : og_hsum256(acc[i]) - mins[i];
 }
 
 /* The int16 scales of sub-blocks 2j (lanes 0-7) and 2j + 1 (lanes 8-15), j < 8, from
@@ -179,126 +206,159 @@ static inline __m256i pair_scales(__m256i s16, int j) {
 
 /* Q2_K against ny Q8_K rows: element 128h + 32k + l is (qs[32h + l] >> 2k) & 3, in
  * sub-blocks 8h + 2k (l < 16) and 8h + 2k + 1 */
-static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q2_K *x = vx;
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
-    __m256 acc[NYMAX];
+    const int64_t nb = n / OG_QK_K;
+    __m256 acc[NYMAX], cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
     float mins[NYMAX];
-    for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps(), mins[i] = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        og_prefetch_span(x + b, OG_PREFETCH_DIST, sizeof *x);
-        const __m128i sc = _mm_loadu_si128((const __m128i *)x[b].scales);
-        /* mins: sum over 16 sub-blocks of (sc >> 4) * bsums; scales: the low nibbles */
-        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
-        const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(0x0F)));
-        const float d = FP16(x[b].d), dmin = FP16(x[b].dmin);
-        __m256i isum[NYMAX];
-        for (int i = 0; i < ny; i++) {
-            int msum = hsum_epi32(_mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums)));
-            mins[i] += dmin * y[i][b].d * (float)msum;
-            isum[i] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) { /* elements 128h + 32k .. +31 */
-                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), _mm256_set1_epi8(3));
-                const __m256i sp = pair_scales(s16, 4 * h + k);
-#pragma GCC unroll 4
-                for (int i = 0; i < ny; i++) {
-                    __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 128 * h + 32 * k)));
-                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p, sp));
+    for (int i = 0; i < ny; i++) acc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps(), mins[i] = 0;
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            og_prefetch_span(x + b, OG_PREFETCH_DIST, sizeof *x);
+            const __m128i sc = _mm_loadu_si128((const __m128i *)x[b].scales);
+            /* mins: sum over 16 sub-blocks of (sc >> 4) * bsums; scales: the low nibbles */
+            const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
+            const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(0x0F)));
+            const float d = FP16(x[b].d), dmin = FP16(x[b].dmin);
+            __m256i isum[NYMAX];
+            for (int i = 0; i < ny; i++) {
+                const __m256i ml = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+                if (canon) {
+                    g[i].s[slot] = ml;
+                    g[i].c[slot] = dmin * y[i][b].d;
+                } else {
+                    mins[i] += dmin * y[i][b].d * (float)og_hsum_epi32(ml);
+                }
+                isum[i] = _mm256_setzero_si256();
+            }
+    #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
+    #pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) { /* elements 128h + 32k .. +31 */
+                    const __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), _mm256_set1_epi8(3));
+                    const __m256i sp = pair_scales(s16, 4 * h + k);
+    #pragma GCC unroll 4
+                    for (int i = 0; i < ny; i++) {
+                        __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 128 * h + 32 * k)));
+                        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p, sp));
+                    }
                 }
             }
+            for (int i = 0; i < ny; i++) {
+                block_done(canon, &g[i], slot, &acc[i], isum[i], d * y[i][b].d);
+            }
         }
-        for (int i = 0; i < ny; i++) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * y[i][b].d), acc[i]);
+        if (canon)
+            for (int i = 0; i < ny; i++) og_canon_flush(&g[i], cacc[i], b0, nb, true);
     }
-    for (int i = 0; i < ny; i++) s[i] = og_hsum256(acc[i]) - mins[i];
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : og_hsum256(acc[i]) - mins[i];
 }
 
 /* Q6_K against ny Q8_K rows: q = u - 32 with u in [0, 63], so the dot is
  * sum sc (u . y) - 32 sum sc bsums, both in int32 lanes until the block's end. */
-static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q6_K *x = vx;
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
-    __m256 acc[NYMAX];
-    for (int i = 0; i < ny; i++) acc[i] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        og_prefetch_span(x + b, OG_PREFETCH_DIST, sizeof *x);
-        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
-        __m256i isum[NYMAX];
-        for (int i = 0; i < ny; i++) /* - 32 sum sc bsums, per pair of sub-blocks */
-            isum[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                       _mm256_slli_epi32(_mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums)), 5));
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) { /* elements 128h + 32k .. +31 */
-                __m256i lo = (k & 1) ? l1 : l0;
-                lo = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(lo, 4) : lo, _mm256_set1_epi8(0x0F));
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
-                const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-                const __m256i sp = pair_scales(s16, 4 * h + k);
-#pragma GCC unroll 4
-                for (int i = 0; i < ny; i++) {
-                    __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 128 * h + 32 * k)));
-                    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p, sp));
+    const int64_t nb = n / OG_QK_K;
+    __m256 acc[NYMAX], cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
+    for (int i = 0; i < ny; i++) acc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            og_prefetch_span(x + b, OG_PREFETCH_DIST, sizeof *x);
+            const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+            __m256i isum[NYMAX];
+            for (int i = 0; i < ny; i++) /* - 32 sum sc bsums, per pair of sub-blocks */
+                isum[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                           _mm256_slli_epi32(_mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums)), 5));
+    #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h));
+                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x[b].ql + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
+    #pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) { /* elements 128h + 32k .. +31 */
+                    __m256i lo = (k & 1) ? l1 : l0;
+                    lo = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(lo, 4) : lo, _mm256_set1_epi8(0x0F));
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
+                    const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                    const __m256i sp = pair_scales(s16, 4 * h + k);
+    #pragma GCC unroll 4
+                    for (int i = 0; i < ny; i++) {
+                        __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i][b].qs + 128 * h + 32 * k)));
+                        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p, sp));
+                    }
                 }
             }
+            const float d = FP16(x[b].d);
+            for (int i = 0; i < ny; i++) {
+                block_done(canon, &g[i], slot, &acc[i], isum[i], d * y[i][b].d);
+            }
         }
-        const float d = FP16(x[b].d);
-        for (int i = 0; i < ny; i++) acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_set1_ps(d * y[i][b].d), acc[i]);
+        if (canon)
+            for (int i = 0; i < ny; i++) og_canon_flush(&g[i], cacc[i], b0, nb, false);
     }
-    for (int i = 0; i < ny; i++) s[i] = og_hsum256(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : og_hsum256(acc[i]);
 }
 
-/* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel */
-#define K4(ny, n, s, x, y) k45_dot_n(false, ny, n, s, x, y)
-#define K5(ny, n, s, x, y) k45_dot_n(true, ny, n, s, x, y)
-OG_NY_KERNELS(q8_0, q8_0_dot_n)
-OG_NY_KERNELS(q2_K, q2_K_dot_n)
-OG_NY_KERNELS(q4_K, K4)
-OG_NY_KERNELS(q5_K, K5)
-OG_NY_KERNELS(q6_K, q6_K_dot_n)
+/* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel, in the
+ * fork's order and (name_canon) the canonical one */
+#define K4(canon, ny, n, s, x, y) k45_dot_n(false, canon, ny, n, s, x, y)
+#define K5(canon, ny, n, s, x, y) k45_dot_n(true, canon, ny, n, s, x, y)
+OG_FORK_CANON_KERNELS(q8_0, q8_0_dot_n)
+OG_FORK_CANON_KERNELS(q2_K, q2_K_dot_n)
+OG_FORK_CANON_KERNELS(q4_K, K4)
+OG_FORK_CANON_KERNELS(q5_K, K5)
+OG_FORK_CANON_KERNELS(q6_K, q6_K_dot_n)
 #undef K4
 #undef K5
 
-static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) {
+static inline __attribute__((always_inline)) void q3_K_dot_1(bool canon, int64_t n, float *s, const void *vx,
+                                                              const void *vy) {
     const og_block_q3_K *x = vx;
     const og_block_q8_K *y = vy;
-    __m256 acc = _mm256_setzero_ps();
+    const int64_t nb = n / OG_QK_K;
+    __m256 acc = _mm256_setzero_ps(), cacc[4] = {acc, acc, acc, acc};
+    og_canon8 g;
     const __m256i ones16 = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        __m128i sv = og_q3_scales(x[b].scales);
-        __m256i s32[2] = {_mm256_cvtepi8_epi32(sv), _mm256_cvtepi8_epi32(_mm_srli_si128(sv, 8))};
-        /* q = u - 4 with u = q2 + 4h in [0, 7]: subtract 4 * sum_s sc[s] * bsums[s] */
-        __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sv), _mm256_loadu_si256((const __m256i *)y[b].bsums));
-        __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 2));
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[b].hmask);
-        const int8_t *q8 = y[b].qs;
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) { /* elements 32j..32j+31: half h = j/4, plane k = j%4 */
-            const int h = j / 4, k = j % 4;
-            __m256i v = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
-            __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), m3);
-            __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), m1); /* bit 4h+k of hmask[l] */
-            __m256i u = _mm256_or_si256(q2, _mm256_slli_epi16(hb, 2));
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(q8 + 32 * j))), ones16);
-            /* lanes 0-3: sub-block 2j, lanes 4-7: 2j+1 */
-            const __m256i idx = _mm256_setr_epi32((2 * j) % 8, (2 * j) % 8, (2 * j) % 8, (2 * j) % 8, (2 * j + 1) % 8,
-                                                  (2 * j + 1) % 8, (2 * j + 1) % 8, (2 * j + 1) % 8);
-            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(p, _mm256_permutevar8x32_epi32(s32[j / 4], idx)));
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            __m128i sv = og_q3_scales(x[b].scales);
+            __m256i s32[2] = {_mm256_cvtepi8_epi32(sv), _mm256_cvtepi8_epi32(_mm_srli_si128(sv, 8))};
+            /* q = u - 4 with u = q2 + 4h in [0, 7]: subtract 4 * sum_s sc[s] * bsums[s] */
+            __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sv), _mm256_loadu_si256((const __m256i *)y[b].bsums));
+            __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 2));
+            const __m256i hm = _mm256_loadu_si256((const __m256i *)x[b].hmask);
+            const int8_t *q8 = y[b].qs;
+    #pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) { /* elements 32j..32j+31: half h = j/4, plane k = j%4 */
+                const int h = j / 4, k = j % 4;
+                __m256i v = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
+                __m256i q2 = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), m3);
+                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), m1); /* bit 4h+k of hmask[l] */
+                __m256i u = _mm256_or_si256(q2, _mm256_slli_epi16(hb, 2));
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(q8 + 32 * j))), ones16);
+                /* lanes 0-3: sub-block 2j, lanes 4-7: 2j+1 */
+                const __m256i idx = _mm256_setr_epi32((2 * j) % 8, (2 * j) % 8, (2 * j) % 8, (2 * j) % 8, (2 * j + 1) % 8,
+                                                      (2 * j + 1) % 8, (2 * j + 1) % 8, (2 * j + 1) % 8);
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(p, _mm256_permutevar8x32_epi32(s32[j / 4], idx)));
+            }
+            block_done(canon, &g, slot, &acc, isum, FP16(x[b].d) * y[b].d);
         }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(FP16(x[b].d) * y[b].d), acc);
+        if (canon) og_canon_flush(&g, cacc, b0, nb, false);
     }
-    *s = og_hsum256(acc);
+    *s = canon ? og_canon_finish(cacc) : og_hsum256(acc);
 }
+static void q3_K_dot(int64_t n, float *s, const void *vx, const void *vy) { q3_K_dot_1(false, n, s, vx, vy); }
+static void q3_K_canon_dot(int64_t n, float *s, const void *vx, const void *vy) { q3_K_dot_1(true, n, s, vx, vy); }
 
 /* ---- more 32-element formats ---------------------------------------------- */
 
@@ -434,4 +494,13 @@ void og_kernels_fill_avx2(og_kernels *k) {
     k->vec_dot[OG_TYPE_Q5_1] = q5_1_dot;
     k->vec_dot[OG_TYPE_IQ4_NL] = iq4_nl_dot;
     k->vec_dot[OG_TYPE_BF16] = bf16_dot;
+    /* the canonical order: one and four activation rows */
+#define CANON(T, name) k->vec_dot_canonical[T] = name##_canon_dot, k->vec_dot4_canonical[T] = name##_canon_dot4
+    CANON(OG_TYPE_Q8_0, q8_0);
+    CANON(OG_TYPE_Q2_K, q2_K);
+    CANON(OG_TYPE_Q4_K, q4_K);
+    CANON(OG_TYPE_Q5_K, q5_K);
+    CANON(OG_TYPE_Q6_K, q6_K);
+#undef CANON
+    k->vec_dot_canonical[OG_TYPE_Q3_K] = q3_K_canon_dot;
 }

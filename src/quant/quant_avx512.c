@@ -44,6 +44,69 @@ static inline __m512i add_fifth_bits(__m512i q, const uint8_t *qa, const uint8_t
     memcpy(&hb, qb, 4);
     return _mm512_mask_add_epi8(q, (__mmask64)ha | (__mmask64)hb << 32, q, _mm512_set1_epi8(0x10));
 }
+/* og_canon8 with 16-lane I slots: the k-quant kernels' block sums as they come. */
+typedef struct canon16 {
+    __m512i i[8];
+    __m256i s[8];
+    float a[8], c[8];
+} canon16;
+
+/* og_sum8_epi32 of sixteen-lane vectors: the same blend-and-one-shuffle steps at
+ * 32 and 64 bits, then at 128 bits across the two, then the 256-bit halves. */
+/* The first two steps for v[0..4): 128-bit unit q, lane j: v[j]'s lanes in unit q. */
+static inline __m512i sum4x4_epi32_512(const __m512i *v) {
+    __m512i a[2];
+    for (int k = 0; k < 2; k++) {
+        const __m512i u = _mm512_mask_blend_epi32(0xAAAA, v[2 * k], v[2 * k + 1]);
+        const __m512i w = _mm512_mask_blend_epi32(0xAAAA, v[2 * k + 1], v[2 * k]);
+        a[k] = _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_CDAB));
+    }
+    const __m512i u = _mm512_mask_blend_epi32(0xCCCC, a[0], a[1]), w = _mm512_mask_blend_epi32(0xCCCC, a[1], a[0]);
+    return _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_BADC));
+}
+/* og_sum4_epi32 of sixteen-lane vectors. */
+static inline __m256i sum4_epi32_512(const __m512i v[4]) {
+    const __m512i b = sum4x4_epi32_512(v);
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(b), _mm512_extracti64x4_epi64(b, 1));
+    return _mm256_zextsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+static inline __m256i sum8_epi32_512(const __m512i v[8]) {
+    const __m512i b[2] = {sum4x4_epi32_512(v), sum4x4_epi32_512(v + 4)};
+    /* units: v0-3 of units 0+1, v4-7 of 0+1, v0-3 of 2+3, v4-7 of 2+3 */
+    const __m512i u = _mm512_mask_blend_epi32(0xF0F0, b[0], b[1]), w = _mm512_mask_blend_epi32(0xF0F0, b[1], b[0]);
+    const __m512i t = _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+}
+
+/* og_canon_put and og_canon_flush for canon16 (S lanes and c: types with mins). */
+static inline __attribute__((always_inline)) void canon_put16(canon16 *g, int j, __m512i isum, __m256i ssum, float a, float c,
+                                                               bool mins) {
+    g->i[j] = isum;
+    g->a[j] = a;
+    if (mins) g->s[j] = ssum, g->c[j] = c;
+}
+static inline __attribute__((always_inline)) void canon_flush16(canon16 *g, __m256 acc[4], int64_t b0, int64_t nb, bool mins) {
+    const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8, top = cnt <= 4 ? 4 : 8; /* as og_canon_flush */
+    for (int k = cnt; k < top; k++) {
+        g->i[k] = _mm512_setzero_si512();
+        g->s[k] = _mm256_setzero_si256();
+    }
+    const __m256i is = top == 4 ? sum4_epi32_512(g->i) : sum8_epi32_512(g->i);
+    const __m256i ss = !mins ? _mm256_setzero_si256() : top == 4 ? og_sum4_epi32(g->s) : og_sum8_epi32(g->s);
+    if (cnt == 8)
+        og_canon_add(acc, b0, is, ss, _mm256_loadu_ps(g->a), mins ? _mm256_loadu_ps(g->c) : _mm256_setzero_ps(), mins);
+    else
+        og_canon_add(acc, b0, is, ss, og_first_ps(g->a, cnt), mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
+}
+
+/* A block's sixteen I lanes, with factor a, of a type without mins: into canonical
+ * slot j, or the fork's lane fma. */
+static inline __attribute__((always_inline)) void block_done16(bool canon, canon16 *g, int j, __m512 *acc, __m512i isum,
+                                                                float a) {
+    if (canon) canon_put16(g, j, isum, _mm256_setzero_si256(), a, 0, false);
+    else *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a), *acc);
+}
+
 /* One block through the scalar reference: the odd last block of a row. */
 static float ref_block(og_ggml_type t, const void *x, const void *y) {
     float v;
@@ -74,14 +137,60 @@ static void f32_dot(int64_t n, float *s, const void *vx, const void *vy) {
 /* Q8_0: two blocks per 512-bit register. vpdpbusd wants unsigned x signed, so x
  * is biased to x + 128 (an XOR of the sign bit) and 128 * sum(y), itself one
  * vpdpbusd, is subtracted: exact in int32. */
-static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, float *s, const void *vx,
+/* One Q8_0 block's products as eight int32 lanes, with the same bias as the pairs
+ * (exact for y = -128 too): an odd last block. */
+static inline __m256i q8_0_block(const og_block_q8_0 *x, const og_block_q8_0 *y) {
+    const __m256i bias8 = _mm256_set1_epi8((char)0x80);
+    __m256i x0 = _mm256_loadu_si256((const __m256i *)x->qs), y0 = _mm256_loadu_si256((const __m256i *)y->qs);
+    return _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(x0, bias8), y0),
+                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias8, y0));
+}
+
+/* The int32 lanes of blocks b and b + 1 against y: x biased, the bias's sum off. */
+static inline __m512i q8_0_pair(__m512i xb, const og_block_q8_0 *y, int64_t b) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512i yy = bytes_2x32(y[b].qs, y[b + 1].qs);
+    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xb, yy);
+    return _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy));
+}
+
+static inline __attribute__((always_inline)) void q8_0_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q8_0 *x = vx;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const int64_t nb = n / 32;
+    if (canon) { /* groups of eight blocks, four pairs, then the odd last block */
+        __m256 cacc[NYMAX][4];
+        og_canon8 g[NYMAX];
+        for (int i = 0; i < ny; i++) cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
+        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+            for (int j = 0; j < 8 && b0 + j + 1 < nb; j += 2) {
+                const int64_t b = b0 + j;
+                og_prefetch_span(x + b, PF_DIST, 2 * sizeof *x);
+                const __m512i xb = _mm512_xor_si512(bytes_2x32(x[b].qs, x[b + 1].qs), bias);
+                const float d0 = FP16(x[b].d), d1 = FP16(x[b + 1].d);
+#pragma GCC unroll 4
+                for (int i = 0; i < ny; i++) {
+                    const og_block_q8_0 *y = vy[i];
+                    const __m512i p = q8_0_pair(xb, y, b);
+                    og_canon_put(&g[i], j, _mm512_castsi512_si256(p), d0 * FP16(y[b].d));
+                    og_canon_put(&g[i], j + 1, _mm512_extracti64x4_epi64(p, 1), d1 * FP16(y[b + 1].d));
+                }
+            }
+            if ((nb & 1) && b0 + 8 >= nb) /* the odd last block, nb - 1, is in this group */
+                for (int i = 0; i < ny; i++) {
+                    const og_block_q8_0 *y = vy[i];
+                    og_canon_put(&g[i], (int)(nb - 1 - b0), q8_0_block(&x[nb - 1], &y[nb - 1]), FP16(x[nb - 1].d) * FP16(y[nb - 1].d));
+                }
+            for (int i = 0; i < ny; i++) og_canon_flush(&g[i], cacc[i], b0, nb, false);
+        }
+        for (int i = 0; i < ny; i++) s[i] = og_canon_finish(cacc[i]);
+        return;
+    }
     __m512 acc[NYMAX];
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
-    int64_t nb = n / 32, b = 0;
+    int64_t b = 0;
     for (; b + 1 < nb; b += 2) {
         og_prefetch_span(x + b, PF_DIST, 2 * sizeof *x);
         __m512i xb = _mm512_xor_si512(bytes_2x32(x[b].qs, x[b + 1].qs), bias);
@@ -89,9 +198,7 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
         #pragma GCC unroll 4
         for (int i = 0; i < ny; i++) {
             const og_block_q8_0 *y = vy[i];
-            __m512i yy = bytes_2x32(y[b].qs, y[b + 1].qs);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xb, yy);
-            p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy));
+            const __m512i p = q8_0_pair(xb, y, b);
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scales_2(d0 * FP16(y[b].d), d1 * FP16(y[b + 1].d)), acc[i]);
         }
     }
@@ -99,11 +206,8 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(int ny, int64_t n, 
     for (int i = 0; i < ny; i++) {
         const og_block_q8_0 *y = vy[i];
         float sum = _mm512_reduce_add_ps(acc[i]);
-        if (b < nb) { /* an odd last block, with the same bias as the pairs (exact for y = -128 too) */
-            const __m256i bias8 = _mm256_set1_epi8((char)0x80);
-            __m256i x0 = _mm256_loadu_si256((const __m256i *)x[b].qs), y0 = _mm256_loadu_si256((const __m256i *)y[b].qs);
-            __m256i p0 = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(x0, bias8), y0),
-                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias8, y0));
+        if (b < nb) { /* an odd last block */
+            __m256i p0 = q8_0_block(&x[b], &y[b]);
             __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
@@ -140,15 +244,18 @@ static inline __m128i k4_scales_mins(const uint8_t *q) {
  * the loop. Q5_K's fifth bit of element 64c + l is bit 2c of qh[l], of element
  * 64c + 32 + l bit 2c + 1: the broadcast qh is tested against those bits. The
  * fields sit at the same places in both blocks but for Q5_K's qh before qs. */
-static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, int64_t n, float *s, const void *vx,
-                                                             const void *const *vy) {
+static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool canon, int ny, int64_t n, float *s,
+                                                             const void *vx, const void *const *vy) {
     const size_t size = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K);
     const size_t qs = five ? offsetof(og_block_q5_K, qs) : offsetof(og_block_q4_K, qs);
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
-    __m256 macc[NYMAX];
+    __m256 macc[NYMAX], cacc[NYMAX][4];
+    canon16 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), macc[i] = _mm256_setzero_ps();
+    for (int i = 0; i < ny; i++)
+        acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     /* int16 scale pattern of packs(p_2h, p_2h+1), 128-bit lane k: 4 x sc[4h + k/2],
      * then 4 x sc[4h + 2 + k/2]; 0x80 zeroes the high byte */
 #define W(i) (char)0x80, (char)(i) /* _mm_set_epi8 lists the high byte first */
@@ -160,41 +267,50 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
                                          W(11), W(11), W(10), W(10), W(9), W(9), W(8), W(8));
 #undef LANE
 #undef W
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
-        og_prefetch_span(x, PF_DIST, size);
-        __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
-        const __m256i m16 = _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm);
-        const __m512i s01 = _mm512_shuffle_epi8(smb, ctl01), s23 = _mm512_shuffle_epi8(smb, ctl23);
-        const float d = og_h16(x), dmin = og_h16(x + 2);
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i][b].bsums), m16);
-            macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * y[i][b].d), macc[i]);
-        }
-        const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))))
-                                : _mm512_setzero_si512();
-        __m512i q[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            q[c] = nibbles64(x + qs + 32 * c);
-            if (five) {
-                __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(2 << (2 * c))), 1);
-                q[c] = _mm512_mask_add_epi8(q[c], _mm512_test_epi8_mask(qh, bits), q[c], _mm512_set1_epi8(0x10));
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
+            og_prefetch_span(x, PF_DIST, size);
+            __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
+            const __m256i m16 = _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm);
+            const __m512i s01 = _mm512_shuffle_epi8(smb, ctl01), s23 = _mm512_shuffle_epi8(smb, ctl23);
+            const float d = og_h16(x), dmin = og_h16(x + 2);
+            __m256i mm[NYMAX];
+            #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                mm[i] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i][b].bsums), m16);
+                if (!canon) macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm[i]), _mm256_set1_ps(dmin * y[i][b].d), macc[i]);
+            }
+            const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))))
+                                    : _mm512_setzero_si512();
+            __m512i q[4];
+    #pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                q[c] = nibbles64(x + qs + 32 * c);
+                if (five) {
+                    __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(2 << (2 * c))), 1);
+                    q[c] = _mm512_mask_add_epi8(q[c], _mm512_test_epi8_mask(qh, bits), q[c], _mm512_set1_epi8(0x10));
+                }
+            }
+            #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                __m512i p[4];
+                #pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], _mm512_loadu_si512(y[i][b].qs + 64 * c));
+                __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), s01);
+                isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), s23);
+                if (canon)
+                    canon_put16(&g[i], slot, isum, mm[i], d * y[i][b].d, dmin * y[i][b].d, true);
+                else
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
             }
         }
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            __m512i p[4];
-            #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], _mm512_loadu_si512(y[i][b].qs + 64 * c));
-            __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), s01);
-            isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), s23);
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
-        }
+        if (canon)
+            for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, true);
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
 }
 
 /* Q2_K: a 2-bit quant q times its 4-bit scale is at most 45, so q * sc fits a byte
@@ -204,101 +320,121 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, int ny, i
  * elements, 128h + 64m .., whose 128-bit lane L is sub-block 8h + 4m + L. Lane L of
  * the table holds q * sc[4c + L] at byte 4c + q for c = 2h + m, so the index is
  * q | 4c (one vpternlogd). */
-static inline __attribute__((always_inline)) void q2_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q2_K *x = vx;
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
-    __m256 macc[NYMAX];
+    __m256 macc[NYMAX], cacc[NYMAX][4];
+    canon16 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), macc[i] = _mm256_setzero_ps();
+    for (int i = 0; i < ny; i++)
+        acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     /* per-int16 shift counts: 4m in the low 256 bits, 4m + 2 in the high */
     const __m512i shift0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
     const __m512i shift1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     const __m512i m3 = _mm512_set1_epi8(3);
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        og_prefetch_span(x + b, PF_DIST, sizeof *x);
-        /* d and dmin (adjacent fp16) converted together */
-        uint32_t ddm;
-        memcpy(&ddm, &x[b].d, 4);
-        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
-        /* mins: (sc >> 4) . bsums per sub-block */
-        __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
-        /* dword 4L + c = sc[4c + L] * 0x03020100: bytes [0, s, 2s, 3s] */
-        __m512i tab = _mm512_mullo_epi32(
-            _mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_and_si128(sc8, _mm_set1_epi8(0x0F)), transpose)),
-            _mm512_set1_epi32(0x03020100));
-        __m512i us[4]; /* q * sc of elements 64j .. 64j + 63 */
-        #pragma GCC unroll 4
-        for (int h = 0; h < 2; h++) {
-            __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            og_prefetch_span(x + b, PF_DIST, sizeof *x);
+            /* d and dmin (adjacent fp16) converted together */
+            uint32_t ddm;
+            memcpy(&ddm, &x[b].d, 4);
+            const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
+            __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
+            /* mins: (sc >> 4) . bsums per sub-block */
+            __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
+            /* dword 4L + c = sc[4c + L] * 0x03020100: bytes [0, s, 2s, 3s] */
+            __m512i tab = _mm512_mullo_epi32(
+                _mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_and_si128(sc8, _mm_set1_epi8(0x0F)), transpose)),
+                _mm512_set1_epi32(0x03020100));
+            __m512i us[4]; /* q * sc of elements 64j .. 64j + 63 */
             #pragma GCC unroll 4
-            for (int m = 0; m < 2; m++) {
-                __m512i u = _mm512_srlv_epi16(q, m ? shift1 : shift0);
-                __m512i idx = _mm512_ternarylogic_epi32(u, m3, _mm512_set1_epi8((char)(4 * (2 * h + m))), 0xEA); /* (u & 3) | 4c */
-                us[2 * h + m] = _mm512_shuffle_epi8(tab, idx);
+            for (int h = 0; h < 2; h++) {
+                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
+                #pragma GCC unroll 4
+                for (int m = 0; m < 2; m++) {
+                    __m512i u = _mm512_srlv_epi16(q, m ? shift1 : shift0);
+                    __m512i idx = _mm512_ternarylogic_epi32(u, m3, _mm512_set1_epi8((char)(4 * (2 * h + m))), 0xEA); /* (u & 3) | 4c */
+                    us[2 * h + m] = _mm512_shuffle_epi8(tab, idx);
+                }
+            }
+            #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                const __m128 sd = _mm_mul_ps(dd, _mm_set1_ps(y[i][b].d)); /* d dy, dmin dy */
+                __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+                __m512i isum = _mm512_setzero_si512();
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) isum = _mm512_dpbusd_epi32(isum, us[j], _mm512_loadu_si512(y[i][b].qs + 64 * j));
+                if (canon) {
+                    canon_put16(&g[i], slot, isum, mm, _mm_cvtss_f32(sd), _mm_cvtss_f32(_mm_movehdup_ps(sd)), true);
+                } else {
+                    macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_broadcastss_ps(_mm_movehdup_ps(sd)), macc[i]);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(sd), acc[i]);
+                }
             }
         }
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            const __m128 sd = _mm_mul_ps(dd, _mm_set1_ps(y[i][b].d)); /* d dy, dmin dy */
-            __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-            macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_broadcastss_ps(_mm_movehdup_ps(sd)), macc[i]);
-            __m512i isum = _mm512_setzero_si512();
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) isum = _mm512_dpbusd_epi32(isum, us[j], _mm512_loadu_si512(y[i][b].qs + 64 * j));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_broadcastss_ps(sd), acc[i]);
-        }
+        if (canon)
+            for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, true);
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
 }
 
-static inline __attribute__((always_inline)) void q6_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q6_K *x = vx;
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
+    __m256 cacc[NYMAX][4];
+    canon16 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
     const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        og_prefetch_span(x + b, PF_DIST, sizeof *x);
-        __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
-        __m512i u[4], sv[4]; /* elements 64j .. 64j + 63 and their scales */
-        #pragma GCC unroll 4
-        for (int h = 0; h < 2; h++) {
-            __m512i ql = _mm512_loadu_si512(x[b].ql + 64 * h); /* low nibbles: elems 0-63, high: 64-127 */
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
-            __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-            __m512i h23 = _mm512_srli_epi16(h01, 4);
-            u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, _mm512_set1_epi8(0x0F)),
-                                       _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
-            u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
-                                           _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
-            sv[2 * h] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), scv);
-            sv[2 * h + 1] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), scv);
-        }
-        const float d = FP16(x[b].d);
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
-            __m256i cc = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-            __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), _mm512_castsi256_si512(_mm256_slli_epi32(cc, 5)));
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            og_prefetch_span(x + b, PF_DIST, sizeof *x);
+            __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
+            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+            __m512i u[4], sv[4]; /* elements 64j .. 64j + 63 and their scales */
             #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j],
-                                                                                     _mm512_loadu_si512(y[i][b].qs + 64 * j)),
-                                                                 sv[j]));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+            for (int h = 0; h < 2; h++) {
+                __m512i ql = _mm512_loadu_si512(x[b].ql + 64 * h); /* low nibbles: elems 0-63, high: 64-127 */
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
+                __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+                __m512i h23 = _mm512_srli_epi16(h01, 4);
+                u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, _mm512_set1_epi8(0x0F)),
+                                           _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
+                u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
+                                               _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
+                sv[2 * h] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), scv);
+                sv[2 * h + 1] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), scv);
+            }
+            const float d = FP16(x[b].d);
+            #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
+                __m256i cc = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+                __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), _mm512_castsi256_si512(_mm256_slli_epi32(cc, 5)));
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j],
+                                                                                         _mm512_loadu_si512(y[i][b].qs + 64 * j)),
+                                                                     sv[j]));
+                block_done16(canon, &g[i], slot, &acc[i], isum, d * y[i][b].d);
+            }
         }
+        if (canon)
+            for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, false);
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
 }
 
 /* ---- 32-element formats, two blocks per register --------------------------- */
@@ -380,68 +516,77 @@ OG_NY_KERNELS(iq4_nl, IQ4_NL)
  * by 4m, 4m + 2 (as Q2_K), the high bits likewise by 4h + 2m, 4h + 2m + 1: 64
  * consecutive elements 128h + 64m .., 128-bit lane L = sub-block 8h + 4m + L.
  * The sums (|p| <= 3584) pack to int16 for vpdpwssd with the signed scales. */
-static inline __attribute__((always_inline)) void q3_K_dot_n(int ny, int64_t n, float *s, const void *vx,
+static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q3_K *x = vx;
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
     __m512 acc[NYMAX];
+    __m256 cacc[NYMAX][4];
+    canon16 g[NYMAX];
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     /* int16 index of packs(p_m0, p_m1) for half h, 128-bit lane L: 4 x (8h + L), 4 x (8h + 4 + L) */
 #define Q(a, b) b, b, b, b, a, a, a, a
     const __m512i sidx0 = _mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4));
     const __m512i sidx1 = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
 #undef Q
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        og_prefetch_span(x + b, PF_DIST, sizeof *x);
-        __m128i sv = og_q3_scales(x[b].scales);
-        __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
-        __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
-        __m512i u[4], sc[2]; /* elements 64j .. 64j + 63; scales of half h */
-        #pragma GCC unroll 4
-        for (int h = 0; h < 2; h++) {
-            __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
-            #pragma GCC unroll 4
-            for (int m = 0; m < 2; m++) {
-                __m512i qs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * m)), _mm256_set1_epi16((short)(4 * m + 2)), 1);
-                /* high bit 4h + 2m (low 256 bits), 4h + 2m + 1 (high) of each hmask byte */
-                __m512i hbit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * m))),
-                                                  _mm256_set1_epi8((char)(1 << (4 * h + 2 * m + 1))), 1);
-                __m512i q2 = _mm512_and_si512(_mm512_srlv_epi16(q, qs), m3);
-                __mmask64 hb = _mm512_test_epi8_mask(hm, hbit);
-                u[2 * h + m] = _mm512_mask_add_epi8(q2, hb, q2, four);
-            }
-            sc[h] = _mm512_permutexvar_epi16(h ? sidx1 : sidx0, s16);
-        }
-        const float d = FP16(x[b].d);
-        #pragma GCC unroll 4
-        for (int i = 0; i < ny; i++) {
-            __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(s16), _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-            __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(),
-                                                  _mm512_castsi256_si512(_mm256_slli_epi32(corr, 2)));
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
+            const int64_t b = b0 + slot;
+            og_prefetch_span(x + b, PF_DIST, sizeof *x);
+            __m128i sv = og_q3_scales(x[b].scales);
+            __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
+            __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
+            __m512i u[4], sc[2]; /* elements 64j .. 64j + 63; scales of half h */
             #pragma GCC unroll 4
             for (int h = 0; h < 2; h++) {
-                __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h], _mm512_loadu_si512(y[i][b].qs + 128 * h));
-                __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h + 1], _mm512_loadu_si512(y[i][b].qs + 128 * h + 64));
-                isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), sc[h]);
+                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
+                #pragma GCC unroll 4
+                for (int m = 0; m < 2; m++) {
+                    __m512i qs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * m)), _mm256_set1_epi16((short)(4 * m + 2)), 1);
+                    /* high bit 4h + 2m (low 256 bits), 4h + 2m + 1 (high) of each hmask byte */
+                    __m512i hbit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * m))),
+                                                      _mm256_set1_epi8((char)(1 << (4 * h + 2 * m + 1))), 1);
+                    __m512i q2 = _mm512_and_si512(_mm512_srlv_epi16(q, qs), m3);
+                    __mmask64 hb = _mm512_test_epi8_mask(hm, hbit);
+                    u[2 * h + m] = _mm512_mask_add_epi8(q2, hb, q2, four);
+                }
+                sc[h] = _mm512_permutexvar_epi16(h ? sidx1 : sidx0, s16);
             }
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+            const float d = FP16(x[b].d);
+            #pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(s16), _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
+                __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(),
+                                                      _mm512_castsi256_si512(_mm256_slli_epi32(corr, 2)));
+                #pragma GCC unroll 4
+                for (int h = 0; h < 2; h++) {
+                    __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h], _mm512_loadu_si512(y[i][b].qs + 128 * h));
+                    __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h + 1], _mm512_loadu_si512(y[i][b].qs + 128 * h + 64));
+                    isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), sc[h]);
+                }
+                block_done16(canon, &g[i], slot, &acc[i], isum, d * y[i][b].d);
+            }
         }
+        if (canon)
+            for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, false);
     }
     #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
 }
 
-/* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel */
-#define K4(ny, n, s, x, y) k45_dot_n(false, ny, n, s, x, y)
-#define K5(ny, n, s, x, y) k45_dot_n(true, ny, n, s, x, y)
-OG_NY_KERNELS(q8_0, q8_0_dot_n)
-OG_NY_KERNELS(q2_K, q2_K_dot_n)
-OG_NY_KERNELS(q3_K, q3_K_dot_n)
-OG_NY_KERNELS(q4_K, K4)
-OG_NY_KERNELS(q5_K, K5)
-OG_NY_KERNELS(q6_K, q6_K_dot_n)
+/* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel, in the
+ * fork's order and (name_canon) the canonical one */
+#define K4(canon, ny, n, s, x, y) k45_dot_n(false, canon, ny, n, s, x, y)
+#define K5(canon, ny, n, s, x, y) k45_dot_n(true, canon, ny, n, s, x, y)
+OG_FORK_CANON_KERNELS(q8_0, q8_0_dot_n)
+OG_FORK_CANON_KERNELS(q2_K, q2_K_dot_n)
+OG_FORK_CANON_KERNELS(q3_K, q3_K_dot_n)
+OG_FORK_CANON_KERNELS(q4_K, K4)
+OG_FORK_CANON_KERNELS(q5_K, K5)
+OG_FORK_CANON_KERNELS(q6_K, q6_K_dot_n)
 #undef K4
 #undef K5
 
@@ -526,183 +671,8 @@ static inline const uint8_t *row_block(const void *row, size_t stride, int r, in
     return b;
 }
 
-/* 32 quant bytes at q as two vectors of int32 lanes, shifted right by `shift`
- * (vpermps then reads their low 4 bits). */
-static inline void bytes32_shifted(const uint8_t *q, int shift, __m512i *u0, __m512i *u1) {
-    *u0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-    *u1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
-    if (shift) {
-        *u0 = _mm512_srli_epi32(*u0, shift);
-        *u1 = _mm512_srli_epi32(*u1, shift);
-    }
-}
-
-/* Q8_0 rows . f32 x in device order: a block's 32 weights are the 32 lanes, each
- * w = d * q exactly as q8_0's to_float computes it. */
-static inline __attribute__((always_inline)) void q8_0_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
-                                                                    float *out) {
-    __m512 a0[NYMAX], a1[NYMAX];
-    const size_t ahead = device_start(nr, stride, a0, a1);
-    for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            const og_block_q8_0 *b = (const og_block_q8_0 *)row_block(row, stride, r, i, sizeof *b, ahead);
-            __m512 d = _mm512_set1_ps(FP16(b->d));
-            __m128i q0 = _mm_loadu_si128((const __m128i *)b->qs), q1 = _mm_loadu_si128((const __m128i *)(b->qs + 16));
-            a0[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))), x0, a0[r]);
-            a1[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))), x1, a1[r]);
-        }
-    }
-    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
-}
-
-/* The k-quant device kernels dequantize by table: inside a group of one scale and
- * min every weight is one of few values, w(q) = dl * q - ml exactly as the
- * reference's to_float rounds it, so sixteen of them sit in a register and
- * vpermps, which reads only the low 4 bits of each index, looks weights up from
- * the zero-extended quant bytes. The sums are then the device order's fmas. */
-static const float iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-static const float iota4x4[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
-
-/* Weight table: lane i = dl[idx[i]] * q[i] - ml[idx[i]], the reference's
- * (d * sc) * q - dmin * m for the scale and min that idx picks per lane. */
-static inline __m512 wtable(__m512 dl, __m512 ml, __m512i idx, __m512 q) {
-    return _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(idx, dl), q), _mm512_permutexvar_ps(idx, ml));
-}
-
-/* Q2_K rows . f32 in device order: group g (32 elements) reads qs[32 (g / 4) ..]
- * shifted by 2 (g % 4); lanes 0-15 take sub-block 2g, lanes 16-31 sub-block
- * 2g + 1. A 2-bit quant has four values, so one register holds the tables of four
- * sub-blocks, 4t .. 4t + 3 (lane 4j + q: w of sub-block 4t + j at q), and the
- * index is (q & 3) | 4j, one vpternlogd. */
-static inline __attribute__((always_inline)) void q2_K_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
-                                                                    float *out) {
-    __m512 a0[NYMAX], a1[NYMAX];
-    const size_t ahead = device_start(nr, stride, a0, a1);
-    const __m512 q4 = _mm512_loadu_ps(iota4x4);
-    const __m512i m3 = _mm512_set1_epi32(3);
-    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    for (int64_t i = 0; i < n / OG_QK_K; i++, x += OG_QK_K) {
-        const og_block_q2_K *b[NYMAX];
-        __m512 dl[NYMAX], ml[NYMAX];
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            b[r] = (const og_block_q2_K *)row_block(row, stride, r, i, sizeof *b[r], ahead);
-            __m128i sc = _mm_loadu_si128((const __m128i *)b[r]->scales);
-            dl[r] = _mm512_mul_ps(_mm512_set1_ps(FP16(b[r]->d)),
-                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(sc, _mm_set1_epi8(0x0F)))));
-            ml[r] = _mm512_mul_ps(_mm512_set1_ps(FP16(b[r]->dmin)),
-                                  _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)))));
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; t++) {
-            __m512 tab[NYMAX];
-            const __m512i idx = _mm512_add_epi32(spread, _mm512_set1_epi32(4 * t));
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++)
-                tab[r] = wtable(dl[r], ml[r], idx, q4);
-#pragma GCC unroll 2
-            for (int g = 2 * t; g < 2 * t + 2; g++) {
-                const int j0 = 2 * (g % 2);
-                const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
-#pragma GCC unroll 4
-                for (int r = 0; r < nr; r++) {
-                    __m512i u0, u1;
-                    bytes32_shifted(b[r]->qs + 32 * (g / 4), 2 * (g % 4), &u0, &u1);
-                    u0 = _mm512_ternarylogic_epi32(u0, m3, _mm512_set1_epi32(4 * j0), 0xEA); /* (u & 3) | 4j */
-                    u1 = _mm512_ternarylogic_epi32(u1, m3, _mm512_set1_epi32(4 * j0 + 4), 0xEA);
-                    a0[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, tab[r]), x0, a0[r]);
-                    a1[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, tab[r]), x1, a1[r]);
-                }
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
-}
-
-/* Q4_K rows . f32 in device order: group g reads the low (even g) or high (odd g)
- * nibbles of qs[32 (g / 2) ..], one scale and min per group. */
-static inline __attribute__((always_inline)) void q4_K_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
-                                                                    float *out) {
-    __m512 a0[NYMAX], a1[NYMAX];
-    const size_t ahead = device_start(nr, stride, a0, a1);
-    const __m512 q16 = _mm512_loadu_ps(iota16);
-    for (int64_t i = 0; i < n / OG_QK_K; i++, x += OG_QK_K) {
-        const og_block_q4_K *b[NYMAX];
-        __m512 dm[NYMAX], ml[NYMAX];
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            b[r] = (const og_block_q4_K *)row_block(row, stride, r, i, sizeof *b[r], ahead);
-            /* lanes 0-7: d * sc_j, lanes 8-15: dmin * m_j */
-            dm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(b[r]->scales))),
-                                  scales_2(FP16(b[r]->d), FP16(b[r]->dmin)));
-            ml[r] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(dm[r]), _mm512_castps_si512(dm[r]), 8));
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) {
-                __m512i u0, u1;
-                bytes32_shifted(b[r]->qs + 32 * (g / 2), 4 * (g % 2), &u0, &u1);
-                __m512 t = wtable(dm[r], ml[r], _mm512_set1_epi32(g), q16);
-                a0[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u0, t), x0, a0[r]);
-                a1[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(u1, t), x1, a1[r]);
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
-}
-
-/* Q6_K rows . f32 in device order: group g = 4h + k (32 elements) takes the low
- * (k < 2) or high nibbles of ql[64h + 32 (k % 2) ..] and bits 2k, 2k + 1 of
- * qh[32h ..]; w = (d * sc) * (u - 32) with u - 32 exact in float, as the reference
- * rounds it. Lanes 0-15 take sub-block 2g, lanes 16-31 sub-block 2g + 1. */
-static inline __attribute__((always_inline)) void q6_K_dot_device_n(int nr, const void *row, size_t stride, const float *x, int64_t n,
-                                                                    float *out) {
-    __m512 a0[NYMAX], a1[NYMAX];
-    const size_t ahead = device_start(nr, stride, a0, a1);
-    const __m512i lo4 = _mm512_set1_epi32(0x0F);
-    const __m512 c32 = _mm512_set1_ps(32.0f);
-    for (int64_t i = 0; i < n / OG_QK_K; i++, x += OG_QK_K) {
-        const og_block_q6_K *b[NYMAX];
-        __m512 dl[NYMAX];
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            b[r] = (const og_block_q6_K *)row_block(row, stride, r, i, sizeof *b[r], ahead);
-            dl[r] = _mm512_mul_ps(_mm512_set1_ps(FP16(b[r]->d)),
-                                  _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b[r]->scales))));
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            const int h = g / 4, k = g % 4;
-            const __m512 x0 = _mm512_loadu_ps(x + 32 * g), x1 = _mm512_loadu_ps(x + 32 * g + 16);
-#pragma GCC unroll 4
-            for (int r = 0; r < nr; r++) {
-                const uint8_t *ql = b[r]->ql + 64 * h + 32 * (k % 2), *qh = b[r]->qh + 32 * h;
-                __m512 w[2];
-                for (int j = 0; j < 2; j++) {
-                    __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 16 * j)));
-                    lo = k < 2 ? _mm512_and_si512(lo, lo4) : _mm512_srli_epi32(lo, 4);
-                    __m512i hi = _mm512_slli_epi32(
-                        _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * j))), 2 * k), 4);
-                    __m512i u = _mm512_ternarylogic_epi32(hi, _mm512_set1_epi32(0x30), lo, 0xEA); /* (hi & 0x30) | lo */
-                    __m512 q = _mm512_sub_ps(_mm512_cvtepi32_ps(u), c32);
-                    w[j] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(2 * g + j), dl[r]), q);
-                }
-                a0[r] = _mm512_fmadd_ps(w[0], x0, a0[r]);
-                a1[r] = _mm512_fmadd_ps(w[1], x1, a1[r]);
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++) out[r] = warp_sum(a0[r], a1[r]);
-}
-
-/* ---- device order for the other types: dequantize a block, then the fmas ----
- * Each dequantizer gives the reference to_float's bits (the same products and
- * sums, in the same order, without fma contraction); the block's weights then go
- * through the same lane fmas as og_dot_f32_device. */
+/* ---- device order of the float types: widen a block, then the fmas ----
+ * The block's weights go through the same lane fmas as og_dot_f32_device. */
 
 /* F16 and BF16 rows take 32 elements at a time; the last cnt < 32 are zero-padded
  * (masked loads: +0.0 in both formats), as the device order pads. */
@@ -716,80 +686,6 @@ static inline void deq_bf16_n(const uint8_t *b, float *w, int64_t cnt) {
 }
 static inline void deq_f16(const uint8_t *b, float *w) { deq_f16_n(b, w, 32); }
 static inline void deq_bf16(const uint8_t *b, float *w) { deq_bf16_n(b, w, 32); }
-/* nibbles of 16 bytes: elements 0-15 (low), 16-31 (high), plus 16 * fifth bit */
-static inline void nib32(const uint8_t *qs, const uint8_t *qh, __m512i *lo, __m512i *hi) {
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
-    *lo = _mm512_and_si512(v, _mm512_set1_epi32(0x0F));
-    *hi = _mm512_srli_epi32(v, 4);
-    if (qh) {
-        uint32_t h;
-        memcpy(&h, qh, 4);
-        *lo = _mm512_mask_add_epi32(*lo, (__mmask16)(h & 0xFFFF), *lo, _mm512_set1_epi32(16));
-        *hi = _mm512_mask_add_epi32(*hi, (__mmask16)(h >> 16), *hi, _mm512_set1_epi32(16));
-    }
-}
-/* The nibble formats: Q4_0, Q5_0 give d * (q - bias), Q4_1, Q5_1 d * q + m (the
- * product rounded, then the sum); qh (Q5) adds the fifth bits. */
-static inline void deq_nibbles(const uint8_t *b, size_t qs, const uint8_t *qh, int bias, bool has_min, float *w) {
-    __m512i q[2];
-    nib32(b + qs, qh, &q[0], &q[1]);
-    const __m512 d = _mm512_set1_ps(og_h16(b)), m = has_min ? _mm512_set1_ps(og_h16(b + 2)) : _mm512_setzero_ps();
-    for (int j = 0; j < 2; j++) {
-        __m512 v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[j], _mm512_set1_epi32(bias))));
-        _mm512_storeu_ps(w + 16 * j, has_min ? _mm512_add_ps(v, m) : v);
-    }
-}
-static inline void deq_q4_0(const uint8_t *b, float *w) { deq_nibbles(b, offsetof(og_block_q4_0, qs), NULL, 8, false, w); }
-static inline void deq_q4_1(const uint8_t *b, float *w) { deq_nibbles(b, offsetof(og_block_q4_1, qs), NULL, 0, true, w); }
-static inline void deq_q5_0(const uint8_t *b, float *w) {
-    deq_nibbles(b, offsetof(og_block_q5_0, qs), b + offsetof(og_block_q5_0, qh), 16, false, w);
-}
-static inline void deq_q5_1(const uint8_t *b, float *w) {
-    deq_nibbles(b, offsetof(og_block_q5_1, qs), b + offsetof(og_block_q5_1, qh), 0, true, w);
-}
-static inline void deq_iq4_nl(const uint8_t *b, float *w) { /* d * T[q] */
-    __m512i lo, hi;
-    nib32(b + offsetof(og_block_iq4_nl, qs), NULL, &lo, &hi);
-    const __m512 t = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)og_iq4nl_values)));
-    const __m512 d = _mm512_set1_ps(og_h16(b));
-    _mm512_storeu_ps(w, _mm512_mul_ps(d, _mm512_permutexvar_ps(lo, t)));
-    _mm512_storeu_ps(w + 16, _mm512_mul_ps(d, _mm512_permutexvar_ps(hi, t)));
-}
-/* Q3_K: (d * sc) * (q2 + 4 hbit - 4); sub-block s = elements 16s ..: half h = s / 8,
- * plane k = (s / 2) % 4, bytes l = 16 (s % 2) .. of qs[32h ..] and hmask, hmask bit
- * 4h + k. */
-static inline void deq_q3_K(const uint8_t *b, float *w) {
-    const og_block_q3_K *x = (const og_block_q3_K *)b;
-    const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(FP16(x->d)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(og_q3_scales(x->scales))));
-    const __m512i m3 = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1), four = _mm512_set1_epi32(4);
-#pragma GCC unroll 16
-    for (int s = 0; s < 16; s++) {
-        const int h = s / 8, k = (s / 2) % 4, l = 16 * (s % 2);
-        __m512i q2 = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 32 * h + l))), 2 * k), m3);
-        __m512i hb = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->hmask + l))), 4 * h + k), one);
-        __m512i q = _mm512_sub_epi32(_mm512_add_epi32(q2, _mm512_slli_epi32(hb, 2)), four);
-        _mm512_storeu_ps(w + 16 * s, _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(s), dl), _mm512_cvtepi32_ps(q)));
-    }
-}
-/* Q5_K: (d * sc) * q - dmin * m per group g of 32; q = nibble + 16 * (bit g of qh[l]) */
-static inline void deq_q5_K(const uint8_t *b, float *w) {
-    const og_block_q5_K *x = (const og_block_q5_K *)b;
-    const __m512 dm = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(x->scales))),
-                                    scales_2(FP16(x->d), FP16(x->dmin)));
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) {
-        const __m512 dl = _mm512_permutexvar_ps(_mm512_set1_epi32(g), dm), ml = _mm512_permutexvar_ps(_mm512_set1_epi32(8 + g), dm);
-        for (int j = 0; j < 2; j++) {
-            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 32 * (g / 2) + 16 * j)));
-            v = g % 2 ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(0x0F));
-            __m512i hb = _mm512_and_si512(_mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qh + 16 * j))), g),
-                                          _mm512_set1_epi32(1));
-            __m512i q = _mm512_add_epi32(v, _mm512_slli_epi32(hb, 4));
-            _mm512_storeu_ps(w + 32 * g + 16 * j, _mm512_sub_ps(_mm512_mul_ps(dl, _mm512_cvtepi32_ps(q)), ml));
-        }
-    }
-}
-
 /* nr rows (stride bytes apart) of blocks of qk weights (bs bytes) against x, in
  * device order, each block dequantized by deq into a buffer first. */
 static inline __attribute__((always_inline)) void deq_dot_device_n(void (*deq)(const uint8_t *, float *),
@@ -831,13 +727,6 @@ static inline __attribute__((always_inline)) void deq_dot_device_n(void (*deq)(c
     }
 DEQ_KERNEL(f16, deq_f16_n, 32, 64)
 DEQ_KERNEL(bf16, deq_bf16_n, 32, 64)
-DEQ_KERNEL(q4_0, NULL, 32, sizeof(og_block_q4_0))
-DEQ_KERNEL(q4_1, NULL, 32, sizeof(og_block_q4_1))
-DEQ_KERNEL(q5_0, NULL, 32, sizeof(og_block_q5_0))
-DEQ_KERNEL(q5_1, NULL, 32, sizeof(og_block_q5_1))
-DEQ_KERNEL(iq4_nl, NULL, 32, sizeof(og_block_iq4_nl))
-DEQ_KERNEL(q3_K, NULL, OG_QK_K, sizeof(og_block_q3_K))
-DEQ_KERNEL(q5_K, NULL, OG_QK_K, sizeof(og_block_q5_K))
 #undef DEQ_KERNEL
 
 /* dot_device (one row) and dot_device4 (four rows row_bytes apart) of each kernel */
@@ -850,17 +739,6 @@ DEQ_KERNEL(q5_K, NULL, OG_QK_K, sizeof(og_block_q5_K))
     static void name##_dot_device4(const void *row, size_t row_bytes, const float *x, int64_t n, float *out) { \
         name##_dot_device_n(4, row, row_bytes, x, n, out);                                          \
     }
-DEVICE_KERNELS(q8_0)
-DEVICE_KERNELS(q2_K)
-DEVICE_KERNELS(q4_K)
-DEVICE_KERNELS(q6_K)
-DEVICE_KERNELS(q3_K)
-DEVICE_KERNELS(q5_K)
-DEVICE_KERNELS(q4_0)
-DEVICE_KERNELS(q4_1)
-DEVICE_KERNELS(q5_0)
-DEVICE_KERNELS(q5_1)
-DEVICE_KERNELS(iq4_nl)
 DEVICE_KERNELS(f16)
 DEVICE_KERNELS(bf16)
 #undef DEVICE_KERNELS
@@ -942,19 +820,17 @@ void og_kernels_fill_avx512(og_kernels *k) {
     DOT(OG_TYPE_Q5_K, q5_K);
     DOT(OG_TYPE_Q6_K, q6_K);
 #undef DOT
-    /* every type but F32: the device order for one and four weight rows */
+    /* the canonical order, one and four activation rows */
+#define CANON(T, name) k->vec_dot_canonical[T] = name##_canon_dot, k->vec_dot4_canonical[T] = name##_canon_dot4
+    CANON(OG_TYPE_Q8_0, q8_0);
+    CANON(OG_TYPE_Q2_K, q2_K);
+    CANON(OG_TYPE_Q3_K, q3_K);
+    CANON(OG_TYPE_Q4_K, q4_K);
+    CANON(OG_TYPE_Q5_K, q5_K);
+    CANON(OG_TYPE_Q6_K, q6_K);
+#undef CANON
+    /* F16 and BF16: the device order for one and four weight rows */
 #define DEV(T, name) k->dot_device[T] = name##_dot_device, k->dot_device4[T] = name##_dot_device4
-    DEV(OG_TYPE_Q8_0, q8_0);
-    DEV(OG_TYPE_Q4_0, q4_0);
-    DEV(OG_TYPE_Q4_1, q4_1);
-    DEV(OG_TYPE_Q5_0, q5_0);
-    DEV(OG_TYPE_Q5_1, q5_1);
-    DEV(OG_TYPE_IQ4_NL, iq4_nl);
-    DEV(OG_TYPE_Q2_K, q2_K);
-    DEV(OG_TYPE_Q3_K, q3_K);
-    DEV(OG_TYPE_Q4_K, q4_K);
-    DEV(OG_TYPE_Q5_K, q5_K);
-    DEV(OG_TYPE_Q6_K, q6_K);
     DEV(OG_TYPE_F16, f16);
     DEV(OG_TYPE_BF16, bf16);
 #undef DEV

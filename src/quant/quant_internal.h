@@ -62,6 +62,20 @@ static inline float og_warp_reduce32(float *acc) {
     static void name##_dot(int64_t n, float *s, const void *x, const void *y) { call(1, n, s, x, &y); } \
     static void name##_dot4(int64_t n, float *s, const void *x, const void *const *y) { call(4, n, s, x, y); }
 
+/* A body call(canon, ny, n, s, x, y) becomes name##_dot, name##_dot4 (the fork's
+ * order, canon false) and name##_canon_dot, name##_canon_dot4 (the canonical one). */
+#define OG_FORK_CANON_KERNELS(name, call)                                                          \
+    static inline __attribute__((always_inline)) void name##_fork_n(int ny, int64_t n, float *s, const void *x, \
+                                                                    const void *const *y) {                     \
+        call(false, ny, n, s, x, y);                                                 \
+    }                                                                                \
+    static inline __attribute__((always_inline)) void name##_canon_n(int ny, int64_t n, float *s, const void *x, \
+                                                                     const void *const *y) {                     \
+        call(true, ny, n, s, x, y);                                                  \
+    }                                                                                \
+    OG_NY_KERNELS(name, name##_fork_n)                                               \
+    OG_NY_KERNELS(name##_canon, name##_canon_n)
+
 #if defined(__AVX2__) && defined(__F16C__)
 /* ---- shared by the SIMD tiers (built with AVX2 and F16C) ---- */
 #include <immintrin.h>
@@ -90,6 +104,106 @@ static inline float og_hsum256(__m256 v) {
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     return _mm_cvtss_f32(h);
+}
+
+
+/* ---- the canonical order in registers (og_quant.h "Canonical numerics") ----
+ * Blocks go in groups of eight (8g .. 8g + 7): each block leaves in its slot a
+ * vector of int32 lanes that sum to I_b (and, for types with mins, one that sums
+ * to S_b) and its factors a_b (c_b); a full or final group is reduced to its
+ * eight exact sums at once and its eight v_b join lanes 8g .. 8g + 7 of the 32,
+ * acc[g % 4]. */
+typedef struct og_canon8 {
+    __m256i i[8], s[8];
+    float a[8], c[8];
+} og_canon8;
+
+/* Lane j: the sum of the eight int32 lanes of v[j] (exact, any order). Each step
+ * pairs two vectors by blends (any ALU port) and one shuffle, not the two shuffles
+ * of a hadd: the shuffle port is what the kernels around it are short of. */
+/* The first two steps for v[0..4): lane 4h + j holds v[j]'s lanes 4h .. 4h + 3. */
+static inline __m256i og_sum4x2_epi32(const __m256i *v) {
+    __m256i a[2];
+    for (int k = 0; k < 2; k++) { /* lane 2m: v[2k]'s lanes 2m, 2m+1; lane 2m+1: v[2k+1]'s */
+        const __m256i u = _mm256_blend_epi32(v[2 * k], v[2 * k + 1], 0xAA), w = _mm256_blend_epi32(v[2 * k + 1], v[2 * k], 0xAA);
+        a[k] = _mm256_add_epi32(u, _mm256_shuffle_epi32(w, _MM_SHUFFLE(2, 3, 0, 1)));
+    }
+    const __m256i u = _mm256_blend_epi32(a[0], a[1], 0xCC), w = _mm256_blend_epi32(a[1], a[0], 0xCC);
+    return _mm256_add_epi32(u, _mm256_shuffle_epi32(w, _MM_SHUFFLE(1, 0, 3, 2)));
+}
+static inline __m256i og_sum8_epi32(const __m256i v[8]) {
+    const __m256i b0 = og_sum4x2_epi32(v), b1 = og_sum4x2_epi32(v + 4);
+    const __m256i u = _mm256_blend_epi32(b0, b1, 0xF0), w = _mm256_blend_epi32(b1, b0, 0xF0);
+    return _mm256_add_epi32(u, _mm256_permute2x128_si256(w, w, 0x01));
+}
+/* Lanes 0-3: the sums of v[0..4) (lanes 4-7 zero): a row's last group of at most four. */
+static inline __m256i og_sum4_epi32(const __m256i v[4]) {
+    const __m256i b = og_sum4x2_epi32(v);
+    return _mm256_zextsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+}
+
+/* Adds v_b = fma(-c_b, (float)S_b, a_b * (float)I_b) of the group of blocks b & ~7 ..
+ * (I, S: their exact sums, lane j = block b0 + j) to lanes b0 .. b0 + 7. */
+static inline __attribute__((always_inline)) void og_canon_add(__m256 acc[4], int64_t b, __m256i isums, __m256i ssums,
+                                                                __m256 a, __m256 c, bool mins) {
+    __m256 v = _mm256_mul_ps(a, _mm256_cvtepi32_ps(isums));
+    if (mins) v = _mm256_fnmadd_ps(c, _mm256_cvtepi32_ps(ssums), v);
+    acc[(b >> 3) & 3] = _mm256_add_ps(acc[(b >> 3) & 3], v);
+}
+
+/* Blocks per turn of a kernel's block loop (both orders): a group of eight, whose
+ * canonical terms go to the lanes after the loop over its blocks. */
+#define OG_CANON_GROUP 8
+
+/* Slot j of a group: its block's I lanes and factor a. */
+static inline __attribute__((always_inline)) void og_canon_put(og_canon8 *g, int j, __m256i isum, float a) {
+    g->i[j] = isum;
+    g->a[j] = a;
+}
+
+/* The sum of v's eight int32 lanes. */
+static inline int32_t og_hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Lanes j < cnt: the floats p[j], each written alone; zero beyond. One broadcast
+ * load per float (a load the store of that float forwards to, where one vector
+ * load over eight separate stores would wait for them all to reach the cache), then
+ * blends: no shuffles. */
+static inline __m256 og_first_ps(const float *p, int cnt) {
+    __m256 v = _mm256_setzero_ps();
+#define OG_SLOT(j) \
+    if (cnt > (j)) v = _mm256_blend_ps(v, _mm256_broadcast_ss(p + (j)), 1 << (j));
+    OG_SLOT(0) OG_SLOT(1) OG_SLOT(2) OG_SLOT(3) OG_SLOT(4) OG_SLOT(5) OG_SLOT(6) OG_SLOT(7)
+#undef OG_SLOT
+    return v;
+}
+
+/* The group of blocks b0 .. b0 + 7 (b0 a multiple of 8; blocks from nb on are
+ * absent) is in its slots: v_b of each joins its lane. Absent slots (a row's last
+ * group) count as a = c = 0 and zero sums, so +0, which leaves a lane as it was;
+ * a last group of at most four blocks is summed as four.
+ * mins: the type has S_b and c_b. */
+static inline __attribute__((always_inline)) void og_canon_flush(og_canon8 *g, __m256 acc[4], int64_t b0, int64_t nb,
+                                                                  bool mins) {
+    const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8, top = cnt <= 4 ? 4 : 8; /* up to four: half the tree */
+    for (int k = cnt; k < top; k++) g->i[k] = g->s[k] = _mm256_setzero_si256();
+    const __m256i is = top == 4 ? og_sum4_epi32(g->i) : og_sum8_epi32(g->i);
+    const __m256i ss = !mins ? _mm256_setzero_si256() : top == 4 ? og_sum4_epi32(g->s) : og_sum8_epi32(g->s);
+    if (cnt == 8) /* mid-row: the stores have long reached the cache when the lanes need the sum */
+        og_canon_add(acc, b0, is, ss, _mm256_loadu_ps(g->a), mins ? _mm256_loadu_ps(g->c) : _mm256_setzero_ps(), mins);
+    else
+        og_canon_add(acc, b0, is, ss, og_first_ps(g->a, cnt), mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
+}
+
+/* The butterfly of og_dot_f32_device over the 32 lanes acc[0..4): offset 16 adds
+ * acc[0] + acc[2] and acc[1] + acc[3], offset 8 those two, then og_hsum256's
+ * steps are offsets 4, 2 and 1. */
+static inline float og_canon_finish(const __m256 acc[4]) {
+    return og_hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
 }
 #endif
 

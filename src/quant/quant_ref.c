@@ -387,27 +387,42 @@ static void iq4_nl_to_float(const void *vx, float *y, int64_t n) {
 
 /* ---- dots of 32-element formats (kquants.md §5) --------------------------- */
 
+/* The exact integer sum of a block's quant products (the part of a dot product
+ * every order shares), one function per format. */
+static int q4_0_isum(const og_block_q4_0 *x, const og_block_q8_0 *y) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++) isum += ((x->qs[j] & 0x0F) - 8) * y->qs[j] + ((x->qs[j] >> 4) - 8) * y->qs[j + 16];
+    return isum;
+}
+static int q4_1_isum(const og_block_q4_1 *x, const og_block_q8_1 *y) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++) isum += (x->qs[j] & 0x0F) * y->qs[j] + (x->qs[j] >> 4) * y->qs[j + 16];
+    return isum;
+}
+static int q8_0_isum(const og_block_q8_0 *x, const og_block_q8_0 *y) {
+    int isum = 0;
+    for (int j = 0; j < 32; j++) isum += x->qs[j] * y->qs[j];
+    return isum;
+}
+static int iq4_nl_isum(const og_block_iq4_nl *x, const og_block_q8_0 *y) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++) isum += og_iq4nl_values[x->qs[j] & 15] * y->qs[j] + og_iq4nl_values[x->qs[j] >> 4] * y->qs[j + 16];
+    return isum;
+}
+
 static void q4_0_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q4_0 *x = vx;
     const og_block_q8_0 *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / 32; b++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++)
-            isum += ((x[b].qs[j] & 0x0F) - 8) * y[b].qs[j] + ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + 16];
-        sum += (float)isum * (FP16(x[b].d) * FP16(y[b].d));
-    }
+    for (int64_t b = 0; b < n / 32; b++) sum += (float)q4_0_isum(&x[b], &y[b]) * (FP16(x[b].d) * FP16(y[b].d));
     *s = sum;
 }
 static void q4_1_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q4_1 *x = vx;
     const og_block_q8_1 *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / 32; b++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++) isum += (x[b].qs[j] & 0x0F) * y[b].qs[j] + (x[b].qs[j] >> 4) * y[b].qs[j + 16];
-        sum += (FP16(x[b].d) * FP16(y[b].d)) * (float)isum + FP16(x[b].m) * FP16(y[b].s);
-    }
+    for (int64_t b = 0; b < n / 32; b++)
+        sum += (FP16(x[b].d) * FP16(y[b].d)) * (float)q4_1_isum(&x[b], &y[b]) + FP16(x[b].m) * FP16(y[b].s);
     *s = sum;
 }
 /* sum of (q[j] - offset) * y[j] over a Q5 block's 32 quants */
@@ -436,23 +451,14 @@ static void q5_1_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
 static void q8_0_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q8_0 *x = vx, *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / 32; b++) {
-        int isum = 0;
-        for (int j = 0; j < 32; j++) isum += x[b].qs[j] * y[b].qs[j];
-        sum += (float)isum * (FP16(x[b].d) * FP16(y[b].d));
-    }
+    for (int64_t b = 0; b < n / 32; b++) sum += (float)q8_0_isum(&x[b], &y[b]) * (FP16(x[b].d) * FP16(y[b].d));
     *s = sum;
 }
 static void iq4_nl_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_iq4_nl *x = vx;
     const og_block_q8_0 *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / 32; b++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++)
-            isum += og_iq4nl_values[x[b].qs[j] & 15] * y[b].qs[j] + og_iq4nl_values[x[b].qs[j] >> 4] * y[b].qs[j + 16];
-        sum += (float)isum * (FP16(x[b].d) * FP16(y[b].d));
-    }
+    for (int64_t b = 0; b < n / 32; b++) sum += (float)iq4_nl_isum(&x[b], &y[b]) * (FP16(x[b].d) * FP16(y[b].d));
     *s = sum;
 }
 
@@ -688,19 +694,24 @@ static void q2_K_to_float(const void *vx, float *y, int64_t n) {
         }
     }
 }
+/* sum over sub-blocks of scale * (q . y); *summs = sum of min * bsums */
+static int q2_K_isum(const og_block_q2_K *x, const og_block_q8_K *y, int *summs) {
+    int isum = 0, ms = 0;
+    for (int j = 0; j < 16; j++) ms += y->bsums[j] * (x->scales[j] >> 4);
+    for (int sb = 0; sb < 16; sb++) { /* sub-block of 16 elements */
+        int is = 0;
+        for (int e = 16 * sb; e < 16 * sb + 16; e++) is += y->qs[e] * ((x->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+        isum += (x->scales[sb] & 0xF) * is;
+    }
+    *summs = ms;
+    return isum;
+}
 static void q2_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q2_K *x = vx;
     const og_block_q8_K *y = vy;
     float sum = 0;
     for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        int isum = 0, summs = 0;
-        for (int j = 0; j < 16; j++) summs += y[b].bsums[j] * (x[b].scales[j] >> 4);
-        for (int sb = 0; sb < 16; sb++) { /* sub-block of 16 elements */
-            int is = 0;
-            for (int e = 16 * sb; e < 16 * sb + 16; e++)
-                is += y[b].qs[e] * ((x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
-            isum += (x[b].scales[sb] & 0xF) * is;
-        }
+        int summs, isum = q2_K_isum(&x[b], &y[b], &summs);
         sum += y[b].d * FP16(x[b].d) * (float)isum - y[b].d * FP16(x[b].dmin) * (float)summs;
     }
     *s = sum;
@@ -771,23 +782,24 @@ static void q3_K_to_float(const void *vx, float *y, int64_t n) {
         }
     }
 }
+static int q3_K_isum(const og_block_q3_K *x, const og_block_q8_K *y) {
+    int isum = 0;
+    for (int sb = 0; sb < 16; sb++) {
+        int is = 0;
+        for (int e = 16 * sb; e < 16 * sb + 16; e++) {
+            int q2 = (x->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+            int h = (x->hmask[e % 32] >> (e / 32)) & 1;
+            is += y->qs[e] * (q2 + 4 * h - 4);
+        }
+        isum += q3_scale(x->scales, sb) * is;
+    }
+    return isum;
+}
 static void q3_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q3_K *x = vx;
     const og_block_q8_K *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        int isum = 0;
-        for (int sb = 0; sb < 16; sb++) {
-            int is = 0;
-            for (int e = 16 * sb; e < 16 * sb + 16; e++) {
-                int q2 = (x[b].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-                int h = (x[b].hmask[e % 32] >> (e / 32)) & 1;
-                is += y[b].qs[e] * (q2 + 4 * h - 4);
-            }
-            isum += q3_scale(x[b].scales, sb) * is;
-        }
-        sum += FP16(x[b].d) * y[b].d * (float)isum;
-    }
+    for (int64_t b = 0; b < n / OG_QK_K; b++) sum += FP16(x[b].d) * y[b].d * (float)q3_K_isum(&x[b], &y[b]);
     *s = sum;
 }
 
@@ -864,9 +876,8 @@ static void k45_block_to_float(uint16_t d16, uint16_t dmin16, const uint8_t *sca
     }
 }
 
-/* d * sum_j sc_j (q . y)_j - dmin * sum_j m_j (y sums of sub-block j) */
-static float k45_block_dot(uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
-                           const og_block_q8_K *y) {
+/* sum_j sc_j (q . y)_j; *summs = sum_j m_j (y sums of sub-block j) */
+static int k45_isum(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, const og_block_q8_K *y, int *summs_out) {
     int isum = 0, summs = 0;
     for (int j = 0; j < 8; j++) {
         uint8_t sc, m;
@@ -876,6 +887,13 @@ static float k45_block_dot(uint16_t d16, uint16_t dmin16, const uint8_t *scales,
         isum += sc * is;
         summs += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
     }
+    *summs_out = summs;
+    return isum;
+}
+/* d * isum - dmin * summs */
+static float k45_block_dot(uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                           const og_block_q8_K *y) {
+    int summs, isum = k45_isum(scales, qs, qh, y, &summs);
     return FP16(d16) * y->d * (float)isum - FP16(dmin16) * y->d * (float)summs;
 }
 
@@ -970,41 +988,162 @@ static void q6_K_to_float(const void *vx, float *y, int64_t n) {
         }
     }
 }
+static int q6_K_isum(const og_block_q6_K *x, const og_block_q8_K *y) {
+    int isum = 0;
+    for (int sb = 0; sb < 16; sb++) {
+        int is = 0;
+        for (int e = 16 * sb; e < 16 * sb + 16; e++) is += y->qs[e] * q6_quant(x, e);
+        isum += x->scales[sb] * is;
+    }
+    return isum;
+}
 static void q6_K_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_q6_K *x = vx;
     const og_block_q8_K *y = vy;
     float sum = 0;
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        int isum = 0;
-        for (int sb = 0; sb < 16; sb++) {
-            int is = 0;
-            for (int e = 16 * sb; e < 16 * sb + 16; e++) is += y[b].qs[e] * q6_quant(&x[b], e);
-            isum += x[b].scales[sb] * is;
-        }
-        sum += FP16(x[b].d) * y[b].d * (float)isum;
-    }
+    for (int64_t b = 0; b < n / OG_QK_K; b++) sum += FP16(x[b].d) * y[b].d * (float)q6_K_isum(&x[b], &y[b]);
     *s = sum;
 }
+
+/* ---- the canonical order (og_quant.h "Canonical numerics") ------------------- */
+
+/* One block's terms: v = fma(-c, m, a * (float)isum) goes to lane b mod 32. */
+typedef struct canon_term {
+    int32_t isum;
+    float a, c, m;
+} canon_term;
+
+/* The canonical dot from the terms of each of nb blocks (term(x, y, b, &t) fills
+ * block b's, t zeroed first): lanes from +0, the block's float operations as the
+ * header states them, then the butterfly of og_dot_f32_device. */
+static float canon_dot(void (*term)(const void *, const void *, int64_t, canon_term *), int64_t nb, const void *x,
+                       const void *y) {
+    float acc[32] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+        canon_term t = {0, 0, 0, 0};
+        term(x, y, b, &t);
+        float v = t.a * (float)t.isum;
+        v = fmaf(-t.c, t.m, v);
+        acc[b & 31] += v;
+    }
+    return og_warp_reduce32(acc);
+}
+
+static void q8_0_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q8_0 *x = (const og_block_q8_0 *)vx + b, *y = (const og_block_q8_0 *)vy + b;
+    t->isum = q8_0_isum(x, y);
+    t->a = FP16(x->d) * FP16(y->d);
+}
+static void q4_0_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q4_0 *x = (const og_block_q4_0 *)vx + b;
+    const og_block_q8_0 *y = (const og_block_q8_0 *)vy + b;
+    t->isum = q4_0_isum(x, y);
+    t->a = FP16(x->d) * FP16(y->d);
+}
+static void q4_1_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q4_1 *x = (const og_block_q4_1 *)vx + b;
+    const og_block_q8_1 *y = (const og_block_q8_1 *)vy + b;
+    t->isum = q4_1_isum(x, y);
+    t->a = FP16(x->d) * FP16(y->d);
+    t->c = -FP16(x->m); /* + m * s */
+    t->m = FP16(y->s);
+}
+static void q5_0_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q5_0 *x = (const og_block_q5_0 *)vx + b;
+    const og_block_q8_0 *y = (const og_block_q8_0 *)vy + b;
+    t->isum = q5_dot(x->qs, x->qh, 16, y->qs);
+    t->a = FP16(x->d) * FP16(y->d);
+}
+static void q5_1_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q5_1 *x = (const og_block_q5_1 *)vx + b;
+    const og_block_q8_1 *y = (const og_block_q8_1 *)vy + b;
+    t->isum = q5_dot(x->qs, x->qh, 0, y->qs);
+    t->a = FP16(x->d) * FP16(y->d);
+    t->c = -FP16(x->m);
+    t->m = FP16(y->s);
+}
+static void iq4_nl_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_iq4_nl *x = (const og_block_iq4_nl *)vx + b;
+    const og_block_q8_0 *y = (const og_block_q8_0 *)vy + b;
+    t->isum = iq4_nl_isum(x, y);
+    t->a = FP16(x->d) * FP16(y->d);
+}
+static void q2_K_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q2_K *x = (const og_block_q2_K *)vx + b;
+    const og_block_q8_K *y = (const og_block_q8_K *)vy + b;
+    int summs;
+    t->isum = q2_K_isum(x, y, &summs);
+    t->a = FP16(x->d) * y->d;
+    t->c = FP16(x->dmin) * y->d;
+    t->m = (float)summs;
+}
+static void q3_K_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q3_K *x = (const og_block_q3_K *)vx + b;
+    const og_block_q8_K *y = (const og_block_q8_K *)vy + b;
+    t->isum = q3_K_isum(x, y);
+    t->a = FP16(x->d) * y->d;
+}
+static void q4_K_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q4_K *x = (const og_block_q4_K *)vx + b;
+    const og_block_q8_K *y = (const og_block_q8_K *)vy + b;
+    int summs;
+    t->isum = k45_isum(x->scales, x->qs, NULL, y, &summs);
+    t->a = FP16(x->d) * y->d;
+    t->c = FP16(x->dmin) * y->d;
+    t->m = (float)summs;
+}
+static void q5_K_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q5_K *x = (const og_block_q5_K *)vx + b;
+    const og_block_q8_K *y = (const og_block_q8_K *)vy + b;
+    int summs;
+    t->isum = k45_isum(x->scales, x->qs, x->qh, y, &summs);
+    t->a = FP16(x->d) * y->d;
+    t->c = FP16(x->dmin) * y->d;
+    t->m = (float)summs;
+}
+static void q6_K_term(const void *vx, const void *vy, int64_t b, canon_term *t) {
+    const og_block_q6_K *x = (const og_block_q6_K *)vx + b;
+    const og_block_q8_K *y = (const og_block_q8_K *)vy + b;
+    t->isum = q6_K_isum(x, y);
+    t->a = FP16(x->d) * y->d;
+}
+
+#define CANON(name, qk)                                                                        \
+    static void name##_canonical(int64_t n, float *s, const void *x, const void *y) {          \
+        *s = canon_dot(name##_term, n / (qk), x, y);                                           \
+    }
+CANON(q8_0, 32)
+CANON(q4_0, 32)
+CANON(q4_1, 32)
+CANON(q5_0, 32)
+CANON(q5_1, 32)
+CANON(iq4_nl, 32)
+CANON(q2_K, OG_QK_K)
+CANON(q3_K, OG_QK_K)
+CANON(q4_K, OG_QK_K)
+CANON(q5_K, OG_QK_K)
+CANON(q6_K, OG_QK_K)
+#undef CANON
 
 /* ---- the table ----------------------------------------------------------------- */
 
 static const og_type_traits traits[OG_TYPE_COUNT] = {
-    [OG_TYPE_F32] = {OG_TYPE_F32, "F32", 1, 4, OG_TYPE_F32, f32_to_float, f32_from_float, f32_vec_dot},
-    [OG_TYPE_F16] = {OG_TYPE_F16, "F16", 1, 2, OG_TYPE_F16, f16_to_float, f16_from_float, f16_vec_dot},
-    [OG_TYPE_BF16] = {OG_TYPE_BF16, "BF16", 1, 2, OG_TYPE_BF16, bf16_to_float, bf16_from_float, bf16_vec_dot},
-    [OG_TYPE_Q4_0] = {OG_TYPE_Q4_0, "Q4_0", 32, 18, OG_TYPE_Q8_0, q4_0_to_float, q4_0_from_float, q4_0_vec_dot},
-    [OG_TYPE_Q4_1] = {OG_TYPE_Q4_1, "Q4_1", 32, 20, OG_TYPE_Q8_1, q4_1_to_float, q4_1_from_float, q4_1_vec_dot},
-    [OG_TYPE_Q5_0] = {OG_TYPE_Q5_0, "Q5_0", 32, 22, OG_TYPE_Q8_0, q5_0_to_float, q5_0_from_float, q5_0_vec_dot},
-    [OG_TYPE_Q5_1] = {OG_TYPE_Q5_1, "Q5_1", 32, 24, OG_TYPE_Q8_1, q5_1_to_float, q5_1_from_float, q5_1_vec_dot},
-    [OG_TYPE_Q8_0] = {OG_TYPE_Q8_0, "Q8_0", 32, 34, OG_TYPE_Q8_0, q8_0_to_float, q8_0_from_float, q8_0_vec_dot},
-    [OG_TYPE_Q8_1] = {OG_TYPE_Q8_1, "Q8_1", 32, 36, OG_TYPE_Q8_1, q8_1_to_float, q8_1_from_float, NULL},
-    [OG_TYPE_IQ4_NL] = {OG_TYPE_IQ4_NL, "IQ4_NL", 32, 18, OG_TYPE_Q8_0, iq4_nl_to_float, iq4_nl_from_float, iq4_nl_vec_dot},
-    [OG_TYPE_Q2_K] = {OG_TYPE_Q2_K, "Q2_K", 256, 84, OG_TYPE_Q8_K, q2_K_to_float, q2_K_from_float, q2_K_vec_dot},
-    [OG_TYPE_Q3_K] = {OG_TYPE_Q3_K, "Q3_K", 256, 110, OG_TYPE_Q8_K, q3_K_to_float, q3_K_from_float, q3_K_vec_dot},
-    [OG_TYPE_Q4_K] = {OG_TYPE_Q4_K, "Q4_K", 256, 144, OG_TYPE_Q8_K, q4_K_to_float, q4_K_from_float, q4_K_vec_dot},
-    [OG_TYPE_Q5_K] = {OG_TYPE_Q5_K, "Q5_K", 256, 176, OG_TYPE_Q8_K, q5_K_to_float, q5_K_from_float, q5_K_vec_dot},
-    [OG_TYPE_Q6_K] = {OG_TYPE_Q6_K, "Q6_K", 256, 210, OG_TYPE_Q8_K, q6_K_to_float, q6_K_from_float, q6_K_vec_dot},
-    [OG_TYPE_Q8_K] = {OG_TYPE_Q8_K, "Q8_K", 256, 292, OG_TYPE_Q8_K, q8_K_to_float, q8_K_from_float, NULL},
+    [OG_TYPE_F32] = {OG_TYPE_F32, "F32", 1, 4, OG_TYPE_F32, f32_to_float, f32_from_float, f32_vec_dot, NULL},
+    [OG_TYPE_F16] = {OG_TYPE_F16, "F16", 1, 2, OG_TYPE_F16, f16_to_float, f16_from_float, f16_vec_dot, NULL},
+    [OG_TYPE_BF16] = {OG_TYPE_BF16, "BF16", 1, 2, OG_TYPE_BF16, bf16_to_float, bf16_from_float, bf16_vec_dot, NULL},
+    [OG_TYPE_Q4_0] = {OG_TYPE_Q4_0, "Q4_0", 32, 18, OG_TYPE_Q8_0, q4_0_to_float, q4_0_from_float, q4_0_vec_dot, q4_0_canonical},
+    [OG_TYPE_Q4_1] = {OG_TYPE_Q4_1, "Q4_1", 32, 20, OG_TYPE_Q8_1, q4_1_to_float, q4_1_from_float, q4_1_vec_dot, q4_1_canonical},
+    [OG_TYPE_Q5_0] = {OG_TYPE_Q5_0, "Q5_0", 32, 22, OG_TYPE_Q8_0, q5_0_to_float, q5_0_from_float, q5_0_vec_dot, q5_0_canonical},
+    [OG_TYPE_Q5_1] = {OG_TYPE_Q5_1, "Q5_1", 32, 24, OG_TYPE_Q8_1, q5_1_to_float, q5_1_from_float, q5_1_vec_dot, q5_1_canonical},
+    [OG_TYPE_Q8_0] = {OG_TYPE_Q8_0, "Q8_0", 32, 34, OG_TYPE_Q8_0, q8_0_to_float, q8_0_from_float, q8_0_vec_dot, q8_0_canonical},
+    [OG_TYPE_Q8_1] = {OG_TYPE_Q8_1, "Q8_1", 32, 36, OG_TYPE_Q8_1, q8_1_to_float, q8_1_from_float, NULL, NULL},
+    [OG_TYPE_IQ4_NL] = {OG_TYPE_IQ4_NL, "IQ4_NL", 32, 18, OG_TYPE_Q8_0, iq4_nl_to_float, iq4_nl_from_float, iq4_nl_vec_dot, iq4_nl_canonical},
+    [OG_TYPE_Q2_K] = {OG_TYPE_Q2_K, "Q2_K", 256, 84, OG_TYPE_Q8_K, q2_K_to_float, q2_K_from_float, q2_K_vec_dot, q2_K_canonical},
+    [OG_TYPE_Q3_K] = {OG_TYPE_Q3_K, "Q3_K", 256, 110, OG_TYPE_Q8_K, q3_K_to_float, q3_K_from_float, q3_K_vec_dot, q3_K_canonical},
+    [OG_TYPE_Q4_K] = {OG_TYPE_Q4_K, "Q4_K", 256, 144, OG_TYPE_Q8_K, q4_K_to_float, q4_K_from_float, q4_K_vec_dot, q4_K_canonical},
+    [OG_TYPE_Q5_K] = {OG_TYPE_Q5_K, "Q5_K", 256, 176, OG_TYPE_Q8_K, q5_K_to_float, q5_K_from_float, q5_K_vec_dot, q5_K_canonical},
+    [OG_TYPE_Q6_K] = {OG_TYPE_Q6_K, "Q6_K", 256, 210, OG_TYPE_Q8_K, q6_K_to_float, q6_K_from_float, q6_K_vec_dot, q6_K_canonical},
+    [OG_TYPE_Q8_K] = {OG_TYPE_Q8_K, "Q8_K", 256, 292, OG_TYPE_Q8_K, q8_K_to_float, q8_K_from_float, NULL, NULL},
 };
 
 const og_type_traits *og_quant_traits(og_ggml_type t) {

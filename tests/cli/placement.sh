@@ -156,10 +156,11 @@ echo "placement: OK (k=$k, $n_moe MoE layers, $want selections per layer; replay
 
 # --cpu-numerics on a Q8_0 model (the F32 one's fast path is already f32): gpu is
 # bit-identical for every placement, fork (the default) is not (resident experts
-# compute as the device does, cold ones on the fast path; the per-product bound is
-# test_backend's); teacher-forced, so the tokens are the same.
+# compute in the canonical order, cold ones in the tier's; the per-product bound is
+# test_backend's); teacher-forced, so the tokens are the same. Rows of 256 (eight
+# Q8_0 blocks): with the tiny preset's two the two orders happen to agree.
 q8=$work/tiny-q8.gguf
-"$onegpu" make-model --preset tiny --type Q8_0 -o "$q8" 2>/dev/null
+"$onegpu" make-model --preset tiny --type Q8_0 --n-embd 256 --n-ff-exp 256 -o "$q8" 2>/dev/null
 for nm in fork gpu; do
   "$onegpu" run -m "$q8" --cpu-numerics $nm -p "The quick brown fox" --teacher "$long" --json >"$work/$nm-0.json" 2>/dev/null
   "$onegpu" run -m "$q8" --cpu-numerics $nm -p "The quick brown fox" --teacher "$long" --json "${fits[@]}" \

@@ -367,33 +367,41 @@ static void test_quantize_act(void **state) {
  * hold, not only what the reference quantizer writes) with finite fp16 scales:
  * each tier's dot within the bound of the reference, vec_dot4 and the device-order
  * kernels bit for bit against vec_dot and the reference's dequantize-then-dot. */
+/* The quantized types and the offsets of their fp16 scales in a block (-1: none). */
+static const struct { og_ggml_type t; int off[2]; } rtypes[] = {
+    {OG_TYPE_Q8_0, {0, -1}}, {OG_TYPE_Q4_0, {0, -1}}, {OG_TYPE_Q4_1, {0, 2}},   {OG_TYPE_Q5_0, {0, -1}},
+    {OG_TYPE_Q5_1, {0, 2}},  {OG_TYPE_IQ4_NL, {0, -1}}, {OG_TYPE_Q2_K, {80, 82}}, {OG_TYPE_Q3_K, {108, -1}},
+    {OG_TYPE_Q4_K, {0, 2}},  {OG_TYPE_Q5_K, {0, 2}},  {OG_TYPE_Q6_K, {208, -1}},
+};
+#define N_RTYPES (sizeof rtypes / sizeof rtypes[0])
+
+/* nb blocks of type rtypes[ti] of random bytes with finite fp16 scales in [-1, 1]. */
+static void random_row(size_t ti, uint8_t *w, int64_t nb, uint64_t *seed) {
+    const og_type_traits *tr = og_quant_traits(rtypes[ti].t);
+    for (size_t i = 0; i < (size_t)nb * tr->type_size; i++) w[i] = (uint8_t)(og_rand_unit(seed) * 256);
+    for (int64_t b = 0; b < nb; b++)
+        for (int k = 0; k < 2; k++)
+            if (rtypes[ti].off[k] >= 0) {
+                uint16_t h = og_fp32_to_fp16((float)(og_rand_unit(seed) * 2 - 1));
+                memcpy(w + b * tr->type_size + rtypes[ti].off[k], &h, 2);
+            }
+}
+
 static void test_random_blocks(void **state) {
     (void)state;
-    static const struct { og_ggml_type t; int off[2]; } types[] = {
-        {OG_TYPE_Q8_0, {0, -1}}, {OG_TYPE_Q4_0, {0, -1}}, {OG_TYPE_Q4_1, {0, 2}},   {OG_TYPE_Q5_0, {0, -1}},
-        {OG_TYPE_Q5_1, {0, 2}},  {OG_TYPE_IQ4_NL, {0, -1}}, {OG_TYPE_Q2_K, {80, 82}}, {OG_TYPE_Q3_K, {108, -1}},
-        {OG_TYPE_Q4_K, {0, 2}},  {OG_TYPE_Q5_K, {0, 2}},  {OG_TYPE_Q6_K, {208, -1}},
-    };
     og_cpu_features f;
     og_cpu_detect(&f);
     og_kernels ref;
     assert_int_equal(og_kernels_init(OG_ISA_SCALAR, &ref), OG_OK);
     uint64_t seed = 99;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const og_type_traits *tr = og_quant_traits(types[ti].t);
+    for (size_t ti = 0; ti < N_RTYPES; ti++) {
+        const og_type_traits *tr = og_quant_traits(rtypes[ti].t);
         const og_type_traits *act = og_quant_traits(tr->vec_dot_type);
         const int64_t n = 7 * tr->blck, nb = 7;
-        const size_t rb = (size_t)nb * tr->type_size;
         uint8_t w[4][7 * 256], qa[4][7 * 300];
         float a[7 * 256], deq[7 * 256];
         for (int r = 0; r < 4; r++) {
-            for (size_t i = 0; i < rb; i++) w[r][i] = (uint8_t)(og_rand_unit(&seed) * 256);
-            for (int64_t b = 0; b < nb; b++)
-                for (int k = 0; k < 2; k++)
-                    if (types[ti].off[k] >= 0) {
-                        uint16_t h = og_fp32_to_fp16((float)(og_rand_unit(&seed) * 2 - 1));
-                        memcpy(w[r] + b * tr->type_size + types[ti].off[k], &h, 2);
-                    }
+            random_row(ti, w[r], nb, &seed);
             for (int64_t i = 0; i < n; i++) a[i] = (float)(og_rand_unit(&seed) * 2 - 1) * (float)(r + 1);
             act->from_float(a, qa[r], n);
             randomize_activation(act->type, qa[r], n, &seed);
@@ -417,17 +425,6 @@ static void test_random_blocks(void **state) {
                     float s4[4];
                     k.vec_dot4[tr->type](n, s4, w[0], ys);
                     assert_memory_equal(&s4[r], &got, sizeof got);
-                }
-                if (k.dot_device[tr->type]) { /* weight row r . activation a */
-                    for (int64_t i = 0; i < n; i++) a[i] = (float)(og_rand_unit(&seed) * 2 - 1);
-                    tr->to_float(w[r], deq, n);
-                    float dref = og_dot_f32_device_ref(deq, a, n), dfast = k.dot_device[tr->type](w[r], a, n);
-                    assert_memory_equal(&dref, &dfast, sizeof dref);
-                    if (k.dot_device4[tr->type]) {
-                        float out[4];
-                        k.dot_device4[tr->type](w[0], sizeof w[0], a, n, out);
-                        assert_memory_equal(&out[r], &dref, sizeof dref);
-                    }
                 }
             }
         }
@@ -503,10 +500,127 @@ static void test_dot_f32_device(void **state) {
             }
             fused4++;
         }
-        /* every type but F32: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K-Q6_K, F16, BF16 */
-        if (isa == OG_ISA_AVX512) assert_int_equal(fused, 13);
-        if (isa == OG_ISA_AVX512) assert_int_equal(fused4, 13);
+        /* the float types but F32 (quantized types have the canonical order instead) */
+        if (isa == OG_ISA_AVX512) assert_int_equal(fused, 2);
+        if (isa == OG_ISA_AVX512) assert_int_equal(fused4, 2);
     }
+}
+
+/* The canonical order (og_quant.h "Canonical numerics") by hand: a Q8_0 row whose
+ * result shows the lanes, and one Q4_K block whose I, S and float operations are
+ * known; then every tier's vec_dot_canonical and vec_dot4_canonical bit for bit
+ * against the scalar statement (og_type_traits.vec_dot_canonical) on random
+ * blocks (every byte pattern, finite fp16 scales) of 1 to 70 blocks (last groups
+ * of one to eight, more blocks than lanes), and the statement within the float-order
+ * bound of the reference vec_dot. */
+static void test_canonical(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    /* Q8_0, 64 blocks: block 0 gives 2^24 (I = 32 * 64 * 8, a = 1 * 1024), block 1
+     * -2^24, block 32 gives 1. Lane 0 holds 2^24 + 1 = 2^24 (a tie, to even) and
+     * lane 1 -2^24, so the canonical result is 0; the reference's sum in block
+     * order is 1. */
+    og_block_q8_0 w8[64], y8[64];
+    memset(w8, 0, sizeof w8);
+    memset(y8, 0, sizeof y8);
+    for (int j = 0; j < 32; j++) w8[0].qs[j] = 64, w8[1].qs[j] = -64, y8[0].qs[j] = y8[1].qs[j] = 8;
+    w8[0].d = w8[1].d = w8[32].d = og_fp32_to_fp16(1.0f);
+    y8[0].d = y8[1].d = og_fp32_to_fp16(1024.0f);
+    y8[32].d = og_fp32_to_fp16(1.0f);
+    w8[32].qs[0] = y8[32].qs[0] = 1;
+    const og_type_traits *t8 = og_quant_traits(OG_TYPE_Q8_0);
+    float got, fork;
+    t8->vec_dot(64 * 32, &fork, w8, y8);
+    assert_true(fork == 1.0f);
+    /* Q4_K, one block: quants 3, scales sc_j = j + 1, mins 2, d = 0.5, dmin = 0.25;
+     * activations all 1 with d = 0.1: I = 96 * 36, S = 2 * 32 * 8 */
+    og_block_q4_K w4;
+    og_block_q8_K y4;
+    memset(&w4, 0, sizeof w4);
+    w4.d = og_fp32_to_fp16(0.5f);
+    w4.dmin = og_fp32_to_fp16(0.25f);
+    for (int j = 0; j < 4; j++) w4.scales[j] = (uint8_t)(j + 1), w4.scales[j + 4] = 2;
+    for (int j = 4; j < 8; j++) w4.scales[j + 4] = (uint8_t)((j + 1) | (2 << 4));
+    memset(w4.qs, 0x33, sizeof w4.qs);
+    y4.d = 0.1f;
+    memset(y4.qs, 1, sizeof y4.qs);
+    for (int j = 0; j < 16; j++) y4.bsums[j] = 16;
+    const float a4 = 0.5f * 0.1f, c4 = 0.25f * 0.1f, v4 = a4 * 3456.0f, want4 = fmaf(-c4, 512.0f, v4);
+    int fast = 0, fast4 = 0;
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_kernels k;
+        if (!tier_kernels(&f, isa, &k)) continue;
+        k.vec_dot_canonical[OG_TYPE_Q8_0](64 * 32, &got, w8, y8);
+        if (got != 0.0f || signbit(got)) fail_msg("%s Q8_0 canonical by hand: %.9g, want +0", og_isa_name((og_isa)isa), got);
+        k.vec_dot_canonical[OG_TYPE_Q4_K](256, &got, &w4, &y4);
+        assert_memory_equal(&got, &want4, sizeof got);
+        for (int t = 0; t < OG_TYPE_COUNT; t++) {
+            const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
+            if (isa == OG_ISA_SCALAR || !tr || !tr->vec_dot_canonical) continue;
+            fast += k.vec_dot_canonical[t] != tr->vec_dot_canonical;
+            fast4 += k.vec_dot4_canonical[t] != NULL;
+        }
+    }
+    /* AVX2 and AVX-512: Q8_0, Q2_K-Q6_K; four rows at once all but AVX2's Q3_K */
+    int tiers = (f.avx2 && f.fma && f.f16c) + (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.os_avx512);
+    assert_int_equal(fast, 6 * tiers);
+    if (tiers) assert_int_equal(fast4, 5 + 6 * (tiers - 1));
+
+    uint64_t seed = 4242;
+    static const int64_t nbs[] = {1, 2, 4, 5, 7, 8, 9, 12, 33, 70};
+    int rows = 0;
+    for (size_t ti = 0; ti < N_RTYPES; ti++) {
+        const og_type_traits *tr = og_quant_traits(rtypes[ti].t);
+        const og_type_traits *act = og_quant_traits(tr->vec_dot_type);
+        assert_non_null(tr->vec_dot_canonical);
+        for (size_t ni = 0; ni < sizeof nbs / sizeof nbs[0]; ni++) {
+            const int64_t nb = nbs[ni], n = nb * tr->blck;
+            const size_t astride = (size_t)nb * act->type_size;
+            uint8_t *w = malloc((size_t)nb * tr->type_size), *qa = malloc(4 * astride);
+            float *a = malloc((size_t)n * sizeof *a), *deq = malloc((size_t)n * sizeof *deq);
+            random_row(ti, w, nb, &seed);
+            tr->to_float(w, deq, n);
+            const void *ys[4];
+            for (int r = 0; r < 4; r++) {
+                for (int64_t i = 0; i < n; i++) a[i] = (float)(og_rand_unit(&seed) * 2 - 1) * (float)(r + 1);
+                act->from_float(a, qa + r * astride, n);
+                randomize_activation(act->type, qa + r * astride, n, &seed);
+                ys[r] = qa + r * astride;
+            }
+            for (int r = 0; r < 4; r++) {
+                float want, ref;
+                tr->vec_dot_canonical(n, &want, w, ys[r]);
+                tr->vec_dot(n, &ref, w, ys[r]);
+                act->to_float(ys[r], a, n);
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)deq[i] * a[i]);
+                if (!(fabs((double)want - ref) <= og_quant_dot_tolerance(tr->type) * mag + 1e-30))
+                    fail_msg("%s n=%lld row %d: canonical %.9g vs reference %.9g", tr->name, (long long)n, r, want, ref);
+                for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+                    og_kernels k;
+                    if (!tier_kernels(&f, isa, &k)) continue;
+                    k.vec_dot_canonical[tr->type](n, &got, w, ys[r]);
+                    if (memcmp(&got, &want, sizeof got))
+                        fail_msg("%s %s n=%lld row %d: canonical %.9g vs the statement %.9g", og_isa_name((og_isa)isa), tr->name,
+                                 (long long)n, r, got, want);
+                    if (k.vec_dot4_canonical[tr->type]) {
+                        float s4[4];
+                        k.vec_dot4_canonical[tr->type](n, s4, w, ys);
+                        if (memcmp(&s4[r], &want, sizeof got))
+                            fail_msg("%s %s n=%lld row %d: canonical x4 %.9g vs the statement %.9g", og_isa_name((og_isa)isa),
+                                     tr->name, (long long)n, r, s4[r], want);
+                    }
+                }
+                rows++;
+            }
+            free(w);
+            free(qa);
+            free(a);
+            free(deq);
+        }
+    }
+    assert_int_equal(rows, (int)(N_RTYPES * 10 * 4));
 }
 
 static void test_isa_choice(void **state) {
@@ -542,6 +656,7 @@ int main(void) {
         cmocka_unit_test(test_quantize_act),
         cmocka_unit_test(test_random_blocks),
         cmocka_unit_test(test_dot_f32_device),
+        cmocka_unit_test(test_canonical),
         cmocka_unit_test(test_isa_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,13 +7,7 @@ set -euo pipefail
 onegpu=$1 unit=$2 work=$3
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$work"
-model=$work/tiny.gguf
-if [[ ! -s $model ]]; then
-  "$onegpu" make-model --preset tiny -o "$model" 2>"$work/make.log" || {
-    if grep -q 'tokenizer' "$work/make.log"; then echo "SKIP: no tokenizer files (run scripts/deps.sh)"; exit 77; fi
-    cat "$work/make.log"; fail "make-model"
-  }
-fi
+tiny_model "$onegpu" "$work"
 echo "== test_engine"
 "$unit" "$model"
 

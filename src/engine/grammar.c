@@ -1357,14 +1357,16 @@ og_status og_gmatch_mask(og_gmatch *m, const og_vocab *v, const uint64_t **bits)
     return OG_OK;
 }
 
-og_status og_gmatch_apply(og_gmatch *m, const og_vocab *v, float *logits) {
+og_status og_gmatch_apply(og_gmatch *m, const og_vocab *v, float *logits, int32_t n_logits) {
     const uint64_t *bits;
     og_status st = og_gmatch_mask(m, v, &bits);
     if (st) return st;
-    for (int32_t w = 0; w * 64 < v->n_vocab; w++) {
+    for (int32_t i = v->n_vocab; i < n_logits; i++) logits[i] = -INFINITY; /* ids the tokenizer lacks */
+    int32_t n = n_logits < v->n_vocab ? n_logits : v->n_vocab;
+    for (int32_t w = 0; w * 64 < n; w++) {
         uint64_t x = bits[w];
         if (x == ~0ull) continue;
-        int32_t lim = v->n_vocab - w * 64 < 64 ? v->n_vocab - w * 64 : 64;
+        int32_t lim = n - w * 64 < 64 ? n - w * 64 : 64;
         for (int32_t j = 0; j < lim; j++)
             if (!((x >> j) & 1)) logits[w * 64 + j] = -INFINITY;
     }

@@ -12,6 +12,7 @@
 #ifndef OG_ENGINE_H
 #define OG_ENGINE_H
 
+#include "og_grammar.h"
 #include "og_model.h"
 #include "og_moe.h"
 #include "og_policy.h"
@@ -54,6 +55,9 @@ typedef struct og_seq_params {
     bool logprobs;                /* report each token's log-probability */
     bool reproducible;            /* strata_reproducible "required": its cold experts compute with the
                                      device's numerics, so its output never depends on placement or company */
+    og_grammar *grammar;          /* constrained decoding (response_format), or NULL; the sequence takes its
+                                     own reference. Each step's logits are masked to the tokens that keep the
+                                     output a prefix of the grammar; EOG only once it is complete. */
 } og_seq_params;
 
 /* One generated token as reported to the client. */
@@ -88,6 +92,9 @@ typedef struct og_engine_metrics {
     uint64_t kv_blocks_used, kv_blocks_total; /* OG_KV_BLOCK positions each; total = parallel x ctx */
     double gen_tok_per_s;         /* generated tokens per second over the last ~10 s */
     double longest_step_s;        /* longest forward step so far, seconds */
+    double forward_s;             /* seconds in forward steps, in all */
+    double mask_s;                /* seconds computing grammar masks (og_grammar.h), in all */
+    uint64_t masks;               /* grammar masks applied */
     bool placement;               /* the figures below are meaningful */
     uint64_t expert_routes, expert_hits, migrations, pcie_bytes, resident_experts;
 } og_engine_metrics;

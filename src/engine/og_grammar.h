@@ -77,9 +77,9 @@ bool og_gmatch_finished(const og_gmatch *m);
  * next call on it. A token is allowed when all its bytes keep the automaton
  * alive; end-of-generation tokens exactly when accepting. Errors: OG_ERR_NOMEM. */
 og_status og_gmatch_mask(og_gmatch *m, const og_vocab *v, const uint64_t **bits);
-/* Sets logits[n_vocab] of the tokens the mask refuses to -INFINITY. Errors:
- * OG_ERR_NOMEM (logits untouched). */
-og_status og_gmatch_apply(og_gmatch *m, const og_vocab *v, float *logits);
+/* Sets logits[0..n_logits) of the tokens the mask refuses to -INFINITY (ids
+ * past the tokenizer's vocabulary too). Errors: OG_ERR_NOMEM (logits untouched). */
+og_status og_gmatch_apply(og_gmatch *m, const og_vocab *v, float *logits, int32_t n_logits);
 /* Advances by a sampled token: its bytes, or for an end-of-generation token
  * checks that the document is complete. Errors: OG_ERR_INVALID_ARG (the token
  * is not allowed here; the matcher is unchanged), OG_ERR_NOMEM. */

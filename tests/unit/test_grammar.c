@@ -471,7 +471,7 @@ static void test_accept_refuses(void **state) {
     assert_true(og_gmatch_finished(m));
     float *logits = malloc((size_t)og_tokenizer_n_vocab(g_tok) * sizeof *logits);
     for (int32_t i = 0; i < og_tokenizer_n_vocab(g_tok); i++) logits[i] = 1.0f;
-    assert_int_equal(og_gmatch_apply(m, g_vocab, logits), OG_OK);
+    assert_int_equal(og_gmatch_apply(m, g_vocab, logits, og_tokenizer_n_vocab(g_tok)), OG_OK);
     int finite = 0;
     for (int32_t i = 0; i < og_tokenizer_n_vocab(g_tok); i++)
         if (logits[i] == 1.0f) {

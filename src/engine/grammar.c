@@ -1153,7 +1153,16 @@ static int32_t expand(og_gmatch *m, int nw) {
         }
     }
     if (!n_out) return -1;
-    qsort(m->out, (size_t)n_out, sizeof *m->out, cmp_i32);
+    if (n_out > 16) {
+        qsort(m->out, (size_t)n_out, sizeof *m->out, cmp_i32);
+    } else { /* the usual handful of stacks: insertion sort beats qsort's call overhead */
+        for (int i = 1; i < n_out; i++) {
+            int32_t x = m->out[i];
+            int j = i;
+            for (; j > 0 && m->out[j - 1] > x; j--) m->out[j] = m->out[j - 1];
+            m->out[j] = x;
+        }
+    }
     int k = 0;
     for (int i = 0; i < n_out; i++)
         if (!k || m->out[k - 1] != m->out[i]) m->out[k++] = m->out[i];
@@ -1334,7 +1343,9 @@ og_status og_gmatch_mask(og_gmatch *m, const og_vocab *v, const uint64_t **bits)
     int32_t *walk = m->walk;
     walk[0] = m->cur;
     for (int32_t i = 0; i < v->n_node;) {
-        int32_t t = step(m, walk[v->depth[i] - 1], v->byte[i]);
+        int32_t from = walk[v->depth[i] - 1];
+        const int32_t *tr = m->st[from].trans; /* the cached transition, else computed */
+        int32_t t = tr && tr[v->byte[i]] != -2 ? tr[v->byte[i]] : step(m, from, v->byte[i]);
         if (t == -3) {
             free(mask);
             return OG_ERR_NOMEM;
@@ -1367,6 +1378,10 @@ og_status og_gmatch_apply(og_gmatch *m, const og_vocab *v, float *logits, int32_
         uint64_t x = bits[w];
         if (x == ~0ull) continue;
         int32_t lim = n - w * 64 < 64 ? n - w * 64 : 64;
+        if (x == 0) { /* the common case outside strings: a whole word refused */
+            for (int32_t j = 0; j < lim; j++) logits[w * 64 + j] = -INFINITY;
+            continue;
+        }
         for (int32_t j = 0; j < lim; j++)
             if (!((x >> j) & 1)) logits[w * 64 + j] = -INFINITY;
     }

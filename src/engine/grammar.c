@@ -1016,6 +1016,7 @@ oom:
 #define MAX_WORK (1 << 16)   /* expansion steps per transition */
 #define COMPACT_NODES (1 << 19)
 #define COMPACT_STATES 8192
+#define COMPACT_MASKS 256    /* cached masks (16 KiB each for 129,280 tokens) per matcher */
 
 typedef struct gnode {
     int32_t pos, parent; /* continue at element pos, then return to parent */
@@ -1043,6 +1044,7 @@ struct og_gmatch {
     int32_t cur;         /* current state; -1: ended (an end-of-generation token was accepted) */
     int32_t *out, *work; /* scratch */
     int n_words;
+    int n_masks;         /* masks cached in st[] */
     int32_t *walk;       /* [max_depth + 1] states along the trie walk */
     uint64_t *none;      /* the empty mask (after the end) */
     int walk_cap;
@@ -1224,7 +1226,7 @@ static bool tables_init(og_gmatch *m) {
 /* The interned tables only grow: past a size, start them over from the current
  * state (its stacks re-interned), dropping every cached transition and mask. */
 static og_status compact(og_gmatch *m) {
-    if (m->n_nodes < COMPACT_NODES && m->n_st < COMPACT_STATES) return OG_OK;
+    if (m->n_nodes < COMPACT_NODES && m->n_st < COMPACT_STATES && m->n_masks < COMPACT_MASKS) return OG_OK;
     const gstate *cs = &m->st[m->cur];
     int n = cs->n;
     size_t total = 0;
@@ -1243,6 +1245,7 @@ static og_status compact(og_gmatch *m) {
         for (int32_t x = m->pool[cs->off + i]; x != NODE_ROOT; x = m->nodes[x].parent) chain[k++] = m->nodes[x], len[i]++;
     }
     tables_free(m);
+    m->n_masks = 0;
     og_status st = tables_init(m) ? OG_OK : OG_ERR_NOMEM;
     k = 0;
     int kept = 0;
@@ -1364,6 +1367,7 @@ og_status og_gmatch_mask(og_gmatch *m, const og_vocab *v, const uint64_t **bits)
     if (og_gmatch_accepting(m))
         for (int k = 0; k < v->n_eog; k++) mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
     m->st[m->cur].mask = mask;
+    m->n_masks++;
     *bits = mask;
     return OG_OK;
 }

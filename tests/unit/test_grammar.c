@@ -453,6 +453,47 @@ static void test_random_walk(void **state) {
     og_grammar_unref(g);
 }
 
+/* A long generation compacts the matcher's tables (past 256 cached masks):
+ * afterwards its masks still equal those of a fresh matcher fed the same text. */
+static void test_compaction(void **state) {
+    (void)state;
+    og_grammar *g = compile_ok("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":4000}");
+    og_gmatch *m;
+    char err[256], text[16384];
+    size_t len = 0;
+    assert_int_equal(og_gmatch_create(g, &m, err, sizeof err), OG_OK);
+    int32_t n = og_tokenizer_n_vocab(g_tok);
+    uint64_t rng = 12345;
+    for (int t = 0; t < 700; t++) {
+        const uint64_t *mask;
+        assert_int_equal(og_gmatch_mask(m, g_vocab, &mask), OG_OK);
+        int32_t cand[512];
+        int nc = 0;
+        for (int32_t id = 0; id < n && nc < 512; id++) { /* never closing the array, so it runs on */
+            char tb[512];
+            int k = og_token_to_bytes(g_tok, id, false, tb, sizeof tb);
+            if (bit(mask, id) && !og_tokenizer_is_eog(g_tok, id) && k > 0 && !memchr(tb, ']', (size_t)k)) cand[nc++] = id;
+        }
+        assert_true(nc > 0);
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        int32_t id = cand[rng % (uint64_t)nc];
+        len += (size_t)og_token_to_bytes(g_tok, id, false, text + len, sizeof text - len - 1);
+        assert_true(len < sizeof text - 64);
+        assert_int_equal(og_gmatch_accept(m, g_vocab, id), OG_OK);
+    }
+    og_gmatch *f;
+    assert_int_equal(og_gmatch_create(g, &f, err, sizeof err), OG_OK);
+    assert_true(og_gmatch_feed(f, text, len));
+    const uint64_t *a, *b;
+    assert_int_equal(og_gmatch_mask(m, g_vocab, &a), OG_OK);
+    assert_int_equal(og_gmatch_mask(f, g_vocab, &b), OG_OK);
+    assert_memory_equal(a, b, (size_t)(n + 63) / 64 * sizeof *a);
+    assert_int_equal(og_gmatch_accepting(m), og_gmatch_accepting(f));
+    og_gmatch_free(f);
+    og_gmatch_free(m);
+    og_grammar_unref(g);
+}
+
 /* accept() refuses a token the mask refuses, and EOG before the end */
 static void test_accept_refuses(void **state) {
     (void)state;
@@ -513,7 +554,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_documents),
         cmocka_unit_test(test_feed_states),     cmocka_unit_test(test_big_enum),
         cmocka_unit_test(test_mask_brute_force), cmocka_unit_test(test_random_walk),
-        cmocka_unit_test(test_accept_refuses),
+        cmocka_unit_test(test_accept_refuses),  cmocka_unit_test(test_compaction),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

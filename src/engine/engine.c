@@ -515,13 +515,15 @@ static int grammar_masks(og_engine *e, int n) {
  * of masked tokens are reported as -9999 (JSON has no -Infinity), as OpenAI does. */
 static bool grammar_advance(og_engine *e, og_seq *s, int32_t id, float *lp, og_token_logprob *top) {
     if (!s->gm) return true;
-    if (!s->gm_failed && !og_gmatch_accept(s->gm, e->vocab, id)) {
+    og_status st = s->gm_failed ? OG_ERR_NOMEM : og_gmatch_accept(s->gm, e->vocab, id);
+    if (!st) {
         if (!(*lp > -9999.0f)) *lp = -9999.0f;
         for (int i = 0; i < s->n_top; i++)
             if (!(top[i].logprob > -9999.0f)) top[i].logprob = -9999.0f;
         return true;
     }
-    snprintf(s->error, sizeof s->error, "constrained decoding failed (out of memory)");
+    snprintf(s->error, sizeof s->error, "constrained decoding failed: %s",
+             st == OG_ERR_NOMEM ? "out of memory" : "the sampled token is outside the grammar's mask");
     seq_end(s, OG_FINISH_ERROR);
     return false;
 }

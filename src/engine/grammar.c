@@ -888,6 +888,9 @@ struct og_vocab {
     int32_t *end;         /* [n_node] first node after this one's subtree */
     int32_t *tok_first;   /* [n_node] into tok_ids */
     int32_t *tok_n;       /* [n_node] tokens whose bytes end here */
+    int32_t *tok_end;     /* [n_node] one past the subtree's last token in tok_ids (tok_first: its first) */
+    uint16_t *plain_h;    /* [n_node] when this node and its subtree hold only plain string bytes
+                             (printable ASCII but '"' and '\\'): the subtree's deepest depth; else 0 */
     int32_t *tok_ids;     /* token ids in byte order */
     int max_depth;
     int32_t *eog;         /* end-of-generation ids */
@@ -918,6 +921,8 @@ void og_vocab_free(og_vocab *v) {
     free(v->end);
     free(v->tok_first);
     free(v->tok_n);
+    free(v->tok_end);
+    free(v->plain_h);
     free(v->tok_ids);
     free(v->eog);
     free(v->off);
@@ -966,8 +971,10 @@ og_status og_vocab_create(const og_tokenizer *tok, og_vocab **out, char *err, si
     v->end = malloc(maxn * sizeof *v->end);
     v->tok_first = malloc(maxn * sizeof *v->tok_first);
     v->tok_n = malloc(maxn * sizeof *v->tok_n);
+    v->tok_end = malloc(maxn * sizeof *v->tok_end);
+    v->plain_h = malloc(maxn * sizeof *v->plain_h);
     int32_t *path = malloc(65537 * sizeof *path); /* node index at each depth of the current string */
-    if (!v->byte || !v->depth || !v->end || !v->tok_first || !v->tok_n || !path) {
+    if (!v->byte || !v->depth || !v->end || !v->tok_first || !v->tok_n || !v->tok_end || !v->plain_h || !path) {
         free(path);
         goto oom;
     }
@@ -1000,6 +1007,20 @@ og_status og_vocab_create(const og_tokenizer *tok, og_vocab **out, char *err, si
         path[sp++] = i;
     }
     while (sp) v->end[path[--sp]] = nn;
+    /* subtree summaries, children before parents (reverse preorder) */
+    for (int32_t i = nn - 1; i >= 0; i--) {
+        uint8_t c = v->byte[i];
+        bool plain = c >= 0x20 && c <= 0x7e && c != '"' && c != '\\';
+        int32_t te = v->tok_n[i] ? v->tok_first[i] + v->tok_n[i] : v->tok_first[i];
+        uint16_t h = plain ? v->depth[i] : 0;
+        for (int32_t j = i + 1; j < v->end[i]; j = v->end[j]) {
+            if (v->tok_end[j] > te) te = v->tok_end[j];
+            if (!v->plain_h[j]) h = 0;
+            else if (h && v->plain_h[j] > h) h = v->plain_h[j];
+        }
+        v->tok_end[i] = te;
+        v->plain_h[i] = h;
+    }
     free(path);
     v->n_node = nn;
     *out = v;
@@ -1027,6 +1048,8 @@ typedef struct gstate {
     uint32_t hash;
     int32_t *trans;      /* [256] next state, -1 dead, -2 not computed; NULL until needed */
     uint64_t *mask;      /* cached mask or NULL */
+    int32_t plain_cap;   /* every run of up to this many plain string bytes keeps it alive (a lower
+                            bound; INT32_MAX: any run); -1 not computed */
 } gstate;
 
 struct og_gmatch {
@@ -1111,7 +1134,7 @@ static int32_t state_get(og_gmatch *m, const int32_t *v, int n) {
         !grow((void **)&m->pool, &m->cap_pool, m->n_pool + n, sizeof *m->pool))
         return -1;
     memcpy(m->pool + m->n_pool, v, (size_t)n * sizeof *v);
-    m->st[m->n_st] = (gstate){m->n_pool, n, hv, NULL, NULL};
+    m->st[m->n_st] = (gstate){m->n_pool, n, hv, NULL, NULL, -1};
     m->n_pool += n;
     m->sh[h] = m->n_st;
     return m->n_st++;
@@ -1317,6 +1340,46 @@ bool og_gmatch_finished(const og_gmatch *m) {
     return m->cur < 0 || (og_gmatch_accepting(m) && m->st[m->cur].n == 1);
 }
 
+static bool plain_byte(unsigned c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; }
+
+/* plain_cap of state s (see gstate), computed along the chain where every plain
+ * byte leads to one same next state (inside a string, bounded or not); the
+ * states met get theirs too. -3: out of memory. */
+static int32_t plain_cap(og_gmatch *m, int32_t s) {
+    if (m->st[s].plain_cap >= 0) return m->st[s].plain_cap;
+    int32_t chain[256], n = 0, cap = 0, at = s;
+    for (;;) {
+        int32_t next = -2;
+        for (unsigned c = 0x20; c <= 0x7e; c++) {
+            if (!plain_byte(c)) continue;
+            int32_t t = step(m, at, c);
+            if (t == -3) return -3;
+            if (t < 0 || (next != -2 && t != next)) {
+                next = -1;
+                break;
+            }
+            next = t;
+        }
+        chain[n++] = at;
+        if (next < 0) break;                 /* some run of one more byte dies (or runs diverge) here */
+        if (next == at) {                    /* a loop: any run */
+            cap = INT32_MAX;
+            break;
+        }
+        if (m->st[next].plain_cap >= 0) {    /* known from an earlier chain */
+            int32_t c1 = m->st[next].plain_cap;
+            cap = c1 == INT32_MAX ? INT32_MAX : c1 + 1;
+            break;
+        }
+        if (n == (int32_t)(sizeof chain / sizeof chain[0])) break;
+        at = next;
+    }
+    /* chain[j]: cap - j ... with cap counted from the end of the chain */
+    if (cap != INT32_MAX) cap += n - 1;
+    for (int32_t j = 0; j < n; j++) m->st[chain[j]].plain_cap = cap == INT32_MAX ? INT32_MAX : cap - j;
+    return m->st[s].plain_cap;
+}
+
 og_status og_gmatch_mask(og_gmatch *m, const og_vocab *v, const uint64_t **bits) {
     int nw = (v->n_vocab + 63) / 64;
     if (m->n_words && m->n_words != nw) return OG_ERR_INVALID_ARG;
@@ -1347,6 +1410,21 @@ og_status og_gmatch_mask(og_gmatch *m, const og_vocab *v, const uint64_t **bits)
     walk[0] = m->cur;
     for (int32_t i = 0; i < v->n_node;) {
         int32_t from = walk[v->depth[i] - 1];
+        if (v->plain_h[i]) { /* plain bytes only below: all of the subtree is allowed when the state takes any such run */
+            int32_t cap = m->st[from].plain_cap >= 0 ? m->st[from].plain_cap : plain_cap(m, from);
+            if (cap == -3) {
+                free(mask);
+                return OG_ERR_NOMEM;
+            }
+            if (v->plain_h[i] - (v->depth[i] - 1) <= cap) {
+                for (int32_t k = v->tok_first[i]; k < v->tok_end[i]; k++) {
+                    int32_t id = v->tok_ids[k];
+                    mask[id >> 6] |= 1ull << (id & 63);
+                }
+                i = v->end[i];
+                continue;
+            }
+        }
         const int32_t *tr = m->st[from].trans; /* the cached transition, else computed */
         int32_t t = tr && tr[v->byte[i]] != -2 ? tr[v->byte[i]] : step(m, from, v->byte[i]);
         if (t == -3) {

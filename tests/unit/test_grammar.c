@@ -388,6 +388,13 @@ static void test_mask_brute_force(void **state) {
     int n;
     check_mask("{\"type\":\"string\"}", "\"\xe2\x82", &n); /* mid-character: only continuation bytes first */
     assert_true(n > 0);
+    check_mask("{\"type\":\"string\"}", "\"", &n); /* an unbounded string: plain runs of any length */
+    assert_true(n > 100000);
+    check_mask("{\"type\":\"string\",\"minLength\":3,\"maxLength\":40}", "\"a", &n); /* bounded on both sides */
+    assert_true(n > 1000);
+    check_mask("{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"maxLength\":3}},"
+               "\"additionalProperties\":false}", "{\"k\":\"", &n);
+    assert_true(n > 100);
     check_mask("{\"type\":\"integer\"}", "12", &n); /* digits or the end */
     assert_true(n > 10);
 }

@@ -128,6 +128,7 @@ static og_pool *make_pool(int n, char *err, size_t errlen) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu bench placement --help (hot-set policies on routing traces)\n"
+            "       onegpu bench grammar --help (constrained decoding: mask time next to the decode step)\n"
             "       onegpu bench kernels [--json] [--size-mib N] [--threads LIST] [--types LIST] [--reps N]\n"
             "  matrix x vector on a weight matrix of N MiB (default 1024, far above the caches),\n"
             "  as weight bytes/s and as a fraction of a plain read of the same memory by the same\n"
@@ -150,12 +151,13 @@ static int parse_list(const char *s, int *out, int max) {
 
 int og_cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "placement")) return og_cmd_bench_placement(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "grammar")) return og_cmd_bench_grammar(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "kernels") != 0) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             usage(stdout);
             return OG_EXIT_OK;
         }
-        fprintf(stderr, "onegpu bench: 'kernels' or 'placement' (onegpu bench placement --help)\n");
+        fprintf(stderr, "onegpu bench: 'kernels', 'placement' or 'grammar' (onegpu bench placement --help)\n");
         usage(stderr);
         return OG_EXIT_USAGE;
     }

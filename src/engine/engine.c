@@ -39,6 +39,8 @@ struct og_seq {
     uint64_t step_submit, step_first; /* og_seq_out's */
     og_finish finish;
     char error[256];
+    og_gmatch *gm;                /* constrained decoding, or NULL; touched only by the scheduler */
+    bool gm_failed;               /* the mask could not be computed this step */
 };
 
 #define RATE_SAMPLES 64
@@ -65,6 +67,7 @@ struct og_engine {
     int rate_pos, rate_count;
     uint64_t *layer_routes, *layer_hits; /* [n_layer] copies taken after each step */
     uint32_t in_flight;           /* the placement's copies not yet published, as of the last look */
+    og_vocab *vocab;              /* token byte trie for grammar masks: built at the first grammar step */
 };
 
 static double now_s(void) {
@@ -171,6 +174,7 @@ static void seq_free(og_seq *s) {
     if (!s) return;
     og_kv_free(&s->kv);
     og_sampler_free(s->smp);
+    og_gmatch_free(s->gm);
     for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
     free(s->prompt);
     free(s->forced);
@@ -194,6 +198,8 @@ static void seq_retire(og_engine *e, og_seq *s) {
     memset(&s->kv, 0, sizeof s->kv);
     og_sampler_free(s->smp);
     s->smp = NULL;
+    og_gmatch_free(s->gm);
+    s->gm = NULL;
     if (s->finish == OG_FINISH_CANCEL) e->met.seqs_cancelled++;
     else e->met.seqs_finished++;
     if (s->reader_gone) seq_destroy(e, s);
@@ -249,6 +255,10 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
     og_status st = og_sampler_create(&p->sampling, e->n_vocab, &s->smp, err, errlen);
     if (st) {
         free(s);
+        return st;
+    }
+    if (p->grammar && (st = og_gmatch_create(p->grammar, &s->gm, err, errlen))) {
+        seq_free(s);
         return st;
     }
     s->prompt = malloc((size_t)n_prompt * sizeof *s->prompt);
@@ -539,6 +549,63 @@ static uint64_t kv_blocks_in_use(const og_engine *e) {
     return blocks;
 }
 
+/* ---- constrained decoding hooks (og_grammar.h) ----------------------------
+ * Masks are computed after the forward step, outside the lock: only the
+ * scheduler thread touches a matcher, and the sequences' rows are split over
+ * the pool's threads. */
+typedef struct mask_job {
+    og_engine *e;
+    int n;                        /* batch tokens */
+} mask_job;
+
+static void mask_rows(void *ctx, int ith, int nth) {
+    const mask_job *j = ctx;
+    og_engine *e = j->e;
+    int k = 0, g = 0; /* k: logits row; g: rows with a grammar, dealt round-robin to the threads */
+    for (int t = 0; t < j->n; t++) {
+        if (!e->b_want[t]) continue;
+        og_seq *s = e->running[e->b_seq[t]];
+        float *row = e->logits + (size_t)k++ * (size_t)e->n_vocab;
+        if (!s->gm || g++ % nth != ith) continue;
+        if (og_gmatch_apply(s->gm, e->vocab, row, e->n_vocab)) s->gm_failed = true;
+    }
+}
+
+/* Masks the rows of this step's sequences that have a grammar. Returns the
+ * number of masks applied. */
+static int grammar_masks(og_engine *e, int n) {
+    int n_gm = 0;
+    for (int t = 0; t < n; t++) n_gm += e->b_want[t] && e->running[e->b_seq[t]]->gm;
+    if (!n_gm) return 0;
+    if (!e->vocab && og_vocab_create(e->cfg.tok, &e->vocab, NULL, 0)) {
+        for (int t = 0; t < n; t++)
+            if (e->b_want[t] && e->running[e->b_seq[t]]->gm) e->running[e->b_seq[t]]->gm_failed = true;
+        return 0;
+    }
+    mask_job j = {e, n};
+    if (n_gm > 1) og_pool_run(e->cfg.rc.pool, mask_rows, &j);
+    else mask_rows(&j, 0, 1);
+    return n_gm;
+}
+
+/* After sampling id for s (lock held): advances its matcher; an id the mask
+ * did not allow (or a failed mask) ends the sequence with an error. Log-probs
+ * of masked tokens are reported as -9999 (JSON has no -Infinity), as OpenAI does. */
+static bool grammar_advance(og_engine *e, og_seq *s, int32_t id, float *lp, og_token_logprob *top) {
+    if (!s->gm) return true;
+    og_status st = s->gm_failed ? OG_ERR_NOMEM : og_gmatch_accept(s->gm, e->vocab, id);
+    if (!st) {
+        if (!(*lp > -9999.0f)) *lp = -9999.0f;
+        for (int i = 0; i < s->n_top; i++)
+            if (!(top[i].logprob > -9999.0f)) top[i].logprob = -9999.0f;
+        return true;
+    }
+    snprintf(s->error, sizeof s->error, "constrained decoding failed: %s",
+             st == OG_ERR_NOMEM ? "out of memory" : "the sampled token is outside the grammar's mask");
+    seq_end(s, OG_FINISH_ERROR);
+    return false;
+}
+
 static void *scheduler(void *arg) {
     og_engine *e = arg;
     char err[512];
@@ -605,6 +672,9 @@ static void *scheduler(void *arg) {
         err[0] = 0;
         og_status st = og_model_forward_batch(e->cfg.model, &e->cfg.rc, e->b_kvs, n_seq, &b, e->logits, err, sizeof err);
         double dt = now_s() - t0;
+        double t_mask = now_s();
+        int n_masks = st ? 0 : grammar_masks(e, n);
+        t_mask = now_s() - t_mask;
         char merr[256] = "";
         /* a failed swap stops the migration and leaves the slots as they were: keep serving */
         if (!st) (void)og_placement_step(e->cfg.placement, merr, sizeof merr);
@@ -616,6 +686,9 @@ static void *scheduler(void *arg) {
         pthread_mutex_lock(&e->mu);
         e->met.steps++;
         if (dt > e->met.longest_step_s) e->met.longest_step_s = dt;
+        e->met.forward_s += dt;
+        e->met.mask_s += t_mask;
+        e->met.masks += (uint64_t)n_masks;
         if (st) {
             for (int i = 0; i < n_seq; i++) {
                 og_seq *s = e->running[i];
@@ -641,7 +714,7 @@ static void *scheduler(void *arg) {
                     lp = og_sampler_logprob(row, e->n_vocab, id);
                 }
                 if (!s->step_first) s->step_first = e->met.steps;
-                if (s->finish == OG_FINISH_NONE) seq_accept(e, s, id, lp, top, forced);
+                if (s->finish == OG_FINISH_NONE && grammar_advance(e, s, id, &lp, top)) seq_accept(e, s, id, lp, top, forced);
             }
             for (int i = 0; i < n_seq; i++) {
                 og_seq *s = e->running[i];
@@ -704,6 +777,7 @@ void og_engine_free(og_engine *e) {
     free(e->logits);
     free(e->layer_routes);
     free(e->layer_hits);
+    og_vocab_free(e->vocab);
     free(e);
 }
 

@@ -20,6 +20,7 @@
 #ifndef OG_ENGINE_H
 #define OG_ENGINE_H
 
+#include "og_grammar.h"
 #include "og_model.h"
 #include "og_moe.h"
 #include "og_placement.h"
@@ -84,6 +85,9 @@ typedef struct og_seq_params {
     int n_forced;
     bool report_eog;              /* the end-of-generation token that ends the sequence is reported as a
                                      token too (with its log-prob; no text): onegpu run --json lists it */
+    og_grammar *grammar;          /* constrained decoding (response_format), or NULL; the sequence takes its
+                                     own reference. Each step's logits are masked to the tokens that keep the
+                                     output a prefix of the grammar; EOG only once it is complete. */
 } og_seq_params;
 
 /* One generated token as reported to the client. */
@@ -120,6 +124,9 @@ typedef struct og_engine_metrics {
     uint64_t kv_blocks_used, kv_blocks_total; /* OG_KV_BLOCK positions each; total = parallel x ctx */
     double gen_tok_per_s;         /* generated tokens per second over the last ~10 s */
     double longest_step_s;        /* longest forward step so far, seconds */
+    double forward_s;             /* seconds in forward steps, in all */
+    double mask_s;                /* seconds computing grammar masks (og_grammar.h), in all */
+    uint64_t masks;               /* grammar masks applied */
     bool placement;               /* the figures below are meaningful (a device holds experts) */
     uint64_t expert_routes, expert_hits, migrations, pcie_bytes, resident_experts; /* og_placement_stats' */
 } og_engine_metrics;

@@ -123,6 +123,7 @@ void og_api_req_free(og_api_req *r) {
     }
     free(r->bias_ids);
     free(r->bias_values);
+    og_grammar_unref(r->grammar);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
 }
@@ -364,6 +365,45 @@ static bool parse_prompt(json_t *root, const og_api_model *mdl, og_api_req *r, o
     return true;
 }
 
+/* response_format: text (nothing), json_object, or json_schema {name, schema,
+ * strict} compiled into r->grammar (og_grammar.h; strict or not, the output
+ * is held to the schema). A schema outside the subset is a 400 naming the keyword. */
+static bool parse_response_format(json_t *root, og_api_req *r, og_api_err *e) {
+    json_t *rf = field(root, "response_format");
+    if (!rf) return true;
+    const char *t = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !t) return BAD("response_format", "'response_format' must be an object with a 'type'");
+    char msg[400];
+    og_status st;
+    if (!strcmp(t, "text")) return true;
+    if (!strcmp(t, "json_object")) {
+        st = og_grammar_json_object(&r->grammar, msg, sizeof msg);
+    } else if (!strcmp(t, "json_schema")) {
+        json_t *js = json_object_get(rf, "json_schema");
+        if (!json_is_object(js))
+            return BAD("response_format", "response_format json_schema needs a 'json_schema' object {name, schema}");
+        json_t *name = json_object_get(js, "name"), *strict = field(js, "strict"), *schema = field(js, "schema");
+        if (!json_is_string(name) || !json_string_length(name))
+            return BAD("response_format", "'response_format.json_schema.name' must be a non-empty string");
+        if (strict && !json_is_boolean(strict))
+            return BAD("response_format", "'response_format.json_schema.strict' must be true or false");
+        if (schema && !json_is_object(schema))
+            return BAD("response_format", "'response_format.json_schema.schema' must be a JSON Schema object");
+        json_t *any = schema ? NULL : json_object();
+        st = og_grammar_from_schema(schema ? schema : any, &r->grammar, msg, sizeof msg);
+        json_decref(any);
+    } else {
+        char pt[48];
+        return BADC("response_format", "unsupported_parameter",
+                    "response_format type '%s' is not supported (text, json_object, json_schema)",
+                    og_printable(t, strlen(t), pt, sizeof pt));
+    }
+    if (st == OG_ERR_NOMEM) return OOM();
+    if (st) return BAD("response_format", "response_format.json_schema.schema: %s", msg);
+    r->sp.grammar = r->grammar;
+    return true;
+}
+
 bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *mdl, og_api_req *r, og_api_err *e) {
     memset(r, 0, sizeof *r);
     r->chat = chat;
@@ -509,16 +549,8 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     }
     r->sp.logprobs = r->logprobs;
     r->sp.n_top = r->top_logprobs;
+    if (!parse_response_format(root, r, e)) return false;
     /* features this server does not have yet: a clear 400, never a silent ignore */
-    json_t *rf = field(root, "response_format");
-    if (rf) {
-        const char *t = json_string_value(json_object_get(rf, "type"));
-        if (!json_is_object(rf) || !t) return BAD("response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(t, "text"))
-            return BADC("response_format", "unsupported_parameter",
-                        "response_format type '%s' is not supported by this server yet (only \"text\")",
-                        !strcmp(t, "json_object") || !strcmp(t, "json_schema") ? t : "other");
-    }
     json_t *tools = field(root, "tools"), *tc = field(root, "tool_choice");
     if (tc && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none")) &&
         !(tools && json_is_array(tools) && json_array_size(tools) > 0))

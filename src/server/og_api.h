@@ -44,6 +44,7 @@ typedef struct og_api_req {
     int32_t *bias_ids;       /* [n_bias] (sp.sampling points here) */
     float *bias_values;
     json_t *root;            /* the parsed body (owned) */
+    og_grammar *grammar;     /* response_format json_object / json_schema (owned; sp.grammar points here) */
 } og_api_req;
 
 /* Parses and validates a request body (len bytes) for the chat (chat = true)

@@ -7,13 +7,7 @@ set -euo pipefail
 onegpu=$1 unit=$2 work=$3
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$work"
-model=$work/tiny.gguf
-if [[ ! -s $model ]]; then
-  "$onegpu" make-model --preset tiny -o "$model" 2>"$work/make.log" || {
-    if grep -q 'tokenizer' "$work/make.log"; then skip_dep "no tokenizer files (run scripts/deps.sh)"; fi
-    cat "$work/make.log"; fail "make-model"
-  }
-fi
+tiny_model "$onegpu" "$work"
 echo "== test_engine"
 "$unit" "$model" "$onegpu"
 echo "== test_api"
@@ -100,7 +94,9 @@ req 400 $C "{$u,\"logit_bias\":{\"abc\":1}}"
 req 400 $C "{$u,\"logit_bias\":{\"5\":500}}"
 req 400 $C "{$u,\"top_logprobs\":5}"
 req 400 $C "{$u,\"logprobs\":true,\"top_logprobs\":50}"
-req 400 $C "{$u,\"response_format\":{\"type\":\"json_object\"}}"
+req 400 $C "{$u,\"response_format\":{\"type\":\"xml\"}}"
+req 400 $C "{$u,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}"
+grep -q "'pattern'" "$work/resp.json" || fail "an unsupported schema keyword must be named: $(cat "$work/resp.json")"
 req 400 $C "{$u,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}"
 req 400 $C "{$u,\"strata_reproducible\":\"maybe\"}"
 req 400 $C "{$u,\"stream\":\"yes\"}"

@@ -18,6 +18,9 @@ static uint64_t sat_mul(uint64_t a, uint64_t b) {
     return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
+/* *acc += v; false on uint64 overflow (a file's byte counts: refused, never wrapped). */
+static bool add_to(uint64_t *acc, uint64_t v) { return og_add_u64(*acc, v, acc); }
+
 static bool is_routed(const char *name) { return strstr(name, "_exps.") != NULL; }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -99,29 +102,43 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
     uint64_t *layer_expert_bytes = calloc(hp.n_layer ? hp.n_layer : 1, sizeof *layer_expert_bytes);
     if (!p->slots || !layer_expert_bytes) {
         free(layer_expert_bytes);
+        og_plan_free(p);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
-    /* bytes per role, and the routed experts per layer, from the tensor infos */
-    for (uint64_t i = 0; i < og_gguf_n_tensors(g); i++) {
+    /* bytes per role, and the routed experts per layer, from the tensor infos
+     * (a header-only open cannot hold them to the file size: summed checked) */
+    bool ok = true;
+    for (uint64_t i = 0; i < og_gguf_n_tensors(g) && ok; i++) {
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
         og_tensor_role r = og_model_tensor_role(arch, t->name);
-        p->role_bytes[r] += t->n_bytes;
+        ok = add_to(&p->role_bytes[r], t->n_bytes);
         if (is_routed(t->name)) {
             int l = og_model_tensor_layer(t->name);
-            p->routed_bytes += t->n_bytes;
-            if (l >= 0 && (uint32_t)l < hp.n_layer) layer_expert_bytes[l] += t->n_bytes;
+            ok = ok && add_to(&p->routed_bytes, t->n_bytes);
+            if (l >= 0 && (uint32_t)l < hp.n_layer && hp.n_expert) /* (no experts: a dense model's stray tensor) */
+                ok = ok && add_to(&layer_expert_bytes[l], t->n_bytes);
         } else {
-            p->nonexpert_bytes += t->n_bytes;
+            ok = ok && add_to(&p->nonexpert_bytes, t->n_bytes);
         }
     }
+    /* host: every routed expert (any may be evicted to it) plus pinned staging for
+     * migrations: four experts in flight and 256 MiB */
     for (uint32_t l = 0; l < hp.n_layer; l++) {
         uint64_t per = hp.n_expert ? layer_expert_bytes[l] / hp.n_expert : 0;
         if (per > p->expert_bytes_max) p->expert_bytes_max = per;
+    }
+    ok = ok && og_mul_u64(4, p->expert_bytes_max, &p->staging_bytes) && add_to(&p->staging_bytes, 256 * MIB) &&
+         og_add_u64(p->routed_bytes, p->staging_bytes, &p->host_bytes);
+    if (!ok) {
+        free(layer_expert_bytes);
+        og_plan_free(p);
+        return og_fail(err, errlen, OG_ERR_FORMAT, "the tensors' sizes add up to more than 2^64 bytes");
     }
     /* device: KV (MLA latent + rope key per token and layer, §3), workspace,
      * minimum slots. Saturating arithmetic: absurd --ctx / --parallel give a
      * huge need and a refusal, never a wrapped small one. */
     const uint64_t kv_token = sat_mul((uint64_t)hp.n_layer * (hp.kv_lora_rank + hp.d_rope), in->kv_bytes_per_elem);
+    /* (hparams are bounded by OG_DS2_MAX_*: their products below fit 64 bits) */
     const uint64_t kv_token_all = sat_mul(kv_token, in->parallel); /* one position of every sequence */
     p->kv_bytes = sat_mul(kv_token_all, in->ctx);
     /* activations of one step, f32: a few rows of width n_embd and the expert FFN
@@ -134,14 +151,11 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
     uint32_t min_slots = hp.n_expert_used;
     if (in->slots_override >= 0 && (uint64_t)in->slots_override < min_slots) min_slots = (uint32_t)in->slots_override;
     for (uint32_t l = 0; l < hp.n_layer; l++)
-        if (layer_expert_bytes[l]) p->min_slot_bytes += (uint64_t)min_slots * (layer_expert_bytes[l] / hp.n_expert);
+        if (layer_expert_bytes[l])
+            p->min_slot_bytes = sat_add(p->min_slot_bytes, sat_mul(min_slots, layer_expert_bytes[l] / hp.n_expert));
     uint64_t device_need = sat_add(sat_add(sat_add(p->nonexpert_bytes, p->kv_bytes), sat_add(p->workspace_bytes,
                                                                                              p->min_slot_bytes)),
                                    in->reserve);
-    /* host: every routed expert (any may be evicted to it) plus pinned staging for
-     * migrations: four experts in flight and 256 MiB */
-    p->staging_bytes = 4 * p->expert_bytes_max + 256 * MIB;
-    p->host_bytes = p->routed_bytes + p->staging_bytes;
     char a[32], b[32];
     if (device_need > in->vram) {
         uint64_t short_by = device_need - in->vram;
@@ -195,7 +209,7 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
             uint32_t want = in->slots_override == -2 ? hp.n_expert : (uint32_t)(in->slots_override > hp.n_expert ? hp.n_expert : in->slots_override);
             uint64_t need = 0;
             for (uint32_t l = 0; l < hp.n_layer; l++)
-                if (layer_expert_bytes[l]) need += (uint64_t)want * (layer_expert_bytes[l] / hp.n_expert);
+                if (layer_expert_bytes[l]) need = sat_add(need, sat_mul(want, layer_expert_bytes[l] / hp.n_expert));
             if (need > left) {
                 p->fits = false;
                 snprintf(p->reason, sizeof p->reason, "--expert-slots %u needs %s of expert slots but %s is left on the device",

@@ -102,14 +102,19 @@ typedef struct og_model {
 } og_model;
 
 /* The hyperparameters alone, from a GGUF opened header-only (the planner's
- * input): same checks and errors as og_model_load's. */
+ * input): same checks and errors as og_model_load's, the OG_DS2_MAX_* bounds
+ * included (n_vocab from token_embd's shape). */
 og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen);
 
 /* Opens a deepseek2 GGUF, reads and checks the hyperparameters and binds every
  * weight by name with strict shape checks. Errors name the key or tensor:
  * OG_ERR_NOT_FOUND (missing key/tensor), OG_ERR_FORMAT (inconsistent shapes or
- * values), OG_ERR_UNSUPPORTED (another architecture, or a type without kernels),
- * plus og_gguf_open's. The log receives the rules chosen (routing groups). */
+ * values; an integer outside its OG_DS2_MAX_* bound or the §1 rules; a float key
+ * that is NaN, infinite or out of range: rms epsilon in (0, 1], rope base > 1,
+ * YaRN factor > 0, log multiplier in [0, 10], betas > 0), OG_ERR_UNSUPPORTED
+ * (another architecture, a gating function other than softmax/sigmoid, or a
+ * type without kernels), OG_ERR_NOMEM, plus og_gguf_open's. The log receives
+ * the rules chosen (routing groups). */
 og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen);
 /* The same on a GGUF already open with data (og_gguf_open or
  * og_gguf_open_memory, flags 0): the model takes g over and closes it with

@@ -3,7 +3,9 @@
 # files (each under run_fuzz.sh's 64 KiB -max_len) covering the loader's
 # variants: F32 with groups, F16 without group keys, Q8_0, legacy attn_kv_b with
 # plain attn_q and softmax, no dense layer / shared expert / YaRN, a k-quant mix.
-# Run once when make-model's output changes; the output is committed.
+# Run once when make-model's output changes; the output is committed beside
+# found_* (inputs the fuzzer found that add coverage, small ones, merged with
+# -merge=1) and regress_* (inputs that hung or crashed before a fix).
 set -euo pipefail
 onegpu=$1 dir=$2
 mkdir -p "$dir"

@@ -146,7 +146,8 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     /* bytes per role, and the routed experts per layer, from the tensor infos
-     * (a header-only open cannot hold them to the file size: summed checked) */
+     * (og_gguf_open holds each inside its file, so the sums fit; checked all the
+     * same, as this function sees only an og_gguf) */
     bool ok = true;
     for (uint64_t i = 0; i < og_gguf_n_tensors(g) && ok; i++) {
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);

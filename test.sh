@@ -3,7 +3,7 @@
 #   1. build/       gcc, -Wall -Wextra -Werror, RelWithDebInfo: every ctest, including
 #                   the outside references (llama.cpp via node-llama-cpp, tokenizer)
 #   2. build-asan/  clang, AddressSanitizer + UBSan, libFuzzer: every C test again
-#                   and the GGUF fuzzer for OG_FUZZ_SECONDS (default 60)
+#                   and the GGUF and model fuzzers for OG_FUZZ_SECONDS each (default 60)
 #   3. build-tsan/  clang, ThreadSanitizer: the tests labelled tsan (pool, engine,
 #                   dispatcher, server)
 #   ./test.sh --quick   only the first build

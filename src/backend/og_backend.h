@@ -142,7 +142,12 @@ typedef struct og_rope {
 
 /* Per-pair angles for position pos: theta[i], i < d_rope/2. */
 void og_rope_angles(const og_rope *r, int64_t pos, float *theta);
-/* Rotates n_vec vectors (each d_rope floats, `stride` floats apart) at position pos. */
+/* Largest d_rope og_rope_apply handles (its angles live on the stack); callers
+ * refuse larger values when they read them (the model loaders do). */
+#define OG_ROPE_MAX_DIM 512
+/* Rotates n_vec vectors (each d_rope floats, `stride` floats apart) at position
+ * pos. d_rope must be even and <= OG_ROPE_MAX_DIM; a larger one rotates nothing
+ * (never reached: the loaders refuse it). */
 void og_rope_apply(const og_rope *r, float *x, int n_vec, int64_t stride, int64_t pos);
 
 #endif

@@ -87,8 +87,9 @@ void og_rope_angles(const og_rope *r, int64_t pos, float *theta) {
 }
 
 void og_rope_apply(const og_rope *r, float *x, int n_vec, int64_t stride, int64_t pos) {
-    float theta[512];
+    float theta[OG_ROPE_MAX_DIM / 2];
     const int half = r->d_rope / 2;
+    if (r->d_rope < 0 || r->d_rope > OG_ROPE_MAX_DIM) return;
     og_rope_angles(r, pos, theta);
     for (int v = 0; v < n_vec; v++) {
         float *p = x + v * stride;

@@ -4,6 +4,7 @@
  * residual stream grows ~sqrt(layers), never vanishes or explodes). */
 #include "synth.h"
 
+#include "og_model.h"
 #include "og_quant.h"
 
 #include <math.h>
@@ -76,14 +77,23 @@ og_status og_synth_preset(const char *name, og_synth_config *c) {
 
 og_status og_synth_validate(const og_synth_config *c, char *err, size_t errlen) {
 #define REQ(cond, ...) do { if (!(cond)) return og_fail(err, errlen, OG_ERR_INVALID_ARG, __VA_ARGS__); } while (0)
-    /* Bounds far above any real model that keep every size product inside 64 bits. */
-    REQ(c->n_layer >= 1 && c->n_layer <= 1000, "--n-layer must be 1..1000");
-    REQ(c->n_embd <= (1u << 20) && c->n_head <= 4096, "--n-embd is at most 1048576 and --n-head 4096");
-    REQ(c->q_lora_rank <= (1u << 16) && c->kv_lora_rank <= (1u << 16), "MLA ranks are at most 65536");
-    REQ(c->qk_nope <= 4096 && c->qk_rope <= 4096 && c->v_head <= 4096, "head dimensions are at most 4096");
-    REQ(c->n_ff <= (1u << 22) && c->n_ff_exp <= (1u << 22), "FFN widths are at most 4194304");
-    REQ(c->n_expert <= 65536 && c->n_expert_shared <= 64, "at most 65536 routed and 64 shared experts");
-    REQ(c->n_vocab <= (1u << 24) && c->n_ctx <= (1u << 24), "--vocab and --ctx are at most 16777216");
+    /* The loader's bounds (OG_DS2_MAX_*, far above any real model): make-model
+     * never writes a file that og_model_load refuses. */
+    REQ(c->n_layer >= 1 && c->n_layer <= OG_DS2_MAX_LAYER, "--n-layer must be 1..%u", OG_DS2_MAX_LAYER);
+    REQ(c->n_embd <= OG_DS2_MAX_EMBD && c->n_head <= OG_DS2_MAX_HEAD, "--n-embd is at most %u and --n-head %u",
+        OG_DS2_MAX_EMBD, OG_DS2_MAX_HEAD);
+    REQ(c->q_lora_rank <= OG_DS2_MAX_Q_RANK && c->kv_lora_rank <= OG_DS2_MAX_KV_RANK,
+        "--q-lora-rank is at most %u and --kv-lora-rank %u", OG_DS2_MAX_Q_RANK, OG_DS2_MAX_KV_RANK);
+    REQ(c->qk_rope <= OG_DS2_MAX_ROPE, "--qk-rope is at most %u", OG_DS2_MAX_ROPE);
+    REQ(c->qk_nope <= OG_DS2_MAX_HEAD_DIM - c->qk_rope && c->v_head <= OG_DS2_MAX_HEAD_DIM,
+        "--qk-nope + --qk-rope and --v-head are at most %u", OG_DS2_MAX_HEAD_DIM);
+    REQ(c->n_ff <= OG_DS2_MAX_FF && c->n_ff_exp <= OG_DS2_MAX_FF, "FFN widths are at most %u", OG_DS2_MAX_FF);
+    REQ(c->n_expert <= OG_DS2_MAX_EXPERT && c->n_expert_shared <= OG_DS2_MAX_EXPERT_SHARED,
+        "at most %u routed and %u shared experts", OG_DS2_MAX_EXPERT, OG_DS2_MAX_EXPERT_SHARED);
+    REQ(c->n_expert_used <= OG_DS2_MAX_EXPERT_USED, "--n-expert-used is at most %u", OG_DS2_MAX_EXPERT_USED);
+    REQ(c->n_group <= OG_DS2_MAX_GROUP, "--n-group is at most %u", OG_DS2_MAX_GROUP);
+    REQ(c->n_vocab <= OG_DS2_MAX_VOCAB && c->n_ctx <= OG_DS2_MAX_CTX && c->n_ctx_orig <= OG_DS2_MAX_CTX,
+        "--vocab is at most %u and --ctx %u", OG_DS2_MAX_VOCAB, OG_DS2_MAX_CTX);
     REQ(isfinite(c->expert_scale) && c->expert_scale >= 0, "--expert-weights-scale must be a finite number >= 0");
     REQ(c->n_embd >= 1 && c->n_head >= 1, "--n-embd and --n-head must be positive");
     REQ(c->kv_lora_rank >= 1 && c->qk_nope >= 1 && c->v_head >= 1, "MLA sizes must be positive");

@@ -47,6 +47,7 @@ static og_status bind(loader *l, const char *name, uint64_t K, uint64_t rows, og
     const og_gguf_tensor *t = og_gguf_find_tensor(l->m->gguf, name);
     memset(w, 0, sizeof *w);
     if (!t) return required ? og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
+    if (!t->data) return og_fail(l->err, l->errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", name);
     uint64_t trows = (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
     if ((uint64_t)t->ne[0] != K || trows != rows)
         return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s has shape [%lld, %llu] but the hyperparameters say [%llu, %llu]",
@@ -55,7 +56,9 @@ static og_status bind(loader *l, const char *name, uint64_t K, uint64_t rows, og
         return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "tensor %s is %s, which onegpu has no kernels for", name,
                        og_type_name(t->type));
     uint64_t rb;
-    og_row_bytes(t->type, K, &rb);
+    if (og_row_bytes(t->type, K, &rb))
+        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s: rows of %llu are not whole %s blocks", name,
+                       (unsigned long long)K, og_type_name(t->type));
     *w = (og_weight){t->type, t->data, (int64_t)K, (int64_t)rows, (size_t)rb};
     return OG_OK;
 }
@@ -65,6 +68,7 @@ static og_status bind_vec(loader *l, const char *name, uint64_t n, const float *
     const og_gguf_tensor *t = og_gguf_find_tensor(l->m->gguf, name);
     *out = NULL;
     if (!t) return required ? og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
+    if (!t->data) return og_fail(l->err, l->errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", name);
     if (t->type != OG_TYPE_F32 || (uint64_t)t->ne[0] != n || t->ne[1] * t->ne[2] * t->ne[3] != 1)
         return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s must be F32 [%llu]", name, (unsigned long long)n);
     *out = t->data;
@@ -72,6 +76,69 @@ static og_status bind_vec(loader *l, const char *name, uint64_t n, const float *
 }
 
 #define TRY(x) do { og_status st_ = (x); if (st_) return st_; } while (0)
+
+/* Refuses v outside lo..hi, naming the key (OG_ERR_FORMAT). */
+static og_status bound_u32(loader *l, const char *key, uint32_t v, uint32_t lo, uint32_t hi) {
+    if (v >= lo && v <= hi) return OG_OK;
+    return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "key deepseek2.%s = %u is outside %u..%u", key, v, lo, hi);
+}
+
+/* Refuses a float that is not finite or lies outside [lo, hi] (open at lo when
+ * lo_open), naming the key (OG_ERR_FORMAT). */
+static og_status bound_f32(loader *l, const char *key, float v, float lo, bool lo_open, float hi) {
+    if (isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi) return OG_OK;
+    return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "key deepseek2.%s = %g is outside %s%g, %g]", key, (double)v,
+                   lo_open ? "(" : "[", (double)lo, (double)hi);
+}
+
+/* The integer hyperparameters against OG_DS2_MAX_* and each other (§1), before
+ * anything is sized by them. */
+static og_status bound_hparams(loader *l) {
+    const og_hparams *h = &l->m->hp;
+    TRY(bound_u32(l, "block_count", h->n_layer, 1, OG_DS2_MAX_LAYER));
+    TRY(bound_u32(l, "embedding_length", h->n_embd, 1, OG_DS2_MAX_EMBD));
+    TRY(bound_u32(l, "context_length", h->n_ctx_train, 1, OG_DS2_MAX_CTX));
+    TRY(bound_u32(l, "attention.head_count", h->n_head, 1, OG_DS2_MAX_HEAD));
+    TRY(bound_u32(l, "attention.q_lora_rank", h->q_lora_rank, 0, OG_DS2_MAX_Q_RANK));
+    TRY(bound_u32(l, "attention.kv_lora_rank", h->kv_lora_rank, 1, OG_DS2_MAX_KV_RANK));
+    TRY(bound_u32(l, "rope.dimension_count", h->d_rope, 2, OG_DS2_MAX_ROPE));
+    if (h->d_rope % 2)
+        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "key deepseek2.rope.dimension_count = %u is odd (RoPE rotates pairs)",
+                       h->d_rope);
+    TRY(bound_u32(l, h->mla_format ? "attention.key_length_mla" : "attention.key_length", h->d_qk, h->d_rope + 1,
+                  OG_DS2_MAX_HEAD_DIM));
+    TRY(bound_u32(l, h->mla_format ? "attention.value_length_mla" : "attention.value_length", h->d_v, 1,
+                  OG_DS2_MAX_HEAD_DIM));
+    TRY(bound_u32(l, "leading_dense_block_count", h->n_dense, 0, h->n_layer));
+    TRY(bound_u32(l, "feed_forward_length", h->n_ff, h->n_dense ? 1 : 0, OG_DS2_MAX_FF));
+    TRY(bound_u32(l, "expert_count", h->n_expert, 0, OG_DS2_MAX_EXPERT));
+    TRY(bound_u32(l, "expert_used_count", h->n_expert_used, 0, OG_DS2_MAX_EXPERT_USED));
+    TRY(bound_u32(l, "expert_shared_count", h->n_expert_shared, 0, OG_DS2_MAX_EXPERT_SHARED));
+    TRY(bound_u32(l, "expert_feed_forward_length", h->n_ff_exp, 0, OG_DS2_MAX_FF));
+    TRY(bound_u32(l, "expert_group_count", h->n_group, 0, OG_DS2_MAX_GROUP));
+    if (h->n_dense == h->n_layer) return OG_OK; /* no MoE layer: the expert keys size nothing */
+    /* MoE sanity (§1) */
+    TRY(bound_u32(l, "expert_count", h->n_expert, 1, OG_DS2_MAX_EXPERT));
+    TRY(bound_u32(l, "expert_used_count", h->n_expert_used, 1, h->n_expert < OG_DS2_MAX_EXPERT_USED ? h->n_expert
+                                                                                                   : OG_DS2_MAX_EXPERT_USED));
+    TRY(bound_u32(l, "expert_feed_forward_length", h->n_ff_exp, 1, OG_DS2_MAX_FF));
+    if (h->gating != 1 && h->gating != 2)
+        return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "key deepseek2.expert_gating_func = %u (1 softmax, 2 sigmoid)",
+                       h->gating);
+    if (h->n_group > 1) {
+        if (h->n_expert % h->n_group || h->n_expert / h->n_group < 2)
+            return og_fail(l->err, l->errlen, OG_ERR_FORMAT,
+                           "key deepseek2.expert_group_count = %u must divide expert_count (%u) into groups of >= 2 experts",
+                           h->n_group, h->n_expert);
+        TRY(bound_u32(l, "expert_group_used_count", h->n_group_used, 1, h->n_group - 1));
+        const uint32_t kept = h->n_expert / h->n_group * h->n_group_used;
+        if (h->n_expert_used > kept)
+            return og_fail(l->err, l->errlen, OG_ERR_FORMAT,
+                           "key deepseek2.expert_used_count = %u is more than the %u experts of the %u kept groups",
+                           h->n_expert_used, kept, h->n_group_used);
+    }
+    return OG_OK;
+}
 
 static og_status load_hparams(loader *l) {
     og_hparams *h = &l->m->hp;
@@ -94,10 +161,6 @@ static og_status load_hparams(loader *l) {
     h->mla_format = kl_mla && vl_mla; /* §1 loader rules */
     h->d_qk = h->mla_format ? kl_mla : kl;
     h->d_v = h->mla_format ? vl_mla : vl;
-    if (!h->d_qk || !h->d_v || h->d_qk <= h->d_rope)
-        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "inconsistent head sizes: key length %u, value length %u, rope %u",
-                       h->d_qk, h->d_v, h->d_rope);
-    h->d_nope = h->d_qk - h->d_rope;
     TRY(key_u32(l, "feed_forward_length", &h->n_ff, false, 0));
     TRY(key_u32(l, "leading_dense_block_count", &h->n_dense, false, 0));
     TRY(key_u32(l, "expert_count", &h->n_expert, false, 0));
@@ -113,6 +176,8 @@ static og_status load_hparams(loader *l) {
     TRY(key_u32(l, "expert_group_used_count", &gu, false, 1));
     h->n_group = g > 1 ? g : 1;
     h->n_group_used = g > 1 ? gu : 1;
+    TRY(bound_hparams(l));
+    h->d_nope = h->d_qk - h->d_rope;
     if (!have_groups && h->n_expert)
         og_log(&l->m->log, OG_LOG_INFO, "no expert_group_count key: routing without group limits, as llama.cpp does for such files");
     else if (h->n_group > 1)
@@ -122,22 +187,9 @@ static og_status load_hparams(loader *l) {
     if (h->expert_scale == 0.0f) h->expert_scale = 1.0f;
     bool norm = false;
     h->expert_norm = og_gguf_get_bool(l->m->gguf, "deepseek2.expert_weights_norm", &norm) == OG_OK && norm;
+    TRY(bound_f32(l, "expert_weights_scale", h->expert_scale, 0.0f, true, 1e4f));
     TRY(key_f32(l, "attention.layer_norm_rms_epsilon", &h->rms_eps, 1e-6f));
-    /* MoE sanity (§1) */
-    if (h->n_dense > h->n_layer) return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "leading_dense_block_count > block_count");
-    if (h->n_dense < h->n_layer) {
-        if (!h->n_expert || !h->n_expert_used || h->n_expert_used > h->n_expert || !h->n_ff_exp)
-            return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "MoE layers need 0 < expert_used_count (%u) <= expert_count (%u) and an expert FFN size",
-                           h->n_expert_used, h->n_expert);
-        if (h->n_group > 1 && (h->n_expert % h->n_group || h->n_group_used == 0 || h->n_group_used >= h->n_group ||
-                               h->n_expert / h->n_group < 2))
-            return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "expert groups: %u experts, %u groups, keep %u is inconsistent",
-                           h->n_expert, h->n_group, h->n_group_used);
-        if (h->n_group > 1024 || h->n_expert_used > 256 || h->n_head > 256)
-            return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "more than 1024 expert groups, 256 experts per token or 256 heads");
-        if (h->gating != 1 && h->gating != 2)
-            return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "expert_gating_func %u (1 softmax, 2 sigmoid)", h->gating);
-    }
+    TRY(bound_f32(l, "attention.layer_norm_rms_epsilon", h->rms_eps, 0.0f, true, 1.0f));
     /* RoPE / YaRN (§4) and the attention scale (§3) */
     float base, factor = 1.0f, log_mul = 0.0f;
     TRY(key_f32(l, "rope.freq_base", &base, 10000.0f));
@@ -152,6 +204,15 @@ static og_status load_hparams(loader *l) {
     float bf = 32.0f, bs = 1.0f;
     TRY(key_f32(l, "rope.scaling.yarn_beta_fast", &bf, 32.0f));
     TRY(key_f32(l, "rope.scaling.yarn_beta_slow", &bs, 1.0f));
+    /* base <= 1 makes the angles constant and YaRN's correction range divide by ln 1 */
+    TRY(bound_f32(l, "rope.freq_base", base, 1.0f, true, 1e12f));
+    TRY(bound_f32(l, "rope.scaling.factor", factor, 0.0f, true, 65536.0f));
+    if (yarn) {
+        TRY(bound_u32(l, "rope.scaling.original_context_length", orig, 1, OG_DS2_MAX_CTX));
+        TRY(bound_f32(l, "rope.scaling.yarn_log_multiplier", log_mul, 0.0f, false, 10.0f));
+        TRY(bound_f32(l, "rope.scaling.yarn_beta_fast", bf, 0.0f, true, 1e4f));
+        TRY(bound_f32(l, "rope.scaling.yarn_beta_slow", bs, 0.0f, true, 1e4f));
+    }
     h->rope = (og_rope){.d_rope = (int)h->d_rope, .base = base, .freq_scale = 1.0f, .ext_factor = 0.0f,
                         .n_ctx_orig = (int)orig, .beta_fast = bf, .beta_slow = bs, .mscale = 1.0f};
     float mscale = 1.0f;
@@ -172,13 +233,22 @@ static og_status load_hparams(loader *l) {
     return OG_OK;
 }
 
+/* n_vocab from token_embd's rows, bounded by OG_DS2_MAX_VOCAB. */
+static og_status read_vocab(loader *l, const og_gguf_tensor *te, uint32_t *n_vocab) {
+    if (te->ne[1] < 1 || te->ne[1] > (int64_t)OG_DS2_MAX_VOCAB)
+        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor token_embd.weight has %lld rows (the vocabulary): outside 1..%u",
+                       (long long)te->ne[1], OG_DS2_MAX_VOCAB);
+    *n_vocab = (uint32_t)te->ne[1];
+    return OG_OK;
+}
+
 static og_status load_weights(loader *l) {
     og_model *m = l->m;
     const og_hparams *h = &m->hp;
     const uint64_t D = h->n_embd, H = h->n_head;
     const og_gguf_tensor *te = og_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!te) return og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor token_embd.weight");
-    m->hp.n_vocab = (uint32_t)te->ne[1];
+    TRY(read_vocab(l, te, &m->hp.n_vocab));
     TRY(bind(l, "token_embd.weight", D, m->hp.n_vocab, &m->tok_embd, true));
     TRY(bind_vec(l, "output_norm.weight", D, &m->out_norm, true));
     TRY(bind(l, "output.weight", D, m->hp.n_vocab, &m->output, false));
@@ -248,32 +318,42 @@ og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp,
     if (st) return st;
     const og_gguf_tensor *te = og_gguf_find_tensor(g, "token_embd.weight");
     if (!te) return og_fail(err, errlen, OG_ERR_NOT_FOUND, "missing tensor token_embd.weight");
-    tmp.hp.n_vocab = (uint32_t)te->ne[1];
+    if ((st = read_vocab(&l, te, &tmp.hp.n_vocab))) return st;
     *hp = tmp.hp;
     return OG_OK;
 }
 
-og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen) {
+og_status og_model_load_gguf(og_gguf *g, const og_logger *lg, og_model **out, char *err, size_t errlen) {
     *out = NULL;
     og_model *m = calloc(1, sizeof *m);
-    if (!m) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    if (!m) {
+        og_gguf_close(g);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
     if (lg) m->log = *lg;
     else m->log = (og_logger){.level = OG_LOG_WARN};
-    og_status st = og_gguf_open(path, 0, &m->gguf, err, errlen);
-    if (st) {
-        free(m);
-        return st;
-    }
+    m->gguf = g;
     loader l = {m, err, errlen};
+    og_status st;
     if ((st = load_hparams(&l)) || (st = load_weights(&l))) {
-        char tmp[1024];
-        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
-        snprintf(err, errlen, "%s", tmp);
         og_model_free(m);
         return st;
     }
     *out = m;
     return OG_OK;
+}
+
+og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    og_gguf *g;
+    og_status st = og_gguf_open(path, 0, &g, err, errlen);
+    if (st) return st;
+    if ((st = og_model_load_gguf(g, lg, out, err, errlen))) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
+        snprintf(err, errlen, "%s", tmp);
+    }
+    return st;
 }
 
 void og_model_free(og_model *m) {
@@ -401,10 +481,12 @@ static og_status swiglu_ffn(fwd *rc, const og_weight *gate, const og_weight *up,
     return st;
 }
 
-/* Router (§5): selects k experts per token and their weights. */
-static void route(const og_hparams *h, const og_layer *L, const float *logits_in, int32_t tok, og_route *out) {
+/* Router (§5): selects k experts per token and their weights. Errors: OG_ERR_NOMEM. */
+static og_status route(const og_hparams *h, const og_layer *L, const float *logits_in, int32_t tok, og_route *out) {
     const int E = (int)h->n_expert, k = (int)h->n_expert_used;
-    float *sc = malloc((size_t)E * 2 * sizeof(float)), *sel = sc + E;
+    float *sc = malloc((size_t)E * 2 * sizeof(float));
+    if (!sc) return OG_ERR_NOMEM;
+    float *sel = sc + E;
     memcpy(sc, logits_in, (size_t)E * sizeof(float));
     if (h->gating == 1) og_softmax(sc, E);
     else
@@ -412,7 +494,7 @@ static void route(const og_hparams *h, const og_layer *L, const float *logits_in
     for (int e = 0; e < E; e++) sel[e] = sc[e] + (L->exp_bias ? L->exp_bias[e] : 0.0f);
     if (h->n_group > 1) {
         const int G = (int)h->n_group, per = E / G;
-        float gs[1024];
+        float gs[OG_DS2_MAX_GROUP];
         for (int g = 0; g < G; g++) { /* group score: sum of its two best */
             float a = -INFINITY, b = -INFINITY;
             for (int e = g * per; e < (g + 1) * per; e++) {
@@ -425,7 +507,7 @@ static void route(const og_hparams *h, const og_layer *L, const float *logits_in
             }
             gs[g] = a + b;
         }
-        int32_t keep[1024];
+        int32_t keep[OG_DS2_MAX_GROUP];
         og_topk(gs, G, (int)h->n_group_used, keep);
         for (int g = 0; g < G; g++) {
             bool kept = false;
@@ -434,7 +516,7 @@ static void route(const og_hparams *h, const og_layer *L, const float *logits_in
                 for (int e = g * per; e < (g + 1) * per; e++) sel[e] = -INFINITY;
         }
     }
-    int32_t idx[256];
+    int32_t idx[OG_DS2_MAX_EXPERT_USED];
     og_topk(sel, E, k, idx);
     double sum = 0;
     for (int j = 0; j < k; j++) sum += sc[idx[j]];
@@ -445,6 +527,7 @@ static void route(const og_hparams *h, const og_layer *L, const float *logits_in
         out[j] = (og_route){tok, idx[j], w};
     }
     free(sc);
+    return OG_OK;
 }
 
 /* Attention of a chunk of tokens over their caches, the (token, head) pairs shared
@@ -553,7 +636,11 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                   (size_t)og_pool_size(rc->pool) * ((size_t)max_pos + (size_t)(r_kv + dr)) + 1024;
     scratch sc = {.cap = need};
     sc.p = malloc(need * sizeof(float));
-    if (!sc.p) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    if (!sc.p) {
+        free(pos_of);
+        free(next);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
     float *h_res = take(&sc, (size_t)(T * D));  /* residual stream [T][D] */
     float *a = take(&sc, (size_t)(T * D));      /* normalized input [T][D] */
     float *y = take(&sc, (size_t)(T * D));      /* sublayer output [T][D] */
@@ -671,7 +758,8 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                 break;
             }
             routes = nr;
-            for (int64_t t = 0; t < T; t++) route(h, L, rl + t * h->n_expert, (int32_t)t, routes + t * k);
+            for (int64_t t = 0; t < T && !st; t++) st = route(h, L, rl + t * h->n_expert, (int32_t)t, routes + t * k);
+            if (st) break;
             if (rc->stats) {
                 og_expert_stats *es = rc->stats;
                 const size_t base = (size_t)il * h->n_expert;

@@ -33,6 +33,28 @@ int og_model_tensor_layer(const char *tensor_name);
 
 /* ---- deepseek2 (shared/spec/deepseek2.md) ------------------------------ */
 
+/* Bounds on the hyperparameters of an untrusted file: og_hparams_read and
+ * og_model_load refuse a value outside them (OG_ERR_FORMAT, the message names
+ * the key and the value) before anything is sized by it. Every published
+ * DeepSeek model is far inside (V3: 61 layers, D 7168, 128 heads, r_kv 512,
+ * d_rope 64, 256 experts of which 8 per token, 8 groups, vocab 129280, ctx
+ * 163840); with them every size product of the loader, the forward pass and
+ * the planner fits 64 bits. */
+#define OG_DS2_MAX_LAYER 1024u          /* block_count */
+#define OG_DS2_MAX_EMBD 65536u          /* embedding_length */
+#define OG_DS2_MAX_HEAD 256u            /* attention.head_count: the forward runs every head in one pool run */
+#define OG_DS2_MAX_Q_RANK 16384u        /* attention.q_lora_rank */
+#define OG_DS2_MAX_KV_RANK 8192u        /* attention.kv_lora_rank */
+#define OG_DS2_MAX_HEAD_DIM 2048u       /* key / value lengths per head */
+#define OG_DS2_MAX_ROPE OG_ROPE_MAX_DIM /* rope.dimension_count (even) */
+#define OG_DS2_MAX_FF (1u << 20)        /* feed_forward_length, expert_feed_forward_length */
+#define OG_DS2_MAX_EXPERT 4096u         /* expert_count */
+#define OG_DS2_MAX_EXPERT_USED 64u      /* expert_used_count */
+#define OG_DS2_MAX_EXPERT_SHARED 64u    /* expert_shared_count */
+#define OG_DS2_MAX_GROUP 1024u          /* expert_group_count */
+#define OG_DS2_MAX_VOCAB (1u << 22)     /* token_embd rows */
+#define OG_DS2_MAX_CTX (1u << 24)       /* context_length, rope.scaling.original_context_length */
+
 /* Hyperparameters, read from the GGUF keys (§1) and cross-checked with tensor
  * shapes. Names: D = n_embd, H = n_head, r_q/r_kv = MLA ranks, E = n_expert. */
 typedef struct og_hparams {
@@ -81,15 +103,25 @@ typedef struct og_model {
 } og_model;
 
 /* The hyperparameters alone, from a GGUF opened header-only (the planner's
- * input): same checks and errors as og_model_load's. */
+ * input): same checks and errors as og_model_load's, the OG_DS2_MAX_* bounds
+ * included (n_vocab from token_embd's shape). */
 og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen);
 
 /* Opens a deepseek2 GGUF, reads and checks the hyperparameters and binds every
  * weight by name with strict shape checks. Errors name the key or tensor:
  * OG_ERR_NOT_FOUND (missing key/tensor), OG_ERR_FORMAT (inconsistent shapes or
- * values), OG_ERR_UNSUPPORTED (another architecture, or a type without kernels),
- * plus og_gguf_open's. The log receives the rules chosen (routing groups). */
+ * values; an integer outside its OG_DS2_MAX_* bound or the §1 rules; a float key
+ * that is NaN, infinite or out of range: rms epsilon in (0, 1], rope base > 1,
+ * YaRN factor > 0, log multiplier in [0, 10], betas > 0), OG_ERR_UNSUPPORTED
+ * (another architecture, a gating function other than softmax/sigmoid, or a
+ * type without kernels), OG_ERR_NOMEM, plus og_gguf_open's. The log receives
+ * the rules chosen (routing groups). */
 og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen);
+/* The same on a GGUF already open with data (og_gguf_open or
+ * og_gguf_open_memory, flags 0): the model takes g over and closes it with
+ * og_model_free, or at once when loading fails. Errors as og_model_load's,
+ * without the path prefix. */
+og_status og_model_load_gguf(og_gguf *g, const og_logger *lg, og_model **out, char *err, size_t errlen);
 void og_model_free(og_model *m);
 
 /* One (token, expert, weight) selection of a MoE layer: the dispatch seam the

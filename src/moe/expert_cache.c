@@ -47,7 +47,11 @@ og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_de
         }
         c->n_slots[l] = c->expert_bytes[l] ? (slots[l] < E ? slots[l] : E) : 0;
         c->layer_off[l] = c->capacity;
-        c->capacity += (uint64_t)c->n_slots[l] * c->expert_bytes[l];
+        uint64_t lb; /* (bounded by the routed tensors' bytes; checked all the same) */
+        if (!og_mul_u64(c->n_slots[l], c->expert_bytes[l], &lb) || !og_add_u64(c->capacity, lb, &c->capacity)) {
+            og_expert_cache_free(c);
+            return og_fail(err, errlen, OG_ERR_RANGE, "expert slots of layer %u overflow 64 bits", l);
+        }
         c->max_slots = c->n_slots[l] > c->max_slots ? c->n_slots[l] : c->max_slots;
     }
     c->expert_in = malloc(((size_t)NL * c->max_slots + 1) * sizeof *c->expert_in);

@@ -18,6 +18,9 @@ static uint64_t sat_mul(uint64_t a, uint64_t b) {
     return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
+/* *acc += v; false on uint64 overflow (a file's byte counts: refused, never wrapped). */
+static bool add_to(uint64_t *acc, uint64_t v) { return og_add_u64(*acc, v, acc); }
+
 static bool is_routed(const char *name) { return strstr(name, "_exps.") != NULL; }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -25,59 +28,99 @@ static int cmp_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* The greedy's view of the layers when a profile is given (fill_slots). */
+typedef struct slot_heap {
+    const og_hparams *hp;
+    const uint64_t *layer_expert_bytes, *sorted, *total; /* sorted: each layer's counts, descending */
+    const uint32_t *slots;
+    uint32_t *at, n; /* a binary heap of layer indices, best first */
+} slot_heap;
+
+/* The share of layer m's selections its next slot would serve, per byte. */
+static double slot_gain(const slot_heap *h, uint32_t m) {
+    const uint32_t E = h->hp->n_expert;
+    double gain = h->total[m] ? (double)h->sorted[(size_t)m * E + h->slots[m]] / (double)h->total[m] : 1.0 / E;
+    return gain / (double)(h->layer_expert_bytes[m] / E);
+}
+
+/* Whether layer a's next slot goes before b's: the larger gain; ties to the
+ * layer with fewer slots (equal traffic spreads evenly), then the lower index. */
+static bool slot_before(const slot_heap *h, uint32_t a, uint32_t b) {
+    double ga = slot_gain(h, a), gb = slot_gain(h, b);
+    if (ga != gb) return ga > gb;
+    if (h->slots[a] != h->slots[b]) return h->slots[a] < h->slots[b];
+    return a < b;
+}
+
+static void slot_sift_down(slot_heap *h, uint32_t i) {
+    for (;;) {
+        uint32_t best = i, c = 2 * i + 1;
+        if (c < h->n && slot_before(h, h->at[c], h->at[best])) best = c;
+        if (c + 1 < h->n && slot_before(h, h->at[c + 1], h->at[best])) best = c + 1;
+        if (best == i) return;
+        uint32_t t = h->at[i];
+        h->at[i] = h->at[best];
+        h->at[best] = t;
+        i = best;
+    }
+}
+
 /* Fills the free device bytes `left` with expert slots, one at a time. Without a
  * profile: round-robin over the MoE layers, so slots differ by at most one
  * between layers (uniform traffic makes every slot worth the same). With one:
  * each slot goes to the layer whose next-hottest expert carries the largest
  * share of that layer's selections per byte (greedy on the marginal gain, which
- * is optimal here as each layer's gains only decrease). Returns false on OOM. */
+ * is optimal here as each layer's gains only decrease), kept in a heap so each
+ * slot costs log(n_layer). Returns false on OOM. */
 static bool fill_slots(const og_hparams *hp, const uint64_t *layer_expert_bytes, const uint64_t *profile,
                        uint64_t left, uint32_t *slots) {
-    uint64_t *sorted = NULL, *total = NULL;
-    if (profile) {
-        sorted = malloc((size_t)hp->n_layer * hp->n_expert * sizeof *sorted);
-        total = calloc(hp->n_layer, sizeof *total);
-        if (!sorted || !total) {
-            free(sorted);
-            free(total);
-            return false;
-        }
-        memcpy(sorted, profile, (size_t)hp->n_layer * hp->n_expert * sizeof *sorted);
-        for (uint32_t l = 0; l < hp->n_layer; l++) {
-            qsort(sorted + (size_t)l * hp->n_expert, hp->n_expert, sizeof *sorted, cmp_desc);
-            for (uint32_t e = 0; e < hp->n_expert; e++) total[l] += sorted[(size_t)l * hp->n_expert + e];
-        }
-    }
+    const uint32_t E = hp->n_expert;
     uint64_t used = 0;
-    for (;;) {
-        bool grew = false;
-        for (uint32_t l = 0; l < hp->n_layer; l++) {
-            uint64_t per = layer_expert_bytes[l] / hp->n_expert;
-            if (!per || slots[l] >= hp->n_expert || left - used < per) continue;
-            if (profile) { /* pick the best layer instead of l */
-                double best_gain = -1;
-                uint32_t best = l;
-                for (uint32_t m = 0; m < hp->n_layer; m++) {
-                    uint64_t pm = layer_expert_bytes[m] / hp->n_expert;
-                    if (!pm || slots[m] >= hp->n_expert || left - used < pm) continue;
-                    double gain = total[m] ? (double)sorted[(size_t)m * hp->n_expert + slots[m]] / (double)total[m]
-                                           : 1.0 / hp->n_expert;
-                    gain /= (double)pm;
-                    /* ties go to the layer with fewer slots, so equal traffic spreads evenly */
-                    if (gain > best_gain || (gain == best_gain && slots[m] < slots[best])) best_gain = gain, best = m;
-                }
-                l = best;
-                per = layer_expert_bytes[l] / hp->n_expert;
+    if (!profile) {
+        for (bool grew = true; grew;) {
+            grew = false;
+            for (uint32_t l = 0; l < hp->n_layer; l++) {
+                uint64_t per = layer_expert_bytes[l] / E;
+                if (!per || slots[l] >= E || left - used < per) continue;
+                slots[l]++;
+                used += per;
+                grew = true;
             }
+        }
+        return true;
+    }
+    uint64_t *sorted = malloc((size_t)hp->n_layer * E * sizeof *sorted);
+    uint64_t *total = calloc(hp->n_layer, sizeof *total);
+    uint32_t *at = malloc((size_t)hp->n_layer * sizeof *at);
+    if (!sorted || !total || !at) {
+        free(sorted);
+        free(total);
+        free(at);
+        return false;
+    }
+    memcpy(sorted, profile, (size_t)hp->n_layer * E * sizeof *sorted);
+    slot_heap h = {hp, layer_expert_bytes, sorted, total, slots, at, 0};
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        qsort(sorted + (size_t)l * E, E, sizeof *sorted, cmp_desc);
+        for (uint32_t e = 0; e < E; e++) total[l] += sorted[(size_t)l * E + e];
+        if (layer_expert_bytes[l] / E && slots[l] < E) at[h.n++] = l;
+    }
+    for (uint32_t i = h.n / 2; i-- > 0;) slot_sift_down(&h, i);
+    /* a layer whose expert no longer fits never will (used only grows): it
+     * leaves the heap when it comes to the top */
+    while (h.n) {
+        const uint32_t l = at[0];
+        const uint64_t per = layer_expert_bytes[l] / E;
+        if (left - used >= per) {
             slots[l]++;
             used += per;
-            grew = true;
-            if (profile) break;
         }
-        if (!grew) break;
+        if (slots[l] >= E || left - used < per) at[0] = at[--h.n];
+        slot_sift_down(&h, 0); /* l's gain only fell, or another layer took its place */
     }
     free(sorted);
     free(total);
+    free(at);
     return true;
 }
 
@@ -99,29 +142,44 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
     uint64_t *layer_expert_bytes = calloc(hp.n_layer ? hp.n_layer : 1, sizeof *layer_expert_bytes);
     if (!p->slots || !layer_expert_bytes) {
         free(layer_expert_bytes);
+        og_plan_free(p);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
-    /* bytes per role, and the routed experts per layer, from the tensor infos */
-    for (uint64_t i = 0; i < og_gguf_n_tensors(g); i++) {
+    /* bytes per role, and the routed experts per layer, from the tensor infos
+     * (og_gguf_open holds each inside its file, so the sums fit; checked all the
+     * same, as this function sees only an og_gguf) */
+    bool ok = true;
+    for (uint64_t i = 0; i < og_gguf_n_tensors(g) && ok; i++) {
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
         og_tensor_role r = og_model_tensor_role(arch, t->name);
-        p->role_bytes[r] += t->n_bytes;
+        ok = add_to(&p->role_bytes[r], t->n_bytes);
         if (is_routed(t->name)) {
             int l = og_model_tensor_layer(t->name);
-            p->routed_bytes += t->n_bytes;
-            if (l >= 0 && (uint32_t)l < hp.n_layer) layer_expert_bytes[l] += t->n_bytes;
+            ok = ok && add_to(&p->routed_bytes, t->n_bytes);
+            if (l >= 0 && (uint32_t)l < hp.n_layer && hp.n_expert) /* (no experts: a dense model's stray tensor) */
+                ok = ok && add_to(&layer_expert_bytes[l], t->n_bytes);
         } else {
-            p->nonexpert_bytes += t->n_bytes;
+            ok = ok && add_to(&p->nonexpert_bytes, t->n_bytes);
         }
     }
+    /* host: every routed expert (any may be evicted to it) plus pinned staging for
+     * migrations: four experts in flight and 256 MiB */
     for (uint32_t l = 0; l < hp.n_layer; l++) {
         uint64_t per = hp.n_expert ? layer_expert_bytes[l] / hp.n_expert : 0;
         if (per > p->expert_bytes_max) p->expert_bytes_max = per;
+    }
+    ok = ok && og_mul_u64(4, p->expert_bytes_max, &p->staging_bytes) && add_to(&p->staging_bytes, 256 * MIB) &&
+         og_add_u64(p->routed_bytes, p->staging_bytes, &p->host_bytes);
+    if (!ok) {
+        free(layer_expert_bytes);
+        og_plan_free(p);
+        return og_fail(err, errlen, OG_ERR_FORMAT, "the tensors' sizes add up to more than 2^64 bytes");
     }
     /* device: KV (MLA latent + rope key per token and layer, §3), workspace,
      * minimum slots. Saturating arithmetic: absurd --ctx / --parallel give a
      * huge need and a refusal, never a wrapped small one. */
     const uint64_t kv_token = sat_mul((uint64_t)hp.n_layer * (hp.kv_lora_rank + hp.d_rope), in->kv_bytes_per_elem);
+    /* (hparams are bounded by OG_DS2_MAX_*: their products below fit 64 bits) */
     const uint64_t kv_token_all = sat_mul(kv_token, in->parallel); /* one position of every sequence */
     p->kv_bytes = sat_mul(kv_token_all, in->ctx);
     /* activations of one step, f32: a few rows of width n_embd and the expert FFN
@@ -134,14 +192,11 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
     uint32_t min_slots = hp.n_expert_used;
     if (in->slots_override >= 0 && (uint64_t)in->slots_override < min_slots) min_slots = (uint32_t)in->slots_override;
     for (uint32_t l = 0; l < hp.n_layer; l++)
-        if (layer_expert_bytes[l]) p->min_slot_bytes += (uint64_t)min_slots * (layer_expert_bytes[l] / hp.n_expert);
+        if (layer_expert_bytes[l])
+            p->min_slot_bytes = sat_add(p->min_slot_bytes, sat_mul(min_slots, layer_expert_bytes[l] / hp.n_expert));
     uint64_t device_need = sat_add(sat_add(sat_add(p->nonexpert_bytes, p->kv_bytes), sat_add(p->workspace_bytes,
                                                                                              p->min_slot_bytes)),
                                    in->reserve);
-    /* host: every routed expert (any may be evicted to it) plus pinned staging for
-     * migrations: four experts in flight and 256 MiB */
-    p->staging_bytes = 4 * p->expert_bytes_max + 256 * MIB;
-    p->host_bytes = p->routed_bytes + p->staging_bytes;
     char a[32], b[32];
     if (device_need > in->vram) {
         uint64_t short_by = device_need - in->vram;
@@ -195,7 +250,7 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
             uint32_t want = in->slots_override == -2 ? hp.n_expert : (uint32_t)(in->slots_override > hp.n_expert ? hp.n_expert : in->slots_override);
             uint64_t need = 0;
             for (uint32_t l = 0; l < hp.n_layer; l++)
-                if (layer_expert_bytes[l]) need += (uint64_t)want * (layer_expert_bytes[l] / hp.n_expert);
+                if (layer_expert_bytes[l]) need = sat_add(need, sat_mul(want, layer_expert_bytes[l] / hp.n_expert));
             if (need > left) {
                 p->fits = false;
                 snprintf(p->reason, sizeof p->reason, "--expert-slots %u needs %s of expert slots but %s is left on the device",

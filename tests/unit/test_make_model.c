@@ -453,6 +453,13 @@ static void test_bad_args(void **state) {
     assert_int_equal(run(a), 1);
     snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --expert-weights-scale nan", g_tmp);
     assert_int_equal(run(a), 1);
+    /* past the loader's bounds (OG_DS2_MAX_*): a file it would refuse is never written */
+    snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --sparse --qk-rope 1024 --qk-nope 64", g_tmp);
+    assert_int_equal(run(a), 1);
+    snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --sparse --n-head 257", g_tmp);
+    assert_int_equal(run(a), 1);
+    snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --sparse --n-expert 256 --n-expert-used 65 --n-group 1", g_tmp);
+    assert_int_equal(run(a), 1);
     struct stat st;
     assert_int_not_equal(stat(a + 3, &st), 0); /* nothing half-written */
 }

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# gen_model_seeds.sh ONEGPU DIR: writes the fuzz_model seeds, tiny deepseek2
+# files (each under run_fuzz.sh's 64 KiB -max_len) covering the loader's
+# variants: F32 with groups, F16 without group keys, Q8_0, legacy attn_kv_b with
+# plain attn_q and softmax, no dense layer / shared expert / YaRN, a k-quant mix.
+# Run once when make-model's output changes; the output is committed beside
+# found_* (inputs the fuzzer found that add coverage, small ones, merged with
+# -merge=1) and regress_* (inputs that hung or crashed before a fix).
+set -euo pipefail
+onegpu=$1 dir=$2
+mkdir -p "$dir"
+base="--tokenizer none --vocab 32 --n-layer 2 --n-dense 1 --n-embd 16 --n-head 2 --q-lora-rank 8
+  --kv-lora-rank 8 --qk-nope 4 --qk-rope 4 --v-head 4 --n-ff 16 --n-expert 4 --n-expert-used 2
+  --n-expert-shared 1 --n-ff-exp 8 --n-group 2 --n-group-used 1 --ctx 256"
+mk() { local name=$1; shift; "$onegpu" make-model $base "$@" -o "$dir/$name.gguf" 2>/dev/null; }
+mk f32 --type F32
+mk f16-nogroups --type F16 --no-group-keys --seed 3
+mk q8 --type Q8_0 --n-embd 32 --seed 5
+mk legacy --type F32 --legacy-mla --q-lora-rank 0 --gating softmax --n-group 1 --seed 7
+mk moe-only --type F32 --n-dense 0 --n-expert-shared 0 --no-yarn --n-layer 1 --seed 9
+mk kquant --type Q2_K --type-attn Q4_K --n-embd 256 --n-layer 1 --n-dense 0 --n-expert 2 --n-expert-used 1 \
+  --n-group 1 --n-ff-exp 32 --vocab 16 --seed 11
+ls -l "$dir"

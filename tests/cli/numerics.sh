@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Canonical numerics by default (issue 12, Acceptance): on models whose routed
 # experts are Q2_K, Q3_K, Q4_K, Q6_K and Q8_0 (rows of 256, so no fallback
-# types; the other weights F32, the embedding and head Q8_0), `onegpu run --json
+# types; the other weights F32 with the embedding and head Q8_0, or all Q8_0 for
+# Q3_K and Q6_K, whose fork order differs from the canonical one), `onegpu run --json
 # --temp 0` at default settings gives byte-identical tokens and log-probs for no
 # device; --vram with 0, some and all experts resident; migration on (checked
 # to have migrated); and on every CPU tier this machine has (ONEGPU_CPU_ISA; a
@@ -41,8 +42,8 @@ best=${tiers[${#tiers[@]}-1]}
 n_cmp=0 fork_moves=()
 for T in Q2_K Q3_K Q4_K Q6_K Q8_0; do
   model=$work/tiny-$T.gguf
-  "$onegpu" make-model --preset tiny --type-routed $T --type-embd Q8_0 --type-output Q8_0 --n-embd 256 \
-    --n-ff-exp 256 -o "$model" 2>/dev/null
+  case $T in Q3_K|Q6_K) rest=(--type Q8_0) ;; *) rest=(--type-embd Q8_0 --type-output Q8_0) ;; esac
+  "$onegpu" make-model --preset tiny "${rest[@]}" --type-routed $T --n-embd 256 --n-ff-exp 256 -o "$model" 2>/dev/null
   gen "$work/$T-ref" scalar
   for isa in "${tiers[@]}"; do
     for c in "${configs[@]}"; do

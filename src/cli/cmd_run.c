@@ -40,9 +40,10 @@ static void usage(FILE *out) {
             "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
             "  --save-trace FILE    writes the experts each decode step selected (for onegpu bench placement --trace)\n"
-            "  --cpu-numerics fork|gpu  how host (cold) experts compute: fork (default) each CPU tier's fastest float\n"
-            "                order after the exact integer block sums; gpu the canonical order that every tier and the\n"
-            "                device compute bit for bit (resident experts always), so placement never changes a result\n"
+            "  --cpu-numerics gpu|fork  how the host computes every product: gpu (default) the canonical order that\n"
+            "                every tier and the device compute bit for bit (resident experts always), so neither the CPU\n"
+            "                tier nor placement changes a result; fork each CPU tier's fastest float order after the\n"
+            "                exact integer block sums (faster, results differ between tiers and placements)\n"
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the CPU tier.\n");
 }
 

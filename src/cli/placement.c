@@ -148,7 +148,7 @@ void og_cli_flags_init(og_cli_flags *f) {
                              .slots_override = -1};
     f->migrate = 2;
     f->numa_node = -1;
-    f->numerics_gpu = false; /* --cpu-numerics fork */
+    f->numerics_gpu = true; /* --cpu-numerics gpu: canonical by default (issue 12) */
 }
 
 int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {

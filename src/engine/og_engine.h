@@ -76,8 +76,9 @@ typedef struct og_seq_params {
     int n_stop;
     int n_top;                    /* alternatives reported per token, 0..OG_ENGINE_MAX_TOP */
     bool logprobs;                /* report each token's log-probability */
-    bool reproducible;            /* strata_reproducible "required": its cold experts compute with the
-                                     device's numerics, so its output never depends on placement or company */
+    bool reproducible;            /* strata_reproducible "required": all its products (and attention
+                                     scores) compute canonically whatever the engine's numerics, so its
+                                     output never depends on placement, company or the CPU tier */
     const int32_t *forced;        /* teacher forcing: the first n_forced generated tokens are these ids
                                      (copied), not the sampled ones; each reports its own log-prob under
                                      the step's distribution (top: that distribution's), and an

@@ -427,10 +427,19 @@ typedef struct act_buf {
 typedef struct fwd {
     const og_run_ctx *rc;
     act_buf ab;
+    og_numerics nm;     /* every product's numerics: rc->host_numerics */
+    const bool *exact;  /* [n_tok] or NULL (og_batch.exact): rows that compute canonically whatever nm */
 } fwd;
 
-/* y[m][rows] = x[m][K] . W^T through the kernels. */
+static og_status mm_rows(fwd *f, const og_matmul_job *jobs, int n, int64_t t_base);
+
+/* y[m][rows] = x[m][K] . W^T through the kernels; activation row a is token a.
+ * The fork's own fast path when no row asks for canonical numerics. */
 static og_status mm(fwd *f, const og_weight *w, const float *x, int64_t m, float *y) {
+    if (f->nm == OG_NUMERICS_CANONICAL || f->exact) {
+        og_matmul_job j = {w, x, m, y, f->nm};
+        return mm_rows(f, &j, 1, 0);
+    }
     const og_run_ctx *rc = f->rc;
     act_buf *ab = &f->ab;
     size_t sb = og_cpu_matmul_scratch(w->type, w->K, m);
@@ -465,13 +474,48 @@ static og_status mm_multi(fwd *f, const og_matmul_job *jobs, int n) {
     return og_cpu_matmul_multi(f->rc->kern, f->rc->pool, jobs, n, f->ab.p, f->ab.cap);
 }
 
+/* Jobs whose activation row a is token t_base + a (rows [t_base, t_base + m) of
+ * the batch), run with the forward pass's numerics (their own numerics field is
+ * ignored): f->nm for every row, except that a row f->exact marks computes
+ * canonically. A job is cut into runs of consecutive rows of one numerics; each
+ * output row is the bits og_cpu_matmul_multi gives for that row alone, so the
+ * cut changes no result. At most MM_ROWS_MAX jobs per pool run. Errors:
+ * og_cpu_matmul_multi's, OG_ERR_NOMEM. */
+#define MM_ROWS_MAX 64
+static og_status mm_rows(fwd *f, const og_matmul_job *jobs, int n, int64_t t_base) {
+    og_matmul_job buf[MM_ROWS_MAX];
+    int nb = 0;
+    og_status st = OG_OK;
+    for (int j = 0; j < n && !st; j++) {
+        const og_matmul_job *jb = &jobs[j];
+        for (int64_t a0 = 0; a0 < jb->m && !st;) {
+            const bool ex0 = f->exact && f->nm != OG_NUMERICS_CANONICAL && f->exact[t_base + a0];
+            int64_t a1 = a0 + 1;
+            if (f->exact && f->nm != OG_NUMERICS_CANONICAL)
+                while (a1 < jb->m && f->exact[t_base + a1] == ex0) a1++;
+            else
+                a1 = jb->m;
+            if (nb == MM_ROWS_MAX) {
+                st = mm_multi(f, buf, nb);
+                nb = 0;
+                if (st) break;
+            }
+            buf[nb++] = (og_matmul_job){jb->w, jb->x + a0 * jb->w->K, a1 - a0, jb->y + a0 * jb->w->n_rows,
+                                        ex0 ? OG_NUMERICS_CANONICAL : f->nm};
+            a0 = a1;
+        }
+    }
+    if (!st && nb) st = mm_multi(f, buf, nb);
+    return st;
+}
+
 static og_status swiglu_ffn(fwd *rc, const og_weight *gate, const og_weight *up, const og_weight *down,
                             const float *x, int64_t n_tok, float *out) {
     const int64_t F = gate->n_rows;
     float *g = malloc((size_t)(n_tok * F) * sizeof *g), *u = malloc((size_t)(n_tok * F) * sizeof *u);
     og_status st = (!g || !u) ? OG_ERR_NOMEM : OG_OK;
     og_matmul_job j2[2] = {{gate, x, n_tok, g, OG_NUMERICS_FORK}, {up, x, n_tok, u, OG_NUMERICS_FORK}};
-    if (!st) st = mm_multi(rc, j2, 2);
+    if (!st) st = mm_rows(rc, j2, 2, 0);
     if (!st) {
         og_swiglu(g, g, u, n_tok * F);
         st = mm(rc, down, g, n_tok, out);
@@ -546,7 +590,10 @@ typedef struct att_job {
     float *ctx;            /* [H][ATT_CHUNK][r_kv] out */
     float *att;            /* [n_threads][max_pos + r_kv + d_rope] scratch */
     size_t att_stride;
-    og_vec_dot_fn fdot;
+    og_vec_dot_fn fdot;    /* the fork's f32 dot (this tier's fastest order) */
+    og_dot_f32_fn ddot;    /* the warp-order f32 dot (og_dot_f32_device: the same bits in every tier) */
+    bool canonical;        /* every token's scores by ddot */
+    const bool *exact;     /* [n] or NULL: tokens whose scores use ddot whatever canonical */
     void (*axpy)(int64_t n, float a, const float *x, float *y);
 } att_job;
 
@@ -562,11 +609,14 @@ static void attend_heads(void *vctx, int ith, int nth) {
         /* [q_abs, q_pe] against the cached [c, k_pe]: one dot per key */
         memcpy(qc, j->qabs + (hh * ATT_CHUNK + i) * r_kv, (size_t)r_kv * sizeof *qc);
         memcpy(qc + r_kv, j->q + i * H * h->d_qk + hh * h->d_qk + dn, (size_t)dr * sizeof *qc);
-        for (int32_t s = 0; s <= pos; s++) {
-            float sc;
-            j->fdot(r_kv + dr, &sc, qc, kv_row(j->m, kv, j->il, s));
-            att[s] = sc * h->kq_scale;
-        }
+        if (j->canonical || (j->exact && j->exact[i]))
+            for (int32_t s = 0; s <= pos; s++) att[s] = j->ddot(kv_row(j->m, kv, j->il, s), qc, r_kv + dr) * h->kq_scale;
+        else
+            for (int32_t s = 0; s <= pos; s++) {
+                float sc;
+                j->fdot(r_kv + dr, &sc, qc, kv_row(j->m, kv, j->il, s));
+                att[s] = sc * h->kq_scale;
+            }
         og_softmax(att, pos + 1);
         float *ch = j->ctx + (hh * ATT_CHUNK + i) * r_kv;
         for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
@@ -658,7 +708,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     og_route *routes = NULL;
     og_status st = OG_OK;
     bool moe_failed = false;
-    fwd fw = {.rc = rc};
+    fwd fw = {.rc = rc, .nm = rc->host_numerics, .exact = batch->exact};
     og_weight *head_w = malloc((size_t)(2 * H) * sizeof *head_w); /* per-head k_b, v_b slices */
     og_matmul_job *head_jobs = malloc((size_t)H * sizeof *head_jobs);
     if (!head_w || !head_jobs) st = OG_ERR_NOMEM;
@@ -673,13 +723,13 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
         for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->attn_norm, D, h->rms_eps);
         if (h->q_lora_rank) { /* q_a and kv_a read the same input: one pool run */
             og_matmul_job j2[2] = {{&L->q_a, a, T, qa, OG_NUMERICS_FORK}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FORK}};
-            if ((st = mm_multi(&fw, j2, 2))) break;
+            if ((st = mm_rows(&fw, j2, 2, 0))) break;
             for (int64_t t = 0; t < T; t++)
                 og_rmsnorm(qa + t * h->q_lora_rank, qa + t * h->q_lora_rank, L->q_a_norm, h->q_lora_rank, h->rms_eps);
             if ((st = mm(&fw, &L->q_b, qa, T, q))) break;
         } else {
             og_matmul_job j2[2] = {{&L->q, a, T, q, OG_NUMERICS_FORK}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FORK}};
-            if ((st = mm_multi(&fw, j2, 2))) break;
+            if ((st = mm_rows(&fw, j2, 2, 0))) break;
         }
         for (int64_t t = 0; t < T; t++) {
             const int32_t pos = pos_of[t];
@@ -717,10 +767,11 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                     head_jobs[hh] = (og_matmul_job){&head_w[hh], qn + hh * ATT_CHUNK * dn, tc, qabs + hh * ATT_CHUNK * r_kv,
                                                     OG_NUMERICS_FORK};
                 }
-                if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
+                if ((st = mm_rows(&fw, head_jobs, (int)H, t0))) break;
             }
-            att_job aj = {m, kvs, batch->seq + t0, pos_of + t0, tc, il, q + t0 * qw, qabs, ctx, att,
-                          att_stride, fdot, rc->kern->axpy_f32};
+            att_job aj = {m,    kvs,        batch->seq + t0, pos_of + t0, tc,         il,
+                          q + t0 * qw, qabs, ctx, att, att_stride, fdot, rc->kern->dot_f32_device,
+                          fw.nm == OG_NUMERICS_CANONICAL, batch->exact ? batch->exact + t0 : NULL, rc->kern->axpy_f32};
             og_pool_run(rc->pool, attend_heads, &aj);
             /* o[t][h] = v_b[h] . ctx[h][t] */
             if (L->kv_b_f32) {
@@ -736,7 +787,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                 for (int64_t hh = 0; hh < H; hh++)
                     head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * ATT_CHUNK * r_kv, tc, ov + hh * ATT_CHUNK * dv,
                                                     OG_NUMERICS_FORK};
-                if ((st = mm_multi(&fw, head_jobs, (int)H))) break;
+                if ((st = mm_rows(&fw, head_jobs, (int)H, t0))) break;
                 for (int64_t hh = 0; hh < H; hh++)
                     for (int64_t i = 0; i < tc; i++)
                         memcpy(o + (t0 + i) * H * dv + hh * dv, ov + (hh * ATT_CHUNK + i) * dv, (size_t)dv * sizeof *o);
@@ -786,7 +837,14 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
         int64_t n_out = 0;
         for (int64_t t = 0; t < T; t++)
             if (batch->logits[t]) og_rmsnorm(a + (n_out++) * D, h_res + t * D, m->out_norm, D, h->rms_eps);
-        if (n_out) st = mm(&fw, &m->output, a, n_out, logits);
+        /* the head's rows are the wanted tokens: their exact marks, compacted */
+        bool *ex_out = batch->exact && n_out ? malloc((size_t)n_out * sizeof *ex_out) : NULL;
+        if (batch->exact && n_out && !ex_out) st = OG_ERR_NOMEM;
+        for (int64_t t = 0, r = 0; ex_out && t < T; t++)
+            if (batch->logits[t]) ex_out[r++] = batch->exact[t];
+        fw.exact = ex_out;
+        if (n_out && !st) st = mm(&fw, &m->output, a, n_out, logits);
+        free(ex_out);
     }
     free(routes);
     free(head_w);

@@ -161,7 +161,7 @@ typedef struct og_moe_layer {
     int64_t n_tok;
     const og_route *routes;  /* [n_routes] (token, expert, weight), the router's order */
     int n_routes;
-    const bool *exact;       /* [n_tok] or NULL: rows whose cold experts compute canonically too */
+    const bool *exact;       /* [n_tok] or NULL: rows whose cold and shared experts compute canonically too */
     float *y;                /* [n_tok][D] out: shared experts + sum of weight * expert(x) in route order */
 } og_moe_layer;
 
@@ -189,10 +189,13 @@ struct og_run_ctx {
     og_expert_stats *stats;  /* NULL: no bookkeeping */
     const og_dispatcher *dispatch; /* required for models with MoE layers (OG_ERR_INVALID_ARG without) */
     /* --cpu-numerics (DESIGN.md "Numerics"): resident experts compute with
-     * device_numerics (OG_NUMERICS_CANONICAL when a device holds them), cold ones
-     * with host_numerics (OG_NUMERICS_FORK: "fork", the default; CANONICAL: "gpu",
-     * so a result never depends on where an expert ran, og_quant.h "Canonical
-     * numerics"). Zero: the fork everywhere. */
+     * device_numerics (OG_NUMERICS_CANONICAL when a device holds them); every
+     * host product (cold and shared experts, attention projections, the per-head
+     * k_b / v_b products, o, dense FFN, router, output head) with host_numerics,
+     * and the attention scores with the warp-order f32 dot when it is
+     * OG_NUMERICS_CANONICAL ("gpu", the CLI's default: a result depends on neither
+     * the CPU tier nor where an expert ran, og_quant.h "Canonical numerics");
+     * OG_NUMERICS_FORK ("fork"): each tier's fastest order. Zero: the fork. */
     og_numerics device_numerics, host_numerics;
 };
 
@@ -204,8 +207,9 @@ typedef struct og_batch {
     const int32_t *tokens; /* [n_tok] */
     const int32_t *seq;    /* [n_tok] index into the caches */
     const bool *logits;    /* [n_tok] */
-    const bool *exact;     /* [n_tok] or NULL: rows whose cold experts compute with device numerics too
-                              (a strata_reproducible request while the others keep the fast path) */
+    const bool *exact;     /* [n_tok] or NULL: rows all of whose products (and attention scores)
+                              compute canonically whatever host_numerics (a strata_reproducible
+                              request while the others keep the fast path) */
 } og_batch;
 
 /* One forward call over a batch: the matrix products see all tokens at once,

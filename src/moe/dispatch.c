@@ -87,7 +87,7 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
     float *res = malloc(((size_t)n_routes + 1) * (size_t)D * sizeof *res);
     piece *pc = malloc((2 * (size_t)E + 1) * sizeof *pc);
     og_expert_group *groups = malloc((2 * (size_t)E + 1) * sizeof *groups);
-    og_expert_job *jobs = malloc((2 * (size_t)E + 2) * sizeof *jobs);
+    og_expert_job *jobs = malloc((2 * (size_t)E + 2 + (size_t)io->n_tok) * sizeof *jobs);
     og_status st = OG_OK;
     if (!order || !pos_of || !cnt || !n_exact || !first || !cur || !slot || !xg || !res || !pc || !groups || !jobs)
         st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
@@ -140,8 +140,17 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
                                              pc[k].nm,
                                              0};
         }
-        if (shared)
-            jobs[n_jobs++] = (og_expert_job){L->gate_sh, L->up_sh, L->down_sh, io->x, io->n_tok, io->y, OG_NUMERICS_FORK, 0};
+        /* the shared expert: host numerics, canonical for exact rows (runs of
+         * consecutive rows of one numerics; each row's bits are its own) */
+        for (int64_t t0 = 0; shared && t0 < io->n_tok;) {
+            const bool ex = io->exact && io->exact[t0];
+            int64_t t1 = t0 + 1;
+            while (t1 < io->n_tok && io->exact && io->exact[t1] == ex) t1++;
+            if (!io->exact) t1 = io->n_tok;
+            jobs[n_jobs++] = (og_expert_job){L->gate_sh, L->up_sh, L->down_sh, io->x + t0 * D, t1 - t0, io->y + t0 * D,
+                                             ex ? OG_NUMERICS_CANONICAL : rc->host_numerics, 0};
+            t0 = t1;
+        }
     }
     /* the device part: rows up, the expert op grouped by expert, results down */
     if (!st && n_dev_rows) {

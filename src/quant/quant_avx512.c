@@ -447,6 +447,65 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny,
  * in each format's block: d at 0, m at 2, then qh (Q5), then qs. */
 typedef enum { K32_Q4_0, K32_Q4_1, K32_Q5_0, K32_Q5_1, K32_IQ4_NL } k32_kind;
 
+/* The int32 lanes of blocks at x0 and x1 (bytes) against y0 and y1, the bias's sum
+ * off: exact in int32. x1 = x0 and y1 = y0 for an odd last block (its lanes low). */
+static inline __attribute__((always_inline)) __m512i k32_pair(k32_kind k, const uint8_t *x0, const uint8_t *x1,
+                                                               const uint8_t *y0, const uint8_t *y1) {
+    static const size_t qs[] = {offsetof(og_block_q4_0, qs), offsetof(og_block_q4_1, qs), offsetof(og_block_q5_0, qs),
+                                offsetof(og_block_q5_1, qs), offsetof(og_block_iq4_nl, qs)};
+    static const int bias[] = {8, 0, 16, 0, 128};
+    const size_t xq = qs[k], xh = k == K32_Q5_0 ? offsetof(og_block_q5_0, qh) : offsetof(og_block_q5_1, qh);
+    __m512i u = nibbles_2x16(x0 + xq, x1 + xq);
+    if (k == K32_IQ4_NL)
+        u = _mm512_shuffle_epi8(_mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)og_iq4nl_values)),
+                                                 _mm512_set1_epi8((char)0x80)),
+                                u);
+    if (k == K32_Q5_0 || k == K32_Q5_1) u = add_fifth_bits(u, x0 + xh, x1 + xh);
+    const __m512i yy = bytes_2x32(y0 + offsetof(og_block_q8_0, qs), y1 + offsetof(og_block_q8_0, qs));
+    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yy);
+    if (bias[k]) p = _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)bias[k]), yy));
+    return p;
+}
+
+/* The canonical order of the 32-element formats without mins (Q4_0, Q5_0,
+ * IQ4_NL; og_quant.h "Canonical numerics"): as Q8_0's, groups of eight blocks in
+ * pairs, then the odd last block. */
+static inline __attribute__((always_inline)) void k32_canon_n(k32_kind k, int ny, int64_t n, float *s, const void *vx,
+                                                               const void *const *vy) {
+    static const size_t size[] = {sizeof(og_block_q4_0), 0, sizeof(og_block_q5_0), 0, sizeof(og_block_iq4_nl)};
+    const size_t xs = size[k], ys = sizeof(og_block_q8_0);
+    const uint8_t *x = vx;
+    const int64_t nb = n / 32;
+    __m256 cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
+    for (int i = 0; i < ny; i++) cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        for (int j = 0; j < 8 && b0 + j + 1 < nb; j += 2) {
+            const int64_t b = b0 + j;
+            const uint8_t *x0 = x + (size_t)b * xs, *x1 = x0 + xs;
+            og_prefetch_span(x0, PF_DIST, 2 * xs);
+            const float dx0 = og_h16(x0), dx1 = og_h16(x1);
+#pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                const uint8_t *y0 = (const uint8_t *)vy[i] + (size_t)b * ys, *y1 = y0 + ys;
+                const __m512i p = k32_pair(k, x0, x1, y0, y1);
+                og_canon_put(&g[i], j, _mm512_castsi512_si256(p), dx0 * og_h16(y0));
+                og_canon_put(&g[i], j + 1, _mm512_extracti64x4_epi64(p, 1), dx1 * og_h16(y1));
+            }
+        }
+        if ((nb & 1) && b0 + 8 >= nb) { /* the odd last block, nb - 1, is in this group */
+            const uint8_t *x0 = x + (size_t)(nb - 1) * xs;
+            for (int i = 0; i < ny; i++) {
+                const uint8_t *y0 = (const uint8_t *)vy[i] + (size_t)(nb - 1) * ys;
+                og_canon_put(&g[i], (int)(nb - 1 - b0), _mm512_castsi512_si256(k32_pair(k, x0, x0, y0, y0)),
+                             og_h16(x0) * og_h16(y0));
+            }
+        }
+        for (int i = 0; i < ny; i++) og_canon_flush(&g[i], cacc[i], b0, nb, false);
+    }
+    for (int i = 0; i < ny; i++) s[i] = og_canon_finish(cacc[i]);
+}
+
 static inline __attribute__((always_inline)) void k32_dot_n(k32_kind k, og_ggml_type t, int ny, int64_t n, float *s,
                                                              const void *vx, const void *const *vy) {
     static const size_t size[] = {sizeof(og_block_q4_0), sizeof(og_block_q4_1), sizeof(og_block_q5_0),
@@ -493,6 +552,15 @@ static inline __attribute__((always_inline)) void k32_dot_n(k32_kind k, og_ggml_
     }
 }
 
+#define Q4_0C(ny, n, s, x, y) k32_canon_n(K32_Q4_0, ny, n, s, x, y)
+#define Q5_0C(ny, n, s, x, y) k32_canon_n(K32_Q5_0, ny, n, s, x, y)
+#define IQ4_NLC(ny, n, s, x, y) k32_canon_n(K32_IQ4_NL, ny, n, s, x, y)
+OG_NY_KERNELS(q4_0_canon, Q4_0C)
+OG_NY_KERNELS(q5_0_canon, Q5_0C)
+OG_NY_KERNELS(iq4_nl_canon, IQ4_NLC)
+#undef Q4_0C
+#undef Q5_0C
+#undef IQ4_NLC
 #define Q4_0(ny, n, s, x, y) k32_dot_n(K32_Q4_0, OG_TYPE_Q4_0, ny, n, s, x, y)
 #define Q4_1(ny, n, s, x, y) k32_dot_n(K32_Q4_1, OG_TYPE_Q4_1, ny, n, s, x, y)
 #define Q5_0(ny, n, s, x, y) k32_dot_n(K32_Q5_0, OG_TYPE_Q5_0, ny, n, s, x, y)
@@ -823,6 +891,9 @@ void og_kernels_fill_avx512(og_kernels *k) {
     /* the canonical order, one and four activation rows */
 #define CANON(T, name) k->vec_dot_canonical[T] = name##_canon_dot, k->vec_dot4_canonical[T] = name##_canon_dot4
     CANON(OG_TYPE_Q8_0, q8_0);
+    CANON(OG_TYPE_Q4_0, q4_0);
+    CANON(OG_TYPE_Q5_0, q5_0);
+    CANON(OG_TYPE_IQ4_NL, iq4_nl);
     CANON(OG_TYPE_Q2_K, q2_K);
     CANON(OG_TYPE_Q3_K, q3_K);
     CANON(OG_TYPE_Q4_K, q4_K);

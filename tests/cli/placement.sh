@@ -4,8 +4,8 @@
 # tokens x k per MoE layer, from the saved profile), and the measured hit rate
 # on the resident set equals the plan's prediction when a run replays the
 # traffic of the profile it was planned from (same teacher-forced tokens).
-# With --cpu-numerics gpu a result never depends on placement (bit-identical);
-# with fork (the default) within a bound, checked at the end.
+# With --cpu-numerics gpu (the default) a result never depends on placement
+# (bit-identical); with fork within a bound, checked at the end.
 # usage: placement.sh ONEGPU WORKDIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -155,8 +155,9 @@ set -e
 echo "placement: OK (k=$k, $n_moe MoE layers, $want selections per layer; replay hit $got% = plan, uniform $uniform%)"
 
 # --cpu-numerics on a Q8_0 model (the F32 one's fast path is already f32): gpu is
-# bit-identical for every placement, fork (the default) is not (resident experts
-# compute in the canonical order, cold ones in the tier's; the per-product bound is
+# bit-identical for every placement, fork is not (resident experts compute in the
+# canonical order, cold ones and every other product in the tier's, so fork with
+# every expert resident still differs from gpu; the per-product bound is
 # test_backend's); teacher-forced, so the tokens are the same. Rows of 256 (eight
 # Q8_0 blocks): with the tiny preset's two the two orders happen to agree.
 q8=$work/tiny-q8.gguf
@@ -174,7 +175,8 @@ const diff = (a, b) => { if (JSON.stringify(a.tokens) !== JSON.stringify(b.token
   return Math.max(...a.logprobs.map((x, i) => Math.abs(x.logprob - b.logprobs[i].logprob))); };
 const g = [r("gpu-0"), r("gpu-4"), r("gpu-all")], f = [r("fork-0"), r("fork-4"), r("fork-all")];
 if (diff(g[0], g[1]) !== 0 || diff(g[0], g[2]) !== 0) throw new Error("gpu numerics depend on placement");
-if (diff(f[2], g[0]) !== 0) throw new Error("fork with every expert resident must equal gpu numerics");
+const da = diff(f[2], g[0]);
+if (!(da > 0 && isFinite(da))) throw new Error("fork with every expert resident equals gpu numerics: its other products are not the fork");
 const d = diff(f[0], f[1]);
 if (!(d > 0 && isFinite(d))) throw new Error("fork: placement made no difference (" + d + ")");
 console.log("gpu numerics: bit-identical for 0, 4 and all slots; fork: placement moves log-probs by up to " + d.toFixed(3));

@@ -223,7 +223,8 @@ echo "== placement: the cpu device plays the GPU; /metrics shows the hot set"
 q8=$work/tiny-q8.gguf   # Q8_0: its fast path (quantized activations) differs from the device's numerics
 [[ -s $q8 ]] || "$onegpu" make-model --preset tiny --type Q8_0 -o "$q8" 2>/dev/null
 model_f32=$model model=$q8
-start_server "$work/serve-vram.log" --vram 296M --reserve 0 --ctx 256 --parallel 4 --migrate 4 --expert-slots 4
+start_server "$work/serve-vram.log" --vram 296M --reserve 0 --ctx 256 --parallel 4 --migrate 4 --expert-slots 4 \
+  --cpu-numerics fork
 model=$model_f32
 curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"The cat","max_tokens":16,"temperature":0}' > "$work/v.json"
 node -e "process.exit(JSON.parse(require('fs').readFileSync('$work/v.json','utf8')).usage.completion_tokens===16?0:1)" ||
@@ -255,6 +256,65 @@ if (JSON.stringify(a) !== JSON.stringify(b)) { console.error(JSON.stringify(a), 
 ' "$work/r1.json" "$work/r2.json" || fail "strata_reproducible: log-probs moved with placement and company"
 kill -TERM "$spid"; wait "$spid"
 echo "ok: placement ($hits of $sel selections on the device; a reproducible request unchanged by migrations)"
+
+echo "== default numerics (canonical): the same chat request at temperature 0 thrice, migrations between"
+# Q4_K experts in rows of 256 (no fallback type), the other products Q8_0 (whose
+# fork order differs from the canonical one): at default settings every product
+# is canonical, so the text cannot move with the hot set.
+q4=$work/tiny-q4k-q8.gguf
+[[ -s $q4 ]] || "$onegpu" make-model --preset tiny --type Q8_0 --type-routed Q4_K --n-embd 256 --n-ff-exp 256 \
+  -o "$q4" 2>/dev/null
+model=$q4
+start_server "$work/serve-canon.log" --vram 1G --ram 8G --ctx 256 --parallel 4 --migrate 4 --expert-slots 4
+model=$model_f32
+cq='{"messages":[{"role":"user","content":"Tell me about the sea"}],"max_tokens":24,"temperature":0}'
+rq4='"prompt":"Reproducible","max_tokens":12,"temperature":0,"logprobs":2'
+curl -s "http://127.0.0.1:$port/v1/completions" -d "{$rq4}" > "$work/rq-canon.json"
+mig() { curl -s "http://127.0.0.1:$port/metrics" | awk '$1=="onegpu_expert_migrations_total"{print $2}'; }
+migs=()
+for i in 1 2 3; do
+  curl -s "http://127.0.0.1:$port/v1/chat/completions" -d "$cq" > "$work/canon$i.json"
+  migs+=("$(mig)")
+  others=()
+  for j in 1 2 3; do # other traffic moves the hot set before the next repeat
+    curl -s "http://127.0.0.1:$port/v1/completions" \
+      -d "{\"prompt\":\"other $i $j $(printf 'y%.0s ' $(seq 1 $((j * 15))))\",\"max_tokens\":30,\"temperature\":0}" >/dev/null &
+    others+=($!)
+  done
+  wait "${others[@]}"
+done
+kill -TERM "$spid"; wait "$spid"
+node -e '
+const t = process.argv.slice(1).map(f => { const j = JSON.parse(require("fs").readFileSync(f, "utf8"));
+  if (!j.choices || j.usage.completion_tokens < 1) throw new Error(f + ": " + JSON.stringify(j)); return j.choices[0].message.content; });
+if (t[1] !== t[0] || t[2] !== t[0]) { console.error(JSON.stringify(t)); process.exit(1); }
+' "$work/canon1.json" "$work/canon2.json" "$work/canon3.json" || fail "default numerics: the repeated request changed its text"
+[[ -n ${migs[0]} && -n ${migs[2]} ]] && awk -v a="${migs[0]}" -v b="${migs[2]}" 'BEGIN{exit !(b > a)}' ||
+  fail "no migrations between the repeats (onegpu_expert_migrations_total ${migs[*]})"
+echo "ok: default numerics: the same text 3 times while the migrations counter went ${migs[*]}"
+# under --cpu-numerics fork a "required" request computes every product canonically:
+# the log-probs of the default server, among other requests; a plain one differs
+model=$q4
+start_server "$work/serve-fork.log" --vram 1G --ram 8G --ctx 256 --parallel 4 --migrate 4 --expert-slots 4 \
+  --cpu-numerics fork
+model=$model_f32
+others=()
+for j in 1 2 3; do
+  curl -s "http://127.0.0.1:$port/v1/completions" \
+    -d "{\"prompt\":\"other $j $(printf 'z%.0s ' $(seq 1 $((j * 15))))\",\"max_tokens\":30}" >/dev/null &
+  others+=($!)
+done
+curl -s "http://127.0.0.1:$port/v1/completions" -d "{$rq4,\"strata_reproducible\":\"required\"}" > "$work/rq-fork-req.json"
+curl -s "http://127.0.0.1:$port/v1/completions" -d "{$rq4}" > "$work/rq-fork.json"
+wait "${others[@]}"
+kill -TERM "$spid"; wait "$spid"
+node -e '
+const [c, r, f] = process.argv.slice(1).map(x => JSON.stringify(JSON.parse(require("fs").readFileSync(x, "utf8")).choices[0].logprobs));
+if (r !== c) { console.error("required under fork:", r, "\ncanonical:", c); process.exit(1); }
+if (f === c) { console.error("plain fork equals canonical: the check cannot fail"); process.exit(1); }
+' "$work/rq-canon.json" "$work/rq-fork-req.json" "$work/rq-fork.json" ||
+  fail "strata_reproducible under fork must give the default (canonical) log-probs"
+echo "ok: strata_reproducible under fork = the default numerics' log-probs (plain fork differs)"
 
 echo "== refusals at start"
 rc=0; "$onegpu" serve -m "$model" --vram 1M --port 0 2>"$work/refuse.log" || rc=$?

@@ -45,14 +45,24 @@ static int teardown(void **state) {
     return 0;
 }
 
-static og_engine *make_engine(int parallel, int batch_tokens, int ctx, int queue, bool start) {
-    og_engine_config c = {.model = g_m, .tok = g_tok, .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host}, .parallel = parallel,
-                          .batch_tokens = batch_tokens, .ctx = ctx, .queue = queue};
+/* An engine whose forward passes use numerics nm for every product (og_run_ctx). */
+static og_engine *make_engine_nm(int parallel, int batch_tokens, int ctx, int queue, bool start, og_numerics nm) {
+    og_engine_config c = {.model = g_m,
+                          .tok = g_tok,
+                          .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host, .device_numerics = nm, .host_numerics = nm},
+                          .parallel = parallel,
+                          .batch_tokens = batch_tokens,
+                          .ctx = ctx,
+                          .queue = queue};
     og_engine *e;
     char err[256];
     if (og_engine_create(&c, &e, err, sizeof err)) fail_msg("%s", err);
     if (start && og_engine_start(e, err, sizeof err)) fail_msg("%s", err);
     return e;
+}
+
+static og_engine *make_engine(int parallel, int batch_tokens, int ctx, int queue, bool start) {
+    return make_engine_nm(parallel, batch_tokens, ctx, queue, start, OG_NUMERICS_FORK);
 }
 
 static og_ids prompt_ids(const char *text) {
@@ -180,16 +190,16 @@ static void test_greedy_matches_forward_loop(void **state) {
 }
 
 /* A sampled request alone and alongside 7 others (different prompts, seeds,
- * lengths): bit-identical tokens and log-probs. */
-static void test_batch_invariance(void **state) {
-    (void)state;
+ * lengths): bit-identical tokens and log-probs, with the fork's numerics and
+ * with the canonical ones (the CLI's default). */
+static void batch_invariance(og_numerics nm) {
     og_ids ids = prompt_ids("Once upon a time");
     og_seq_params p = greedy(12);
     p.sampling.temperature = 0.9f;
     p.sampling.top_p = 0.95f;
     p.sampling.seed = 1234;
     p.n_top = 3;
-    og_engine *e = make_engine(8, 64, 256, 8, true);
+    og_engine *e = make_engine_nm(8, 64, 256, 8, true, nm);
     result alone, together;
     collect(e, submit(e, &ids, &p), &alone);
     og_seq *others[7];
@@ -218,6 +228,12 @@ static void test_batch_invariance(void **state) {
     assert_int_equal(alone.len, together.len);
     assert_memory_equal(alone.text, together.text, alone.len);
     og_ids_free(&ids);
+}
+
+static void test_batch_invariance(void **state) {
+    (void)state;
+    batch_invariance(OG_NUMERICS_FORK);
+    batch_invariance(OG_NUMERICS_CANONICAL);
 }
 
 /* A stop string that spans token boundaries ends the text right before it,
@@ -659,8 +675,9 @@ static void test_placement_at_rest(void **state) {
 }
 
 /* `onegpu run --json` (argv[2]) gives the ids and log-probs of a plain forward
- * loop: greedy, and teacher-forced with the cpu device holding 4 experts per
- * layer and migrating (--cpu-numerics gpu: placement changes no bit). */
+ * loop: greedy at default settings (canonical numerics), teacher-forced with the
+ * cpu device holding 4 experts per layer and migrating (canonical: placement
+ * changes no bit), and greedy with --cpu-numerics fork (the fork's loop). */
 static void test_run_cli(void **state) {
     (void)state;
     if (!g_onegpu) skip();
@@ -668,11 +685,13 @@ static void test_run_cli(void **state) {
     snprintf(out, sizeof out, "/tmp/og-engine-run-%d.json", (int)getpid());
     og_ids ids = prompt_ids("The quick brown fox");
     int32_t feed[10] = {11, 22, 33, 44, 55, 66, 77, 88, 99, 111};
-    for (int mode = 0; mode < 2; mode++) {
+    for (int mode = 0; mode < 3; mode++) {
         snprintf(cmd, sizeof cmd,
-                 mode == 0 ? "'%s' run -m '%s' -p 'The quick brown fox' -n 10 --temp 0 --json --threads 2 >'%s' 2>/dev/null"
-                           : "'%s' run -m '%s' -p 'The quick brown fox' --teacher 11,22,33,44,55,66,77,88,99,111 --json "
-                             "--vram 1G --ram 8G --expert-slots 4 --cpu-numerics gpu --threads 2 >'%s' 2>/dev/null",
+                 mode == 0   ? "'%s' run -m '%s' -p 'The quick brown fox' -n 10 --temp 0 --json --threads 2 >'%s' 2>/dev/null"
+                 : mode == 1 ? "'%s' run -m '%s' -p 'The quick brown fox' --teacher 11,22,33,44,55,66,77,88,99,111 --json "
+                               "--vram 1G --ram 8G --expert-slots 4 --threads 2 >'%s' 2>/dev/null"
+                             : "'%s' run -m '%s' -p 'The quick brown fox' -n 10 --temp 0 --json --threads 2 --cpu-numerics fork "
+                               ">'%s' 2>/dev/null",
                  g_onegpu, g_path, out);
         assert_int_equal(system(cmd), 0);
         json_error_t je;
@@ -680,13 +699,14 @@ static void test_run_cli(void **state) {
         if (!j) fail_msg("%s: %s", out, je.text);
         int32_t ref[10], ref_max[10];
         float ref_lp[10];
-        forward_loop(&ids, mode ? feed : NULL, 10, mode ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK, ref, ref_lp, ref_max);
+        forward_loop(&ids, mode == 1 ? feed : NULL, 10, mode == 2 ? OG_NUMERICS_FORK : OG_NUMERICS_CANONICAL, ref, ref_lp,
+                     ref_max);
         json_t *pt = json_object_get(j, "prompt_tokens"), *tk = json_object_get(j, "tokens"),
                *lp = json_object_get(j, "logprobs");
         assert_int_equal(json_array_size(pt), ids.n);
         for (size_t i = 0; i < ids.n; i++) assert_int_equal(json_integer_value(json_array_get(pt, i)), ids.v[i]);
         int n = 10;
-        for (int t = 0; t < 10 && !mode; t++)
+        for (int t = 0; t < 10 && mode != 1; t++)
             if (og_tokenizer_is_eog(g_tok, ref[t])) { /* greedy stops there, the EOG listed */
                 n = t + 1;
                 break;
@@ -702,7 +722,7 @@ static void test_run_cli(void **state) {
             assert_int_equal(json_array_size(json_object_get(e, "top")), 5);
         }
         json_t *pm = json_object_get(j, "placement");
-        if (mode) {
+        if (mode == 1) {
             const uint64_t n_moe = g_m->hp.n_layer - g_m->hp.n_dense;
             assert_non_null(pm);
             assert_int_equal(json_integer_value(json_object_get(pm, "selections")),

@@ -562,10 +562,12 @@ static void test_canonical(void **state) {
             fast4 += k.vec_dot4_canonical[t] != NULL;
         }
     }
-    /* AVX2 and AVX-512: Q8_0, Q2_K-Q6_K; four rows at once all but AVX2's Q3_K */
-    int tiers = (f.avx2 && f.fma && f.f16c) + (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.os_avx512);
-    assert_int_equal(fast, 6 * tiers);
-    if (tiers) assert_int_equal(fast4, 5 + 6 * (tiers - 1));
+    /* AVX2 and AVX-512: Q8_0, Q2_K-Q6_K, AVX-512 also Q4_0, Q5_0, IQ4_NL; four rows
+     * at once all but AVX2's Q3_K */
+    const int has512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.os_avx512;
+    int tiers = (f.avx2 && f.fma && f.f16c) + has512;
+    assert_int_equal(fast, 6 * tiers + 3 * has512);
+    if (tiers) assert_int_equal(fast4, 5 + 6 * (tiers - 1) + 3 * has512);
 
     uint64_t seed = 4242;
     static const int64_t nbs[] = {1, 2, 4, 5, 7, 8, 9, 12, 33, 70};

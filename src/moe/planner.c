@@ -211,6 +211,9 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
                      in->parallel > 1 ? ", or with fewer --parallel" : "");
         else if (in->reserve >= in->vram)
             snprintf(hint, sizeof hint, "; --reserve takes the whole device");
+        else if (in->reserve > short_by) /* the reserve is what a user sets, and enough to close the gap */
+            snprintf(hint, sizeof hint, "; it fits with --reserve %s or less",
+                     og_fmt_bytes(in->reserve - short_by, rb, sizeof rb));
         else if (fixed > in->vram)
             snprintf(hint, sizeof hint, "; the weights%s and the reserve alone do not fit: a bigger GPU%s",
                      min_slots ? ", the minimum expert slots" : "", min_slots ? " or fewer --expert-slots" : "");

@@ -217,7 +217,7 @@ int og_cmd_run(int argc, char **argv) {
         og_str tmpl = {0};
         og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
         og_chat_kind kind = og_chat_detect(tmpl.s, (size_t)tmpl.n);
-        og_chat_msg msg = {"user", prompt, NULL, 0};
+        og_chat_msg msg = {.role = "user", .content = prompt};
         if (og_chat_format(kind, &msg, 1, true, &text, err, sizeof err)) {
             fprintf(stderr, "onegpu run: --chat: %s\n", err);
             rc = OG_EXIT_BAD_INPUT;

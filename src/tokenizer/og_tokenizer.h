@@ -75,6 +75,10 @@ int og_detok_flush(og_detok *d, char *out, size_t cap, size_t *len);
 typedef enum og_chat_kind {
     OG_CHAT_UNKNOWN = 0,
     OG_CHAT_DEEPSEEK3, /* the official DeepSeek-V3 template */
+    OG_CHAT_DEEPSEEK_R1,  /* R1 / R1-0528: generation prompt opens <think> (tokenizer.md §7) */
+    OG_CHAT_DEEPSEEK3_1,  /* V3.1: thinking switch, name<tool_sep>{json} calls (tokenizer.md §7) */
+    OG_CHAT_DEEPSEEK4,    /* V4: DSML tool calls, results merged into the user turn (deepseek4.md §5) */
+    OG_CHAT_DEEPSEEK4_1,  /* V4.1: <System> marker, reasoning effort 1-100, DSML with the space (§5) */
 } og_chat_kind;
 
 /* Which built-in formatter renders this tokenizer.chat_template text (detected
@@ -92,7 +96,18 @@ typedef struct og_chat_msg {
     const char *content;   /* NULL: none (an assistant turn with only tool calls) */
     const og_chat_tool_call *tool_calls;
     int n_tool_calls;
+    const char *reasoning;    /* assistant: its reasoning_content (rendered where the encoding keeps it), or NULL */
+    const char *tool_call_id; /* tool: the call it answers (V4 reorders results to the calls' order), or NULL */
 } og_chat_msg;
+
+/* How a conversation is rendered beyond its messages. Zero-initialized = the
+ * encoding's defaults (thinking off, effort default, no tools). */
+typedef struct og_chat_opts {
+    bool thinking;            /* thinking mode, for the kinds that have one (R1 always thinks) */
+    int reasoning_effort;     /* V4.1: 1..100 (low 50, high 75, max 100); 0: the encoding's default */
+    const char *tools_json;   /* the request's `tools` array as JSON text (OpenAI shape), or NULL: rendered
+                                 into the prompt as the encoding does */
+} og_chat_opts;
 
 /* Renders messages as the official DeepSeek-V3 template does, quirks included,
  * WITHOUT the leading BOS text: the tokenizer adds the BOS id (add_bos_token), so
@@ -114,5 +129,20 @@ og_status og_chat_format(og_chat_kind kind, const og_chat_msg *msgs, int n, bool
  * Errors: those of og_chat_format, OG_ERR_NOMEM. */
 og_status og_chat_tokenize(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *msgs, int n,
                            bool add_generation_prompt, og_ids *out, char *err, size_t errlen);
+
+/* The same two with rendering options (opts NULL = all defaults): every kind
+ * above, thinking on/off, tools rendered into the prompt. og_chat_format and
+ * og_chat_tokenize are these with opts = NULL. Errors: as above, plus
+ * OG_ERR_INVALID_ARG for tools_json that is not a JSON array of function tools,
+ * or an effort outside 1..100. */
+og_status og_chat_format_opts(og_chat_kind kind, const og_chat_msg *msgs, int n, const og_chat_opts *opts,
+                              bool add_generation_prompt, char **out, char *err, size_t errlen);
+og_status og_chat_tokenize_opts(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *msgs, int n,
+                                const og_chat_opts *opts, bool add_generation_prompt, og_ids *out, char *err,
+                                size_t errlen);
+
+/* The generation prompt's state: true when the rendered prompt ends inside the
+ * think block (the output starts as reasoning), for og_outparse. */
+bool og_chat_opens_reasoning(og_chat_kind kind, const og_chat_opts *opts);
 
 #endif

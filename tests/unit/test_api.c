@@ -130,13 +130,13 @@ static void test_chat_tokenize_matches_format(void **state) {
     og_chat_tool_call calls[2] = {{"function", "get_weather", "{\"city\": \"Paris\"}"},
                                   {"function", "get_time", "{\"tz\": \"CET\"}"}};
     og_chat_msg conv[][7] = {
-        {{"user", "Hello there", NULL, 0}},
-        {{"system", "Be brief.", NULL, 0}, {"developer", "Answer in French.", NULL, 0}, {"user", "Hi", NULL, 0},
-         {"assistant", "Bonjour", NULL, 0}, {"user", "And again\n\nwith lines", NULL, 0}},
-        {{"user", "Weather and time in Paris?", NULL, 0}, {"assistant", NULL, calls, 2},
-         {"tool", "{\"temp\": 12}", NULL, 0}, {"tool", "{\"time\": \"10:00\"}", NULL, 0},
-         {"assistant", "12 degrees at 10:00", NULL, 0}, {"user", "thanks", NULL, 0}},
-        {{"user", "Weather?", NULL, 0}, {"assistant", NULL, calls, 1}, {"tool", "sunny", NULL, 0}},
+        {{.role = "user", .content = "Hello there"}},
+        {{.role = "system", .content = "Be brief."}, {.role = "developer", .content = "Answer in French."}, {.role = "user", .content = "Hi"},
+         {.role = "assistant", .content = "Bonjour"}, {.role = "user", .content = "And again\n\nwith lines"}},
+        {{.role = "user", .content = "Weather and time in Paris?"}, {.role = "assistant", .tool_calls = calls, .n_tool_calls = 2},
+         {.role = "tool", .content = "{\"temp\": 12}"}, {.role = "tool", .content = "{\"time\": \"10:00\"}"},
+         {.role = "assistant", .content = "12 degrees at 10:00"}, {.role = "user", .content = "thanks"}},
+        {{.role = "user", .content = "Weather?"}, {.role = "assistant", .tool_calls = calls, .n_tool_calls = 1}, {.role = "tool", .content = "sunny"}},
     };
     int lens[] = {1, 5, 6, 3};
     for (int c = 0; c < 4; c++) {
@@ -156,7 +156,7 @@ static void test_chat_tokenize_matches_format(void **state) {
     }
     char err[256];
     og_ids ids = {0};
-    og_chat_msg bad[1] = {{"wizard", "x", NULL, 0}};
+    og_chat_msg bad[1] = {{.role = "wizard", .content = "x"}};
     assert_int_equal(og_chat_tokenize(g_tok, OG_CHAT_DEEPSEEK3, bad, 1, true, &ids, err, sizeof err),
                      OG_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "wizard"));

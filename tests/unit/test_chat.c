@@ -70,14 +70,14 @@ static void test_detect_and_errors(void **state) {
     og_gguf_close(g);
     assert_int_equal(og_chat_detect("{{ messages }}", 14), OG_CHAT_UNKNOWN);
     char *out;
-    og_chat_msg bad[1] = {{"wizard", "x", NULL, 0}};
+    og_chat_msg bad[1] = {{.role = "wizard", .content = "x"}};
     assert_int_equal(og_chat_format(OG_CHAT_DEEPSEEK3, bad, 1, true, &out, err, sizeof err), OG_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "wizard"));
-    og_chat_msg empty_asst[1] = {{"assistant", NULL, NULL, 0}};
+    og_chat_msg empty_asst[1] = {{.role = "assistant", .content = NULL}};
     assert_int_equal(og_chat_format(OG_CHAT_DEEPSEEK3, empty_asst, 1, true, &out, err, sizeof err), OG_ERR_INVALID_ARG);
     assert_int_equal(og_chat_format(OG_CHAT_UNKNOWN, bad, 0, true, &out, err, sizeof err), OG_ERR_UNSUPPORTED);
     /* developer is the newer name of system (openai-api.md §3) */
-    og_chat_msg dev[2] = {{"developer", "be brief", NULL, 0}, {"user", "hi", NULL, 0}};
+    og_chat_msg dev[2] = {{.role = "developer", .content = "be brief"}, {.role = "user", .content = "hi"}};
     assert_int_equal(og_chat_format(OG_CHAT_DEEPSEEK3, dev, 2, true, &out, err, sizeof err), OG_OK);
     assert_string_equal(out, "be brief<\xef\xbd\x9cUser\xef\xbd\x9c>hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
     free(out);

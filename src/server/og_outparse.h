@@ -1,0 +1,83 @@
+/* The output parser: splits a chat model's generated token ids into answer
+ * text, reasoning text and tool calls, for every chat encoding the project
+ * renders (og_chat_kind: DeepSeek V3, V3.1, R1-style, V4 DSML, V4.1 DSML).
+ * It works on token ids, not on detokenized text: the think and tool markers
+ * are control tokens the text detokenizer drops. One parser per choice; the
+ * OpenAI chat, Anthropic messages and OpenAI responses endpoints all consume
+ * its events. No HTTP, no JSON envelopes here.
+ *
+ * Contract (written before the implementation so the endpoints can be built
+ * in parallel; refine the implementation, keep these names and meanings):
+ * - events come in output order; a tool call is BEGIN (index, id, name), then
+ *   zero or more ARGS pieces whose concatenation is the call's arguments as a
+ *   JSON text, then END;
+ * - text that is inside no marker is CONTENT; text between the think markers
+ *   (or from the start, when the prompt opened the think block) is REASONING;
+ * - a malformed call (a marker sequence the format does not allow, arguments
+ *   that are not a JSON object when the call ends, the output ending inside a
+ *   call) never crashes: what was not yet reported as a call is reported as
+ *   CONTENT text, and og_outparse_malformed() says so;
+ * - a marker split across several tokens (a DSML tag spelled by ordinary
+ *   tokens) is recognized: text that might be the start of a marker is held
+ *   back until it is known, and released by og_outparse_finish. */
+#ifndef OG_OUTPARSE_H
+#define OG_OUTPARSE_H
+
+#include "og_base.h"
+#include "og_tokenizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum og_out_kind {
+    OG_OUT_CONTENT = 1, /* answer text: text/len */
+    OG_OUT_REASONING,   /* reasoning text: text/len */
+    OG_OUT_TOOL_BEGIN,  /* a tool call starts: tool_index, id ("call_..."), name */
+    OG_OUT_TOOL_ARGS,   /* a piece of the call's arguments (JSON text): tool_index, text/len */
+    OG_OUT_TOOL_END,    /* the call is complete: tool_index; arguments is the whole JSON text */
+} og_out_kind;
+
+typedef struct og_out_ev {
+    og_out_kind kind;
+    int tool_index;          /* 0, 1, ... in output order (tool events only) */
+    const char *id;          /* BEGIN/END: "call_" + 24 alphanumerics, NUL-terminated */
+    const char *name;        /* BEGIN/END: the function's name, NUL-terminated */
+    const char *text;        /* CONTENT/REASONING/ARGS: bytes (valid UTF-8), not NUL-terminated */
+    size_t len;
+    const char *arguments;   /* END: the complete arguments, NUL-terminated */
+} og_out_ev;
+
+/* Receives events; pointers are valid only during the call. */
+typedef void (*og_out_cb)(void *ud, const og_out_ev *ev);
+
+typedef struct og_outparse_opts {
+    og_chat_kind kind;       /* the encoding the prompt was rendered in */
+    bool in_reasoning;       /* the prompt ended inside the think block (thinking mode's generation
+                                prompt): output is REASONING until the closing marker */
+    bool parse_reasoning;    /* false: think markers' text is passed through as CONTENT */
+    bool parse_tools;        /* the request carried tools: tool markers start calls (else they are text) */
+    uint64_t id_seed;        /* call ids are derived from it (deterministic per request) */
+} og_outparse_opts;
+
+typedef struct og_outparse og_outparse;
+
+/* Errors: OG_ERR_INVALID_ARG (NULL or an unknown kind), OG_ERR_NOMEM. */
+og_status og_outparse_new(const og_tokenizer *tok, const og_outparse_opts *o, og_outparse **out);
+void og_outparse_free(og_outparse *p);
+
+/* Feeds n generated token ids (the end-of-generation token excluded) and emits
+ * the events they complete. Errors: OG_ERR_NOMEM (the parser is then unusable). */
+og_status og_outparse_feed(og_outparse *p, const int32_t *ids, int n, og_out_cb cb, void *ud);
+
+/* The output ended: releases held-back text, and reports an unterminated call
+ * as CONTENT (og_outparse_malformed then returns true). Errors: OG_ERR_NOMEM. */
+og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud);
+
+/* Tool calls completed so far (END events). */
+int og_outparse_n_calls(const og_outparse *p);
+
+/* True once some call was malformed and reported as text. */
+bool og_outparse_malformed(const og_outparse *p);
+
+#endif

@@ -38,6 +38,7 @@ struct og_seq {
     int n_gen;
     uint64_t step_submit, step_first; /* og_seq_out's */
     og_finish finish;
+    int stop_index;               /* og_seq_out's */
     char error[256];
     og_gmatch *gm;                /* constrained decoding, or NULL; touched only by the scheduler */
     bool gm_failed;               /* the mask could not be computed this step */
@@ -303,6 +304,7 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
                        e->cfg.parallel, queued, e->cfg.queue);
     }
     s->state = SEQ_QUEUED;
+    s->stop_index = -1;
     s->step_submit = e->met.steps;
     s->next = e->all;
     if (e->all) e->all->prev = s;
@@ -364,6 +366,7 @@ og_status og_seq_take(og_engine *e, og_seq *s, og_seq_out *o) {
     o->n_toks = nt - s->toks_taken;
     s->toks_taken = nt;
     o->finish = s->taken == s->gen_len && nt == s->n_toks ? s->finish : OG_FINISH_NONE;
+    o->stop_index = o->finish == OG_FINISH_STOP ? s->stop_index : -1;
     o->n_prompt = s->n_prompt;
     o->n_gen = s->n_gen;
     o->step_submit = s->step_submit;
@@ -449,11 +452,16 @@ static void seq_accept(og_engine *e, og_seq *s, int32_t id, float lp, const og_t
     }
     if (s->n_stop && s->gen_len > before) {
         size_t from = before >= s->max_stop ? before - s->max_stop + 1 : 0, best = SIZE_MAX;
+        int which = -1;
         for (int i = 0; i < s->n_stop; i++) {
             char *hit = memmem(s->gen + from, s->gen_len - from, s->stop[i], strlen(s->stop[i]));
-            if (hit && (size_t)(hit - s->gen) < best) best = (size_t)(hit - s->gen);
+            if (hit && (size_t)(hit - s->gen) < best) {
+                best = (size_t)(hit - s->gen);
+                which = i;
+            }
         }
         if (best != SIZE_MAX) {
+            s->stop_index = which;
             s->gen_len = best;
             s->gen[best] = 0;
             while (s->n_toks > s->toks_taken && s->toks[s->n_toks - 1].text_start >= best) s->n_toks--;

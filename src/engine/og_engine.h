@@ -110,6 +110,8 @@ typedef struct og_seq_out {
     og_tok_out *toks;             /* malloc'ed [n_toks] or NULL */
     int n_toks;
     og_finish finish;             /* NONE while more may come */
+    int stop_index;               /* finish STOP by a stop string: its index in og_seq_params.stop (the one
+                                     matched first in the text); -1 otherwise (EOG, or not ended) */
     int n_prompt, n_gen;          /* tokens (n_gen: generated so far, EOG excluded) */
     uint64_t step_submit;         /* scheduler steps done (og_engine_metrics.steps) when it was submitted */
     uint64_t step_first;          /* the step that sampled its first token (EOG too); 0: none yet */

@@ -4,6 +4,7 @@
  * reader; both poll the socket so a client that goes away cancels its
  * sequences within ~100 ms (and the engine frees their KV before its next step). */
 #include "og_server.h"
+#include "og_endpoints.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -85,6 +86,7 @@ typedef struct gen_ctx {
     int n_prompt[OG_API_MAX_PROMPTS], n_gen[OG_API_MAX_PROMPTS];
     og_api_offsets off[OG_API_MAX_PROMPTS]; /* completions text_offset cursors */
     char error[256];
+    og_ep_out *ep;                /* /v1/messages, /v1/responses: their output (og_endpoints.h), else NULL */
 } gen_ctx;
 
 static void count_status(og_server *s, conn_ctx *cc, int status) {
@@ -134,7 +136,7 @@ static enum MHD_Result send_json(og_server *s, struct MHD_Connection *c, conn_ct
  * "GET, HEAD"). */
 static enum MHD_Result send_error(og_server *s, struct MHD_Connection *c, conn_ctx *cc, const og_api_err *e,
                                   const char *allow) {
-    char *txt = og_api_error_json(e);
+    char *txt = og_endpoint_anthropic(cc->path) ? og_msgs_error_json(e) : og_api_error_json(e);
     if (!txt) return MHD_NO;
     if (s->cfg.log) og_log(s->cfg.log, OG_LOG_INFO, "%d %s", e->status, e->message);
     const char *retry = e->status == 503 || e->status == 429 ? "1" : NULL;
@@ -184,6 +186,7 @@ static void gen_free(gen_ctx *g) {
     if (--g->srv->active == 0) pthread_cond_broadcast(&g->srv->idle);
     pthread_mutex_unlock(&g->srv->mu);
     og_api_req_free(&g->req);
+    og_ep_out_free(g->ep);
     for (int i = 0; i < OG_API_MAX_PROMPTS; i++) {
         free(g->text[i]);
         free(g->toks[i]);
@@ -245,9 +248,52 @@ static json_t *chunk(const gen_ctx *g, int i, json_t *delta_or_text, json_t *log
     return o;
 }
 
+/* gen_collect for /v1/messages and /v1/responses (one sequence): the output
+ * assembler makes their events and their response object. */
+static bool ep_collect(gen_ctx *g, bool stream) {
+    bool changed = false;
+    if (stream && !g->started) {
+        g->started = changed = true;
+        og_ep_out_begin(g->ep);
+    }
+    og_seq_out o;
+    if (g->finish[0] == OG_FINISH_NONE && og_seq_take(g->e, g->seqs[0], &o) == OG_OK) {
+        g->n_prompt[0] = o.n_prompt;
+        g->n_gen[0] = o.n_gen;
+        changed |= o.len || o.n_toks || o.finish != OG_FINISH_NONE;
+        bool failed = o.finish == OG_FINISH_ERROR || o.finish == OG_FINISH_CANCEL;
+        if (!failed && og_ep_out_feed(g->ep, &o)) {
+            o.finish = OG_FINISH_ERROR;
+            snprintf(o.error, sizeof o.error, "out of memory for the response");
+            failed = true;
+        }
+        if (o.finish != OG_FINISH_NONE) g->finish[0] = o.finish;
+        if (failed) {
+            snprintf(g->error, sizeof g->error, "%s",
+                     o.finish == OG_FINISH_ERROR ? o.error : "the request was cancelled: the server is shutting down");
+            og_api_err fe;
+            finish_error(o.finish, g->error, &fe);
+            if (stream) og_ep_out_error(g->ep, &fe);
+        }
+        og_seq_out_free(&o);
+    }
+    size_t n;
+    const char *sse = og_ep_out_sse(g->ep, &n);
+    if (stream && n) {
+        emit_raw(g, sse);
+        og_ep_out_sse_clear(g->ep);
+        changed = true;
+    }
+    if (stream && og_ep_out_done(g->ep) && !g->sent_done) g->sent_done = changed = true;
+    g->cc->n_prompt = g->n_prompt[0];
+    g->cc->n_gen = g->n_gen[0];
+    return changed;
+}
+
 /* Moves new engine output into stream events (or the non-streaming
  * accumulators). Returns true if anything changed. */
 static bool gen_collect(gen_ctx *g, bool stream) {
+    if (g->ep) return ep_collect(g, stream);
     bool changed = false;
     if (stream && !g->started) {
         g->started = true;
@@ -387,7 +433,8 @@ static json_t *final_response(gen_ctx *g) {
     return o;
 }
 
-static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, conn_ctx *cc, bool chat) {
+static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, conn_ctx *cc, og_endpoint ep) {
+    bool chat = ep != OG_EP_COMPLETIONS;
     pthread_mutex_lock(&s->mu);
     int state = s->state;
     og_engine *e = s->engine;
@@ -408,9 +455,17 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     snprintf(g->id, sizeof g->id, "%s%016llx", chat ? "chatcmpl-" : "cmpl-",
              (unsigned long long)og_splitmix64(&(uint64_t){s->id_key ^ seq_no}));
     og_api_err err;
-    if (!og_api_parse(cc->body ? cc->body : "", cc->len, chat, &mdl, &g->req, &err)) {
+    og_ep_meta meta = {ep, s->model_id, og_splitmix64(&(uint64_t){s->id_key ^ seq_no ^ 0x5eed}), g->created};
+    if (ep == OG_EP_CHAT || ep == OG_EP_COMPLETIONS ? !og_api_parse(cc->body ? cc->body : "", cc->len, chat, &mdl, &g->req, &err)
+                                                    : !og_ep_parse(&meta, cc->body ? cc->body : "", cc->len, &mdl, &g->req,
+                                                                   &g->ep, &err)) {
         gen_free(g);
         return send_error(s, c, cc, &err, NULL);
+    }
+    if (ep == OG_EP_COUNT_TOKENS) {
+        json_t *o = og_ep_count_json(&g->req);
+        gen_free(g);
+        return send_json(s, c, cc, 200, o);
     }
     if (g->req.n_prompts > mdl.capacity) {
         int n = g->req.n_prompts;
@@ -467,7 +522,7 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
             gen_free(g);
             return send_error(s, c, cc, &fe, NULL);
         }
-    json_t *o = final_response(g);
+    json_t *o = g->ep ? og_ep_out_final(g->ep) : final_response(g);
     gen_free(g);
     return send_json(s, c, cc, 200, o);
 }
@@ -564,22 +619,29 @@ static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c, co
     return r;
 }
 
-/* "Authorization: Bearer KEY" (the scheme case-insensitive, RFC 7235 §2.1;
- * spaces around the key ignored; a header holding NUL never matches). */
+/* h is the key, spaces and tabs around it ignored; the time taken does not
+ * depend on where they differ. */
+static bool key_matches(const char *key, const char *h) {
+    while (*h == ' ' || *h == '\t') h++;
+    size_t a = strlen(h), b = strlen(key);
+    while (a && (h[a - 1] == ' ' || h[a - 1] == '\t')) a--;
+    unsigned char diff = (unsigned char)(a != b);
+    for (size_t i = 0; i < b; i++) diff |= (unsigned char)(key[i] ^ (i < a ? h[i] : 0));
+    return diff == 0;
+}
+
+/* "Authorization: Bearer KEY" (the scheme case-insensitive, RFC 7235 §2.1),
+ * or "x-api-key: KEY" (the Anthropic clients' header, anthropic-messages.md
+ * §1); a header holding NUL never matches. */
 static bool authorized(og_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
     const char *h;
     size_t hl;
-    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, "Authorization", 13, &h, &hl) != MHD_YES || !h ||
-        strlen(h) != hl || hl < 7 || strncasecmp(h, "Bearer ", 7))
-        return false;
-    h += 7;
-    while (*h == ' ' || *h == '\t') h++;
-    size_t a = strlen(h), b = strlen(s->api_key);
-    while (a && (h[a - 1] == ' ' || h[a - 1] == '\t')) a--;
-    unsigned char diff = (unsigned char)(a != b);
-    for (size_t i = 0; i < b; i++) diff |= (unsigned char)(s->api_key[i] ^ (i < a ? h[i] : 0));
-    return diff == 0;
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, "Authorization", 13, &h, &hl) == MHD_YES && h &&
+        strlen(h) == hl && hl >= 7 && !strncasecmp(h, "Bearer ", 7) && key_matches(s->api_key, h + 7))
+        return true;
+    return MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, "x-api-key", 9, &h, &hl) == MHD_YES && h &&
+           strlen(h) == hl && key_matches(s->api_key, h);
 }
 
 static double mono_s(void) {
@@ -619,7 +681,7 @@ static enum MHD_Result refuse_early(og_server *s, struct MHD_Connection *c, conn
                                     const og_api_err *e) {
     cc->responded = true;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    char *body = og_api_error_json(e);
+    char *body = og_endpoint_anthropic(cc->path) ? og_msgs_error_json(e) : og_api_error_json(e);
     if (!ci || !body) {
         free(body);
         return MHD_NO;
@@ -669,8 +731,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
         og_api_err e;
         if (strcmp(url, "/health") && !authorized(s, c)) { /* before reading any body */
             og_api_error(&e, 401, "authentication_error", NULL, "invalid_api_key",
-                         "a valid API key is required: send the header 'Authorization: Bearer KEY' (onegpu serve "
-                         "--api-key)");
+                         "a valid API key is required: send the header 'Authorization: Bearer KEY' or 'x-api-key: "
+                         "KEY' (onegpu serve --api-key)");
             if (has_body) return refuse_early(s, c, cc, version, &e);
             cc->responded = true;
             return send_error(s, c, cc, &e, NULL);
@@ -715,8 +777,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
         return send_json(s, c, cc, st == ST_READY ? 200 : 503,
                          json_pack("{s:s}", "status", st == ST_READY ? "ok" : st == ST_LOADING ? "loading" : "shutting down"));
     }
-    bool is_chat = !strcmp(url, "/v1/chat/completions"), is_cmpl = !strcmp(url, "/v1/completions");
-    if (is_chat || is_cmpl) {
+    og_endpoint ep = og_endpoint_of(url);
+    if (ep != OG_EP_NONE) {
         if (!post) {
             og_api_err e;
             char pr[128];
@@ -724,7 +786,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
                          og_printable(url, strlen(url), pr, sizeof pr));
             return send_error(s, c, cc, &e, "POST");
         }
-        return handle_generate(s, c, cc, is_chat);
+        return handle_generate(s, c, cc, ep);
     }
     if (!strcmp(url, "/metrics")) {
         if (!get) return fail(s, c, cc, 405, "invalid_request_error", NULL, "use GET for /metrics");

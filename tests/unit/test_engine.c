@@ -100,7 +100,10 @@ static void collect(og_engine *e, og_seq *s, result *r) {
         r->n_gen = o.n_gen;
         r->step_submit = o.step_submit;
         r->step_first = o.step_first;
+        int stop_index = o.stop_index;
         og_seq_out_free(&o);
+        /* only a sequence a stop string ended names one (collect's requests have none) */
+        assert_int_equal(stop_index, -1);
         if (f != OG_FINISH_NONE) {
             r->finish = f;
             break;
@@ -265,12 +268,14 @@ static void test_stop_across_tokens(void **state) {
     const char *first = strstr(full.text, stop);
     assert_non_null(first);
     size_t expect = (size_t)(first - full.text);
-    p.stop[0] = stop;
-    p.n_stop = 1;
+    p.stop[0] = "\x01 never generated"; /* stop_index names the string that matched: 1 */
+    p.stop[1] = stop;
+    p.n_stop = 2;
     og_seq *s = submit(e, &ids, &p);
     char got[4096];
     size_t got_len = 0;
     og_finish f = OG_FINISH_NONE;
+    int stop_index = -2;
     while (f == OG_FINISH_NONE) {
         og_seq_out o;
         assert_int_equal(og_seq_take(e, s, &o), OG_OK);
@@ -280,12 +285,14 @@ static void test_stop_across_tokens(void **state) {
         /* everything handed over so far lies before the stop string */
         assert_true(got_len <= expect);
         f = o.finish;
+        stop_index = o.stop_index;
         og_seq_out_free(&o);
         if (f == OG_FINISH_NONE) og_engine_wait(e, 0.05);
     }
     og_seq_release(e, s);
     og_engine_free(e);
     assert_int_equal(f, OG_FINISH_STOP);
+    assert_int_equal(stop_index, 1);
     assert_int_equal(got_len, expect);
     assert_memory_equal(got, full.text, expect);
     og_ids_free(&ids);

@@ -1,0 +1,276 @@
+/* What the Anthropic Messages and OpenAI Responses endpoints share
+ * (og_endpoints.h): which path is which, parsing through the chat request a
+ * body means, and the output assembler that turns a sequence's output into
+ * blocks and, while streaming, into the endpoint's events. */
+#include "og_endpoints.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+og_endpoint og_endpoint_of(const char *path) {
+    static const struct {
+        const char *path;
+        og_endpoint ep;
+    } paths[] = {{"/v1/chat/completions", OG_EP_CHAT},
+                 {"/v1/completions", OG_EP_COMPLETIONS},
+                 {"/v1/messages", OG_EP_MESSAGES},
+                 {"/v1/messages/count_tokens", OG_EP_COUNT_TOKENS},
+                 {"/v1/responses", OG_EP_RESPONSES}};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++)
+        if (!strcmp(path, paths[i].path)) return paths[i].ep;
+    return OG_EP_NONE;
+}
+
+bool og_endpoint_anthropic(const char *path) {
+    return !strncmp(path, "/v1/messages", 12) && (path[12] == 0 || path[12] == '/' || path[12] == '?');
+}
+
+void og_ep_id(char *out, size_t cap, const char *prefix, uint64_t seed, uint64_t salt) {
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    uint64_t st = seed ^ (salt * 0x9E3779B97F4A7C15ull);
+    int k = snprintf(out, cap, "%s", prefix);
+    for (int i = 0; i < 24 && k >= 0 && (size_t)k + 1 < cap; i++) out[k++] = alnum[og_splitmix64(&st) % 62];
+    if (k >= 0 && (size_t)k < cap) out[k] = 0;
+}
+
+/* ---- parsing ------------------------------------------------------------- */
+
+bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_api_model *mdl, og_api_req *req,
+                 og_ep_out **out, og_api_err *e) {
+    memset(req, 0, sizeof *req);
+    *out = NULL;
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root && strstr(je.text, "NUL"))
+        return og_api_error(e, 400, "invalid_request_error", NULL, NULL,
+                            "NUL characters (\\u0000) in strings are not supported (line %d, column %d)", je.line,
+                            je.column);
+    if (!root)
+        return og_api_error(e, 400, "invalid_request_error", NULL, NULL,
+                            "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    json_t *chat = NULL, *echo = NULL;
+    bool ok = meta->ep == OG_EP_RESPONSES ? og_resp_to_chat(root, &chat, &echo, e)
+                                          : og_msgs_to_chat(root, meta->ep == OG_EP_COUNT_TOKENS, &chat, e);
+    json_decref(root);
+    if (!ok) return false;
+    char *txt = json_dumps(chat, JSON_COMPACT);
+    json_decref(chat);
+    if (!txt) {
+        json_decref(echo);
+        return og_api_error(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    og_api_model m = *mdl;
+    if (meta->ep == OG_EP_COUNT_TOKENS) { /* a count for any length: nothing is generated */
+        m.ctx = INT_MAX;
+        m.max_tokens = 0;
+    }
+    ok = og_api_parse(txt, strlen(txt), true, &m, req, e);
+    free(txt);
+    if (!ok || meta->ep == OG_EP_COUNT_TOKENS) {
+        json_decref(echo);
+        return ok;
+    }
+    og_ep_out *o = calloc(1, sizeof *o);
+    if (!o) {
+        json_decref(echo);
+        return og_api_error(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    o->meta = *meta;
+    o->ops = meta->ep == OG_EP_RESPONSES ? &og_resp_ops : &og_msgs_ops;
+    o->stream = req->stream;
+    o->echo = echo;
+    o->stop_index = -1;
+    o->n_prompt = (int)req->prompts[0].n;
+    og_ep_id(o->id, sizeof o->id, meta->ep == OG_EP_RESPONSES ? "resp_" : "msg_", meta->id_seed, 0);
+    for (int i = 0; i < req->sp.n_stop; i++) {
+        if (!(o->stop[i] = strdup(req->sp.stop[i]))) {
+            og_ep_out_free(o);
+            return og_api_error(e, 500, "server_error", NULL, NULL, "out of memory");
+        }
+        o->n_stop = i + 1;
+    }
+    *out = o;
+    return true;
+}
+
+json_t *og_ep_count_json(const og_api_req *req) {
+    return json_pack("{s:I}", "input_tokens", (json_int_t)(req->n_prompts ? req->prompts[0].n : 0));
+}
+
+/* ---- the assembler ------------------------------------------------------- */
+
+void og_ep_out_free(og_ep_out *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n_blk; i++) {
+        free(o->blk[i].text);
+        free(o->blk[i].name);
+    }
+    free(o->blk);
+    for (int i = 0; i < o->n_stop; i++) free(o->stop[i]);
+    json_decref(o->echo);
+    free(o->sse);
+    free(o);
+}
+
+static bool sse_append(og_ep_out *o, const char *s, size_t n) {
+    if (o->sse_len + n + 1 > o->sse_cap) {
+        size_t cap = o->sse_cap ? o->sse_cap : 1024;
+        while (cap < o->sse_len + n + 1) cap *= 2;
+        char *b = realloc(o->sse, cap);
+        if (!b) return !(o->oom = true);
+        o->sse = b;
+        o->sse_cap = cap;
+    }
+    memcpy(o->sse + o->sse_len, s, n);
+    o->sse_len += n;
+    o->sse[o->sse_len] = 0;
+    return true;
+}
+
+void og_ep_sse_event(og_ep_out *o, const char *name, json_t *data) {
+    char *txt = data ? json_dumps(data, JSON_COMPACT) : NULL;
+    json_decref(data);
+    if (!txt) {
+        o->oom = true;
+        return;
+    }
+    (void)(sse_append(o, "event: ", 7) && sse_append(o, name, strlen(name)) && sse_append(o, "\ndata: ", 7) &&
+           sse_append(o, txt, strlen(txt)) && sse_append(o, "\n\n", 2));
+    free(txt);
+}
+
+const char *og_ep_out_sse(const og_ep_out *o, size_t *len) {
+    *len = o->sse_len;
+    return o->sse ? o->sse : "";
+}
+
+void og_ep_out_sse_clear(og_ep_out *o) { o->sse_len = 0; }
+
+bool og_ep_out_done(const og_ep_out *o) { return o->done; }
+
+int og_ep_out_n_gen(const og_ep_out *o) { return o->n_gen; }
+
+og_status og_ep_out_begin(og_ep_out *o) {
+    if (o->stream && !o->begun) {
+        o->begun = true;
+        o->ops->begin(o);
+    }
+    return o->oom ? OG_ERR_NOMEM : OG_OK;
+}
+
+static bool blk_append(og_ep_out *o, og_blk *b, const char *t, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->text, cap);
+        if (!p) return !(o->oom = true);
+        b->text = p;
+        b->cap = cap;
+    }
+    memcpy(b->text + b->len, t, n);
+    b->len += n;
+    b->text[b->len] = 0;
+    return true;
+}
+
+static void close_open(og_ep_out *o) {
+    if (!o->open) return;
+    o->open = false;
+    if (o->stream) o->ops->blk_stop(o, o->n_blk - 1);
+}
+
+static og_blk *open_blk(og_ep_out *o, og_blk_kind kind, const char *call_id, const char *name) {
+    close_open(o);
+    if (o->n_blk == o->cap_blk) {
+        int cap = o->cap_blk ? 2 * o->cap_blk : 4;
+        og_blk *b = realloc(o->blk, (size_t)cap * sizeof *b);
+        if (!b) {
+            o->oom = true;
+            return NULL;
+        }
+        o->blk = b;
+        o->cap_blk = cap;
+    }
+    og_blk *b = &o->blk[o->n_blk];
+    memset(b, 0, sizeof *b);
+    b->kind = kind;
+    if (call_id) snprintf(b->call_id, sizeof b->call_id, "%s", call_id);
+    if (name && !(b->name = strdup(name))) {
+        o->oom = true;
+        return NULL;
+    }
+    if (!blk_append(o, b, "", 0)) { /* text is never NULL */
+        free(b->name);
+        return NULL;
+    }
+    o->n_blk++;
+    o->open = true;
+    if (o->stream) o->ops->blk_start(o, o->n_blk - 1);
+    return b;
+}
+
+/* The parser's events (og_out_cb): text and reasoning grow the open block of
+ * their kind or open one; a tool call is a block of its own. */
+static void on_event(void *ud, const og_out_ev *ev) {
+    og_ep_out *o = ud;
+    og_blk *last = o->open ? &o->blk[o->n_blk - 1] : NULL;
+    switch (ev->kind) {
+    case OG_OUT_CONTENT:
+    case OG_OUT_REASONING: {
+        if (!ev->len) return;
+        og_blk_kind k = ev->kind == OG_OUT_CONTENT ? OG_BLK_TEXT : OG_BLK_THINKING;
+        if (!last || last->kind != k) last = open_blk(o, k, NULL, NULL);
+        if (last && blk_append(o, last, ev->text, ev->len) && o->stream)
+            o->ops->blk_delta(o, o->n_blk - 1, ev->text, ev->len);
+        return;
+    }
+    case OG_OUT_TOOL_BEGIN:
+        open_blk(o, OG_BLK_TOOL, ev->id, ev->name);
+        return;
+    case OG_OUT_TOOL_ARGS:
+        if (last && last->kind == OG_BLK_TOOL && blk_append(o, last, ev->text, ev->len) && o->stream)
+            o->ops->blk_delta(o, o->n_blk - 1, ev->text, ev->len);
+        return;
+    case OG_OUT_TOOL_END:
+        if (!last || last->kind != OG_BLK_TOOL) return;
+        if (ev->arguments) { /* the whole arguments: what the pieces add up to */
+            last->len = 0;
+            blk_append(o, last, ev->arguments, strlen(ev->arguments));
+        }
+        close_open(o);
+        return;
+    }
+}
+
+og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
+    if (o->finish != OG_FINISH_NONE) return OG_OK;
+    if (o->stream && !o->begun) og_ep_out_begin(o);
+    if (so->n_prompt) o->n_prompt = so->n_prompt;
+    o->n_gen = so->n_gen;
+    if (so->len) {
+        og_out_ev ev = {.kind = OG_OUT_CONTENT, .text = so->text, .len = so->len};
+        on_event(o, &ev);
+    }
+    if (so->finish != OG_FINISH_NONE) {
+        close_open(o);
+        o->finish = so->finish;
+        o->stop_index = so->finish == OG_FINISH_STOP ? so->stop_index : -1;
+        if (o->stream && (so->finish == OG_FINISH_STOP || so->finish == OG_FINISH_LENGTH)) {
+            o->ops->end(o);
+            o->done = true;
+        }
+    }
+    return o->oom ? OG_ERR_NOMEM : OG_OK;
+}
+
+og_status og_ep_out_error(og_ep_out *o, const og_api_err *e) {
+    if (o->done) return OG_OK;
+    if (!o->begun) og_ep_out_begin(o);
+    o->ops->error(o, e);
+    o->done = true;
+    return o->oom ? OG_ERR_NOMEM : OG_OK;
+}
+
+json_t *og_ep_out_final(og_ep_out *o) { return o->ops->final(o); }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# POST /v1/messages, /v1/messages/count_tokens and /v1/responses: test_endpoints
+# (request mapping, output assembler) on a tiny model, then `onegpu serve` driven
+# by the official @anthropic-ai/sdk and openai clients (tests/js/messages_client.mjs)
+# and curl (headers, envelopes). OG_SANITIZED=1 (sanitizer builds): test_endpoints only.
+# usage: messages.sh ONEGPU TEST_ENDPOINTS WORKDIR
+set -euo pipefail
+onegpu=$1 unit=$2 work=$3
+. "$(dirname "$0")/lib.sh"
+mkdir -p "$work"
+tiny_model "$onegpu" "$work"
+echo "== test_endpoints"
+"$unit" "$model"
+[[ ${OG_SANITIZED:-} == 1 ]] && { echo "ok: sanitizer build, the clients' part runs in the plain build"; exit 0; }
+
+key=test-key-456
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+start_server "$work/serve.log" --api-key "$key" --parallel 4 --ctx 512
+base=http://127.0.0.1:$port
+echo "== server on port $port"
+
+echo "== curl: auth headers, anthropic-version, envelopes, SSE headers"
+body='{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}'
+code() { curl -s -o "$work/out.json" -w '%{http_code}' "$@"; }
+[[ $(code -H "x-api-key: $key" -H 'anthropic-version: 2023-06-01' -H 'anthropic-beta: x' "$base/v1/messages" -d "$body") == 200 ]] ||
+  fail "x-api-key with anthropic-version: $(cat "$work/out.json")"
+[[ $(code -H "Authorization: Bearer $key" "$base/v1/messages" -d "$body") == 200 ]] || fail "Bearer on /v1/messages"
+[[ $(code -H "x-api-key: $key" "$base/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}') == 200 ]] ||
+  fail "x-api-key on /v1/chat/completions"
+[[ $(code -H "x-api-key: wrong" "$base/v1/messages" -d "$body") == 401 ]] || fail "a wrong x-api-key must be 401"
+json_get "$work/out.json" 'j.type==="error"&&j.error.type==="authentication_error"&&typeof j.error.message==="string"' |
+  grep -qx true || fail "401 envelope: $(cat "$work/out.json")"
+[[ $(code -H "x-api-key: $key" "$base/v1/messages/nope" -d "$body") == 404 ]] || fail "unknown /v1/messages path"
+json_get "$work/out.json" 'j.type==="error"&&j.error.type==="not_found_error"' | grep -qx true ||
+  fail "404 envelope: $(cat "$work/out.json")"
+[[ $(code -H "x-api-key: $key" "$base/v1/messages") == 405 ]] || fail "GET /v1/messages must be 405"
+[[ $(code -H "Authorization: Bearer $key" "$base/v1/responses" -d '{"input":"x","previous_response_id":"r"}') == 400 ]] ||
+  fail "previous_response_id"
+json_get "$work/out.json" 'j.error.param==="previous_response_id"&&j.error.code==="unsupported_parameter"' |
+  grep -qx true || fail "responses 400 envelope (OpenAI's): $(cat "$work/out.json")"
+curl -s -D "$work/h.txt" -o /dev/null -H "x-api-key: $key" "$base/v1/messages" \
+  -d '{"model":"m","max_tokens":2,"stream":true,"messages":[{"role":"user","content":"hi"}]}'
+grep -qi '^Content-Type: text/event-stream' "$work/h.txt" || fail "SSE content type: $(cat "$work/h.txt")"
+grep -E '^(POST /v1/messages|POST /v1/responses) ' "$work/serve.log.access" | head -1 | grep -q 'prompt=' ||
+  fail "access log lines for the new endpoints: $(tail -3 "$work/serve.log.access")"
+echo "ok: curl checks"
+
+if command -v node >/dev/null && [[ $(node -p 'process.versions.node.split(".")[0]') -ge 20 ]] &&
+   [[ -d $here/node_modules/@anthropic-ai/sdk && -d $here/node_modules/openai ]]; then
+  echo "== the official @anthropic-ai/sdk and openai clients"
+  node "$here/js/messages_client.mjs" "$base" "$key"
+else
+  skip_dep "the clients' part: Node.js >= 20, @anthropic-ai/sdk and openai in tests/node_modules (scripts/deps.sh)"
+fi

@@ -1,44 +1,42 @@
-/* Built-in chat formatters. DeepSeek-V3: a transcription of the official Jinja
- * template shipped in DeepSeek-V3's tokenizer_config.json (tokenizer.md §7),
- * keeping its quirks: system prompts are gathered first and joined by a blank
- * line; "first tool call" and "first tool output" are tracked over the whole
- * conversation, not per turn. */
-#include "og_tokenizer.h"
+/* Built-in chat encodings: detection, the shared text buffer, the JSON writer
+ * tool definitions are rendered with, and the tokenization that keeps message
+ * text out of the control tokens. The encodings themselves: chat_dsv3.c
+ * (V3, R1, V3.1: tokenizer.md §7) and chat_dsv4.c (V4, V4.1: deepseek4.md §5). */
+#include "chat_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define U "<\xef\xbd\x9cUser\xef\xbd\x9c>"
-#define A "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
-#define EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
-#define CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define CALLS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define OUTS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "outputs\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define OUTS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "outputs\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define OUT_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "output\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define OUT_END "<\xef\xbd\x9ctool\xe2\x96\x81" "output\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define TOOL_SEP "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
+static bool has(const char *t, size_t n, const char *s) { return memmem(t, n, s, strlen(s)) != NULL; }
 
+/* Markers each official template text carries (checked most specific first):
+ * V4.1's encoder writes <System>; V4's Jinja renditions define the DSML token
+ * with a tool_calls block (llama.cpp common/chat.cpp looks for "dsml_token" and
+ * "DSML"); V3.1 has the thinking switch and name<tool_sep> calls; R1 opens
+ * <think> in its generation prompt; V3 has User, Assistant and EOS markers
+ * (llama.cpp src/llama-chat.cpp "deepseek3"). */
 og_chat_kind og_chat_detect(const char *t, size_t n) {
-    if (t && memmem(t, n, A, strlen(A)) && memmem(t, n, U, strlen(U)) && memmem(t, n, EOS, strlen(EOS)))
-        return OG_CHAT_DEEPSEEK3;
+    if (!t) return OG_CHAT_UNKNOWN;
+    bool dsml = has(t, n, "DSML") && (has(t, n, "dsml_token") || has(t, n, CHAT_DSML));
+    if (dsml && has(t, n, CHAT_S)) return OG_CHAT_DEEPSEEK4_1;
+    if (dsml && has(t, n, "tool_calls")) return OG_CHAT_DEEPSEEK4;
+    if (!(has(t, n, CHAT_A) && has(t, n, CHAT_U) && has(t, n, CHAT_EOS))) return OG_CHAT_UNKNOWN;
+    if (has(t, n, "thinking") && has(t, n, "is_last_user")) return OG_CHAT_DEEPSEEK3_1;
+    if (has(t, n, CHAT_A "<think>")) return OG_CHAT_DEEPSEEK_R1;
+    return OG_CHAT_DEEPSEEK3;
+}
+
+og_chat_kind og_chat_kind_for_arch(const char *arch) {
+    if (!arch) return OG_CHAT_UNKNOWN;
+    if (!strcmp(arch, "deepseek4")) return OG_CHAT_DEEPSEEK4;
+    if (!strcmp(arch, "deepseek41")) return OG_CHAT_DEEPSEEK4_1;
     return OG_CHAT_UNKNOWN;
 }
 
-/* The rendered text, and where the template's markers lie in it: every other
- * byte is text (a message's, or the template's own plain text). */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    size_t *mark;                 /* [n_mark][2]: start, length */
-    size_t n_mark, cap_mark;
-    bool oom;
-} sbuf;
+bool og_chat_is_system(const char *role) { return !strcmp(role, "system") || !strcmp(role, "developer"); }
 
-static void put(sbuf *b, const char *s) {
-    size_t l = strlen(s);
+void og_chat_putn(og_chat_buf *b, const char *s, size_t l) {
     if (b->oom) return;
     if (b->n + l + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
@@ -51,12 +49,14 @@ static void put(sbuf *b, const char *s) {
         b->p = np;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, l + 1);
+    memcpy(b->p + b->n, s, l);
     b->n += l;
+    b->p[b->n] = '\0';
 }
 
-/* A template marker (one control token's text). */
-static void mark(sbuf *b, const char *s) {
+void og_chat_put(og_chat_buf *b, const char *s) { og_chat_putn(b, s, strlen(s)); }
+
+void og_chat_mark(og_chat_buf *b, const char *s) {
     if (b->oom) return;
     if (b->n_mark == b->cap_mark) {
         size_t cap = b->cap_mark ? 2 * b->cap_mark : 32;
@@ -71,90 +71,197 @@ static void mark(sbuf *b, const char *s) {
     b->mark[2 * b->n_mark] = b->n;
     b->mark[2 * b->n_mark + 1] = strlen(s);
     b->n_mark++;
-    put(b, s);
+    og_chat_put(b, s);
 }
 
-static void put_call(sbuf *b, const og_chat_tool_call *c) {
-    put(b, c->type ? c->type : "function");
-    mark(b, TOOL_SEP);
-    put(b, c->name ? c->name : "");
-    put(b, "\n```json\n");
-    put(b, c->arguments ? c->arguments : "");
-    put(b, "\n```");
-    mark(b, CALL_END);
-}
-
-/* Renders into *b (the caller frees b->p and b->mark, on failure too). */
-static og_status render(og_chat_kind kind, const og_chat_msg *m, int n, bool add_generation_prompt, sbuf *b,
-                        char *err, size_t errlen) {
-    if (kind != OG_CHAT_DEEPSEEK3) return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "no built-in formatter for this chat template");
-    put(b, ""); /* the BOS text would come first: the tokenizer adds its id */
-    bool first_sp = true;
-    for (int i = 0; i < n; i++) {
-        if (!m[i].role) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "message %d has no role", i);
-        if (strcmp(m[i].role, "system") && strcmp(m[i].role, "developer")) continue;
-        if (!first_sp) put(b, "\n\n");
-        put(b, m[i].content ? m[i].content : "");
-        first_sp = false;
-    }
-    bool is_first = false, is_tool = false, output_first = true;
-    for (int i = 0; i < n && !b->oom; i++) {
-        const char *r = m[i].role;
-        if (!strcmp(r, "system") || !strcmp(r, "developer")) continue;
-        if (!strcmp(r, "user")) {
-            is_tool = false;
-            mark(b, U);
-            put(b, m[i].content ? m[i].content : "");
-        } else if (!strcmp(r, "assistant")) {
-            if (!m[i].content) {
-                if (m[i].n_tool_calls <= 0)
-                    return og_fail(err, errlen, OG_ERR_INVALID_ARG, "assistant message %d has neither content nor tool calls", i);
-                is_tool = false;
-                for (int c = 0; c < m[i].n_tool_calls; c++) {
-                    if (!is_first) {
-                        mark(b, A);
-                        mark(b, CALLS_BEGIN);
-                        mark(b, CALL_BEGIN);
-                        put_call(b, &m[i].tool_calls[c]);
-                        is_first = true;
-                    } else {
-                        put(b, "\n");
-                        mark(b, CALL_BEGIN);
-                        put_call(b, &m[i].tool_calls[c]);
-                        mark(b, CALLS_END);
-                        mark(b, EOS);
-                    }
-                }
+/* A JSON string body as json.dumps escapes it. */
+static void put_json_str(og_chat_buf *b, const char *s, size_t n, bool ensure_ascii) {
+    og_chat_put(b, "\"");
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[16] = {0};
+        size_t adv = 0;
+        if (c == '"') strcpy(esc, "\\\"");
+        else if (c == '\\') strcpy(esc, "\\\\");
+        else if (c == '\n') strcpy(esc, "\\n");
+        else if (c == '\r') strcpy(esc, "\\r");
+        else if (c == '\t') strcpy(esc, "\\t");
+        else if (c == '\b') strcpy(esc, "\\b");
+        else if (c == '\f') strcpy(esc, "\\f");
+        else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c);
+        else if (c >= 0x80 && ensure_ascii) {
+            /* jansson hands over valid UTF-8 only */
+            uint32_t cp;
+            if (c >= 0xf0) cp = (uint32_t)(c & 7) << 18, adv = 3;
+            else if (c >= 0xe0) cp = (uint32_t)(c & 15) << 12, adv = 2;
+            else cp = (uint32_t)(c & 31) << 6, adv = 1;
+            if (i + adv >= n) adv = n - 1 - i;
+            for (size_t k = 1; k <= adv; k++) cp |= (uint32_t)((unsigned char)s[i + k] & 63) << (6 * (adv - k));
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
             } else {
-                mark(b, is_tool ? OUTS_END : A);
-                put(b, m[i].content);
-                mark(b, EOS);
-                is_tool = false;
+                snprintf(esc, sizeof esc, "\\u%04x", cp);
             }
-        } else if (!strcmp(r, "tool")) {
-            is_tool = true;
-            if (output_first) mark(b, OUTS_BEGIN);
-            else put(b, "\n");
-            mark(b, OUT_BEGIN);
-            put(b, m[i].content ? m[i].content : "");
-            mark(b, OUT_END);
-            output_first = false;
-        } else {
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "message %d: unknown role '%.32s'", i, r);
+        }
+        if (!esc[0]) {
+            run++;
+            continue;
+        }
+        og_chat_putn(b, s + i - run, run);
+        run = 0;
+        og_chat_put(b, esc);
+        i += adv;
+    }
+    og_chat_putn(b, s + n - run, run);
+    og_chat_put(b, "\"");
+}
+
+static void put_indent(og_chat_buf *b, int indent, int depth) {
+    og_chat_put(b, "\n");
+    for (int k = 0; k < indent * depth; k++) og_chat_put(b, " ");
+}
+
+static void put_json_at(og_chat_buf *b, const json_t *v, int indent, bool ensure_ascii, int depth) {
+    char num[64];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        if (json_object_size(v) == 0) {
+            og_chat_put(b, "{}");
+            break;
+        }
+        og_chat_put(b, "{");
+        const char *k;
+        json_t *e;
+        bool first = true;
+        json_object_foreach((json_t *)v, k, e) {
+            if (!first) og_chat_put(b, indent ? "," : ", ");
+            if (indent) put_indent(b, indent, depth + 1);
+            put_json_str(b, k, strlen(k), ensure_ascii);
+            og_chat_put(b, ": ");
+            put_json_at(b, e, indent, ensure_ascii, depth + 1);
+            first = false;
+        }
+        if (indent) put_indent(b, indent, depth);
+        og_chat_put(b, "}");
+        break;
+    }
+    case JSON_ARRAY: {
+        if (json_array_size(v) == 0) {
+            og_chat_put(b, "[]");
+            break;
+        }
+        og_chat_put(b, "[");
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) og_chat_put(b, indent ? "," : ", ");
+            if (indent) put_indent(b, indent, depth + 1);
+            put_json_at(b, json_array_get(v, i), indent, ensure_ascii, depth + 1);
+        }
+        if (indent) put_indent(b, indent, depth);
+        og_chat_put(b, "]");
+        break;
+    }
+    case JSON_STRING: put_json_str(b, json_string_value(v), json_string_length(v), ensure_ascii); break;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        og_chat_put(b, num);
+        break;
+    case JSON_REAL: {
+        /* the shortest text that reads back as the same double, as Python's repr */
+        double d = json_real_value(v);
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(num, sizeof num, "%.*g", prec, d);
+            if (strtod(num, NULL) == d) break;
+        }
+        if (!strpbrk(num, ".eEn")) strcat(num, ".0");
+        og_chat_put(b, num);
+        break;
+    }
+    case JSON_TRUE: og_chat_put(b, "true"); break;
+    case JSON_FALSE: og_chat_put(b, "false"); break;
+    case JSON_NULL: og_chat_put(b, "null"); break;
+    }
+}
+
+void og_chat_put_json(og_chat_buf *b, const json_t *v, int indent, bool ensure_ascii) {
+    put_json_at(b, v, indent, ensure_ascii, 0);
+}
+
+/* The request's tools: a JSON array of {"type":"function","function":{"name":
+ * string, ...}} (openai-api.md). An empty array is no tools, as the templates'
+ * `if tools` reads it. */
+static og_status parse_tools(const char *tools_json, json_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!tools_json) return OG_OK;
+    json_error_t je;
+    json_t *t = json_loads(tools_json, JSON_DECODE_ANY, &je);
+    if (!t) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tools: not JSON (%s at %d:%d)", je.text, je.line, je.column);
+    if (!json_is_array(t)) {
+        json_decref(t);
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tools: not a JSON array");
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(t, i, e) {
+        json_t *type = json_object_get(e, "type"), *fn = json_object_get(e, "function");
+        const char *why = NULL;
+        if (!json_is_object(e)) why = "is not an object";
+        else if (!json_is_string(type) || strcmp(json_string_value(type), "function")) why = "has a type other than \"function\"";
+        else if (!json_is_object(fn)) why = "has no function object";
+        else if (!json_is_string(json_object_get(fn, "name")) || !json_string_length(json_object_get(fn, "name")))
+            why = "has no function name";
+        if (why) {
+            json_decref(t);
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tools[%zu] %s", i, why);
         }
     }
-    if (is_tool) mark(b, OUTS_END);
-    if (add_generation_prompt && !is_tool) mark(b, A);
-    if (b->oom) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    if (json_array_size(t) == 0) json_decref(t);
+    else *out = t;
     return OG_OK;
 }
 
-og_status og_chat_format(og_chat_kind kind, const og_chat_msg *m, int n, bool add_generation_prompt, char **out,
-                         char *err, size_t errlen) {
+static og_status render(og_chat_kind kind, const og_chat_msg *m, int n, const og_chat_opts *opts, bool gen,
+                        og_chat_buf *b, char *err, size_t errlen) {
+    static const og_chat_opts defaults = {0};
+    if (!opts) opts = &defaults;
+    if (kind < OG_CHAT_DEEPSEEK3 || kind > OG_CHAT_DEEPSEEK4_1)
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "no built-in formatter for this chat template");
+    if (n < 0 || (n > 0 && !m)) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no messages array");
+    if (opts->reasoning_effort < 0 || opts->reasoning_effort > 100)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "reasoning effort %d is outside 1..100", opts->reasoning_effort);
+    for (int i = 0; i < n; i++) {
+        const char *r = m[i].role;
+        if (!r) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "message %d has no role", i);
+        if (!og_chat_is_system(r) && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "message %d: unknown role '%.32s'", i, r);
+        if (!strcmp(r, "assistant") && !m[i].content && m[i].n_tool_calls <= 0 && !m[i].reasoning)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "assistant message %d has neither content nor tool calls", i);
+        for (int k = 0; k < m[i].n_tool_calls; k++)
+            if (!m[i].tool_calls || !m[i].tool_calls[k].name)
+                return og_fail(err, errlen, OG_ERR_INVALID_ARG, "message %d: tool call %d has no name", i, k);
+    }
+    og_chat_ctx c = {.m = m, .n = n, .gen = gen, .thinking = opts->thinking, .effort = opts->reasoning_effort,
+                     .err = err, .errlen = errlen};
+    og_status st = parse_tools(opts->tools_json, &c.tools, err, errlen);
+    if (st) return st;
+    if (kind >= OG_CHAT_DEEPSEEK4) st = og_chat_render_dsv4(kind, &c, b);
+    else st = og_chat_render_dsv3(kind, &c, b);
+    json_decref(c.tools);
+    if (!st && b->oom) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    return st;
+}
+
+og_status og_chat_format_opts(og_chat_kind kind, const og_chat_msg *m, int n, const og_chat_opts *opts,
+                              bool add_generation_prompt, char **out, char *err, size_t errlen) {
     *out = NULL;
-    sbuf b = {0};
-    og_status st = render(kind, m, n, add_generation_prompt, &b, err, errlen);
+    og_chat_buf b = {0};
+    og_status st = render(kind, m, n, opts, add_generation_prompt, &b, err, errlen);
     free(b.mark);
+    if (!st && !b.p) {
+        b.p = calloc(1, 1); /* nothing rendered: an empty string, not NULL */
+        if (!b.p) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
     if (st) {
         free(b.p);
         return st;
@@ -163,20 +270,61 @@ og_status og_chat_format(og_chat_kind kind, const og_chat_msg *m, int n, bool ad
     return OG_OK;
 }
 
-og_status og_chat_tokenize(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *m, int n,
-                           bool add_generation_prompt, og_ids *out, char *err, size_t errlen) {
-    sbuf b = {0};
-    og_status st = render(kind, m, n, add_generation_prompt, &b, err, errlen);
+og_status og_chat_format(og_chat_kind kind, const og_chat_msg *m, int n, bool add_generation_prompt, char **out,
+                         char *err, size_t errlen) {
+    return og_chat_format_opts(kind, m, n, NULL, add_generation_prompt, out, err, errlen);
+}
+
+/* The control tokens come from the marks only: inside each mark, the control
+ * tokens the vocabulary has there (og_tokenizer_first_control, found one after
+ * another); every other byte, the marks' plain text included, is joined into
+ * runs tokenized with parse_special = false. So the ids equal tokenizing the
+ * whole text with parse_special = true whenever the messages hold no
+ * control-token text, whatever the vocabulary makes a control token (a DSML
+ * tag is plain text in the V3 vocabulary). */
+og_status og_chat_tokenize_opts(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *m, int n,
+                                const og_chat_opts *opts, bool add_generation_prompt, og_ids *out, char *err,
+                                size_t errlen) {
+    og_chat_buf b = {0};
+    og_status st = render(kind, m, n, opts, add_generation_prompt, &b, err, errlen);
     if (!st) st = og_tokenize(tok, "", 0, og_tokenizer_add_bos(tok), false, out);
-    for (size_t k = 0, at = 0; !st && k <= b.n_mark; k++) {
-        size_t end = k < b.n_mark ? b.mark[2 * k] : b.n;
-        if (end > at) st = og_tokenize(tok, b.p + at, end - at, false, false, out); /* text: never a control token */
-        if (st || k == b.n_mark) break;
-        st = og_tokenize(tok, b.p + end, b.mark[2 * k + 1], false, true, out);
-        at = end + b.mark[2 * k + 1];
+    size_t run = 0; /* start of the text not yet tokenized */
+    char piece[256];
+    for (size_t k = 0; !st && k < b.n_mark; k++) {
+        size_t at = b.mark[2 * k], end = at + b.mark[2 * k + 1];
+        while (!st && at < end) {
+            int32_t id;
+            if ((st = og_tokenizer_first_control(tok, b.p + at, end - at, &id)) || id < 0) break;
+            int len = og_token_to_bytes(tok, id, true, piece, sizeof piece);
+            const char *hit = len > 0 && (size_t)len <= sizeof piece ? memmem(b.p + at, end - at, piece, (size_t)len) : NULL;
+            if (!hit) break; /* cannot happen: the token was found in this text */
+            size_t pos = (size_t)(hit - b.p);
+            if (pos > run) st = og_tokenize(tok, b.p + run, pos - run, false, false, out);
+            if (!st) st = og_tokenize(tok, piece, (size_t)len, false, true, out);
+            at = run = pos + (size_t)len;
+        }
     }
+    if (!st && b.n > run) st = og_tokenize(tok, b.p + run, b.n - run, false, false, out); /* text: never a control token */
     if (st == OG_ERR_NOMEM && !b.oom) og_fail(err, errlen, st, "out of memory");
     free(b.p);
     free(b.mark);
     return st;
+}
+
+og_status og_chat_tokenize(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *m, int n,
+                           bool add_generation_prompt, og_ids *out, char *err, size_t errlen) {
+    return og_chat_tokenize_opts(tok, kind, m, n, NULL, add_generation_prompt, out, err, errlen);
+}
+
+/* R1's generation prompt always opens <think>; V3.1, V4 and V4.1 open it in
+ * thinking mode; V3 has no reasoning block. */
+bool og_chat_opens_reasoning(og_chat_kind kind, const og_chat_opts *opts) {
+    bool thinking = opts && opts->thinking;
+    switch (kind) {
+    case OG_CHAT_DEEPSEEK_R1: return true;
+    case OG_CHAT_DEEPSEEK3_1:
+    case OG_CHAT_DEEPSEEK4:
+    case OG_CHAT_DEEPSEEK4_1: return thinking;
+    default: return false;
+    }
 }

@@ -84,6 +84,10 @@ typedef enum og_chat_kind {
 /* Which built-in formatter renders this tokenizer.chat_template text (detected
  * by its markers, as llama.cpp does without a Jinja engine). */
 og_chat_kind og_chat_detect(const char *template_text, size_t len);
+/* The encoding of a model whose GGUF has no tokenizer.chat_template, from its
+ * general.architecture: deepseek4 -> V4, deepseek41 -> V4.1 (their official
+ * encoders are Python, not Jinja, deepseek4.md §5), anything else UNKNOWN. */
+og_chat_kind og_chat_kind_for_arch(const char *arch);
 
 typedef struct og_chat_tool_call {
     const char *type;      /* "function" */
@@ -98,6 +102,9 @@ typedef struct og_chat_msg {
     int n_tool_calls;
     const char *reasoning;    /* assistant: its reasoning_content (rendered where the encoding keeps it), or NULL */
     const char *tool_call_id; /* tool: the call it answers (V4 reorders results to the calls' order), or NULL */
+    const char *const *tool_call_ids; /* assistant: [n_tool_calls] the calls' ids (call_...), or NULL; what
+                                         tool_call_id refers to (kept out of og_chat_tool_call, which callers
+                                         initialize positionally) */
 } og_chat_msg;
 
 /* How a conversation is rendered beyond its messages. Zero-initialized = the

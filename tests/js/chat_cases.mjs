@@ -25,7 +25,7 @@ const tok = fromPreTrained();
 const out = [];
 for (const messages of convs)
     for (const add_generation_prompt of [true, false])
-        out.push({ messages, add_generation_prompt,
+        out.push({ kind: "v3", messages, add_generation_prompt,
                    expected: tok.apply_chat_template(messages, { tokenize: false, add_generation_prompt }) });
 fs.writeFileSync(process.argv[2], JSON.stringify(out, null, 1));
 console.log(`${out.length} chat cases`);

@@ -1,26 +1,160 @@
-/* chat template: the built-in DeepSeek-V3 formatter against the official Jinja
- * template as rendered by a reference engine (cases made by tests/js/chat_cases.mjs),
- * template detection on a real tokenizer.chat_template, and bad input.
- * usage: test_chat CASES.json MODEL.gguf */
+/* Chat encodings: every kind against expected strings written by hand from the
+ * official templates / encoders (tokenizer.md §7, deepseek4.md §5), against the
+ * official Jinja templates rendered by an outside engine (cases made by
+ * tests/js/chat_cases.mjs with @huggingface/jinja), template detection on a
+ * real tokenizer.chat_template, the tokenization guarantee (markers are the
+ * only control tokens) on the real vocabulary, and bad input.
+ * usage: test_chat MODEL.gguf [CASES.json] */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "og_tokenizer.h"
 
 static const char *g_cases, *g_model;
-#define BOS_TEXT "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 
+#define BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+#define U "<\xef\xbd\x9cUser\xef\xbd\x9c>"
+#define A "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+#define SY "<\xef\xbd\x9cSystem\xef\xbd\x9c>"
+#define EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+#define CSB "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define CSE "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define CB "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define CE "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define OSB "<\xef\xbd\x9ctool\xe2\x96\x81" "outputs\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define OSE "<\xef\xbd\x9ctool\xe2\x96\x81" "outputs\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define OB "<\xef\xbd\x9ctool\xe2\x96\x81" "output\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define OE "<\xef\xbd\x9ctool\xe2\x96\x81" "output\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define SEP "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
+#define D "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
+
+#define TOOLS_F "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}]"
+#define TOOLS_W                                                                                                        \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Get weather\","                 \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]"
+
+/* One hand-written expectation: kind, messages, options, the whole text
+ * (without the BOS text, which the tokenizer adds as its id). */
+typedef struct chat_case {
+    const char *name;
+    og_chat_kind kind;
+    og_chat_msg m[8];
+    int n;
+    og_chat_opts o;
+    bool gen;
+    const char *want;
+} chat_case;
+
+static const og_chat_tool_call k_weather[2] = {{"function", "get_weather", "{\"city\": \"Paris\"}"},
+                                               {"function", "get_time", "{\"tz\": \"CET\", \"h24\": true}"}};
+
+static const chat_case k_cases[] = {
+    /* ---- R1: content after the last </think>; the prompt opens <think>\n */
+    {"r1 multi-turn", OG_CHAT_DEEPSEEK_R1,
+     {{.role = "system", .content = "S"}, {.role = "user", .content = "q1"},
+      {.role = "assistant", .content = "<think>r</think>x</think>a1"}, {.role = "user", .content = "q2"}},
+     4, {0}, true, "S" U "q1" A "a1" EOS U "q2" A "<think>\n"},
+    {"r1 thinking off still thinks", OG_CHAT_DEEPSEEK_R1, {{.role = "user", .content = "q"}}, 1, {.thinking = false}, true,
+     U "q" A "<think>\n"},
+    {"r1 tool round trip", OG_CHAT_DEEPSEEK_R1,
+     {{.role = "user", .content = "q"}, {.role = "assistant", .tool_calls = k_weather, .n_tool_calls = 1},
+      {.role = "tool", .content = "12C"}},
+     3, {0}, true,
+     U "q" A CSB CB "function" SEP "get_weather\n```json\n{\"city\": \"Paris\"}\n```" CE OSB OB "12C" OE OSE},
+    {"r1 tools defined (llama.cpp's R1 tool block)", OG_CHAT_DEEPSEEK_R1,
+     {{.role = "system", .content = "S"}, {.role = "user", .content = "q"}}, 2, {.tools_json = TOOLS_F}, true,
+     "You can call any of the following function tools to satisfy the user's requests: [\n  {\n    \"name\": \"f\",\n"
+     "    \"parameters\": {}\n  }\n]\n\nExample function tool call syntax:\n\n" CSB CB "function" SEP
+     "example_function_name\n```json\n{\n  \"arg1\": \"some_value\"\n  ...\n}\n```\n" CE CSE "\n\nS" U "q" A
+     "<think>\n"},
+    {"v3 tools defined", OG_CHAT_DEEPSEEK3, {{.role = "user", .content = "q"}}, 1, {.tools_json = TOOLS_F}, true,
+     "You can call any of the following function tools to satisfy the user's requests: [\n  {\n    \"name\": \"f\",\n"
+     "    \"parameters\": {}\n  }\n]\n\nExample function tool call syntax:\n\n" CSB CB "function" SEP
+     "example_function_name\n```json\n{\n  \"arg1\": \"some_value\"\n  ...\n}\n```\n" CE CSE "\n\n" U "q" A},
+    {"v3 thinking is ignored", OG_CHAT_DEEPSEEK3, {{.role = "user", .content = "q"}}, 1, {.thinking = true}, true, U "q" A},
+    /* ---- V3.1: the thinking switch */
+    {"v3.1 non-thinking", OG_CHAT_DEEPSEEK3_1,
+     {{.role = "system", .content = "S1"}, {.role = "user", .content = "q1"}, {.role = "assistant", .content = "a1"},
+      {.role = "system", .content = "S2"}, {.role = "user", .content = "q2"}},
+     5, {0}, true, "S1\n\nS2" U "q1" A "</think>a1" EOS U "q2" A "</think>"},
+    {"v3.1 thinking, past reasoning dropped", OG_CHAT_DEEPSEEK3_1,
+     {{.role = "user", .content = "q1"}, {.role = "assistant", .content = "r1</think>a1</think>b", .reasoning = "r0"},
+      {.role = "user", .content = "q2"}},
+     3, {.thinking = true}, true, U "q1" A "</think>a1</think>b" EOS U "q2" A "<think>"},
+    {"v3.1 no generation prompt", OG_CHAT_DEEPSEEK3_1, {{.role = "user", .content = "q"}}, 1, {.thinking = true}, false,
+     U "q"},
+    {"v3.1 tool calls and outputs", OG_CHAT_DEEPSEEK3_1,
+     {{.role = "user", .content = "q"}, {.role = "assistant", .content = "Checking.", .tool_calls = k_weather, .n_tool_calls = 2},
+      {.role = "tool", .content = "12C"}, {.role = "tool", .content = "10:00"},
+      {.role = "assistant", .content = "12C at 10:00"}, {.role = "user", .content = "thanks"}},
+     6, {0}, true,
+     U "q" A "</think>Checking." CSB CB "get_weather" SEP "{\"city\": \"Paris\"}" CE CB "get_time" SEP
+     "{\"tz\": \"CET\", \"h24\": true}" CE CSE EOS OB "12C" OE OB "10:00" OE "12C at 10:00" EOS U "thanks" A "</think>"},
+    {"v3.1 after a tool output: no generation prompt", OG_CHAT_DEEPSEEK3_1,
+     {{.role = "user", .content = "q"}, {.role = "assistant", .tool_calls = k_weather, .n_tool_calls = 1},
+      {.role = "tool", .content = "12C"}},
+     3, {.thinking = true}, true, U "q" A "</think>" CSB CB "get_weather" SEP "{\"city\": \"Paris\"}" CE CSE EOS OB "12C" OE},
+    {"v3.1 tools defined", OG_CHAT_DEEPSEEK3_1,
+     {{.role = "system", .content = "S"}, {.role = "user", .content = "q"}}, 2, {.tools_json = TOOLS_W}, true,
+     "S\n\n## Tools\nYou have access to the following tools:\n\n### get_weather\nDescription: Get weather\n\n"
+     "Parameters: {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}\n"
+     "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n" CSB CB "tool_call_name" SEP
+     "tool_call_arguments" CE "{{additional_tool_calls}}" CSE "\n\nWhere:\n\n"
+     "- `tool_call_name` must be an exact match to one of the available tools\n"
+     "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+     "- For multiple tool calls, chain them directly without separators or spaces\n" U "q" A "</think>"},
+    {"v3.1 tools without a system prompt", OG_CHAT_DEEPSEEK3_1, {{.role = "user", .content = "q"}}, 1,
+     {.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"n\",\"description\":\"caf\xc3\xa9 \xf0\x9f\x9a\x80\"}}]"},
+     true,
+     "## Tools\nYou have access to the following tools:\n\n### n\nDescription: caf\xc3\xa9 \xf0\x9f\x9a\x80\n\n"
+     "Parameters: {}\n"
+     "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n" CSB CB "tool_call_name" SEP
+     "tool_call_arguments" CE "{{additional_tool_calls}}" CSE "\n\nWhere:\n\n"
+     "- `tool_call_name` must be an exact match to one of the available tools\n"
+     "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+     "- For multiple tool calls, chain them directly without separators or spaces\n" U "q" A "</think>"},
+};
+
+static void test_hand_written(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++) {
+        const chat_case *c = &k_cases[i];
+        char *out, err[256];
+        og_status st = og_chat_format_opts(c->kind, c->m, c->n, &c->o, c->gen, &out, err, sizeof err);
+        if (st) fail_msg("%s: %s", c->name, err);
+        if (strcmp(out, c->want)) fail_msg("%s:\n ours: %s\n want: %s", c->name, out, c->want);
+        free(out);
+    }
+    print_message("%zu hand-written conversations\n", sizeof k_cases / sizeof *k_cases);
+}
+
+static og_chat_kind kind_of(const char *s) {
+    static const struct {
+        const char *name;
+        og_chat_kind kind;
+    } k[] = {{"v3", OG_CHAT_DEEPSEEK3}, {"r1", OG_CHAT_DEEPSEEK_R1}, {"v3.1", OG_CHAT_DEEPSEEK3_1},
+             {"v4", OG_CHAT_DEEPSEEK4}, {"v4.1", OG_CHAT_DEEPSEEK4_1}};
+    for (size_t i = 0; s && i < sizeof k / sizeof *k; i++)
+        if (!strcmp(s, k[i].name)) return k[i].kind;
+    fail_msg("unknown kind %s", s ? s : "(none)");
+    return OG_CHAT_UNKNOWN;
+}
+
+/* The cases rendered by the outside Jinja engine: {kind, messages, thinking,
+ * tools, add_generation_prompt, expected}. */
 static void test_reference_cases(void **state) {
     (void)state;
+    if (!g_cases) skip();
     json_error_t je;
     json_t *cases = json_load_file(g_cases, 0, &je);
-    assert_non_null(cases);
+    if (!cases) fail_msg("%s: %s", g_cases, je.text);
     if (json_array_size(cases) == 0) fail_msg("%s: no conversations to render (zero cases)", g_cases);
     size_t i;
     json_t *c;
@@ -29,31 +163,50 @@ static void test_reference_cases(void **state) {
         size_t n = json_array_size(msgs);
         og_chat_msg *m = calloc(n + 1, sizeof *m);
         og_chat_tool_call *calls = calloc(64, sizeof *calls);
+        const char **ids = calloc(64, sizeof *ids);
         int nc = 0;
         for (size_t k = 0; k < n; k++) {
             json_t *jm = json_array_get(msgs, k);
             m[k].role = json_string_value(json_object_get(jm, "role"));
             m[k].content = json_string_value(json_object_get(jm, "content")); /* null -> NULL */
+            m[k].reasoning = json_string_value(json_object_get(jm, "reasoning_content"));
+            m[k].tool_call_id = json_string_value(json_object_get(jm, "tool_call_id"));
             json_t *tc = json_object_get(jm, "tool_calls");
             m[k].tool_calls = calls + nc;
-            for (size_t t = 0; t < json_array_size(tc); t++, nc++) {
+            m[k].tool_call_ids = ids + nc;
+            for (size_t t = 0; t < json_array_size(tc) && nc < 64; t++, nc++) {
                 json_t *f = json_object_get(json_array_get(tc, t), "function");
                 calls[nc].type = json_string_value(json_object_get(json_array_get(tc, t), "type"));
                 calls[nc].name = json_string_value(json_object_get(f, "name"));
-                calls[nc].arguments = json_string_value(json_object_get(f, "arguments"));
+                /* the reference may hold arguments as an object (what its tojson / items() read) */
+                calls[nc].arguments = json_string_value(json_object_get(f, "arguments_text"));
+                if (!calls[nc].arguments) calls[nc].arguments = json_string_value(json_object_get(f, "arguments"));
+                ids[nc] = json_string_value(json_object_get(json_array_get(tc, t), "id"));
                 m[k].n_tool_calls++;
             }
         }
+        json_t *tools = json_object_get(c, "tools");
+        char *tools_json = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
+        og_chat_opts o = {.thinking = json_is_true(json_object_get(c, "thinking")),
+                          .reasoning_effort = (int)json_integer_value(json_object_get(c, "effort")),
+                          .tools_json = tools_json};
         char *out, err[256];
         bool gen = json_is_true(json_object_get(c, "add_generation_prompt"));
-        assert_int_equal(og_chat_format(OG_CHAT_DEEPSEEK3, m, (int)n, gen, &out, err, sizeof err), OG_OK);
+        const char *kind = json_string_value(json_object_get(c, "kind"));
+        og_status st = og_chat_format_opts(kind_of(kind), m, (int)n, &o, gen, &out, err, sizeof err);
+        if (st) fail_msg("case %zu (%s): %s", i, kind, err);
         const char *want = json_string_value(json_object_get(c, "expected"));
         /* the reference writes the BOS text; ours leaves it to the tokenizer's BOS id */
-        assert_true(strncmp(want, BOS_TEXT, strlen(BOS_TEXT)) == 0);
-        if (strcmp(out, want + strlen(BOS_TEXT)) != 0) fail_msg("case %zu:\n ours: %s\n want: %s", i, out, want);
+        assert_true(strncmp(want, BOS, strlen(BOS)) == 0);
+        if (strcmp(out, want + strlen(BOS)) != 0)
+            fail_msg("case %zu (%s, %s):\n ours: %s\n want: %s", i, kind,
+                     json_string_value(json_object_get(c, "note")) ? json_string_value(json_object_get(c, "note")) : "",
+                     out, want + strlen(BOS));
         free(out);
+        free(tools_json);
         free(m);
         free(calls);
+        free(ids);
     }
     print_message("%zu conversations rendered as the reference does\n", json_array_size(cases));
     json_decref(cases);
@@ -69,24 +222,115 @@ static void test_detect_and_errors(void **state) {
     assert_int_equal(og_chat_detect(tmpl.s, (size_t)tmpl.n), OG_CHAT_DEEPSEEK3);
     og_gguf_close(g);
     assert_int_equal(og_chat_detect("{{ messages }}", 14), OG_CHAT_UNKNOWN);
+    assert_int_equal(og_chat_kind_for_arch("deepseek4"), OG_CHAT_DEEPSEEK4);
+    assert_int_equal(og_chat_kind_for_arch("deepseek41"), OG_CHAT_DEEPSEEK4_1);
+    assert_int_equal(og_chat_kind_for_arch("deepseek2"), OG_CHAT_UNKNOWN);
+    assert_int_equal(og_chat_kind_for_arch(NULL), OG_CHAT_UNKNOWN);
     char *out;
     og_chat_msg bad[1] = {{.role = "wizard", .content = "x"}};
-    assert_int_equal(og_chat_format(OG_CHAT_DEEPSEEK3, bad, 1, true, &out, err, sizeof err), OG_ERR_INVALID_ARG);
-    assert_non_null(strstr(err, "wizard"));
+    for (og_chat_kind k = OG_CHAT_DEEPSEEK3; k <= OG_CHAT_DEEPSEEK4_1; k++) {
+        assert_int_equal(og_chat_format(k, bad, 1, true, &out, err, sizeof err), OG_ERR_INVALID_ARG);
+        assert_non_null(strstr(err, "wizard"));
+    }
     og_chat_msg empty_asst[1] = {{.role = "assistant", .content = NULL}};
     assert_int_equal(og_chat_format(OG_CHAT_DEEPSEEK3, empty_asst, 1, true, &out, err, sizeof err), OG_ERR_INVALID_ARG);
     assert_int_equal(og_chat_format(OG_CHAT_UNKNOWN, bad, 0, true, &out, err, sizeof err), OG_ERR_UNSUPPORTED);
     /* developer is the newer name of system (openai-api.md §3) */
     og_chat_msg dev[2] = {{.role = "developer", .content = "be brief"}, {.role = "user", .content = "hi"}};
     assert_int_equal(og_chat_format(OG_CHAT_DEEPSEEK3, dev, 2, true, &out, err, sizeof err), OG_OK);
-    assert_string_equal(out, "be brief<\xef\xbd\x9cUser\xef\xbd\x9c>hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
+    assert_string_equal(out, "be brief" U "hi" A);
     free(out);
+    /* tools that are not an array of function tools, efforts outside 1..100 */
+    og_chat_msg q[1] = {{.role = "user", .content = "q"}};
+    static const struct {
+        const char *tools;
+        const char *says;
+    } bad_tools[] = {{"{", "not JSON"}, {"{}", "not a JSON array"}, {"[1]", "tools[0] is not an object"},
+                     {"[{\"type\":\"retrieval\"}]", "type other than"}, {"[{\"type\":\"function\"}]", "no function object"},
+                     {"[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]", "no function name"}};
+    for (size_t i = 0; i < sizeof bad_tools / sizeof *bad_tools; i++)
+        for (og_chat_kind k = OG_CHAT_DEEPSEEK3; k <= OG_CHAT_DEEPSEEK4_1; k++) {
+            og_chat_opts o = {.tools_json = bad_tools[i].tools};
+            assert_int_equal(og_chat_format_opts(k, q, 1, &o, true, &out, err, sizeof err), OG_ERR_INVALID_ARG);
+            if (!strstr(err, bad_tools[i].says)) fail_msg("%s: %s", bad_tools[i].tools, err);
+        }
+    for (og_chat_kind k = OG_CHAT_DEEPSEEK3; k <= OG_CHAT_DEEPSEEK4_1; k++) {
+        og_chat_opts o = {.reasoning_effort = 101, .thinking = true};
+        assert_int_equal(og_chat_format_opts(k, q, 1, &o, true, &out, err, sizeof err), OG_ERR_INVALID_ARG);
+        o.reasoning_effort = -1;
+        assert_int_equal(og_chat_format_opts(k, q, 1, &o, true, &out, err, sizeof err), OG_ERR_INVALID_ARG);
+    }
+    og_chat_tool_call nameless[1] = {{"function", NULL, "{}"}};
+    og_chat_msg nm[2] = {{.role = "user", .content = "q"}, {.role = "assistant", .tool_calls = nameless, .n_tool_calls = 1}};
+    assert_int_equal(og_chat_format(OG_CHAT_DEEPSEEK3_1, nm, 2, true, &out, err, sizeof err), OG_ERR_INVALID_ARG);
+    /* an empty conversation renders an empty string */
+    assert_int_equal(og_chat_format(OG_CHAT_DEEPSEEK3, NULL, 0, false, &out, err, sizeof err), OG_OK);
+    assert_string_equal(out, "");
+    free(out);
+    /* where the output starts */
+    og_chat_opts on = {.thinking = true}, off = {0};
+    assert_true(og_chat_opens_reasoning(OG_CHAT_DEEPSEEK_R1, NULL));
+    assert_true(og_chat_opens_reasoning(OG_CHAT_DEEPSEEK_R1, &off));
+    assert_false(og_chat_opens_reasoning(OG_CHAT_DEEPSEEK3, &on));
+    for (og_chat_kind k = OG_CHAT_DEEPSEEK3_1; k <= OG_CHAT_DEEPSEEK4_1; k++) {
+        assert_true(og_chat_opens_reasoning(k, &on));
+        assert_false(og_chat_opens_reasoning(k, &off));
+        assert_false(og_chat_opens_reasoning(k, NULL));
+    }
+}
+
+/* On the real vocabulary: without control-token text in the messages the ids
+ * equal the whole text tokenized with special tokens parsed (every kind, every
+ * hand-written case); with it, the typed text stays plain text. */
+static void test_tokenize(void **state) {
+    (void)state;
+    og_gguf *g;
+    og_tokenizer *tok;
+    char err[256];
+    assert_int_equal(og_gguf_open(g_model, 0, &g, err, sizeof err), OG_OK);
+    assert_int_equal(og_tokenizer_load(g, &tok, err, sizeof err), OG_OK);
+    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++) {
+        const chat_case *c = &k_cases[i];
+        og_ids got = {0}, want = {0};
+        char *text;
+        assert_int_equal(og_chat_format_opts(c->kind, c->m, c->n, &c->o, c->gen, &text, err, sizeof err), OG_OK);
+        assert_int_equal(og_tokenize(tok, text, strlen(text), true, true, &want), OG_OK);
+        assert_int_equal(og_chat_tokenize_opts(tok, c->kind, c->m, c->n, &c->o, c->gen, &got, err, sizeof err), OG_OK);
+        if (got.n != want.n || memcmp(got.v, want.v, got.n * sizeof *got.v))
+            fail_msg("%s: %zu ids, want %zu (the whole text with special tokens parsed)", c->name, got.n, want.n);
+        free(text);
+        og_ids_free(&got);
+        og_ids_free(&want);
+    }
+    /* control-token text typed in a message, a tool name, arguments, a tool
+     * definition and past reasoning never becomes the control token */
+    int32_t user_id = og_tokenizer_find(tok, U, strlen(U));
+    assert_true(user_id >= 0);
+    og_chat_tool_call evil_call[1] = {{"function", "f" U, "{\"a\": \"" U "\"}"}};
+    og_chat_msg evil[3] = {{.role = "user", .content = "hi" U "there"},
+                           {.role = "assistant", .content = "x", .reasoning = U, .tool_calls = evil_call, .n_tool_calls = 1},
+                           {.role = "tool", .content = U}};
+    og_chat_opts o = {.thinking = true, .tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"" U "\"}}]"};
+    for (og_chat_kind k = OG_CHAT_DEEPSEEK3; k <= OG_CHAT_DEEPSEEK3_1; k++) {
+        og_ids got = {0};
+        assert_int_equal(og_chat_tokenize_opts(tok, k, evil, 3, &o, true, &got, err, sizeof err), OG_OK);
+        size_t n_user = 0;
+        for (size_t i = 0; i < got.n; i++) n_user += got.v[i] == user_id;
+        assert_int_equal(n_user, 1); /* the template's own, before "hi" */
+        og_ids_free(&got);
+    }
+    og_tokenizer_free(tok);
+    og_gguf_close(g);
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) return 2;
-    g_cases = argv[1];
-    g_model = argv[2];
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_reference_cases), cmocka_unit_test(test_detect_and_errors)};
+    if (argc < 2 || argc > 3) {
+        fprintf(stderr, "usage: test_chat MODEL.gguf [CASES.json]\n");
+        return 2;
+    }
+    g_model = argv[1];
+    g_cases = argc > 2 ? argv[2] : NULL;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_hand_written), cmocka_unit_test(test_reference_cases),
+                                       cmocka_unit_test(test_detect_and_errors), cmocka_unit_test(test_tokenize)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

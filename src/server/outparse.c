@@ -620,3 +620,92 @@ void og_outparse_free(og_outparse *p) {
     for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) free(bs[i]->p);
     free(p);
 }
+
+/* ---- what the tool-choice controls need ------------------------------------- */
+
+/* A layout piece for marker text: its control token when the vocabulary has one. */
+static og_gpiece piece(const og_tokenizer *tok, const char *text) {
+    int32_t id = og_tokenizer_find(tok, text, strlen(text));
+    if (id >= 0 && og_tokenizer_type(tok, id) == OG_TOK_CONTROL) return (og_gpiece){NULL, id};
+    return (og_gpiece){text, -1};
+}
+
+og_status og_outparse_call_layout(const og_tokenizer *tok, og_chat_kind kind, bool close_reasoning,
+                                  og_tool_layout *lay) {
+    if (!tok || !lay) return OG_ERR_INVALID_ARG;
+    memset(lay, 0, sizeof *lay);
+    if (close_reasoning) lay->open[lay->n_open++] = piece(tok, "</think>");
+    switch (kind) {
+    case OG_CHAT_DEEPSEEK3:
+    case OG_CHAT_DEEPSEEK_R1:
+    case OG_CHAT_DEEPSEEK3_1: {
+        bool v31 = kind == OG_CHAT_DEEPSEEK3_1;
+        lay->open[lay->n_open++] = piece(tok, "<" BAR "tool" SPC "calls" SPC "begin" BAR ">");
+        lay->call[lay->n_call++] = piece(tok, "<" BAR "tool" SPC "call" SPC "begin" BAR ">");
+        og_gpiece sep = piece(tok, "<" BAR "tool" SPC "sep" BAR ">"), end = piece(tok, "<" BAR "tool" SPC "call" SPC "end" BAR ">");
+        if (v31) {
+            lay->name_end[lay->n_name_end++] = sep;
+        } else { /* type<sep>name\n```json\nARGS\n```<call_end>, calls on their own lines */
+            lay->call[lay->n_call++] = (og_gpiece){"function", -1};
+            lay->call[lay->n_call++] = sep;
+            lay->name_end[lay->n_name_end++] = (og_gpiece){"\n```json\n", -1};
+            lay->call_end[lay->n_call_end++] = (og_gpiece){"\n```", -1};
+            lay->between[lay->n_between++] = (og_gpiece){"\n", -1};
+        }
+        lay->call_end[lay->n_call_end++] = end;
+        lay->close[lay->n_close++] = piece(tok, "<" BAR "tool" SPC "calls" SPC "end" BAR ">");
+        return OG_OK;
+    }
+    case OG_CHAT_DEEPSEEK4:
+        lay->open[lay->n_open++] = piece(tok, DSML "tool_calls>\n");
+        lay->call[lay->n_call++] = (og_gpiece){DSML "invoke name=\"", -1};
+        lay->name_end[lay->n_name_end++] = (og_gpiece){"\">\n", -1};
+        lay->param_open = DSML "parameter name=\"";
+        lay->param_mid = "\" string=\"false\">";
+        lay->param_close = DSML_END "parameter>\n";
+        lay->call_end[lay->n_call_end++] = (og_gpiece){DSML_END "invoke>\n", -1};
+        lay->close[lay->n_close++] = (og_gpiece){DSML_END "tool_calls>", -1};
+        return OG_OK;
+    case OG_CHAT_DEEPSEEK4_1:
+        lay->open[lay->n_open++] = piece(tok, DSML " calls>\n");
+        lay->call[lay->n_call++] = (og_gpiece){DSML " invoke name=\"", -1};
+        lay->name_end[lay->n_name_end++] = (og_gpiece){"\">\n", -1};
+        lay->param_open = DSML " parameter name=\"";
+        lay->param_mid = "\" string=\"false\">";
+        lay->param_close = DSML_END " parameter>\n";
+        lay->call_end[lay->n_call_end++] = (og_gpiece){DSML_END " invoke>\n", -1};
+        lay->close[lay->n_close++] = (og_gpiece){DSML_END " calls>", -1};
+        return OG_OK;
+    default:
+        return OG_ERR_INVALID_ARG;
+    }
+}
+
+int og_outparse_call_tokens(const og_tokenizer *tok, og_chat_kind kind, int32_t *ids, int cap) {
+    const char *texts[2] = {NULL, NULL};
+    switch (kind) {
+    case OG_CHAT_DEEPSEEK3:
+    case OG_CHAT_DEEPSEEK_R1:
+    case OG_CHAT_DEEPSEEK3_1:
+        texts[0] = "<" BAR "tool" SPC "calls" SPC "begin" BAR ">";
+        texts[1] = "<" BAR "tool" SPC "call" SPC "begin" BAR ">";
+        break;
+    case OG_CHAT_DEEPSEEK4: texts[0] = DSML "tool_calls>"; break;
+    case OG_CHAT_DEEPSEEK4_1: texts[0] = DSML " calls>"; break;
+    default: return 0;
+    }
+    int n = 0;
+    for (int i = 0; i < 2 && texts[i]; i++) {
+        int32_t id = og_tokenizer_find(tok, texts[i], strlen(texts[i]));
+        if (id >= 0 && og_tokenizer_type(tok, id) == OG_TOK_CONTROL && n < cap) ids[n++] = id;
+    }
+    return n;
+}
+
+og_status og_outparse_feed_bytes(og_outparse *p, const char *bytes, size_t n, og_out_cb cb, void *ud) {
+    if (!p || (n && !bytes) || !cb) return OG_ERR_INVALID_ARG;
+    if (p->oom) return OG_ERR_NOMEM;
+    put(p, &p->lex, bytes, n);
+    lex_run(p, false, cb, ud);
+    return p->oom ? OG_ERR_NOMEM : OG_OK;
+}

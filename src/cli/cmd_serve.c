@@ -24,7 +24,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu serve -m MODEL.gguf [--host ADDR] [--port P] [--api-key KEY] [--alias ID]\n"
             "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T] [--numa-node N]\n"
-            "                    [--max-tokens N] [--log-format text|json]\n"
+            "                    [--max-tokens N] [--log-format text|json] [--reasoning on|off]\n"
             "                    [--vram SIZE [--ram SIZE] [--reserve SIZE] [--expert-slots N|all]\n"
             "                     [--profile FILE] [--save-profile FILE] [--migrate N]]\n"
             "  OpenAI-compatible API at http://HOST:PORT/v1 (chat/completions, completions, models),\n"
@@ -38,6 +38,9 @@ static void usage(FILE *out) {
             "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
             "  --max-tokens N     tokens generated for a request that sets no max_tokens (default: until the\n"
             "                     context is full for chat, 16 for completions); a request's own max_tokens wins\n"
+            "  --reasoning on|off thinking mode for chats that do not choose (reasoning_effort, chat_template_kwargs\n"
+            "                     thinking / enable_thinking); for encodings with one (V3.1, V4, V4.1; R1 always\n"
+            "                     thinks): the reasoning comes back as reasoning_content (default off)\n"
             "  --log-format text|json  the access log on stdout, one line per request: time, method, path, status,\n"
             "                     prompt / cached / completion tokens, seconds (default text)\n"
             "  --max-body SIZE    request body limit (default 4M; 413 beyond)\n"
@@ -104,11 +107,12 @@ int og_cmd_serve(int argc, char **argv) {
         {"max-body", required_argument, 0, 'b'},   {"timeout", required_argument, 0, 'T'},
         {"grace", required_argument, 0, 'g'},      OG_CLI_FLAG_OPTIONS,
         {"max-tokens", required_argument, 0, 'x'}, {"log-format", required_argument, 0, 'l'},
+        {"reasoning", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
     uint32_t parallel = 4, batch_tokens = 512, queue = 64;
     long port = 8090, max_tokens = 0;
-    bool log_json = false;
+    bool log_json = false, reasoning = false;
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
     bool bad = false;
@@ -145,6 +149,13 @@ int og_cmd_serve(int argc, char **argv) {
                 return OG_EXIT_USAGE;
             }
             log_json = !strcmp(optarg, "json");
+            break;
+        case 'R':
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "onegpu serve: bad value '%s' for --reasoning: expected on or off\n", optarg);
+                return OG_EXIT_USAGE;
+            }
+            reasoning = !strcmp(optarg, "on");
             break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default:
@@ -268,7 +279,7 @@ int og_cmd_serve(int argc, char **argv) {
     og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
     og_api_model mdl = {.tok = tok, .chat = og_chat_detect(tmpl.s, (size_t)tmpl.n),
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = m->hp.n_layer,
-                        .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens};
+                        .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens, .reasoning = reasoning};
     og_server_set_engine(srv, eng, &mdl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool));

@@ -17,8 +17,12 @@ typedef struct gel {
     int32_t arg;  /* E_CHARS: byte set index; E_REF: rule id */
 } gel;
 
+/* Symbols: the 256 byte values, then OG_GRAMMAR_MAX_SPECIAL control tokens
+ * (symbol 256 + k stands for the grammar's special[k], a token with no bytes). */
+#define N_SYM (256 + OG_GRAMMAR_MAX_SPECIAL)
+
 typedef struct bset {
-    uint64_t w[4];
+    uint64_t w[(N_SYM + 63) / 64];
 } bset;
 
 typedef struct grule {
@@ -35,6 +39,8 @@ struct og_grammar {
     grule *rules;
     int n_rules, cap_rules;
     int root;
+    int32_t special[OG_GRAMMAR_MAX_SPECIAL]; /* control token ids written as symbols 256 + k */
+    int n_special;
 };
 
 static bool bs_has(const bset *s, unsigned b) { return (s->w[b >> 6] >> (b & 63)) & 1; }
@@ -878,6 +884,150 @@ og_status og_grammar_from_schema(const json_t *schema, og_grammar **out, char *e
     return build(schema, out, err, errlen);
 }
 
+/* ---- tool calls ------------------------------------------------------------ */
+
+/* The symbol of control token id (registered in the grammar's special list). */
+static int special_sym(builder *b, int32_t id) {
+    og_grammar *g = b->g;
+    for (int k = 0; k < g->n_special; k++)
+        if (g->special[k] == id) return 256 + k;
+    if (g->n_special == OG_GRAMMAR_MAX_SPECIAL)
+        return bfail(b, OG_ERR_RANGE, "over %d control tokens in one tool-call layout", OG_GRAMMAR_MAX_SPECIAL), -1;
+    g->special[g->n_special] = id;
+    return 256 + g->n_special++;
+}
+
+/* A rule matching pieces[0..n) one after the other (n == 0: the empty string). */
+static int pieces_rule(builder *b, const og_gpiece *pc, int n) {
+    int r = new_rule(b);
+    seq q = {0};
+    for (int i = 0; i < n && !b->st; i++) {
+        if (pc[i].token >= 0) {
+            int sym = special_sym(b, pc[i].token);
+            if (sym >= 0) sq_range(b, &q, (unsigned)sym, (unsigned)sym);
+        } else if (pc[i].text && pc[i].text[0]) {
+            int lr = new_rule(b);
+            add_lit(b, lr, pc[i].text);
+            sq_ref(&q, lr);
+        }
+    }
+    add_alt(b, r, &q);
+    return b->st ? -1 : r;
+}
+
+/* DSML arguments: one parameter per declared property, in the schema's order
+ * (required ones always, the others possibly skipped), each
+ * open KEY mid JSON-VALUE close with the value held to the property's schema. */
+static int dsml_params(builder *b, const og_tool_layout *lay, const json_t *params, const char *path) {
+    const json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+    if (props && !json_is_object(props))
+        return bfail(b, OG_ERR_INVALID_ARG, "%s: 'properties' must be an object", path), -1;
+    size_t n = props ? json_object_size(props) : 0;
+    int base = -1;
+    for (size_t i = 0; i <= n && !b->st; i++) {
+        int r = new_rule(b);
+        if (!i) base = r;
+    }
+    if (b->st) return -1;
+    add_lit(b, base + (int)n, "");
+    size_t i = 0;
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)props, k, v) {
+        if (b->st) break;
+        bool required = false;
+        for (size_t j = 0; json_is_array(req) && j < json_array_size(req); j++)
+            required |= json_is_string(json_array_get(req, j)) && !strcmp(json_string_value(json_array_get(req, j)), k);
+        if (strchr(k, '"') || strchr(k, '<') || strchr(k, '>'))
+            return bfail(b, OG_ERR_UNSUPPORTED, "%s: the property name '%.60s' cannot be written as a DSML parameter",
+                         path, k), -1;
+        int vr = sub(b, v, path, "properties", k, 0);
+        int head = new_rule(b), tail = new_rule(b);
+        char *h = malloc(strlen(lay->param_open) + strlen(k) + strlen(lay->param_mid) + 1);
+        if (!h) return B_OOM(b), -1;
+        strcpy(h, lay->param_open);
+        strcat(h, k);
+        strcat(h, lay->param_mid);
+        add_lit(b, head, h);
+        free(h);
+        add_lit(b, tail, lay->param_close);
+        seq q = {0};
+        sq_ref(&q, head);
+        sq_ref(&q, vr);
+        sq_ref(&q, tail);
+        sq_ref(&q, base + (int)i + 1);
+        add_alt(b, base + (int)i, &q);
+        if (!required) {
+            q = (seq){0};
+            sq_ref(&q, base + (int)i + 1);
+            add_alt(b, base + (int)i, &q);
+        }
+        i++;
+    }
+    return b->st ? -1 : base;
+}
+
+og_status og_grammar_tool_calls(const og_tool_layout *lay, const char *const *names, const json_t *const *params,
+                                int n_tools, int max_calls, og_grammar **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!lay || !names || n_tools <= 0 || max_calls < 0)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a tool-call grammar needs a layout and at least one tool");
+    builder b = {.err = err, .errlen = errlen};
+    b.g = calloc(1, sizeof *b.g);
+    if (!b.g) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    atomic_init(&b.g->refs, 1);
+    base_rules(&b);
+    int call = new_rule(&b);
+    int r_call = pieces_rule(&b, lay->call, lay->n_call), r_name_end = pieces_rule(&b, lay->name_end, lay->n_name_end);
+    int r_call_end = pieces_rule(&b, lay->call_end, lay->n_call_end);
+    for (int t = 0; t < n_tools && !b.st; t++) {
+        if (!names[t] || !names[t][0]) {
+            bfail(&b, OG_ERR_INVALID_ARG, "tool %d has no name", t);
+            break;
+        }
+        char path[96];
+        snprintf(path, sizeof path, "tool '%.60s' parameters #", names[t]);
+        const json_t *ps = params ? params[t] : NULL;
+        json_t *any = ps ? NULL : json_object();
+        b.root_schema = ps ? ps : any;
+        int args = lay->param_open ? dsml_params(&b, lay, b.root_schema, path)
+                   : ps ? compile(&b, ps, path, 0) : b.r_obj;
+        json_decref(any);
+        int nr = new_rule(&b);
+        add_lit(&b, nr, names[t]);
+        seq q = {0};
+        sq_ref(&q, r_call);
+        sq_ref(&q, nr);
+        sq_ref(&q, r_name_end);
+        sq_ref(&q, args);
+        sq_ref(&q, r_call_end);
+        add_alt(&b, call, &q);
+    }
+    int r_open = pieces_rule(&b, lay->open, lay->n_open), r_close = pieces_rule(&b, lay->close, lay->n_close);
+    int r_between = pieces_rule(&b, lay->between, lay->n_between);
+    if (!b.st) {
+        /* ROOT ::= open call (between call){0, max-1} close */
+        seq item = {0};
+        sq_ref(&item, r_between);
+        sq_ref(&item, call);
+        int rest = rep_chain(&b, &item, 0, max_calls ? max_calls - 1 : -1, r_close);
+        b.g->root = new_rule(&b);
+        seq q = {0};
+        sq_ref(&q, r_open);
+        sq_ref(&q, call);
+        sq_ref(&q, rest);
+        add_alt(&b, b.g->root, &q);
+    }
+    if (!b.st) finish_grammar(&b);
+    free(b.memo);
+    if (b.st) {
+        grammar_free(b.g);
+        return b.st;
+    }
+    *out = b.g;
+    return OG_OK;
+}
+
 /* ---- vocabulary trie ------------------------------------------------------- */
 
 struct og_vocab {
@@ -1046,7 +1196,7 @@ typedef struct gnode {
 typedef struct gstate {
     int32_t off, n;      /* node ids in m->pool[off..off+n), sorted */
     uint32_t hash;
-    int32_t *trans;      /* [256] next state, -1 dead, -2 not computed; NULL until needed */
+    int32_t *trans;      /* [N_SYM] next state, -1 dead, -2 not computed; NULL until needed */
     uint64_t *mask;      /* cached mask or NULL */
     int32_t plain_cap;   /* every run of up to this many plain string bytes keeps it alive (a lower
                             bound; INT32_MAX: any run); -1 not computed */
@@ -1198,9 +1348,9 @@ static int32_t expand(og_gmatch *m, int nw) {
 /* The state after byte c from state s: -1 dead, -3 out of memory. */
 static int32_t step(og_gmatch *m, int32_t s, unsigned c) {
     if (!m->st[s].trans) {
-        int32_t *t = malloc(256 * sizeof *t);
+        int32_t *t = malloc(N_SYM * sizeof *t);
         if (!t) return -3;
-        for (int i = 0; i < 256; i++) t[i] = -2;
+        for (int i = 0; i < N_SYM; i++) t[i] = -2;
         m->st[s].trans = t;
     }
     int32_t r = m->st[s].trans[c];
@@ -1442,6 +1592,14 @@ og_status og_gmatch_mask(og_gmatch *m, const og_vocab *v, const uint64_t **bits)
         }
         i++;
     }
+    for (int k = 0; k < m->g->n_special; k++) { /* control tokens: one symbol each */
+        int32_t t = step(m, m->cur, 256u + (unsigned)k), id = m->g->special[k];
+        if (t == -3) {
+            free(mask);
+            return OG_ERR_NOMEM;
+        }
+        if (t >= 0 && id < v->n_vocab) mask[id >> 6] |= 1ull << (id & 63);
+    }
     if (og_gmatch_accepting(m))
         for (int k = 0; k < v->n_eog; k++) mask[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
     m->st[m->cur].mask = mask;
@@ -1472,6 +1630,15 @@ og_status og_gmatch_apply(og_gmatch *m, const og_vocab *v, float *logits, int32_
 
 og_status og_gmatch_accept(og_gmatch *m, const og_vocab *v, int32_t id) {
     if (id < 0 || id >= v->n_vocab) return OG_ERR_INVALID_ARG;
+    for (int k = 0; k < m->g->n_special; k++)
+        if (m->g->special[k] == id) {
+            if (m->cur < 0) return OG_ERR_INVALID_ARG;
+            int32_t s = step(m, m->cur, 256u + (unsigned)k);
+            if (s == -3) return OG_ERR_NOMEM;
+            if (s < 0) return OG_ERR_INVALID_ARG;
+            m->cur = s;
+            return compact(m);
+        }
     for (int k = 0; k < v->n_eog; k++)
         if (v->eog[k] == id) {
             if (!og_gmatch_accepting(m)) return OG_ERR_INVALID_ARG;

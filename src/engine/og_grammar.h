@@ -62,6 +62,40 @@ og_status og_vocab_create(const og_tokenizer *tok, og_vocab **out, char *err, si
 void og_vocab_free(og_vocab *v);
 int32_t og_vocab_n(const og_vocab *v); /* tokens (the tokenizer's n_vocab) */
 
+/* ---- tool calls (tool_choice "required" or a named function) ------------- */
+
+#define OG_GRAMMAR_MAX_SPECIAL 16 /* distinct control tokens one grammar may write */
+
+/* One piece of a tool-call layout: a control token by id (token >= 0; such
+ * tokens have no bytes, so the grammar writes each as one symbol and the mask
+ * allows exactly that id), or text bytes (token < 0). */
+typedef struct og_gpiece {
+    const char *text;
+    int32_t token;
+} og_gpiece;
+
+/* How a chat encoding writes its calls (built by og_outparse_call_layout):
+ * open, then calls separated by `between`, then close; a call is
+ * call NAME name_end ARGUMENTS call_end. ARGUMENTS are one JSON object held to
+ * the tool's parameters schema, or with param_open set (DSML), one
+ * param_open KEY param_mid VALUE param_close per declared property, in the
+ * schema's order (required ones always, the others possibly skipped), VALUE
+ * the JSON text its schema allows. */
+typedef struct og_tool_layout {
+    og_gpiece open[4], call[4], name_end[4], call_end[4], between[2], close[4];
+    int n_open, n_call, n_name_end, n_call_end, n_between, n_close;
+    const char *param_open, *param_mid, *param_close;
+} og_tool_layout;
+
+/* A grammar that writes only tool calls: 1 to max_calls (0: no limit) calls
+ * of the n_tools tools (names[i], each written as given; params[i] its
+ * arguments' JSON Schema, the subset above, NULL for any object; not kept).
+ * Errors: those of og_grammar_from_schema (the message names the tool),
+ * OG_ERR_RANGE (over OG_GRAMMAR_MAX_SPECIAL control tokens), OG_ERR_INVALID_ARG
+ * (no tools, a tool without a name), OG_ERR_NOMEM. */
+og_status og_grammar_tool_calls(const og_tool_layout *lay, const char *const *names, const json_t *const *params,
+                                int n_tools, int max_calls, og_grammar **out, char *err, size_t errlen);
+
 /* A matcher at the grammar's start. Holds a reference to g. Errors: OG_ERR_NOMEM. */
 og_status og_gmatch_create(og_grammar *g, og_gmatch **out, char *err, size_t errlen);
 void og_gmatch_free(og_gmatch *m);
@@ -75,7 +109,8 @@ bool og_gmatch_finished(const og_gmatch *m);
 /* The allowed tokens in the current state: a bitset of ceil(n_vocab / 64)
  * words (bit id % 64 of word id / 64), owned by the matcher and valid until the
  * next call on it. A token is allowed when all its bytes keep the automaton
- * alive; end-of-generation tokens exactly when accepting. Errors: OG_ERR_NOMEM. */
+ * alive (a layout's control token: when its symbol does); end-of-generation
+ * tokens exactly when accepting. Errors: OG_ERR_NOMEM. */
 og_status og_gmatch_mask(og_gmatch *m, const og_vocab *v, const uint64_t **bits);
 /* Sets logits[0..n_logits) of the tokens the mask refuses to -INFINITY (ids
  * past the tokenizer's vocabulary too). Errors: OG_ERR_NOMEM (logits untouched). */

@@ -206,7 +206,8 @@ static bool content_text(json_t *c, const char *param, char **out, og_api_err *e
     return true;
 }
 
-static bool parse_messages(json_t *root, const og_api_model *mdl, og_api_req *r, og_api_err *e) {
+static bool parse_messages(json_t *root, const og_api_model *mdl, const og_chat_opts *opts, og_api_req *r,
+                           og_api_err *e) {
     json_t *msgs = json_object_get(root, "messages");
     if (!msgs) return BAD("messages", "'messages' is required");
     if (!json_is_array(msgs)) return BAD("messages", "'messages' must be an array");
@@ -216,7 +217,9 @@ static bool parse_messages(json_t *root, const og_api_model *mdl, og_api_req *r,
     og_chat_msg *cm = calloc(n, sizeof *cm);
     char **texts = calloc(n, sizeof *texts);
     og_chat_tool_call **calls = calloc(n, sizeof *calls);
-    bool ok = cm && texts && calls ? true : OOM();
+    const char ***call_ids = calloc(n, sizeof *call_ids);
+    char **reasoning = calloc(n, sizeof *reasoning);
+    bool ok = cm && texts && calls && call_ids && reasoning ? true : OOM();
     char param[64];
     for (size_t i = 0; ok && i < n; i++) {
         json_t *m = json_array_get(msgs, i);
@@ -255,23 +258,46 @@ static bool parse_messages(json_t *root, const og_api_model *mdl, og_api_req *r,
             size_t nc = json_array_size(tc), j;
             json_t *c;
             calls[i] = calloc(nc ? nc : 1, sizeof **calls);
-            if (!calls[i]) {
+            call_ids[i] = calloc(nc ? nc : 1, sizeof **call_ids);
+            if (!calls[i] || !call_ids[i]) {
                 ok = OOM();
                 break;
             }
             json_array_foreach(tc, j, c) {
-                json_t *fn = json_object_get(c, "function");
+                json_t *fn = json_object_get(c, "function"), *cid = json_object_get(c, "id");
                 json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
                 if (!json_is_string(name) || !json_is_string(args)) {
                     ok = BAD(param, "%s[%zu].function needs string 'name' and 'arguments'", param, j);
                     break;
                 }
+                if (cid && !json_is_null(cid) && !json_is_string(cid)) {
+                    ok = BAD(param, "%s[%zu].id must be a string", param, j);
+                    break;
+                }
                 calls[i][j] = (og_chat_tool_call){"function", json_string_value(name), json_string_value(args)};
+                call_ids[i][j] = json_string_value(cid);
             }
             cm[i].tool_calls = calls[i];
+            cm[i].tool_call_ids = call_ids[i];
             cm[i].n_tool_calls = (int)nc;
         }
         if (!ok) break;
+        if (!strcmp(rs, "tool")) { /* §3: tool_call_id names the call it answers */
+            json_t *tid = json_object_get(m, "tool_call_id");
+            snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+            if (!json_is_string(tid)) {
+                ok = BAD(param, "%s is required for a tool message (a string: the id of the call it answers)", param);
+                break;
+            }
+            cm[i].tool_call_id = json_string_value(tid);
+        }
+        json_t *rc = json_object_get(m, "reasoning_content"); /* DeepSeek's convention for past reasoning */
+        if (rc && !json_is_null(rc) && !strcmp(rs, "assistant")) {
+            snprintf(param, sizeof param, "messages[%zu].reasoning_content", i);
+            if (!(ok = content_text(rc, param, &reasoning[i], e))) break;
+            cm[i].reasoning = reasoning[i];
+        }
+        snprintf(param, sizeof param, "messages[%zu].content", i);
         if (!texts[i] && !cm[i].n_tool_calls) {
             if (strcmp(rs, "assistant")) {
                 ok = BAD(param, "%s is required for a %s message", param, rs);
@@ -282,14 +308,18 @@ static bool parse_messages(json_t *root, const og_api_model *mdl, og_api_req *r,
     if (ok) { /* control-token text in a message is plain text: only the template's markers are control tokens */
         char err[256];
         r->n_prompts = 1;
-        og_status st = og_chat_tokenize(mdl->tok, mdl->chat, cm, (int)n, true, &r->prompts[0], err, sizeof err);
+        og_status st = og_chat_tokenize_opts(mdl->tok, mdl->chat, cm, (int)n, opts, true, &r->prompts[0], err, sizeof err);
         if (st == OG_ERR_NOMEM) ok = OOM();
         else if (st) ok = BAD("messages", "%s", err);
     }
     for (size_t i = 0; texts && i < n; i++) free(texts[i]);
     for (size_t i = 0; calls && i < n; i++) free(calls[i]);
+    for (size_t i = 0; call_ids && i < n; i++) free(call_ids[i]);
+    for (size_t i = 0; reasoning && i < n; i++) free(reasoning[i]);
     free(texts);
     free(calls);
+    free(call_ids);
+    free(reasoning);
     free(cm);
     return ok;
 }
@@ -402,6 +432,222 @@ static bool parse_response_format(json_t *root, og_api_req *r, og_api_err *e) {
     if (st) return BAD("response_format", "response_format.json_schema.schema: %s", msg);
     r->sp.grammar = r->grammar;
     return true;
+}
+
+/* reasoning_effort and chat_template_kwargs (og_api.h, og_api_reasoning). */
+bool og_api_reasoning(json_t *root, const og_api_model *mdl, bool *thinking, int *effort, og_api_err *e) {
+    *thinking = mdl->reasoning;
+    *effort = 0;
+    json_t *re = field(root, "reasoning_effort");
+    if (re) {
+        static const struct {
+            const char *name;
+            int effort; /* V4.1's 1..100; 0: thinking off */
+        } levels[] = {{"none", 0}, {"low", 50}, {"medium", 62}, {"high", 75}, {"max", 100}};
+        const char *v = json_string_value(re);
+        size_t k = 0;
+        while (v && k < sizeof levels / sizeof *levels && strcmp(v, levels[k].name)) k++;
+        if (!v || k == sizeof levels / sizeof *levels)
+            return BAD("reasoning_effort", "'reasoning_effort' must be one of none, low, medium, high, max");
+        *thinking = levels[k].effort > 0;
+        *effort = levels[k].effort;
+    }
+    json_t *kw = field(root, "chat_template_kwargs");
+    if (kw) {
+        if (!json_is_object(kw)) return BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        static const char *const keys[] = {"thinking", "enable_thinking"};
+        for (int i = 0; i < 2; i++) {
+            json_t *t = field(kw, keys[i]);
+            if (!t) continue;
+            char pn[64];
+            snprintf(pn, sizeof pn, "chat_template_kwargs.%s", keys[i]);
+            if (!json_is_boolean(t)) return BAD(pn, "'%s' must be true or false", pn);
+            *thinking = json_is_true(t);
+        }
+    }
+    if (!*thinking) *effort = 0;
+    return true;
+}
+
+/* A function name as OpenAI allows it (a-zA-Z0-9_-, at most 64), plus '.' and
+ * ':' for namespaced tools (V4.1's search::lookup, deepseek4.md §5). */
+static bool tool_name_ok(const char *s, size_t n) {
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.' || c == ':'))
+            return false;
+    }
+    return true;
+}
+
+/* tools, tool_choice, parallel_tool_calls and the reasoning controls: fills
+ * opts (rendering), r->out (parsing), r->tool_choice, the call grammar and the
+ * masked call tokens. *tools_json (malloc'ed) is what opts->tools_json points to. */
+static bool parse_tools(json_t *root, const og_api_model *mdl, og_api_req *r, og_chat_opts *opts, char **tools_json,
+                        og_api_err *e) {
+    if (!og_api_reasoning(root, mdl, &r->thinking, &r->reasoning_effort, e)) return false;
+    opts->thinking = r->thinking;
+    opts->reasoning_effort = mdl->chat == OG_CHAT_DEEPSEEK4_1 ? r->reasoning_effort : 0;
+    json_t *tools = field(root, "tools"), *tc = field(root, "tool_choice");
+    size_t nt = 0;
+    if (tools) {
+        if (!json_is_array(tools)) return BAD("tools", "'tools' must be an array of function tools");
+        nt = json_array_size(tools);
+        if (nt > 128) return BAD("tools", "at most 128 tools per request (got %zu)", nt);
+    }
+    /* the tools: validated, parameters normalized (type object) and compiled to check the schema */
+    const char **names = calloc(nt ? nt : 1, sizeof *names);
+    json_t **params = calloc(nt ? nt : 1, sizeof *params);
+    bool ok = names && params ? true : OOM();
+    char pn[96], pv[80];
+    for (size_t i = 0; ok && i < nt; i++) {
+        json_t *t = json_array_get(tools, i), *fn = json_object_get(t, "function");
+        const char *type = json_string_value(json_object_get(t, "type"));
+        snprintf(pn, sizeof pn, "tools[%zu]", i);
+        if (!json_is_object(t) || !type) {
+            ok = BAD(pn, "%s must be an object {\"type\": \"function\", \"function\": {...}}", pn);
+            break;
+        }
+        if (strcmp(type, "function")) {
+            ok = BADC(pn, "unsupported_parameter", "%s.type '%s' is not supported (only \"function\" tools)", pn,
+                      og_printable(type, strlen(type), pv, sizeof pv));
+            break;
+        }
+        snprintf(pn, sizeof pn, "tools[%zu].function", i);
+        if (!json_is_object(fn)) {
+            ok = BAD(pn, "%s must be an object {name, description, parameters}", pn);
+            break;
+        }
+        json_t *name = json_object_get(fn, "name"), *desc = field(fn, "description"), *ps = field(fn, "parameters");
+        json_t *strict = field(fn, "strict");
+        snprintf(pn, sizeof pn, "tools[%zu].function.name", i);
+        if (!json_is_string(name) || !tool_name_ok(json_string_value(name), json_string_length(name))) {
+            ok = BAD(pn, "%s must be a string of 1-64 characters a-z, A-Z, 0-9, '_', '-', '.', ':'", pn);
+            break;
+        }
+        names[i] = json_string_value(name);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(names[j], names[i])) {
+                ok = BAD(pn, "%s: the name '%s' is used by tools[%zu] too", pn, names[i], j);
+                break;
+            }
+        if (!ok) break;
+        snprintf(pn, sizeof pn, "tools[%zu].function.description", i);
+        if (desc && !json_is_string(desc)) {
+            ok = BAD(pn, "%s must be a string", pn);
+            break;
+        }
+        snprintf(pn, sizeof pn, "tools[%zu].function.strict", i);
+        if (strict && !json_is_boolean(strict)) {
+            ok = BAD(pn, "%s must be true or false", pn);
+            break;
+        }
+        snprintf(pn, sizeof pn, "tools[%zu].function.parameters", i);
+        if (ps && !json_is_object(ps)) {
+            ok = BAD(pn, "%s must be a JSON Schema object", pn);
+            break;
+        }
+        json_t *ty = ps ? json_object_get(ps, "type") : NULL;
+        if (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "object"))) {
+            ok = BAD(pn, "%s must describe an object (\"type\": \"object\"): the arguments are a JSON object", pn);
+            break;
+        }
+        params[i] = ps ? json_deep_copy(ps) : json_object();
+        if (!params[i]) {
+            ok = OOM();
+            break;
+        }
+        if (!ty) json_object_set_new(params[i], "type", json_string("object"));
+        og_grammar *g = NULL;
+        char msg[400];
+        og_status st = og_grammar_from_schema(params[i], &g, msg, sizeof msg);
+        og_grammar_unref(g);
+        if (st == OG_ERR_NOMEM) ok = OOM();
+        else if (st) ok = BAD(pn, "%s: %s", pn, msg);
+    }
+    /* tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}} */
+    int named = -1;
+    r->tool_choice = nt ? OG_TOOLS_AUTO : OG_TOOLS_NONE;
+    if (ok && tc) {
+        const char *v = json_string_value(tc);
+        if (v && !strcmp(v, "none")) r->tool_choice = OG_TOOLS_NONE;
+        else if (v && !strcmp(v, "auto")) r->tool_choice = OG_TOOLS_AUTO;
+        else if (v && !strcmp(v, "required")) r->tool_choice = OG_TOOLS_REQUIRED;
+        else if (json_is_object(tc)) {
+            const char *ty = json_string_value(json_object_get(tc, "type"));
+            const char *nm = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+            if (!ty || strcmp(ty, "function") || !nm)
+                ok = BAD("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
+                                        "{\"name\": NAME}}");
+            for (size_t i = 0; ok && i < nt && named < 0; i++)
+                if (!strcmp(names[i], nm)) named = (int)i;
+            if (ok && named < 0)
+                ok = BAD("tool_choice", "tool_choice names the function '%s', which 'tools' does not declare",
+                         og_printable(nm, strlen(nm), pv, sizeof pv));
+            r->tool_choice = OG_TOOLS_NAMED;
+        } else {
+            ok = BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                                    "\"function\": {\"name\": NAME}}");
+        }
+        if (ok && r->tool_choice != OG_TOOLS_NONE && !nt)
+            ok = BAD("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
+    }
+    bool parallel = true;
+    if (ok && !get_bool(root, "parallel_tool_calls", &parallel, e)) ok = false;
+    r->max_calls = parallel ? 0 : 1;
+    bool forced = r->tool_choice == OG_TOOLS_REQUIRED || r->tool_choice == OG_TOOLS_NAMED;
+    if (ok && forced && r->grammar)
+        ok = BAD("response_format", "response_format cannot be combined with tool_choice \"%s\": the output is the "
+                                    "tool call", r->tool_choice == OG_TOOLS_REQUIRED ? "required" : "function");
+    if (ok && nt && !(*tools_json = json_dumps(tools, JSON_COMPACT))) ok = OOM();
+    opts->tools_json = *tools_json;
+    /* how the output is read */
+    bool thinks = mdl->chat == OG_CHAT_DEEPSEEK_R1 ||
+                  (r->thinking && (mdl->chat == OG_CHAT_DEEPSEEK3_1 || mdl->chat == OG_CHAT_DEEPSEEK4 ||
+                                   mdl->chat == OG_CHAT_DEEPSEEK4_1));
+    r->out = (og_outparse_opts){.kind = mdl->chat, .in_reasoning = og_chat_opens_reasoning(mdl->chat, opts),
+                                .parse_reasoning = thinks, .parse_tools = nt && r->tool_choice != OG_TOOLS_NONE,
+                                .id_seed = r->sp.sampling.seed ^ 0x746f6f6c73ULL};
+    r->parse = ok && (r->out.parse_tools || r->out.parse_reasoning);
+    if (ok && forced) { /* constrained decoding: the layout's markers, names and each schema */
+        og_tool_layout lay;
+        char msg[400];
+        og_status st = og_outparse_call_layout(mdl->tok, mdl->chat, r->out.in_reasoning, &lay);
+        if (!st)
+            st = named >= 0 ? og_grammar_tool_calls(&lay, &names[named], (const json_t *const *)&params[named], 1,
+                                                    r->max_calls, &r->grammar, msg, sizeof msg)
+                            : og_grammar_tool_calls(&lay, names, (const json_t *const *)params, (int)nt, r->max_calls,
+                                                    &r->grammar, msg, sizeof msg);
+        else
+            snprintf(msg, sizeof msg, "this model's chat encoding has no tool-call layout");
+        if (st == OG_ERR_NOMEM) ok = OOM();
+        else if (st) ok = BAD("tools", "tools: %s", msg);
+        r->sp.grammar = r->grammar;
+    }
+    if (ok && nt && r->tool_choice == OG_TOOLS_NONE) { /* "none": the call markers are masked (a bias no logit survives) */
+        int32_t ban[4];
+        int nb = og_outparse_call_tokens(mdl->tok, mdl->chat, ban, 4), have = r->sp.sampling.n_bias;
+        int32_t *ids = realloc(r->bias_ids, (size_t)(have + nb + 1) * sizeof *ids);
+        if (ids) r->bias_ids = ids;
+        float *vals = ids ? realloc(r->bias_values, (size_t)(have + nb + 1) * sizeof *vals) : NULL;
+        if (vals) r->bias_values = vals;
+        if (!ids || !vals) ok = OOM();
+        for (int k = 0; ok && k < nb; k++) {
+            r->bias_ids[have + k] = ban[k];
+            r->bias_values[have + k] = -1e30f;
+        }
+        if (ok) {
+            r->sp.sampling.bias_ids = r->bias_ids;
+            r->sp.sampling.bias_values = r->bias_values;
+            r->sp.sampling.n_bias = have + nb;
+        }
+    }
+    for (size_t i = 0; params && i < nt; i++) json_decref(params[i]);
+    free(params);
+    free(names);
+    return ok;
 }
 
 bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *mdl, og_api_req *r, og_api_err *e) {
@@ -550,23 +796,25 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     r->sp.logprobs = r->logprobs;
     r->sp.n_top = r->top_logprobs;
     if (!parse_response_format(root, r, e)) return false;
-    /* features this server does not have yet: a clear 400, never a silent ignore */
-    json_t *tools = field(root, "tools"), *tc = field(root, "tool_choice");
-    if (tc && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none")) &&
-        !(tools && json_is_array(tools) && json_array_size(tools) > 0))
-        return BAD("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
-    if (tools) {
-        if (!json_is_array(tools)) return BAD("tools", "'tools' must be an array");
-        bool none = json_is_string(tc) && !strcmp(json_string_value(tc), "none");
-        if (json_array_size(tools) > 0 && !none)
-            return BADC("tools", "unsupported_parameter",
-                        "tools (function calling) are not supported by this server yet; send tool_choice \"none\" "
-                        "or no tools");
+    og_chat_opts opts = {0};
+    char *tools_json = NULL;
+    if (chat && !parse_tools(root, mdl, r, &opts, &tools_json, e)) {
+        free(tools_json);
+        return false;
     }
+    if (!chat && (field(root, "tools") || field(root, "tool_choice")))
+        return BAD(field(root, "tools") ? "tools" : "tool_choice", "tools are for /v1/chat/completions");
     if (field(root, "functions"))
-        return BADC("functions", "unsupported_parameter", "'functions' (function calling) is not supported by this server");
+        return BADC("functions", "unsupported_parameter",
+                    "'functions' (deprecated) is not supported: send 'tools' with tool_choice instead");
+    if (field(root, "function_call"))
+        return BADC("function_call", "unsupported_parameter",
+                    "'function_call' (deprecated) is not supported: send 'tool_choice' instead");
 
-    if (chat ? !parse_messages(root, mdl, r, e) : !parse_prompt(root, mdl, r, e)) return false;
+    bool parsed = chat ? parse_messages(root, mdl, &opts, r, e) : parse_prompt(root, mdl, r, e);
+    free(tools_json);
+    if (!parsed) return false;
+    if (r->parse) r->sp.logprobs = true; /* the parser reads every token's id (og_seq_out.toks) */
     if (!mt_set && mdl->max_tokens > 0) { /* the server's cap, within what the context leaves */
         long long longest = 0;
         for (int k = 0; k < r->n_prompts; k++)

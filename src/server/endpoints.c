@@ -82,7 +82,14 @@ bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_
     o->stream = req->stream;
     o->echo = echo;
     o->stop_index = -1;
+    o->last_id = -1;
+    o->tok = mdl->tok;
+    o->max_calls = req->max_calls;
     o->n_prompt = (int)req->prompts[0].n;
+    if (req->parse && og_outparse_new(mdl->tok, &req->out, &o->parser)) {
+        og_ep_out_free(o);
+        return og_api_error(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
     og_ep_id(o->id, sizeof o->id, meta->ep == OG_EP_RESPONSES ? "resp_" : "msg_", meta->id_seed, 0);
     for (int i = 0; i < req->sp.n_stop; i++) {
         if (!(o->stop[i] = strdup(req->sp.stop[i]))) {
@@ -109,6 +116,8 @@ void og_ep_out_free(og_ep_out *o) {
     }
     free(o->blk);
     for (int i = 0; i < o->n_stop; i++) free(o->stop[i]);
+    og_outparse_free(o->parser);
+    free(o->text);
     json_decref(o->echo);
     free(o->sse);
     free(o);
@@ -160,19 +169,24 @@ og_status og_ep_out_begin(og_ep_out *o) {
     return o->oom ? OG_ERR_NOMEM : OG_OK;
 }
 
-static bool blk_append(og_ep_out *o, og_blk *b, const char *t, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->text, cap);
+/* Appends t[0..n) to a growing NUL-terminated text. */
+static bool grow(og_ep_out *o, char **buf, size_t *len, size_t *cap, const char *t, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 64;
+        while (c < *len + n + 1) c *= 2;
+        char *p = realloc(*buf, c);
         if (!p) return !(o->oom = true);
-        b->text = p;
-        b->cap = cap;
+        *buf = p;
+        *cap = c;
     }
-    memcpy(b->text + b->len, t, n);
-    b->len += n;
-    b->text[b->len] = 0;
+    memcpy(*buf + *len, t, n);
+    *len += n;
+    (*buf)[*len] = 0;
     return true;
+}
+
+static bool blk_append(og_ep_out *o, og_blk *b, const char *t, size_t n) {
+    return grow(o, &b->text, &b->len, &b->cap, t, n);
 }
 
 static void close_open(og_ep_out *o) {
@@ -216,6 +230,9 @@ static og_blk *open_blk(og_ep_out *o, og_blk_kind kind, const char *call_id, con
 static void on_event(void *ud, const og_out_ev *ev) {
     og_ep_out *o = ud;
     og_blk *last = o->open ? &o->blk[o->n_blk - 1] : NULL;
+    if (ev->kind == OG_OUT_TOOL_BEGIN) o->drop_call = o->max_calls && o->n_calls >= o->max_calls;
+    if (o->drop_call && (ev->kind == OG_OUT_TOOL_BEGIN || ev->kind == OG_OUT_TOOL_ARGS || ev->kind == OG_OUT_TOOL_END))
+        return; /* parallel tool use off: the first call only */
     switch (ev->kind) {
     case OG_OUT_CONTENT:
     case OG_OUT_REASONING: {
@@ -235,6 +252,7 @@ static void on_event(void *ud, const og_out_ev *ev) {
         return;
     case OG_OUT_TOOL_END:
         if (!last || last->kind != OG_BLK_TOOL) return;
+        o->n_calls++;
         if (ev->arguments) { /* the whole arguments: what the pieces add up to */
             last->len = 0;
             blk_append(o, last, ev->arguments, strlen(ev->arguments));
@@ -249,11 +267,31 @@ og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
     if (o->stream && !o->begun) og_ep_out_begin(o);
     if (so->n_prompt) o->n_prompt = so->n_prompt;
     o->n_gen = so->n_gen;
-    if (so->len) {
+    if (!o->parser && so->len) {
         og_out_ev ev = {.kind = OG_OUT_CONTENT, .text = so->text, .len = so->len};
         on_event(o, &ev);
     }
+    if (o->parser) {
+        grow(o, &o->text, &o->text_len, &o->text_cap, so->text, so->len);
+        for (int k = 0; k < so->n_toks; k++) {
+            if (o->last_id >= 0 && og_outparse_feed(o->parser, &o->last_id, 1, on_event, o)) o->oom = true;
+            o->last_id = so->toks[k].id;
+            o->last_start = so->toks[k].text_start;
+        }
+    }
     if (so->finish != OG_FINISH_NONE) {
+        if (o->parser && o->last_id >= 0) {
+            /* the last token: only the bytes before a stop string that cut it */
+            char b[256];
+            int bn = og_token_to_bytes(o->tok, o->last_id, false, b, sizeof b);
+            size_t have = o->text_len > o->last_start ? o->text_len - o->last_start : 0;
+            og_status st = bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && !memcmp(b, o->text + o->last_start, have)
+                               ? og_outparse_feed_bytes(o->parser, b, have, on_event, o)
+                               : og_outparse_feed(o->parser, &o->last_id, 1, on_event, o);
+            if (st) o->oom = true;
+            o->last_id = -1;
+        }
+        if (o->parser && og_outparse_finish(o->parser, on_event, o)) o->oom = true;
         close_open(o);
         o->finish = so->finish;
         o->stop_index = so->finish == OG_FINISH_STOP ? so->stop_index : -1;

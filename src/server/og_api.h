@@ -5,6 +5,7 @@
 #define OG_API_H
 
 #include "og_engine.h"
+#include "og_outparse.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -30,7 +31,17 @@ typedef struct og_api_model {
     int capacity;            /* sequences the engine holds at once: parallel + queue */
     int max_tokens;          /* tokens generated for a request that sets no max_tokens (--max-tokens; 0: until
                                 the context is full, or completions' 16), clipped to what the context leaves */
+    bool reasoning;          /* --reasoning on: thinking mode for chats that do not say (reasoning_effort,
+                                chat_template_kwargs.thinking / enable_thinking) */
 } og_api_model;
+
+/* tool_choice (openai-api.md §2) */
+typedef enum og_tool_choice {
+    OG_TOOLS_NONE = 0,       /* no tools, or "none": the tools stay in the prompt, the call markers are masked */
+    OG_TOOLS_AUTO,           /* the model may call */
+    OG_TOOLS_REQUIRED,       /* constrained decoding: only calls (og_grammar_tool_calls) */
+    OG_TOOLS_NAMED,          /* {"type":"function","function":{"name"}}: only calls of that one */
+} og_tool_choice;
 
 typedef struct og_api_req {
     bool chat;               /* /v1/chat/completions (else /v1/completions) */
@@ -44,12 +55,23 @@ typedef struct og_api_req {
     int32_t *bias_ids;       /* [n_bias] (sp.sampling points here) */
     float *bias_values;
     json_t *root;            /* the parsed body (owned) */
-    og_grammar *grammar;     /* response_format json_object / json_schema (owned; sp.grammar points here) */
+    og_grammar *grammar;     /* response_format, or the tool-call grammar (owned; sp.grammar points here) */
+    /* chat output parsing (og_outparse): the engine then reports every token (sp.logprobs), the client
+       sees log-probs only when it asked (logprobs) */
+    bool parse;              /* the output goes through og_outparse (parse_tools or parse_reasoning) */
+    og_outparse_opts out;    /* the parser's options for this request (kind, reasoning state, tools) */
+    og_tool_choice tool_choice;
+    int max_calls;           /* tool calls reported at most (1: parallel_tool_calls false; 0: any) */
+    bool thinking;           /* the prompt was rendered in thinking mode */
+    int reasoning_effort;    /* V4.1's 1..100 rendered (0: the encoding's default) */
 } og_api_req;
 
 /* Parses and validates a request body (len bytes) for the chat (chat = true)
  * or completions endpoint, renders and tokenizes the prompt: messages with
- * og_chat_tokenize (control-token text typed in a message is plain text), a
+ * og_chat_tokenize_opts (control-token text typed in a message is plain text;
+ * tools, assistant tool_calls, tool results with tool_call_id and the thinking
+ * mode rendered as the encoding does), tool_choice and reasoning controls
+ * mapped (og_api_req.out, .tool_choice, sp.grammar), a
  * completions prompt with special tokens parsed, and a prompt text that begins
  * with the BOS text gets no second BOS. Returns true on
  * success; false with *e filled (status 400, or 500 for out of memory). The
@@ -90,6 +112,15 @@ json_t *og_api_logprobs(const og_tokenizer *tok, bool chat, const og_tok_out *to
 
 /* Characters (UTF-8 code points; an invalid byte counts as one) in s[0..n). */
 size_t og_api_chars(const char *s, size_t n);
+
+/* The thinking mode and V4.1 effort a chat asks for (README "Reasoning"):
+ * chat_template_kwargs.thinking (or enable_thinking) wins, then
+ * reasoning_effort ("none": off; low, medium, high, max: on), then the server's
+ * --reasoning default. V4.1's effort: low 50, medium 62 (our choice, between
+ * the spec's low and high, deepseek4.md §5 defines none), high 75, max 100;
+ * 0 (the encoding's default, 75) when the request names none. Returns false
+ * with *e (400 naming the field) on a bad value. */
+bool og_api_reasoning(json_t *root, const og_api_model *mdl, bool *thinking, int *effort, og_api_err *e);
 
 /* "stop" / "length" / NULL (still running, cancelled, error). */
 const char *og_api_finish_reason(og_finish f);

@@ -19,11 +19,19 @@
  *   CONTENT text, and og_outparse_malformed() says so;
  * - a marker split across several tokens (a DSML tag spelled by ordinary
  *   tokens) is recognized: text that might be the start of a marker is held
- *   back until it is known, and released by og_outparse_finish. */
+ *   back until it is known, and released by og_outparse_finish.
+ * Implementation notes (outparse.c): a marker the vocabulary holds as one
+ * CONTROL token is recognized by that id only (its text spelled by ordinary
+ * tokens stays text); a call is reported when it is complete and well formed,
+ * BEGIN, its ARGS and END together, so a malformed call is never half
+ * reported (its text, as the detokenizer shows it, becomes CONTENT); DSML
+ * string="true" values become JSON strings, string="false" values are kept as
+ * the JSON text written. */
 #ifndef OG_OUTPARSE_H
 #define OG_OUTPARSE_H
 
 #include "og_base.h"
+#include "og_grammar.h"
 #include "og_tokenizer.h"
 
 #include <stdbool.h>
@@ -79,5 +87,25 @@ int og_outparse_n_calls(const og_outparse *p);
 
 /* True once some call was malformed and reported as text. */
 bool og_outparse_malformed(const og_outparse *p);
+
+/* Feeds raw text bytes as if ordinary tokens had spelled them (the last token
+ * of an output a stop string cut: only its bytes before the stop). Errors:
+ * OG_ERR_INVALID_ARG, OG_ERR_NOMEM. */
+og_status og_outparse_feed_bytes(og_outparse *p, const char *bytes, size_t n, og_out_cb cb, void *ud);
+
+/* How kind writes tool calls, for og_grammar_tool_calls (tool_choice
+ * "required" or a named function): its markers as control tokens where the
+ * vocabulary has them, else as text; close_reasoning: the prompt left the
+ * think block open, so the layout starts with </think>. DSML parameters are
+ * all written string="false" (JSON values, which the parser takes for every
+ * type). Errors: OG_ERR_INVALID_ARG (an unknown kind). */
+og_status og_outparse_call_layout(const og_tokenizer *tok, og_chat_kind kind, bool close_reasoning,
+                                  og_tool_layout *lay);
+
+/* The control tokens that start a call block in kind (V3 family: the calls
+ * and call begin markers; DSML: none unless the vocabulary has the tag as one
+ * token), at most cap of them into ids: what tool_choice "none" masks.
+ * Returns the count. */
+int og_outparse_call_tokens(const og_tokenizer *tok, og_chat_kind kind, int32_t *ids, int cap);
 
 #endif

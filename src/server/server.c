@@ -87,6 +87,17 @@ typedef struct gen_ctx {
     og_api_offsets off[OG_API_MAX_PROMPTS]; /* completions text_offset cursors */
     char error[256];
     og_ep_out *ep;                /* /v1/messages, /v1/responses: their output (og_endpoints.h), else NULL */
+    /* chat output parsing (req.parse): one parser per choice and what it reported */
+    og_outparse *op[OG_API_MAX_PROMPTS];
+    json_t *calls[OG_API_MAX_PROMPTS];      /* non-streaming: the message's tool_calls */
+    char *content[OG_API_MAX_PROMPTS], *reasoning[OG_API_MAX_PROMPTS];
+    size_t content_len[OG_API_MAX_PROMPTS], reasoning_len[OG_API_MAX_PROMPTS];
+    int n_calls[OG_API_MAX_PROMPTS];        /* calls reported (at most req.max_calls when it is set) */
+    bool drop_call[OG_API_MAX_PROMPTS];     /* the call being reported is over req.max_calls */
+    uint32_t last_start[OG_API_MAX_PROMPTS]; /* text_start of the last token seen */
+    int32_t last_id[OG_API_MAX_PROMPTS];    /* held back: the last token (a stop string may cut it), or -1 */
+    int cur;                                /* the choice whose events are being handled */
+    bool stream_now;
 } gen_ctx;
 
 static void count_status(og_server *s, conn_ctx *cc, int status) {
@@ -190,6 +201,10 @@ static void gen_free(gen_ctx *g) {
     for (int i = 0; i < OG_API_MAX_PROMPTS; i++) {
         free(g->text[i]);
         free(g->toks[i]);
+        og_outparse_free(g->op[i]);
+        json_decref(g->calls[i]);
+        free(g->content[i]);
+        free(g->reasoning[i]);
     }
     free(g->out);
     free(g);
@@ -290,6 +305,82 @@ static bool ep_collect(gen_ctx *g, bool stream) {
     return changed;
 }
 
+static bool append(char **p, size_t *n, const char *s, size_t l) {
+    char *q = realloc(*p, *n + l + 1);
+    if (!q) return false;
+    memcpy(q + *n, s, l);
+    q[*n + l] = 0;
+    *p = q;
+    *n += l;
+    return true;
+}
+
+/* An og_outparse event of choice g->cur: a stream delta, or the message's parts. */
+static void on_out(void *ud, const og_out_ev *ev) {
+    gen_ctx *g = ud;
+    int i = g->cur;
+    if (ev->kind == OG_OUT_TOOL_BEGIN) g->drop_call[i] = g->req.max_calls && g->n_calls[i] >= g->req.max_calls;
+    bool call_ev = ev->kind == OG_OUT_TOOL_BEGIN || ev->kind == OG_OUT_TOOL_ARGS || ev->kind == OG_OUT_TOOL_END;
+    if (call_ev && g->drop_call[i]) return; /* parallel_tool_calls false: the first call only */
+    if (!g->stream_now) {
+        if (ev->kind == OG_OUT_CONTENT) append(&g->content[i], &g->content_len[i], ev->text, ev->len);
+        else if (ev->kind == OG_OUT_REASONING) append(&g->reasoning[i], &g->reasoning_len[i], ev->text, ev->len);
+        else if (ev->kind == OG_OUT_TOOL_END) {
+            if (!g->calls[i]) g->calls[i] = json_array();
+            json_array_append_new(g->calls[i], json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", ev->id, "type", "function",
+                                                         "function", "name", ev->name, "arguments", ev->arguments));
+            g->n_calls[i]++;
+        }
+        return;
+    }
+    json_t *d = NULL;
+    switch (ev->kind) {
+    case OG_OUT_CONTENT: d = json_pack("{s:o}", "content", og_api_jstr(ev->text, ev->len)); break;
+    case OG_OUT_REASONING: d = json_pack("{s:o}", "reasoning_content", og_api_jstr(ev->text, ev->len)); break;
+    case OG_OUT_TOOL_BEGIN: /* index, id, type and name first, then the argument pieces */
+        d = json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", g->n_calls[i], "id", ev->id, "type",
+                      "function", "function", "name", ev->name, "arguments", "");
+        break;
+    case OG_OUT_TOOL_ARGS:
+        d = json_pack("{s:[{s:i,s:{s:o}}]}", "tool_calls", "index", g->n_calls[i], "function", "arguments",
+                      og_api_jstr(ev->text, ev->len));
+        break;
+    case OG_OUT_TOOL_END: g->n_calls[i]++; return;
+    default: return;
+    }
+    emit(g, chunk(g, i, d, NULL, NULL));
+}
+
+/* Feeds choice i's new tokens to its parser. The last token is held back
+ * until the next one or the end: a stop string may cut its text, and then only
+ * the bytes before the stop are fed (text: the engine's output so far). */
+static void parse_toks(gen_ctx *g, int i, const og_tok_out *toks, int n, bool end) {
+    g->cur = i;
+    for (int k = 0; k < n; k++) {
+        if (g->last_id[i] >= 0) og_outparse_feed(g->op[i], &g->last_id[i], 1, on_out, g);
+        g->last_id[i] = toks[k].id;
+        g->last_start[i] = toks[k].text_start;
+    }
+    if (!end) return;
+    if (g->last_id[i] >= 0) {
+        char b[256];
+        int bn = og_token_to_bytes(g->srv->mdl.tok, g->last_id[i], false, b, sizeof b);
+        size_t have = g->text_len[i] > g->last_start[i] ? g->text_len[i] - g->last_start[i] : 0;
+        if (bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && !memcmp(b, g->text[i] + g->last_start[i], have))
+            og_outparse_feed_bytes(g->op[i], b, have, on_out, g); /* cut by a stop string */
+        else
+            og_outparse_feed(g->op[i], &g->last_id[i], 1, on_out, g);
+        g->last_id[i] = -1;
+    }
+    og_outparse_finish(g->op[i], on_out, g);
+}
+
+/* finish_reason: "tool_calls" when the model called tools and stopped. */
+static const char *finish_name(const gen_ctx *g, int i) {
+    if (g->req.parse && g->n_calls[i] > 0 && g->finish[i] == OG_FINISH_STOP) return "tool_calls";
+    return og_api_finish_reason(g->finish[i]);
+}
+
 /* Moves new engine output into stream events (or the non-streaming
  * accumulators). Returns true if anything changed. */
 static bool gen_collect(gen_ctx *g, bool stream) {
@@ -311,7 +402,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         g->n_prompt[i] = o.n_prompt;
         g->n_gen[i] = o.n_gen;
         if (o.len || o.n_toks) changed = true;
-        if (!stream || (g->req.logprobs && !g->req.chat)) { /* the final text; what text_offset counts in */
+        if (!stream || (g->req.logprobs && !g->req.chat) || g->req.parse) { /* the final text; what text_offset counts in */
             char *nt = realloc(g->text[i], g->text_len[i] + o.len + 1);
             if (nt) {
                 g->text[i] = nt;
@@ -322,7 +413,20 @@ static bool gen_collect(gen_ctx *g, bool stream) {
             if (g->req.echo && g->req.prompt_text[i] && !g->off[i].base)
                 g->off[i].base = og_api_chars(g->req.prompt_text[i], strlen(g->req.prompt_text[i]));
         }
-        if (stream) {
+        if (g->req.parse) { /* content, reasoning and tool calls from the token ids */
+            g->stream_now = stream;
+            parse_toks(g, i, o.toks, o.n_toks, o.finish != OG_FINISH_NONE);
+            if (stream && g->req.logprobs && o.n_toks)
+                emit(g, chunk(g, i, json_object(), og_api_logprobs(g->srv->mdl.tok, true, o.toks, o.n_toks, NULL), NULL));
+            if (!stream && g->req.logprobs) {
+                og_tok_out *tk = o.n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o.n_toks) * sizeof *tk) : g->toks[i];
+                if (tk) {
+                    g->toks[i] = tk;
+                    if (o.n_toks) memcpy(tk + g->n_toks[i], o.toks, (size_t)o.n_toks * sizeof *tk);
+                    g->n_toks[i] += o.n_toks;
+                }
+            }
+        } else if (stream) {
             if (o.len || o.n_toks) {
                 json_t *lp =
                     g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, g->req.chat, o.toks, o.n_toks, &g->off[i]) : NULL;
@@ -349,8 +453,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
                     finish_error(o.finish, g->error, &fe);
                     emit(g, og_api_error_obj(&fe));
                 } else
-                    emit(g, chunk(g, i, g->req.chat ? json_object() : json_string(""), NULL,
-                                  og_api_finish_reason(o.finish)));
+                    emit(g, chunk(g, i, g->req.chat ? json_object() : json_string(""), NULL, finish_name(g, i)));
             }
         }
         og_seq_out_free(&o);
@@ -421,7 +524,21 @@ static json_t *final_response(gen_ctx *g) {
         }
         json_t *lp =
             g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, chat, g->toks[i], g->n_toks[i], &g->off[i]) : NULL;
-        const char *fr = og_api_finish_reason(g->finish[i]);
+        const char *fr = finish_name(g, i);
+        if (chat && g->req.parse) { /* the parser's parts: content null when only calls (§4) */
+            json_decref(text);
+            bool only_calls = g->n_calls[i] > 0 && !g->content_len[i];
+            json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
+                                    only_calls ? json_null() : og_api_jstr(g->content[i] ? g->content[i] : "",
+                                                                          g->content_len[i]), "refusal");
+            if (g->req.out.parse_reasoning)
+                json_object_set_new(msg, "reasoning_content",
+                                    og_api_jstr(g->reasoning[i] ? g->reasoning[i] : "", g->reasoning_len[i]));
+            if (g->n_calls[i]) json_object_set(msg, "tool_calls", g->calls[i]);
+            json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", i, "message", msg, "logprobs",
+                                                     lp ? lp : json_null(), "finish_reason", fr));
+            continue;
+        }
         json_t *ch = chat ? json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", i, "message", "role", "assistant",
                                       "content", text, "refusal", "logprobs", lp ? lp : json_null(), "finish_reason", fr)
                           : json_pack("{s:i,s:o,s:o,s:s}", "index", i, "text", text, "logprobs", lp ? lp : json_null(),
@@ -466,6 +583,13 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
         json_t *o = og_ep_count_json(&g->req);
         gen_free(g);
         return send_json(s, c, cc, 200, o);
+    }
+    for (int i = 0; !g->ep && g->req.parse && i < g->req.n_prompts; i++) {
+        g->last_id[i] = -1;
+        if (og_outparse_new(mdl.tok, &g->req.out, &g->op[i])) {
+            gen_free(g);
+            return fail(s, c, cc, 500, "server_error", NULL, "out of memory");
+        }
     }
     if (g->req.n_prompts > mdl.capacity) {
         int n = g->req.n_prompts;

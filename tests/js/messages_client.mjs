@@ -12,8 +12,23 @@ import Ajv from 'ajv';
 import assert from 'node:assert/strict';
 
 const [base, key, baseThinking] = process.argv.slice(2);
-const client = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0, timeout: 120000 });
-const oa = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 120000 });
+// OG_WRITE_SEEDS=DIR: every request body the clients send is also written as a
+// fuzz_requests seed (tests/fuzz/gen_request_seeds.sh): a selector byte, the body
+const seedDir = process.env.OG_WRITE_SEEDS;
+const selector = { '/v1/chat/completions': 0, '/v1/completions': 1, '/v1/messages': 2, '/v1/messages/count_tokens': 3,
+  '/v1/responses': 4 };
+const recording = async (url, init) => {
+  const sel = selector[new URL(url).pathname];
+  if (seedDir && sel !== undefined && typeof init?.body === 'string') {
+    const { createHash } = await import('node:crypto');
+    const { writeFileSync } = await import('node:fs');
+    const bytes = Buffer.concat([Buffer.from([sel]), Buffer.from(init.body)]);
+    writeFileSync(`${seedDir}/js_${createHash('sha1').update(bytes).digest('hex').slice(0, 16)}`, bytes);
+  }
+  return fetch(url, init);
+};
+const client = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0, timeout: 120000, fetch: recording });
+const oa = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 120000, fetch: recording });
 const ajv = new Ajv({ strict: false });
 let checks = 0;
 const ok = (name) => { checks++; console.log(`ok ${checks} - ${name}`); };
@@ -147,7 +162,7 @@ ok('tool_use / tool_result round trip: answered; the calls, results and tools ar
 
 // ---- thinking blocks (a model with a thinking mode)
 if (baseThinking) {
-  const tc = new Anthropic({ baseURL: baseThinking, apiKey: key, maxRetries: 0, timeout: 120000 });
+  const tc = new Anthropic({ baseURL: baseThinking, apiKey: key, maxRetries: 0, timeout: 120000, fetch: recording });
   const th = { model: 'm', max_tokens: 10, temperature: 0, messages: user('Think about the sea.'),
     thinking: { type: 'enabled', budget_tokens: 1024 } };
   const on = await tc.messages.create(th);

@@ -43,9 +43,28 @@ static int teardown(void **state) {
 
 static og_ep_meta meta(og_endpoint ep) { return (og_ep_meta){ep, "served-model", 42, 1700000000}; }
 
+/* OG_WRITE_SEEDS=DIR: every body parsed here also becomes a fuzz_requests seed
+ * (its selector byte: the endpoint's index there, then the body). */
+static void seed(og_endpoint ep, const char *body) {
+    const char *dir = getenv("OG_WRITE_SEEDS");
+    if (!dir || !*dir) return;
+    static const og_endpoint order[] = {OG_EP_CHAT, OG_EP_COMPLETIONS, OG_EP_MESSAGES, OG_EP_COUNT_TOKENS,
+                                        OG_EP_RESPONSES};
+    unsigned char sel = 0;
+    while (order[sel] != ep) sel++;
+    char path[512];
+    snprintf(path, sizeof path, "%s/unit_%016llx", dir, (unsigned long long)og_fnv1a64(body, strlen(body), sel));
+    FILE *f = fopen(path, "wb");
+    if (!f) fail_msg("cannot write %s", path);
+    fputc(sel, f);
+    fputs(body, f);
+    fclose(f);
+}
+
 static void parse_ok(og_endpoint ep, const char *body, og_api_req *r, og_ep_out **o) {
     og_api_err e;
     og_ep_meta m = meta(ep);
+    seed(ep, body);
     if (!og_ep_parse(&m, body, strlen(body), &g_mdl, r, o, &e)) fail_msg("%d %s", e.status, e.message);
 }
 
@@ -190,6 +209,7 @@ static void test_messages_errors(void **state) {
         og_ep_out *o = (og_ep_out *)1;
         og_api_err e;
         og_ep_meta m = meta(cases[i].ep);
+        seed(cases[i].ep, cases[i].body);
         if (og_ep_parse(&m, cases[i].body, strlen(cases[i].body), &g_mdl, &r, &o, &e))
             fail_msg("case %zu accepted: %s", i, cases[i].body);
         assert_null(o);

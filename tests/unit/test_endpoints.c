@@ -511,6 +511,110 @@ static void test_responses_output(void **state) {
     og_ep_out_free(s);
 }
 
+/* Hand-written model output (text with the chat encoding's markers) as the
+ * engine reports it: every token with its text offset, and the text, cut
+ * at keep bytes when a stop string cut it (keep = -1: all of it). */
+static void feed_model_output(og_ep_out *o, const char *out, int keep, og_finish f, int stop_index) {
+    og_ids ids = {0};
+    assert_int_equal(og_tokenize(g_tok, out, strlen(out), false, true, &ids), OG_OK);
+    og_tok_out *toks = calloc(ids.n, sizeof *toks);
+    char text[1024];
+    size_t len = 0;
+    for (size_t i = 0; i < ids.n; i++) {
+        toks[i].id = ids.v[i];
+        toks[i].text_start = (uint32_t)len;
+        int b = og_token_to_bytes(g_tok, ids.v[i], false, text + len, sizeof text - len);
+        assert_true(b >= 0 && len + (size_t)b < sizeof text);
+        len += (size_t)b;
+    }
+    if (keep >= 0) len = (size_t)keep;
+    text[len] = 0;
+    og_seq_out so = {.text = text, .len = len, .toks = toks, .n_toks = (int)ids.n, .finish = f, .n_prompt = 3,
+                     .n_gen = (int)ids.n, .stop_index = stop_index};
+    assert_int_equal(og_ep_out_feed(o, &so), OG_OK);
+    free(toks);
+    og_ids_free(&ids);
+}
+
+#define CB "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define CE "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define KB "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define KE "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define SEP "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
+
+/* Through og_outparse: a V3.1 thinking-mode output with reasoning, text and a
+ * call becomes thinking + text + tool_use blocks (messages) and reasoning +
+ * message + function_call items (responses); a stop string that cut the last
+ * token leaves only its bytes before the stop. */
+static void test_parsed_output(void **state) {
+    (void)state;
+    og_api_model saved = g_mdl;
+    g_mdl.chat = OG_CHAT_DEEPSEEK3_1;
+    const char *tools = "\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}}]";
+    const char *out = "Let me think</think>Calling." CB KB "get_weather" SEP "{\"city\":\"Paris\"}" KE CE;
+    char body[512];
+    og_api_req r;
+    og_ep_out *o;
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":50,\"thinking\":{\"type\":\"enabled\","
+             "\"budget_tokens\":2000},%s,\"messages\":[{\"role\":\"user\",\"content\":\"Paris?\"}]}", tools);
+    parse_ok(OG_EP_MESSAGES, body, &r, &o);
+    assert_true(r.parse && r.out.in_reasoning && r.out.parse_tools);
+    og_api_req_free(&r);
+    feed_model_output(o, out, -1, OG_FINISH_STOP, -1);
+    json_t *fin = og_ep_out_final(o);
+    json_t *content = json_object_get(fin, "content");
+    json_t *use = json_array_get(content, 2);
+    char want[512];
+    snprintf(want, sizeof want, "[{\"type\":\"thinking\",\"thinking\":\"Let me think\",\"signature\":\"\"},"
+             "{\"type\":\"text\",\"text\":\"Calling.\"},{\"type\":\"tool_use\",\"id\":\"%s\",\"name\":"
+             "\"get_weather\",\"input\":{\"city\":\"Paris\"}}]",
+             json_string_value(json_object_get(use, "id")));
+    assert_json_equal(content, want);
+    assert_memory_equal(json_string_value(json_object_get(use, "id")), "toolu_", 6);
+    assert_string_equal(json_string_value(json_object_get(fin, "stop_reason")), "tool_use");
+    json_decref(fin);
+    og_ep_out_free(o);
+
+    parse_ok(OG_EP_RESPONSES, "{\"input\":\"Paris?\",\"reasoning\":{\"effort\":\"high\"},\"tools\":[{\"type\":"
+                              "\"function\",\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}]}",
+             &r, &o);
+    assert_true(r.parse && r.out.in_reasoning);
+    og_api_req_free(&r);
+    feed_model_output(o, out, -1, OG_FINISH_STOP, -1);
+    fin = og_ep_out_final(o);
+    json_t *items = json_object_get(fin, "output");
+    assert_int_equal(json_array_size(items), 3);
+    json_t *rs = json_array_get(items, 0), *msg = json_array_get(items, 1), *fc = json_array_get(items, 2);
+    assert_string_equal(json_string_value(json_object_get(rs, "type")), "reasoning");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(rs, "content"), 0), "text")),
+                        "Let me think");
+    assert_string_equal(json_string_value(json_object_get(msg, "type")), "message");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(msg, "content"), 0), "text")),
+                        "Calling.");
+    assert_string_equal(json_string_value(json_object_get(fc, "type")), "function_call");
+    assert_string_equal(json_string_value(json_object_get(fc, "name")), "get_weather");
+    assert_string_equal(json_string_value(json_object_get(fc, "arguments")), "{\"city\":\"Paris\"}");
+    assert_memory_equal(json_string_value(json_object_get(fc, "call_id")), "call_", 5);
+    assert_string_equal(json_string_value(json_object_get(fin, "status")), "completed");
+    json_decref(fin);
+    og_ep_out_free(o);
+    g_mdl = saved;
+
+    /* V3, tools parsed: "Hello world" cut by the stop string "wor" inside its last token */
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"max_tokens\":50,%s,\"stop_sequences\":[\"wor\"],"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", tools);
+    parse_ok(OG_EP_MESSAGES, body, &r, &o);
+    assert_true(r.parse);
+    og_api_req_free(&r);
+    feed_model_output(o, "Hello world", 6, OG_FINISH_STOP, 0);
+    fin = og_ep_out_final(o);
+    assert_json_equal(json_object_get(fin, "content"), "[{\"type\":\"text\",\"text\":\"Hello \"}]");
+    assert_string_equal(json_string_value(json_object_get(fin, "stop_reason")), "stop_sequence");
+    assert_string_equal(json_string_value(json_object_get(fin, "stop_sequence")), "wor");
+    json_decref(fin);
+    og_ep_out_free(o);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_endpoints MODEL.gguf (with a tokenizer)\n");
@@ -521,6 +625,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_messages_mapping), cmocka_unit_test(test_messages_errors),
         cmocka_unit_test(test_error_envelope),   cmocka_unit_test(test_responses_mapping),
         cmocka_unit_test(test_messages_output),  cmocka_unit_test(test_responses_output),
+        cmocka_unit_test(test_parsed_output),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

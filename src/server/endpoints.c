@@ -102,6 +102,29 @@ bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_
     return true;
 }
 
+bool og_ep_tools_to_chat(json_t *tools, json_t *chat, og_ep_tool_fn read, og_api_err *e) {
+    if (!json_is_array(tools)) return og_api_error(e, 400, "invalid_request_error", "tools", NULL, "'tools' must be an array");
+    json_t *out = json_array();
+    if (!out || json_object_set_new(chat, "tools", out)) return og_api_error(e, 500, "server_error", NULL, NULL, "out of memory");
+    size_t i;
+    json_t *t;
+    char w[48];
+    json_array_foreach(tools, i, t) {
+        snprintf(w, sizeof w, "tools[%zu]", i);
+        og_ep_tool f = {0};
+        if (!json_is_object(t)) return og_api_error(e, 400, "invalid_request_error", w, NULL, "%s must be an object", w);
+        if (!read(t, w, &f, e)) return false;
+        json_t *fn = json_pack("{s:O,s:O?,s:O?,s:O?}", "name", f.name, "description", f.description, "parameters",
+                               f.parameters, "strict", f.strict);
+        if (fn && !f.description) json_object_del(fn, "description");
+        if (fn && !f.parameters) json_object_del(fn, "parameters");
+        if (fn && !f.strict) json_object_del(fn, "strict");
+        if (!fn || json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn)))
+            return og_api_error(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return true;
+}
+
 json_t *og_ep_count_json(const og_api_req *req) {
     return json_pack("{s:I}", "input_tokens", (json_int_t)(req->n_prompts ? req->prompts[0].n : 0));
 }

@@ -130,50 +130,63 @@ static bool add_text(json_t *msgs, const char *role, const char *s, size_t n, og
     return ok;
 }
 
-/* One user turn's blocks: tool_result blocks become tool messages (in order),
- * text blocks the user message's text. */
-static bool user_blocks(json_t *msgs, json_t *content, const char *where, og_api_err *e) {
-    size_t i;
-    json_t *b;
-    char w[96];
-    json_array_foreach(content, i, b) {
-        snprintf(w, sizeof w, "%s[%zu]", where, i);
-        const char *t = block_type(b, w, e);
-        if (!t) return false;
-        if (!strcmp(t, "text")) {
-            json_t *tx = json_object_get(b, "text");
-            if (!json_is_string(tx)) return BAD(w, "%s.text must be a string", w);
-            if (!add_text(msgs, "user", json_string_value(tx), json_string_length(tx), e)) return false;
-        } else if (!strcmp(t, "tool_result")) {
-            json_t *id = json_object_get(b, "tool_use_id"), *c = opt(b, "content"), *err = opt(b, "is_error");
-            if (!json_is_string(id) || !json_string_length(id))
-                return BAD(w, "%s.tool_use_id must be the id of the tool_use block it answers", w);
-            if (err && !json_is_boolean(err)) return BAD(w, "%s.is_error must be true or false", w);
-            char *text = NULL;
-            char wc[112];
-            snprintf(wc, sizeof wc, "%s.content", w);
-            if (c && !text_of(c, wc, &text, e)) return false;
-            /* an error result says so in the text the model reads */
-            json_t *m = json_pack("{s:s,s:O,s:s+}", "role", "tool", "tool_call_id", id, "content",
-                                  json_is_true(err) ? "Error: " : "", text ? text : "");
-            free(text);
-            if (!m || json_array_append_new(msgs, m)) return OOM();
-        } else if (!strcmp(t, "image") || !strcmp(t, "document")) {
-            return BAD(w, "%s is an %s block: this server serves a text-only model", w, t);
-        } else {
-            char pt[48];
-            return BAD(w, "%s: a user turn's block type '%s' is not supported (text, tool_result)", w,
-                       og_printable(t, strlen(t), pt, sizeof pt));
-        }
-    }
-    return true;
+/* A tool_result block (user turns) as a tool message. */
+static bool tool_result(json_t *msgs, json_t *b, const char *w, og_api_err *e) {
+    json_t *id = json_object_get(b, "tool_use_id"), *c = opt(b, "content"), *err = opt(b, "is_error");
+    if (!json_is_string(id) || !json_string_length(id))
+        return BAD(w, "%s.tool_use_id must be the id of the tool_use block it answers", w);
+    if (err && !json_is_boolean(err)) return BAD(w, "%s.is_error must be true or false", w);
+    char *text = NULL;
+    char wc[112];
+    snprintf(wc, sizeof wc, "%s.content", w);
+    if (c && !text_of(c, wc, &text, e)) return false;
+    /* an error result says so in the text the model reads */
+    json_t *m = json_pack("{s:s,s:O,s:s+}", "role", "tool", "tool_call_id", id, "content", json_is_true(err) ? "Error: " : "",
+                          text ? text : "");
+    free(text);
+    return m && !json_array_append_new(msgs, m) ? true : OOM();
 }
 
-/* One assistant turn's blocks: text, tool_use (-> tool_calls, input as JSON
- * text), thinking (-> reasoning_content, the DeepSeek API's name). */
-static bool assistant_blocks(json_t *msgs, json_t *content, const char *where, og_api_err *e) {
-    json_t *m = last_with_role(msgs, "assistant");
-    if (!m) {
+/* A tool_use block (assistant turns) as a tool call of m (input as JSON text). */
+static bool tool_use(json_t *m, json_t *b, const char *w, og_api_err *e) {
+    json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name"), *in = json_object_get(b, "input");
+    if (!json_is_string(id) || !json_string_length(id)) return BAD(w, "%s.id must be a non-empty string", w);
+    if (!json_is_string(name) || !json_string_length(name)) return BAD(w, "%s.name must be a non-empty string", w);
+    if (!json_is_object(in)) return BAD(w, "%s.input must be an object", w);
+    char *args = json_dumps(in, JSON_COMPACT);
+    if (!args) return OOM();
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (!calls && json_object_set_new(m, "tool_calls", calls = json_array())) {
+        free(args);
+        return OOM();
+    }
+    json_t *call =
+        json_pack("{s:O,s:s,s:{s:O,s:s}}", "id", id, "type", "function", "function", "name", name, "arguments", args);
+    free(args);
+    return call && !json_array_append_new(calls, call) ? true : OOM();
+}
+
+/* A thinking block (assistant turns) as m's reasoning_content (the DeepSeek
+ * API's name), after what earlier blocks gave. */
+static bool thinking(json_t *m, json_t *b, const char *w, og_api_err *e) {
+    json_t *th = json_object_get(b, "thinking"), *r = json_object_get(m, "reasoning_content");
+    if (!json_is_string(th)) return BAD(w, "%s.thinking must be a string", w);
+    char *buf = NULL;
+    size_t len = 0;
+    bool ok = (!r || text_add(&buf, &len, json_string_value(r), json_string_length(r), false, e)) &&
+              text_add(&buf, &len, json_string_value(th), json_string_length(th), r != NULL, e) &&
+              (json_object_set_new(m, "reasoning_content", json_stringn(buf, len)) == 0 || OOM());
+    free(buf);
+    return ok;
+}
+
+/* One turn's blocks (§2): text for either role; tool_result blocks of a user
+ * turn become tool messages, in order; tool_use and thinking blocks of an
+ * assistant turn its tool calls and reasoning. */
+static bool turn_blocks(json_t *msgs, bool user, json_t *content, const char *where, og_api_err *e) {
+    const char *role = user ? "user" : "assistant";
+    json_t *m = user ? NULL : last_with_role(msgs, "assistant");
+    if (!user && !m) {
         m = json_pack("{s:s,s:n}", "role", "assistant", "content");
         if (!m || json_array_append_new(msgs, m)) return OOM();
     }
@@ -184,45 +197,23 @@ static bool assistant_blocks(json_t *msgs, json_t *content, const char *where, o
         snprintf(w, sizeof w, "%s[%zu]", where, i);
         const char *t = block_type(b, w, e);
         if (!t) return false;
-        if (!strcmp(t, "text")) {
-            json_t *tx = json_object_get(b, "text");
-            if (!json_is_string(tx)) return BAD(w, "%s.text must be a string", w);
-            if (!add_text(msgs, "assistant", json_string_value(tx), json_string_length(tx), e)) return false;
-        } else if (!strcmp(t, "tool_use")) {
-            json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name"), *in = json_object_get(b, "input");
-            if (!json_is_string(id) || !json_string_length(id)) return BAD(w, "%s.id must be a non-empty string", w);
-            if (!json_is_string(name) || !json_string_length(name))
-                return BAD(w, "%s.name must be a non-empty string", w);
-            if (!json_is_object(in)) return BAD(w, "%s.input must be an object", w);
-            char *args = json_dumps(in, JSON_COMPACT);
-            if (!args) return OOM();
-            json_t *calls = json_object_get(m, "tool_calls");
-            if (!calls && json_object_set_new(m, "tool_calls", calls = json_array())) {
-                free(args);
-                return OOM();
-            }
-            json_t *call = json_pack("{s:O,s:s,s:{s:O,s:s}}", "id", id, "type", "function", "function", "name", name,
-                                     "arguments", args);
-            free(args);
-            if (!call || json_array_append_new(calls, call)) return OOM();
-        } else if (!strcmp(t, "thinking")) {
-            json_t *th = json_object_get(b, "thinking");
-            if (!json_is_string(th)) return BAD(w, "%s.thinking must be a string", w);
-            json_t *r = json_object_get(m, "reasoning_content");
-            char *buf = NULL;
-            size_t len = 0;
-            bool ok = (!r || text_add(&buf, &len, json_string_value(r), json_string_length(r), false, e)) &&
-                      text_add(&buf, &len, json_string_value(th), json_string_length(th), r != NULL, e) &&
-                      (json_object_set_new(m, "reasoning_content", json_stringn(buf, len)) == 0 || OOM());
-            free(buf);
-            if (!ok) return false;
-        } else if (!strcmp(t, "redacted_thinking")) {
-            /* encrypted reasoning of another model: nothing this one can read */
-        } else {
+        json_t *tx = json_object_get(b, "text");
+        bool ok;
+        if (!strcmp(t, "text"))
+            ok = json_is_string(tx) ? add_text(msgs, role, json_string_value(tx), json_string_length(tx), e)
+                                    : BAD(w, "%s.text must be a string", w);
+        else if (user && !strcmp(t, "tool_result")) ok = tool_result(msgs, b, w, e);
+        else if (!user && !strcmp(t, "tool_use")) ok = tool_use(m, b, w, e);
+        else if (!user && !strcmp(t, "thinking")) ok = thinking(m, b, w, e);
+        else if (!user && !strcmp(t, "redacted_thinking")) ok = true; /* another model's sealed reasoning */
+        else if (!strcmp(t, "image") || !strcmp(t, "document"))
+            ok = BAD(w, "%s is an %s block: this server serves a text-only model", w, t);
+        else {
             char pt[48];
-            return BAD(w, "%s: an assistant turn's block type '%s' is not supported (text, tool_use, thinking)", w,
-                       og_printable(t, strlen(t), pt, sizeof pt));
+            ok = BAD(w, "%s: a%s turn's block type '%s' is not supported (%s)", w, user ? " user" : "n assistant",
+                     og_printable(t, strlen(t), pt, sizeof pt), user ? "text, tool_result" : "text, tool_use, thinking");
         }
+        if (!ok) return false;
     }
     return true;
 }
@@ -252,7 +243,7 @@ static bool messages_to_chat(json_t *root, json_t *msgs, og_api_err *e) {
         if (json_is_string(c)) {
             if (!add_text(msgs, role, json_string_value(c), json_string_length(c), e)) return false;
         } else if (json_is_array(c)) {
-            if (!(user ? user_blocks(msgs, c, w, e) : assistant_blocks(msgs, c, w, e))) return false;
+            if (!turn_blocks(msgs, user, c, w, e)) return false;
         } else {
             return BAD(w, "%s must be a string or an array of content blocks", w);
         }
@@ -271,39 +262,29 @@ static bool messages_to_chat(json_t *root, json_t *msgs, og_api_err *e) {
     return true;
 }
 
+/* §2: a tool {name, description?, input_schema}; a "type" other than custom
+ * names a built-in (server or client) tool, which this server does not have. */
+static bool read_tool(json_t *t, const char *w, og_ep_tool *f, og_api_err *e) {
+    const char *type = json_string_value(opt(t, "type"));
+    if (opt(t, "type") && (!type || strcmp(type, "custom"))) {
+        char pt[64];
+        return BAD(w, "%s: the built-in tool type '%s' is not supported by this server; define the tool with name, "
+                      "description and input_schema",
+                   w, type ? og_printable(type, strlen(type), pt, sizeof pt) : "(not a string)");
+    }
+    *f = (og_ep_tool){json_object_get(t, "name"), opt(t, "description"), opt(t, "input_schema"), NULL};
+    if (!json_is_string(f->name) || !json_string_length(f->name) || json_string_length(f->name) > 128)
+        return BAD(w, "%s.name must be a string of 1 to 128 characters", w);
+    if (f->description && !json_is_string(f->description)) return BAD(w, "%s.description must be a string", w);
+    if (!json_is_object(f->parameters)) return BAD(w, "%s.input_schema must be a JSON Schema object", w);
+    return true;
+}
+
 /* tools (§2) as OpenAI function tools; tool_choice onto the chat's. */
 static bool tools_to_chat(json_t *root, json_t *chat, og_api_err *e) {
     json_t *tools = opt(root, "tools"), *tc = opt(root, "tool_choice");
-    size_t n = 0;
-    if (tools) {
-        if (!json_is_array(tools)) return BAD("tools", "'tools' must be an array of tools");
-        json_t *out = json_array();
-        if (!out || json_object_set_new(chat, "tools", out)) return OOM();
-        size_t i;
-        json_t *t;
-        char w[48];
-        json_array_foreach(tools, i, t) {
-            snprintf(w, sizeof w, "tools[%zu]", i);
-            if (!json_is_object(t)) return BAD(w, "%s must be an object", w);
-            const char *type = json_string_value(opt(t, "type"));
-            if (opt(t, "type") && (!type || strcmp(type, "custom"))) {
-                char pt[64];
-                return BAD(w, "%s: the built-in tool type '%s' is not supported by this server; define the tool with "
-                              "name, description and input_schema",
-                           w, type ? og_printable(type, strlen(type), pt, sizeof pt) : "(not a string)");
-            }
-            json_t *name = json_object_get(t, "name"), *desc = opt(t, "description"), *schema = opt(t, "input_schema");
-            if (!json_is_string(name) || !json_string_length(name) || json_string_length(name) > 128)
-                return BAD(w, "%s.name must be a string of 1 to 128 characters", w);
-            if (desc && !json_is_string(desc)) return BAD(w, "%s.description must be a string", w);
-            if (!json_is_object(schema)) return BAD(w, "%s.input_schema must be a JSON Schema object", w);
-            json_t *fn = json_pack("{s:O,s:O}", "name", name, "parameters", schema);
-            if (!fn || (desc && json_object_set(fn, "description", desc)) ||
-                json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn)))
-                return OOM();
-        }
-        n = json_array_size(tools);
-    }
+    if (tools && !og_ep_tools_to_chat(tools, chat, read_tool, e)) return false;
+    size_t n = json_array_size(tools);
     if (!tc) return true;
     if (!json_is_object(tc)) return BAD("tool_choice", "'tool_choice' must be an object with a 'type'");
     const char *type = json_string_value(json_object_get(tc, "type"));

@@ -166,6 +166,19 @@ struct og_ep_out {
  * o->oom when out of memory). */
 void og_ep_sse_event(og_ep_out *o, const char *name, json_t *data);
 
+/* One function tool as an endpoint defines it, read and checked by its
+ * og_ep_tool_fn (borrowed values; NULL: absent): what the chat request's
+ * {"type": "function", "function": {...}} holds. */
+typedef struct og_ep_tool {
+    json_t *name, *description, *parameters, *strict;
+} og_ep_tool;
+typedef bool (*og_ep_tool_fn)(json_t *t, const char *where, og_ep_tool *out, og_api_err *e);
+
+/* tools (an endpoint's array; where = "tools[i]" for each element) as the
+ * chat request's function tools in chat["tools"]. Returns false with *e
+ * filled (400 from read or for a non-array / non-object, 500 out of memory). */
+bool og_ep_tools_to_chat(json_t *tools, json_t *chat, og_ep_tool_fn read, og_api_err *e);
+
 /* A derived id: prefix + 24 alphanumerics from seed and salt. */
 void og_ep_id(char *out, size_t cap, const char *prefix, uint64_t seed, uint64_t salt);
 

@@ -127,37 +127,27 @@ static bool item_to_chat(json_t *it, const char *w, json_t *msgs, og_api_err *e)
                        w, og_printable(type, strlen(type), pt, sizeof pt));
 }
 
+/* A function tool {type: "function", name, description?, parameters?,
+ * strict?}; any other type is a built-in (hosted) tool. */
+static bool read_tool(json_t *t, const char *w, og_ep_tool *f, og_api_err *e) {
+    const char *type = json_string_value(json_object_get(t, "type"));
+    if (!type) return BAD(w, "%s must be an object with a string 'type'", w);
+    if (strcmp(type, "function")) {
+        char pt[64];
+        return UNSUPPORTED(w, "%s: the built-in tool '%s' is not supported by this server (function tools only)", w,
+                           og_printable(type, strlen(type), pt, sizeof pt));
+    }
+    *f = (og_ep_tool){json_object_get(t, "name"), opt(t, "description"), opt(t, "parameters"), opt(t, "strict")};
+    if (!json_is_string(f->name) || !json_string_length(f->name)) return BAD(w, "%s.name must be a non-empty string", w);
+    if (f->description && !json_is_string(f->description)) return BAD(w, "%s.description must be a string", w);
+    if (f->parameters && !json_is_object(f->parameters)) return BAD(w, "%s.parameters must be a JSON Schema object", w);
+    if (f->strict && !json_is_boolean(f->strict)) return BAD(w, "%s.strict must be true or false", w);
+    return true;
+}
+
 static bool tools_to_chat(json_t *root, json_t *chat, og_api_err *e) {
     json_t *tools = opt(root, "tools"), *tc = opt(root, "tool_choice");
-    if (tools) {
-        if (!json_is_array(tools)) return BAD("tools", "'tools' must be an array");
-        json_t *out = json_array();
-        if (!out || json_object_set_new(chat, "tools", out)) return OOM();
-        size_t i;
-        json_t *t;
-        char w[48];
-        json_array_foreach(tools, i, t) {
-            snprintf(w, sizeof w, "tools[%zu]", i);
-            const char *type = json_string_value(json_object_get(t, "type"));
-            if (!type) return BAD(w, "%s must be an object with a string 'type'", w);
-            if (strcmp(type, "function")) {
-                char pt[64];
-                return UNSUPPORTED(w, "%s: the built-in tool '%s' is not supported by this server (function tools only)",
-                                   w, og_printable(type, strlen(type), pt, sizeof pt));
-            }
-            json_t *name = json_object_get(t, "name"), *desc = opt(t, "description"), *params = opt(t, "parameters"),
-                   *strict = opt(t, "strict");
-            if (!json_is_string(name) || !json_string_length(name)) return BAD(w, "%s.name must be a non-empty string", w);
-            if (desc && !json_is_string(desc)) return BAD(w, "%s.description must be a string", w);
-            if (params && !json_is_object(params)) return BAD(w, "%s.parameters must be a JSON Schema object", w);
-            if (strict && !json_is_boolean(strict)) return BAD(w, "%s.strict must be true or false", w);
-            json_t *fn = json_pack("{s:O}", "name", name);
-            if (!fn || (desc && json_object_set(fn, "description", desc)) ||
-                (params && json_object_set(fn, "parameters", params)) || (strict && json_object_set(fn, "strict", strict)) ||
-                json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn)))
-                return OOM();
-        }
-    }
+    if (tools && !og_ep_tools_to_chat(tools, chat, read_tool, e)) return false;
     if (!tc) return true;
     json_t *choice = NULL;
     if (json_is_string(tc)) {

@@ -16,28 +16,11 @@
 
 #include <cmocka.h>
 
-static const char *g_path;
-static og_gguf *g_gguf;
-static og_tokenizer *g_tok;
-static og_api_model g_mdl;
+#include "api_fixture.h"
 
 static int setup(void **state) {
     (void)state;
-    char err[512];
-    if (og_gguf_open(g_path, 0, &g_gguf, err, sizeof err)) fail_msg("%s", err);
-    if (og_tokenizer_load(g_gguf, &g_tok, err, sizeof err)) fail_msg("%s", err);
-    og_str tmpl = {0};
-    og_gguf_get_str(g_gguf, "tokenizer.chat_template", &tmpl);
-    g_mdl = (og_api_model){.tok = g_tok, .chat = og_chat_detect(tmpl.s, (size_t)tmpl.n),
-                           .n_vocab = og_tokenizer_n_vocab(g_tok), .ctx = 512, .n_layer = 1, .capacity = 8};
-    assert_int_equal(g_mdl.chat, OG_CHAT_DEEPSEEK3);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    og_tokenizer_free(g_tok);
-    og_gguf_close(g_gguf);
+    api_fixture_load(512);
     return 0;
 }
 

@@ -469,6 +469,27 @@ bool og_api_reasoning(json_t *root, const og_api_model *mdl, bool *thinking, int
     return true;
 }
 
+/* For the tool-call grammar: object schemas that do not say get
+ * additionalProperties false, so a forced call writes the declared members
+ * only (still valid against the tool's own schema, which allows extras but
+ * does not ask for them; random weights would otherwise ramble in extra keys). */
+static void no_extras(json_t *s, int depth) {
+    if (!json_is_object(s) || depth > OG_GRAMMAR_MAX_DEPTH) return;
+    json_t *ty = json_object_get(s, "type");
+    if (json_object_get(s, "properties") || (json_is_string(ty) && !strcmp(json_string_value(ty), "object")))
+        if (!json_object_get(s, "additionalProperties")) json_object_set_new(s, "additionalProperties", json_false());
+    static const char *const maps[] = {"properties", "$defs", "definitions"};
+    for (int i = 0; i < 3; i++) {
+        const char *k;
+        json_t *v, *m = json_object_get(s, maps[i]);
+        if (json_is_object(m)) json_object_foreach(m, k, v) no_extras(v, depth + 1);
+    }
+    no_extras(json_object_get(s, "items"), depth + 1);
+    size_t i;
+    json_t *v, *any = json_object_get(s, "anyOf");
+    if (json_is_array(any)) json_array_foreach(any, i, v) no_extras(v, depth + 1);
+}
+
 /* A function name as OpenAI allows it (a-zA-Z0-9_-, at most 64), plus '.' and
  * ':' for namespaced tools (V4.1's search::lookup, deepseek4.md §5). */
 static bool tool_name_ok(const char *s, size_t n) {
@@ -566,6 +587,7 @@ static bool parse_tools(json_t *root, const og_api_model *mdl, og_api_req *r, og
         og_grammar_unref(g);
         if (st == OG_ERR_NOMEM) ok = OOM();
         else if (st) ok = BAD(pn, "%s: %s", pn, msg);
+        no_extras(params[i], 0);
     }
     /* tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}} */
     int named = -1;

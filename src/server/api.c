@@ -123,6 +123,7 @@ void og_api_req_free(og_api_req *r) {
     }
     free(r->bias_ids);
     free(r->bias_values);
+    free(r->teacher);
     og_grammar_unref(r->grammar);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
@@ -837,6 +838,26 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     free(tools_json);
     if (!parsed) return false;
     if (r->parse) r->sp.logprobs = true; /* the parser reads every token's id (og_seq_out.toks) */
+    /* teacher_tokens (our extension): the first generated tokens are these ids, as onegpu run --teacher
+       does; for tests and replays of a known output (each still reports its log-prob) */
+    json_t *tt = field(root, "teacher_tokens");
+    if (tt) {
+        if (!json_is_array(tt) || json_array_size(tt) > 65536)
+            return BAD("teacher_tokens", "'teacher_tokens' must be an array of at most 65536 token ids");
+        if (r->sp.grammar)
+            return BAD("teacher_tokens", "'teacher_tokens' cannot be combined with constrained decoding "
+                                         "(response_format, tool_choice required or a function)");
+        size_t nt = json_array_size(tt), k;
+        json_t *v;
+        if (!(r->teacher = malloc((nt ? nt : 1) * sizeof *r->teacher))) return OOM();
+        json_array_foreach(tt, k, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= mdl->n_vocab)
+                return BAD("teacher_tokens", "teacher_tokens[%zu] is not a token id in 0..%d", k, mdl->n_vocab - 1);
+            r->teacher[k] = (int32_t)json_integer_value(v);
+        }
+        r->sp.forced = r->teacher;
+        r->sp.n_forced = (int)nt;
+    }
     if (!mt_set && mdl->max_tokens > 0) { /* the server's cap, within what the context leaves */
         long long longest = 0;
         for (int k = 0; k < r->n_prompts; k++)

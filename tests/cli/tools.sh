@@ -4,15 +4,31 @@
 # not in every build (the parser and the SSE deltas under the sanitizers), then
 # the official openai client with every call's arguments validated by ajv
 # (tests/js/tools.mjs; plain build).
-# usage: tools.sh ONEGPU WORKDIR
+# With "reasoning": the server as V3.1 with --reasoning on, hand-written replies
+# forced by teacher_tokens and split into reasoning, content and calls
+# (tests/js/reasoning.mjs).
+# usage: tools.sh ONEGPU WORKDIR [tools|reasoning]
 set -euo pipefail
-onegpu=$1 work=$2
+onegpu=$1 work=$2 part=${3:-tools}
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$work"
 tiny_model "$onegpu" "$work"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
+need_client() {
+  if ! command -v node >/dev/null || [[ $(node -p 'process.versions.node.split(".")[0]') -lt 20 ]] ||
+     [[ ! -d $here/node_modules/openai || ! -d $here/node_modules/ajv ]]; then
+    skip_dep "the openai and ajv npm packages are not installed (scripts/deps.sh)"
+  fi
+}
+if [[ $part == reasoning ]]; then
+  need_client
+  start_server "$work/serve-v31.log" --parallel 2 --ctx 2048 --batch-tokens 256 --chat-template v3.1 --reasoning on
+  echo "== reasoning and calls from hand-written replies (teacher_tokens), V3.1 encoding (port $port)"
+  node "$here/js/reasoning.mjs" "http://127.0.0.1:$port/v1" "$onegpu" "$model"
+  exit 0
+fi
 start_server "$work/serve.log" --parallel 2 --ctx 2048 --batch-tokens 256
 base="http://127.0.0.1:$port/v1"
 tools='[{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{"tz":{"enum":["UTC","CET"]}},"required":["tz"]}}}]'
@@ -31,10 +47,7 @@ grep -q '^data: \[DONE\]' "$work/call.sse" || fail "the stream did not end with 
 echo "ok"
 fi
 
-if ! command -v node >/dev/null || [[ $(node -p 'process.versions.node.split(".")[0]') -lt 20 ]] ||
-   [[ ! -d $here/node_modules/openai || ! -d $here/node_modules/ajv ]]; then
-  skip_dep "the openai and ajv npm packages are not installed (scripts/deps.sh)"
-fi
+need_client
 if [[ -n ${OG_SANITIZED:-} ]]; then
   echo "(the openai client with ajv: in the plain build; this is a sanitizer build)"
   exit 0

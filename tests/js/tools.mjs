@@ -129,13 +129,13 @@ for (const name of ['add_items', 'get_weather']) {
 
 // required with parallel calls: every call valid (a cut by max_tokens ends with "length")
 {
-  const r = await both({ ...base_req, seed: 11, tool_choice: 'required', max_tokens: 160 }, tools.map((t) => t.function.name), 'required parallel');
+  const r = await both({ ...base_req, seed: 11, tool_choice: 'required', max_tokens: 100 }, tools.map((t) => t.function.name), 'required parallel');
   assert.ok(r.choices[0].message.tool_calls.length >= 1);
   ok(`tool_choice required, parallel: ${r.choices[0].message.tool_calls.length} call(s), finish ${r.choices[0].finish_reason}`);
 }
 
 // auto: the model may call or not; the answer is consistent either way
-const auto = await both({ ...base_req, tool_choice: 'auto', max_tokens: 40 }, tools.map((t) => t.function.name), 'auto');
+const auto = await both({ ...base_req, tool_choice: 'auto', max_tokens: 16 }, tools.map((t) => t.function.name), 'auto');
 ok(`tool_choice auto: ${(auto.choices[0].message.tool_calls ?? []).length} call(s), finish ${auto.choices[0].finish_reason}`);
 
 // the call marker: auto with a +100 bias on it starts a call block at once; "none" masks it

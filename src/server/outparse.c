@@ -468,6 +468,7 @@ static size_t holdback(const og_outparse *p, const char *s, size_t n) {
 /* Lexes p->lex: text and byte-matched markers; keeps what is undecided unless final. */
 static void lex_run(og_outparse *p, bool final, og_out_cb cb, void *ud) {
     size_t at = 0;
+    if (!p->lex.p) return; /* nothing was ever fed as bytes */
     while (!p->oom) {
         const char *s = p->lex.p + at;
         size_t n = p->lex.n - at, best = n;

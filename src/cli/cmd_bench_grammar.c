@@ -38,10 +38,10 @@ typedef struct bench_out {
     uint64_t steps, masks, tokens, seqs;
 } bench_out;
 
-static int run_users(og_model *m, og_tokenizer *tok, og_kernels *kern, og_pool *pool, og_grammar *g, int users,
-                     int tokens, bench_out *out) {
+static int run_users(og_model *m, og_tokenizer *tok, og_kernels *kern, og_pool *pool, og_placement *pl, og_grammar *g,
+                     int users, int tokens, bench_out *out) {
     char err[512];
-    og_engine_config c = {.model = m, .tok = tok, .rc = {.kern = kern, .pool = pool}, .parallel = users,
+    og_engine_config c = {.model = m, .tok = tok, .rc = {.kern = kern, .pool = pool}, .placement = pl, .parallel = users,
                           .batch_tokens = users > 64 ? users : 64, .ctx = 1024, .queue = users};
     og_engine *e;
     if (og_engine_create(&c, &e, err, sizeof err) || og_engine_start(e, err, sizeof err)) {
@@ -203,6 +203,7 @@ int og_cmd_bench_grammar(int argc, char **argv) {
     og_model *m = NULL;
     og_tokenizer *tok = NULL;
     og_pool *pool = NULL;
+    og_placement *pl = NULL;
     int rc = OG_EXIT_OK;
     if (og_model_load(model_path, NULL, &m, err, sizeof err) || og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu bench grammar: %s: %s\n", model_path, err);
@@ -215,10 +216,14 @@ int og_cmd_bench_grammar(int argc, char **argv) {
     og_kernels kern;
     og_kernels_init(isa, &kern);
     if ((rc = og_cli_pool("onegpu bench grammar", (int)threads, &pool))) goto out;
+    og_cli_flags fl; /* the placement owns the forward pass's dispatcher: all experts on the host */
+    og_cli_flags_init(&fl);
+    og_plan plan = {0};
+    if ((rc = og_cli_placement_create("onegpu bench grammar", m, &fl, &plan, NULL, false, &kern, &pl))) goto out;
     json_t *arr = json_array();
     for (int i = 0; i < n_users && !rc; i++) {
         bench_out b;
-        if ((rc = run_users(m, tok, &kern, pool, g, users[i], (int)tokens, &b))) break;
+        if ((rc = run_users(m, tok, &kern, pool, pl, g, users[i], (int)tokens, &b))) break;
         double step_ms = b.steps ? 1e3 * b.forward_s / (double)b.steps : 0;
         double mask_ms = b.steps ? 1e3 * b.mask_s / (double)b.steps : 0;
         double ratio = b.forward_s > 0 ? b.mask_s / b.forward_s : 0;
@@ -243,6 +248,7 @@ int og_cmd_bench_grammar(int argc, char **argv) {
     }
     json_decref(arr);
 out:
+    og_placement_free(pl);
     og_pool_free(pool);
     og_tokenizer_free(tok);
     og_model_free(m);

@@ -6,6 +6,7 @@
  * whose matcher starts cold, as a new request's does. */
 #include "cli.h"
 #include "og_engine.h"
+#include "og_outparse.h"
 #include "placement.h"
 
 #include <getopt.h>
@@ -23,11 +24,13 @@ static const char k_default_schema[] =
     "\"required\":[\"name\",\"age\",\"email\",\"active\",\"tags\",\"address\"],\"additionalProperties\":false}";
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: onegpu bench grammar -m FILE [--users LIST] [--tokens N] [--schema FILE | --json-object]\n"
-                 "                            [--threads N] [--json]\n"
+    fprintf(out, "usage: onegpu bench grammar -m FILE [--users LIST] [--tokens N]\n"
+                 "                            [--schema FILE | --json-object | --tools FILE|default] [--threads N] [--json]\n"
                  "  N users (default 1,8: one run each) generate JSON under the schema (default: a mixed\n"
                  "  object schema) until N x --tokens (default 256) tokens are generated; prints the\n"
-                 "  seconds per decode step in the forward pass and in the grammar masks, and their ratio.\n");
+                 "  seconds per decode step in the forward pass and in the grammar masks, and their ratio.\n"
+                 "  --tools: forced tool calls instead (tool_choice \"required\"), in the model's chat encoding:\n"
+                 "  FILE holds an OpenAI tools array; default: two tools, one taking the default schema\n");
 }
 
 typedef struct bench_out {
@@ -35,10 +38,10 @@ typedef struct bench_out {
     uint64_t steps, masks, tokens, seqs;
 } bench_out;
 
-static int run_users(og_model *m, og_tokenizer *tok, og_kernels *kern, og_pool *pool, og_grammar *g, int users,
-                     int tokens, bench_out *out) {
+static int run_users(og_model *m, og_tokenizer *tok, og_kernels *kern, og_pool *pool, og_placement *pl, og_grammar *g,
+                     int users, int tokens, bench_out *out) {
     char err[512];
-    og_engine_config c = {.model = m, .tok = tok, .rc = {.kern = kern, .pool = pool}, .parallel = users,
+    og_engine_config c = {.model = m, .tok = tok, .rc = {.kern = kern, .pool = pool}, .placement = pl, .parallel = users,
                           .batch_tokens = users > 64 ? users : 64, .ctx = 1024, .queue = users};
     og_engine *e;
     if (og_engine_create(&c, &e, err, sizeof err) || og_engine_start(e, err, sizeof err)) {
@@ -95,13 +98,55 @@ static int run_users(og_model *m, og_tokenizer *tok, og_kernels *kern, og_pool *
     return seqs ? rc : OG_EXIT_USAGE;
 }
 
+/* --tools: the grammar of tool_choice "required" over the tools array in path
+ * ("default": two tools, one taking k_default_schema), in the model's encoding. */
+static int tool_grammar(const og_model *m, const og_tokenizer *tok, const char *path, og_grammar **out) {
+    json_error_t je;
+    json_t *tools = strcmp(path, "default") ? json_load_file(path, 0, &je) : NULL;
+    if (!tools && strcmp(path, "default")) {
+        fprintf(stderr, "onegpu bench grammar: %s: %s\n", path, je.text);
+        return OG_EXIT_BAD_INPUT;
+    }
+    if (!tools) {
+        json_t *user = json_loads(k_default_schema, 0, &je);
+        tools = json_pack("[{s:s,s:{s:s,s:o}},{s:s,s:{s:s,s:{s:s,s:{s:{s:[s,s,s]}},s:[s],s:b}}}]", "type", "function",
+                          "function", "name", "create_user", "parameters", user, "type", "function", "function", "name",
+                          "get_time", "parameters", "type", "object", "properties", "tz", "enum", "UTC", "CET", "JST",
+                          "required", "tz", "additionalProperties", 0);
+    }
+    size_t n = json_array_size(tools);
+    const char **names = calloc(n ? n : 1, sizeof *names);
+    const json_t **params = calloc(n ? n : 1, sizeof *params);
+    for (size_t i = 0; names && params && i < n; i++) {
+        json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        names[i] = json_string_value(json_object_get(fn, "name"));
+        params[i] = json_object_get(fn, "parameters");
+    }
+    og_str tmpl = {0};
+    og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
+    og_tool_layout lay;
+    char err[512] = "this model's chat template has no tool-call layout";
+    og_status st = names && params ? og_outparse_call_layout(tok, og_chat_detect(tmpl.s, (size_t)tmpl.n), false, &lay)
+                                   : OG_ERR_NOMEM;
+    if (!st) st = og_grammar_tool_calls(&lay, names, params, (int)n, 0, out, err, sizeof err);
+    free(names);
+    free(params);
+    json_decref(tools);
+    if (st) {
+        fprintf(stderr, "onegpu bench grammar: --tools %s: %s\n", path, err);
+        return OG_EXIT_BAD_INPUT;
+    }
+    return OG_EXIT_OK;
+}
+
 int og_cmd_bench_grammar(int argc, char **argv) {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},  {"users", required_argument, 0, 'u'},
                                          {"tokens", required_argument, 0, 'n'}, {"schema", required_argument, 0, 's'},
                                          {"json-object", no_argument, 0, 'o'},  {"threads", required_argument, 0, 't'},
                                          {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
+                                         {"tools", required_argument, 0, 'T'},
                                          {0, 0, 0, 0}};
-    const char *model_path = NULL, *schema_path = NULL, *users_arg = "1,8";
+    const char *model_path = NULL, *schema_path = NULL, *users_arg = "1,8", *tools_path = NULL;
     long tokens = 256, threads = 0;
     bool json_object = false, as_json = false;
     int ch;
@@ -119,6 +164,7 @@ int og_cmd_bench_grammar(int argc, char **argv) {
             if (!og_cli_parse_long(optarg, 1, 1024, &threads)) return usage(stderr), OG_EXIT_USAGE;
             break;
         case 'j': as_json = true; break;
+        case 'T': tools_path = optarg; break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
@@ -139,15 +185,16 @@ int og_cmd_bench_grammar(int argc, char **argv) {
     char err[1024];
     og_grammar *g = NULL;
     json_error_t je;
-    json_t *schema = json_object ? NULL
+    json_t *schema = json_object || tools_path ? NULL
                      : schema_path ? json_load_file(schema_path, 0, &je)
                                    : json_loads(k_default_schema, 0, &je);
-    if (!json_object && !schema) {
+    if (!json_object && !tools_path && !schema) {
         fprintf(stderr, "onegpu bench grammar: %s: %s\n", schema_path ? schema_path : "schema", je.text);
         return OG_EXIT_BAD_INPUT;
     }
-    og_status st = json_object ? og_grammar_json_object(&g, err, sizeof err)
-                               : og_grammar_from_schema(schema, &g, err, sizeof err);
+    og_status st = tools_path ? OG_OK
+                   : json_object ? og_grammar_json_object(&g, err, sizeof err)
+                                 : og_grammar_from_schema(schema, &g, err, sizeof err);
     json_decref(schema);
     if (st) {
         fprintf(stderr, "onegpu bench grammar: the schema: %s\n", err);
@@ -156,21 +203,27 @@ int og_cmd_bench_grammar(int argc, char **argv) {
     og_model *m = NULL;
     og_tokenizer *tok = NULL;
     og_pool *pool = NULL;
+    og_placement *pl = NULL;
     int rc = OG_EXIT_OK;
     if (og_model_load(model_path, NULL, &m, err, sizeof err) || og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu bench grammar: %s: %s\n", model_path, err);
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
+    if (tools_path && (rc = tool_grammar(m, tok, tools_path, &g))) goto out;
     og_isa isa;
     if ((rc = og_cli_choose_isa("onegpu bench grammar", &isa))) goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
     if ((rc = og_cli_pool("onegpu bench grammar", (int)threads, &pool))) goto out;
+    og_cli_flags fl; /* the placement owns the forward pass's dispatcher: all experts on the host */
+    og_cli_flags_init(&fl);
+    og_plan plan = {0};
+    if ((rc = og_cli_placement_create("onegpu bench grammar", m, &fl, &plan, NULL, false, &kern, &pl))) goto out;
     json_t *arr = json_array();
     for (int i = 0; i < n_users && !rc; i++) {
         bench_out b;
-        if ((rc = run_users(m, tok, &kern, pool, g, users[i], (int)tokens, &b))) break;
+        if ((rc = run_users(m, tok, &kern, pool, pl, g, users[i], (int)tokens, &b))) break;
         double step_ms = b.steps ? 1e3 * b.forward_s / (double)b.steps : 0;
         double mask_ms = b.steps ? 1e3 * b.mask_s / (double)b.steps : 0;
         double ratio = b.forward_s > 0 ? b.mask_s / b.forward_s : 0;
@@ -195,6 +248,7 @@ int og_cmd_bench_grammar(int argc, char **argv) {
     }
     json_decref(arr);
 out:
+    og_placement_free(pl);
     og_pool_free(pool);
     og_tokenizer_free(tok);
     og_model_free(m);

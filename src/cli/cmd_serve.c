@@ -25,6 +25,7 @@ static void usage(FILE *out) {
             "usage: onegpu serve -m MODEL.gguf [--host ADDR] [--port P] [--api-key KEY] [--alias ID]\n"
             "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T] [--numa-node N]\n"
             "                    [--max-tokens N] [--log-format text|json] [--reasoning on|off]\n"
+            "                    [--chat-template v3|r1|v3.1|v4|v4.1]\n"
             "                    [--vram SIZE [--ram SIZE] [--reserve SIZE] [--expert-slots N|all]\n"
             "                     [--profile FILE] [--save-profile FILE] [--migrate N]]\n"
             "  OpenAI-compatible API at http://HOST:PORT/v1 (chat/completions, completions, responses, models),\n"
@@ -42,6 +43,8 @@ static void usage(FILE *out) {
             "  --reasoning on|off thinking mode for chats that do not choose (reasoning_effort, chat_template_kwargs\n"
             "                     thinking / enable_thinking); for encodings with one (V3.1, V4, V4.1; R1 always\n"
             "                     thinks): the reasoning comes back as reasoning_content (default off)\n"
+            "  --chat-template NAME  the chat encoding, instead of the one detected from the file's\n"
+            "                     tokenizer.chat_template: v3, r1, v3.1, v4 or v4.1\n"
             "  --log-format text|json  the access log on stdout, one line per request: time, method, path, status,\n"
             "                     prompt / cached / completion tokens, seconds (default text)\n"
             "  --max-body SIZE    request body limit (default 4M; 413 beyond)\n"
@@ -108,12 +111,13 @@ int og_cmd_serve(int argc, char **argv) {
         {"max-body", required_argument, 0, 'b'},   {"timeout", required_argument, 0, 'T'},
         {"grace", required_argument, 0, 'g'},      OG_CLI_FLAG_OPTIONS,
         {"max-tokens", required_argument, 0, 'x'}, {"log-format", required_argument, 0, 'l'},
-        {"reasoning", required_argument, 0, 'R'},
+        {"reasoning", required_argument, 0, 'R'}, {"chat-template", required_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
     uint32_t parallel = 4, batch_tokens = 512, queue = 64;
     long port = 8090, max_tokens = 0;
     bool log_json = false, reasoning = false;
+    og_chat_kind chat_kind = OG_CHAT_UNKNOWN; /* UNKNOWN: detect */
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
     bool bad = false;
@@ -158,6 +162,21 @@ int og_cmd_serve(int argc, char **argv) {
             }
             reasoning = !strcmp(optarg, "on");
             break;
+        case 'C': {
+            static const struct {
+                const char *name;
+                og_chat_kind kind;
+            } kinds[] = {{"v3", OG_CHAT_DEEPSEEK3}, {"r1", OG_CHAT_DEEPSEEK_R1}, {"v3.1", OG_CHAT_DEEPSEEK3_1},
+                         {"v4", OG_CHAT_DEEPSEEK4}, {"v4.1", OG_CHAT_DEEPSEEK4_1}};
+            for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+                if (!strcmp(optarg, kinds[k].name)) chat_kind = kinds[k].kind;
+            if (chat_kind == OG_CHAT_UNKNOWN) {
+                fprintf(stderr, "onegpu serve: bad value '%s' for --chat-template: expected v3, r1, v3.1, v4 or v4.1\n",
+                        optarg);
+                return OG_EXIT_USAGE;
+            }
+            break;
+        }
         case 'h': usage(stdout); return OG_EXIT_OK;
         default:
             fprintf(stderr, "(onegpu serve --help lists the flags)\n");
@@ -278,7 +297,7 @@ int og_cmd_serve(int argc, char **argv) {
     }
     og_str tmpl = {0};
     og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
-    og_api_model mdl = {.tok = tok, .chat = og_chat_detect(tmpl.s, (size_t)tmpl.n),
+    og_api_model mdl = {.tok = tok, .chat = chat_kind ? chat_kind : og_chat_detect(tmpl.s, (size_t)tmpl.n),
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = m->hp.n_layer,
                         .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens, .reasoning = reasoning};
     og_server_set_engine(srv, eng, &mdl);

@@ -123,6 +123,7 @@ void og_api_req_free(og_api_req *r) {
     }
     free(r->bias_ids);
     free(r->bias_values);
+    free(r->teacher);
     og_grammar_unref(r->grammar);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
@@ -469,6 +470,27 @@ bool og_api_reasoning(json_t *root, const og_api_model *mdl, bool *thinking, int
     return true;
 }
 
+/* For the tool-call grammar: object schemas that do not say get
+ * additionalProperties false, so a forced call writes the declared members
+ * only (still valid against the tool's own schema, which allows extras but
+ * does not ask for them; random weights would otherwise ramble in extra keys). */
+static void no_extras(json_t *s, int depth) {
+    if (!json_is_object(s) || depth > OG_GRAMMAR_MAX_DEPTH) return;
+    json_t *ty = json_object_get(s, "type");
+    if (json_object_get(s, "properties") || (json_is_string(ty) && !strcmp(json_string_value(ty), "object")))
+        if (!json_object_get(s, "additionalProperties")) json_object_set_new(s, "additionalProperties", json_false());
+    static const char *const maps[] = {"properties", "$defs", "definitions"};
+    for (int i = 0; i < 3; i++) {
+        const char *k;
+        json_t *v, *m = json_object_get(s, maps[i]);
+        if (json_is_object(m)) json_object_foreach(m, k, v) no_extras(v, depth + 1);
+    }
+    no_extras(json_object_get(s, "items"), depth + 1);
+    size_t i;
+    json_t *v, *any = json_object_get(s, "anyOf");
+    if (json_is_array(any)) json_array_foreach(any, i, v) no_extras(v, depth + 1);
+}
+
 /* A function name as OpenAI allows it (a-zA-Z0-9_-, at most 64), plus '.' and
  * ':' for namespaced tools (V4.1's search::lookup, deepseek4.md §5). */
 static bool tool_name_ok(const char *s, size_t n) {
@@ -566,6 +588,7 @@ static bool parse_tools(json_t *root, const og_api_model *mdl, og_api_req *r, og
         og_grammar_unref(g);
         if (st == OG_ERR_NOMEM) ok = OOM();
         else if (st) ok = BAD(pn, "%s: %s", pn, msg);
+        no_extras(params[i], 0);
     }
     /* tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}} */
     int named = -1;
@@ -815,6 +838,26 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     free(tools_json);
     if (!parsed) return false;
     if (r->parse) r->sp.logprobs = true; /* the parser reads every token's id (og_seq_out.toks) */
+    /* teacher_tokens (our extension): the first generated tokens are these ids, as onegpu run --teacher
+       does; for tests and replays of a known output (each still reports its log-prob) */
+    json_t *tt = field(root, "teacher_tokens");
+    if (tt) {
+        if (!json_is_array(tt) || json_array_size(tt) > 65536)
+            return BAD("teacher_tokens", "'teacher_tokens' must be an array of at most 65536 token ids");
+        if (r->sp.grammar)
+            return BAD("teacher_tokens", "'teacher_tokens' cannot be combined with constrained decoding "
+                                         "(response_format, tool_choice required or a function)");
+        size_t nt = json_array_size(tt), k;
+        json_t *v;
+        if (!(r->teacher = malloc((nt ? nt : 1) * sizeof *r->teacher))) return OOM();
+        json_array_foreach(tt, k, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= mdl->n_vocab)
+                return BAD("teacher_tokens", "teacher_tokens[%zu] is not a token id in 0..%d", k, mdl->n_vocab - 1);
+            r->teacher[k] = (int32_t)json_integer_value(v);
+        }
+        r->sp.forced = r->teacher;
+        r->sp.n_forced = (int)nt;
+    }
     if (!mt_set && mdl->max_tokens > 0) { /* the server's cap, within what the context leaves */
         long long longest = 0;
         for (int k = 0; k < r->n_prompts; k++)

@@ -53,6 +53,7 @@ typedef struct og_api_req {
     int n_prompts;
     char *prompt_text[OG_API_MAX_PROMPTS]; /* for echo: the prompt as text (malloc'ed) */
     int32_t *bias_ids;       /* [n_bias] (sp.sampling points here) */
+    int32_t *teacher;        /* teacher_tokens (sp.forced points here), or NULL */
     float *bias_values;
     json_t *root;            /* the parsed body (owned) */
     og_grammar *grammar;     /* response_format, or the tool-call grammar (owned; sp.grammar points here) */

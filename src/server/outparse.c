@@ -469,6 +469,7 @@ static size_t holdback(const og_outparse *p, const char *s, size_t n) {
 static void lex_run(og_outparse *p, bool final, og_out_cb cb, void *ud) {
     if (!p->lex.p) return; /* nothing was ever lexed (no buffer): nothing to do */
     size_t at = 0;
+    if (!p->lex.p) return; /* nothing was ever fed as bytes */
     while (!p->oom) {
         const char *s = p->lex.p + at;
         size_t n = p->lex.n - at, best = n;

@@ -219,6 +219,251 @@ static void test_max_tokens_default(void **state) {
     og_api_req_free(&r);
 }
 
+
+/* ---- tools and reasoning ------------------------------------------------ */
+
+#define BAR "\xef\xbd\x9c"
+#define SPC "\xe2\x96\x81"
+#define CB "<" BAR "tool" SPC "calls" SPC "begin" BAR ">"
+#define CE "<" BAR "tool" SPC "calls" SPC "end" BAR ">"
+#define KB "<" BAR "tool" SPC "call" SPC "begin" BAR ">"
+#define KE "<" BAR "tool" SPC "call" SPC "end" BAR ">"
+#define SEP "<" BAR "tool" SPC "sep" BAR ">"
+/* the request's tools array, compact as the server passes it on */
+#define TOOLS                                                                                                          \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":{"     \
+    "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8}},\"required\":[\"city\"]}}},"  \
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\",\"properties\":{"  \
+    "\"tz\":{\"enum\":[\"UTC\",\"CET\"]}},\"required\":[\"tz\"]}}}]"
+#define ASK "\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"tools\":" TOOLS
+
+static void parse_bad(const char *body, const char *param, const char *msg_part) {
+    og_api_req r;
+    og_api_err e;
+    if (og_api_parse(body, strlen(body), true, &g_mdl, &r, &e)) fail_msg("accepted: %s", body);
+    assert_int_equal(e.status, 400);
+    if (strcmp(e.param, param)) fail_msg("param '%s', want '%s' (%s)", e.param, param, e.message);
+    if (!strstr(e.message, msg_part)) fail_msg("message '%s' lacks '%s'", e.message, msg_part);
+    og_api_req_free(&r);
+}
+
+/* Feeds text (control tokens parsed) to a matcher token by token: how many
+ * tokens it took before refusing one (all of them: n). */
+static size_t feed_text(og_gmatch *m, const og_vocab *v, const char *text, size_t *n) {
+    og_ids ids = {0};
+    assert_int_equal(og_tokenize(g_tok, text, strlen(text), false, true, &ids), OG_OK);
+    size_t k = 0;
+    for (; k < ids.n; k++) {
+        const uint64_t *bits;
+        assert_int_equal(og_gmatch_mask(m, v, &bits), OG_OK);
+        bool allowed = (bits[ids.v[k] >> 6] >> (ids.v[k] & 63)) & 1;
+        og_status st = og_gmatch_accept(m, v, ids.v[k]);
+        assert_int_equal(allowed, st == OG_OK); /* the mask and the matcher agree */
+        if (st) break;
+    }
+    *n = ids.n;
+    og_ids_free(&ids);
+    return k;
+}
+
+/* A matcher of r's grammar accepts text (then EOS) completely: true, or refuses it somewhere. */
+static bool grammar_takes(const og_api_req *r, const og_vocab *v, const char *text) {
+    og_gmatch *m;
+    assert_non_null(r->grammar);
+    assert_int_equal(og_gmatch_create(r->grammar, &m, NULL, 0), OG_OK);
+    size_t n, k = feed_text(m, v, text, &n);
+    bool ok = k == n && og_gmatch_accept(m, v, og_tokenizer_eos(g_tok)) == OG_OK;
+    og_gmatch_free(m);
+    return ok;
+}
+
+/* The prompt of a conversation with tools, tool calls and a tool result is
+ * og_chat_tokenize_opts of the same messages built by hand; tool_choice maps
+ * to the parser's options, the call grammar or the masked markers. */
+static void test_tools_mapping(void **state) {
+    (void)state;
+    og_vocab *v;
+    assert_int_equal(og_vocab_create(g_tok, &v, NULL, 0), OG_OK);
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\","
+                       "\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{"
+                       "\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},{\"role\":\"tool\","
+                       "\"tool_call_id\":\"call_1\",\"content\":\"12 C\"}],\"tools\":" TOOLS "}";
+    og_api_req r;
+    parse_ok(body, true, &g_mdl, &r);
+    og_chat_tool_call call = {"function", "get_weather", "{\"city\":\"Paris\"}"};
+    const char *ids[1] = {"call_1"};
+    og_chat_msg msgs[3] = {{.role = "user", .content = "Weather in Paris?"},
+                           {.role = "assistant", .tool_calls = &call, .n_tool_calls = 1, .tool_call_ids = ids},
+                           {.role = "tool", .content = "12 C", .tool_call_id = "call_1"}};
+    og_chat_opts opts = {.tools_json = TOOLS};
+    og_ids want = {0};
+    char err[256];
+    assert_int_equal(og_chat_tokenize_opts(g_tok, OG_CHAT_DEEPSEEK3, msgs, 3, &opts, true, &want, err, sizeof err), OG_OK);
+    assert_ids_equal(&r.prompts[0], &want);
+    og_ids no_tools = {0};
+    assert_int_equal(og_chat_tokenize_opts(g_tok, OG_CHAT_DEEPSEEK3, msgs, 3, NULL, true, &no_tools, err, sizeof err), OG_OK);
+    assert_true(want.n > no_tools.n + 20); /* the tools are in the prompt */
+    assert_int_equal(r.tool_choice, OG_TOOLS_AUTO); /* the default with tools */
+    assert_true(r.parse && r.out.parse_tools && !r.out.parse_reasoning && !r.out.in_reasoning);
+    assert_int_equal(r.out.kind, OG_CHAT_DEEPSEEK3);
+    assert_true(r.sp.logprobs && !r.logprobs); /* the parser reads the ids; the client asked for no log-probs */
+    assert_null(r.grammar);
+    og_api_req_free(&r);
+    og_ids_free(&want);
+    og_ids_free(&no_tools);
+
+    /* none: same prompt as auto, no parsing, the call markers masked */
+    og_api_req ra, rn;
+    parse_ok("{" ASK "}", true, &g_mdl, &ra);
+    parse_ok("{" ASK ",\"tool_choice\":\"none\"}", true, &g_mdl, &rn);
+    assert_ids_equal(&ra.prompts[0], &rn.prompts[0]);
+    assert_false(rn.out.parse_tools);
+    assert_null(rn.grammar);
+    int masked = 0;
+    for (int k = 0; k < rn.sp.sampling.n_bias; k++)
+        if (rn.sp.sampling.bias_ids[k] == id_of(CB) || rn.sp.sampling.bias_ids[k] == id_of(KB)) {
+            assert_true(rn.sp.sampling.bias_values[k] < -1e29f);
+            masked++;
+        }
+    assert_int_equal(masked, 2);
+    for (int k = 0; k < ra.sp.sampling.n_bias; k++) assert_int_not_equal(ra.sp.sampling.bias_ids[k], id_of(CB));
+    og_api_req_free(&ra);
+    og_api_req_free(&rn);
+
+    /* required: only calls in V3's layout, the control tokens by id, arguments held to the schema */
+    const char *w_call = CB KB "function" SEP "get_weather\n```json\n{\"city\":\"Paris\"}\n```" KE CE;
+    const char *t_call = CB KB "function" SEP "get_time\n```json\n{\"tz\":\"CET\"}\n```" KE CE;
+    const char *two = CB KB "function" SEP "get_time\n```json\n{\"tz\":\"UTC\"}\n```" KE "\n" KB "function" SEP
+                      "get_weather\n```json\n{\"city\":\"Rome\"}\n```" KE CE;
+    parse_ok("{" ASK ",\"tool_choice\":\"required\"}", true, &g_mdl, &r);
+    assert_int_equal(r.tool_choice, OG_TOOLS_REQUIRED);
+    assert_true(r.sp.grammar == r.grammar && r.out.parse_tools);
+    assert_true(grammar_takes(&r, v, w_call));
+    assert_true(grammar_takes(&r, v, t_call));
+    assert_true(grammar_takes(&r, v, two));
+    assert_false(grammar_takes(&r, v, "Sure! " CB));                                      /* no text first */
+    assert_false(grammar_takes(&r, v, CB KB "function" SEP "get_wind\n```json\n{}\n```" KE CE)); /* no such tool */
+    assert_false(grammar_takes(&r, v, CB KB "function" SEP "get_weather\n```json\n{\"city\":5}\n```" KE CE));
+    assert_false(grammar_takes(&r, v, CB KB "function" SEP "get_weather\n```json\n{\"city\":\"Paris is big\"}\n```" KE CE));
+    assert_false(grammar_takes(&r, v, CB KB "function" SEP "get_weather\n```json\n{}\n```" KE CE)); /* required city */
+    assert_false(grammar_takes(&r, v, CB KB "function" SEP "get_weather\n```json\n{\"city\":\"P\"}\n```" KE)); /* unfinished */
+    { /* the first token: only the calls marker (a control token without bytes) */
+        og_gmatch *m;
+        const uint64_t *bits;
+        assert_int_equal(og_gmatch_create(r.grammar, &m, NULL, 0), OG_OK);
+        assert_int_equal(og_gmatch_mask(m, v, &bits), OG_OK);
+        int n_allowed = 0;
+        for (int32_t id = 0; id < og_vocab_n(v); id++) n_allowed += (int)((bits[id >> 6] >> (id & 63)) & 1);
+        assert_int_equal(n_allowed, 1);
+        assert_true((bits[id_of(CB) >> 6] >> (id_of(CB) & 63)) & 1);
+        og_gmatch_free(m);
+    }
+    og_api_req_free(&r);
+    /* named: that function only; parallel_tool_calls false: one call */
+    parse_ok("{" ASK ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}}", true, &g_mdl, &r);
+    assert_int_equal(r.tool_choice, OG_TOOLS_NAMED);
+    assert_true(grammar_takes(&r, v, t_call));
+    assert_false(grammar_takes(&r, v, w_call));
+    og_api_req_free(&r);
+    parse_ok("{" ASK ",\"tool_choice\":\"required\",\"parallel_tool_calls\":false}", true, &g_mdl, &r);
+    assert_int_equal(r.max_calls, 1);
+    assert_true(grammar_takes(&r, v, w_call));
+    assert_false(grammar_takes(&r, v, two));
+    og_api_req_free(&r);
+    parse_ok("{" ASK ",\"tool_choice\":\"auto\",\"parallel_tool_calls\":false}", true, &g_mdl, &r);
+    assert_int_equal(r.max_calls, 1); /* auto: the server reports the first call only */
+    assert_null(r.grammar);
+    og_api_req_free(&r);
+
+    /* errors name the field */
+    parse_bad("{" ASK ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_wether\"}}}", "tool_choice",
+              "'get_wether'");
+    parse_bad("{" ASK ",\"tool_choice\":\"sometimes\"}", "tool_choice", "\"required\"");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tool_choice\":\"auto\"}", "tool_choice", "needs 'tools'");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
+              "\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":"
+              "\"date\"}}}}}]}",
+              "tools[0].function.parameters", "'format'");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
+              "\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+              "tools[1].function.name", "used by tools[0]");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":{}}", "tools", "array");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
+              "\"name\":\"f\",\"description\":3}}]}",
+              "tools[0].function.description", "string");
+    parse_bad("{" ASK ",\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}", "response_format",
+              "cannot be combined");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"functions\":[]}", "functions", "tools");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"parallel_tool_calls\":1}", "parallel_tool_calls",
+              "true or false");
+    og_vocab_free(v);
+}
+
+/* reasoning_effort, chat_template_kwargs and the server default; what the
+ * parser is told for a thinking encoding (V3.1, rendered by the chat code). */
+static void test_reasoning_mapping(void **state) {
+    (void)state;
+    static const struct {
+        const char *body;
+        bool server_default, thinking;
+        int effort;
+    } cases[] = {
+        {"{}", false, false, 0},
+        {"{}", true, true, 0},
+        {"{\"reasoning_effort\":\"low\"}", false, true, 50},
+        {"{\"reasoning_effort\":\"medium\"}", false, true, 62},
+        {"{\"reasoning_effort\":\"high\"}", false, true, 75},
+        {"{\"reasoning_effort\":\"max\"}", false, true, 100},
+        {"{\"reasoning_effort\":\"none\"}", true, false, 0},
+        {"{\"chat_template_kwargs\":{\"thinking\":true}}", false, true, 0},
+        {"{\"chat_template_kwargs\":{\"enable_thinking\":false}}", true, false, 0},
+        {"{\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"thinking\":false}}", false, false, 0},
+        {"{\"reasoning_effort\":null}", true, true, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_t *root = json_loads(cases[i].body, 0, NULL);
+        og_api_model m = g_mdl;
+        m.reasoning = cases[i].server_default;
+        bool thinking = !cases[i].thinking;
+        int effort = -1;
+        og_api_err e;
+        if (!og_api_reasoning(root, &m, &thinking, &effort, &e)) fail_msg("%s: %s", cases[i].body, e.message);
+        if (thinking != cases[i].thinking || effort != cases[i].effort)
+            fail_msg("%s (default %d): thinking %d effort %d, want %d %d", cases[i].body, cases[i].server_default,
+                     thinking, effort, cases[i].thinking, cases[i].effort);
+        json_decref(root);
+    }
+    /* V3.1: thinking opens the think block in the prompt, and the parser starts in the reasoning */
+    og_api_model m = g_mdl;
+    m.chat = OG_CHAT_DEEPSEEK3_1;
+    og_api_req r;
+    parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"chat_template_kwargs\":{\"thinking\":true}}", true,
+             &m, &r);
+    assert_true(r.parse && r.thinking && r.out.parse_reasoning && r.out.in_reasoning && !r.out.parse_tools);
+    assert_int_equal(r.out.kind, OG_CHAT_DEEPSEEK3_1);
+    og_chat_msg q = {.role = "user", .content = "q"};
+    og_chat_opts on = {.thinking = true};
+    og_ids want = {0};
+    char err[256];
+    assert_int_equal(og_chat_tokenize_opts(g_tok, OG_CHAT_DEEPSEEK3_1, &q, 1, &on, true, &want, err, sizeof err), OG_OK);
+    assert_ids_equal(&r.prompts[0], &want);
+    og_ids_free(&want);
+    og_api_req_free(&r);
+    parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"reasoning_effort\":\"none\"}", true, &m, &r);
+    assert_false(r.parse || r.out.parse_reasoning || r.out.in_reasoning); /* all content */
+    og_api_req_free(&r);
+    /* V3 has no thinking mode: the controls are accepted, the output is all content */
+    parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"reasoning_effort\":\"high\"}", true, &g_mdl, &r);
+    assert_false(r.parse || r.out.parse_reasoning);
+    og_api_req_free(&r);
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"reasoning_effort\":\"huge\"}", "reasoning_effort",
+              "low, medium, high");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}",
+              "chat_template_kwargs.enable_thinking", "true or false");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"tool\",\"content\":\"r\"}]}",
+              "messages[1].tool_call_id", "required");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_api MODEL.gguf (with a tokenizer)\n");
@@ -230,6 +475,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_chat_tokenize_matches_format),
         cmocka_unit_test(test_bos_not_doubled),
         cmocka_unit_test(test_max_tokens_default),
+        cmocka_unit_test(test_tools_mapping),
+        cmocka_unit_test(test_reasoning_mapping),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

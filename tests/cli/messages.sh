@@ -39,6 +39,11 @@ json_get "$work/out.json" 'j.type==="error"&&j.error.type==="authentication_erro
 json_get "$work/out.json" 'j.type==="error"&&j.error.type==="not_found_error"' | grep -qx true ||
   fail "404 envelope: $(cat "$work/out.json")"
 [[ $(code -H "x-api-key: $key" "$base/v1/messages") == 405 ]] || fail "GET /v1/messages must be 405"
+head -c 5000000 /dev/zero | tr '\0' ' ' >"$work/big.json" # over the default --max-body 4M
+[[ $(code -H "x-api-key: $key" -H 'Content-Type: application/json' --data-binary @"$work/big.json" "$base/v1/messages") == 413 ]] ||
+  fail "a body over --max-body must be 413"
+json_get "$work/out.json" 'j.type==="error"&&j.error.type==="request_too_large"' | grep -qx true ||
+  fail "413 envelope: $(cat "$work/out.json")"
 [[ $(code -H "Authorization: Bearer $key" "$base/v1/responses" -d '{"input":"x","previous_response_id":"r"}') == 400 ]] ||
   fail "previous_response_id"
 json_get "$work/out.json" 'j.error.param==="previous_response_id"&&j.error.code==="unsupported_parameter"' |

@@ -185,6 +185,19 @@ if (baseThinking) {
     { role: 'assistant', content: [...on.content, { type: 'text', text: 'The sea is wide.' }] }, ...user('More?')] });
   assert.equal(again.type, 'message');
   ok('thinking enabled: a thinking block first (thinking_delta, signature_delta streamed, = non-stream); disabled: none');
+  // the Responses API on the same server: reasoning.effort turns the thinking mode on
+  const ot = new OpenAI({ baseURL: `${baseThinking}/v1`, apiKey: key, maxRetries: 0, timeout: 120000, fetch: recording });
+  const rr = { model: 'm', input: 'Think about the sea.', max_output_tokens: 10, temperature: 0,
+    reasoning: { effort: 'high' } };
+  const rsn = await ot.responses.create(rr);
+  assert.equal(rsn.output[0].type, 'reasoning');
+  assert.equal(rsn.output[0].content[0].type, 'reasoning_text');
+  assert.equal(rsn.output[0].content[0].text, on.content[0].thinking); // the same prompt and greedy tokens
+  let rsnText = '';
+  for await (const ev of await ot.responses.create({ ...rr, stream: true }))
+    if (ev.type === 'response.reasoning_text.delta') rsnText += ev.delta;
+  assert.equal(rsnText, rsn.output[0].content[0].text);
+  ok('responses with reasoning.effort: a reasoning item (reasoning_text; = the messages thinking block), streamed alike');
 } else {
   console.log('# no thinking-mode server given: thinking blocks not checked');
 }

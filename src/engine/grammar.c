@@ -850,13 +850,31 @@ static bool finish_grammar(builder *b) {
     return ok;
 }
 
+/* A builder with an empty grammar and the shared JSON rules. False: out of memory (err set). */
+static bool build_begin(builder *b) {
+    b->g = calloc(1, sizeof *b->g);
+    if (!b->g) return og_fail(b->err, b->errlen, OG_ERR_NOMEM, "out of memory"), false;
+    atomic_init(&b->g->refs, 1);
+    base_rules(b);
+    return true;
+}
+
+/* Checks and prunes the grammar (its root set), hands it over or frees it. */
+static og_status build_end(builder *b, og_grammar **out) {
+    if (!b->st) finish_grammar(b);
+    free(b->memo);
+    if (b->st) {
+        grammar_free(b->g);
+        return b->st;
+    }
+    *out = b->g;
+    return OG_OK;
+}
+
 static og_status build(const json_t *schema, og_grammar **out, char *err, size_t errlen) {
     *out = NULL;
     builder b = {.err = err, .errlen = errlen, .root_schema = schema};
-    b.g = calloc(1, sizeof *b.g);
-    if (!b.g) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    atomic_init(&b.g->refs, 1);
-    base_rules(&b);
+    if (!build_begin(&b)) return OG_ERR_NOMEM;
     int top = b.st ? -1 : schema ? compile(&b, schema, "#", 0) : b.r_obj;
     if (!b.st) {
         b.g->root = new_rule(&b); /* ROOT ::= top: the root rule is never referenced */
@@ -864,14 +882,7 @@ static og_status build(const json_t *schema, og_grammar **out, char *err, size_t
         sq_ref(&q, top);
         add_alt(&b, b.g->root, &q);
     }
-    if (!b.st) finish_grammar(&b);
-    free(b.memo);
-    if (b.st) {
-        grammar_free(b.g);
-        return b.st;
-    }
-    *out = b.g;
-    return OG_OK;
+    return build_end(&b, out);
 }
 
 og_status og_grammar_json_object(og_grammar **out, char *err, size_t errlen) { return build(NULL, out, err, errlen); }
@@ -973,10 +984,7 @@ og_status og_grammar_tool_calls(const og_tool_layout *lay, const char *const *na
     if (!lay || !names || n_tools <= 0 || max_calls < 0)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a tool-call grammar needs a layout and at least one tool");
     builder b = {.err = err, .errlen = errlen};
-    b.g = calloc(1, sizeof *b.g);
-    if (!b.g) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    atomic_init(&b.g->refs, 1);
-    base_rules(&b);
+    if (!build_begin(&b)) return OG_ERR_NOMEM;
     int call = new_rule(&b);
     int r_call = pieces_rule(&b, lay->call, lay->n_call), r_name_end = pieces_rule(&b, lay->name_end, lay->n_name_end);
     int r_call_end = pieces_rule(&b, lay->call_end, lay->n_call_end);
@@ -1018,14 +1026,7 @@ og_status og_grammar_tool_calls(const og_tool_layout *lay, const char *const *na
         sq_ref(&q, rest);
         add_alt(&b, b.g->root, &q);
     }
-    if (!b.st) finish_grammar(&b);
-    free(b.memo);
-    if (b.st) {
-        grammar_free(b.g);
-        return b.st;
-    }
-    *out = b.g;
-    return OG_OK;
+    return build_end(&b, out);
 }
 
 /* ---- vocabulary trie ------------------------------------------------------- */

@@ -58,6 +58,18 @@ enum role {
 
 enum family { FAM_V3, FAM_V31, FAM_DSML };
 
+/* The DSML tags: [0] V4 (llama.cpp common/chat.cpp: the tool_calls block),
+ * [1] V4.1 (a space after the bar, deepseek4.md §5). */
+typedef struct dsml_tags {
+    const char *calls, *calls_end, *invoke, *invoke_end, *param, *param_end;
+    const char *calls_nl, *invoke_name, *invoke_end_nl, *param_name, *param_end_nl; /* as the call grammar writes them */
+} dsml_tags;
+#define DSML_TAGS(sp, block)                                                                                           \
+    {DSML sp block ">", DSML_END sp block ">", DSML sp "invoke", DSML_END sp "invoke>", DSML sp "parameter",            \
+     DSML_END sp "parameter>", DSML sp block ">\n", DSML sp "invoke name=\"", DSML_END sp "invoke>\n",                \
+     DSML sp "parameter name=\"", DSML_END sp "parameter>\n"}
+static const dsml_tags k_dsml[2] = {DSML_TAGS("", "tool_calls"), DSML_TAGS(" ", "calls")};
+
 enum state {
     S_CONTENT,
     S_REASONING,
@@ -594,20 +606,14 @@ og_status og_outparse_new(const og_tokenizer *tok, const og_outparse_opts *o, og
         set_marker(p, R_CALL_BEGIN, "<" BAR "tool" SPC "call" SPC "begin" BAR ">", tl);
         set_marker(p, R_CALL_END, "<" BAR "tool" SPC "call" SPC "end" BAR ">", tl);
         set_marker(p, R_SEP, "<" BAR "tool" SPC "sep" BAR ">", tl);
-    } else if (o->kind == OG_CHAT_DEEPSEEK4) {
-        set_marker(p, R_CALLS_BEGIN, DSML "tool_calls>", tl);
-        set_marker(p, R_CALLS_END, DSML_END "tool_calls>", tl);
-        set_marker(p, R_INVOKE_OPEN, DSML "invoke", tl);
-        set_marker(p, R_INVOKE_CLOSE, DSML_END "invoke>", tl);
-        set_marker(p, R_PARAM_OPEN, DSML "parameter", tl);
-        set_marker(p, R_PARAM_CLOSE, DSML_END "parameter>", tl);
     } else {
-        set_marker(p, R_CALLS_BEGIN, DSML " calls>", tl);
-        set_marker(p, R_CALLS_END, DSML_END " calls>", tl);
-        set_marker(p, R_INVOKE_OPEN, DSML " invoke", tl);
-        set_marker(p, R_INVOKE_CLOSE, DSML_END " invoke>", tl);
-        set_marker(p, R_PARAM_OPEN, DSML " parameter", tl);
-        set_marker(p, R_PARAM_CLOSE, DSML_END " parameter>", tl);
+        const dsml_tags *d = &k_dsml[o->kind == OG_CHAT_DEEPSEEK4_1];
+        set_marker(p, R_CALLS_BEGIN, d->calls, tl);
+        set_marker(p, R_CALLS_END, d->calls_end, tl);
+        set_marker(p, R_INVOKE_OPEN, d->invoke, tl);
+        set_marker(p, R_INVOKE_CLOSE, d->invoke_end, tl);
+        set_marker(p, R_PARAM_OPEN, d->param, tl);
+        set_marker(p, R_PARAM_CLOSE, d->param_end, tl);
     }
     for (int r = 0; r < N_ROLE; r++)
         if (!p->mk[r].text) p->mk[r] = (marker){.text = "", .len = 0, .id = -1, .on = false};
@@ -658,25 +664,18 @@ og_status og_outparse_call_layout(const og_tokenizer *tok, og_chat_kind kind, bo
         return OG_OK;
     }
     case OG_CHAT_DEEPSEEK4:
-        lay->open[lay->n_open++] = piece(tok, DSML "tool_calls>\n");
-        lay->call[lay->n_call++] = (og_gpiece){DSML "invoke name=\"", -1};
+    case OG_CHAT_DEEPSEEK4_1: {
+        const dsml_tags *d = &k_dsml[kind == OG_CHAT_DEEPSEEK4_1];
+        lay->open[lay->n_open++] = piece(tok, d->calls_nl);
+        lay->call[lay->n_call++] = (og_gpiece){d->invoke_name, -1};
         lay->name_end[lay->n_name_end++] = (og_gpiece){"\">\n", -1};
-        lay->param_open = DSML "parameter name=\"";
+        lay->param_open = d->param_name;
         lay->param_mid = "\" string=\"false\">";
-        lay->param_close = DSML_END "parameter>\n";
-        lay->call_end[lay->n_call_end++] = (og_gpiece){DSML_END "invoke>\n", -1};
-        lay->close[lay->n_close++] = (og_gpiece){DSML_END "tool_calls>", -1};
+        lay->param_close = d->param_end_nl;
+        lay->call_end[lay->n_call_end++] = (og_gpiece){d->invoke_end_nl, -1};
+        lay->close[lay->n_close++] = (og_gpiece){d->calls_end, -1};
         return OG_OK;
-    case OG_CHAT_DEEPSEEK4_1:
-        lay->open[lay->n_open++] = piece(tok, DSML " calls>\n");
-        lay->call[lay->n_call++] = (og_gpiece){DSML " invoke name=\"", -1};
-        lay->name_end[lay->n_name_end++] = (og_gpiece){"\">\n", -1};
-        lay->param_open = DSML " parameter name=\"";
-        lay->param_mid = "\" string=\"false\">";
-        lay->param_close = DSML_END " parameter>\n";
-        lay->call_end[lay->n_call_end++] = (og_gpiece){DSML_END " invoke>\n", -1};
-        lay->close[lay->n_close++] = (og_gpiece){DSML_END " calls>", -1};
-        return OG_OK;
+    }
     default:
         return OG_ERR_INVALID_ARG;
     }
@@ -691,8 +690,8 @@ int og_outparse_call_tokens(const og_tokenizer *tok, og_chat_kind kind, int32_t 
         texts[0] = "<" BAR "tool" SPC "calls" SPC "begin" BAR ">";
         texts[1] = "<" BAR "tool" SPC "call" SPC "begin" BAR ">";
         break;
-    case OG_CHAT_DEEPSEEK4: texts[0] = DSML "tool_calls>"; break;
-    case OG_CHAT_DEEPSEEK4_1: texts[0] = DSML " calls>"; break;
+    case OG_CHAT_DEEPSEEK4:
+    case OG_CHAT_DEEPSEEK4_1: texts[0] = k_dsml[kind == OG_CHAT_DEEPSEEK4_1].calls; break;
     default: return 0;
     }
     int n = 0;

@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "markers_fixture.h"
+
 #define U "<\xef\xbd\x9cUser\xef\xbd\x9c>"
 #define A "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
 #define EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
@@ -222,13 +224,6 @@ static void test_max_tokens_default(void **state) {
 
 /* ---- tools and reasoning ------------------------------------------------ */
 
-#define BAR "\xef\xbd\x9c"
-#define SPC "\xe2\x96\x81"
-#define CB "<" BAR "tool" SPC "calls" SPC "begin" BAR ">"
-#define CE "<" BAR "tool" SPC "calls" SPC "end" BAR ">"
-#define KB "<" BAR "tool" SPC "call" SPC "begin" BAR ">"
-#define KE "<" BAR "tool" SPC "call" SPC "end" BAR ">"
-#define SEP "<" BAR "tool" SPC "sep" BAR ">"
 /* the request's tools array, compact as the server passes it on */
 #define TOOLS                                                                                                          \
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":{"     \

@@ -18,17 +18,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include "markers_fixture.h"
 #include <jansson.h>
 
-#define BAR "\xef\xbd\x9c"
-#define SPC "\xe2\x96\x81"
-#define CB "<" BAR "tool" SPC "calls" SPC "begin" BAR ">"
-#define CE "<" BAR "tool" SPC "calls" SPC "end" BAR ">"
-#define KB "<" BAR "tool" SPC "call" SPC "begin" BAR ">"
-#define KE "<" BAR "tool" SPC "call" SPC "end" BAR ">"
-#define SEP "<" BAR "tool" SPC "sep" BAR ">"
-#define D "<" BAR "DSML" BAR
-#define DE "</" BAR "DSML" BAR
 
 static const char *g_path;
 static og_gguf *g_gguf;
@@ -396,6 +389,93 @@ static void test_random_outputs(void **state) {
     }
 }
 
+
+/* The call grammar of every encoding (og_outparse_call_layout +
+ * og_grammar_tool_calls) writes what the parser reads back as calls: random
+ * walks through the grammar's masks on the real vocabulary, fed to the parser,
+ * give well-formed calls of the allowed tools whose arguments hold the
+ * schema's required members. */
+static void test_layout_roundtrip(void **state) {
+    (void)state;
+    og_vocab *v;
+    assert_int_equal(og_vocab_create(g_tok, &v, NULL, 0), OG_OK);
+    json_t *p0 = json_loads("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":4},"
+                            "\"n\":{\"enum\":[1,2]}},\"required\":[\"city\"],\"additionalProperties\":false}", 0, NULL);
+    json_t *p1 = json_loads("{\"type\":\"object\",\"properties\":{\"tz\":{\"enum\":[\"UTC\",\"CET\"]}},\"required\":[\"tz\"],"
+                            "\"additionalProperties\":false}", 0, NULL);
+    const char *names[2] = {"get_weather", "ns::get_time"};
+    const json_t *params[2] = {p0, p1};
+    og_chat_kind kinds[] = {OG_CHAT_DEEPSEEK3, OG_CHAT_DEEPSEEK_R1, OG_CHAT_DEEPSEEK3_1, OG_CHAT_DEEPSEEK4,
+                            OG_CHAT_DEEPSEEK4_1};
+    uint64_t rng = 99;
+    int walks = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        for (int close = 0; close < 2; close++) {
+            og_tool_layout lay;
+            assert_int_equal(og_outparse_call_layout(g_tok, kinds[k], close, &lay), OG_OK);
+            og_grammar *g;
+            char err[256];
+            if (og_grammar_tool_calls(&lay, names, params, 2, k % 2 ? 1 : 3, &g, err, sizeof err)) fail_msg("%s", err);
+            for (int w = 0; w < 3; w++, walks++) {
+                og_gmatch *m;
+                assert_int_equal(og_gmatch_create(g, &m, NULL, 0), OG_OK);
+                og_ids out = {0};
+                bool ended = false;
+                for (int step = 0; step < 400 && !ended; step++) {
+                    const uint64_t *bits;
+                    assert_int_equal(og_gmatch_mask(m, v, &bits), OG_OK);
+                    int32_t n = og_vocab_n(v), pick = -1, seen = 0;
+                    if (og_gmatch_accepting(m)) { /* end as soon as allowed */
+                        pick = og_tokenizer_eos(g_tok);
+                    } else {
+                        for (int32_t id = 0; id < n; id++) /* reservoir: a uniform allowed token */
+                            if ((bits[id >> 6] >> (id & 63)) & 1 && og_splitmix64(&rng) % (uint64_t)++seen == 0) pick = id;
+                    }
+                    assert_true(pick >= 0);
+                    assert_int_equal(og_gmatch_accept(m, v, pick), OG_OK);
+                    if (pick == og_tokenizer_eos(g_tok)) ended = true;
+                    else {
+                        if (out.n == out.cap) {
+                            out.cap = out.cap ? 2 * out.cap : 64;
+                            out.v = realloc(out.v, out.cap * sizeof *out.v);
+                        }
+                        out.v[out.n++] = pick;
+                    }
+                }
+                assert_true(ended);
+                og_outparse_opts o = {.kind = kinds[k], .in_reasoning = close, .parse_reasoning = close,
+                                      .parse_tools = true, .id_seed = 1};
+                og_outparse *p;
+                assert_int_equal(og_outparse_new(g_tok, &o, &p), OG_OK);
+                rec r = {.open = -1};
+                assert_int_equal(og_outparse_feed(p, out.v, (int)out.n, on_ev, &r), OG_OK);
+                assert_int_equal(og_outparse_finish(p, on_ev, &r), OG_OK);
+                if (r.n_end < 1 || og_outparse_malformed(p) || r.content[0] || r.reasoning[0])
+                    fail_msg("kind %d close %d: %d calls, malformed %d, content '%s', reasoning '%s'", (int)kinds[k],
+                             close, r.n_end, og_outparse_malformed(p), r.content, r.reasoning);
+                assert_true(r.n_end <= (k % 2 ? 1 : 3));
+                for (int c = 0; c < r.n_end; c++) {
+                    json_t *a = json_loads(r.args[c], 0, NULL);
+                    bool weather = !strcmp(r.names[c], names[0]);
+                    assert_true(weather || !strcmp(r.names[c], names[1]));
+                    json_t *req = json_object_get(a, weather ? "city" : "tz");
+                    assert_true(json_is_string(req));
+                    if (weather) assert_true(json_string_length(req) <= 12); /* 4 code points */
+                    else assert_true(!strcmp(json_string_value(req), "UTC") || !strcmp(json_string_value(req), "CET"));
+                    json_decref(a);
+                }
+                og_outparse_free(p);
+                og_gmatch_free(m);
+                og_ids_free(&out);
+            }
+            og_grammar_unref(g);
+        }
+    assert_int_equal(walks, 30);
+    json_decref(p0);
+    json_decref(p1);
+    og_vocab_free(v);
+}
+
 static int setup(void **state) {
     (void)state;
     char err[512];
@@ -422,6 +502,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_typed_marker),
         cmocka_unit_test(test_ids_and_errors),
         cmocka_unit_test(test_random_outputs),
+        cmocka_unit_test(test_layout_roundtrip),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,7 +4,9 @@
 # (OG_WRITE_SEEDS) every body test_endpoints parses and the official clients
 # send in messages.sh. Each seed: a selector byte (0 chat, 1 completions,
 # 2 messages, 3 count_tokens, 4 responses; fuzz_requests.c), then the body.
-# Run when those tests change; the output is committed (tests/fuzz/corpus_requests).
+# Run when those tests change; the output is committed (tests/fuzz/corpus_requests)
+# beside found_* (inputs a fuzz run found that add coverage, merged with -merge=1)
+# and regress_* (inputs that crashed before a fix).
 set -euo pipefail
 build=$(cd "$1" && pwd) dir=$2
 mkdir -p "$dir"

@@ -572,10 +572,11 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     snprintf(g->id, sizeof g->id, "%s%016llx", chat ? "chatcmpl-" : "cmpl-",
              (unsigned long long)og_splitmix64(&(uint64_t){s->id_key ^ seq_no}));
     og_api_err err;
+    const char *body = cc->body ? cc->body : "";
     og_ep_meta meta = {ep, s->model_id, og_splitmix64(&(uint64_t){s->id_key ^ seq_no ^ 0x5eed}), g->created};
-    if (ep == OG_EP_CHAT || ep == OG_EP_COMPLETIONS ? !og_api_parse(cc->body ? cc->body : "", cc->len, chat, &mdl, &g->req, &err)
-                                                    : !og_ep_parse(&meta, cc->body ? cc->body : "", cc->len, &mdl, &g->req,
-                                                                   &g->ep, &err)) {
+    bool parsed = ep == OG_EP_CHAT || ep == OG_EP_COMPLETIONS ? og_api_parse(body, cc->len, chat, &mdl, &g->req, &err)
+                                                              : og_ep_parse(&meta, body, cc->len, &mdl, &g->req, &g->ep, &err);
+    if (!parsed) {
         gen_free(g);
         return send_error(s, c, cc, &err, NULL);
     }

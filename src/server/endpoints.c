@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,7 @@ bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_
     o->stream = req->stream;
     o->echo = echo;
     o->stop_index = -1;
+    o->keepalive_s = OG_EP_KEEPALIVE_S;
     o->last_id = -1;
     o->tok = mdl->tok;
     o->max_calls = req->max_calls;
@@ -146,7 +148,14 @@ void og_ep_out_free(og_ep_out *o) {
     free(o);
 }
 
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static bool sse_append(og_ep_out *o, const char *s, size_t n) {
+    o->last_event_s = mono_s();
     if (o->sse_len + n + 1 > o->sse_cap) {
         size_t cap = o->sse_cap ? o->sse_cap : 1024;
         while (cap < o->sse_len + n + 1) cap *= 2;
@@ -181,6 +190,15 @@ const char *og_ep_out_sse(const og_ep_out *o, size_t *len) {
 void og_ep_out_sse_clear(og_ep_out *o) { o->sse_len = 0; }
 
 bool og_ep_out_done(const og_ep_out *o) { return o->done; }
+
+og_status og_ep_out_keepalive(og_ep_out *o) {
+    if (o->stream && o->begun && !o->done && mono_s() - o->last_event_s >= o->keepalive_s) o->ops->keepalive(o);
+    return o->oom ? OG_ERR_NOMEM : OG_OK;
+}
+
+void og_ep_sse_comment(og_ep_out *o, const char *text) {
+    (void)(sse_append(o, ": ", 2) && sse_append(o, text, strlen(text)) && sse_append(o, "\n\n", 2));
+}
 
 int og_ep_out_n_gen(const og_ep_out *o) { return o->n_gen; }
 

@@ -491,12 +491,14 @@ static json_t *message_json(og_ep_out *o, bool ended) {
     return m;
 }
 
+static void ev_ping(og_ep_out *o) { og_ep_sse_event(o, "ping", json_pack("{s:s}", "type", "ping")); }
+
 static void ev_begin(og_ep_out *o) {
     int n_gen = o->n_gen;
     o->n_gen = 0;
     og_ep_sse_event(o, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", message_json(o, false)));
     o->n_gen = n_gen;
-    og_ep_sse_event(o, "ping", json_pack("{s:s}", "type", "ping"));
+    ev_ping(o);
 }
 
 static void ev_blk_start(og_ep_out *o, int i) {
@@ -534,4 +536,4 @@ static void ev_error(og_ep_out *o, const og_api_err *e) { og_ep_sse_event(o, "er
 
 static json_t *final_json(og_ep_out *o) { return message_json(o, true); }
 
-const og_ep_ops og_msgs_ops = {ev_begin, ev_blk_start, ev_blk_delta, ev_blk_stop, ev_end, ev_error, final_json};
+const og_ep_ops og_msgs_ops = {ev_begin, ev_blk_start, ev_blk_delta, ev_blk_stop, ev_end, ev_error, ev_ping, final_json};

@@ -92,6 +92,14 @@ og_status og_ep_out_begin(og_ep_out *o);
  * is already 200), which ends the stream. */
 og_status og_ep_out_error(og_ep_out *o, const og_api_err *e);
 
+/* Streaming, called while waiting for output: when nothing was sent for
+ * keepalive_s seconds (OG_EP_KEEPALIVE_S unless a test sets it), a keep-alive
+ * (messages: a ping event, anthropic-messages.md §4; responses: an SSE comment
+ * line), so that a long prefill does not look like a dead connection to a
+ * proxy or client. Errors: OG_ERR_NOMEM. */
+#define OG_EP_KEEPALIVE_S 10.0
+og_status og_ep_out_keepalive(og_ep_out *o);
+
 /* The SSE text produced since the last og_ep_out_sse_clear (NUL-terminated;
  * *len bytes). */
 const char *og_ep_out_sse(const og_ep_out *o, size_t *len);
@@ -129,6 +137,7 @@ typedef struct og_ep_ops {
     void (*blk_stop)(og_ep_out *o, int i);                       /* streaming: block i is complete */
     void (*end)(og_ep_out *o);                                   /* streaming: the closing events */
     void (*error)(og_ep_out *o, const og_api_err *e);            /* streaming: the error event */
+    void (*keepalive)(og_ep_out *o);                             /* streaming: nothing to say yet */
     json_t *(*final)(og_ep_out *o);                              /* the response object */
 } og_ep_ops;
 
@@ -160,6 +169,8 @@ struct og_ep_out {
     char *sse;               /* streaming: events not yet taken (og_ep_out_sse) */
     size_t sse_len, sse_cap;
     uint64_t seq_no;         /* responses: the next event's sequence_number */
+    double last_event_s;     /* CLOCK_MONOTONIC seconds of the last event appended */
+    double keepalive_s;      /* og_ep_out_keepalive's interval, seconds */
 };
 
 /* Appends one SSE event "event: NAME\ndata: JSON\n\n" (takes data; sets
@@ -178,6 +189,9 @@ typedef bool (*og_ep_tool_fn)(json_t *t, const char *where, og_ep_tool *out, og_
  * chat request's function tools in chat["tools"]. Returns false with *e
  * filled (400 from read or for a non-array / non-object, 500 out of memory). */
 bool og_ep_tools_to_chat(json_t *tools, json_t *chat, og_ep_tool_fn read, og_api_err *e);
+
+/* Appends an SSE comment line ": TEXT" (clients skip it). */
+void og_ep_sse_comment(og_ep_out *o, const char *text);
 
 /* A derived id: prefix + 24 alphanumerics from seed and salt. */
 void og_ep_id(char *out, size_t cap, const char *prefix, uint64_t seed, uint64_t salt);

@@ -452,6 +452,10 @@ static void ev_error(og_ep_out *o, const og_api_err *e) {
                                 og_api_jstr(e->message, strlen(e->message)), "param", e->param[0] ? e->param : NULL));
 }
 
+/* The Responses stream has no ping event: a comment line, which SSE readers skip. */
+static void ev_keepalive(og_ep_out *o) { og_ep_sse_comment(o, "keep-alive"); }
+
 static json_t *final_json(og_ep_out *o) { return response_json(o, true); }
 
-const og_ep_ops og_resp_ops = {ev_begin, ev_blk_start, ev_blk_delta, ev_blk_stop, ev_end, ev_error, final_json};
+const og_ep_ops og_resp_ops = {ev_begin, ev_blk_start, ev_blk_delta, ev_blk_stop, ev_end, ev_error, ev_keepalive,
+                               final_json};

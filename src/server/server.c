@@ -292,6 +292,7 @@ static bool ep_collect(gen_ctx *g, bool stream) {
         }
         og_seq_out_free(&o);
     }
+    if (stream && !changed) og_ep_out_keepalive(g->ep); /* a long prefill: ping */
     size_t n;
     const char *sse = og_ep_out_sse(g->ep, &n);
     if (stream && n) {

@@ -420,6 +420,14 @@ static void test_messages_output(void **state) {
     og_api_req_free(&r);
     og_ep_out_begin(s);
     og_ep_out_sse_clear(s);
+    /* waiting for the first token (a long prefill): a ping once keepalive_s passed, not before */
+    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
+    og_ep_out_sse(s, &n);
+    assert_int_equal(n, 0);
+    s->keepalive_s = 0;
+    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
+    assert_string_equal(og_ep_out_sse(s, &n), "event: ping\ndata: {\"type\":\"ping\"}\n\n");
+    og_ep_out_sse_clear(s);
     og_api_err e;
     og_api_error(&e, 500, "server_error", NULL, NULL, "the engine failed");
     og_ep_out_error(s, &e);
@@ -491,6 +499,20 @@ static void test_responses_output(void **state) {
     json_decref(ev);
     json_decref(fin);
     og_ep_out_free(o);
+    og_ep_out_free(s);
+    /* the Responses stream's keep-alive: an SSE comment; none once the stream ended */
+    parse_ok(OG_EP_RESPONSES, "{\"input\":\"hi\",\"stream\":true}", &r, &s);
+    og_api_req_free(&r);
+    og_ep_out_begin(s);
+    og_ep_out_sse_clear(s);
+    s->keepalive_s = 0;
+    og_ep_out_keepalive(s);
+    assert_string_equal(og_ep_out_sse(s, &n), ": keep-alive\n\n");
+    feed(s, pieces, 1, OG_FINISH_STOP, -1, 1);
+    og_ep_out_sse_clear(s);
+    og_ep_out_keepalive(s);
+    og_ep_out_sse(s, &n);
+    assert_int_equal(n, 0);
     og_ep_out_free(s);
 }
 

@@ -122,17 +122,167 @@ static const chat_case k_cases[] = {
      "- For multiple tool calls, chain them directly without separators or spaces\n" U "q" A "</think>"},
 };
 
+/* encoding_dsv4.py TOOLS_TEMPLATE with V4's DSML token and block name, or
+ * V4.1's (the token gains a space, the block is "calls") */
+#define V4_TOOLS(P, B, SCHEMAS)                                                                                        \
+    "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can invoke tools by "      \
+    "writing a \"<" P B ">\" block like the following:\n\n<" P B ">\n<" P "invoke name=\"$TOOL_NAME\">\n<" P           \
+    "parameter name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</" P "parameter>\n...\n</" P           \
+    "invoke>\n<" P "invoke name=\"$TOOL_NAME2\">\n...\n</" P "invoke>\n</" P B ">\n\nString parameters should be "    \
+    "specified as is and set `string=\"true\"`. For all other types (numbers, booleans, arrays, objects), pass the "   \
+    "value in JSON format and set `string=\"false\"`.\n\nIf thinking_mode is enabled (triggered by <think>), you "     \
+    "MUST output your complete reasoning inside <think>...</think> BEFORE any tool calls or final response.\n\n"       \
+    "Otherwise, output directly after </think> with tool calls or final response.\n\n### Available Tool Schemas\n\n"  \
+    SCHEMAS "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n"
+#define D41 D " "
+#define EFFORT(N) "Reasoning Effort: " #N " (range 1-100, the higher the value, the more thorough the reasoning)\n\n"
+#define THINK_MAX                                                                                                      \
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\nYou MUST be very thorough in your thinking and " \
+    "comprehensively decompose the problem to resolve the root cause, rigorously stress-testing your logic against "  \
+    "all potential paths, edge cases, and adversarial scenarios.\nExplicitly write out your entire deliberation "      \
+    "process, documenting every intermediate step, considered alternative, and rejected hypothesis to ensure "         \
+    "absolutely no assumption is left unchecked.\n\n"
+/* the two calls of k_weather in DSML */
+#define CALLS_DSML(P, B)                                                                                               \
+    "\n\n<" P B ">\n<" P "invoke name=\"get_weather\">\n<" P "parameter name=\"city\" string=\"true\">Paris</" P      \
+    "parameter>\n</" P "invoke>\n<" P "invoke name=\"get_time\">\n<" P "parameter name=\"tz\" string=\"true\">CET</" P \
+    "parameter>\n<" P "parameter name=\"h24\" string=\"false\">true</" P "parameter>\n</" P "invoke>\n</" P B ">"
+
+static const char *const k_ids[2] = {"call_1", "call_2"};
+static const og_chat_tool_call k_odd_args[3] = {{"function", "f", "not json"},
+                                                {"function", "g", "{\"a\": [1, 2.5], \"b\": {\"c\": null}, \"s\": \"x\\ny\"}"},
+                                                {"function", "h", "\"{\\\"q\\\": 1}\""}};
+
+static const chat_case k_cases4[] = {
+    /* ---- V4 (encoding_dsv4.py; deepseek4.md §5) */
+    {"v4 system, non-thinking", OG_CHAT_DEEPSEEK4, {{.role = "system", .content = "S"}, {.role = "user", .content = "hello"}},
+     2, {0}, true, "S" U "hello" A "</think>"},
+    {"v4 system, thinking", OG_CHAT_DEEPSEEK4, {{.role = "system", .content = "S"}, {.role = "user", .content = "hello"}},
+     2, {.thinking = true}, true, "S" U "hello" A "<think>"},
+    {"v4 thinking: reasoning before the last user turn dropped", OG_CHAT_DEEPSEEK4,
+     {{.role = "user", .content = "q1"}, {.role = "assistant", .content = "a1", .reasoning = "r1"},
+      {.role = "user", .content = "q2"}, {.role = "assistant", .content = "a2", .reasoning = "r2"}},
+     4, {.thinking = true}, false, U "q1" A "</think>a1" EOS U "q2" A "<think>r2</think>a2" EOS},
+    {"v4 thinking with tools: past reasoning kept", OG_CHAT_DEEPSEEK4,
+     {{.role = "user", .content = "q1"}, {.role = "assistant", .content = "a1", .reasoning = "r1"},
+      {.role = "user", .content = "q2"}},
+     3, {.thinking = true, .tools_json = TOOLS_F}, true,
+     "\n\n" V4_TOOLS(D, "tool_calls", "{\"name\": \"f\", \"parameters\": {}}") U "q1" A "<think>r1</think>a1" EOS U "q2" A
+     "<think>"},
+    {"v4 non-thinking: reasoning never shown", OG_CHAT_DEEPSEEK4,
+     {{.role = "user", .content = "q1"}, {.role = "assistant", .content = "a1", .reasoning = "r1"},
+      {.role = "user", .content = "q2"}},
+     3, {0}, true, U "q1" A "</think>a1" EOS U "q2" A "</think>"},
+    {"v4 tools after the system text", OG_CHAT_DEEPSEEK4,
+     {{.role = "system", .content = "S"}, {.role = "user", .content = "q"}}, 2, {.tools_json = TOOLS_W}, true,
+     "S\n\n" V4_TOOLS(D, "tool_calls",
+                      "{\"name\": \"get_weather\", \"description\": \"Get weather\", \"parameters\": {\"type\": "
+                      "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}")
+         U "q" A "</think>"},
+    {"v4 tool calls; results merged into the user turn in call order", OG_CHAT_DEEPSEEK4,
+     {{.role = "user", .content = "q"},
+      {.role = "assistant", .content = "Checking.", .tool_calls = k_weather, .n_tool_calls = 2, .tool_call_ids = k_ids},
+      {.role = "tool", .content = "10:00", .tool_call_id = "call_2"}, {.role = "tool", .content = "12C", .tool_call_id = "call_1"},
+      {.role = "user", .content = "and?"}},
+     5, {0}, true,
+     U "q" A "</think>Checking." CALLS_DSML(D, "tool_calls") EOS U "<tool_result>12C</tool_result>\n\n<tool_result>10:00"
+       "</tool_result>\n\nand?" A "</think>"},
+    {"v4 thinking, tool call without tools: the last user turn is the results", OG_CHAT_DEEPSEEK4,
+     {{.role = "user", .content = "q"},
+      {.role = "assistant", .reasoning = "r", .tool_calls = k_weather, .n_tool_calls = 1, .tool_call_ids = k_ids},
+      {.role = "tool", .content = "12C", .tool_call_id = "call_1"}},
+     3, {.thinking = true}, true,
+     U "q" A "</think>\n\n<" D "tool_calls>\n<" D "invoke name=\"get_weather\">\n<" D
+       "parameter name=\"city\" string=\"true\">Paris</" D "parameter>\n</" D "invoke>\n</" D "tool_calls>" EOS U
+       "<tool_result>12C</tool_result>" A "<think>"},
+    {"v4 think-max paragraph (effort 100, thinking)", OG_CHAT_DEEPSEEK4,
+     {{.role = "system", .content = "S"}, {.role = "user", .content = "q"}}, 2, {.thinking = true, .reasoning_effort = 100},
+     true, THINK_MAX "S" U "q" A "<think>"},
+    {"v4 no think-max without thinking, or below 100", OG_CHAT_DEEPSEEK4, {{.role = "user", .content = "q"}}, 1,
+     {.reasoning_effort = 100}, true, U "q" A "</think>"},
+    {"v4 effort 75 writes nothing", OG_CHAT_DEEPSEEK4, {{.role = "user", .content = "q"}}, 1,
+     {.thinking = true, .reasoning_effort = 75}, true, U "q" A "<think>"},
+    {"v4 arguments: not JSON, nested values, a JSON string", OG_CHAT_DEEPSEEK4,
+     {{.role = "user", .content = "q"}, {.role = "assistant", .tool_calls = k_odd_args, .n_tool_calls = 3}}, 2, {0}, false,
+     U "q" A "</think>\n\n<" D "tool_calls>\n<" D "invoke name=\"f\">\n<" D
+       "parameter name=\"arguments\" string=\"true\">not json</" D "parameter>\n</" D "invoke>\n<" D
+       "invoke name=\"g\">\n<" D "parameter name=\"a\" string=\"false\">[1, 2.5]</" D "parameter>\n<" D
+       "parameter name=\"b\" string=\"false\">{\"c\": null}</" D "parameter>\n<" D
+       "parameter name=\"s\" string=\"true\">x\ny</" D "parameter>\n</" D "invoke>\n<" D "invoke name=\"h\">\n<" D
+       "parameter name=\"arguments\" string=\"true\">\"{\\\"q\\\": 1}\"</" D "parameter>\n</" D "invoke>\n</" D
+       "tool_calls>" EOS},
+    {"v4 mid-conversation system text stays in place, no marker", OG_CHAT_DEEPSEEK4,
+     {{.role = "user", .content = "q1"}, {.role = "assistant", .content = "a1"}, {.role = "system", .content = "S2"},
+      {.role = "user", .content = "q2"}},
+     4, {0}, true, U "q1" A "</think>a1" EOS "S2" U "q2" A "</think>"},
+    {"v4 consecutive user messages share a turn", OG_CHAT_DEEPSEEK4,
+     {{.role = "user", .content = "a"}, {.role = "user", .content = "b"}}, 2, {0}, false, U "a\n\nb"},
+    /* ---- V4.1 (deepseek4.md §5: the examples first) */
+    {"v4.1 spec: hello", OG_CHAT_DEEPSEEK4_1, {{.role = "user", .content = "hello"}}, 1, {0}, true, U "hello" A "</think>"},
+    {"v4.1 spec: two turns", OG_CHAT_DEEPSEEK4_1,
+     {{.role = "user", .content = "q1"}, {.role = "assistant", .content = "a1"}, {.role = "user", .content = "q2"}}, 3, {0},
+     true, U "q1" A "</think>a1" EOS U "q2" A "</think>"},
+    {"v4.1 system marker", OG_CHAT_DEEPSEEK4_1, {{.role = "system", .content = "sys"}, {.role = "user", .content = "q"}}, 2,
+     {0}, true, SY "sys" U "q" A "</think>"},
+    {"v4.1 thinking: effort high (75) by default", OG_CHAT_DEEPSEEK4_1,
+     {{.role = "system", .content = "sys"}, {.role = "user", .content = "q"}}, 2, {.thinking = true}, true,
+     SY EFFORT(75) "sys" U "q" A "<think>"},
+    {"v4.1 effort low = 50, no system message", OG_CHAT_DEEPSEEK4_1, {{.role = "user", .content = "q"}}, 1,
+     {.thinking = true, .reasoning_effort = 50}, true, SY EFFORT(50) U "q" A "<think>"},
+    {"v4.1 effort max = 100", OG_CHAT_DEEPSEEK4_1, {{.role = "user", .content = "q"}}, 1,
+     {.thinking = true, .reasoning_effort = 100}, true, SY EFFORT(100) U "q" A "<think>"},
+    {"v4.1 effort 1", OG_CHAT_DEEPSEEK4_1, {{.role = "user", .content = "q"}}, 1, {.thinking = true, .reasoning_effort = 1},
+     true, SY EFFORT(1) U "q" A "<think>"},
+    {"v4.1 no effort line without thinking", OG_CHAT_DEEPSEEK4_1, {{.role = "user", .content = "q"}}, 1,
+     {.reasoning_effort = 100}, true, U "q" A "</think>"},
+    {"v4.1 mid-conversation system: marker, then a new assistant header", OG_CHAT_DEEPSEEK4_1,
+     {{.role = "user", .content = "q1"}, {.role = "assistant", .content = "a1"}, {.role = "system", .content = "S2"},
+      {.role = "assistant", .content = "a2"}},
+     4, {0}, false, U "q1" A "</think>a1" EOS SY "S2" A "</think>a2" EOS},
+    {"v4.1 thinking: a later system message is the last user turn", OG_CHAT_DEEPSEEK4_1,
+     {{.role = "user", .content = "q1"}, {.role = "assistant", .content = "a1", .reasoning = "r1"},
+      {.role = "system", .content = "S2"}},
+     3, {.thinking = true}, true, SY EFFORT(75) U "q1" A "</think>a1" EOS SY "S2" A "<think>"},
+    {"v4.1 thinking: reasoning after the last user turn kept", OG_CHAT_DEEPSEEK4_1,
+     {{.role = "user", .content = "q1"}, {.role = "assistant", .content = "a1", .reasoning = "r1"}}, 2,
+     {.thinking = true, .reasoning_effort = 50}, false, SY EFFORT(50) U "q1" A "<think>r1</think>a1" EOS},
+    {"v4.1 tools without a system message: an empty one", OG_CHAT_DEEPSEEK4_1, {{.role = "user", .content = "q"}}, 1,
+     {.tools_json = TOOLS_F}, true, SY "\n\n" V4_TOOLS(D41, "calls", "{\"name\": \"f\", \"parameters\": {}}") U "q" A "</think>"},
+    {"v4.1 tools, thinking, past reasoning kept", OG_CHAT_DEEPSEEK4_1,
+     {{.role = "system", .content = "S"}, {.role = "user", .content = "q1"},
+      {.role = "assistant", .content = "a1", .reasoning = "r1"}, {.role = "user", .content = "q2"}},
+     4, {.thinking = true, .tools_json = TOOLS_F}, true,
+     SY EFFORT(75) "S\n\n" V4_TOOLS(D41, "calls", "{\"name\": \"f\", \"parameters\": {}}") U "q1" A "<think>r1</think>a1" EOS
+       U "q2" A "<think>"},
+    {"v4.1 DSML with the space; results reordered", OG_CHAT_DEEPSEEK4_1,
+     {{.role = "user", .content = "q"},
+      {.role = "assistant", .content = "Checking.", .tool_calls = k_weather, .n_tool_calls = 2, .tool_call_ids = k_ids},
+      {.role = "tool", .content = "10:00", .tool_call_id = "call_2"}, {.role = "tool", .content = "12C", .tool_call_id = "call_1"}},
+     4, {0}, true,
+     U "q" A "</think>Checking." CALLS_DSML(D41, "calls") EOS U "<tool_result>12C</tool_result>\n\n<tool_result>10:00"
+       "</tool_result>" A "</think>"},
+    {"v4.1 arguments given as a JSON string of JSON", OG_CHAT_DEEPSEEK4_1,
+     {{.role = "user", .content = "q"}, {.role = "assistant", .tool_calls = k_odd_args + 2, .n_tool_calls = 1}}, 2, {0}, false,
+     U "q" A "</think>\n\n<" D41 "calls>\n<" D41 "invoke name=\"h\">\n<" D41 "parameter name=\"q\" string=\"false\">1</" D41
+       "parameter>\n</" D41 "invoke>\n</" D41 "calls>" EOS},
+};
+
+#define N_CASES (sizeof k_cases / sizeof *k_cases + sizeof k_cases4 / sizeof *k_cases4)
+static const chat_case *case_at(size_t i) {
+    return i < sizeof k_cases / sizeof *k_cases ? &k_cases[i] : &k_cases4[i - sizeof k_cases / sizeof *k_cases];
+}
+
 static void test_hand_written(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++) {
-        const chat_case *c = &k_cases[i];
+    for (size_t i = 0; i < N_CASES; i++) {
+        const chat_case *c = case_at(i);
         char *out, err[256];
         og_status st = og_chat_format_opts(c->kind, c->m, c->n, &c->o, c->gen, &out, err, sizeof err);
         if (st) fail_msg("%s: %s", c->name, err);
         if (strcmp(out, c->want)) fail_msg("%s:\n ours: %s\n want: %s", c->name, out, c->want);
         free(out);
     }
-    print_message("%zu hand-written conversations\n", sizeof k_cases / sizeof *k_cases);
+    print_message("%zu hand-written conversations\n", N_CASES);
 }
 
 static og_chat_kind kind_of(const char *s) {
@@ -289,8 +439,8 @@ static void test_tokenize(void **state) {
     char err[256];
     assert_int_equal(og_gguf_open(g_model, 0, &g, err, sizeof err), OG_OK);
     assert_int_equal(og_tokenizer_load(g, &tok, err, sizeof err), OG_OK);
-    for (size_t i = 0; i < sizeof k_cases / sizeof *k_cases; i++) {
-        const chat_case *c = &k_cases[i];
+    for (size_t i = 0; i < N_CASES; i++) {
+        const chat_case *c = case_at(i);
         og_ids got = {0}, want = {0};
         char *text;
         assert_int_equal(og_chat_format_opts(c->kind, c->m, c->n, &c->o, c->gen, &text, err, sizeof err), OG_OK);
@@ -311,12 +461,13 @@ static void test_tokenize(void **state) {
                            {.role = "assistant", .content = "x", .reasoning = U, .tool_calls = evil_call, .n_tool_calls = 1},
                            {.role = "tool", .content = U}};
     og_chat_opts o = {.thinking = true, .tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"" U "\"}}]"};
-    for (og_chat_kind k = OG_CHAT_DEEPSEEK3; k <= OG_CHAT_DEEPSEEK3_1; k++) {
+    for (og_chat_kind k = OG_CHAT_DEEPSEEK3; k <= OG_CHAT_DEEPSEEK4_1; k++) {
         og_ids got = {0};
         assert_int_equal(og_chat_tokenize_opts(tok, k, evil, 3, &o, true, &got, err, sizeof err), OG_OK);
         size_t n_user = 0;
         for (size_t i = 0; i < got.n; i++) n_user += got.v[i] == user_id;
-        assert_int_equal(n_user, 1); /* the template's own, before "hi" */
+        /* the template's own: before "hi", and V4's user turn holding the tool result */
+        assert_int_equal(n_user, k >= OG_CHAT_DEEPSEEK4 ? 2 : 1);
         og_ids_free(&got);
     }
     og_tokenizer_free(tok);

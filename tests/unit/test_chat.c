@@ -111,10 +111,12 @@ static const chat_case k_cases[] = {
      "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
      "- For multiple tool calls, chain them directly without separators or spaces\n" U "q" A "</think>"},
     {"v3.1 tools without a system prompt", OG_CHAT_DEEPSEEK3_1, {{.role = "user", .content = "q"}}, 1,
-     {.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"n\",\"description\":\"caf\xc3\xa9 \xf0\x9f\x9a\x80\"}}]"},
+     {.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"n\",\"description\":\"caf\xc3\xa9 \xf0\x9f\x9a\x80\"}},"
+                    "{\"type\":\"function\",\"function\":{\"name\":\"m\",\"parameters\":{\"d\":\"\xc3\xa9\xf0\x9f\x9a\x80\"}}}]"},
      true,
      "## Tools\nYou have access to the following tools:\n\n### n\nDescription: caf\xc3\xa9 \xf0\x9f\x9a\x80\n\n"
      "Parameters: {}\n"
+     "\n### m\nDescription: \n\nParameters: {\"d\": \"\\u00e9\\ud83d\\ude80\"}\n"
      "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n" CSB CB "tool_call_name" SEP
      "tool_call_arguments" CE "{{additional_tool_calls}}" CSE "\n\nWhere:\n\n"
      "- `tool_call_name` must be an exact match to one of the available tools\n"
@@ -217,6 +219,17 @@ static const chat_case k_cases4[] = {
      4, {0}, true, U "q1" A "</think>a1" EOS "S2" U "q2" A "</think>"},
     {"v4 consecutive user messages share a turn", OG_CHAT_DEEPSEEK4,
      {{.role = "user", .content = "a"}, {.role = "user", .content = "b"}}, 2, {0}, false, U "a\n\nb"},
+    {"v4 numbers in tool schemas as Python's json.dumps writes them", OG_CHAT_DEEPSEEK4,
+     {{.role = "system", .content = "S"}}, 1,
+     {.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"n\",\"parameters\":{\"a\":0.0001,\"b\":1e-05,"
+                    "\"c\":1e15,\"d\":1e16,\"e\":2.5,\"f\":-3.0,\"g\":123456.789,\"h\":0.1,\"i\":-0.0,\"j\":1.5e-300,"
+                    "\"k\":12345678901234567890.0,\"l\":0.000123,\"m\":7,\"u\":\"\\u00e9\\n\\u0001\\\"\"}}}]"},
+     false,
+     "S\n\n" V4_TOOLS(D, "tool_calls",
+                      "{\"name\": \"n\", \"parameters\": {\"a\": 0.0001, \"b\": 1e-05, \"c\": 1000000000000000.0, "
+                      "\"d\": 1e+16, \"e\": 2.5, \"f\": -3.0, \"g\": 123456.789, \"h\": 0.1, \"i\": -0.0, "
+                      "\"j\": 1.5e-300, \"k\": 1.2345678901234567e+19, \"l\": 0.000123, \"m\": 7, "
+                      "\"u\": \"\xc3\xa9\\n\\u0001\\\"\"}}")},
     /* ---- V4.1 (deepseek4.md §5: the examples first) */
     {"v4.1 spec: hello", OG_CHAT_DEEPSEEK4_1, {{.role = "user", .content = "hello"}}, 1, {0}, true, U "hello" A "</think>"},
     {"v4.1 spec: two turns", OG_CHAT_DEEPSEEK4_1,

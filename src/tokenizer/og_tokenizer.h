@@ -118,14 +118,15 @@ typedef struct og_chat_msg {
  * encoding's defaults (thinking off, effort default, no tools). */
 typedef struct og_chat_opts {
     bool thinking;            /* thinking mode, for the kinds that have one (R1 always thinks) */
-    int reasoning_effort;     /* V4.1: 1..100 (low 50, high 75, max 100); 0: the encoding's default */
+    int reasoning_effort;     /* 1..100 (low 50, high 75, max 100); 0: the encoding's default (V4.1: 75) */
     const char *tools_json;   /* the request's `tools` array as JSON text (OpenAI shape), or NULL: rendered
                                  into the prompt as the encoding does */
 } og_chat_opts;
 
-/* Renders messages as the official DeepSeek-V3 template does, quirks included,
- * WITHOUT the leading BOS text: the tokenizer adds the BOS id (add_bos_token), so
- * a BOS is never doubled. Tokenize the result with parse_special = true (the
+/* Renders messages as the kind's official template or encoder does, quirks
+ * included (chat_dsv3.c, chat_dsv4.c say which source and where a choice was
+ * made), WITHOUT the leading BOS text: the tokenizer adds the BOS id
+ * (add_bos_token), so a BOS is never doubled. Tokenize the result with parse_special = true (the
  * markers are control tokens), or use og_chat_tokenize, which keeps message
  * text from ever becoming a control token. *out is malloc'ed, NUL-terminated.
  * Errors: OG_ERR_UNSUPPORTED (kind), OG_ERR_INVALID_ARG (unknown role, or an assistant
@@ -146,9 +147,14 @@ og_status og_chat_tokenize(const og_tokenizer *tok, og_chat_kind kind, const og_
 
 /* The same two with rendering options (opts NULL = all defaults): every kind
  * above, thinking on/off, tools rendered into the prompt. og_chat_format and
- * og_chat_tokenize are these with opts = NULL. Errors: as above, plus
- * OG_ERR_INVALID_ARG for tools_json that is not a JSON array of function tools,
- * or an effort outside 1..100. */
+ * og_chat_tokenize are these with opts = NULL. Per kind: V3 ignores thinking;
+ * R1 always thinks; reasoning (og_chat_msg.reasoning) is rendered by V4 and
+ * V4.1 only (where their drop rule keeps it; V3.1 and R1 drop past reasoning);
+ * reasoning_effort: V4.1 writes it as its effort line in thinking mode (0 =
+ * 75), V4 writes its think-max paragraph for 100 in thinking mode, the others
+ * ignore it. Errors: as above, plus OG_ERR_INVALID_ARG for tools_json that is
+ * not a JSON array of {"type":"function","function":{"name":...}} objects, a
+ * tool call without a name, or an effort outside 0..100. */
 og_status og_chat_format_opts(og_chat_kind kind, const og_chat_msg *msgs, int n, const og_chat_opts *opts,
                               bool add_generation_prompt, char **out, char *err, size_t errlen);
 og_status og_chat_tokenize_opts(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *msgs, int n,

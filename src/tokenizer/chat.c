@@ -21,7 +21,9 @@ og_chat_kind og_chat_detect(const char *t, size_t n) {
     if (!t) return OG_CHAT_UNKNOWN;
     bool dsml = has(t, n, "DSML") && (has(t, n, "dsml_token") || has(t, n, CHAT_DSML));
     if (dsml && has(t, n, CHAT_S)) return OG_CHAT_DEEPSEEK4_1;
-    if (dsml && has(t, n, "tool_calls")) return OG_CHAT_DEEPSEEK4;
+    /* V3.2 names its block function_calls (llama.cpp tells V4 by its absence); V3.2
+     * is not built in and keeps the V3 formatter its markers gave it before */
+    if (dsml && has(t, n, "tool_calls") && !has(t, n, "function_calls")) return OG_CHAT_DEEPSEEK4;
     if (!(has(t, n, CHAT_A) && has(t, n, CHAT_U) && has(t, n, CHAT_EOS))) return OG_CHAT_UNKNOWN;
     if (has(t, n, "thinking") && has(t, n, "is_last_user")) return OG_CHAT_DEEPSEEK3_1;
     if (has(t, n, CHAT_A "<think>")) return OG_CHAT_DEEPSEEK_R1;

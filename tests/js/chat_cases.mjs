@@ -158,7 +158,8 @@ const v3_src = JSON.parse(fs.readFileSync(
 for (const [kind, text] of [["v3", v3_src], ["r1", read("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja")],
                             ["r1", read("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")],
                             ["r1", read("llama-cpp-deepseek-r1.jinja")], ["v3.1", read("deepseek-ai-DeepSeek-V3.1.jinja")],
-                            ["v4", read("deepseek-ai-DeepSeek-V4.jinja")], ["v4", read("deepseek-ai-DeepSeek-V4-Flash-0731.jinja")]])
+                            ["v4", read("deepseek-ai-DeepSeek-V4.jinja")], ["v4", read("deepseek-ai-DeepSeek-V4-Flash-0731.jinja")],
+                            ["v3", read("deepseek-ai-DeepSeek-V3.2.jinja")]]) // V3.2: not built in, V3's formatter as before
     out.push({ kind, detect: text });
 fs.writeFileSync(out_path, JSON.stringify(out, null, 1));
 console.log(`${out.length} chat cases`);

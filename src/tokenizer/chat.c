@@ -376,3 +376,18 @@ bool og_chat_opens_reasoning(og_chat_kind kind, const og_chat_opts *opts) {
     default: return false;
     }
 }
+
+bool og_chat_conversation_opens_reasoning(og_chat_kind kind, const og_chat_msg *m, int n, const og_chat_opts *opts) {
+    og_chat_buf b = {0};
+    bool opens = false;
+    if (render(kind, m, n, opts, true, &b, NULL, 0) == OG_OK && b.p) {
+        static const char *const ends[] = {CHAT_THINK, CHAT_THINK "\n"};
+        for (size_t k = 0; k < sizeof ends / sizeof *ends; k++) {
+            size_t l = strlen(ends[k]);
+            if (b.n >= l && !memcmp(b.p + b.n - l, ends[k], l)) opens = true;
+        }
+    }
+    free(b.p);
+    free(b.mark);
+    return opens;
+}

@@ -151,7 +151,8 @@ og_status og_chat_tokenize(const og_tokenizer *tok, og_chat_kind kind, const og_
  * R1 always thinks; reasoning (og_chat_msg.reasoning) is rendered by V4 and
  * V4.1 only (where their drop rule keeps it; V3.1 and R1 drop past reasoning);
  * reasoning_effort: V4.1 writes it as its effort line in thinking mode (0 =
- * 75), V4 writes its think-max paragraph for 100 in thinking mode, the others
+ * 75), V4 writes its think-max paragraph for 100 in thinking mode (meant for
+ * contexts of at least 384K, deepseek4.md §5: the caller decides), the others
  * ignore it. Errors: as above, plus OG_ERR_INVALID_ARG for tools_json that is
  * not a JSON array of {"type":"function","function":{"name":...}} objects, a
  * tool call without a name, or an effort outside 0..100. */
@@ -164,5 +165,12 @@ og_status og_chat_tokenize_opts(const og_tokenizer *tok, og_chat_kind kind, cons
 /* The generation prompt's state: true when the rendered prompt ends inside the
  * think block (the output starts as reasoning), for og_outparse. */
 bool og_chat_opens_reasoning(og_chat_kind kind, const og_chat_opts *opts);
+/* The same for one conversation: true when the prompt og_chat_format_opts
+ * renders for it with the generation prompt ends inside the think block. It
+ * differs from og_chat_opens_reasoning where a template writes no generation
+ * prompt: R1 after tool outputs, V3.1 after a tool output or an assistant turn
+ * (the model then goes on with content). Returns false for a conversation that
+ * does not render (no status: og_chat_tokenize_opts reports that error). */
+bool og_chat_conversation_opens_reasoning(og_chat_kind kind, const og_chat_msg *msgs, int n, const og_chat_opts *opts);
 
 #endif

@@ -452,6 +452,34 @@ static void test_detect_and_errors(void **state) {
     }
 }
 
+/* Whether one conversation's prompt ends inside the think block: the
+ * generation prompt, where the template writes one. */
+static void test_conversation_opens_reasoning(void **state) {
+    (void)state;
+    og_chat_msg q[1] = {{.role = "user", .content = "q"}};
+    og_chat_msg after_tool[3] = {{.role = "user", .content = "q"},
+                                 {.role = "assistant", .tool_calls = k_weather, .n_tool_calls = 1},
+                                 {.role = "tool", .content = "12C"}};
+    og_chat_msg bad[1] = {{.role = "wizard", .content = "x"}};
+    og_chat_opts on = {.thinking = true}, off = {0};
+    static const struct {
+        og_chat_kind kind;
+        int conv; /* 0: q, 1: after_tool, 2: bad */
+        bool thinking, want;
+    } k[] = {{OG_CHAT_DEEPSEEK3, 0, true, false},    {OG_CHAT_DEEPSEEK_R1, 0, false, true},
+             {OG_CHAT_DEEPSEEK_R1, 1, true, false},  {OG_CHAT_DEEPSEEK3_1, 0, true, true},
+             {OG_CHAT_DEEPSEEK3_1, 0, false, false}, {OG_CHAT_DEEPSEEK3_1, 1, true, false},
+             {OG_CHAT_DEEPSEEK4, 0, true, true},     {OG_CHAT_DEEPSEEK4, 1, true, true},
+             {OG_CHAT_DEEPSEEK4, 1, false, false},   {OG_CHAT_DEEPSEEK4_1, 1, true, true},
+             {OG_CHAT_DEEPSEEK4_1, 0, false, false}, {OG_CHAT_DEEPSEEK4_1, 2, true, false}};
+    const og_chat_msg *convs[3] = {q, after_tool, bad};
+    const int lens[3] = {1, 3, 1};
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+        if (og_chat_conversation_opens_reasoning(k[i].kind, convs[k[i].conv], lens[k[i].conv], k[i].thinking ? &on : &off) !=
+            k[i].want)
+            fail_msg("case %zu: want %d", i, k[i].want);
+}
+
 /* On the real vocabulary: without control-token text in the messages the ids
  * equal the whole text tokenized with special tokens parsed (every kind, every
  * hand-written case); with it, the typed text stays plain text. */
@@ -548,6 +576,6 @@ int main(int argc, char **argv) {
     g_cases = argc > 2 ? argv[2] : NULL;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_hand_written), cmocka_unit_test(test_reference_cases),
                                        cmocka_unit_test(test_detect_and_errors), cmocka_unit_test(test_tokenize),
-                                       cmocka_unit_test(test_kind_of)};
+                                       cmocka_unit_test(test_kind_of), cmocka_unit_test(test_conversation_opens_reasoning)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -323,37 +323,73 @@ og_status og_chat_format(og_chat_kind kind, const og_chat_msg *m, int n, bool ad
     return og_chat_format_opts(kind, m, n, NULL, add_generation_prompt, out, err, errlen);
 }
 
+/* The control tokens inside one mark: where, and which (at most CTL_MAX; a
+ * mark is one template piece, a few markers at the most). */
+enum { CTL_MAX = 8, CTL_CACHE = 64 };
+typedef struct mark_ctl {
+    const char *text; /* the mark's first occurrence in the rendered text */
+    size_t len;
+    int n;
+    size_t at[CTL_MAX], tl[CTL_MAX]; /* offset in the mark, token text length */
+    int32_t id[CTL_MAX];
+} mark_ctl;
+
+static og_status find_controls(const og_tokenizer *tok, const char *text, size_t len, mark_ctl *c) {
+    *c = (mark_ctl){.text = text, .len = len};
+    char piece[256];
+    for (size_t at = 0; at < len && c->n < CTL_MAX;) {
+        int32_t id;
+        og_status st = og_tokenizer_first_control(tok, text + at, len - at, &id);
+        if (st || id < 0) return st;
+        int tl = og_token_to_bytes(tok, id, true, piece, sizeof piece);
+        const char *hit = tl > 0 && (size_t)tl <= sizeof piece ? memmem(text + at, len - at, piece, (size_t)tl) : NULL;
+        if (!hit) return OG_OK; /* cannot happen: the token was found in this text */
+        c->at[c->n] = (size_t)(hit - text);
+        c->tl[c->n] = (size_t)tl;
+        c->id[c->n++] = id;
+        at = (size_t)(hit - text) + (size_t)tl;
+    }
+    return OG_OK;
+}
+
 /* The control tokens come from the marks only: inside each mark, the control
  * tokens the vocabulary has there (og_tokenizer_first_control, found one after
- * another); every other byte, the marks' plain text included, is joined into
- * runs tokenized with parse_special = false. So the ids equal tokenizing the
- * whole text with parse_special = true whenever the messages hold no
- * control-token text, whatever the vocabulary makes a control token (a DSML
- * tag is plain text in the V3 vocabulary). */
+ * another; the answer kept per distinct mark text, since a conversation repeats
+ * a few dozen pieces); every other byte, the marks' plain text included, is
+ * joined into runs tokenized with parse_special = false. So the ids equal
+ * tokenizing the whole text with parse_special = true whenever the messages
+ * hold no control-token text, whatever the vocabulary makes a control token (a
+ * DSML tag is plain text in the V3 vocabulary). */
 og_status og_chat_tokenize_opts(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *m, int n,
                                 const og_chat_opts *opts, bool add_generation_prompt, og_ids *out, char *err,
                                 size_t errlen) {
     og_chat_buf b = {0};
     og_status st = render(kind, m, n, opts, add_generation_prompt, &b, err, errlen);
     if (!st) st = og_tokenize(tok, "", 0, og_tokenizer_add_bos(tok), false, out);
+    mark_ctl *cache = st ? NULL : malloc(CTL_CACHE * sizeof *cache);
+    if (!st && !cache) st = OG_ERR_NOMEM;
+    int n_cache = 0;
     size_t run = 0; /* start of the text not yet tokenized */
-    char piece[256];
     for (size_t k = 0; !st && k < b.n_mark; k++) {
-        size_t at = b.mark[2 * k], end = at + b.mark[2 * k + 1];
-        while (!st && at < end) {
-            int32_t id;
-            if ((st = og_tokenizer_first_control(tok, b.p + at, end - at, &id)) || id < 0) break;
-            int len = og_token_to_bytes(tok, id, true, piece, sizeof piece);
-            const char *hit = len > 0 && (size_t)len <= sizeof piece ? memmem(b.p + at, end - at, piece, (size_t)len) : NULL;
-            if (!hit) break; /* cannot happen: the token was found in this text */
-            size_t pos = (size_t)(hit - b.p);
+        const char *text = b.p + b.mark[2 * k];
+        size_t len = b.mark[2 * k + 1];
+        mark_ctl one, *c = NULL;
+        for (int i = 0; i < n_cache && !c; i++)
+            if (cache[i].len == len && !memcmp(cache[i].text, text, len)) c = &cache[i];
+        if (!c) {
+            c = n_cache < CTL_CACHE ? &cache[n_cache++] : &one;
+            st = find_controls(tok, text, len, c);
+        }
+        for (int i = 0; !st && i < c->n; i++) {
+            size_t pos = b.mark[2 * k] + c->at[i];
             if (pos > run) st = og_tokenize(tok, b.p + run, pos - run, false, false, out);
-            if (!st) st = og_tokenize(tok, piece, (size_t)len, false, true, out);
-            at = run = pos + (size_t)len;
+            if (!st) st = og_tokenize(tok, b.p + pos, c->tl[i], false, true, out);
+            run = pos + c->tl[i];
         }
     }
     if (!st && b.n > run) st = og_tokenize(tok, b.p + run, b.n - run, false, false, out); /* text: never a control token */
     if (st == OG_ERR_NOMEM && !b.oom) og_fail(err, errlen, st, "out of memory");
+    free(cache);
     free(b.p);
     free(b.mark);
     return st;

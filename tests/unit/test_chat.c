@@ -318,6 +318,12 @@ static void test_reference_cases(void **state) {
     json_error_t je;
     json_t *cases = json_load_file(g_cases, 0, &je);
     if (!cases) fail_msg("%s: %s", g_cases, je.text);
+    og_gguf *g;
+    og_tokenizer *tok;
+    char terr[256];
+    assert_int_equal(og_gguf_open(g_model, OG_GGUF_HEADER_ONLY, &g, terr, sizeof terr), OG_OK);
+    assert_int_equal(og_tokenizer_load(g, &tok, terr, sizeof terr), OG_OK);
+    og_gguf_close(g);
     if (json_array_size(cases) == 0) fail_msg("%s: no conversations to render (zero cases)", g_cases);
     size_t i;
     json_t *c;
@@ -374,6 +380,14 @@ static void test_reference_cases(void **state) {
             fail_msg("case %zu (%s, %s):\n ours: %s\n want: %s", i, kind,
                      json_string_value(json_object_get(c, "note")) ? json_string_value(json_object_get(c, "note")) : "",
                      out, want + strlen(BOS));
+        /* and its ids: those of the whole text with special tokens parsed (no case types control-token text) */
+        og_ids got = {0}, ref = {0};
+        assert_int_equal(og_tokenize(tok, out, strlen(out), true, true, &ref), OG_OK);
+        assert_int_equal(og_chat_tokenize_opts(tok, kind_of(kind), m, (int)n, &o, gen, &got, err, sizeof err), OG_OK);
+        if (got.n != ref.n || memcmp(got.v, ref.v, got.n * sizeof *got.v))
+            fail_msg("case %zu (%s): og_chat_tokenize_opts gives %zu ids, the whole text %zu", i, kind, got.n, ref.n);
+        og_ids_free(&got);
+        og_ids_free(&ref);
         free(out);
         free(tools_json);
         free(m);
@@ -383,6 +397,7 @@ static void test_reference_cases(void **state) {
     print_message("%zu conversations rendered as the reference does, %zu templates detected\n",
                   json_array_size(cases) - n_detect, n_detect);
     json_decref(cases);
+    og_tokenizer_free(tok);
 }
 
 static void test_detect_and_errors(void **state) {

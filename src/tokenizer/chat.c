@@ -255,7 +255,8 @@ static og_status parse_tools(const char *tools_json, json_t **out, char *err, si
         json_t *type = json_object_get(e, "type"), *fn = json_object_get(e, "function");
         const char *why = NULL;
         if (!json_is_object(e)) why = "is not an object";
-        else if (!json_is_string(type) || strcmp(json_string_value(type), "function")) why = "has a type other than \"function\"";
+        else if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+            why = "has a type other than \"function\"";
         else if (!json_is_object(fn)) why = "has no function object";
         else if (!json_is_string(json_object_get(fn, "name")) || !json_string_length(json_object_get(fn, "name")))
             why = "has no function name";

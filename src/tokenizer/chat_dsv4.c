@@ -88,7 +88,8 @@ static void put_tools(const og_chat_ctx *c, const v4_style *st, og_chat_buf *b) 
         if (i) og_chat_put(b, "\n");
         og_chat_put_json(b, json_object_get(e, "function"), 0, false);
     }
-    og_chat_mark(b, "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n");
+    og_chat_mark(b, "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool "
+                    "calls.\n");
 }
 
 /* The arguments as the encoders read them: a JSON object's members, or one

@@ -84,9 +84,9 @@ typedef enum og_chat_kind {
 /* Which built-in formatter renders this tokenizer.chat_template text (detected
  * by its markers, as llama.cpp does without a Jinja engine). */
 og_chat_kind og_chat_detect(const char *template_text, size_t len);
-/* The encoding of a model whose GGUF has no tokenizer.chat_template, from its
- * general.architecture: deepseek4 -> V4, deepseek41 -> V4.1 (their official
- * encoders are Python, not Jinja, deepseek4.md §5), anything else UNKNOWN. */
+/* The encoding a general.architecture implies: deepseek4 -> V4, deepseek41 ->
+ * V4.1 (their official encoders are Python, not Jinja, deepseek4.md §5: a GGUF
+ * of theirs may carry no tokenizer.chat_template), anything else UNKNOWN. */
 og_chat_kind og_chat_kind_for_arch(const char *arch);
 /* A model's encoding: og_chat_kind_for_arch(general.architecture) for V4 and
  * V4.1 (their official encoders are Python; a Jinja template a converter put in
@@ -126,9 +126,9 @@ typedef struct og_chat_opts {
 /* Renders messages as the kind's official template or encoder does, quirks
  * included (chat_dsv3.c, chat_dsv4.c say which source and where a choice was
  * made), WITHOUT the leading BOS text: the tokenizer adds the BOS id
- * (add_bos_token), so a BOS is never doubled. Tokenize the result with parse_special = true (the
- * markers are control tokens), or use og_chat_tokenize, which keeps message
- * text from ever becoming a control token. *out is malloc'ed, NUL-terminated.
+ * (add_bos_token), so a BOS is never doubled. Tokenize the result with
+ * parse_special = true (the markers are control tokens), or use
+ * og_chat_tokenize, which keeps message text from ever becoming a control token. *out is malloc'ed, NUL-terminated.
  * Errors: OG_ERR_UNSUPPORTED (kind), OG_ERR_INVALID_ARG (unknown role, or an assistant
  * turn with neither content nor tool calls), OG_ERR_NOMEM. */
 og_status og_chat_format(og_chat_kind kind, const og_chat_msg *msgs, int n, bool add_generation_prompt, char **out,

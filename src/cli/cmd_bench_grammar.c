@@ -122,11 +122,9 @@ static int tool_grammar(const og_model *m, const og_tokenizer *tok, const char *
         names[i] = json_string_value(json_object_get(fn, "name"));
         params[i] = json_object_get(fn, "parameters");
     }
-    og_str tmpl = {0};
-    og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
     og_tool_layout lay;
     char err[512] = "this model's chat template has no tool-call layout";
-    og_status st = names && params ? og_outparse_call_layout(tok, og_chat_detect(tmpl.s, (size_t)tmpl.n), false, &lay)
+    og_status st = names && params ? og_outparse_call_layout(tok, og_chat_kind_of(m->gguf), false, &lay)
                                    : OG_ERR_NOMEM;
     if (!st) st = og_grammar_tool_calls(&lay, names, params, (int)n, 0, out, err, sizeof err);
     free(names);

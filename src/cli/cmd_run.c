@@ -214,9 +214,7 @@ int og_cmd_run(int argc, char **argv) {
     }
     if ((rc = og_cli_numa_pool("onegpu run", &numa, m, (int)fl.threads, &pool))) goto out;
     if (chat) {
-        og_str tmpl = {0};
-        og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
-        og_chat_kind kind = og_chat_detect(tmpl.s, (size_t)tmpl.n);
+        og_chat_kind kind = og_chat_kind_of(m->gguf);
         og_chat_msg msg = {.role = "user", .content = prompt};
         if (og_chat_format(kind, &msg, 1, true, &text, err, sizeof err)) {
             fprintf(stderr, "onegpu run: --chat: %s\n", err);

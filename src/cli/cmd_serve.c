@@ -295,9 +295,7 @@ int og_cmd_serve(int argc, char **argv) {
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    og_str tmpl = {0};
-    og_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl);
-    og_api_model mdl = {.tok = tok, .chat = chat_kind ? chat_kind : og_chat_detect(tmpl.s, (size_t)tmpl.n),
+    og_api_model mdl = {.tok = tok, .chat = chat_kind ? chat_kind : og_chat_kind_of(m->gguf),
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = m->hp.n_layer,
                         .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens, .reasoning = reasoning};
     og_server_set_engine(srv, eng, &mdl);

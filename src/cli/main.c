@@ -16,7 +16,7 @@ static const struct {
     {"plan", og_cmd_plan, "the device/host layout for a model on this machine (header only; exit 3: does not fit)"},
     {"run", og_cmd_run, "generate from one prompt on the CPU (text to stdout, speed to stderr)"},
     {"tokenize", og_cmd_tokenize, "text -> token ids (or --decode ids -> text) with a model's tokenizer"},
-    {"bench", og_cmd_bench, "benchmarks: 'bench kernels' (CPU matvec vs memory bandwidth, matmul), 'bench placement' (hot-set policies vs the oracle), 'bench grammar' (the response_format mask's cost)"},
+    {"bench", og_cmd_bench, "benchmarks: 'bench kernels' (CPU matvec vs memory bandwidth, matmul), 'bench placement' (hot-set policies vs the oracle), 'bench grammar' (the response_format and tool-call masks' cost)"},
 };
 
 static void usage(FILE *out) {

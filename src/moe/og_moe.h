@@ -22,7 +22,7 @@ typedef struct og_plan_input {
 
 typedef struct og_plan {
     bool fits;
-    char reason[512];               /* why not, with what would make it fit */
+    char reason[1024];              /* why not, with what would make it fit: every short side (device, host) */
     /* device side */
     uint64_t nonexpert_bytes;       /* every tensor but the routed experts */
     uint64_t kv_bytes;              /* ctx x parallel x layers x (r_kv + d_rope) x elem */

@@ -198,30 +198,42 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
                                                                                              p->min_slot_bytes)),
                                    in->reserve);
     char a[32], b[32];
+    /* Every short side is named at once (a user fixing one should not meet the
+     * next only on the second try): the device's reason, then the host's. */
+    p->reason[0] = 0;
     if (device_need > in->vram) {
         uint64_t short_by = device_need - in->vram;
         /* the largest ctx (multiple of 256) whose KV closes the gap, all else equal */
         uint64_t ctx_fit = 0;
         if (p->kv_bytes > short_by && kv_token_all) ctx_fit = (p->kv_bytes - short_by) / kv_token_all / 256 * 256;
         if (ctx_fit >= in->ctx) ctx_fit = 0;
-        char nb[32], kb[32], wb[32], vb[32], sb[32], rb[32], mb[32], hint[160];
+        char nb[32], kb[32], wb[32], vb[32], sb[32], rb[32], mb[32], hint[256];
         const uint64_t fixed = sat_add(sat_add(p->nonexpert_bytes, p->min_slot_bytes), in->reserve);
+        /* the KV cache is "the large item" when it outweighs the weights: then
+         * --ctx / --parallel are named even when they cannot close the gap alone */
+        const bool kv_large = p->kv_bytes >= p->nonexpert_bytes && p->kv_bytes >= p->min_slot_bytes;
+        size_t h = 0;
+        hint[0] = 0;
         if (ctx_fit)
-            snprintf(hint, sizeof hint, "; it fits with --ctx %llu or less%s", (unsigned long long)ctx_fit,
-                     in->parallel > 1 ? ", or with fewer --parallel" : "");
+            h += (size_t)snprintf(hint + h, sizeof hint - h, "; it fits with --ctx %llu or less%s", (unsigned long long)ctx_fit,
+                                  in->parallel > 1 ? ", or with fewer --parallel" : "");
         else if (in->reserve >= in->vram)
-            snprintf(hint, sizeof hint, "; --reserve takes the whole device");
+            h += (size_t)snprintf(hint + h, sizeof hint - h, "; --reserve takes the whole device");
         else if (in->reserve > short_by) /* the reserve is what a user sets, and enough to close the gap */
-            snprintf(hint, sizeof hint, "; it fits with --reserve %s or less",
-                     og_fmt_bytes(in->reserve - short_by, rb, sizeof rb));
+            h += (size_t)snprintf(hint + h, sizeof hint - h, "; it fits with --reserve %s or less",
+                                  og_fmt_bytes(in->reserve - short_by, rb, sizeof rb));
         else if (fixed > in->vram)
-            snprintf(hint, sizeof hint, "; the weights%s and the reserve alone do not fit: a bigger GPU%s",
-                     min_slots ? ", the minimum expert slots" : "", min_slots ? " or fewer --expert-slots" : "");
+            h += (size_t)snprintf(hint + h, sizeof hint - h, "; the weights%s and the reserve alone do not fit: a bigger GPU%s",
+                                  min_slots ? ", the minimum expert slots" : "", min_slots ? " or fewer --expert-slots" : "");
         else if (in->parallel > 1)
-            snprintf(hint, sizeof hint, "; fewer --parallel (each sequence costs %s of KV and logits) would help",
-                     og_fmt_bytes(sat_add(sat_mul(kv_token, in->ctx), 4ull * hp.n_vocab), mb, sizeof mb));
+            h += (size_t)snprintf(hint + h, sizeof hint - h,
+                                  "; fewer --parallel (each sequence costs %s of KV and logits) would help",
+                                  og_fmt_bytes(sat_add(sat_mul(kv_token, in->ctx), 4ull * hp.n_vocab), mb, sizeof mb));
         else
-            snprintf(hint, sizeof hint, "; a smaller --batch-tokens, --reserve or --ctx would help");
+            h += (size_t)snprintf(hint + h, sizeof hint - h, "; a smaller --batch-tokens, --reserve or --ctx would help");
+        if (kv_large && !ctx_fit && h < sizeof hint)
+            snprintf(hint + h, sizeof hint - h, "; the KV cache is the largest item: a smaller --ctx (%u now)%s shrinks it",
+                     in->ctx, in->parallel > 1 ? " or fewer --parallel" : "");
         snprintf(p->reason, sizeof p->reason,
                  "device short by %s: needs %s (non-expert weights %s, KV cache %s for %u sequence%s x %u tokens, "
                  "workspace %s, %u expert slots per MoE layer %s, reserve %s) but --vram gives %s%s",
@@ -230,17 +242,18 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
                  in->parallel == 1 ? "" : "s", in->ctx, og_fmt_bytes(p->workspace_bytes, wb, sizeof wb), min_slots,
                  og_fmt_bytes(p->min_slot_bytes, b, sizeof b), og_fmt_bytes(in->reserve, rb, sizeof rb),
                  og_fmt_bytes(in->vram, vb, sizeof vb), hint);
-        free(layer_expert_bytes);
-        return OG_OK;
     }
     if (p->host_bytes > in->ram) {
         char hb[32], rb[32], sb2[32], gb[32];
-        snprintf(p->reason, sizeof p->reason,
-                 "host short by %s: the routed experts (%s) and staging (%s) need %s but %s is available; "
+        size_t r = strlen(p->reason);
+        snprintf(p->reason + r, sizeof p->reason - r,
+                 "%shost short by %s: the routed experts (%s) and staging (%s) need %s but %s is available; "
                  "add RAM or use a smaller quantization",
-                 og_fmt_bytes(p->host_bytes - in->ram, gb, sizeof gb), og_fmt_bytes(p->routed_bytes, rb, sizeof rb),
-                 og_fmt_bytes(p->staging_bytes, sb2, sizeof sb2), og_fmt_bytes(p->host_bytes, hb, sizeof hb),
-                 og_fmt_bytes(in->ram, a, sizeof a));
+                 r ? "; and " : "", og_fmt_bytes(p->host_bytes - in->ram, gb, sizeof gb),
+                 og_fmt_bytes(p->routed_bytes, rb, sizeof rb), og_fmt_bytes(p->staging_bytes, sb2, sizeof sb2),
+                 og_fmt_bytes(p->host_bytes, hb, sizeof hb), og_fmt_bytes(in->ram, a, sizeof a));
+    }
+    if (p->reason[0]) {
         free(layer_expert_bytes);
         return OG_OK;
     }

@@ -124,6 +124,7 @@ void og_api_req_free(og_api_req *r) {
     free(r->bias_ids);
     free(r->bias_values);
     free(r->teacher);
+    json_decref(r->call_tools);
     og_grammar_unref(r->grammar);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
@@ -312,6 +313,8 @@ static bool parse_messages(json_t *root, const og_api_model *mdl, const og_chat_
         og_status st = og_chat_tokenize_opts(mdl->tok, mdl->chat, cm, (int)n, opts, true, &r->prompts[0], err, sizeof err);
         if (st == OG_ERR_NOMEM) ok = OOM();
         else if (st) ok = BAD("messages", "%s", err);
+        /* where the prompt ends: inside the think block or not (R1 after tool outputs writes no generation prompt) */
+        if (ok) r->out.in_reasoning = og_chat_conversation_opens_reasoning(mdl->chat, cm, (int)n, opts);
     }
     for (size_t i = 0; texts && i < n; i++) free(texts[i]);
     for (size_t i = 0; calls && i < n; i++) free(calls[i]);
@@ -634,20 +637,13 @@ static bool parse_tools(json_t *root, const og_api_model *mdl, og_api_req *r, og
                                 .parse_reasoning = thinks, .parse_tools = nt && r->tool_choice != OG_TOOLS_NONE,
                                 .id_seed = r->sp.sampling.seed ^ 0x746f6f6c73ULL};
     r->parse = ok && (r->out.parse_tools || r->out.parse_reasoning);
-    if (ok && forced) { /* constrained decoding: the layout's markers, names and each schema */
-        og_tool_layout lay;
-        char msg[400];
-        og_status st = og_outparse_call_layout(mdl->tok, mdl->chat, r->out.in_reasoning, &lay);
-        if (!st)
-            st = named >= 0 ? og_grammar_tool_calls(&lay, &names[named], (const json_t *const *)&params[named], 1,
-                                                    r->max_calls, &r->grammar, msg, sizeof msg)
-                            : og_grammar_tool_calls(&lay, names, (const json_t *const *)params, (int)nt, r->max_calls,
-                                                    &r->grammar, msg, sizeof msg);
-        else
-            snprintf(msg, sizeof msg, "this model's chat encoding has no tool-call layout");
-        if (st == OG_ERR_NOMEM) ok = OOM();
-        else if (st) ok = BAD("tools", "tools: %s", msg);
-        r->sp.grammar = r->grammar;
+    if (ok && forced) { /* the tools the call grammar chooses from (built in call_grammar) */
+        r->call_tools = json_array();
+        for (size_t i = 0; ok && i < nt; i++)
+            if ((named < 0 || (size_t)named == i) &&
+                json_array_append_new(r->call_tools, json_pack("[s,O]", names[i], params[i])))
+                ok = OOM();
+        if (!r->call_tools) ok = OOM();
     }
     if (ok && nt && r->tool_choice == OG_TOOLS_NONE) { /* "none": the call markers are masked (a bias no logit survives) */
         int32_t ban[4];
@@ -670,6 +666,31 @@ static bool parse_tools(json_t *root, const og_api_model *mdl, og_api_req *r, og
     for (size_t i = 0; params && i < nt; i++) json_decref(params[i]);
     free(params);
     free(names);
+    return ok;
+}
+
+/* tool_choice required / named: the grammar that writes only calls of
+ * r->call_tools in the encoding's layout (closing the think block first when
+ * the rendered prompt left it open). */
+static bool call_grammar(const og_api_model *mdl, og_api_req *r, og_api_err *e) {
+    size_t n = json_array_size(r->call_tools);
+    const char **names = calloc(n ? n : 1, sizeof *names);
+    const json_t **params = calloc(n ? n : 1, sizeof *params);
+    bool ok = names && params ? true : OOM();
+    for (size_t i = 0; ok && i < n; i++) {
+        names[i] = json_string_value(json_array_get(json_array_get(r->call_tools, i), 0));
+        params[i] = json_array_get(json_array_get(r->call_tools, i), 1);
+    }
+    og_tool_layout lay;
+    char msg[400];
+    og_status st = ok ? og_outparse_call_layout(mdl->tok, mdl->chat, r->out.in_reasoning, &lay) : OG_OK;
+    if (ok && st) snprintf(msg, sizeof msg, "this model's chat encoding has no tool-call layout");
+    else if (ok) st = og_grammar_tool_calls(&lay, names, params, (int)n, r->max_calls, &r->grammar, msg, sizeof msg);
+    if (ok && st == OG_ERR_NOMEM) ok = OOM();
+    else if (ok && st) ok = BAD("tools", "tools: %s", msg);
+    r->sp.grammar = r->grammar;
+    free(names);
+    free(params);
     return ok;
 }
 
@@ -837,6 +858,7 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     bool parsed = chat ? parse_messages(root, mdl, &opts, r, e) : parse_prompt(root, mdl, r, e);
     free(tools_json);
     if (!parsed) return false;
+    if (r->call_tools && !call_grammar(mdl, r, e)) return false;
     if (r->parse) r->sp.logprobs = true; /* the parser reads every token's id (og_seq_out.toks) */
     /* teacher_tokens (our extension): the first generated tokens are these ids, as onegpu run --teacher
        does; for tests and replays of a known output (each still reports its log-prob) */

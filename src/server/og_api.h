@@ -65,6 +65,8 @@ typedef struct og_api_req {
     int max_calls;           /* tool calls reported at most (1: parallel_tool_calls false; 0: any) */
     bool thinking;           /* the prompt was rendered in thinking mode */
     int reasoning_effort;    /* V4.1's 1..100 rendered (0: the encoding's default) */
+    json_t *call_tools;      /* tool_choice required / named: [[name, parameters], ...] for the call grammar,
+                                built once the conversation is rendered (owned) */
 } og_api_req;
 
 /* Parses and validates a request body (len bytes) for the chat (chat = true)

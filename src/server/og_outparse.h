@@ -85,6 +85,10 @@ og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud);
 /* Tool calls completed so far (END events). */
 int og_outparse_n_calls(const og_outparse *p);
 
+/* True while the output is inside the think block (what the next token
+ * continues), for usage.completion_tokens_details.reasoning_tokens. */
+bool og_outparse_in_reasoning(const og_outparse *p);
+
 /* True once some call was malformed and reported as text. */
 bool og_outparse_malformed(const og_outparse *p);
 

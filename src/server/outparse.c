@@ -566,6 +566,8 @@ int og_outparse_n_calls(const og_outparse *p) { return p ? p->n_calls : 0; }
 
 bool og_outparse_malformed(const og_outparse *p) { return p && p->malformed; }
 
+bool og_outparse_in_reasoning(const og_outparse *p) { return p && p->st == S_REASONING; }
+
 /* ---- construction ----------------------------------------------------------- */
 
 static void set_marker(og_outparse *p, int r, const char *text, bool on) {

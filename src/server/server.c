@@ -92,6 +92,7 @@ typedef struct gen_ctx {
     json_t *calls[OG_API_MAX_PROMPTS];      /* non-streaming: the message's tool_calls */
     char *content[OG_API_MAX_PROMPTS], *reasoning[OG_API_MAX_PROMPTS];
     size_t content_len[OG_API_MAX_PROMPTS], reasoning_len[OG_API_MAX_PROMPTS];
+    int n_reasoning[OG_API_MAX_PROMPTS];    /* tokens generated inside the think block */
     int n_calls[OG_API_MAX_PROMPTS];        /* calls reported (at most req.max_calls when it is set) */
     bool drop_call[OG_API_MAX_PROMPTS];     /* the call being reported is over req.max_calls */
     uint32_t last_start[OG_API_MAX_PROMPTS]; /* text_start of the last token seen */
@@ -218,8 +219,14 @@ static json_t *usage_json(const gen_ctx *g) {
         p += g->n_prompt[i];
         c += g->n_gen[i];
     }
-    return json_pack("{s:I,s:I,s:I,s:{s:i}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
-                     "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens", 0);
+    json_t *u = json_pack("{s:I,s:I,s:I,s:{s:i}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
+                          "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens", 0);
+    if (u && g->req.out.parse_reasoning) { /* thinking requests: how many of them were reasoning */
+        long long r = 0;
+        for (int i = 0; i < g->n; i++) r += g->n_reasoning[i];
+        json_object_set_new(u, "completion_tokens_details", json_pack("{s:I}", "reasoning_tokens", (json_int_t)r));
+    }
+    return u;
 }
 
 static json_t *envelope(const gen_ctx *g, const char *object) {
@@ -358,12 +365,16 @@ static void on_out(void *ud, const og_out_ev *ev) {
 static void parse_toks(gen_ctx *g, int i, const og_tok_out *toks, int n, bool end) {
     g->cur = i;
     for (int k = 0; k < n; k++) {
-        if (g->last_id[i] >= 0) og_outparse_feed(g->op[i], &g->last_id[i], 1, on_out, g);
+        if (g->last_id[i] >= 0) {
+            g->n_reasoning[i] += og_outparse_in_reasoning(g->op[i]); /* the closing marker's tokens count too */
+            og_outparse_feed(g->op[i], &g->last_id[i], 1, on_out, g);
+        }
         g->last_id[i] = toks[k].id;
         g->last_start[i] = toks[k].text_start;
     }
     if (!end) return;
     if (g->last_id[i] >= 0) {
+        g->n_reasoning[i] += og_outparse_in_reasoning(g->op[i]);
         char b[256];
         int bn = og_token_to_bytes(g->srv->mdl.tok, g->last_id[i], false, b, sizeof b);
         size_t have = g->text_len[i] > g->last_start[i] ? g->text_len[i] - g->last_start[i] : 0;

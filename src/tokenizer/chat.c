@@ -4,6 +4,7 @@
  * (V3, R1, V3.1: tokenizer.md §7) and chat_dsv4.c (V4, V4.1: deepseek4.md §5). */
 #include "chat_impl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,9 @@ og_chat_kind og_chat_detect(const char *t, size_t n) {
     if (!t) return OG_CHAT_UNKNOWN;
     bool dsml = has(t, n, "DSML") && (has(t, n, "dsml_token") || has(t, n, CHAT_DSML));
     if (dsml && has(t, n, CHAT_S)) return OG_CHAT_DEEPSEEK4_1;
-    if (dsml && has(t, n, "tool_calls")) return OG_CHAT_DEEPSEEK4;
+    /* V3.2 names its block function_calls (llama.cpp tells V4 by its absence); V3.2
+     * is not built in and keeps the V3 formatter its markers gave it before */
+    if (dsml && has(t, n, "tool_calls") && !has(t, n, "function_calls")) return OG_CHAT_DEEPSEEK4;
     if (!(has(t, n, CHAT_A) && has(t, n, CHAT_U) && has(t, n, CHAT_EOS))) return OG_CHAT_UNKNOWN;
     if (has(t, n, "thinking") && has(t, n, "is_last_user")) return OG_CHAT_DEEPSEEK3_1;
     if (has(t, n, CHAT_A "<think>")) return OG_CHAT_DEEPSEEK_R1;
@@ -32,6 +35,16 @@ og_chat_kind og_chat_kind_for_arch(const char *arch) {
     if (!strcmp(arch, "deepseek4")) return OG_CHAT_DEEPSEEK4;
     if (!strcmp(arch, "deepseek41")) return OG_CHAT_DEEPSEEK4_1;
     return OG_CHAT_UNKNOWN;
+}
+
+og_chat_kind og_chat_kind_of(const og_gguf *g) {
+    char arch[64];
+    og_chat_kind k = OG_CHAT_UNKNOWN;
+    if (og_gguf_get_cstr(g, "general.architecture", arch, sizeof arch) == OG_OK) k = og_chat_kind_for_arch(arch);
+    og_str tmpl = {0};
+    if (k == OG_CHAT_UNKNOWN && og_gguf_get_str(g, "tokenizer.chat_template", &tmpl) == OG_OK)
+        k = og_chat_detect(tmpl.s, (size_t)tmpl.n);
+    return k;
 }
 
 bool og_chat_is_system(const char *role) { return !strcmp(role, "system") || !strcmp(role, "developer"); }
@@ -118,6 +131,51 @@ static void put_json_str(og_chat_buf *b, const char *s, size_t n, bool ensure_as
     og_chat_put(b, "\"");
 }
 
+/* A double as Python's float repr writes it (json.dumps uses it): the shortest
+ * digits that read back as the same value, positional for decimal exponents
+ * -4..15 ("1e-05", "0.0001", "1000000000000000.0", "1e+16"), else d.ddde+XX. */
+static void put_py_float(og_chat_buf *b, double d) {
+    char e[40], out[64];
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec - 1, d);
+        if (strtod(e, NULL) == d) break;
+    }
+    snprintf(e, sizeof e, "%.*e", prec - 1, d);
+    /* e: [-]D[.DDD]e(+|-)XX */
+    char *ep = strchr(e, 'e');
+    int exp = atoi(ep + 1);
+    *ep = '\0';
+    char digits[24];
+    size_t nd = 0;
+    for (const char *p = e; *p; p++)
+        if (*p >= '0' && *p <= '9') digits[nd++] = *p;
+    digits[nd] = '\0';
+    size_t o = 0;
+    if (signbit(d)) out[o++] = '-';
+    if (exp >= -4 && exp < 16) {
+        if (exp < 0) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "0.");
+            for (int k = -1; k > exp; k--) out[o++] = '0';
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", digits);
+        } else {
+            for (int k = 0; k <= exp; k++) out[o++] = (size_t)k < nd ? digits[k] : '0';
+            out[o++] = '.';
+            if ((size_t)exp + 1 < nd) o += (size_t)snprintf(out + o, sizeof out - o, "%s", digits + exp + 1);
+            else out[o++] = '0';
+        }
+        out[o] = '\0';
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", digits + 1);
+        }
+        snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    }
+    og_chat_put(b, out);
+}
+
 static void put_indent(og_chat_buf *b, int indent, int depth) {
     og_chat_put(b, "\n");
     for (int k = 0; k < indent * depth; k++) og_chat_put(b, " ");
@@ -167,17 +225,7 @@ static void put_json_at(og_chat_buf *b, const json_t *v, int indent, bool ensure
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         og_chat_put(b, num);
         break;
-    case JSON_REAL: {
-        /* the shortest text that reads back as the same double, as Python's repr */
-        double d = json_real_value(v);
-        for (int prec = 1; prec <= 17; prec++) {
-            snprintf(num, sizeof num, "%.*g", prec, d);
-            if (strtod(num, NULL) == d) break;
-        }
-        if (!strpbrk(num, ".eEn")) strcat(num, ".0");
-        og_chat_put(b, num);
-        break;
-    }
+    case JSON_REAL: put_py_float(b, json_real_value(v)); break;
     case JSON_TRUE: og_chat_put(b, "true"); break;
     case JSON_FALSE: og_chat_put(b, "false"); break;
     case JSON_NULL: og_chat_put(b, "null"); break;
@@ -207,7 +255,8 @@ static og_status parse_tools(const char *tools_json, json_t **out, char *err, si
         json_t *type = json_object_get(e, "type"), *fn = json_object_get(e, "function");
         const char *why = NULL;
         if (!json_is_object(e)) why = "is not an object";
-        else if (!json_is_string(type) || strcmp(json_string_value(type), "function")) why = "has a type other than \"function\"";
+        else if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+            why = "has a type other than \"function\"";
         else if (!json_is_object(fn)) why = "has no function object";
         else if (!json_is_string(json_object_get(fn, "name")) || !json_string_length(json_object_get(fn, "name")))
             why = "has no function name";
@@ -275,37 +324,73 @@ og_status og_chat_format(og_chat_kind kind, const og_chat_msg *m, int n, bool ad
     return og_chat_format_opts(kind, m, n, NULL, add_generation_prompt, out, err, errlen);
 }
 
+/* The control tokens inside one mark: where, and which (at most CTL_MAX; a
+ * mark is one template piece, a few markers at the most). */
+enum { CTL_MAX = 8, CTL_CACHE = 64 };
+typedef struct mark_ctl {
+    const char *text; /* the mark's first occurrence in the rendered text */
+    size_t len;
+    int n;
+    size_t at[CTL_MAX], tl[CTL_MAX]; /* offset in the mark, token text length */
+    int32_t id[CTL_MAX];
+} mark_ctl;
+
+static og_status find_controls(const og_tokenizer *tok, const char *text, size_t len, mark_ctl *c) {
+    *c = (mark_ctl){.text = text, .len = len};
+    char piece[256];
+    for (size_t at = 0; at < len && c->n < CTL_MAX;) {
+        int32_t id;
+        og_status st = og_tokenizer_first_control(tok, text + at, len - at, &id);
+        if (st || id < 0) return st;
+        int tl = og_token_to_bytes(tok, id, true, piece, sizeof piece);
+        const char *hit = tl > 0 && (size_t)tl <= sizeof piece ? memmem(text + at, len - at, piece, (size_t)tl) : NULL;
+        if (!hit) return OG_OK; /* cannot happen: the token was found in this text */
+        c->at[c->n] = (size_t)(hit - text);
+        c->tl[c->n] = (size_t)tl;
+        c->id[c->n++] = id;
+        at = (size_t)(hit - text) + (size_t)tl;
+    }
+    return OG_OK;
+}
+
 /* The control tokens come from the marks only: inside each mark, the control
  * tokens the vocabulary has there (og_tokenizer_first_control, found one after
- * another); every other byte, the marks' plain text included, is joined into
- * runs tokenized with parse_special = false. So the ids equal tokenizing the
- * whole text with parse_special = true whenever the messages hold no
- * control-token text, whatever the vocabulary makes a control token (a DSML
- * tag is plain text in the V3 vocabulary). */
+ * another; the answer kept per distinct mark text, since a conversation repeats
+ * a few dozen pieces); every other byte, the marks' plain text included, is
+ * joined into runs tokenized with parse_special = false. So the ids equal
+ * tokenizing the whole text with parse_special = true whenever the messages
+ * hold no control-token text, whatever the vocabulary makes a control token (a
+ * DSML tag is plain text in the V3 vocabulary). */
 og_status og_chat_tokenize_opts(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *m, int n,
                                 const og_chat_opts *opts, bool add_generation_prompt, og_ids *out, char *err,
                                 size_t errlen) {
     og_chat_buf b = {0};
     og_status st = render(kind, m, n, opts, add_generation_prompt, &b, err, errlen);
     if (!st) st = og_tokenize(tok, "", 0, og_tokenizer_add_bos(tok), false, out);
+    mark_ctl *cache = st ? NULL : malloc(CTL_CACHE * sizeof *cache);
+    if (!st && !cache) st = OG_ERR_NOMEM;
+    int n_cache = 0;
     size_t run = 0; /* start of the text not yet tokenized */
-    char piece[256];
     for (size_t k = 0; !st && k < b.n_mark; k++) {
-        size_t at = b.mark[2 * k], end = at + b.mark[2 * k + 1];
-        while (!st && at < end) {
-            int32_t id;
-            if ((st = og_tokenizer_first_control(tok, b.p + at, end - at, &id)) || id < 0) break;
-            int len = og_token_to_bytes(tok, id, true, piece, sizeof piece);
-            const char *hit = len > 0 && (size_t)len <= sizeof piece ? memmem(b.p + at, end - at, piece, (size_t)len) : NULL;
-            if (!hit) break; /* cannot happen: the token was found in this text */
-            size_t pos = (size_t)(hit - b.p);
+        const char *text = b.p + b.mark[2 * k];
+        size_t len = b.mark[2 * k + 1];
+        mark_ctl one, *c = NULL;
+        for (int i = 0; i < n_cache && !c; i++)
+            if (cache[i].len == len && !memcmp(cache[i].text, text, len)) c = &cache[i];
+        if (!c) {
+            c = n_cache < CTL_CACHE ? &cache[n_cache++] : &one;
+            st = find_controls(tok, text, len, c);
+        }
+        for (int i = 0; !st && i < c->n; i++) {
+            size_t pos = b.mark[2 * k] + c->at[i];
             if (pos > run) st = og_tokenize(tok, b.p + run, pos - run, false, false, out);
-            if (!st) st = og_tokenize(tok, piece, (size_t)len, false, true, out);
-            at = run = pos + (size_t)len;
+            if (!st) st = og_tokenize(tok, b.p + pos, c->tl[i], false, true, out);
+            run = pos + c->tl[i];
         }
     }
     if (!st && b.n > run) st = og_tokenize(tok, b.p + run, b.n - run, false, false, out); /* text: never a control token */
     if (st == OG_ERR_NOMEM && !b.oom) og_fail(err, errlen, st, "out of memory");
+    free(cache);
     free(b.p);
     free(b.mark);
     return st;
@@ -327,4 +412,19 @@ bool og_chat_opens_reasoning(og_chat_kind kind, const og_chat_opts *opts) {
     case OG_CHAT_DEEPSEEK4_1: return thinking;
     default: return false;
     }
+}
+
+bool og_chat_conversation_opens_reasoning(og_chat_kind kind, const og_chat_msg *m, int n, const og_chat_opts *opts) {
+    og_chat_buf b = {0};
+    bool opens = false;
+    if (render(kind, m, n, opts, true, &b, NULL, 0) == OG_OK && b.p) {
+        static const char *const ends[] = {CHAT_THINK, CHAT_THINK "\n"};
+        for (size_t k = 0; k < sizeof ends / sizeof *ends; k++) {
+            size_t l = strlen(ends[k]);
+            if (b.n >= l && !memcmp(b.p + b.n - l, ends[k], l)) opens = true;
+        }
+    }
+    free(b.p);
+    free(b.mark);
+    return opens;
 }

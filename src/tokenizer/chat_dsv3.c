@@ -12,7 +12,9 @@
  * Tool definitions. V3's and R1's official templates render none. llama.cpp
  * (v0.4.0) renders the official template as is (the tools are dropped, with a
  * warning that the template "does not natively describe tools") and ships its
- * own R1 template for tool use, models/templates/llama-cpp-deepseek-r1.jinja:
+ * own R1 template for tool use, models/templates/llama-cpp-deepseek-r1.jinja
+ * (docs/function-calling.md: pass it with --chat-template-file, "we provide a
+ * custom llama-cpp-deepseek-r1.jinja for DeepSeek R1 distills"):
  * right after BOS, "You can call any of the following function tools to satisfy
  * the user's requests: " + the functions as JSON (indent 2) + an example call
  * in V3's call syntax. We render that block for V3 and R1 (their call syntax is

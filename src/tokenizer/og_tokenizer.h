@@ -1,5 +1,5 @@
 /* onegpu tokenizer: byte-level BPE as llama.cpp runs it for DeepSeek GGUFs
- * (tokenizer.ggml.model = "gpt2", pre "deepseek-v3" or "deepseek-llm"), special
+ * (tokenizer.ggml.model = "gpt2", pre "deepseek-v3", its V4 name "joyai-llm", or "deepseek-llm"), special
  * tokens, and a UTF-8 safe incremental detokenizer. Spec: shared/spec/tokenizer.md
  * (section numbers below). */
 #ifndef OG_TOKENIZER_H
@@ -16,7 +16,7 @@ enum { OG_TOK_NORMAL = 1, OG_TOK_UNKNOWN = 2, OG_TOK_CONTROL = 3, OG_TOK_USER_DE
 /* Builds the tokenizer from a GGUF's tokenizer.ggml.* keys. The strings are
  * copied: the og_gguf may be closed afterwards. Errors: OG_ERR_NOT_FOUND (no
  * vocabulary), OG_ERR_UNSUPPORTED (a model or pre-tokenizer other than gpt2 with
- * deepseek-v3 / deepseek-llm: refused rather than silently wrong, §0),
+ * deepseek-v3 / joyai-llm / deepseek-llm: refused rather than silently wrong, §0),
  * OG_ERR_FORMAT (inconsistent arrays), OG_ERR_NOMEM. */
 og_status og_tokenizer_load(const og_gguf *g, og_tokenizer **out, char *err, size_t errlen);
 void og_tokenizer_free(og_tokenizer *t);
@@ -84,10 +84,17 @@ typedef enum og_chat_kind {
 /* Which built-in formatter renders this tokenizer.chat_template text (detected
  * by its markers, as llama.cpp does without a Jinja engine). */
 og_chat_kind og_chat_detect(const char *template_text, size_t len);
-/* The encoding of a model whose GGUF has no tokenizer.chat_template, from its
- * general.architecture: deepseek4 -> V4, deepseek41 -> V4.1 (their official
- * encoders are Python, not Jinja, deepseek4.md §5), anything else UNKNOWN. */
+/* The encoding a general.architecture implies: deepseek4 -> V4, deepseek41 ->
+ * V4.1 (their official encoders are Python, not Jinja, deepseek4.md §5: a GGUF
+ * of theirs may carry no tokenizer.chat_template), anything else UNKNOWN. */
 og_chat_kind og_chat_kind_for_arch(const char *arch);
+/* A model's encoding: og_chat_kind_for_arch(general.architecture) for V4 and
+ * V4.1 (their official encoders are Python; a Jinja template a converter put in
+ * such a file is an approximation, deepseek4.md §5), else its
+ * tokenizer.chat_template detected. Returns UNKNOWN when neither tells (no
+ * status: nothing can fail but the key lookups, and a missing key means
+ * "unknown"). */
+og_chat_kind og_chat_kind_of(const og_gguf *g);
 
 typedef struct og_chat_tool_call {
     const char *type;      /* "function" */
@@ -111,16 +118,17 @@ typedef struct og_chat_msg {
  * encoding's defaults (thinking off, effort default, no tools). */
 typedef struct og_chat_opts {
     bool thinking;            /* thinking mode, for the kinds that have one (R1 always thinks) */
-    int reasoning_effort;     /* V4.1: 1..100 (low 50, high 75, max 100); 0: the encoding's default */
+    int reasoning_effort;     /* 1..100 (low 50, high 75, max 100); 0: the encoding's default (V4.1: 75) */
     const char *tools_json;   /* the request's `tools` array as JSON text (OpenAI shape), or NULL: rendered
                                  into the prompt as the encoding does */
 } og_chat_opts;
 
-/* Renders messages as the official DeepSeek-V3 template does, quirks included,
- * WITHOUT the leading BOS text: the tokenizer adds the BOS id (add_bos_token), so
- * a BOS is never doubled. Tokenize the result with parse_special = true (the
- * markers are control tokens), or use og_chat_tokenize, which keeps message
- * text from ever becoming a control token. *out is malloc'ed, NUL-terminated.
+/* Renders messages as the kind's official template or encoder does, quirks
+ * included (chat_dsv3.c, chat_dsv4.c say which source and where a choice was
+ * made), WITHOUT the leading BOS text: the tokenizer adds the BOS id
+ * (add_bos_token), so a BOS is never doubled. Tokenize the result with
+ * parse_special = true (the markers are control tokens), or use
+ * og_chat_tokenize, which keeps message text from ever becoming a control token. *out is malloc'ed, NUL-terminated.
  * Errors: OG_ERR_UNSUPPORTED (kind), OG_ERR_INVALID_ARG (unknown role, or an assistant
  * turn with neither content nor tool calls), OG_ERR_NOMEM. */
 og_status og_chat_format(og_chat_kind kind, const og_chat_msg *msgs, int n, bool add_generation_prompt, char **out,
@@ -139,9 +147,15 @@ og_status og_chat_tokenize(const og_tokenizer *tok, og_chat_kind kind, const og_
 
 /* The same two with rendering options (opts NULL = all defaults): every kind
  * above, thinking on/off, tools rendered into the prompt. og_chat_format and
- * og_chat_tokenize are these with opts = NULL. Errors: as above, plus
- * OG_ERR_INVALID_ARG for tools_json that is not a JSON array of function tools,
- * or an effort outside 1..100. */
+ * og_chat_tokenize are these with opts = NULL. Per kind: V3 ignores thinking;
+ * R1 always thinks; reasoning (og_chat_msg.reasoning) is rendered by V4 and
+ * V4.1 only (where their drop rule keeps it; V3.1 and R1 drop past reasoning);
+ * reasoning_effort: V4.1 writes it as its effort line in thinking mode (0 =
+ * 75), V4 writes its think-max paragraph for 100 in thinking mode (meant for
+ * contexts of at least 384K, deepseek4.md §5: the caller decides), the others
+ * ignore it. Errors: as above, plus OG_ERR_INVALID_ARG for tools_json that is
+ * not a JSON array of {"type":"function","function":{"name":...}} objects, a
+ * tool call without a name, or an effort outside 0..100. */
 og_status og_chat_format_opts(og_chat_kind kind, const og_chat_msg *msgs, int n, const og_chat_opts *opts,
                               bool add_generation_prompt, char **out, char *err, size_t errlen);
 og_status og_chat_tokenize_opts(const og_tokenizer *tok, og_chat_kind kind, const og_chat_msg *msgs, int n,
@@ -151,5 +165,12 @@ og_status og_chat_tokenize_opts(const og_tokenizer *tok, og_chat_kind kind, cons
 /* The generation prompt's state: true when the rendered prompt ends inside the
  * think block (the output starts as reasoning), for og_outparse. */
 bool og_chat_opens_reasoning(og_chat_kind kind, const og_chat_opts *opts);
+/* The same for one conversation: true when the prompt og_chat_format_opts
+ * renders for it with the generation prompt ends inside the think block. It
+ * differs from og_chat_opens_reasoning where a template writes no generation
+ * prompt: R1 after tool outputs, V3.1 after a tool output or an assistant turn
+ * (the model then goes on with content). Returns false for a conversation that
+ * does not render (no status: og_chat_tokenize_opts reports that error). */
+bool og_chat_conversation_opens_reasoning(og_chat_kind kind, const og_chat_msg *msgs, int n, const og_chat_opts *opts);
 
 #endif

@@ -185,11 +185,13 @@ og_status og_tokenizer_load(const og_gguf *g, og_tokenizer **out, char *err, siz
                        model);
     og_gguf_get_cstr(g, "tokenizer.ggml.pre", pre, sizeof pre);
     pre_kind kind;
-    if (!strcmp(pre, "deepseek-v3")) kind = PRE_DEEPSEEK_V3;
+    /* joyai-llm: what V4 GGUFs declare; llama.cpp (src/llama-vocab.cpp) gives it
+     * the deepseek-v3 regexes and clean_spaces = false, as deepseek4.md §5 says */
+    if (!strcmp(pre, "deepseek-v3") || !strcmp(pre, "joyai-llm")) kind = PRE_DEEPSEEK_V3;
     else if (!strcmp(pre, "deepseek-llm")) kind = PRE_DEEPSEEK_LLM;
     else
         return og_fail(err, errlen, OG_ERR_UNSUPPORTED,
-                       "pre-tokenizer '%s' is not supported (deepseek-v3, deepseek-llm): refusing to tokenize wrongly",
+                       "pre-tokenizer '%s' is not supported (deepseek-v3, joyai-llm, deepseek-llm): refusing to tokenize wrongly",
                        pre[0] ? pre : "(none)");
     const og_gguf_kv *toks = og_gguf_find_kv(g, "tokenizer.ggml.tokens");
     const og_gguf_kv *types = og_gguf_find_kv(g, "tokenizer.ggml.token_type");

@@ -69,7 +69,3 @@ echo "ok: $bytes bytes of multilingual text tokenized exactly as llama.cpp does"
 
 # 3. round trip and detokenizer
 "$unit" "$model" "$work"/corpus/*.txt
-
-# 4. chat template: the built-in formatter vs the official Jinja template
-node "$js/chat_cases.mjs" "$work/chat_cases.json"
-"$(dirname "$unit")/test_chat" "$model" "$work/chat_cases.json"

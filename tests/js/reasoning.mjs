@@ -50,7 +50,12 @@ async function both(output, extra) {
   const r = await both('Let me think about 2+2.\nIt is 4 (caf\u00e9 \u{1F680}).</think>The answer is **4**.', {});
   assert.equal(r.choices[0].message.reasoning_content, 'Let me think about 2+2.\nIt is 4 (caf\u00e9 \u{1F680}).');
   assert.equal(r.choices[0].message.content, 'The answer is **4**.');
-  ok('reasoning split at </think> (server default on), streamed = not');
+  // the tokens up to the one that completes </think> are reasoning tokens
+  const think = ids('Let me think about 2+2.\nIt is 4 (caf\u00e9 \u{1F680}).</think>').length;
+  const all = r.usage.completion_tokens;
+  assert.ok(Math.abs(r.usage.completion_tokens_details.reasoning_tokens - think) <= 1, `reasoning_tokens ${r.usage.completion_tokens_details.reasoning_tokens}, about ${think} of ${all}`);
+  assert.ok(r.usage.completion_tokens_details.reasoning_tokens < all);
+  ok(`reasoning split at </think> (server default on), streamed = not; ${r.usage.completion_tokens_details.reasoning_tokens} of ${all} tokens reasoning`);
 }
 // reasoning_effort turns it on, "none" and chat_template_kwargs off
 for (const [extra, thinking] of [[{ reasoning_effort: 'low' }, true], [{ reasoning_effort: 'none' }, false],
@@ -64,6 +69,7 @@ for (const [extra, thinking] of [[{ reasoning_effort: 'low' }, true], [{ reasoni
     assert.equal(m.content, 'An answer');
   } else {
     assert.equal(m.reasoning_content, undefined, 'a non-thinking request has no reasoning_content');
+    assert.equal(r.usage.completion_tokens_details, undefined);
     assert.equal(m.content, text, 'a non-thinking request is all content');
   }
   ok(`${JSON.stringify(extra)}: ${thinking ? 'split' : 'all content'}`);

@@ -447,6 +447,19 @@ static void test_reasoning_mapping(void **state) {
     parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"reasoning_effort\":\"none\"}", true, &m, &r);
     assert_false(r.parse || r.out.parse_reasoning || r.out.in_reasoning); /* all content */
     og_api_req_free(&r);
+    /* V4.1 renders the effort on its 1-100 scale: medium is 62 */
+    m.chat = OG_CHAT_DEEPSEEK4_1;
+    parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"reasoning_effort\":\"medium\"}", true, &m, &r);
+    assert_true(r.thinking && r.reasoning_effort == 62 && r.out.parse_reasoning && r.out.in_reasoning);
+    og_chat_opts e62 = {.thinking = true, .reasoning_effort = 62};
+    assert_int_equal(og_chat_tokenize_opts(g_tok, OG_CHAT_DEEPSEEK4_1, &q, 1, &e62, true, &want, err, sizeof err), OG_OK);
+    assert_ids_equal(&r.prompts[0], &want);
+    char *text;
+    assert_int_equal(og_chat_format_opts(OG_CHAT_DEEPSEEK4_1, &q, 1, &e62, true, &text, err, sizeof err), OG_OK);
+    assert_non_null(strstr(text, "62"));
+    free(text);
+    og_ids_free(&want);
+    og_api_req_free(&r);
     /* V3 has no thinking mode: the controls are accepted, the output is all content */
     parse_ok("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"reasoning_effort\":\"high\"}", true, &g_mdl, &r);
     assert_false(r.parse || r.out.parse_reasoning);

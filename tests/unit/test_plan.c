@@ -156,6 +156,27 @@ static void test_refusals(void **state) {
     assert_false(p.fits);
     assert_non_null(strstr(p.reason, "device short by"));
     assert_non_null(strstr(p.reason, "bigger GPU")); /* 9.6 GiB of weights alone */
+    assert_null(strstr(p.reason, "largest item"));   /* a 4K context's KV is not what is too big */
+    og_plan_free(&p);
+
+    /* both sides short: both named in one reason, the device first */
+    in.ram = 120 * GIB;
+    plan(&in, &p);
+    assert_false(p.fits);
+    const char *d = strstr(p.reason, "device short by"), *h = strstr(p.reason, "; and host short by");
+    assert_non_null(d);
+    assert_non_null(h);
+    assert_true(d < h);
+    og_plan_free(&p);
+
+    /* the KV cache as the large item on a card too small even without it: the
+     * advice names --ctx and --parallel, not only the weights' remedies */
+    in = base_input();
+    in.vram = 8 * GIB, in.ctx = 163840, in.parallel = 64;
+    plan(&in, &p);
+    assert_false(p.fits);
+    assert_non_null(strstr(p.reason, "bigger GPU"));
+    assert_non_null(strstr(p.reason, "the KV cache is the largest item: a smaller --ctx (163840 now) or fewer --parallel"));
     og_plan_free(&p);
 
     /* a KV cache too big for the card: the reason names a --ctx that fits */

@@ -1,5 +1,6 @@
 /* tokenizer: decode(encode(x)) == x on real text, special-token rules, BOS, the
- * incremental detokenizer, and refusal of unsupported pre-tokenizers. The ids
+ * incremental detokenizer, refusal of unsupported pre-tokenizers, and the
+ * joyai-llm name (V4) tokenizing as deepseek-v3. The ids
  * themselves are checked against llama.cpp by tests/cli/ref_tokenizer.sh.
  * usage: test_tokenizer MODEL.gguf TEXT_FILE... */
 #include <setjmp.h>
@@ -168,6 +169,59 @@ static void test_unsupported_pre(void **state) {
     unlink(path);
 }
 
+/* tokenizer.ggml.pre = "joyai-llm" (V4 GGUFs): the same vocabulary under that
+ * name tokenizes every text file exactly as under "deepseek-v3" (llama.cpp's
+ * src/llama-vocab.cpp gives both the same three regexes; the deepseek-v3 ids are
+ * checked against llama.cpp itself by ref_tokenizer.sh). */
+static void test_joyai_pre(void **state) {
+    (void)state;
+    og_gguf *g;
+    char err[512];
+    assert_int_equal(og_gguf_open(g_model, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    og_gguf_writer *w;
+    assert_int_equal(og_gguf_writer_create(32, &w), OG_OK);
+    assert_int_equal(og_gguf_writer_set_str(w, "general.architecture", "deepseek4"), OG_OK);
+    for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) {
+        const og_gguf_kv *kv = og_gguf_kv_at(g, i);
+        if (strncmp(kv->key, "tokenizer.", 10) || !strcmp(kv->key, "tokenizer.ggml.pre")) continue;
+        og_status st;
+        if (kv->type == OG_GGUF_ARRAY)
+            st = og_gguf_writer_set_arr(w, kv->key, kv->arr_type, kv->arr_type == OG_GGUF_STRING ? (const void *)kv->strs : kv->data,
+                                        kv->arr_n);
+        else st = og_gguf_writer_set(w, kv->key, kv->type, kv->type == OG_GGUF_STRING ? (const void *)&kv->str : kv->data);
+        assert_int_equal(st, OG_OK);
+    }
+    assert_int_equal(og_gguf_writer_set_str(w, "tokenizer.ggml.pre", "joyai-llm"), OG_OK);
+    char path[] = "/tmp/og_tok_joyai_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    assert_int_equal(og_gguf_writer_write(w, path, NULL, NULL, err, sizeof err), OG_OK);
+    og_gguf_writer_free(w);
+    og_gguf_close(g);
+    og_tokenizer *t;
+    assert_int_equal(og_gguf_open(path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    if (og_tokenizer_load(g, &t, err, sizeof err)) fail_msg("joyai-llm refused: %s", err);
+    og_gguf_close(g);
+    unlink(path);
+    size_t n_ids = 0;
+    for (int f = 0; f < g_n_files; f++) {
+        FILE *fp = fopen(g_files[f], "rb");
+        assert_non_null(fp);
+        static char buf[1 << 20];
+        size_t n = fread(buf, 1, sizeof buf, fp);
+        fclose(fp);
+        og_ids a = {0}, b = {0};
+        assert_int_equal(og_tokenize(g_tok, buf, n, true, true, &a), OG_OK);
+        assert_int_equal(og_tokenize(t, buf, n, true, true, &b), OG_OK);
+        if (a.n != b.n || memcmp(a.v, b.v, a.n * sizeof *a.v)) fail_msg("%s: joyai-llm ids differ", g_files[f]);
+        n_ids += a.n;
+        og_ids_free(&a);
+        og_ids_free(&b);
+    }
+    assert_true(n_ids > 0);
+    og_tokenizer_free(t);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_tokenizer MODEL.gguf TEXT_FILE...\n");
@@ -179,6 +233,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip), cmocka_unit_test(test_specials_and_bos),
         cmocka_unit_test(test_incremental_utf8), cmocka_unit_test(test_unsupported_pre),
+        cmocka_unit_test(test_joyai_pre),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -24,10 +24,13 @@ static inline __mmask64 iq2_neg_mask(uint32_t p, uint32_t q) {
     return (__mmask64)(v | (t & 0x0101010101010101ULL) << 7);
 }
 
-/* The 64 grid bytes of the sub-block pair whose a0 words are p and q. */
+/* The 64 grid bytes of the sub-block pair whose a0 words are p and q: eight loads
+ * (a vpgatherqq of the same was slower here). */
 static inline __m512i iq2_grid_pair(uint32_t p, uint32_t q) {
-    const __m512i idx = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)((uint64_t)p | (uint64_t)q << 32)));
-    return _mm512_i64gather_epi64(idx, (const void *)og_iq2xxs_grid, 8);
+    const uint64_t *G = og_iq2xxs_grid;
+    return _mm512_set_epi64((long long)G[q >> 24], (long long)G[(q >> 16) & 255], (long long)G[(q >> 8) & 255],
+                            (long long)G[q & 255], (long long)G[p >> 24], (long long)G[(p >> 16) & 255],
+                            (long long)G[(p >> 8) & 255], (long long)G[p & 255]);
 }
 
 static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, int64_t n, float *s, const void *vx,
@@ -84,10 +87,12 @@ static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, 
  * off by a second vpdpbusd: exact in int32. Lanes 0-7 are block b's, 8-15 b + 1's. */
 static inline __m512i mxfp4_pair(const og_block_mxfp4 *x0, const og_block_mxfp4 *x1, const og_block_q8_0 *y0,
                                  const og_block_q8_0 *y1, __m512i table) {
-    const __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)x1->qs), _mm_loadu_si128((const __m128i *)x0->qs));
-    const __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0F)), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0F));
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); /* x0 lo, x1 lo, x0 hi, x1 hi */
-    const __m512i u = _mm512_shuffle_epi8(table, _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)));
+    /* each block's 16 bytes twice, the second copy shifted down a nibble (H: 4 in each 16-bit lane) */
+    const long long H = 0x0004000400040004LL;
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)x0->qs))),
+                                         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)x1->qs)), 1);
+    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(q, _mm512_set_epi64(H, H, 0, 0, H, H, 0, 0)), _mm512_set1_epi8(0x0F));
+    const __m512i u = _mm512_shuffle_epi8(table, nib);
     const __m512i yy = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y0->qs)),
                                           _mm256_loadu_si256((const __m256i *)y1->qs), 1);
     const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yy);

@@ -126,47 +126,57 @@ void og_iq2_xxs_canonical(int64_t n, float *s, const void *vx, const void *vy) {
     *s = og_warp_reduce32(acc);
 }
 
-/* The grid point closest to t[0..8) at scale sc (least squares), and its error. */
-static int iq2_nearest(const float *t, float sc, float *err) {
+/* The grid as floats, gv[g][j] = weight j of point g, and gg[g] = sum of its
+ * squares: what the quantizer's searches read (built once per quantized row). */
+typedef struct iq2_grid_f {
+    float gv[256][8], gg[256];
+} iq2_grid_f;
+
+static void iq2_grid_floats(iq2_grid_f *G) {
+    for (int g = 0; g < 256; g++) {
+        G->gg[g] = 0;
+        for (int j = 0; j < 8; j++) {
+            G->gv[g][j] = (float)((og_iq2xxs_grid[g] >> 8 * j) & 255);
+            G->gg[g] += G->gv[g][j] * G->gv[g][j];
+        }
+    }
+}
+
+/* The grid point closest to t[0..8) at scale sc (least squares: the smallest
+ * sc^2 |g|^2 - 2 sc t.g). */
+static int iq2_nearest(const iq2_grid_f *G, const float *t, float sc) {
     int best = 0;
     float best_e = INFINITY;
     for (int g = 0; g < 256; g++) {
-        float e = 0;
-        for (int j = 0; j < 8; j++) {
-            const float r = t[j] - sc * (float)((og_iq2xxs_grid[g] >> 8 * j) & 255);
-            e += r * r;
-        }
+        float tg = 0;
+        for (int j = 0; j < 8; j++) tg += t[j] * G->gv[g][j];
+        const float e = sc * (sc * G->gg[g] - 2 * tg);
         if (e < best_e) best_e = e, best = g;
     }
-    *err = best_e;
     return best;
 }
 
 /* The scale of one sub-block of 32 targets t (signs already folded in): for a few
  * trial scales, every group's nearest grid point, then the least-squares scale of
  * those points; the trial with the smallest error wins. */
-static float iq2_fit_sub(const float *t) {
+static float iq2_fit_sub(const iq2_grid_f *G, const float *t) {
     float amax = 0;
     for (int j = 0; j < 32; j++) amax = fmaxf(amax, t[j]);
     if (!(amax > 0)) return 0;
     float best_sc = amax / 43, best_e = INFINITY;
-    for (int trial = 0; trial < 6; trial++) {
-        const float sc = amax / 43 * (0.55f + 0.1f * (float)trial);
+    for (int trial = 0; trial < 4; trial++) {
+        const float sc = amax / 43 * (0.6f + 0.15f * (float)trial);
         float sum_tg = 0, sum_gg = 0, e = 0;
         int idx[4];
         for (int l = 0; l < 4; l++) {
-            float el;
-            idx[l] = iq2_nearest(t + 8 * l, sc, &el);
-            for (int j = 0; j < 8; j++) {
-                const float g = (float)((og_iq2xxs_grid[idx[l]] >> 8 * j) & 255);
-                sum_tg += t[8 * l + j] * g;
-                sum_gg += g * g;
-            }
+            idx[l] = iq2_nearest(G, t + 8 * l, sc);
+            for (int j = 0; j < 8; j++) sum_tg += t[8 * l + j] * G->gv[idx[l]][j];
+            sum_gg += G->gg[idx[l]];
         }
         const float fit = sum_tg > 0 ? sum_tg / sum_gg : sc;
         for (int l = 0; l < 4; l++)
             for (int j = 0; j < 8; j++) {
-                const float r = t[8 * l + j] - fit * (float)((og_iq2xxs_grid[idx[l]] >> 8 * j) & 255);
+                const float r = t[8 * l + j] - fit * G->gv[idx[l]][j];
                 e += r * r;
             }
         if (e < best_e) best_e = e, best_sc = fit;
@@ -182,6 +192,8 @@ static float iq2_fit_sub(const float *t) {
  * group's nearest grid point at its stored scale. */
 void og_iq2_xxs_from_float(const float *x, void *vy, int64_t n) {
     og_block_iq2_xxs *y = vy;
+    iq2_grid_f G;
+    if (n >= OG_QK_K) iq2_grid_floats(&G);
     for (int64_t b = 0; b < n / OG_QK_K; b++, x += OG_QK_K) {
         float t[OG_QK_K], sc[8], smax = 0;
         uint32_t signs[8] = {0};
@@ -200,7 +212,7 @@ void og_iq2_xxs_from_float(const float *x, void *vy, int64_t n) {
             }
             signs[k / 4] |= (neg & 127u) << 7 * (k % 4);
         }
-        for (int s = 0; s < 8; s++) smax = fmaxf(smax, sc[s] = iq2_fit_sub(t + 32 * s));
+        for (int s = 0; s < 8; s++) smax = fmaxf(smax, sc[s] = iq2_fit_sub(&G, t + 32 * s));
         memset(&y[b], 0, sizeof y[b]);
         if (!(smax > 0) || !isfinite(smax)) continue; /* all zero (or not finite): d = 0 */
         y[b].d = og_fp32_to_fp16(smax * 8 / 31);
@@ -211,10 +223,7 @@ void og_iq2_xxs_from_float(const float *x, void *vy, int64_t n) {
             ls = ls < 0 ? 0 : ls > 15 ? 15 : ls;
             const float sq = d * (0.5f + (float)ls) * 0.25f;
             uint32_t a0 = 0, a1 = signs[s] | (uint32_t)ls << 28;
-            for (int l = 0; l < 4; l++) {
-                float e;
-                a0 |= (uint32_t)iq2_nearest(t + 32 * s + 8 * l, sq, &e) << 8 * l;
-            }
+            for (int l = 0; l < 4; l++) a0 |= (uint32_t)iq2_nearest(&G, t + 32 * s + 8 * l, sq) << 8 * l;
             memcpy((uint8_t *)y[b].qs + 8 * s, &a0, 4);
             memcpy((uint8_t *)y[b].qs + 8 * s + 4, &a1, 4);
         }

@@ -104,6 +104,11 @@ static inline float og_warp_reduce32(float *acc) {
     OG_NY_KERNELS(name, name##_fork_n)                                               \
     OG_NY_KERNELS(name##_canon, name##_canon_n)
 
+/* The four entries of type T that OG_FORK_CANON_KERNELS(name, ...) defined. */
+#define OG_SET_FORK_CANON(k, T, name)                                                              \
+    ((k)->vec_dot[T] = name##_dot, (k)->vec_dot4[T] = name##_dot4, (k)->vec_dot_canonical[T] = name##_canon_dot, \
+     (k)->vec_dot4_canonical[T] = name##_canon_dot4)
+
 #if defined(__AVX2__) && defined(__F16C__)
 /* ---- shared by the SIMD tiers (built with AVX2 and F16C) ---- */
 #include <immintrin.h>

@@ -141,10 +141,6 @@ OG_FORK_CANON_KERNELS(iq2_xxs, iq2_xxs_n)
 OG_FORK_CANON_KERNELS(mxfp4, mxfp4_n)
 
 void og_kernels_fill_iq_avx512(og_kernels *k) {
-#define SET(T, name)                                                                   \
-    k->vec_dot[T] = name##_dot, k->vec_dot4[T] = name##_dot4,                          \
-    k->vec_dot_canonical[T] = name##_canon_dot, k->vec_dot4_canonical[T] = name##_canon_dot4
-    SET(OG_TYPE_IQ2_XXS, iq2_xxs);
-    SET(OG_TYPE_MXFP4, mxfp4);
-#undef SET
+    OG_SET_FORK_CANON(k, OG_TYPE_IQ2_XXS, iq2_xxs);
+    OG_SET_FORK_CANON(k, OG_TYPE_MXFP4, mxfp4);
 }

@@ -10,6 +10,20 @@
 #define NYMAX 4
 #define PF_DIST OG_PREFETCH_DIST
 
+/* A kernel's accumulators for ny rows: the fork's lanes, the canonical order's 32
+ * lanes and its group of eight blocks in waiting. */
+typedef struct iq_acc {
+    __m512 acc[NYMAX];
+    __m256 cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
+} iq_acc;
+static inline __attribute__((always_inline)) void iq_acc_zero(iq_acc *r, int ny) {
+    for (int i = 0; i < ny; i++) {
+        r->acc[i] = _mm512_setzero_ps();
+        r->cacc[i][0] = r->cacc[i][1] = r->cacc[i][2] = r->cacc[i][3] = _mm256_setzero_ps();
+    }
+}
+
 /* ---- IQ2_XXS ------------------------------------------------------------------ */
 
 /* Bit 8l + j set when weight j of group l of the sub-block pair (a1 words p, q) is
@@ -38,13 +52,8 @@ static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, 
     const og_block_iq2_xxs *x = vx;
     const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
     const int64_t nb = n / OG_QK_K;
-    __m512 acc[NYMAX];
-    __m256 cacc[NYMAX][4];
-    og_canon8 g[NYMAX];
-    for (int i = 0; i < ny; i++) {
-        acc[i] = _mm512_setzero_ps();
-        cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
-    }
+    iq_acc r;
+    iq_acc_zero(&r, ny);
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int j = 0; j < OG_CANON_GROUP && b0 + j < nb; j++) {
             const int64_t b = b0 + j;
@@ -69,16 +78,16 @@ static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, 
             const float dx = og_h16((const uint8_t *)&x[b].d);
             for (int i = 0; i < ny; i++) {
                 if (canon)
-                    og_canon_put(&g[i], j, _mm256_add_epi32(_mm512_castsi512_si256(isum[i]), _mm512_extracti64x4_epi64(isum[i], 1)),
+                    og_canon_put(&r.g[i], j, _mm256_add_epi32(_mm512_castsi512_si256(isum[i]), _mm512_extracti64x4_epi64(isum[i], 1)),
                                  dx * y[i][b].d * 0.125f);
                 else
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(dx * y[i][b].d), acc[i]);
+                    r.acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(dx * y[i][b].d), r.acc[i]);
             }
         }
         if (canon)
-            for (int i = 0; i < ny; i++) og_canon_flush(&g[i], cacc[i], b0, nb, false);
+            for (int i = 0; i < ny; i++) og_canon_flush(&r.g[i], r.cacc[i], b0, nb, false);
     }
-    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : 0.125f * _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(r.cacc[i]) : 0.125f * _mm512_reduce_add_ps(r.acc[i]);
 }
 
 /* ---- MXFP4 ----------------------------------------------------------------------
@@ -106,13 +115,8 @@ static inline __attribute__((always_inline)) void mxfp4_n(bool canon, int ny, in
     const int64_t nb = n / OG_QK_MXFP4;
     const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)og_mxfp4_values)),
                                            _mm512_set1_epi8((char)0x80));
-    __m512 acc[NYMAX];
-    __m256 cacc[NYMAX][4];
-    og_canon8 g[NYMAX];
-    for (int i = 0; i < ny; i++) {
-        acc[i] = _mm512_setzero_ps();
-        cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
-    }
+    iq_acc r;
+    iq_acc_zero(&r, ny);
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int j = 0; j < OG_CANON_GROUP && b0 + j < nb; j += 2) {
             const int64_t b = b0 + j, b1 = b + 1 < nb ? b + 1 : b; /* an odd last block pairs with itself */
@@ -123,18 +127,18 @@ static inline __attribute__((always_inline)) void mxfp4_n(bool canon, int ny, in
                 const __m512i p = mxfp4_pair(&x[b], &x[b1], &y[i][b], &y[i][b1], table);
                 const float a0 = d0 * og_h16((const uint8_t *)&y[i][b].d), a1 = d1 * og_h16((const uint8_t *)&y[i][b1].d);
                 if (canon) {
-                    og_canon_put(&g[i], j, _mm512_castsi512_si256(p), a0);
-                    if (b1 != b) og_canon_put(&g[i], j + 1, _mm512_extracti64x4_epi64(p, 1), a1);
+                    og_canon_put(&r.g[i], j, _mm512_castsi512_si256(p), a0);
+                    if (b1 != b) og_canon_put(&r.g[i], j + 1, _mm512_extracti64x4_epi64(p, 1), a1);
                 } else {
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a0), _mm512_set1_ps(a1)),
-                                             acc[i]);
+                    r.acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a0), _mm512_set1_ps(a1)),
+                                             r.acc[i]);
                 }
             }
         }
         if (canon)
-            for (int i = 0; i < ny; i++) og_canon_flush(&g[i], cacc[i], b0, nb, false);
+            for (int i = 0; i < ny; i++) og_canon_flush(&r.g[i], r.cacc[i], b0, nb, false);
     }
-    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(r.cacc[i]) : _mm512_reduce_add_ps(r.acc[i]);
 }
 
 OG_FORK_CANON_KERNELS(iq2_xxs, iq2_xxs_n)

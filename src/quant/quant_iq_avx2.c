@@ -26,9 +26,13 @@ static inline __m256i iq2_neg_bytes(uint32_t a1) {
     const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), spread), bits);
     return _mm256_cmpeq_epi8(v, bits);
 }
-static inline __m256i iq2_grid_bytes(uint32_t a0) {
-    return _mm256_setr_epi64x((long long)og_iq2xxs_grid[a0 & 255], (long long)og_iq2xxs_grid[(a0 >> 8) & 255],
-                              (long long)og_iq2xxs_grid[(a0 >> 16) & 255], (long long)og_iq2xxs_grid[a0 >> 24]);
+/* The 32 grid bytes of the sub-block whose a0 word is a: four broadcast loads and
+ * three blends (no shuffles: the inserts of _mm256_set_epi64x were the cost). */
+static inline __m256i iq2_grid_bytes(uint32_t a) {
+    const long long *G = (const long long *)og_iq2xxs_grid;
+    const __m256i b0 = _mm256_set1_epi64x(G[a & 255]), b1 = _mm256_set1_epi64x(G[(a >> 8) & 255]);
+    const __m256i b2 = _mm256_set1_epi64x(G[(a >> 16) & 255]), b3 = _mm256_set1_epi64x(G[a >> 24]);
+    return _mm256_blend_epi32(_mm256_blend_epi32(b0, b1, 0x0C), _mm256_blend_epi32(b2, b3, 0xC0), 0xF0);
 }
 
 /* The block loop both types share, in either order: block(b, ny, x, y, isum, a)

@@ -38,13 +38,18 @@ static inline __mmask64 iq2_neg_mask(uint32_t p, uint32_t q) {
     return (__mmask64)(v | (t & 0x0101010101010101ULL) << 7);
 }
 
-/* The 64 grid bytes of the sub-block pair whose a0 words are p and q: eight loads
- * (a vpgatherqq of the same was slower here). */
+/* The 32 grid bytes of the sub-block whose a0 word is a: four broadcast loads
+ * (load ports only) and three blends, which leaves the shuffle port to the rest
+ * (eight inserts were the kernel's bottleneck, a vpgatherqq slower still). */
+static inline __m256i iq2_grid4(uint32_t a) {
+    const long long *G = (const long long *)og_iq2xxs_grid;
+    const __m256i b0 = _mm256_set1_epi64x(G[a & 255]), b1 = _mm256_set1_epi64x(G[(a >> 8) & 255]);
+    const __m256i b2 = _mm256_set1_epi64x(G[(a >> 16) & 255]), b3 = _mm256_set1_epi64x(G[a >> 24]);
+    return _mm256_blend_epi32(_mm256_blend_epi32(b0, b1, 0x0C), _mm256_blend_epi32(b2, b3, 0xC0), 0xF0);
+}
+/* The 64 grid bytes of the sub-block pair whose a0 words are p and q. */
 static inline __m512i iq2_grid_pair(uint32_t p, uint32_t q) {
-    const uint64_t *G = og_iq2xxs_grid;
-    return _mm512_set_epi64((long long)G[q >> 24], (long long)G[(q >> 16) & 255], (long long)G[(q >> 8) & 255],
-                            (long long)G[q & 255], (long long)G[p >> 24], (long long)G[(p >> 16) & 255],
-                            (long long)G[(p >> 8) & 255], (long long)G[p & 255]);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(iq2_grid4(p)), iq2_grid4(q), 1);
 }
 
 static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, int64_t n, float *s, const void *vx,
@@ -60,13 +65,17 @@ static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, 
             og_prefetch_span(x + b, PF_DIST, sizeof *x);
             uint32_t a[16];
             memcpy(a, x[b].qs, 64);
+            /* 2 ls + 1 of sub-block s in the low word of dword 2s + 1 */
+            const __m512i ls2 = _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512((const void *)x[b].qs), 27), _mm512_set1_epi32(1));
             __m512i isum[NYMAX];
             for (int i = 0; i < ny; i++) isum[i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
             for (int sb = 0; sb < 8; sb += 2) {
                 const __m512i gb = iq2_grid_pair(a[2 * sb], a[2 * sb + 2]);
                 const __m512i nb8 = _mm512_maskz_mov_epi8(iq2_neg_mask(a[2 * sb + 1], a[2 * sb + 3]), gb);
-                const __m512i ls = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)(2 * (a[2 * sb + 1] >> 28) + 1)),
-                                                           _mm512_set1_epi16((short)(2 * (a[2 * sb + 3] >> 28) + 1)));
+                /* words 0-15: sub-block sb's (word 4 sb + 2 of ls2), 16-31: sb + 1's (word 4 sb + 6) */
+                const __m512i ls = _mm512_permutexvar_epi16(
+                    _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)(4 * sb + 2)), _mm512_set1_epi16((short)(4 * sb + 6))), ls2);
 #pragma GCC unroll 4
                 for (int i = 0; i < ny; i++) {
                     const __m512i yy = _mm512_loadu_si512((const void *)(y[i][b].qs + 32 * sb));

@@ -218,7 +218,8 @@ int og_cmd_bench(int argc, char **argv) {
         free(copy);
     } else {
         static const og_ggml_type def[] = {OG_TYPE_Q4_K, OG_TYPE_Q2_K, OG_TYPE_Q8_0, OG_TYPE_Q6_K, OG_TYPE_Q3_K,
-                                           OG_TYPE_Q5_K, OG_TYPE_Q4_0, OG_TYPE_IQ4_NL, OG_TYPE_F16, OG_TYPE_BF16};
+                                           OG_TYPE_Q5_K, OG_TYPE_Q4_0, OG_TYPE_IQ4_NL, OG_TYPE_IQ2_XXS, OG_TYPE_MXFP4,
+                                           OG_TYPE_F16, OG_TYPE_BF16};
         memcpy(types, def, sizeof def);
         n_types = (int)(sizeof def / sizeof def[0]);
     }

@@ -300,14 +300,14 @@ int og_cmd_gguf(int argc, char **argv) {
         if (w > key_width && w <= 60) key_width = w;
     }
     for (uint64_t i = 0; i < og_gguf_n_kv(g); i++) print_kv(og_gguf_kv_at(g, i), key_width);
-    printf("\ntensors (offsets from the data section start%s):\n  %-40s %-6s %-24s %14s %14s%s\n",
+    printf("\ntensors (offsets from the data section start%s):\n  %-40s %-7s %-24s %14s %14s%s\n",
            n_parts > 1 ? " of their part" : "", "name", "type", "shape", "bytes", "offset", n_parts > 1 ? "  part" : "");
     for (uint64_t i = 0; i < n_t; i++) {
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
         char shape[96], name[300], part[16] = "";
         shape_str(t, shape, sizeof shape);
         if (n_parts > 1) snprintf(part, sizeof part, "  %4u", t->part + 1);
-        printf("  %-40s %-6s %-24s %14llu %14llu%s\n", og_printable(t->name, strlen(t->name), name, sizeof name),
+        printf("  %-40s %-7s %-24s %14llu %14llu%s\n", og_printable(t->name, strlen(t->name), name, sizeof name),
                og_type_name(t->type), shape,
                (unsigned long long)t->n_bytes, (unsigned long long)t->offset, part);
     }

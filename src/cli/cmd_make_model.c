@@ -41,9 +41,12 @@ static void usage(FILE *out) {
         "  --n-group N --n-group-used N --no-group-keys (as older files) --legacy-mla (attn_kv_b)\n"
         "  --gating softmax|sigmoid  --expert-weights-scale F  --no-expert-norm  --no-yarn\n"
         "  --router-skew S           expert popularity ~ Zipf with exponent ~S (0: uniform)\n"
-        "types (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K; any type with\n"
-        "--sparse). Rows that are not a multiple of a type's block fall back as llama-quantize\n"
-        "does (Q4_K -> Q5_0, Q2_K -> Q4_0, ..., then F16); each fallback is reported.\n"
+        "types (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS MXFP4;\n"
+        "any type with --sparse). Rows that are not a multiple of a type's block fall back as\n"
+        "llama-quantize does (Q4_K -> Q5_0, Q2_K -> Q4_0, IQ2_XXS -> IQ4_NL, ..., then F16); each\n"
+        "fallback is reported. IQ2_XXS is quantized with a uniform importance matrix (llama.cpp's\n"
+        "quantizer wants one from real activations; these are test weights): nearest grid points\n"
+        "at least-squares scales. MXFP4 as llama.cpp's reference quantizer (OCP scale choice).\n"
         "  --type T (all 2-D weights) --type-embd T --type-output T --type-attn T\n"
         "  --type-dense T --type-routed T --type-shared T\n");
 }

@@ -266,6 +266,8 @@ static uint32_t ftype_of(og_ggml_type t) {
     case OG_TYPE_Q5_K: return 17;
     case OG_TYPE_Q6_K: return 18;
     case OG_TYPE_IQ4_NL: return 25;
+    case OG_TYPE_IQ2_XXS: return 19;
+    case OG_TYPE_MXFP4: return 38; /* MOSTLY_MXFP4_MOE */
     case OG_TYPE_BF16: return 32;
     default: return 1024; /* "guessed" */
     }

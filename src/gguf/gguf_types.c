@@ -1,6 +1,7 @@
 /* ggml type geometry (gguf.md §6) and metadata value type sizes (§2). */
 #include "og_gguf.h"
 
+#include <string.h>
 #include <strings.h>
 
 /* One row per type id; removed ids have a NULL name. */
@@ -83,4 +84,37 @@ const char *og_gguf_vtype_name(uint32_t vt) {
 
 size_t og_gguf_vtype_size(uint32_t vt) {
     return vt < OG_GGUF_VTYPE_COUNT ? vtype_sizes[vt] : 0;
+}
+
+/* Element count of t, or 0 when its shape is not a valid one (the reader has
+ * checked its byte size against ne already). */
+static uint64_t n_elements(const og_gguf_tensor *t) {
+    uint64_t n = 1;
+    for (int d = 0; d < 4; d++)
+        if (t->ne[d] < 0 || !og_mul_u64(n, (uint64_t)t->ne[d], &n)) return 0;
+    return n;
+}
+
+og_status og_gguf_tensor_i32(const og_gguf_tensor *t, uint64_t i, int32_t *out) {
+    if (t->type != OG_TYPE_I32) return OG_ERR_TYPE;
+    if (!t->data) return OG_ERR_INVALID_ARG;
+    const uint64_t n = n_elements(t);
+    if (i >= n || i >= t->n_bytes / 4) return OG_ERR_RANGE;
+    memcpy(out, (const uint8_t *)t->data + 4 * i, 4); /* the mapping may be unaligned for a hand-made file */
+    return OG_OK;
+}
+
+og_status og_gguf_tensor_i32_check(const og_gguf_tensor *t, int32_t lo, int32_t hi, uint64_t *bad_index) {
+    if (t->type != OG_TYPE_I32) return OG_ERR_TYPE;
+    if (!t->data) return OG_ERR_INVALID_ARG;
+    const uint64_t n = n_elements(t) < t->n_bytes / 4 ? n_elements(t) : t->n_bytes / 4;
+    for (uint64_t i = 0; i < n; i++) {
+        int32_t v;
+        memcpy(&v, (const uint8_t *)t->data + 4 * i, 4);
+        if (v < lo || v > hi) {
+            if (bad_index) *bad_index = i;
+            return OG_ERR_RANGE;
+        }
+    }
+    return OG_OK;
 }

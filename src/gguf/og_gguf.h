@@ -185,6 +185,15 @@ og_status og_gguf_get_cstr(const og_gguf *g, const char *key, char *buf, size_t 
 og_status og_gguf_kv_num_i64(const og_gguf_kv *kv, uint64_t i, int64_t *out);
 og_status og_gguf_kv_num_f64(const og_gguf_kv *kv, uint64_t i, double *out);
 
+/* I32 tensors (ggml type 26; V4's ffn_gate_tid2eid [n_expert_used, n_vocab], the
+ * hash-routing table): element i (flat, ne0 fastest; i < the element count) into
+ * *out. Errors: OG_ERR_TYPE (t is not I32), OG_ERR_INVALID_ARG (no data: a
+ * header-only open), OG_ERR_RANGE (i out of range). */
+og_status og_gguf_tensor_i32(const og_gguf_tensor *t, uint64_t i, int32_t *out);
+/* Checks every element of I32 tensor t lies in [lo, hi]; on OG_ERR_RANGE *bad_index
+ * (may be NULL) gets the first one that does not. Same other errors. */
+og_status og_gguf_tensor_i32_check(const og_gguf_tensor *t, int32_t lo, int32_t hi, uint64_t *bad_index);
+
 /* ---- writer (gguf.md §8) --------------------------------------------- */
 typedef struct og_gguf_writer og_gguf_writer;
 

@@ -108,10 +108,15 @@ og_status og_kernels_init(og_isa isa, og_kernels *k) {
     }
     switch (isa) {
     case OG_ISA_SCALAR: return OG_OK;
-    case OG_ISA_AVX2: og_kernels_fill_avx2(k); return OG_OK;
+    case OG_ISA_AVX2:
+        og_kernels_fill_avx2(k);
+        og_kernels_fill_iq_avx2(k);
+        return OG_OK;
     case OG_ISA_AVX512:
         og_kernels_fill_avx2(k);
         og_kernels_fill_avx512(k);
+        og_kernels_fill_iq_avx2(k);
+        og_kernels_fill_iq_avx512(k);
         return OG_OK;
     default: return OG_ERR_UNSUPPORTED;
     }

@@ -105,12 +105,16 @@ float og_dot_f32_device_ref(const float *w, const float *x, int64_t n);
  *     (q . y) (the type's quants with their offsets, e.g. Q3_K q2 + 4h - 4, Q6_K
  *     u - 32; Q4_0 q - 8), and for the k-quants with mins (Q2_K, Q4_K, Q5_K) S_b =
  *     sum over sub-blocks of min * (sums of y). Integer sums are exact in any order.
+ *     IQ2_XXS: I_b = sum over its 8 sub-blocks of (2 ls + 1) * (grid . sign . y);
+ *     MXFP4: I_b = sum of og_mxfp4_values[q] * y (the doubled E2M1 values).
  *  2. per block, the float factors a_b = dx_b * dy_b, and for types with mins
  *     c_b = dmin_b * dy_b, m_b = (float)S_b (Q4_1 and Q5_1: c_b = -m_x, m_b = s_y,
  *     the fp16 fields), each product rounded; then v_b = a_b * (float)I_b, rounded,
  *     and v_b = fma(-c_b, m_b, v_b), one rounding (types without mins: c = m = 0,
  *     so v_b = a_b * (float)I_b). dx, dmin, m_x, s_y: fp16 to float; dy: the
- *     activation block's scale (fp16 for Q8_0/Q8_1, f32 for Q8_K).
+ *     activation block's scale (fp16 for Q8_0/Q8_1, f32 for Q8_K). IQ2_XXS:
+ *     a_b = (dx_b * dy_b) * 0.125f, two roundings (the format's 1/8); MXFP4: dx_b
+ *     = 2^(e - 128) (the E8M0 scale halved, exact; og_quant_blocks.h).
  *  3. across blocks: lane l < 32 accumulates acc_l += v_b for b = l, l + 32, ... in
  *     increasing b, from +0; then the butterfly of og_dot_f32_device (offsets 16,
  *     8, 4, 2, 1) and lane 0 is the result: a warp with one block per lane.

@@ -14,6 +14,7 @@
 #define OG_QK8_1 32
 #define OG_QK4_NL 32
 #define OG_QK_K 256
+#define OG_QK_MXFP4 32
 #define OG_K_SCALE_SIZE 12
 
 typedef struct { uint16_t d; uint8_t qs[OG_QK4_0 / 2]; } og_block_q4_0;                 /* d*(q-8) */
@@ -52,6 +53,24 @@ typedef struct {
     int8_t scales[OG_QK_K / 16];  /* signed 8-bit scales */
     uint16_t d;
 } og_block_q6_K;
+/* IQ2_XXS (ggml type 16): 256 weights in 8 sub-blocks of 32. Sub-block s owns
+ * qs[4s .. 4s + 3] read as two little-endian u32 words a0, a1: the bytes of a0 are
+ * four indices into og_iq2xxs_grid (8 weights each, values 8, 25 or 43), bits 7l ..
+ * 7l + 6 of a1 pick the sign pattern of group l (og_iq2xxs_signs: bit j set =
+ * weight j negative) and a1 >> 28 is the sub-block scale ls, so weight =
+ * d * (2 ls + 1) / 8 * grid * sign. */
+typedef struct {
+    uint16_t d;
+    uint16_t qs[OG_QK_K / 8];
+} og_block_iq2_xxs;
+/* MXFP4 (ggml type 39, OCP microscaling): 32 E2M1 weights and one E8M0 exponent e;
+ * nibble layout as Q4_0 (low nibbles elements 0-15, high 16-31); weight =
+ * og_mxfp4_values[nibble] * 2^(e - 128) (the table holds twice the E2M1 value). */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[OG_QK_MXFP4 / 2];
+} og_block_mxfp4;
+
 typedef struct {
     float d;                       /* f32, not fp16 */
     int8_t qs[OG_QK_K];
@@ -76,5 +95,7 @@ OG_STATIC_ASSERT(sizeof(og_block_q4_K) == 144, "Q4_K block");
 OG_STATIC_ASSERT(sizeof(og_block_q5_K) == 176, "Q5_K block");
 OG_STATIC_ASSERT(sizeof(og_block_q6_K) == 210, "Q6_K block");
 OG_STATIC_ASSERT(sizeof(og_block_q8_K) == 292, "Q8_K block");
+OG_STATIC_ASSERT(sizeof(og_block_iq2_xxs) == 66, "IQ2_XXS block");
+OG_STATIC_ASSERT(sizeof(og_block_mxfp4) == 17, "MXFP4 block");
 
 #endif

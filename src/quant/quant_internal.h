@@ -8,6 +8,34 @@
 
 extern const int8_t og_iq4nl_values[16];
 
+/* The format constants of IQ2_XXS and MXFP4 (quant_iq.c; og_quant_blocks.h has the
+ * layouts): the 256 grid points of 8 weights each (byte j = weight j), the 128 sign
+ * patterns (7 stored bits, the 8th makes the count of negatives even) and the 16
+ * E2M1 values doubled. */
+extern const uint64_t og_iq2xxs_grid[256];
+extern const uint8_t og_iq2xxs_signs[128];
+extern const int8_t og_mxfp4_values[16];
+
+/* 2^(e - 128), the MXFP4 scale of exponent e times 1/2 (the table is doubled):
+ * e = 0 and 1 are the subnormals 2^-128 and 2^-127, e = 255 is 2^127 (OCP marks
+ * it NaN; ggml reads it as this number, and so do we). Exact. */
+static inline float og_e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* quant_iq.c's scalar kernels (og_type_traits rows of IQ2_XXS and MXFP4). */
+void og_iq2_xxs_to_float(const void *x, float *y, int64_t n);
+void og_iq2_xxs_from_float(const float *x, void *y, int64_t n);
+void og_iq2_xxs_vec_dot(int64_t n, float *s, const void *x, const void *y);
+void og_iq2_xxs_canonical(int64_t n, float *s, const void *x, const void *y);
+void og_mxfp4_to_float(const void *x, float *y, int64_t n);
+void og_mxfp4_from_float(const float *x, void *y, int64_t n);
+void og_mxfp4_vec_dot(int64_t n, float *s, const void *x, const void *y);
+void og_mxfp4_canonical(int64_t n, float *s, const void *x, const void *y);
+
 /* Unpacks the Q4_K/Q5_K 12-byte field into 8 scales and 8 mins (kquants.md §4),
  * four bytes at a time. */
 static inline void k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
@@ -75,6 +103,11 @@ static inline float og_warp_reduce32(float *acc) {
     }                                                                                \
     OG_NY_KERNELS(name, name##_fork_n)                                               \
     OG_NY_KERNELS(name##_canon, name##_canon_n)
+
+/* The four entries of type T that OG_FORK_CANON_KERNELS(name, ...) defined. */
+#define OG_SET_FORK_CANON(k, T, name)                                                              \
+    ((k)->vec_dot[T] = name##_dot, (k)->vec_dot4[T] = name##_dot4, (k)->vec_dot_canonical[T] = name##_canon_dot, \
+     (k)->vec_dot4_canonical[T] = name##_canon_dot4)
 
 #if defined(__AVX2__) && defined(__F16C__)
 /* ---- shared by the SIMD tiers (built with AVX2 and F16C) ---- */
@@ -210,5 +243,8 @@ static inline float og_canon_finish(const __m256 acc[4]) {
 /* Fill the entries a tier implements; leave others untouched. */
 void og_kernels_fill_avx2(og_kernels *k);
 void og_kernels_fill_avx512(og_kernels *k);
+/* The IQ2_XXS and MXFP4 entries of the tiers (quant_iq_avx2.c, quant_iq_avx512.c). */
+void og_kernels_fill_iq_avx2(og_kernels *k);
+void og_kernels_fill_iq_avx512(og_kernels *k);
 
 #endif

@@ -1143,6 +1143,8 @@ static const og_type_traits traits[OG_TYPE_COUNT] = {
     [OG_TYPE_Q4_K] = {OG_TYPE_Q4_K, "Q4_K", 256, 144, OG_TYPE_Q8_K, q4_K_to_float, q4_K_from_float, q4_K_vec_dot, q4_K_canonical},
     [OG_TYPE_Q5_K] = {OG_TYPE_Q5_K, "Q5_K", 256, 176, OG_TYPE_Q8_K, q5_K_to_float, q5_K_from_float, q5_K_vec_dot, q5_K_canonical},
     [OG_TYPE_Q6_K] = {OG_TYPE_Q6_K, "Q6_K", 256, 210, OG_TYPE_Q8_K, q6_K_to_float, q6_K_from_float, q6_K_vec_dot, q6_K_canonical},
+    [OG_TYPE_IQ2_XXS] = {OG_TYPE_IQ2_XXS, "IQ2_XXS", 256, 66, OG_TYPE_Q8_K, og_iq2_xxs_to_float, og_iq2_xxs_from_float, og_iq2_xxs_vec_dot, og_iq2_xxs_canonical},
+    [OG_TYPE_MXFP4] = {OG_TYPE_MXFP4, "MXFP4", 32, 17, OG_TYPE_Q8_0, og_mxfp4_to_float, og_mxfp4_from_float, og_mxfp4_vec_dot, og_mxfp4_canonical},
     [OG_TYPE_Q8_K] = {OG_TYPE_Q8_K, "Q8_K", 256, 292, OG_TYPE_Q8_K, q8_K_to_float, q8_K_from_float, NULL, NULL},
 };
 

@@ -100,7 +100,8 @@ static float frand(void) { return (float)(og_rand_unit(&rng) * 2.0 - 1.0); }
 
 static const og_ggml_type mm_types[] = {OG_TYPE_F32, OG_TYPE_F16, OG_TYPE_BF16, OG_TYPE_Q8_0, OG_TYPE_Q4_0,
                                         OG_TYPE_Q4_1, OG_TYPE_Q5_0, OG_TYPE_Q5_1, OG_TYPE_IQ4_NL, OG_TYPE_Q2_K,
-                                        OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+                                        OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K, OG_TYPE_IQ2_XXS,
+                                        OG_TYPE_MXFP4};
 
 static void test_matmul(void **state) {
     (void)state;
@@ -173,7 +174,7 @@ static void test_matmul(void **state) {
     }
     og_kernels k;
     og_kernels_init(OG_ISA_SCALAR, &k);
-    og_weight bad = {OG_TYPE_IQ2_XXS, wq, 256, 1, 66};
+    og_weight bad = {OG_TYPE_IQ2_XS, wq, 256, 1, 74};
     assert_int_equal(og_cpu_matmul(&k, NULL, &bad, x, 1, y, xq, 4096), OG_ERR_UNSUPPORTED);
     og_weight small = {OG_TYPE_Q8_0, wq, 64, 1, 68};
     assert_int_equal(og_cpu_matmul(&k, NULL, &small, x, 2, y, xq, 10), OG_ERR_INVALID_ARG); /* scratch too small */

@@ -269,6 +269,64 @@ static void test_round_trip_all_types(void **state) {
 }
 
 /* Sparse write: tensor data left as a hole, file still the full size and valid. */
+/* I32 tensors (V4's ffn_gate_tid2eid hash-routing table): written, read back through
+ * the checked accessor (each value, the index bounds, the type, header-only), the
+ * range check, and a hand-made tensor whose bytes the accessor reads unaligned. */
+static void test_i32_tensor(void **state) {
+    (void)state;
+    enum { K = 6, V = 37 }; /* [n_expert_used, n_vocab] as V4 stores it */
+    int32_t tab[K * V];
+    for (int i = 0; i < K * V; i++) tab[i] = (int32_t)((i * 7919) % 256) - (i == 5 ? 1000 : 0);
+    og_gguf_writer *w;
+    assert_int_equal(og_gguf_writer_create(32, &w), OG_OK);
+    const int64_t ne[2] = {K, V}, ne1[1] = {3};
+    const float f3[3] = {1, 2, 3};
+    assert_int_equal(og_gguf_writer_add_tensor(w, "blk.0.ffn_gate_tid2eid.weight", OG_TYPE_I32, 2, ne, tab), OG_OK);
+    assert_int_equal(og_gguf_writer_add_tensor(w, "f", OG_TYPE_F32, 1, ne1, f3), OG_OK);
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/i32.gguf", g_tmpdir);
+    assert_int_equal(og_gguf_writer_write(w, path, NULL, NULL, err, sizeof err), OG_OK);
+    og_gguf_writer_free(w);
+    og_gguf *g;
+    assert_int_equal(og_gguf_open(path, 0, &g, err, sizeof err), OG_OK);
+    const og_gguf_tensor *t = og_gguf_find_tensor(g, "blk.0.ffn_gate_tid2eid.weight");
+    assert_non_null(t);
+    assert_int_equal(t->type, OG_TYPE_I32);
+    assert_int_equal(t->n_bytes, 4 * K * V);
+    for (uint64_t i = 0; i < K * V; i++) {
+        int32_t v = 0;
+        assert_int_equal(og_gguf_tensor_i32(t, i, &v), OG_OK);
+        assert_int_equal(v, tab[i]);
+    }
+    int32_t v = 12345;
+    assert_int_equal(og_gguf_tensor_i32(t, K * V, &v), OG_ERR_RANGE);
+    assert_int_equal(og_gguf_tensor_i32(t, UINT64_MAX, &v), OG_ERR_RANGE);
+    assert_int_equal(v, 12345);
+    assert_int_equal(og_gguf_tensor_i32(og_gguf_find_tensor(g, "f"), 0, &v), OG_ERR_TYPE);
+    uint64_t bad = 0;
+    assert_int_equal(og_gguf_tensor_i32_check(t, -1000, 255, &bad), OG_OK);
+    assert_int_equal(og_gguf_tensor_i32_check(t, 0, 255, &bad), OG_ERR_RANGE);
+    assert_int_equal(bad, 5); /* the one negative value */
+    assert_int_equal(og_gguf_tensor_i32_check(t, -1000, 200, &bad), OG_ERR_RANGE);
+    assert_true(tab[bad] > 200); /* the first one above 200 */
+    for (uint64_t i = 0; i < bad; i++) assert_true(tab[i] <= 200);
+    og_gguf_close(g);
+    assert_int_equal(og_gguf_open(path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    t = og_gguf_find_tensor(g, "blk.0.ffn_gate_tid2eid.weight");
+    assert_int_equal(og_gguf_tensor_i32(t, 0, &v), OG_ERR_INVALID_ARG);
+    assert_int_equal(og_gguf_tensor_i32_check(t, 0, 1, NULL), OG_ERR_INVALID_ARG);
+    og_gguf_close(g);
+    /* a tensor struct over unaligned bytes (as a memory image may hold them) */
+    uint8_t raw[1 + 8];
+    const int32_t two[2] = {-7, 1 << 30};
+    memcpy(raw + 1, two, 8);
+    og_gguf_tensor ht = {.name = "h", .n_dims = 1, .ne = {2, 1, 1, 1}, .type = OG_TYPE_I32, .n_bytes = 8, .data = raw + 1};
+    assert_int_equal(og_gguf_tensor_i32(&ht, 1, &v), OG_OK);
+    assert_int_equal(v, 1 << 30);
+    ht.ne[0] = 3; /* a shape larger than its bytes (never from the reader): still bounded by the bytes */
+    assert_int_equal(og_gguf_tensor_i32(&ht, 2, &v), OG_ERR_RANGE);
+}
+
 static void test_sparse_write(void **state) {
     (void)state;
     og_gguf_writer *w;
@@ -899,6 +957,7 @@ int main(int argc, char **argv) {
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_round_trip_all_types);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_small_alignment);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sparse_write);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_i32_tensor);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_messages_distinct);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_every_truncation);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_overlap_behind_empty_tensor);

@@ -248,6 +248,66 @@ static void test_deterministic_and_quantized(void **state) {
     og_gguf_close(gq);
 }
 
+/* --type-routed MXFP4 and IQ2_XXS: the experts in those types (rows of 256), each
+ * weight within the format's bound of the F32 file's (MXFP4: half the widest step
+ * of its block's E2M1 grid, or the clipping above 6 times the scale; IQ2_XXS: a
+ * relative RMS error from the lattice), the fallbacks (rows of 28 are IQ4_NL for
+ * IQ2_XXS), general.file_type as llama.cpp names these files. */
+static void test_iq_types(void **state) {
+    (void)state;
+    const char *shape = SHAPE " --n-embd 256 --n-ff-exp 256";
+    /* The IQ2_XXS quantizer's searches take ~75 s for this file in the ASan build
+     * (-O0): there its file is MXFP4's shape with the IQ2_XXS half skipped; test_quant
+     * runs the quantizer under the sanitizers on short rows. */
+    const bool sanitized = getenv("OG_SANITIZED") != NULL;
+    og_gguf *gf = make("iqf32", shape);
+    char a[2048];
+    snprintf(a, sizeof a, "%s --type-routed MXFP4 --type-shared MXFP4", shape);
+    og_gguf *gm = make("iqmx", a);
+    snprintf(a, sizeof a, "%s --type-routed %s --type-shared %s", shape, sanitized ? "MXFP4" : "IQ2_XXS", sanitized ? "MXFP4" : "IQ2_XXS");
+    og_gguf *gi = make("iqxx", a);
+    if (sanitized) print_message("test_iq_types: the IQ2_XXS file is left to the plain build (OG_SANITIZED)\n");
+    uint32_t ft;
+    assert_int_equal(og_gguf_get_u32(gm, "general.file_type", &ft), OG_OK);
+    assert_int_equal(ft, 38); /* MOSTLY_MXFP4_MOE */
+    assert_int_equal(og_gguf_get_u32(gi, "general.file_type", &ft), OG_OK);
+    assert_int_equal(ft, sanitized ? 38 : 19); /* MOSTLY_IQ2_XXS */
+    static const char *const names[] = {"blk.2.ffn_gate_exps.weight", "blk.1.ffn_down_exps.weight"};
+    for (int k = 0; k < 2; k++) {
+        const og_gguf_tensor *tf = og_gguf_find_tensor(gf, names[k]);
+        const og_gguf_tensor *tm = og_gguf_find_tensor(gm, names[k]), *ti = og_gguf_find_tensor(gi, names[k]);
+        assert_int_equal(tm->type, OG_TYPE_MXFP4);
+        assert_int_equal(ti->type, sanitized ? OG_TYPE_MXFP4 : OG_TYPE_IQ2_XXS);
+        const int64_t n = tf->ne[0] * tf->ne[1] * tf->ne[2];
+        float *y = malloc((size_t)n * sizeof *y);
+        const float *x = tf->data;
+        assert_int_equal(og_dequantize_row(OG_TYPE_MXFP4, tm->data, y, n), OG_OK);
+        const og_block_mxfp4 *bm = tm->data;
+        for (int64_t i = 0; i < n; i++) {
+            const float d = ldexpf(1.0f, bm[i / 32].e - 128); /* half the E8M0 scale: the table is doubled */
+            const float ax = fabsf(x[i]), bound = ax > 12 * d ? ax - 12 * d : 2 * d;
+            if (!(fabsf(y[i] - x[i]) <= bound)) fail_msg("%s MXFP4 weight %lld: %g for %g", names[k], (long long)i, y[i], x[i]);
+        }
+        if (sanitized) {
+            free(y);
+            continue;
+        }
+        assert_int_equal(og_dequantize_row(OG_TYPE_IQ2_XXS, ti->data, y, n), OG_OK);
+        double e2 = 0, x2 = 0;
+        for (int64_t i = 0; i < n; i++) e2 += (double)(y[i] - x[i]) * (y[i] - x[i]), x2 += (double)x[i] * x[i];
+        if (!(sqrt(e2 / x2) < 0.45)) fail_msg("%s IQ2_XXS relative RMS error %.3f", names[k], sqrt(e2 / x2));
+        free(y);
+    }
+    /* rows of 256: the shared expert too; rows of n_ff 72 (dense) stay F32 (not asked) */
+    assert_int_equal(og_gguf_find_tensor(gi, "blk.1.ffn_gate_shexp.weight")->type, sanitized ? OG_TYPE_MXFP4 : OG_TYPE_IQ2_XXS);
+    og_gguf_close(gf);
+    og_gguf_close(gm);
+    og_gguf_close(gi);
+    og_gguf *gfb = make("iqfb", SHAPE " --type-routed IQ2_XXS"); /* expert rows of 48 and 28: IQ4_NL, then F16 */
+    assert_int_equal(og_gguf_find_tensor(gfb, "blk.1.ffn_gate_exps.weight")->type, OG_TYPE_F16);
+    og_gguf_close(gfb);
+}
+
 /* The real DeepSeek-V3 vocabulary: 128,000 BPE tokens + 818 added ones (ids 0-2
  * shared), padded with [PAD<id>] to 129,280 (tokenizer.md §1). */
 static void test_tokenizer(void **state) {
@@ -433,7 +493,7 @@ static void test_bad_args(void **state) {
     assert_int_equal(run(a), 1);
     snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --preset nope", g_tmp);
     assert_int_equal(run(a), 1);
-    snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --n-embd 256 --type IQ2_XXS", g_tmp); /* no quantizer */
+    snprintf(a, sizeof a, "-o %s/x.gguf --tokenizer none --n-embd 256 --type IQ2_XS", g_tmp); /* no quantizer */
     assert_int_equal(run(a), 1);
     snprintf(a, sizeof a, "-o %s --tokenizer none", g_tmp); /* output is a directory: refused before any work */
     assert_int_equal(run(a), 1);
@@ -473,7 +533,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_mla_layout), cmocka_unit_test(test_legacy_layout),
         cmocka_unit_test(test_weight_scales), cmocka_unit_test(test_deterministic_and_quantized),
         cmocka_unit_test(test_tokenizer), cmocka_unit_test(test_sparse_v3),
-        cmocka_unit_test(test_router_skew), cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_router_skew), cmocka_unit_test(test_bad_args), cmocka_unit_test(test_iq_types),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];

@@ -145,7 +145,8 @@ static void test_tiers(void **state) {
     og_cpu_detect(&f);
     static const og_ggml_type types[] = {OG_TYPE_F32, OG_TYPE_F16, OG_TYPE_BF16, OG_TYPE_Q8_0, OG_TYPE_Q4_0,
                                          OG_TYPE_Q4_1, OG_TYPE_Q5_0, OG_TYPE_Q5_1, OG_TYPE_IQ4_NL, OG_TYPE_Q2_K,
-                                         OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+                                         OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K,
+                                         OG_TYPE_IQ2_XXS, OG_TYPE_MXFP4};
     og_kernels ref;
     assert_int_equal(og_kernels_init(OG_ISA_SCALAR, &ref), OG_OK);
     int tested_tiers = 0;
@@ -262,8 +263,8 @@ static void test_vec_dot4(void **state) {
             checked2 += isa == OG_ISA_AVX2 ? 1 : 0;
         }
     }
-    if (avx512) assert_int_equal(checked, 11); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K-Q6_K */
-    if (f.avx2 && f.fma && f.f16c) assert_int_equal(checked2, 5); /* avx2: all but Q3_K */
+    if (avx512) assert_int_equal(checked, 13); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K-Q6_K, IQ2_XXS, MXFP4 */
+    if (f.avx2 && f.fma && f.f16c) assert_int_equal(checked2, 7); /* avx2: Q8_0, Q2_K, Q4_K-Q6_K, IQ2_XXS, MXFP4 */
 }
 
 /* Activation quants replaced by random ones over their whole contract range:
@@ -371,7 +372,8 @@ static void test_quantize_act(void **state) {
 static const struct { og_ggml_type t; int off[2]; } rtypes[] = {
     {OG_TYPE_Q8_0, {0, -1}}, {OG_TYPE_Q4_0, {0, -1}}, {OG_TYPE_Q4_1, {0, 2}},   {OG_TYPE_Q5_0, {0, -1}},
     {OG_TYPE_Q5_1, {0, 2}},  {OG_TYPE_IQ4_NL, {0, -1}}, {OG_TYPE_Q2_K, {80, 82}}, {OG_TYPE_Q3_K, {108, -1}},
-    {OG_TYPE_Q4_K, {0, 2}},  {OG_TYPE_Q5_K, {0, 2}},  {OG_TYPE_Q6_K, {208, -1}},
+    {OG_TYPE_Q4_K, {0, 2}},  {OG_TYPE_Q5_K, {0, 2}},  {OG_TYPE_Q6_K, {208, -1}}, {OG_TYPE_IQ2_XXS, {0, -1}},
+    {OG_TYPE_MXFP4, {-1, -1}}, /* its E8M0 exponent: random_row keeps it in 2^-28 .. 2^12 */
 };
 #define N_RTYPES (sizeof rtypes / sizeof rtypes[0])
 
@@ -385,6 +387,8 @@ static void random_row(size_t ti, uint8_t *w, int64_t nb, uint64_t *seed) {
                 uint16_t h = og_fp32_to_fp16((float)(og_rand_unit(seed) * 2 - 1));
                 memcpy(w + b * tr->type_size + rtypes[ti].off[k], &h, 2);
             }
+    if (rtypes[ti].t == OG_TYPE_MXFP4) /* finite products with any Q8_0 scale; e = 0 and 1 (subnormal scales) too */
+        for (int64_t b = 0; b < nb; b++) w[b * tr->type_size] = (uint8_t)(b % 5 == 4 ? b % 2 : 100 + og_rand_unit(seed) * 40);
 }
 
 static void test_random_blocks(void **state) {
@@ -562,12 +566,12 @@ static void test_canonical(void **state) {
             fast4 += k.vec_dot4_canonical[t] != NULL;
         }
     }
-    /* AVX2 and AVX-512: Q8_0, Q2_K-Q6_K, AVX-512 also Q4_0, Q5_0, IQ4_NL; four rows
-     * at once all but AVX2's Q3_K */
+    /* AVX2 and AVX-512: Q8_0, Q2_K-Q6_K, IQ2_XXS, MXFP4, AVX-512 also Q4_0, Q5_0,
+     * IQ4_NL; four rows at once all but AVX2's Q3_K */
     const int has512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.os_avx512;
     int tiers = (f.avx2 && f.fma && f.f16c) + has512;
-    assert_int_equal(fast, 6 * tiers + 3 * has512);
-    if (tiers) assert_int_equal(fast4, 5 + 6 * (tiers - 1) + 3 * has512);
+    assert_int_equal(fast, 8 * tiers + 3 * has512);
+    if (tiers) assert_int_equal(fast4, 7 + 8 * (tiers - 1) + 3 * has512);
 
     uint64_t seed = 4242;
     static const int64_t nbs[] = {1, 2, 4, 5, 7, 8, 9, 12, 33, 70};

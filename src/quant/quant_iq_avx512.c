@@ -1,0 +1,159 @@
+/* AVX-512 (F, BW, VL, VNNI) kernels of IQ2_XXS and MXFP4, the fork's order and the
+ * canonical one (og_quant.h), one and four activation rows; two sub-blocks (IQ2_XXS)
+ * or two blocks (MXFP4) per 512-bit register. Integer sums exact as in
+ * quant_iq_avx2.c. Built with the AVX-512 flags plus -mbmi2 (pdep). */
+#include "quant_internal.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define NYMAX 4
+#define PF_DIST OG_PREFETCH_DIST
+
+/* A kernel's accumulators for ny rows: the fork's lanes, the canonical order's 32
+ * lanes and its group of eight blocks in waiting. */
+typedef struct iq_acc {
+    __m512 acc[NYMAX];
+    __m256 cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
+} iq_acc;
+static inline __attribute__((always_inline)) void iq_acc_zero(iq_acc *r, int ny) {
+    for (int i = 0; i < ny; i++) {
+        r->acc[i] = _mm512_setzero_ps();
+        r->cacc[i][0] = r->cacc[i][1] = r->cacc[i][2] = r->cacc[i][3] = _mm256_setzero_ps();
+    }
+}
+
+/* ---- IQ2_XXS ------------------------------------------------------------------ */
+
+/* Bit 8l + j set when weight j of group l of the sub-block pair (a1 words p, q) is
+ * negative: pdep spreads the eight 7-bit fields one per byte, the byte's parity
+ * gives bit 7 (the count of negatives is even). */
+static inline __mmask64 iq2_neg_mask(uint32_t p, uint32_t q) {
+    const uint64_t f = (uint64_t)(p & 0x0fffffffu) | (uint64_t)(q & 0x0fffffffu) << 28;
+    const uint64_t v = _pdep_u64(f, 0x7f7f7f7f7f7f7f7fULL);
+    uint64_t t = (v ^ (v >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+    t ^= t >> 2;
+    t ^= t >> 1;
+    return (__mmask64)(v | (t & 0x0101010101010101ULL) << 7);
+}
+
+/* The 32 grid bytes of the sub-block whose a0 word is a: four broadcast loads
+ * (load ports only) and three blends, which leaves the shuffle port to the rest
+ * (eight inserts were the kernel's bottleneck, a vpgatherqq slower still). */
+static inline __m256i iq2_grid4(uint32_t a) {
+    const long long *G = (const long long *)og_iq2xxs_grid;
+    const __m256i b0 = _mm256_set1_epi64x(G[a & 255]), b1 = _mm256_set1_epi64x(G[(a >> 8) & 255]);
+    const __m256i b2 = _mm256_set1_epi64x(G[(a >> 16) & 255]), b3 = _mm256_set1_epi64x(G[a >> 24]);
+    return _mm256_blend_epi32(_mm256_blend_epi32(b0, b1, 0x0C), _mm256_blend_epi32(b2, b3, 0xC0), 0xF0);
+}
+/* The 64 grid bytes of the sub-block pair whose a0 words are p and q. */
+static inline __m512i iq2_grid_pair(uint32_t p, uint32_t q) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(iq2_grid4(p)), iq2_grid4(q), 1);
+}
+
+static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, int64_t n, float *s, const void *vx,
+                                                             const void *const *vy) {
+    const og_block_iq2_xxs *x = vx;
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
+    iq_acc r;
+    iq_acc_zero(&r, ny);
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int j = 0; j < OG_CANON_GROUP && b0 + j < nb; j++) {
+            const int64_t b = b0 + j;
+            og_prefetch_span(x + b, PF_DIST, sizeof *x);
+            uint32_t a[16];
+            memcpy(a, x[b].qs, 64);
+            /* 2 ls + 1 of sub-block s in the low word of dword 2s + 1 */
+            const __m512i ls2 = _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512((const void *)x[b].qs), 27), _mm512_set1_epi32(1));
+            __m512i isum[NYMAX];
+            for (int i = 0; i < ny; i++) isum[i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int sb = 0; sb < 8; sb += 2) {
+                const __m512i gb = iq2_grid_pair(a[2 * sb], a[2 * sb + 2]);
+                const __m512i nb8 = _mm512_maskz_mov_epi8(iq2_neg_mask(a[2 * sb + 1], a[2 * sb + 3]), gb);
+                /* words 0-15: sub-block sb's (word 4 sb + 2 of ls2), 16-31: sb + 1's (word 4 sb + 6) */
+                const __m512i ls = _mm512_permutexvar_epi16(
+                    _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)(4 * sb + 2)), _mm512_set1_epi16((short)(4 * sb + 6))), ls2);
+#pragma GCC unroll 4
+                for (int i = 0; i < ny; i++) {
+                    const __m512i yy = _mm512_loadu_si512((const void *)(y[i][b].qs + 32 * sb));
+                    const __m512i pn = _mm512_maddubs_epi16(nb8, yy);
+                    const __m512i t = _mm512_sub_epi16(_mm512_maddubs_epi16(gb, yy), _mm512_add_epi16(pn, pn));
+                    isum[i] = _mm512_dpwssd_epi32(isum[i], t, ls);
+                }
+            }
+            const float dx = og_h16((const uint8_t *)&x[b].d);
+            for (int i = 0; i < ny; i++) {
+                if (canon)
+                    og_canon_put(&r.g[i], j, _mm256_add_epi32(_mm512_castsi512_si256(isum[i]), _mm512_extracti64x4_epi64(isum[i], 1)),
+                                 dx * y[i][b].d * 0.125f);
+                else
+                    r.acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(dx * y[i][b].d), r.acc[i]);
+            }
+        }
+        if (canon)
+            for (int i = 0; i < ny; i++) og_canon_flush(&r.g[i], r.cacc[i], b0, nb, false);
+    }
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(r.cacc[i]) : 0.125f * _mm512_reduce_add_ps(r.acc[i]);
+}
+
+/* ---- MXFP4 ----------------------------------------------------------------------
+ * Blocks b and b + 1 in one register, in element order (b's 0-15, 16-31, then
+ * b + 1's); the E2M1 values biased to u8 (v + 128) by vpshufb, 128 * sum(y) taken
+ * off by a second vpdpbusd: exact in int32. Lanes 0-7 are block b's, 8-15 b + 1's. */
+static inline __m512i mxfp4_pair(const og_block_mxfp4 *x0, const og_block_mxfp4 *x1, const og_block_q8_0 *y0,
+                                 const og_block_q8_0 *y1, __m512i table) {
+    /* each block's 16 bytes twice, the second copy shifted down a nibble (H: 4 in each 16-bit lane) */
+    const long long H = 0x0004000400040004LL;
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)x0->qs))),
+                                         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)x1->qs)), 1);
+    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(q, _mm512_set_epi64(H, H, 0, 0, H, H, 0, 0)), _mm512_set1_epi8(0x0F));
+    const __m512i u = _mm512_shuffle_epi8(table, nib);
+    const __m512i yy = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y0->qs)),
+                                          _mm256_loadu_si256((const __m256i *)y1->qs), 1);
+    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yy);
+    return _mm512_sub_epi32(p, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), yy));
+}
+
+static inline __attribute__((always_inline)) void mxfp4_n(bool canon, int ny, int64_t n, float *s, const void *vx,
+                                                           const void *const *vy) {
+    const og_block_mxfp4 *x = vx;
+    const og_block_q8_0 *const *y = (const og_block_q8_0 *const *)vy;
+    const int64_t nb = n / OG_QK_MXFP4;
+    const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)og_mxfp4_values)),
+                                           _mm512_set1_epi8((char)0x80));
+    iq_acc r;
+    iq_acc_zero(&r, ny);
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int j = 0; j < OG_CANON_GROUP && b0 + j < nb; j += 2) {
+            const int64_t b = b0 + j, b1 = b + 1 < nb ? b + 1 : b; /* an odd last block pairs with itself */
+            if (!(j & 3)) og_prefetch_span(x + b, PF_DIST, 128);
+            const float d0 = og_e8m0_half(x[b].e), d1 = b1 != b ? og_e8m0_half(x[b1].e) : 0.0f;
+#pragma GCC unroll 4
+            for (int i = 0; i < ny; i++) {
+                const __m512i p = mxfp4_pair(&x[b], &x[b1], &y[i][b], &y[i][b1], table);
+                const float a0 = d0 * og_h16((const uint8_t *)&y[i][b].d), a1 = d1 * og_h16((const uint8_t *)&y[i][b1].d);
+                if (canon) {
+                    og_canon_put(&r.g[i], j, _mm512_castsi512_si256(p), a0);
+                    if (b1 != b) og_canon_put(&r.g[i], j + 1, _mm512_extracti64x4_epi64(p, 1), a1);
+                } else {
+                    r.acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a0), _mm512_set1_ps(a1)),
+                                             r.acc[i]);
+                }
+            }
+        }
+        if (canon)
+            for (int i = 0; i < ny; i++) og_canon_flush(&r.g[i], r.cacc[i], b0, nb, false);
+    }
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(r.cacc[i]) : _mm512_reduce_add_ps(r.acc[i]);
+}
+
+OG_FORK_CANON_KERNELS(iq2_xxs, iq2_xxs_n)
+OG_FORK_CANON_KERNELS(mxfp4, mxfp4_n)
+
+void og_kernels_fill_iq_avx512(og_kernels *k) {
+    OG_SET_FORK_CANON(k, OG_TYPE_IQ2_XXS, iq2_xxs);
+    OG_SET_FORK_CANON(k, OG_TYPE_MXFP4, mxfp4);
+}

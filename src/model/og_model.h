@@ -5,7 +5,7 @@
 #ifndef OG_MODEL_H
 #define OG_MODEL_H
 
-#include "og_backend.h"
+#include "og_device.h"
 #include "og_gguf.h"
 
 typedef enum og_tensor_role {
@@ -197,6 +197,12 @@ struct og_run_ctx {
      * the CPU tier nor where an expert ran, og_quant.h "Canonical numerics");
      * OG_NUMERICS_FORK ("fork"): each tier's fastest order. Zero: the fork. */
     og_numerics device_numerics, host_numerics;
+    /* The device whose stream runs the forward pass's ops (the weights' and the
+     * caches' data must be its addresses), or NULL: a host device
+     * (og_device_host_create) on pool, made per call, running each op on the
+     * calling thread. */
+    og_device *dev;
+    og_stream *stream;
 };
 
 /* A batch of tokens from several sequences (continuous batching): token i

@@ -51,7 +51,8 @@ struct og_stream {
 
 struct cpu_device {
     og_device base;
-    uint64_t budget, used;
+    uint64_t budget, used;           /* used includes aliased */
+    uint64_t aliased;                /* host bytes used in place (og_device_cpu_alias) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     og_stream *streams[MAX_STREAMS]; /* NULL: never created or destroyed */
@@ -463,6 +464,30 @@ int og_device_cpu_default_threads(void) {
     cpu_set_t set;
     int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
     return n > 4096 ? 4096 : n > 1 ? n : 1;
+}
+
+og_status og_device_cpu_alias(og_device *d, int64_t bytes, char *err, size_t errlen) {
+    cpu_device *c = as_cpu(d);
+    if (!c) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "not a cpu device");
+    char a[32], u[32], b[32];
+    pthread_mutex_lock(&c->mu);
+    const uint64_t used = c->used, mag = bytes < 0 ? (uint64_t)-bytes : (uint64_t)bytes;
+    og_status st = OG_OK;
+    if (bytes < 0 && mag > c->aliased) st = OG_ERR_INVALID_ARG;
+    else if (bytes > 0 && mag > c->budget - used) st = OG_ERR_NOMEM;
+    else if (bytes < 0) {
+        c->used -= mag;
+        c->aliased -= mag;
+    } else {
+        c->used += mag;
+        c->aliased += mag;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (st == OG_ERR_NOMEM)
+        return og_fail(err, errlen, st, "cpu device: %s of weights used in place, %s of its %s in use",
+                       og_fmt_bytes(mag, a, sizeof a), og_fmt_bytes(used, u, sizeof u), og_fmt_bytes(c->budget, b, sizeof b));
+    if (st) return og_fail(err, errlen, st, "cpu device: gives back more aliased bytes than it took");
+    return OG_OK;
 }
 
 /* ---- test hooks ---- */

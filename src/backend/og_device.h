@@ -252,6 +252,14 @@ og_status og_device_cpu_create(uint64_t budget, int n_threads, const og_kernels 
  * Without --vram no device exists and nothing changes. */
 int og_device_cpu_default_threads(void);
 
+/* Counts bytes of host memory that the cpu device uses in place as device
+ * memory (the model's mapped non-expert weights: its addresses are host
+ * addresses, so copying them would only double the RAM) in its budget: +bytes
+ * when taken, -bytes when given back. OG_ERR_NOMEM (with the sizes) when they
+ * do not fit, OG_ERR_INVALID_ARG when d is not a cpu device or more is given
+ * back than taken. */
+og_status og_device_cpu_alias(og_device *d, int64_t bytes, char *err, size_t errlen);
+
 /* ---- test hooks of the cpu device (tests prove ordering and overlap with
  * them, never with timing) ---- */
 

@@ -367,15 +367,22 @@ void og_model_free(og_model *m) {
 }
 
 void og_kv_free(og_kv *kv) {
-    for (int i = 0; i < kv->n_blocks; i++) free(kv->blocks[i]);
+    for (int i = 0; i < kv->n_blocks; i++)
+        if (kv->dev) kv->dev->ops->free(kv->dev, kv->blocks[i]);
+        else free(kv->blocks[i]);
     free(kv->blocks);
     memset(kv, 0, sizeof *kv);
 }
 
 /* ---- forward ------------------------------------------------------------ */
 
-static og_status kv_reserve(const og_model *m, og_kv *kv, int32_t n_pos) {
+/* Grows kv to n_pos positions, its blocks in dev's memory (NULL: the host's);
+ * a cache keeps the device its first block came from. Errors: OG_ERR_NOMEM,
+ * OG_ERR_INVALID_ARG (a cache of another device). */
+static og_status kv_reserve(const og_model *m, og_kv *kv, int32_t n_pos, og_device *dev) {
     const size_t bw = (size_t)m->hp.n_layer * OG_KV_BLOCK * (m->hp.kv_lora_rank + m->hp.d_rope);
+    if (!kv->n_blocks) kv->dev = dev;
+    if (kv->dev != dev && kv->n_blocks * OG_KV_BLOCK < n_pos) return OG_ERR_INVALID_ARG;
     while (kv->n_blocks * OG_KV_BLOCK < n_pos) {
         if (kv->n_blocks == kv->cap_blocks) {
             int cap = kv->cap_blocks ? kv->cap_blocks * 2 : 8;
@@ -384,7 +391,10 @@ static og_status kv_reserve(const og_model *m, og_kv *kv, int32_t n_pos) {
             kv->blocks = nb;
             kv->cap_blocks = cap;
         }
-        if (!(kv->blocks[kv->n_blocks] = malloc(bw * sizeof(float)))) return OG_ERR_NOMEM;
+        void *blk = NULL;
+        if (dev ? dev->ops->alloc(dev, bw * sizeof(float), &blk, NULL, 0) != OG_OK : !(blk = malloc(bw * sizeof(float))))
+            return OG_ERR_NOMEM;
+        kv->blocks[kv->n_blocks] = blk;
         kv->n_blocks++;
     }
     return OG_OK;
@@ -607,7 +617,9 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     for (int s = 0; s < n_seq && !st; s++) next[s] = kvs[s]->n_pos;
     for (int i = 0; i < n_tok && !st; i++) pos_of[i] = next[batch->seq[i]]++;
     for (int s = 0; s < n_seq && !st; s++)
-        if (kv_reserve(m, kvs[s], next[s])) st = OG_ERR_NOMEM;
+        if ((st = kv_reserve(m, kvs[s], next[s], rc->dev)))
+            og_fail(err, errlen, st, st == OG_ERR_NOMEM ? "no memory for the KV cache of sequence %d"
+                                                        : "sequence %d's KV cache is on another device", s);
     /* one block table for the batch's caches: sequence s's blocks from first_of[s] */
     int32_t n_blocks = 0;
     for (int s = 0; s < n_seq && !st; s++) {
@@ -638,7 +650,9 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
         free(canon);
         free(blocks);
         og_device_destroy(own_dev);
-        return og_fail(err, errlen, st, "forward pass: %s", og_status_str(st));
+        char why[256];
+        snprintf(why, sizeof why, "%s", err && errlen ? err : "");
+        return og_fail(err, errlen, st, "forward pass: %s", why[0] ? why : og_status_str(st));
     }
     const og_device_ops *ops = fw.ops = fw.dev->ops;
     for (int i = 0; i < n_tok; i++) canon[i] = fw.nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);

@@ -136,7 +136,9 @@ typedef struct og_route {
  * then the roped k_pe (d_rope) (§3). Grows in blocks of OG_KV_BLOCK positions. */
 #define OG_KV_BLOCK 64
 typedef struct og_kv {
-    float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope] */
+    float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope]: device addresses when dev */
+    og_device *dev;    /* the device whose memory holds the blocks (the run context's rc->dev at the first
+                          forward call), or NULL: host memory. It must outlive the cache */
     int n_blocks, cap_blocks;
     int32_t n_pos;     /* positions filled */
 } og_kv;

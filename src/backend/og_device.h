@@ -58,7 +58,7 @@ typedef struct og_expert_op {
  * never dereferences it); "host" arrays are small control data (positions,
  * sequence ids, per-token numerics, job lists) that the op copies when it is
  * issued, so the caller may reuse them at once. Activations are f32. Element
- * counts are elements, strides are in elements unless the name ends in _bytes.
+ * counts are elements, strides are in elements unless the descriptor says bytes.
  * On `cpu` each op calls the kernel the forward pass called before it was
  * written as ops (named per op), so its output is bitwise that call's. */
 

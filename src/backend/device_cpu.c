@@ -7,7 +7,7 @@
  * streams. An event is (stream index + 1) << 48 | the stream's record count; a
  * stream's index is never reused, so an event of a destroyed stream (which
  * waited for all its work) is complete. */
-#include "og_device.h"
+#include "device_ops.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -31,6 +31,7 @@ typedef struct cpu_op {
     og_event ev;            /* WAIT: the event waited on */
     uint64_t seq;           /* RECORD: the count it completes */
     og_expert_op xop;       /* EXPERTS, groups owned */
+    og_cop cop;             /* COMPUTE, its host arrays owned */
     struct cpu_op *next;
 } cpu_op;
 
@@ -50,7 +51,8 @@ struct og_stream {
 
 struct cpu_device {
     og_device base;
-    uint64_t budget, used;
+    uint64_t budget, used;           /* used includes aliased */
+    uint64_t aliased;                /* host bytes used in place (og_device_cpu_alias) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     og_stream *streams[MAX_STREAMS]; /* NULL: never created or destroyed */
@@ -59,7 +61,8 @@ struct cpu_device {
     bool have_kern;
     og_kernels kern;
     og_pool *pool;
-    pthread_mutex_t compute_mu;      /* one expert op at a time on the pool */
+    pthread_mutex_t compute_mu;      /* one expert or compute op at a time on the pool */
+    og_cop_scratch sc;               /* the matmul ops' scratch (under compute_mu) */
     og_cpu_trace_fn trace;
     void *trace_ctx;
     int hold_kind;                   /* armed hold, -1 none */
@@ -129,6 +132,20 @@ static void run_op(og_stream *s, cpu_op *op) {
     cpu_device *c = s->dev;
     if (op->kind == OG_CPU_OP_COPY_TO_DEVICE || op->kind == OG_CPU_OP_COPY_TO_HOST) {
         memcpy(op->dst, op->src, (size_t)op->bytes);
+        return;
+    }
+    if (op->kind == OG_CPU_OP_COMPUTE) {
+        pthread_mutex_lock(&c->compute_mu);
+        og_status st = og_cop_run(&c->kern, c->pool, &c->sc, &op->cop);
+        pthread_mutex_unlock(&c->compute_mu);
+        if (st) {
+            pthread_mutex_lock(&c->mu);
+            if (!s->err) {
+                s->err = st;
+                snprintf(s->msg, sizeof s->msg, "cpu device: op %d failed: %s", (int)op->cop.kind, og_status_str(st));
+            }
+            pthread_mutex_unlock(&c->mu);
+        }
         return;
     }
     if (op->kind != OG_CPU_OP_EXPERTS) return;
@@ -217,6 +234,7 @@ static void *stream_main(void *arg) {
         s->running = false;
         pthread_cond_broadcast(&c->cv);
         free((void *)op->xop.groups);
+        og_cop_free(&op->cop);
         free(op);
     }
     pthread_mutex_unlock(&c->mu);
@@ -336,6 +354,22 @@ static og_status cpu_experts(og_device *d, og_stream *s, const og_expert_op *x, 
     return enqueue(c, s, op, NULL, err, errlen);
 }
 
+static og_status cpu_issue(og_device *d, og_stream *s, og_cop_kind kind, const void *desc, int n, char *err,
+                           size_t errlen) {
+    cpu_device *c = (cpu_device *)d;
+    if (!c->have_kern) return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cpu device: created without kernels");
+    cpu_op *op = new_op(OG_CPU_OP_COMPUTE);
+    if (!op) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    og_status st = og_cop_make(&c->kern, kind, desc, n, &op->cop, err, errlen);
+    if (st) {
+        free(op);
+        return st;
+    }
+    return enqueue(c, s, op, NULL, err, errlen);
+}
+
+OG_COP_ENTRY_POINTS(cpu, cpu_issue)
+
 static og_status cpu_event_record(og_device *d, og_stream *s, og_event *ev, char *err, size_t errlen) {
     cpu_device *c = (cpu_device *)d;
     cpu_op *op = new_op(OG_CPU_OP_RECORD);
@@ -377,6 +411,7 @@ static void cpu_destroy(og_device *d) {
     for (int i = 0; i < atomic_load(&c->n_streams); i++)
         if (c->streams[i]) cpu_stream_destroy(d, c->streams[i]);
     og_pool_free(c->pool);
+    free(c->sc.p);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->compute_mu);
     pthread_cond_destroy(&c->cv);
@@ -396,7 +431,8 @@ static const og_device_ops cpu_ops = {"cpu",
                                       cpu_stream_wait,
                                       cpu_event_wait,
                                       cpu_event_done,
-                                      cpu_destroy};
+                                      cpu_destroy,
+                                      OG_COP_TABLE(cpu)};
 
 og_status og_device_cpu_create(uint64_t budget, int n_threads, const og_kernels *kern, og_device **out, char *err,
                                size_t errlen) {
@@ -428,6 +464,30 @@ int og_device_cpu_default_threads(void) {
     cpu_set_t set;
     int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
     return n > 4096 ? 4096 : n > 1 ? n : 1;
+}
+
+og_status og_device_cpu_alias(og_device *d, int64_t bytes, char *err, size_t errlen) {
+    cpu_device *c = as_cpu(d);
+    if (!c) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "not a cpu device");
+    char a[32], u[32], b[32];
+    pthread_mutex_lock(&c->mu);
+    const uint64_t used = c->used, mag = bytes < 0 ? (uint64_t)-bytes : (uint64_t)bytes;
+    og_status st = OG_OK;
+    if (bytes < 0 && mag > c->aliased) st = OG_ERR_INVALID_ARG;
+    else if (bytes > 0 && mag > c->budget - used) st = OG_ERR_NOMEM;
+    else if (bytes < 0) {
+        c->used -= mag;
+        c->aliased -= mag;
+    } else {
+        c->used += mag;
+        c->aliased += mag;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (st == OG_ERR_NOMEM)
+        return og_fail(err, errlen, st, "cpu device: %s of weights used in place, %s of its %s in use",
+                       og_fmt_bytes(mag, a, sizeof a), og_fmt_bytes(used, u, sizeof u), og_fmt_bytes(c->budget, b, sizeof b));
+    if (st) return og_fail(err, errlen, st, "cpu device: gives back more aliased bytes than it took");
+    return OG_OK;
 }
 
 /* ---- test hooks ---- */

@@ -53,6 +53,122 @@ typedef struct og_expert_op {
     float swiglu_clamp;            /* 0: plain SwiGLU (deepseek2) */
 } og_expert_op;
 
+/* ---- the forward pass's ops (DESIGN.md "The seams") --------------------------
+ * Every pointer an op descriptor names "device" is a device address (the host
+ * never dereferences it); "host" arrays are small control data (positions,
+ * sequence ids, per-token numerics, job lists) that the op copies when it is
+ * issued, so the caller may reuse them at once. Activations are f32. Element
+ * counts are elements, strides are in elements unless the descriptor says bytes.
+ * On `cpu` each op calls the kernel the forward pass called before it was
+ * written as ops (named per op), so its output is bitwise that call's. */
+
+/* n_rows rows of n f32, row r at data + r * stride (stride >= n). */
+typedef struct og_rows {
+    float *data; /* device */
+    int64_t n, n_rows, stride;
+} og_rows;
+
+/* A paged cache of f32 rows in device memory, as og_kv lays deepseek2's MLA
+ * cache out: the row of position p of a sequence whose block table starts at
+ * blocks[first] is blocks[first + p / block_rows] + offset + (p % block_rows) *
+ * row_stride. */
+typedef struct og_kv_view {
+    float *const *blocks; /* host [n_blocks]: device addresses of the blocks, copied when issued */
+    int32_t n_blocks;
+    int32_t block_rows;   /* positions per block (OG_KV_BLOCK) */
+    int64_t offset;       /* elements from a block's start to the layer's first row */
+    int64_t row_stride;   /* elements between positions */
+    int64_t row_len;      /* elements of one row (r_kv + d_rope) */
+} og_kv_view;
+
+/* Strided copy inside device memory: for mat < n_mats, row < n_rows, row_bytes
+ * bytes from src + mat * src_mat_stride + row * src_row_stride to dst + the
+ * same with dst's strides (all in bytes). Regions must not overlap. */
+typedef struct og_copy_op {
+    void *dst;
+    const void *src;
+    uint64_t row_bytes, n_rows, n_mats;
+    uint64_t dst_row_stride, dst_mat_stride, src_row_stride, src_mat_stride;
+} og_copy_op;
+
+/* Router scores and top-k for n_tok tokens (deepseek2.md §5; og_cpu_route):
+ * scores = softmax(logits) (gating 1) or sigmoid(logits) (gating 2); selection
+ * by scores + bias (bias for selection only), within the n_group_used best
+ * groups when n_group > 1 (a group's score: the sum of its two best); weights
+ * = the selected scores, divided by their sum (floor 2^-14) when norm, times
+ * scale. */
+typedef struct og_router_op {
+    const float *logits;  /* device [n_tok][n_expert] */
+    const float *bias;    /* device [n_expert] or NULL */
+    int64_t n_tok;
+    int32_t n_expert, k;  /* k in [1, min(n_expert, 64)] */
+    int32_t gating;       /* 1 softmax, 2 sigmoid */
+    int32_t n_group, n_group_used; /* 1, 1: no group limit; else n_group divides n_expert, groups of >= 2 */
+    bool norm;
+    float scale;          /* 1: none */
+    int32_t *ids;         /* device [n_tok][k] out: experts, best first */
+    float *weights;       /* device [n_tok][k] out */
+} og_router_op;
+
+/* deepseek2's MLA attention in its absorbed form (deepseek2.md §3) for a chunk
+ * of n_tok tokens (a prefill chunk or one decode token per sequence), over
+ * caches that already hold the tokens' own rows: for token i, head h:
+ * s_p = kq_scale * ([q_abs, q_pe] . cache row p) for p <= pos[i], softmax,
+ * ctx = sum_p att_p * c_p (the first r_kv elements of the row). Scores use the
+ * warp-order f32 dot (og_dot_f32_device) for a token with canonical[i], the
+ * tier's f32 dot otherwise; the weighted sum is og_kernels.axpy_f32 in position
+ * order. Each (token, head) is computed alone: a token's bits never depend on
+ * the chunk (og_cpu_mla_attention). */
+typedef struct og_mla_op {
+    int64_t n_tok, n_head, r_kv, d_rope;
+    float kq_scale;
+    const float *q_abs;   /* device: token i head h at q_abs + h * qabs_head_stride + i * r_kv */
+    int64_t qabs_head_stride;
+    const float *q_pe;    /* device: token i head h at q_pe + i * qpe_tok_stride + h * qpe_head_stride, d_rope long */
+    int64_t qpe_tok_stride, qpe_head_stride;
+    float *ctx;           /* device out: token i head h at ctx + h * ctx_head_stride + i * r_kv */
+    int64_t ctx_head_stride;
+    og_kv_view kv;        /* the layer's cache (row_len = r_kv + d_rope) */
+    const int32_t *kv_first; /* host [n_tok]: kv.blocks index of each token's sequence's block 0 */
+    const int32_t *pos;   /* host [n_tok]: each token's position (its row is in the cache) */
+    const bool *canonical;/* host [n_tok], or NULL: all false */
+} og_mla_op;
+
+/* RMSNorm over rows, y_r = w * x_r / sqrt(mean(x_r^2) + eps) (og_rmsnorm); y may be x. */
+typedef struct og_rmsnorm_op {
+    og_rows y, x;     /* same n and n_rows */
+    const float *w;   /* device [n] */
+    float eps;
+} og_rmsnorm_op;
+
+/* RoPE/YaRN (og_rope_apply): for token t, n_vec vectors of rope.d_rope floats at
+ * x + t * tok_stride + v * vec_stride, rotated for position pos[t]. */
+typedef struct og_rope_op {
+    og_rope rope;
+    float *x;             /* device */
+    int64_t n_tok, tok_stride;
+    int32_t n_vec;
+    int64_t vec_stride;
+    const int32_t *pos;   /* host [n_tok] */
+} og_rope_op;
+
+/* Embedding lookup / gather rows: out[i] = dequantized row ids[i] of table (og_dequantize_row). */
+typedef struct og_get_rows_op {
+    og_weight table;      /* data: device */
+    const int32_t *ids;   /* host [n], each in [0, table.n_rows) */
+    int64_t n;
+    float *out;           /* device [n][table.K] */
+} og_get_rows_op;
+
+/* Stores rows into a paged cache (og_kv_view): row i of src goes to position
+ * pos[i] of the sequence whose block table starts at kv_first[i]. */
+typedef struct og_kv_store_op {
+    og_kv_view kv;
+    og_rows src;          /* n = kv.row_len */
+    const int32_t *kv_first; /* host [src.n_rows] */
+    const int32_t *pos;      /* host [src.n_rows] */
+} og_kv_store_op;
+
 typedef struct og_device_ops {
     const char *name;
     /* free and total device memory, bytes */
@@ -84,6 +200,33 @@ typedef struct og_device_ops {
     /* whether ev completed (never blocks) */
     bool (*event_done)(og_device *d, og_event ev);
     void (*destroy)(og_device *d);
+
+    /* ---- the forward pass's ops (above). Each issues work on s and returns at
+     * once; errors at issue: OG_ERR_INVALID_ARG (a shape or argument the
+     * descriptor's comment excludes, named in err), OG_ERR_UNSUPPORTED (no
+     * kernel for a type), OG_ERR_NOMEM; a kernel that fails later fails the
+     * stream (event_wait returns it). ---- */
+    /* n_jobs in [1, 256] products (og_cpu_matmul_multi: y = x W^T with each
+     * job's numerics; w->data, x and y device addresses; jobs host, copied) */
+    og_status (*matmul)(og_device *d, og_stream *s, const og_matmul_job *jobs, int n_jobs, char *err, size_t errlen);
+    og_status (*rmsnorm)(og_device *d, og_stream *s, const og_rmsnorm_op *op, char *err, size_t errlen);
+    og_status (*rope)(og_device *d, og_stream *s, const og_rope_op *op, char *err, size_t errlen);
+    /* in place, per row (og_softmax) */
+    og_status (*softmax)(og_device *d, og_stream *s, const og_rows *x, char *err, size_t errlen);
+    /* out[i] = silu(gate[i]) * up[i], i < n, device f32 (og_swiglu; clamp > 0: og_swiglu_clamp); out may alias */
+    og_status (*swiglu)(og_device *d, og_stream *s, float *out, const float *gate, const float *up, int64_t n,
+                        float clamp, char *err, size_t errlen);
+    og_status (*router)(og_device *d, og_stream *s, const og_router_op *op, char *err, size_t errlen);
+    og_status (*mla_attention)(og_device *d, og_stream *s, const og_mla_op *op, char *err, size_t errlen);
+    /* y[i] = a[i] + b[i], i < n, device f32; y may alias a or b */
+    og_status (*add)(og_device *d, og_stream *s, float *y, const float *a, const float *b, int64_t n, char *err,
+                     size_t errlen);
+    /* y[i] = x[i] * scale, i < n, device f32; y may be x */
+    og_status (*scale)(og_device *d, og_stream *s, float *y, const float *x, int64_t n, float scale, char *err,
+                       size_t errlen);
+    og_status (*copy)(og_device *d, og_stream *s, const og_copy_op *op, char *err, size_t errlen);
+    og_status (*get_rows)(og_device *d, og_stream *s, const og_get_rows_op *op, char *err, size_t errlen);
+    og_status (*kv_store)(og_device *d, og_stream *s, const og_kv_store_op *op, char *err, size_t errlen);
 } og_device_ops;
 
 struct og_device {
@@ -109,6 +252,14 @@ og_status og_device_cpu_create(uint64_t budget, int n_threads, const og_kernels 
  * Without --vram no device exists and nothing changes. */
 int og_device_cpu_default_threads(void);
 
+/* Counts bytes of host memory that the cpu device uses in place as device
+ * memory (the model's mapped non-expert weights: its addresses are host
+ * addresses, so copying them would only double the RAM) in its budget: +bytes
+ * when taken, -bytes when given back. OG_ERR_NOMEM (with the sizes) when they
+ * do not fit, OG_ERR_INVALID_ARG when d is not a cpu device or more is given
+ * back than taken. */
+og_status og_device_cpu_alias(og_device *d, int64_t bytes, char *err, size_t errlen);
+
 /* ---- test hooks of the cpu device (tests prove ordering and overlap with
  * them, never with timing) ---- */
 
@@ -118,6 +269,7 @@ typedef enum og_cpu_op_kind {
     OG_CPU_OP_EXPERTS,
     OG_CPU_OP_RECORD,
     OG_CPU_OP_WAIT,
+    OG_CPU_OP_COMPUTE, /* any of the forward pass's ops (matmul ... kv_store) */
 } og_cpu_op_kind;
 
 /* Called on the stream's thread before (done false) and after (done true) each
@@ -138,6 +290,27 @@ og_status og_device_cpu_release(og_device *d);
 /* Blocks until stream s can make no progress: its queue is empty, it waits on an
  * event that has not completed, or its op is held. */
 og_status og_device_cpu_settle(og_device *d, og_stream *s);
+
+/* ---- the kernels the cpu device's ops run, callable on host memory ---- */
+
+/* og_router_op on host memory, one token at a time (the forward pass's router
+ * before it became an op). Errors: OG_ERR_INVALID_ARG (k, groups or gating
+ * outside the op's comment), OG_ERR_NOMEM. */
+og_status og_cpu_route(const og_router_op *op);
+
+/* og_mla_op on host memory, the (token, head) pairs shared out over pool (NULL:
+ * the calling thread); kern gives the f32 dots and axpy. Errors:
+ * OG_ERR_INVALID_ARG (a position outside its block table, a row_len other than
+ * r_kv + d_rope), OG_ERR_NOMEM. */
+og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op);
+
+/* A device whose streams run each op on the calling thread at issue, with the
+ * caller's pool and kernels (both borrowed: they must outlive the device), and
+ * whose memory is host memory without a budget: the forward pass's device when
+ * the host plays it (no --vram), at the speed of calling the kernels directly.
+ * Events complete at once; copies are counted in pcie_bytes. Errors:
+ * OG_ERR_INVALID_ARG (kern NULL), OG_ERR_NOMEM. */
+og_status og_device_host_create(og_pool *pool, const og_kernels *kern, og_device **out, char *err, size_t errlen);
 
 static inline void og_device_destroy(og_device *d) {
     if (d) d->ops->destroy(d);

@@ -36,6 +36,8 @@ static void usage(FILE *out) {
             "                hit the resident set (no GPU backend yet: the cpu device plays it, running the\n"
             "                resident experts on its own threads while the host pool runs the cold ones)\n"
             "  --device-threads N  the cpu device's threads (default: as --threads)\n"
+            "  --device-forward  the forward pass's own ops (attention, router, norms, head) on the device's stream\n"
+            "                too, the non-expert weights and KV cache in its memory (default: on the host pool)\n"
             "  --migrate N   between forward steps, copy up to N experts per layer into the device (default 2;\n"
             "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"

@@ -62,6 +62,8 @@ static void usage(FILE *out) {
             "                     the planned hot set and runs those experts on its own threads while the host pool\n"
             "                     runs the cold ones; hit rate, migrations and PCIe bytes show in /metrics\n"
             "  --device-threads N the cpu device's threads (default: as --threads)\n"
+            "  --device-forward   the forward pass's own ops on the device's stream too, the non-expert weights and\n"
+            "                     KV cache in its memory (default: on the host pool)\n"
             "  --ram SIZE         host memory for the plan (default: MemAvailable and any cgroup limit)\n"
             "  --reserve SIZE     device memory kept free (default 512M)\n"
             "  --expert-slots N|all  expert slots per MoE layer instead of the planner's (0: all on the host)\n"

@@ -198,6 +198,7 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         name = "device-threads", want = "a count, 1..4096";
         ok = og_cli_parse_count(arg, &f->device_threads) && f->device_threads <= 4096;
         break;
+    case OG_OPT_DEVICE_FORWARD: name = "device-forward", want = ""; f->device_forward = true; break;
     default: return 0;
     }
     if (ok) return 1;
@@ -207,10 +208,11 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
 
 int og_cli_flags_check(const char *cmd, const og_cli_flags *f) {
     if (!f->have_vram &&
-        (f->have_ram || f->profile || f->pin.slots_override != -1 || f->migrate_set || f->device_threads)) {
+        (f->have_ram || f->profile || f->pin.slots_override != -1 || f->migrate_set || f->device_threads ||
+         f->device_forward)) {
         fprintf(stderr,
-                "%s: --ram, --profile, --expert-slots, --migrate and --device-threads plan for a device: give --vram SIZE "
-                "too\n",
+                "%s: --ram, --profile, --expert-slots, --migrate, --device-threads and --device-forward plan for a device: "
+                "give --vram SIZE too\n",
                 cmd);
         return OG_EXIT_USAGE;
     }
@@ -259,6 +261,7 @@ int og_cli_placement_create(const char *cmd, const og_model *m, const og_cli_fla
     pc.count = count || f->save_profile;
     pc.kern = kern;
     pc.device_threads = (int)(f->device_threads ? f->device_threads : f->threads);
+    pc.forward_on_device = f->device_forward;
     char err[1024];
     if (og_placement_create(m, &pc, out, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);

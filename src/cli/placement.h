@@ -24,12 +24,14 @@ typedef struct og_cli_flags {
     const char *save_profile;/* --save-profile FILE, or NULL */
     bool numerics_gpu;       /* --cpu-numerics gpu (true) or fork */
     bool have_vram, have_ram, migrate_set;
+    bool device_forward;     /* --device-forward: the forward pass's own ops on the device's stream too */
 } og_cli_flags;
 
 /* getopt_long values of the shared flags (above any short option). */
 enum {
     OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
-    OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS, OG_OPT_NUMA_NODE
+    OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS, OG_OPT_NUMA_NODE,
+    OG_OPT_DEVICE_FORWARD
 };
 
 /* The shared flags' entries for a command's getopt_long table. */
@@ -40,7 +42,7 @@ enum {
         {"save-profile", required_argument, 0, OG_OPT_SAVE_PROFILE},                                                   \
         {"migrate", required_argument, 0, OG_OPT_MIGRATE}, {"cpu-numerics", required_argument, 0, OG_OPT_NUMERICS},    \
         {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}, \
-        {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}
+        {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}, {"device-forward", no_argument, 0, OG_OPT_DEVICE_FORWARD}
 
 /* The defaults: no device, --reserve 512M, --migrate 2, fork numerics, every CPU. */
 void og_cli_flags_init(og_cli_flags *f);

@@ -652,8 +652,15 @@ static void *scheduler(void *arg) {
         int n = build_batch(e);
         if (n == 0) {
             if (e->in_flight) { /* at rest: copies that completed become resident without another step */
-                og_placement_idle(e->cfg.placement);
+                /* the wait for the copies runs without the engine lock (submissions,
+                 * cancels and /metrics go on meanwhile); only this thread touches the
+                 * placement. Then the loop looks again: work may have arrived. */
+                const uint32_t before = e->in_flight;
+                pthread_mutex_unlock(&e->mu);
+                const uint32_t left = og_placement_idle(e->cfg.placement);
+                pthread_mutex_lock(&e->mu);
                 placement_metrics(e);
+                if (left < before) continue;
             }
             bool any_ended = false;
             for (int i = 0; i < e->n_running; i++) any_ended |= e->running[i]->finish != OG_FINISH_NONE;

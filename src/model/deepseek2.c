@@ -4,6 +4,7 @@
  * with the (token, expert, weight) list: the seam where placement splits the
  * work between device and host (src/moe/dispatch.c). */
 #include "og_model.h"
+#include "og_device.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -366,21 +367,22 @@ void og_model_free(og_model *m) {
 }
 
 void og_kv_free(og_kv *kv) {
-    for (int i = 0; i < kv->n_blocks; i++) free(kv->blocks[i]);
+    for (int i = 0; i < kv->n_blocks; i++)
+        if (kv->dev) kv->dev->ops->free(kv->dev, kv->blocks[i]);
+        else free(kv->blocks[i]);
     free(kv->blocks);
     memset(kv, 0, sizeof *kv);
 }
 
 /* ---- forward ------------------------------------------------------------ */
 
-/* Cache row (c then k_pe) of layer il at position pos. */
-static float *kv_row(const og_model *m, const og_kv *kv, uint32_t il, int32_t pos) {
-    const int w = (int)(m->hp.kv_lora_rank + m->hp.d_rope);
-    return kv->blocks[pos / OG_KV_BLOCK] + ((size_t)il * OG_KV_BLOCK + (size_t)(pos % OG_KV_BLOCK)) * (size_t)w;
-}
-
-static og_status kv_reserve(const og_model *m, og_kv *kv, int32_t n_pos) {
+/* Grows kv to n_pos positions, its blocks in dev's memory (NULL: the host's);
+ * a cache keeps the device its first block came from. Errors: OG_ERR_NOMEM,
+ * OG_ERR_INVALID_ARG (a cache of another device). */
+static og_status kv_reserve(const og_model *m, og_kv *kv, int32_t n_pos, og_device *dev) {
     const size_t bw = (size_t)m->hp.n_layer * OG_KV_BLOCK * (m->hp.kv_lora_rank + m->hp.d_rope);
+    if (!kv->n_blocks) kv->dev = dev;
+    if (kv->dev != dev && kv->n_blocks * OG_KV_BLOCK < n_pos) return OG_ERR_INVALID_ARG;
     while (kv->n_blocks * OG_KV_BLOCK < n_pos) {
         if (kv->n_blocks == kv->cap_blocks) {
             int cap = kv->cap_blocks ? kv->cap_blocks * 2 : 8;
@@ -389,72 +391,45 @@ static og_status kv_reserve(const og_model *m, og_kv *kv, int32_t n_pos) {
             kv->blocks = nb;
             kv->cap_blocks = cap;
         }
-        if (!(kv->blocks[kv->n_blocks] = malloc(bw * sizeof(float)))) return OG_ERR_NOMEM;
+        void *blk = NULL;
+        if (dev ? dev->ops->alloc(dev, bw * sizeof(float), &blk, NULL, 0) != OG_OK : !(blk = malloc(bw * sizeof(float))))
+            return OG_ERR_NOMEM;
+        kv->blocks[kv->n_blocks] = blk;
         kv->n_blocks++;
     }
     return OG_OK;
 }
 
-/* A scratch arena for one forward call. */
-typedef struct scratch {
-    float *p;
-    size_t used, cap;
-} scratch;
-static float *take(scratch *s, size_t n) {
-    n = (n + 15) & ~(size_t)15;
-    if (s->used + n > s->cap) return NULL;
-    float *r = s->p + s->used;
-    s->used += n;
-    return r;
-}
+/* ---- the forward pass as device ops ---------------------------------------- */
 
-/* The quantized-activation buffer of the matmuls, grown as needed and kept for
- * the whole forward call (a decode step does hundreds of small matmuls). */
-typedef struct act_buf {
-    void *p;
-    size_t cap;
-} act_buf;
-
-/* Below this many weight elements x rows of activations a matmul runs on the
- * calling thread: waking the pool costs more than it saves. */
-#define MM_PARALLEL_MIN (1 << 14)
+static bool has_dense(const og_hparams *h) { return h->n_dense > 0; }
 
 /* Tokens whose per-head k_b / v_b products and attention run together: four or
  * more let the matmuls take four activation rows per weight pass (vec_dot4). */
 #define ATT_CHUNK 16
 
-/* One forward call's state for the matmuls. */
+/* One forward call's device, stream and numerics. Every activation lives in the
+ * device's memory (a, q, ... below are device addresses, never dereferenced
+ * here); the host holds only control data (positions, routes, job lists). */
 typedef struct fwd {
-    const og_run_ctx *rc;
-    act_buf ab;
+    og_device *dev;
+    og_stream *s;
+    const og_device_ops *ops;
     og_numerics nm;     /* every product's numerics: rc->host_numerics */
     const bool *exact;  /* [n_tok] or NULL (og_batch.exact): rows that compute canonically whatever nm */
+    char *err;
+    size_t errlen;
 } fwd;
 
+/* y[m][rows] = x[m][K] . W^T as one matmul op; activation row a is token a. */
 static og_status mm_rows(fwd *f, const og_matmul_job *jobs, int n, int64_t t_base);
-
-/* y[m][rows] = x[m][K] . W^T through the kernels; activation row a is token a.
- * The fork's own fast path when no row asks for canonical numerics. */
 static og_status mm(fwd *f, const og_weight *w, const float *x, int64_t m, float *y) {
-    if (f->nm == OG_NUMERICS_CANONICAL || f->exact) {
-        og_matmul_job j = {w, x, m, y, f->nm};
-        return mm_rows(f, &j, 1, 0);
-    }
-    const og_run_ctx *rc = f->rc;
-    act_buf *ab = &f->ab;
-    size_t sb = og_cpu_matmul_scratch(w->type, w->K, m);
-    if (sb > ab->cap) {
-        void *np = realloc(ab->p, sb);
-        if (!np) return OG_ERR_NOMEM;
-        ab->p = np;
-        ab->cap = sb;
-    }
-    og_pool *pool = w->n_rows * w->K * m < MM_PARALLEL_MIN ? NULL : rc->pool;
-    return og_cpu_matmul(rc->kern, pool, w, x, m, y, ab->p, ab->cap);
+    og_matmul_job j = {w, x, m, y, f->nm};
+    if (f->nm == OG_NUMERICS_CANONICAL || f->exact) return mm_rows(f, &j, 1, 0);
+    return f->ops->matmul(f->dev, f->s, &j, 1, f->err, f->errlen);
 }
 
-
-/* Rows [r0, r0 + n) of w as their own weight. */
+/* Rows [r0, r0 + n) of w as their own weight (an offset on a device address). */
 static og_weight slice(const og_weight *w, int64_t r0, int64_t n) {
     og_weight s = *w;
     s.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
@@ -462,25 +437,13 @@ static og_weight slice(const og_weight *w, int64_t r0, int64_t n) {
     return s;
 }
 
-/* Several products in one pool run (og_cpu_matmul_multi). */
-static og_status mm_multi(fwd *f, const og_matmul_job *jobs, int n) {
-    size_t sb = og_cpu_matmul_multi_scratch(jobs, n);
-    if (sb > f->ab.cap) {
-        void *np = realloc(f->ab.p, sb);
-        if (!np) return OG_ERR_NOMEM;
-        f->ab.p = np;
-        f->ab.cap = sb;
-    }
-    return og_cpu_matmul_multi(f->rc->kern, f->rc->pool, jobs, n, f->ab.p, f->ab.cap);
-}
-
 /* Jobs whose activation row a is token t_base + a (rows [t_base, t_base + m) of
  * the batch), run with the forward pass's numerics (their own numerics field is
  * ignored): f->nm for every row, except that a row f->exact marks computes
  * canonically. A job is cut into runs of consecutive rows of one numerics; each
  * output row is the bits og_cpu_matmul_multi gives for that row alone, so the
- * cut changes no result. At most MM_ROWS_MAX jobs per pool run. Errors:
- * og_cpu_matmul_multi's, OG_ERR_NOMEM. */
+ * cut changes no result. At most MM_ROWS_MAX jobs per matmul op. Errors: the
+ * matmul op's. */
 #define MM_ROWS_MAX 64
 static og_status mm_rows(fwd *f, const og_matmul_job *jobs, int n, int64_t t_base) {
     og_matmul_job buf[MM_ROWS_MAX];
@@ -496,7 +459,7 @@ static og_status mm_rows(fwd *f, const og_matmul_job *jobs, int n, int64_t t_bas
             else
                 a1 = jb->m;
             if (nb == MM_ROWS_MAX) {
-                st = mm_multi(f, buf, nb);
+                st = f->ops->matmul(f->dev, f->s, buf, nb, f->err, f->errlen);
                 nb = 0;
                 if (st) break;
             }
@@ -505,123 +468,54 @@ static og_status mm_rows(fwd *f, const og_matmul_job *jobs, int n, int64_t t_bas
             a0 = a1;
         }
     }
-    if (!st && nb) st = mm_multi(f, buf, nb);
+    if (!st && nb) st = f->ops->matmul(f->dev, f->s, buf, nb, f->err, f->errlen);
     return st;
 }
 
-static og_status swiglu_ffn(fwd *rc, const og_weight *gate, const og_weight *up, const og_weight *down,
-                            const float *x, int64_t n_tok, float *out) {
-    const int64_t F = gate->n_rows;
-    float *g = malloc((size_t)(n_tok * F) * sizeof *g), *u = malloc((size_t)(n_tok * F) * sizeof *u);
-    og_status st = (!g || !u) ? OG_ERR_NOMEM : OG_OK;
+/* RMSNorm of n_rows rows of n, stride apart, in place or into y (same strides). */
+static og_status norm(fwd *f, float *y, const float *x, int64_t n_rows, int64_t n, int64_t stride, const float *w,
+                      float eps) {
+    og_rmsnorm_op op = {{y, n, n_rows, stride}, {(float *)x, n, n_rows, stride}, w, eps};
+    return f->ops->rmsnorm(f->dev, f->s, &op, f->err, f->errlen);
+}
+
+/* out = down(swiglu(gate x, up x)) for n_tok rows; g, u: device [n_tok][F] scratch. */
+static og_status swiglu_ffn(fwd *f, const og_weight *gate, const og_weight *up, const og_weight *down, const float *x,
+                            int64_t n_tok, float *g, float *u, float *out) {
     og_matmul_job j2[2] = {{gate, x, n_tok, g, OG_NUMERICS_FORK}, {up, x, n_tok, u, OG_NUMERICS_FORK}};
-    if (!st) st = mm_rows(rc, j2, 2, 0);
-    if (!st) {
-        og_swiglu(g, g, u, n_tok * F);
-        st = mm(rc, down, g, n_tok, out);
-    }
-    free(g);
-    free(u);
+    og_status st = mm_rows(f, j2, 2, 0);
+    if (!st) st = f->ops->swiglu(f->dev, f->s, g, g, u, n_tok * gate->n_rows, 0.0f, f->err, f->errlen);
+    if (!st) st = mm(f, down, g, n_tok, out);
     return st;
 }
 
-/* Router (§5): selects k experts per token and their weights. Errors: OG_ERR_NOMEM. */
-static og_status route(const og_hparams *h, const og_layer *L, const float *logits_in, int32_t tok, og_route *out) {
-    const int E = (int)h->n_expert, k = (int)h->n_expert_used;
-    float *sc = malloc((size_t)E * 2 * sizeof(float));
-    if (!sc) return OG_ERR_NOMEM;
-    float *sel = sc + E;
-    memcpy(sc, logits_in, (size_t)E * sizeof(float));
-    if (h->gating == 1) og_softmax(sc, E);
-    else
-        for (int e = 0; e < E; e++) sc[e] = 1.0f / (1.0f + expf(-sc[e]));
-    for (int e = 0; e < E; e++) sel[e] = sc[e] + (L->exp_bias ? L->exp_bias[e] : 0.0f);
-    if (h->n_group > 1) {
-        const int G = (int)h->n_group, per = E / G;
-        float gs[OG_DS2_MAX_GROUP];
-        for (int g = 0; g < G; g++) { /* group score: sum of its two best */
-            float a = -INFINITY, b = -INFINITY;
-            for (int e = g * per; e < (g + 1) * per; e++) {
-                if (sel[e] > a) {
-                    b = a;
-                    a = sel[e];
-                } else if (sel[e] > b) {
-                    b = sel[e];
-                }
-            }
-            gs[g] = a + b;
-        }
-        int32_t keep[OG_DS2_MAX_GROUP];
-        og_topk(gs, G, (int)h->n_group_used, keep);
-        for (int g = 0; g < G; g++) {
-            bool kept = false;
-            for (uint32_t j = 0; j < h->n_group_used; j++) kept |= keep[j] == g;
-            if (!kept)
-                for (int e = g * per; e < (g + 1) * per; e++) sel[e] = -INFINITY;
-        }
-    }
-    int32_t idx[OG_DS2_MAX_EXPERT_USED];
-    og_topk(sel, E, k, idx);
-    double sum = 0;
-    for (int j = 0; j < k; j++) sum += sc[idx[j]];
-    for (int j = 0; j < k; j++) {
-        float w = sc[idx[j]];
-        if (h->expert_norm) w = (float)(w / fmax(sum, 6.103515625e-5));
-        if (h->expert_scale != 1.0f) w *= h->expert_scale;
-        out[j] = (og_route){tok, idx[j], w};
-    }
-    free(sc);
-    return OG_OK;
+/* Waits for everything issued on the stream (the host is about to read). */
+static og_status sync(fwd *f) {
+    og_event ev = 0;
+    og_status st = f->ops->event_record(f->dev, f->s, &ev, f->err, f->errlen);
+    if (!st) st = f->ops->event_wait(f->dev, ev, f->err, f->errlen);
+    return st;
 }
 
-/* Attention of a chunk of tokens over their caches, the (token, head) pairs shared
- * out between threads: scores = kq_scale ([q_abs, q_pe] . [c, k_pe]), softmax,
- * ctx = sum att * c. Each pair's arithmetic is the same whatever else is in the
- * chunk, so a token's result never depends on the batch. */
-typedef struct att_job {
-    const og_model *m;
-    og_kv *const *kvs;     /* caches by sequence */
-    const int32_t *seq;    /* [n] sequence of each token */
-    const int32_t *pos;    /* [n] position of each token */
-    int64_t n;             /* tokens in the chunk (at most ATT_CHUNK) */
-    uint32_t il;
-    const float *q;        /* [n][H d_qk] */
-    const float *qabs;     /* [H][ATT_CHUNK][r_kv] */
-    float *ctx;            /* [H][ATT_CHUNK][r_kv] out */
-    float *att;            /* [n_threads][max_pos + r_kv + d_rope] scratch */
-    size_t att_stride;
-    og_vec_dot_fn fdot;    /* the fork's f32 dot (this tier's fastest order) */
-    og_dot_f32_fn ddot;    /* the warp-order f32 dot (og_dot_f32_device: the same bits in every tier) */
-    bool canonical;        /* every token's scores by ddot */
-    const bool *exact;     /* [n] or NULL: tokens whose scores use ddot whatever canonical */
-    void (*axpy)(int64_t n, float a, const float *x, float *y);
-} att_job;
-
-static void attend_heads(void *vctx, int ith, int nth) {
-    const att_job *j = vctx;
-    const og_hparams *h = &j->m->hp;
-    const int64_t r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope, H = h->n_head;
-    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + (j->att_stride - (size_t)(r_kv + dr));
-    for (int64_t p = ith; p < j->n * H; p += nth) {
-        const int64_t i = p / H, hh = p % H;
-        const int32_t pos = j->pos[i];
-        const og_kv *kv = j->kvs[j->seq[i]];
-        /* [q_abs, q_pe] against the cached [c, k_pe]: one dot per key */
-        memcpy(qc, j->qabs + (hh * ATT_CHUNK + i) * r_kv, (size_t)r_kv * sizeof *qc);
-        memcpy(qc + r_kv, j->q + i * H * h->d_qk + hh * h->d_qk + dn, (size_t)dr * sizeof *qc);
-        if (j->canonical || (j->exact && j->exact[i]))
-            for (int32_t s = 0; s <= pos; s++) att[s] = j->ddot(kv_row(j->m, kv, j->il, s), qc, r_kv + dr) * h->kq_scale;
-        else
-            for (int32_t s = 0; s <= pos; s++) {
-                float sc;
-                j->fdot(r_kv + dr, &sc, qc, kv_row(j->m, kv, j->il, s));
-                att[s] = sc * h->kq_scale;
-            }
-        og_softmax(att, pos + 1);
-        float *ch = j->ctx + (hh * ATT_CHUNK + i) * r_kv;
-        for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
-        for (int32_t s = 0; s <= pos; s++) j->axpy(r_kv, att[s], kv_row(j->m, kv, j->il, s), ch);
+/* Host-side routes from the router op's ids and weights ([T][k] each, host), and
+ * the expert statistics. */
+static void routes_of(const og_model *m, const og_run_ctx *rc, uint32_t il, int64_t T, const int32_t *ids,
+                      const float *wts, og_route *routes) {
+    const int k = (int)m->hp.n_expert_used;
+    for (int64_t r = 0; r < T * k; r++) routes[r] = (og_route){(int32_t)(r / k), ids[r], wts[r]};
+    if (!rc->stats) return;
+    og_expert_stats *es = rc->stats;
+    const size_t base = (size_t)il * m->hp.n_expert;
+    uint64_t hits = 0;
+    for (int64_t r = 0; r < T * k; r++) {
+        size_t at = base + (size_t)routes[r].expert;
+        es->counts[at]++;
+        if (es->resident && es->resident[at]) hits++;
     }
+    es->routes += (uint64_t)(T * k);
+    es->routes_resident += hits;
+    if (es->layer_routes) es->layer_routes[il] += (uint64_t)(T * k);
+    if (es->layer_hits) es->layer_hits[il] += hits;
 }
 
 og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *tokens, int n_tok,
@@ -642,13 +536,70 @@ og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, c
     return st;
 }
 
+/* The legacy attn_kv_b layout (kv_b_f32, host memory): q_abs and o by the loops
+ * of the original code on host copies of the chunk (the one part of the pass
+ * that is not an op: old files only, the same bits as before). */
+static og_status legacy_qabs(fwd *f, const og_hparams *h, const og_layer *L, const float *dq, int64_t tc, float *dqabs,
+                             float *hq, float *hqa) {
+    const int64_t H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v, qw = H * h->d_qk;
+    og_status st = f->ops->copy_to_host(f->dev, f->s, hq, dq, (uint64_t)(tc * qw) * sizeof(float), f->err, f->errlen);
+    if (!st) st = sync(f);
+    if (st) return st;
+    for (int64_t hh = 0; hh < H; hh++)
+        for (int64_t i = 0; i < tc; i++) {
+            const float *qh = hq + i * qw + hh * h->d_qk;
+            float *qa_h = hqa + (hh * ATT_CHUNK + i) * r_kv;
+            for (int64_t r = 0; r < r_kv; r++) qa_h[r] = 0;
+            for (int64_t d = 0; d < dn; d++) {
+                const float *row = L->kv_b_f32 + (hh * (dn + dv) + d) * r_kv;
+                for (int64_t r = 0; r < r_kv; r++) qa_h[r] += row[r] * qh[d];
+            }
+        }
+    st = f->ops->copy_to_device(f->dev, f->s, dqabs, hqa, (uint64_t)(H * ATT_CHUNK * r_kv) * sizeof(float), f->err,
+                                f->errlen);
+    return st ? st : sync(f);
+}
+
+static og_status legacy_o(fwd *f, const og_hparams *h, const og_layer *L, const float *dctx, int64_t tc, float *do_,
+                          float *hctx, float *ho) {
+    const int64_t H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v;
+    og_status st = f->ops->copy_to_host(f->dev, f->s, hctx, dctx, (uint64_t)(H * ATT_CHUNK * r_kv) * sizeof(float),
+                                        f->err, f->errlen);
+    if (!st) st = sync(f);
+    if (st) return st;
+    for (int64_t hh = 0; hh < H; hh++)
+        for (int64_t i = 0; i < tc; i++)
+            for (int64_t j = 0; j < dv; j++) {
+                const float *row = L->kv_b_f32 + (hh * (dn + dv) + dn + j) * r_kv;
+                double acc = 0;
+                for (int64_t r = 0; r < r_kv; r++) acc += (double)row[r] * hctx[(hh * ATT_CHUNK + i) * r_kv + r];
+                ho[i * H * dv + hh * dv + j] = (float)acc;
+            }
+    st = f->ops->copy_to_device(f->dev, f->s, do_, ho, (uint64_t)(tc * H * dv) * sizeof(float), f->err, f->errlen);
+    return st ? st : sync(f);
+}
+
+/* Device scratch of one forward call (offsets into one allocation). */
+typedef struct dscratch {
+    uint8_t *base; /* device */
+    uint64_t used, cap;
+} dscratch;
+static void *dtake(dscratch *s, uint64_t bytes) {
+    bytes = (bytes + 63) & ~(uint64_t)63;
+    if (s->used + bytes > s->cap) return NULL;
+    void *r = s->base + s->used;
+    s->used += bytes;
+    return r;
+}
+
 og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
                                  const og_batch *batch, float *logits, char *err, size_t errlen) {
     const og_hparams *h = &m->hp;
     const int n_tok = batch->n_tok;
     const int32_t *tokens = batch->tokens;
     const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope;
-    const int64_t dqk = h->d_qk, dv = h->d_v, T = n_tok;
+    const int64_t dqk = h->d_qk, dv = h->d_v, T = n_tok, w_kv = r_kv + dr;
+    if (err && errlen) err[0] = 0;
     if (n_tok <= 0 || n_seq <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
     if (h->n_dense < h->n_layer && (!rc->dispatch || !rc->dispatch->type || !rc->dispatch->type->moe_layer))
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a MoE model needs a dispatcher (og_run_ctx.dispatch)");
@@ -660,202 +611,245 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     }
     /* positions: each sequence continues where its cache ends, its tokens in order */
     int32_t *pos_of = malloc((size_t)n_tok * sizeof *pos_of), *next = malloc((size_t)n_seq * sizeof *next);
-    if (!pos_of || !next) {
-        free(pos_of);
-        free(next);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    int32_t *first_of = malloc((size_t)n_seq * sizeof *first_of), *kv_first = malloc((size_t)n_tok * sizeof *kv_first);
+    bool *canon = malloc((size_t)n_tok * sizeof *canon);
+    og_status st = pos_of && next && first_of && kv_first && canon ? OG_OK : OG_ERR_NOMEM;
+    for (int s = 0; s < n_seq && !st; s++) next[s] = kvs[s]->n_pos;
+    for (int i = 0; i < n_tok && !st; i++) pos_of[i] = next[batch->seq[i]]++;
+    for (int s = 0; s < n_seq && !st; s++)
+        if ((st = kv_reserve(m, kvs[s], next[s], rc->dev)))
+            og_fail(err, errlen, st, st == OG_ERR_NOMEM ? "no memory for the KV cache of sequence %d"
+                                                        : "sequence %d's KV cache is on another device", s);
+    /* one block table for the batch's caches: sequence s's blocks from first_of[s] */
+    int32_t n_blocks = 0;
+    for (int s = 0; s < n_seq && !st; s++) {
+        first_of[s] = n_blocks;
+        n_blocks += kvs[s]->n_blocks;
     }
-    int32_t max_pos = 0;
-    for (int s = 0; s < n_seq; s++) next[s] = kvs[s]->n_pos;
-    for (int i = 0; i < n_tok; i++) {
-        pos_of[i] = next[batch->seq[i]]++;
-        if (pos_of[i] + 1 > max_pos) max_pos = pos_of[i] + 1;
-    }
-    for (int s = 0; s < n_seq; s++)
-        if (kv_reserve(m, kvs[s], next[s])) {
-            free(pos_of);
-            free(next);
-            return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the KV cache");
-        }
+    float **blocks = st ? NULL : malloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *blocks);
+    if (!st && !blocks) st = OG_ERR_NOMEM;
+    for (int s = 0; s < n_seq && !st; s++)
+        memcpy(blocks + first_of[s], kvs[s]->blocks, (size_t)kvs[s]->n_blocks * sizeof *blocks);
+    for (int i = 0; i < n_tok && !st; i++) kv_first[i] = first_of[batch->seq[i]];
 
-    /* scratch: sized for the largest per-call buffers */
-    const int64_t qw = H * dqk;
-    size_t need = (size_t)T * (size_t)(3 * D + qw + (h->q_lora_rank ? h->q_lora_rank : 0) + r_kv + dr + H * dv +
-                                       (h->n_expert ? h->n_expert : 0)) +
-                  (size_t)(H * ATT_CHUNK * (dn + 2 * r_kv + dv)) +
-                  (size_t)og_pool_size(rc->pool) * ((size_t)max_pos + (size_t)(r_kv + dr)) + 1024;
-    scratch sc = {.cap = need};
-    sc.p = malloc(need * sizeof(float));
-    if (!sc.p) {
+    fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
+    og_device *own_dev = NULL;
+    if (!st && rc->dev) {
+        fw.dev = rc->dev;
+        fw.s = rc->stream;
+    } else if (!st) {
+        st = og_device_host_create(rc->pool, rc->kern, &own_dev, err, errlen);
+        fw.dev = own_dev;
+        if (!st) st = own_dev->ops->stream_create(own_dev, &fw.s, err, errlen);
+    }
+    if (st) {
         free(pos_of);
         free(next);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+        free(first_of);
+        free(kv_first);
+        free(canon);
+        free(blocks);
+        og_device_destroy(own_dev);
+        char why[256];
+        snprintf(why, sizeof why, "%s", err && errlen ? err : "");
+        return og_fail(err, errlen, st, "forward pass: %s", why[0] ? why : og_status_str(st));
     }
-    float *h_res = take(&sc, (size_t)(T * D));  /* residual stream [T][D] */
-    float *a = take(&sc, (size_t)(T * D));      /* normalized input [T][D] */
-    float *y = take(&sc, (size_t)(T * D));      /* sublayer output [T][D] */
-    float *q = take(&sc, (size_t)(T * qw));     /* [T][H d_qk] */
-    float *qa = h->q_lora_rank ? take(&sc, (size_t)(T * h->q_lora_rank)) : NULL;
-    float *ckv = take(&sc, (size_t)(T * (r_kv + dr)));
-    float *o = take(&sc, (size_t)(T * H * dv)); /* attention output [T][H d_v] */
-    float *rl = h->n_expert ? take(&sc, (size_t)(T * h->n_expert)) : NULL;
-    float *qn = take(&sc, (size_t)(H * ATT_CHUNK * dn));   /* q_nope of a chunk, [H][ATT_CHUNK][d_nope] */
-    float *qabs = take(&sc, (size_t)(H * ATT_CHUNK * r_kv)); /* [H][ATT_CHUNK][r_kv] */
-    float *ctx = take(&sc, (size_t)(H * ATT_CHUNK * r_kv));  /* [H][ATT_CHUNK][r_kv] */
-    float *ov = take(&sc, (size_t)(H * ATT_CHUNK * dv));     /* [H][ATT_CHUNK][d_v] */
-    const size_t att_stride = (size_t)max_pos + (size_t)(r_kv + dr); /* scores, then [q_abs, q_pe] */
-    float *att = take(&sc, (size_t)og_pool_size(rc->pool) * att_stride); /* per thread */
-    og_route *routes = NULL;
-    og_status st = OG_OK;
-    bool moe_failed = false;
-    fwd fw = {.rc = rc, .nm = rc->host_numerics, .exact = batch->exact};
+    const og_device_ops *ops = fw.ops = fw.dev->ops;
+    for (int i = 0; i < n_tok; i++) canon[i] = fw.nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
+
+    /* device scratch: activations sized for this call */
+    const int64_t qw = H * dqk, rq = h->q_lora_rank, E = h->n_expert, k = h->n_expert_used;
+    int64_t n_out = 0;
+    for (int64_t t = 0; t < T; t++) n_out += batch->logits[t];
+    const uint64_t fb = sizeof(float);
+    uint64_t need = (uint64_t)T * fb * (uint64_t)(3 * D + qw + rq + w_kv + H * dv + E + 2 * k + (has_dense(h) ? 2 * h->n_ff : 0)) +
+                    fb * (uint64_t)(H * ATT_CHUNK * (dn + 2 * r_kv + dv)) + (uint64_t)n_out * h->n_vocab * fb + 64 * 24;
+    dscratch ds = {0};
+    void *dbase = NULL;
+    st = ops->alloc(fw.dev, need, &dbase, err, errlen);
+    ds = (dscratch){dbase, 0, need};
+    float *h_res = dtake(&ds, (uint64_t)(T * D) * fb);  /* residual stream [T][D] */
+    float *a = dtake(&ds, (uint64_t)(T * D) * fb);      /* normalized input [T][D] */
+    float *y = dtake(&ds, (uint64_t)(T * D) * fb);      /* sublayer output [T][D] */
+    float *q = dtake(&ds, (uint64_t)(T * qw) * fb);     /* [T][H d_qk] */
+    float *qa = rq ? dtake(&ds, (uint64_t)(T * rq) * fb) : NULL;
+    float *ckv = dtake(&ds, (uint64_t)(T * w_kv) * fb); /* [T][r_kv + d_rope] */
+    float *o = dtake(&ds, (uint64_t)(T * H * dv) * fb); /* attention output [T][H d_v] */
+    float *rl = E ? dtake(&ds, (uint64_t)(T * E) * fb) : NULL; /* router logits [T][E] */
+    int32_t *r_ids = E ? dtake(&ds, (uint64_t)(T * k) * sizeof(int32_t)) : NULL; /* [T][k] */
+    float *r_w = E ? dtake(&ds, (uint64_t)(T * k) * fb) : NULL;                   /* [T][k] */
+    float *fg = has_dense(h) ? dtake(&ds, (uint64_t)(T * h->n_ff) * fb) : NULL; /* dense FFN [T][n_ff] x 2 */
+    float *fu = has_dense(h) ? dtake(&ds, (uint64_t)(T * h->n_ff) * fb) : NULL;
+    float *qn = dtake(&ds, (uint64_t)(H * ATT_CHUNK * dn) * fb);     /* q_nope of a chunk, [H][ATT_CHUNK][d_nope] */
+    float *qabs = dtake(&ds, (uint64_t)(H * ATT_CHUNK * r_kv) * fb); /* [H][ATT_CHUNK][r_kv] */
+    float *ctx = dtake(&ds, (uint64_t)(H * ATT_CHUNK * r_kv) * fb);  /* [H][ATT_CHUNK][r_kv] */
+    float *ov = dtake(&ds, (uint64_t)(H * ATT_CHUNK * dv) * fb);     /* [H][ATT_CHUNK][d_v] */
+    float *dlog = n_out ? dtake(&ds, (uint64_t)n_out * h->n_vocab * fb) : NULL; /* [n_out][n_vocab] */
+    /* host copies: the MoE layer's input and output, the routes (and the legacy layout's chunks) */
+    const bool legacy = !h->mla_format;
+    float *hx = E ? malloc((size_t)(T * D) * fb) : NULL, *hy = E ? malloc((size_t)(T * D) * fb) : NULL;
+    int32_t *h_ids = E ? malloc((size_t)(T * k) * sizeof *h_ids) : NULL;
+    float *h_w = E ? malloc((size_t)(T * k) * fb) : NULL;
+    og_route *routes = E ? malloc((size_t)(T * k) * sizeof *routes) : NULL;
+    float *hl = legacy ? malloc((size_t)(T * qw + 2 * H * ATT_CHUNK * r_kv + T * H * dv) * fb) : NULL;
     og_weight *head_w = malloc((size_t)(2 * H) * sizeof *head_w); /* per-head k_b, v_b slices */
     og_matmul_job *head_jobs = malloc((size_t)H * sizeof *head_jobs);
-    if (!head_w || !head_jobs) st = OG_ERR_NOMEM;
+    if (!st && (!dlog && n_out)) st = OG_ERR_NOMEM;
+    if (!st && (!head_w || !head_jobs || (E && (!hx || !hy || !h_ids || !h_w || !routes)) || (legacy && !hl)))
+        st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    bool failed_here = st != OG_OK; /* err already says why */
+    og_kv_view kvv = {blocks, n_blocks, OG_KV_BLOCK, 0, w_kv, w_kv};
 
-    for (int64_t t = 0; t < T; t++) /* embeddings (§3: no scaling) */
-        og_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * m->tok_embd.row_bytes,
-                          h_res + t * D, D);
-
+    /* embeddings (§3: no scaling) */
+    if (!st) {
+        og_get_rows_op g = {m->tok_embd, tokens, T, h_res};
+        st = ops->get_rows(fw.dev, fw.s, &g, err, errlen);
+    }
     for (uint32_t il = 0; il < h->n_layer && !st; il++) {
         const og_layer *L = &m->layers[il];
+        kvv.offset = (int64_t)il * OG_KV_BLOCK * w_kv;
         /* ---- attention (MLA, absorbed form) ---- */
-        for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->attn_norm, D, h->rms_eps);
-        if (h->q_lora_rank) { /* q_a and kv_a read the same input: one pool run */
+        if ((st = norm(&fw, a, h_res, T, D, D, L->attn_norm, h->rms_eps))) break;
+        if (rq) { /* q_a and kv_a read the same input: one op */
             og_matmul_job j2[2] = {{&L->q_a, a, T, qa, OG_NUMERICS_FORK}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FORK}};
             if ((st = mm_rows(&fw, j2, 2, 0))) break;
-            for (int64_t t = 0; t < T; t++)
-                og_rmsnorm(qa + t * h->q_lora_rank, qa + t * h->q_lora_rank, L->q_a_norm, h->q_lora_rank, h->rms_eps);
+            if ((st = norm(&fw, qa, qa, T, rq, rq, L->q_a_norm, h->rms_eps))) break;
             if ((st = mm(&fw, &L->q_b, qa, T, q))) break;
         } else {
             og_matmul_job j2[2] = {{&L->q, a, T, q, OG_NUMERICS_FORK}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FORK}};
             if ((st = mm_rows(&fw, j2, 2, 0))) break;
         }
-        for (int64_t t = 0; t < T; t++) {
-            const int32_t pos = pos_of[t];
-            float *c = ckv + t * (r_kv + dr);
-            og_rmsnorm(c, c, L->kv_a_norm, r_kv, h->rms_eps);
-            og_rope_apply(&h->rope, c + r_kv, 1, dr, pos);             /* k_pe */
-            og_rope_apply(&h->rope, q + t * qw + dn, (int)H, dqk, pos); /* q_pe of every head */
-            memcpy(kv_row(m, kvs[batch->seq[t]], il, pos), c, (size_t)(r_kv + dr) * sizeof(float));
-        }
+        if ((st = norm(&fw, ckv, ckv, T, r_kv, w_kv, L->kv_a_norm, h->rms_eps))) break;
+        og_rope_op rk = {h->rope, ckv + r_kv, T, w_kv, 1, dr, pos_of};     /* k_pe */
+        og_rope_op rqp = {h->rope, q + dn, T, qw, (int32_t)H, dqk, pos_of}; /* q_pe of every head */
+        og_kv_store_op ks = {kvv, {ckv, w_kv, T, w_kv}, kv_first, pos_of};
+        if ((st = ops->rope(fw.dev, fw.s, &rk, err, errlen)) || (st = ops->rope(fw.dev, fw.s, &rqp, err, errlen)) ||
+            (st = ops->kv_store(fw.dev, fw.s, &ks, err, errlen)))
+            break;
         if (!L->kv_b_f32)
             for (int64_t hh = 0; hh < H; hh++) {
                 head_w[hh] = slice(&L->k_b, hh * r_kv, r_kv);
                 head_w[H + hh] = slice(&L->v_b, hh * dv, dv);
             }
-        og_vec_dot_fn fdot = rc->kern->vec_dot[OG_TYPE_F32];
         for (int64_t t0 = 0; t0 < T && !st; t0 += ATT_CHUNK) { /* ATT_CHUNK tokens at a time */
             const int64_t tc = T - t0 < ATT_CHUNK ? T - t0 : ATT_CHUNK;
             /* q_abs[h][t][r] = sum_d k_b[h][r][d] q_nope[t][h][d]: per head one product
-             * over the chunk's tokens, all heads in one run */
+             * over the chunk's tokens, all heads in one op */
             if (L->kv_b_f32) {
-                for (int64_t hh = 0; hh < H; hh++)
-                    for (int64_t i = 0; i < tc; i++) {
-                        const float *qh = q + (t0 + i) * qw + hh * dqk;
-                        float *qa_h = qabs + (hh * ATT_CHUNK + i) * r_kv;
-                        for (int64_t r = 0; r < r_kv; r++) qa_h[r] = 0;
-                        for (int64_t d = 0; d < dn; d++) {
-                            const float *row = L->kv_b_f32 + (hh * (dn + dv) + d) * r_kv;
-                            for (int64_t r = 0; r < r_kv; r++) qa_h[r] += row[r] * qh[d];
-                        }
-                    }
+                if ((st = legacy_qabs(&fw, h, L, q + t0 * qw, tc, qabs, hl, hl + T * qw))) break;
             } else {
-                for (int64_t hh = 0; hh < H; hh++) {
-                    for (int64_t i = 0; i < tc; i++)
-                        memcpy(qn + (hh * ATT_CHUNK + i) * dn, q + (t0 + i) * qw + hh * dqk, (size_t)dn * sizeof *qn);
+                og_copy_op cp = {qn, q + t0 * qw, (uint64_t)dn * fb, (uint64_t)tc, (uint64_t)H, (uint64_t)dn * fb,
+                                 (uint64_t)(ATT_CHUNK * dn) * fb, (uint64_t)qw * fb, (uint64_t)dqk * fb};
+                if ((st = ops->copy(fw.dev, fw.s, &cp, err, errlen))) break;
+                for (int64_t hh = 0; hh < H; hh++)
                     head_jobs[hh] = (og_matmul_job){&head_w[hh], qn + hh * ATT_CHUNK * dn, tc, qabs + hh * ATT_CHUNK * r_kv,
                                                     OG_NUMERICS_FORK};
-                }
                 if ((st = mm_rows(&fw, head_jobs, (int)H, t0))) break;
             }
-            att_job aj = {m,    kvs,        batch->seq + t0, pos_of + t0, tc,         il,
-                          q + t0 * qw, qabs, ctx, att, att_stride, fdot, rc->kern->dot_f32_device,
-                          fw.nm == OG_NUMERICS_CANONICAL, batch->exact ? batch->exact + t0 : NULL, rc->kern->axpy_f32};
-            og_pool_run(rc->pool, attend_heads, &aj);
+            og_mla_op at = {.n_tok = tc, .n_head = H, .r_kv = r_kv, .d_rope = dr, .kq_scale = h->kq_scale,
+                            .q_abs = qabs, .qabs_head_stride = ATT_CHUNK * r_kv,
+                            .q_pe = q + t0 * qw + dn, .qpe_tok_stride = qw, .qpe_head_stride = dqk,
+                            .ctx = ctx, .ctx_head_stride = ATT_CHUNK * r_kv, .kv = kvv,
+                            .kv_first = kv_first + t0, .pos = pos_of + t0, .canonical = canon + t0};
+            if ((st = ops->mla_attention(fw.dev, fw.s, &at, err, errlen))) break;
             /* o[t][h] = v_b[h] . ctx[h][t] */
             if (L->kv_b_f32) {
-                for (int64_t hh = 0; hh < H; hh++)
-                    for (int64_t i = 0; i < tc; i++)
-                        for (int64_t j = 0; j < dv; j++) {
-                            const float *row = L->kv_b_f32 + (hh * (dn + dv) + dn + j) * r_kv;
-                            double acc = 0;
-                            for (int64_t r = 0; r < r_kv; r++) acc += (double)row[r] * ctx[(hh * ATT_CHUNK + i) * r_kv + r];
-                            o[(t0 + i) * H * dv + hh * dv + j] = (float)acc;
-                        }
+                if ((st = legacy_o(&fw, h, L, ctx, tc, o + t0 * H * dv, hl + T * qw + H * ATT_CHUNK * r_kv,
+                                   hl + T * qw + 2 * H * ATT_CHUNK * r_kv)))
+                    break;
             } else {
                 for (int64_t hh = 0; hh < H; hh++)
                     head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * ATT_CHUNK * r_kv, tc, ov + hh * ATT_CHUNK * dv,
                                                     OG_NUMERICS_FORK};
                 if ((st = mm_rows(&fw, head_jobs, (int)H, t0))) break;
-                for (int64_t hh = 0; hh < H; hh++)
-                    for (int64_t i = 0; i < tc; i++)
-                        memcpy(o + (t0 + i) * H * dv + hh * dv, ov + (hh * ATT_CHUNK + i) * dv, (size_t)dv * sizeof *o);
+                og_copy_op cp = {o + t0 * H * dv, ov, (uint64_t)dv * fb, (uint64_t)tc, (uint64_t)H, (uint64_t)(H * dv) * fb,
+                                 (uint64_t)dv * fb, (uint64_t)dv * fb, (uint64_t)(ATT_CHUNK * dv) * fb};
+                if ((st = ops->copy(fw.dev, fw.s, &cp, err, errlen))) break;
             }
         }
         if (st || (st = mm(&fw, &L->o, o, T, y))) break;
-        for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
+        if ((st = ops->add(fw.dev, fw.s, h_res, h_res, y, T * D, err, errlen))) break;
 
         /* ---- FFN: dense, or routed experts + shared experts ---- */
-        for (int64_t t = 0; t < T; t++) og_rmsnorm(a + t * D, h_res + t * D, L->ffn_norm, D, h->rms_eps);
+        if ((st = norm(&fw, a, h_res, T, D, D, L->ffn_norm, h->rms_eps))) break;
         if (!L->moe) {
-            if ((st = swiglu_ffn(&fw, &L->gate, &L->up, &L->down, a, T, y))) break;
+            if ((st = swiglu_ffn(&fw, &L->gate, &L->up, &L->down, a, T, fg, fu, y))) break;
         } else {
-            const int k = (int)h->n_expert_used;
             if ((st = mm(&fw, &L->router, a, T, rl))) break;
-            og_route *nr = realloc(routes, (size_t)(T * k) * sizeof *routes);
-            if (!nr) {
-                st = OG_ERR_NOMEM;
+            og_router_op ro = {rl, L->exp_bias, T, (int32_t)E, (int32_t)k, (int32_t)h->gating, (int32_t)h->n_group,
+                               (int32_t)h->n_group_used, h->expert_norm, h->expert_scale, r_ids, r_w};
+            /* the dispatcher's input: the routes and the normalized rows, down to the host */
+            if ((st = ops->router(fw.dev, fw.s, &ro, err, errlen)) ||
+                (st = ops->copy_to_host(fw.dev, fw.s, h_ids, r_ids, (uint64_t)(T * k) * sizeof *h_ids, err, errlen)) ||
+                (st = ops->copy_to_host(fw.dev, fw.s, h_w, r_w, (uint64_t)(T * k) * fb, err, errlen)) ||
+                (st = ops->copy_to_host(fw.dev, fw.s, hx, a, (uint64_t)(T * D) * fb, err, errlen)) || (st = sync(&fw)))
                 break;
-            }
-            routes = nr;
-            for (int64_t t = 0; t < T && !st; t++) st = route(h, L, rl + t * h->n_expert, (int32_t)t, routes + t * k);
-            if (st) break;
-            if (rc->stats) {
-                og_expert_stats *es = rc->stats;
-                const size_t base = (size_t)il * h->n_expert;
-                uint64_t hits = 0;
-                for (int64_t r = 0; r < T * k; r++) {
-                    size_t at = base + (size_t)routes[r].expert;
-                    es->counts[at]++;
-                    if (es->resident && es->resident[at]) hits++;
-                }
-                es->routes += (uint64_t)(T * k);
-                es->routes_resident += hits;
-                if (es->layer_routes) es->layer_routes[il] += (uint64_t)(T * k);
-                if (es->layer_hits) es->layer_hits[il] += hits;
-            }
-            const og_moe_layer io = {(uint32_t)il, a, T, routes, (int)(T * k), batch->exact, y};
+            routes_of(m, rc, il, T, h_ids, h_w, routes);
+            const og_moe_layer io = {(uint32_t)il, hx, T, routes, (int)(T * k), batch->exact, hy};
             if ((st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, err, errlen))) {
-                moe_failed = true;
+                failed_here = true;
                 break;
             }
+            if ((st = ops->copy_to_device(fw.dev, fw.s, y, hy, (uint64_t)(T * D) * fb, err, errlen))) break;
         }
-        for (int64_t i = 0; i < T * D; i++) h_res[i] += y[i];
+        if ((st = ops->add(fw.dev, fw.s, h_res, h_res, y, T * D, err, errlen))) break;
     }
-    if (!st) { /* the wanted rows, in token order */
-        int64_t n_out = 0;
-        for (int64_t t = 0; t < T; t++)
-            if (batch->logits[t]) og_rmsnorm(a + (n_out++) * D, h_res + t * D, m->out_norm, D, h->rms_eps);
+    if (!st) { /* the wanted rows, in token order: one RMSNorm per run of consecutive wanted tokens */
+        int64_t r = 0;
+        for (int64_t t = 0; t < T && !st;) {
+            if (!batch->logits[t]) {
+                t++;
+                continue;
+            }
+            int64_t t1 = t + 1;
+            while (t1 < T && batch->logits[t1]) t1++;
+            st = norm(&fw, a + r * D, h_res + t * D, t1 - t, D, D, m->out_norm, h->rms_eps);
+            r += t1 - t;
+            t = t1;
+        }
         /* the head's rows are the wanted tokens: their exact marks, compacted */
         bool *ex_out = batch->exact && n_out ? malloc((size_t)n_out * sizeof *ex_out) : NULL;
         if (batch->exact && n_out && !ex_out) st = OG_ERR_NOMEM;
-        for (int64_t t = 0, r = 0; ex_out && t < T; t++)
-            if (batch->logits[t]) ex_out[r++] = batch->exact[t];
+        for (int64_t t = 0, i = 0; ex_out && t < T; t++)
+            if (batch->logits[t]) ex_out[i++] = batch->exact[t];
         fw.exact = ex_out;
-        if (n_out && !st) st = mm(&fw, &m->output, a, n_out, logits);
+        if (n_out && !st) st = mm(&fw, &m->output, a, n_out, dlog);
+        if (n_out && !st)
+            st = ops->copy_to_host(fw.dev, fw.s, logits, dlog, (uint64_t)n_out * h->n_vocab * fb, err, errlen);
         free(ex_out);
     }
+    if (!st || !failed_here) { /* every op done before the buffers go (also after an error) */
+        og_status ws = sync(&fw);
+        if (!st) st = ws;
+    } else {
+        char e2[64];
+        fw.err = e2;
+        fw.errlen = sizeof e2;
+        (void)sync(&fw);
+    }
+    ops->free(fw.dev, dbase);
+    og_device_destroy(own_dev);
+    free(hx);
+    free(hy);
+    free(h_ids);
+    free(h_w);
     free(routes);
+    free(hl);
     free(head_w);
     free(head_jobs);
-    free(fw.ab.p);
-    free(sc.p);
+    free(blocks);
+    free(kv_first);
+    free(first_of);
+    free(canon);
     if (!st)
         for (int s2 = 0; s2 < n_seq; s2++) kvs[s2]->n_pos = next[s2];
     free(pos_of);
     free(next);
-    if (st && moe_failed) return st; /* the dispatcher's message */
-    if (st) return og_fail(err, errlen, st, "forward pass failed: %s", og_status_str(st));
+    if (st && failed_here) return st; /* the dispatcher's (or the allocation's) message */
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
+        return og_fail(err, errlen, st, "forward pass failed: %s%s%s", og_status_str(st), why[0] ? ": " : "", why);
+    }
     return OG_OK;
 }

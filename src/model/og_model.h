@@ -5,7 +5,7 @@
 #ifndef OG_MODEL_H
 #define OG_MODEL_H
 
-#include "og_backend.h"
+#include "og_device.h"
 #include "og_gguf.h"
 
 typedef enum og_tensor_role {
@@ -136,7 +136,9 @@ typedef struct og_route {
  * then the roped k_pe (d_rope) (§3). Grows in blocks of OG_KV_BLOCK positions. */
 #define OG_KV_BLOCK 64
 typedef struct og_kv {
-    float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope] */
+    float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope]: device addresses when dev */
+    og_device *dev;    /* the device whose memory holds the blocks (the run context's rc->dev at the first
+                          forward call), or NULL: host memory. It must outlive the cache */
     int n_blocks, cap_blocks;
     int32_t n_pos;     /* positions filled */
 } og_kv;
@@ -197,6 +199,12 @@ struct og_run_ctx {
      * the CPU tier nor where an expert ran, og_quant.h "Canonical numerics");
      * OG_NUMERICS_FORK ("fork"): each tier's fastest order. Zero: the fork. */
     og_numerics device_numerics, host_numerics;
+    /* The device whose stream runs the forward pass's ops (the weights' and the
+     * caches' data must be its addresses), or NULL: a host device
+     * (og_device_host_create) on pool, made per call, running each op on the
+     * calling thread. */
+    og_device *dev;
+    og_stream *stream;
 };
 
 /* A batch of tokens from several sequences (continuous batching): token i

@@ -27,6 +27,9 @@ typedef struct og_placement_config {
     bool count;              /* count selections without a device too (profiles, traces) */
     const og_kernels *kern;  /* what the device computes with (required with vram > 0; outlives the placement) */
     int device_threads;      /* the cpu device's threads; 0: og_device_cpu_default_threads() */
+    bool forward_on_device;  /* the forward pass's own ops (attention, router, norms, head) on the device's
+                                stream too, the non-expert weights counted in its budget; false (the default
+                                while the CPU plays the device): they run on the host device, on the host pool */
 } og_placement_config;
 
 /* The defaults run and serve use: no device, --migrate 2, 8-step residency,
@@ -43,9 +46,13 @@ og_status og_placement_create(const og_model *m, const og_placement_config *cfg,
                               size_t errlen);
 void og_placement_free(og_placement *p);
 
-/* Points rc->stats at the counters (NULL when not counting) and rc->dispatch at
+/* Points rc->stats at the counters (NULL when not counting), rc->dispatch at
  * the placement's dispatcher (device and host pool together; host only without
- * a device). Cannot fail: it only assigns. */
+ * a device) and, with forward_on_device, rc->dev / rc->stream at the device
+ * and the stream the forward pass's ops run on (else NULL: a host device per
+ * call); the cpu device then uses the mapped non-expert weights in place and
+ * counts their bytes (og_plan.nonexpert_bytes) in its budget. Cannot fail: it
+ * only assigns. */
 void og_placement_bind(og_placement *p, og_run_ctx *rc);
 
 /* Between forward steps: publishes the copies that completed, then lets the

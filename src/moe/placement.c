@@ -13,6 +13,8 @@ struct og_placement {
     og_dispatch *dispatch;   /* owned: the forward pass's MoE dispatcher (host only without a device) */
     og_expert_stats stats;   /* counts NULL when not counting */
     uint64_t planned;        /* experts resident after the initial load */
+    og_stream *fwd;          /* the forward pass's stream on dev (its ops: attention, router, norms, head) */
+    int64_t aliased;         /* non-expert weight bytes the cpu device uses in place (counted in its budget) */
 };
 
 og_placement_config og_placement_defaults(void) {
@@ -57,6 +59,11 @@ og_status og_placement_create(const og_model *m, const og_placement_config *cfg,
         if (!st) st = og_device_cpu_create(cfg->vram, cfg->device_threads > 0 ? cfg->device_threads : og_device_cpu_default_threads(), cfg->kern, &p->dev, err, errlen);
         if (!st) st = og_expert_cache_create(m, cfg->plan->slots, p->dev, &p->cache, err, errlen);
         if (!st) st = og_expert_cache_load(p->cache, m, resident, err, errlen);
+        /* the non-expert weights are device memory: the cpu device uses the mapped
+         * file in place (a copy would double the RAM) and counts the bytes */
+        if (!st && cfg->forward_on_device && (st = og_device_cpu_alias(p->dev, (int64_t)cfg->plan->nonexpert_bytes, err, errlen)) == OG_OK)
+            p->aliased = (int64_t)cfg->plan->nonexpert_bytes;
+        if (!st && cfg->forward_on_device) st = p->dev->ops->stream_create(p->dev, &p->fwd, err, errlen);
         if (!st && cfg->migrate)
             st = og_migrator_create(NL, E, cfg->migrate, cfg->min_residency, cfg->decay, &p->mig, err, errlen);
         free(resident);
@@ -81,6 +88,8 @@ void og_placement_free(og_placement *p) {
     og_migrator_free(p->mig);
     og_dispatch_free(p->dispatch); /* waits for its device work: before the slots go */
     og_expert_cache_free(p->cache);
+    if (p->dev) p->dev->ops->stream_destroy(p->dev, p->fwd);
+    if (p->aliased) (void)og_device_cpu_alias(p->dev, -p->aliased, NULL, 0);
     og_device_destroy(p->dev);
     free(p->stats.counts);
     free(p->stats.layer_routes);
@@ -91,6 +100,8 @@ void og_placement_free(og_placement *p) {
 void og_placement_bind(og_placement *p, og_run_ctx *rc) {
     rc->stats = p && p->stats.counts ? &p->stats : NULL;
     rc->dispatch = p ? og_dispatch_table(p->dispatch) : NULL;
+    rc->dev = p && p->fwd ? p->dev : NULL; /* NULL: the forward pass runs its ops on a host device */
+    rc->stream = p ? p->fwd : NULL;
 }
 
 og_status og_placement_step(og_placement *p, char *err, size_t errlen) {

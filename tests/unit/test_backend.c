@@ -660,12 +660,348 @@ static void test_device_streams(void **state) {
     assert_true(og_device_cpu_default_threads() >= 1);
 }
 
+
+/* ---- the forward pass's ops: each op on the cpu device (its stream thread and
+ * pool) and on the host device gives bitwise what the kernel it wraps gives on
+ * the host; the router and MLA attention also against direct formulas ---- */
+
+typedef struct dv_ctx {
+    og_device *dev;
+    og_stream *s;
+    const og_device_ops *ops;
+    char err[256];
+    void *allocs[64]; /* freed at the end */
+    int n_allocs;
+} dv_ctx;
+
+static void *dv_up(dv_ctx *c, const void *src, size_t bytes) {
+    void *p;
+    assert_int_equal(c->ops->alloc(c->dev, bytes, &p, c->err, sizeof c->err), OG_OK);
+    assert_true(c->n_allocs < 64);
+    c->allocs[c->n_allocs++] = p;
+    if (src) assert_int_equal(c->ops->copy_to_device(c->dev, c->s, p, src, bytes, c->err, sizeof c->err), OG_OK);
+    return p;
+}
+
+static void dv_down(dv_ctx *c, void *dst, const void *src, size_t bytes) {
+    og_event ev;
+    assert_int_equal(c->ops->copy_to_host(c->dev, c->s, dst, src, bytes, c->err, sizeof c->err), OG_OK);
+    assert_int_equal(c->ops->event_record(c->dev, c->s, &ev, c->err, sizeof c->err), OG_OK);
+    assert_int_equal(c->ops->event_wait(c->dev, ev, c->err, sizeof c->err), OG_OK);
+}
+
+static void assert_same_bits(const void *a, const void *b, size_t bytes) { assert_memory_equal(a, b, bytes); }
+
+/* Router reference written from deepseek2.md §5 in double: scores, the kept
+ * groups by the sum of their two best, top-k by score + bias (ties: lower id). */
+static void route_ref(const float *lg, const float *bias, int E, int k, int gating, int G, int G_used, bool norm,
+                      float scale, int32_t *ids, double *w) {
+    double sc[64], sel[64];
+    double mx = -INFINITY, sum = 0;
+    for (int e = 0; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
+    for (int e = 0; e < E; e++) sum += exp((double)lg[e] - mx);
+    for (int e = 0; e < E; e++) sc[e] = gating == 1 ? exp((double)lg[e] - mx) / sum : 1.0 / (1.0 + exp(-(double)lg[e]));
+    for (int e = 0; e < E; e++) sel[e] = sc[e] + (bias ? bias[e] : 0);
+    if (G > 1) {
+        const int per = E / G;
+        double gs[64];
+        bool kept[64] = {0};
+        for (int g = 0; g < G; g++) {
+            double b1 = -INFINITY, b2 = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++)
+                if (sel[e] > b1) {
+                    b2 = b1;
+                    b1 = sel[e];
+                } else if (sel[e] > b2) {
+                    b2 = sel[e];
+                }
+            gs[g] = b1 + b2;
+        }
+        for (int j = 0; j < G_used; j++) {
+            int best = -1;
+            for (int g = 0; g < G; g++)
+                if (!kept[g] && (best < 0 || gs[g] > gs[best])) best = g;
+            kept[best] = true;
+        }
+        for (int e = 0; e < E; e++)
+            if (!kept[e / per]) sel[e] = -INFINITY;
+    }
+    double tot = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int t = 0; t < j; t++) taken |= ids[t] == e;
+            if (!taken && (best < 0 || sel[e] > sel[best])) best = e;
+        }
+        ids[j] = best;
+        tot += sc[best];
+    }
+    for (int j = 0; j < k; j++) w[j] = (norm ? sc[ids[j]] / tot : sc[ids[j]]) * scale;
+}
+
+static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
+    dv_ctx c = {.dev = dev, .ops = dev->ops};
+    assert_int_equal(c.ops->stream_create(dev, &c.s, c.err, sizeof c.err), OG_OK);
+    assert_non_null(c.ops->matmul);
+    enum { K = 256, N = 40, M = 6, NR = 5, W = 48, STR = 56 };
+    /* matmul: three jobs (Q8_0 fork, Q4_K canonical, F32 fork) against og_cpu_matmul_multi on the host */
+    static const og_ggml_type types[3] = {OG_TYPE_Q8_0, OG_TYPE_Q4_K, OG_TYPE_F32};
+    float *wf = malloc(K * N * sizeof *wf), x[M * K];
+    for (int i = 0; i < M * K; i++) x[i] = frand();
+    og_weight hw[3], dw[3];
+    void *wq[3];
+    for (int t = 0; t < 3; t++) {
+        uint64_t rb;
+        og_row_bytes(types[t], K, &rb);
+        wq[t] = malloc(N * rb);
+        for (int i = 0; i < K * N; i++) wf[i] = frand() * 0.3f;
+        for (int r = 0; r < N; r++) og_quantize_row(types[t], wf + r * K, (uint8_t *)wq[t] + r * rb, K);
+        hw[t] = (og_weight){types[t], wq[t], K, N, rb};
+        dw[t] = hw[t];
+        dw[t].data = dv_up(&c, wq[t], N * rb);
+    }
+    float *dx = dv_up(&c, x, sizeof x), *dy = dv_up(&c, NULL, 3 * M * N * sizeof(float));
+    float yh[3 * M * N], yd[4 * K]; /* yd: also the 4 embedding rows below (4 K >= 3 M N) */
+    const int64_t ms[3] = {M, 1, 4};
+    const og_numerics nms[3] = {OG_NUMERICS_FORK, OG_NUMERICS_CANONICAL, OG_NUMERICS_FORK};
+    og_matmul_job hj[3], dj[3];
+    for (int t = 0; t < 3; t++) {
+        hj[t] = (og_matmul_job){&hw[t], x, ms[t], yh + t * M * N, nms[t]};
+        dj[t] = (og_matmul_job){&dw[t], dx, ms[t], dy + t * M * N, nms[t]};
+    }
+    size_t sb = og_cpu_matmul_multi_scratch(hj, 3);
+    void *scr = malloc(sb);
+    memset(yh, 0, sizeof yh);
+    assert_int_equal(og_cpu_matmul_multi(k, NULL, hj, 3, scr, sb), OG_OK);
+    assert_int_equal(c.ops->matmul(dev, c.s, dj, 3, c.err, sizeof c.err), OG_OK);
+    dj[0].m = 1; /* the jobs were copied at issue */
+    dv_down(&c, yd, dy, sizeof yh);
+    for (int t = 0; t < 3; t++) assert_same_bits(yh + t * M * N, yd + t * M * N, (size_t)ms[t] * N * sizeof(float));
+    /* a lone fork job (the small-product path) */
+    assert_int_equal(c.ops->matmul(dev, c.s, &(og_matmul_job){&dw[1], dx, 2, dy, OG_NUMERICS_FORK}, 1, c.err, sizeof c.err), OG_OK);
+    assert_int_equal(og_cpu_matmul(k, pool, &hw[1], x, 2, yh, scr, sb), OG_OK);
+    dv_down(&c, yd, dy, 2 * N * sizeof(float));
+    assert_same_bits(yh, yd, 2 * N * sizeof(float));
+    assert_int_equal(c.ops->matmul(dev, c.s, dj, 0, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+
+    /* RMSNorm over strided rows, in place; RoPE/YaRN; softmax; SwiGLU plain and clamped; add; scale */
+    float r0[NR * STR], r1[NR * STR], nw[W];
+    for (int i = 0; i < NR * STR; i++) r0[i] = 3.0f * frand();
+    for (int i = 0; i < W; i++) nw[i] = 1.0f + frand();
+    float *dr = dv_up(&c, r0, sizeof r0), *dnw = dv_up(&c, nw, sizeof nw);
+    og_rmsnorm_op no = {{dr, W, NR, STR}, {dr, W, NR, STR}, dnw, 1e-6f};
+    assert_int_equal(c.ops->rmsnorm(dev, c.s, &no, c.err, sizeof c.err), OG_OK);
+    memcpy(r1, r0, sizeof r0);
+    for (int r = 0; r < NR; r++) og_rmsnorm(r1 + r * STR, r1 + r * STR, nw, W, 1e-6f);
+    dv_down(&c, yd, dr, sizeof r0);
+    assert_same_bits(r1, yd, sizeof r0);
+    const og_rope rp = {.d_rope = 16, .base = 10000, .freq_scale = 0.25f, .ext_factor = 1, .n_ctx_orig = 64,
+                        .beta_fast = 32, .beta_slow = 1, .mscale = 1.1f};
+    const int32_t pos[NR] = {0, 7, 300, 3, 99};
+    og_rope_op ro = {rp, dr + 4, NR, STR, 2, 20, pos};
+    assert_int_equal(c.ops->rope(dev, c.s, &ro, c.err, sizeof c.err), OG_OK);
+    for (int t = 0; t < NR; t++) og_rope_apply(&rp, r1 + 4 + t * STR, 2, 20, pos[t]);
+    og_rows sm = {dr, W, NR, STR};
+    assert_int_equal(c.ops->softmax(dev, c.s, &sm, c.err, sizeof c.err), OG_OK);
+    for (int r = 0; r < NR; r++) og_softmax(r1 + r * STR, W);
+    dv_down(&c, yd, dr, sizeof r0);
+    assert_same_bits(r1, yd, sizeof r0);
+    float g[K], u[K], o1[K], o2[K];
+    for (int i = 0; i < K; i++) {
+        g[i] = 8.0f * frand();
+        u[i] = 8.0f * frand();
+    }
+    float *dg = dv_up(&c, g, sizeof g), *du = dv_up(&c, u, sizeof u), *dout = dv_up(&c, NULL, 2 * sizeof g);
+    assert_int_equal(c.ops->swiglu(dev, c.s, dout, dg, du, K, 0.0f, c.err, sizeof c.err), OG_OK);
+    assert_int_equal(c.ops->swiglu(dev, c.s, dout + K, dg, du, K, 2.5f, c.err, sizeof c.err), OG_OK);
+    assert_int_equal(c.ops->swiglu(dev, c.s, dout, dg, du, K, -1.0f, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+    og_swiglu(o1, g, u, K);
+    og_swiglu_clamp(o2, g, u, K, 2.5f);
+    dv_down(&c, yd, dout, 2 * sizeof g);
+    assert_same_bits(o1, yd, sizeof o1);
+    assert_same_bits(o2, yd + K, sizeof o2);
+    assert_int_equal(c.ops->add(dev, c.s, dg, dg, du, K, c.err, sizeof c.err), OG_OK);
+    assert_int_equal(c.ops->scale(dev, c.s, du, du, K, -0.75f, c.err, sizeof c.err), OG_OK);
+    dv_down(&c, o1, dg, sizeof g);
+    dv_down(&c, o2, du, sizeof u);
+    for (int i = 0; i < K; i++) {
+        assert_true(o1[i] == g[i] + u[i]);
+        assert_true(o2[i] == u[i] * -0.75f);
+    }
+
+    /* copy: [T][H][d] rows of a 3-D block into [H][T][d] */
+    enum { CT = 3, CH = 4, CD = 5 };
+    float src[CT * CH * CD], dst[CH * CT * CD];
+    for (int i = 0; i < CT * CH * CD; i++) src[i] = (float)i;
+    float *dsrc = dv_up(&c, src, sizeof src), *ddst = dv_up(&c, NULL, sizeof dst);
+    og_copy_op cp = {ddst, dsrc, CD * 4, CT, CH, CD * 4, CT * CD * 4, CH * CD * 4, CD * 4};
+    assert_int_equal(c.ops->copy(dev, c.s, &cp, c.err, sizeof c.err), OG_OK);
+    dv_down(&c, dst, ddst, sizeof dst);
+    for (int h = 0; h < CH; h++)
+        for (int t = 0; t < CT; t++)
+            for (int d = 0; d < CD; d++) assert_true(dst[(h * CT + t) * CD + d] == src[(t * CH + h) * CD + d]);
+
+    /* get_rows: embedding rows of a Q8_0 table, dequantized */
+    const int32_t ids[4] = {39, 0, 7, 7};
+    float *demb = dv_up(&c, NULL, 4 * K * sizeof(float));
+    og_get_rows_op gr = {dw[0], ids, 4, demb};
+    assert_int_equal(c.ops->get_rows(dev, c.s, &gr, c.err, sizeof c.err), OG_OK);
+    dv_down(&c, yd, demb, 4 * K * sizeof(float));
+    for (int i = 0; i < 4; i++) {
+        og_dequantize_row(OG_TYPE_Q8_0, (const uint8_t *)wq[0] + (size_t)ids[i] * hw[0].row_bytes, yh, K);
+        assert_same_bits(yh, yd + i * K, K * sizeof(float));
+    }
+    const int32_t bad_id = N;
+    gr = (og_get_rows_op){dw[0], &bad_id, 1, demb};
+    assert_int_equal(c.ops->get_rows(dev, c.s, &gr, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+
+    /* router: sigmoid + bias + groups (16 experts in 4 groups, keep 2, top 4,
+     * normalized, scaled) and softmax without groups, against route_ref */
+    enum { RT = 3, RE = 16, RK = 4 };
+    float lg[RT * RE], bias[RE];
+    for (int i = 0; i < RT * RE; i++) lg[i] = 4.0f * frand();
+    for (int i = 0; i < RE; i++) bias[i] = 0.5f * frand();
+    float *dlg = dv_up(&c, lg, sizeof lg), *dbias = dv_up(&c, bias, sizeof bias);
+    int32_t *dids = dv_up(&c, NULL, RT * RK * sizeof(int32_t));
+    float *dwts = dv_up(&c, NULL, RT * RK * sizeof(float));
+    for (int variant = 0; variant < 2; variant++) {
+        og_router_op rop = {dlg, variant ? NULL : dbias, RT, RE, RK, variant ? 1 : 2, variant ? 1 : 4, variant ? 1 : 2,
+                            !variant, variant ? 1.0f : 2.5f, dids, dwts};
+        assert_int_equal(c.ops->router(dev, c.s, &rop, c.err, sizeof c.err), OG_OK);
+        int32_t got[RT * RK];
+        float gw[RT * RK];
+        dv_down(&c, got, dids, sizeof got);
+        dv_down(&c, gw, dwts, sizeof gw);
+        og_router_op hop = rop;
+        int32_t hid[RT * RK];
+        float hwt[RT * RK];
+        hop.logits = lg;
+        hop.bias = variant ? NULL : bias;
+        hop.ids = hid;
+        hop.weights = hwt;
+        assert_int_equal(og_cpu_route(&hop), OG_OK);
+        assert_memory_equal(got, hid, sizeof got);
+        assert_same_bits(gw, hwt, sizeof gw);
+        for (int t = 0; t < RT; t++) {
+            int32_t rid[RK];
+            double rw[RK];
+            route_ref(lg + t * RE, variant ? NULL : bias, RE, RK, rop.gating, rop.n_group, rop.n_group_used, rop.norm,
+                      rop.scale, rid, rw);
+            for (int j = 0; j < RK; j++) {
+                assert_int_equal(got[t * RK + j], rid[j]);
+                assert_true(fabs(gw[t * RK + j] - rw[j]) <= 1e-5 * fabs(rw[j]) + 1e-7);
+            }
+        }
+        rop.k = 0;
+        assert_int_equal(c.ops->router(dev, c.s, &rop, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+    }
+
+    /* kv_store then MLA attention: two sequences in one block table (blocks of 4
+     * positions), tokens at positions 5 (sequence 0) and 2 (sequence 1), 2 heads,
+     * one token canonical; against og_cpu_mla_attention on the host and a double
+     * reference from deepseek2.md §3 */
+    enum { BR = 4, RKV = 8, DR = 4, KW = RKV + DR, NH = 2, NB = 3, NL = 2 };
+    const int64_t blk = (int64_t)NL * BR * KW; /* two layers per block, layer 1 used */
+    float *hblk = malloc(NB * blk * sizeof(float));
+    for (int i = 0; i < NB * blk; i++) hblk[i] = frand();
+    float *dblk[NB];
+    for (int b = 0; b < NB; b++) dblk[b] = dv_up(&c, hblk + b * blk, blk * sizeof(float));
+    og_kv_view kvv = {dblk, NB, BR, BR * KW, KW, KW}; /* sequence 0: blocks 0, 1; sequence 1: block 2 */
+    const int32_t first[2] = {0, 2}, tpos[2] = {5, 2};
+    float newrows[2 * KW];
+    for (int i = 0; i < 2 * KW; i++) newrows[i] = frand();
+    float *dnew = dv_up(&c, newrows, sizeof newrows);
+    og_kv_store_op st = {kvv, {dnew, KW, 2, KW}, first, tpos};
+    assert_int_equal(c.ops->kv_store(dev, c.s, &st, c.err, sizeof c.err), OG_OK);
+    memcpy(hblk + 1 * blk + BR * KW + 1 * KW, newrows, KW * sizeof(float));      /* seq 0 pos 5: block 1, row 1 */
+    memcpy(hblk + 2 * blk + BR * KW + 2 * KW, newrows + KW, KW * sizeof(float)); /* seq 1 pos 2: block 2, row 2 */
+    for (int b = 0; b < NB; b++) {
+        dv_down(&c, yd, dblk[b], blk * sizeof(float));
+        assert_same_bits(yd, hblk + b * blk, blk * sizeof(float));
+    }
+    float qabs[NH * 2 * RKV], qpe[2 * NH * DR], ctxd[NH * 2 * RKV], ctxh[NH * 2 * RKV];
+    for (int i = 0; i < NH * 2 * RKV; i++) qabs[i] = frand();
+    for (int i = 0; i < 2 * NH * DR; i++) qpe[i] = frand();
+    float *dqa = dv_up(&c, qabs, sizeof qabs), *dqp = dv_up(&c, qpe, sizeof qpe), *dctx = dv_up(&c, NULL, sizeof ctxd);
+    const bool canon[2] = {false, true};
+    og_mla_op mo = {.n_tok = 2, .n_head = NH, .r_kv = RKV, .d_rope = DR, .kq_scale = 0.3f, .q_abs = dqa,
+                    .qabs_head_stride = 2 * RKV, .q_pe = dqp, .qpe_tok_stride = NH * DR, .qpe_head_stride = DR,
+                    .ctx = dctx, .ctx_head_stride = 2 * RKV, .kv = kvv, .kv_first = first, .pos = tpos,
+                    .canonical = canon};
+    assert_int_equal(c.ops->mla_attention(dev, c.s, &mo, c.err, sizeof c.err), OG_OK);
+    dv_down(&c, ctxd, dctx, sizeof ctxd);
+    float *hb[NB];
+    for (int b = 0; b < NB; b++) hb[b] = hblk + b * blk;
+    og_mla_op ho = mo;
+    ho.q_abs = qabs;
+    ho.q_pe = qpe;
+    ho.ctx = ctxh;
+    ho.kv.blocks = hb;
+    assert_int_equal(og_cpu_mla_attention(k, pool, &ho), OG_OK);
+    assert_same_bits(ctxd, ctxh, sizeof ctxd);
+    for (int i = 0; i < 2; i++)
+        for (int h = 0; h < NH; h++) {
+            double sc[8], mx = -INFINITY, sum = 0;
+            for (int p = 0; p <= tpos[i]; p++) {
+                const float *row = hb[first[i] + p / BR] + BR * KW + (p % BR) * KW;
+                double d = 0;
+                for (int r = 0; r < RKV; r++) d += (double)qabs[h * 2 * RKV + i * RKV + r] * row[r];
+                for (int r = 0; r < DR; r++) d += (double)qpe[i * NH * DR + h * DR + r] * row[RKV + r];
+                sc[p] = 0.3 * d;
+                mx = sc[p] > mx ? sc[p] : mx;
+            }
+            for (int p = 0; p <= tpos[i]; p++) sum += exp(sc[p] - mx);
+            for (int r = 0; r < RKV; r++) {
+                double acc = 0;
+                for (int p = 0; p <= tpos[i]; p++)
+                    acc += exp(sc[p] - mx) / sum * hb[first[i] + p / BR][BR * KW + (p % BR) * KW + r];
+                assert_true(fabs(ctxd[h * 2 * RKV + i * RKV + r] - acc) <= 1e-5);
+            }
+        }
+    const int32_t far[2] = {5, 4}; /* sequence 1 has one block: position 4 is outside it */
+    mo.pos = far;
+    assert_int_equal(c.ops->mla_attention(dev, c.s, &mo, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(c.err, "outside"));
+
+    c.ops->stream_destroy(dev, c.s); /* waits for its work */
+    for (int i = 0; i < c.n_allocs; i++) c.ops->free(dev, c.allocs[i]);
+    free(hblk);
+    free(scr);
+    free(wf);
+    for (int t = 0; t < 3; t++) free(wq[t]);
+}
+
+static void test_device_ops(void **state) {
+    (void)state;
+    og_kernels k = fx_best_kernels();
+    char err[256];
+    og_pool *pool;
+    assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
+    og_device *dev;
+    assert_int_equal(og_device_cpu_create(8u << 20, 2, &k, &dev, err, sizeof err), OG_OK);
+    check_ops_on(dev, &k, pool);
+    og_device_destroy(dev);
+    assert_int_equal(og_device_host_create(pool, &k, &dev, err, sizeof err), OG_OK);
+    check_ops_on(dev, &k, pool);
+    og_device_destroy(dev);
+    assert_int_equal(og_device_host_create(pool, NULL, &dev, err, sizeof err), OG_ERR_INVALID_ARG);
+    /* a cpu device without kernels has no compute ops */
+    assert_int_equal(og_device_cpu_create(1024, 1, NULL, &dev, err, sizeof err), OG_OK);
+    og_stream *s;
+    assert_int_equal(dev->ops->stream_create(dev, &s, err, sizeof err), OG_OK);
+    float one = 1;
+    assert_int_equal(dev->ops->scale(dev, s, &one, &one, 1, 2.0f, err, sizeof err), OG_ERR_UNSUPPORTED);
+    og_device_destroy(dev);
+    og_pool_free(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_pinned), cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_canonical),
         cmocka_unit_test(test_ops), cmocka_unit_test(test_rope_yarn),
-        cmocka_unit_test(test_device_experts), cmocka_unit_test(test_device_streams),
+        cmocka_unit_test(test_device_experts), cmocka_unit_test(test_device_streams), cmocka_unit_test(test_device_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "og_moe.h"
@@ -85,6 +86,12 @@ static void unplace(placed *p) {
     og_device_destroy(p->dev);
 }
 
+/* Counts the forward-pass ops the cpu device ran (on its stream threads). */
+static void count_compute(void *ctx, int stream, og_cpu_op_kind kind, bool done) {
+    (void)stream;
+    if (kind == OG_CPU_OP_COMPUTE && done) atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
 static bool want_none(uint32_t e) { return (void)e, false; }
 static bool want_some(uint32_t e) { return e % 4 == 1; }
 static bool want_all(uint32_t e) { return (void)e, true; }
@@ -108,25 +115,37 @@ static void test_bit_identical(void **state) {
         og_run_ctx rc = {.kern = &k, .pool = pool, .dispatch = og_dispatch_table(host),
                          .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
         run_seq(m, &rc, NULL, NULL, ref);
-        /* 0 / some / all resident, then some with migrations between steps */
-        static const uint32_t slot_n[4] = {4, 4, NE, 4};
-        bool (*const wants[4])(uint32_t) = {want_none, want_some, want_all, want_some};
-        for (int cfg = 0; cfg < 4; cfg++) {
+        /* 0 / some / all resident, then some with migrations between steps, then
+         * that again with the forward pass's own ops on the device's stream */
+        static const uint32_t slot_n[5] = {4, 4, NE, 4, 4};
+        bool (*const wants[5])(uint32_t) = {want_none, want_some, want_all, want_some, want_some};
+        for (int cfg = 0; cfg < 5; cfg++) {
             placed p;
             place(&p, m, &k, slot_n[cfg], wants[cfg]);
             og_migrator *mg = NULL;
-            if (cfg == 3) assert_int_equal(og_migrator_create(NL, NE, 2, 1, 0.85, &mg, err, sizeof err), OG_OK);
+            if (cfg >= 3) assert_int_equal(og_migrator_create(NL, NE, 2, 1, 0.85, &mg, err, sizeof err), OG_OK);
             og_run_ctx prc = rc;
             prc.dispatch = og_dispatch_table(p.dispatch);
             prc.stats = &p.es;
+            atomic_int n_compute = 0;
+            if (cfg == 4) {
+                prc.dev = p.dev;
+                assert_int_equal(p.dev->ops->stream_create(p.dev, &prc.stream, err, sizeof err), OG_OK);
+                assert_int_equal(og_device_cpu_trace(p.dev, count_compute, &n_compute), OG_OK);
+            }
             run_seq(m, &prc, mg, p.cache, got);
+            if (cfg == 4) {
+                p.dev->ops->stream_destroy(p.dev, prc.stream);
+                assert_int_equal(og_device_cpu_trace(p.dev, NULL, NULL), OG_OK);
+                assert_true(atomic_load(&n_compute) > 5 * 20); /* every step's ops ran there */
+            }
             for (size_t r = 0; r < 10; r++) assert_memory_equal(ref + r * V, got + r * V, V * sizeof *got);
             const uint64_t routes = 10ull * 4 * (NL - 1);
             assert_int_equal(p.es.routes, routes);
             if (cfg == 0) assert_int_equal(p.es.routes_resident, 0);
             if (cfg == 2) assert_int_equal(p.es.routes_resident, routes);
-            if (cfg == 1 || cfg == 3) assert_true(p.es.routes_resident > 0 && p.es.routes_resident < routes);
-            if (cfg == 3) assert_true(p.cache->migrations > 0);
+            if (cfg == 1 || cfg >= 3) assert_true(p.es.routes_resident > 0 && p.es.routes_resident < routes);
+            if (cfg >= 3) assert_true(p.cache->migrations > 0);
             if (cfg == 1) { /* in a batch: the prompt beside another sequence, interleaved */
                 og_kv ka = {0}, kb = {0};
                 og_kv *kvs[2] = {&ka, &kb};

@@ -659,9 +659,12 @@ static og_status slow_wait(og_device *d, og_event ev, char *err, size_t errlen) 
     return sd->inner->ops->event_wait(sd->inner, sd->inner_last, err, errlen);
 }
 static void slow_destroy(og_device *d) { (void)d; }
-static const og_device_ops slow_ops = {"slow",         slow_mem,       slow_alloc,     slow_free,        slow_stream_create,
-                                       slow_stream_destroy, slow_copy, slow_copy_back, slow_experts, slow_record,
-                                       slow_stream_wait, slow_wait,    slow_done,      slow_destroy};
+static const og_device_ops slow_ops = {.name = "slow", .mem_info = slow_mem, .alloc = slow_alloc, .free = slow_free,
+                                       .stream_create = slow_stream_create, .stream_destroy = slow_stream_destroy,
+                                       .copy_to_device = slow_copy, .copy_to_host = slow_copy_back,
+                                       .experts = slow_experts, .event_record = slow_record,
+                                       .stream_wait = slow_stream_wait, .event_wait = slow_wait,
+                                       .event_done = slow_done, .destroy = slow_destroy}; /* no forward-pass ops */
 
 static void test_copies_in_flight(void **state) {
     (void)state;

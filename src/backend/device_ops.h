@@ -1,0 +1,119 @@
+/* Internal to the backend: the forward pass's ops as one record that both CPU
+ * devices (the cpu device's stream threads, the host device's caller) build
+ * at issue and run later (device_ops.c). */
+#ifndef OG_DEVICE_OPS_H
+#define OG_DEVICE_OPS_H
+
+#include "og_device.h"
+
+typedef enum og_cop_kind {
+    OG_COP_MATMUL = 0,
+    OG_COP_RMSNORM,
+    OG_COP_ROPE,
+    OG_COP_SOFTMAX,
+    OG_COP_SWIGLU,
+    OG_COP_ROUTER,
+    OG_COP_MLA,
+    OG_COP_ADD,
+    OG_COP_SCALE,
+    OG_COP_COPY,
+    OG_COP_GET_ROWS,
+    OG_COP_KV_STORE,
+} og_cop_kind;
+
+/* One issued op; its host arrays are copies owned by `own` (one block). */
+typedef struct og_cop {
+    og_cop_kind kind;
+    void *own;
+    union {
+        struct {
+            og_matmul_job *jobs; /* [n_jobs], their weights in wts */
+            og_weight *wts;
+            int n_jobs;
+        } mm;
+        og_rmsnorm_op norm;
+        og_rope_op rope;
+        og_rows rows;
+        struct {
+            float *out;
+            const float *a, *b; /* swiglu: gate, up; add: a, b; scale: a */
+            int64_t n;
+            float f;            /* swiglu clamp, scale factor */
+        } ew;
+        og_router_op router;
+        og_mla_op mla;
+        og_copy_op copy;
+        og_get_rows_op get_rows;
+        og_kv_store_op kv_store;
+    } u;
+} og_cop;
+
+/* The scratch a device keeps for its matmuls (grown as needed, freed by the device). */
+typedef struct og_cop_scratch {
+    void *p;
+    size_t cap;
+} og_cop_scratch;
+
+/* Validates the descriptor and fills *c with copies of its host arrays.
+ * Errors: OG_ERR_INVALID_ARG, OG_ERR_UNSUPPORTED, OG_ERR_NOMEM (with err). */
+og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, int n, og_cop *c, char *err,
+                      size_t errlen);
+/* Runs c with the kernels and pool (NULL: this thread) and the device's scratch. */
+og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c);
+void og_cop_free(og_cop *c);
+
+/* The op table's entry points for a device whose `issue(d, s, kind, desc, n,
+ * err, errlen)` queues or runs one og_cop (static functions prefix_matmul ...),
+ * and the table's members in og_device_ops order. */
+#define OG_COP_ENTRY_POINTS(prefix, issue)                                                                              \
+    static og_status prefix##_matmul(og_device *d, og_stream *s, const og_matmul_job *jobs, int n_jobs, char *err,       \
+                                     size_t errlen) {                                                                    \
+        return issue(d, s, OG_COP_MATMUL, jobs, n_jobs, err, errlen);                                                   \
+    }                                                                                                                   \
+    static og_status prefix##_rmsnorm(og_device *d, og_stream *s, const og_rmsnorm_op *op, char *err, size_t errlen) { \
+        return issue(d, s, OG_COP_RMSNORM, op, 0, err, errlen);                                                         \
+    }                                                                                                                   \
+    static og_status prefix##_rope(og_device *d, og_stream *s, const og_rope_op *op, char *err, size_t errlen) {       \
+        return issue(d, s, OG_COP_ROPE, op, 0, err, errlen);                                                            \
+    }                                                                                                                   \
+    static og_status prefix##_softmax(og_device *d, og_stream *s, const og_rows *x, char *err, size_t errlen) {        \
+        return issue(d, s, OG_COP_SOFTMAX, x, 0, err, errlen);                                                          \
+    }                                                                                                                   \
+    static og_status prefix##_swiglu(og_device *d, og_stream *s, float *out, const float *gate, const float *up,       \
+                                     int64_t n, float clamp, char *err, size_t errlen) {                                \
+        og_cop e = {.u.ew = {out, gate, up, n, clamp}};                                                                 \
+        return issue(d, s, OG_COP_SWIGLU, &e, 0, err, errlen);                                                          \
+    }                                                                                                                   \
+    static og_status prefix##_router(og_device *d, og_stream *s, const og_router_op *op, char *err, size_t errlen) {   \
+        return issue(d, s, OG_COP_ROUTER, op, 0, err, errlen);                                                          \
+    }                                                                                                                   \
+    static og_status prefix##_mla(og_device *d, og_stream *s, const og_mla_op *op, char *err, size_t errlen) {         \
+        return issue(d, s, OG_COP_MLA, op, 0, err, errlen);                                                             \
+    }                                                                                                                   \
+    static og_status prefix##_add(og_device *d, og_stream *s, float *y, const float *a, const float *b, int64_t n,     \
+                                  char *err, size_t errlen) {                                                           \
+        og_cop e = {.u.ew = {y, a, b, n, 0}};                                                                           \
+        return issue(d, s, OG_COP_ADD, &e, 0, err, errlen);                                                             \
+    }                                                                                                                   \
+    static og_status prefix##_scale(og_device *d, og_stream *s, float *y, const float *x, int64_t n, float f,          \
+                                    char *err, size_t errlen) {                                                         \
+        og_cop e = {.u.ew = {y, x, NULL, n, f}};                                                                        \
+        return issue(d, s, OG_COP_SCALE, &e, 0, err, errlen);                                                           \
+    }                                                                                                                   \
+    static og_status prefix##_copy(og_device *d, og_stream *s, const og_copy_op *op, char *err, size_t errlen) {       \
+        return issue(d, s, OG_COP_COPY, op, 0, err, errlen);                                                            \
+    }                                                                                                                   \
+    static og_status prefix##_get_rows(og_device *d, og_stream *s, const og_get_rows_op *op, char *err,                \
+                                       size_t errlen) {                                                                 \
+        return issue(d, s, OG_COP_GET_ROWS, op, 0, err, errlen);                                                        \
+    }                                                                                                                   \
+    static og_status prefix##_kv_store(og_device *d, og_stream *s, const og_kv_store_op *op, char *err,                \
+                                       size_t errlen) {                                                                 \
+        return issue(d, s, OG_COP_KV_STORE, op, 0, err, errlen);                                                        \
+    }
+
+#define OG_COP_TABLE(prefix)                                                                                           \
+    prefix##_matmul, prefix##_rmsnorm, prefix##_rope, prefix##_softmax, prefix##_swiglu, prefix##_router,              \
+        prefix##_mla, prefix##_add, prefix##_scale, prefix##_copy, prefix##_get_rows, prefix##_kv_store
+
+#endif

@@ -27,6 +27,11 @@ typedef struct og_placement_config {
     bool count;              /* count selections without a device too (profiles, traces) */
     const og_kernels *kern;  /* what the device computes with (required with vram > 0; outlives the placement) */
     int device_threads;      /* the cpu device's threads; 0: og_device_cpu_default_threads() */
+    og_device *device;       /* a device the caller made (the cuda device), used instead of the cpu one when
+                                vram > 0; NULL: the cpu device. Owned by the placement from og_placement_create
+                                on, also when it fails (then destroyed) or when vram is 0 (unused: destroyed) */
+    bool pin;                /* with a cuda device: pin the routed experts' host ranges for DMA
+                                (og_device_cuda_host_register); a refusal is noted in the stats, not an error */
 } og_placement_config;
 
 /* The defaults run and serve use: no device, --migrate 2, 8-step residency,
@@ -73,6 +78,9 @@ typedef struct og_placement_stats {
     uint64_t resident_experts; /* experts usable in device slots now */
     uint64_t planned_experts;  /* experts the initial set put there (what resident returns to at rest) */
     uint32_t in_flight;        /* copies started and not yet published */
+    uint64_t pinned_bytes;     /* host expert bytes pinned for the device's DMA (cfg.pin) */
+    uint64_t expert_host_bytes;/* the routed experts' host bytes (what pinning covers at most) */
+    const char *pin_error;     /* why pinning stopped, or NULL; the placement's */
 } og_placement_stats;
 
 /* Fills *out (all zero for p NULL). Cannot fail: it only reads. */

@@ -25,8 +25,9 @@
 bool og_cuda_built(void);
 
 /* Whether this machine looks like it has an NVIDIA GPU with a driver loaded
- * (/proc/driver/nvidia/version exists, or /dev/nvidia0); read-only, no CUDA
- * call, so a build without CUDA can say that it is leaving a GPU unused. */
+ * (/proc/driver/nvidia/version exists, or /dev/nvidia0; $ONEGPU_NVIDIA_PROC names
+ * another file to look for instead, for tests); read-only, no CUDA call, so a
+ * build without CUDA can say that it is leaving a GPU unused. */
 bool og_cuda_machine_has_gpu(void);
 
 /* Creates the cuda device on GPU `gpu` (0-based, as CUDA_VISIBLE_DEVICES

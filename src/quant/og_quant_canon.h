@@ -304,32 +304,35 @@ static OG_HD void og_canon_act_q8_K(const float *x, og_block_q8_K *y) {
 
 /* ---- SwiGLU (og_swiglu / og_swiglu_clamp: the host and CUDA both call these) ---- */
 
-/* e^x from IEEE single operations only, so the host and CUDA give the same bits
- * (libm's expf and CUDA's expf differ in the last bit now and then): x = k ln2 + r
- * with k = rint(x log2 e), r by two fmas with ln2 split in a float head and tail
- * (Cody and Waite), |r| <= ln2 / 2; e^r by its Taylor polynomial of degree 7 in
- * Horner form with fma (truncation below 6e-9 relative); then times 2^k as two
- * powers of two (each a normal float, so only the last product rounds, into a
- * subnormal when the result is one). Error within 2 ulp of e^x for normal
- * results (tested against double exp). +inf above 88.72284, +0 below -103.98. */
+/* e^x from IEEE single operations only, and no fma (baseline x86-64 has none: a
+ * libm fmaf is slow), so the host and CUDA give the same bits (libm's expf and
+ * CUDA's expf differ in the last bit now and then): x = k ln2 + r with k =
+ * rint(x log2 e) by the 1.5 * 2^23 trick, r = (x - k ln2_hi) - k ln2_lo (Cody and
+ * Waite: ln2_hi has 16 significant bits, so k ln2_hi is exact for |k| <= 150),
+ * |r| <= ln2 / 2; e^r by its Taylor polynomial of degree 7 in Horner form
+ * (truncation below 6e-9 relative); then times 2^k as two powers of two (each a
+ * normal float, so only the last product rounds, into a subnormal when the result
+ * is one). Error within 2 ulp of e^x for normal results (tested against double
+ * exp). +inf above 88.72284, +0 below -103.98. */
 static OG_HD float og_canon_expf(float x) {
-    if (x != x) return x;
-    if (x > 88.72284f) return og_canon_bits_f32(0x7f800000u);
-    if (x < -103.98f) return 0.0f;
-    const float k = og_canon_rint(og_canon_mul(x, 1.44269502f));
-    float r = og_canon_fma(-k, 0.693147182f, x);
-    r = og_canon_fma(-k, -1.90465430e-09f, r);
-    float p = 1.98412698e-04f; /* 1/7! ... 1/0! */
-    p = og_canon_fma(p, r, 1.38888889e-03f);
-    p = og_canon_fma(p, r, 8.33333333e-03f);
-    p = og_canon_fma(p, r, 4.16666667e-02f);
-    p = og_canon_fma(p, r, 1.66666667e-01f);
-    p = og_canon_fma(p, r, 0.5f);
-    p = og_canon_fma(p, r, 1.0f);
-    p = og_canon_fma(p, r, 1.0f);
-    const int n = (int)k, n1 = n / 2, n2 = n - n1; /* n in [-150, 128]: n1, n2 in [-75, 64] */
+    /* branch free, so the host loop vectorizes: the arithmetic runs on x clamped to
+     * [-104, 88.8] (k stays in [-150, 128]) and the ends are chosen at the return */
+    const float xc = x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x;
+    const float k = og_canon_add(og_canon_add(og_canon_mul(xc, 1.44269502f), 12582912.0f), -12582912.0f);
+    const float hi = og_canon_add(xc, og_canon_mul(-k, 0.693145751953125f));
+    const float r = og_canon_add(hi, og_canon_mul(-k, 1.42860677e-06f));
+    float p = 1.98412698e-04f; /* 1/7!, then 1/6! ... 1/0! */
+    p = og_canon_add(og_canon_mul(p, r), 1.38888889e-03f);
+    p = og_canon_add(og_canon_mul(p, r), 8.33333333e-03f);
+    p = og_canon_add(og_canon_mul(p, r), 4.16666667e-02f);
+    p = og_canon_add(og_canon_mul(p, r), 1.66666667e-01f);
+    p = og_canon_add(og_canon_mul(p, r), 0.5f);
+    p = og_canon_add(og_canon_mul(p, r), 1.0f);
+    p = og_canon_add(og_canon_mul(p, r), 1.0f);
+    const int32_t n = (int32_t)k, n1 = n / 2, n2 = n - n1; /* n in [-150, 128]: n1, n2 in [-75, 64] */
     p = og_canon_mul(p, og_canon_bits_f32((uint32_t)(n1 + 127) << 23));
-    return og_canon_mul(p, og_canon_bits_f32((uint32_t)(n2 + 127) << 23));
+    p = og_canon_mul(p, og_canon_bits_f32((uint32_t)(n2 + 127) << 23));
+    return x != x ? x : x > 88.72284f ? og_canon_bits_f32(0x7f800000u) : x < -103.98f ? 0.0f : p;
 }
 
 /* silu(g) * u = g / (1 + e^-g) * u (Shazeer 2020), three rounded operations after the exp. */

@@ -32,6 +32,25 @@ static og_status cuda_check(cudaError_t e, const char *call, const char *file, i
 }
 #define CK(call) cuda_check((call), #call, __FILE__, __LINE__, err, errlen)
 
+/* Where a failure cannot be returned (releasing, and the ops that return no
+ * status): the same check, the message logged as a warning. */
+static void cuda_warn(cudaError_t e, const char *call, const char *file, int line) {
+    if (e == cudaSuccess) return;
+    char msg[512];
+    cuda_check(e, call, file, line, msg, sizeof msg);
+    og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
+}
+#define CKW(call) cuda_warn((call), #call, __FILE__, __LINE__)
+
+/* cudaEventQuery through the check: true when complete, false when not yet (or
+ * failed: logged, and event_wait reports the failure). */
+static bool query_done(cudaEvent_t e) {
+    const cudaError_t r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return false;
+    CKW(r);
+    return r == cudaSuccess;
+}
+
 typedef struct ring_entry {
     uint64_t seq; /* 0: free */
     cudaEvent_t ev;
@@ -84,7 +103,11 @@ static og_status cur(cuda_device *c, char *err, size_t errlen) { return CK(cudaS
 static og_status cu_mem_info(og_device *d, uint64_t *free_bytes, uint64_t *total_bytes) {
     cuda_device *c = (cuda_device *)d;
     size_t f = 0, t = 0;
-    if (cudaSetDevice(c->gpu) != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess) {
+    char msg[512];
+    char *err = msg;
+    const size_t errlen = sizeof msg;
+    if (CK(cudaSetDevice(c->gpu)) || CK(cudaMemGetInfo(&f, &t))) {
+        og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
         *free_bytes = *total_bytes = 0;
         return OG_ERR_IO;
     }
@@ -103,7 +126,7 @@ static og_status cu_alloc(og_device *d, uint64_t bytes, void **out, char *err, s
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         size_t f = 0, t = 0;
-        (void)cudaMemGetInfo(&f, &t);
+        CKW(cudaMemGetInfo(&f, &t));
         return og_fail(err, errlen, OG_ERR_NOMEM, "cuda device: %llu bytes do not fit (%llu of %llu bytes free)",
                        (unsigned long long)bytes, (unsigned long long)f, (unsigned long long)t);
     }
@@ -114,8 +137,8 @@ static og_status cu_alloc(og_device *d, uint64_t bytes, void **out, char *err, s
 
 static void cu_free(og_device *d, void *p) {
     if (!p) return;
-    (void)cudaSetDevice(((cuda_device *)d)->gpu);
-    (void)cudaFree(p);
+    CKW(cudaSetDevice(((cuda_device *)d)->gpu));
+    CKW(cudaFree(p));
 }
 
 static og_status cu_stream_create(og_device *d, og_stream **out, char *err, size_t errlen) {
@@ -141,7 +164,7 @@ static og_status cu_stream_create(og_device *d, og_stream **out, char *err, size
     pthread_mutex_lock(&c->mu);
     if (c->n_streams >= MAX_STREAMS) {
         pthread_mutex_unlock(&c->mu);
-        (void)cudaStreamDestroy(s->cs);
+        CKW(cudaStreamDestroy(s->cs));
         free(s->ring);
         free(s);
         return og_fail(err, errlen, OG_ERR_RANGE, "cuda device: more than %d streams", MAX_STREAMS);
@@ -156,18 +179,18 @@ static og_status cu_stream_create(og_device *d, og_stream **out, char *err, size
 static void cu_stream_destroy(og_device *d, og_stream *s) {
     if (!s) return;
     cuda_device *c = (cuda_device *)d;
-    (void)cudaSetDevice(c->gpu);
-    (void)cudaStreamSynchronize(s->cs);
-    if (s->scratch) (void)cudaFreeAsync(s->scratch, s->cs);
-    (void)cudaStreamSynchronize(s->cs);
-    (void)cudaStreamDestroy(s->cs);
-    if (s->stage) (void)cudaFreeHost(s->stage);
+    CKW(cudaSetDevice(c->gpu));
+    CKW(cudaStreamSynchronize(s->cs));
+    if (s->scratch) CKW(cudaFreeAsync(s->scratch, s->cs));
+    CKW(cudaStreamSynchronize(s->cs));
+    CKW(cudaStreamDestroy(s->cs));
+    if (s->stage) CKW(cudaFreeHost(s->stage));
     pthread_mutex_lock(&c->mu);
     c->streams[s->index] = NULL;
     c->destroyed[s->index] = true;
     pthread_mutex_unlock(&c->mu);
     for (uint32_t i = 0; i < s->cap; i++)
-        if (s->ring[i].ev) (void)cudaEventDestroy(s->ring[i].ev);
+        if (s->ring[i].ev) CKW(cudaEventDestroy(s->ring[i].ev));
     free(s->ring);
     free(s);
 }
@@ -212,8 +235,8 @@ static og_status cu_copy_to_host(og_device *d, og_stream *s, void *dst, const vo
     og_status st = cur(c, err, errlen);
     if (st) return stream_fail(s, st, err ? err : "copy to host failed");
     struct cudaPointerAttributes pa;
-    const bool pinned = cudaPointerGetAttributes(&pa, dst) == cudaSuccess && pa.type == cudaMemoryTypeHost;
-    (void)cudaGetLastError();
+    const bool pinned = !CK(cudaPointerGetAttributes(&pa, dst)) && pa.type == cudaMemoryTypeHost;
+    if (err && errlen) err[0] = 0; /* a pointer CUDA does not know is pageable memory, not an error */
     if (pinned || !bytes) {
         st = CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->cs));
         return st ? stream_fail(s, st, err ? err : "copy to host failed") : OG_OK;
@@ -356,10 +379,9 @@ static og_status cu_event_record(og_device *d, og_stream *s, og_event *ev, char 
     const uint64_t seq = s->issued + 1;
     ring_entry *r = &s->ring[seq % s->cap];
     if (r->seq && r->seq > s->done_known) { /* still in flight? then grow the ring */
-        if (cudaEventQuery(r->ev) == cudaSuccess) {
+        if (query_done(r->ev)) {
             s->done_known = r->seq > s->done_known ? r->seq : s->done_known;
         } else {
-            (void)cudaGetLastError();
             const uint32_t nc = s->cap * 2;
             ring_entry *nr = calloc(nc, sizeof *nr);
             if (!nr) {
@@ -440,14 +462,17 @@ static og_status cu_event_wait(og_device *d, og_event ev, char *err, size_t errl
 static bool cu_event_done(og_device *d, og_event ev) {
     if (!ev) return true;
     cuda_device *c = (cuda_device *)d;
-    if (cudaSetDevice(c->gpu) != cudaSuccess) return false;
+    char msg[512];
+    if (cuda_check(cudaSetDevice(c->gpu), "cudaSetDevice(c->gpu)", __FILE__, __LINE__, msg, sizeof msg)) {
+        og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
+        return false;
+    }
     pthread_mutex_lock(&c->mu);
     og_stream *s;
     cudaEvent_t e;
     bool done = false;
     if (!find_event(c, ev, &s, &e, NULL, 0)) {
-        done = !e || cudaEventQuery(e) == cudaSuccess;
-        if (!done) (void)cudaGetLastError();
+        done = !e || query_done(e);
         const uint64_t seq = ev & ((1ull << EV_SHIFT) - 1);
         if (done && s && seq > s->done_known) s->done_known = seq;
     }
@@ -457,10 +482,10 @@ static bool cu_event_done(og_device *d, og_event ev) {
 
 static void cu_destroy(og_device *d) {
     cuda_device *c = (cuda_device *)d;
-    (void)cudaSetDevice(c->gpu);
+    CKW(cudaSetDevice(c->gpu));
     for (int i = 0; i < c->n_streams; i++)
         if (c->streams[i]) cu_stream_destroy(d, c->streams[i]);
-    for (int i = 0; i < c->n_pinned; i++) (void)cudaHostUnregister(c->pinned[i].p);
+    for (int i = 0; i < c->n_pinned; i++) CKW(cudaHostUnregister(c->pinned[i].p));
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -591,10 +616,10 @@ og_status og_device_cuda_copy_rate(og_device *d, uint64_t bytes, int reps, doubl
         qsort(ms, (size_t)reps, sizeof ms[0], cmp_double);
         *bytes_per_s = 2.0 * (double)bytes / (ms[reps / 2] * 1e-3);
     }
-    if (e0) (void)cudaEventDestroy(e0);
-    if (e1) (void)cudaEventDestroy(e1);
-    (void)cudaFree(a);
-    (void)cudaFree(b);
+    if (e0) CKW(cudaEventDestroy(e0));
+    if (e1) CKW(cudaEventDestroy(e1));
+    CKW(cudaFree(a));
+    CKW(cudaFree(b));
     return st;
 }
 
@@ -615,7 +640,7 @@ og_status og_device_cuda_time(og_device *d, og_stream *s, og_status (*fn)(void *
     if (!st) st = CK(cudaEventSynchronize(e1));
     if (!st) st = CK(cudaEventElapsedTime(&t, e0, e1));
     if (!st) *ms_per_rep = (double)t / reps;
-    if (e0) (void)cudaEventDestroy(e0);
-    if (e1) (void)cudaEventDestroy(e1);
+    if (e0) CKW(cudaEventDestroy(e0));
+    if (e1) CKW(cudaEventDestroy(e1));
     return st;
 }

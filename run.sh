@@ -132,6 +132,21 @@ else
   fi
 fi
 
+# ---- which device computes ------------------------------------------------------
+# serve says it again in its log ("compute: ..."); here before anything is loaded
+if [[ $dry -eq 0 || -x $bin ]]; then
+  cuda_built=0
+  "$bin" --version 2>/dev/null | grep -q '^cuda device: built' && cuda_built=1
+  if [[ -n $gpu_name && $cuda_built -eq 0 ]]; then
+    say "GPU $gpu_name found, but $bin was built without CUDA: the CPU computes every expert" \
+        "(rebuild with the CUDA toolkit, nvcc on PATH or in /usr/local/cuda: cmake -S . -B build -DONEGPU_CUDA=ON && cmake --build build)"
+  elif [[ -n $gpu_name ]]; then
+    say "device: cuda on $gpu_name computes the resident experts (the host pool the cold ones)"
+  else
+    say "device: no GPU: the CPU computes (the cpu device plays a GPU when --vram is given)"
+  fi
+fi
+
 # ---- the model ---------------------------------------------------------------
 models=models
 [[ -n ${ONEGPU_MODELS_DIR:-} ]] && models=$(abs "$ONEGPU_MODELS_DIR")

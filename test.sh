@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # onegpu's test command (README, CI): dependencies, three builds, all tests.
 #   1. build/       gcc, -Wall -Wextra -Werror, RelWithDebInfo: every ctest, including
-#                   the outside references (llama.cpp via node-llama-cpp, tokenizer)
+#                   the outside references (llama.cpp via node-llama-cpp, tokenizer); the
+#                   CUDA device too when nvcc is found (sm_90 + sm_120; its GPU tests
+#                   skip for hardware without a GPU)
 #   2. build-asan/  clang, AddressSanitizer + UBSan, libFuzzer: every C test again
 #                   and the GGUF and model fuzzers for OG_FUZZ_SECONDS each (default 60)
 #   3. build-tsan/  clang, ThreadSanitizer: the tests labelled tsan (pool, engine,
@@ -77,14 +79,14 @@ run_ctest build
 
 if [[ $quick -eq 0 ]]; then
   echo "== build (clang, ASan + UBSan, libFuzzer)"
-  CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DOG_WERROR=ON -DOG_SANITIZE=ON \
+  CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DOG_WERROR=ON -DOG_SANITIZE=ON -DONEGPU_CUDA=OFF \
     -DOG_FUZZ=ON -DOG_FUZZ_SECONDS="${OG_FUZZ_SECONDS:-60}" >/dev/null
   cmake --build build-asan -j"$jobs" >/dev/null
   echo "== tests (build-asan/)"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest build-asan
 
   echo "== build (clang, ThreadSanitizer)"
-  CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOG_WERROR=ON -DOG_TSAN=ON >/dev/null
+  CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOG_WERROR=ON -DOG_TSAN=ON -DONEGPU_CUDA=OFF >/dev/null
   cmake --build build-tsan -j"$jobs" >/dev/null
   echo "== tests (build-tsan/, label tsan)"
   # halt_on_error: a race ends the process (a server that dies fails its test)

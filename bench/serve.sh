@@ -6,9 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-models/demo.gguf}; words=${2:-1500}
 shift $(( $# >= 2 ? 2 : $# )); [[ ${1:-} == -- ]] && shift
-[[ -f $model ]] || ./build/onegpu make-model --preset demo -o "$model"
+onegpu=${ONEGPU:-./build/onegpu}   # $ONEGPU: another build (tests/gpu/run.sh)
+[[ -f $model ]] || "$onegpu" make-model --preset demo -o "$model"
 . tests/cli/lib.sh   # start_server, fail
-onegpu=./build/onegpu
 log=$(mktemp)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "$log"' EXIT

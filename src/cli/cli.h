@@ -24,6 +24,7 @@ int og_cmd_make_model(int argc, char **argv);
 int og_cmd_bench(int argc, char **argv);
 int og_cmd_bench_placement(int argc, char **argv);
 int og_cmd_bench_grammar(int argc, char **argv);
+int og_cmd_bench_cuda(int argc, char **argv);
 int og_cmd_tokenize(int argc, char **argv);
 int og_cmd_run(int argc, char **argv);
 int og_cmd_plan(int argc, char **argv);

@@ -152,12 +152,13 @@ static int parse_list(const char *s, int *out, int max) {
 int og_cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "placement")) return og_cmd_bench_placement(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "grammar")) return og_cmd_bench_grammar(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "cuda")) return og_cmd_bench_cuda(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "kernels") != 0) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             usage(stdout);
             return OG_EXIT_OK;
         }
-        fprintf(stderr, "onegpu bench: 'kernels', 'placement' or 'grammar' (onegpu bench placement --help)\n");
+        fprintf(stderr, "onegpu bench: 'kernels', 'placement', 'grammar' or 'cuda' (onegpu bench placement --help)\n");
         usage(stderr);
         return OG_EXIT_USAGE;
     }

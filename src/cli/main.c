@@ -1,5 +1,6 @@
 /* onegpu: one binary, subcommands (DESIGN.md "cli"). */
 #include "cli.h"
+#include "og_device_cuda.h"
 
 #include <stdio.h>
 #include <errno.h>
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("onegpu %s\n", OG_VERSION);
+        printf(og_cuda_built() ? "cuda device: built\n" : "cuda device: not built (cmake -DONEGPU_CUDA=ON builds it)\n");
         return OG_EXIT_OK;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

@@ -1,6 +1,8 @@
 /* See placement.h. */
 #include "placement.h"
 
+#include "og_device_cuda.h"
+
 #include "cli.h"
 
 #include <pthread.h>
@@ -194,6 +196,11 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         name = "numa-node", want = "a NUMA node, 0..1023";
         ok = og_cli_parse_long(arg, 0, OG_MAX_NUMA_NODES - 1, &f->numa_node);
         break;
+    case OG_OPT_DEVICE:
+        name = "device", want = "cuda, cpu or auto";
+        ok = !strcmp(arg, "cuda") || !strcmp(arg, "cpu") || !strcmp(arg, "auto");
+        f->device = !strcmp(arg, "cuda") ? OG_CLI_DEVICE_CUDA : !strcmp(arg, "cpu") ? OG_CLI_DEVICE_CPU : OG_CLI_DEVICE_AUTO;
+        break;
     case OG_OPT_DEVICE_THREADS:
         name = "device-threads", want = "a count, 1..4096";
         ok = og_cli_parse_count(arg, &f->device_threads) && f->device_threads <= 4096;
@@ -206,20 +213,67 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
     return -1;
 }
 
-int og_cli_flags_check(const char *cmd, const og_cli_flags *f) {
+/* The flags that plan for a device, without a device. */
+static int device_flags_check(const char *cmd, const og_cli_flags *f) {
     if (!f->have_vram &&
         (f->have_ram || f->profile || f->pin.slots_override != -1 || f->migrate_set || f->device_threads ||
          f->device_forward)) {
         fprintf(stderr,
                 "%s: --ram, --profile, --expert-slots, --migrate, --device-threads and --device-forward plan for a device: "
-                "give --vram SIZE too\n",
-                cmd);
+                "give --vram SIZE too%s\n",
+                cmd, og_cuda_built() && f->device != OG_CLI_DEVICE_CPU ? " (no GPU was found to plan for)" : "");
         return OG_EXIT_USAGE;
     }
+    return OG_EXIT_OK;
+}
+
+int og_cli_flags_check(const char *cmd, const og_cli_flags *f) {
+    /* with a GPU possible, its memory may stand for --vram: checked again once the device is chosen */
+    if (!(og_cuda_built() && f->device != OG_CLI_DEVICE_CPU) && device_flags_check(cmd, f)) return OG_EXIT_USAGE;
     char werr[512];
     if (f->save_profile && og_check_writable(f->save_profile, werr, sizeof werr)) {
         fprintf(stderr, "%s: --save-profile %s\n", cmd, werr);
         return OG_EXIT_USAGE;
+    }
+    return OG_EXIT_OK;
+}
+
+int og_cli_device_choose(const char *cmd, og_cli_flags *f) {
+    f->gpu = NULL;
+    if (f->device == OG_CLI_DEVICE_CPU) return OG_EXIT_OK;
+    if (!og_cuda_built()) {
+        if (f->device == OG_CLI_DEVICE_CUDA) {
+            fprintf(stderr, "%s: --device cuda: this build has no CUDA (rebuild with the CUDA toolkit installed: "
+                    "cmake -S . -B build -DONEGPU_CUDA=ON && cmake --build build)\n", cmd);
+            return OG_EXIT_USAGE;
+        }
+        if (og_cuda_machine_has_gpu())
+            fprintf(stderr, "%s: this machine has an NVIDIA GPU but this build has no CUDA, so the CPU computes "
+                    "(rebuild with the CUDA toolkit installed: cmake -S . -B build -DONEGPU_CUDA=ON && cmake --build build)\n",
+                    cmd);
+        return OG_EXIT_OK;
+    }
+    char err[512];
+    og_status st = og_device_cuda_create(0, &f->gpu, err, sizeof err);
+    if (st) {
+        f->gpu = NULL;
+        if (f->device == OG_CLI_DEVICE_CUDA) {
+            fprintf(stderr, "%s: --device cuda: %s\n", cmd, err);
+            return OG_EXIT_USAGE;
+        }
+        fprintf(stderr, "%s: %s: the CPU computes\n", cmd, err);
+        return OG_EXIT_OK;
+    }
+    if (!f->have_vram) { /* the GPU's free memory is the plan's device budget */
+        uint64_t fr = 0, tot = 0;
+        if (f->gpu->ops->mem_info(f->gpu, &fr, &tot) || !fr) {
+            fprintf(stderr, "%s: the GPU reports no free memory (cudaMemGetInfo); give --vram SIZE\n", cmd);
+            og_device_destroy(f->gpu);
+            f->gpu = NULL;
+            return OG_EXIT_USAGE;
+        }
+        f->pin.vram = fr;
+        f->have_vram = true;
     }
     return OG_EXIT_OK;
 }
@@ -235,6 +289,14 @@ int og_cli_plan_flags(const char *cmd, const char *model_path, og_cli_flags *f, 
         fprintf(stderr, "%s: %s\n", cmd, err);
         return OG_EXIT_BAD_INPUT;
     }
+    int drc = og_cli_device_choose(cmd, f);
+    if (!drc) drc = device_flags_check(cmd, f);
+    if (drc) {
+        og_device_destroy(f->gpu);
+        f->gpu = NULL;
+        og_gguf_close(hg);
+        return drc;
+    }
     if (!f->ctx) f->ctx = og_cli_default_ctx(hp->n_ctx_train);
     int rc = OG_EXIT_OK;
     if (f->ctx > hp->n_ctx_train || f->ctx < 2) {
@@ -247,10 +309,14 @@ int og_cli_plan_flags(const char *cmd, const char *model_path, og_cli_flags *f, 
         rc = og_cli_plan_prepare(cmd, hg, hp, &f->pin, f->have_ram, f->profile, plan, profile);
     }
     og_gguf_close(hg);
+    if (rc) {
+        og_device_destroy(f->gpu);
+        f->gpu = NULL;
+    }
     return rc;
 }
 
-int og_cli_placement_create(const char *cmd, const og_model *m, const og_cli_flags *f, const og_plan *plan,
+int og_cli_placement_create(const char *cmd, const og_model *m, og_cli_flags *f, const og_plan *plan,
                             const uint64_t *profile, bool count, const og_kernels *kern, og_placement **out) {
     *out = NULL;
     og_placement_config pc = og_placement_defaults();
@@ -262,17 +328,31 @@ int og_cli_placement_create(const char *cmd, const og_model *m, const og_cli_fla
     pc.kern = kern;
     pc.device_threads = (int)(f->device_threads ? f->device_threads : f->threads);
     pc.forward_on_device = f->device_forward;
-    char err[1024];
+    pc.device = f->gpu; /* the placement's from here on */
+    pc.pin = true;
+    f->gpu = NULL;
+    char err[1024], desc[256] = "";
+    if (pc.device) og_device_cuda_describe(pc.device, desc, sizeof desc);
     if (og_placement_create(m, &pc, out, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         return OG_EXIT_USAGE;
     }
     og_placement_stats ps;
     og_placement_get_stats(*out, &ps);
-    if (ps.device) {
-        char pb[32];
-        fprintf(stderr, "%s: cpu device: %llu experts resident, %s copied host->device\n", cmd,
-                (unsigned long long)ps.resident_experts, og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb));
+    char pb[32], vb[32], hb[32];
+    if (ps.device && desc[0]) {
+        char pin[320];
+        if (ps.pin_error) snprintf(pin, sizeof pin, "host experts not pinned (%s)", ps.pin_error);
+        else snprintf(pin, sizeof pin, "%s of host experts pinned", og_fmt_bytes(ps.pinned_bytes, hb, sizeof hb));
+        fprintf(stderr, "%s: compute: cuda device %s: %llu experts resident in %s, %s copied host->device, %s; the "
+                "rest of the forward pass on the CPU\n", cmd, desc, (unsigned long long)ps.resident_experts,
+                og_fmt_bytes(f->pin.vram, vb, sizeof vb), og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb), pin);
+    } else if (ps.device) {
+        fprintf(stderr, "%s: compute: cpu device: %llu experts resident, %s copied host->device (the CPU plays a GPU "
+                "of %s)\n", cmd, (unsigned long long)ps.resident_experts, og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb),
+                og_fmt_bytes(f->pin.vram, vb, sizeof vb));
+    } else {
+        fprintf(stderr, "%s: compute: CPU only (no device)\n", cmd);
     }
     return OG_EXIT_OK;
 }

@@ -25,13 +25,20 @@ typedef struct og_cli_flags {
     bool numerics_gpu;       /* --cpu-numerics gpu (true) or fork */
     bool have_vram, have_ram, migrate_set;
     bool device_forward;     /* --device-forward: the forward pass's own ops on the device's stream too */
+    int device;              /* --device: OG_CLI_DEVICE_AUTO (default), _CPU or _CUDA */
+    og_device *gpu;          /* the cuda device og_cli_plan_flags made (handed to the placement), or NULL */
 } og_cli_flags;
+
+/* --device: auto = the cuda device when the build has it and a GPU answers, else
+ * the CPU; cpu = never a GPU (--vram then sizes the cpu device playing one);
+ * cuda = the GPU or a refusal. */
+enum { OG_CLI_DEVICE_AUTO = 0, OG_CLI_DEVICE_CPU, OG_CLI_DEVICE_CUDA };
 
 /* getopt_long values of the shared flags (above any short option). */
 enum {
     OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
     OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS, OG_OPT_NUMA_NODE,
-    OG_OPT_DEVICE_FORWARD
+    OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE
 };
 
 /* The shared flags' entries for a command's getopt_long table. */
@@ -42,7 +49,8 @@ enum {
         {"save-profile", required_argument, 0, OG_OPT_SAVE_PROFILE},                                                   \
         {"migrate", required_argument, 0, OG_OPT_MIGRATE}, {"cpu-numerics", required_argument, 0, OG_OPT_NUMERICS},    \
         {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}, \
-        {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}, {"device-forward", no_argument, 0, OG_OPT_DEVICE_FORWARD}
+        {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}, {"device-forward", no_argument, 0, OG_OPT_DEVICE_FORWARD}, \
+        {"device", required_argument, 0, OG_OPT_DEVICE}
 
 /* The defaults: no device, --reserve 512M, --migrate 2, fork numerics, every CPU. */
 void og_cli_flags_init(og_cli_flags *f);
@@ -57,7 +65,8 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f);
  * OG_EXIT_USAGE after printing why. */
 int og_cli_flags_check(const char *cmd, const og_cli_flags *f);
 
-/* Before loading: reads model_path's header, sets f->ctx (the model's when not
+/* Before loading: chooses the device (og_cli_device_choose), reads model_path's
+ * header, sets f->ctx (the model's when not
  * given; refused outside 2..n_ctx_train) and, with --vram, plans for parallel
  * sequences and batch_tokens (og_cli_plan_prepare) into *plan and *profile (the
  * caller frees both; zero / NULL without --vram). *hp gets the header's
@@ -65,13 +74,21 @@ int og_cli_flags_check(const char *cmd, const og_cli_flags *f);
 int og_cli_plan_flags(const char *cmd, const char *model_path, og_cli_flags *f, uint32_t parallel,
                       uint32_t batch_tokens, og_hparams *hp, og_plan *plan, uint64_t **profile);
 
+/* --device (f->device): with a GPU (auto or cuda) creates the cuda device into
+ * f->gpu and, without --vram, sets the plan's device memory to its free memory
+ * (cudaMemGetInfo). Prints one line when auto finds no GPU it can use, or finds a
+ * GPU that this build cannot use (built without CUDA: how to rebuild). Returns 0,
+ * or OG_EXIT_USAGE after printing why (--device cuda without a usable GPU). */
+int og_cli_device_choose(const char *cmd, og_cli_flags *f);
+
 /* The placement of run and serve (always made: it owns the forward pass's
- * dispatcher): with --vram the cpu device (it plays the GPU) holds the plan's
- * hot set and computes those experts on its own --device-threads threads with
- * kern, migrating --migrate experts per layer per step; selections are counted
- * with a device, --save-profile or count. Prints "CMD: cpu device: ..." to
- * stderr. Returns 0, or OG_EXIT_USAGE after printing "CMD: reason". */
-int og_cli_placement_create(const char *cmd, const og_model *m, const og_cli_flags *f, const og_plan *plan,
+ * dispatcher): with a GPU (f->gpu, handed over) or --vram (the cpu device plays
+ * the GPU) the device holds the plan's
+ * hot set and computes those experts (the cpu device on its own --device-threads threads with
+ * kern), migrating --migrate experts per layer per step; selections are counted
+ * with a device, --save-profile or count. Prints one line saying which device
+ * computes the resident experts ("CMD: compute: ...") to stderr. Returns 0, or OG_EXIT_USAGE after printing "CMD: reason". */
+int og_cli_placement_create(const char *cmd, const og_model *m, og_cli_flags *f, const og_plan *plan,
                             const uint64_t *profile, bool count, const og_kernels *kern, og_placement **out);
 
 /* --save-profile: the counts plus profile's (may be NULL) written to

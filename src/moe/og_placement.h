@@ -30,6 +30,11 @@ typedef struct og_placement_config {
     bool forward_on_device;  /* the forward pass's own ops (attention, router, norms, head) on the device's
                                 stream too, the non-expert weights counted in its budget; false (the default
                                 while the CPU plays the device): they run on the host device, on the host pool */
+    og_device *device;       /* a device the caller made (the cuda device), used instead of the cpu one when
+                                vram > 0; NULL: the cpu device. Owned by the placement from og_placement_create
+                                on, also when it fails (then destroyed) or when vram is 0 (unused: destroyed) */
+    bool pin;                /* with a cuda device: pin the routed experts' host ranges for DMA
+                                (og_device_cuda_host_register); a refusal is noted in the stats, not an error */
 } og_placement_config;
 
 /* The defaults run and serve use: no device, --migrate 2, 8-step residency,
@@ -80,6 +85,9 @@ typedef struct og_placement_stats {
     uint64_t resident_experts; /* experts usable in device slots now */
     uint64_t planned_experts;  /* experts the initial set put there (what resident returns to at rest) */
     uint32_t in_flight;        /* copies started and not yet published */
+    uint64_t pinned_bytes;     /* host expert bytes pinned for the device's DMA (cfg.pin) */
+    uint64_t expert_host_bytes;/* the routed experts' host bytes (what pinning covers at most) */
+    const char *pin_error;     /* why pinning stopped, or NULL; the placement's */
 } og_placement_stats;
 
 /* Fills *out (all zero for p NULL). Cannot fail: it only reads. */

@@ -1,6 +1,9 @@
 /* The placement object (og_placement.h). */
 #include "og_placement.h"
 
+#include "og_device_cuda.h"
+
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +18,28 @@ struct og_placement {
     uint64_t planned;        /* experts resident after the initial load */
     og_stream *fwd;          /* the forward pass's stream on dev (its ops: attention, router, norms, head) */
     int64_t aliased;         /* non-expert weight bytes the cpu device uses in place (counted in its budget) */
+    uint64_t pinned, expert_bytes;
+    char pin_error[256];     /* "" when pinning did not fail */
 };
+
+/* Pins the routed experts' host ranges (cfg.pin with a cuda device): the copies
+ * into slots then run asynchronously at the bus's rate. Stops at the first refusal. */
+static void pin_experts(og_placement *p, const og_model *m) {
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const og_layer *L = &m->layers[l];
+        const og_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int k = 0; L->moe && k < 3; k++) {
+            const uint64_t n = (uint64_t)w[k]->n_rows * w[k]->row_bytes;
+            uint64_t got = 0;
+            p->expert_bytes += n;
+            if (!p->pin_error[0] &&
+                og_device_cuda_host_register(p->dev, w[k]->data, n, &got, p->pin_error, sizeof p->pin_error) &&
+                !p->pin_error[0])
+                snprintf(p->pin_error, sizeof p->pin_error, "refused");
+            p->pinned += got;
+        }
+    }
+}
 
 og_placement_config og_placement_defaults(void) {
     return (og_placement_config){.migrate = 2, .min_residency = 8, .decay = 0.85};
@@ -26,19 +50,33 @@ og_status og_placement_create(const og_model *m, const og_placement_config *cfg,
     *out = NULL;
     const uint32_t NL = m->hp.n_layer, E = m->hp.n_expert;
     const size_t n = (size_t)NL * E;
+    og_device *given = cfg->device; /* ours from here on */
+    if (given && !(cfg->vram && n)) {
+        og_device_destroy(given);
+        given = NULL;
+    }
     if (cfg->vram) {
         const og_plan *pl = cfg->plan;
+        og_status bad = OG_OK;
         if (!pl || !pl->fits || !pl->slots)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "placement: a device needs a plan that fits");
-        if (pl->n_layer != NL || pl->n_expert != E)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG,
-                           "placement: the plan is for %u layers x %u experts, the model has %u x %u", pl->n_layer,
-                           pl->n_expert, NL, E);
-        if (cfg->migrate && !(cfg->decay > 0 && cfg->decay < 1))
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "placement: decay %g is not in (0, 1)", cfg->decay);
+            bad = og_fail(err, errlen, OG_ERR_INVALID_ARG, "placement: a device needs a plan that fits");
+        else if (pl->n_layer != NL || pl->n_expert != E)
+            bad = og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                          "placement: the plan is for %u layers x %u experts, the model has %u x %u", pl->n_layer,
+                          pl->n_expert, NL, E);
+        else if (cfg->migrate && !(cfg->decay > 0 && cfg->decay < 1))
+            bad = og_fail(err, errlen, OG_ERR_INVALID_ARG, "placement: decay %g is not in (0, 1)", cfg->decay);
+        if (bad) {
+            og_device_destroy(given);
+            return bad;
+        }
     }
     og_placement *p = calloc(1, sizeof *p);
-    if (!p) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    if (!p) {
+        og_device_destroy(given);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    p->dev = given; /* freed with p from here on */
     p->n_layer = NL;
     p->n_expert = E;
     p->m = m;
@@ -56,11 +94,17 @@ og_status og_placement_create(const og_model *m, const og_placement_config *cfg,
         og_status st = resident ? og_plan_resident(cfg->plan, cfg->profile, resident) : OG_ERR_NOMEM;
         if (st) og_fail(err, errlen, st, "out of memory");
         if (!st && !cfg->kern) st = og_fail(err, errlen, OG_ERR_INVALID_ARG, "placement: a device needs kernels");
-        if (!st) st = og_device_cpu_create(cfg->vram, cfg->device_threads > 0 ? cfg->device_threads : og_device_cpu_default_threads(), cfg->kern, &p->dev, err, errlen);
+        if (!st && !p->dev)
+            st = og_device_cpu_create(cfg->vram, cfg->device_threads > 0 ? cfg->device_threads : og_device_cpu_default_threads(), cfg->kern, &p->dev, err, errlen);
+        if (!st && cfg->pin && !strcmp(p->dev->ops->name, "cuda")) pin_experts(p, m);
         if (!st) st = og_expert_cache_create(m, cfg->plan->slots, p->dev, &p->cache, err, errlen);
         if (!st) st = og_expert_cache_load(p->cache, m, resident, err, errlen);
         /* the non-expert weights are device memory: the cpu device uses the mapped
          * file in place (a copy would double the RAM) and counts the bytes */
+        if (!st && cfg->forward_on_device && strcmp(p->dev->ops->name, "cpu"))
+            st = og_fail(err, errlen, OG_ERR_UNSUPPORTED,
+                         "--device-forward needs the cpu device: the %s device has no forward-pass ops yet "
+                         "(its resident experts still compute there without the flag)", p->dev->ops->name);
         if (!st && cfg->forward_on_device && (st = og_device_cpu_alias(p->dev, (int64_t)cfg->plan->nonexpert_bytes, err, errlen)) == OG_OK)
             p->aliased = (int64_t)cfg->plan->nonexpert_bytes;
         if (!st && cfg->forward_on_device) st = p->dev->ops->stream_create(p->dev, &p->fwd, err, errlen);
@@ -139,6 +183,9 @@ void og_placement_get_stats(const og_placement *p, og_placement_stats *out) {
     out->resident_experts = p->cache->n_resident;
     out->planned_experts = p->planned;
     out->in_flight = p->cache->n_pending;
+    out->pinned_bytes = p->pinned;
+    out->expert_host_bytes = p->expert_bytes;
+    out->pin_error = p->pin_error[0] ? p->pin_error : NULL;
 }
 
 og_status og_placement_layer_hits(const og_placement *p, uint64_t *routes, uint64_t *hits, uint32_t n_layer) {

@@ -60,7 +60,11 @@ for T in Q2_K Q3_K Q4_K Q6_K Q8_0; do
   cmp -s "$work/$T-ref.core" "$work/$T-fork.core" && fail "$T: --cpu-numerics fork ($best) equals canonical"
   # shellcheck disable=SC2086
   gen "$work/$T-fork-s4" "$best" --cpu-numerics fork ${cflags[s4]}
-  cmp -s "$work/$T-fork.core" "$work/$T-fork-s4.core" || fork_moves+=("$T")
+  # shellcheck disable=SC2086
+  gen "$work/$T-fork-sall" "$best" --cpu-numerics fork ${cflags[sall]}
+  # (which placements happen to agree with no device is chance: two of them)
+  { cmp -s "$work/$T-fork.core" "$work/$T-fork-s4.core" && cmp -s "$work/$T-fork.core" "$work/$T-fork-sall.core"; } \
+    || fork_moves+=("$T")
 done
 # (a tier's fork kernel may already sum in the canonical order for some types)
 [[ ${#fork_moves[@]} -gt 0 ]] || fail "fork ($best) depends on placement for no type"

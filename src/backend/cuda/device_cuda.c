@@ -1,0 +1,646 @@
+/* The cuda device's host side (og_device_cuda.h): og_device_ops on the CUDA
+ * runtime's C API, the kernels of kernels.cu behind og_cuda_kernels.h. One
+ * mutex guards the stream table and each stream's event ring; CUDA calls that
+ * block (event and stream synchronization) run outside it. */
+#include "og_device_cuda.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "og_cuda_kernels.h"
+
+#define MAX_STREAMS 256
+#define EV_SHIFT 48
+#define MAX_PINNED 4096
+
+/* Every CUDA call goes through CK: a failure becomes an og_status naming the
+ * call, the file and the line (og_device_cuda.h). */
+static og_status cuda_check(cudaError_t e, const char *call, const char *file, int line, char *err, size_t errlen) {
+    if (e == cudaSuccess) return OG_OK;
+    const og_status st = e == cudaErrorMemoryAllocation ? OG_ERR_NOMEM
+                         : e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorNoKernelImageForDevice
+                             ? OG_ERR_UNSUPPORTED
+                             : OG_ERR_IO;
+    return og_fail(err, errlen, st, "%s failed at %s:%d: %s (%s)", call, file, line, cudaGetErrorName(e),
+                   cudaGetErrorString(e));
+}
+#define CK(call) cuda_check((call), #call, __FILE__, __LINE__, err, errlen)
+
+/* Where a failure cannot be returned (releasing, and the ops that return no
+ * status): the same check, the message logged as a warning. */
+static void cuda_warn(cudaError_t e, const char *call, const char *file, int line) {
+    if (e == cudaSuccess) return;
+    char msg[512];
+    cuda_check(e, call, file, line, msg, sizeof msg);
+    og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
+}
+#define CKW(call) cuda_warn((call), #call, __FILE__, __LINE__)
+
+/* cudaEventQuery through the check: true when complete, false when not yet (or
+ * failed: logged, and event_wait reports the failure). */
+static bool query_done(cudaEvent_t e) {
+    const cudaError_t r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return false;
+    CKW(r);
+    return r == cudaSuccess;
+}
+
+typedef struct ring_entry {
+    uint64_t seq; /* 0: free */
+    cudaEvent_t ev;
+} ring_entry;
+
+typedef struct cuda_device cuda_device;
+
+struct og_stream {
+    cuda_device *dev;
+    int index;
+    cudaStream_t cs;
+    uint64_t issued, done_known; /* events recorded; all events up to done_known completed */
+    ring_entry *ring;            /* the events not known complete, at seq % cap */
+    uint32_t cap;
+    uint64_t fail_seq;           /* events above it fail (a later op failed when issued); UINT64_MAX none */
+    og_status fail_st;
+    char fail_msg[256];
+    void *scratch;               /* the expert op's device scratch (stream-ordered allocation) */
+    uint64_t scratch_bytes;
+    void *stage;                 /* pinned staging for copies to pageable host memory */
+    uint64_t stage_bytes;
+};
+
+typedef struct pinned_range {
+    void *p;
+    uint64_t bytes;
+} pinned_range;
+
+struct cuda_device {
+    og_device base;
+    int gpu;
+    struct cudaDeviceProp prop;
+    pthread_mutex_t mu;
+    og_stream *streams[MAX_STREAMS];
+    bool destroyed[MAX_STREAMS];
+    int n_streams;
+    pinned_range pinned[MAX_PINNED];
+    int n_pinned;
+};
+
+static const og_device_ops cuda_ops;
+
+static cuda_device *as_cuda(og_device *d) { return d && d->ops == &cuda_ops ? (cuda_device *)d : NULL; }
+
+bool og_cuda_built(void) { return true; }
+
+/* The calling thread's current device is per thread in CUDA: set it on entry. */
+static og_status cur(cuda_device *c, char *err, size_t errlen) { return CK(cudaSetDevice(c->gpu)); }
+
+static og_status cu_mem_info(og_device *d, uint64_t *free_bytes, uint64_t *total_bytes) {
+    cuda_device *c = (cuda_device *)d;
+    size_t f = 0, t = 0;
+    char msg[512];
+    char *err = msg;
+    const size_t errlen = sizeof msg;
+    if (CK(cudaSetDevice(c->gpu)) || CK(cudaMemGetInfo(&f, &t))) {
+        og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
+        *free_bytes = *total_bytes = 0;
+        return OG_ERR_IO;
+    }
+    *free_bytes = f;
+    *total_bytes = t;
+    return OG_OK;
+}
+
+static og_status cu_alloc(og_device *d, uint64_t bytes, void **out, char *err, size_t errlen) {
+    cuda_device *c = (cuda_device *)d;
+    *out = NULL;
+    og_status st = cur(c, err, errlen);
+    if (st) return st;
+    void *p = NULL;
+    const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1); /* 256-byte aligned */
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        size_t f = 0, t = 0;
+        CKW(cudaMemGetInfo(&f, &t));
+        return og_fail(err, errlen, OG_ERR_NOMEM, "cuda device: %llu bytes do not fit (%llu of %llu bytes free)",
+                       (unsigned long long)bytes, (unsigned long long)f, (unsigned long long)t);
+    }
+    if ((st = CK(e))) return st;
+    *out = p;
+    return OG_OK;
+}
+
+static void cu_free(og_device *d, void *p) {
+    if (!p) return;
+    CKW(cudaSetDevice(((cuda_device *)d)->gpu));
+    CKW(cudaFree(p));
+}
+
+static og_status cu_stream_create(og_device *d, og_stream **out, char *err, size_t errlen) {
+    cuda_device *c = (cuda_device *)d;
+    *out = NULL;
+    og_status st = cur(c, err, errlen);
+    if (st) return st;
+    og_stream *s = calloc(1, sizeof *s);
+    if (s) s->ring = calloc(64, sizeof *s->ring);
+    if (!s || !s->ring) {
+        if (s) free(s->ring);
+        free(s);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    s->dev = c;
+    s->cap = 64;
+    s->fail_seq = UINT64_MAX;
+    if ((st = CK(cudaStreamCreateWithFlags(&s->cs, cudaStreamNonBlocking)))) {
+        free(s->ring);
+        free(s);
+        return st;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (c->n_streams >= MAX_STREAMS) {
+        pthread_mutex_unlock(&c->mu);
+        CKW(cudaStreamDestroy(s->cs));
+        free(s->ring);
+        free(s);
+        return og_fail(err, errlen, OG_ERR_RANGE, "cuda device: more than %d streams", MAX_STREAMS);
+    }
+    s->index = c->n_streams++;
+    c->streams[s->index] = s;
+    pthread_mutex_unlock(&c->mu);
+    *out = s;
+    return OG_OK;
+}
+
+static void cu_stream_destroy(og_device *d, og_stream *s) {
+    if (!s) return;
+    cuda_device *c = (cuda_device *)d;
+    CKW(cudaSetDevice(c->gpu));
+    CKW(cudaStreamSynchronize(s->cs));
+    if (s->scratch) CKW(cudaFreeAsync(s->scratch, s->cs));
+    CKW(cudaStreamSynchronize(s->cs));
+    CKW(cudaStreamDestroy(s->cs));
+    if (s->stage) CKW(cudaFreeHost(s->stage));
+    pthread_mutex_lock(&c->mu);
+    c->streams[s->index] = NULL;
+    c->destroyed[s->index] = true;
+    pthread_mutex_unlock(&c->mu);
+    for (uint32_t i = 0; i < s->cap; i++)
+        if (s->ring[i].ev) CKW(cudaEventDestroy(s->ring[i].ev));
+    free(s->ring);
+    free(s);
+}
+
+/* A stream's op failed when issued: events recorded from now on fail with it. */
+static og_status stream_fail(og_stream *s, og_status st, const char *msg) {
+    pthread_mutex_lock(&s->dev->mu);
+    if (s->fail_seq == UINT64_MAX) {
+        s->fail_seq = s->issued;
+        s->fail_st = st;
+        snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&s->dev->mu);
+    return st;
+}
+
+static og_status cu_copy_to_device(og_device *d, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
+                                   size_t errlen) {
+    cuda_device *c = (cuda_device *)d;
+    og_status st = cur(c, err, errlen);
+    if (!st) st = CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s->cs));
+    if (st) return stream_fail(s, st, err ? err : "copy to device failed");
+    d->pcie_bytes += bytes;
+    return OG_OK;
+}
+
+typedef struct host_copy {
+    void *dst;
+    const void *src;
+    uint64_t bytes;
+} host_copy;
+
+static void CUDART_CB host_copy_fn(void *arg) { /* on CUDA's host thread, in stream order */
+    host_copy *h = arg;
+    memcpy(h->dst, h->src, h->bytes);
+    free(h);
+}
+
+static og_status cu_copy_to_host(og_device *d, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
+                                 size_t errlen) {
+    cuda_device *c = (cuda_device *)d;
+    og_status st = cur(c, err, errlen);
+    if (st) return stream_fail(s, st, err ? err : "copy to host failed");
+    struct cudaPointerAttributes pa;
+    const bool pinned = !CK(cudaPointerGetAttributes(&pa, dst)) && pa.type == cudaMemoryTypeHost;
+    if (err && errlen) err[0] = 0; /* a pointer CUDA does not know is pageable memory, not an error */
+    if (pinned || !bytes) {
+        st = CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s->cs));
+        return st ? stream_fail(s, st, err ? err : "copy to host failed") : OG_OK;
+    }
+    /* pageable: a direct copy would block this thread until it is done */
+    if (bytes > s->stage_bytes) {
+        uint64_t nb = s->stage_bytes ? s->stage_bytes : 1 << 20;
+        while (nb < bytes) nb *= 2;
+        if (!st) st = CK(cudaStreamSynchronize(s->cs)); /* the old buffer may still be in use */
+        if (!st && s->stage) st = CK(cudaFreeHost(s->stage));
+        if (!st) s->stage = NULL, s->stage_bytes = 0;
+        if (!st) st = CK(cudaMallocHost(&s->stage, nb));
+        if (!st) s->stage_bytes = nb;
+    }
+    host_copy *h = st ? NULL : malloc(sizeof *h);
+    if (!st && !h) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    if (!st) st = CK(cudaMemcpyAsync(s->stage, src, bytes, cudaMemcpyDeviceToHost, s->cs));
+    if (!st) {
+        *h = (host_copy){dst, s->stage, bytes};
+        st = CK(cudaLaunchHostFunc(s->cs, host_copy_fn, h));
+        if (!st) h = NULL;
+    }
+    free(h);
+    return st ? stream_fail(s, st, err ? err : "copy to host failed") : OG_OK;
+}
+
+/* Grows s's scratch to bytes, ordered on the stream (the old block is freed
+ * after the work queued before it). */
+static og_status scratch(og_stream *s, uint64_t bytes, char *err, size_t errlen) {
+    if (bytes <= s->scratch_bytes) return OG_OK;
+    uint64_t nb = s->scratch_bytes ? s->scratch_bytes : 1 << 20;
+    while (nb < bytes) nb *= 2;
+    og_status st = OG_OK;
+    if (s->scratch) st = CK(cudaFreeAsync(s->scratch, s->cs));
+    s->scratch = NULL;
+    s->scratch_bytes = 0;
+    if (!st) st = CK(cudaMallocAsync(&s->scratch, nb, s->cs));
+    if (!st) s->scratch_bytes = nb;
+    return st;
+}
+
+static uint64_t up256(uint64_t v) { return (v + 255) & ~(uint64_t)255; }
+
+static bool same_act(og_ggml_type a, og_ggml_type b) {
+    const og_type_traits *ta = og_quant_traits(a), *tb = og_quant_traits(b);
+    return ta && tb && ta->vec_dot_type == tb->vec_dot_type;
+}
+
+/* The products of one matrix for every group, in launches of up to OG_CUDA_MAX_GROUPS groups. */
+static og_status products(og_stream *s, const og_weight *w, const void *base, uint64_t slot_bytes, uint64_t off,
+                          const og_expert_group *groups, int n_groups, const void *xq, float *y, char *err,
+                          size_t errlen) {
+    og_cuda_groups gr;
+    int32_t row = 0;
+    for (int g0 = 0; g0 < n_groups; g0 += OG_CUDA_MAX_GROUPS) {
+        gr.n = n_groups - g0 < OG_CUDA_MAX_GROUPS ? n_groups - g0 : OG_CUDA_MAX_GROUPS;
+        for (int i = 0; i < gr.n; i++) {
+            gr.g[i] = (og_cuda_group){groups[g0 + i].slot, row, groups[g0 + i].n_rows};
+            row += groups[g0 + i].n_rows;
+        }
+        og_status st = CK(og_cuda_products(w->type, base, slot_bytes, off, w->row_bytes, w->n_rows, w->K, &gr, xq, y,
+                                           w->n_rows, s->cs));
+        if (st) return st;
+    }
+    return OG_OK;
+}
+
+/* The shapes and types the kernels take (og_device_ops.experts' errors). */
+static og_status check_weight(const og_weight *w, const char *what, char *err, size_t errlen) {
+    const og_type_traits *t = og_quant_traits(w->type);
+    if (!og_cuda_has_type(w->type))
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda device: no kernel for %s weights (%s)",
+                       t ? t->name : "unknown", what);
+    if (w->K <= 0 || w->K % t->blck || w->K > og_cuda_max_k(w->type) || w->n_rows <= 0 ||
+        w->row_bytes != (size_t)(w->K / t->blck) * t->type_size)
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda device: %s: K %lld (at most %lld for %s), %lld rows of %zu bytes",
+                       what, (long long)w->K, (long long)og_cuda_max_k(w->type), t->name, (long long)w->n_rows,
+                       w->row_bytes);
+    return OG_OK;
+}
+
+static og_status cu_experts(og_device *d, og_stream *s, const og_expert_op *op, char *err, size_t errlen) {
+    cuda_device *c = (cuda_device *)d;
+    const og_expert_slots *sl = &op->slots;
+    if (op->n_groups < 1 || !(op->swiglu_clamp >= 0 && isfinite(op->swiglu_clamp)))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda device: %d groups, clamp %g", op->n_groups,
+                       (double)op->swiglu_clamp);
+    int64_t R = 0;
+    for (int g = 0; g < op->n_groups; g++) {
+        if (op->groups[g].slot < 0 || (uint32_t)op->groups[g].slot >= sl->n_slots || op->groups[g].n_rows <= 0)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda device: group %d: slot %d of %u, %d rows", g,
+                           op->groups[g].slot, sl->n_slots, op->groups[g].n_rows);
+        R += op->groups[g].n_rows;
+    }
+    const int64_t D = sl->gate.K, F = sl->gate.n_rows;
+    if (sl->up.K != D || sl->up.n_rows != F || sl->down.K != F || sl->down.n_rows != D)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda device: expert shapes do not chain");
+    og_status st;
+    if ((st = check_weight(&sl->gate, "gate", err, errlen)) || (st = check_weight(&sl->up, "up", err, errlen)) ||
+        (st = check_weight(&sl->down, "down", err, errlen)))
+        return st;
+    if ((st = cur(c, err, errlen))) return stream_fail(s, st, err ? err : "experts failed");
+    /* scratch: x quantized for gate (and for up when its activations differ), gate and up
+     * outputs [R][F] f32, the SwiGLU quantized for down */
+    const bool up_own = !same_act(sl->gate.type, sl->up.type);
+    const uint64_t xg = up256((uint64_t)R * og_cuda_act_row_bytes(sl->gate.type, D));
+    const uint64_t xu = up_own ? up256((uint64_t)R * og_cuda_act_row_bytes(sl->up.type, D)) : 0;
+    const uint64_t gf = up256((uint64_t)R * (uint64_t)F * 4);
+    const uint64_t hq = up256((uint64_t)R * og_cuda_act_row_bytes(sl->down.type, F));
+    if ((st = scratch(s, xg + xu + 2 * gf + hq, err, errlen))) return stream_fail(s, st, err ? err : "scratch");
+    uint8_t *sc = s->scratch;
+    void *qg = sc, *qu = up_own ? sc + xg : sc;
+    float *G = (float *)(sc + xg + xu), *U = (float *)(sc + xg + xu + gf);
+    void *qh = sc + xg + xu + 2 * gf;
+    st = CK(og_cuda_quantize_act(sl->gate.type, op->x, qg, R, D, s->cs));
+    if (!st && up_own) st = CK(og_cuda_quantize_act(sl->up.type, op->x, qu, R, D, s->cs));
+    if (!st) st = products(s, &sl->gate, sl->base, sl->slot_bytes, sl->gate_off, op->groups, op->n_groups, qg, G, err, errlen);
+    if (!st) st = products(s, &sl->up, sl->base, sl->slot_bytes, sl->up_off, op->groups, op->n_groups, qu, U, err, errlen);
+    if (!st) st = CK(og_cuda_swiglu(G, G, U, R * F, op->swiglu_clamp, s->cs));
+    if (!st) st = CK(og_cuda_quantize_act(sl->down.type, G, qh, R, F, s->cs));
+    if (!st)
+        st = products(s, &sl->down, sl->base, sl->slot_bytes, sl->down_off, op->groups, op->n_groups, qh, op->y, err,
+                      errlen);
+    return st ? stream_fail(s, st, err ? err : "experts failed") : OG_OK;
+}
+
+/* The ring entry of seq on s, or NULL when seq is known complete (mu held). */
+static ring_entry *entry_of(og_stream *s, uint64_t seq) {
+    if (seq <= s->done_known) return NULL;
+    ring_entry *r = &s->ring[seq % s->cap];
+    return r->seq == seq ? r : NULL; /* an entry leaves the ring only once complete */
+}
+
+static og_status cu_event_record(og_device *d, og_stream *s, og_event *ev, char *err, size_t errlen) {
+    cuda_device *c = (cuda_device *)d;
+    *ev = 0;
+    og_status st = cur(c, err, errlen);
+    if (st) return st;
+    pthread_mutex_lock(&c->mu);
+    const uint64_t seq = s->issued + 1;
+    ring_entry *r = &s->ring[seq % s->cap];
+    if (r->seq && r->seq > s->done_known) { /* still in flight? then grow the ring */
+        if (query_done(r->ev)) {
+            s->done_known = r->seq > s->done_known ? r->seq : s->done_known;
+        } else {
+            const uint32_t nc = s->cap * 2;
+            ring_entry *nr = calloc(nc, sizeof *nr);
+            if (!nr) {
+                pthread_mutex_unlock(&c->mu);
+                return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+            }
+            for (uint32_t i = 0; i < s->cap; i++) /* live seqs lie within one window of cap: no collisions */
+                if (s->ring[i].ev) nr[s->ring[i].seq % nc] = s->ring[i];
+            free(s->ring);
+            s->ring = nr;
+            s->cap = nc;
+            r = &s->ring[seq % s->cap];
+        }
+    }
+    if (!r->ev) st = CK(cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming));
+    if (!st) st = CK(cudaEventRecord(r->ev, s->cs));
+    if (!st) {
+        r->seq = seq;
+        s->issued = seq;
+        *ev = ((og_event)(s->index + 1) << EV_SHIFT) | seq;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+/* Finds ev's stream; *e its CUDA event (NULL: complete). mu held. */
+static og_status find_event(cuda_device *c, og_event ev, og_stream **s_out, cudaEvent_t *e, char *err, size_t errlen) {
+    *e = NULL;
+    *s_out = NULL;
+    const uint64_t idx = (ev >> EV_SHIFT) - 1, seq = ev & ((1ull << EV_SHIFT) - 1);
+    if (idx >= MAX_STREAMS || (int)idx >= c->n_streams)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda device: no such event %llu", (unsigned long long)ev);
+    og_stream *s = c->streams[idx];
+    if (!s) return OG_OK; /* destroyed: it waited for all its work */
+    if (seq > s->issued)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda device: event %llu not recorded yet", (unsigned long long)ev);
+    *s_out = s;
+    ring_entry *r = entry_of(s, seq);
+    if (r) *e = r->ev;
+    return OG_OK;
+}
+
+static og_status cu_stream_wait(og_device *d, og_stream *s, og_event ev, char *err, size_t errlen) {
+    if (!ev) return OG_OK;
+    cuda_device *c = (cuda_device *)d;
+    og_status st = cur(c, err, errlen);
+    if (st) return st;
+    pthread_mutex_lock(&c->mu);
+    og_stream *from;
+    cudaEvent_t e;
+    st = find_event(c, ev, &from, &e, err, errlen);
+    if (!st && e) st = CK(cudaStreamWaitEvent(s->cs, e, 0)); /* issued under mu: e cannot be re-recorded meanwhile */
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+static og_status cu_event_wait(og_device *d, og_event ev, char *err, size_t errlen) {
+    if (!ev) return OG_OK;
+    cuda_device *c = (cuda_device *)d;
+    og_status st = cur(c, err, errlen);
+    if (st) return st;
+    pthread_mutex_lock(&c->mu);
+    og_stream *s;
+    cudaEvent_t e;
+    st = find_event(c, ev, &s, &e, err, errlen);
+    const uint64_t seq = ev & ((1ull << EV_SHIFT) - 1);
+    pthread_mutex_unlock(&c->mu);
+    /* a ring entry is re-recorded only once complete, so waiting on a re-recorded one
+     * waits for later work of the same stream at worst, never for less */
+    if (!st && e) st = CK(cudaEventSynchronize(e));
+    pthread_mutex_lock(&c->mu);
+    if (!st && s && seq > s->done_known) s->done_known = seq;
+    if (!st && s && seq > s->fail_seq) st = og_fail(err, errlen, s->fail_st, "%s", s->fail_msg);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+static bool cu_event_done(og_device *d, og_event ev) {
+    if (!ev) return true;
+    cuda_device *c = (cuda_device *)d;
+    char msg[512];
+    if (cuda_check(cudaSetDevice(c->gpu), "cudaSetDevice(c->gpu)", __FILE__, __LINE__, msg, sizeof msg)) {
+        og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
+        return false;
+    }
+    pthread_mutex_lock(&c->mu);
+    og_stream *s;
+    cudaEvent_t e;
+    bool done = false;
+    if (!find_event(c, ev, &s, &e, NULL, 0)) {
+        done = !e || query_done(e);
+        const uint64_t seq = ev & ((1ull << EV_SHIFT) - 1);
+        if (done && s && seq > s->done_known) s->done_known = seq;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return done;
+}
+
+static void cu_destroy(og_device *d) {
+    cuda_device *c = (cuda_device *)d;
+    CKW(cudaSetDevice(c->gpu));
+    for (int i = 0; i < c->n_streams; i++)
+        if (c->streams[i]) cu_stream_destroy(d, c->streams[i]);
+    for (int i = 0; i < c->n_pinned; i++) CKW(cudaHostUnregister(c->pinned[i].p));
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static const og_device_ops cuda_ops = {
+    .name = "cuda",
+    .mem_info = cu_mem_info,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .copy_to_device = cu_copy_to_device,
+    .copy_to_host = cu_copy_to_host,
+    .experts = cu_experts,
+    .event_record = cu_event_record,
+    .stream_wait = cu_stream_wait,
+    .event_wait = cu_event_wait,
+    .event_done = cu_event_done,
+    .destroy = cu_destroy,
+};
+
+og_status og_device_cuda_create(int gpu, og_device **out, char *err, size_t errlen) {
+    *out = NULL;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "no CUDA device (cudaGetDeviceCount: %s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees no GPU");
+    }
+    if (gpu < 0 || gpu >= n)
+        return og_fail(err, errlen, OG_ERR_RANGE, "CUDA device %d does not exist (this machine has %d)", gpu, n);
+    cuda_device *c = calloc(1, sizeof *c);
+    if (!c) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    c->base.ops = &cuda_ops;
+    c->gpu = gpu;
+    pthread_mutex_init(&c->mu, NULL);
+    int pools = 0;
+    og_status st = CK(cudaSetDevice(gpu));
+    if (!st) st = CK(cudaGetDeviceProperties(&c->prop, gpu));
+    if (!st) st = CK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, gpu));
+    if (!st && !pools) st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "CUDA device %d (%s) has no stream-ordered allocator", gpu, c->prop.name);
+    if (!st) st = CK(og_cuda_kernels_init()); /* fails with no kernel image for other architectures */
+    if (st) {
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return st;
+    }
+    *out = &c->base;
+    return OG_OK;
+}
+
+og_status og_device_cuda_describe(og_device *d, char *buf, size_t buflen) {
+    cuda_device *c = as_cuda(d);
+    if (!c) return OG_ERR_INVALID_ARG;
+    uint64_t f = 0, t = 0;
+    (void)cu_mem_info(d, &f, &t);
+    snprintf(buf, buflen, "%s (sm_%d%d, %d SMs, %.1f GiB, %.1f GiB free)", c->prop.name, c->prop.major, c->prop.minor,
+             c->prop.multiProcessorCount, (double)t / (1 << 30), (double)f / (1 << 30));
+    return OG_OK;
+}
+
+og_status og_device_cuda_host_register(og_device *d, const void *p, uint64_t bytes, uint64_t *pinned, char *err,
+                                       size_t errlen) {
+    cuda_device *c = as_cuda(d);
+    *pinned = 0;
+    if (!c) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "not a cuda device");
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), b = ((uintptr_t)p + bytes) & ~(pg - 1);
+    if (b <= a) return OG_OK;
+    if (c->n_pinned >= MAX_PINNED) return og_fail(err, errlen, OG_ERR_RANGE, "cuda device: more than %d pinned ranges", MAX_PINNED);
+    og_status st = cur(c, err, errlen);
+    if (!st) st = CK(cudaHostRegister((void *)a, b - a, cudaHostRegisterReadOnly));
+    if (st) {
+        (void)cudaGetLastError();
+        return st;
+    }
+    c->pinned[c->n_pinned++] = (pinned_range){(void *)a, b - a};
+    *pinned = b - a;
+    return OG_OK;
+}
+
+og_status og_device_cuda_matmul(og_device *d, og_stream *s, const og_weight *w, const float *x, int64_t m, float *y,
+                                char *err, size_t errlen) {
+    cuda_device *c = as_cuda(d);
+    if (!c || m < 1) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda matmul: not a cuda device or m %lld", (long long)m);
+    og_status st = check_weight(w, "matmul", err, errlen);
+    if (!st) st = cur(c, err, errlen);
+    if (st) return st;
+    const uint64_t xq = up256((uint64_t)m * og_cuda_act_row_bytes(w->type, w->K));
+    if ((st = scratch(s, xq, err, errlen))) return st;
+    st = CK(og_cuda_quantize_act(w->type, x, s->scratch, m, w->K, s->cs));
+    og_expert_group g = {0, (int32_t)m, OG_NUMERICS_CANONICAL};
+    if (!st) st = products(s, w, w->data, 0, 0, &g, 1, s->scratch, y, err, errlen);
+    return st;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+og_status og_device_cuda_copy_rate(og_device *d, uint64_t bytes, int reps, double *bytes_per_s, char *err,
+                                   size_t errlen) {
+    cuda_device *c = as_cuda(d);
+    *bytes_per_s = 0;
+    if (!c || reps < 1 || reps > 1000 || !bytes) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda copy rate: bad arguments");
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double ms[1000];
+    og_status st = cur(c, err, errlen);
+    if (!st) st = CK(cudaMalloc(&a, bytes));
+    if (!st) st = CK(cudaMalloc(&b, bytes));
+    if (!st) st = CK(cudaEventCreate(&e0));
+    if (!st) st = CK(cudaEventCreate(&e1));
+    if (!st) st = CK(cudaMemset(a, 1, bytes));
+    if (!st) st = CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice)); /* warm up */
+    for (int i = 0; i < reps && !st; i++) {
+        float t = 0;
+        st = CK(cudaEventRecord(e0, 0));
+        if (!st) st = CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
+        if (!st) st = CK(cudaEventRecord(e1, 0));
+        if (!st) st = CK(cudaEventSynchronize(e1));
+        if (!st) st = CK(cudaEventElapsedTime(&t, e0, e1));
+        ms[i] = t;
+    }
+    if (!st) {
+        qsort(ms, (size_t)reps, sizeof ms[0], cmp_double);
+        *bytes_per_s = 2.0 * (double)bytes / (ms[reps / 2] * 1e-3);
+    }
+    if (e0) CKW(cudaEventDestroy(e0));
+    if (e1) CKW(cudaEventDestroy(e1));
+    CKW(cudaFree(a));
+    CKW(cudaFree(b));
+    return st;
+}
+
+og_status og_device_cuda_time(og_device *d, og_stream *s, og_status (*fn)(void *ctx, char *err, size_t errlen),
+                              void *ctx, int reps, double *ms_per_rep, char *err, size_t errlen) {
+    cuda_device *c = as_cuda(d);
+    *ms_per_rep = 0;
+    if (!c || reps < 1) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda time: bad arguments");
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float t = 0;
+    og_status st = cur(c, err, errlen);
+    if (!st) st = CK(cudaEventCreate(&e0));
+    if (!st) st = CK(cudaEventCreate(&e1));
+    if (!st) st = fn(ctx, err, errlen); /* warm up */
+    if (!st) st = CK(cudaEventRecord(e0, s->cs));
+    for (int i = 0; i < reps && !st; i++) st = fn(ctx, err, errlen);
+    if (!st) st = CK(cudaEventRecord(e1, s->cs));
+    if (!st) st = CK(cudaEventSynchronize(e1));
+    if (!st) st = CK(cudaEventElapsedTime(&t, e0, e1));
+    if (!st) *ms_per_rep = (double)t / reps;
+    if (e0) CKW(cudaEventDestroy(e0));
+    if (e1) CKW(cudaEventDestroy(e1));
+    return st;
+}

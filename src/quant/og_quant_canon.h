@@ -1,0 +1,353 @@
+/* The canonical numerics (og_quant.h "Canonical numerics") written once for the
+ * host C compiler and for nvcc: one function per weight type giving a block's
+ * term (its exact integer sums and the float factors of step 2), the per-block
+ * float sequence og_canon_v, and the activation quantizers of og_kernels
+ * (Q8_0 act, Q8_K), all as inline functions with no libm call whose result
+ * could differ between the two compilers: every float operation here is a single
+ * IEEE operation (+, -, *, /, fma, rint), which CUDA performs correctly rounded
+ * when built without --use_fast_math and with --fmad=false (so no a * b + c is
+ * contracted into an fma behind our back; the C side is ISO C11, which gcc and
+ * clang never contract across statements, and every product here is its own
+ * statement). The CUDA kernels (src/backend/cuda/kernels.cu) call exactly these;
+ * tests/unit/test_quant_canon.c checks them on the CPU against quant_ref.c's
+ * og_type_traits.vec_dot_canonical and og_kernels.quantize_act, bit for bit.
+ *
+ * Block layouts: og_quant_blocks.h (kquants.md §1-§4). Not a public header of a
+ * part: included by src/quant tests and by the CUDA backend. */
+#ifndef OG_QUANT_CANON_H
+#define OG_QUANT_CANON_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "og_quant_blocks.h"
+
+#ifdef __CUDACC__
+#define OG_HD __host__ __device__ __forceinline__
+#else
+#define OG_HD __attribute__((always_inline)) inline
+#endif
+
+/* ---- bit-exact conversions ---- */
+
+static OG_HD float og_canon_bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+static OG_HD uint32_t og_canon_f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+
+/* binary16 -> binary32 (exact; gguf.md §6), integer operations only. */
+static OG_HD float og_canon_h2f(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu;
+    uint32_t m = h & 0x3ffu;
+    if (e == 0x1f) return og_canon_bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e) return og_canon_bits_f32(sign | ((e + 112) << 23) | (m << 13));
+    if (!m) return og_canon_bits_f32(sign);
+    uint32_t k = 0; /* subnormal m * 2^-24: normalize so bit 10 is set */
+    while (!(m & 0x400u)) {
+        m <<= 1;
+        k++;
+    }
+    return og_canon_bits_f32(sign | ((113 - k) << 23) | ((m & 0x3ffu) << 13));
+}
+
+/* binary32 -> binary16, round to nearest even (og_fp32_to_fp16's result, bit for bit:
+ * NaN becomes the quiet 0x7e00 with the sign), integer operations only. */
+static OG_HD uint16_t og_canon_f2h(float f) {
+    const uint32_t x = og_canon_f32_bits(f), a = x & 0x7fffffffu;
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* fp16 subnormal or zero: |f| * 2^24 rounded half to even */
+        const uint32_t e = a >> 23;
+        if (e < 102) return sign; /* below 2^-25: rounds to 0 (2^-25 itself is a tie to even 0) */
+        const uint32_t mant = (a & 0x7fffffu) | 0x800000u, shift = 126 - e; /* value = mant * 2^(e-150) */
+        uint32_t q = mant >> shift; /* |f| * 2^24 = mant * 2^(e - 126) */
+        const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t h = ((a >> 23) - 112) << 10 | ((a & 0x7fffffu) >> 13);
+    const uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static OG_HD float og_canon_fma(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+    return __fmaf_rn(a, b, c);
+#else
+    return __builtin_fmaf(a, b, c);
+#endif
+}
+static OG_HD float og_canon_mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+static OG_HD float og_canon_add(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+/* ---- one block's term (og_quant.h "Canonical numerics" steps 1 and 2) ---- */
+
+typedef struct og_canon_term {
+    int32_t isum; /* I_b */
+    float a;      /* a_b = dx_b * dy_b */
+    float c, m;   /* c_b, m_b (0, 0 for types without mins) */
+} og_canon_term;
+
+/* Step 2: v_b = fma(-c_b, m_b, a_b * (float)I_b), the product rounded first. */
+static OG_HD float og_canon_v(og_canon_term t) {
+    const float v = og_canon_mul(t.a, (float)t.isum);
+    return og_canon_fma(-t.c, t.m, v);
+}
+
+/* Q8_0 x Q8_0: I = sum q_x q_y; a = dx * dy (both fp16). */
+static OG_HD og_canon_term og_canon_q8_0(const og_block_q8_0 *x, const og_block_q8_0 *y) {
+    int32_t is = 0;
+    for (int j = 0; j < 32; j++) is += (int32_t)x->qs[j] * y->qs[j];
+    og_canon_term t = {is, og_canon_mul(og_canon_h2f(x->d), og_canon_h2f(y->d)), 0.0f, 0.0f};
+    return t;
+}
+/* Q4_0 x Q8_0: I = sum (q - 8) q_y; element j low nibble of qs[j], j + 16 the high one. */
+static OG_HD og_canon_term og_canon_q4_0(const og_block_q4_0 *x, const og_block_q8_0 *y) {
+    int32_t is = 0;
+    for (int j = 0; j < 16; j++) is += ((x->qs[j] & 0x0F) - 8) * y->qs[j] + ((x->qs[j] >> 4) - 8) * y->qs[j + 16];
+    og_canon_term t = {is, og_canon_mul(og_canon_h2f(x->d), og_canon_h2f(y->d)), 0.0f, 0.0f};
+    return t;
+}
+/* Q5_0 x Q8_0: I = sum (q - 16) q_y, the fifth bit of element j is bit j of qh. */
+static OG_HD og_canon_term og_canon_q5_0(const og_block_q5_0 *x, const og_block_q8_0 *y) {
+    const uint32_t qh = (uint32_t)x->qh[0] | (uint32_t)x->qh[1] << 8 | (uint32_t)x->qh[2] << 16 | (uint32_t)x->qh[3] << 24;
+    int32_t is = 0;
+    for (int j = 0; j < 16; j++) {
+        const int lo = (x->qs[j] & 0x0F) | (int)(((qh >> j) & 1) << 4);
+        const int hi = (x->qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+        is += (lo - 16) * y->qs[j] + (hi - 16) * y->qs[j + 16];
+    }
+    og_canon_term t = {is, og_canon_mul(og_canon_h2f(x->d), og_canon_h2f(y->d)), 0.0f, 0.0f};
+    return t;
+}
+
+/* The 2-bit field of element e of a Q2_K / Q3_K block's qs (kquants.md §4). */
+static OG_HD int og_canon_q2bits(const uint8_t *qs, int e) {
+    return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+/* Q2_K x Q8_K: I = sum_sb (scale_sb & 15) (q . y)_sb, S = sum_sb (scale_sb >> 4) bsums_sb;
+ * a = d * dy, c = dmin * dy, m = (float)S. */
+static OG_HD og_canon_term og_canon_q2_K(const og_block_q2_K *x, const og_block_q8_K *y) {
+    int32_t is = 0, ms = 0;
+    for (int sb = 0; sb < 16; sb++) {
+        int32_t s = 0;
+        for (int e = 16 * sb; e < 16 * sb + 16; e++) s += y->qs[e] * og_canon_q2bits(x->qs, e);
+        is += (x->scales[sb] & 0xF) * s;
+        ms += y->bsums[sb] * (x->scales[sb] >> 4);
+    }
+    og_canon_term t = {is, og_canon_mul(og_canon_h2f(x->d), y->d), og_canon_mul(og_canon_h2f(x->dmin), y->d), (float)ms};
+    return t;
+}
+
+/* Q3_K x Q8_K: I = sum_sb (scale_sb - 32) (sum (q2 + 4h - 4) y)_sb; a = d * dy. */
+static OG_HD og_canon_term og_canon_q3_K(const og_block_q3_K *x, const og_block_q8_K *y) {
+    int32_t is = 0;
+    for (int sb = 0; sb < 16; sb++) {
+        const int lo4 = sb < 8 ? x->scales[sb] & 0x0F : x->scales[sb - 8] >> 4;
+        const int hi2 = (x->scales[8 + sb % 4] >> (2 * (sb / 4))) & 3;
+        int32_t s = 0;
+        for (int e = 16 * sb; e < 16 * sb + 16; e++) {
+            const int h = (x->hmask[e % 32] >> (e / 32)) & 1;
+            s += y->qs[e] * (og_canon_q2bits(x->qs, e) + 4 * h - 4);
+        }
+        is += ((lo4 | hi2 << 4) - 32) * s;
+    }
+    og_canon_term t = {is, og_canon_mul(og_canon_h2f(x->d), y->d), 0.0f, 0.0f};
+    return t;
+}
+
+/* Q4_K / Q5_K (qh NULL for Q4_K): I = sum_j sc_j (q . y)_j over 8 sub-blocks of 32,
+ * S = sum_j m_j (bsums_2j + bsums_2j+1); a = d * dy, c = dmin * dy, m = (float)S. */
+static OG_HD og_canon_term og_canon_k45(uint16_t d, uint16_t dmin, const uint8_t *scales, const uint8_t *qs,
+                                        const uint8_t *qh, const og_block_q8_K *y) {
+    int32_t is = 0, ms = 0;
+    for (int j = 0; j < 8; j++) {
+        int sc, mn;
+        if (j < 4) {
+            sc = scales[j] & 63;
+            mn = scales[j + 4] & 63;
+        } else {
+            sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+            mn = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+        }
+        int32_t s = 0;
+        for (int e = 32 * j; e < 32 * j + 32; e++) {
+            const uint8_t byte = qs[32 * (e / 64) + e % 32];
+            int q = (e % 64) < 32 ? byte & 0xF : byte >> 4;
+            if (qh) q += 16 * ((qh[e % 32] >> (e / 32)) & 1);
+            s += y->qs[e] * q;
+        }
+        is += sc * s;
+        ms += mn * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+    og_canon_term t = {is, og_canon_mul(og_canon_h2f(d), y->d), og_canon_mul(og_canon_h2f(dmin), y->d), (float)ms};
+    return t;
+}
+static OG_HD og_canon_term og_canon_q4_K(const og_block_q4_K *x, const og_block_q8_K *y) {
+    return og_canon_k45(x->d, x->dmin, x->scales, x->qs, 0, y);
+}
+static OG_HD og_canon_term og_canon_q5_K(const og_block_q5_K *x, const og_block_q8_K *y) {
+    return og_canon_k45(x->d, x->dmin, x->scales, x->qs, x->qh, y);
+}
+
+/* Q6_K x Q8_K: I = sum_sb scale_sb (sum (u - 32) y)_sb, u the 6-bit quant; a = d * dy. */
+static OG_HD og_canon_term og_canon_q6_K(const og_block_q6_K *x, const og_block_q8_K *y) {
+    int32_t is = 0;
+    for (int sb = 0; sb < 16; sb++) {
+        int32_t s = 0;
+        for (int e = 16 * sb; e < 16 * sb + 16; e++) {
+            const int h = e / 128, r = e % 128, k = r / 32, l = r % 32;
+            const int lo4 = (x->ql[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 0x0F;
+            const int hi2 = (x->qh[32 * h + l] >> (2 * k)) & 3;
+            s += y->qs[e] * ((lo4 | hi2 << 4) - 32);
+        }
+        is += x->scales[sb] * s;
+    }
+    og_canon_term t = {is, og_canon_mul(og_canon_h2f(x->d), y->d), 0.0f, 0.0f};
+    return t;
+}
+
+/* ---- activation quantizers (og_kernels.quantize_act: every tier's bytes) ---- */
+
+/* rint as the CPU's nearbyintf in the default rounding mode (half to even). */
+static OG_HD float og_canon_rint(float v) {
+#ifdef __CUDA_ARCH__
+    return rintf(v);
+#else
+    return __builtin_rintf(v);
+#endif
+}
+static OG_HD float og_canon_fabs(float v) { return og_canon_bits_f32(og_canon_f32_bits(v) & 0x7fffffffu); }
+
+/* One Q8_0 activation block from x[32]: amax = max |x| (NaN never wins), d =
+ * fp16(amax / 127), q = rint(x * (127 / amax)) clamped to [-127, 127], NaN 0. */
+static OG_HD void og_canon_act_q8_0(const float *x, og_block_q8_0 *y) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const float a = og_canon_fabs(x[j]);
+        if (a > amax) amax = a;
+    }
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    y->d = og_canon_f2h(amax / 127.f);
+    for (int j = 0; j < 32; j++) {
+        const float v = og_canon_mul(x[j], id);
+        if (v != v) {
+            y->qs[j] = 0;
+            continue;
+        }
+        const float r = og_canon_rint(v);
+        y->qs[j] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+    }
+}
+
+/* One Q8_K block from x[256] (kquants.md §6): max = the element of largest
+ * magnitude with its sign (the first on ties), iscale = -127 / max, q =
+ * min(127, nearest(iscale * x)), bsums, d = 1 / iscale; all zero when max is 0.
+ * nearest is the 1.5 * 2^23 trick of quant_ref.c (half to even for |v| <= 2^22). */
+static OG_HD void og_canon_act_q8_K(const float *x, og_block_q8_K *y) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < OG_QK_K; j++) {
+        const float a = og_canon_fabs(x[j]);
+        if (a > amax) {
+            amax = a;
+            max = x[j];
+        }
+    }
+    if (amax == 0.0f) {
+        y->d = 0.0f;
+        for (int j = 0; j < OG_QK_K; j++) y->qs[j] = 0;
+        for (int j = 0; j < OG_QK_K / 16; j++) y->bsums[j] = 0;
+        return;
+    }
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < OG_QK_K; j++) {
+        const float t = og_canon_add(og_canon_mul(iscale, x[j]), 12582912.0f);
+        const int32_t q = (int32_t)(og_canon_f32_bits(t) & 0x007fffffu) - 0x00400000;
+        y->qs[j] = (int8_t)(q < 127 ? q : 127);
+    }
+    for (int j = 0; j < OG_QK_K / 16; j++) {
+        int s = 0;
+        for (int i = 0; i < 16; i++) s += y->qs[16 * j + i];
+        y->bsums[j] = (int16_t)s;
+    }
+    y->d = 1 / iscale;
+}
+
+/* ---- SwiGLU (og_swiglu / og_swiglu_clamp: the host and CUDA both call these) ---- */
+
+/* e^x from IEEE single operations only, and no fma (baseline x86-64 has none: a
+ * libm fmaf is slow), so the host and CUDA give the same bits (libm's expf and
+ * CUDA's expf differ in the last bit now and then): x = k ln2 + r with k =
+ * rint(x log2 e) by the 1.5 * 2^23 trick, r = (x - k ln2_hi) - k ln2_lo (Cody and
+ * Waite: ln2_hi has 16 significant bits, so k ln2_hi is exact for |k| <= 150),
+ * |r| <= ln2 / 2; e^r by its Taylor polynomial of degree 7 in Horner form
+ * (truncation below 6e-9 relative); then times 2^k as two powers of two (each a
+ * normal float, so only the last product rounds, into a subnormal when the result
+ * is one). Error within 2 ulp of e^x for normal results (tested against double
+ * exp). +inf above 88.72284, +0 below -103.98. */
+static OG_HD float og_canon_expf(float x) {
+    /* branch free, so the host loop vectorizes: the arithmetic runs on x clamped to
+     * [-104, 88.8] (k stays in [-150, 128]) and the ends are chosen at the return */
+    const float xc = x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x;
+    const float k = og_canon_add(og_canon_add(og_canon_mul(xc, 1.44269502f), 12582912.0f), -12582912.0f);
+    const float hi = og_canon_add(xc, og_canon_mul(-k, 0.693145751953125f));
+    const float r = og_canon_add(hi, og_canon_mul(-k, 1.42860677e-06f));
+    float p = 1.98412698e-04f; /* 1/7!, then 1/6! ... 1/0! */
+    p = og_canon_add(og_canon_mul(p, r), 1.38888889e-03f);
+    p = og_canon_add(og_canon_mul(p, r), 8.33333333e-03f);
+    p = og_canon_add(og_canon_mul(p, r), 4.16666667e-02f);
+    p = og_canon_add(og_canon_mul(p, r), 1.66666667e-01f);
+    p = og_canon_add(og_canon_mul(p, r), 0.5f);
+    p = og_canon_add(og_canon_mul(p, r), 1.0f);
+    p = og_canon_add(og_canon_mul(p, r), 1.0f);
+    const int32_t n = (int32_t)k, n1 = n / 2, n2 = n - n1; /* n in [-150, 128]: n1, n2 in [-75, 64] */
+    p = og_canon_mul(p, og_canon_bits_f32((uint32_t)(n1 + 127) << 23));
+    p = og_canon_mul(p, og_canon_bits_f32((uint32_t)(n2 + 127) << 23));
+    return x != x ? x : x > 88.72284f ? og_canon_bits_f32(0x7f800000u) : x < -103.98f ? 0.0f : p;
+}
+
+/* silu(g) * u = g / (1 + e^-g) * u (Shazeer 2020), three rounded operations after the exp. */
+static OG_HD float og_canon_silu_mul(float g, float u) {
+    const float den = og_canon_add(1.0f, og_canon_expf(-g));
+    const float s = g / den;
+    return og_canon_mul(s, u);
+}
+
+/* V4's clamped SwiGLU (deepseek4.md §4.1): silu(min(g, limit)) * clamp(u, -limit, limit), limit > 0,
+ * with fminf / fmaxf's NaN rule (a NaN g becomes limit, a NaN u -limit). */
+static OG_HD float og_canon_silu_mul_clamp(float g, float u, float limit) {
+    const float gc = !(g <= limit) ? limit : g;
+    const float ul = !(u >= -limit) ? -limit : u, uc = ul > limit ? limit : ul;
+    return og_canon_silu_mul(gc, uc);
+}
+
+#endif

@@ -162,32 +162,42 @@ static inline void transpose16(const __m512i r[16], __m512i c[16]) {
 }
 
 /* Block b of the tile's nrt rows (rows w_stride bytes apart; the rest of the 32 are
- * zero: their results are never stored) into t, through tmp (32 x 256 bytes). */
+ * zero: their results are never stored) into t, through tmp: each row's quants
+ * (32 x 256 bytes), then its 16 chunk scales and 16 more int32 (the 8 bsum factors,
+ * d, dmin, zeros), all turned to rows-in-lanes by 16 x 16 transposes. */
 static void unpack_tile_block(unpack_fn unpack, size_t bsize, const uint8_t *w, size_t w_stride, int nrt, int64_t b,
                               og_tile_block *t, uint8_t *tmp) {
+    int32_t *sc = (int32_t *)(tmp + OG_TILE_ROWS * 256), *ex = sc + OG_TILE_ROWS * 16;
     for (int r = 0; r < OG_TILE_ROWS; r++) {
-        const int h = r / 16, j = r % 16;
-        int32_t sc[16], bp[8];
-        float d = 0, dm = 0;
+        int32_t *e = ex + 16 * r;
         if (r < nrt) {
-            unpack(w + (size_t)r * w_stride + (size_t)b * bsize, tmp + 256 * r, sc, bp, &d, &dm);
+            float d, dm;
+            unpack(w + (size_t)r * w_stride + (size_t)b * bsize, tmp + 256 * r, sc + 16 * r, e, &d, &dm);
+            memcpy(e + 8, &d, 4);
+            memcpy(e + 9, &dm, 4);
+            memset(e + 10, 0, 6 * 4);
         } else {
             memset(tmp + 256 * r, 0, 256);
-            memset(sc, 0, sizeof sc);
-            memset(bp, 0, sizeof bp);
+            memset(sc + 16 * r, 0, 64);
+            memset(e, 0, 64);
         }
-        for (int c = 0; c < 16; c++) t->sc[c][h][j] = sc[c];
-        for (int p = 0; p < 8; p++) t->bp[p][h][j] = bp[p];
-        t->dx[h][j] = d;
-        t->dm[h][j] = dm;
     }
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 2; h++) {
+        __m512i rows[16], cols[16];
         for (int q = 0; q < 4; q++) {
-            __m512i rows[16], cols[16];
             for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(tmp + 256 * (16 * h + i) + 64 * q);
             transpose16(rows, cols);
             for (int k = 0; k < 16; k++) _mm512_store_si512(t->w[16 * q + k][h], cols[k]);
         }
+        for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(sc + 16 * (16 * h + i));
+        transpose16(rows, cols);
+        for (int c = 0; c < 16; c++) _mm512_store_si512(t->sc[c][h], cols[c]);
+        for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(ex + 16 * (16 * h + i));
+        transpose16(rows, cols);
+        for (int p = 0; p < 8; p++) _mm512_store_si512(t->bp[p][h], cols[p]);
+        _mm512_store_si512(t->dx[h], cols[8]);
+        _mm512_store_si512(t->dm[h], cols[9]);
+    }
 }
 
 /* mr (<= MR) activation rows y[i] (their block b) against the tile's block t: the

@@ -366,7 +366,7 @@ int og_cmd_bench(int argc, char **argv) {
     }
     static const int batches[] = {16, 64, 512};
     static const og_ggml_type mm_types[] = {OG_TYPE_Q4_K, OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q8_0, OG_TYPE_Q6_K, OG_TYPE_Q5_K};
-    void *mscratch = malloc(og_cpu_matmul_scratch(OG_TYPE_Q8_0, K, 512) + 64);
+    void *mscratch = malloc(og_cpu_matmul_scratch(OG_TYPE_F32, K, 512) + 64); /* the largest activation rows */
     for (int tier = 0; tier <= OG_ISA_AVX512 && pool && mscratch; tier++) {
         og_isa got;
         if (og_isa_choose(&feat, og_isa_name((og_isa)tier), &got, note, sizeof note, err, sizeof err)) continue;

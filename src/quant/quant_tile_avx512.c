@@ -281,7 +281,9 @@ static inline __attribute__((always_inline)) void gemm_k(unpack_fn unpack, size_
         for (int64_t b = 0; b < nb; b++) unpack_tile_block(unpack, bsize, w, w_stride, nrt, b, &tb[b], tmp);
         for (int64_t a0 = 0; a0 < m; a0 += OG_TILE_ACT) {
             const int ma = m - a0 < OG_TILE_ACT ? (int)(m - a0) : OG_TILE_ACT;
-            for (int k = 0; k < ma * 64; k++) lanes[k] = _mm512_setzero_ps();
+            const int used = nb < 32 ? (int)nb : 32; /* lanes from `used` on stay +0: never stored or read */
+            for (int k = 0; k < ma * 2; k++)
+                for (int j = 0; j < used; j++) lanes[32 * k + j] = _mm512_setzero_ps();
             for (int64_t b = 0; b < nb; b++)
                 for (int g = 0; g < ma; g += MR) {
                     const int mr = ma - g < MR ? ma - g : MR;
@@ -299,8 +301,14 @@ static inline __attribute__((always_inline)) void gemm_k(unpack_fn unpack, size_
             for (int i = 0; i < ma; i++) /* the butterfly of og_warp_reduce32, 16 rows per vector */
                 for (int h = 0; h < 2; h++) {
                     __m512 *l = lanes + 64 * i + 32 * h;
-                    for (int o = 16; o; o >>= 1)
-                        for (int j = 0; j < o; j++) l[j] = _mm512_add_ps(l[j], l[j + o]);
+                    /* lanes from cnt on are +0: adding one is l[j] + 0 (which turns -0 into +0,
+                     * as the full butterfly does), and +0 + +0 leaves a lane +0 */
+                    int cnt = used;
+                    for (int o = 16; o; o >>= 1) {
+                        for (int j = 0; j < o && j < cnt; j++)
+                            l[j] = _mm512_add_ps(l[j], j + o < cnt ? l[j + o] : _mm512_setzero_ps());
+                        cnt = cnt < o ? cnt : o;
+                    }
                     const int valid = nrt - 16 * h;
                     if (valid <= 0) continue;
                     const __mmask16 mk = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);

@@ -300,19 +300,23 @@ static inline __attribute__((always_inline)) void gemm_k(unpack_fn unpack, size_
                 }
             for (int i = 0; i < ma; i++) /* the butterfly of og_warp_reduce32, 16 rows per vector */
                 for (int h = 0; h < 2; h++) {
-                    __m512 *l = lanes + 64 * i + 32 * h;
-                    /* lanes from cnt on are +0: adding one is l[j] + 0 (which turns -0 into +0,
-                     * as the full butterfly does), and +0 + +0 leaves a lane +0 */
-                    int cnt = used;
-                    for (int o = 16; o; o >>= 1) {
-                        for (int j = 0; j < o && j < cnt; j++)
-                            l[j] = _mm512_add_ps(l[j], j + o < cnt ? l[j + o] : _mm512_setzero_ps());
-                        cnt = cnt < o ? cnt : o;
+                    const __m512 *l = lanes + 64 * i + 32 * h;
+                    /* in registers; lanes from `used` on are +0, and are added as +0 (which
+                     * turns a -0 into +0, as the full butterfly does) */
+                    __m512 v[16];
+#pragma GCC unroll 16
+                    for (int j = 0; j < 16; j++) {
+                        v[j] = j < used ? l[j] : _mm512_setzero_ps();
+                        v[j] = _mm512_add_ps(v[j], j + 16 < used ? l[j + 16] : _mm512_setzero_ps());
                     }
+#pragma GCC unroll 16
+                    for (int o = 8; o; o >>= 1)
+#pragma GCC unroll 16
+                        for (int j = 0; j < o; j++) v[j] = _mm512_add_ps(v[j], v[j + o]);
                     const int valid = nrt - 16 * h;
                     if (valid <= 0) continue;
                     const __mmask16 mk = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
-                    _mm512_mask_storeu_ps(out + (size_t)(a0 + i) * ld + r0 + 16 * h, mk, l[0]);
+                    _mm512_mask_storeu_ps(out + (size_t)(a0 + i) * ld + r0 + 16 * h, mk, v[0]);
                 }
         }
     }

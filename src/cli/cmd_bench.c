@@ -180,6 +180,7 @@ static void usage(FILE *out) {
             "  --threads 1,2 (default: 1 and all CPUs)  --types Q4_K,Q2_K,... (default: all)\n"
             "  --reps N  timed runs per figure, median reported (default 5)\n"
             "  --k K --rows N  matrix shape for comparing with a peer (default K 7168, rows fill the buffer)\n"
+            "  --only matvec|matmul  one of the two parts\n"
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the tier of the matrix x vector runs.\n");
 }
 
@@ -207,13 +208,14 @@ int og_cmd_bench(int argc, char **argv) {
                                          {"threads", required_argument, 0, 't'}, {"types", required_argument, 0, 'T'},
                                          {"reps", required_argument, 0, 'r'},    {"help", no_argument, 0, 'h'},
                                          {"k", required_argument, 0, 'k'},       {"rows", required_argument, 0, 'R'},
+                                         {"only", required_argument, 0, 'o'},
                                          {0, 0, 0, 0}};
     bool as_json = false;
     long size_mib = 1024;
     int reps = 5, threads[8], n_threads = 0;
     long K_arg = 7168, rows_arg = 0;
     const char *types_arg = NULL;
-    int c;
+    int c, only = 0; /* 1: matrix x vector only, 2: batched matmul only */
     optind = 2;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -224,6 +226,14 @@ int og_cmd_bench(int argc, char **argv) {
         case 'r': reps = atoi(optarg); break;
         case 'k': K_arg = atol(optarg); break;
         case 'R': rows_arg = atol(optarg); break;
+        case 'o':
+            if (!strcmp(optarg, "matvec")) only = 1;
+            else if (!strcmp(optarg, "matmul")) only = 2;
+            else {
+                fprintf(stderr, "onegpu bench: --only matvec or --only matmul\n");
+                return OG_EXIT_USAGE;
+            }
+            break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
@@ -299,7 +309,7 @@ int og_cmd_bench(int argc, char **argv) {
     void *scratch = malloc(og_cpu_matmul_scratch(OG_TYPE_F32, K, 512));
     float *y = malloc(sizeof(float) * 4096 * 512);
 
-    for (int ti = 0; ti < n_threads; ti++) {
+    for (int ti = 0; ti < n_threads && only != 2; ti++) {
         og_pool *pool = make_pool(threads[ti], err, sizeof err);
         if (!pool) {
             fprintf(stderr, "onegpu bench: %s\n", err);
@@ -352,12 +362,12 @@ int og_cmd_bench(int argc, char **argv) {
      * this measures arithmetic, per tier: the fork's order through og_cpu_matmul and
      * the canonical one (the default numerics, the tiled product where the tier has
      * it) through og_cpu_matmul_multi, run after run in turn. */
-    og_pool *pool = make_pool(threads[n_threads - 1], err, sizeof err);
+    og_pool *pool = only == 1 ? NULL : make_pool(threads[n_threads - 1], err, sizeof err);
     const double mhz = cpu_mhz(), dp_ns = feat.avx512vnni && feat.os_avx512 ? vnni_rate() : 0;
     /* the VNNI peak: each core retires two 512-bit vpdpbusd per cycle (ports 0 and 5
      * of a core with two 512-bit FMA units), each 64 int8 multiply-adds = 128 ops */
     const double peak = pool ? og_pool_size(pool) * mhz * 1e6 * 2 * 64 * 2 / 1e9 : 0;
-    if (!as_json) {
+    if (!as_json && pool) {
         printf("\nVNNI peak %.0f GOP/s = %d cores x %.0f MHz (/proc/cpuinfo) x 2 vpdpbusd zmm per cycle x 64 int8 MACs x 2\n"
                "(measured here: %.2f vpdpbusd zmm per ns on one core = %.2f per cycle at that clock)\n",
                peak, pool ? og_pool_size(pool) : 0, mhz, dp_ns, mhz > 0 ? dp_ns * 1e3 / mhz : 0);

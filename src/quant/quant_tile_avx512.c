@@ -1,5 +1,5 @@
-/* Tiled canonical products of the k-quants on AVX-512 VNNI (og_quant.h og_gemm_fn):
- * the batched path of prefill and of grouped experts.
+/* Tiled canonical products on AVX-512 VNNI (og_quant.h og_gemm_fn): the k-quants and the
+ * 32-element Q8_0, Q4_0, Q5_0 (below); the batched path of prefill and of grouped experts.
  *
  * A tile is 32 weight rows. Each of its blocks is unpacked once into the work
  * buffer (og_tile_block): the 256 quants as u8 with rows in the lanes (int32 lane j
@@ -265,6 +265,32 @@ static inline __attribute__((always_inline)) void tile_mr(int mr, scale_mode sm,
     }
 }
 
+/* The butterfly of og_warp_reduce32 over the lanes of ma activation rows (16 weight
+ * rows per vector; lanes from `used` on are +0, never stored), and the results of
+ * the tile's nrt rows into out[i * ld + r]. */
+static void finish_lanes(const __m512 *lanes, int ma, int used, int nrt, float *out, size_t ld) {
+    for (int i = 0; i < ma; i++) /* the butterfly of og_warp_reduce32, 16 rows per vector */
+        for (int h = 0; h < 2; h++) {
+            const __m512 *l = lanes + 64 * i + 32 * h;
+            /* in registers; lanes from `used` on are +0, and are added as +0 (which
+             * turns a -0 into +0, as the full butterfly does) */
+            __m512 v[16];
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) {
+                v[j] = j < used ? l[j] : _mm512_setzero_ps();
+                v[j] = _mm512_add_ps(v[j], j + 16 < used ? l[j + 16] : _mm512_setzero_ps());
+            }
+#pragma GCC unroll 16
+            for (int o = 8; o; o >>= 1)
+#pragma GCC unroll 16
+                for (int j = 0; j < o; j++) v[j] = _mm512_add_ps(v[j], v[j + o]);
+            const int valid = nrt - 16 * h;
+            if (valid <= 0) continue;
+            const __mmask16 mk = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
+            _mm512_mask_storeu_ps(out + (size_t)i * ld + 16 * h, mk, v[0]);
+        }
+}
+
 /* The tiled product of one type (og_gemm_fn), its unpacking and its integer steps. */
 static inline __attribute__((always_inline)) void gemm_k(unpack_fn unpack, size_t bsize, scale_mode sm, bp_role role,
                                                           int64_t n, const void *vw, size_t w_stride, int64_t nr,
@@ -298,26 +324,7 @@ static inline __attribute__((always_inline)) void gemm_k(unpack_fn unpack, size_
                     default: tile_mr(1, sm, role, &tb[b], y, l, b); break;
                     }
                 }
-            for (int i = 0; i < ma; i++) /* the butterfly of og_warp_reduce32, 16 rows per vector */
-                for (int h = 0; h < 2; h++) {
-                    const __m512 *l = lanes + 64 * i + 32 * h;
-                    /* in registers; lanes from `used` on are +0, and are added as +0 (which
-                     * turns a -0 into +0, as the full butterfly does) */
-                    __m512 v[16];
-#pragma GCC unroll 16
-                    for (int j = 0; j < 16; j++) {
-                        v[j] = j < used ? l[j] : _mm512_setzero_ps();
-                        v[j] = _mm512_add_ps(v[j], j + 16 < used ? l[j + 16] : _mm512_setzero_ps());
-                    }
-#pragma GCC unroll 16
-                    for (int o = 8; o; o >>= 1)
-#pragma GCC unroll 16
-                        for (int j = 0; j < o; j++) v[j] = _mm512_add_ps(v[j], v[j + o]);
-                    const int valid = nrt - 16 * h;
-                    if (valid <= 0) continue;
-                    const __mmask16 mk = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
-                    _mm512_mask_storeu_ps(out + (size_t)(a0 + i) * ld + r0 + 16 * h, mk, v[0]);
-                }
+            finish_lanes(lanes, ma, used, nrt, out + (size_t)a0 * ld + r0, ld);
         }
     }
 }
@@ -336,7 +343,171 @@ GEMM(q5_K, og_block_q5_K, SCALE_MULLD, BP_MINS)
 GEMM(q6_K, og_block_q6_K, SCALE_MULLD, BP_OFFSET)
 #undef GEMM
 
+/* ---- the 32-element formats (Q8_0, Q4_0, Q5_0: Q8_0 activations, no bsums) ------
+ * A tile block holds eight of their blocks (256 elements, the same w layout), the
+ * quants as s8 (q itself: Q4_0 nibble - 8, Q5_0 nibble + 16 fifth bit - 16), and
+ * in sc[0..8) the correction -128 sum(q) of each block, in sc[8..16) its d (float
+ * bits). The activations are the u8 operand, biased by 128 (a copy per micro tile
+ * and tile block), so sum (a + 128) q - 128 sum q = I, exact. */
+
+/* Block k (k < 8) of a row's tile block: quants q[32] as s8 into u, -128 sum q, d. */
+static inline void put32(__m256i q, uint16_t d16, uint8_t *u, int32_t *corr, float *d) {
+    _mm256_storeu_si256((__m256i *)u, q);
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+    *corr = -128 * (_mm_cvtsi128_si32(t) - 32 * 128); /* the sum of q + 128, less 32 x 128 */
+    *d = _cvtsh_ss(d16);
+}
+/* The 16 bytes of nibbles at qs as 32 quants: low nibbles (elements 0-15), then high. */
+static inline __m256i nib32(const uint8_t *qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)), _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
+}
+static void unpack32_q8_0(const void *vx, int k, uint8_t *u, int32_t *corr, float *d) {
+    const og_block_q8_0 *x = (const og_block_q8_0 *)vx + k;
+    put32(_mm256_loadu_si256((const __m256i *)x->qs), x->d, u, corr, d);
+}
+static void unpack32_q4_0(const void *vx, int k, uint8_t *u, int32_t *corr, float *d) {
+    const og_block_q4_0 *x = (const og_block_q4_0 *)vx + k;
+    put32(_mm256_sub_epi8(nib32(x->qs), _mm256_set1_epi8(8)), x->d, u, corr, d);
+}
+static void unpack32_q5_0(const void *vx, int k, uint8_t *u, int32_t *corr, float *d) {
+    const og_block_q5_0 *x = (const og_block_q5_0 *)vx + k;
+    const __m256i q = _mm256_mask_add_epi8(nib32(x->qs), (__mmask32)(uint32_t)ld32(x->qh), nib32(x->qs), _mm256_set1_epi8(0x10));
+    put32(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), x->d, u, corr, d);
+}
+typedef void (*unpack32_fn)(const void *x, int k, uint8_t *u, int32_t *corr, float *d);
+
+/* Tile block b (blocks 8b .. 8b + nbk - 1 of each row) of the tile's nrt rows. */
+static void unpack32_tile_block(unpack32_fn unpack, size_t bsize, const uint8_t *w, size_t w_stride, int nrt, int64_t b,
+                                int nbk, og_tile_block *t, uint8_t *tmp) {
+    int32_t *ex = (int32_t *)(tmp + OG_TILE_ROWS * 256);
+    for (int r = 0; r < OG_TILE_ROWS; r++) {
+        int32_t *e = ex + 16 * r;
+        memset(e, 0, 64);
+        if (r >= nrt) {
+            memset(tmp + 256 * r, 0, 256);
+            continue;
+        }
+        const uint8_t *x = w + (size_t)r * w_stride + (size_t)(8 * b) * bsize;
+        for (int k = 0; k < 8; k++) {
+            if (k >= nbk) {
+                memset(tmp + 256 * r + 32 * k, 0, 32);
+                continue;
+            }
+            float d;
+            unpack(x, k, tmp + 256 * r + 32 * k, &e[k], &d);
+            memcpy(&e[8 + k], &d, 4);
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        __m512i rows[16], cols[16];
+        for (int q = 0; q < 4; q++) {
+            for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(tmp + 256 * (16 * h + i) + 64 * q);
+            transpose16(rows, cols);
+            for (int k = 0; k < 16; k++) _mm512_store_si512(t->w[16 * q + k][h], cols[k]);
+        }
+        for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(ex + 16 * (16 * h + i));
+        transpose16(rows, cols);
+        for (int c = 0; c < 16; c++) _mm512_store_si512(t->sc[c][h], cols[c]);
+    }
+}
+
+/* mr activation rows (biased quants ab[i][256], blocks y[i][0..nbk)) against the tile
+ * block t: each of its nbk blocks' terms join lane (8b + k) % 32. */
+static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_tile_block *t, const uint8_t *ab,
+                                                             const og_block_q8_0 *const *y, int nbk, __m512 *lanes, int64_t b) {
+    for (int k = 0; k < nbk; k++) {
+        __m512i P[MR][2];
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) P[i][0] = P[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int kk = 0; kk < 8; kk++) {
+            const int k4 = 8 * k + kk;
+            const __m512i w0 = _mm512_load_si512(t->w[k4][0]), w1 = _mm512_load_si512(t->w[k4][1]);
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) {
+                const __m512i a = _mm512_set1_epi32(ld32(ab + 256 * i + 4 * k4));
+                P[i][0] = _mm512_dpbusd_epi32(P[i][0], a, w0);
+                P[i][1] = _mm512_dpbusd_epi32(P[i][1], a, w1);
+            }
+        }
+        const int lane = (int)((8 * b + k) & 31);
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            const __m512 dy = _mm512_set1_ps(_cvtsh_ss(y[i][k].d));
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m512i I = _mm512_add_epi32(P[i][h], _mm512_load_si512(t->sc[k][h]));
+                const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps((const float *)t->sc[8 + k][h]), dy), _mm512_cvtepi32_ps(I));
+                __m512 *l = lanes + 64 * i + 32 * h + lane;
+                *l = _mm512_add_ps(*l, v);
+            }
+        }
+    }
+}
+
+/* og_gemm_fn of the 32-element formats: gemm_k's loops over tile blocks of eight. */
+static inline __attribute__((always_inline)) void gemm32(unpack32_fn unpack, size_t bsize, int64_t n, const void *vw,
+                                                          size_t w_stride, int64_t nr, const void *vy, size_t y_stride,
+                                                          int64_t m, float *out, size_t ld, void *work) {
+    const int64_t nb = n / 32, ntb = (nb + 7) / 8;
+    uint8_t *base = (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    og_tile_block *tb = (og_tile_block *)base;
+    __m512 *lanes = (__m512 *)(base + (size_t)ntb * sizeof(og_tile_block));
+    uint8_t *tmp = (uint8_t *)(lanes + OG_TILE_ACT * 2 * 32);
+    uint8_t ab[MR * 256] __attribute__((aligned(64)));
+    const int used = nb < 32 ? (int)nb : 32;
+    for (int64_t r0 = 0; r0 < nr; r0 += OG_TILE_ROWS) {
+        const int nrt = nr - r0 < OG_TILE_ROWS ? (int)(nr - r0) : OG_TILE_ROWS;
+        const uint8_t *w = (const uint8_t *)vw + (size_t)r0 * w_stride;
+        for (int64_t b = 0; b < ntb; b++)
+            unpack32_tile_block(unpack, bsize, w, w_stride, nrt, b, nb - 8 * b < 8 ? (int)(nb - 8 * b) : 8, &tb[b], tmp);
+        for (int64_t a0 = 0; a0 < m; a0 += OG_TILE_ACT) {
+            const int ma = m - a0 < OG_TILE_ACT ? (int)(m - a0) : OG_TILE_ACT;
+            for (int k = 0; k < ma * 2; k++)
+                for (int j = 0; j < used; j++) lanes[32 * k + j] = _mm512_setzero_ps();
+            for (int64_t b = 0; b < ntb; b++) {
+                const int nbk = nb - 8 * b < 8 ? (int)(nb - 8 * b) : 8;
+                for (int g = 0; g < ma; g += MR) {
+                    const int mr = ma - g < MR ? ma - g : MR;
+                    const og_block_q8_0 *y[MR];
+                    for (int i = 0; i < mr; i++) {
+                        y[i] = (const og_block_q8_0 *)((const uint8_t *)vy + (size_t)(a0 + g + i) * y_stride) + 8 * b;
+                        for (int k = 0; k < nbk; k++)
+                            _mm256_store_si256((__m256i *)(ab + 256 * i + 32 * k),
+                                               _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)y[i][k].qs),
+                                                                _mm256_set1_epi8((char)0x80)));
+                    }
+                    __m512 *l = lanes + 64 * g;
+                    switch (mr) {
+                    case 4: tile32_mr(4, &tb[b], ab, y, nbk, l, b); break;
+                    case 3: tile32_mr(3, &tb[b], ab, y, nbk, l, b); break;
+                    case 2: tile32_mr(2, &tb[b], ab, y, nbk, l, b); break;
+                    default: tile32_mr(1, &tb[b], ab, y, nbk, l, b); break;
+                    }
+                }
+            }
+            finish_lanes(lanes, ma, used, nrt, out + (size_t)a0 * ld + r0, ld);
+        }
+    }
+}
+
+#define GEMM32(name, T)                                                                                              \
+    static void name##_gemm(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *y, size_t y_stride,  \
+                            int64_t m, float *out, size_t ld, void *work) {                                          \
+        gemm32(unpack32_##name, sizeof(T), n, w, w_stride, nr, y, y_stride, m, out, ld, work);                      \
+    }
+GEMM32(q8_0, og_block_q8_0)
+GEMM32(q4_0, og_block_q4_0)
+GEMM32(q5_0, og_block_q5_0)
+#undef GEMM32
+
 void og_kernels_fill_tile_avx512(og_kernels *k) {
+    k->gemm_canonical[OG_TYPE_Q8_0] = q8_0_gemm;
+    k->gemm_canonical[OG_TYPE_Q4_0] = q4_0_gemm;
+    k->gemm_canonical[OG_TYPE_Q5_0] = q5_0_gemm;
     k->gemm_canonical[OG_TYPE_Q2_K] = q2_K_gemm;
     k->gemm_canonical[OG_TYPE_Q3_K] = q3_K_gemm;
     k->gemm_canonical[OG_TYPE_Q4_K] = q4_K_gemm;

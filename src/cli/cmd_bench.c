@@ -181,7 +181,8 @@ static void usage(FILE *out) {
             "  --reps N  timed runs per figure, median reported (default 5)\n"
             "  --k K --rows N  matrix shape for comparing with a peer (default K 7168, rows fill the buffer)\n"
             "  --only matvec|matmul  one of the two parts\n"
-            "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the tier of the matrix x vector runs.\n");
+            "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the tier of the matrix x vector runs (and the\n"
+            "  only tier of the batched ones).\n");
 }
 
 static int parse_list(const char *s, int *out, int max) {
@@ -377,7 +378,9 @@ int og_cmd_bench(int argc, char **argv) {
     static const int batches[] = {16, 64, 512};
     static const og_ggml_type mm_types[] = {OG_TYPE_Q4_K, OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q8_0, OG_TYPE_Q6_K, OG_TYPE_Q5_K};
     void *mscratch = malloc(og_cpu_matmul_scratch(OG_TYPE_F32, K, 512) + 64); /* the largest activation rows */
+    const char *forced = getenv("ONEGPU_CPU_ISA");
     for (int tier = 0; tier <= OG_ISA_AVX512 && pool && mscratch; tier++) {
+        if (forced && *forced && tier != (int)isa) continue; /* ONEGPU_CPU_ISA: that tier only */
         og_isa got;
         if (og_isa_choose(&feat, og_isa_name((og_isa)tier), &got, note, sizeof note, err, sizeof err)) continue;
         og_kernels kt;

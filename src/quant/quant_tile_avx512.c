@@ -161,6 +161,23 @@ static inline void transpose16(const __m512i r[16], __m512i c[16]) {
     }
 }
 
+/* The 32 rows of 256 quant bytes at tmp into t->w, rows in the lanes. */
+static void quants_to_lanes(const uint8_t *tmp, og_tile_block *t) {
+    for (int h = 0; h < 2; h++)
+        for (int q = 0; q < 4; q++) {
+            __m512i rows[16], cols[16];
+            for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(tmp + 256 * (16 * h + i) + 64 * q);
+            transpose16(rows, cols);
+            for (int k = 0; k < 16; k++) _mm512_store_si512(t->w[16 * q + k][h], cols[k]);
+        }
+}
+/* Rows 16h .. 16h + 15 of 16 int32 each at src (rows 16 apart), as columns. */
+static inline void ints_to_lanes(const int32_t *src, int h, __m512i cols[16]) {
+    __m512i rows[16];
+    for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(src + 16 * (16 * h + i));
+    transpose16(rows, cols);
+}
+
 /* Block b of the tile's nrt rows (rows w_stride bytes apart; the rest of the 32 are
  * zero: their results are never stored) into t, through tmp: each row's quants
  * (32 x 256 bytes), then its 16 chunk scales and 16 more int32 (the 8 bsum factors,
@@ -182,21 +199,36 @@ static void unpack_tile_block(unpack_fn unpack, size_t bsize, const uint8_t *w, 
             memset(e, 0, 64);
         }
     }
+    quants_to_lanes(tmp, t);
     for (int h = 0; h < 2; h++) {
-        __m512i rows[16], cols[16];
-        for (int q = 0; q < 4; q++) {
-            for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(tmp + 256 * (16 * h + i) + 64 * q);
-            transpose16(rows, cols);
-            for (int k = 0; k < 16; k++) _mm512_store_si512(t->w[16 * q + k][h], cols[k]);
-        }
-        for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(sc + 16 * (16 * h + i));
-        transpose16(rows, cols);
+        __m512i cols[16];
+        ints_to_lanes(sc, h, cols);
         for (int c = 0; c < 16; c++) _mm512_store_si512(t->sc[c][h], cols[c]);
-        for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(ex + 16 * (16 * h + i));
-        transpose16(rows, cols);
+        ints_to_lanes(ex, h, cols);
         for (int p = 0; p < 8; p++) _mm512_store_si512(t->bp[p][h], cols[p]);
         _mm512_store_si512(t->dx[h], cols[8]);
         _mm512_store_si512(t->dm[h], cols[9]);
+    }
+}
+
+/* P[i][h] = the vpdpbusd sums of the k4 steps k0 .. k0 + steps - 1 of activation
+ * row i (bytes a[i] + 4 k4, broadcast) against the tile block's rows 16h ..: the
+ * activations as the signed operand (act_u8 false: u8 quants) or the unsigned one
+ * (true: s8 quants, activations biased by 128). */
+static inline __attribute__((always_inline)) void dp_steps(int mr, bool act_u8, const og_tile_block *t, int k0, int steps,
+                                                            const uint8_t *const *a, __m512i P[MR][2]) {
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++) P[i][0] = P[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int k = 0; k < steps; k++) {
+        const int k4 = k0 + k;
+        const __m512i w0 = _mm512_load_si512(t->w[k4][0]), w1 = _mm512_load_si512(t->w[k4][1]);
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            const __m512i av = _mm512_set1_epi32(ld32(a[i] + 4 * k4));
+            P[i][0] = act_u8 ? _mm512_dpbusd_epi32(P[i][0], av, w0) : _mm512_dpbusd_epi32(P[i][0], w0, av);
+            P[i][1] = act_u8 ? _mm512_dpbusd_epi32(P[i][1], av, w1) : _mm512_dpbusd_epi32(P[i][1], w1, av);
+        }
     }
 }
 
@@ -208,20 +240,11 @@ static inline __attribute__((always_inline)) void tile_mr(int mr, scale_mode sm,
     __m512i I[MR][2], P[MR][2];
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++) I[i][0] = I[i][1] = _mm512_setzero_si512();
+    const uint8_t *a[MR];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++) a[i] = (const uint8_t *)y[i]->qs;
     for (int c = 0; c < 16; c++) {
-#pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) P[i][0] = P[i][1] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const int k4 = 4 * c + k;
-            const __m512i w0 = _mm512_load_si512(t->w[k4][0]), w1 = _mm512_load_si512(t->w[k4][1]);
-#pragma GCC unroll 4
-            for (int i = 0; i < mr; i++) {
-                const __m512i a = _mm512_set1_epi32(ld32(y[i]->qs + 4 * k4));
-                P[i][0] = _mm512_dpbusd_epi32(P[i][0], w0, a);
-                P[i][1] = _mm512_dpbusd_epi32(P[i][1], w1, a);
-            }
-        }
+        dp_steps(mr, false, t, 4 * c, 4, a, P);
         const __m512i s0 = _mm512_load_si512(t->sc[c][0]), s1 = _mm512_load_si512(t->sc[c][1]);
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
@@ -401,15 +424,10 @@ static void unpack32_tile_block(unpack32_fn unpack, size_t bsize, const uint8_t 
             memcpy(&e[8 + k], &d, 4);
         }
     }
+    quants_to_lanes(tmp, t);
     for (int h = 0; h < 2; h++) {
-        __m512i rows[16], cols[16];
-        for (int q = 0; q < 4; q++) {
-            for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(tmp + 256 * (16 * h + i) + 64 * q);
-            transpose16(rows, cols);
-            for (int k = 0; k < 16; k++) _mm512_store_si512(t->w[16 * q + k][h], cols[k]);
-        }
-        for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(ex + 16 * (16 * h + i));
-        transpose16(rows, cols);
+        __m512i cols[16];
+        ints_to_lanes(ex, h, cols);
         for (int c = 0; c < 16; c++) _mm512_store_si512(t->sc[c][h], cols[c]);
     }
 }
@@ -418,21 +436,12 @@ static void unpack32_tile_block(unpack32_fn unpack, size_t bsize, const uint8_t 
  * block t: each of its nbk blocks' terms join lane (8b + k) % 32. */
 static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_tile_block *t, const uint8_t *ab,
                                                              const og_block_q8_0 *const *y, int nbk, __m512 *lanes, int64_t b) {
+    const uint8_t *a[MR];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++) a[i] = ab + 256 * i;
     for (int k = 0; k < nbk; k++) {
         __m512i P[MR][2];
-#pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) P[i][0] = P[i][1] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int kk = 0; kk < 8; kk++) {
-            const int k4 = 8 * k + kk;
-            const __m512i w0 = _mm512_load_si512(t->w[k4][0]), w1 = _mm512_load_si512(t->w[k4][1]);
-#pragma GCC unroll 4
-            for (int i = 0; i < mr; i++) {
-                const __m512i a = _mm512_set1_epi32(ld32(ab + 256 * i + 4 * k4));
-                P[i][0] = _mm512_dpbusd_epi32(P[i][0], a, w0);
-                P[i][1] = _mm512_dpbusd_epi32(P[i][1], a, w1);
-            }
-        }
+        dp_steps(mr, true, t, 8 * k, 8, a, P);
         const int lane = (int)((8 * b + k) & 31);
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {

@@ -107,7 +107,22 @@ typedef struct multi {
     int64_t band_start[MAX_JOBS + 1]; /* prefix sums of bands per job */
     int band_rows[MAX_JOBS];          /* ROW_BAND, or TILE_BAND for a tiled job */
     size_t work_bytes;                /* the largest og_gemm_canonical_work of a tiled job (per thread) */
+    og_ggml_type act[MAX_JOBS];       /* activation type of a quantizing job */
 } multi;
+
+#define QUANT_PARALLEL_MIN 65536 /* activation elements from which the quantizing is shared out */
+
+/* Thread ith of nth quantizes its share of every quantizing job's activation rows
+ * (row r of job j goes to thread (r + j) % nth), each row alone. */
+static void multi_quantize(void *ctx, int ith, int nth) {
+    multi *mu = ctx;
+    for (int j = 0; j < mu->n; j++) {
+        if (!mu->xq[j]) continue;
+        const og_matmul_job *jb = &mu->jobs[j];
+        for (int64_t r = (ith + nth - j % nth) % nth; r < jb->m; r += nth)
+            mu->k->quantize_act[mu->act[j]](jb->x + r * jb->w->K, mu->xq[j] + (size_t)r * mu->xq_row[j], jb->w->K);
+    }
+}
 
 /* True if job j goes through the tiled canonical product (og_kernels.gemm_canonical):
  * canonical, quantized, enough activation rows to pay for unpacking the tiles. */
@@ -211,14 +226,20 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
         size_t need = og_cpu_matmul_scratch(w->type, w->K, jobs[j].m);
         mu.xq[j] = p;
         mu.xq_row[j] = jobs[j].m ? need / (size_t)jobs[j].m : 0;
-        for (int64_t r = 0; r < jobs[j].m; r++) /* each row alone: batch-invariant */
-            k->quantize_act[tr->vec_dot_type](jobs[j].x + r * w->K, p + (size_t)r * mu.xq_row[j], w->K);
+        mu.act[j] = tr->vec_dot_type;
         p += (need + 63) & ~(size_t)63;
         mu.band_rows[j] = tiled(k, &jobs[j]) ? TILE_BAND : ROW_BAND;
         if (mu.band_rows[j] == TILE_BAND && og_gemm_canonical_work(w->type, w->K) > mu.work_bytes)
             mu.work_bytes = og_gemm_canonical_work(w->type, w->K);
         mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + mu.band_rows[j] - 1) / mu.band_rows[j] : 0);
     }
+    /* each activation row quantized alone (batch-invariant: the same bytes whichever
+     * thread does it); shared out when there are many */
+    int64_t q_rows = 0, q_elems = 0;
+    for (int j = 0; j < n_jobs; j++)
+        if (mu.xq[j]) q_rows += jobs[j].m, q_elems += jobs[j].m * jobs[j].w->K;
+    if (q_rows > 1 && q_elems >= QUANT_PARALLEL_MIN && pool) og_pool_run(pool, multi_quantize, &mu);
+    else if (q_rows) multi_quantize(&mu, 0, 1);
     if (mu.band_start[n_jobs] > 0) og_pool_run(pool, multi_rows, &mu);
     return OG_OK;
 }

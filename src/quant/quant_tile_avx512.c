@@ -295,18 +295,25 @@ static void finish_lanes(const __m512 *lanes, int ma, int used, int nrt, float *
     for (int i = 0; i < ma; i++) /* the butterfly of og_warp_reduce32, 16 rows per vector */
         for (int h = 0; h < 2; h++) {
             const __m512 *l = lanes + 64 * i + 32 * h;
-            /* in registers; lanes from `used` on are +0, and are added as +0 (which
-             * turns a -0 into +0, as the full butterfly does) */
             __m512 v[16];
+            if (used > 16) { /* in registers; lanes from `used` on are +0 and added as such */
 #pragma GCC unroll 16
-            for (int j = 0; j < 16; j++) {
-                v[j] = j < used ? l[j] : _mm512_setzero_ps();
-                v[j] = _mm512_add_ps(v[j], j + 16 < used ? l[j + 16] : _mm512_setzero_ps());
+                for (int j = 0; j < 16; j++) v[j] = _mm512_add_ps(l[j], j + 16 < used ? l[j + 16] : _mm512_setzero_ps());
+#pragma GCC unroll 16
+                for (int o = 8; o; o >>= 1)
+#pragma GCC unroll 16
+                    for (int j = 0; j < o; j++) v[j] = _mm512_add_ps(v[j], v[j + o]);
+            } else { /* short rows: only the live lanes. A step whose partner lane is +0
+                      * leaves x + 0 (a -0 turned +0), and (x + 0) + 0 = x + 0, so the steps
+                      * with no live partner at all count once */
+                int cnt = used, o = 16;
+                for (int j = 0; j < cnt; j++) v[j] = _mm512_add_ps(l[j], _mm512_setzero_ps());
+                while (o >= cnt && o > 1) o >>= 1;
+                for (; o && o < cnt; o >>= 1) {
+                    for (int j = 0; j < o; j++) v[j] = _mm512_add_ps(v[j], j + o < cnt ? v[j + o] : _mm512_setzero_ps());
+                    cnt = o;
+                }
             }
-#pragma GCC unroll 16
-            for (int o = 8; o; o >>= 1)
-#pragma GCC unroll 16
-                for (int j = 0; j < o; j++) v[j] = _mm512_add_ps(v[j], v[j + o]);
             const int valid = nrt - 16 * h;
             if (valid <= 0) continue;
             const __mmask16 mk = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);

@@ -1,12 +1,19 @@
 /* Quantized matrix products on the CPU: quantize each activation row once, then
  * split the weight rows between threads. With several activation rows, a thread
  * walks a small band of weight rows against every activation row before moving
- * on, so each weight byte comes from DRAM once per call. */
+ * on, so each weight byte comes from DRAM once per call; a canonical job with
+ * TILE_MIN_M rows or more goes through the tier's tiled product
+ * (og_kernels.gemm_canonical, bands of one 32-row tile), the same bits. */
 #include "og_backend.h"
 
 #include <string.h>
 
+#include <stdlib.h>
+
 #define ROW_BAND 16 /* weight rows a thread keeps hot while it visits all activations */
+#define TILE_BAND 32 /* the same for a tiled canonical job: one tile of og_gemm_fn (OG_TILE_ROWS) */
+#define TILE_MIN_M 8 /* activation rows from which the tiled product beats vec_dot4 (unpacking a tile costs
+                        about as much as 4-6 rows of products: bench/RESULTS.md) */
 
 size_t og_cpu_matmul_scratch(og_ggml_type wtype, int64_t K, int64_t m) {
     const og_type_traits *tr = og_quant_traits(wtype);
@@ -98,7 +105,31 @@ typedef struct multi {
     uint8_t *xq[MAX_JOBS];
     size_t xq_row[MAX_JOBS];
     int64_t band_start[MAX_JOBS + 1]; /* prefix sums of bands per job */
+    int band_rows[MAX_JOBS];          /* ROW_BAND, or TILE_BAND for a tiled job */
+    size_t work_bytes;                /* the largest og_gemm_canonical_work of a tiled job (per thread) */
+    og_ggml_type act[MAX_JOBS];       /* activation type of a quantizing job */
 } multi;
+
+#define QUANT_PARALLEL_MIN 65536 /* activation elements from which the quantizing is shared out */
+
+/* Thread ith of nth quantizes its share of every quantizing job's activation rows
+ * (row r of job j goes to thread (r + j) % nth), each row alone. */
+static void multi_quantize(void *ctx, int ith, int nth) {
+    multi *mu = ctx;
+    for (int j = 0; j < mu->n; j++) {
+        if (!mu->xq[j]) continue;
+        const og_matmul_job *jb = &mu->jobs[j];
+        for (int64_t r = (ith + nth - j % nth) % nth; r < jb->m; r += nth)
+            mu->k->quantize_act[mu->act[j]](jb->x + r * jb->w->K, mu->xq[j] + (size_t)r * mu->xq_row[j], jb->w->K);
+    }
+}
+
+/* True if job j goes through the tiled canonical product (og_kernels.gemm_canonical):
+ * canonical, quantized, enough activation rows to pay for unpacking the tiles. */
+static bool tiled(const og_kernels *k, const og_matmul_job *j) {
+    return j->numerics == OG_NUMERICS_CANONICAL && j->m >= TILE_MIN_M && k->gemm_canonical[j->w->type] &&
+           og_gemm_canonical_work(j->w->type, j->w->K) > 0;
+}
 
 /* True if job j's activations are quantized (the fork, and the canonical order of
  * quantized types); false for a canonical job on a float type (f32 activations). */
@@ -148,24 +179,34 @@ static void multi_rows(void *ctx, int ith, int nth) {
     int64_t total = mu->band_start[mu->n];
     int64_t b0 = total * ith / nth, b1 = total * (ith + 1) / nth;
     int j = 0;
+    void *work = NULL; /* this thread's unpacked tiles, allocated at its first tiled band */
+    bool no_work = false;
     for (int64_t b = b0; b < b1; b++) {
         while (b >= mu->band_start[j + 1]) j++;
         const og_matmul_job *jb = &mu->jobs[j];
         const og_weight *w = jb->w;
-        int64_t r0 = (b - mu->band_start[j]) * ROW_BAND, r1 = r0 + ROW_BAND < w->n_rows ? r0 + ROW_BAND : w->n_rows;
+        const int64_t br = mu->band_rows[j];
+        int64_t r0 = (b - mu->band_start[j]) * br, r1 = r0 + br < w->n_rows ? r0 + br : w->n_rows;
         if (!mu->xq[j]) {
             device_rows(mu->k, jb, r0, r1);
             continue;
         }
+        if (br == TILE_BAND && !work && !no_work) no_work = !(work = malloc(mu->work_bytes));
+        if (br == TILE_BAND && work) { /* the same bits as band_dot's (tested): only faster */
+            mu->k->gemm_canonical[w->type](w->K, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0,
+                                           mu->xq[j], mu->xq_row[j], jb->m, jb->y + r0, (size_t)w->n_rows, work);
+            continue;
+        }
         band_dot(mu->k, jb->numerics == OG_NUMERICS_CANONICAL, w, mu->xq[j], mu->xq_row[j], jb->m, jb->y, r0, r1);
     }
+    free(work);
 }
 
 og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
                               size_t scratch_bytes) {
     if (n_jobs < 0 || n_jobs > MAX_JOBS) return OG_ERR_INVALID_ARG;
     if (scratch_bytes < og_cpu_matmul_multi_scratch(jobs, n_jobs)) return OG_ERR_INVALID_ARG;
-    multi mu = {.k = k, .jobs = jobs, .n = n_jobs};
+    multi mu = {.k = k, .jobs = jobs, .n = n_jobs, .work_bytes = 0};
     uint8_t *p = scratch;
     mu.band_start[0] = 0;
     for (int j = 0; j < n_jobs; j++) {
@@ -176,6 +217,7 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
             if (!tr || !tr->to_float || !k->dot_f32_device || w->K > OG_NUMERICS_CANONICAL_MAX_K) return OG_ERR_UNSUPPORTED;
             mu.xq[j] = NULL;
             mu.xq_row[j] = 0;
+            mu.band_rows[j] = ROW_BAND;
             mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + ROW_BAND - 1) / ROW_BAND : 0);
             continue;
         }
@@ -184,11 +226,20 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
         size_t need = og_cpu_matmul_scratch(w->type, w->K, jobs[j].m);
         mu.xq[j] = p;
         mu.xq_row[j] = jobs[j].m ? need / (size_t)jobs[j].m : 0;
-        for (int64_t r = 0; r < jobs[j].m; r++) /* each row alone: batch-invariant */
-            k->quantize_act[tr->vec_dot_type](jobs[j].x + r * w->K, p + (size_t)r * mu.xq_row[j], w->K);
+        mu.act[j] = tr->vec_dot_type;
         p += (need + 63) & ~(size_t)63;
-        mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + ROW_BAND - 1) / ROW_BAND : 0);
+        mu.band_rows[j] = tiled(k, &jobs[j]) ? TILE_BAND : ROW_BAND;
+        if (mu.band_rows[j] == TILE_BAND && og_gemm_canonical_work(w->type, w->K) > mu.work_bytes)
+            mu.work_bytes = og_gemm_canonical_work(w->type, w->K);
+        mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + mu.band_rows[j] - 1) / mu.band_rows[j] : 0);
     }
+    /* each activation row quantized alone (batch-invariant: the same bytes whichever
+     * thread does it); shared out when there are many */
+    int64_t q_rows = 0, q_elems = 0;
+    for (int j = 0; j < n_jobs; j++)
+        if (mu.xq[j]) q_rows += jobs[j].m, q_elems += jobs[j].m * jobs[j].w->K;
+    if (q_rows > 1 && q_elems >= QUANT_PARALLEL_MIN && pool) og_pool_run(pool, multi_quantize, &mu);
+    else if (q_rows) multi_quantize(&mu, 0, 1);
     if (mu.band_start[n_jobs] > 0) og_pool_run(pool, multi_rows, &mu);
     return OG_OK;
 }

@@ -89,6 +89,47 @@ static double read_bandwidth(og_pool *pool, const uint8_t *buf, size_t bytes, in
     return (double)(per * (size_t)og_pool_size(pool)) / median(t, reps);
 }
 
+/* ---- the VNNI peak ---------------------------------------------------------- */
+
+/* The clock in MHz as Linux reports it (the first "cpu MHz" of /proc/cpuinfo; a
+ * VM shows its nominal clock), 0 if unknown. */
+static double cpu_mhz(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    double mhz = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "cpu MHz", 7) && strchr(line, ':')) {
+            mhz = atof(strchr(line, ':') + 1);
+            break;
+        }
+    if (f) fclose(f);
+    return mhz;
+}
+
+/* vpdpbusd (zmm) per ns on this thread: twelve independent chains, best of three,
+ * a check of the peak's two-per-cycle assumption. */
+__attribute__((target("avx512f,avx512vnni"))) static double vnni_rate(void) {
+    __m512i a[12];
+    const __m512i w = _mm512_set1_epi8(1), v = _mm512_set1_epi8(2);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_epi32(i);
+    const long n = 20000000;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        for (long k = 0; k < n; k++) {
+#define D(i) a[i] = _mm512_dpbusd_epi32(a[i], w, v);
+            D(0) D(1) D(2) D(3) D(4) D(5) D(6) D(7) D(8) D(9) D(10) D(11)
+#undef D
+        }
+        const double r = 12.0 * (double)n / (now_s() - t0) / 1e9;
+        if (r > best) best = r;
+    }
+    volatile int sink = 0;
+    for (int i = 0; i < 12; i++) sink += _mm512_reduce_add_epi32(a[i]);
+    (void)sink;
+    return best;
+}
+
 /* ---- helpers ---------------------------------------------------------------- */
 
 /* Fills n_rows rows of K elements of `type` at dst by quantizing a few random rows
@@ -134,11 +175,14 @@ static void usage(FILE *out) {
             "  as weight bytes/s and as a fraction of a plain read of the same memory by the same\n"
             "  threads, in the fork's order (fork) and the canonical one (canon, --cpu-numerics gpu;\n"
             "  the runs alternate, and '/ fork' is their ratio); then batched matmul (batch 16, 64,\n"
-            "  512) in GFLOP/s for every SIMD tier.\n"
+            "  512) in GFLOP/s for every SIMD tier, fork and canonical (the tiled product), against\n"
+            "  the VNNI peak computed from the clock and the core count.\n"
             "  --threads 1,2 (default: 1 and all CPUs)  --types Q4_K,Q2_K,... (default: all)\n"
             "  --reps N  timed runs per figure, median reported (default 5)\n"
             "  --k K --rows N  matrix shape for comparing with a peer (default K 7168, rows fill the buffer)\n"
-            "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the tier of the matrix x vector runs.\n");
+            "  --only matvec|matmul  one of the two parts\n"
+            "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the tier of the matrix x vector runs (and the\n"
+            "  only tier of the batched ones).\n");
 }
 
 static int parse_list(const char *s, int *out, int max) {
@@ -166,13 +210,14 @@ int og_cmd_bench(int argc, char **argv) {
                                          {"threads", required_argument, 0, 't'}, {"types", required_argument, 0, 'T'},
                                          {"reps", required_argument, 0, 'r'},    {"help", no_argument, 0, 'h'},
                                          {"k", required_argument, 0, 'k'},       {"rows", required_argument, 0, 'R'},
+                                         {"only", required_argument, 0, 'o'},
                                          {0, 0, 0, 0}};
     bool as_json = false;
     long size_mib = 1024;
     int reps = 5, threads[8], n_threads = 0;
     long K_arg = 7168, rows_arg = 0;
     const char *types_arg = NULL;
-    int c;
+    int c, only = 0; /* 1: matrix x vector only, 2: batched matmul only */
     optind = 2;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -183,6 +228,14 @@ int og_cmd_bench(int argc, char **argv) {
         case 'r': reps = atoi(optarg); break;
         case 'k': K_arg = atol(optarg); break;
         case 'R': rows_arg = atol(optarg); break;
+        case 'o':
+            if (!strcmp(optarg, "matvec")) only = 1;
+            else if (!strcmp(optarg, "matmul")) only = 2;
+            else {
+                fprintf(stderr, "onegpu bench: --only matvec or --only matmul\n");
+                return OG_EXIT_USAGE;
+            }
+            break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
@@ -259,7 +312,7 @@ int og_cmd_bench(int argc, char **argv) {
     void *scratch = malloc(og_cpu_matmul_scratch(OG_TYPE_F32, K, 512));
     float *y = malloc(sizeof(float) * 4096 * 512);
 
-    for (int ti = 0; ti < n_threads; ti++) {
+    for (int ti = 0; ti < n_threads && only != 2; ti++) {
         og_pool *pool = make_pool(threads[ti], err, sizeof err);
         if (!pool) {
             fprintf(stderr, "onegpu bench: %s\n", err);
@@ -309,13 +362,27 @@ int og_cmd_bench(int argc, char **argv) {
     }
 
     /* Batched matmul: a weight matrix that stays in cache (256 rows of 7168), so
-     * this measures arithmetic, per tier. */
-    if (!as_json) printf("\nbatched matmul, %d threads, weights %lld x %lld, GFLOP/s (2 K N M / time)\n%-8s %-7s %7s %10s\n",
-                         threads[n_threads - 1], 256LL, (long long)K, "type", "tier", "batch", "GFLOP/s");
-    og_pool *pool = make_pool(threads[n_threads - 1], err, sizeof err);
+     * this measures arithmetic, per tier: the fork's order through og_cpu_matmul and
+     * the canonical one (the default numerics, the tiled product where the tier has
+     * it) through og_cpu_matmul_multi, run after run in turn. */
+    og_pool *pool = only == 1 ? NULL : make_pool(threads[n_threads - 1], err, sizeof err);
+    const double mhz = cpu_mhz(), dp_ns = feat.avx512vnni && feat.os_avx512 ? vnni_rate() : 0;
+    /* the VNNI peak: each core retires two 512-bit vpdpbusd per cycle (ports 0 and 5
+     * of a core with two 512-bit FMA units), each 64 int8 multiply-adds = 128 ops */
+    const double peak = pool ? og_pool_size(pool) * mhz * 1e6 * 2 * 64 * 2 / 1e9 : 0;
+    if (!as_json && pool) {
+        printf("\nVNNI peak %.0f GOP/s = %d cores x %.0f MHz (/proc/cpuinfo) x 2 vpdpbusd zmm per cycle x 64 int8 MACs x 2\n"
+               "(measured here: %.2f vpdpbusd zmm per ns on one core = %.2f per cycle at that clock)\n",
+               peak, pool ? og_pool_size(pool) : 0, mhz, dp_ns, mhz > 0 ? dp_ns * 1e3 / mhz : 0);
+        printf("batched matmul, %d threads, weights %lld x %lld, GFLOP/s (2 K N M / time)\n%-8s %-7s %7s %10s %10s %9s\n",
+               threads[n_threads - 1], 256LL, (long long)K, "type", "tier", "batch", "fork", "canon", "c / peak");
+    }
     static const int batches[] = {16, 64, 512};
-    static const og_ggml_type mm_types[] = {OG_TYPE_Q4_K, OG_TYPE_Q2_K, OG_TYPE_Q8_0, OG_TYPE_Q6_K};
-    for (int tier = 0; tier <= OG_ISA_AVX512 && pool; tier++) {
+    static const og_ggml_type mm_types[] = {OG_TYPE_Q4_K, OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q8_0, OG_TYPE_Q6_K, OG_TYPE_Q5_K};
+    void *mscratch = malloc(og_cpu_matmul_scratch(OG_TYPE_F32, K, 512) + 64); /* the largest activation rows */
+    const char *forced = getenv("ONEGPU_CPU_ISA");
+    for (int tier = 0; tier <= OG_ISA_AVX512 && pool && mscratch; tier++) {
+        if (forced && *forced && tier != (int)isa) continue; /* ONEGPU_CPU_ISA: that tier only */
         og_isa got;
         if (og_isa_choose(&feat, og_isa_name((og_isa)tier), &got, note, sizeof note, err, sizeof err)) continue;
         og_kernels kt;
@@ -330,23 +397,36 @@ int og_cmd_bench(int argc, char **argv) {
             for (size_t bi = 0; bi < 3; bi++) {
                 int M = batches[bi];
                 size_t sb = og_cpu_matmul_scratch(tr->type, K, M);
-                double tm[16], t0 = now_s();
+                og_matmul_job cj = {.w = &w, .x = x, .m = M, .y = y, .numerics = OG_NUMERICS_CANONICAL};
+                const size_t cb = og_cpu_matmul_multi_scratch(&cj, 1);
+                double tm[16], tc[16], t0 = now_s();
                 og_cpu_matmul(&kt, pool, &w, x, M, y, scratch, sb);
+                og_cpu_matmul_multi(&kt, pool, &cj, 1, mscratch, cb);
                 double once = now_s() - t0;
-                int r_here = once > 1.0 ? 1 : reps;
+                int r_here = once > 2.0 ? 1 : reps;
                 for (int r = 0; r < r_here; r++) {
                     t0 = now_s();
                     og_cpu_matmul(&kt, pool, &w, x, M, y, scratch, sb);
                     tm[r] = now_s() - t0;
+                    t0 = now_s();
+                    og_cpu_matmul_multi(&kt, pool, &cj, 1, mscratch, cb);
+                    tc[r] = now_s() - t0;
                 }
-                double gflops = 2.0 * (double)K * (double)n_rows * M / median(tm, r_here) / 1e9;
-                json_array_append_new(mm, json_pack("{s:s, s:s, s:i, s:i, s:f}", "type", tr->name, "tier",
-                                                    og_isa_name((og_isa)tier), "batch", M, "threads",
-                                                    og_pool_size(pool), "gflops", gflops));
-                if (!as_json) printf("%-8s %-7s %7d %10.2f\n", tr->name, og_isa_name((og_isa)tier), M, gflops);
+                const double ops = 2.0 * (double)K * (double)n_rows * M;
+                double gflops = ops / median(tm, r_here) / 1e9, cflops = ops / median(tc, r_here) / 1e9;
+                json_array_append_new(mm, json_pack("{s:s, s:s, s:i, s:i, s:f, s:f, s:f}", "type", tr->name, "tier",
+                                                    og_isa_name((og_isa)tier), "batch", M, "threads", og_pool_size(pool),
+                                                    "gflops", gflops, "canonical_gflops", cflops, "vnni_peak_gops", peak));
+                if (!as_json)
+                    printf("%-8s %-7s %7d %10.2f %10.2f %9.3f\n", tr->name, og_isa_name((og_isa)tier), M, gflops, cflops,
+                           peak > 0 ? cflops / peak : 0);
             }
         }
     }
+    free(mscratch);
+    json_object_set_new(out, "vnni_peak_gops", json_real(peak));
+    json_object_set_new(out, "cpu_mhz", json_real(mhz));
+    json_object_set_new(out, "vpdpbusd_per_ns_one_core", json_real(dp_ns));
     og_pool_free(pool);
     json_object_set_new(out, "cpu_tier", json_string(og_isa_name(isa)));
     json_object_set_new(out, "size_bytes", json_integer((json_int_t)bytes));

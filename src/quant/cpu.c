@@ -117,8 +117,19 @@ og_status og_kernels_init(og_isa isa, og_kernels *k) {
         og_kernels_fill_avx512(k);
         og_kernels_fill_iq_avx2(k);
         og_kernels_fill_iq_avx512(k);
+        og_kernels_fill_tile_avx512(k);
         return OG_OK;
     default: return OG_ERR_UNSUPPORTED;
+    }
+}
+
+size_t og_gemm_canonical_work(og_ggml_type t, int64_t n) {
+    switch (t) {
+    case OG_TYPE_Q2_K: case OG_TYPE_Q3_K: case OG_TYPE_Q4_K: case OG_TYPE_Q5_K: case OG_TYPE_Q6_K:
+        return n > 0 ? OG_TILE_WORK(n / OG_QK_K) : 0;
+    case OG_TYPE_Q8_0: case OG_TYPE_Q4_0: case OG_TYPE_Q5_0: /* eight 32-element blocks per tile block */
+        return n > 0 ? OG_TILE_WORK((n / 32 + 7) / 8) : 0;
+    default: return 0;
     }
 }
 

@@ -131,6 +131,23 @@ void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y);
  * bench/RESULTS.md). `onegpu bench kernels` prefetches its read limit the same way. */
 #define OG_PREFETCH_DIST 6144
 
+/* Tiled canonical product of several activation rows (prefill, grouped experts):
+ * out[a * ld + r] = the canonical dot (og_type_traits.vec_dot_canonical, bit for
+ * bit) of weight row r (at w + r * w_stride bytes, n elements) and activation row a
+ * (at y + a * y_stride, the weight type's vec_dot_type), for r < nr, a < m. The
+ * weights are unpacked once per tile of 32 rows into `work` and each unpacked
+ * block serves every activation row: the integer block sums come from vpdpbusd
+ * with 32 weight rows in the lanes (exact, so any order), then the canonical
+ * per-block float operations and the lane-by-lane order for each (a, r) pair.
+ * work: og_gemm_canonical_work(type, n) bytes, any alignment, one caller at a time.
+ * n: a multiple of the type's block size (the caller checks; as vec_dot). */
+typedef void (*og_gemm_fn)(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *y, size_t y_stride,
+                           int64_t m, float *out, size_t ld, void *work);
+
+/* Bytes of `work` og_kernels.gemm_canonical[t] needs for rows of n elements (0 when
+ * t has no tiled kernel in any tier). */
+size_t og_gemm_canonical_work(og_ggml_type t, int64_t n);
+
 /* The kernels of one tier. Types without a fast kernel in that tier use the
  * scalar reference, so every entry is callable. Owned by the caller (engine). */
 typedef struct og_kernels {
@@ -156,6 +173,9 @@ typedef struct og_kernels {
     /* Four weight rows (row, row + row_bytes, ...) against one x: out[r] is
      * dot_device of row r, bit for bit. NULL where a tier has none. */
     void (*dot_device4[OG_TYPE_COUNT])(const void *row, size_t row_bytes, const float *x, int64_t n, float *out);
+    /* The tiled canonical product (og_gemm_fn) of quantized types; NULL where a tier
+     * has none (then vec_dot4_canonical / vec_dot_canonical per row: the same bits). */
+    og_gemm_fn gemm_canonical[OG_TYPE_COUNT];
 } og_kernels;
 
 /* Fills k for tier isa. OG_ERR_UNSUPPORTED if this build lacks that tier. */

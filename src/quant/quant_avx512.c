@@ -584,6 +584,18 @@ OG_NY_KERNELS(iq4_nl, IQ4_NL)
  * by 4m, 4m + 2 (as Q2_K), the high bits likewise by 4h + 2m, 4h + 2m + 1: 64
  * consecutive elements 128h + 64m .., 128-bit lane L = sub-block 8h + 4m + L.
  * The sums (|p| <= 3584) pack to int16 for vpdpwssd with the signed scales. */
+/* og_q3_scales with vector ops only (lane s = scale s - 32): the 12 bytes by a masked
+ * load (nothing read past the field), low nibbles of bytes 0-7 then their high
+ * nibbles, and the two top bits of scale s from byte 8 + s % 4 shifted by 2 (s / 4)
+ * (two neighbouring scales share their shift: one vpsrlvw). */
+static inline __m128i q3_scales_vec(const uint8_t *q) {
+    const __m128i v = _mm_maskz_loadu_epi8(0x0FFF, q), m4 = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m128i top = _mm_shuffle_epi8(v, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi16(top, _mm_setr_epi16(0, 0, 2, 2, 4, 4, 6, 6)), _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+}
+
 static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q3_K *x = vx;
@@ -604,7 +616,7 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny,
         for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
             const int64_t b = b0 + slot;
             og_prefetch_span(x + b, PF_DIST, sizeof *x);
-            __m128i sv = og_q3_scales(x[b].scales);
+            __m128i sv = q3_scales_vec(x[b].scales);
             __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
             __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
             __m512i u[4], sc[2]; /* elements 64j .. 64j + 63; scales of half h */

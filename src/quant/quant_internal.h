@@ -240,11 +240,26 @@ static inline float og_canon_finish(const __m256 acc[4]) {
 }
 #endif
 
+/* The tiled canonical kernels' unpacked weights (quant_tile_avx512.c): one k-quant
+ * block (256 elements) of a tile of OG_TILE_ROWS weight rows, rows in the lanes. */
+#define OG_TILE_ROWS 32
+#define OG_TILE_ACT 16 /* activation rows whose canonical lanes are kept at once */
+typedef struct og_tile_block {
+    uint8_t w[64][2][64];  /* [k4][half][row % 16][4]: elements 4k4 .. 4k4 + 3 of rows 16 half + j, as u8 */
+    int32_t sc[16][2][16]; /* scale of the 16-element chunk c of each row (int16 low word, or int32: per type) */
+    int32_t bp[8][2][16];  /* factors of the Q8_K bsum pairs (2t, 2t + 1): int16 words (lo, hi) */
+    float dx[2][16], dm[2][16]; /* d and dmin of each row (fp16 to float) */
+} og_tile_block;
+/* work bytes: every block of a tile, the canonical lanes of OG_TILE_ACT x 32 pairs,
+ * the rows being unpacked (quants, chunk scales, the rest), and 64 for alignment */
+#define OG_TILE_WORK(nb) ((size_t)(nb) * sizeof(og_tile_block) + (size_t)OG_TILE_ACT * 2 * 32 * 64 + OG_TILE_ROWS * (256 + 2 * 64) + 64)
+
 /* Fill the entries a tier implements; leave others untouched. */
 void og_kernels_fill_avx2(og_kernels *k);
 void og_kernels_fill_avx512(og_kernels *k);
 /* The IQ2_XXS and MXFP4 entries of the tiers (quant_iq_avx2.c, quant_iq_avx512.c). */
 void og_kernels_fill_iq_avx2(og_kernels *k);
 void og_kernels_fill_iq_avx512(og_kernels *k);
+void og_kernels_fill_tile_avx512(og_kernels *k);
 
 #endif

@@ -246,10 +246,14 @@ static void test_matmul_canonical(void **state) {
     assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
     static const og_ggml_type types[] = {OG_TYPE_Q8_0, OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q6_K, OG_TYPE_F16};
     const int n_types = (int)(sizeof types / sizeof types[0]);
-    const int64_t K = 2560, rows = 21, m = 5; /* K: ten k-quant blocks, 80 Q8_0 blocks (more than 32 lanes) */
+    /* K: ten k-quant blocks, 80 Q8_0 blocks (more than 32 lanes); m: 17 rows (the tiled
+     * product where a tier has it), the first 5 again as a job of their own (vec_dot4
+     * and one by one) */
+    const int64_t K = 2560, rows = 21, m = 17, m5 = 5;
     float *wf = malloc(K * rows * sizeof *wf), *x = malloc(K * m * sizeof *x), *row = malloc(K * sizeof *row);
     float *xa = malloc(K * sizeof *xa);
     float *yd = malloc(rows * m * sizeof *yd), *y1 = malloc(rows * sizeof *y1), *yf = malloc(rows * m * sizeof *yf);
+    float *y5 = malloc(rows * m5 * sizeof *y5);
     uint8_t *xq = malloc(K * 2);
     for (int64_t i = 0; i < K * m; i++) x[i] = frand();
     int checked = 0;
@@ -271,6 +275,9 @@ static void test_matmul_canonical(void **state) {
             void *scratch = malloc((sd > sf ? sd : sf) + 1);
             assert_int_equal(og_cpu_matmul_multi(&k, pool, &jd, 1, scratch, sd), OG_OK);
             assert_int_equal(og_cpu_matmul_multi(&k, pool, &jf, 1, scratch, sf), OG_OK);
+            og_matmul_job j5 = {&w, x, m5, y5, OG_NUMERICS_CANONICAL};
+            assert_int_equal(og_cpu_matmul_multi(&k, pool, &j5, 1, scratch, sd), OG_OK);
+            assert_memory_equal(y5, yd, (size_t)(rows * m5) * sizeof *y5);
             for (int64_t a = 0; a < m; a++) {
                 og_matmul_job one = {&w, x + a * K, 1, y1, OG_NUMERICS_CANONICAL}; /* the same row alone, one thread */
                 assert_int_equal(og_cpu_matmul_multi(&k, NULL, &one, 1, scratch, og_cpu_matmul_multi_scratch(&one, 1)), OG_OK);
@@ -311,6 +318,7 @@ static void test_matmul_canonical(void **state) {
     free(yd);
     free(y1);
     free(yf);
+    free(y5);
     og_pool_free(pool);
 }
 

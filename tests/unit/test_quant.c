@@ -629,6 +629,94 @@ static void test_canonical(void **state) {
     assert_int_equal(rows, (int)(N_RTYPES * 10 * 4));
 }
 
+/* The tiled canonical product (og_kernels.gemm_canonical): every (activation row,
+ * weight row) result is the scalar statement's bits (og_type_traits.vec_dot_canonical),
+ * on random blocks and full-range activations (-128 included), for batches of 1, 2,
+ * 3, 5, 16, 17 and 64 rows, odd weight row counts (a tile of 32 part empty, two
+ * tiles) and rows of several lengths (over 32 blocks: lanes that take two), with an
+ * output stride wider than the rows whose gaps must stay untouched. */
+static void test_gemm_canonical(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define OG_GEMM_SMALL 1 /* sanitized builds: the small cases only (the plain build runs them all) */
+#endif
+#endif
+#ifdef OG_GEMM_SMALL
+    static const int64_t ms[] = {1, 2, 3, 5, 17}, nrs[] = {1, 33};
+    const int64_t MM = 17, NR = 33, n_lengths = 2;
+#else
+    static const int64_t ms[] = {1, 2, 3, 5, 16, 17, 64}, nrs[] = {1, 7, 33, 45};
+    const int64_t MM = 64, NR = 45, n_lengths = 3;
+#endif
+    const int has512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.os_avx512;
+    uint64_t seed = 777;
+    int kernels = 0, checked = 0;
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_kernels k;
+        if (!tier_kernels(&f, isa, &k)) continue;
+        for (size_t ti = 0; ti < N_RTYPES; ti++) {
+            const og_type_traits *tr = og_quant_traits(rtypes[ti].t), *act = og_quant_traits(tr->vec_dot_type);
+            og_gemm_fn gemm = k.gemm_canonical[tr->type];
+            if (!gemm) continue;
+            kernels++;
+            /* k-quants 1, 3, 33 blocks; 32-element types 3, 9 (a part-filled tile block), 40 */
+            const int64_t nbs[3] = {tr->blck == 32 ? 3 : 1, tr->blck == 32 ? 9 : 3, tr->blck == 32 ? 40 : 33};
+            for (int64_t ni = 0; ni < n_lengths; ni++) {
+                const int64_t nb = nbs[ni], n = nb * tr->blck;
+                const size_t wrow = (size_t)nb * tr->type_size, arow = (size_t)nb * act->type_size;
+                uint8_t *w = malloc(wrow * NR), *y = malloc(arow * MM);
+                float *a = malloc((size_t)n * sizeof *a), *want = malloc((size_t)(MM * NR) * sizeof *want);
+                const size_t ld = NR + 3;
+                float *out = malloc((size_t)MM * ld * sizeof *out);
+                void *work = malloc(og_gemm_canonical_work(tr->type, n));
+                assert_true(w && y && a && want && out && work);
+                for (int64_t r = 0; r < NR; r++) random_row(ti, w + r * wrow, nb, &seed);
+                for (int64_t i = 0; i < MM; i++) {
+                    for (int64_t e = 0; e < n; e++) a[e] = (float)(og_rand_unit(&seed) * 2 - 1) * (float)(1 + i % 7);
+                    act->from_float(a, y + i * arow, n);
+                    if (i % 3) randomize_activation(act->type, y + i * arow, n, &seed);
+                }
+                for (int64_t i = 0; i < MM; i++)
+                    for (int64_t r = 0; r < NR; r++) tr->vec_dot_canonical(n, &want[i * NR + r], w + r * wrow, y + i * arow);
+                for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                    for (size_t ri = 0; ri < sizeof nrs / sizeof nrs[0]; ri++) {
+                        const int64_t m = ms[mi], nr = nrs[ri];
+                        for (size_t e = 0; e < (size_t)MM * ld; e++) out[e] = -12345.0f;
+                        gemm(n, w, wrow, nr, y, arow, m, out, ld, work);
+                        for (int64_t i = 0; i < MM; i++)
+                            for (int64_t r = 0; r < (int64_t)ld; r++) {
+                                const float g = out[i * ld + r];
+                                if (i < m && r < nr) {
+                                    if (memcmp(&g, &want[i * NR + r], sizeof g))
+                                        fail_msg("%s %s n=%lld m=%lld rows=%lld: act %lld row %lld tiled %.9g, the statement %.9g",
+                                                 og_isa_name((og_isa)isa), tr->name, (long long)n, (long long)m, (long long)nr,
+                                                 (long long)i, (long long)r, g, want[i * NR + r]);
+                                    checked++;
+                                } else if (g != -12345.0f) {
+                                    fail_msg("%s %s m=%lld rows=%lld: wrote act %lld row %lld outside the product",
+                                             og_isa_name((og_isa)isa), tr->name, (long long)m, (long long)nr, (long long)i,
+                                             (long long)r);
+                                }
+                            }
+                    }
+                free(w);
+                free(y);
+                free(a);
+                free(want);
+                free(out);
+                free(work);
+            }
+        }
+    }
+    /* AVX-512 tiles Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K; the other tiers have none yet */
+    if (!has512) print_message("SKIP (hardware): no AVX-512 VNNI: no tiled canonical kernel to test\n");
+    assert_int_equal(kernels, 8 * has512);
+    print_message("tiled canonical products checked: %d results of %d kernels\n", checked, kernels);
+}
+
 static void test_isa_choice(void **state) {
     (void)state;
     og_cpu_features none = {0}, f;
@@ -663,6 +751,7 @@ int main(void) {
         cmocka_unit_test(test_random_blocks),
         cmocka_unit_test(test_dot_f32_device),
         cmocka_unit_test(test_canonical),
+        cmocka_unit_test(test_gemm_canonical),
         cmocka_unit_test(test_isa_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -104,10 +104,19 @@ static bool bfail(builder *b, og_status st, const char *fmt, ...) {
     if (b->st) return false;
     b->st = st;
     if (b->err && b->errlen) {
+        /* Messages are "PATH: reason"; a deep schema's path could fill the
+         * client's buffer before the reason: keep its first and last 48 bytes. */
+        char full[4096];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(b->err, b->errlen, fmt, ap);
+        vsnprintf(full, sizeof full, fmt, ap);
         va_end(ap);
+        const char *sep = strstr(full, ": ");
+        const size_t plen = sep ? (size_t)(sep - full) : 0;
+        if (sep && plen > 112)
+            snprintf(b->err, b->errlen, "%.48s...%s", full, sep - 48);
+        else
+            snprintf(b->err, b->errlen, "%s", full);
     }
     return false;
 }

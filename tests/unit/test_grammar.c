@@ -104,6 +104,21 @@ static void test_schema_errors(void **state) {
     assert_int_equal(st, OG_ERR_RANGE);
     assert_null(g);
     assert_non_null(strstr(err, "deeper than 64"));
+    /* a long path (100 nested properties: 13 bytes a level) is shortened in the
+     * middle, so the reason still fits a client's 400-byte message */
+    static char deep2[4096];
+    deep2[0] = 0;
+    for (int i = 0; i < 100; i++) strcat(deep2, "{\"type\":\"object\",\"properties\":{\"a\":");
+    strcat(deep2, "{}");
+    for (int i = 0; i < 100; i++) strcat(deep2, "}}");
+    char err2[400] = "";
+    g = compile_text(deep2, &st, err2, sizeof err2);
+    assert_int_equal(st, OG_ERR_RANGE);
+    assert_null(g);
+    assert_non_null(strstr(err2, "deeper than 64"));
+    assert_memory_equal(err2, "#/properties/a/properties/a/properties/a", 40);
+    assert_non_null(strstr(err2, "...")); /* e.g. "#/properties/a/.../propert...ties/a/pr: the schema nests ..." */
+    assert_true(strlen(err2) < 200);
 }
 
 /* ---- the automaton, byte by byte ------------------------------------------ */

@@ -317,7 +317,9 @@ static OG_HD void og_canon_act_q8_K(const float *x, og_block_q8_K *y) {
 static OG_HD float og_canon_expf(float x) {
     /* branch free, so the host loop vectorizes: the arithmetic runs on x clamped to
      * [-104, 88.8] (k stays in [-150, 128]) and the ends are chosen at the return */
-    const float xc = x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x;
+    /* a NaN x takes the upper end (!(x <= 88.8)), so k converts to int defined; the
+     * return gives the NaN back */
+    const float xc = !(x <= 88.8f) ? 88.8f : x < -104.0f ? -104.0f : x;
     const float k = og_canon_add(og_canon_add(og_canon_mul(xc, 1.44269502f), 12582912.0f), -12582912.0f);
     const float hi = og_canon_add(xc, og_canon_mul(-k, 0.693145751953125f));
     const float r = og_canon_add(hi, og_canon_mul(-k, 1.42860677e-06f));

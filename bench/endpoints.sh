@@ -29,7 +29,7 @@ for stream in false true; do
   for r in $(seq 1 "$rounds"); do
     for ep in chat messages responses; do
       b=${body[$ep]%\}},\"stream\":$stream}
-      t[$ep]+="$(curl -s -o /dev/null -w '%{time_total}' "http://127.0.0.1:$port${path[$ep]}" -d "$b") "
+      t[$ep]+="$(curl -s -o /dev/null -w '%{time_total}' "http://127.0.0.1:$port${path[$ep]}" -H 'Content-Type: application/json' -d "$b") "
     done
   done
   c=$(tr ' ' '\n' <<<"${t[chat]}" | grep . | median)

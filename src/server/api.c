@@ -460,6 +460,11 @@ bool og_api_reasoning(json_t *root, const og_api_model *mdl, bool *thinking, int
     if (kw) {
         if (!json_is_object(kw)) return BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object");
         static const char *const keys[] = {"thinking", "enable_thinking"};
+        json_t *a = field(kw, keys[0]), *b = field(kw, keys[1]);
+        if (json_is_boolean(a) && json_is_boolean(b) && json_is_true(a) != json_is_true(b))
+            return BAD("chat_template_kwargs", "'chat_template_kwargs.thinking' (%s) and "
+                       "'chat_template_kwargs.enable_thinking' (%s) disagree: set one of them",
+                       json_is_true(a) ? "true" : "false", json_is_true(b) ? "true" : "false");
         for (int i = 0; i < 2; i++) {
             json_t *t = field(kw, keys[i]);
             if (!t) continue;

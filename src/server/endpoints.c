@@ -9,6 +9,7 @@
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 og_endpoint og_endpoint_of(const char *path) {
     static const struct {
@@ -36,7 +37,68 @@ void og_ep_id(char *out, size_t cap, const char *prefix, uint64_t seed, uint64_t
     if (k >= 0 && (size_t)k < cap) out[k] = 0;
 }
 
+bool og_content_type_json(const char *ct) {
+    if (!ct) return true; /* curl -X POST --data-binary without -H: no header at all */
+    while (*ct == ' ' || *ct == '\t') ct++;
+    size_t n = strcspn(ct, ";");
+    while (n && (ct[n - 1] == ' ' || ct[n - 1] == '\t')) n--;
+    return n == 16 && !strncasecmp(ct, "application/json", 16);
+}
+
 /* ---- parsing ------------------------------------------------------------- */
+
+/* Replaces every "from" in s (cap bytes, NUL-terminated) by "to", as far as cap allows. */
+static void replace_all(char *s, size_t cap, const char *from, const char *to) {
+    size_t fl = strlen(from), tl = strlen(to);
+    for (char *p = strstr(s, from); p; p = strstr(p, from)) {
+        size_t len = strlen(s), tail = len - (size_t)(p - s) - fl;
+        if (len - fl + tl + 1 > cap) return;
+        memmove(p + tl, p + fl, tail + 1);
+        memcpy(p, to, tl);
+        p += tl;
+    }
+}
+
+/* The chat request's field names in og_api_parse's errors, as the caller's
+ * request spells them (in order: the longer names first). */
+typedef struct {
+    const char *chat, *caller;
+} field_map;
+static const field_map msgs_fields[] = {{".function.parameters", ".input_schema"},
+                                        {".function.", "."},
+                                        {"].function", "]"},
+                                        {"chat_template_kwargs.thinking", "thinking"},
+                                        {"'stop'", "'stop_sequences'"}};
+static const field_map resp_fields[] = {{".function.", "."},
+                                        {"].function", "]"},
+                                        {"response_format.json_schema.", "text.format."},
+                                        {"response_format", "text.format"},
+                                        {"reasoning_effort", "reasoning.effort"},
+                                        {"max_tokens", "max_output_tokens"},
+                                        {"the messages take", "the input takes"},
+                                        {"'messages'", "'input'"}};
+
+/* e (from og_api_parse of the translated request) in the endpoint's terms. */
+static void name_fields(og_endpoint ep, og_api_err *e) {
+    const field_map *m = ep == OG_EP_RESPONSES ? resp_fields : msgs_fields;
+    size_t n = ep == OG_EP_RESPONSES ? sizeof resp_fields / sizeof *resp_fields : sizeof msgs_fields / sizeof *msgs_fields;
+    /* a context error caused by the output budget names the field that asked for it */
+    if (ep == OG_EP_RESPONSES && e->code && !strcmp(e->code, "context_length_exceeded") &&
+        strstr(e->message, "max_tokens asks"))
+        snprintf(e->param, sizeof e->param, "max_output_tokens");
+    else if (ep == OG_EP_RESPONSES && !strcmp(e->param, "messages"))
+        snprintf(e->param, sizeof e->param, "input");
+    if (!strcmp(e->param, "stop")) snprintf(e->param, sizeof e->param, "stop_sequences");
+    for (size_t k = 0; k < n; k++) {
+        if (strcmp(m[k].chat, "'stop'") && strcmp(m[k].chat, "'messages'") && strcmp(m[k].chat, "the messages take"))
+            replace_all(e->param, sizeof e->param, m[k].chat, m[k].caller);
+        replace_all(e->message, sizeof e->message, m[k].chat, m[k].caller);
+    }
+    /* "'text.format.name' must be ..." with param text.format: the member the message names */
+    size_t pl = strlen(e->param), q = e->message[0] == '\'' ? strcspn(e->message + 1, "'") : 0;
+    if (pl && q > pl && q < sizeof e->param && !strncmp(e->message + 1, e->param, pl) && e->message[1 + pl] == '.')
+        snprintf(e->param, sizeof e->param, "%.*s", (int)q, e->message + 1);
+}
 
 bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_api_model *mdl, og_api_req *req,
                  og_ep_out **out, og_api_err *e) {
@@ -69,6 +131,7 @@ bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_
     }
     ok = og_api_parse(txt, strlen(txt), true, &m, req, e);
     free(txt);
+    if (!ok) name_fields(meta->ep, e);
     if (!ok || meta->ep == OG_EP_COUNT_TOKENS) {
         json_decref(echo);
         return ok;
@@ -116,7 +179,8 @@ bool og_ep_tools_to_chat(json_t *tools, json_t *chat, og_ep_tool_fn read, og_api
         og_ep_tool f = {0};
         if (!json_is_object(t)) return og_api_error(e, 400, "invalid_request_error", w, NULL, "%s must be an object", w);
         if (!read(t, w, &f, e)) return false;
-        json_t *fn = json_pack("{s:O,s:O?,s:O?,s:O?}", "name", f.name, "description", f.description, "parameters",
+        /* the name is checked once, by og_api_parse (its rule and limit) */
+        json_t *fn = json_pack("{s:O?,s:O?,s:O?,s:O?}", "name", f.name, "description", f.description, "parameters",
                                f.parameters, "strict", f.strict);
         if (fn && !f.description) json_object_del(fn, "description");
         if (fn && !f.parameters) json_object_del(fn, "parameters");
@@ -315,7 +379,10 @@ og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
     if (o->parser) {
         grow(o, &o->text, &o->text_len, &o->text_cap, so->text, so->len);
         for (int k = 0; k < so->n_toks; k++) {
-            if (o->last_id >= 0 && og_outparse_feed(o->parser, &o->last_id, 1, on_event, o)) o->oom = true;
+            if (o->last_id >= 0) {
+                o->n_reasoning += og_outparse_in_reasoning(o->parser); /* the closing marker's tokens count too */
+                if (og_outparse_feed(o->parser, &o->last_id, 1, on_event, o)) o->oom = true;
+            }
             o->last_id = so->toks[k].id;
             o->last_start = so->toks[k].text_start;
         }
@@ -323,6 +390,7 @@ og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
     if (so->finish != OG_FINISH_NONE) {
         if (o->parser && o->last_id >= 0) {
             /* the last token: only the bytes before a stop string that cut it */
+            o->n_reasoning += og_outparse_in_reasoning(o->parser);
             char b[256];
             int bn = og_token_to_bytes(o->tok, o->last_id, false, b, sizeof b);
             size_t have = o->text_len > o->last_start ? o->text_len - o->last_start : 0;

@@ -242,6 +242,8 @@ static bool messages_to_chat(json_t *root, json_t *msgs, og_api_err *e) {
         snprintf(w, sizeof w, "messages[%zu].content", i);
         if (json_is_string(c)) {
             if (!add_text(msgs, role, json_string_value(c), json_string_length(c), e)) return false;
+        } else if (json_is_array(c) && !json_array_size(c)) {
+            return BAD(w, "%s holds no content blocks", w);
         } else if (json_is_array(c)) {
             if (!turn_blocks(msgs, user, c, w, e)) return false;
         } else {
@@ -273,8 +275,6 @@ static bool read_tool(json_t *t, const char *w, og_ep_tool *f, og_api_err *e) {
                    w, type ? og_printable(type, strlen(type), pt, sizeof pt) : "(not a string)");
     }
     *f = (og_ep_tool){json_object_get(t, "name"), opt(t, "description"), opt(t, "input_schema"), NULL};
-    if (!json_is_string(f->name) || !json_string_length(f->name) || json_string_length(f->name) > 128)
-        return BAD(w, "%s.name must be a string of 1 to 128 characters", w);
     if (f->description && !json_is_string(f->description)) return BAD(w, "%s.description must be a string", w);
     if (!json_is_object(f->parameters)) return BAD(w, "%s.input_schema must be a JSON Schema object", w);
     return true;

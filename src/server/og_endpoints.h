@@ -33,6 +33,13 @@ og_endpoint og_endpoint_of(const char *path);
 /* True for the paths whose errors use the Anthropic envelope (/v1/messages...). */
 bool og_endpoint_anthropic(const char *path);
 
+/* True when a request's Content-Type header (NULL: none) says JSON:
+ * "application/json", any case, with or without parameters (charset=...).
+ * The API endpoints refuse other types with 415: a browser sends text/plain,
+ * application/x-www-form-urlencoded and multipart/form-data cross-origin
+ * without a CORS preflight, so a web page could otherwise drive a local server. */
+bool og_content_type_json(const char *ct);
+
 /* The Anthropic error envelope {"type": "error", "error": {"type", "message"}}
  * of e, its type from e->status as anthropic-messages.md §1 lists them (400
  * invalid_request_error, 401 authentication_error, 403 permission_error, 404
@@ -164,6 +171,7 @@ struct og_ep_out {
     int max_calls, n_calls;  /* tool calls kept at most (1: parallel tool use off; 0: any), kept so far */
     bool drop_call;          /* the call being reported is over max_calls */
     int n_prompt, n_gen;     /* tokens */
+    int n_reasoning;         /* output tokens inside the think block (its closing marker included) */
     og_finish finish;        /* NONE until the sequence ended */
     int stop_index;          /* og_seq_out's */
     char *sse;               /* streaming: events not yet taken (og_ep_out_sse) */

@@ -92,7 +92,9 @@ static bool item_to_chat(json_t *it, const char *w, json_t *msgs, og_api_err *e)
         if (!known) return BAD(w, "%s.role must be one of user, assistant, system, developer", w);
         char wc[112];
         snprintf(wc, sizeof wc, "%s.content", w);
-        json_t *c = content_string(json_object_get(it, "content"), wc, e);
+        json_t *ic = json_object_get(it, "content");
+        if (json_is_array(ic) && !json_array_size(ic)) return BAD(wc, "%s holds no content parts", wc);
+        json_t *c = content_string(ic, wc, e);
         if (!c) return false;
         json_t *m = json_pack("{s:s,s:o}", "role", role, "content", c);
         return m && !json_array_append_new(msgs, m) ? true : OOM();
@@ -102,6 +104,8 @@ static bool item_to_chat(json_t *it, const char *w, json_t *msgs, og_api_err *e)
                *args = json_object_get(it, "arguments");
         if (!json_is_string(id) || !json_is_string(name) || !json_is_string(args))
             return BAD(w, "%s (function_call) needs string call_id, name and arguments", w);
+        if (!json_string_length(id)) return BAD(w, "%s.call_id must be a non-empty string", w);
+        if (!json_string_length(name)) return BAD(w, "%s.name must be a non-empty string", w);
         json_t *m = assistant_for_calls(msgs);
         if (!m) return OOM();
         json_t *calls = json_object_get(m, "tool_calls");
@@ -138,7 +142,6 @@ static bool read_tool(json_t *t, const char *w, og_ep_tool *f, og_api_err *e) {
                            og_printable(type, strlen(type), pt, sizeof pt));
     }
     *f = (og_ep_tool){json_object_get(t, "name"), opt(t, "description"), opt(t, "parameters"), opt(t, "strict")};
-    if (!json_is_string(f->name) || !json_string_length(f->name)) return BAD(w, "%s.name must be a non-empty string", w);
     if (f->description && !json_is_string(f->description)) return BAD(w, "%s.description must be a string", w);
     if (f->parameters && !json_is_object(f->parameters)) return BAD(w, "%s.parameters must be a JSON Schema object", w);
     if (f->strict && !json_is_boolean(f->strict)) return BAD(w, "%s.strict must be true or false", w);
@@ -217,8 +220,26 @@ bool og_resp_to_chat(json_t *root, json_t **chat, json_t **echo, og_api_err *e) 
         if (opt(root, refused[k].field))
             return UNSUPPORTED(refused[k].field, "'%s' is not supported by this server: %s", refused[k].field,
                                refused[k].why);
+    static const char *const flags[] = {"background", "store"};
+    for (size_t k = 0; k < 2; k++) {
+        json_t *b = opt(root, flags[k]);
+        if (b && !json_is_boolean(b)) return BAD(flags[k], "'%s' must be true or false", flags[k]);
+    }
     if (json_is_true(opt(root, "background")))
         return UNSUPPORTED("background", "'background' responses are not supported by this server");
+    if (json_is_true(opt(root, "store")))
+        return UNSUPPORTED("store", "'store': true is not supported: this server does not store responses (send "
+                                    "false or leave it out)");
+    json_t *tr = opt(root, "truncation");
+    if (tr && !(json_is_string(tr) && !strcmp(json_string_value(tr), "disabled")))
+        return UNSUPPORTED("truncation", "'truncation' must be \"disabled\" on this server: an input over the context "
+                                         "is refused, never cut");
+    json_t *inc = opt(root, "include");
+    if (inc && !json_is_array(inc)) return BAD("include", "'include' must be an array");
+    if (json_array_size(inc))
+        return UNSUPPORTED("include", "'include' is not supported by this server (send an empty array or leave it out)");
+    json_t *user = opt(root, "user");
+    if (user && !json_is_string(user)) return BAD("user", "'user' must be a string");
     json_t *tl = opt(root, "top_logprobs");
     if (tl && !(json_is_integer(tl) && json_integer_value(tl) == 0))
         return UNSUPPORTED("top_logprobs", "'top_logprobs' is not supported on /v1/responses (use /v1/chat/completions)");
@@ -272,6 +293,14 @@ bool og_resp_to_chat(json_t *root, json_t **chat, json_t **echo, og_api_err *e) 
         BAD("input", "'input' holds no message");
         goto fail;
     }
+    /* a last assistant message would be a prefill the response continues: not done here */
+    json_t *last = json_array_get(in, json_array_size(in) - 1);
+    const char *lt = json_string_value(json_object_get(last, "type")), *lr = json_string_value(json_object_get(last, "role"));
+    if ((!lt || !strcmp(lt, "message")) && lr && !strcmp(lr, "assistant")) {
+        BAD("input", "the last input item is an assistant message (a prefill to continue): not supported by this "
+                     "server; end with a user message");
+        goto fail;
+    }
     v = opt(root, "max_output_tokens");
     if (v && (!json_is_integer(v) || json_integer_value(v) < 1)) {
         BAD("max_output_tokens", "'max_output_tokens' must be an integer >= 1");
@@ -284,8 +313,12 @@ bool og_resp_to_chat(json_t *root, json_t **chat, json_t **echo, og_api_err *e) 
     v = opt(root, "reasoning");
     if (v) {
         json_t *eff = opt(v, "effort");
-        if (!json_is_object(v) || (eff && !json_is_string(eff))) {
+        if (!json_is_object(v)) {
             BAD("reasoning", "'reasoning' must be an object with a string 'effort'");
+            goto fail;
+        }
+        if (eff && !json_is_string(eff)) {
+            BAD("reasoning.effort", "'reasoning.effort' must be a string");
             goto fail;
         }
         if (eff) json_object_set(c, "reasoning_effort", eff);
@@ -368,7 +401,7 @@ static json_t *response_json(og_ep_out *o, bool ended) {
     json_t *out = json_array();
     for (int i = 0; ended && i < o->n_blk; i++) json_array_append_new(out, item_json(o, i, true));
     bool cut = o->finish == OG_FINISH_LENGTH;
-    int n_reason = 0; /* tokens are not attributed to items: reasoning counts as output */
+    int n_reason = o->n_reasoning; /* of output_tokens, as chat's completion_tokens_details */
     json_t *fields = json_pack(
         "{s:s,s:s,s:I,s:s,s:n,s:o,s:s,s:o,s:n,s:o}", "id", o->id, "object", "response", "created_at",
         (json_int_t)o->meta.created, "status", !ended ? "in_progress" : cut ? "incomplete" : "completed", "error",

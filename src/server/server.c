@@ -25,7 +25,7 @@
 enum { ST_LOADING, ST_READY, ST_DRAINING };
 
 /* status codes counted for /metrics */
-static const int counted[] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+static const int counted[] = {200, 400, 401, 404, 405, 413, 415, 429, 500, 503};
 #define N_COUNTED (sizeof counted / sizeof *counted)
 
 struct og_server {
@@ -922,6 +922,15 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
             og_api_error(&e, 405, "invalid_request_error", NULL, NULL, "use POST for %s",
                          og_printable(url, strlen(url), pr, sizeof pr));
             return send_error(s, c, cc, &e, "POST");
+        }
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+        if (!og_content_type_json(ct)) {
+            og_api_err e;
+            char pc[96];
+            og_api_error(&e, 415, "invalid_request_error", NULL, "unsupported_media_type",
+                         "the body must be JSON sent with the header 'Content-Type: application/json' (got '%s')",
+                         og_printable(ct, strlen(ct), pc, sizeof pc));
+            return send_error(s, c, cc, &e, NULL);
         }
         return handle_generate(s, c, cc, ep);
     }

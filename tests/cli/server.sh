@@ -36,7 +36,7 @@ fi
 
 echo "== SSE headers: event stream, no caching, no proxy buffering"
 curl -s -D "$work/sse-headers.txt" -o /dev/null -H "Authorization: Bearer $key" "$base/v1/completions" \
-  -d '{"prompt":"hi","max_tokens":2,"stream":true}'
+  -H 'Content-Type: application/json' -d '{"prompt":"hi","max_tokens":2,"stream":true}'
 for h in 'Content-Type: text/event-stream' 'Cache-Control: no-cache' 'X-Accel-Buffering: no'; do
   grep -qi "^$h" "$work/sse-headers.txt" || fail "missing header $h: $(cat "$work/sse-headers.txt")"
 done
@@ -148,7 +148,7 @@ grep -q '^onegpu_kv_blocks_used 0$' "$work/metrics.txt" || fail "KV blocks left 
 
 echo "== SIGTERM: the running stream ends, the server exits 0"
 curl -sN -H "Authorization: Bearer $key" "$base/v1/completions" \
-  -d '{"prompt":"count","max_tokens":400,"stream":true}' > "$work/term-stream.txt" &
+  -H 'Content-Type: application/json' -d '{"prompt":"count","max_tokens":400,"stream":true}' > "$work/term-stream.txt" &
 cpid=$!
 sleep 0.5
 kill -TERM "$spid"
@@ -163,20 +163,20 @@ echo "ok: SIGTERM"
 echo "== hygiene: access log (json), --max-tokens, /metrics apart from probes, one BOS, bodies over --max-body"
 start_server "$work/serve-h.log" --log-format json --max-tokens 5 --max-body 1M --ctx 256 --parallel 2
 hb=http://127.0.0.1:$port
-curl -s "$hb/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Tell me a story"}],"temperature":0}' > "$work/h1.json"
+curl -s "$hb/v1/chat/completions" -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Tell me a story"}],"temperature":0}' > "$work/h1.json"
 node -e "const j=JSON.parse(require('fs').readFileSync('$work/h1.json','utf8'));
   if(j.usage.completion_tokens!==5||j.choices[0].finish_reason!=='length') process.exit(1)" ||
   fail "a chat without max_tokens must stop at --max-tokens 5: $(cat "$work/h1.json")"
-curl -s "$hb/v1/chat/completions" -d '{"messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":7}' > "$work/h1b.json"
+curl -s "$hb/v1/chat/completions" -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":7}' > "$work/h1b.json"
 [[ $(json_get "$work/h1b.json" j.usage.completion_tokens) == 7 ]] || fail "a request's own max_tokens wins: $(cat "$work/h1b.json")"
-curl -s "$hb/v1/completions" -d '{"prompt":"<｜begin▁of▁sentence｜>Hello world","max_tokens":1}' > "$work/h2.json"
-curl -s "$hb/v1/completions" -d '{"prompt":"Hello world","max_tokens":1}' > "$work/h3.json"
+curl -s "$hb/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"<｜begin▁of▁sentence｜>Hello world","max_tokens":1}' > "$work/h2.json"
+curl -s "$hb/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"Hello world","max_tokens":1}' > "$work/h3.json"
 p2=$(json_get "$work/h2.json" j.usage.prompt_tokens) p3=$(json_get "$work/h3.json" j.usage.prompt_tokens)
 [[ $p2 == "$p3" && $p3 -ge 2 ]] || fail "a prompt that begins with the BOS text got a second BOS ($p2 vs $p3 tokens)"
 metric() { awk -v k="$2" '$1==k{print $2}' "$1"; }
 curl -s "$hb/health" >/dev/null; curl -s "$hb/health" >/dev/null
 curl -s "$hb/metrics" > "$work/hm1.txt"
-curl -s "$hb/v1/completions" -d '{"prompt":"x","max_tokens":1}' >/dev/null
+curl -s "$hb/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"x","max_tokens":1}' >/dev/null
 curl -s "$hb/metrics" > "$work/hm2.txt"
 a1=$(metric "$work/hm1.txt" 'onegpu_requests_total{code="200"}') a2=$(metric "$work/hm2.txt" 'onegpu_requests_total{code="200"}')
 h1=$(metric "$work/hm1.txt" 'onegpu_probe_requests_total{path="/health"}') h2=$(metric "$work/hm2.txt" 'onegpu_probe_requests_total{path="/health"}')
@@ -184,7 +184,7 @@ s1=$(metric "$work/hm1.txt" 'onegpu_probe_requests_total{path="/metrics"}') s2=$
 [[ $a1 == 4 && $a2 == 5 ]] || fail "/metrics must count the API requests only (4 then 5 answered with 200; got $a1, $a2)"
 [[ $h1 -ge 3 && $h2 == "$h1" && $s1 == 0 && $s2 == 1 ]] || fail "probe counts: health $h1 -> $h2, metrics $s1 -> $s2"
 node "$here/js/big_body.mjs" "$port" $((1 << 20)) || fail "bodies over --max-body"
-curl -s -o /dev/null "$hb/v1/chat/completions" -d '{'
+curl -s -o /dev/null "$hb/v1/chat/completions" -H 'Content-Type: application/json' -d '{'
 kill -TERM "$spid"; wait "$spid"
 # one JSON line per request, in any order (requests end on their own threads)
 node -e '
@@ -213,7 +213,7 @@ echo "ok: hygiene"
 
 echo "== access log (text): one line per request"
 start_server "$work/serve-t.log" --ctx 128 --parallel 1
-curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"Hello","max_tokens":3}' > "$work/t1.json"
+curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"Hello","max_tokens":3}' > "$work/t1.json"
 kill -TERM "$spid"; wait "$spid"
 pt=$(json_get "$work/t1.json" j.usage.prompt_tokens)
 grep -qE "^[0-9-]{10}T[0-9:.]{12}Z POST /v1/completions 200 prompt=$pt cached=0 completion=3 [0-9.]+s\$" "$work/serve-t.log.access" ||
@@ -227,7 +227,7 @@ model_f32=$model model=$q8
 start_server "$work/serve-vram.log" --vram 296M --reserve 0 --ctx 256 --parallel 4 --migrate 4 --expert-slots 4 \
   --cpu-numerics fork
 model=$model_f32
-curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"The cat","max_tokens":16,"temperature":0}' > "$work/v.json"
+curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"The cat","max_tokens":16,"temperature":0}' > "$work/v.json"
 node -e "process.exit(JSON.parse(require('fs').readFileSync('$work/v.json','utf8')).usage.completion_tokens===16?0:1)" ||
   fail "completion with --vram: $(cat "$work/v.json")"
 curl -s "http://127.0.0.1:$port/metrics" > "$work/metrics-vram.txt"
@@ -243,13 +243,13 @@ awk '/^onegpu_expert_hit_rate_layer/{n++; v=$2; if(v<0||v>1) bad=1; if(min==""||
 # strata_reproducible "required" under --cpu-numerics fork with migrations: the same
 # log-probs alone and while three other requests move the hot set
 rq='{"prompt":"Reproducible","max_tokens":12,"temperature":0,"logprobs":2,"strata_reproducible":"required"}'
-curl -s "http://127.0.0.1:$port/v1/completions" -d "$rq" > "$work/r1.json"
+curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "$rq" > "$work/r1.json"
 others=()
 for i in 1 2 3; do
-  curl -s "http://127.0.0.1:$port/v1/completions" -d "{\"prompt\":\"other $i $(printf 'x%.0s ' $(seq 1 $((i * 20))))\",\"max_tokens\":40}" >/dev/null &
+  curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "{\"prompt\":\"other $i $(printf 'x%.0s ' $(seq 1 $((i * 20))))\",\"max_tokens\":40}" >/dev/null &
   others+=($!)
 done
-curl -s "http://127.0.0.1:$port/v1/completions" -d "$rq" > "$work/r2.json"
+curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "$rq" > "$work/r2.json"
 wait "${others[@]}"
 node -e '
 const [a, b] = process.argv.slice(1).map(f => JSON.parse(require("fs").readFileSync(f, "utf8")).choices[0].logprobs);
@@ -271,16 +271,16 @@ start_server "$work/serve-canon.log" --vram 1G --ram 8G --ctx 256 --parallel 4 -
 model=$model_f32
 cq='{"messages":[{"role":"user","content":"Tell me about the sea"}],"max_tokens":24,"temperature":0}'
 rq4='"prompt":"Reproducible","max_tokens":12,"temperature":0,"logprobs":2'
-curl -s "http://127.0.0.1:$port/v1/completions" -d "{$rq4}" > "$work/rq-canon.json"
+curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "{$rq4}" > "$work/rq-canon.json"
 mig() { curl -s "http://127.0.0.1:$port/metrics" | awk '$1=="onegpu_expert_migrations_total"{print $2}'; }
 migs=()
 for i in 1 2 3; do
-  curl -s "http://127.0.0.1:$port/v1/chat/completions" -d "$cq" > "$work/canon$i.json"
+  curl -s "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' -d "$cq" > "$work/canon$i.json"
   migs+=("$(mig)")
   others=()
   for j in 1 2 3; do # other traffic moves the hot set before the next repeat
     curl -s "http://127.0.0.1:$port/v1/completions" \
-      -d "{\"prompt\":\"other $i $j $(printf 'y%.0s ' $(seq 1 $((j * 15))))\",\"max_tokens\":30,\"temperature\":0}" >/dev/null &
+      -H 'Content-Type: application/json' -d "{\"prompt\":\"other $i $j $(printf 'y%.0s ' $(seq 1 $((j * 15))))\",\"max_tokens\":30,\"temperature\":0}" >/dev/null &
     others+=($!)
   done
   wait "${others[@]}"
@@ -303,11 +303,11 @@ model=$model_f32
 others=()
 for j in 1 2 3; do
   curl -s "http://127.0.0.1:$port/v1/completions" \
-    -d "{\"prompt\":\"other $j $(printf 'z%.0s ' $(seq 1 $((j * 15))))\",\"max_tokens\":30}" >/dev/null &
+    -H 'Content-Type: application/json' -d "{\"prompt\":\"other $j $(printf 'z%.0s ' $(seq 1 $((j * 15))))\",\"max_tokens\":30}" >/dev/null &
   others+=($!)
 done
-curl -s "http://127.0.0.1:$port/v1/completions" -d "{$rq4,\"strata_reproducible\":\"required\"}" > "$work/rq-fork-req.json"
-curl -s "http://127.0.0.1:$port/v1/completions" -d "{$rq4}" > "$work/rq-fork.json"
+curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "{$rq4,\"strata_reproducible\":\"required\"}" > "$work/rq-fork-req.json"
+curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "{$rq4}" > "$work/rq-fork.json"
 wait "${others[@]}"
 kill -TERM "$spid"; wait "$spid"
 node -e '
@@ -326,7 +326,7 @@ echo "== refusals at start"
 rc=0; "$onegpu" serve -m "$model" --vram 1M --port 0 2>"$work/refuse.log" || rc=$?
 [[ $rc == 3 ]] && grep -q 'does not fit' "$work/refuse.log" || { cat "$work/refuse.log"; fail "--vram 1M must be refused with exit 3 (got $rc)"; }
 start_server "$work/serve-a.log" --ctx 128 --parallel 1 --queue 2
-code=$(curl -s -o "$work/cap.json" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"prompt":["a","b","c","d"],"max_tokens":1}')
+code=$(curl -s -o "$work/cap.json" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":["a","b","c","d"],"max_tokens":1}')
 [[ $code == 400 ]] && grep -q 'holds 3 sequences at once' "$work/cap.json" || fail "more prompts than parallel + queue: $code $(cat "$work/cap.json")"
 rc=0; "$onegpu" serve -m "$model" --port "$port" 2>"$work/inuse.log" || rc=$?
 [[ $rc == 1 ]] && grep -q 'another server is there' "$work/inuse.log" || { cat "$work/inuse.log"; fail "port in use: exit $rc"; }

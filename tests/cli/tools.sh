@@ -35,12 +35,12 @@ tools='[{"type":"function","function":{"name":"get_time","parameters":{"type":"o
 body="{\"messages\":[{\"role\":\"user\",\"content\":\"time?\"}],\"tools\":$tools,\"tool_choice\":\"required\",\"parallel_tool_calls\":false,\"temperature\":0,\"seed\":3,\"max_tokens\":64"
 if [[ -n ${OG_SANITIZED:-} ]]; then # the plain build runs the same through the openai client below
 echo "== a forced call, non-streamed and streamed"
-curl -sf "$base/chat/completions" -d "$body}" > "$work/call.json" || fail "the forced call request failed"
+curl -sf "$base/chat/completions" -H 'Content-Type: application/json' -d "$body}" > "$work/call.json" || fail "the forced call request failed"
 grep -q '"finish_reason":"tool_calls"' "$work/call.json" || fail "no tool_calls finish: $(cat "$work/call.json")"
 grep -Eq '"tool_calls":\[\{"id":"call_[A-Za-z0-9]{24}","type":"function","function":\{"name":"get_time","arguments":"\{\\"tz\\":\\"(UTC|CET)\\"\}"\}\}\]' "$work/call.json" ||
   fail "not one get_time call with valid arguments: $(cat "$work/call.json")"
 grep -q '"content":null' "$work/call.json" || fail "content must be null when only calls: $(cat "$work/call.json")"
-curl -sfN "$base/chat/completions" -d "$body,\"stream\":true}" > "$work/call.sse" || fail "the streamed forced call failed"
+curl -sfN "$base/chat/completions" -H 'Content-Type: application/json' -d "$body,\"stream\":true}" > "$work/call.sse" || fail "the streamed forced call failed"
 grep -q '"delta":{"tool_calls":\[{"index":0,"id":"call_' "$work/call.sse" || fail "no first tool_calls delta: $(cat "$work/call.sse")"
 grep -q '"finish_reason":"tool_calls"' "$work/call.sse" || fail "no tool_calls finish in the stream"
 grep -q '^data: \[DONE\]' "$work/call.sse" || fail "the stream did not end with [DONE]"

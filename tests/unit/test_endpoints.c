@@ -119,6 +119,8 @@ static void test_messages_mapping(void **state) {
     og_api_req_free(&r);
 }
 
+#define U "{\"role\":\"user\",\"content\":\"x\"}"
+
 /* Each bad request: 400 with the field named (param) and a message that says what. */
 static void test_messages_errors(void **state) {
     (void)state;
@@ -186,6 +188,69 @@ static void test_messages_errors(void **state) {
          "input[0].content[0]", "text-only"},
         {OG_EP_RESPONSES, "{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens", ">= 1"},
         {OG_EP_RESPONSES, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"grammar\"}}}", "text.format", "grammar"},
+        /* an empty block list is no turn to drop: it is refused where it is */
+        {OG_EP_MESSAGES,
+         "{\"model\":\"m\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":"
+         "\"assistant\",\"content\":\"The answer is\"},{\"role\":\"user\",\"content\":[]}]}",
+         "messages[2].content", "messages[2].content holds no content blocks"},
+        {OG_EP_COUNT_TOKENS, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[]}]}",
+         "messages[0].content", "messages[0].content holds no content blocks"},
+        {OG_EP_RESPONSES, "{\"input\":[{\"role\":\"user\",\"content\":[]}]}", "input[0].content",
+         "input[0].content holds no content parts"},
+        /* the caller's field names, not the chat request's (one tool name rule: og_api_parse's) */
+        {OG_EP_MESSAGES,
+         "{\"model\":\"m\",\"max_tokens\":4,\"tools\":[{\"name\":\"abcdefghijabcdefghijabcdefghijabcdefghijabcdefghij"
+         "abcdefghijabcdefghij\",\"input_schema\":{\"type\":\"object\"}}],\"messages\":[" U "]}",
+         "tools[0].name", "tools[0].name must be a string of 1-64 characters"},
+        {OG_EP_MESSAGES, "{\"model\":\"m\",\"max_tokens\":4,\"tools\":[{\"input_schema\":{}}],\"messages\":[" U "]}",
+         "tools[0].name", "tools[0].name must be a string of 1-64"},
+        {OG_EP_MESSAGES,
+         "{\"model\":\"m\",\"max_tokens\":4,\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"string\"}}],"
+         "\"messages\":[" U "]}",
+         "tools[0].input_schema", "tools[0].input_schema must describe an object"},
+        {OG_EP_MESSAGES, "{\"model\":\"m\",\"max_tokens\":4,\"tools\":[{\"name\":\"f\",\"input_schema\":5}],"
+         "\"messages\":[" U "]}",
+         "tools[0]", "tools[0].input_schema must be a JSON Schema object"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"a b\"}]}", "tools[0].name",
+         "tools[0].name must be a string of 1-64"},
+        {OG_EP_RESPONSES,
+         "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"array\"}}]}",
+         "tools[0].parameters", "tools[0].parameters must describe an object"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"max_output_tokens\":600}", "max_output_tokens",
+         "max_output_tokens asks for 600 more"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"max_output_tokens\":3000000000}", "max_output_tokens",
+         "'max_output_tokens' must be between 1 and"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"reasoning\":{\"effort\":\"bogus\"}}", "reasoning.effort",
+         "'reasoning.effort' must be one of"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"reasoning\":{\"effort\":5}}", "reasoning.effort", "'reasoning.effort'"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"schema\":{}}}}",
+         "text.format.name", "'text.format.name' must be a non-empty string"},
+        /* options the server cannot honour */
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"store\":true}", "store", "does not store responses"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"store\":\"no\"}", "store", "'store' must be true or false"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"background\":1}", "background", "'background' must be true or false"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"truncation\":\"auto\"}", "truncation", "\"disabled\""},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"include\":[\"reasoning.encrypted_content\"]}", "include",
+         "'include' is not supported"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"include\":\"a\"}", "include", "must be an array"},
+        {OG_EP_RESPONSES, "{\"input\":\"x\",\"user\":5}", "user", "'user' must be a string"},
+        /* a final assistant message (a prefill), and calls without an id or a name */
+        {OG_EP_RESPONSES,
+         "{\"input\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"The answer "
+         "is\"}]}",
+         "input", "the last input item is an assistant message (a prefill to continue)"},
+        {OG_EP_RESPONSES,
+         "{\"input\":[{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\","
+         "\"text\":\"a\"}]}]}",
+         "input", "end with a user message"},
+        {OG_EP_RESPONSES,
+         "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"\",\"name\":\"f\",\"arguments\":\"{}\"},{\"type\":"
+         "\"function_call_output\",\"call_id\":\"\",\"output\":\"1\"}]}",
+         "input[0]", "input[0].call_id must be a non-empty string"},
+        {OG_EP_RESPONSES,
+         "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"\",\"arguments\":\"{}\"},{\"type\":"
+         "\"function_call_output\",\"call_id\":\"c1\",\"output\":\"1\"}]}",
+         "input[0]", "input[0].name must be a non-empty string"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         og_api_req r;
@@ -199,6 +264,55 @@ static void test_messages_errors(void **state) {
         assert_int_equal(e.status, 400);
         assert_string_equal(e.param, cases[i].param ? cases[i].param : "");
         if (!strstr(e.message, cases[i].says)) fail_msg("case %zu: '%s' does not say '%s'", i, e.message, cases[i].says);
+        /* no name from the chat request the body was translated into */
+        static const char *const chat_names[] = {"function.", "response_format", "reasoning_effort", "max_tokens"};
+        for (size_t k = 0; k < 4; k++)
+            if ((k < 3 || cases[i].ep == OG_EP_RESPONSES) &&
+                (strstr(e.message, chat_names[k]) || strstr(e.param, chat_names[k])))
+                fail_msg("case %zu names '%s': %s (param %s)", i, chat_names[k], e.message, e.param);
+        og_api_req_free(&r);
+    }
+}
+
+/* Content-Type: JSON (any case, parameters allowed) or none; what browsers send
+ * cross-origin without a preflight is not. */
+static void test_content_type(void **state) {
+    (void)state;
+    static const char *const ok[] = {"application/json", "application/json; charset=utf-8", "Application/JSON",
+                                     " application/json ;charset=UTF-8", "application/json;"};
+    static const char *const no[] = {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+                                     "application/jsonp", "application/json-patch+json", "", "text/plain; a=application/json"};
+    assert_true(og_content_type_json(NULL));
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        if (!og_content_type_json(ok[i])) fail_msg("'%s' refused", ok[i]);
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        if (og_content_type_json(no[i])) fail_msg("'%s' accepted", no[i]);
+}
+
+/* chat_template_kwargs: thinking and enable_thinking that disagree are a 400 naming both. */
+static void test_thinking_kwargs(void **state) {
+    (void)state;
+    static const char *const bodies[] = {
+        "{\"messages\":[" U "],\"chat_template_kwargs\":{\"enable_thinking\":true,\"thinking\":false}}",
+        "{\"messages\":[" U "],\"chat_template_kwargs\":{\"thinking\":true,\"enable_thinking\":false}}"};
+    for (int i = 0; i < 2; i++) {
+        og_api_req r;
+        og_api_err e;
+        assert_false(og_api_parse(bodies[i], strlen(bodies[i]), true, &g_mdl, &r, &e));
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.param, "chat_template_kwargs");
+        assert_non_null(strstr(e.message, "'chat_template_kwargs.thinking'"));
+        assert_non_null(strstr(e.message, "'chat_template_kwargs.enable_thinking'"));
+        og_api_req_free(&r);
+    }
+    for (int on = 0; on < 2; on++) { /* agreeing: accepted, and what they say */
+        char body[256];
+        snprintf(body, sizeof body, "{\"messages\":[" U "],\"chat_template_kwargs\":{\"enable_thinking\":%s,"
+                 "\"thinking\":%s}}", on ? "true" : "false", on ? "true" : "false");
+        og_api_req r;
+        og_api_err e;
+        if (!og_api_parse(body, strlen(body), true, &g_mdl, &r, &e)) fail_msg("%s", e.message);
+        assert_int_equal(r.thinking, on);
         og_api_req_free(&r);
     }
 }
@@ -601,6 +715,14 @@ static void test_parsed_output(void **state) {
     assert_string_equal(json_string_value(json_object_get(fc, "arguments")), "{\"city\":\"Paris\"}");
     assert_memory_equal(json_string_value(json_object_get(fc, "call_id")), "call_", 5);
     assert_string_equal(json_string_value(json_object_get(fin, "status")), "completed");
+    /* reasoning_tokens: the tokens up to and with the closing marker (the reference: that text tokenized alone) */
+    og_ids think = {0};
+    assert_int_equal(og_tokenize(g_tok, "Let me think</think>", 20, false, true, &think), OG_OK);
+    json_t *usage = json_object_get(fin, "usage");
+    assert_true(think.n > 3 && (int)think.n < json_integer_value(json_object_get(usage, "output_tokens")));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(usage, "output_tokens_details"), "reasoning_tokens")),
+                     think.n);
+    og_ids_free(&think);
     json_decref(fin);
     og_ep_out_free(o);
     g_mdl = saved;
@@ -630,7 +752,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_messages_mapping), cmocka_unit_test(test_messages_errors),
         cmocka_unit_test(test_error_envelope),   cmocka_unit_test(test_responses_mapping),
         cmocka_unit_test(test_messages_output),  cmocka_unit_test(test_responses_output),
-        cmocka_unit_test(test_parsed_output),
+        cmocka_unit_test(test_parsed_output),    cmocka_unit_test(test_content_type),
+        cmocka_unit_test(test_thinking_kwargs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

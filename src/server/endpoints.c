@@ -400,7 +400,9 @@ og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
             if (st) o->oom = true;
             o->last_id = -1;
         }
-        if (o->parser && og_outparse_finish(o->parser, on_event, o)) o->oom = true;
+        /* cut by max_tokens or a stop string inside a call: the partial call is dropped, not shown as text */
+        const bool cut = so->finish == OG_FINISH_LENGTH || (so->finish == OG_FINISH_STOP && so->stop_index >= 0);
+        if (o->parser && (cut ? og_outparse_finish_cut : og_outparse_finish)(o->parser, on_event, o)) o->oom = true;
         close_open(o);
         o->finish = so->finish;
         o->stop_index = so->finish == OG_FINISH_STOP ? so->stop_index : -1;

@@ -82,6 +82,15 @@ og_status og_outparse_feed(og_outparse *p, const int32_t *ids, int n, og_out_cb 
  * as CONTENT (og_outparse_malformed then returns true). Errors: OG_ERR_NOMEM. */
 og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud);
 
+/* As og_outparse_finish, for an output that was cut (max_tokens, a stop
+ * string): an unfinished call, and the text inside a calls block after its
+ * last complete call, are dropped instead of reported as CONTENT (the call's
+ * arguments are incomplete and its marker syntax is not the model's answer);
+ * og_outparse_cut_call then returns true. Complete calls stay reported.
+ * Errors: OG_ERR_NOMEM. */
+og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud);
+bool og_outparse_cut_call(const og_outparse *p);
+
 /* Tool calls completed so far (END events). */
 int og_outparse_n_calls(const og_outparse *p);
 

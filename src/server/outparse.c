@@ -109,6 +109,7 @@ struct og_outparse {
     bool pstring;            /* DSML: its string attribute */
     int n_params;
     int block_calls;         /* calls completed in the current block */
+    bool cut_call;           /* og_outparse_finish_cut dropped an unfinished call */
     int n_calls;
     bool malformed, oom;
     char id[32];
@@ -561,6 +562,20 @@ og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud) {
     p->st = S_CONTENT;
     return p->oom ? OG_ERR_NOMEM : OG_OK;
 }
+
+og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud) {
+    if (!p || !cb) return OG_ERR_INVALID_ARG;
+    if (p->oom) return OG_ERR_NOMEM;
+    lex_run(p, true, cb, ud);
+    if (p->st != S_CONTENT && p->st != S_REASONING) { /* inside a call or a calls block: drop it */
+        p->cut_call = p->raw.n > 0 || !(p->st == S_BLOCK && p->block_calls > 0);
+        clear(&p->raw);
+    }
+    p->st = S_CONTENT;
+    return p->oom ? OG_ERR_NOMEM : OG_OK;
+}
+
+bool og_outparse_cut_call(const og_outparse *p) { return p && p->cut_call; }
 
 int og_outparse_n_calls(const og_outparse *p) { return p ? p->n_calls : 0; }
 

@@ -41,7 +41,7 @@ struct og_server {
     uint64_t probes[2];                /* /health, /metrics requests answered */
     uint64_t id_seq, id_key;
     time_t created;
-    int active;                        /* generation requests not yet fully answered */
+    int active;                        /* generation requests whose answer has not left yet (request_done) */
     pthread_cond_t idle;               /* signalled when active drops to 0 */
 };
 
@@ -52,6 +52,7 @@ typedef struct conn_ctx {
     size_t len, cap;
     bool responded;
     bool probe;                   /* /health or /metrics: counted apart from the API requests */
+    bool gen_counted;             /* a generation request: counted in og_server.active until request_done */
     int status;                   /* of the answer sent; 0: none (the client left first) */
     long long n_prompt, n_gen;    /* tokens of a generation request, for the access log */
     double t0;                    /* CLOCK_MONOTONIC seconds when its headers arrived */
@@ -99,6 +100,7 @@ typedef struct gen_ctx {
     int32_t last_id[OG_API_MAX_PROMPTS];    /* held back: the last token (a stop string may cut it), or -1 */
     int cur;                                /* the choice whose events are being handled */
     bool stream_now;
+    bool cut_now;                 /* the output being finished was cut (max_tokens, a stop string) */
 } gen_ctx;
 
 static void count_status(og_server *s, conn_ctx *cc, int status) {
@@ -194,9 +196,6 @@ static void gen_release_all(gen_ctx *g) {
 static void gen_free(gen_ctx *g) {
     if (!g) return;
     gen_release_all(g);
-    pthread_mutex_lock(&g->srv->mu);
-    if (--g->srv->active == 0) pthread_cond_broadcast(&g->srv->idle);
-    pthread_mutex_unlock(&g->srv->mu);
     og_api_req_free(&g->req);
     og_ep_out_free(g->ep);
     for (int i = 0; i < OG_API_MAX_PROMPTS; i++) {
@@ -384,7 +383,11 @@ static void parse_toks(gen_ctx *g, int i, const og_tok_out *toks, int n, bool en
             og_outparse_feed(g->op[i], &g->last_id[i], 1, on_out, g);
         g->last_id[i] = -1;
     }
-    og_outparse_finish(g->op[i], on_out, g);
+    /* an output cut by max_tokens or a stop string inside a call: the partial call is dropped, not shown as text */
+    if (g->cut_now)
+        og_outparse_finish_cut(g->op[i], on_out, g);
+    else
+        og_outparse_finish(g->op[i], on_out, g);
 }
 
 /* finish_reason: "tool_calls" when the model called tools and stopped. */
@@ -427,6 +430,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         }
         if (g->req.parse) { /* content, reasoning and tool calls from the token ids */
             g->stream_now = stream;
+            g->cut_now = o.finish == OG_FINISH_LENGTH || (o.finish == OG_FINISH_STOP && o.stop_index >= 0);
             parse_toks(g, i, o.toks, o.n_toks, o.finish != OG_FINISH_NONE);
             if (stream && g->req.logprobs && o.n_toks)
                 emit(g, chunk(g, i, json_object(), og_api_logprobs(g->srv->mdl.tok, true, o.toks, o.n_toks, NULL), NULL));
@@ -578,8 +582,9 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     g->cc = cc;
     g->e = e;
     pthread_mutex_lock(&s->mu);
-    s->active++;
+    s->active++; /* until request_done: the answer has then left, not only been queued */
     pthread_mutex_unlock(&s->mu);
+    cc->gen_counted = true;
     g->created = time(NULL);
     snprintf(g->id, sizeof g->id, "%s%016llx", chat ? "chatcmpl-" : "cmpl-",
              (unsigned long long)og_splitmix64(&(uint64_t){s->id_key ^ seq_no}));
@@ -991,6 +996,12 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, en
     (void)c;
     (void)toe;
     conn_ctx *cc = *con_cls;
+    if (cc && cc->gen_counted) { /* a generation request's answer is out (or its client gone): og_server_stop may close */
+        og_server *s = cls;
+        pthread_mutex_lock(&s->mu);
+        if (--s->active == 0) pthread_cond_broadcast(&s->idle);
+        pthread_mutex_unlock(&s->mu);
+    }
     if (cc) {
         access_log(cls, cc);
         free(cc->body);

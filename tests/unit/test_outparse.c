@@ -274,6 +274,48 @@ static void test_cases(void **state) {
 
 /* In V3's vocabulary the tool markers are control tokens; the parser matches
  * them by id, and the same text spelled by ordinary tokens stays text. */
+/* An output cut (max_tokens, a stop string) inside a call: og_outparse_finish
+ * reports the partial call as text, og_outparse_finish_cut drops it (and the
+ * text between calls in the block), keeping the complete calls. */
+static void test_cut_call(void **state) {
+    (void)state;
+    static const struct {
+        og_chat_kind kind;
+        const char *output, *content; /* content reported by og_outparse_finish_cut */
+        int n_calls;
+        bool differs; /* og_outparse_finish reports text there (a partial call) */
+    } cut_cases[] = {
+        {OG_CHAT_DEEPSEEK3_1, "hi" CB KB "f" SEP "{\"a\": 1}" KE "\n" KB "g" SEP "{\"a\": -20", "hi", 1, true},
+        {OG_CHAT_DEEPSEEK3_1, "hi" CB KB "f" SEP "{\"a\"", "hi", 0, true},
+        {OG_CHAT_DEEPSEEK3_1, "hi" CB KB "f" SEP "{}" KE "\n", "hi", 1, false}, /* a block left open after a call: not malformed */
+        {OG_CHAT_DEEPSEEK3, CB KB "function" SEP "f\n```json\n{\"a\": 1}\n```" KE "\n" KB "function", "", 1, true},
+    };
+    for (size_t c = 0; c < sizeof cut_cases / sizeof cut_cases[0]; c++)
+        for (int cut = 0; cut < 2; cut++) {
+            og_outparse_opts o = {.kind = cut_cases[c].kind, .parse_tools = true, .id_seed = 7};
+            og_outparse *p;
+            assert_int_equal(og_outparse_new(g_tok, &o, &p), OG_OK);
+            og_ids ids = {0};
+            ids_of(cut_cases[c].output, false, &ids);
+            rec r = {.open = -1};
+            assert_int_equal(og_outparse_feed(p, ids.v, (int)ids.n, on_ev, &r), OG_OK);
+            assert_int_equal((cut ? og_outparse_finish_cut : og_outparse_finish)(p, on_ev, &r), OG_OK);
+            assert_int_equal(r.n_end, cut_cases[c].n_calls);
+            assert_int_equal(r.n_begin, cut_cases[c].n_calls);
+            if (cut) {
+                assert_string_equal(r.content, cut_cases[c].content);
+                if (cut_cases[c].differs) assert_true(og_outparse_cut_call(p));
+            } else if (!cut_cases[c].differs) {
+                assert_string_equal(r.content, cut_cases[c].content);
+            } else {
+                assert_true(strlen(r.content) > strlen(cut_cases[c].content)); /* the partial call as text */
+                assert_false(og_outparse_cut_call(p));
+            }
+            og_ids_free(&ids);
+            og_outparse_free(p);
+        }
+}
+
 static void test_typed_marker(void **state) {
     (void)state;
     int32_t cb = og_tokenizer_find(g_tok, CB, strlen(CB));
@@ -500,6 +542,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_typed_marker),
+        cmocka_unit_test(test_cut_call),
         cmocka_unit_test(test_ids_and_errors),
         cmocka_unit_test(test_random_outputs),
         cmocka_unit_test(test_layout_roundtrip),

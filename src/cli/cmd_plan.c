@@ -102,7 +102,13 @@ int og_cmd_plan(int argc, char **argv) {
         default: usage(stderr); return OG_EXIT_USAGE;
         }
         if (!ok) {
-            fprintf(stderr, "onegpu plan: bad value '%s' for --%s\n", optarg, longindex >= 0 ? opts[longindex].name : "?");
+            const char *name = longindex >= 0 ? opts[longindex].name : "?";
+            const char *want = !strcmp(name, "vram") || !strcmp(name, "ram") || !strcmp(name, "reserve")
+                                   ? "a size (e.g. 96G)"
+                               : !strcmp(name, "kv-type")       ? "f16 or f32"
+                               : !strcmp(name, "expert-slots")  ? "a count or 'all'"
+                                                                : "see onegpu plan --help";
+            fprintf(stderr, "onegpu plan: bad value '%s' for --%s: expected %s\n", optarg, name, want);
             return OG_EXIT_USAGE;
         }
     }
@@ -113,7 +119,8 @@ int og_cmd_plan(int argc, char **argv) {
         return OG_EXIT_USAGE;
     }
     if (!have_vram) {
-        fprintf(stderr, "onegpu plan: no GPU backend in this build yet: give the device size with --vram SIZE\n");
+        fprintf(stderr, "onegpu plan: give the device's memory with --vram SIZE (plan reads no GPU; run and serve take "
+                        "it from a CUDA GPU when there is one)\n");
         return OG_EXIT_USAGE;
     }
     char err[1024];

@@ -230,7 +230,11 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
                                   "; fewer --parallel (each sequence costs %s of KV and logits) would help",
                                   og_fmt_bytes(sat_add(sat_mul(kv_token, in->ctx), 4ull * hp.n_vocab), mb, sizeof mb));
         else
-            h += (size_t)snprintf(hint + h, sizeof hint - h, "; a smaller --batch-tokens, --reserve or --ctx would help");
+            h += (size_t)snprintf(hint + h, sizeof hint - h, "; a smaller --batch-tokens%s or --ctx would help",
+                                  in->reserve ? ", --reserve" : "");
+        if (in->reserve && in->reserve < device_need && h < sizeof hint) /* what a user can set the card to */
+            h += (size_t)snprintf(hint + h, sizeof hint - h, "; with --reserve 0 it needs --vram %s",
+                                  og_fmt_bytes(device_need - in->reserve, mb, sizeof mb));
         if (kv_large && !ctx_fit && h < sizeof hint)
             snprintf(hint + h, sizeof hint - h, "; the KV cache is the largest item: a smaller --ctx (%u now)%s shrinks it",
                      in->ctx, in->parallel > 1 ? " or fewer --parallel" : "");

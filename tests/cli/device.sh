@@ -37,7 +37,7 @@ if [[ $rc == 0 ]]; then
 else
   [[ $rc == 1 ]] || fail "--device cuda: exit $rc"
   if [[ $built == 1 ]]; then
-    grep -q '^onegpu run: --device cuda: no CUDA device (' "$work/cuda.err" || fail "refusal: $(cat "$work/cuda.err")"
+    grep -qE '^onegpu run: --device cuda: no (CUDA device \(|NVIDIA GPU on this machine \(no driver)' "$work/cuda.err" || fail "refusal: $(cat "$work/cuda.err")"
     echo "SKIP (hardware): no CUDA device: the GPU half of this test did not run"
   else
     grep -q '^onegpu run: --device cuda: this build has no CUDA (.*-DONEGPU_CUDA=ON' "$work/cuda.err" ||
@@ -51,7 +51,7 @@ run --vram 1G --ram 8G --expert-slots 4 --migrate 0 >"$work/auto.json" 2>"$work/
 core "$work/auto.json" | cmp -s - "$work/ref.core" || fail "auto changed the tokens or log-probs"
 grep -qE 'compute: (cuda device .*|cpu device: [0-9]+ experts resident)' "$work/auto.err" || fail "auto: $(cat "$work/auto.err")"
 if grep -q 'compute: cpu device' "$work/auto.err" && [[ $built == 1 ]]; then
-  grep -q '^onegpu run: no CUDA device (.*): the CPU computes$' "$work/auto.err" || fail "auto, no GPU: $(cat "$work/auto.err")"
+  grep -qE '^onegpu run: no (CUDA device|NVIDIA GPU on this machine) \(.*\): the CPU computes$' "$work/auto.err" || fail "auto, no GPU: $(cat "$work/auto.err")"
 fi
 # plan-for-a-device flags without --vram and without a GPU are refused
 if ! grep -q 'compute: cuda device' "$work/auto.err"; then

@@ -513,6 +513,9 @@ og_status og_device_cuda_create(int gpu, og_device **out, char *err, size_t errl
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         (void)cudaGetLastError();
+        if (!og_cuda_machine_has_gpu()) /* no driver at all: CUDA's "driver version is insufficient" would mislead */
+            return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "no NVIDIA GPU on this machine (no driver: "
+                           "/proc/driver/nvidia is absent)");
         return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "no CUDA device (cudaGetDeviceCount: %s)",
                        e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees no GPU");
     }

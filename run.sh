@@ -368,14 +368,16 @@ serve=("$bin" serve -m "$model" --port "$port" --threads "${threads:-$phys}" --n
 [[ ${#place[@]} -gt 0 ]] && serve+=("${place[@]}")
 [[ $demo -eq 1 ]] && serve+=(--migrate 2)
 serve+=("${extra[@]}")
+# the port before the command is shown, so a taken port is never reported after a
+# command line that looked as if it ran; a dry run reports it and goes on
+if [[ $port -ne 0 ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  say "port $port is taken (another server is listening there): stop it or choose --port"
+  [[ $dry -eq 1 ]] || exit 1
+fi
 show "${bind[@]}" "${serve[@]}"
 if [[ $dry -eq 1 ]]; then
   say "dry run: nothing was changed"
   exit 0
-fi
-if [[ $port -ne 0 ]] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-  say "port $port is taken (another server is listening there): stop it or choose --port"
-  exit 1
 fi
 say "starting onegpu serve on http://127.0.0.1:$port/v1 (Ctrl-C stops it); once it says 'ready', try:"
 say "  curl -s http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \\"

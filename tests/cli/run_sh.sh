@@ -202,4 +202,9 @@ rc=0; runsh --model "$work/srv/bad.gguf" --vram 1G > "$work/out10" 2>&1 || rc=$?
   fail "a bad file is not a machine refusal: $rc $(cat "$work/out10")"
 rc=0; runsh --model "$work/srv/m.gguf" --port "$(cat "$work/port")" > "$work/out11" 2>&1 || rc=$?
 [[ $rc == 1 ]] && grep -q "port $(cat "$work/port") is taken" "$work/out11" || fail "port taken: $rc $(cat "$work/out11")"
+grep -q ' serve -m ' "$work/out11" && fail "the serve command was shown although the port is taken: $(cat "$work/out11")"
+# a dry run reports the taken port and still shows the plan and the command
+rc=0; runsh --dry-run --model "$work/srv/m.gguf" --port "$(cat "$work/port")" > "$work/out12" 2>&1 || rc=$?
+[[ $rc == 0 ]] && grep -q "port $(cat "$work/port") is taken" "$work/out12" && grep -q ' serve -m ' "$work/out12" ||
+  fail "dry run, port taken: $rc $(cat "$work/out12")"
 echo "run_sh.sh: all passed"

@@ -251,7 +251,8 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         char hb[32], rb[32], sb2[32], gb[32];
         size_t r = strlen(p->reason);
         snprintf(p->reason + r, sizeof p->reason - r,
-                 "%shost short by %s: the routed experts (%s) and staging (%s) need %s but %s is available; "
+                 "%shost short by %s: the routed experts (%s) and staging (%s: pinned buffers for migrations, four experts "
+                 "in flight plus 256 MiB) need %s but %s is available; "
                  "add RAM or use a smaller quantization",
                  r ? "; and " : "", og_fmt_bytes(p->host_bytes - in->ram, gb, sizeof gb),
                  og_fmt_bytes(p->routed_bytes, rb, sizeof rb), og_fmt_bytes(p->staging_bytes, sb2, sizeof sb2),

@@ -68,6 +68,7 @@ struct og_engine {
     int rate_pos, rate_count;
     uint64_t *layer_routes, *layer_hits; /* [n_layer] copies taken after each step */
     uint32_t in_flight;           /* the placement's copies not yet published, as of the last look */
+    og_fwd_scratch scratch;       /* the forward pass's activations, sized once for batch_tokens / parallel */
     og_vocab *vocab;              /* token byte trie for grammar masks: built at the first grammar step */
 };
 
@@ -166,6 +167,16 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
         og_engine_free(e);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the engine's batch buffers");
     }
+    /* the forward steps' activations: a step holds at most batch_tokens tokens and
+     * one logits row per running sequence (build_batch), so one allocation on the
+     * device the forward runs on serves every step */
+    og_status sst = og_fwd_scratch_reserve(cfg->model, &e->scratch, e->cfg.rc.dev, cfg->batch_tokens, cfg->parallel, err,
+                                           errlen);
+    if (sst) {
+        og_engine_free(e);
+        return sst;
+    }
+    e->cfg.rc.scratch = &e->scratch;
     placement_metrics(e); /* /metrics shows the initial set before the first step */
     *out = e;
     return OG_OK;
@@ -792,6 +803,7 @@ void og_engine_free(og_engine *e) {
     free(e->logits);
     free(e->layer_routes);
     free(e->layer_hits);
+    og_fwd_scratch_free(&e->scratch);
     og_vocab_free(e->vocab);
     free(e);
 }

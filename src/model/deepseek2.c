@@ -592,6 +592,46 @@ static void *dtake(dscratch *s, uint64_t bytes) {
     return r;
 }
 
+uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
+    const og_hparams *h = &m->hp;
+    const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v;
+    const int64_t w_kv = r_kv + h->d_rope, qw = H * h->d_qk, rq = h->q_lora_rank, E = h->n_expert;
+    const int64_t k = h->n_expert_used;
+    const uint64_t fb = sizeof(float);
+    return (uint64_t)n_tok * fb * (uint64_t)(3 * D + qw + rq + w_kv + H * dv + E + 2 * k + (has_dense(h) ? 2 * h->n_ff : 0)) +
+           fb * (uint64_t)(H * ATT_CHUNK * (dn + 2 * r_kv + dv)) + (uint64_t)n_out * h->n_vocab * fb + 64 * 24;
+}
+
+og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device *dev, int64_t max_tok,
+                                 int64_t max_out, char *err, size_t errlen) {
+    if (max_tok < 1 || max_out < 0)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "forward scratch: %lld tokens and %lld logits rows per step",
+                       (long long)max_tok, (long long)max_out);
+    const uint64_t need = og_fwd_scratch_bytes(m, max_tok, max_out);
+    if (s->base && s->dev == dev && s->bytes >= need) return OG_OK;
+    og_fwd_scratch_free(s);
+    void *b = NULL;
+    if (dev) {
+        og_status st = dev->ops->alloc(dev, need, &b, err, errlen);
+        if (st) return st;
+    } else if (!(b = aligned_alloc(64, (size_t)((need + 63) / 64 * 64)))) {
+        char a[32];
+        return og_fail(err, errlen, OG_ERR_NOMEM, "forward scratch: no %s of host memory", og_fmt_bytes(need, a, sizeof a));
+    }
+    const uint64_t grows = s->grows;
+    *s = (og_fwd_scratch){dev, b, need, grows};
+    return OG_OK;
+}
+
+void og_fwd_scratch_free(og_fwd_scratch *s) {
+    if (s->base) {
+        if (s->dev) s->dev->ops->free(s->dev, s->base);
+        else free(s->base);
+    }
+    const uint64_t grows = s->grows;
+    *s = (og_fwd_scratch){.grows = grows};
+}
+
 og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
                                  const og_batch *batch, float *logits, char *err, size_t errlen) {
     const og_hparams *h = &m->hp;
@@ -662,12 +702,21 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     int64_t n_out = 0;
     for (int64_t t = 0; t < T; t++) n_out += batch->logits[t];
     const uint64_t fb = sizeof(float);
-    uint64_t need = (uint64_t)T * fb * (uint64_t)(3 * D + qw + rq + w_kv + H * dv + E + 2 * k + (has_dense(h) ? 2 * h->n_ff : 0)) +
-                    fb * (uint64_t)(H * ATT_CHUNK * (dn + 2 * r_kv + dv)) + (uint64_t)n_out * h->n_vocab * fb + 64 * 24;
+    const uint64_t need = og_fwd_scratch_bytes(m, T, n_out);
+    void *dbase = NULL; /* this call's own allocation (no reusable scratch), freed below */
     dscratch ds = {0};
-    void *dbase = NULL;
-    st = ops->alloc(fw.dev, need, &dbase, err, errlen);
-    ds = (dscratch){dbase, 0, need};
+    if (rc->scratch) { /* reused; replaced once by a larger one when this call needs more */
+        og_fwd_scratch *sc = rc->scratch;
+        if (sc->bytes < need || sc->dev != rc->dev) {
+            og_fwd_scratch_free(sc);
+            st = og_fwd_scratch_reserve(m, sc, rc->dev, T, n_out, err, errlen);
+            sc->grows++;
+        }
+        if (!st) ds = (dscratch){sc->base, 0, sc->bytes};
+    } else {
+        st = ops->alloc(fw.dev, need, &dbase, err, errlen);
+        ds = (dscratch){dbase, 0, need};
+    }
     float *h_res = dtake(&ds, (uint64_t)(T * D) * fb);  /* residual stream [T][D] */
     float *a = dtake(&ds, (uint64_t)(T * D) * fb);      /* normalized input [T][D] */
     float *y = dtake(&ds, (uint64_t)(T * D) * fb);      /* sublayer output [T][D] */
@@ -827,7 +876,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
         fw.errlen = sizeof e2;
         (void)sync(&fw);
     }
-    ops->free(fw.dev, dbase);
+    if (dbase) ops->free(fw.dev, dbase);
     og_device_destroy(own_dev);
     free(hx);
     free(hy);

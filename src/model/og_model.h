@@ -156,6 +156,39 @@ typedef struct og_expert_stats {
 
 typedef struct og_run_ctx og_run_ctx;
 
+/* The forward pass's activation scratch, kept between calls (issue 12): one
+ * allocation in the memory of dev (NULL: host memory, what the per-call host
+ * device of og_run_ctx.dev == NULL allocates), sized by og_fwd_scratch_reserve
+ * for the largest step the caller runs. A forward call that needs more (more
+ * tokens or more logits rows than reserved, or another device) replaces it by
+ * one of the size it needs, once: later calls of that size no longer allocate.
+ * Owned by whoever reserved it (the engine, with its run context); one forward
+ * call at a time. */
+typedef struct og_fwd_scratch {
+    og_device *dev; /* where base lives, or NULL: host memory (aligned_alloc) */
+    void *base;
+    uint64_t bytes; /* capacity */
+    uint64_t grows; /* replacements by a call that needed more than the capacity */
+} og_fwd_scratch;
+
+/* Device bytes of one forward call's activations for n_tok tokens of which
+ * n_out want logits (the sum of the buffers og_model_forward_batch takes:
+ * [n_tok] x (3 D + H d_qk + q_lora + r_kv + d_rope + H d_v + E + 2 k + 2 n_ff)
+ * floats, the attention chunk's [H][16] x (d_nope + 2 r_kv + d_v), [n_out][n_vocab]
+ * logits, 64-byte alignment of each). Cannot fail (returns bytes). */
+uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out);
+
+/* Makes s hold at least og_fwd_scratch_bytes(m, max_tok, max_out) bytes on dev
+ * (NULL: host memory), replacing a smaller one or one on another device.
+ * max_tok: the most tokens per forward step (the engine's batch_tokens);
+ * max_out: the most logits rows per step (its parallel). Errors:
+ * OG_ERR_INVALID_ARG (max_tok < 1 or max_out < 0), OG_ERR_NOMEM / the device's
+ * (its budget): s is then empty. */
+og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device *dev, int64_t max_tok,
+                                 int64_t max_out, char *err, size_t errlen);
+/* Frees the allocation (on the device it came from) and empties *s (grows stays). */
+void og_fwd_scratch_free(og_fwd_scratch *s);
+
 /* One MoE layer's experts, as the forward pass hands them to the dispatcher. */
 typedef struct og_moe_layer {
     uint32_t layer;
@@ -205,6 +238,9 @@ struct og_run_ctx {
      * calling thread. */
     og_device *dev;
     og_stream *stream;
+    /* The activations' scratch reused between calls (og_fwd_scratch), or NULL:
+     * each call allocates and frees its own. */
+    og_fwd_scratch *scratch;
 };
 
 /* A batch of tokens from several sequences (continuous batching): token i

@@ -339,6 +339,31 @@ static void test_batch_invariance(void **state) {
     }
     og_kv_free(&ka);
     og_kv_free(&kb);
+    { /* a reused scratch: the same bits; reserved for 1 token, the 5-token prefill
+       * replaces it once, the decodes then reuse that allocation as it is */
+        og_fwd_scratch sc = {0};
+        assert_int_equal(og_fwd_scratch_reserve(m, &sc, NULL, 0, 1, err, sizeof err), OG_ERR_INVALID_ARG);
+        assert_int_equal(og_fwd_scratch_reserve(m, &sc, NULL, 1, 1, err, sizeof err), OG_OK);
+        assert_true(sc.base && sc.bytes == og_fwd_scratch_bytes(m, 1, 1) && sc.grows == 0);
+        assert_true(og_fwd_scratch_bytes(m, 5, 1) > sc.bytes);
+        og_run_ctx rsc = rc;
+        rsc.scratch = &sc;
+        float *lg = malloc((size_t)V * sizeof(float));
+        assert_int_equal(og_model_forward(m, &rsc, &ka, pa, 5, lg, false, err, sizeof err), OG_OK);
+        assert_memory_equal(lg, alone_a, (size_t)V * sizeof(float));
+        assert_int_equal(sc.grows, 1);
+        assert_int_equal(sc.bytes, og_fwd_scratch_bytes(m, 5, 1));
+        void *base = sc.base;
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(og_model_forward(m, &rsc, &ka, &da[i], 1, lg, false, err, sizeof err), OG_OK);
+            assert_memory_equal(lg, alone_a + (size_t)(i + 1) * V, (size_t)V * sizeof(float));
+        }
+        assert_true(sc.base == base && sc.grows == 1);
+        og_fwd_scratch_free(&sc);
+        assert_true(!sc.base && !sc.bytes);
+        free(lg);
+        og_kv_free(&ka);
+    }
     og_kv *kvs[2] = {&ka, &kb};
     /* interleaved prefill: a0 b0 a1 b1 a2 b2 a3 a4, logits of a4 and b2 */
     const int32_t tok[8] = {pa[0], pb[0], pa[1], pb[1], pa[2], pb[2], pa[3], pa[4]};

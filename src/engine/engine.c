@@ -42,7 +42,27 @@ struct og_seq {
     char error[256];
     og_gmatch *gm;                /* constrained decoding, or NULL; touched only by the scheduler */
     bool gm_failed;               /* the mask could not be computed this step */
+    int *pc_ent;                  /* [n_prompt / OG_KV_BLOCK] prefix-cache entries of kv.blocks[0..n_shared) */
+    int n_shared;                 /* leading blocks of kv owned by the prefix cache (refcounted, read-only) */
+    bool pc_stop;                 /* no more of its blocks go into the cache (an equal one was there) */
+    int n_cached;                 /* prompt tokens read from the cache */
 };
+
+/* One prefix-cache block: the KV rows of OG_KV_BLOCK prompt positions whose
+ * ids, and all ids before them, are known (the chain: parent + ids). */
+typedef struct pc_entry {
+    float *blk;                   /* the block (og_kv's layout), in dev's memory or the host's */
+    og_device *dev;
+    uint64_t hash;                /* chain hash: parent's hash, exact flag and the block's ids */
+    int parent;                   /* entry of the previous block, -1 for the first */
+    uint32_t parent_gen;          /* the parent's gen when this was made: a reused slot never matches */
+    uint32_t gen;                 /* bumped each time the slot is reused */
+    int ref;                      /* sequences holding it */
+    bool used, exact;             /* exact: computed with canonical rows (og_batch.exact) */
+    int next;                     /* next entry in its hash bucket, -1 */
+    uint64_t lru;                 /* tick of its last use */
+    int32_t ids[OG_KV_BLOCK];
+} pc_entry;
 
 #define RATE_SAMPLES 64
 
@@ -70,7 +90,62 @@ struct og_engine {
     uint32_t in_flight;           /* the placement's copies not yet published, as of the last look */
     og_fwd_scratch scratch;       /* the forward pass's activations, sized once for batch_tokens / parallel */
     og_vocab *vocab;              /* token byte trie for grammar masks: built at the first grammar step */
+    pc_entry *pc;                 /* [pc_cap] the prefix cache (NULL: off) */
+    int *pc_bucket;               /* [pc_nbucket] first entry per hash bucket, -1 */
+    int pc_cap, pc_nbucket, pc_used;
+    uint64_t pc_tick;
 };
+
+/* FNV-1a, 64 bits, over the parent's hash, the exact flag and the ids. */
+static uint64_t pc_hash(uint64_t parent, bool exact, const int32_t *ids) {
+    uint64_t h = 1469598103934665603ull ^ parent;
+    h = (h ^ (uint64_t)exact) * 1099511628211ull;
+    for (int i = 0; i < OG_KV_BLOCK; i++) {
+        uint32_t v = (uint32_t)ids[i];
+        for (int b = 0; b < 4; b++) h = (h ^ ((v >> (8 * b)) & 0xffu)) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* The entry holding the block after `parent` (-1: the first) with these ids,
+ * or -1: hash first, then the chain link and every id compared. */
+static int pc_find(const og_engine *e, int parent, bool exact, const int32_t *ids, uint64_t *hash) {
+    const uint64_t ph = parent >= 0 ? e->pc[parent].hash : 0;
+    *hash = pc_hash(ph, exact, ids);
+    for (int i = e->pc_bucket[*hash & (uint64_t)(e->pc_nbucket - 1)]; i >= 0; i = e->pc[i].next) {
+        const pc_entry *c = &e->pc[i];
+        if (c->hash == *hash && c->parent == parent && c->exact == exact &&
+            (parent < 0 || c->parent_gen == e->pc[parent].gen) && !memcmp(c->ids, ids, sizeof c->ids))
+            return i;
+    }
+    return -1;
+}
+
+/* Removes an unreferenced entry from its bucket and frees its block, then its
+ * descendants (unreferenced too: a sequence holding a block holds its chain). */
+static void pc_evict(og_engine *e, int i) {
+    pc_entry *c = &e->pc[i];
+    const uint32_t gen = c->gen;
+    int *link = &e->pc_bucket[c->hash & (uint64_t)(e->pc_nbucket - 1)];
+    while (*link != i) link = &e->pc[*link].next;
+    *link = c->next;
+    if (c->dev) c->dev->ops->free(c->dev, c->blk);
+    else free(c->blk);
+    c->blk = NULL;
+    c->used = false;
+    c->gen++;
+    e->pc_used--;
+    for (int k = 0; k < e->pc_cap; k++)
+        if (e->pc[k].used && e->pc[k].parent == i && e->pc[k].parent_gen == gen) pc_evict(e, k);
+}
+
+/* The least recently used unreferenced entry, or -1. */
+static int pc_lru(const og_engine *e) {
+    int best = -1;
+    for (int i = 0; i < e->pc_cap; i++)
+        if (e->pc[i].used && !e->pc[i].ref && (best < 0 || e->pc[i].lru < e->pc[best].lru)) best = i;
+    return best;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -150,6 +225,17 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     pthread_cond_init(&e->cv_out, &ca);
     pthread_condattr_destroy(&ca);
     e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
+    if (!cfg->no_prefix_cache) {
+        e->pc_cap = (int)e->met.kv_blocks_total;
+        for (e->pc_nbucket = 16; e->pc_nbucket < 2 * e->pc_cap; e->pc_nbucket *= 2) {}
+        e->pc = calloc((size_t)e->pc_cap, sizeof *e->pc);
+        e->pc_bucket = malloc((size_t)e->pc_nbucket * sizeof *e->pc_bucket);
+        if (!e->pc || !e->pc_bucket) {
+            og_engine_free(e);
+            return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the prefix cache");
+        }
+        for (int i = 0; i < e->pc_nbucket; i++) e->pc_bucket[i] = -1;
+    }
     if (cfg->placement) og_placement_bind(cfg->placement, &e->cfg.rc);
     og_placement_stats ps;
     og_placement_get_stats(cfg->placement, &ps);
@@ -182,9 +268,26 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     return OG_OK;
 }
 
-static void seq_free(og_seq *s) {
-    if (!s) return;
+/* Gives s's shared blocks back to the prefix cache (lock held): they stay
+ * cached, unreferenced ones evictable; then frees its own blocks. */
+static void seq_kv_free(og_engine *e, og_seq *s) {
+    for (int j = 0; j < s->n_shared; j++) {
+        pc_entry *c = &e->pc[s->pc_ent[j]];
+        c->ref--;
+        c->lru = ++e->pc_tick;
+    }
+    if (s->n_shared) {
+        memmove(s->kv.blocks, s->kv.blocks + s->n_shared, (size_t)(s->kv.n_blocks - s->n_shared) * sizeof *s->kv.blocks);
+        s->kv.n_blocks -= s->n_shared;
+        s->n_shared = 0;
+    }
     og_kv_free(&s->kv);
+}
+
+static void seq_free(og_engine *e, og_seq *s) {
+    if (!s) return;
+    seq_kv_free(e, s);
+    free(s->pc_ent);
     og_sampler_free(s->smp);
     og_gmatch_free(s->gm);
     for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
@@ -200,13 +303,13 @@ static void seq_destroy(og_engine *e, og_seq *s) {
     if (s->prev) s->prev->next = s->next;
     else e->all = s->next;
     if (s->next) s->next->prev = s->prev;
-    seq_free(s);
+    seq_free(e, s);
 }
 
 /* The scheduler is done with s (lock held): its cache and sampler go at once. */
 static void seq_retire(og_engine *e, og_seq *s) {
     s->state = SEQ_RETIRED;
-    og_kv_free(&s->kv);
+    seq_kv_free(e, s);
     memset(&s->kv, 0, sizeof s->kv);
     og_sampler_free(s->smp);
     s->smp = NULL;
@@ -270,7 +373,7 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
         return st;
     }
     if (p->grammar && (st = og_gmatch_create(p->grammar, &s->gm, err, errlen))) {
-        seq_free(s);
+        seq_free(e, s);
         return st;
     }
     s->prompt = malloc((size_t)n_prompt * sizeof *s->prompt);
@@ -280,7 +383,7 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
     bool oom = !s->prompt || !s->gen || (p->n_forced && !s->forced);
     for (int i = 0; i < p->n_stop && !oom; i++) {
         if (!p->stop[i] || !p->stop[i][0]) {
-            seq_free(s);
+            seq_free(e, s);
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "stop strings must not be empty");
         }
         oom = !(s->stop[s->n_stop++] = strdup(p->stop[i]));
@@ -288,7 +391,7 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
         if (l > s->max_stop) s->max_stop = l;
     }
     if (oom) {
-        seq_free(s);
+        seq_free(e, s);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     memcpy(s->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
@@ -310,7 +413,7 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
         e->met.seqs_rejected++;
         int running = e->n_running, queued = e->n_queue;
         pthread_mutex_unlock(&e->mu);
-        seq_free(s);
+        seq_free(e, s);
         return og_fail(err, errlen, OG_ERR_STATE, "%s (%d running of %d, %d queued of %d); retry later", why, running,
                        e->cfg.parallel, queued, e->cfg.queue);
     }
@@ -379,6 +482,7 @@ og_status og_seq_take(og_engine *e, og_seq *s, og_seq_out *o) {
     o->finish = s->taken == s->gen_len && nt == s->n_toks ? s->finish : OG_FINISH_NONE;
     o->stop_index = o->finish == OG_FINISH_STOP ? s->stop_index : -1;
     o->n_prompt = s->n_prompt;
+    o->n_cached = s->n_cached;
     o->n_gen = s->n_gen;
     o->step_submit = s->step_submit;
     o->step_first = s->step_first;
@@ -562,10 +666,154 @@ static void rate_sample(og_engine *e) {
 /* KV blocks held by every sequence the engine still knows, running, queued or
  * retired but not yet released by its reader (lock held): a sequence that kept
  * its cache past retirement shows here. */
-static uint64_t kv_blocks_in_use(const og_engine *e) {
+static uint64_t kv_blocks_in_use(og_engine *e) {
     uint64_t blocks = 0;
-    for (const og_seq *s = e->all; s; s = s->next) blocks += (uint64_t)s->kv.n_blocks;
-    return blocks;
+    for (const og_seq *s = e->all; s; s = s->next) blocks += (uint64_t)(s->kv.n_blocks - s->n_shared);
+    uint64_t shared = 0, cached = 0;
+    for (int i = 0; i < e->pc_cap; i++)
+        if (e->pc[i].used) {
+            shared += e->pc[i].ref > 0;
+            cached += e->pc[i].ref == 0;
+        }
+    e->met.kv_blocks_shared = shared;
+    e->met.kv_blocks_cached = cached;
+    return blocks + shared;
+}
+
+/* Admission (lock held): s shares the longest cached run of its leading full
+ * prompt blocks, leaving at least one prompt token to prefill. */
+static void pc_admit(og_engine *e, og_seq *s) {
+    const int n_full = s->n_prompt / OG_KV_BLOCK;
+    if (!e->pc || !n_full) return;
+    if (!s->pc_ent && !(s->pc_ent = malloc((size_t)n_full * sizeof *s->pc_ent))) return;
+    int j = 0, parent = -1;
+    for (; (j + 1) * OG_KV_BLOCK <= s->n_prompt - 1; j++) {
+        uint64_t h;
+        int c = pc_find(e, parent, s->reproducible, s->prompt + j * OG_KV_BLOCK, &h);
+        if (c < 0) break;
+        s->pc_ent[j] = parent = c;
+    }
+    if (!j) return;
+    int cap = j > 8 ? j : 8;
+    if (!(s->kv.blocks = malloc((size_t)cap * sizeof *s->kv.blocks))) return;
+    s->kv.cap_blocks = cap;
+    for (int k = 0; k < j; k++) {
+        pc_entry *c = &e->pc[s->pc_ent[k]];
+        c->ref++;
+        c->lru = ++e->pc_tick;
+        s->kv.blocks[k] = c->blk;
+    }
+    s->kv.dev = e->pc[s->pc_ent[0]].dev;
+    s->kv.n_blocks = s->n_shared = j;
+    s->kv.n_pos = j * OG_KV_BLOCK;
+    s->n_fed = s->n_cached = j * OG_KV_BLOCK;
+    e->met.prefix_hits++;
+    e->met.prefix_cached_tokens += (uint64_t)s->n_cached;
+    e->met.prefix_blocks_reused += (uint64_t)j;
+}
+
+/* After a step (lock held): s's prompt blocks that are now full move into the
+ * cache (s holds a reference); an entry with the same chain already there
+ * (another sequence made it meanwhile) stops this sequence's caching. Space: an
+ * unreferenced least recently used block is evicted when the table is full or
+ * the cache plus the sequences' own blocks pass kv_blocks_total. */
+static void pc_insert(og_engine *e, og_seq *s) {
+    if (!e->pc || s->pc_stop) return;
+    while (!s->pc_stop && (s->n_shared + 1) * OG_KV_BLOCK <= s->n_fed && s->n_shared < s->kv.n_blocks) {
+        const int j = s->n_shared, parent = j ? s->pc_ent[j - 1] : -1;
+        uint64_t h;
+        if (pc_find(e, parent, s->reproducible, s->prompt + j * OG_KV_BLOCK, &h) >= 0) {
+            s->pc_stop = true;
+            break;
+        }
+        if (e->pc_used >= e->pc_cap) {
+            int v = pc_lru(e);
+            if (v >= 0) pc_evict(e, v);
+        }
+        int slot = -1;
+        for (int i = 0; i < e->pc_cap && slot < 0; i++)
+            if (!e->pc[i].used) slot = i;
+        if (slot < 0) {
+            s->pc_stop = true;
+            break;
+        }
+        pc_entry *c = &e->pc[slot];
+        c->blk = s->kv.blocks[j];
+        c->dev = s->kv.dev;
+        c->hash = h;
+        c->parent = parent;
+        c->parent_gen = parent >= 0 ? e->pc[parent].gen : 0;
+        c->ref = 1;
+        c->used = true;
+        c->exact = s->reproducible;
+        c->lru = ++e->pc_tick;
+        memcpy(c->ids, s->prompt + j * OG_KV_BLOCK, sizeof c->ids);
+        int *b = &e->pc_bucket[h & (uint64_t)(e->pc_nbucket - 1)];
+        c->next = *b;
+        *b = slot;
+        e->pc_used++;
+        s->pc_ent[j] = slot;
+        s->n_shared++;
+    }
+}
+
+/* Before a step (lock held): evicts least recently used unreferenced blocks
+ * while the sequences' blocks and the cache's pass kv_blocks_total. Returns
+ * the blocks in use. */
+static uint64_t pc_trim(og_engine *e) {
+    uint64_t used = kv_blocks_in_use(e);
+    while (e->pc && used + e->met.kv_blocks_cached > e->met.kv_blocks_total) {
+        int v = pc_lru(e);
+        if (v < 0) break;
+        pc_evict(e, v);
+        used = kv_blocks_in_use(e);
+    }
+    return used;
+}
+
+og_status og_engine_check(og_engine *e, char *err, size_t errlen) {
+    og_status st = OG_OK;
+    pthread_mutex_lock(&e->mu);
+    int *ref = e->pc_cap ? calloc((size_t)e->pc_cap, sizeof *ref) : NULL;
+    if (e->pc_cap && !ref) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    for (const og_seq *s = e->all; s && !st; s = s->next) {
+        if (s->n_shared > s->kv.n_blocks || (s->n_shared && !e->pc))
+            st = og_fail(err, errlen, OG_ERR_STATE, "a sequence shares %d blocks of its %d", s->n_shared, s->kv.n_blocks);
+        for (int j = 0; j < s->n_shared && !st; j++) {
+            const int c = s->pc_ent[j];
+            if (c < 0 || c >= e->pc_cap || !e->pc[c].used || (s->state != SEQ_RUNNING && e->pc[c].blk != s->kv.blocks[j]) ||
+                e->pc[c].parent != (j ? s->pc_ent[j - 1] : -1) ||
+                memcmp(e->pc[c].ids, s->prompt + j * OG_KV_BLOCK, sizeof e->pc[c].ids))
+                st = og_fail(err, errlen, OG_ERR_STATE, "a sequence's shared block %d is not its cache entry %d", j, c);
+            else ref[c]++;
+        }
+    }
+    int used = 0;
+    for (int i = 0; i < e->pc_cap && !st; i++) {
+        const pc_entry *c = &e->pc[i];
+        used += c->used;
+        if (c->ref != ref[i] || c->ref < 0 || (!c->used && (c->ref || c->blk)))
+            st = og_fail(err, errlen, OG_ERR_STATE, "cache entry %d: refcount %d, %d sequences hold it", i, c->ref, ref[i]);
+        else if (c->used && c->parent >= 0 && (!e->pc[c->parent].used || e->pc[c->parent].gen != c->parent_gen))
+            st = og_fail(err, errlen, OG_ERR_STATE, "cache entry %d: its parent %d is gone", i, c->parent);
+        else if (c->used && (!c->blk || c->hash != pc_hash(c->parent >= 0 ? e->pc[c->parent].hash : 0, c->exact, c->ids)))
+            st = og_fail(err, errlen, OG_ERR_STATE, "cache entry %d: its hash is not its chain's", i);
+        if (c->used && !st) {
+            int k = e->pc_bucket[c->hash & (uint64_t)(e->pc_nbucket - 1)];
+            while (k >= 0 && k != i) k = e->pc[k].next;
+            if (k != i) st = og_fail(err, errlen, OG_ERR_STATE, "cache entry %d is not in its hash bucket", i);
+        }
+    }
+    if (!st && used != e->pc_used)
+        st = og_fail(err, errlen, OG_ERR_STATE, "%d cache entries in use, %d counted", used, e->pc_used);
+    /* the budget, when no step is in flight (running sequences' caches belong to the scheduler) */
+    if (!st && !e->n_running && kv_blocks_in_use(e) + e->met.kv_blocks_cached > e->met.kv_blocks_total)
+        st = og_fail(err, errlen, OG_ERR_STATE, "%llu blocks held, over the budget of %llu",
+                     (unsigned long long)(kv_blocks_in_use(e) + e->met.kv_blocks_cached),
+                     (unsigned long long)e->met.kv_blocks_total);
+    free(ref);
+    pthread_mutex_unlock(&e->mu);
+    return st;
 }
 
 /* ---- constrained decoding hooks (og_grammar.h) ----------------------------
@@ -658,8 +906,9 @@ static void *scheduler(void *arg) {
             s->state = SEQ_RUNNING;
             e->running[e->n_running++] = s;
             if (s->max_tokens == 0) seq_end(s, OG_FINISH_LENGTH);
+            else pc_admit(e, s);
         }
-        e->met.kv_blocks_used = kv_blocks_in_use(e);
+        e->met.kv_blocks_used = pc_trim(e);
         int n = build_batch(e);
         if (n == 0) {
             if (e->in_flight) { /* at rest: copies that completed become resident without another step */
@@ -746,6 +995,7 @@ static void *scheduler(void *arg) {
                 og_seq *s = e->running[i];
                 s->n_fed += s->chunk;
                 e->met.prompt_tokens += (uint64_t)s->chunk;
+                if (s->chunk) pc_insert(e, s);
             }
         }
         placement_metrics(e);
@@ -805,6 +1055,10 @@ void og_engine_free(og_engine *e) {
     free(e->layer_hits);
     og_fwd_scratch_free(&e->scratch);
     og_vocab_free(e->vocab);
+    for (int i = 0; i < e->pc_cap; i++)
+        if (e->pc[i].used) pc_evict(e, i);
+    free(e->pc);
+    free(e->pc_bucket);
     free(e);
 }
 

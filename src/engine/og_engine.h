@@ -58,6 +58,15 @@ typedef struct og_engine_config {
     int batch_tokens;             /* tokens per forward step (>= parallel) */
     int ctx;                      /* positions per sequence (prompt + generated), <= the model's */
     int queue;                    /* sequences waiting for a place beyond `parallel` (>= 0) */
+    bool no_prefix_cache;         /* true: no prefix sharing (--prefix-cache off); zero: on. The prefix
+                                     cache: a sequence's full prompt blocks (OG_KV_BLOCK positions) are
+                                     indexed by a chain hash of the token ids they hold and all ids before
+                                     them, verified by the ids; a later prompt with the same leading blocks
+                                     shares them read-only (refcounted) and prefills only the rest (at least
+                                     one token: the last prompt position's logits are needed). Its last,
+                                     partial block is its own. Unreferenced blocks stay cached, least
+                                     recently used evicted first, while the cache and the sequences' own
+                                     blocks together stay within kv_blocks_total (parallel x ctx). */
 } og_engine_config;
 
 /* Why a sequence ended (the API's finish_reason). */
@@ -113,6 +122,7 @@ typedef struct og_seq_out {
     int stop_index;               /* finish STOP by a stop string: its index in og_seq_params.stop (the one
                                      matched first in the text); -1 otherwise (EOG, or not ended) */
     int n_prompt, n_gen;          /* tokens (n_gen: generated so far, EOG excluded) */
+    int n_cached;                 /* of the prompt's tokens, those read from the prefix cache (not prefilled) */
     uint64_t step_submit;         /* scheduler steps done (og_engine_metrics.steps) when it was submitted */
     uint64_t step_first;          /* the step that sampled its first token (EOG too); 0: none yet */
     char error[256];              /* for OG_FINISH_ERROR */
@@ -124,7 +134,13 @@ typedef struct og_engine_metrics {
     uint64_t seqs_admitted, seqs_finished, seqs_cancelled, seqs_rejected;
     uint64_t prompt_tokens, gen_tokens, steps;
     int queued, running;          /* now */
-    uint64_t kv_blocks_used, kv_blocks_total; /* OG_KV_BLOCK positions each; total = parallel x ctx */
+    uint64_t kv_blocks_used, kv_blocks_total; /* OG_KV_BLOCK positions each; total = parallel x ctx; used:
+                                                 the sequences' own blocks plus referenced cached ones */
+    uint64_t kv_blocks_cached;    /* prefix-cache blocks no sequence references (kept for reuse, evictable) */
+    uint64_t kv_blocks_shared;    /* prefix-cache blocks referenced by at least one sequence */
+    uint64_t prefix_hits;         /* sequences admitted with at least one cached block */
+    uint64_t prefix_cached_tokens;/* prompt tokens read from the cache instead of prefilled, in all */
+    uint64_t prefix_blocks_reused;/* cached blocks handed to admitted sequences, in all */
     double gen_tok_per_s;         /* generated tokens per second over the last ~10 s */
     double longest_step_s;        /* longest forward step so far, seconds */
     double forward_s;             /* seconds in forward steps, in all */
@@ -165,6 +181,12 @@ bool og_engine_wait(og_engine *e, double timeout_s);
 void og_seq_release(og_engine *e, og_seq *s);
 
 og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out);
+/* Debug consistency check of the prefix cache (tests call it): walks the live
+ * sequences and compares each cached block's refcount with the sequences that
+ * hold it, every block's place in its hash chain, the LRU/free bookkeeping and
+ * the chain links. Errors: OG_ERR_STATE with the first inconsistency. */
+/* Call it with no step in flight for the budget part (e.g. once every sequence ended). */
+og_status og_engine_check(og_engine *e, char *err, size_t errlen);
 /* Per-layer expert traffic as of the last step: routes[l] selections and hits[l]
  * of them on the device, for l < n_layer (the model's layers; dense ones stay
  * 0). Errors: OG_ERR_STATE without placement statistics. */

@@ -78,7 +78,7 @@ typedef struct result {
     float lps[256];
     int n;
     og_finish finish;
-    int n_gen;
+    int n_gen, n_cached;
     uint64_t step_submit, step_first;
 } result;
 
@@ -98,6 +98,7 @@ static void collect(og_engine *e, og_seq *s, result *r) {
         }
         og_finish f = o.finish;
         r->n_gen = o.n_gen;
+        r->n_cached = o.n_cached;
         r->step_submit = o.step_submit;
         r->step_first = o.step_first;
         int stop_index = o.stop_index;
@@ -330,6 +331,128 @@ static void test_cancel_frees_everything(void **state) {
     assert_int_equal(r.n_gen, 3);
     og_engine_free(e);
     og_ids_free(&ids);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PC_LOOP 30
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PC_LOOP 30
+#endif
+#endif
+#ifndef PC_LOOP
+#define PC_LOOP 200
+#endif
+
+static og_engine *make_pc_engine(int parallel, int batch_tokens, int ctx, int queue, bool off) {
+    og_engine_config c = {.model = g_m,
+                          .tok = g_tok,
+                          .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host,
+                                 .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL},
+                          .parallel = parallel, .batch_tokens = batch_tokens, .ctx = ctx, .queue = queue,
+                          .no_prefix_cache = off};
+    og_engine *e;
+    char err[256];
+    if (og_engine_create(&c, &e, err, sizeof err)) fail_msg("%s", err);
+    if (og_engine_start(e, err, sizeof err)) fail_msg("%s", err);
+    return e;
+}
+
+static void pc_run(og_engine *e, const int32_t *ids, int n, result *r) {
+    og_ids v = {.v = (int32_t *)ids, .n = (size_t)n};
+    og_seq_params p = greedy(6);
+    collect(e, submit(e, &v, &p), r);
+}
+
+/* The prefix cache: the same tokens and log-probs (bitwise) cold, warm, with a
+ * shared prefix diverging inside a block and at a block boundary, and with the
+ * cache off (the reference); the cached token counts follow the block rule. */
+static void test_prefix_cache_identical(void **state) {
+    (void)state;
+    enum { N = 200 };
+    int32_t a[N], b[N], c[N];
+    uint64_t x = 12345;
+    for (int i = 0; i < N; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = b[i] = c[i] = (int32_t)((x >> 33) % (uint64_t)(g_m->hp.n_vocab - 10));
+    }
+    for (int i = 150; i < N; i++) b[i] = (a[i] + 7) % (int32_t)(g_m->hp.n_vocab - 10); /* inside block 2 */
+    for (int i = 128; i < N; i++) c[i] = (a[i] + 3) % (int32_t)(g_m->hp.n_vocab - 10); /* at its start */
+    const int32_t *pr[5] = {a, a, b, c, a};
+    const int np[5] = {N, N, N, N, 192};
+    const int want_cached[5] = {0, 192, 128, 128, 128}; /* 192 = 3 blocks: the last token is prefilled */
+    og_engine *off = make_pc_engine(2, 64, 512, 8, true), *on = make_pc_engine(2, 64, 512, 8, false);
+    for (int k = 0; k < 5; k++) {
+        result ro, rn;
+        pc_run(off, pr[k], np[k], &ro);
+        pc_run(on, pr[k], np[k], &rn);
+        assert_int_equal(ro.n_cached, 0);
+        assert_int_equal(rn.n_cached, want_cached[k]);
+        assert_int_equal(ro.n, 6);
+        assert_int_equal(rn.n, ro.n);
+        for (int i = 0; i < ro.n; i++) {
+            assert_int_equal(rn.ids[i], ro.ids[i]);
+            assert_memory_equal(&rn.lps[i], &ro.lps[i], sizeof(float));
+        }
+    }
+    og_engine_metrics m;
+    og_engine_metrics_get(on, &m);
+    assert_int_equal(m.prefix_blocks_reused, 3 + 2 + 2 + 2);
+    assert_int_equal(m.prefix_hits, 4);
+    assert_int_equal(m.prefix_cached_tokens, 192 + 128 + 128 + 128);
+    char err[256];
+    if (og_engine_check(on, err, sizeof err)) fail_msg("%s", err);
+    og_engine_free(off);
+    og_engine_free(on);
+}
+
+/* PC_LOOP requests with random shared prefixes, lengths and cancels: nothing
+ * stays referenced and the consistency check passes, during and after. */
+static void test_prefix_cache_churn(void **state) {
+    (void)state;
+    enum { BASE = 3, L = 160 };
+    int32_t base[BASE][L];
+    uint64_t x = 777;
+    for (int k = 0; k < BASE; k++)
+        for (int i = 0; i < L; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            base[k][i] = (int32_t)((x >> 33) % (uint64_t)(g_m->hp.n_vocab - 10));
+        }
+    og_engine *e = make_pc_engine(3, 96, 256, PC_LOOP, false); /* budget: 3 x 4 blocks */
+    og_seq *s[PC_LOOP];
+    int32_t buf[L];
+    char err[256];
+    for (int r = 0; r < PC_LOOP; r++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int k = (int)((x >> 20) % BASE), n = 1 + (int)((x >> 30) % L), cut = (int)((x >> 40) % (uint64_t)(n + 1));
+        memcpy(buf, base[k], sizeof buf);
+        for (int i = cut; i < n; i++) buf[i] = (buf[i] + 1 + r) % (int32_t)(g_m->hp.n_vocab - 10);
+        og_ids v = {.v = buf, .n = (size_t)n};
+        og_seq_params p = greedy(1 + (int)((x >> 50) % 3));
+        s[r] = submit(e, &v, &p);
+        if ((x >> 55) % 3 == 0) og_seq_release(e, s[r]), s[r] = NULL;
+        if (r % 16 == 0 && og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
+    }
+    for (int r = 0; r < PC_LOOP; r++)
+        if (s[r]) {
+            result res;
+            collect(e, s[r], &res);
+        }
+    og_engine_metrics m;
+    for (int k = 0; k < 200; k++) {
+        og_engine_metrics_get(e, &m);
+        if (m.running == 0 && m.queued == 0) break;
+        og_engine_wait(e, 0.05);
+    }
+    og_engine_drain(e, 0);
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.running, 0);
+    assert_int_equal(m.kv_blocks_used, 0);
+    assert_int_equal(m.kv_blocks_shared, 0);
+    assert_true(m.kv_blocks_cached <= m.kv_blocks_total);
+    assert_true(m.prefix_hits > 0);
+    if (og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
+    og_engine_free(e);
 }
 
 /* og_prefill_share against a reference that deals the budget out one token at
@@ -764,6 +887,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_forced_and_eog),
         cmocka_unit_test(test_placement_at_rest),
         cmocka_unit_test(test_run_cli),
+        cmocka_unit_test(test_prefix_cache_identical),
+        cmocka_unit_test(test_prefix_cache_churn),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

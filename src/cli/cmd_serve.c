@@ -24,7 +24,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu serve -m MODEL.gguf [--host ADDR] [--port P] [--api-key KEY] [--alias ID]\n"
             "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T] [--numa-node N]\n"
-            "                    [--max-tokens N] [--log-format text|json] [--reasoning on|off]\n"
+            "                    [--max-tokens N] [--log-format text|json] [--reasoning on|off] [--prefix-cache on|off]\n"
             "                    [--chat-template v3|r1|v3.1|v4|v4.1]\n"
             "                    [--device cuda|cpu|auto] [--vram SIZE [--ram SIZE] [--reserve SIZE] [--expert-slots N|all]\n"
             "                     [--profile FILE] [--save-profile FILE] [--migrate N]]\n"
@@ -38,6 +38,8 @@ static void usage(FILE *out) {
             "  --ctx N            positions per sequence, prompt + output (default: the model's, at most 4096)\n"
             "  --parallel N       sequences served at once (default 4); --queue N more wait (default 64; then 503)\n"
             "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
+            "  --prefix-cache on|off  reuse the KV blocks of a prompt prefix seen before (whole 64-token blocks,\n"
+            "                     kept within parallel x ctx positions, least recently used evicted; default on)\n"
             "  --max-tokens N     tokens generated for a request that sets no max_tokens (default: until the\n"
             "                     context is full for chat, 16 for completions); a request's own max_tokens wins\n"
             "  --reasoning on|off thinking mode for chats that do not choose (reasoning_effort, chat_template_kwargs\n"
@@ -117,11 +119,12 @@ int og_cmd_serve(int argc, char **argv) {
         {"grace", required_argument, 0, 'g'},      OG_CLI_FLAG_OPTIONS,
         {"max-tokens", required_argument, 0, 'x'}, {"log-format", required_argument, 0, 'l'},
         {"reasoning", required_argument, 0, 'R'}, {"chat-template", required_argument, 0, 'C'},
+        {"prefix-cache", required_argument, 0, 1000},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
     uint32_t parallel = 4, batch_tokens = 512, queue = 64;
     long port = 8090, max_tokens = 0;
-    bool log_json = false, reasoning = false;
+    bool log_json = false, reasoning = false, prefix_cache = true;
     og_chat_kind chat_kind = OG_CHAT_UNKNOWN; /* UNKNOWN: detect */
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
@@ -159,6 +162,13 @@ int og_cmd_serve(int argc, char **argv) {
                 return OG_EXIT_USAGE;
             }
             log_json = !strcmp(optarg, "json");
+            break;
+        case 1000:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "onegpu serve: bad value '%s' for --prefix-cache: expected on or off\n", optarg);
+                return OG_EXIT_USAGE;
+            }
+            prefix_cache = !strcmp(optarg, "on");
             break;
         case 'R':
             if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
@@ -294,7 +304,7 @@ int og_cmd_serve(int argc, char **argv) {
                              .rc = {.kern = &kern, .pool = pool, .device_numerics = OG_NUMERICS_CANONICAL,
                                     .host_numerics = fl.numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
                              .placement = pl, .parallel = (int)parallel, .batch_tokens = (int)batch_tokens,
-                             .ctx = (int)ctx, .queue = (int)queue};
+                             .ctx = (int)ctx, .queue = (int)queue, .no_prefix_cache = !prefix_cache};
     if (og_engine_create(&ecfg, &eng, err, sizeof err) || og_engine_start(eng, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s\n", err);
         rc = OG_EXIT_USAGE;

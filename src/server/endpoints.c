@@ -371,6 +371,7 @@ og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
     if (o->finish != OG_FINISH_NONE) return OG_OK;
     if (o->stream && !o->begun) og_ep_out_begin(o);
     if (so->n_prompt) o->n_prompt = so->n_prompt;
+    if (so->n_prompt) o->n_cached = so->n_cached;
     o->n_gen = so->n_gen;
     if (!o->parser && so->len) {
         og_out_ev ev = {.kind = OG_OUT_CONTENT, .text = so->text, .len = so->len};

@@ -463,7 +463,7 @@ static json_t *block_json(const og_blk *b, bool empty) {
 
 static json_t *usage_json(const og_ep_out *o) {
     return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", o->n_prompt, "output_tokens", o->n_gen,
-                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0);
+                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", o->n_cached);
 }
 
 static const char *stop_reason(const og_ep_out *o) {

@@ -171,6 +171,7 @@ struct og_ep_out {
     int max_calls, n_calls;  /* tool calls kept at most (1: parallel tool use off; 0: any), kept so far */
     bool drop_call;          /* the call being reported is over max_calls */
     int n_prompt, n_gen;     /* tokens */
+    int n_cached;            /* of n_prompt, read from the prefix cache (usage's cached / cache_read tokens) */
     int n_reasoning;         /* output tokens inside the think block (its closing marker included) */
     og_finish finish;        /* NONE until the sequence ended */
     int stop_index;          /* og_seq_out's */

@@ -408,7 +408,7 @@ static json_t *response_json(og_ep_out *o, bool ended) {
         "incomplete_details", ended && cut ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null(), "model",
         o->meta.model, "output", out, "previous_response_id", "usage",
         ended ? json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", o->n_prompt, "input_tokens_details",
-                          "cached_tokens", 0, "output_tokens", o->n_gen, "output_tokens_details", "reasoning_tokens",
+                          "cached_tokens", o->n_cached, "output_tokens", o->n_gen, "output_tokens_details", "reasoning_tokens",
                           n_reason, "total_tokens", o->n_prompt + o->n_gen)
               : json_null());
     if (!r || !fields || json_object_update(r, fields)) {

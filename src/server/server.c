@@ -55,6 +55,7 @@ typedef struct conn_ctx {
     bool gen_counted;             /* a generation request: counted in og_server.active until request_done */
     int status;                   /* of the answer sent; 0: none (the client left first) */
     long long n_prompt, n_gen;    /* tokens of a generation request, for the access log */
+    long long n_cached;           /* of n_prompt, read from the prefix cache */
     double t0;                    /* CLOCK_MONOTONIC seconds when its headers arrived */
     struct timespec wall0;        /* the same moment, CLOCK_REALTIME */
     char method[16];
@@ -84,7 +85,7 @@ typedef struct gen_ctx {
     size_t text_len[OG_API_MAX_PROMPTS];
     og_tok_out *toks[OG_API_MAX_PROMPTS];
     int n_toks[OG_API_MAX_PROMPTS];
-    int n_prompt[OG_API_MAX_PROMPTS], n_gen[OG_API_MAX_PROMPTS];
+    int n_prompt[OG_API_MAX_PROMPTS], n_gen[OG_API_MAX_PROMPTS], n_cached[OG_API_MAX_PROMPTS];
     og_api_offsets off[OG_API_MAX_PROMPTS]; /* completions text_offset cursors */
     char error[256];
     og_ep_out *ep;                /* /v1/messages, /v1/responses: their output (og_endpoints.h), else NULL */
@@ -213,13 +214,14 @@ static void gen_free(gen_ctx *g) {
 /* ---- responses ------------------------------------------------------------ */
 
 static json_t *usage_json(const gen_ctx *g) {
-    long long p = 0, c = 0;
+    long long p = 0, c = 0, k = 0;
     for (int i = 0; i < g->n; i++) {
         p += g->n_prompt[i];
         c += g->n_gen[i];
+        k += g->n_cached[i];
     }
-    json_t *u = json_pack("{s:I,s:I,s:I,s:{s:i}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
-                          "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens", 0);
+    json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
+                          "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens", (json_int_t)k);
     if (u && g->req.out.parse_reasoning) { /* thinking requests: how many of them were reasoning */
         long long r = 0;
         for (int i = 0; i < g->n; i++) r += g->n_reasoning[i];
@@ -281,6 +283,7 @@ static bool ep_collect(gen_ctx *g, bool stream) {
     if (g->finish[0] == OG_FINISH_NONE && og_seq_take(g->e, g->seqs[0], &o) == OG_OK) {
         g->n_prompt[0] = o.n_prompt;
         g->n_gen[0] = o.n_gen;
+        g->n_cached[0] = o.n_cached;
         changed |= o.len || o.n_toks || o.finish != OG_FINISH_NONE;
         bool failed = o.finish == OG_FINISH_ERROR || o.finish == OG_FINISH_CANCEL;
         if (!failed && og_ep_out_feed(g->ep, &o)) {
@@ -309,6 +312,7 @@ static bool ep_collect(gen_ctx *g, bool stream) {
     if (stream && og_ep_out_done(g->ep) && !g->sent_done) g->sent_done = changed = true;
     g->cc->n_prompt = g->n_prompt[0];
     g->cc->n_gen = g->n_gen[0];
+    g->cc->n_cached = g->n_cached[0];
     return changed;
 }
 
@@ -416,6 +420,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         if (og_seq_take(g->e, g->seqs[i], &o)) continue;
         g->n_prompt[i] = o.n_prompt;
         g->n_gen[i] = o.n_gen;
+        g->n_cached[i] = o.n_cached;
         if (o.len || o.n_toks) changed = true;
         if (!stream || (g->req.logprobs && !g->req.chat) || g->req.parse) { /* the final text; what text_offset counts in */
             char *nt = realloc(g->text[i], g->text_len[i] + o.len + 1);
@@ -487,10 +492,11 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         g->sent_done = true;
         changed = true;
     }
-    g->cc->n_prompt = g->cc->n_gen = 0;
+    g->cc->n_prompt = g->cc->n_gen = g->cc->n_cached = 0;
     for (int i = 0; i < g->n; i++) {
         g->cc->n_prompt += g->n_prompt[i];
         g->cc->n_gen += g->n_gen[i];
+        g->cc->n_cached += g->n_cached[i];
     }
     return changed;
 }
@@ -727,6 +733,12 @@ static enum MHD_Result handle_metrics(og_server *s, struct MHD_Connection *c, co
         {"kv_blocks_total", "gauge", "KV cache blocks planned (parallel x ctx).", (double)m.kv_blocks_total, false},
         {"kv_usage_ratio", "gauge", "kv_blocks_used / kv_blocks_total.",
          m.kv_blocks_total ? (double)m.kv_blocks_used / (double)m.kv_blocks_total : 0.0, false},
+        {"kv_blocks_cached", "gauge", "Prefix-cache KV blocks no sequence references (kept for reuse, evicted LRU).",
+         (double)m.kv_blocks_cached, false},
+        {"prefix_cache_hits_total", "counter", "Sequences admitted with a cached prompt prefix.", (double)m.prefix_hits,
+         false},
+        {"prefix_cached_tokens_total", "counter", "Prompt tokens read from the prefix cache instead of prefilled.",
+         (double)m.prefix_cached_tokens, false},
         {"steps_total", "counter", "Scheduler steps (forward calls).", (double)m.steps, false},
         {"step_seconds_max", "gauge", "Longest scheduler step so far, seconds.", m.longest_step_s, false},
         {"expert_selections_total", "counter", "Routed (token, expert) selections.", (double)m.expert_routes, true},
@@ -962,8 +974,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
 
 /* The access-log line of a finished request: when its headers arrived (UTC),
  * method, path, status (499: the client left before any answer), prompt /
- * cached / completion tokens (0 but for generation requests; no prefix cache
- * yet, so cached is 0), and seconds from its headers to its end. */
+ * cached (read from the prefix cache) / completion tokens (0 but for
+ * generation requests), and seconds from its headers to its end. */
 static void access_log(og_server *s, const conn_ctx *cc) {
     FILE *f = s->cfg.access_log;
     if (!f) return;
@@ -975,9 +987,9 @@ static void access_log(og_server *s, const conn_ctx *cc) {
     double dur = mono_s() - cc->t0;
     int status = cc->status ? cc->status : 499;
     if (s->cfg.access_json) {
-        json_t *o = json_pack("{s:s,s:o,s:o,s:i,s:I,s:i,s:I,s:f}", "time", ts, "method",
+        json_t *o = json_pack("{s:s,s:o,s:o,s:i,s:I,s:I,s:I,s:f}", "time", ts, "method",
                               og_api_jstr(cc->method, strlen(cc->method)), "path", og_api_jstr(cc->path, strlen(cc->path)),
-                              "status", status, "prompt_tokens", (json_int_t)cc->n_prompt, "cached_tokens", 0,
+                              "status", status, "prompt_tokens", (json_int_t)cc->n_prompt, "cached_tokens", (json_int_t)cc->n_cached,
                               "completion_tokens", (json_int_t)cc->n_gen, "duration_s", round(dur * 1e6) / 1e6);
         char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
@@ -985,9 +997,9 @@ static void access_log(og_server *s, const conn_ctx *cc) {
         free(t);
     } else {
         char pm[64], pp[1100];
-        fprintf(f, "%s %s %s %d prompt=%lld cached=0 completion=%lld %.3fs\n", ts,
+        fprintf(f, "%s %s %s %d prompt=%lld cached=%lld completion=%lld %.3fs\n", ts,
                 og_printable(cc->method, strlen(cc->method), pm, sizeof pm),
-                og_printable(cc->path, strlen(cc->path), pp, sizeof pp), status, cc->n_prompt, cc->n_gen, dur);
+                og_printable(cc->path, strlen(cc->path), pp, sizeof pp), status, cc->n_prompt, cc->n_cached, cc->n_gen, dur);
     }
     fflush(f);
 }

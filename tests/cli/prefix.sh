@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The prefix cache through `onegpu serve` on a tiny model: the same ~1,200-token
+# prompt twice gives the same output (text and log-probs, bitwise as JSON) and
+# cached_tokens > 0 the second time (whole 64-token blocks, the last prompt token
+# prefilled), on /v1/completions, /v1/chat/completions and /v1/messages
+# (cache_read_input_tokens); the access log's cached= and /metrics' prefix
+# counters agree; --prefix-cache off gives the same output with 0 cached.
+# usage: prefix.sh ONEGPU WORKDIR
+set -euo pipefail
+onegpu=$1 work=$2
+. "$(dirname "$0")/lib.sh"
+mkdir -p "$work"
+tiny_model "$onegpu" "$work"
+command -v node >/dev/null || skip_dep "Node.js is needed to read the JSON answers (scripts/deps.sh)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+text=$(for i in $(seq 1 200); do printf 'item %d is blue; ' "$i"; done)
+cbody="{\"prompt\":\"$text\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":2}"
+hbody="{\"messages\":[{\"role\":\"user\",\"content\":\"$text\"}],\"max_tokens\":6,\"temperature\":0,\"logprobs\":true}"
+mbody="{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Anthropic: $text\"}],\"max_tokens\":6,\"temperature\":0}"
+post() { printf '%s' "$3" | curl -s "http://127.0.0.1:$port$1" -H 'Content-Type: application/json' --data-binary @- >"$2"; }
+# check A B KIND: same output; A's cached 0, B's > 0 (or 0 with KIND off)
+check() {
+  node -e '
+const fs = require("fs"), [a, b, kind] = process.argv.slice(1);
+const A = JSON.parse(fs.readFileSync(a, "utf8")), B = JSON.parse(fs.readFileSync(b, "utf8"));
+const msg = A.type === "message";
+const cached = j => msg ? j.usage.cache_read_input_tokens : j.usage.prompt_tokens_details.cached_tokens;
+const total = j => msg ? j.usage.input_tokens : j.usage.prompt_tokens;
+const out = j => JSON.stringify(msg ? j.content : j.choices.map(c => [c.text, c.message, c.logprobs]));
+if (total(A) < 1000) { console.error("prompt too short:", total(A)); process.exit(1); }
+if (cached(A) !== 0) { console.error(a, "cold request reports", cached(A), "cached"); process.exit(1); }
+const want = kind === "off" ? 0 : Math.floor((total(A) - 1) / 64) * 64;
+if (cached(B) !== want) { console.error(b, "cached", cached(B), "expected", want, "of", total(B)); process.exit(1); }
+if (out(A) !== out(B)) { console.error("outputs differ:\n", out(A), "\n", out(B)); process.exit(1); }
+console.log("ok:", b, "cached", cached(B), "of", total(B));' "$1" "$2" "$3"
+}
+start_server "$work/serve.log" --ctx 2048 --parallel 2 --batch-tokens 256
+post /v1/completions "$work/c1.json" "$cbody"
+post /v1/completions "$work/c2.json" "$cbody"
+check "$work/c1.json" "$work/c2.json" on || fail "completions"
+post /v1/chat/completions "$work/h1.json" "$hbody"
+post /v1/chat/completions "$work/h2.json" "$hbody"
+check "$work/h1.json" "$work/h2.json" on || fail "chat completions"
+post /v1/messages "$work/m1.json" "$mbody"
+post /v1/messages "$work/m2.json" "$mbody"
+check "$work/m1.json" "$work/m2.json" on || fail "messages"
+curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics.txt"
+metric() { awk -v k="$1" '$1==k{print $2}' "$work/metrics.txt"; }
+hits=$(metric onegpu_prefix_cache_hits_total) toks=$(metric onegpu_prefix_cached_tokens_total)
+[[ $hits == 3 ]] || fail "onegpu_prefix_cache_hits_total: '$hits', expected 3"
+want=$(node -e 'const f=require("fs"),g=p=>JSON.parse(f.readFileSync(p,"utf8")).usage;
+  console.log(g(process.argv[1]).prompt_tokens_details.cached_tokens+g(process.argv[2]).prompt_tokens_details.cached_tokens+
+  g(process.argv[3]).cache_read_input_tokens)' "$work/c2.json" "$work/h2.json" "$work/m2.json")
+[[ $toks == "$want" ]] || fail "onegpu_prefix_cached_tokens_total: '$toks', expected $want"
+cb=$(metric onegpu_kv_blocks_cached)
+[[ -n $cb && $cb -gt 0 ]] || fail "onegpu_kv_blocks_cached: '$cb' after the requests ended"
+kill -TERM "$spid"; wait "$spid" || true
+c2=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")).usage.prompt_tokens_details.cached_tokens)' "$work/c2.json")
+grep -q " cached=$c2 " "$work/serve.log.access" || { cat "$work/serve.log.access"; fail "no access-log line with cached=$c2"; }
+echo "ok: /metrics and the access log count the cached tokens"
+start_server "$work/serve-off.log" --ctx 2048 --parallel 2 --batch-tokens 256 --prefix-cache off
+post /v1/completions "$work/o1.json" "$cbody"
+check "$work/c1.json" "$work/o1.json" off || fail "--prefix-cache off"
+kill -TERM "$spid"; wait "$spid" || true
+echo "prefix.sh: all passed"

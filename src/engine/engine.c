@@ -122,8 +122,9 @@ static int pc_find(const og_engine *e, int parent, bool exact, const int32_t *id
 }
 
 /* Removes an unreferenced entry from its bucket and frees its block, then its
- * descendants (unreferenced too: a sequence holding a block holds its chain). */
-static void pc_evict(og_engine *e, int i) {
+ * descendants (unreferenced too: a sequence holding a block holds its chain).
+ * Returns the entries evicted. */
+static int pc_evict(og_engine *e, int i) {
     pc_entry *c = &e->pc[i];
     const uint32_t gen = c->gen;
     int *link = &e->pc_bucket[c->hash & (uint64_t)(e->pc_nbucket - 1)];
@@ -135,8 +136,10 @@ static void pc_evict(og_engine *e, int i) {
     c->used = false;
     c->gen++;
     e->pc_used--;
+    int n = 1;
     for (int k = 0; k < e->pc_cap; k++)
-        if (e->pc[k].used && e->pc[k].parent == i && e->pc[k].parent_gen == gen) pc_evict(e, k);
+        if (e->pc[k].used && e->pc[k].parent == i && e->pc[k].parent_gen == gen) n += pc_evict(e, k);
+    return n;
 }
 
 /* The least recently used unreferenced entry, or -1. */
@@ -226,15 +229,16 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     pthread_condattr_destroy(&ca);
     e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
     if (!cfg->no_prefix_cache) {
-        e->pc_cap = (int)e->met.kv_blocks_total;
-        for (e->pc_nbucket = 16; e->pc_nbucket < 2 * e->pc_cap; e->pc_nbucket *= 2) {}
-        e->pc = calloc((size_t)e->pc_cap, sizeof *e->pc);
+        const int cap = (int)e->met.kv_blocks_total;
+        for (e->pc_nbucket = 16; e->pc_nbucket < 2 * cap; e->pc_nbucket *= 2) {}
+        e->pc = calloc((size_t)cap, sizeof *e->pc);
         e->pc_bucket = malloc((size_t)e->pc_nbucket * sizeof *e->pc_bucket);
         if (!e->pc || !e->pc_bucket) {
             og_engine_free(e);
             return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the prefix cache");
         }
         for (int i = 0; i < e->pc_nbucket; i++) e->pc_bucket[i] = -1;
+        e->pc_cap = cap;
     }
     if (cfg->placement) og_placement_bind(cfg->placement, &e->cfg.rc);
     og_placement_stats ps;
@@ -718,7 +722,7 @@ static void pc_admit(og_engine *e, og_seq *s) {
  * unreferenced least recently used block is evicted when the table is full or
  * the cache plus the sequences' own blocks pass kv_blocks_total. */
 static void pc_insert(og_engine *e, og_seq *s) {
-    if (!e->pc || s->pc_stop) return;
+    if (!e->pc || !s->pc_ent || s->pc_stop) return;
     while (!s->pc_stop && (s->n_shared + 1) * OG_KV_BLOCK <= s->n_fed && s->n_shared < s->kv.n_blocks) {
         const int j = s->n_shared, parent = j ? s->pc_ent[j - 1] : -1;
         uint64_t h;
@@ -761,12 +765,11 @@ static void pc_insert(og_engine *e, og_seq *s) {
  * while the sequences' blocks and the cache's pass kv_blocks_total. Returns
  * the blocks in use. */
 static uint64_t pc_trim(og_engine *e) {
-    uint64_t used = kv_blocks_in_use(e);
+    const uint64_t used = kv_blocks_in_use(e);
     while (e->pc && used + e->met.kv_blocks_cached > e->met.kv_blocks_total) {
         int v = pc_lru(e);
         if (v < 0) break;
-        pc_evict(e, v);
-        used = kv_blocks_in_use(e);
+        e->met.kv_blocks_cached -= (uint64_t)pc_evict(e, v); /* descendants of an unreferenced block are too */
     }
     return used;
 }

@@ -6,16 +6,10 @@
 # is only the request translation and the output assembly (og_endpoints.h).
 set -euo pipefail
 onegpu=$1 model=$2 rounds=${3:-15}
-log=$(mktemp)
-"$onegpu" serve -m "$model" --port 0 --parallel 1 --ctx 512 2>"$log" >/dev/null &
-pid=$!
-trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
-port=
-for _ in $(seq 1 300); do
-  port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
-  [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  sleep 0.1
-done
+. "$(dirname "$0")/../tests/cli/lib.sh" # start_server, median
+work=$(mktemp -d) pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+start_server "$work/serve.log" --parallel 1 --ctx 512
 u='"messages":[{"role":"user","content":"Tell me about the sea."}]'
 declare -A body=(
   [chat]="{$u,\"max_tokens\":32,\"temperature\":0}"
@@ -23,7 +17,6 @@ declare -A body=(
   [responses]="{\"input\":\"Tell me about the sea.\",\"max_output_tokens\":32,\"temperature\":0}"
 )
 declare -A path=([chat]=/v1/chat/completions [messages]=/v1/messages [responses]=/v1/responses)
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 for stream in false true; do
   declare -A t=()
   for r in $(seq 1 "$rounds"); do

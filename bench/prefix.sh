@@ -8,16 +8,10 @@
 # a context of at least 4,200 (make-model --preset demo --ctx 8192).
 set -euo pipefail
 onegpu=$1 model=$2 rounds=${3:-5}
-log=$(mktemp)
-"$onegpu" serve -m "$model" --port 0 --parallel 1 --ctx 8192 2>"$log" >/dev/null &
-pid=$!
-trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
-port=
-for _ in $(seq 1 600); do
-  port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
-  [[ -n $port ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  sleep 0.1
-done
+. "$(dirname "$0")/../tests/cli/lib.sh" # start_server, median
+work=$(mktemp -d) pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+start_server "$work/serve.log" --parallel 1 --ctx 8192
 prefix=$(for i in $(seq 1 660); do printf 'item %d is blue; ' "$i"; done)
 req() { # req PROMPT -> "seconds prompt_tokens cached_tokens"
   local out
@@ -26,7 +20,6 @@ req() { # req PROMPT -> "seconds prompt_tokens cached_tokens"
   local t=${out##*$'\n'} j=${out%$'\n'*}
   echo "$t $(node -e 'const u=JSON.parse(process.argv[1]).usage; console.log(u.prompt_tokens, u.prompt_tokens_details.cached_tokens)' "$j")"
 }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 echo "warm: $(req "$prefix")"
 cold=() warm=()
 for r in $(seq 1 "$rounds"); do

@@ -23,6 +23,8 @@ need_node_refs() {
   fi
 }
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# median: the median of the numbers on stdin, one per line (bench/*.sh)
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 # json_get FILE EXPR: evaluates a JS expression over the parsed JSON `j`.
 json_get() { node -e "const j=JSON.parse(require('fs').readFileSync('$1','utf8')); console.log($2)"; }
 # start_server LOG ARGS...: starts "$onegpu" serve -m "$model" on a free port, waits for

@@ -67,7 +67,7 @@ static void route_one(const og_router_op *op, const float *logits, float *sc, fl
 
 og_status og_cpu_route(const og_router_op *op) {
     og_status st = check_route(op);
-    if (st) return st;
+    if (st || !op->n_tok) return st; /* n_tok 0: only the check (og_cop_make's) */
     float *sc = malloc((size_t)op->n_expert * 2 * sizeof(float));
     if (!sc) return OG_ERR_NOMEM;
     for (int64_t t = 0; t < op->n_tok; t++)

@@ -67,7 +67,7 @@ static void route_one(const og_router_op *op, const float *logits, float *sc, fl
 
 og_status og_cpu_route(const og_router_op *op) {
     og_status st = check_route(op);
-    if (st) return st;
+    if (st || !op->n_tok) return st; /* n_tok 0: only the check (og_cop_make's) */
     float *sc = malloc((size_t)op->n_expert * 2 * sizeof(float));
     if (!sc) return OG_ERR_NOMEM;
     for (int64_t t = 0; t < op->n_tok; t++)
@@ -85,10 +85,6 @@ typedef struct att_job {
     size_t att_stride;
 } att_job;
 
-static const float *kv_at(const og_kv_view *kv, int32_t first, int32_t pos) {
-    return kv->blocks[first + pos / kv->block_rows] + kv->offset + (int64_t)(pos % kv->block_rows) * kv->row_stride;
-}
-
 static void attend_heads(void *vctx, int ith, int nth) {
     const att_job *j = vctx;
     const og_mla_op *op = j->op;
@@ -103,17 +99,17 @@ static void attend_heads(void *vctx, int ith, int nth) {
         memcpy(qc + r_kv, op->q_pe + i * op->qpe_tok_stride + hh * op->qpe_head_stride, (size_t)dr * sizeof *qc);
         if (op->canonical && op->canonical[i])
             for (int32_t s = 0; s <= pos; s++)
-                att[s] = j->k->dot_f32_device(kv_at(&op->kv, first, s), qc, r_kv + dr) * op->kq_scale;
+                att[s] = j->k->dot_f32_device(og_kv_view_row(&op->kv, first, s), qc, r_kv + dr) * op->kq_scale;
         else
             for (int32_t s = 0; s <= pos; s++) {
                 float sc;
-                fdot(r_kv + dr, &sc, qc, kv_at(&op->kv, first, s));
+                fdot(r_kv + dr, &sc, qc, og_kv_view_row(&op->kv, first, s));
                 att[s] = sc * op->kq_scale;
             }
         og_softmax(att, pos + 1);
         float *ch = op->ctx + hh * op->ctx_head_stride + i * r_kv;
         for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
-        for (int32_t s = 0; s <= pos; s++) j->k->axpy_f32(r_kv, att[s], kv_at(&op->kv, first, s), ch);
+        for (int32_t s = 0; s <= pos; s++) j->k->axpy_f32(r_kv, att[s], og_kv_view_row(&op->kv, first, s), ch);
     }
 }
 

@@ -127,6 +127,19 @@ static bool ev_done(cpu_device *c, og_event ev) {
     return atomic_load_explicit(&c->done[idx], memory_order_acquire) >= seq;
 }
 
+/* Fails stream s with st unless it failed before (no lock held): "cpu device: WHAT
+ * [KIND] failed: ..." (kind < 0: none). */
+static void stream_fail(og_stream *s, og_status st, const char *what, int kind) {
+    cpu_device *c = s->dev;
+    pthread_mutex_lock(&c->mu);
+    if (!s->err) {
+        s->err = st;
+        if (kind >= 0) snprintf(s->msg, sizeof s->msg, "cpu device: %s %d failed: %s", what, kind, og_status_str(st));
+        else snprintf(s->msg, sizeof s->msg, "cpu device: %s failed: %s", what, og_status_str(st));
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* Runs one op on the stream's thread (no lock held). */
 static void run_op(og_stream *s, cpu_op *op) {
     cpu_device *c = s->dev;
@@ -138,14 +151,7 @@ static void run_op(og_stream *s, cpu_op *op) {
         pthread_mutex_lock(&c->compute_mu);
         og_status st = og_cop_run(&c->kern, c->pool, &c->sc, &op->cop);
         pthread_mutex_unlock(&c->compute_mu);
-        if (st) {
-            pthread_mutex_lock(&c->mu);
-            if (!s->err) {
-                s->err = st;
-                snprintf(s->msg, sizeof s->msg, "cpu device: op %d failed: %s", (int)op->cop.kind, og_status_str(st));
-            }
-            pthread_mutex_unlock(&c->mu);
-        }
+        if (st) stream_fail(s, st, "op", (int)op->cop.kind);
         return;
     }
     if (op->kind != OG_CPU_OP_EXPERTS) return;
@@ -177,14 +183,7 @@ static void run_op(og_stream *s, cpu_op *op) {
         pthread_mutex_unlock(&c->compute_mu);
     }
     free(jobs);
-    if (st) {
-        pthread_mutex_lock(&c->mu);
-        if (!s->err) {
-            s->err = st;
-            snprintf(s->msg, sizeof s->msg, "cpu device: expert op failed: %s", og_status_str(st));
-        }
-        pthread_mutex_unlock(&c->mu);
-    }
+    if (st) stream_fail(s, st, "expert op", -1);
 }
 
 static void *stream_main(void *arg) {

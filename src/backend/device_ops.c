@@ -263,9 +263,8 @@ og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, con
         const og_kv_store_op *op = &c->u.kv_store;
         const og_kv_view *kv = &op->kv;
         for (int64_t i = 0; i < op->src.n_rows; i++) {
-            float *row = kv->blocks[op->kv_first[i] + op->pos[i] / kv->block_rows] + kv->offset +
-                         (int64_t)(op->pos[i] % kv->block_rows) * kv->row_stride;
-            memcpy(row, op->src.data + i * op->src.stride, (size_t)kv->row_len * sizeof(float));
+            memcpy(og_kv_view_row(kv, op->kv_first[i], op->pos[i]), op->src.data + i * op->src.stride,
+                   (size_t)kv->row_len * sizeof(float));
         }
         return OG_OK;
     }

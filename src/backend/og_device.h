@@ -81,6 +81,12 @@ typedef struct og_kv_view {
     int64_t row_len;      /* elements of one row (r_kv + d_rope) */
 } og_kv_view;
 
+/* The cache row of position pos of the sequence whose block table starts at
+ * kv->blocks[first] (og_kv_view's formula; a device address). */
+static inline float *og_kv_view_row(const og_kv_view *kv, int32_t first, int32_t pos) {
+    return kv->blocks[first + pos / kv->block_rows] + kv->offset + (int64_t)(pos % kv->block_rows) * kv->row_stride;
+}
+
 /* Strided copy inside device memory: for mat < n_mats, row < n_rows, row_bytes
  * bytes from src + mat * src_mat_stride + row * src_row_stride to dst + the
  * same with dst's strides (all in bytes). Regions must not overlap. */

@@ -109,6 +109,16 @@ static double parse_seconds(const char *s, bool *bad) {
     return v;
 }
 
+/* --FLAG on|off into *out; false after printing why. */
+static bool parse_on_off(const char *flag, const char *arg, bool *out) {
+    if (strcmp(arg, "on") && strcmp(arg, "off")) {
+        fprintf(stderr, "onegpu serve: bad value '%s' for --%s: expected on or off\n", arg, flag);
+        return false;
+    }
+    *out = !strcmp(arg, "on");
+    return true;
+}
+
 int og_cmd_serve(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"host", required_argument, 0, 'H'},
@@ -164,18 +174,10 @@ int og_cmd_serve(int argc, char **argv) {
             log_json = !strcmp(optarg, "json");
             break;
         case 1000:
-            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-                fprintf(stderr, "onegpu serve: bad value '%s' for --prefix-cache: expected on or off\n", optarg);
-                return OG_EXIT_USAGE;
-            }
-            prefix_cache = !strcmp(optarg, "on");
+            if (!parse_on_off("prefix-cache", optarg, &prefix_cache)) return OG_EXIT_USAGE;
             break;
         case 'R':
-            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-                fprintf(stderr, "onegpu serve: bad value '%s' for --reasoning: expected on or off\n", optarg);
-                return OG_EXIT_USAGE;
-            }
-            reasoning = !strcmp(optarg, "on");
+            if (!parse_on_off("reasoning", optarg, &reasoning)) return OG_EXIT_USAGE;
             break;
         case 'C': {
             static const struct {

@@ -707,8 +707,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     dscratch ds = {0};
     if (rc->scratch) { /* reused; replaced once by a larger one when this call needs more */
         og_fwd_scratch *sc = rc->scratch;
-        if (sc->bytes < need || sc->dev != rc->dev) {
-            og_fwd_scratch_free(sc);
+        if (sc->bytes < need || sc->dev != rc->dev) { /* reserve frees the old one first */
             st = og_fwd_scratch_reserve(m, sc, rc->dev, T, n_out, err, errlen);
             sc->grows++;
         }

@@ -85,7 +85,6 @@ struct cuda_device {
     struct cudaDeviceProp prop;
     pthread_mutex_t mu;
     og_stream *streams[MAX_STREAMS];
-    bool destroyed[MAX_STREAMS];
     int n_streams;
     pinned_range pinned[MAX_PINNED];
     int n_pinned;
@@ -187,7 +186,6 @@ static void cu_stream_destroy(og_device *d, og_stream *s) {
     if (s->stage) CKW(cudaFreeHost(s->stage));
     pthread_mutex_lock(&c->mu);
     c->streams[s->index] = NULL;
-    c->destroyed[s->index] = true;
     pthread_mutex_unlock(&c->mu);
     for (uint32_t i = 0; i < s->cap; i++)
         if (s->ring[i].ev) CKW(cudaEventDestroy(s->ring[i].ev));

@@ -105,7 +105,7 @@ static og_status cu_mem_info(og_device *d, uint64_t *free_bytes, uint64_t *total
     char msg[512];
     char *err = msg;
     const size_t errlen = sizeof msg;
-    if (CK(cudaSetDevice(c->gpu)) || CK(cudaMemGetInfo(&f, &t))) {
+    if (cur(c, err, errlen) || CK(cudaMemGetInfo(&f, &t))) {
         og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
         *free_bytes = *total_bytes = 0;
         return OG_ERR_IO;
@@ -461,7 +461,7 @@ static bool cu_event_done(og_device *d, og_event ev) {
     if (!ev) return true;
     cuda_device *c = (cuda_device *)d;
     char msg[512];
-    if (cuda_check(cudaSetDevice(c->gpu), "cudaSetDevice(c->gpu)", __FILE__, __LINE__, msg, sizeof msg)) {
+    if (cur(c, msg, sizeof msg)) {
         og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
         return false;
     }

@@ -238,6 +238,17 @@ static inline __attribute__((always_inline)) void og_canon_flush(og_canon8 *g, _
 static inline float og_canon_finish(const __m256 acc[4]) {
     return og_hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
 }
+
+/* The 32 IQ2_XXS grid bytes of the sub-block whose a0 word is a (og_quant_blocks.h):
+ * four broadcast loads (load ports only) and three blends, which leaves the shuffle
+ * port to the rest (eight inserts were the kernels' bottleneck, a vpgatherqq slower
+ * still). */
+static inline __m256i og_iq2_grid_bytes(uint32_t a) {
+    const long long *G = (const long long *)og_iq2xxs_grid;
+    const __m256i b0 = _mm256_set1_epi64x(G[a & 255]), b1 = _mm256_set1_epi64x(G[(a >> 8) & 255]);
+    const __m256i b2 = _mm256_set1_epi64x(G[(a >> 16) & 255]), b3 = _mm256_set1_epi64x(G[a >> 24]);
+    return _mm256_blend_epi32(_mm256_blend_epi32(b0, b1, 0x0C), _mm256_blend_epi32(b2, b3, 0xC0), 0xF0);
+}
 #endif
 
 /* The tiled canonical kernels' unpacked weights (quant_tile_avx512.c): one k-quant

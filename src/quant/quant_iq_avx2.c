@@ -26,15 +26,6 @@ static inline __m256i iq2_neg_bytes(uint32_t a1) {
     const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), spread), bits);
     return _mm256_cmpeq_epi8(v, bits);
 }
-/* The 32 grid bytes of the sub-block whose a0 word is a: four broadcast loads and
- * three blends (no shuffles: the inserts of _mm256_set_epi64x were the cost). */
-static inline __m256i iq2_grid_bytes(uint32_t a) {
-    const long long *G = (const long long *)og_iq2xxs_grid;
-    const __m256i b0 = _mm256_set1_epi64x(G[a & 255]), b1 = _mm256_set1_epi64x(G[(a >> 8) & 255]);
-    const __m256i b2 = _mm256_set1_epi64x(G[(a >> 16) & 255]), b3 = _mm256_set1_epi64x(G[a >> 24]);
-    return _mm256_blend_epi32(_mm256_blend_epi32(b0, b1, 0x0C), _mm256_blend_epi32(b2, b3, 0xC0), 0xF0);
-}
-
 /* The block loop both types share, in either order: block(b, ny, x, y, isum, a)
  * leaves block b's int32 lanes against each row (summing to I_b) and its factor
  * a_b; the fork scales the row's sum by `post` (IQ2_XXS's 1/8, folded into a_b in
@@ -70,7 +61,7 @@ static inline __attribute__((always_inline)) void iq2_xxs_block(int64_t b, int n
     for (int sb = 0; sb < 8; sb++) {
         uint32_t w[2];
         memcpy(w, (const uint8_t *)x->qs + 8 * sb, 8);
-        const __m256i gb = iq2_grid_bytes(w[0]), nb8 = _mm256_and_si256(gb, iq2_neg_bytes(w[1]));
+        const __m256i gb = og_iq2_grid_bytes(w[0]), nb8 = _mm256_and_si256(gb, iq2_neg_bytes(w[1]));
         const __m256i ls = _mm256_set1_epi16((short)(2 * (w[1] >> 28) + 1));
 #pragma GCC unroll 4
         for (int i = 0; i < ny; i++) {

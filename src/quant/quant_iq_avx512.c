@@ -38,18 +38,9 @@ static inline __mmask64 iq2_neg_mask(uint32_t p, uint32_t q) {
     return (__mmask64)(v | (t & 0x0101010101010101ULL) << 7);
 }
 
-/* The 32 grid bytes of the sub-block whose a0 word is a: four broadcast loads
- * (load ports only) and three blends, which leaves the shuffle port to the rest
- * (eight inserts were the kernel's bottleneck, a vpgatherqq slower still). */
-static inline __m256i iq2_grid4(uint32_t a) {
-    const long long *G = (const long long *)og_iq2xxs_grid;
-    const __m256i b0 = _mm256_set1_epi64x(G[a & 255]), b1 = _mm256_set1_epi64x(G[(a >> 8) & 255]);
-    const __m256i b2 = _mm256_set1_epi64x(G[(a >> 16) & 255]), b3 = _mm256_set1_epi64x(G[a >> 24]);
-    return _mm256_blend_epi32(_mm256_blend_epi32(b0, b1, 0x0C), _mm256_blend_epi32(b2, b3, 0xC0), 0xF0);
-}
 /* The 64 grid bytes of the sub-block pair whose a0 words are p and q. */
 static inline __m512i iq2_grid_pair(uint32_t p, uint32_t q) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(iq2_grid4(p)), iq2_grid4(q), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(og_iq2_grid_bytes(p)), og_iq2_grid_bytes(q), 1);
 }
 
 static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, int64_t n, float *s, const void *vx,

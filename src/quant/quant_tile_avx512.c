@@ -73,13 +73,9 @@ static void unpack_q3_K(const void *vx, uint8_t *u, int32_t *sc, int32_t *bp, fl
         const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * j))), _mm256_set1_epi8((char)(2 << (2 * j))), 1);
         _mm512_storeu_si512(u + 64 * j, _mm512_mask_add_epi8(q[j], _mm512_test_epi8_mask(hm, bit), q[j], _mm512_set1_epi8(4)));
     }
-    int s[16];
-    for (int j = 0; j < 16; j++) { /* kquants.md §4: low nibbles, then two high bits each */
-        const int lo = j < 8 ? x->scales[j] & 0xF : x->scales[j - 8] >> 4;
-        const int hi = (x->scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-        s[j] = (lo | hi << 4) - 32;
-        sc[j] = pair16(s[j], 0);
-    }
+    int8_t s[16]; /* the scales minus 32 (kquants.md §4) */
+    _mm_storeu_si128((__m128i *)s, og_q3_scales(x->scales));
+    for (int j = 0; j < 16; j++) sc[j] = pair16(s[j], 0);
     for (int t = 0; t < 8; t++) bp[t] = pair16(-4 * s[2 * t], -4 * s[2 * t + 1]);
     *d = _cvtsh_ss(x->d);
     *dm = 0;

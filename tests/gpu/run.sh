@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check of the cuda device (issue 15), one prepared run for a lent GPU
 # machine (minutes at a time: one run, a fix, one rerun). Every step has a
-# timeout; the whole run stays under 8 minutes on an H200 with 16 cores.
+# timeout; how long the whole run takes on a GPU machine is not measured yet (no
+# GPU has been lent since it was written; the build alone took 150 s on the 2-vCPU VM).
 #   1. build with CUDA for one architecture (default 90: -arch=sm_90; OG_GPU_ARCH=120 ...)
 #      into $OG_GPU_BUILD (default build-gpu/), ONEGPU_CUDA=ON, warnings as errors
 #   2. no NVIDIA GPU here: says so and exits 0 after the build (the compile check)

@@ -85,7 +85,6 @@ struct cuda_device {
     struct cudaDeviceProp prop;
     pthread_mutex_t mu;
     og_stream *streams[MAX_STREAMS];
-    bool destroyed[MAX_STREAMS];
     int n_streams;
     pinned_range pinned[MAX_PINNED];
     int n_pinned;
@@ -106,7 +105,7 @@ static og_status cu_mem_info(og_device *d, uint64_t *free_bytes, uint64_t *total
     char msg[512];
     char *err = msg;
     const size_t errlen = sizeof msg;
-    if (CK(cudaSetDevice(c->gpu)) || CK(cudaMemGetInfo(&f, &t))) {
+    if (cur(c, err, errlen) || CK(cudaMemGetInfo(&f, &t))) {
         og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
         *free_bytes = *total_bytes = 0;
         return OG_ERR_IO;
@@ -187,7 +186,6 @@ static void cu_stream_destroy(og_device *d, og_stream *s) {
     if (s->stage) CKW(cudaFreeHost(s->stage));
     pthread_mutex_lock(&c->mu);
     c->streams[s->index] = NULL;
-    c->destroyed[s->index] = true;
     pthread_mutex_unlock(&c->mu);
     for (uint32_t i = 0; i < s->cap; i++)
         if (s->ring[i].ev) CKW(cudaEventDestroy(s->ring[i].ev));
@@ -463,7 +461,7 @@ static bool cu_event_done(og_device *d, og_event ev) {
     if (!ev) return true;
     cuda_device *c = (cuda_device *)d;
     char msg[512];
-    if (cuda_check(cudaSetDevice(c->gpu), "cudaSetDevice(c->gpu)", __FILE__, __LINE__, msg, sizeof msg)) {
+    if (cur(c, msg, sizeof msg)) {
         og_log(NULL, OG_LOG_WARN, "cuda device: %s", msg);
         return false;
     }

@@ -551,29 +551,30 @@ og_status og_outparse_feed(og_outparse *p, const int32_t *ids, int n, og_out_cb 
     return p->oom ? OG_ERR_NOMEM : OG_OK;
 }
 
-og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud) {
+/* Ends the output; cut: it was cut (og_outparse_finish_cut), else it ended
+ * (og_outparse_finish). p->raw is read only in a call state (entered from
+ * the content states with it cleared), so clearing it always is the same as
+ * clearing it only there. */
+static og_status finish(og_outparse *p, bool cut, og_out_cb cb, void *ud) {
     if (!p || !cb) return OG_ERR_INVALID_ARG;
     if (p->oom) return OG_ERR_NOMEM;
     lex_run(p, true, cb, ud);
-    /* a V3 block may end without its <calls_end> once a call completed; any other
-     * unfinished call is malformed */
-    if (p->st != S_CONTENT && p->st != S_REASONING && !(p->st == S_BLOCK && p->block_calls > 0)) malformed(p, cb, ud);
+    if (p->st != S_CONTENT && p->st != S_REASONING) {
+        /* a V3 block may end without its <calls_end> once a call completed */
+        const bool block_done = p->st == S_BLOCK && p->block_calls > 0;
+        if (cut) /* inside a call or a calls block: drop it */
+            p->cut_call = p->raw.n > 0 || !block_done;
+        else if (!block_done) /* any other unfinished call is malformed */
+            malformed(p, cb, ud);
+    }
     clear(&p->raw);
     p->st = S_CONTENT;
     return p->oom ? OG_ERR_NOMEM : OG_OK;
 }
 
-og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud) {
-    if (!p || !cb) return OG_ERR_INVALID_ARG;
-    if (p->oom) return OG_ERR_NOMEM;
-    lex_run(p, true, cb, ud);
-    if (p->st != S_CONTENT && p->st != S_REASONING) { /* inside a call or a calls block: drop it */
-        p->cut_call = p->raw.n > 0 || !(p->st == S_BLOCK && p->block_calls > 0);
-        clear(&p->raw);
-    }
-    p->st = S_CONTENT;
-    return p->oom ? OG_ERR_NOMEM : OG_OK;
-}
+og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud) { return finish(p, false, cb, ud); }
+
+og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud) { return finish(p, true, cb, ud); }
 
 bool og_outparse_cut_call(const og_outparse *p) { return p && p->cut_call; }
 

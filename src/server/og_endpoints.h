@@ -162,7 +162,6 @@ struct og_ep_out {
     int n_blk, cap_blk;
     bool open;               /* blk[n_blk - 1] is still growing */
     og_outparse *parser;     /* splits token ids into events; NULL: the text is all CONTENT */
-    const og_tokenizer *tok;
     int32_t last_id;         /* parser: the last token, held back until the next or the end (a stop string
                                 may cut its text), or -1 */
     size_t last_start;       /* its text's byte offset in the output */

@@ -576,6 +576,26 @@ og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud) { return fi
 
 og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud) { return finish(p, true, cb, ud); }
 
+og_status og_outparse_end(og_outparse *p, int32_t last_id, const char *text, size_t text_len, size_t last_start,
+                          og_finish why, int stop_index, int *n_reasoning, og_out_cb cb, void *ud) {
+    if (!p || !cb || (text_len && !text)) return OG_ERR_INVALID_ARG;
+    og_status st = OG_OK;
+    if (last_id >= 0) {
+        if (n_reasoning) *n_reasoning += og_outparse_in_reasoning(p); /* the closing marker's tokens count too */
+        char b[256];
+        int bn = og_token_to_bytes(p->tok, last_id, false, b, sizeof b);
+        size_t have = text_len > last_start ? text_len - last_start : 0;
+        if (bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && (!have || !memcmp(b, text + last_start, have)))
+            st = og_outparse_feed_bytes(p, b, have, cb, ud); /* cut by a stop string */
+        else
+            st = og_outparse_feed(p, &last_id, 1, cb, ud);
+    }
+    /* cut by max_tokens or a stop string inside a call: the partial call is dropped, not shown as text */
+    const bool cut = why == OG_FINISH_LENGTH || (why == OG_FINISH_STOP && stop_index >= 0);
+    og_status fst = finish(p, cut, cb, ud);
+    return st ? st : fst;
+}
+
 bool og_outparse_cut_call(const og_outparse *p) { return p && p->cut_call; }
 
 int og_outparse_n_calls(const og_outparse *p) { return p ? p->n_calls : 0; }

@@ -101,7 +101,6 @@ typedef struct gen_ctx {
     int32_t last_id[OG_API_MAX_PROMPTS];    /* held back: the last token (a stop string may cut it), or -1 */
     int cur;                                /* the choice whose events are being handled */
     bool stream_now;
-    bool cut_now;                 /* the output being finished was cut (max_tokens, a stop string) */
 } gen_ctx;
 
 static void count_status(og_server *s, conn_ctx *cc, int status) {
@@ -363,9 +362,9 @@ static void on_out(void *ud, const og_out_ev *ev) {
 }
 
 /* Feeds choice i's new tokens to its parser. The last token is held back
- * until the next one or the end: a stop string may cut its text, and then only
- * the bytes before the stop are fed (text: the engine's output so far). */
-static void parse_toks(gen_ctx *g, int i, const og_tok_out *toks, int n, bool end) {
+ * until the next one or the end (og_outparse_end: a stop string may cut its
+ * text; text: the engine's output so far). why, stop_index: how it ended. */
+static void parse_toks(gen_ctx *g, int i, const og_tok_out *toks, int n, og_finish why, int stop_index) {
     g->cur = i;
     for (int k = 0; k < n; k++) {
         if (g->last_id[i] >= 0) {
@@ -375,23 +374,10 @@ static void parse_toks(gen_ctx *g, int i, const og_tok_out *toks, int n, bool en
         g->last_id[i] = toks[k].id;
         g->last_start[i] = toks[k].text_start;
     }
-    if (!end) return;
-    if (g->last_id[i] >= 0) {
-        g->n_reasoning[i] += og_outparse_in_reasoning(g->op[i]);
-        char b[256];
-        int bn = og_token_to_bytes(g->srv->mdl.tok, g->last_id[i], false, b, sizeof b);
-        size_t have = g->text_len[i] > g->last_start[i] ? g->text_len[i] - g->last_start[i] : 0;
-        if (bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && !memcmp(b, g->text[i] + g->last_start[i], have))
-            og_outparse_feed_bytes(g->op[i], b, have, on_out, g); /* cut by a stop string */
-        else
-            og_outparse_feed(g->op[i], &g->last_id[i], 1, on_out, g);
-        g->last_id[i] = -1;
-    }
-    /* an output cut by max_tokens or a stop string inside a call: the partial call is dropped, not shown as text */
-    if (g->cut_now)
-        og_outparse_finish_cut(g->op[i], on_out, g);
-    else
-        og_outparse_finish(g->op[i], on_out, g);
+    if (why == OG_FINISH_NONE) return;
+    og_outparse_end(g->op[i], g->last_id[i], g->text[i], g->text_len[i], g->last_start[i], why, stop_index,
+                    &g->n_reasoning[i], on_out, g);
+    g->last_id[i] = -1;
 }
 
 /* finish_reason: "tool_calls" when the model called tools and stopped. */
@@ -435,8 +421,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         }
         if (g->req.parse) { /* content, reasoning and tool calls from the token ids */
             g->stream_now = stream;
-            g->cut_now = o.finish == OG_FINISH_LENGTH || (o.finish == OG_FINISH_STOP && o.stop_index >= 0);
-            parse_toks(g, i, o.toks, o.n_toks, o.finish != OG_FINISH_NONE);
+            parse_toks(g, i, o.toks, o.n_toks, o.finish, o.stop_index);
             if (stream && g->req.logprobs && o.n_toks)
                 emit(g, chunk(g, i, json_object(), og_api_logprobs(g->srv->mdl.tok, true, o.toks, o.n_toks, NULL), NULL));
             if (!stream && g->req.logprobs) {

@@ -316,6 +316,96 @@ static void test_cut_call(void **state) {
         }
 }
 
+/* Feeds output all but its last token, then ends it with og_outparse_end as
+ * an endpoint does: the engine's text is the ids' bytes (control tokens
+ * empty), cut to keep bytes of the last token (-1: all of them). */
+static og_outparse *end_output(const og_outparse_opts *o, const char *output, int keep, og_finish why, int stop_index,
+                               rec *r, int *n_reasoning) {
+    og_outparse *p;
+    assert_int_equal(og_outparse_new(g_tok, o, &p), OG_OK);
+    og_ids ids = {0};
+    ids_of(output, false, &ids);
+    assert_true(ids.n >= 2);
+    char text[1024];
+    size_t len = 0, last_start = 0;
+    for (size_t i = 0; i < ids.n; i++) {
+        last_start = len;
+        int bn = og_token_to_bytes(g_tok, ids.v[i], false, text + len, sizeof text - len);
+        assert_true(bn >= 0 && len + (size_t)bn < sizeof text);
+        len += (size_t)bn;
+    }
+    if (keep >= 0) {
+        assert_true(last_start + (size_t)keep < len); /* the stop string starts inside the last token */
+        len = last_start + (size_t)keep;
+    }
+    assert_int_equal(og_outparse_feed(p, ids.v, (int)ids.n - 1, on_ev, r), OG_OK);
+    assert_int_equal(og_outparse_end(p, ids.v[ids.n - 1], text, len, last_start, why, stop_index, n_reasoning, on_ev, r),
+                     OG_OK);
+    og_ids_free(&ids);
+    return p;
+}
+
+/* og_outparse_end: a stop string inside the held-back last token keeps only
+ * its bytes before the stop; max_tokens or a stop string inside a call drops
+ * the partial call, the end-of-generation token reports it as text; the last
+ * token counts as reasoning when it is fed inside the think block. */
+static void test_end(void **state) {
+    (void)state;
+    const og_outparse_opts tools = {.kind = OG_CHAT_DEEPSEEK3_1, .parse_tools = true, .id_seed = 7};
+    const char *plain = "Hello there, seafaring sailors";
+    for (int keep = 0; keep < 2; keep++) {
+        rec r = {.open = -1};
+        og_outparse *p = end_output(&tools, plain, keep, OG_FINISH_STOP, 0, &r, NULL);
+        /* the text before the stop: the output less the last token's bytes from keep on */
+        og_ids ids = {0};
+        ids_of(plain, false, &ids);
+        char last[64];
+        int bn = og_token_to_bytes(g_tok, ids.v[ids.n - 1], false, last, sizeof last);
+        assert_true(bn > 1 && bn < (int)sizeof last);
+        char want[128];
+        snprintf(want, sizeof want, "%.*s%.*s", (int)(strlen(plain) - (size_t)bn), plain, keep, last);
+        assert_string_equal(r.content, want);
+        og_ids_free(&ids);
+        og_outparse_free(p);
+    }
+    const char *partial = "hi" CB KB "f" SEP "{\"a\": 1";
+    static const struct {
+        og_finish why;
+        int stop_index;
+        bool cut;
+    } ends[] = {{OG_FINISH_LENGTH, -1, true}, {OG_FINISH_STOP, 1, true}, {OG_FINISH_STOP, -1, false}};
+    for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+        rec r = {.open = -1};
+        og_outparse *p = end_output(&tools, partial, -1, ends[k].why, ends[k].stop_index, &r, NULL);
+        assert_int_equal(r.n_begin, 0);
+        assert_int_equal(og_outparse_cut_call(p), ends[k].cut);
+        assert_int_equal(og_outparse_malformed(p), !ends[k].cut);
+        if (ends[k].cut) assert_string_equal(r.content, "hi");
+        else assert_string_equal(r.content, "hi" "f" "{\"a\": 1"); /* the call as the detokenizer shows it */
+        og_outparse_free(p);
+    }
+    const og_outparse_opts think = {.kind = OG_CHAT_DEEPSEEK3_1, .in_reasoning = true, .parse_reasoning = true};
+    int n_reasoning = 5;
+    rec r = {.open = -1};
+    og_outparse *p = end_output(&think, "let me think it over", -1, OG_FINISH_LENGTH, -1, &r, &n_reasoning);
+    assert_int_equal(n_reasoning, 6);
+    assert_string_equal(r.reasoning, "let me think it over");
+    og_outparse_free(p);
+    r = (rec){.open = -1};
+    p = end_output(&think, "hmm</think>The answer is yes", -1, OG_FINISH_STOP, -1, &r, &n_reasoning);
+    assert_int_equal(n_reasoning, 6);
+    assert_string_equal(r.reasoning, "hmm");
+    assert_string_equal(r.content, "The answer is yes");
+    og_outparse_free(p);
+    r = (rec){.open = -1};
+    p = NULL;
+    assert_int_equal(og_outparse_new(g_tok, &think, &p), OG_OK);
+    assert_int_equal(og_outparse_end(p, -1, "", 0, 0, OG_FINISH_STOP, -1, &n_reasoning, on_ev, &r), OG_OK);
+    assert_int_equal(n_reasoning, 6); /* nothing held back */
+    assert_int_equal(og_outparse_end(p, -1, NULL, 3, 0, OG_FINISH_STOP, -1, NULL, on_ev, &r), OG_ERR_INVALID_ARG);
+    og_outparse_free(p);
+}
+
 static void test_typed_marker(void **state) {
     (void)state;
     int32_t cb = og_tokenizer_find(g_tok, CB, strlen(CB));
@@ -543,6 +633,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_typed_marker),
         cmocka_unit_test(test_cut_call),
+        cmocka_unit_test(test_end),
         cmocka_unit_test(test_ids_and_errors),
         cmocka_unit_test(test_random_outputs),
         cmocka_unit_test(test_layout_roundtrip),

@@ -147,7 +147,6 @@ bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_
     o->echo = echo;
     o->stop_index = -1;
     o->keepalive_s = OG_EP_KEEPALIVE_S;
-    o->last_id = -1;
     o->max_calls = req->max_calls;
     o->n_prompt = (int)req->prompts[0].n;
     if (req->parse && og_outparse_new(mdl->tok, &req->out, &o->parser)) {
@@ -378,20 +377,11 @@ og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
     }
     if (o->parser) {
         grow(o, &o->text, &o->text_len, &o->text_cap, so->text, so->len);
-        for (int k = 0; k < so->n_toks; k++) {
-            if (o->last_id >= 0) {
-                o->n_reasoning += og_outparse_in_reasoning(o->parser); /* the closing marker's tokens count too */
-                if (og_outparse_feed(o->parser, &o->last_id, 1, on_event, o)) o->oom = true;
-            }
-            o->last_id = so->toks[k].id;
-            o->last_start = so->toks[k].text_start;
-        }
+        if (og_outparse_feed_toks(o->parser, so->toks, so->n_toks, on_event, o)) o->oom = true;
     }
     if (so->finish != OG_FINISH_NONE) {
-        if (o->parser && og_outparse_end(o->parser, o->last_id, o->text, o->text_len, o->last_start, so->finish,
-                                         so->stop_index, &o->n_reasoning, on_event, o))
+        if (o->parser && og_outparse_end(o->parser, o->text, o->text_len, so->finish, so->stop_index, on_event, o))
             o->oom = true;
-        o->last_id = -1;
         close_open(o);
         o->finish = so->finish;
         o->stop_index = so->finish == OG_FINISH_STOP ? so->stop_index : -1;

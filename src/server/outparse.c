@@ -110,6 +110,9 @@ struct og_outparse {
     int n_params;
     int block_calls;         /* calls completed in the current block */
     bool cut_call;           /* og_outparse_finish_cut dropped an unfinished call */
+    int32_t held;            /* og_outparse_feed_toks: the last token, held back until the next or the end, or -1 */
+    size_t held_start;       /* its text's byte offset in the output */
+    int n_reasoning;         /* tokens fed by og_outparse_feed_toks / og_outparse_end inside the think block */
     int n_calls;
     bool malformed, oom;
     char id[32];
@@ -576,25 +579,43 @@ og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud) { return fi
 
 og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud) { return finish(p, true, cb, ud); }
 
-og_status og_outparse_end(og_outparse *p, int32_t last_id, const char *text, size_t text_len, size_t last_start,
-                          og_finish why, int stop_index, int *n_reasoning, og_out_cb cb, void *ud) {
+og_status og_outparse_feed_toks(og_outparse *p, const og_tok_out *toks, int n, og_out_cb cb, void *ud) {
+    if (!p || (n > 0 && !toks) || !cb) return OG_ERR_INVALID_ARG;
+    og_status st = OG_OK;
+    for (int k = 0; k < n; k++) {
+        if (p->held >= 0) {
+            p->n_reasoning += og_outparse_in_reasoning(p); /* the closing marker's tokens count too */
+            og_status s = og_outparse_feed(p, &p->held, 1, cb, ud);
+            if (!st) st = s;
+        }
+        p->held = toks[k].id;
+        p->held_start = toks[k].text_start;
+    }
+    return st;
+}
+
+og_status og_outparse_end(og_outparse *p, const char *text, size_t text_len, og_finish why, int stop_index,
+                          og_out_cb cb, void *ud) {
     if (!p || !cb || (text_len && !text)) return OG_ERR_INVALID_ARG;
     og_status st = OG_OK;
-    if (last_id >= 0) {
-        if (n_reasoning) *n_reasoning += og_outparse_in_reasoning(p); /* the closing marker's tokens count too */
+    if (p->held >= 0) {
+        p->n_reasoning += og_outparse_in_reasoning(p);
         char b[256];
-        int bn = og_token_to_bytes(p->tok, last_id, false, b, sizeof b);
-        size_t have = text_len > last_start ? text_len - last_start : 0;
-        if (bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && (!have || !memcmp(b, text + last_start, have)))
+        int bn = og_token_to_bytes(p->tok, p->held, false, b, sizeof b);
+        size_t have = text_len > p->held_start ? text_len - p->held_start : 0;
+        if (bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && (!have || !memcmp(b, text + p->held_start, have)))
             st = og_outparse_feed_bytes(p, b, have, cb, ud); /* cut by a stop string */
         else
-            st = og_outparse_feed(p, &last_id, 1, cb, ud);
+            st = og_outparse_feed(p, &p->held, 1, cb, ud);
+        p->held = -1;
     }
     /* cut by max_tokens or a stop string inside a call: the partial call is dropped, not shown as text */
     const bool cut = why == OG_FINISH_LENGTH || (why == OG_FINISH_STOP && stop_index >= 0);
     og_status fst = finish(p, cut, cb, ud);
     return st ? st : fst;
 }
+
+int og_outparse_reasoning_tokens(const og_outparse *p) { return p ? p->n_reasoning : 0; }
 
 bool og_outparse_cut_call(const og_outparse *p) { return p && p->cut_call; }
 
@@ -634,6 +655,7 @@ og_status og_outparse_new(const og_tokenizer *tok, const og_outparse_opts *o, og
     p->tok = tok;
     p->o = *o;
     p->fam = fam;
+    p->held = -1;
     p->st = o->in_reasoning && o->parse_reasoning ? S_REASONING : S_CONTENT;
     bool th = o->parse_reasoning, tl = o->parse_tools;
     set_marker(p, R_THINK_OPEN, "<think>", th);

@@ -94,11 +94,8 @@ typedef struct gen_ctx {
     json_t *calls[OG_API_MAX_PROMPTS];      /* non-streaming: the message's tool_calls */
     char *content[OG_API_MAX_PROMPTS], *reasoning[OG_API_MAX_PROMPTS];
     size_t content_len[OG_API_MAX_PROMPTS], reasoning_len[OG_API_MAX_PROMPTS];
-    int n_reasoning[OG_API_MAX_PROMPTS];    /* tokens generated inside the think block */
     int n_calls[OG_API_MAX_PROMPTS];        /* calls reported (at most req.max_calls when it is set) */
     bool drop_call[OG_API_MAX_PROMPTS];     /* the call being reported is over req.max_calls */
-    uint32_t last_start[OG_API_MAX_PROMPTS]; /* text_start of the last token seen */
-    int32_t last_id[OG_API_MAX_PROMPTS];    /* held back: the last token (a stop string may cut it), or -1 */
     int cur;                                /* the choice whose events are being handled */
     bool stream_now;
 } gen_ctx;
@@ -223,7 +220,7 @@ static json_t *usage_json(const gen_ctx *g) {
                           "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens", (json_int_t)k);
     if (u && g->req.out.parse_reasoning) { /* thinking requests: how many of them were reasoning */
         long long r = 0;
-        for (int i = 0; i < g->n; i++) r += g->n_reasoning[i];
+        for (int i = 0; i < g->n; i++) r += og_outparse_reasoning_tokens(g->op[i]);
         json_object_set_new(u, "completion_tokens_details", json_pack("{s:I}", "reasoning_tokens", (json_int_t)r));
     }
     return u;
@@ -361,23 +358,12 @@ static void on_out(void *ud, const og_out_ev *ev) {
     emit(g, chunk(g, i, d, NULL, NULL));
 }
 
-/* Feeds choice i's new tokens to its parser. The last token is held back
- * until the next one or the end (og_outparse_end: a stop string may cut its
- * text; text: the engine's output so far). why, stop_index: how it ended. */
+/* Feeds choice i's new tokens to its parser and ends it with the output
+ * (why, stop_index: how it ended; text: the engine's output so far). */
 static void parse_toks(gen_ctx *g, int i, const og_tok_out *toks, int n, og_finish why, int stop_index) {
     g->cur = i;
-    for (int k = 0; k < n; k++) {
-        if (g->last_id[i] >= 0) {
-            g->n_reasoning[i] += og_outparse_in_reasoning(g->op[i]); /* the closing marker's tokens count too */
-            og_outparse_feed(g->op[i], &g->last_id[i], 1, on_out, g);
-        }
-        g->last_id[i] = toks[k].id;
-        g->last_start[i] = toks[k].text_start;
-    }
-    if (why == OG_FINISH_NONE) return;
-    og_outparse_end(g->op[i], g->last_id[i], g->text[i], g->text_len[i], g->last_start[i], why, stop_index,
-                    &g->n_reasoning[i], on_out, g);
-    g->last_id[i] = -1;
+    og_outparse_feed_toks(g->op[i], toks, n, on_out, g);
+    if (why != OG_FINISH_NONE) og_outparse_end(g->op[i], g->text[i], g->text_len[i], why, stop_index, on_out, g);
 }
 
 /* finish_reason: "tool_calls" when the model called tools and stopped. */
@@ -594,7 +580,6 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
         return send_json(s, c, cc, 200, o);
     }
     for (int i = 0; !g->ep && g->req.parse && i < g->req.n_prompts; i++) {
-        g->last_id[i] = -1;
         if (og_outparse_new(mdl.tok, &g->req.out, &g->op[i])) {
             gen_free(g);
             return fail(s, c, cc, 500, "server_error", NULL, "out of memory");

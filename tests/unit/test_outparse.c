@@ -316,46 +316,51 @@ static void test_cut_call(void **state) {
         }
 }
 
-/* Feeds output all but its last token, then ends it with og_outparse_end as
- * an endpoint does: the engine's text is the ids' bytes (control tokens
- * empty), cut to keep bytes of the last token (-1: all of them). */
+/* Feeds output with og_outparse_feed_toks (in two calls, so a token is held
+ * back across them) and ends it with og_outparse_end as an endpoint does: the
+ * engine's text is the ids' bytes (control tokens empty), cut to keep bytes
+ * of the last token (-1: all of them). */
 static og_outparse *end_output(const og_outparse_opts *o, const char *output, int keep, og_finish why, int stop_index,
-                               rec *r, int *n_reasoning) {
+                               rec *r) {
     og_outparse *p;
     assert_int_equal(og_outparse_new(g_tok, o, &p), OG_OK);
     og_ids ids = {0};
     ids_of(output, false, &ids);
-    assert_true(ids.n >= 2);
+    assert_true(ids.n >= 2 && ids.n <= 64);
+    og_tok_out toks[64];
     char text[1024];
-    size_t len = 0, last_start = 0;
+    size_t len = 0;
     for (size_t i = 0; i < ids.n; i++) {
-        last_start = len;
+        toks[i] = (og_tok_out){.id = ids.v[i], .text_start = (uint32_t)len};
         int bn = og_token_to_bytes(g_tok, ids.v[i], false, text + len, sizeof text - len);
         assert_true(bn >= 0 && len + (size_t)bn < sizeof text);
         len += (size_t)bn;
     }
     if (keep >= 0) {
+        size_t last_start = toks[ids.n - 1].text_start;
         assert_true(last_start + (size_t)keep < len); /* the stop string starts inside the last token */
         len = last_start + (size_t)keep;
     }
-    assert_int_equal(og_outparse_feed(p, ids.v, (int)ids.n - 1, on_ev, r), OG_OK);
-    assert_int_equal(og_outparse_end(p, ids.v[ids.n - 1], text, len, last_start, why, stop_index, n_reasoning, on_ev, r),
-                     OG_OK);
+    int half = (int)ids.n / 2;
+    assert_int_equal(og_outparse_feed_toks(p, toks, half, on_ev, r), OG_OK);
+    assert_int_equal(og_outparse_feed_toks(p, toks + half, (int)ids.n - half, on_ev, r), OG_OK);
+    assert_int_equal(og_outparse_end(p, text, len, why, stop_index, on_ev, r), OG_OK);
     og_ids_free(&ids);
     return p;
 }
 
 /* og_outparse_end: a stop string inside the held-back last token keeps only
  * its bytes before the stop; max_tokens or a stop string inside a call drops
- * the partial call, the end-of-generation token reports it as text; the last
- * token counts as reasoning when it is fed inside the think block. */
+ * the partial call, the end-of-generation token reports it as text; every
+ * token fed inside the think block counts as reasoning (the closing marker's
+ * too). */
 static void test_end(void **state) {
     (void)state;
     const og_outparse_opts tools = {.kind = OG_CHAT_DEEPSEEK3_1, .parse_tools = true, .id_seed = 7};
     const char *plain = "Hello there, seafaring sailors";
     for (int keep = 0; keep < 2; keep++) {
         rec r = {.open = -1};
-        og_outparse *p = end_output(&tools, plain, keep, OG_FINISH_STOP, 0, &r, NULL);
+        og_outparse *p = end_output(&tools, plain, keep, OG_FINISH_STOP, 0, &r);
         /* the text before the stop: the output less the last token's bytes from keep on */
         og_ids ids = {0};
         ids_of(plain, false, &ids);
@@ -365,6 +370,7 @@ static void test_end(void **state) {
         char want[128];
         snprintf(want, sizeof want, "%.*s%.*s", (int)(strlen(plain) - (size_t)bn), plain, keep, last);
         assert_string_equal(r.content, want);
+        assert_int_equal(og_outparse_reasoning_tokens(p), 0);
         og_ids_free(&ids);
         og_outparse_free(p);
     }
@@ -376,7 +382,7 @@ static void test_end(void **state) {
     } ends[] = {{OG_FINISH_LENGTH, -1, true}, {OG_FINISH_STOP, 1, true}, {OG_FINISH_STOP, -1, false}};
     for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
         rec r = {.open = -1};
-        og_outparse *p = end_output(&tools, partial, -1, ends[k].why, ends[k].stop_index, &r, NULL);
+        og_outparse *p = end_output(&tools, partial, -1, ends[k].why, ends[k].stop_index, &r);
         assert_int_equal(r.n_begin, 0);
         assert_int_equal(og_outparse_cut_call(p), ends[k].cut);
         assert_int_equal(og_outparse_malformed(p), !ends[k].cut);
@@ -384,26 +390,36 @@ static void test_end(void **state) {
         else assert_string_equal(r.content, "hi" "f" "{\"a\": 1"); /* the call as the detokenizer shows it */
         og_outparse_free(p);
     }
+    /* reasoning tokens: counted against the tokens' own split (ids_of of the reasoning part) */
     const og_outparse_opts think = {.kind = OG_CHAT_DEEPSEEK3_1, .in_reasoning = true, .parse_reasoning = true};
-    int n_reasoning = 5;
+    og_ids rid = {0}, cid = {0};
+    ids_of("let me think it over", false, &rid);
+    ids_of("</think>", false, &cid);
     rec r = {.open = -1};
-    og_outparse *p = end_output(&think, "let me think it over", -1, OG_FINISH_LENGTH, -1, &r, &n_reasoning);
-    assert_int_equal(n_reasoning, 6);
+    og_outparse *p = end_output(&think, "let me think it over", -1, OG_FINISH_LENGTH, -1, &r);
+    assert_int_equal(og_outparse_reasoning_tokens(p), (int)rid.n);
     assert_string_equal(r.reasoning, "let me think it over");
     og_outparse_free(p);
     r = (rec){.open = -1};
-    p = end_output(&think, "hmm</think>The answer is yes", -1, OG_FINISH_STOP, -1, &r, &n_reasoning);
-    assert_int_equal(n_reasoning, 6);
-    assert_string_equal(r.reasoning, "hmm");
+    p = end_output(&think, "let me think it over</think>The answer is yes", -1, OG_FINISH_STOP, -1, &r);
+    assert_string_equal(r.reasoning, "let me think it over");
     assert_string_equal(r.content, "The answer is yes");
+    og_ids all = {0};
+    ids_of("let me think it over</think>", false, &all);
+    assert_int_equal(all.n, rid.n + cid.n); /* the split at </think> is a token boundary */
+    assert_int_equal(og_outparse_reasoning_tokens(p), (int)all.n);
     og_outparse_free(p);
+    og_ids_free(&rid);
+    og_ids_free(&cid);
+    og_ids_free(&all);
     r = (rec){.open = -1};
-    p = NULL;
     assert_int_equal(og_outparse_new(g_tok, &think, &p), OG_OK);
-    assert_int_equal(og_outparse_end(p, -1, "", 0, 0, OG_FINISH_STOP, -1, &n_reasoning, on_ev, &r), OG_OK);
-    assert_int_equal(n_reasoning, 6); /* nothing held back */
-    assert_int_equal(og_outparse_end(p, -1, NULL, 3, 0, OG_FINISH_STOP, -1, NULL, on_ev, &r), OG_ERR_INVALID_ARG);
+    assert_int_equal(og_outparse_end(p, "", 0, OG_FINISH_STOP, -1, on_ev, &r), OG_OK); /* nothing held back */
+    assert_int_equal(og_outparse_reasoning_tokens(p), 0);
+    assert_int_equal(og_outparse_end(p, NULL, 3, OG_FINISH_STOP, -1, on_ev, &r), OG_ERR_INVALID_ARG);
+    assert_int_equal(og_outparse_feed_toks(p, NULL, 2, on_ev, &r), OG_ERR_INVALID_ARG);
     og_outparse_free(p);
+    assert_int_equal(og_outparse_reasoning_tokens(NULL), 0);
 }
 
 static void test_typed_marker(void **state) {

@@ -372,6 +372,16 @@ static const char *finish_name(const gen_ctx *g, int i) {
     return og_api_finish_reason(g->finish[i]);
 }
 
+/* Appends o's tokens to choice i's (the non-streaming response's logprobs). */
+static void keep_toks(gen_ctx *g, int i, const og_seq_out *o) {
+    og_tok_out *tk = o->n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o->n_toks) * sizeof *tk) : g->toks[i];
+    if (tk) {
+        g->toks[i] = tk;
+        if (o->n_toks) memcpy(tk + g->n_toks[i], o->toks, (size_t)o->n_toks * sizeof *tk);
+        g->n_toks[i] += o->n_toks;
+    }
+}
+
 /* Moves new engine output into stream events (or the non-streaming
  * accumulators). Returns true if anything changed. */
 static bool gen_collect(gen_ctx *g, bool stream) {
@@ -410,14 +420,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
             parse_toks(g, i, o.toks, o.n_toks, o.finish, o.stop_index);
             if (stream && g->req.logprobs && o.n_toks)
                 emit(g, chunk(g, i, json_object(), og_api_logprobs(g->srv->mdl.tok, true, o.toks, o.n_toks, NULL), NULL));
-            if (!stream && g->req.logprobs) {
-                og_tok_out *tk = o.n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o.n_toks) * sizeof *tk) : g->toks[i];
-                if (tk) {
-                    g->toks[i] = tk;
-                    if (o.n_toks) memcpy(tk + g->n_toks[i], o.toks, (size_t)o.n_toks * sizeof *tk);
-                    g->n_toks[i] += o.n_toks;
-                }
-            }
+            if (!stream && g->req.logprobs) keep_toks(g, i, &o);
         } else if (stream) {
             if (o.len || o.n_toks) {
                 json_t *lp =
@@ -426,12 +429,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
                 emit(g, chunk(g, i, g->req.chat ? json_pack("{s:o}", "content", t) : t, lp, NULL));
             }
         } else {
-            og_tok_out *tk = o.n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o.n_toks) * sizeof *tk) : g->toks[i];
-            if (tk) {
-                g->toks[i] = tk;
-                if (o.n_toks) memcpy(tk + g->n_toks[i], o.toks, (size_t)o.n_toks * sizeof *tk);
-                g->n_toks[i] += o.n_toks;
-            }
+            keep_toks(g, i, &o);
         }
         if (o.finish != OG_FINISH_NONE) {
             changed = true;

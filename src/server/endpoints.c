@@ -204,7 +204,6 @@ void og_ep_out_free(og_ep_out *o) {
     free(o->blk);
     for (int i = 0; i < o->n_stop; i++) free(o->stop[i]);
     og_outparse_free(o->parser);
-    free(o->text);
     json_decref(o->echo);
     free(o->sse);
     free(o);
@@ -375,13 +374,8 @@ og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
         og_out_ev ev = {.kind = OG_OUT_CONTENT, .text = so->text, .len = so->len};
         on_event(o, &ev);
     }
-    if (o->parser) {
-        grow(o, &o->text, &o->text_len, &o->text_cap, so->text, so->len);
-        if (og_outparse_feed_toks(o->parser, so->toks, so->n_toks, on_event, o)) o->oom = true;
-    }
+    if (o->parser && og_outparse_take(o->parser, so, on_event, o)) o->oom = true;
     if (so->finish != OG_FINISH_NONE) {
-        if (o->parser && og_outparse_end(o->parser, o->text, o->text_len, so->finish, so->stop_index, on_event, o))
-            o->oom = true;
         close_open(o);
         o->finish = so->finish;
         o->stop_index = so->finish == OG_FINISH_STOP ? so->stop_index : -1;

@@ -162,8 +162,6 @@ struct og_ep_out {
     int n_blk, cap_blk;
     bool open;               /* blk[n_blk - 1] is still growing */
     og_outparse *parser;     /* splits token ids into events; NULL: the text is all CONTENT */
-    char *text;              /* the engine's output text so far (what a stop string left of the last token) */
-    size_t text_len, text_cap;
     int max_calls, n_calls;  /* tool calls kept at most (1: parallel tool use off; 0: any), kept so far */
     bool drop_call;          /* the call being reported is over max_calls */
     int n_prompt, n_gen;     /* tokens */

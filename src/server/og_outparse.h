@@ -92,25 +92,20 @@ og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud);
 og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud);
 bool og_outparse_cut_call(const og_outparse *p);
 
-/* Feeds n generated tokens as og_seq_take reports them, holding back the last
- * one until the next call or og_outparse_end (a stop string found later may
- * cut its text). Errors: as og_outparse_feed (the first one; every token is
- * still taken). */
-og_status og_outparse_feed_toks(og_outparse *p, const og_tok_out *toks, int n, og_out_cb cb, void *ud);
+/* Feeds one og_seq_take's output (its text and tokens), holding back the
+ * last token until the next take or the end (a stop string found later may
+ * cut its text; the parser keeps the output's text from that token on). When
+ * so->finish says the output ended: feeds the held-back token, only its bytes
+ * before the stop when the text ends inside them, then finishes with
+ * og_outparse_finish_cut when the output was cut (OG_FINISH_LENGTH, or
+ * OG_FINISH_STOP by a stop string: stop_index >= 0), else og_outparse_finish.
+ * The one way every endpoint feeds its parser. Errors: OG_ERR_INVALID_ARG,
+ * OG_ERR_NOMEM (the first one met; every token is still taken). */
+og_status og_outparse_take(og_outparse *p, const og_seq_out *so, og_out_cb cb, void *ud);
 
-/* Ends an output fed with og_outparse_feed_toks: feeds the held-back token,
- * only its bytes before the stop when the output text (text, text_len bytes:
- * what the engine released) ends inside them, then finishes with
- * og_outparse_finish_cut when the output was cut (why OG_FINISH_LENGTH, or
- * OG_FINISH_STOP by stop string stop_index >= 0), else og_outparse_finish.
- * The one end shared by every endpoint. Errors: OG_ERR_INVALID_ARG,
- * OG_ERR_NOMEM (the feed's or the finish's). */
-og_status og_outparse_end(og_outparse *p, const char *text, size_t text_len, og_finish why, int stop_index,
-                          og_out_cb cb, void *ud);
-
-/* Tokens fed by og_outparse_feed_toks / og_outparse_end while inside the
- * think block (its closing marker's included), for
- * usage.completion_tokens_details.reasoning_tokens; 0 for NULL. */
+/* Tokens fed by og_outparse_take while inside the think block (its closing
+ * marker's included), for usage.completion_tokens_details.reasoning_tokens;
+ * 0 for NULL. */
 int og_outparse_reasoning_tokens(const og_outparse *p);
 
 /* Tool calls completed so far (END events). */

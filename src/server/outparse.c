@@ -110,9 +110,11 @@ struct og_outparse {
     int n_params;
     int block_calls;         /* calls completed in the current block */
     bool cut_call;           /* og_outparse_finish_cut dropped an unfinished call */
-    int32_t held;            /* og_outparse_feed_toks: the last token, held back until the next or the end, or -1 */
+    int32_t held;            /* og_outparse_take: the last token, held back until the next or the end, or -1 */
     size_t held_start;       /* its text's byte offset in the output */
-    int n_reasoning;         /* tokens fed by og_outparse_feed_toks / og_outparse_end inside the think block */
+    buf tail;                /* the output's text from byte tail_start on (the held token's, once there is one) */
+    size_t tail_start;
+    int n_reasoning;         /* tokens fed by og_outparse_take inside the think block */
     int n_calls;
     bool malformed, oom;
     char id[32];
@@ -579,38 +581,49 @@ og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud) { return fi
 
 og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud) { return finish(p, true, cb, ud); }
 
-og_status og_outparse_feed_toks(og_outparse *p, const og_tok_out *toks, int n, og_out_cb cb, void *ud) {
-    if (!p || (n > 0 && !toks) || !cb) return OG_ERR_INVALID_ARG;
-    og_status st = OG_OK;
-    for (int k = 0; k < n; k++) {
-        if (p->held >= 0) {
-            p->n_reasoning += og_outparse_in_reasoning(p); /* the closing marker's tokens count too */
-            og_status s = og_outparse_feed(p, &p->held, 1, cb, ud);
-            if (!st) st = s;
-        }
-        p->held = toks[k].id;
-        p->held_start = toks[k].text_start;
-    }
-    return st;
-}
-
-og_status og_outparse_end(og_outparse *p, const char *text, size_t text_len, og_finish why, int stop_index,
-                          og_out_cb cb, void *ud) {
-    if (!p || !cb || (text_len && !text)) return OG_ERR_INVALID_ARG;
-    og_status st = OG_OK;
-    if (p->held >= 0) {
-        p->n_reasoning += og_outparse_in_reasoning(p);
+/* Feeds the held-back token, counting it as reasoning when it is fed inside
+ * the think block (the closing marker's tokens count too); only its bytes
+ * before the stop when the output's text ends inside them (a stop string cut
+ * it). */
+static og_status feed_held(og_outparse *p, bool last, og_out_cb cb, void *ud) {
+    p->n_reasoning += og_outparse_in_reasoning(p);
+    if (last) {
         char b[256];
         int bn = og_token_to_bytes(p->tok, p->held, false, b, sizeof b);
-        size_t have = text_len > p->held_start ? text_len - p->held_start : 0;
-        if (bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && (!have || !memcmp(b, text + p->held_start, have)))
-            st = og_outparse_feed_bytes(p, b, have, cb, ud); /* cut by a stop string */
-        else
-            st = og_outparse_feed(p, &p->held, 1, cb, ud);
+        size_t rel = p->held_start - p->tail_start; /* the token's text in tail */
+        size_t have = p->tail.n > rel ? p->tail.n - rel : 0;
+        if (bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && (!have || !memcmp(b, p->tail.p + rel, have)))
+            return og_outparse_feed_bytes(p, b, have, cb, ud); /* cut by a stop string */
+    }
+    return og_outparse_feed(p, &p->held, 1, cb, ud);
+}
+
+og_status og_outparse_take(og_outparse *p, const og_seq_out *so, og_out_cb cb, void *ud) {
+    if (!p || !so || (so->len && !so->text) || (so->n_toks > 0 && !so->toks) || !cb) return OG_ERR_INVALID_ARG;
+    og_status st = OG_OK;
+    if (so->len && !put(p, &p->tail, so->text, so->len)) st = OG_ERR_NOMEM;
+    for (int k = 0; k < so->n_toks; k++) {
+        if (p->held >= 0) {
+            og_status s = feed_held(p, false, cb, ud);
+            if (!st) st = s;
+        }
+        p->held = so->toks[k].id;
+        p->held_start = so->toks[k].text_start;
+    }
+    if (p->held >= 0 && p->held_start > p->tail_start) { /* only the held token's text can still be cut */
+        size_t d = p->held_start - p->tail_start < p->tail.n ? p->held_start - p->tail_start : p->tail.n;
+        if (d) memmove(p->tail.p, p->tail.p + d, p->tail.n - d);
+        p->tail.n -= d;
+        p->tail_start += d;
+    }
+    if (so->finish == OG_FINISH_NONE) return st;
+    if (p->held >= 0) {
+        og_status s = feed_held(p, true, cb, ud);
+        if (!st) st = s;
         p->held = -1;
     }
     /* cut by max_tokens or a stop string inside a call: the partial call is dropped, not shown as text */
-    const bool cut = why == OG_FINISH_LENGTH || (why == OG_FINISH_STOP && stop_index >= 0);
+    const bool cut = so->finish == OG_FINISH_LENGTH || (so->finish == OG_FINISH_STOP && so->stop_index >= 0);
     og_status fst = finish(p, cut, cb, ud);
     return st ? st : fst;
 }
@@ -683,7 +696,7 @@ og_status og_outparse_new(const og_tokenizer *tok, const og_outparse_opts *o, og
 
 void og_outparse_free(og_outparse *p) {
     if (!p) return;
-    buf *bs[] = {&p->lex, &p->raw, &p->head, &p->body, &p->name, &p->args, &p->pname};
+    buf *bs[] = {&p->lex, &p->raw, &p->head, &p->body, &p->name, &p->args, &p->pname, &p->tail};
     for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) free(bs[i]->p);
     free(p);
 }

@@ -358,14 +358,6 @@ static void on_out(void *ud, const og_out_ev *ev) {
     emit(g, chunk(g, i, d, NULL, NULL));
 }
 
-/* Feeds choice i's new tokens to its parser and ends it with the output
- * (why, stop_index: how it ended; text: the engine's output so far). */
-static void parse_toks(gen_ctx *g, int i, const og_tok_out *toks, int n, og_finish why, int stop_index) {
-    g->cur = i;
-    og_outparse_feed_toks(g->op[i], toks, n, on_out, g);
-    if (why != OG_FINISH_NONE) og_outparse_end(g->op[i], g->text[i], g->text_len[i], why, stop_index, on_out, g);
-}
-
 /* finish_reason: "tool_calls" when the model called tools and stopped. */
 static const char *finish_name(const gen_ctx *g, int i) {
     if (g->req.parse && g->n_calls[i] > 0 && g->finish[i] == OG_FINISH_STOP) return "tool_calls";
@@ -404,7 +396,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         g->n_gen[i] = o.n_gen;
         g->n_cached[i] = o.n_cached;
         if (o.len || o.n_toks) changed = true;
-        if (!stream || (g->req.logprobs && !g->req.chat) || g->req.parse) { /* the final text; what text_offset counts in */
+        if (!stream || (g->req.logprobs && !g->req.chat)) { /* the final text; what text_offset counts in */
             char *nt = realloc(g->text[i], g->text_len[i] + o.len + 1);
             if (nt) {
                 g->text[i] = nt;
@@ -417,7 +409,8 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         }
         if (g->req.parse) { /* content, reasoning and tool calls from the token ids */
             g->stream_now = stream;
-            parse_toks(g, i, o.toks, o.n_toks, o.finish, o.stop_index);
+            g->cur = i;
+            og_outparse_take(g->op[i], &o, on_out, g);
             if (stream && g->req.logprobs && o.n_toks)
                 emit(g, chunk(g, i, json_object(), og_api_logprobs(g->srv->mdl.tok, true, o.toks, o.n_toks, NULL), NULL));
             if (!stream && g->req.logprobs) keep_toks(g, i, &o);

@@ -316,10 +316,10 @@ static void test_cut_call(void **state) {
         }
 }
 
-/* Feeds output with og_outparse_feed_toks (in two calls, so a token is held
- * back across them) and ends it with og_outparse_end as an endpoint does: the
- * engine's text is the ids' bytes (control tokens empty), cut to keep bytes
- * of the last token (-1: all of them). */
+/* Feeds output with og_outparse_take as og_seq_take reports it, in two takes
+ * (so a token is held back across them; the second ends it): the engine's
+ * text is the ids' bytes (control tokens empty), cut to keep bytes of the
+ * last token (-1: all of them). */
 static og_outparse *end_output(const og_outparse_opts *o, const char *output, int keep, og_finish why, int stop_index,
                                rec *r) {
     og_outparse *p;
@@ -342,14 +342,17 @@ static og_outparse *end_output(const og_outparse_opts *o, const char *output, in
         len = last_start + (size_t)keep;
     }
     int half = (int)ids.n / 2;
-    assert_int_equal(og_outparse_feed_toks(p, toks, half, on_ev, r), OG_OK);
-    assert_int_equal(og_outparse_feed_toks(p, toks + half, (int)ids.n - half, on_ev, r), OG_OK);
-    assert_int_equal(og_outparse_end(p, text, len, why, stop_index, on_ev, r), OG_OK);
+    size_t split = toks[half].text_start;
+    og_seq_out first = {.text = text, .len = split, .toks = toks, .n_toks = half};
+    og_seq_out rest = {.text = text + split, .len = len - split, .text_offset = split, .toks = toks + half,
+                       .n_toks = (int)ids.n - half, .finish = why, .stop_index = stop_index};
+    assert_int_equal(og_outparse_take(p, &first, on_ev, r), OG_OK);
+    assert_int_equal(og_outparse_take(p, &rest, on_ev, r), OG_OK);
     og_ids_free(&ids);
     return p;
 }
 
-/* og_outparse_end: a stop string inside the held-back last token keeps only
+/* og_outparse_take's end: a stop string inside the held-back last token keeps only
  * its bytes before the stop; max_tokens or a stop string inside a call drops
  * the partial call, the end-of-generation token reports it as text; every
  * token fed inside the think block counts as reasoning (the closing marker's
@@ -414,10 +417,13 @@ static void test_end(void **state) {
     og_ids_free(&all);
     r = (rec){.open = -1};
     assert_int_equal(og_outparse_new(g_tok, &think, &p), OG_OK);
-    assert_int_equal(og_outparse_end(p, "", 0, OG_FINISH_STOP, -1, on_ev, &r), OG_OK); /* nothing held back */
+    og_seq_out none = {.text = "", .finish = OG_FINISH_STOP, .stop_index = -1};
+    assert_int_equal(og_outparse_take(p, &none, on_ev, &r), OG_OK); /* nothing held back */
     assert_int_equal(og_outparse_reasoning_tokens(p), 0);
-    assert_int_equal(og_outparse_end(p, NULL, 3, OG_FINISH_STOP, -1, on_ev, &r), OG_ERR_INVALID_ARG);
-    assert_int_equal(og_outparse_feed_toks(p, NULL, 2, on_ev, &r), OG_ERR_INVALID_ARG);
+    og_seq_out bad = {.len = 3, .finish = OG_FINISH_STOP, .stop_index = -1};
+    assert_int_equal(og_outparse_take(p, &bad, on_ev, &r), OG_ERR_INVALID_ARG);
+    bad = (og_seq_out){.n_toks = 2};
+    assert_int_equal(og_outparse_take(p, &bad, on_ev, &r), OG_ERR_INVALID_ARG);
     og_outparse_free(p);
     assert_int_equal(og_outparse_reasoning_tokens(NULL), 0);
 }

@@ -499,6 +499,14 @@ static int compile_enum(builder *b, const json_t *s, const char *path) {
     return r;
 }
 
+/* Property k is named in the schema's "required" array (NULL or not an array: no). */
+static bool is_required(const json_t *req, const char *k) {
+    for (size_t j = 0; json_is_array(req) && j < json_array_size(req); j++)
+        if (json_is_string(json_array_get(req, j)) && !strcmp(json_string_value(json_array_get(req, j)), k))
+            return true;
+    return false;
+}
+
 static int compile_object(builder *b, const json_t *s, const char *path, int depth) {
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     const json_t *ap = json_object_get(s, "additionalProperties");
@@ -537,9 +545,7 @@ static int compile_object(builder *b, const json_t *s, const char *path, int dep
     json_object_foreach((json_t *)props, k, v) {
         if (b->st) break;
         int vr = sub(b, v, path, "properties", k, depth);
-        bool required = false;
-        for (size_t j = 0; req && j < json_array_size(req); j++)
-            required |= !strcmp(json_string_value(json_array_get(req, j)), k);
+        bool required = is_required(req, k);
         json_t *ks = json_stringn(k, strlen(k));
         char *kt = ks ? json_dumps(ks, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         json_decref(ks);
@@ -955,9 +961,7 @@ static int dsml_params(builder *b, const og_tool_layout *lay, const json_t *para
     const json_t *v;
     json_object_foreach((json_t *)props, k, v) {
         if (b->st) break;
-        bool required = false;
-        for (size_t j = 0; json_is_array(req) && j < json_array_size(req); j++)
-            required |= json_is_string(json_array_get(req, j)) && !strcmp(json_string_value(json_array_get(req, j)), k);
+        bool required = is_required(req, k);
         if (strchr(k, '"') || strchr(k, '<') || strchr(k, '>'))
             return bfail(b, OG_ERR_UNSUPPORTED, "%s: the property name '%.60s' cannot be written as a DSML parameter",
                          path, k), -1;

@@ -147,8 +147,6 @@ bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_
     o->echo = echo;
     o->stop_index = -1;
     o->keepalive_s = OG_EP_KEEPALIVE_S;
-    o->last_id = -1;
-    o->tok = mdl->tok;
     o->max_calls = req->max_calls;
     o->n_prompt = (int)req->prompts[0].n;
     if (req->parse && og_outparse_new(mdl->tok, &req->out, &o->parser)) {
@@ -206,7 +204,6 @@ void og_ep_out_free(og_ep_out *o) {
     free(o->blk);
     for (int i = 0; i < o->n_stop; i++) free(o->stop[i]);
     og_outparse_free(o->parser);
-    free(o->text);
     json_decref(o->echo);
     free(o->sse);
     free(o);
@@ -377,33 +374,8 @@ og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
         og_out_ev ev = {.kind = OG_OUT_CONTENT, .text = so->text, .len = so->len};
         on_event(o, &ev);
     }
-    if (o->parser) {
-        grow(o, &o->text, &o->text_len, &o->text_cap, so->text, so->len);
-        for (int k = 0; k < so->n_toks; k++) {
-            if (o->last_id >= 0) {
-                o->n_reasoning += og_outparse_in_reasoning(o->parser); /* the closing marker's tokens count too */
-                if (og_outparse_feed(o->parser, &o->last_id, 1, on_event, o)) o->oom = true;
-            }
-            o->last_id = so->toks[k].id;
-            o->last_start = so->toks[k].text_start;
-        }
-    }
+    if (o->parser && og_outparse_take(o->parser, so, on_event, o)) o->oom = true;
     if (so->finish != OG_FINISH_NONE) {
-        if (o->parser && o->last_id >= 0) {
-            /* the last token: only the bytes before a stop string that cut it */
-            o->n_reasoning += og_outparse_in_reasoning(o->parser);
-            char b[256];
-            int bn = og_token_to_bytes(o->tok, o->last_id, false, b, sizeof b);
-            size_t have = o->text_len > o->last_start ? o->text_len - o->last_start : 0;
-            og_status st = bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && !memcmp(b, o->text + o->last_start, have)
-                               ? og_outparse_feed_bytes(o->parser, b, have, on_event, o)
-                               : og_outparse_feed(o->parser, &o->last_id, 1, on_event, o);
-            if (st) o->oom = true;
-            o->last_id = -1;
-        }
-        /* cut by max_tokens or a stop string inside a call: the partial call is dropped, not shown as text */
-        const bool cut = so->finish == OG_FINISH_LENGTH || (so->finish == OG_FINISH_STOP && so->stop_index >= 0);
-        if (o->parser && (cut ? og_outparse_finish_cut : og_outparse_finish)(o->parser, on_event, o)) o->oom = true;
         close_open(o);
         o->finish = so->finish;
         o->stop_index = so->finish == OG_FINISH_STOP ? so->stop_index : -1;

@@ -162,17 +162,10 @@ struct og_ep_out {
     int n_blk, cap_blk;
     bool open;               /* blk[n_blk - 1] is still growing */
     og_outparse *parser;     /* splits token ids into events; NULL: the text is all CONTENT */
-    const og_tokenizer *tok;
-    int32_t last_id;         /* parser: the last token, held back until the next or the end (a stop string
-                                may cut its text), or -1 */
-    size_t last_start;       /* its text's byte offset in the output */
-    char *text;              /* the engine's output text so far (what a stop string left of the last token) */
-    size_t text_len, text_cap;
     int max_calls, n_calls;  /* tool calls kept at most (1: parallel tool use off; 0: any), kept so far */
     bool drop_call;          /* the call being reported is over max_calls */
     int n_prompt, n_gen;     /* tokens */
     int n_cached;            /* of n_prompt, read from the prefix cache (usage's cached / cache_read tokens) */
-    int n_reasoning;         /* output tokens inside the think block (its closing marker included) */
     og_finish finish;        /* NONE until the sequence ended */
     int stop_index;          /* og_seq_out's */
     char *sse;               /* streaming: events not yet taken (og_ep_out_sse) */

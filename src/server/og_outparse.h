@@ -31,6 +31,7 @@
 #define OG_OUTPARSE_H
 
 #include "og_base.h"
+#include "og_engine.h"
 #include "og_grammar.h"
 #include "og_tokenizer.h"
 
@@ -90,6 +91,22 @@ og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud);
  * Errors: OG_ERR_NOMEM. */
 og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud);
 bool og_outparse_cut_call(const og_outparse *p);
+
+/* Feeds one og_seq_take's output (its text and tokens), holding back the
+ * last token until the next take or the end (a stop string found later may
+ * cut its text; the parser keeps the output's text from that token on). When
+ * so->finish says the output ended: feeds the held-back token, only its bytes
+ * before the stop when the text ends inside them, then finishes with
+ * og_outparse_finish_cut when the output was cut (OG_FINISH_LENGTH, or
+ * OG_FINISH_STOP by a stop string: stop_index >= 0), else og_outparse_finish.
+ * The one way every endpoint feeds its parser. Errors: OG_ERR_INVALID_ARG,
+ * OG_ERR_NOMEM (the first one met; every token is still taken). */
+og_status og_outparse_take(og_outparse *p, const og_seq_out *so, og_out_cb cb, void *ud);
+
+/* Tokens fed by og_outparse_take while inside the think block (its closing
+ * marker's included), for usage.completion_tokens_details.reasoning_tokens;
+ * 0 for NULL. */
+int og_outparse_reasoning_tokens(const og_outparse *p);
 
 /* Tool calls completed so far (END events). */
 int og_outparse_n_calls(const og_outparse *p);

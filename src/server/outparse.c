@@ -110,6 +110,11 @@ struct og_outparse {
     int n_params;
     int block_calls;         /* calls completed in the current block */
     bool cut_call;           /* og_outparse_finish_cut dropped an unfinished call */
+    int32_t held;            /* og_outparse_take: the last token, held back until the next or the end, or -1 */
+    size_t held_start;       /* its text's byte offset in the output */
+    buf tail;                /* the output's text from byte tail_start on (the held token's, once there is one) */
+    size_t tail_start;
+    int n_reasoning;         /* tokens fed by og_outparse_take inside the think block */
     int n_calls;
     bool malformed, oom;
     char id[32];
@@ -551,29 +556,79 @@ og_status og_outparse_feed(og_outparse *p, const int32_t *ids, int n, og_out_cb 
     return p->oom ? OG_ERR_NOMEM : OG_OK;
 }
 
-og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud) {
+/* Ends the output; cut: it was cut (og_outparse_finish_cut), else it ended
+ * (og_outparse_finish). p->raw is read only in a call state (entered from
+ * the content states with it cleared), so clearing it always is the same as
+ * clearing it only there. */
+static og_status finish(og_outparse *p, bool cut, og_out_cb cb, void *ud) {
     if (!p || !cb) return OG_ERR_INVALID_ARG;
     if (p->oom) return OG_ERR_NOMEM;
     lex_run(p, true, cb, ud);
-    /* a V3 block may end without its <calls_end> once a call completed; any other
-     * unfinished call is malformed */
-    if (p->st != S_CONTENT && p->st != S_REASONING && !(p->st == S_BLOCK && p->block_calls > 0)) malformed(p, cb, ud);
+    if (p->st != S_CONTENT && p->st != S_REASONING) {
+        /* a V3 block may end without its <calls_end> once a call completed */
+        const bool block_done = p->st == S_BLOCK && p->block_calls > 0;
+        if (cut) /* inside a call or a calls block: drop it */
+            p->cut_call = p->raw.n > 0 || !block_done;
+        else if (!block_done) /* any other unfinished call is malformed */
+            malformed(p, cb, ud);
+    }
     clear(&p->raw);
     p->st = S_CONTENT;
     return p->oom ? OG_ERR_NOMEM : OG_OK;
 }
 
-og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud) {
-    if (!p || !cb) return OG_ERR_INVALID_ARG;
-    if (p->oom) return OG_ERR_NOMEM;
-    lex_run(p, true, cb, ud);
-    if (p->st != S_CONTENT && p->st != S_REASONING) { /* inside a call or a calls block: drop it */
-        p->cut_call = p->raw.n > 0 || !(p->st == S_BLOCK && p->block_calls > 0);
-        clear(&p->raw);
+og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud) { return finish(p, false, cb, ud); }
+
+og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud) { return finish(p, true, cb, ud); }
+
+/* Feeds the held-back token, counting it as reasoning when it is fed inside
+ * the think block (the closing marker's tokens count too); only its bytes
+ * before the stop when the output's text ends inside them (a stop string cut
+ * it). */
+static og_status feed_held(og_outparse *p, bool last, og_out_cb cb, void *ud) {
+    p->n_reasoning += og_outparse_in_reasoning(p);
+    if (last) {
+        char b[256];
+        int bn = og_token_to_bytes(p->tok, p->held, false, b, sizeof b);
+        size_t rel = p->held_start - p->tail_start; /* the token's text in tail */
+        size_t have = p->tail.n > rel ? p->tail.n - rel : 0;
+        if (bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && (!have || !memcmp(b, p->tail.p + rel, have)))
+            return og_outparse_feed_bytes(p, b, have, cb, ud); /* cut by a stop string */
     }
-    p->st = S_CONTENT;
-    return p->oom ? OG_ERR_NOMEM : OG_OK;
+    return og_outparse_feed(p, &p->held, 1, cb, ud);
 }
+
+og_status og_outparse_take(og_outparse *p, const og_seq_out *so, og_out_cb cb, void *ud) {
+    if (!p || !so || (so->len && !so->text) || (so->n_toks > 0 && !so->toks) || !cb) return OG_ERR_INVALID_ARG;
+    og_status st = OG_OK;
+    if (so->len && !put(p, &p->tail, so->text, so->len)) st = OG_ERR_NOMEM;
+    for (int k = 0; k < so->n_toks; k++) {
+        if (p->held >= 0) {
+            og_status s = feed_held(p, false, cb, ud);
+            if (!st) st = s;
+        }
+        p->held = so->toks[k].id;
+        p->held_start = so->toks[k].text_start;
+    }
+    if (p->held >= 0 && p->held_start > p->tail_start) { /* only the held token's text can still be cut */
+        size_t d = p->held_start - p->tail_start < p->tail.n ? p->held_start - p->tail_start : p->tail.n;
+        if (d) memmove(p->tail.p, p->tail.p + d, p->tail.n - d);
+        p->tail.n -= d;
+        p->tail_start += d;
+    }
+    if (so->finish == OG_FINISH_NONE) return st;
+    if (p->held >= 0) {
+        og_status s = feed_held(p, true, cb, ud);
+        if (!st) st = s;
+        p->held = -1;
+    }
+    /* cut by max_tokens or a stop string inside a call: the partial call is dropped, not shown as text */
+    const bool cut = so->finish == OG_FINISH_LENGTH || (so->finish == OG_FINISH_STOP && so->stop_index >= 0);
+    og_status fst = finish(p, cut, cb, ud);
+    return st ? st : fst;
+}
+
+int og_outparse_reasoning_tokens(const og_outparse *p) { return p ? p->n_reasoning : 0; }
 
 bool og_outparse_cut_call(const og_outparse *p) { return p && p->cut_call; }
 
@@ -613,6 +668,7 @@ og_status og_outparse_new(const og_tokenizer *tok, const og_outparse_opts *o, og
     p->tok = tok;
     p->o = *o;
     p->fam = fam;
+    p->held = -1;
     p->st = o->in_reasoning && o->parse_reasoning ? S_REASONING : S_CONTENT;
     bool th = o->parse_reasoning, tl = o->parse_tools;
     set_marker(p, R_THINK_OPEN, "<think>", th);
@@ -640,7 +696,7 @@ og_status og_outparse_new(const og_tokenizer *tok, const og_outparse_opts *o, og
 
 void og_outparse_free(og_outparse *p) {
     if (!p) return;
-    buf *bs[] = {&p->lex, &p->raw, &p->head, &p->body, &p->name, &p->args, &p->pname};
+    buf *bs[] = {&p->lex, &p->raw, &p->head, &p->body, &p->name, &p->args, &p->pname, &p->tail};
     for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) free(bs[i]->p);
     free(p);
 }

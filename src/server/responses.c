@@ -401,7 +401,7 @@ static json_t *response_json(og_ep_out *o, bool ended) {
     json_t *out = json_array();
     for (int i = 0; ended && i < o->n_blk; i++) json_array_append_new(out, item_json(o, i, true));
     bool cut = o->finish == OG_FINISH_LENGTH;
-    int n_reason = o->n_reasoning; /* of output_tokens, as chat's completion_tokens_details */
+    int n_reason = og_outparse_reasoning_tokens(o->parser); /* of output_tokens, as chat's completion_tokens_details */
     json_t *fields = json_pack(
         "{s:s,s:s,s:I,s:s,s:n,s:o,s:s,s:o,s:n,s:o}", "id", o->id, "object", "response", "created_at",
         (json_int_t)o->meta.created, "status", !ended ? "in_progress" : cut ? "incomplete" : "completed", "error",

@@ -94,14 +94,10 @@ typedef struct gen_ctx {
     json_t *calls[OG_API_MAX_PROMPTS];      /* non-streaming: the message's tool_calls */
     char *content[OG_API_MAX_PROMPTS], *reasoning[OG_API_MAX_PROMPTS];
     size_t content_len[OG_API_MAX_PROMPTS], reasoning_len[OG_API_MAX_PROMPTS];
-    int n_reasoning[OG_API_MAX_PROMPTS];    /* tokens generated inside the think block */
     int n_calls[OG_API_MAX_PROMPTS];        /* calls reported (at most req.max_calls when it is set) */
     bool drop_call[OG_API_MAX_PROMPTS];     /* the call being reported is over req.max_calls */
-    uint32_t last_start[OG_API_MAX_PROMPTS]; /* text_start of the last token seen */
-    int32_t last_id[OG_API_MAX_PROMPTS];    /* held back: the last token (a stop string may cut it), or -1 */
     int cur;                                /* the choice whose events are being handled */
     bool stream_now;
-    bool cut_now;                 /* the output being finished was cut (max_tokens, a stop string) */
 } gen_ctx;
 
 static void count_status(og_server *s, conn_ctx *cc, int status) {
@@ -224,7 +220,7 @@ static json_t *usage_json(const gen_ctx *g) {
                           "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens", (json_int_t)k);
     if (u && g->req.out.parse_reasoning) { /* thinking requests: how many of them were reasoning */
         long long r = 0;
-        for (int i = 0; i < g->n; i++) r += g->n_reasoning[i];
+        for (int i = 0; i < g->n; i++) r += og_outparse_reasoning_tokens(g->op[i]);
         json_object_set_new(u, "completion_tokens_details", json_pack("{s:I}", "reasoning_tokens", (json_int_t)r));
     }
     return u;
@@ -362,42 +358,20 @@ static void on_out(void *ud, const og_out_ev *ev) {
     emit(g, chunk(g, i, d, NULL, NULL));
 }
 
-/* Feeds choice i's new tokens to its parser. The last token is held back
- * until the next one or the end: a stop string may cut its text, and then only
- * the bytes before the stop are fed (text: the engine's output so far). */
-static void parse_toks(gen_ctx *g, int i, const og_tok_out *toks, int n, bool end) {
-    g->cur = i;
-    for (int k = 0; k < n; k++) {
-        if (g->last_id[i] >= 0) {
-            g->n_reasoning[i] += og_outparse_in_reasoning(g->op[i]); /* the closing marker's tokens count too */
-            og_outparse_feed(g->op[i], &g->last_id[i], 1, on_out, g);
-        }
-        g->last_id[i] = toks[k].id;
-        g->last_start[i] = toks[k].text_start;
-    }
-    if (!end) return;
-    if (g->last_id[i] >= 0) {
-        g->n_reasoning[i] += og_outparse_in_reasoning(g->op[i]);
-        char b[256];
-        int bn = og_token_to_bytes(g->srv->mdl.tok, g->last_id[i], false, b, sizeof b);
-        size_t have = g->text_len[i] > g->last_start[i] ? g->text_len[i] - g->last_start[i] : 0;
-        if (bn > 0 && bn <= (int)sizeof b && have < (size_t)bn && !memcmp(b, g->text[i] + g->last_start[i], have))
-            og_outparse_feed_bytes(g->op[i], b, have, on_out, g); /* cut by a stop string */
-        else
-            og_outparse_feed(g->op[i], &g->last_id[i], 1, on_out, g);
-        g->last_id[i] = -1;
-    }
-    /* an output cut by max_tokens or a stop string inside a call: the partial call is dropped, not shown as text */
-    if (g->cut_now)
-        og_outparse_finish_cut(g->op[i], on_out, g);
-    else
-        og_outparse_finish(g->op[i], on_out, g);
-}
-
 /* finish_reason: "tool_calls" when the model called tools and stopped. */
 static const char *finish_name(const gen_ctx *g, int i) {
     if (g->req.parse && g->n_calls[i] > 0 && g->finish[i] == OG_FINISH_STOP) return "tool_calls";
     return og_api_finish_reason(g->finish[i]);
+}
+
+/* Appends o's tokens to choice i's (the non-streaming response's logprobs). */
+static void keep_toks(gen_ctx *g, int i, const og_seq_out *o) {
+    og_tok_out *tk = o->n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o->n_toks) * sizeof *tk) : g->toks[i];
+    if (tk) {
+        g->toks[i] = tk;
+        if (o->n_toks) memcpy(tk + g->n_toks[i], o->toks, (size_t)o->n_toks * sizeof *tk);
+        g->n_toks[i] += o->n_toks;
+    }
 }
 
 /* Moves new engine output into stream events (or the non-streaming
@@ -422,7 +396,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         g->n_gen[i] = o.n_gen;
         g->n_cached[i] = o.n_cached;
         if (o.len || o.n_toks) changed = true;
-        if (!stream || (g->req.logprobs && !g->req.chat) || g->req.parse) { /* the final text; what text_offset counts in */
+        if (!stream || (g->req.logprobs && !g->req.chat)) { /* the final text; what text_offset counts in */
             char *nt = realloc(g->text[i], g->text_len[i] + o.len + 1);
             if (nt) {
                 g->text[i] = nt;
@@ -435,18 +409,11 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         }
         if (g->req.parse) { /* content, reasoning and tool calls from the token ids */
             g->stream_now = stream;
-            g->cut_now = o.finish == OG_FINISH_LENGTH || (o.finish == OG_FINISH_STOP && o.stop_index >= 0);
-            parse_toks(g, i, o.toks, o.n_toks, o.finish != OG_FINISH_NONE);
+            g->cur = i;
+            og_outparse_take(g->op[i], &o, on_out, g);
             if (stream && g->req.logprobs && o.n_toks)
                 emit(g, chunk(g, i, json_object(), og_api_logprobs(g->srv->mdl.tok, true, o.toks, o.n_toks, NULL), NULL));
-            if (!stream && g->req.logprobs) {
-                og_tok_out *tk = o.n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o.n_toks) * sizeof *tk) : g->toks[i];
-                if (tk) {
-                    g->toks[i] = tk;
-                    if (o.n_toks) memcpy(tk + g->n_toks[i], o.toks, (size_t)o.n_toks * sizeof *tk);
-                    g->n_toks[i] += o.n_toks;
-                }
-            }
+            if (!stream && g->req.logprobs) keep_toks(g, i, &o);
         } else if (stream) {
             if (o.len || o.n_toks) {
                 json_t *lp =
@@ -455,12 +422,7 @@ static bool gen_collect(gen_ctx *g, bool stream) {
                 emit(g, chunk(g, i, g->req.chat ? json_pack("{s:o}", "content", t) : t, lp, NULL));
             }
         } else {
-            og_tok_out *tk = o.n_toks ? realloc(g->toks[i], (size_t)(g->n_toks[i] + o.n_toks) * sizeof *tk) : g->toks[i];
-            if (tk) {
-                g->toks[i] = tk;
-                if (o.n_toks) memcpy(tk + g->n_toks[i], o.toks, (size_t)o.n_toks * sizeof *tk);
-                g->n_toks[i] += o.n_toks;
-            }
+            keep_toks(g, i, &o);
         }
         if (o.finish != OG_FINISH_NONE) {
             changed = true;
@@ -609,7 +571,6 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
         return send_json(s, c, cc, 200, o);
     }
     for (int i = 0; !g->ep && g->req.parse && i < g->req.n_prompts; i++) {
-        g->last_id[i] = -1;
         if (og_outparse_new(mdl.tok, &g->req.out, &g->op[i])) {
             gen_free(g);
             return fail(s, c, cc, 500, "server_error", NULL, "out of memory");

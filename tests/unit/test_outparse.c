@@ -316,6 +316,118 @@ static void test_cut_call(void **state) {
         }
 }
 
+/* Feeds output with og_outparse_take as og_seq_take reports it, in two takes
+ * (so a token is held back across them; the second ends it): the engine's
+ * text is the ids' bytes (control tokens empty), cut to keep bytes of the
+ * last token (-1: all of them). */
+static og_outparse *end_output(const og_outparse_opts *o, const char *output, int keep, og_finish why, int stop_index,
+                               rec *r) {
+    og_outparse *p;
+    assert_int_equal(og_outparse_new(g_tok, o, &p), OG_OK);
+    og_ids ids = {0};
+    ids_of(output, false, &ids);
+    assert_true(ids.n >= 2 && ids.n <= 64);
+    og_tok_out toks[64];
+    char text[1024];
+    size_t len = 0;
+    for (size_t i = 0; i < ids.n; i++) {
+        toks[i] = (og_tok_out){.id = ids.v[i], .text_start = (uint32_t)len};
+        int bn = og_token_to_bytes(g_tok, ids.v[i], false, text + len, sizeof text - len);
+        assert_true(bn >= 0 && len + (size_t)bn < sizeof text);
+        len += (size_t)bn;
+    }
+    if (keep >= 0) {
+        size_t last_start = toks[ids.n - 1].text_start;
+        assert_true(last_start + (size_t)keep < len); /* the stop string starts inside the last token */
+        len = last_start + (size_t)keep;
+    }
+    int half = (int)ids.n / 2;
+    size_t split = toks[half].text_start;
+    og_seq_out first = {.text = text, .len = split, .toks = toks, .n_toks = half};
+    og_seq_out rest = {.text = text + split, .len = len - split, .text_offset = split, .toks = toks + half,
+                       .n_toks = (int)ids.n - half, .finish = why, .stop_index = stop_index};
+    assert_int_equal(og_outparse_take(p, &first, on_ev, r), OG_OK);
+    assert_int_equal(og_outparse_take(p, &rest, on_ev, r), OG_OK);
+    og_ids_free(&ids);
+    return p;
+}
+
+/* og_outparse_take's end: a stop string inside the held-back last token keeps only
+ * its bytes before the stop; max_tokens or a stop string inside a call drops
+ * the partial call, the end-of-generation token reports it as text; every
+ * token fed inside the think block counts as reasoning (the closing marker's
+ * too). */
+static void test_end(void **state) {
+    (void)state;
+    const og_outparse_opts tools = {.kind = OG_CHAT_DEEPSEEK3_1, .parse_tools = true, .id_seed = 7};
+    const char *plain = "Hello there, seafaring sailors";
+    for (int keep = 0; keep < 2; keep++) {
+        rec r = {.open = -1};
+        og_outparse *p = end_output(&tools, plain, keep, OG_FINISH_STOP, 0, &r);
+        /* the text before the stop: the output less the last token's bytes from keep on */
+        og_ids ids = {0};
+        ids_of(plain, false, &ids);
+        char last[64];
+        int bn = og_token_to_bytes(g_tok, ids.v[ids.n - 1], false, last, sizeof last);
+        assert_true(bn > 1 && bn < (int)sizeof last);
+        char want[128];
+        snprintf(want, sizeof want, "%.*s%.*s", (int)(strlen(plain) - (size_t)bn), plain, keep, last);
+        assert_string_equal(r.content, want);
+        assert_int_equal(og_outparse_reasoning_tokens(p), 0);
+        og_ids_free(&ids);
+        og_outparse_free(p);
+    }
+    const char *partial = "hi" CB KB "f" SEP "{\"a\": 1";
+    static const struct {
+        og_finish why;
+        int stop_index;
+        bool cut;
+    } ends[] = {{OG_FINISH_LENGTH, -1, true}, {OG_FINISH_STOP, 1, true}, {OG_FINISH_STOP, -1, false}};
+    for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+        rec r = {.open = -1};
+        og_outparse *p = end_output(&tools, partial, -1, ends[k].why, ends[k].stop_index, &r);
+        assert_int_equal(r.n_begin, 0);
+        assert_int_equal(og_outparse_cut_call(p), ends[k].cut);
+        assert_int_equal(og_outparse_malformed(p), !ends[k].cut);
+        if (ends[k].cut) assert_string_equal(r.content, "hi");
+        else assert_string_equal(r.content, "hi" "f" "{\"a\": 1"); /* the call as the detokenizer shows it */
+        og_outparse_free(p);
+    }
+    /* reasoning tokens: counted against the tokens' own split (ids_of of the reasoning part) */
+    const og_outparse_opts think = {.kind = OG_CHAT_DEEPSEEK3_1, .in_reasoning = true, .parse_reasoning = true};
+    og_ids rid = {0}, cid = {0};
+    ids_of("let me think it over", false, &rid);
+    ids_of("</think>", false, &cid);
+    rec r = {.open = -1};
+    og_outparse *p = end_output(&think, "let me think it over", -1, OG_FINISH_LENGTH, -1, &r);
+    assert_int_equal(og_outparse_reasoning_tokens(p), (int)rid.n);
+    assert_string_equal(r.reasoning, "let me think it over");
+    og_outparse_free(p);
+    r = (rec){.open = -1};
+    p = end_output(&think, "let me think it over</think>The answer is yes", -1, OG_FINISH_STOP, -1, &r);
+    assert_string_equal(r.reasoning, "let me think it over");
+    assert_string_equal(r.content, "The answer is yes");
+    og_ids all = {0};
+    ids_of("let me think it over</think>", false, &all);
+    assert_int_equal(all.n, rid.n + cid.n); /* the split at </think> is a token boundary */
+    assert_int_equal(og_outparse_reasoning_tokens(p), (int)all.n);
+    og_outparse_free(p);
+    og_ids_free(&rid);
+    og_ids_free(&cid);
+    og_ids_free(&all);
+    r = (rec){.open = -1};
+    assert_int_equal(og_outparse_new(g_tok, &think, &p), OG_OK);
+    og_seq_out none = {.text = "", .finish = OG_FINISH_STOP, .stop_index = -1};
+    assert_int_equal(og_outparse_take(p, &none, on_ev, &r), OG_OK); /* nothing held back */
+    assert_int_equal(og_outparse_reasoning_tokens(p), 0);
+    og_seq_out bad = {.len = 3, .finish = OG_FINISH_STOP, .stop_index = -1};
+    assert_int_equal(og_outparse_take(p, &bad, on_ev, &r), OG_ERR_INVALID_ARG);
+    bad = (og_seq_out){.n_toks = 2};
+    assert_int_equal(og_outparse_take(p, &bad, on_ev, &r), OG_ERR_INVALID_ARG);
+    og_outparse_free(p);
+    assert_int_equal(og_outparse_reasoning_tokens(NULL), 0);
+}
+
 static void test_typed_marker(void **state) {
     (void)state;
     int32_t cb = og_tokenizer_find(g_tok, CB, strlen(CB));
@@ -543,6 +655,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_typed_marker),
         cmocka_unit_test(test_cut_call),
+        cmocka_unit_test(test_end),
         cmocka_unit_test(test_ids_and_errors),
         cmocka_unit_test(test_random_outputs),
         cmocka_unit_test(test_layout_roundtrip),

@@ -2,6 +2,7 @@
  * MoE architectures, so one table serves deepseek2 and its relatives; other
  * architectures get their own rows when they are supported. */
 #include "og_model.h"
+#include "deepseek4.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,7 @@ static const struct {
 };
 
 og_tensor_role og_model_tensor_role(const char *arch, const char *name) {
-    (void)arch; /* one table for the deepseek family so far */
+    if (arch && !strcmp(arch, "deepseek4")) return og_ds4_role(name); /* its own table (deepseek4_table.c) */
     if (starts(name, "token_embd")) return OG_ROLE_EMBEDDINGS;
     if (starts(name, "output")) return OG_ROLE_OUTPUT; /* output.weight, output_norm.weight */
     if (og_model_tensor_layer(name) < 0) return OG_ROLE_OTHER;

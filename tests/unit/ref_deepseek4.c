@@ -173,7 +173,8 @@ static void kf_layers(const char *key, int n, double *out, bool required, const 
 /* YaRN correction range (ggml_rope_yarn_corr_dims, spec §4.1.2): the pair
  * indices where the ramp goes from extrapolation to interpolation. */
 static double corr_dim(int n_dims, double n_ctx_orig, double beta, double base) {
-    return n_dims * log(n_ctx_orig / (beta * 2 * M_PI)) / (2 * log(base));
+    const double pi = 3.14159265358979323846;
+    return n_dims * log(n_ctx_orig / (beta * 2 * pi)) / (2 * log(base));
 }
 
 static void read_hparams(hparams *h) {
@@ -216,8 +217,15 @@ static void read_hparams(hparams *h) {
         int64_t r;
         og_gguf_kv_num_i64(cr, (uint64_t)i, &r);
         if (r != 0 && r != 4 && r != 128) die("compress ratio other than 0, 4, 128%s", "");
+        if (r == 4 && (h->ID < h->R || (h->ID & (h->ID - 1)) || h->IH < 1 || h->top_k < 1))
+            die("indexer sizes outside what ref_deepseek4 handles%s", "");
         h->ratio[i] = (int)r;
     }
+    /* the sizes this program's fixed buffers hold (row[4096], pre[16], sel[64], taken[4096]) */
+    if (h->N < 1 || h->H < 1 || h->G < 1 || h->H % h->G || h->D < 2 || h->D > 4096 || h->R < 2 || h->R % 2 ||
+        h->R > h->D || h->ID > 4096 || h->hc < 1 || h->hc > 16 || h->k < 1 || h->k > 64 || h->E < h->k ||
+        h->E > 4096 || h->n_swa < 1 || h->hash_layers > h->n_layer)
+        die("hyperparameters outside what ref_deepseek4 handles%s", "");
     const og_gguf_tensor *te = og_gguf_find_tensor(G, "token_embd.weight");
     if (!te) die("no token_embd%s", "");
     h->V = (int)te->ne[1];
@@ -838,6 +846,13 @@ int main(int argc, char **argv) {
         printf("]}");
     }
     printf("]}\n");
+    for (int il = 0; il < h->n_layer; il++) {
+        rows *all[] = {&st[il].kv, &st[il].comp_kv, &st[il].comp_sc, &st[il].comp, &st[il].idx_kv, &st[il].idx_sc, &st[il].idx};
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) free(all[k]->v);
+    }
+    free(st);
+    free(logits);
+    free(tok);
     og_gguf_close(g);
     return 0;
 }

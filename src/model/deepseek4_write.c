@@ -113,20 +113,13 @@ og_status og_ds4_config_check(const og_ds4_write_config *c, char *err, size_t er
 
 /* ---- keys ------------------------------------------------------------------ */
 
-static og_status put_keys(og_gguf_writer *w, const og_ds4_write_config *c, og_ggml_type major, bool quantized) {
+static og_status put_keys(og_gguf_writer *w, const og_ds4_write_config *c, const uint64_t *type_bytes) {
     const og_ds4_hparams *h = &c->hp;
     og_status st;
 #define K(expr) do { if ((st = (expr))) return st; } while (0)
 #define KU(key, v) K(og_gguf_writer_set_u32(w, "deepseek4." key, (v)))
 #define KF(key, v) K(og_gguf_writer_set_f32(w, "deepseek4." key, (v)))
-    static const uint32_t ftype[OG_TYPE_COUNT] = {[OG_TYPE_F32] = 0, [OG_TYPE_F16] = 1, [OG_TYPE_Q8_0] = 7,
-                                                  [OG_TYPE_Q2_K] = 10, [OG_TYPE_Q4_K] = 15, [OG_TYPE_Q6_K] = 18,
-                                                  [OG_TYPE_IQ2_XXS] = 19, [OG_TYPE_BF16] = 32};
-    K(og_gguf_writer_set_str(w, "general.architecture", "deepseek4"));
-    K(og_gguf_writer_set_str(w, "general.name", c->name ? c->name : "onegpu-ds4-synthetic"));
-    K(og_gguf_writer_set_str(w, "general.type", "model"));
-    K(og_gguf_writer_set_u32(w, "general.file_type", major == OG_TYPE_F32 || ftype[major] ? ftype[major] : 1024));
-    if (quantized) K(og_gguf_writer_set_u32(w, "general.quantization_version", 2));
+    K(og_gguf_writer_set_general(w, "deepseek4", c->name ? c->name : "onegpu-ds4-synthetic", type_bytes));
     KU("block_count", h->n_layer);
     KU("context_length", h->n_ctx_train);
     KU("embedding_length", h->n_embd);
@@ -328,13 +321,7 @@ og_status og_ds4_write(const og_ds4_write_config *c, og_ds4_vocab_fn vocab_keys,
             b.t[b.n++] = (wtensor){(og_ds4_tensor_id)id, il};
         }
     }
-    og_ggml_type major = OG_TYPE_F32;
-    bool quantized = false;
-    for (int t = 0; t < OG_TYPE_COUNT; t++) {
-        if (type_bytes[t] > type_bytes[major]) major = (og_ggml_type)t;
-        if (type_bytes[t] && og_type_size_of((uint32_t)t)->blck > 1) quantized = true;
-    }
-    if ((st = put_keys(w, c, major, quantized)) || (vocab_keys && (st = vocab_keys(vocab_ctx, w)))) {
+    if ((st = put_keys(w, c, type_bytes)) || (vocab_keys && (st = vocab_keys(vocab_ctx, w)))) {
         og_fail(err, errlen, st, "cannot write metadata: %s", og_status_str(st));
         goto out;
     }

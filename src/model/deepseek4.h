@@ -87,14 +87,18 @@ typedef struct og_ds4_hparams {
  * n_vocab from token_embd's ne1 (header-only opens work). Every integer is
  * checked against its OG_DS4_MAX_* bound and the rules between keys (used <=
  * count, G divides H, R even and <= D and <= ID, ratios in {0, 4, 128}, ID a
- * power of two when a ratio-4 layer exists, hash layers <= layers) before
+ * power of two when a ratio-4 layer exists, hash layers <= layers, the
+ * rope.dimension_count_swa / attention.key_length_swa / value_length_swa that
+ * llama.cpp uses for every deepseek4 layer equal to the full values) before
  * anything is sized by it; floats must be finite and in range (eps in (0, 1],
  * RoPE bases in (1, 1e12], YaRN factor in [1, 1e6], betas in (0, 1e4], expert
  * weight scale in (0, 1e4], clamps in [0, 1e6]). Errors name the key and value:
  * OG_ERR_UNSUPPORTED (architecture not deepseek4, expert_gating_func not
  * sqrt-softplus, expert groups), OG_ERR_NOT_FOUND (a required key or
  * token_embd missing), OG_ERR_FORMAT (a value out of bounds or of the wrong
- * type). The log gets the choices made for absent optional keys. */
+ * type). The log gets the choices made for absent optional keys. Keys no
+ * deepseek4 graph reads (rope.freq_base_swa, attention.indexer.block_size /
+ * local_blocks / types) are ignored, as llama.cpp v0.4.0 ignores them. */
 og_status og_ds4_hparams_read(const og_gguf *g, const og_logger *lg, og_ds4_hparams *hp, char *err, size_t errlen);
 
 /* ---- the tensor-name table ------------------------------------------------ */

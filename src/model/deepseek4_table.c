@@ -113,6 +113,15 @@ og_status og_ds4_hparams_read(const og_gguf *g, const og_logger *lg, og_ds4_hpar
     if (h->n_rot % 2)
         return og_fail(err, errlen, OG_ERR_FORMAT, "key " ARCH "rope.dimension_count = %u is odd (RoPE rotates pairs)",
                        h->n_rot);
+    /* llama.cpp counts every deepseek4 layer as a window layer (set_swa_pattern(0)),
+     * so its n_rot() and n_embd_head_k() return the *_swa keys when a file has
+     * them (llama_hparams::n_rot(il)): a file whose _swa values differ would run
+     * another model there. rope.freq_base_swa is read by nobody (deepseek4.cpp
+     * takes rope.freq_base). */
+    uint32_t swa_v;
+    TRY(key_uint(g, "rope.dimension_count_swa", false, h->n_rot, h->n_rot, h->n_rot, &swa_v, err, errlen));
+    TRY(key_uint(g, "attention.key_length_swa", false, h->head_dim, h->head_dim, h->head_dim, &swa_v, err, errlen));
+    TRY(key_uint(g, "attention.value_length_swa", false, h->head_dim, h->head_dim, h->head_dim, &swa_v, err, errlen));
     TRY(key_uint(g, "attention.q_lora_rank", true, 0, 1, OG_DS4_MAX_RANK, &h->q_lora_rank, err, errlen));
     TRY(key_uint(g, "attention.output_lora_rank", true, 0, 1, OG_DS4_MAX_RANK, &h->o_lora_rank, err, errlen));
     TRY(key_uint(g, "attention.output_group_count", true, 0, 1, h->n_head < OG_DS4_MAX_GROUP ? h->n_head : OG_DS4_MAX_GROUP,

@@ -154,6 +154,8 @@ static void test_keys_refused(void **state) {
         {"YaRN factor < 1", KF("rope.scaling.factor", 0.5f), OG_ERR_FORMAT, "rope.scaling.factor"},
         {"rope base 1", KF("rope.freq_base", 1.0f), OG_ERR_FORMAT, "rope.freq_base"},
         {"short context", KU("context_length", 0), OG_ERR_FORMAT, "context_length = 0"},
+        {"window rope dims differ", KU("rope.dimension_count_swa", 32), OG_ERR_FORMAT, "dimension_count_swa = 32"},
+        {"window key length differs", KU("attention.key_length_swa", 128), OG_ERR_FORMAT, "key_length_swa = 128"},
         {"vocab_size vs token_embd", KU("vocab_size", 1000), OG_ERR_FORMAT, "vocab_size = 1000"},
         {"unknown rope scaling", {.key = "deepseek4.rope.scaling.type", .type = OG_GGUF_STRING, .s = "ntk"},
          OG_ERR_UNSUPPORTED, "rope.scaling.type"},
@@ -204,6 +206,8 @@ static void test_tensors_checked(void **state) {
     /* llama.cpp's writer: 3-D attn_output_a [H D / G, o_rank, G] and .scale tensors */
     c = (change){.tensor = "blk.0.attn_output_a.weight", .n_dims = 3, .ne = {128, 32, 2}};
     expect("3-D attn_output_a", &c, OG_OK, NULL, false);
+    c = KU("rope.dimension_count_swa", 16); /* equal to the full value: as llama.cpp's writer puts it */
+    expect("rope.dimension_count_swa equal", &c, OG_OK, NULL, false);
     c = (change){.tensor = "blk.0.attn_output_a.weight", .n_dims = 3, .ne = {128, 2, 32}};
     expect("3-D attn_output_a, groups last swapped", &c, OG_ERR_FORMAT, "attn_output_a", false);
     c = (change){.tensor = "blk.2.ffn_up_exps.scale", .add = true, .n_dims = 1, .ne = {8, 1, 1}};

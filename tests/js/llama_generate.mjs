@@ -1,7 +1,9 @@
-// usage: node llama_generate.mjs MODEL.gguf (--prompt TEXT | --prompt-file F | --tokens 1,2,3)
+// usage: node llama_generate.mjs MODEL.gguf (--prompt TEXT | --prompt-file F | --tokens 1,2,3)...
 //            [-n N] [--probs] [--teacher 5,6,7] [--special] [--threads T] [--stop-eog] [--kv-f32]
 //
-// Greedy llama.cpp reference on the CPU. Prints one JSON object on stdout:
+// Greedy llama.cpp reference on the CPU. Prints one JSON object on stdout per
+// prompt (several --prompt / --prompt-file / --tokens: one line each, in order,
+// the model loaded once; each prompt runs in a fresh context):
 //   {"prompt_tokens":[...], "tokens":[...], "text":"...", "logprobs":[...]|null,
 //    "stop":"length"|"eog", "cpu_backend":"zen4"}
 // - The prompt is tokenized like llama.cpp's completion tool (see
@@ -42,13 +44,13 @@ function positiveInt(s, what) {
     return n;
 }
 
-const opt = { n: 16, probs: false, special: false, stopEog: false, threads: 1, prompt: null, tokens: null, teacher: null, model: null };
+const opt = { n: 16, probs: false, special: false, stopEog: false, threads: 1, inputs: [], teacher: null, model: null };
 const args = process.argv.slice(2);
 for (let i = 0; i < args.length; i++) {
     const a = args[i], v = () => args[++i] ?? fail(`${a} needs a value`);
-    if (a === "--prompt") opt.prompt = v();
-    else if (a === "--prompt-file") opt.prompt = fs.readFileSync(v(), "utf8");
-    else if (a === "--tokens") opt.tokens = ids(v(), a);
+    if (a === "--prompt") opt.inputs.push({ prompt: v() });
+    else if (a === "--prompt-file") opt.inputs.push({ prompt: fs.readFileSync(v(), "utf8") });
+    else if (a === "--tokens") opt.inputs.push({ tokens: ids(v(), a) });
     else if (a === "-n" || a === "--n-predict") opt.n = positiveInt(v(), a);
     else if (a === "--probs") opt.probs = true;
     else if (a === "--kv-f32") opt.kvF32 = true; // F32 KV cache (llama.cpp defaults to F16): for F32 comparisons
@@ -60,8 +62,10 @@ for (let i = 0; i < args.length; i++) {
     else if (opt.model == null) opt.model = a;
     else fail(`unexpected argument ${a}\n${USAGE}`);
 }
-if (opt.model == null || (opt.prompt == null) === (opt.tokens == null))
+if (opt.model == null || opt.inputs.length === 0)
     fail(USAGE);
+if (opt.teacher != null && opt.inputs.length > 1)
+    fail("--teacher takes one prompt");
 if (!fs.existsSync(opt.model))
     fail(`no such file: ${opt.model}`);
 
@@ -86,8 +90,17 @@ try {
             `a vocab-only file has no weights to run): ${err?.message ?? err}`);
     });
     const nVocab = model.fileInfo.metadata?.tokenizer?.ggml?.tokens?.length ?? null;
+    for (const item of opt.inputs)
+        await generate(model, nVocab, item);
+    await model.dispose();
+    await llama.dispose();
+} catch (err) {
+    fail(err?.stack ?? String(err));
+}
 
-    const promptTokens = opt.tokens ?? tokenizePrompt(model, opt.prompt, { parseSpecial: opt.special });
+// One prompt ({prompt: text} or {tokens: ids}) in its own context: one JSON line.
+async function generate(model, nVocab, item) {
+    const promptTokens = item.tokens ?? tokenizePrompt(model, item.prompt, { parseSpecial: opt.special });
     if (promptTokens.length === 0)
         fail("the prompt has no tokens (llama.cpp cannot evaluate an empty batch)");
     const bad = [...promptTokens, ...(opt.teacher ?? [])].find((t) => nVocab != null && t >= nVocab);
@@ -159,8 +172,4 @@ try {
     };
     process.stdout.write(JSON.stringify(out) + "\n");
     await context.dispose();
-    await model.dispose();
-    await llama.dispose();
-} catch (err) {
-    fail(err?.stack ?? String(err));
 }

@@ -5,7 +5,8 @@
 #                   CUDA device too when nvcc is found (sm_90 + sm_120; its GPU tests
 #                   skip for hardware without a GPU)
 #   2. build-asan/  clang, AddressSanitizer + UBSan, libFuzzer: every C test again
-#                   and the GGUF and model fuzzers for OG_FUZZ_SECONDS each (default 60)
+#                   and the model-load fuzzer for OG_FUZZ_SECONDS (default 60), the GGUF
+#                   and request fuzzers for half of it
 #   3. build-tsan/  clang, ThreadSanitizer: the tests labelled tsan (pool, engine,
 #                   dispatcher, server)
 #   ./test.sh --quick   only the first build
@@ -19,7 +20,7 @@ quick=0
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown option $a" >&2; exit 1 ;;
   esac
 done

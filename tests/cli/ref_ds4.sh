@@ -35,14 +35,13 @@ js=$here/js
 "$onegpu" make-model --arch deepseek4 --preset tiny --type F32 --seed 21 -o "$work/f32.gguf" 2>/dev/null
 "$onegpu" make-model --arch deepseek4 --preset tiny --type F16 --n-expert-used 8 --top-k 128 --seed 22 -o "$work/f16.gguf" 2>/dev/null
 long="In the beginning the small model read every word of the long story, and it kept the recent words in a short window while older words were folded into compressed rows. "
-node -e 'const p = process.argv.slice(1); for (const s of p) console.log(JSON.stringify(s))' \
-  "The quick brown fox jumps over the lazy dog." \
-  "你好，世界！ Once upon a time, in a land far away, there lived a small model that read every word." \
-  "$(for _ in $(seq 10); do printf '%s' "$long"; done)" > "$work/prompts.jsonl"
+prompts=("The quick brown fox jumps over the lazy dog."
+         "你好，世界！ Once upon a time, in a land far away, there lived a small model that read every word."
+         "$(for _ in $(seq 10); do printf '%s' "$long"; done)")
 lines() { node -e 'const [f, i] = process.argv.slice(1); console.log(require("fs").readFileSync(f, "utf8").split("\n")[+i])' "$@"; }
 for model in f32 f16; do
-  node "$js/llama_generate.mjs" "$work/$model.gguf" --prompts-jsonl "$work/prompts.jsonl" -n 64 --probs --kv-f32 \
-    --no-flash-attn > "$work/$model.llama.jsonl" 2> "$work/$model.llama.log" \
+  node "$js/llama_generate.mjs" "$work/$model.gguf" --prompt "${prompts[0]}" --prompt "${prompts[1]}" \
+    --prompt "${prompts[2]}" -n 64 --probs --kv-f32 --no-flash-attn > "$work/$model.llama.jsonl" 2> "$work/$model.llama.log" \
     || { tail -5 "$work/$model.llama.log"; fail "llama.cpp could not run $model"; }
   opts="--no-kv-fp8 --no-indexer-fp4" mode=
   [[ $model == f16 ]] && opts="$opts --act-f16" mode=--f16

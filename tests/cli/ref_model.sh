@@ -33,10 +33,15 @@ for model in f32 f32-nogroups f32-legacy q8 kq; do
   bound=1e-3 kv=--kv-f32
   mode=
   [[ $model == q8 || $model == kq ]] && bound=0.1 mode=--quantized
+  # one node process per model (its load is most of a run's time): a JSON line per prompt
+  pargs=()
+  for p in "${prompts[@]}"; do pargs+=(--prompt "$p"); done
+  node "$js/llama_generate.mjs" "$work/$model.gguf" "${pargs[@]}" -n 64 --probs $kv > "$work/$model.llama.jsonl" 2>/dev/null \
+    || fail "llama.cpp could not run $model"
   for i in "${!prompts[@]}"; do
     p=${prompts[$i]}
-    node "$js/llama_generate.mjs" "$work/$model.gguf" --prompt "$p" -n 64 --probs $kv > "$work/$model-$i.llama.json" 2>/dev/null \
-      || fail "llama.cpp could not run $model"
+    sed -n "$((i + 1))p" "$work/$model.llama.jsonl" > "$work/$model-$i.llama.json"
+    [[ -s $work/$model-$i.llama.json ]] || fail "llama.cpp gave no result for $model prompt $i"
     ids=$(json_get "$work/$model-$i.llama.json" 'j.tokens.join(",")')
     "$onegpu" run -m "$work/$model.gguf" -p "$p" --json --teacher "$ids" > "$work/$model-$i.ours.json" 2>/dev/null \
       || fail "onegpu run failed on $model"

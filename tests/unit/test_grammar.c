@@ -334,6 +334,11 @@ static bool bit(const uint64_t *m, int32_t id) { return (m[id >> 6] >> (id & 63)
 
 /* For each token: a fresh matcher fed the prefix, then the token's bytes as
  * the tokenizer gives them (not the trie's copy); EOG tokens by accepting(). */
+/* The brute-force walk over the vocabulary dominates this test (~100 s under
+ * ASan): the sanitizer builds (OG_SANITIZED set by tests/CMakeLists.txt) check
+ * every 16th id (the residue from the prefix's length, so the cases cover
+ * different ids), and leave the counts (and the
+ * full sweep) to the plain build. */
 static void check_mask(const char *schema, const char *prefix, int *n_allowed) {
     og_grammar *g = compile_ok(schema);
     og_gmatch *m, *b = NULL;
@@ -343,8 +348,10 @@ static void check_mask(const char *schema, const char *prefix, int *n_allowed) {
     const uint64_t *mask;
     assert_int_equal(og_gmatch_mask(m, g_vocab, &mask), OG_OK);
     int32_t n = og_tokenizer_n_vocab(g_tok);
+    const bool sampled = getenv("OG_SANITIZED") != NULL;
+    const int32_t step = sampled ? 16 : 1, first = sampled ? (int32_t)(strlen(prefix) % 16) : 0;
     int allowed = 0;
-    for (int32_t id = 0; id < n; id++) {
+    for (int32_t id = first; id < n; id += step) {
         if (!b) {
             assert_int_equal(og_gmatch_create(g, &b, err, sizeof err), OG_OK);
             assert_true(og_gmatch_feed(b, prefix, strlen(prefix)));
@@ -374,7 +381,7 @@ static void check_mask(const char *schema, const char *prefix, int *n_allowed) {
     og_gmatch_free(b);
     og_gmatch_free(m);
     og_grammar_unref(g);
-    *n_allowed = allowed;
+    *n_allowed = sampled ? -1 : allowed; /* -1: not counted (a sampled sweep) */
 }
 
 static void test_mask_brute_force(void **state) {
@@ -396,22 +403,22 @@ static void test_mask_brute_force(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int n;
         check_mask(S, cases[i].prefix, &n);
-        if (n < cases[i].min_allowed || n > cases[i].max_allowed)
+        if (n >= 0 && (n < cases[i].min_allowed || n > cases[i].max_allowed))
             fail_msg("after \"%s\": %d tokens allowed, expected %d..%d", cases[i].prefix, n, cases[i].min_allowed,
                      cases[i].max_allowed);
     }
     int n;
     check_mask("{\"type\":\"string\"}", "\"\xe2\x82", &n); /* mid-character: only continuation bytes first */
-    assert_true(n > 0);
+    assert_true(n != 0);
     check_mask("{\"type\":\"string\"}", "\"", &n); /* an unbounded string: plain runs of any length */
-    assert_true(n > 100000);
+    assert_true(n < 0 || n > 100000);
     check_mask("{\"type\":\"string\",\"minLength\":3,\"maxLength\":40}", "\"a", &n); /* bounded on both sides */
-    assert_true(n > 1000);
+    assert_true(n < 0 || n > 1000);
     check_mask("{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"maxLength\":3}},"
                "\"additionalProperties\":false}", "{\"k\":\"", &n);
-    assert_true(n > 100);
+    assert_true(n < 0 || n > 100);
     check_mask("{\"type\":\"integer\"}", "12", &n); /* digits or the end */
-    assert_true(n > 10);
+    assert_true(n < 0 || n > 10);
 }
 
 /* Random walks: tokens drawn from the mask until the grammar is finished (then

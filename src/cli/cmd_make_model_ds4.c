@@ -31,7 +31,8 @@ static void usage(FILE *out) {
         "then 4 on even and 128 on odd layers; llama.cpp accepts only 0, 4 and 128):\n"
         "  --n-layer N --n-embd N --n-head N --head-dim N --n-rot N --q-lora-rank N\n"
         "  --n-expert N --n-expert-used N --n-expert-shared N --n-ff-exp N --ctx N --vocab N\n"
-        "  --window N (sliding window) --top-k N (indexer) --hash-layers N\n"
+        "  --window N (sliding window) --top-k N --indexer-heads N --indexer-dim N (indexer)\n"
+        "  --o-rank N --o-groups N (grouped output) --hash-layers N\n"
         "  --sinkhorn-iters N --swiglu-clamp F (routed and shared)\n"
         "types (as deepseek2's make-model; rows that are not whole blocks fall back as\n"
         "llama-quantize does, each fallback reported). IQ2_XXS is quantized with a uniform\n"
@@ -70,7 +71,7 @@ static og_status vocab_keys(void *ctx, og_gguf_writer *w) {
 enum {
     O_ARCH = 256, O_PRESET, O_SPARSE, O_SEED, O_TOKENIZER, O_SPLITMAX, O_NLAYER, O_NEMBD, O_NHEAD, O_HEADDIM,
     O_NROT, O_QRANK, O_NEXP, O_NEXPUSED, O_NEXPSH, O_NFFEXP, O_CTX, O_VOCAB, O_WINDOW, O_TOPK, O_HASH,
-    O_SINKHORN, O_CLAMP, O_TYPE, O_TEMBD, O_TOUT, O_TATTN, O_TROUTED, O_TDOWN, O_TSHARED, O_TAUX,
+    O_SINKHORN, O_CLAMP, O_IDXHEAD, O_IDXDIM, O_ORANK, O_OGROUP, O_TYPE, O_TEMBD, O_TOUT, O_TATTN, O_TROUTED, O_TDOWN, O_TSHARED, O_TAUX,
 };
 
 int og_cmd_make_model_ds4(int argc, char **argv) {
@@ -87,7 +88,9 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         {"ctx", required_argument, 0, O_CTX}, {"vocab", required_argument, 0, O_VOCAB},
         {"window", required_argument, 0, O_WINDOW}, {"top-k", required_argument, 0, O_TOPK},
         {"hash-layers", required_argument, 0, O_HASH}, {"sinkhorn-iters", required_argument, 0, O_SINKHORN},
-        {"swiglu-clamp", required_argument, 0, O_CLAMP}, {"type", required_argument, 0, O_TYPE},
+        {"swiglu-clamp", required_argument, 0, O_CLAMP}, {"indexer-heads", required_argument, 0, O_IDXHEAD},
+        {"indexer-dim", required_argument, 0, O_IDXDIM}, {"o-rank", required_argument, 0, O_ORANK},
+        {"o-groups", required_argument, 0, O_OGROUP}, {"type", required_argument, 0, O_TYPE},
         {"type-embd", required_argument, 0, O_TEMBD}, {"type-output", required_argument, 0, O_TOUT},
         {"type-attn", required_argument, 0, O_TATTN}, {"type-routed", required_argument, 0, O_TROUTED},
         {"type-routed-down", required_argument, 0, O_TDOWN}, {"type-shared", required_argument, 0, O_TSHARED},
@@ -136,6 +139,10 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         case O_TOPK: u = &h->indexer_top_k; break;
         case O_HASH: u = &h->hash_layer_count; break;
         case O_SINKHORN: u = &h->hc_sinkhorn_iters; break;
+        case O_IDXHEAD: u = &h->indexer_n_head; break;
+        case O_IDXDIM: u = &h->indexer_head_dim; break;
+        case O_ORANK: u = &h->o_lora_rank; break;
+        case O_OGROUP: u = &h->o_group_count; break;
         case O_CLAMP: {
             char *end;
             float v = strtof(optarg, &end);

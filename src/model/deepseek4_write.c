@@ -90,6 +90,12 @@ og_status og_ds4_config_check(const og_ds4_write_config *c, char *err, size_t er
 #define REQ(cond, ...) do { if (!(cond)) return og_fail(err, errlen, OG_ERR_INVALID_ARG, __VA_ARGS__); } while (0)
     REQ(h->n_layer >= 1 && h->n_layer <= OG_DS4_MAX_LAYER, "--n-layer must be 1..%u", OG_DS4_MAX_LAYER);
     REQ(h->n_embd >= 1 && h->n_embd <= OG_DS4_MAX_EMBD, "--n-embd must be 1..%u", OG_DS4_MAX_EMBD);
+    REQ(h->o_group_count >= 1 && h->o_group_count <= OG_DS4_MAX_GROUP && h->o_lora_rank >= 1 &&
+        h->o_lora_rank <= OG_DS4_MAX_RANK && h->q_lora_rank >= 1 && h->q_lora_rank <= OG_DS4_MAX_RANK,
+        "--o-groups must be 1..%u and --o-rank, --q-lora-rank 1..%u", OG_DS4_MAX_GROUP, OG_DS4_MAX_RANK);
+    REQ(h->head_dim >= 2 && h->head_dim <= OG_DS4_MAX_HEAD_DIM, "--head-dim must be 2..%u", OG_DS4_MAX_HEAD_DIM);
+    REQ(h->indexer_n_head >= 1 && h->indexer_n_head <= OG_DS4_MAX_INDEXER_HEAD && h->indexer_head_dim <= OG_DS4_MAX_INDEXER_DIM,
+        "--indexer-heads must be 1..%u and --indexer-dim at most %u", OG_DS4_MAX_INDEXER_HEAD, OG_DS4_MAX_INDEXER_DIM);
     REQ(h->n_head >= 1 && h->n_head <= OG_DS4_MAX_HEAD && h->n_head % h->o_group_count == 0,
         "--n-head must be 1..%u and a multiple of the output groups (%u)", OG_DS4_MAX_HEAD, h->o_group_count);
     REQ(h->n_rot >= 2 && h->n_rot % 2 == 0 && h->n_rot <= h->head_dim && h->n_rot <= OG_ROPE_MAX_DIM,

@@ -1,7 +1,7 @@
 /* deepseek2 (shared/spec/deepseek2.md), internal to src/model: its
  * hyperparameters, bounds and weights (og_ds2, the impl of an og_model it
- * loaded), its one tensor-name table (og_ds2_tensor_names: the loader, the
- * writer and the roles read it) and its model writer (make-model). Nothing
+ * loaded), its one tensor-name table (og_ds2_tensors: the loader, the writer
+ * and the roles read it); its writer's config is public (og_model_write.h). Nothing
  * outside src/model includes this (white-box unit tests may). */
 #ifndef OG_DEEPSEEK2_H
 #define OG_DEEPSEEK2_H
@@ -118,8 +118,8 @@ static inline const char *og_ds2_name(og_ds2_tensor t, uint32_t layer, char *buf
 /* deepseek2's weights of a model og_arch_deepseek2 loaded (m->impl). */
 static inline const og_ds2 *og_ds2_of(const og_model *m) { return (const og_ds2 *)m->impl; }
 
-/* The hyperparameters alone, from a GGUF opened header-only (the planner's
- * input): same checks and errors as og_model_load's, the OG_DS2_MAX_* bounds
+/* The hyperparameters alone, from a GGUF opened header-only (what
+ * og_model_describe reads for deepseek2): same checks and errors as og_model_load's, the OG_DS2_MAX_* bounds
  * included (n_vocab from token_embd's shape). */
 og_status og_ds2_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen);
 

@@ -69,5 +69,4 @@ extern const og_arch og_arch_deepseek4; /* branch ds4fwd adds it to model.c's ta
 /* The entry for general.architecture `name`, or NULL. */
 const og_arch *og_arch_find(const char *name);
 
-
 #endif

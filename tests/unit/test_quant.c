@@ -331,7 +331,8 @@ static void test_axpy(void **state) {
 
 /* Activation quantizers: every tier writes the reference's bytes, on random rows,
  * rows with ties for the largest magnitude (+a and -a: the first wins), zero
- * blocks, and a block with a NaN and one with an infinity. */
+ * blocks, blocks with a NaN (also as the first element) and an infinity of either
+ * sign, a -0 block with a denormal, exact halves, and the largest finite floats. */
 static void test_quantize_act(void **state) {
     (void)state;
     og_cpu_features f;
@@ -353,6 +354,12 @@ static void test_quantize_act(void **state) {
                 for (int i = 512; i < 768; i++) x[i] = 0.0f; /* a zero block */
                 if (rep == 1) x[800] = NAN;
                 if (rep == 2) x[1100] = INFINITY;
+                if (rep == 3) x[0] = NAN, x[1300] = -INFINITY, x[1301] = NAN; /* NaN first; -inf */
+                if (rep == 4) /* a block of -0 with one denormal, and halves that round to even */
+                    for (int i = 1024; i < 1280; i++) x[i] = i == 1100 ? 0x1p-140f : -0.0f;
+                if (rep == 5)
+                    for (int i = 0; i < 256; i++) x[i] = (float)(i % 64) * 0.5f - 16.0f; /* max -16: x id = -127 x / 16 */
+                if (rep == 6) x[1290] = 3e38f, x[1291] = -3e38f; /* the largest finite magnitudes */
                 memset(a, 0, sizeof a);
                 memset(b, 0, sizeof b);
                 ref.quantize_act[acts[t]](x, a, n);

@@ -35,175 +35,189 @@ static inline int32_t ld32(const void *p) {
 }
 static inline int32_t pair16(int lo, int hi) { return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16); }
 
-/* ---- unpacking one row's block ------------------------------------------------
- * Each writes u[0..256) (the quants as u8, in element order), the 16 chunk scales
- * sc[c] (in the type's scale_mode format), the 8 bsum factor pairs bp[t], d and dmin. */
+/* ---- unpacking straight into the lanes (gathers) ------------------------------
+ * Sixteen rows at a time (half h of the tile): vpgatherdd takes the same four
+ * bytes of each row's block (rows w_stride bytes apart, so 15 w_stride must fit
+ * int32: OG_GEMM_MAX_STRIDE), which is one step k4 of the rows-in-lanes layout for
+ * the formats whose bytes hold consecutive elements; rows past the tile's end
+ * (live clear) read nothing and are zero. No transposes: their shuffles compete
+ * with vpdpbusd for port 5, where gathers mostly use the load ports. */
+typedef void (*gather_fn)(const uint8_t *blk, __m512i idx, __mmask16 live, og_tile_block *t, int h);
 
-/* Elements 128h + 32j + l of a 2-bit plane (Q2_K, Q3_K: qs[32h + l] >> 2j & 3) as
- * four vectors of 64 consecutive elements. */
-static inline void two_bit_planes(const uint8_t *qs, __m512i q[4]) {
-    const __m512i m3 = _mm512_set1_epi8(3);
-    for (int h = 0; h < 2; h++) {
-        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
-        for (int m = 0; m < 2; m++) {
-            const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * m)), _mm256_set1_epi16((short)(4 * m + 2)), 1);
-            q[2 * h + m] = _mm512_and_si512(_mm512_srlv_epi16(v, sh), m3);
+/* The four bytes at blk + off of the 16 rows (idx: their offsets). */
+static inline __m512i gather32(const uint8_t *blk, __m512i idx, __mmask16 live, int off) {
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, blk + off, 1);
+}
+/* The fp16 in the low (hi false) or high word of each lane, as floats. */
+static inline __m512 half_ps(__m512i v, bool hi) {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(v, 16) : v));
+}
+
+/* Byte r of each lane of v (r < 4), zero-extended. */
+static inline __m512i byte_of(__m512i v, int r) { return _mm512_and_si512(_mm512_srli_epi32(v, 8 * r), _mm512_set1_epi32(0xff)); }
+/* Byte r of each lane of v, sign-extended. */
+static inline __m512i sbyte_of(__m512i v, int r) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * r), 24); }
+/* The int16 pair (lo, hi) of two int32 lanes (each within int16). */
+static inline __m512i pair16v(__m512i lo, __m512i hi) {
+    return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(hi, 16));
+}
+
+/* Q2_K: element 128g + 32j + 4k + i (k < 8) is qs[32g + 4k + i] >> 2j & 3; scales[c]:
+ * the chunk's scale in the low nibble, its min in the high one. */
+static void gather_q2_K(const uint8_t *blk, __m512i idx, __mmask16 live, og_tile_block *t, int h) {
+    const __m512i dd = gather32(blk, idx, live, 80), m4 = _mm512_set1_epi32(0x0f0f0f0f), m2 = _mm512_set1_epi32(0x03030303);
+    _mm512_store_ps(t->dx[h], half_ps(dd, false));
+    _mm512_store_ps(t->dm[h], half_ps(dd, true));
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) { /* scales 4q .. 4q + 3 */
+        const __m512i v = gather32(blk, idx, live, 4 * q), lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) _mm512_store_si512(t->sc[4 * q + r][h], byte_of(lo, r));
+        _mm512_store_si512(t->bp[2 * q][h], pair16v(byte_of(hi, 0), byte_of(hi, 1)));
+        _mm512_store_si512(t->bp[2 * q + 1][h], pair16v(byte_of(hi, 2), byte_of(hi, 3)));
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++)
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i v = gather32(blk, idx, live, 16 + 32 * g + 4 * k);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) _mm512_store_si512(t->w[32 * g + 8 * j + k][h], _mm512_and_si512(_mm512_srli_epi32(v, 2 * j), m2));
+        }
+}
+
+/* Q3_K: u = q2 + 4 (bit 4g + j of hmask[4k + i]) for element 128g + 32j + 4k + i, in
+ * [0, 7] (q = u - 4: the offset is the bsum term); the 16 scales minus 32 from the
+ * 12 bytes as og_q3_scales reads them. */
+static void gather_q3_K(const uint8_t *blk, __m512i idx, __mmask16 live, og_tile_block *t, int h) {
+    _mm512_store_ps(t->dx[h], half_ps(gather32(blk, idx, live, 106), true)); /* d at 108: the word ending the block */
+    _mm512_store_ps(t->dm[h], _mm512_setzero_ps());
+    const __m512i a = gather32(blk, idx, live, 96), b = gather32(blk, idx, live, 100), c = gather32(blk, idx, live, 104);
+    const __m512i m4 = _mm512_set1_epi32(0x0f0f0f0f), m2 = _mm512_set1_epi32(0x03030303), m1 = _mm512_set1_epi32(0x01010101);
+    const __m512i v[4] = { /* bytes: scales 4q .. 4q + 3, plus 32 */
+        _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi32(_mm512_and_si512(c, m2), 4)),
+        _mm512_or_si512(_mm512_and_si512(b, m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(c, 2), m2), 4)),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a, 4), m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(c, 4), m2), 4)),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b, 4), m4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(c, 6), m2), 4))};
+    const __m512i k32 = _mm512_set1_epi32(32);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        __m512i sv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            sv[r] = _mm512_sub_epi32(byte_of(v[q], r), k32);
+            _mm512_store_si512(t->sc[4 * q + r][h], _mm512_and_si512(sv[r], _mm512_set1_epi32(0xffff)));
+        }
+        const __m512i k4 = _mm512_set1_epi32(-4);
+        _mm512_store_si512(t->bp[2 * q][h], pair16v(_mm512_mullo_epi32(sv[0], k4), _mm512_mullo_epi32(sv[1], k4)));
+        _mm512_store_si512(t->bp[2 * q + 1][h], pair16v(_mm512_mullo_epi32(sv[2], k4), _mm512_mullo_epi32(sv[3], k4)));
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const __m512i hm = gather32(blk, idx, live, 4 * k);
+#pragma GCC unroll 2
+        for (int g = 0; g < 2; g++) {
+            const __m512i qv = gather32(blk, idx, live, 32 + 32 * g + 4 * k);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i q2 = _mm512_and_si512(_mm512_srli_epi32(qv, 2 * j), m2);
+                const __m512i hb = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hm, 4 * g + j), m1), 2);
+                _mm512_store_si512(t->w[32 * g + 8 * j + k][h], _mm512_or_si512(q2, hb));
+            }
         }
     }
 }
 
-static void unpack_q2_K(const void *vx, uint8_t *u, int32_t *sc, int32_t *bp, float *d, float *dm) {
-    const og_block_q2_K *x = vx;
-    __m512i q[4];
-    two_bit_planes(x->qs, q);
-    for (int j = 0; j < 4; j++) _mm512_storeu_si512(u + 64 * j, q[j]);
-    for (int c = 0; c < 16; c++) sc[c] = x->scales[c] & 0xF;
-    for (int t = 0; t < 8; t++) bp[t] = pair16(x->scales[2 * t] >> 4, x->scales[2 * t + 1] >> 4);
-    *d = _cvtsh_ss(x->d);
-    *dm = _cvtsh_ss(x->dmin);
-}
-
-/* Q3_K: u = q2 + 4 * (bit e / 32 of hmask[e % 32]) in [0, 7], q = u - 4. */
-static void unpack_q3_K(const void *vx, uint8_t *u, int32_t *sc, int32_t *bp, float *d, float *dm) {
-    const og_block_q3_K *x = vx;
-    __m512i q[4];
-    two_bit_planes(x->qs, q);
-    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->hmask));
-    for (int j = 0; j < 4; j++) { /* elements 64j + l: bit 2j, 64j + 32 + l: bit 2j + 1 */
-        const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * j))), _mm256_set1_epi8((char)(2 << (2 * j))), 1);
-        _mm512_storeu_si512(u + 64 * j, _mm512_mask_add_epi8(q[j], _mm512_test_epi8_mask(hm, bit), q[j], _mm512_set1_epi8(4)));
-    }
-    int8_t s[16]; /* the scales minus 32 (kquants.md §4) */
-    _mm_storeu_si128((__m128i *)s, og_q3_scales(x->scales));
-    for (int j = 0; j < 16; j++) sc[j] = pair16(s[j], 0);
-    for (int t = 0; t < 8; t++) bp[t] = pair16(-4 * s[2 * t], -4 * s[2 * t + 1]);
-    *d = _cvtsh_ss(x->d);
-    *dm = 0;
-}
-
-/* Q4_K and Q5_K: element e's nibble is in qs[32 (e / 64) + e % 32] (low for e % 64 <
- * 32), Q5_K's fifth bit is bit e / 32 of qh[e % 32]; 32-element sub-blocks with
- * six-bit scales and mins. */
-static inline void unpack_k45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, uint16_t d16, uint16_t dmin16,
-                              uint8_t *u, int32_t *sc, int32_t *bp, float *d, float *dm) {
-    const __m512i hv = qh ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh)) : _mm512_setzero_si512();
-    for (int c = 0; c < 4; c++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-        __m512i q = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), _mm512_set1_epi8(0x0F));
-        if (qh) {
-            const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(2 << (2 * c))), 1);
-            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hv, bit), q, _mm512_set1_epi8(0x10));
-        }
-        _mm512_storeu_si512(u + 64 * c, q);
-    }
-    uint8_t s[8], m[8];
-    k4_unpack(scales, s, m);
-    for (int c = 0; c < 16; c++) sc[c] = s[c / 2]; /* a positive int16 in the low word is also the int32 */
-    for (int t = 0; t < 8; t++) bp[t] = pair16(m[t], m[t]); /* sub-block t: bsums 2t and 2t + 1 */
-    *d = _cvtsh_ss(d16);
-    *dm = _cvtsh_ss(dmin16);
-}
-static void unpack_q4_K(const void *vx, uint8_t *u, int32_t *sc, int32_t *bp, float *d, float *dm) {
-    const og_block_q4_K *x = vx;
-    unpack_k45(x->scales, x->qs, NULL, x->d, x->dmin, u, sc, bp, d, dm);
-}
-static void unpack_q5_K(const void *vx, uint8_t *u, int32_t *sc, int32_t *bp, float *d, float *dm) {
-    const og_block_q5_K *x = vx;
-    unpack_k45(x->scales, x->qs, x->qh, x->d, x->dmin, u, sc, bp, d, dm);
-}
-
-/* Q6_K: u = low 4 bits | high 2 bits << 4 in [0, 63], q = u - 32; element 128h + 32k
- * + l: ql[64h + 32 (k & 1) + l] >> 4 (k >> 1), qh[32h + l] >> 2k. */
-static void unpack_q6_K(const void *vx, uint8_t *u, int32_t *sc, int32_t *bp, float *d, float *dm) {
-    const og_block_q6_K *x = vx;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-    for (int h = 0; h < 2; h++) {
-        const __m512i ql = _mm512_loadu_si512(x->ql + 64 * h);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
-        const __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-        const __m512i h23 = _mm512_srli_epi16(h01, 4);
-        _mm512_storeu_si512(u + 128 * h, _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(h01, m3), 4)));
-        _mm512_storeu_si512(u + 128 * h + 64, _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                                             _mm512_slli_epi16(_mm512_and_si512(h23, m3), 4)));
-    }
-    for (int c = 0; c < 16; c++) sc[c] = x->scales[c];
-    for (int t = 0; t < 8; t++) bp[t] = pair16(-32 * x->scales[2 * t], -32 * x->scales[2 * t + 1]);
-    *d = _cvtsh_ss(x->d);
-    *dm = 0;
-}
-
-typedef void (*unpack_fn)(const void *x, uint8_t *u, int32_t *sc, int32_t *bp, float *d, float *dm);
-
-/* Columns of the 16 x 16 int32 matrix r[0..16) (row i = r[i]) into c[0..16). */
-static inline void transpose16(const __m512i r[16], __m512i c[16]) {
-    __m512i a[16], b[16];
-    for (int i = 0; i < 8; i++) {
-        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) { /* b[4i + k], 128-bit lane L: column 4L + k of rows 4i .. 4i + 3 */
-        b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-    }
-    for (int k = 0; k < 4; k++) { /* a 4 x 4 transpose of 128-bit lanes */
-        const __m512i e0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x44), e1 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xEE);
-        const __m512i e2 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x44), e3 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0xEE);
-        c[k] = _mm512_shuffle_i32x4(e0, e2, 0x88);
-        c[4 + k] = _mm512_shuffle_i32x4(e0, e2, 0xDD);
-        c[8 + k] = _mm512_shuffle_i32x4(e1, e3, 0x88);
-        c[12 + k] = _mm512_shuffle_i32x4(e1, e3, 0xDD);
+/* Q4_K and Q5_K's d, dmin, six-bit scales and mins (the 12 bytes at 4, as k4_unpack
+ * reads them): chunks 2u, 2u + 1 take scale u, bsums 2u, 2u + 1 min u. */
+static inline void gather_k45_scales(const uint8_t *blk, __m512i idx, __mmask16 live, og_tile_block *t, int h) {
+    const __m512i dd = gather32(blk, idx, live, 0), a = gather32(blk, idx, live, 4);
+    const __m512i b = gather32(blk, idx, live, 8), c = gather32(blk, idx, live, 12);
+    _mm512_store_ps(t->dx[h], half_ps(dd, false));
+    _mm512_store_ps(t->dm[h], half_ps(dd, true));
+    const __m512i m6 = _mm512_set1_epi32(0x3f3f3f3f), m4 = _mm512_set1_epi32(0x0f0f0f0f), m2 = _mm512_set1_epi32(0x30303030);
+    const __m512i s_lo = _mm512_and_si512(a, m6), m_lo = _mm512_and_si512(b, m6);
+    const __m512i s_hi = _mm512_or_si512(_mm512_and_si512(c, m4), _mm512_and_si512(_mm512_srli_epi32(a, 2), m2));
+    const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(c, 4), m4), _mm512_and_si512(_mm512_srli_epi32(b, 2), m2));
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; u++) {
+        const __m512i sv = byte_of(u < 4 ? s_lo : s_hi, u & 3), mv = byte_of(u < 4 ? m_lo : m_hi, u & 3);
+        _mm512_store_si512(t->sc[2 * u][h], sv); /* a positive int16 in the low word is also the int32 */
+        _mm512_store_si512(t->sc[2 * u + 1][h], sv);
+        _mm512_store_si512(t->bp[u][h], pair16v(mv, mv));
     }
 }
 
-/* The 32 rows of 256 quant bytes at tmp into t->w, rows in the lanes. */
-static void quants_to_lanes(const uint8_t *tmp, og_tile_block *t) {
-    for (int h = 0; h < 2; h++)
+/* Q4_K and Q5_K: element 64q + 4k + i (k < 8) is the low nibble of qs[32q + 4k + i],
+ * element 64q + 32 + 4k + i its high nibble; Q5_K's fifth bits: bit 2q (low) and
+ * 2q + 1 (high) of qh[4k + i]. */
+static inline void gather_k45(const uint8_t *blk, __m512i idx, __mmask16 live, og_tile_block *t, int h, int qs_off,
+                              int qh_off) {
+    gather_k45_scales(blk, idx, live, t, h);
+    const __m512i m4 = _mm512_set1_epi32(0x0f0f0f0f), m1 = _mm512_set1_epi32(0x01010101);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const __m512i hv = qh_off >= 0 ? gather32(blk, idx, live, qh_off + 4 * k) : _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            __m512i rows[16], cols[16];
-            for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(tmp + 256 * (16 * h + i) + 64 * q);
-            transpose16(rows, cols);
-            for (int k = 0; k < 16; k++) _mm512_store_si512(t->w[16 * q + k][h], cols[k]);
-        }
-}
-/* Rows 16h .. 16h + 15 of 16 int32 each at src (rows 16 apart), as columns. */
-static inline void ints_to_lanes(const int32_t *src, int h, __m512i cols[16]) {
-    __m512i rows[16];
-    for (int i = 0; i < 16; i++) rows[i] = _mm512_loadu_si512(src + 16 * (16 * h + i));
-    transpose16(rows, cols);
-}
-
-/* Block b of the tile's nrt rows (rows w_stride bytes apart; the rest of the 32 are
- * zero: their results are never stored) into t, through tmp: each row's quants
- * (32 x 256 bytes), then its 16 chunk scales and 16 more int32 (the 8 bsum factors,
- * d, dmin, zeros), all turned to rows-in-lanes by 16 x 16 transposes. */
-static void unpack_tile_block(unpack_fn unpack, size_t bsize, const uint8_t *w, size_t w_stride, int nrt, int64_t b,
-                              og_tile_block *t, uint8_t *tmp) {
-    int32_t *sc = (int32_t *)(tmp + OG_TILE_ROWS * 256), *ex = sc + OG_TILE_ROWS * 16;
-    for (int r = 0; r < OG_TILE_ROWS; r++) {
-        int32_t *e = ex + 16 * r;
-        if (r < nrt) {
-            float d, dm;
-            unpack(w + (size_t)r * w_stride + (size_t)b * bsize, tmp + 256 * r, sc + 16 * r, e, &d, &dm);
-            memcpy(e + 8, &d, 4);
-            memcpy(e + 9, &dm, 4);
-            memset(e + 10, 0, 6 * 4);
-        } else {
-            memset(tmp + 256 * r, 0, 256);
-            memset(sc + 16 * r, 0, 64);
-            memset(e, 0, 64);
+            const __m512i v = gather32(blk, idx, live, qs_off + 32 * q + 4 * k);
+            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+            if (qh_off >= 0) {
+                lo = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hv, 2 * q), m1), 4));
+                hi = _mm512_or_si512(hi, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hv, 2 * q + 1), m1), 4));
+            }
+            _mm512_store_si512(t->w[16 * q + k][h], lo);
+            _mm512_store_si512(t->w[16 * q + 8 + k][h], hi);
         }
     }
-    quants_to_lanes(tmp, t);
+}
+static void gather_q4_K(const uint8_t *blk, __m512i idx, __mmask16 live, og_tile_block *t, int h) {
+    gather_k45(blk, idx, live, t, h, 16, -1);
+}
+static void gather_q5_K(const uint8_t *blk, __m512i idx, __mmask16 live, og_tile_block *t, int h) {
+    gather_k45(blk, idx, live, t, h, 48, 16);
+}
+
+/* Q6_K: u = low 4 bits | high 2 bits << 4 in [0, 63] (q = u - 32) for element 128g +
+ * 32j + 4k + i: ql[64g + 32 (j & 1) + 4k + i] >> 4 (j >> 1), qh[32g + 4k + i] >> 2j;
+ * the scales int8. */
+static void gather_q6_K(const uint8_t *blk, __m512i idx, __mmask16 live, og_tile_block *t, int h) {
+    _mm512_store_ps(t->dx[h], half_ps(gather32(blk, idx, live, 206), true)); /* d at 208: the word ending the block */
+    _mm512_store_ps(t->dm[h], _mm512_setzero_ps());
+    const __m512i k32 = _mm512_set1_epi32(-32), m4 = _mm512_set1_epi32(0x0f0f0f0f), m2 = _mm512_set1_epi32(0x03030303);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        const __m512i v = gather32(blk, idx, live, 192 + 4 * q);
+        __m512i sv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) _mm512_store_si512(t->sc[4 * q + r][h], sv[r] = sbyte_of(v, r));
+        _mm512_store_si512(t->bp[2 * q][h], pair16v(_mm512_mullo_epi32(sv[0], k32), _mm512_mullo_epi32(sv[1], k32)));
+        _mm512_store_si512(t->bp[2 * q + 1][h], pair16v(_mm512_mullo_epi32(sv[2], k32), _mm512_mullo_epi32(sv[3], k32)));
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++)
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i hq = gather32(blk, idx, live, 128 + 32 * g + 4 * k);
+            const __m512i l0 = gather32(blk, idx, live, 64 * g + 4 * k), l1 = gather32(blk, idx, live, 64 * g + 32 + 4 * k);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(j & 1 ? l1 : l0, 4 * (j >> 1)), m4);
+                const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hq, 2 * j), m2), 4);
+                _mm512_store_si512(t->w[32 * g + 8 * j + k][h], _mm512_or_si512(lo, hi));
+            }
+        }
+}
+
+/* One tile block (the block at blk of row 0, and of the next rows w_stride bytes on)
+ * of the tile's nrt rows into t by gathers, sixteen rows at a time. */
+static inline void gather_tile_block(gather_fn gather, const uint8_t *blk, size_t w_stride, int nrt, og_tile_block *t) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)w_stride));
     for (int h = 0; h < 2; h++) {
-        __m512i cols[16];
-        ints_to_lanes(sc, h, cols);
-        for (int c = 0; c < 16; c++) _mm512_store_si512(t->sc[c][h], cols[c]);
-        ints_to_lanes(ex, h, cols);
-        for (int p = 0; p < 8; p++) _mm512_store_si512(t->bp[p][h], cols[p]);
-        _mm512_store_si512(t->dx[h], cols[8]);
-        _mm512_store_si512(t->dm[h], cols[9]);
+        const int live = nrt - 16 * h;
+        const __mmask16 mk = live >= 16 ? 0xFFFF : live <= 0 ? 0 : (__mmask16)((1u << live) - 1);
+        gather(blk + (size_t)(16 * h) * w_stride, idx, mk, t, h);
     }
 }
 
@@ -318,7 +332,7 @@ static void finish_lanes(const __m512 *lanes, int ma, int used, int nrt, float *
 }
 
 /* The tiled product of one type (og_gemm_fn), its unpacking and its integer steps. */
-static inline __attribute__((always_inline)) void gemm_k(unpack_fn unpack, size_t bsize, scale_mode sm, bp_role role,
+static inline __attribute__((always_inline)) void gemm_k(gather_fn gather, size_t bsize, scale_mode sm, bp_role role,
                                                           int64_t n, const void *vw, size_t w_stride, int64_t nr,
                                                           const void *vy, size_t y_stride, int64_t m, float *out, size_t ld,
                                                           void *work) {
@@ -326,11 +340,10 @@ static inline __attribute__((always_inline)) void gemm_k(unpack_fn unpack, size_
     uint8_t *base = (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
     og_tile_block *tb = (og_tile_block *)base;
     __m512 *lanes = (__m512 *)(base + (size_t)nb * sizeof(og_tile_block)); /* [OG_TILE_ACT][2][32] */
-    uint8_t *tmp = (uint8_t *)(lanes + OG_TILE_ACT * 2 * 32);
     for (int64_t r0 = 0; r0 < nr; r0 += OG_TILE_ROWS) {
         const int nrt = nr - r0 < OG_TILE_ROWS ? (int)(nr - r0) : OG_TILE_ROWS;
         const uint8_t *w = (const uint8_t *)vw + (size_t)r0 * w_stride;
-        for (int64_t b = 0; b < nb; b++) unpack_tile_block(unpack, bsize, w, w_stride, nrt, b, &tb[b], tmp);
+        for (int64_t b = 0; b < nb; b++) gather_tile_block(gather, w + (size_t)b * bsize, w_stride, nrt, &tb[b]);
         for (int64_t a0 = 0; a0 < m; a0 += OG_TILE_ACT) {
             const int ma = m - a0 < OG_TILE_ACT ? (int)(m - a0) : OG_TILE_ACT;
             const int used = nb < 32 ? (int)nb : 32; /* lanes from `used` on stay +0: never stored or read */
@@ -355,18 +368,18 @@ static inline __attribute__((always_inline)) void gemm_k(unpack_fn unpack, size_
     }
 }
 
-#define GEMM(name, T, sm, role)                                                                                        \
+#define GEMM(name, T, gather, sm, role)                                                                                \
     static void name##_gemm(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *y, size_t y_stride,    \
                             int64_t m, float *out, size_t ld, void *work) {                                            \
-        gemm_k(unpack_##name, sizeof(T), sm, role, n, w, w_stride, nr, y, y_stride, m, out, ld, work);                \
+        gemm_k(gather, sizeof(T), sm, role, n, w, w_stride, nr, y, y_stride, m, out, ld, work);                       \
     }
 /* chunk sums: Q2_K 16 x 3 x 128, Q3_K 16 x 7 x 128, Q4_K 16 x 15 x 128 fit int16;
  * Q5_K (31) and Q6_K (63) do not */
-GEMM(q2_K, og_block_q2_K, SCALE_DPWSSD, BP_MINS)
-GEMM(q3_K, og_block_q3_K, SCALE_DPWSSD, BP_OFFSET)
-GEMM(q4_K, og_block_q4_K, SCALE_DPWSSD, BP_MINS)
-GEMM(q5_K, og_block_q5_K, SCALE_MULLD, BP_MINS)
-GEMM(q6_K, og_block_q6_K, SCALE_MULLD, BP_OFFSET)
+GEMM(q2_K, og_block_q2_K, gather_q2_K, SCALE_DPWSSD, BP_MINS)
+GEMM(q3_K, og_block_q3_K, gather_q3_K, SCALE_DPWSSD, BP_OFFSET)
+GEMM(q4_K, og_block_q4_K, gather_q4_K, SCALE_DPWSSD, BP_MINS)
+GEMM(q5_K, og_block_q5_K, gather_q5_K, SCALE_MULLD, BP_MINS)
+GEMM(q6_K, og_block_q6_K, gather_q6_K, SCALE_MULLD, BP_OFFSET)
 #undef GEMM
 
 /* ---- the 32-element formats (Q8_0, Q4_0, Q5_0: Q8_0 activations, no bsums) ------
@@ -376,62 +389,74 @@ GEMM(q6_K, og_block_q6_K, SCALE_MULLD, BP_OFFSET)
  * bits). The activations are the u8 operand, biased by 128 (a copy per micro tile
  * and tile block), so sum (a + 128) q - 128 sum q = I, exact. */
 
-/* Block k (k < 8) of a row's tile block: quants q[32] as s8 into u, -128 sum q, d. */
-static inline void put32(__m256i q, uint16_t d16, uint8_t *u, int32_t *corr, float *d) {
-    _mm256_storeu_si256((__m256i *)u, q);
-    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
-    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
-    *corr = -128 * (_mm_cvtsi128_si32(t) - 32 * 128); /* the sum of q + 128, less 32 x 128 */
-    *d = _cvtsh_ss(d16);
-}
-/* The 16 bytes of nibbles at qs as 32 quants: low nibbles (elements 0-15), then high. */
-static inline __m256i nib32(const uint8_t *qs) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)), _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
-}
-static void unpack32_q8_0(const void *vx, int k, uint8_t *u, int32_t *corr, float *d) {
-    const og_block_q8_0 *x = (const og_block_q8_0 *)vx + k;
-    put32(_mm256_loadu_si256((const __m256i *)x->qs), x->d, u, corr, d);
-}
-static void unpack32_q4_0(const void *vx, int k, uint8_t *u, int32_t *corr, float *d) {
-    const og_block_q4_0 *x = (const og_block_q4_0 *)vx + k;
-    put32(_mm256_sub_epi8(nib32(x->qs), _mm256_set1_epi8(8)), x->d, u, corr, d);
-}
-static void unpack32_q5_0(const void *vx, int k, uint8_t *u, int32_t *corr, float *d) {
-    const og_block_q5_0 *x = (const og_block_q5_0 *)vx + k;
-    const __m256i q = _mm256_mask_add_epi8(nib32(x->qs), (__mmask32)(uint32_t)ld32(x->qh), nib32(x->qs), _mm256_set1_epi8(0x10));
-    put32(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), x->d, u, corr, d);
-}
-typedef void (*unpack32_fn)(const void *x, int k, uint8_t *u, int32_t *corr, float *d);
+/* The 32-element blocks by gathers: block k (< 8) of a tile block is steps 8k ..
+ * 8k + 7; each format gives the eight quant words of its block as s8 (q itself).
+ * gather32_fn: block k of the 16 rows at blk (rows idx apart), its d in the low
+ * word of *dd, its quants into w[0..8). */
+typedef void (*gather32_fn)(const uint8_t *blk, __m512i idx, __mmask16 live, __m512i *dd, __m512i w[8]);
 
-/* Tile block b (blocks 8b .. 8b + nbk - 1 of each row) of the tile's nrt rows. */
-static void unpack32_tile_block(unpack32_fn unpack, size_t bsize, const uint8_t *w, size_t w_stride, int nrt, int64_t b,
-                                int nbk, og_tile_block *t, uint8_t *tmp) {
-    int32_t *ex = (int32_t *)(tmp + OG_TILE_ROWS * 256);
-    for (int r = 0; r < OG_TILE_ROWS; r++) {
-        int32_t *e = ex + 16 * r;
-        memset(e, 0, 64);
-        if (r >= nrt) {
-            memset(tmp + 256 * r, 0, 256);
-            continue;
-        }
-        const uint8_t *x = w + (size_t)r * w_stride + (size_t)(8 * b) * bsize;
-        for (int k = 0; k < 8; k++) {
-            if (k >= nbk) {
-                memset(tmp + 256 * r + 32 * k, 0, 32);
-                continue;
-            }
-            float d;
-            unpack(x, k, tmp + 256 * r + 32 * k, &e[k], &d);
-            memcpy(&e[8 + k], &d, 4);
-        }
+static void gather32_q8_0(const uint8_t *blk, __m512i idx, __mmask16 live, __m512i *dd, __m512i w[8]) {
+    *dd = gather32(blk, idx, live, 0);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) w[i] = gather32(blk, idx, live, 2 + 4 * i);
+}
+/* Q4_0: element 4i + l (i < 4) the low nibble of qs[4i + l], element 16 + 4i + l its
+ * high nibble, less 8. */
+static void gather32_q4_0(const uint8_t *blk, __m512i idx, __mmask16 live, __m512i *dd, __m512i w[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), k8 = _mm512_set1_epi8(8);
+    *dd = gather32(blk, idx, live, 0);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i v = gather32(blk, idx, live, 2 + 4 * i);
+        w[i] = _mm512_sub_epi8(_mm512_and_si512(v, m4), k8);
+        w[4 + i] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4), k8);
     }
-    quants_to_lanes(tmp, t);
+}
+/* Q5_0: Q4_0's nibbles plus 16 times bit e of qh for element e, less 16: the bits of
+ * step g (elements 4g .. 4g + 3) are bits 4 (g % 2) .. + 3 of qh byte g / 2. */
+static void gather32_q5_0(const uint8_t *blk, __m512i idx, __mmask16 live, __m512i *dd, __m512i w[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), k16 = _mm512_set1_epi8(16);
+    const __m512i qh = gather32(blk, idx, live, 2);
+    *dd = gather32(blk, idx, live, 0);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i v = gather32(blk, idx, live, 6 + 4 * i);
+        w[i] = _mm512_and_si512(v, m4);
+        w[4 + i] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        /* qh byte g / 2 of each row in all four bytes of its lane (vpshufb stays in 128-bit lanes) */
+        const __m512i hb = _mm512_shuffle_epi8(qh, _mm512_add_epi8(_mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0),
+                                                                  _mm512_set1_epi8((char)(g / 2))));
+        const __m512i bit = _mm512_set1_epi32((int)(0x08040201u << (4 * (g % 2)))); /* byte l: bit 4 (g % 2) + l */
+        w[g] = _mm512_sub_epi8(_mm512_mask_add_epi8(w[g], _mm512_test_epi8_mask(hb, bit), w[g], k16), k16);
+    }
+}
+
+/* Tile block b (blocks 8b .. 8b + nbk - 1 of each row) of the tile's nrt rows: the
+ * quants, in sc[k] the correction -128 sum(q) of block k (vpdpbusd of the s8 words
+ * with ones), in sc[8 + k] its d (float bits); blocks past nbk are zero. */
+static void gather32_tile_block(gather32_fn gather, size_t bsize, const uint8_t *w, size_t w_stride, int nrt, int64_t b,
+                                int nbk, og_tile_block *t) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)w_stride));
     for (int h = 0; h < 2; h++) {
-        __m512i cols[16];
-        ints_to_lanes(ex, h, cols);
-        for (int c = 0; c < 16; c++) _mm512_store_si512(t->sc[c][h], cols[c]);
+        const int live = nrt - 16 * h;
+        const __mmask16 mk = live >= 16 ? 0xFFFF : live <= 0 ? 0 : (__mmask16)((1u << live) - 1);
+        const uint8_t *rows = w + (size_t)(16 * h) * w_stride + (size_t)(8 * b) * bsize;
+        for (int k = 0; k < 8; k++) {
+            __m512i dd = _mm512_setzero_si512(), q[8];
+            for (int i = 0; i < 8; i++) q[i] = _mm512_setzero_si512();
+            if (k < nbk) gather(rows + (size_t)k * bsize, idx, mk, &dd, q);
+            __m512i sum = _mm512_setzero_si512();
+            for (int i = 0; i < 8; i++) {
+                _mm512_store_si512(t->w[8 * k + i][h], q[i]);
+                sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), q[i]);
+            }
+            _mm512_store_si512(t->sc[k][h], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+            _mm512_store_ps((float *)t->sc[8 + k][h], half_ps(dd, false));
+        }
     }
 }
 
@@ -461,21 +486,20 @@ static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_til
 }
 
 /* og_gemm_fn of the 32-element formats: gemm_k's loops over tile blocks of eight. */
-static inline __attribute__((always_inline)) void gemm32(unpack32_fn unpack, size_t bsize, int64_t n, const void *vw,
+static inline __attribute__((always_inline)) void gemm32(gather32_fn gather, size_t bsize, int64_t n, const void *vw,
                                                           size_t w_stride, int64_t nr, const void *vy, size_t y_stride,
                                                           int64_t m, float *out, size_t ld, void *work) {
     const int64_t nb = n / 32, ntb = (nb + 7) / 8;
     uint8_t *base = (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
     og_tile_block *tb = (og_tile_block *)base;
     __m512 *lanes = (__m512 *)(base + (size_t)ntb * sizeof(og_tile_block));
-    uint8_t *tmp = (uint8_t *)(lanes + OG_TILE_ACT * 2 * 32);
     uint8_t ab[MR * 256] __attribute__((aligned(64)));
     const int used = nb < 32 ? (int)nb : 32;
     for (int64_t r0 = 0; r0 < nr; r0 += OG_TILE_ROWS) {
         const int nrt = nr - r0 < OG_TILE_ROWS ? (int)(nr - r0) : OG_TILE_ROWS;
         const uint8_t *w = (const uint8_t *)vw + (size_t)r0 * w_stride;
         for (int64_t b = 0; b < ntb; b++)
-            unpack32_tile_block(unpack, bsize, w, w_stride, nrt, b, nb - 8 * b < 8 ? (int)(nb - 8 * b) : 8, &tb[b], tmp);
+            gather32_tile_block(gather, bsize, w, w_stride, nrt, b, nb - 8 * b < 8 ? (int)(nb - 8 * b) : 8, &tb[b]);
         for (int64_t a0 = 0; a0 < m; a0 += OG_TILE_ACT) {
             const int ma = m - a0 < OG_TILE_ACT ? (int)(m - a0) : OG_TILE_ACT;
             for (int k = 0; k < ma * 2; k++)
@@ -509,7 +533,7 @@ static inline __attribute__((always_inline)) void gemm32(unpack32_fn unpack, siz
 #define GEMM32(name, T)                                                                                              \
     static void name##_gemm(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *y, size_t y_stride,  \
                             int64_t m, float *out, size_t ld, void *work) {                                          \
-        gemm32(unpack32_##name, sizeof(T), n, w, w_stride, nr, y, y_stride, m, out, ld, work);                      \
+        gemm32(gather32_##name, sizeof(T), n, w, w_stride, nr, y, y_stride, m, out, ld, work);                      \
     }
 GEMM32(q8_0, og_block_q8_0)
 GEMM32(q4_0, og_block_q4_0)

@@ -140,9 +140,13 @@ void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y);
  * with 32 weight rows in the lanes (exact, so any order), then the canonical
  * per-block float operations and the lane-by-lane order for each (a, r) pair.
  * work: og_gemm_canonical_work(type, n) bytes, any alignment, one caller at a time.
- * n: a multiple of the type's block size (the caller checks; as vec_dot). */
+ * n: a multiple of the type's block size (the caller checks; as vec_dot). w_stride:
+ * at most OG_GEMM_MAX_STRIDE bytes (the tiles are unpacked by 32-bit gathers over 16
+ * rows; the caller checks). */
 typedef void (*og_gemm_fn)(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *y, size_t y_stride,
                            int64_t m, float *out, size_t ld, void *work);
+
+#define OG_GEMM_MAX_STRIDE ((size_t)INT32_MAX / 16) /* bytes between weight rows of an og_gemm_fn */
 
 /* Bytes of `work` og_kernels.gemm_canonical[t] needs for rows of n elements (0 when
  * t has no tiled kernel in any tier). */

@@ -262,8 +262,8 @@ typedef struct og_tile_block {
     float dx[2][16], dm[2][16]; /* d and dmin of each row (fp16 to float) */
 } og_tile_block;
 /* work bytes: every block of a tile, the canonical lanes of OG_TILE_ACT x 32 pairs,
- * the rows being unpacked (quants, chunk scales, the rest), and 64 for alignment */
-#define OG_TILE_WORK(nb) ((size_t)(nb) * sizeof(og_tile_block) + (size_t)OG_TILE_ACT * 2 * 32 * 64 + OG_TILE_ROWS * (256 + 2 * 64) + 64)
+ * and 64 for alignment */
+#define OG_TILE_WORK(nb) ((size_t)(nb) * sizeof(og_tile_block) + (size_t)OG_TILE_ACT * 2 * 32 * 64 + 64)
 
 /* Fill the entries a tier implements; leave others untouched. */
 void og_kernels_fill_avx2(og_kernels *k);

@@ -2,7 +2,8 @@
  * 32-element Q8_0, Q4_0, Q5_0 (below); the batched path of prefill and of grouped experts.
  *
  * A tile is 32 weight rows. Each of its blocks is unpacked once into the work
- * buffer (og_tile_block): the 256 quants as u8 with rows in the lanes (int32 lane j
+ * buffer (og_tile_block), by gathers of the same four bytes of 16 rows' blocks
+ * (below): the 256 quants as u8 with rows in the lanes (int32 lane j
  * of w[k4][h] holds elements 4k4 .. 4k4 + 3 of row 16h + j), the chunk scales, the
  * bsum factors, d and dmin. Then for four activation rows at a time, every
  * vpdpbusd takes one unpacked weight vector and four activation bytes broadcast, so
@@ -221,14 +222,17 @@ static inline void gather_tile_block(gather_fn gather, const uint8_t *blk, size_
     }
 }
 
-/* P[i][h] = the vpdpbusd sums of the k4 steps k0 .. k0 + steps - 1 of activation
+/* P[i][h] = init[h] (or 0) + the vpdpbusd sums of the k4 steps k0 .. k0 + steps - 1 of activation
  * row i (bytes a[i] + 4 k4, broadcast) against the tile block's rows 16h ..: the
  * activations as the signed operand (act_u8 false: u8 quants) or the unsigned one
  * (true: s8 quants, activations biased by 128). */
 static inline __attribute__((always_inline)) void dp_steps(int mr, bool act_u8, const og_tile_block *t, int k0, int steps,
-                                                            const uint8_t *const *a, __m512i P[MR][2]) {
+                                                            const uint8_t *const *a, const int32_t (*init)[16], __m512i P[MR][2]) {
 #pragma GCC unroll 4
-    for (int i = 0; i < mr; i++) P[i][0] = P[i][1] = _mm512_setzero_si512();
+    for (int i = 0; i < mr; i++) { /* from zero, or from init[h] (a correction each sum takes anyway) */
+        P[i][0] = init ? _mm512_load_si512(init[0]) : _mm512_setzero_si512();
+        P[i][1] = init ? _mm512_load_si512(init[1]) : _mm512_setzero_si512();
+    }
 #pragma GCC unroll 8
     for (int k = 0; k < steps; k++) {
         const int k4 = k0 + k;
@@ -254,7 +258,7 @@ static inline __attribute__((always_inline)) void tile_mr(int mr, scale_mode sm,
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++) a[i] = (const uint8_t *)y[i]->qs;
     for (int c = 0; c < 16; c++) {
-        dp_steps(mr, false, t, 4 * c, 4, a, P);
+        dp_steps(mr, false, t, 4 * c, 4, a, NULL, P);
         const __m512i s0 = _mm512_load_si512(t->sc[c][0]), s1 = _mm512_load_si512(t->sc[c][1]);
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
@@ -469,15 +473,14 @@ static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_til
     for (int i = 0; i < mr; i++) a[i] = ab + 256 * i;
     for (int k = 0; k < nbk; k++) {
         __m512i P[MR][2];
-        dp_steps(mr, true, t, 8 * k, 8, a, P);
+        dp_steps(mr, true, t, 8 * k, 8, a, t->sc[k], P); /* from -128 sum(q): I itself */
         const int lane = (int)((8 * b + k) & 31);
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             const __m512 dy = _mm512_set1_ps(_cvtsh_ss(y[i][k].d));
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m512i I = _mm512_add_epi32(P[i][h], _mm512_load_si512(t->sc[k][h]));
-                const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps((const float *)t->sc[8 + k][h]), dy), _mm512_cvtepi32_ps(I));
+                const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps((const float *)t->sc[8 + k][h]), dy), _mm512_cvtepi32_ps(P[i][h]));
                 __m512 *l = lanes + 64 * i + 32 * h + lane;
                 *l = _mm512_add_ps(*l, v);
             }

@@ -641,7 +641,8 @@ static void test_canonical(void **state) {
  * on random blocks and full-range activations (-128 included), for batches of 1, 2,
  * 3, 5, 16, 17 and 64 rows, odd weight row counts (a tile of 32 part empty, two
  * tiles) and rows of several lengths (over 32 blocks: lanes that take two), with an
- * output stride wider than the rows whose gaps must stay untouched. */
+ * output stride wider than the rows whose gaps must stay untouched, and weight rows
+ * stored further apart than their size. */
 static void test_gemm_canonical(void **state) {
     (void)state;
     og_cpu_features f;
@@ -709,6 +710,19 @@ static void test_gemm_canonical(void **state) {
                                 }
                             }
                     }
+                { /* weight rows further apart than their bytes (an odd gap): the same results */
+                    const size_t ws = wrow + 37;
+                    uint8_t *wp = malloc(ws * NR);
+                    assert_non_null(wp);
+                    for (int64_t r = 0; r < NR; r++) memcpy(wp + r * ws, w + r * wrow, wrow);
+                    gemm(n, wp, ws, NR, y, arow, MM, out, ld, work);
+                    for (int64_t i = 0; i < MM; i++)
+                        for (int64_t r = 0; r < NR; r++, checked++)
+                            if (memcmp(&out[i * ld + r], &want[i * NR + r], sizeof(float)))
+                                fail_msg("%s %s n=%lld, row stride %zu: act %lld row %lld differs", og_isa_name((og_isa)isa),
+                                         tr->name, (long long)n, ws, (long long)i, (long long)r);
+                    free(wp);
+                }
                 free(w);
                 free(y);
                 free(a);

@@ -251,7 +251,7 @@ static inline __m256i og_iq2_grid_bytes(uint32_t a) {
 }
 #endif
 
-/* The tiled canonical kernels' unpacked weights (quant_tile_avx512.c): one k-quant
+/* The tiled canonical kernels' unpacked weights (quant_tile_body.h): one k-quant
  * block (256 elements) of a tile of OG_TILE_ROWS weight rows, rows in the lanes. */
 #define OG_TILE_ROWS 32
 #define OG_TILE_ACT 16 /* activation rows whose canonical lanes are kept at once */
@@ -272,5 +272,7 @@ void og_kernels_fill_avx512(og_kernels *k);
 void og_kernels_fill_iq_avx2(og_kernels *k);
 void og_kernels_fill_iq_avx512(og_kernels *k);
 void og_kernels_fill_tile_avx512(og_kernels *k);
+void og_kernels_fill_tile_avx2(og_kernels *k);    /* quant_tile_avx2.c: vpmaddubsw */
+void og_kernels_fill_tile_avxvnni(og_kernels *k); /* quant_tile_avxvnni.c: AVX-VNNI */
 
 #endif

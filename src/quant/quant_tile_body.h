@@ -216,11 +216,18 @@ static inline void gather_tile_block(gather_fn gather, const uint8_t *blk, size_
 
 /* ---- the integer steps and the canonical float steps --------------------------- */
 
+/* The step of the 32-element formats' s8 quants w: with VNNI vpdpbusd of the
+ * activations biased to u8, without it tv_dp_s8s8 of the s8 ones. */
+#if TV_VNNI
+#define DP_S8(acc, w, a) tv_dpbusd(acc, a, w)
+#else
+#define DP_S8(acc, w, a) tv_dp_s8s8(acc, w, a)
+#endif
+
 /* P[i][h] = init[h] (or 0) + the vpdpbusd sums of the k4 steps k0 .. k0 + steps - 1
  * of activation row i (bytes a[i] + 4 k4, broadcast) against parts p0 + h of the
- * tile block: the activations as the signed operand (act_u8 false: u8 quants) or
- * the unsigned one (true: s8 quants, activations biased by 128; VNNI only). */
-static inline __attribute__((always_inline)) void dp_steps(int mr, bool act_u8, const og_tile_block *t, int p0, int k0,
+ * tile block: u8 quants against s8 activations (s8q false) or s8 quants (true, DP_S8). */
+static inline __attribute__((always_inline)) void dp_steps(int mr, bool s8q, const og_tile_block *t, int p0, int k0,
                                                             int steps, const uint8_t *const *a, const int32_t *init0,
                                                             const int32_t *init1, tv_i P[TV_MR][TV_NP]) {
 #pragma GCC unroll 4
@@ -235,31 +242,11 @@ static inline __attribute__((always_inline)) void dp_steps(int mr, bool act_u8, 
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             const tv_i av = tv_set1(ld32(a[i] + 4 * k4));
-            P[i][0] = act_u8 ? tv_dpbusd(P[i][0], av, w0) : tv_dpbusd(P[i][0], w0, av);
-            P[i][1] = act_u8 ? tv_dpbusd(P[i][1], av, w1) : tv_dpbusd(P[i][1], w1, av);
+            P[i][0] = s8q ? DP_S8(P[i][0], w0, av) : tv_dpbusd(P[i][0], w0, av);
+            P[i][1] = s8q ? DP_S8(P[i][1], w1, av) : tv_dpbusd(P[i][1], w1, av);
         }
     }
 }
-
-#if !TV_VNNI
-/* dp_steps for s8 quants and s8 activations (|a| <= 127): tv_dp_s8s8. */
-static inline __attribute__((always_inline)) void dp_steps_s8(int mr, const og_tile_block *t, int p0, int k0, int steps,
-                                                               const uint8_t *const *a, tv_i P[TV_MR][TV_NP]) {
-#pragma GCC unroll 4
-    for (int i = 0; i < mr; i++) P[i][0] = P[i][1] = tv_zero();
-#pragma GCC unroll 8
-    for (int k = 0; k < steps; k++) {
-        const int k4 = k0 + k;
-        const tv_i w0 = tv_load(W_AT(t, k4, p0)), w1 = tv_load(W_AT(t, k4, p0 + 1));
-#pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) {
-            const tv_i av = tv_set1(ld32(a[i] + 4 * k4));
-            P[i][0] = tv_dp_s8s8(P[i][0], w0, av);
-            P[i][1] = tv_dp_s8s8(P[i][1], w1, av);
-        }
-    }
-}
-#endif
 
 /* The canonical lanes: act row i, part p, lane l (of 32) hold TV_N floats. */
 #define LANE_AT(lanes, i, p, l) ((lanes) + 1024 * (i) + 32 * TV_N * (p) + TV_N * (l))
@@ -496,11 +483,10 @@ static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_til
     for (int i = 0; i < mr; i++) a[i] = ab + 256 * i;
     for (int k = 0; k < nbk; k++) {
         tv_i P[TV_MR][TV_NP];
-#if TV_VNNI
-        dp_steps(mr, true, t, p0, 8 * k, 8, a, SC_AT(t, k, p0), SC_AT(t, k, p0 + 1), P); /* from -128 sum(q): I itself */
-#else
-        dp_steps_s8(mr, t, p0, 8 * k, 8, a, P);
-#endif
+        if (TV_VNNI) /* from -128 sum(q): I itself */
+            dp_steps(mr, true, t, p0, 8 * k, 8, a, SC_AT(t, k, p0), SC_AT(t, k, p0 + 1), P);
+        else
+            dp_steps(mr, true, t, p0, 8 * k, 8, a, NULL, NULL, P);
         const int lane = (int)((8 * b + k) & 31);
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {

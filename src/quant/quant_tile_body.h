@@ -473,11 +473,11 @@ static void gather32_tile_block(gather32_fn gather, size_t bsize, const uint8_t 
     }
 }
 
-/* mr activation rows (quants ab[i][256], biased where VNNI; blocks y[i][0..nbk))
- * against parts p0, p0 + 1 of the tile block t: each of its nbk blocks' terms join
- * lane (8b + k) % 32. */
+/* mr activation rows (quants ab[i][256], biased where VNNI; dyf[i][k]: the d of
+ * their block k, k < nbk) against parts p0, p0 + 1 of the tile block t: each of its
+ * nbk blocks' terms join lane (8b + k) % 32. */
 static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_tile_block *t, int p0, const uint8_t *ab,
-                                                             const og_block_q8_0 *const *y, int nbk, float *lanes, int64_t b) {
+                                                             const float (*dyf)[8], int nbk, float *lanes, int64_t b) {
     const uint8_t *a[TV_MR];
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++) a[i] = ab + 256 * i;
@@ -490,7 +490,7 @@ static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_til
         const int lane = (int)((8 * b + k) & 31);
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
-            const tv_f dy = tv_set1f(_cvtsh_ss(y[i][k].d));
+            const tv_f dy = tv_set1f(dyf[i][k]); /* a broadcast load: no shuffle */
 #pragma GCC unroll 2
             for (int h = 0; h < TV_NP; h++) {
                 const tv_f v = tv_mulf(tv_mulf(tv_loadf((const float *)SC_AT(t, 8 + k, p0 + h)), dy), tv_cvtf(P[i][h]));
@@ -510,6 +510,7 @@ static inline __attribute__((always_inline)) void gemm32(gather32_fn gather, siz
     og_tile_block *tb = (og_tile_block *)base;
     float *lanes = (float *)(base + (size_t)ntb * sizeof(og_tile_block));
     uint8_t ab[TV_MR * 256] __attribute__((aligned(64)));
+    float dyf[TV_MR][8];
     const int used = nb < 32 ? (int)nb : 32;
     const __m256i bias = _mm256_set1_epi8(TV_VNNI ? (char)0x80 : 0);
     for (int64_t r0 = 0; r0 < nr; r0 += OG_TILE_ROWS) {
@@ -524,21 +525,22 @@ static inline __attribute__((always_inline)) void gemm32(gather32_fn gather, siz
                 const int nbk = nb - 8 * b < 8 ? (int)(nb - 8 * b) : 8;
                 for (int g = 0; g < ma; g += TV_MR) {
                     const int mr = ma - g < TV_MR ? ma - g : TV_MR;
-                    const og_block_q8_0 *y[TV_MR];
                     for (int i = 0; i < mr; i++) {
-                        y[i] = (const og_block_q8_0 *)((const uint8_t *)vy + (size_t)(a0 + g + i) * y_stride) + 8 * b;
-                        for (int k = 0; k < nbk; k++)
+                        const og_block_q8_0 *y = (const og_block_q8_0 *)((const uint8_t *)vy + (size_t)(a0 + g + i) * y_stride) + 8 * b;
+                        for (int k = 0; k < nbk; k++) {
                             _mm256_store_si256((__m256i *)(ab + 256 * i + 32 * k),
-                                               _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)y[i][k].qs), bias));
+                                               _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)y[k].qs), bias));
+                            dyf[i][k] = _cvtsh_ss(y[k].d);
+                        }
                     }
                     float *l = LANE_AT(lanes, g, 0, 0);
                     for (int p0 = 0; p0 < TV_PARTS && TV_N * p0 < nrt; p0 += TV_NP) switch (mr) {
 #if TV_MR >= 4
-                        case 4: tile32_mr(4, &tb[b], p0, ab, y, nbk, l, b); break;
-                        case 3: tile32_mr(3, &tb[b], p0, ab, y, nbk, l, b); break;
+                        case 4: tile32_mr(4, &tb[b], p0, ab, dyf, nbk, l, b); break;
+                        case 3: tile32_mr(3, &tb[b], p0, ab, dyf, nbk, l, b); break;
 #endif
-                        case 2: tile32_mr(2, &tb[b], p0, ab, y, nbk, l, b); break;
-                        default: tile32_mr(1, &tb[b], p0, ab, y, nbk, l, b); break;
+                        case 2: tile32_mr(2, &tb[b], p0, ab, dyf, nbk, l, b); break;
+                        default: tile32_mr(1, &tb[b], p0, ab, dyf, nbk, l, b); break;
                         }
                 }
             }

@@ -211,7 +211,8 @@ static inline tv_i row_offsets(size_t w_stride) { return tv_mullo(tv_iota(), tv_
  * of the tile's nrt rows into t by gathers, TV_N rows at a time. */
 static inline void gather_tile_block(gather_fn gather, const uint8_t *blk, size_t w_stride, int nrt, og_tile_block *t) {
     const tv_i idx = row_offsets(w_stride);
-    for (int p = 0; p < TV_PARTS; p++) gather(blk + (size_t)(TV_N * p) * w_stride, idx, tv_live(nrt - TV_N * p), t, p);
+    for (int p = 0; p < TV_PARTS; p++) /* a part past the tile's rows reads nothing (and points at row 0: no pointer past the rows) */
+        gather(nrt > TV_N * p ? blk + (size_t)(TV_N * p) * w_stride : blk, idx, tv_live(nrt - TV_N * p), t, p);
 }
 
 /* ---- the integer steps and the canonical float steps --------------------------- */
@@ -457,7 +458,7 @@ static void gather32_tile_block(gather32_fn gather, size_t bsize, const uint8_t 
     const tv_i idx = row_offsets(w_stride);
     for (int p = 0; p < TV_PARTS; p++) {
         const tv_m live = tv_live(nrt - TV_N * p);
-        const uint8_t *rows = w + (size_t)(TV_N * p) * w_stride + (size_t)(8 * b) * bsize;
+        const uint8_t *rows = w + (size_t)(nrt > TV_N * p ? TV_N * p : 0) * w_stride + (size_t)(8 * b) * bsize;
         for (int k = 0; k < 8; k++) {
             tv_i dd = tv_zero(), q[8];
             for (int i = 0; i < 8; i++) q[i] = tv_zero();

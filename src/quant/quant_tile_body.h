@@ -32,7 +32,10 @@ static inline int32_t ld32(const void *p) {
     return v;
 }
 
-typedef enum { SCALE_DPWSSD, SCALE_MULLD } scale_mode;
+/* How a chunk's sum meets its scale: vpdpwssd of the 16-element sum (it fits int16),
+ * of each 8-element half (SCALE_DPWSSD8: Q5_K, 8 x 31 x 128 fits where 16 do not;
+ * two single-uop vpdpwssd beat vpmulld's two uops and add), or vpmulld (Q6_K). */
+typedef enum { SCALE_DPWSSD, SCALE_DPWSSD8, SCALE_MULLD } scale_mode;
 typedef enum { BP_OFFSET, BP_MINS } bp_role; /* the bsum factors: into I (an offset) or S (mins) */
 
 /* Where part p (rows TV_N p ..) of the tile block's fields lie: every field is an
@@ -262,17 +265,21 @@ static inline __attribute__((always_inline)) void tile_mr(int mr, scale_mode sm,
     const uint8_t *a[TV_MR];
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++) a[i] = (const uint8_t *)y[i]->qs;
+    const int span = sm == SCALE_DPWSSD8 ? 2 : 4; /* k4 steps per scaled sum */
     for (int c = 0; c < 16; c++) {
-        dp_steps(mr, false, t, p0, 4 * c, 4, a, NULL, NULL, P);
         const tv_i s0 = tv_load(SC_AT(t, c, p0)), s1 = tv_load(SC_AT(t, c, p0 + 1));
+#pragma GCC unroll 2
+        for (int k0 = 4 * c; k0 < 4 * c + 4; k0 += span) {
+            dp_steps(mr, false, t, p0, k0, span, a, NULL, NULL, P);
 #pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) {
-            if (sm == SCALE_DPWSSD) { /* the chunk sum fits int16: times the low word's scale */
-                I[i][0] = tv_dpwssd(I[i][0], P[i][0], s0);
-                I[i][1] = tv_dpwssd(I[i][1], P[i][1], s1);
-            } else {
-                I[i][0] = tv_add(I[i][0], tv_mullo(P[i][0], s0));
-                I[i][1] = tv_add(I[i][1], tv_mullo(P[i][1], s1));
+            for (int i = 0; i < mr; i++) {
+                if (sm != SCALE_MULLD) { /* the sum fits int16: times the low word's scale */
+                    I[i][0] = tv_dpwssd(I[i][0], P[i][0], s0);
+                    I[i][1] = tv_dpwssd(I[i][1], P[i][1], s1);
+                } else {
+                    I[i][0] = tv_add(I[i][0], tv_mullo(P[i][0], s0));
+                    I[i][1] = tv_add(I[i][1], tv_mullo(P[i][1], s1));
+                }
             }
         }
     }
@@ -391,11 +398,12 @@ static inline __attribute__((always_inline)) void gemm_k(gather_fn gather, size_
         gemm_k(gather, sizeof(T), sm, role, n, w, w_stride, nr, y, y_stride, m, out, ld, work);                       \
     }
 /* chunk sums: Q2_K 16 x 3 x 128, Q3_K 16 x 7 x 128, Q4_K 16 x 15 x 128 fit int16;
- * Q5_K (31) and Q6_K (63) do not */
+ * Q5_K's (31) halves do, Q6_K's (63) do not. TV_Q5_K_SCALE: the tier's faster of
+ * SCALE_DPWSSD8 and SCALE_MULLD (bench/RESULTS.md) */
 GEMM(q2_K, og_block_q2_K, gather_q2_K, SCALE_DPWSSD, BP_MINS)
 GEMM(q3_K, og_block_q3_K, gather_q3_K, SCALE_DPWSSD, BP_OFFSET)
 GEMM(q4_K, og_block_q4_K, gather_q4_K, SCALE_DPWSSD, BP_MINS)
-GEMM(q5_K, og_block_q5_K, gather_q5_K, SCALE_MULLD, BP_MINS)
+GEMM(q5_K, og_block_q5_K, gather_q5_K, TV_Q5_K_SCALE, BP_MINS)
 GEMM(q6_K, og_block_q6_K, gather_q6_K, SCALE_MULLD, BP_OFFSET)
 #undef GEMM
 

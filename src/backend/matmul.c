@@ -128,7 +128,7 @@ static void multi_quantize(void *ctx, int ith, int nth) {
  * canonical, quantized, enough activation rows to pay for unpacking the tiles. */
 static bool tiled(const og_kernels *k, const og_matmul_job *j) {
     return j->numerics == OG_NUMERICS_CANONICAL && j->m >= TILE_MIN_M && k->gemm_canonical[j->w->type] &&
-           og_gemm_canonical_work(j->w->type, j->w->K) > 0;
+           og_gemm_canonical_work(j->w->type, j->w->K) > 0 && j->w->row_bytes <= OG_GEMM_MAX_STRIDE;
 }
 
 /* True if job j's activations are quantized (the fork, and the canonical order of

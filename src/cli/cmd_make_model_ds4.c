@@ -1,8 +1,8 @@
 /* `onegpu make-model --arch deepseek4`: synthetic DeepSeek V4 Flash files
  * (src/model/deepseek4_write.c) with the real V3/V4 vocabulary. */
-#include "make_model.h"
-#include "og_ds4_write.h"
-#include "synth.h"
+#include "cli.h"
+#include "hf_tokenizer.h"
+#include "og_model_write.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -44,30 +44,6 @@ static void usage(FILE *out) {
         "  --type-aux T (router, mHC, compressor, indexer)\n");
 }
 
-/* V4's chat conventions as a Jinja template of our own: BOS, system text
- * without a marker, <User>/<Assistant> turns, </think> opening a non-thinking
- * answer (deepseek4.md §5). It defines dsml_token and names the tool_calls
- * block, which is how llama.cpp (common/chat.cpp) recognizes V4; onegpu picks
- * its V4 encoder from general.architecture (src/tokenizer/chat.c). */
-static const char v4_template[] =
-    "{%- set dsml_token = '\xef\xbd\x9c" "DSML\xef\xbd\x9c' -%}"
-    "{#- tool calls are a <{dsml_token}tool_calls> block of invoke/parameter elements -#}"
-    "{{- bos_token -}}"
-    "{%- for m in messages -%}"
-    "{%- if m['role'] == 'system' -%}{{- m['content'] -}}"
-    "{%- elif m['role'] == 'user' -%}{{- '<\xef\xbd\x9cUser\xef\xbd\x9c>' + m['content'] -}}"
-    "{%- elif m['role'] == 'assistant' -%}"
-    "{{- '<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>' + (m['content'] or '') + "
-    "'<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>' -}}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>' -}}{%- endif -%}";
-
-static og_status vocab_keys(void *ctx, og_gguf_writer *w) {
-    const og_str tmpl = {v4_template, sizeof v4_template - 1};
-    return og_synth_vocab_keys(w, ctx, "joyai-llm", &tmpl);
-}
-
 enum {
     O_ARCH = 256, O_PRESET, O_SPARSE, O_SEED, O_TOKENIZER, O_SPLITMAX, O_NLAYER, O_NEMBD, O_NHEAD, O_HEADDIM,
     O_NROT, O_QRANK, O_NEXP, O_NEXPUSED, O_NEXPSH, O_NFFEXP, O_CTX, O_VOCAB, O_WINDOW, O_TOPK, O_HASH,
@@ -95,13 +71,8 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         {"type-attn", required_argument, 0, O_TATTN}, {"type-routed", required_argument, 0, O_TROUTED},
         {"type-routed-down", required_argument, 0, O_TDOWN}, {"type-shared", required_argument, 0, O_TSHARED},
         {"type-aux", required_argument, 0, O_TAUX}, {0, 0, 0, 0}};
-    const char *preset = "tiny";
+    const char *preset = og_cli_make_first_value(argc, argv, "o:h", opts, O_PRESET, "tiny");
     int c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1)
-        if (c == O_PRESET) preset = optarg;
-    opterr = 1;
     og_ds4_write_config cfg;
     if (og_ds4_preset(preset, &cfg) != OG_OK) {
         fprintf(stderr, "onegpu make-model: unknown deepseek4 preset '%s' (tiny, demo, v4-flash)\n", preset);
@@ -120,7 +91,13 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         case 'h': usage(stdout); return OG_EXIT_OK;
         case O_ARCH: case O_PRESET: break;
         case O_SPARSE: sparse = true; break;
-        case O_SEED: ok = og_make_model_parse_seed(optarg, &cfg.seed); break;
+        case O_SEED: {
+            char *end;
+            errno = 0;
+            cfg.seed = strtoull(optarg, &end, 10);
+            ok = !errno && end != optarg && !*end && optarg[0] != '-';
+            break;
+        }
         case O_TOKENIZER: tok_dir = optarg; break;
         case O_SPLITMAX: ok = og_parse_size(optarg, &cfg.split_max_bytes) == OG_OK && cfg.split_max_bytes > 0; break;
         case O_NLAYER: u = &h->n_layer; break;
@@ -167,7 +144,7 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         }
         default: usage(stderr); return OG_EXIT_USAGE;
         }
-        if (u) ok = og_make_model_parse_u32(optarg, u);
+        if (u) ok = og_cli_parse_u32(optarg, u);
         if (!ok) {
             fprintf(stderr, "onegpu make-model: bad value '%s' for --%s\n", optarg,
                     longindex >= 0 ? opts[longindex].name : "?");
@@ -175,8 +152,14 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         }
         longindex = -1;
     }
-    int rc = og_make_model_check_output(out_path, optind, argc, argv, usage);
-    if (rc != OG_EXIT_OK) return rc;
+    if (!out_path || optind != argc) {
+        if (!out_path) fprintf(stderr, "onegpu make-model: missing -o FILE\n\n");
+        else fprintf(stderr, "onegpu make-model: unexpected argument '%s'\n\n", argv[optind]);
+        usage(stderr);
+        return OG_EXIT_USAGE;
+    }
+    int rc = og_cli_make_output_check("onegpu make-model", out_path);
+    if (rc) return rc;
     h->rope_swa.d_rope = h->rope_comp.d_rope = (int)h->n_rot;
     og_ds4_config_ratios(h);
     char err[1024];
@@ -186,9 +169,9 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
     }
     og_hf_vocab vocab;
     bool have_vocab;
-    if ((rc = og_make_model_load_vocab(tok_dir, h->n_vocab, &vocab, &have_vocab)) != OG_EXIT_OK) return rc;
+    if ((rc = og_cli_make_vocab("onegpu make-model", tok_dir, h->n_vocab, &vocab, &have_vocab))) return rc;
     og_logger lg = {.level = OG_LOG_INFO, .out = stderr};
-    og_status st = og_ds4_write(&cfg, have_vocab ? vocab_keys : NULL, &vocab, out_path, sparse, &lg, err, sizeof err);
+    og_status st = og_ds4_write(&cfg, have_vocab ? &vocab : NULL, out_path, sparse, &lg, err, sizeof err);
     if (have_vocab) og_hf_vocab_free(&vocab);
-    return og_make_model_done(st, err, out_path, cfg.split_max_bytes != 0, sparse);
+    return og_cli_make_result("onegpu make-model", st, err, out_path, cfg.split_max_bytes != 0, sparse);
 }

@@ -3,17 +3,54 @@
  * The experts of a layer go to the run context's dispatcher (og_dispatch_type)
  * with the (token, expert, weight) list: the seam where placement splits the
  * work between device and host (src/moe/dispatch.c). */
-#include "og_model.h"
+#include "deepseek2.h"
 #include "og_device.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- the tensor-name table ------------------------------------------------ */
+
+const og_arch_tensor og_ds2_tensors[OG_DS2_TENSOR_COUNT] = {
+    [OG_DS2_TOKEN_EMBD] = {"token_embd.weight", OG_ROLE_EMBEDDINGS, false},
+    [OG_DS2_OUTPUT_NORM] = {"output_norm.weight", OG_ROLE_OUTPUT, false},
+    [OG_DS2_OUTPUT] = {"output.weight", OG_ROLE_OUTPUT, false},
+    [OG_DS2_ATTN_NORM] = {"attn_norm.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_Q_A] = {"attn_q_a.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_Q_A_NORM] = {"attn_q_a_norm.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_Q_B] = {"attn_q_b.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_Q] = {"attn_q.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_KV_A_MQA] = {"attn_kv_a_mqa.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_KV_A_NORM] = {"attn_kv_a_norm.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_K_B] = {"attn_k_b.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_V_B] = {"attn_v_b.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_KV_B] = {"attn_kv_b.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_OUTPUT] = {"attn_output.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_FFN_NORM] = {"ffn_norm.weight", OG_ROLE_NORM, true},
+    [OG_DS2_FFN_GATE] = {"ffn_gate.weight", OG_ROLE_DENSE_FFN, true},
+    [OG_DS2_FFN_UP] = {"ffn_up.weight", OG_ROLE_DENSE_FFN, true},
+    [OG_DS2_FFN_DOWN] = {"ffn_down.weight", OG_ROLE_DENSE_FFN, true},
+    [OG_DS2_FFN_GATE_INP] = {"ffn_gate_inp.weight", OG_ROLE_ROUTER, true},
+    [OG_DS2_EXP_PROBS_B] = {"exp_probs_b.bias", OG_ROLE_ROUTER, true},
+    [OG_DS2_FFN_GATE_EXPS] = {"ffn_gate_exps.weight", OG_ROLE_ROUTED_EXPERTS, true},
+    [OG_DS2_FFN_UP_EXPS] = {"ffn_up_exps.weight", OG_ROLE_ROUTED_EXPERTS, true},
+    [OG_DS2_FFN_DOWN_EXPS] = {"ffn_down_exps.weight", OG_ROLE_ROUTED_EXPERTS, true},
+    [OG_DS2_FFN_GATE_SHEXP] = {"ffn_gate_shexp.weight", OG_ROLE_SHARED_EXPERTS, true},
+    [OG_DS2_FFN_UP_SHEXP] = {"ffn_up_shexp.weight", OG_ROLE_SHARED_EXPERTS, true},
+    [OG_DS2_FFN_DOWN_SHEXP] = {"ffn_down_shexp.weight", OG_ROLE_SHARED_EXPERTS, true},
+};
+
+static og_tensor_role ds2_role(const char *tensor_name) {
+    return og_arch_table_role(og_ds2_tensors, OG_DS2_TENSOR_COUNT, tensor_name);
+}
+
 /* ---- loading ------------------------------------------------------------- */
 
 typedef struct loader {
-    og_model *m;
+    const og_gguf *g;
+    const og_logger *log;
+    og_ds2 *d;
     char *err;
     size_t errlen;
 } loader;
@@ -21,7 +58,7 @@ typedef struct loader {
 static og_status key_u32(loader *l, const char *key, uint32_t *out, bool required, uint32_t dflt) {
     char full[128];
     snprintf(full, sizeof full, "deepseek2.%s", key);
-    og_status st = og_gguf_get_u32(l->m->gguf, full, out);
+    og_status st = og_gguf_get_u32(l->g, full, out);
     if (st == OG_ERR_NOT_FOUND && !required) {
         *out = dflt;
         return OG_OK;
@@ -34,7 +71,7 @@ static og_status key_u32(loader *l, const char *key, uint32_t *out, bool require
 static og_status key_f32(loader *l, const char *key, float *out, float dflt) {
     char full[128];
     snprintf(full, sizeof full, "deepseek2.%s", key);
-    og_status st = og_gguf_get_f32(l->m->gguf, full, out);
+    og_status st = og_gguf_get_f32(l->g, full, out);
     if (st == OG_ERR_NOT_FOUND) {
         *out = dflt;
         return OG_OK;
@@ -45,7 +82,7 @@ static og_status key_f32(loader *l, const char *key, float *out, float dflt) {
 /* Binds tensor `name` as a weight with rows of K elements: expects shape
  * [K, rows] or [K, rows_a, rows_b] with rows = rows_a * rows_b (3-D stacks). */
 static og_status bind(loader *l, const char *name, uint64_t K, uint64_t rows, og_weight *w, bool required) {
-    const og_gguf_tensor *t = og_gguf_find_tensor(l->m->gguf, name);
+    const og_gguf_tensor *t = og_gguf_find_tensor(l->g, name);
     memset(w, 0, sizeof *w);
     if (!t) return required ? og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
     if (!t->data) return og_fail(l->err, l->errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", name);
@@ -66,7 +103,7 @@ static og_status bind(loader *l, const char *name, uint64_t K, uint64_t rows, og
 
 /* 1-D F32 tensor of n elements. */
 static og_status bind_vec(loader *l, const char *name, uint64_t n, const float **out, bool required) {
-    const og_gguf_tensor *t = og_gguf_find_tensor(l->m->gguf, name);
+    const og_gguf_tensor *t = og_gguf_find_tensor(l->g, name);
     *out = NULL;
     if (!t) return required ? og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
     if (!t->data) return og_fail(l->err, l->errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", name);
@@ -95,7 +132,7 @@ static og_status bound_f32(loader *l, const char *key, float v, float lo, bool l
 /* The integer hyperparameters against OG_DS2_MAX_* and each other (§1), before
  * anything is sized by them. */
 static og_status bound_hparams(loader *l) {
-    const og_hparams *h = &l->m->hp;
+    const og_hparams *h = &l->d->hp;
     TRY(bound_u32(l, "block_count", h->n_layer, 1, OG_DS2_MAX_LAYER));
     TRY(bound_u32(l, "embedding_length", h->n_embd, 1, OG_DS2_MAX_EMBD));
     TRY(bound_u32(l, "context_length", h->n_ctx_train, 1, OG_DS2_MAX_CTX));
@@ -142,9 +179,9 @@ static og_status bound_hparams(loader *l) {
 }
 
 static og_status load_hparams(loader *l) {
-    og_hparams *h = &l->m->hp;
+    og_hparams *h = &l->d->hp;
     char arch[32] = "";
-    og_gguf_get_cstr(l->m->gguf, "general.architecture", arch, sizeof arch);
+    og_gguf_get_cstr(l->g, "general.architecture", arch, sizeof arch);
     if (strcmp(arch, "deepseek2"))
         return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "architecture '%s' is not supported (deepseek2 is)", arch);
     TRY(key_u32(l, "block_count", &h->n_layer, true, 0));
@@ -172,7 +209,7 @@ static og_status load_hparams(loader *l) {
     uint32_t g = 0, gu = 0;
     char gk[64];
     snprintf(gk, sizeof gk, "deepseek2.expert_group_count");
-    bool have_groups = og_gguf_find_kv(l->m->gguf, gk) != NULL;
+    bool have_groups = og_gguf_find_kv(l->g, gk) != NULL;
     TRY(key_u32(l, "expert_group_count", &g, false, 1));
     TRY(key_u32(l, "expert_group_used_count", &gu, false, 1));
     h->n_group = g > 1 ? g : 1;
@@ -180,14 +217,14 @@ static og_status load_hparams(loader *l) {
     TRY(bound_hparams(l));
     h->d_nope = h->d_qk - h->d_rope;
     if (!have_groups && h->n_expert)
-        og_log(&l->m->log, OG_LOG_INFO, "no expert_group_count key: routing without group limits, as llama.cpp does for such files");
+        og_log(l->log, OG_LOG_INFO, "no expert_group_count key: routing without group limits, as llama.cpp does for such files");
     else if (h->n_group > 1)
-        og_log(&l->m->log, OG_LOG_INFO, "routing: %u groups, keep %u, group score = sum of its top 2 (llama.cpp's rule)",
+        og_log(l->log, OG_LOG_INFO, "routing: %u groups, keep %u, group score = sum of its top 2 (llama.cpp's rule)",
                h->n_group, h->n_group_used);
     TRY(key_f32(l, "expert_weights_scale", &h->expert_scale, 1.0f));
     if (h->expert_scale == 0.0f) h->expert_scale = 1.0f;
     bool norm = false;
-    h->expert_norm = og_gguf_get_bool(l->m->gguf, "deepseek2.expert_weights_norm", &norm) == OG_OK && norm;
+    h->expert_norm = og_gguf_get_bool(l->g, "deepseek2.expert_weights_norm", &norm) == OG_OK && norm;
     TRY(bound_f32(l, "expert_weights_scale", h->expert_scale, 0.0f, true, 1e4f));
     TRY(key_f32(l, "attention.layer_norm_rms_epsilon", &h->rms_eps, 1e-6f));
     TRY(bound_f32(l, "attention.layer_norm_rms_epsilon", h->rms_eps, 0.0f, true, 1.0f));
@@ -195,12 +232,12 @@ static og_status load_hparams(loader *l) {
     float base, factor = 1.0f, log_mul = 0.0f;
     TRY(key_f32(l, "rope.freq_base", &base, 10000.0f));
     char stype[16] = "none";
-    og_gguf_get_cstr(l->m->gguf, "deepseek2.rope.scaling.type", stype, sizeof stype);
+    og_gguf_get_cstr(l->g, "deepseek2.rope.scaling.type", stype, sizeof stype);
     TRY(key_f32(l, "rope.scaling.factor", &factor, 1.0f));
     uint32_t orig;
     TRY(key_u32(l, "rope.scaling.original_context_length", &orig, false, h->n_ctx_train));
     bool yarn = !strcmp(stype, "yarn") && factor > 1.0f;
-    bool have_log_mul = og_gguf_find_kv(l->m->gguf, "deepseek2.rope.scaling.yarn_log_multiplier") != NULL;
+    bool have_log_mul = og_gguf_find_kv(l->g, "deepseek2.rope.scaling.yarn_log_multiplier") != NULL;
     TRY(key_f32(l, "rope.scaling.yarn_log_multiplier", &log_mul, 0.0f));
     float bf = 32.0f, bs = 1.0f;
     TRY(key_f32(l, "rope.scaling.yarn_beta_fast", &bf, 32.0f));
@@ -223,7 +260,7 @@ static og_status load_hparams(loader *l) {
         if (have_log_mul) {
             mscale = 1.0f + log_mul * logf(factor); /* m = 1 + 0.1 mscale_all_dim ln s */
         } else {
-            og_log(&l->m->log, OG_LOG_WARN, "YaRN without yarn_log_multiplier: generic YaRN magnitude (suspicious file)");
+            og_log(l->log, OG_LOG_WARN, "YaRN without yarn_log_multiplier: generic YaRN magnitude (suspicious file)");
             h->rope.mscale = 1.0f + 0.1f * logf(factor);
             mscale = h->rope.mscale;
         }
@@ -235,143 +272,144 @@ static og_status load_hparams(loader *l) {
 }
 
 /* n_vocab from token_embd's rows, bounded by OG_DS2_MAX_VOCAB. */
-static og_status read_vocab(loader *l, const og_gguf_tensor *te, uint32_t *n_vocab) {
+static og_status read_vocab(loader *l, uint32_t *n_vocab) {
+    const char *name = og_ds2_tensors[OG_DS2_TOKEN_EMBD].name;
+    const og_gguf_tensor *te = og_gguf_find_tensor(l->g, name);
+    if (!te) return og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name);
     if (te->ne[1] < 1 || te->ne[1] > (int64_t)OG_DS2_MAX_VOCAB)
-        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor token_embd.weight has %lld rows (the vocabulary): outside 1..%u",
+        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s has %lld rows (the vocabulary): outside 1..%u", name,
                        (long long)te->ne[1], OG_DS2_MAX_VOCAB);
     *n_vocab = (uint32_t)te->ne[1];
     return OG_OK;
 }
 
 static og_status load_weights(loader *l) {
-    og_model *m = l->m;
+    og_ds2 *m = l->d;
     const og_hparams *h = &m->hp;
     const uint64_t D = h->n_embd, H = h->n_head;
-    const og_gguf_tensor *te = og_gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!te) return og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor token_embd.weight");
-    TRY(read_vocab(l, te, &m->hp.n_vocab));
-    TRY(bind(l, "token_embd.weight", D, m->hp.n_vocab, &m->tok_embd, true));
-    TRY(bind_vec(l, "output_norm.weight", D, &m->out_norm, true));
-    TRY(bind(l, "output.weight", D, m->hp.n_vocab, &m->output, false));
+    TRY(read_vocab(l, &m->hp.n_vocab));
+    TRY(bind(l, og_ds2_tensors[OG_DS2_TOKEN_EMBD].name, D, m->hp.n_vocab, &m->tok_embd, true));
+    TRY(bind_vec(l, og_ds2_tensors[OG_DS2_OUTPUT_NORM].name, D, &m->out_norm, true));
+    TRY(bind(l, og_ds2_tensors[OG_DS2_OUTPUT].name, D, m->hp.n_vocab, &m->output, false));
     if (!m->output.data) m->output = m->tok_embd; /* tied (§2) */
     m->layers = calloc(h->n_layer, sizeof *m->layers);
-    if (!m->layers) return og_fail(l->err, l->errlen, OG_ERR_NOMEM, "out of memory");
+    m->moe = calloc(h->n_layer, sizeof *m->moe);
+    if (!m->layers || !m->moe) return og_fail(l->err, l->errlen, OG_ERR_NOMEM, "out of memory");
     char n[96];
-#define NM(s) (snprintf(n, sizeof n, "blk.%u." s, i), n)
+#define TN(t) og_ds2_name(t, i, n, sizeof n)
     for (uint32_t i = 0; i < h->n_layer; i++) {
         og_layer *L = &m->layers[i];
-        TRY(bind_vec(l, NM("attn_norm.weight"), D, &L->attn_norm, true));
+        og_moe_weights *X = &m->moe[i];
+        TRY(bind_vec(l, TN(OG_DS2_ATTN_NORM), D, &L->attn_norm, true));
         if (h->q_lora_rank) {
-            TRY(bind(l, NM("attn_q_a.weight"), D, h->q_lora_rank, &L->q_a, true));
-            TRY(bind_vec(l, NM("attn_q_a_norm.weight"), h->q_lora_rank, &L->q_a_norm, true));
-            TRY(bind(l, NM("attn_q_b.weight"), h->q_lora_rank, H * h->d_qk, &L->q_b, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_Q_A), D, h->q_lora_rank, &L->q_a, true));
+            TRY(bind_vec(l, TN(OG_DS2_ATTN_Q_A_NORM), h->q_lora_rank, &L->q_a_norm, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_Q_B), h->q_lora_rank, H * h->d_qk, &L->q_b, true));
         } else {
-            TRY(bind(l, NM("attn_q.weight"), D, H * h->d_qk, &L->q, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_Q), D, H * h->d_qk, &L->q, true));
         }
-        TRY(bind(l, NM("attn_kv_a_mqa.weight"), D, h->kv_lora_rank + h->d_rope, &L->kv_a, true));
-        TRY(bind_vec(l, NM("attn_kv_a_norm.weight"), h->kv_lora_rank, &L->kv_a_norm, true));
+        TRY(bind(l, TN(OG_DS2_ATTN_KV_A_MQA), D, h->kv_lora_rank + h->d_rope, &L->kv_a, true));
+        TRY(bind_vec(l, TN(OG_DS2_ATTN_KV_A_NORM), h->kv_lora_rank, &L->kv_a_norm, true));
         if (h->mla_format) {
-            TRY(bind(l, NM("attn_k_b.weight"), h->d_nope, (uint64_t)h->kv_lora_rank * H, &L->k_b, true));
-            TRY(bind(l, NM("attn_v_b.weight"), h->kv_lora_rank, (uint64_t)h->d_v * H, &L->v_b, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_K_B), h->d_nope, (uint64_t)h->kv_lora_rank * H, &L->k_b, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_V_B), h->kv_lora_rank, (uint64_t)h->d_v * H, &L->v_b, true));
         } else {
             og_weight kvb;
-            TRY(bind(l, NM("attn_kv_b.weight"), h->kv_lora_rank, H * (h->d_nope + h->d_v), &kvb, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_KV_B), h->kv_lora_rank, H * (h->d_nope + h->d_v), &kvb, true));
             size_t cnt = (size_t)kvb.n_rows * (size_t)kvb.K;
             L->kv_b_f32 = malloc(cnt * sizeof(float));
             if (!L->kv_b_f32) return og_fail(l->err, l->errlen, OG_ERR_NOMEM, "out of memory");
             for (int64_t r = 0; r < kvb.n_rows; r++)
                 og_dequantize_row(kvb.type, (const uint8_t *)kvb.data + (size_t)r * kvb.row_bytes, L->kv_b_f32 + r * kvb.K, kvb.K);
         }
-        TRY(bind(l, NM("attn_output.weight"), H * h->d_v, D, &L->o, true));
-        TRY(bind_vec(l, NM("ffn_norm.weight"), D, &L->ffn_norm, true));
-        L->moe = i >= h->n_dense;
+        TRY(bind(l, TN(OG_DS2_ATTN_OUTPUT), H * h->d_v, D, &L->o, true));
+        TRY(bind_vec(l, TN(OG_DS2_FFN_NORM), D, &L->ffn_norm, true));
+        X->moe = L->moe = i >= h->n_dense;
         if (!L->moe) {
-            TRY(bind(l, NM("ffn_gate.weight"), D, h->n_ff, &L->gate, true));
-            TRY(bind(l, NM("ffn_up.weight"), D, h->n_ff, &L->up, true));
-            TRY(bind(l, NM("ffn_down.weight"), h->n_ff, D, &L->down, true));
+            TRY(bind(l, TN(OG_DS2_FFN_GATE), D, h->n_ff, &L->gate, true));
+            TRY(bind(l, TN(OG_DS2_FFN_UP), D, h->n_ff, &L->up, true));
+            TRY(bind(l, TN(OG_DS2_FFN_DOWN), h->n_ff, D, &L->down, true));
             continue;
         }
         const uint64_t E = h->n_expert, Fe = h->n_ff_exp;
-        TRY(bind(l, NM("ffn_gate_inp.weight"), D, E, &L->router, true));
+        TRY(bind(l, TN(OG_DS2_FFN_GATE_INP), D, E, &L->router, true));
         if (L->router.type != OG_TYPE_F32)
             return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "%s must be F32 (routers are never quantized)", n);
-        TRY(bind_vec(l, NM("exp_probs_b.bias"), E, &L->exp_bias, false));
-        TRY(bind(l, NM("ffn_gate_exps.weight"), D, Fe * E, &L->gate_exps, true));
-        TRY(bind(l, NM("ffn_up_exps.weight"), D, Fe * E, &L->up_exps, true));
-        TRY(bind(l, NM("ffn_down_exps.weight"), Fe, D * E, &L->down_exps, true));
+        TRY(bind_vec(l, TN(OG_DS2_EXP_PROBS_B), E, &L->exp_bias, false));
+        TRY(bind(l, TN(OG_DS2_FFN_GATE_EXPS), D, Fe * E, &X->gate_exps, true));
+        TRY(bind(l, TN(OG_DS2_FFN_UP_EXPS), D, Fe * E, &X->up_exps, true));
+        TRY(bind(l, TN(OG_DS2_FFN_DOWN_EXPS), Fe, D * E, &X->down_exps, true));
         if (h->n_expert_shared) {
             const uint64_t Fs = (uint64_t)h->n_expert_shared * Fe;
-            TRY(bind(l, NM("ffn_gate_shexp.weight"), D, Fs, &L->gate_sh, true));
-            TRY(bind(l, NM("ffn_up_shexp.weight"), D, Fs, &L->up_sh, true));
-            TRY(bind(l, NM("ffn_down_shexp.weight"), Fs, D, &L->down_sh, true));
+            TRY(bind(l, TN(OG_DS2_FFN_GATE_SHEXP), D, Fs, &X->gate_sh, true));
+            TRY(bind(l, TN(OG_DS2_FFN_UP_SHEXP), D, Fs, &X->up_sh, true));
+            TRY(bind(l, TN(OG_DS2_FFN_DOWN_SHEXP), Fs, D, &X->down_sh, true));
         }
     }
-#undef NM
+#undef TN
     return OG_OK;
 }
 
-og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen) {
-    og_model tmp = {.gguf = (og_gguf *)g};
-    if (lg) tmp.log = *lg;
-    else tmp.log = (og_logger){.level = OG_LOG_WARN};
-    loader l = {&tmp, err, errlen};
+og_status og_ds2_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen) {
+    const og_logger quiet = {.level = OG_LOG_WARN};
+    og_ds2 tmp = {0};
+    loader l = {g, lg ? lg : &quiet, &tmp, err, errlen};
     og_status st = load_hparams(&l);
     if (st) return st;
-    const og_gguf_tensor *te = og_gguf_find_tensor(g, "token_embd.weight");
-    if (!te) return og_fail(err, errlen, OG_ERR_NOT_FOUND, "missing tensor token_embd.weight");
-    if ((st = read_vocab(&l, te, &tmp.hp.n_vocab))) return st;
+    if ((st = read_vocab(&l, &tmp.hp.n_vocab))) return st;
     *hp = tmp.hp;
     return OG_OK;
 }
 
-og_status og_model_load_gguf(og_gguf *g, const og_logger *lg, og_model **out, char *err, size_t errlen) {
-    *out = NULL;
-    og_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        og_gguf_close(g);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    }
-    if (lg) m->log = *lg;
-    else m->log = (og_logger){.level = OG_LOG_WARN};
-    m->gguf = g;
-    loader l = {m, err, errlen};
-    og_status st;
-    if ((st = load_hparams(&l)) || (st = load_weights(&l))) {
-        og_model_free(m);
-        return st;
-    }
-    *out = m;
+/* info from the hyperparameters (moe NULL) */
+static void info_of(const og_hparams *h, og_model_info *info) {
+    *info = (og_model_info){
+        .arch = "deepseek2", .n_layer = h->n_layer, .n_embd = h->n_embd, .n_vocab = h->n_vocab,
+        .n_ctx_train = h->n_ctx_train, .n_head = h->n_head, .n_expert = h->n_expert,
+        .n_expert_used = h->n_expert_used, .n_expert_shared = h->n_expert_shared, .n_ff_exp = h->n_ff_exp,
+        .n_ff = h->n_ff, .n_dense = h->n_dense,
+        /* the MLA cache: per layer and position the latent c (r_kv) and k_pe (d_rope), §3 */
+        .kv_elems_fixed = 0, .kv_elems_per_token = (double)h->n_layer * (h->kv_lora_rank + h->d_rope),
+        .kv_paged = true,
+        .kv_block_bytes = (uint64_t)h->n_layer * OG_KV_BLOCK * (h->kv_lora_rank + h->d_rope) * sizeof(float)};
+}
+
+static og_status ds2_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {
+    og_hparams hp = {0};
+    og_status st = og_ds2_hparams_read(g, lg, &hp, err, errlen);
+    if (st) return st;
+    info_of(&hp, info);
     return OG_OK;
 }
 
-og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen) {
-    *out = NULL;
-    og_gguf *g;
-    og_status st = og_gguf_open(path, 0, &g, err, errlen);
-    if (st) return st;
-    if ((st = og_model_load_gguf(g, lg, out, err, errlen))) {
-        char tmp[1024];
-        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
-        snprintf(err, errlen, "%s", tmp);
+static void ds2_free(og_ds2 *d) {
+    if (!d) return;
+    if (d->layers)
+        for (uint32_t i = 0; i < d->hp.n_layer; i++) free(d->layers[i].kv_b_f32);
+    free(d->layers);
+    free(d->moe);
+    free(d);
+}
+
+static void ds2_free_impl(og_model *m) {
+    ds2_free(m->impl);
+    m->impl = NULL;
+    m->info.moe = NULL;
+}
+
+static og_status ds2_load(og_model *m, char *err, size_t errlen) {
+    og_ds2 *d = calloc(1, sizeof *d);
+    if (!d) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    loader l = {m->gguf, &m->log, d, err, errlen};
+    og_status st;
+    if ((st = load_hparams(&l)) || (st = load_weights(&l))) {
+        ds2_free(d);
+        return st;
     }
-    return st;
-}
-
-void og_model_free(og_model *m) {
-    if (!m) return;
-    if (m->layers)
-        for (uint32_t i = 0; i < m->hp.n_layer; i++) free(m->layers[i].kv_b_f32);
-    free(m->layers);
-    og_gguf_close(m->gguf);
-    free(m);
-}
-
-void og_kv_free(og_kv *kv) {
-    for (int i = 0; i < kv->n_blocks; i++)
-        if (kv->dev) kv->dev->ops->free(kv->dev, kv->blocks[i]);
-        else free(kv->blocks[i]);
-    free(kv->blocks);
-    memset(kv, 0, sizeof *kv);
+    m->impl = d;
+    info_of(&d->hp, &m->info);
+    m->info.moe = d->moe;
+    return OG_OK;
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -379,8 +417,8 @@ void og_kv_free(og_kv *kv) {
 /* Grows kv to n_pos positions, its blocks in dev's memory (NULL: the host's);
  * a cache keeps the device its first block came from. Errors: OG_ERR_NOMEM,
  * OG_ERR_INVALID_ARG (a cache of another device). */
-static og_status kv_reserve(const og_model *m, og_kv *kv, int32_t n_pos, og_device *dev) {
-    const size_t bw = (size_t)m->hp.n_layer * OG_KV_BLOCK * (m->hp.kv_lora_rank + m->hp.d_rope);
+static og_status kv_reserve(const og_ds2 *d, og_kv *kv, int32_t n_pos, og_device *dev) {
+    const size_t bw = (size_t)d->hp.n_layer * OG_KV_BLOCK * (d->hp.kv_lora_rank + d->hp.d_rope);
     if (!kv->n_blocks) kv->dev = dev;
     if (kv->dev != dev && kv->n_blocks * OG_KV_BLOCK < n_pos) return OG_ERR_INVALID_ARG;
     while (kv->n_blocks * OG_KV_BLOCK < n_pos) {
@@ -499,13 +537,13 @@ static og_status sync(fwd *f) {
 
 /* Host-side routes from the router op's ids and weights ([T][k] each, host), and
  * the expert statistics. */
-static void routes_of(const og_model *m, const og_run_ctx *rc, uint32_t il, int64_t T, const int32_t *ids,
+static void routes_of(const og_ds2 *d, const og_run_ctx *rc, uint32_t il, int64_t T, const int32_t *ids,
                       const float *wts, og_route *routes) {
-    const int k = (int)m->hp.n_expert_used;
+    const int k = (int)d->hp.n_expert_used;
     for (int64_t r = 0; r < T * k; r++) routes[r] = (og_route){(int32_t)(r / k), ids[r], wts[r]};
     if (!rc->stats) return;
     og_expert_stats *es = rc->stats;
-    const size_t base = (size_t)il * m->hp.n_expert;
+    const size_t base = (size_t)il * d->hp.n_expert;
     uint64_t hits = 0;
     for (int64_t r = 0; r < T * k; r++) {
         size_t at = base + (size_t)routes[r].expert;
@@ -516,24 +554,6 @@ static void routes_of(const og_model *m, const og_run_ctx *rc, uint32_t il, int6
     es->routes_resident += hits;
     if (es->layer_routes) es->layer_routes[il] += (uint64_t)(T * k);
     if (es->layer_hits) es->layer_hits[il] += hits;
-}
-
-og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *tokens, int n_tok,
-                           float *logits, bool all_logits, char *err, size_t errlen) {
-    if (n_tok <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
-    int32_t *seq = calloc((size_t)n_tok, sizeof *seq);
-    bool *want = calloc((size_t)n_tok, sizeof *want);
-    if (!seq || !want) {
-        free(seq);
-        free(want);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    }
-    for (int i = 0; i < n_tok; i++) want[i] = all_logits || i == n_tok - 1;
-    og_batch b = {n_tok, tokens, seq, want, NULL};
-    og_status st = og_model_forward_batch(m, rc, &kv, 1, &b, logits, err, errlen);
-    free(seq);
-    free(want);
-    return st;
 }
 
 /* The legacy attn_kv_b layout (kv_b_f32, host memory): q_abs and o by the loops
@@ -592,8 +612,9 @@ static void *dtake(dscratch *s, uint64_t bytes) {
     return r;
 }
 
-uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
-    const og_hparams *h = &m->hp;
+static uint64_t ds2_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
+    const og_ds2 *d = og_ds2_of(m);
+    const og_hparams *h = &d->hp;
     const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v;
     const int64_t w_kv = r_kv + h->d_rope, qw = H * h->d_qk, rq = h->q_lora_rank, E = h->n_expert;
     const int64_t k = h->n_expert_used;
@@ -602,39 +623,10 @@ uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
            fb * (uint64_t)(H * ATT_CHUNK * (dn + 2 * r_kv + dv)) + (uint64_t)n_out * h->n_vocab * fb + 64 * 24;
 }
 
-og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device *dev, int64_t max_tok,
-                                 int64_t max_out, char *err, size_t errlen) {
-    if (max_tok < 1 || max_out < 0)
-        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "forward scratch: %lld tokens and %lld logits rows per step",
-                       (long long)max_tok, (long long)max_out);
-    const uint64_t need = og_fwd_scratch_bytes(m, max_tok, max_out);
-    if (s->base && s->dev == dev && s->bytes >= need) return OG_OK;
-    og_fwd_scratch_free(s);
-    void *b = NULL;
-    if (dev) {
-        og_status st = dev->ops->alloc(dev, need, &b, err, errlen);
-        if (st) return st;
-    } else if (!(b = aligned_alloc(64, (size_t)((need + 63) / 64 * 64)))) {
-        char a[32];
-        return og_fail(err, errlen, OG_ERR_NOMEM, "forward scratch: no %s of host memory", og_fmt_bytes(need, a, sizeof a));
-    }
-    const uint64_t grows = s->grows;
-    *s = (og_fwd_scratch){dev, b, need, grows};
-    return OG_OK;
-}
-
-void og_fwd_scratch_free(og_fwd_scratch *s) {
-    if (s->base) {
-        if (s->dev) s->dev->ops->free(s->dev, s->base);
-        else free(s->base);
-    }
-    const uint64_t grows = s->grows;
-    *s = (og_fwd_scratch){.grows = grows};
-}
-
-og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
-                                 const og_batch *batch, float *logits, char *err, size_t errlen) {
-    const og_hparams *h = &m->hp;
+static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
+                                   const og_batch *batch, float *logits, char *err, size_t errlen) {
+    const og_ds2 *d = og_ds2_of(m);
+    const og_hparams *h = &d->hp;
     const int n_tok = batch->n_tok;
     const int32_t *tokens = batch->tokens;
     const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope;
@@ -657,7 +649,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     for (int s = 0; s < n_seq && !st; s++) next[s] = kvs[s]->n_pos;
     for (int i = 0; i < n_tok && !st; i++) pos_of[i] = next[batch->seq[i]]++;
     for (int s = 0; s < n_seq && !st; s++)
-        if ((st = kv_reserve(m, kvs[s], next[s], rc->dev)))
+        if ((st = kv_reserve(d, kvs[s], next[s], rc->dev)))
             og_fail(err, errlen, st, st == OG_ERR_NOMEM ? "no memory for the KV cache of sequence %d"
                                                         : "sequence %d's KV cache is on another device", s);
     /* one block table for the batch's caches: sequence s's blocks from first_of[s] */
@@ -750,11 +742,11 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
 
     /* embeddings (§3: no scaling) */
     if (!st) {
-        og_get_rows_op g = {m->tok_embd, tokens, T, h_res};
+        og_get_rows_op g = {d->tok_embd, tokens, T, h_res};
         st = ops->get_rows(fw.dev, fw.s, &g, err, errlen);
     }
     for (uint32_t il = 0; il < h->n_layer && !st; il++) {
-        const og_layer *L = &m->layers[il];
+        const og_layer *L = &d->layers[il];
         kvv.offset = (int64_t)il * OG_KV_BLOCK * w_kv;
         /* ---- attention (MLA, absorbed form) ---- */
         if ((st = norm(&fw, a, h_res, T, D, D, L->attn_norm, h->rms_eps))) break;
@@ -832,7 +824,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
                 (st = ops->copy_to_host(fw.dev, fw.s, h_w, r_w, (uint64_t)(T * k) * fb, err, errlen)) ||
                 (st = ops->copy_to_host(fw.dev, fw.s, hx, a, (uint64_t)(T * D) * fb, err, errlen)) || (st = sync(&fw)))
                 break;
-            routes_of(m, rc, il, T, h_ids, h_w, routes);
+            routes_of(d, rc, il, T, h_ids, h_w, routes);
             const og_moe_layer io = {(uint32_t)il, hx, T, routes, (int)(T * k), batch->exact, hy};
             if ((st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, err, errlen))) {
                 failed_here = true;
@@ -851,7 +843,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
             }
             int64_t t1 = t + 1;
             while (t1 < T && batch->logits[t1]) t1++;
-            st = norm(&fw, a + r * D, h_res + t * D, t1 - t, D, D, m->out_norm, h->rms_eps);
+            st = norm(&fw, a + r * D, h_res + t * D, t1 - t, D, D, d->out_norm, h->rms_eps);
             r += t1 - t;
             t = t1;
         }
@@ -861,7 +853,7 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
         for (int64_t t = 0, i = 0; ex_out && t < T; t++)
             if (batch->logits[t]) ex_out[i++] = batch->exact[t];
         fw.exact = ex_out;
-        if (n_out && !st) st = mm(&fw, &m->output, a, n_out, dlog);
+        if (n_out && !st) st = mm(&fw, &d->output, a, n_out, dlog);
         if (n_out && !st)
             st = ops->copy_to_host(fw.dev, fw.s, logits, dlog, (uint64_t)n_out * h->n_vocab * fb, err, errlen);
         free(ex_out);
@@ -901,3 +893,15 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     }
     return OG_OK;
 }
+
+const og_arch og_arch_deepseek2 = {
+    .name = "deepseek2",
+    .describe = ds2_describe,
+    .load = ds2_load,
+    .free_impl = ds2_free_impl,
+    .role = ds2_role,
+    .tensors = og_ds2_tensors,
+    .n_tensors = OG_DS2_TENSOR_COUNT,
+    .scratch_bytes = ds2_scratch_bytes,
+    .forward_batch = ds2_forward_batch,
+};

@@ -12,7 +12,7 @@
 #ifndef OG_DEEPSEEK4_H
 #define OG_DEEPSEEK4_H
 
-#include "og_model.h"
+#include "og_arch.h"
 
 /* Bounds on the hyperparameters of an untrusted file: og_ds4_hparams_read
  * refuses a value outside them (OG_ERR_FORMAT naming the key and the value)
@@ -170,6 +170,9 @@ typedef struct og_ds4_tensor_kind {
 
 /* The table, indexed by og_ds4_tensor_id (a const table: not mutable state). */
 extern const og_ds4_tensor_kind og_ds4_tensors[OG_DS4_N_TENSOR];
+/* The same rows' names and roles as og_arch.h rows (from the same list):
+ * og_arch_deepseek4's .tensors / .n_tensors (OG_DS4_N_TENSOR). */
+extern const og_arch_tensor og_ds4_arch_tensors[OG_DS4_N_TENSOR];
 
 /* Whether layer il (-1 for global kinds) holds kind id. */
 bool og_ds4_tensor_in_layer(const og_ds4_hparams *hp, og_ds4_tensor_id id, int il);
@@ -197,8 +200,10 @@ og_status og_ds4_tensor_find(const og_gguf *g, const og_ds4_hparams *hp, og_ds4_
  * the element. */
 og_status og_ds4_tensors_check(const og_gguf *g, const og_ds4_hparams *hp, char *err, size_t errlen);
 
-/* Role of a deepseek4 tensor by its GGUF name, from the table; names the table
- * does not know (MTP blocks, future kinds) give OG_ROLE_OTHER. Never fails. */
+/* Role of a deepseek4 tensor by its GGUF name, from the table
+ * (og_arch_table_role on og_ds4_arch_tensors): og_arch_deepseek4's .role.
+ * Names the table does not know (MTP blocks, future kinds) give OG_ROLE_OTHER.
+ * Never fails. */
 og_tensor_role og_ds4_role(const char *tensor_name);
 
 /* The kind of a GGUF name and its layer (-1 for global kinds), or

@@ -242,66 +242,77 @@ og_status og_ds4_hparams_read(const og_gguf *g, const og_logger *lg, og_ds4_hpar
 
 /* ---- the table --------------------------------------------------------------- */
 
+/* The table, one row per kind (the order of og_ds4_tensor_id):
+ * X(id, name, where, n_dims, ne0, ne1, ne2, required, applied, role, wclass).
+ * exp_probs_b_vl is for image tokens only (llama.cpp: is_media); text never
+ * reads it. The .scale / .input_scale rows: see og_ds4_tensor_id. */
+#define OG_DS4_ROWS(X) \
+    X(TOKEN_EMBD, "token_embd.weight", GLOBAL, 2, EMBD, VOCAB, 1, true, true, EMBEDDINGS, EMBD) \
+    X(OUTPUT_NORM, "output_norm.weight", GLOBAL, 1, EMBD, 1, 1, true, true, OUTPUT, NORM) \
+    X(OUTPUT, "output.weight", GLOBAL, 2, EMBD, VOCAB, 1, true, true, OUTPUT, OUTPUT) \
+    X(OUTPUT_HC_FN, "output_hc_fn.weight", GLOBAL, 2, HC_EMBD, HC, 1, true, true, OUTPUT, AUX) \
+    X(OUTPUT_HC_BASE, "output_hc_base.weight", GLOBAL, 1, HC, 1, 1, true, true, OUTPUT, VEC) \
+    X(OUTPUT_HC_SCALE, "output_hc_scale.weight", GLOBAL, 1, 1, 1, 1, true, true, OUTPUT, VEC) \
+    X(HC_ATTN_FN, "hc_attn_fn.weight", EVERY, 2, HC_EMBD, HC_MIX, 1, true, true, OTHER, AUX) \
+    X(HC_ATTN_BASE, "hc_attn_base.weight", EVERY, 1, HC_MIX, 1, 1, true, true, OTHER, VEC) \
+    X(HC_ATTN_SCALE, "hc_attn_scale.weight", EVERY, 1, 3, 1, 1, true, true, OTHER, VEC) \
+    X(ATTN_NORM, "attn_norm.weight", EVERY, 1, EMBD, 1, 1, true, true, ATTENTION, NORM) \
+    X(ATTN_Q_A, "attn_q_a.weight", EVERY, 2, EMBD, Q_RANK, 1, true, true, ATTENTION, ATTN) \
+    X(ATTN_Q_A_NORM, "attn_q_a_norm.weight", EVERY, 1, Q_RANK, 1, 1, true, true, ATTENTION, NORM) \
+    X(ATTN_Q_B, "attn_q_b.weight", EVERY, 2, Q_RANK, Q, 1, true, true, ATTENTION, ATTN) \
+    X(ATTN_KV, "attn_kv.weight", EVERY, 2, EMBD, HEAD_DIM, 1, true, true, ATTENTION, ATTN) \
+    X(ATTN_KV_A_NORM, "attn_kv_a_norm.weight", EVERY, 1, HEAD_DIM, 1, 1, true, true, ATTENTION, NORM) \
+    X(ATTN_SINKS, "attn_sinks.weight", EVERY, 1, HEAD, 1, 1, true, true, ATTENTION, VEC) \
+    X(ATTN_OUTPUT_A, "attn_output_a.weight", EVERY, 2, O_GROUP_IN, O_LOW, 1, true, true, ATTENTION, ATTN) \
+    X(ATTN_OUTPUT_B, "attn_output_b.weight", EVERY, 2, O_LOW, EMBD, 1, true, true, ATTENTION, ATTN) \
+    X(ATTN_COMP_KV, "attn_compressor_kv.weight", COMPRESSED, 2, EMBD, COMP, 1, true, true, ATTENTION, AUX) \
+    X(ATTN_COMP_GATE, "attn_compressor_gate.weight", COMPRESSED, 2, EMBD, COMP, 1, true, true, ATTENTION, AUX) \
+    X(ATTN_COMP_APE, "attn_compressor_ape.weight", COMPRESSED, 2, COMP, RATIO, 1, true, true, ATTENTION, AUX) \
+    X(ATTN_COMP_NORM, "attn_compressor_norm.weight", COMPRESSED, 1, HEAD_DIM, 1, 1, true, true, ATTENTION, NORM) \
+    X(INDEXER_Q_B, "indexer.attn_q_b.weight", CSA, 2, Q_RANK, IDX_Q, 1, true, true, ATTENTION, AUX) \
+    X(INDEXER_PROJ, "indexer.proj.weight", CSA, 2, EMBD, IDX_HEAD, 1, true, true, ATTENTION, AUX) \
+    X(INDEXER_COMP_KV, "indexer_compressor_kv.weight", CSA, 2, EMBD, IDX_COMP, 1, true, true, ATTENTION, AUX) \
+    X(INDEXER_COMP_GATE, "indexer_compressor_gate.weight", CSA, 2, EMBD, IDX_COMP, 1, true, true, ATTENTION, AUX) \
+    X(INDEXER_COMP_APE, "indexer_compressor_ape.weight", CSA, 2, IDX_COMP, RATIO, 1, true, true, ATTENTION, AUX) \
+    X(INDEXER_COMP_NORM, "indexer_compressor_norm.weight", CSA, 1, IDX_DIM, 1, 1, true, true, ATTENTION, NORM) \
+    X(HC_FFN_FN, "hc_ffn_fn.weight", EVERY, 2, HC_EMBD, HC_MIX, 1, true, true, OTHER, AUX) \
+    X(HC_FFN_BASE, "hc_ffn_base.weight", EVERY, 1, HC_MIX, 1, 1, true, true, OTHER, VEC) \
+    X(HC_FFN_SCALE, "hc_ffn_scale.weight", EVERY, 1, 3, 1, 1, true, true, OTHER, VEC) \
+    X(FFN_NORM, "ffn_norm.weight", EVERY, 1, EMBD, 1, 1, true, true, NORM, NORM) \
+    X(FFN_GATE_INP, "ffn_gate_inp.weight", EVERY, 2, EMBD, EXPERT, 1, true, true, ROUTER, AUX) \
+    X(EXP_PROBS_B, "exp_probs_b.bias", ROUTED_BIAS, 1, EXPERT, 1, 1, true, true, ROUTER, VEC) \
+    X(EXP_PROBS_B_VL, "exp_probs_b_vl.bias", EVERY, 1, EXPERT, 1, 1, false, false, ROUTER, VEC) \
+    X(FFN_GATE_TID2EID, "ffn_gate_tid2eid.weight", HASH, 2, EXPERT_USED, VOCAB, 1, true, true, ROUTER, I32) \
+    X(FFN_GATE_EXPS, "ffn_gate_exps.weight", EVERY, 3, EMBD, FF, EXPERT, true, true, ROUTED_EXPERTS, ROUTED) \
+    X(FFN_UP_EXPS, "ffn_up_exps.weight", EVERY, 3, EMBD, FF, EXPERT, true, true, ROUTED_EXPERTS, ROUTED) \
+    X(FFN_DOWN_EXPS, "ffn_down_exps.weight", EVERY, 3, FF, EMBD, EXPERT, true, true, ROUTED_EXPERTS, ROUTED_DOWN) \
+    X(FFN_GATE_SHEXP, "ffn_gate_shexp.weight", SHARED, 2, EMBD, FF_SH, 1, true, true, SHARED_EXPERTS, SHARED) \
+    X(FFN_UP_SHEXP, "ffn_up_shexp.weight", SHARED, 2, EMBD, FF_SH, 1, true, true, SHARED_EXPERTS, SHARED) \
+    X(FFN_DOWN_SHEXP, "ffn_down_shexp.weight", SHARED, 2, FF_SH, EMBD, 1, true, true, SHARED_EXPERTS, SHARED) \
+    X(FFN_GATE_EXPS_SCALE, "ffn_gate_exps.scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC) \
+    X(FFN_UP_EXPS_SCALE, "ffn_up_exps.scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC) \
+    X(FFN_DOWN_EXPS_SCALE, "ffn_down_exps.scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC) \
+    X(FFN_GATE_EXPS_INSCALE, "ffn_gate_exps.input_scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC) \
+    X(FFN_UP_EXPS_INSCALE, "ffn_up_exps.input_scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC) \
+    X(FFN_DOWN_EXPS_INSCALE, "ffn_down_exps.input_scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC) \
+    X(FFN_GATE_SHEXP_SCALE, "ffn_gate_shexp.scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC) \
+    X(FFN_UP_SHEXP_SCALE, "ffn_up_shexp.scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC) \
+    X(FFN_DOWN_SHEXP_SCALE, "ffn_down_shexp.scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC) \
+    X(FFN_GATE_SHEXP_INSCALE, "ffn_gate_shexp.input_scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC) \
+    X(FFN_UP_SHEXP_INSCALE, "ffn_up_shexp.input_scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC) \
+    X(FFN_DOWN_SHEXP_INSCALE, "ffn_down_shexp.input_scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC)
+
 #define D(x) OG_DS4_D_##x
-#define K(nm, wh, nd, a, b, c, req, app, role, wc) {nm, OG_DS4_##wh, nd, {D(a), D(b), D(c)}, req, app, OG_ROLE_##role, OG_DS4_W_##wc}
-const og_ds4_tensor_kind og_ds4_tensors[OG_DS4_N_TENSOR] = {
-    [OG_DS4_TOKEN_EMBD] = K("token_embd.weight", GLOBAL, 2, EMBD, VOCAB, 1, true, true, EMBEDDINGS, EMBD),
-    [OG_DS4_OUTPUT_NORM] = K("output_norm.weight", GLOBAL, 1, EMBD, 1, 1, true, true, OUTPUT, NORM),
-    [OG_DS4_OUTPUT] = K("output.weight", GLOBAL, 2, EMBD, VOCAB, 1, true, true, OUTPUT, OUTPUT),
-    [OG_DS4_OUTPUT_HC_FN] = K("output_hc_fn.weight", GLOBAL, 2, HC_EMBD, HC, 1, true, true, OUTPUT, AUX),
-    [OG_DS4_OUTPUT_HC_BASE] = K("output_hc_base.weight", GLOBAL, 1, HC, 1, 1, true, true, OUTPUT, VEC),
-    [OG_DS4_OUTPUT_HC_SCALE] = K("output_hc_scale.weight", GLOBAL, 1, 1, 1, 1, true, true, OUTPUT, VEC),
-    [OG_DS4_HC_ATTN_FN] = K("hc_attn_fn.weight", EVERY, 2, HC_EMBD, HC_MIX, 1, true, true, OTHER, AUX),
-    [OG_DS4_HC_ATTN_BASE] = K("hc_attn_base.weight", EVERY, 1, HC_MIX, 1, 1, true, true, OTHER, VEC),
-    [OG_DS4_HC_ATTN_SCALE] = K("hc_attn_scale.weight", EVERY, 1, 3, 1, 1, true, true, OTHER, VEC),
-    [OG_DS4_ATTN_NORM] = K("attn_norm.weight", EVERY, 1, EMBD, 1, 1, true, true, ATTENTION, NORM),
-    [OG_DS4_ATTN_Q_A] = K("attn_q_a.weight", EVERY, 2, EMBD, Q_RANK, 1, true, true, ATTENTION, ATTN),
-    [OG_DS4_ATTN_Q_A_NORM] = K("attn_q_a_norm.weight", EVERY, 1, Q_RANK, 1, 1, true, true, ATTENTION, NORM),
-    [OG_DS4_ATTN_Q_B] = K("attn_q_b.weight", EVERY, 2, Q_RANK, Q, 1, true, true, ATTENTION, ATTN),
-    [OG_DS4_ATTN_KV] = K("attn_kv.weight", EVERY, 2, EMBD, HEAD_DIM, 1, true, true, ATTENTION, ATTN),
-    [OG_DS4_ATTN_KV_A_NORM] = K("attn_kv_a_norm.weight", EVERY, 1, HEAD_DIM, 1, 1, true, true, ATTENTION, NORM),
-    [OG_DS4_ATTN_SINKS] = K("attn_sinks.weight", EVERY, 1, HEAD, 1, 1, true, true, ATTENTION, VEC),
-    [OG_DS4_ATTN_OUTPUT_A] = K("attn_output_a.weight", EVERY, 2, O_GROUP_IN, O_LOW, 1, true, true, ATTENTION, ATTN),
-    [OG_DS4_ATTN_OUTPUT_B] = K("attn_output_b.weight", EVERY, 2, O_LOW, EMBD, 1, true, true, ATTENTION, ATTN),
-    [OG_DS4_ATTN_COMP_KV] = K("attn_compressor_kv.weight", COMPRESSED, 2, EMBD, COMP, 1, true, true, ATTENTION, AUX),
-    [OG_DS4_ATTN_COMP_GATE] = K("attn_compressor_gate.weight", COMPRESSED, 2, EMBD, COMP, 1, true, true, ATTENTION, AUX),
-    [OG_DS4_ATTN_COMP_APE] = K("attn_compressor_ape.weight", COMPRESSED, 2, COMP, RATIO, 1, true, true, ATTENTION, AUX),
-    [OG_DS4_ATTN_COMP_NORM] = K("attn_compressor_norm.weight", COMPRESSED, 1, HEAD_DIM, 1, 1, true, true, ATTENTION, NORM),
-    [OG_DS4_INDEXER_Q_B] = K("indexer.attn_q_b.weight", CSA, 2, Q_RANK, IDX_Q, 1, true, true, ATTENTION, AUX),
-    [OG_DS4_INDEXER_PROJ] = K("indexer.proj.weight", CSA, 2, EMBD, IDX_HEAD, 1, true, true, ATTENTION, AUX),
-    [OG_DS4_INDEXER_COMP_KV] = K("indexer_compressor_kv.weight", CSA, 2, EMBD, IDX_COMP, 1, true, true, ATTENTION, AUX),
-    [OG_DS4_INDEXER_COMP_GATE] = K("indexer_compressor_gate.weight", CSA, 2, EMBD, IDX_COMP, 1, true, true, ATTENTION, AUX),
-    [OG_DS4_INDEXER_COMP_APE] = K("indexer_compressor_ape.weight", CSA, 2, IDX_COMP, RATIO, 1, true, true, ATTENTION, AUX),
-    [OG_DS4_INDEXER_COMP_NORM] = K("indexer_compressor_norm.weight", CSA, 1, IDX_DIM, 1, 1, true, true, ATTENTION, NORM),
-    [OG_DS4_HC_FFN_FN] = K("hc_ffn_fn.weight", EVERY, 2, HC_EMBD, HC_MIX, 1, true, true, OTHER, AUX),
-    [OG_DS4_HC_FFN_BASE] = K("hc_ffn_base.weight", EVERY, 1, HC_MIX, 1, 1, true, true, OTHER, VEC),
-    [OG_DS4_HC_FFN_SCALE] = K("hc_ffn_scale.weight", EVERY, 1, 3, 1, 1, true, true, OTHER, VEC),
-    [OG_DS4_FFN_NORM] = K("ffn_norm.weight", EVERY, 1, EMBD, 1, 1, true, true, NORM, NORM),
-    [OG_DS4_FFN_GATE_INP] = K("ffn_gate_inp.weight", EVERY, 2, EMBD, EXPERT, 1, true, true, ROUTER, AUX),
-    [OG_DS4_EXP_PROBS_B] = K("exp_probs_b.bias", ROUTED_BIAS, 1, EXPERT, 1, 1, true, true, ROUTER, VEC),
-    /* image tokens only (llama.cpp: is_media); text never reads it */
-    [OG_DS4_EXP_PROBS_B_VL] = K("exp_probs_b_vl.bias", EVERY, 1, EXPERT, 1, 1, false, false, ROUTER, VEC),
-    [OG_DS4_FFN_GATE_TID2EID] = K("ffn_gate_tid2eid.weight", HASH, 2, EXPERT_USED, VOCAB, 1, true, true, ROUTER, I32),
-    [OG_DS4_FFN_GATE_EXPS] = K("ffn_gate_exps.weight", EVERY, 3, EMBD, FF, EXPERT, true, true, ROUTED_EXPERTS, ROUTED),
-    [OG_DS4_FFN_UP_EXPS] = K("ffn_up_exps.weight", EVERY, 3, EMBD, FF, EXPERT, true, true, ROUTED_EXPERTS, ROUTED),
-    [OG_DS4_FFN_DOWN_EXPS] = K("ffn_down_exps.weight", EVERY, 3, FF, EMBD, EXPERT, true, true, ROUTED_EXPERTS, ROUTED_DOWN),
-    [OG_DS4_FFN_GATE_SHEXP] = K("ffn_gate_shexp.weight", SHARED, 2, EMBD, FF_SH, 1, true, true, SHARED_EXPERTS, SHARED),
-    [OG_DS4_FFN_UP_SHEXP] = K("ffn_up_shexp.weight", SHARED, 2, EMBD, FF_SH, 1, true, true, SHARED_EXPERTS, SHARED),
-    [OG_DS4_FFN_DOWN_SHEXP] = K("ffn_down_shexp.weight", SHARED, 2, FF_SH, EMBD, 1, true, true, SHARED_EXPERTS, SHARED),
-    [OG_DS4_FFN_GATE_EXPS_SCALE] = K("ffn_gate_exps.scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC),
-    [OG_DS4_FFN_UP_EXPS_SCALE] = K("ffn_up_exps.scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC),
-    [OG_DS4_FFN_DOWN_EXPS_SCALE] = K("ffn_down_exps.scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC),
-    [OG_DS4_FFN_GATE_EXPS_INSCALE] = K("ffn_gate_exps.input_scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC),
-    [OG_DS4_FFN_UP_EXPS_INSCALE] = K("ffn_up_exps.input_scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC),
-    [OG_DS4_FFN_DOWN_EXPS_INSCALE] = K("ffn_down_exps.input_scale", EVERY, 1, EXPERT, 1, 1, false, false, ROUTED_EXPERTS, VEC),
-    [OG_DS4_FFN_GATE_SHEXP_SCALE] = K("ffn_gate_shexp.scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC),
-    [OG_DS4_FFN_UP_SHEXP_SCALE] = K("ffn_up_shexp.scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC),
-    [OG_DS4_FFN_DOWN_SHEXP_SCALE] = K("ffn_down_shexp.scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC),
-    [OG_DS4_FFN_GATE_SHEXP_INSCALE] = K("ffn_gate_shexp.input_scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC),
-    [OG_DS4_FFN_UP_SHEXP_INSCALE] = K("ffn_up_shexp.input_scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC),
-    [OG_DS4_FFN_DOWN_SHEXP_INSCALE] = K("ffn_down_shexp.input_scale", SHARED, 1, 1, 1, 1, false, false, SHARED_EXPERTS, VEC),
-};
-#undef K
+#define KIND(id, nm, wh, nd, a, b, c, req, app, role, wc) \
+    [OG_DS4_##id] = {nm, OG_DS4_##wh, nd, {D(a), D(b), D(c)}, req, app, OG_ROLE_##role, OG_DS4_W_##wc},
+#define AROW(id, nm, wh, nd, a, b, c, req, app, role, wc) [OG_DS4_##id] = {nm, OG_ROLE_##role, OG_DS4_##wh != OG_DS4_GLOBAL},
+#define ONE(...) +1
+_Static_assert(0 OG_DS4_ROWS(ONE) == OG_DS4_N_TENSOR, "one row per og_ds4_tensor_id");
+#undef ONE
+const og_ds4_tensor_kind og_ds4_tensors[OG_DS4_N_TENSOR] = {OG_DS4_ROWS(KIND)};
+const og_arch_tensor og_ds4_arch_tensors[OG_DS4_N_TENSOR] = {OG_DS4_ROWS(AROW)};
+#undef KIND
+#undef AROW
 #undef D
 
 bool og_ds4_tensor_in_layer(const og_ds4_hparams *hp, og_ds4_tensor_id id, int il) {
@@ -434,7 +445,5 @@ og_ds4_tensor_id og_ds4_tensor_lookup(const char *name, int *il) {
 }
 
 og_tensor_role og_ds4_role(const char *name) {
-    int il;
-    og_ds4_tensor_id id = og_ds4_tensor_lookup(name, &il);
-    return id == OG_DS4_N_TENSOR ? OG_ROLE_OTHER : og_ds4_tensors[id].role;
+    return og_arch_table_role(og_ds4_arch_tensors, OG_DS4_N_TENSOR, name);
 }

@@ -6,7 +6,7 @@
  * gates around sigmoid(+-1) and a Sinkhorn matrix near uniform, so the 4
  * streams stay O(1) through the layers; the output has gain 4 (logits with
  * std ~4: greedy picks far from ties). */
-#include "og_ds4_write.h"
+#include "og_model_write.h"
 
 #include "og_quant.h"
 
@@ -118,6 +118,25 @@ og_status og_ds4_config_check(const og_ds4_write_config *c, char *err, size_t er
 }
 
 /* ---- keys ------------------------------------------------------------------ */
+
+/* V4's chat conventions as a Jinja template of our own: BOS, system text
+ * without a marker, <User>/<Assistant> turns, </think> opening a non-thinking
+ * answer (deepseek4.md §5). It defines dsml_token and names the tool_calls
+ * block, which is how llama.cpp (common/chat.cpp) recognizes V4; onegpu picks
+ * its V4 encoder from general.architecture (src/tokenizer/chat.c). */
+static const char v4_template[] =
+    "{%- set dsml_token = '\xef\xbd\x9c" "DSML\xef\xbd\x9c' -%}"
+    "{#- tool calls are a <{dsml_token}tool_calls> block of invoke/parameter elements -#}"
+    "{{- bos_token -}}"
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'system' -%}{{- m['content'] -}}"
+    "{%- elif m['role'] == 'user' -%}{{- '<\xef\xbd\x9cUser\xef\xbd\x9c>' + m['content'] -}}"
+    "{%- elif m['role'] == 'assistant' -%}"
+    "{{- '<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>' + (m['content'] or '') + "
+    "'<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>' -}}{%- endif -%}";
 
 static og_status put_keys(og_gguf_writer *w, const og_ds4_write_config *c, const uint64_t *type_bytes) {
     const og_ds4_hparams *h = &c->hp;
@@ -283,10 +302,14 @@ static og_status self_check(const char *path, uint32_t n_parts, char *err, size_
     return st ? og_fail(err, errlen, st, "the written file does not read back (a bug): %s", e2) : OG_OK;
 }
 
-og_status og_ds4_write(const og_ds4_write_config *c, og_ds4_vocab_fn vocab_keys, void *vocab_ctx, const char *path,
-                       bool sparse, const og_logger *lg, char *err, size_t errlen) {
+og_status og_ds4_write(const og_ds4_write_config *c, const og_model_vocab *vocab, const char *path, bool sparse,
+                       const og_logger *lg, char *err, size_t errlen) {
     og_status st = og_ds4_config_check(c, err, errlen);
     if (st) return st;
+    if (vocab && vocab->n_vocab != c->hp.n_vocab)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tokenizer has %u tokens but the model %u", vocab->n_vocab,
+                       c->hp.n_vocab);
+    const og_str tmpl = {v4_template, sizeof v4_template - 1};
     const og_ds4_hparams *h = &c->hp;
     og_gguf_writer *w;
     if ((st = og_gguf_writer_create(32, &w))) return og_fail(err, errlen, st, "out of memory");
@@ -327,7 +350,7 @@ og_status og_ds4_write(const og_ds4_write_config *c, og_ds4_vocab_fn vocab_keys,
             b.t[b.n++] = (wtensor){(og_ds4_tensor_id)id, il};
         }
     }
-    if ((st = put_keys(w, c, type_bytes)) || (vocab_keys && (st = vocab_keys(vocab_ctx, w)))) {
+    if ((st = put_keys(w, c, type_bytes)) || (vocab && (st = og_model_write_vocab(w, vocab, "joyai-llm", &tmpl)))) {
         og_fail(err, errlen, st, "cannot write metadata: %s", og_status_str(st));
         goto out;
     }

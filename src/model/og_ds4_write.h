@@ -4,6 +4,7 @@
 #define OG_DS4_WRITE_H
 
 #include "deepseek4.h"
+#include "og_model_write.h" /* og_model_vocab */
 
 typedef struct og_ds4_write_config {
     const char *name;          /* general.name */
@@ -28,18 +29,16 @@ void og_ds4_config_ratios(og_ds4_hparams *hp);
  * would refuse is never written): OG_ERR_INVALID_ARG naming what is wrong. */
 og_status og_ds4_config_check(const og_ds4_write_config *c, char *err, size_t errlen);
 
-/* Adds the tokenizer's keys to a file being written (make-model's vocabulary,
- * pre-tokenizer "joyai-llm", the V4 chat template); returns the writer's status. */
-typedef og_status (*og_ds4_vocab_fn)(void *ctx, og_gguf_writer *w);
-
 /* Writes the model to path (atomically; with c->split_max_bytes, the parts
- * NAME-0000k-of-0000N.gguf). vocab_keys may be NULL (no tokenizer: a planning
- * file). sparse: tensor data is a hole. Rows that are not whole blocks of the
+ * NAME-0000k-of-0000N.gguf) with vocab's tokenizer (n_vocab ids; pre-tokenizer
+ * "joyai-llm" and a V4 chat template of our own), or none when vocab is NULL (a
+ * planning file). sparse: tensor data is a hole. Rows that are not whole blocks of the
  * asked type fall back as llama-quantize does (og_quant_fallback_type), each
  * fallback reported on lg at info level. Errors: og_ds4_config_check's;
+ * OG_ERR_INVALID_ARG (vocab->n_vocab is not hp.n_vocab);
  * OG_ERR_UNSUPPORTED (a type without a quantizer and not sparse), OG_ERR_RANGE
  * (not enough disk), the GGUF writer's. */
-og_status og_ds4_write(const og_ds4_write_config *c, og_ds4_vocab_fn vocab_keys, void *vocab_ctx, const char *path,
-                       bool sparse, const og_logger *lg, char *err, size_t errlen);
+og_status og_ds4_write(const og_ds4_write_config *c, const og_model_vocab *vocab, const char *path, bool sparse,
+                       const og_logger *lg, char *err, size_t errlen);
 
 #endif

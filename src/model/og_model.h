@@ -1,12 +1,17 @@
-/* onegpu model: architecture knowledge: the table of tensor roles that the
- * planner and `onegpu gguf` read without knowing the model's internals
- * (DESIGN.md "Target models"), deepseek2's weights and forward pass, and the
- * dispatcher seam its MoE layers go through (og_dispatch_type). */
+/* onegpu model: what the engine, the planner, the expert cache, the dispatcher
+ * and the CLI know of a model (DESIGN.md "The seams"): an opaque og_model behind
+ * an architecture table (src/model/og_arch.h, internal to src/model), its
+ * og_model_info (sizes, the KV cache's size terms, each MoE layer's expert
+ * weights), the table of tensor roles that the planner and `onegpu gguf` read,
+ * the forward pass and the dispatcher seam its MoE layers go through
+ * (og_dispatch_type). Architectures: deepseek2 (src/model/deepseek2.c). */
 #ifndef OG_MODEL_H
 #define OG_MODEL_H
 
 #include "og_device.h"
 #include "og_gguf.h"
+
+typedef struct og_model og_model; /* opaque outside src/model (src/model/og_arch.h) */
 
 typedef enum og_tensor_role {
     OG_ROLE_EMBEDDINGS = 0, /* token_embd */
@@ -21,8 +26,10 @@ typedef enum og_tensor_role {
     OG_ROLE_COUNT
 } og_tensor_role;
 
-/* Role of a tensor by its GGUF name, for architecture `arch` (e.g. "deepseek2").
- * Unknown names give OG_ROLE_OTHER; never fails. */
+/* Role of a tensor by its GGUF name, for architecture `arch` (e.g. "deepseek2"):
+ * the architecture's one tensor-name table (og_arch.role). An architecture
+ * without an entry (or NULL) gets the generic rules for llama.cpp's MoE names
+ * (attn_*, ffn_*_exps, ...). Unknown names give OG_ROLE_OTHER; never fails. */
 og_tensor_role og_model_tensor_role(const char *arch, const char *tensor_name);
 
 /* Short name of a role ("routed_experts"). Never NULL. */
@@ -31,83 +38,63 @@ const char *og_model_role_name(og_tensor_role role);
 /* Layer index from "blk.N.*", or -1 for tensors outside the layers. */
 int og_model_tensor_layer(const char *tensor_name);
 
-/* ---- deepseek2 (shared/spec/deepseek2.md) ------------------------------ */
+/* ---- the model interface (issue 13 item 1) -------------------------------- */
 
-/* Bounds on the hyperparameters of an untrusted file: og_hparams_read and
- * og_model_load refuse a value outside them (OG_ERR_FORMAT, the message names
- * the key and the value) before anything is sized by it. Every published
- * DeepSeek model is far inside (V3: 61 layers, D 7168, 128 heads, r_kv 512,
- * d_rope 64, 256 experts of which 8 per token, 8 groups, vocab 129280, ctx
- * 163840); with them every size product of the loader, the forward pass and
- * the planner fits 64 bits. */
-#define OG_DS2_MAX_LAYER 1024u          /* block_count */
-#define OG_DS2_MAX_EMBD 65536u          /* embedding_length */
-#define OG_DS2_MAX_HEAD 256u            /* attention.head_count: the forward runs every head in one pool run */
-#define OG_DS2_MAX_Q_RANK 16384u        /* attention.q_lora_rank */
-#define OG_DS2_MAX_KV_RANK 8192u        /* attention.kv_lora_rank */
-#define OG_DS2_MAX_HEAD_DIM 2048u       /* key / value lengths per head */
-#define OG_DS2_MAX_ROPE OG_ROPE_MAX_DIM /* rope.dimension_count (even) */
-#define OG_DS2_MAX_FF (1u << 20)        /* feed_forward_length, expert_feed_forward_length */
-#define OG_DS2_MAX_EXPERT 4096u         /* expert_count */
-#define OG_DS2_MAX_EXPERT_USED 64u      /* expert_used_count */
-#define OG_DS2_MAX_EXPERT_SHARED 64u    /* expert_shared_count */
-#define OG_DS2_MAX_GROUP 1024u          /* expert_group_count */
-#define OG_DS2_MAX_VOCAB (1u << 22)     /* token_embd rows */
-#define OG_DS2_MAX_CTX (1u << 24)       /* context_length, rope.scaling.original_context_length */
+/* One MoE layer's expert weights, as the dispatcher, the expert cache and the
+ * placement read them (never an architecture's own struct). Shapes with D =
+ * n_embd, F_e = n_ff_exp, E = n_expert, S = n_expert_shared. */
+typedef struct og_moe_weights {
+    bool moe;                                /* false: dense layer (the rest type-less) */
+    og_weight gate_exps, up_exps, down_exps; /* stacked [D -> E F_e] x 2, [F_e -> E D]: expert e = rows
+                                                [e F_e, (e+1) F_e) (down: [e D, (e+1) D)) */
+    og_weight gate_sh, up_sh, down_sh;       /* shared experts [D -> S F_e] x 2, [S F_e -> D], or type-less if none */
+    /* deepseek4: silu(min(g, c)) * clamp(u, -c, c) for routed AND shared experts
+     * (c = swiglu_clamp); 0: plain SwiGLU silu(g) * u */
+    float swiglu_clamp;
+} og_moe_weights;
 
-/* Hyperparameters, read from the GGUF keys (§1) and cross-checked with tensor
- * shapes. Names: D = n_embd, H = n_head, r_q/r_kv = MLA ranks, E = n_expert. */
-typedef struct og_hparams {
-    uint32_t n_layer, n_embd, n_head, n_vocab, n_ctx_train;
-    uint32_t q_lora_rank;            /* 0: plain attn_q */
-    uint32_t kv_lora_rank;           /* r_kv: the cached latent */
-    uint32_t d_nope, d_rope, d_qk, d_v;
-    bool mla_format;                 /* attn_k_b/attn_v_b (else legacy attn_kv_b) */
-    uint32_t n_ff, n_dense;          /* leading dense layers */
+/* What everything outside src/model knows of a model: the planner (from a
+ * header-only GGUF), the engine, the expert cache, the dispatcher, the CLI. */
+typedef struct og_model_info {
+    const char *arch;            /* "deepseek2", "deepseek4" (static string) */
+    uint32_t n_layer, n_embd, n_vocab, n_ctx_train, n_head;
     uint32_t n_expert, n_expert_used, n_expert_shared, n_ff_exp;
-    uint32_t n_group, n_group_used;  /* 1/1: no group limiting */
-    uint32_t gating;                 /* 1 softmax, 2 sigmoid */
-    float expert_scale;              /* routed_scaling_factor (1: none) */
-    bool expert_norm;
-    float rms_eps;
-    og_rope rope;                    /* YaRN parameters, mscale = m_r */
-    float kq_scale;                  /* m^2 / sqrt(d_qk) (§3 "Attention scale") */
-} og_hparams;
+    uint32_t n_ff;               /* dense FFN width, 0 if none */
+    uint32_t n_dense;            /* leading dense layers (deepseek4: 0) */
+    /* Per-sequence cache size, in ELEMENTS (the planner multiplies by its
+     * bytes per element): a sequence of n tokens holds
+     *   kv_elems_fixed + ceil(n * kv_elems_per_token)
+     * deepseek2: fixed 0, per token n_layer * (r_kv + d_rope) (deepseek2.md §3).
+     * deepseek4: fixed = raw windows (n_layer * 128 * 512) + compressor states,
+     *   per token = sum over compressed layers of 512 / ratio (+ 128 / ratio indexer keys). */
+    uint64_t kv_elems_fixed;
+    double kv_elems_per_token;
+    /* The cache is og_kv blocks alone (paged by OG_KV_BLOCK positions, each
+     * block independent of later positions): the engine's prefix cache may
+     * share whole blocks. false (deepseek4: ring windows, compressor state):
+     * no block sharing, the model keeps its state in og_kv.arch. */
+    bool kv_paged;
+    uint64_t kv_block_bytes;     /* bytes of one og_kv block (kv_paged), else 0 */
+    const og_moe_weights *moe;   /* [n_layer] with a loaded model; NULL from og_model_describe */
+} og_model_info;
 
-typedef struct og_layer {
-    const float *attn_norm;          /* [D] */
-    og_weight q_a, q_b, q;           /* [D -> r_q], [r_q -> H d_qk] | [D -> H d_qk] */
-    const float *q_a_norm;           /* [r_q] */
-    og_weight kv_a;                  /* [D -> r_kv + d_rope] */
-    const float *kv_a_norm;          /* [r_kv] */
-    og_weight k_b, v_b;              /* per head: [d_nope -> r_kv] rows, [r_kv -> d_v] rows; H heads back to back */
-    float *kv_b_f32;                 /* legacy files: attn_kv_b dequantized [H (d_nope + d_v)][r_kv] */
-    og_weight o;                     /* [H d_v -> D] */
-    const float *ffn_norm;           /* [D] */
-    bool moe;
-    og_weight gate, up, down;        /* dense: [D -> F], [D -> F], [F -> D] */
-    og_weight router;                /* [D -> E], F32 */
-    const float *exp_bias;           /* [E] or NULL */
-    og_weight gate_exps, up_exps, down_exps; /* expert e = rows [e F_e, (e+1) F_e) (down: [e D, (e+1) D)) */
-    og_weight gate_sh, up_sh, down_sh;       /* shared experts, or type-less if none */
-} og_layer;
+/* The model's info (valid until og_model_free). Never NULL for a loaded model
+ * (returns a pointer, cannot fail). */
+const og_model_info *og_model_get_info(const og_model *m);
+/* The GGUF the model's weights live in (tokenizer, chat template); owned by the
+ * model. Cannot fail (returns a pointer). */
+const og_gguf *og_model_gguf(const og_model *m);
 
-typedef struct og_model {
-    og_hparams hp;
-    og_gguf *gguf;                   /* owns the mapping the weights point into */
-    og_weight tok_embd;              /* [D, n_vocab] */
-    const float *out_norm;           /* [D] */
-    og_weight output;                /* [D -> n_vocab] (token_embd when absent) */
-    og_layer *layers;                /* [n_layer] */
-    og_logger log;
-} og_model;
+/* Header-only (og_gguf_open with OG_GGUF_HEADER_ONLY or a split set): the
+ * architecture's checks and bounds, info without weights (moe NULL), chosen
+ * by general.architecture through the architecture table. Errors as
+ * og_model_load's (OG_ERR_UNSUPPORTED naming an architecture without an
+ * entry). */
+og_status og_model_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen);
 
-/* The hyperparameters alone, from a GGUF opened header-only (the planner's
- * input): same checks and errors as og_model_load's, the OG_DS2_MAX_* bounds
- * included (n_vocab from token_embd's shape). */
-og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen);
-
-/* Opens a deepseek2 GGUF, reads and checks the hyperparameters and binds every
+/* Opens a GGUF and loads it with the architecture its general.architecture
+ * names (the table in src/model/model.c; OG_ERR_UNSUPPORTED naming it when none
+ * matches). deepseek2: reads and checks the hyperparameters and binds every
  * weight by name with strict shape checks. Errors name the key or tensor:
  * OG_ERR_NOT_FOUND (missing key/tensor), OG_ERR_FORMAT (inconsistent shapes or
  * values; an integer outside its OG_DS2_MAX_* bound or the §1 rules; a float key
@@ -132,8 +119,11 @@ typedef struct og_route {
     float weight;
 } og_route;
 
-/* A sequence's MLA cache: per layer and position, the normalized latent c (r_kv)
- * then the roped k_pe (d_rope) (§3). Grows in blocks of OG_KV_BLOCK positions. */
+/* Per-sequence state. deepseek2 (its MLA cache): per layer and position, the
+ * normalized latent c (r_kv) then the roped k_pe (d_rope) (§3), in blocks of
+ * OG_KV_BLOCK positions. An architecture with og_model_info.kv_paged false
+ * keeps its state behind `arch` (made on the first forward call of that
+ * sequence, freed by og_kv_free through arch_free). Zero-initialized = empty. */
 #define OG_KV_BLOCK 64
 typedef struct og_kv {
     float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope]: device addresses when dev */
@@ -141,7 +131,11 @@ typedef struct og_kv {
                           forward call), or NULL: host memory. It must outlive the cache */
     int n_blocks, cap_blocks;
     int32_t n_pos;     /* positions filled */
+    void *arch;                    /* architecture-owned state, or NULL */
+    void (*arch_free)(void *arch); /* frees arch (set by whoever set arch) */
 } og_kv;
+/* Frees the blocks (on their device) and the architecture state, and empties
+ * *kv. No status: freeing cannot fail. */
 void og_kv_free(og_kv *kv);
 
 /* Expert traffic of forward calls (the placement issue's statistics). The

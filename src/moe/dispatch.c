@@ -1,6 +1,8 @@
 /* The dispatcher (og_moe.h): a MoE layer's routes split between the device
  * (resident experts, by slot) and the host pool (cold experts and the shared
- * expert), the two running at once, the outputs summed in route order. */
+ * expert), the two running at once, the outputs summed in route order. Every
+ * expert of a layer (routed on either side, shared) uses the layer's SwiGLU
+ * (og_moe_weights.swiglu_clamp: 0 plain, > 0 deepseek4's clamped one). */
 #include "og_moe.h"
 
 #include <stdlib.h>
@@ -69,10 +71,11 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
                            size_t errlen) {
     og_dispatch *d = self;
     const uint32_t il = io->layer;
-    const og_layer *L = &m->layers[il];
-    const int64_t D = m->hp.n_embd, Fe = m->hp.n_ff_exp;
-    const int E = (int)m->hp.n_expert, n_routes = io->n_routes;
-    const bool shared = m->hp.n_expert_shared > 0;
+    const og_model_info *mi = og_model_get_info(m);
+    const og_moe_weights *L = &mi->moe[il];
+    const int64_t D = mi->n_embd, Fe = mi->n_ff_exp;
+    const int E = (int)mi->n_expert, n_routes = io->n_routes;
+    const bool shared = mi->n_expert_shared > 0;
     const og_route *routes = io->routes;
     for (int r = 0; r < n_routes; r++)
         if (routes[r].expert < 0 || routes[r].expert >= E || routes[r].token < 0 || routes[r].token >= io->n_tok)
@@ -138,7 +141,7 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
                                              pc[k].len,
                                              res + (size_t)row * D,
                                              pc[k].nm,
-                                             0};
+                                             L->swiglu_clamp};
         }
         /* the shared expert: host numerics, canonical for exact rows (runs of
          * consecutive rows of one numerics; each row's bits are its own) */
@@ -148,7 +151,7 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
             while (t1 < io->n_tok && io->exact && io->exact[t1] == ex) t1++;
             if (!io->exact) t1 = io->n_tok;
             jobs[n_jobs++] = (og_expert_job){L->gate_sh, L->up_sh, L->down_sh, io->x + t0 * D, t1 - t0, io->y + t0 * D,
-                                             ex ? OG_NUMERICS_CANONICAL : rc->host_numerics, 0};
+                                             ex ? OG_NUMERICS_CANONICAL : rc->host_numerics, L->swiglu_clamp};
             t0 = t1;
         }
     }
@@ -156,7 +159,7 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
     if (!st && n_dev_rows) {
         const og_device_ops *ops = d->dev->ops;
         const uint64_t bytes = (uint64_t)n_dev_rows * (uint64_t)D * sizeof(float);
-        og_expert_op op = {.groups = groups, .n_groups = n_groups};
+        og_expert_op op = {.groups = groups, .n_groups = n_groups, .swiglu_clamp = L->swiglu_clamp};
         st = device_rows(d, bytes, err, errlen);
         if (!st) st = og_expert_cache_slots(d->cache, m, il, &op.slots);
         if (st == OG_ERR_INVALID_ARG) og_fail(err, errlen, st, "layer %u has no expert slots", il);

@@ -42,7 +42,10 @@ void og_cpu_detect(og_cpu_features *f) {
         f->amx_tile = (d >> 24) & 1;
         f->amx_int8 = (d >> 25) & 1;
     }
-    if (f->os_avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f->avx512bf16 = (a >> 5) & 1;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+        f->avxvnni = (a >> 4) & 1; /* ymm state is enabled (os_avx, above) */
+        if (f->os_avx512) f->avx512bf16 = (a >> 5) & 1;
+    }
     /* AMX tiles need XCR0 bits 17-18 and a per-process permission from Linux; a
      * refused request (old kernel, hypervisor, seccomp) just means no AMX. */
     if (f->amx_tile && f->amx_int8 && (xcr0 & 0x60000) == 0x60000)
@@ -95,6 +98,12 @@ og_status og_isa_choose(const og_cpu_features *f, const char *forced, og_isa *ou
 }
 
 og_status og_kernels_init(og_isa isa, og_kernels *k) {
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    return og_kernels_init_features(isa, &f, k);
+}
+
+og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kernels *k) {
     memset(k, 0, sizeof *k);
     k->isa = isa;
     k->dot_f32_device = og_dot_f32_device_ref;
@@ -111,6 +120,8 @@ og_status og_kernels_init(og_isa isa, og_kernels *k) {
     case OG_ISA_AVX2:
         og_kernels_fill_avx2(k);
         og_kernels_fill_iq_avx2(k);
+        if (f->avxvnni) og_kernels_fill_tile_avxvnni(k);
+        else og_kernels_fill_tile_avx2(k);
         return OG_OK;
     case OG_ISA_AVX512:
         og_kernels_fill_avx2(k);

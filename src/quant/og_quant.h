@@ -68,7 +68,7 @@ og_status og_dequantize_row(og_ggml_type t, const void *src, float *y, int64_t n
 typedef enum og_isa { OG_ISA_SCALAR = 0, OG_ISA_AVX2, OG_ISA_AVX512, OG_ISA_AMX, OG_ISA_COUNT } og_isa;
 
 typedef struct og_cpu_features {
-    bool avx2, fma, f16c;
+    bool avx2, fma, f16c, avxvnni; /* avxvnni: AVX-VNNI (VEX vpdpbusd on ymm) */
     bool avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
     bool amx_tile, amx_int8, amx_bf16; /* CPUID says so */
     bool amx_permitted;                /* Linux granted XTILEDATA (arch_prctl) */
@@ -145,9 +145,13 @@ void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y);
  * with 32 weight rows in the lanes (exact, so any order), then the canonical
  * per-block float operations and the lane-by-lane order for each (a, r) pair.
  * work: og_gemm_canonical_work(type, n) bytes, any alignment, one caller at a time.
- * n: a multiple of the type's block size (the caller checks; as vec_dot). */
+ * n: a multiple of the type's block size (the caller checks; as vec_dot). w_stride:
+ * at most OG_GEMM_MAX_STRIDE bytes (the tiles are unpacked by 32-bit gathers over 16
+ * rows; the caller checks). */
 typedef void (*og_gemm_fn)(int64_t n, const void *w, size_t w_stride, int64_t nr, const void *y, size_t y_stride,
                            int64_t m, float *out, size_t ld, void *work);
+
+#define OG_GEMM_MAX_STRIDE ((size_t)INT32_MAX / 16) /* bytes between weight rows of an og_gemm_fn */
 
 /* Bytes of `work` og_kernels.gemm_canonical[t] needs for rows of n elements (0 when
  * t has no tiled kernel in any tier). */
@@ -183,7 +187,12 @@ typedef struct og_kernels {
     og_gemm_fn gemm_canonical[OG_TYPE_COUNT];
 } og_kernels;
 
-/* Fills k for tier isa. OG_ERR_UNSUPPORTED if this build lacks that tier. */
+/* Fills k for tier isa with the kernels the CPU's features f allow within it (the
+ * AVX2 tier's tiled products use AVX-VNNI where f->avxvnni). OG_ERR_UNSUPPORTED if
+ * this build lacks that tier. The caller has checked that the CPU runs the tier
+ * (og_isa_choose). */
+og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kernels *k);
+/* og_kernels_init_features with this CPU's features (og_cpu_detect). */
 og_status og_kernels_init(og_isa isa, og_kernels *k);
 
 /* Documented per-type bound for |fast - reference| of one dot product of n

@@ -472,7 +472,123 @@ static void axpy_f32(int64_t n, float a, const float *x, float *y) {
     og_axpy_f32_ref(n - i, a, x + i, y + i); /* the tail */
 }
 
+/* ---- activation quantizers (og_kernels.quantize_act): the scalar ones' bytes ----
+ * quant_ref.c's q8_K_from_float, q8_0_act and q8_1_act, eight floats at a time,
+ * every step the same float operation, so the same bytes for any input (NaN and
+ * infinities included; test_quantize_act). */
+
+/* The largest |x[j]|, j < n (n a multiple of 8): max_ps returns its second operand
+ * when the first is NaN, so a NaN is skipped as the scalar `if (a > amax)` skips
+ * it; -0 and +0 both leave amax +0. */
+static inline float act_amax(const float *x, int n) {
+    const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* The low bytes of the int32 lanes of a (0-7) and b (8-15), in order: the C
+ * conversion of each to int8 (modulo 256, as gcc and clang define it). */
+static inline __m128i low_bytes16(__m256i a, __m256i b) {
+    const __m256i pa = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i pb = _mm256_setr_epi8(-1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1);
+    /* dwords a0-3, b0-3, -, - | a4-7, b4-7, -, - */
+    const __m256i ab = _mm256_or_si256(_mm256_shuffle_epi8(a, pa), _mm256_shuffle_epi8(b, pb));
+    return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(ab, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0)));
+}
+
+/* Q8_K (kquants.md §5; q8_K_from_float): max = the first x[j] of the largest |x|,
+ * iscale = -127 / max, q = min(127, nearest_int(iscale x)) (the 1.5 * 2^23 trick,
+ * bits included), bsums of 16, d = 1 / iscale. */
+static void q8_K_act(const float *x, void *vy, int64_t n) {
+    og_block_q8_K *y = vy;
+    const __m256i mant = _mm256_set1_epi32(0x007fffff), half = _mm256_set1_epi32(0x00400000), top = _mm256_set1_epi32(127);
+    const __m256 magic = _mm256_set1_ps(12582912.0f), abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < n / OG_QK_K; b++, x += OG_QK_K) {
+        const float amax = act_amax(x, OG_QK_K);
+        if (amax == 0) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        const __m256 am = _mm256_set1_ps(amax);
+        int j = 0;
+        for (;; j += 8) { /* the first j with |x[j]| == amax: where the scalar loop took it */
+            const int eq = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs), am, _CMP_EQ_OQ));
+            if (eq) {
+                j += __builtin_ctz((unsigned)eq);
+                break;
+            }
+        }
+        const float iscale = -127.0f / x[j];
+        const __m256 is = _mm256_set1_ps(iscale);
+        for (int c = 0; c < OG_QK_K / 16; c++) {
+            __m256i q[2];
+            for (int h = 0; h < 2; h++) {
+                const __m256 t = _mm256_add_ps(_mm256_mul_ps(is, _mm256_loadu_ps(x + 16 * c + 8 * h)), magic);
+                q[h] = _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(t), mant), half), top);
+            }
+            const __m128i bytes = low_bytes16(q[0], q[1]);
+            _mm_storeu_si128((__m128i *)(y[b].qs + 16 * c), bytes);
+            /* the sum of the 16 stored int8 */
+            const __m256i w = _mm256_cvtepi8_epi16(bytes);
+            __m128i s = _mm_madd_epi16(_mm_add_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)), _mm_set1_epi16(1));
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+            y[b].bsums[c] = (int16_t)_mm_cvtsi128_si32(s);
+        }
+        y[b].d = 1 / iscale;
+    }
+}
+
+/* act_round(x id) of quant_ref.c for 16 floats: nearbyintf (round half even in
+ * the default mode), clamped to [-127, 127], NaN 0; as int8 bytes. */
+static inline __m128i act_round16(const float *x, __m256 id) {
+    const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    __m256i q[2];
+    for (int h = 0; h < 2; h++) {
+        const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * h), id), _MM_FROUND_CUR_DIRECTION);
+        const __m256 c = _mm256_max_ps(_mm256_min_ps(v, hi), lo); /* NaN: 127 here, then masked to 0 */
+        q[h] = _mm256_cvtps_epi32(_mm256_and_ps(c, _mm256_cmp_ps(v, v, _CMP_ORD_Q)));
+    }
+    return low_bytes16(q[0], q[1]);
+}
+
+/* Q8_0 and Q8_1 (q8_0_act, q8_1_act): id = 127 / amax (0 for a zero block),
+ * d = fp16(amax / 127), q = act_round(x id); Q8_1 also s = fp16(d sum q). */
+static inline void q8_01_act(const float *x, void *vy, int64_t n, bool q81) {
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        const float amax = act_amax(x, 32);
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f, d = amax / 127.f;
+        const __m256 iv = _mm256_set1_ps(id);
+        const __m128i q0 = act_round16(x, iv), q1 = act_round16(x + 16, iv);
+        if (!q81) {
+            og_block_q8_0 *y = (og_block_q8_0 *)vy + b;
+            y->d = og_fp32_to_fp16(d);
+            _mm_storeu_si128((__m128i *)y->qs, q0);
+            _mm_storeu_si128((__m128i *)(y->qs + 16), q1);
+            continue;
+        }
+        og_block_q8_1 *y = (og_block_q8_1 *)vy + b;
+        y->d = og_fp32_to_fp16(d);
+        _mm_storeu_si128((__m128i *)y->qs, q0);
+        _mm_storeu_si128((__m128i *)(y->qs + 16), q1);
+        const __m256i w = _mm256_add_epi16(_mm256_cvtepi8_epi16(q0), _mm256_cvtepi8_epi16(q1));
+        const __m256i s8 = _mm256_madd_epi16(w, _mm256_set1_epi16(1));
+        y->s = og_fp32_to_fp16(d * (float)og_hsum_epi32(s8));
+    }
+}
+static void q8_0_act(const float *x, void *vy, int64_t n) { q8_01_act(x, vy, n, false); }
+static void q8_1_act(const float *x, void *vy, int64_t n) { q8_01_act(x, vy, n, true); }
+
 void og_kernels_fill_avx2(og_kernels *k) {
+    k->quantize_act[OG_TYPE_Q8_K] = q8_K_act;
+    k->quantize_act[OG_TYPE_Q8_0] = q8_0_act;
+    k->quantize_act[OG_TYPE_Q8_1] = q8_1_act;
     k->axpy_f32 = axpy_f32;
     k->dot_f32_device = dot_f32_device;
     k->vec_dot[OG_TYPE_F32] = f32_dot;

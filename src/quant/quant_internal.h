@@ -251,7 +251,7 @@ static inline __m256i og_iq2_grid_bytes(uint32_t a) {
 }
 #endif
 
-/* The tiled canonical kernels' unpacked weights (quant_tile_avx512.c): one k-quant
+/* The tiled canonical kernels' unpacked weights (quant_tile_body.h): one k-quant
  * block (256 elements) of a tile of OG_TILE_ROWS weight rows, rows in the lanes. */
 #define OG_TILE_ROWS 32
 #define OG_TILE_ACT 16 /* activation rows whose canonical lanes are kept at once */
@@ -262,8 +262,8 @@ typedef struct og_tile_block {
     float dx[2][16], dm[2][16]; /* d and dmin of each row (fp16 to float) */
 } og_tile_block;
 /* work bytes: every block of a tile, the canonical lanes of OG_TILE_ACT x 32 pairs,
- * the rows being unpacked (quants, chunk scales, the rest), and 64 for alignment */
-#define OG_TILE_WORK(nb) ((size_t)(nb) * sizeof(og_tile_block) + (size_t)OG_TILE_ACT * 2 * 32 * 64 + OG_TILE_ROWS * (256 + 2 * 64) + 64)
+ * and 64 for alignment */
+#define OG_TILE_WORK(nb) ((size_t)(nb) * sizeof(og_tile_block) + (size_t)OG_TILE_ACT * 2 * 32 * 64 + 64)
 
 /* Fill the entries a tier implements; leave others untouched. */
 void og_kernels_fill_avx2(og_kernels *k);
@@ -272,5 +272,7 @@ void og_kernels_fill_avx512(og_kernels *k);
 void og_kernels_fill_iq_avx2(og_kernels *k);
 void og_kernels_fill_iq_avx512(og_kernels *k);
 void og_kernels_fill_tile_avx512(og_kernels *k);
+void og_kernels_fill_tile_avx2(og_kernels *k);    /* quant_tile_avx2.c: vpmaddubsw */
+void og_kernels_fill_tile_avxvnni(og_kernels *k); /* quant_tile_avxvnni.c: AVX-VNNI */
 
 #endif

@@ -228,7 +228,7 @@ static void test_presets_read_back(void **state) {
         char path[160], err[512] = "";
         snprintf(path, sizeof path, "%s/%s.gguf", g_dir, names[i]);
         og_logger quiet = {.level = OG_LOG_ERROR};
-        if (og_ds4_write(c, NULL, NULL, path, true, &quiet, err, sizeof err)) fail_msg("%s: %s", names[i], err);
+        if (og_ds4_write(c, NULL, path, true, &quiet, err, sizeof err)) fail_msg("%s: %s", names[i], err);
         if (read_back(path, false, hp, err, sizeof err)) fail_msg("%s: %s", names[i], err);
         const og_ds4_hparams *w = &c->hp;
         assert_int_equal(hp->n_layer, w->n_layer);
@@ -281,7 +281,13 @@ static void test_roles(void **state) {
         if (og_ds4_role(cases[i].name) != cases[i].role)
             fail_msg("%s: role %s, expected %s", cases[i].name, og_model_role_name(og_ds4_role(cases[i].name)),
                      og_model_role_name(cases[i].role));
-        assert_int_equal(og_model_tensor_role("deepseek4", cases[i].name), cases[i].role);
+    }
+    /* every row named, its og_arch.h view the same names and roles */
+    for (int id = 0; id < OG_DS4_N_TENSOR; id++) {
+        assert_non_null(og_ds4_tensors[id].name);
+        assert_string_equal(og_ds4_arch_tensors[id].name, og_ds4_tensors[id].name);
+        assert_int_equal(og_ds4_arch_tensors[id].role, og_ds4_tensors[id].role);
+        assert_int_equal(og_ds4_arch_tensors[id].per_layer, og_ds4_tensors[id].where != OG_DS4_GLOBAL);
     }
     int il;
     assert_int_equal(og_ds4_tensor_lookup("blk.12.attn_sinks.weight", &il), OG_DS4_ATTN_SINKS);
@@ -296,7 +302,7 @@ int main(void) {
     og_ds4_preset("tiny", c);
     char err[512];
     og_logger quiet = {.level = OG_LOG_ERROR};
-    if (og_ds4_write(c, NULL, NULL, g_base, true, &quiet, err, sizeof err)) {
+    if (og_ds4_write(c, NULL, g_base, true, &quiet, err, sizeof err)) {
         fprintf(stderr, "cannot write the base file: %s\n", err);
         return 1;
     }

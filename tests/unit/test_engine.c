@@ -2,6 +2,7 @@
  * the real DeepSeek-V3 tokenizer (argv[1]). References are computed another
  * way: a plain og_model_forward loop with argmax and a log-softmax here. */
 #include "kernels_fixture.h"
+#include "og_arch.h" /* white-box: a model whose info says its state is not paged (test_prefix_cache_unpaged) */
 #include "og_engine.h"
 
 #include <jansson.h>
@@ -28,7 +29,7 @@ static int setup(void **state) {
     (void)state;
     char err[512];
     if (og_model_load(g_path, NULL, &g_m, err, sizeof err)) fail_msg("%s", err);
-    if (og_tokenizer_load(g_m->gguf, &g_tok, err, sizeof err)) fail_msg("%s", err);
+    if (og_tokenizer_load(og_model_gguf(g_m), &g_tok, err, sizeof err)) fail_msg("%s", err);
     if (og_pool_create(2, NULL, &g_pool, err, sizeof err)) fail_msg("%s", err);
     g_kern = fx_best_kernels();
     if (og_dispatch_create(NULL, NULL, &g_dispatch, err, sizeof err)) fail_msg("%s", err);
@@ -149,17 +150,17 @@ static void test_greedy_matches_forward_loop(void **state) {
     const int n_new = 10;
     og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host};
     og_kv kv = {0};
-    float *logits = malloc(g_m->hp.n_vocab * sizeof *logits);
+    float *logits = malloc(og_model_get_info(g_m)->n_vocab * sizeof *logits);
     int32_t ref[16];
     float ref_lp[16];
     char err[256];
     assert_int_equal(og_model_forward(g_m, &rc, &kv, ids.v, (int)ids.n, logits, false, err, sizeof err), OG_OK);
     for (int t = 0; t < n_new; t++) {
         int32_t best = 0;
-        for (uint32_t j = 1; j < g_m->hp.n_vocab; j++)
+        for (uint32_t j = 1; j < og_model_get_info(g_m)->n_vocab; j++)
             if (logits[j] > logits[best]) best = (int32_t)j;
         double lse = 0;
-        for (uint32_t j = 0; j < g_m->hp.n_vocab; j++) lse += exp((double)logits[j] - logits[best]);
+        for (uint32_t j = 0; j < og_model_get_info(g_m)->n_vocab; j++) lse += exp((double)logits[j] - logits[best]);
         ref[t] = best;
         ref_lp[t] = (float)(-log(lse));
         assert_int_equal(og_model_forward(g_m, &rc, &kv, &best, 1, logits, false, err, sizeof err), OG_OK);
@@ -374,10 +375,10 @@ static void test_prefix_cache_identical(void **state) {
     uint64_t x = 12345;
     for (int i = 0; i < N; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
-        a[i] = b[i] = c[i] = (int32_t)((x >> 33) % (uint64_t)(g_m->hp.n_vocab - 10));
+        a[i] = b[i] = c[i] = (int32_t)((x >> 33) % (uint64_t)(og_model_get_info(g_m)->n_vocab - 10));
     }
-    for (int i = 150; i < N; i++) b[i] = (a[i] + 7) % (int32_t)(g_m->hp.n_vocab - 10); /* inside block 2 */
-    for (int i = 128; i < N; i++) c[i] = (a[i] + 3) % (int32_t)(g_m->hp.n_vocab - 10); /* at its start */
+    for (int i = 150; i < N; i++) b[i] = (a[i] + 7) % (int32_t)(og_model_get_info(g_m)->n_vocab - 10); /* inside block 2 */
+    for (int i = 128; i < N; i++) c[i] = (a[i] + 3) % (int32_t)(og_model_get_info(g_m)->n_vocab - 10); /* at its start */
     const int32_t *pr[5] = {a, a, b, c, a};
     const int np[5] = {N, N, N, N, 192};
     const int want_cached[5] = {0, 192, 128, 128, 128}; /* 192 = 3 blocks: the last token is prefilled */
@@ -406,6 +407,68 @@ static void test_prefix_cache_identical(void **state) {
     og_engine_free(on);
 }
 
+/* A model whose og_model_info.kv_paged is false (deepseek4's ring windows):
+ * the prefix cache stays off whatever the config says (the log says so once),
+ * repeated prompts prefill in full and give the bits of the cache-off engine;
+ * og_kv_free frees an architecture's state through arch_free. */
+static int g_arch_frees;
+static void count_arch_free(void *arch) {
+    g_arch_frees++;
+    free(arch);
+}
+
+static void test_prefix_cache_unpaged(void **state) {
+    (void)state;
+    enum { N = 130 }; /* two full blocks: what a paged cache would share */
+    int32_t a[N];
+    for (int i = 0; i < N; i++) a[i] = (int32_t)((i * 7919 + 13) % (int32_t)(og_model_get_info(g_m)->n_vocab - 10));
+    og_model unpaged = *g_m; /* the same weights */
+    unpaged.info.kv_paged = false;
+    unpaged.info.kv_block_bytes = 0;
+    char logbuf[4096] = "";
+    FILE *lf = fmemopen(logbuf, sizeof logbuf - 1, "w");
+    assert_non_null(lf);
+    og_logger lg = {.level = OG_LOG_INFO, .out = lf};
+    og_engine_config c = {.model = &unpaged, .tok = g_tok,
+                          .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host,
+                                 .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL},
+                          .parallel = 2, .batch_tokens = 64, .ctx = 512, .queue = 8, .log = &lg};
+    og_engine *on, *off = make_pc_engine(2, 64, 512, 8, true);
+    char err[256];
+    if (og_engine_create(&c, &on, err, sizeof err) || og_engine_start(on, err, sizeof err)) fail_msg("%s", err);
+    for (int k = 0; k < 2; k++) { /* cold, then the same prompt again */
+        result ro, rn;
+        pc_run(off, a, N, &ro);
+        pc_run(on, a, N, &rn);
+        assert_int_equal(rn.n_cached, 0);
+        assert_int_equal(rn.n, ro.n);
+        assert_memory_equal(rn.ids, ro.ids, (size_t)ro.n * sizeof ro.ids[0]);
+        assert_memory_equal(rn.lps, ro.lps, (size_t)ro.n * sizeof ro.lps[0]);
+    }
+    og_engine_metrics m;
+    og_engine_metrics_get(on, &m);
+    assert_int_equal(m.prefix_hits, 0);
+    assert_int_equal(m.prefix_blocks_reused, 0);
+    if (og_engine_check(on, err, sizeof err)) fail_msg("%s", err);
+    og_engine_free(on);
+    og_engine_free(off);
+    fclose(lf);
+    const char *hit = strstr(logbuf, "prefix cache off");
+    assert_non_null(hit);
+    assert_null(strstr(hit + 1, "prefix cache off"));
+    /* the architecture's state goes with the blocks */
+    og_kv kv = {0};
+    kv.arch = malloc(64);
+    kv.arch_free = count_arch_free;
+    g_arch_frees = 0;
+    og_kv_free(&kv);
+    assert_int_equal(g_arch_frees, 1);
+    assert_null(kv.arch);
+    assert_null(kv.arch_free);
+    og_kv_free(&kv); /* an emptied cache frees nothing twice */
+    assert_int_equal(g_arch_frees, 1);
+}
+
 /* PC_LOOP requests with random shared prefixes, lengths and cancels: nothing
  * stays referenced and the consistency check passes, during and after. */
 static void test_prefix_cache_churn(void **state) {
@@ -416,7 +479,7 @@ static void test_prefix_cache_churn(void **state) {
     for (int k = 0; k < BASE; k++)
         for (int i = 0; i < L; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
-            base[k][i] = (int32_t)((x >> 33) % (uint64_t)(g_m->hp.n_vocab - 10));
+            base[k][i] = (int32_t)((x >> 33) % (uint64_t)(og_model_get_info(g_m)->n_vocab - 10));
         }
     og_engine *e = make_pc_engine(3, 96, 256, PC_LOOP, false); /* budget: 3 x 4 blocks */
     og_seq *s[PC_LOOP];
@@ -426,7 +489,7 @@ static void test_prefix_cache_churn(void **state) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         int k = (int)((x >> 20) % BASE), n = 1 + (int)((x >> 30) % L), cut = (int)((x >> 40) % (uint64_t)(n + 1));
         memcpy(buf, base[k], sizeof buf);
-        for (int i = cut; i < n; i++) buf[i] = (buf[i] + 1 + r) % (int32_t)(g_m->hp.n_vocab - 10);
+        for (int i = cut; i < n; i++) buf[i] = (buf[i] + 1 + r) % (int32_t)(og_model_get_info(g_m)->n_vocab - 10);
         og_ids v = {.v = buf, .n = (size_t)n};
         og_seq_params p = greedy(1 + (int)((x >> 50) % 3));
         s[r] = submit(e, &v, &p);
@@ -581,7 +644,7 @@ static void test_refusals(void **state) {
     p.max_tokens = 64;
     assert_int_equal(og_engine_submit(e, ids.v, (int)ids.n, &p, &c, err, sizeof err), OG_ERR_RANGE);
     assert_non_null(strstr(err, "context is 64 tokens"));
-    int32_t bad = (int32_t)g_m->hp.n_vocab;
+    int32_t bad = (int32_t)og_model_get_info(g_m)->n_vocab;
     p.max_tokens = 1;
     assert_int_equal(og_engine_submit(e, &bad, 1, &p, &c, err, sizeof err), OG_ERR_INVALID_ARG);
     p.stop[0] = "";
@@ -627,16 +690,16 @@ static void forward_loop(const og_ids *prompt, const int32_t *feed, int n, og_nu
                          int32_t *argmax) {
     og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host, .device_numerics = nm, .host_numerics = nm};
     og_kv kv = {0};
-    float *logits = malloc(g_m->hp.n_vocab * sizeof *logits);
+    float *logits = malloc(og_model_get_info(g_m)->n_vocab * sizeof *logits);
     char err[256];
     assert_int_equal(og_model_forward(g_m, &rc, &kv, prompt->v, (int)prompt->n, logits, false, err, sizeof err), OG_OK);
     for (int t = 0; t < n; t++) {
         int32_t best = 0;
         float max = logits[0];
-        for (uint32_t j = 1; j < g_m->hp.n_vocab; j++)
+        for (uint32_t j = 1; j < og_model_get_info(g_m)->n_vocab; j++)
             if (logits[j] > logits[best]) best = (int32_t)j, max = logits[j];
         double sum = 0;
-        for (uint32_t j = 0; j < g_m->hp.n_vocab; j++) sum += exp((double)logits[j] - max);
+        for (uint32_t j = 0; j < og_model_get_info(g_m)->n_vocab; j++) sum += exp((double)logits[j] - max);
         ids[t] = feed ? feed[t] : best;
         argmax[t] = best;
         lp[t] = (float)((double)logits[ids[t]] - max - log(sum));
@@ -647,7 +710,7 @@ static void forward_loop(const og_ids *prompt, const int32_t *feed, int n, og_nu
 }
 
 static int32_t first_eog(void) {
-    for (int32_t id = 0; id < (int32_t)g_m->hp.n_vocab; id++)
+    for (int32_t id = 0; id < (int32_t)og_model_get_info(g_m)->n_vocab; id++)
         if (og_tokenizer_is_eog(g_tok, id)) return id;
     fail_msg("the tokenizer has no end-of-generation token");
     return -1;
@@ -702,7 +765,7 @@ static void test_forced_and_eog(void **state) {
     }
     /* a bad forced id is refused */
     char err[256];
-    int32_t bad = (int32_t)g_m->hp.n_vocab;
+    int32_t bad = (int32_t)og_model_get_info(g_m)->n_vocab;
     p.forced = &bad;
     p.n_forced = 1;
     assert_int_equal(og_engine_submit(e, ids.v, (int)ids.n, &p, &s, err, sizeof err), OG_ERR_INVALID_ARG);
@@ -786,12 +849,12 @@ static void test_placement_at_rest(void **state) {
     og_engine_metrics_get(e, &m);
     og_placement_stats ps;
     og_placement_get_stats(pl, &ps);
-    const uint64_t n_moe = g_m->hp.n_layer - g_m->hp.n_dense, fed = ids.n + (uint64_t)r.n - (r.finish == OG_FINISH_LENGTH);
+    const uint64_t n_moe = og_model_get_info(g_m)->n_layer - og_model_get_info(g_m)->n_dense, fed = ids.n + (uint64_t)r.n - (r.finish == OG_FINISH_LENGTH);
     assert_true(m.placement);
     assert_int_equal(lg.tokens, (int)fed);
     assert_int_equal(lg.prompt_steps, 1);
     assert_int_equal((uint64_t)lg.steps, m.steps);
-    assert_int_equal(m.expert_routes, fed * n_moe * g_m->hp.n_expert_used);
+    assert_int_equal(m.expert_routes, fed * n_moe * og_model_get_info(g_m)->n_expert_used);
     assert_int_equal(m.expert_routes, ps.selections);
     assert_int_equal(m.expert_hits, ps.hits);
     assert_int_equal(m.migrations, ps.migrations);
@@ -801,9 +864,9 @@ static void test_placement_at_rest(void **state) {
     assert_int_equal(ps.in_flight, 0);
     assert_int_equal(m.resident_experts, plan.resident_experts);
     uint64_t lr[64], lh[64], sum = 0;
-    assert_true(g_m->hp.n_layer <= 64);
-    assert_int_equal(og_engine_layer_hits(e, lr, lh, g_m->hp.n_layer), OG_OK);
-    for (uint32_t l = 0; l < g_m->hp.n_layer; l++) sum += lh[l];
+    assert_true(og_model_get_info(g_m)->n_layer <= 64);
+    assert_int_equal(og_engine_layer_hits(e, lr, lh, og_model_get_info(g_m)->n_layer), OG_OK);
+    for (uint32_t l = 0; l < og_model_get_info(g_m)->n_layer; l++) sum += lh[l];
     assert_int_equal(sum, m.expert_hits);
     og_engine_free(e);
     og_placement_free(pl);
@@ -860,10 +923,10 @@ static void test_run_cli(void **state) {
         }
         json_t *pm = json_object_get(j, "placement");
         if (mode == 1) {
-            const uint64_t n_moe = g_m->hp.n_layer - g_m->hp.n_dense;
+            const uint64_t n_moe = og_model_get_info(g_m)->n_layer - og_model_get_info(g_m)->n_dense;
             assert_non_null(pm);
             assert_int_equal(json_integer_value(json_object_get(pm, "selections")),
-                             (ids.n + 9) * n_moe * g_m->hp.n_expert_used);
+                             (ids.n + 9) * n_moe * og_model_get_info(g_m)->n_expert_used);
             assert_int_equal(json_integer_value(json_object_get(pm, "resident_experts")), 4 * n_moe); /* at rest */
         } else {
             assert_null(pm);
@@ -896,6 +959,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_run_cli),
         cmocka_unit_test(test_prefix_cache_identical),
         cmocka_unit_test(test_prefix_cache_churn),
+        cmocka_unit_test(test_prefix_cache_unpaged),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

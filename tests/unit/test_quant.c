@@ -331,7 +331,8 @@ static void test_axpy(void **state) {
 
 /* Activation quantizers: every tier writes the reference's bytes, on random rows,
  * rows with ties for the largest magnitude (+a and -a: the first wins), zero
- * blocks, and a block with a NaN and one with an infinity. */
+ * blocks, blocks with a NaN (also as the first element) and an infinity of either
+ * sign, a -0 block with a denormal, exact halves, and the largest finite floats. */
 static void test_quantize_act(void **state) {
     (void)state;
     og_cpu_features f;
@@ -353,6 +354,12 @@ static void test_quantize_act(void **state) {
                 for (int i = 512; i < 768; i++) x[i] = 0.0f; /* a zero block */
                 if (rep == 1) x[800] = NAN;
                 if (rep == 2) x[1100] = INFINITY;
+                if (rep == 3) x[0] = NAN, x[1300] = -INFINITY, x[1301] = NAN; /* NaN first; -inf */
+                if (rep == 4) /* a block of -0 with one denormal, and halves that round to even */
+                    for (int i = 1024; i < 1280; i++) x[i] = i == 1100 ? 0x1p-140f : -0.0f;
+                if (rep == 5)
+                    for (int i = 0; i < 256; i++) x[i] = (float)(i % 64) * 0.5f - 16.0f; /* max -16: x id = -127 x / 16 */
+                if (rep == 6) x[1290] = 3e38f, x[1291] = -3e38f; /* the largest finite magnitudes */
                 memset(a, 0, sizeof a);
                 memset(b, 0, sizeof b);
                 ref.quantize_act[acts[t]](x, a, n);
@@ -629,12 +636,14 @@ static void test_canonical(void **state) {
     assert_int_equal(rows, (int)(N_RTYPES * 10 * 4));
 }
 
-/* The tiled canonical product (og_kernels.gemm_canonical): every (activation row,
- * weight row) result is the scalar statement's bits (og_type_traits.vec_dot_canonical),
+/* The tiled canonical product (og_kernels.gemm_canonical) of every tier the CPU runs
+ * (AVX2 with vpmaddubsw and with AVX-VNNI, AVX-512): every (activation row, weight
+ * row) result is the scalar statement's bits (og_type_traits.vec_dot_canonical),
  * on random blocks and full-range activations (-128 included), for batches of 1, 2,
  * 3, 5, 16, 17 and 64 rows, odd weight row counts (a tile of 32 part empty, two
  * tiles) and rows of several lengths (over 32 blocks: lanes that take two), with an
- * output stride wider than the rows whose gaps must stay untouched. */
+ * output stride wider than the rows whose gaps must stay untouched, and weight rows
+ * stored further apart than their size. */
 static void test_gemm_canonical(void **state) {
     (void)state;
     og_cpu_features f;
@@ -653,10 +662,23 @@ static void test_gemm_canonical(void **state) {
 #endif
     const int has512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.os_avx512;
     uint64_t seed = 777;
-    int kernels = 0, checked = 0;
-    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+    int kernels = 0, checked = 0, variants = 0;
+    /* the tiers, and the AVX2 tier twice: its vpmaddubsw tiles (AVX-VNNI hidden) and,
+     * where the CPU has AVX-VNNI, its vpdpbusd ones */
+    static const struct { og_isa isa; int vnni; const char *name; } tiers[] = {
+        {OG_ISA_SCALAR, -1, "scalar"}, {OG_ISA_AVX2, 0, "avx2"}, {OG_ISA_AVX2, 1, "avx2+avx-vnni"}, {OG_ISA_AVX512, -1, "avx512"}};
+    for (size_t vi = 0; vi < sizeof tiers / sizeof tiers[0]; vi++) {
+        const int isa = tiers[vi].isa;
         og_kernels k;
+        og_cpu_features fv = f;
+        if (tiers[vi].vnni == 1 && !f.avxvnni) {
+            print_message("SKIP (hardware): no AVX-VNNI: the AVX2 tier's VNNI tiles untested\n");
+            continue;
+        }
+        if (tiers[vi].vnni == 0) fv.avxvnni = false;
         if (!tier_kernels(&f, isa, &k)) continue;
+        assert_int_equal(og_kernels_init_features((og_isa)isa, &fv, &k), OG_OK);
+        variants += isa != OG_ISA_SCALAR;
         for (size_t ti = 0; ti < N_RTYPES; ti++) {
             const og_type_traits *tr = og_quant_traits(rtypes[ti].t), *act = og_quant_traits(tr->vec_dot_type);
             og_gemm_fn gemm = k.gemm_canonical[tr->type];
@@ -692,16 +714,29 @@ static void test_gemm_canonical(void **state) {
                                 if (i < m && r < nr) {
                                     if (memcmp(&g, &want[i * NR + r], sizeof g))
                                         fail_msg("%s %s n=%lld m=%lld rows=%lld: act %lld row %lld tiled %.9g, the statement %.9g",
-                                                 og_isa_name((og_isa)isa), tr->name, (long long)n, (long long)m, (long long)nr,
+                                                 tiers[vi].name, tr->name, (long long)n, (long long)m, (long long)nr,
                                                  (long long)i, (long long)r, g, want[i * NR + r]);
                                     checked++;
                                 } else if (g != -12345.0f) {
                                     fail_msg("%s %s m=%lld rows=%lld: wrote act %lld row %lld outside the product",
-                                             og_isa_name((og_isa)isa), tr->name, (long long)m, (long long)nr, (long long)i,
+                                             tiers[vi].name, tr->name, (long long)m, (long long)nr, (long long)i,
                                              (long long)r);
                                 }
                             }
                     }
+                { /* weight rows further apart than their bytes (an odd gap): the same results */
+                    const size_t ws = wrow + 37;
+                    uint8_t *wp = malloc(ws * NR);
+                    assert_non_null(wp);
+                    for (int64_t r = 0; r < NR; r++) memcpy(wp + r * ws, w + r * wrow, wrow);
+                    gemm(n, wp, ws, NR, y, arow, MM, out, ld, work);
+                    for (int64_t i = 0; i < MM; i++)
+                        for (int64_t r = 0; r < NR; r++, checked++)
+                            if (memcmp(&out[i * ld + r], &want[i * NR + r], sizeof(float)))
+                                fail_msg("%s %s n=%lld, row stride %zu: act %lld row %lld differs", tiers[vi].name,
+                                         tr->name, (long long)n, ws, (long long)i, (long long)r);
+                    free(wp);
+                }
                 free(w);
                 free(y);
                 free(a);
@@ -711,9 +746,9 @@ static void test_gemm_canonical(void **state) {
             }
         }
     }
-    /* AVX-512 tiles Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K; the other tiers have none yet */
-    if (!has512) print_message("SKIP (hardware): no AVX-512 VNNI: no tiled canonical kernel to test\n");
-    assert_int_equal(kernels, 8 * has512);
+    /* the AVX2 and AVX-512 tiers tile Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K */
+    if (!has512) print_message("SKIP (hardware): no AVX-512 VNNI: its tiled canonical kernels untested\n");
+    assert_int_equal(kernels, 8 * variants);
     print_message("tiled canonical products checked: %d results of %d kernels\n", checked, kernels);
 }
 

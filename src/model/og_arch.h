@@ -1,0 +1,72 @@
+/* The architecture table (internal to src/model; DESIGN.md "The seams"): one
+ * og_arch per supported general.architecture, with its functions and its ONE
+ * tensor-name table (used by its loader, its model writer and
+ * og_model_tensor_role). src/model/model.c looks an architecture up by name in
+ * a const table of og_arch pointers and dispatches og_model_load,
+ * og_model_describe, og_model_forward_batch, og_fwd_scratch_bytes and
+ * og_model_tensor_role through it. Adding an architecture: its file defines a
+ * const og_arch og_arch_NAME and model.c's table gets one line. */
+#ifndef OG_ARCH_H
+#define OG_ARCH_H
+
+#include "og_model.h"
+
+/* One row of an architecture's tensor-name table. */
+typedef struct og_arch_tensor {
+    const char *name;    /* GGUF name; per_layer: the part after "blk.N." ("attn_norm.weight") */
+    og_tensor_role role;
+    bool per_layer;
+} og_arch_tensor;
+
+/* t's GGUF name for layer `layer` (ignored when not per layer) into buf[n];
+ * returns buf (truncated to n - 1 characters; names here are short). */
+const char *og_arch_tensor_name(const og_arch_tensor *t, uint32_t layer, char *buf, size_t n);
+
+/* Role of tensor_name by exact match in table[n] (per-layer rows match
+ * "blk.N.<name>" for any N); OG_ROLE_OTHER when no row matches. Never fails:
+ * what an og_arch.role does with its table. */
+og_tensor_role og_arch_table_role(const og_arch_tensor *table, int n, const char *tensor_name);
+
+/* Role by llama.cpp's generic MoE names (prefix rules: attn_*, ffn_*_exps, ...):
+ * og_model_tensor_role for an architecture without an entry. Never fails. */
+og_tensor_role og_arch_generic_role(const char *tensor_name);
+
+/* One architecture. Every function gets a model made by its own load. */
+typedef struct og_arch {
+    const char *name; /* general.architecture */
+    /* og_model_describe for this architecture (info->moe NULL). */
+    og_status (*describe)(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen);
+    /* m->gguf and m->log set; binds the weights into m->impl and fills m->info
+     * (moe included). On error frees what it made (m->impl NULL). */
+    og_status (*load)(og_model *m, char *err, size_t errlen);
+    void (*free_impl)(og_model *m);
+    /* Role of a tensor by name: the architecture's name table (usually
+     * og_arch_table_role on `tensors`). Never fails. */
+    og_tensor_role (*role)(const char *tensor_name);
+    /* og_fwd_scratch_bytes: bytes of one forward call's activations. */
+    uint64_t (*scratch_bytes)(const og_model *m, int64_t n_tok, int64_t n_out);
+    /* og_model_forward_batch (the caller has checked nothing). */
+    og_status (*forward_batch)(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
+                               const og_batch *batch, float *logits, char *err, size_t errlen);
+    /* (added to the contract) the ONE tensor-name table [n_tensors] the loader,
+     * the writer (og_model_write.h) and role read */
+    const og_arch_tensor *tensors;
+    int n_tensors;
+} og_arch;
+
+/* The model (og_model.h keeps it opaque): what every architecture shares. */
+struct og_model {
+    const og_arch *arch;
+    og_gguf *gguf;       /* owns the mapping the weights point into */
+    og_logger log;
+    og_model_info info;  /* info.moe points into impl */
+    void *impl;          /* the architecture's weights (deepseek2: og_ds2 with hparams and layers) */
+};
+
+extern const og_arch og_arch_deepseek2; /* const tables: not mutable state */
+extern const og_arch og_arch_deepseek4; /* branch ds4fwd adds it to model.c's table */
+
+/* The entry for general.architecture `name`, or NULL. */
+const og_arch *og_arch_find(const char *name);
+
+#endif

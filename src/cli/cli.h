@@ -65,8 +65,9 @@ const char *og_cli_make_first_value(int argc, char **argv, const char *optstring
 int og_cli_make_output_check(const char *cmd, const char *out_path);
 int og_cli_make_vocab(const char *cmd, const char *tok_dir, uint32_t n_vocab, og_hf_vocab *vocab, bool *have_vocab);
 int og_cli_make_result(const char *cmd, og_status st, const char *err, const char *out_path, bool split, bool sparse);
-/* Strict decimal u32 / float flag values (make-model). */
+/* Strict decimal u32 / u64 / float flag values (make-model). */
 bool og_cli_parse_u32(const char *s, uint32_t *out);
+bool og_cli_parse_u64(const char *s, uint64_t *out);
 bool og_cli_parse_f32(const char *s, float *out);
 
 #endif

@@ -94,6 +94,15 @@ static bool find_tokenizer(char *out, size_t n) {
     return false;
 }
 
+bool og_cli_parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') return false;
+    *out = v;
+    return true;
+}
+
 bool og_cli_parse_u32(const char *s, uint32_t *out) {
     char *end;
     errno = 0;
@@ -229,13 +238,7 @@ static int make_deepseek2(int argc, char **argv) {
         case 'h': usage(stdout); return OG_EXIT_OK;
         case O_PRESET: case O_ARCH: break;
         case O_SPARSE: sparse = true; break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            cfg.seed = strtoull(optarg, &end, 10);
-            ok = !errno && end != optarg && !*end && optarg[0] != '-';
-            break;
-        }
+        case O_SEED: ok = og_cli_parse_u64(optarg, &cfg.seed); break;
         case O_TOKENIZER: tok_dir = optarg; break;
         case O_NLAYER: u = &cfg.n_layer; break;
         case O_NEMBD: u = &cfg.n_embd; break;

@@ -91,13 +91,7 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         case 'h': usage(stdout); return OG_EXIT_OK;
         case O_ARCH: case O_PRESET: break;
         case O_SPARSE: sparse = true; break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            cfg.seed = strtoull(optarg, &end, 10);
-            ok = !errno && end != optarg && !*end && optarg[0] != '-';
-            break;
-        }
+        case O_SEED: ok = og_cli_parse_u64(optarg, &cfg.seed); break;
         case O_TOKENIZER: tok_dir = optarg; break;
         case O_SPLITMAX: ok = og_parse_size(optarg, &cfg.split_max_bytes) == OG_OK && cfg.split_max_bytes > 0; break;
         case O_NLAYER: u = &h->n_layer; break;

@@ -23,6 +23,8 @@ enum { OG_EXIT_OK = 0, OG_EXIT_USAGE = 1, OG_EXIT_BAD_INPUT = 2, OG_EXIT_REFUSED
 
 int og_cmd_gguf(int argc, char **argv);
 int og_cmd_make_model(int argc, char **argv);
+/* make-model --arch deepseek4 (cmd_make_model_ds4.c) */
+int og_cmd_make_model_ds4(int argc, char **argv);
 int og_cmd_bench(int argc, char **argv);
 int og_cmd_bench_placement(int argc, char **argv);
 int og_cmd_bench_grammar(int argc, char **argv);
@@ -63,8 +65,9 @@ const char *og_cli_make_first_value(int argc, char **argv, const char *optstring
 int og_cli_make_output_check(const char *cmd, const char *out_path);
 int og_cli_make_vocab(const char *cmd, const char *tok_dir, uint32_t n_vocab, og_hf_vocab *vocab, bool *have_vocab);
 int og_cli_make_result(const char *cmd, og_status st, const char *err, const char *out_path, bool split, bool sparse);
-/* Strict decimal u32 / float flag values (make-model). */
+/* Strict decimal u32 / u64 / float flag values (make-model). */
 bool og_cli_parse_u32(const char *s, uint32_t *out);
+bool og_cli_parse_u64(const char *s, uint64_t *out);
 bool og_cli_parse_f32(const char *s, float *out);
 
 #endif

@@ -25,7 +25,8 @@ static void usage(FILE *out) {
         "usage: onegpu make-model -o FILE [--arch deepseek2] [--preset tiny|demo|v3-671b] [options]\n"
         "Writes a deepseek2 GGUF with seeded random weights and the real DeepSeek-V3 tokenizer.\n\n"
         "  -o, --output FILE         where to write (atomically)\n"
-        "  --arch NAME               the architecture (general.architecture): deepseek2 (default)\n"
+        "  --arch NAME               the architecture (general.architecture): deepseek2 (default),\n"
+        "                            deepseek4 (DeepSeek V4 Flash: make-model --arch deepseek4 --help)\n"
         "  --preset NAME             tiny (default; 45 MB, unit tests), demo (250 MB, Q8_0),\n"
         "                            v3-671b (DeepSeek-V3 shapes, 209 GiB; use --sparse)\n"
         "  --sparse                  tensor data is a hole: full size, no disk, for planning\n"
@@ -91,6 +92,15 @@ static bool find_tokenizer(char *out, size_t n) {
         }
     }
     return false;
+}
+
+bool og_cli_parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') return false;
+    *out = v;
+    return true;
 }
 
 bool og_cli_parse_u32(const char *s, uint32_t *out) {
@@ -228,13 +238,7 @@ static int make_deepseek2(int argc, char **argv) {
         case 'h': usage(stdout); return OG_EXIT_OK;
         case O_PRESET: case O_ARCH: break;
         case O_SPARSE: sparse = true; break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            cfg.seed = strtoull(optarg, &end, 10);
-            ok = !errno && end != optarg && !*end && optarg[0] != '-';
-            break;
-        }
+        case O_SEED: ok = og_cli_parse_u64(optarg, &cfg.seed); break;
         case O_TOKENIZER: tok_dir = optarg; break;
         case O_NLAYER: u = &cfg.n_layer; break;
         case O_NEMBD: u = &cfg.n_embd; break;
@@ -319,6 +323,7 @@ static const struct {
     int (*make)(int argc, char **argv); /* parses every flag (--arch included) and writes */
 } make_archs[] = {
     {"deepseek2", make_deepseek2},
+    {"deepseek4", og_cmd_make_model_ds4}, /* cmd_make_model_ds4.c */
 };
 
 int og_cmd_make_model(int argc, char **argv) {
@@ -327,6 +332,6 @@ int og_cmd_make_model(int argc, char **argv) {
     const char *arch = og_cli_make_first_value(argc, argv, "-", arch_opt, O_ARCH, "deepseek2");
     for (size_t i = 0; i < sizeof make_archs / sizeof make_archs[0]; i++)
         if (!strcmp(make_archs[i].arch, arch)) return make_archs[i].make(argc, argv);
-    fprintf(stderr, "onegpu make-model: unknown --arch '%s' (deepseek2)\n", arch);
+    fprintf(stderr, "onegpu make-model: unknown --arch '%s' (deepseek2, deepseek4)\n", arch);
     return OG_EXIT_USAGE;
 }

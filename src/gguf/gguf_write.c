@@ -152,6 +152,46 @@ og_status og_gguf_writer_set_bool(og_gguf_writer *w, const char *key, bool v) {
     uint8_t b = v ? 1 : 0;
     return og_gguf_writer_set(w, key, OG_GGUF_BOOL, &b);
 }
+/* llama.cpp's LLAMA_FTYPE_MOSTLY_* of a file whose largest part is type t */
+static uint32_t ftype_of(og_ggml_type t) {
+    switch (t) {
+    case OG_TYPE_F32: return 0;
+    case OG_TYPE_F16: return 1;
+    case OG_TYPE_Q4_0: return 2;
+    case OG_TYPE_Q4_1: return 3;
+    case OG_TYPE_Q8_0: return 7;
+    case OG_TYPE_Q5_0: return 8;
+    case OG_TYPE_Q5_1: return 9;
+    case OG_TYPE_Q2_K: return 10;
+    case OG_TYPE_Q3_K: return 12;
+    case OG_TYPE_Q4_K: return 15;
+    case OG_TYPE_Q5_K: return 17;
+    case OG_TYPE_Q6_K: return 18;
+    case OG_TYPE_IQ4_NL: return 25;
+    case OG_TYPE_IQ2_XXS: return 19;
+    case OG_TYPE_MXFP4: return 38; /* MOSTLY_MXFP4_MOE */
+    case OG_TYPE_BF16: return 32;
+    default: return 1024; /* "guessed" */
+    }
+}
+
+og_status og_gguf_writer_set_general(og_gguf_writer *w, const char *arch, const char *name,
+                                     const uint64_t *type_bytes) {
+    og_ggml_type major = OG_TYPE_F32;
+    bool quantized = false;
+    for (int t = 0; t < OG_TYPE_COUNT; t++) {
+        if (type_bytes[t] > type_bytes[major]) major = (og_ggml_type)t;
+        if (type_bytes[t] && og_type_size_of((uint32_t)t) && og_type_size_of((uint32_t)t)->blck > 1) quantized = true;
+    }
+    og_status st;
+    if ((st = og_gguf_writer_set_str(w, "general.architecture", arch)) ||
+        (st = og_gguf_writer_set_str(w, "general.name", name)) ||
+        (st = og_gguf_writer_set_str(w, "general.type", "model")) ||
+        (st = og_gguf_writer_set_u32(w, "general.file_type", ftype_of(major))))
+        return st;
+    return quantized ? og_gguf_writer_set_u32(w, "general.quantization_version", 2) : OG_OK;
+}
+
 og_status og_gguf_writer_set_str(og_gguf_writer *w, const char *key, const char *v) {
     og_str s = {v, strlen(v)};
     return og_gguf_writer_set(w, key, OG_GGUF_STRING, &s);

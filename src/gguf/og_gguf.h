@@ -214,6 +214,14 @@ og_status og_gguf_writer_set_str(og_gguf_writer *w, const char *key, const char 
 og_status og_gguf_writer_set_arr(og_gguf_writer *w, const char *key, og_gguf_vtype elem,
                                  const void *values, uint64_t n);
 
+/* The general.* keys of a model file: general.architecture = arch,
+ * general.name, general.type "model", general.file_type (llama.cpp's
+ * LLAMA_FTYPE of the type holding the most bytes in type_bytes[OG_TYPE_COUNT];
+ * 1024 "guessed" for a type without one) and, when any quantized type holds
+ * bytes, general.quantization_version 2. Errors: the setters'. */
+og_status og_gguf_writer_set_general(og_gguf_writer *w, const char *arch, const char *name,
+                                     const uint64_t *type_bytes);
+
 /* Adds a tensor. data (n_bytes as computed from type and ne) is borrowed until
  * the write; NULL means the data comes from the fill callback or, without one,
  * is left as a hole in a sparse file. */

@@ -144,30 +144,11 @@ typedef struct build {
     size_t errlen;
 } build;
 
-/* llama-quantize's fallback for rows that are not a multiple of the block
- * (kquants.md §7), then F16. */
-static og_ggml_type fallback_type(og_ggml_type t, int64_t ne0) {
-    for (int step = 0; step < 3; step++) {
-        const og_type_size *ts = og_type_size_of(t);
-        if (ts && ne0 % ts->blck == 0) return t;
-        switch (t) {
-        case OG_TYPE_Q2_K: case OG_TYPE_Q3_K: case OG_TYPE_TQ1_0: case OG_TYPE_TQ2_0: t = OG_TYPE_Q4_0; break;
-        case OG_TYPE_IQ1_S: case OG_TYPE_IQ1_M: case OG_TYPE_IQ2_XXS: case OG_TYPE_IQ2_XS: case OG_TYPE_IQ2_S:
-        case OG_TYPE_IQ3_XXS: case OG_TYPE_IQ3_S: case OG_TYPE_IQ4_XS: t = OG_TYPE_IQ4_NL; break;
-        case OG_TYPE_Q4_K: t = OG_TYPE_Q5_0; break;
-        case OG_TYPE_Q5_K: t = OG_TYPE_Q5_1; break;
-        case OG_TYPE_Q6_K: t = OG_TYPE_Q8_0; break;
-        default: t = OG_TYPE_F16; break;
-        }
-    }
-    return OG_TYPE_F16;
-}
-
 static og_status add(build *b, const char *name, og_ggml_type type, uint32_t n_dims, int64_t ne0,
                      int64_t ne1, int64_t ne2, init_kind kind, float gain, int layer) {
     int64_t ne[3] = {ne0, ne1, ne2};
     og_ggml_type asked = type;
-    type = fallback_type(type, ne0);
+    type = og_quant_fallback_type(type, ne0);
     if (type != asked) b->fallbacks[asked][type]++;
     if (!b->sparse && !og_quant_can_quantize(type))
         return og_fail(b->err, b->errlen, OG_ERR_UNSUPPORTED,
@@ -250,26 +231,22 @@ static og_status add_tensors(build *b) {
 
 /* ---- metadata ------------------------------------------------------------ */
 
-static uint32_t ftype_of(og_ggml_type t) {
-    switch (t) {
-    case OG_TYPE_F32: return 0;
-    case OG_TYPE_F16: return 1;
-    case OG_TYPE_Q4_0: return 2;
-    case OG_TYPE_Q4_1: return 3;
-    case OG_TYPE_Q8_0: return 7;
-    case OG_TYPE_Q5_0: return 8;
-    case OG_TYPE_Q5_1: return 9;
-    case OG_TYPE_Q2_K: return 10;
-    case OG_TYPE_Q3_K: return 12;
-    case OG_TYPE_Q4_K: return 15;
-    case OG_TYPE_Q5_K: return 17;
-    case OG_TYPE_Q6_K: return 18;
-    case OG_TYPE_IQ4_NL: return 25;
-    case OG_TYPE_IQ2_XXS: return 19;
-    case OG_TYPE_MXFP4: return 38; /* MOSTLY_MXFP4_MOE */
-    case OG_TYPE_BF16: return 32;
-    default: return 1024; /* "guessed" */
-    }
+og_status og_model_write_vocab(og_gguf_writer *w, const og_model_vocab *vocab, const char *pre, const og_str *chat_template) {
+    og_status st = OG_OK;
+#define K(expr) do { if ((st = (expr))) return st; } while (0)
+    K(og_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+    K(og_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre));
+    K(og_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", OG_GGUF_STRING, vocab->tokens, vocab->n_vocab));
+    K(og_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", OG_GGUF_INT32, vocab->types, vocab->n_vocab));
+    K(og_gguf_writer_set_arr(w, "tokenizer.ggml.merges", OG_GGUF_STRING, vocab->merges, vocab->n_merges));
+    if (vocab->bos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", vocab->bos_id));
+    if (vocab->eos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", vocab->eos_id));
+    if (vocab->pad_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", vocab->pad_id));
+    K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", vocab->add_bos));
+    K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", vocab->add_eos));
+    if (chat_template && chat_template->n) K(og_gguf_writer_set(w, "tokenizer.chat_template", OG_GGUF_STRING, chat_template));
+#undef K
+    return OG_OK;
 }
 
 static og_status add_keys(build *b, const og_model_vocab *vocab) {
@@ -279,17 +256,7 @@ static og_status add_keys(build *b, const og_model_vocab *vocab) {
 #define K(expr) do { if ((st = (expr))) goto fail; } while (0)
 #define KU(key, v) K(og_gguf_writer_set_u32(w, "deepseek2." key, (v)))
 #define KF(key, v) K(og_gguf_writer_set_f32(w, "deepseek2." key, (v)))
-    K(og_gguf_writer_set_str(w, "general.architecture", "deepseek2"));
-    K(og_gguf_writer_set_str(w, "general.name", c->name ? c->name : "onegpu-synthetic"));
-    K(og_gguf_writer_set_str(w, "general.type", "model"));
-    og_ggml_type major = OG_TYPE_F32;
-    bool quantized = false;
-    for (int t = 0; t < OG_TYPE_COUNT; t++) {
-        if (b->type_bytes[t] > b->type_bytes[major]) major = (og_ggml_type)t;
-        if (b->type_bytes[t] && og_type_size_of((uint32_t)t)->blck > 1) quantized = true;
-    }
-    K(og_gguf_writer_set_u32(w, "general.file_type", ftype_of(major)));
-    if (quantized) K(og_gguf_writer_set_u32(w, "general.quantization_version", 2));
+    K(og_gguf_writer_set_general(w, "deepseek2", c->name ? c->name : "onegpu-synthetic", b->type_bytes));
     KU("block_count", c->n_layer);
     KU("context_length", c->n_ctx);
     KU("embedding_length", c->n_embd);
@@ -331,20 +298,7 @@ static og_status add_keys(build *b, const og_model_vocab *vocab) {
         KF("rope.scaling.yarn_beta_fast", 32.0f);
         KF("rope.scaling.yarn_beta_slow", 1.0f);
     }
-    if (vocab) {
-        K(og_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
-        K(og_gguf_writer_set_str(w, "tokenizer.ggml.pre", "deepseek-v3"));
-        K(og_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", OG_GGUF_STRING, vocab->tokens, vocab->n_vocab));
-        K(og_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", OG_GGUF_INT32, vocab->types, vocab->n_vocab));
-        K(og_gguf_writer_set_arr(w, "tokenizer.ggml.merges", OG_GGUF_STRING, vocab->merges, vocab->n_merges));
-        if (vocab->bos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", vocab->bos_id));
-        if (vocab->eos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", vocab->eos_id));
-        if (vocab->pad_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", vocab->pad_id));
-        K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", vocab->add_bos));
-        K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", vocab->add_eos));
-        if (vocab->chat_template.n)
-            K(og_gguf_writer_set(w, "tokenizer.chat_template", OG_GGUF_STRING, &vocab->chat_template));
-    }
+    if (vocab) K(og_model_write_vocab(w, vocab, "deepseek-v3", &vocab->chat_template));
     return OG_OK;
 fail:
     return og_fail(b->err, b->errlen, st, "cannot write metadata: %s", og_status_str(st));

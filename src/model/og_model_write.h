@@ -81,4 +81,13 @@ og_status og_ds2_synth_validate(const og_ds2_synth_config *cfg, char *err, size_
 og_status og_ds2_synth_write(const og_ds2_synth_config *cfg, const og_model_vocab *vocab, const char *path,
                          bool sparse, const og_logger *lg, char *err, size_t errlen);
 
+/* The tokenizer keys (tokenizer.ggml.*, tokenizer.chat_template) of vocab into
+ * w, with pre-tokenizer name `pre` ("deepseek-v3"; V4 files: "joyai-llm") and
+ * chat_template (may be NULL or empty: none). Errors: the writer's. Every
+ * architecture's writer stores its tokenizer with it (deepseek2_write.c). */
+og_status og_model_write_vocab(og_gguf_writer *w, const og_model_vocab *vocab, const char *pre, const og_str *chat_template);
+
+/* ---- deepseek4 (shared/spec/deepseek4.md; src/model/deepseek4_write.c) ---- */
+#include "og_ds4_write.h"
+
 #endif /* OG_MODEL_WRITE_H */

@@ -2,7 +2,8 @@
 # gen_model_seeds.sh ONEGPU DIR: writes the fuzz_model seeds, tiny deepseek2
 # files (each under run_fuzz.sh's 64 KiB -max_len) covering the loader's
 # variants: F32 with groups, F16 without group keys, Q8_0, legacy attn_kv_b with
-# plain attn_q and softmax, no dense layer / shared expert / YaRN, a k-quant mix.
+# plain attn_q and softmax, no dense layer / shared expert / YaRN, a k-quant mix;
+# and a deepseek4 file (window-only, ratio-4 with indexer, ratio-128, hash layer).
 # Run once when make-model's output changes; the output is committed beside
 # found_* (inputs the fuzzer found that add coverage, small ones, merged with
 # -merge=1) and regress_* (inputs that hung or crashed before a fix).
@@ -20,4 +21,8 @@ mk legacy --type F32 --legacy-mla --q-lora-rank 0 --gating softmax --n-group 1 -
 mk moe-only --type F32 --n-dense 0 --n-expert-shared 0 --no-yarn --n-layer 1 --seed 9
 mk kquant --type Q2_K --type-attn Q4_K --n-embd 256 --n-layer 1 --n-dense 0 --n-expert 2 --n-expert-used 1 \
   --n-group 1 --n-ff-exp 32 --vocab 16 --seed 11
+# deepseek4 (--arch deepseek4): 4 layers [0,0,4,128], every kind of tensor once
+"$onegpu" make-model --arch deepseek4 --tokenizer none --vocab 32 --n-layer 4 --hash-layers 1 --n-embd 16 --n-head 2 \
+  --head-dim 16 --n-rot 4 --q-lora-rank 8 --o-rank 8 --indexer-heads 2 --indexer-dim 8 --n-expert 4 --n-expert-used 2 \
+  --n-ff-exp 8 --window 4 --top-k 2 --type Q8_0 -o "$dir/ds4-q8.gguf" 2>/dev/null
 ls -l "$dir"

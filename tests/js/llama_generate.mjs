@@ -1,5 +1,6 @@
 // usage: node llama_generate.mjs MODEL.gguf (--prompt TEXT | --prompt-file F | --tokens 1,2,3)...
 //            [-n N] [--probs] [--teacher 5,6,7] [--special] [--threads T] [--stop-eog] [--kv-f32]
+//            [--no-flash-attn]
 //
 // Greedy llama.cpp reference on the CPU. Prints one JSON object on stdout per
 // prompt (several --prompt / --prompt-file / --tokens: one line each, in order,
@@ -17,13 +18,21 @@
 //   the greedy picks (teacher forcing); "tokens" are then the fed ids and
 //   logprobs[i] (always on) scores teacher[i] given prompt + teacher[0..i-1],
 //   with "argmax" added: the token greedy decoding would have picked there.
+// --kv-f32: F32 KV cache. With flash attention on (node-llama-cpp's "auto"
+// picks it on the CPU) llama.cpp still casts an F32 K and V to F16 before
+// ggml_flash_attn_ext (llama-graph.cpp build_attn_mha) and the CPU kernel
+// rounds Q to K's F16: --no-flash-attn takes the plain softmax path, whose
+// products stay F32 (deepseek4's comparisons use both flags).
 // --threads defaults to 1: node-llama-cpp's own default (max(cores, 4)) on a
 // 2-core machine made each token of a tiny model take ~250 ms instead of <1 ms
 // (ggml's spinning workers fight over the cores). ggml splits work by output
 // rows, so the thread count should not change the numbers.
-// Log-probabilities are log() of node-llama-cpp's float32 softmax, so they are
-// good to ~1e-6 and a probability that underflows float32 (logit gap > ~103)
-// comes out as null (-inf).
+// Log-probabilities are log() of node-llama-cpp's float32 softmax, so a
+// probability that underflows float32 (logit gap > ~103) comes out as null
+// (-inf). That softmax is not exactly normalized: over 129,280 ids its
+// probabilities were seen to sum to 1.00034, which moves every log-prob of the
+// position by -log(sum) (3.4e-4); each entry's "prob_sum" (the probabilities'
+// sum, in double) lets a comparison take log(p / sum) instead.
 import fs from "node:fs";
 import { loadLlama, tokenizePrompt, cpuBackend, fail } from "./llama_env.mjs";
 
@@ -54,6 +63,7 @@ for (let i = 0; i < args.length; i++) {
     else if (a === "-n" || a === "--n-predict") opt.n = positiveInt(v(), a);
     else if (a === "--probs") opt.probs = true;
     else if (a === "--kv-f32") opt.kvF32 = true; // F32 KV cache (llama.cpp defaults to F16): for F32 comparisons
+    else if (a === "--no-flash-attn") opt.noFlashAttn = true;
     else if (a === "--teacher") opt.teacher = ids(v(), a);
     else if (a === "--special") opt.special = true;
     else if (a === "--stop-eog") opt.stopEog = true;
@@ -118,7 +128,8 @@ async function generate(model, nVocab, item) {
         batchSize: Math.min(512, contextSize),
         sequences: 1,
         threads: opt.threads,
-        ...(opt.kvF32 ? { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32" } : {})
+        ...(opt.kvF32 ? { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32" } : {}),
+        ...(opt.noFlashAttn ? { flashAttention: false } : {})
     });
     const seq = context.getSequence();
 
@@ -144,7 +155,10 @@ async function generate(model, nVocab, item) {
         tokens.push(tok);
         if (wantProbs) {
             const top = top5(res.probabilities).map(([id, p]) => [id, lp(p)]);
-            const entry = { token: tok, logprob: lp(res.probabilities.get(tok) ?? 0), top };
+            let probSum = 0;
+            for (const p of res.probabilities.values())
+                probSum += p;
+            const entry = { token: tok, logprob: lp(res.probabilities.get(tok) ?? 0), top, prob_sum: probSum };
             if (opt.teacher)
                 entry.argmax = res.token;
             logprobs.push(entry);

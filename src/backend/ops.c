@@ -7,11 +7,20 @@
 
 #include "og_quant_canon.h"
 
-void og_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+static float rms_scale(const float *x, int64_t n, float eps) {
     double ss = 0;
     for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    return (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+}
+
+void og_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    const float scale = rms_scale(x, n, eps);
     for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * scale);
+}
+
+void og_rmsnorm_noweight(float *y, const float *x, int64_t n, float eps) {
+    const float scale = rms_scale(x, n, eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
 void og_softmax(float *x, int64_t n) {

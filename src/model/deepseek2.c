@@ -3,7 +3,7 @@
  * The experts of a layer go to the run context's dispatcher (og_dispatch_type)
  * with the (token, expert, weight) list: the seam where placement splits the
  * work between device and host (src/moe/dispatch.c). */
-#include "og_model.h"
+#include "og_arch.h"
 #include "og_device.h"
 
 #include <math.h>
@@ -324,54 +324,59 @@ og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp,
     return OG_OK;
 }
 
-og_status og_model_load_gguf(og_gguf *g, const og_logger *lg, og_model **out, char *err, size_t errlen) {
-    *out = NULL;
-    og_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        og_gguf_close(g);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    }
-    if (lg) m->log = *lg;
-    else m->log = (og_logger){.level = OG_LOG_WARN};
-    m->gguf = g;
-    loader l = {m, err, errlen};
-    og_status st;
-    if ((st = load_hparams(&l)) || (st = load_weights(&l))) {
-        og_model_free(m);
-        return st;
-    }
-    *out = m;
+/* info from the hyperparameters (moe left as it is) */
+static void info_of(const og_hparams *h, og_model_info *info) {
+    const og_moe_weights *moe = info->moe;
+    *info = (og_model_info){
+        .arch = "deepseek2", .n_layer = h->n_layer, .n_embd = h->n_embd, .n_vocab = h->n_vocab,
+        .n_ctx_train = h->n_ctx_train, .n_head = h->n_head, .n_expert = h->n_expert,
+        .n_expert_used = h->n_expert_used, .n_expert_shared = h->n_expert_shared, .n_ff_exp = h->n_ff_exp,
+        .n_ff = h->n_ff, .n_dense = h->n_dense,
+        /* the MLA cache: per layer and position the latent c (r_kv) and k_pe (d_rope), §3 */
+        .kv_elems_fixed = 0, .kv_elems_per_token = (double)h->n_layer * (h->kv_lora_rank + h->d_rope),
+        .kv_paged = true,
+        .kv_block_bytes = (uint64_t)h->n_layer * OG_KV_BLOCK * (h->kv_lora_rank + h->d_rope) * sizeof(float),
+        .moe = moe};
+}
+
+static og_status ds2_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {
+    og_hparams hp = {0};
+    og_status st = og_hparams_read(g, lg, &hp, err, errlen);
+    if (st) return st;
+    info->moe = NULL;
+    info_of(&hp, info);
     return OG_OK;
 }
 
-og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen) {
-    *out = NULL;
-    og_gguf *g;
-    og_status st = og_gguf_open(path, 0, &g, err, errlen);
-    if (st) return st;
-    if ((st = og_model_load_gguf(g, lg, out, err, errlen))) {
-        char tmp[1024];
-        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
-        snprintf(err, errlen, "%s", tmp);
-    }
-    return st;
-}
-
-void og_model_free(og_model *m) {
-    if (!m) return;
+static void ds2_free_impl(og_model *m) {
     if (m->layers)
         for (uint32_t i = 0; i < m->hp.n_layer; i++) free(m->layers[i].kv_b_f32);
     free(m->layers);
-    og_gguf_close(m->gguf);
-    free(m);
+    m->layers = NULL;
+    free((void *)m->info.moe);
+    m->info.moe = NULL;
 }
 
-void og_kv_free(og_kv *kv) {
-    for (int i = 0; i < kv->n_blocks; i++)
-        if (kv->dev) kv->dev->ops->free(kv->dev, kv->blocks[i]);
-        else free(kv->blocks[i]);
-    free(kv->blocks);
-    memset(kv, 0, sizeof *kv);
+static og_status ds2_load(og_model *m, char *err, size_t errlen) {
+    loader l = {m, err, errlen};
+    og_status st;
+    if ((st = load_hparams(&l)) || (st = load_weights(&l))) {
+        ds2_free_impl(m);
+        return st;
+    }
+    const og_hparams *h = &m->hp;
+    og_moe_weights *moe = calloc(h->n_layer, sizeof *moe);
+    if (!moe) {
+        ds2_free_impl(m);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < h->n_layer; i++) {
+        const og_layer *L = &m->layers[i];
+        moe[i] = (og_moe_weights){L->moe, L->gate_exps, L->up_exps, L->down_exps, L->gate_sh, L->up_sh, L->down_sh, 0.0f};
+    }
+    m->info.moe = moe;
+    info_of(h, &m->info);
+    return OG_OK;
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -518,24 +523,6 @@ static void routes_of(const og_model *m, const og_run_ctx *rc, uint32_t il, int6
     if (es->layer_hits) es->layer_hits[il] += hits;
 }
 
-og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *tokens, int n_tok,
-                           float *logits, bool all_logits, char *err, size_t errlen) {
-    if (n_tok <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
-    int32_t *seq = calloc((size_t)n_tok, sizeof *seq);
-    bool *want = calloc((size_t)n_tok, sizeof *want);
-    if (!seq || !want) {
-        free(seq);
-        free(want);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    }
-    for (int i = 0; i < n_tok; i++) want[i] = all_logits || i == n_tok - 1;
-    og_batch b = {n_tok, tokens, seq, want, NULL};
-    og_status st = og_model_forward_batch(m, rc, &kv, 1, &b, logits, err, errlen);
-    free(seq);
-    free(want);
-    return st;
-}
-
 /* The legacy attn_kv_b layout (kv_b_f32, host memory): q_abs and o by the loops
  * of the original code on host copies of the chunk (the one part of the pass
  * that is not an op: old files only, the same bits as before). */
@@ -592,7 +579,7 @@ static void *dtake(dscratch *s, uint64_t bytes) {
     return r;
 }
 
-uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
+static uint64_t ds2_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
     const og_hparams *h = &m->hp;
     const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v;
     const int64_t w_kv = r_kv + h->d_rope, qw = H * h->d_qk, rq = h->q_lora_rank, E = h->n_expert;
@@ -602,38 +589,8 @@ uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
            fb * (uint64_t)(H * ATT_CHUNK * (dn + 2 * r_kv + dv)) + (uint64_t)n_out * h->n_vocab * fb + 64 * 24;
 }
 
-og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device *dev, int64_t max_tok,
-                                 int64_t max_out, char *err, size_t errlen) {
-    if (max_tok < 1 || max_out < 0)
-        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "forward scratch: %lld tokens and %lld logits rows per step",
-                       (long long)max_tok, (long long)max_out);
-    const uint64_t need = og_fwd_scratch_bytes(m, max_tok, max_out);
-    if (s->base && s->dev == dev && s->bytes >= need) return OG_OK;
-    og_fwd_scratch_free(s);
-    void *b = NULL;
-    if (dev) {
-        og_status st = dev->ops->alloc(dev, need, &b, err, errlen);
-        if (st) return st;
-    } else if (!(b = aligned_alloc(64, (size_t)((need + 63) / 64 * 64)))) {
-        char a[32];
-        return og_fail(err, errlen, OG_ERR_NOMEM, "forward scratch: no %s of host memory", og_fmt_bytes(need, a, sizeof a));
-    }
-    const uint64_t grows = s->grows;
-    *s = (og_fwd_scratch){dev, b, need, grows};
-    return OG_OK;
-}
-
-void og_fwd_scratch_free(og_fwd_scratch *s) {
-    if (s->base) {
-        if (s->dev) s->dev->ops->free(s->dev, s->base);
-        else free(s->base);
-    }
-    const uint64_t grows = s->grows;
-    *s = (og_fwd_scratch){.grows = grows};
-}
-
-og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
-                                 const og_batch *batch, float *logits, char *err, size_t errlen) {
+static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
+                                   const og_batch *batch, float *logits, char *err, size_t errlen) {
     const og_hparams *h = &m->hp;
     const int n_tok = batch->n_tok;
     const int32_t *tokens = batch->tokens;
@@ -901,3 +858,13 @@ og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv 
     }
     return OG_OK;
 }
+
+const og_arch og_arch_deepseek2 = {
+    .name = "deepseek2",
+    .describe = ds2_describe,
+    .load = ds2_load,
+    .free_impl = ds2_free_impl,
+    .role = og_ds2_tensor_role,
+    .scratch_bytes = ds2_scratch_bytes,
+    .forward_batch = ds2_forward_batch,
+};

@@ -1,12 +1,17 @@
-/* onegpu model: architecture knowledge: the table of tensor roles that the
- * planner and `onegpu gguf` read without knowing the model's internals
- * (DESIGN.md "Target models"), deepseek2's weights and forward pass, and the
- * dispatcher seam its MoE layers go through (og_dispatch_type). */
+/* onegpu model: what the engine, the planner, the expert cache, the dispatcher
+ * and the CLI know of a model (DESIGN.md "The seams"): an opaque og_model behind
+ * an architecture table (src/model/og_arch.h, internal to src/model), its
+ * og_model_info (sizes, the KV cache's size terms, each MoE layer's expert
+ * weights), the table of tensor roles that the planner and `onegpu gguf` read,
+ * the forward pass and the dispatcher seam its MoE layers go through
+ * (og_dispatch_type). Architectures: deepseek2 (src/model/deepseek2.c). */
 #ifndef OG_MODEL_H
 #define OG_MODEL_H
 
 #include "og_device.h"
 #include "og_gguf.h"
+
+typedef struct og_model og_model; /* opaque outside src/model (src/model/og_arch.h) */
 
 typedef enum og_tensor_role {
     OG_ROLE_EMBEDDINGS = 0, /* token_embd */
@@ -21,7 +26,9 @@ typedef enum og_tensor_role {
     OG_ROLE_COUNT
 } og_tensor_role;
 
-/* Role of a tensor by its GGUF name, for architecture `arch` (e.g. "deepseek2").
+/* Role of a tensor by its GGUF name, for architecture `arch` (e.g. "deepseek2"):
+ * the architecture's one tensor-name table (og_arch.role). An architecture
+ * without an entry (or NULL) reads llama.cpp's MoE names, deepseek2's table.
  * Unknown names give OG_ROLE_OTHER; never fails. */
 og_tensor_role og_model_tensor_role(const char *arch, const char *tensor_name);
 
@@ -30,6 +37,60 @@ const char *og_model_role_name(og_tensor_role role);
 
 /* Layer index from "blk.N.*", or -1 for tensors outside the layers. */
 int og_model_tensor_layer(const char *tensor_name);
+
+/* ---- the model interface (issue 13 item 1) -------------------------------- */
+
+/* One MoE layer's expert weights, as the dispatcher, the expert cache and the
+ * placement read them (never an architecture's own struct). Shapes with D =
+ * n_embd, F_e = n_ff_exp, E = n_expert, S = n_expert_shared. */
+typedef struct og_moe_weights {
+    bool moe;                                /* false: dense layer (the rest type-less) */
+    og_weight gate_exps, up_exps, down_exps; /* stacked [D -> E F_e] x 2, [F_e -> E D]: expert e = rows
+                                                [e F_e, (e+1) F_e) (down: [e D, (e+1) D)) */
+    og_weight gate_sh, up_sh, down_sh;       /* shared experts [D -> S F_e] x 2, [S F_e -> D], or type-less if none */
+    /* deepseek4: silu(min(g, c)) * clamp(u, -c, c) for routed AND shared experts
+     * (c = swiglu_clamp); 0: plain SwiGLU silu(g) * u */
+    float swiglu_clamp;
+} og_moe_weights;
+
+/* What everything outside src/model knows of a model: the planner (from a
+ * header-only GGUF), the engine, the expert cache, the dispatcher, the CLI. */
+typedef struct og_model_info {
+    const char *arch;            /* "deepseek2", "deepseek4" (static string) */
+    uint32_t n_layer, n_embd, n_vocab, n_ctx_train, n_head;
+    uint32_t n_expert, n_expert_used, n_expert_shared, n_ff_exp;
+    uint32_t n_ff;               /* dense FFN width, 0 if none */
+    uint32_t n_dense;            /* leading dense layers (deepseek4: 0) */
+    /* Per-sequence cache size, in ELEMENTS (the planner multiplies by its
+     * bytes per element): a sequence of n tokens holds
+     *   kv_elems_fixed + ceil(n * kv_elems_per_token)
+     * deepseek2: fixed 0, per token n_layer * (r_kv + d_rope) (deepseek2.md §3).
+     * deepseek4: fixed = raw windows (n_layer * 128 * 512) + compressor states,
+     *   per token = sum over compressed layers of 512 / ratio (+ 128 / ratio indexer keys). */
+    uint64_t kv_elems_fixed;
+    double kv_elems_per_token;
+    /* The cache is og_kv blocks alone (paged by OG_KV_BLOCK positions, each
+     * block independent of later positions): the engine's prefix cache may
+     * share whole blocks. false (deepseek4: ring windows, compressor state):
+     * no block sharing, the model keeps its state in og_kv.arch. */
+    bool kv_paged;
+    uint64_t kv_block_bytes;     /* bytes of one og_kv block (kv_paged), else 0 */
+    const og_moe_weights *moe;   /* [n_layer] with a loaded model; NULL from og_model_describe */
+} og_model_info;
+
+/* The model's info (valid until og_model_free). Never NULL for a loaded model
+ * (returns a pointer, cannot fail). */
+const og_model_info *og_model_get_info(const og_model *m);
+/* The GGUF the model's weights live in (tokenizer, chat template); owned by the
+ * model. Cannot fail (returns a pointer). */
+const og_gguf *og_model_gguf(const og_model *m);
+
+/* Header-only (og_gguf_open with OG_GGUF_HEADER_ONLY or a split set): the
+ * architecture's checks and bounds, info without weights (moe NULL), chosen
+ * by general.architecture through the architecture table. Errors as
+ * og_model_load's (OG_ERR_UNSUPPORTED naming an architecture without an
+ * entry). */
+og_status og_model_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen);
 
 /* ---- deepseek2 (shared/spec/deepseek2.md) ------------------------------ */
 
@@ -92,22 +153,30 @@ typedef struct og_layer {
     og_weight gate_sh, up_sh, down_sh;       /* shared experts, or type-less if none */
 } og_layer;
 
-typedef struct og_model {
-    og_hparams hp;
+struct og_arch;
+/* TRANSITIONAL (moves to src/model/og_arch.h, opaque outside src/model): the
+ * contract's fields first, then deepseek2's own. */
+struct og_model {
+    const struct og_arch *arch;
     og_gguf *gguf;                   /* owns the mapping the weights point into */
+    og_logger log;
+    og_model_info info;
+    void *impl;                      /* the architecture's weights */
+    og_hparams hp;
     og_weight tok_embd;              /* [D, n_vocab] */
     const float *out_norm;           /* [D] */
     og_weight output;                /* [D -> n_vocab] (token_embd when absent) */
     og_layer *layers;                /* [n_layer] */
-    og_logger log;
-} og_model;
+};
 
 /* The hyperparameters alone, from a GGUF opened header-only (the planner's
  * input): same checks and errors as og_model_load's, the OG_DS2_MAX_* bounds
  * included (n_vocab from token_embd's shape). */
 og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen);
 
-/* Opens a deepseek2 GGUF, reads and checks the hyperparameters and binds every
+/* Opens a GGUF and loads it with the architecture its general.architecture
+ * names (the table in src/model/model.c; OG_ERR_UNSUPPORTED naming it when none
+ * matches). deepseek2: reads and checks the hyperparameters and binds every
  * weight by name with strict shape checks. Errors name the key or tensor:
  * OG_ERR_NOT_FOUND (missing key/tensor), OG_ERR_FORMAT (inconsistent shapes or
  * values; an integer outside its OG_DS2_MAX_* bound or the §1 rules; a float key
@@ -132,8 +201,11 @@ typedef struct og_route {
     float weight;
 } og_route;
 
-/* A sequence's MLA cache: per layer and position, the normalized latent c (r_kv)
- * then the roped k_pe (d_rope) (§3). Grows in blocks of OG_KV_BLOCK positions. */
+/* Per-sequence state. deepseek2 (its MLA cache): per layer and position, the
+ * normalized latent c (r_kv) then the roped k_pe (d_rope) (§3), in blocks of
+ * OG_KV_BLOCK positions. An architecture with og_model_info.kv_paged false
+ * keeps its state behind `arch` (made on the first forward call of that
+ * sequence, freed by og_kv_free through arch_free). Zero-initialized = empty. */
 #define OG_KV_BLOCK 64
 typedef struct og_kv {
     float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope]: device addresses when dev */
@@ -141,7 +213,11 @@ typedef struct og_kv {
                           forward call), or NULL: host memory. It must outlive the cache */
     int n_blocks, cap_blocks;
     int32_t n_pos;     /* positions filled */
+    void *arch;                    /* architecture-owned state, or NULL */
+    void (*arch_free)(void *arch); /* frees arch (set by whoever set arch) */
 } og_kv;
+/* Frees the blocks (on their device) and the architecture state, and empties
+ * *kv. No status: freeing cannot fail. */
 void og_kv_free(og_kv *kv);
 
 /* Expert traffic of forward calls (the placement issue's statistics). The

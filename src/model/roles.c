@@ -1,7 +1,7 @@
 /* Tensor roles by name (deepseek2.md §2). The names are shared by llama.cpp's
  * MoE architectures, so one table serves deepseek2 and its relatives; other
  * architectures get their own rows when they are supported. */
-#include "og_model.h"
+#include "og_arch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +49,7 @@ static const struct {
     {"ffn_down.", OG_ROLE_DENSE_FFN},
 };
 
-og_tensor_role og_model_tensor_role(const char *arch, const char *name) {
-    (void)arch; /* one table for the deepseek family so far */
+og_tensor_role og_ds2_tensor_role(const char *name) {
     if (starts(name, "token_embd")) return OG_ROLE_EMBEDDINGS;
     if (starts(name, "output")) return OG_ROLE_OUTPUT; /* output.weight, output_norm.weight */
     if (og_model_tensor_layer(name) < 0) return OG_ROLE_OTHER;

@@ -1,0 +1,163 @@
+/* The model interface (og_model.h) over the architecture table (og_arch.h):
+ * loading and describing by general.architecture, freeing, the per-sequence
+ * state, the forward scratch and the calls that dispatch to the architecture. */
+#include "og_arch.h"
+#include "og_device.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Every supported architecture, looked up by general.architecture. */
+static const og_arch *const arch_table[] = {
+    &og_arch_deepseek2,
+};
+#define N_ARCH (sizeof arch_table / sizeof arch_table[0])
+
+const og_arch *og_arch_find(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < N_ARCH; i++)
+        if (!strcmp(arch_table[i]->name, name)) return arch_table[i];
+    return NULL;
+}
+
+/* The architecture g's general.architecture names. Errors: OG_ERR_UNSUPPORTED
+ * naming it (and the supported ones). */
+static og_status arch_of(const og_gguf *g, const og_arch **out, char *err, size_t errlen) {
+    char name[64] = "";
+    og_gguf_get_cstr(g, "general.architecture", name, sizeof name);
+    if ((*out = og_arch_find(name))) return OG_OK;
+    char list[256] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < N_ARCH && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", arch_table[i]->name);
+    return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "architecture '%s' is not supported (%s %s)", name, list,
+                   N_ARCH > 1 ? "are" : "is");
+}
+
+og_status og_model_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {
+    const og_arch *a;
+    og_status st = arch_of(g, &a, err, errlen);
+    if (st) return st;
+    og_logger quiet = {.level = OG_LOG_WARN};
+    memset(info, 0, sizeof *info);
+    return a->describe(g, lg ? lg : &quiet, info, err, errlen);
+}
+
+og_status og_model_load_gguf(og_gguf *g, const og_logger *lg, og_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    const og_arch *a;
+    og_status st = arch_of(g, &a, err, errlen);
+    og_model *m = st ? NULL : calloc(1, sizeof *m);
+    if (!st && !m) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    if (st) {
+        og_gguf_close(g);
+        return st;
+    }
+    m->arch = a;
+    m->gguf = g;
+    m->log = lg ? *lg : (og_logger){.level = OG_LOG_WARN};
+    if ((st = a->load(m, err, errlen))) {
+        og_gguf_close(g);
+        free(m);
+        return st;
+    }
+    *out = m;
+    return OG_OK;
+}
+
+og_status og_model_load(const char *path, const og_logger *lg, og_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    og_gguf *g;
+    og_status st = og_gguf_open(path, 0, &g, err, errlen);
+    if (st) return st;
+    if ((st = og_model_load_gguf(g, lg, out, err, errlen))) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
+        snprintf(err, errlen, "%s", tmp);
+    }
+    return st;
+}
+
+void og_model_free(og_model *m) {
+    if (!m) return;
+    m->arch->free_impl(m);
+    og_gguf_close(m->gguf);
+    free(m);
+}
+
+const og_model_info *og_model_get_info(const og_model *m) { return &m->info; }
+
+const og_gguf *og_model_gguf(const og_model *m) { return m->gguf; }
+
+void og_kv_free(og_kv *kv) {
+    for (int i = 0; i < kv->n_blocks; i++)
+        if (kv->dev) kv->dev->ops->free(kv->dev, kv->blocks[i]);
+        else free(kv->blocks[i]);
+    free(kv->blocks);
+    if (kv->arch && kv->arch_free) kv->arch_free(kv->arch);
+    memset(kv, 0, sizeof *kv);
+}
+
+og_tensor_role og_model_tensor_role(const char *arch, const char *tensor_name) {
+    const og_arch *a = og_arch_find(arch);
+    return a ? a->role(tensor_name) : og_ds2_tensor_role(tensor_name);
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
+    return m->arch->scratch_bytes(m, n_tok, n_out);
+}
+
+og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device *dev, int64_t max_tok,
+                                 int64_t max_out, char *err, size_t errlen) {
+    if (max_tok < 1 || max_out < 0)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "forward scratch: %lld tokens and %lld logits rows per step",
+                       (long long)max_tok, (long long)max_out);
+    const uint64_t need = og_fwd_scratch_bytes(m, max_tok, max_out);
+    if (s->base && s->dev == dev && s->bytes >= need) return OG_OK;
+    og_fwd_scratch_free(s);
+    void *b = NULL;
+    if (dev) {
+        og_status st = dev->ops->alloc(dev, need, &b, err, errlen);
+        if (st) return st;
+    } else if (!(b = aligned_alloc(64, (size_t)((need + 63) / 64 * 64)))) {
+        char a[32];
+        return og_fail(err, errlen, OG_ERR_NOMEM, "forward scratch: no %s of host memory", og_fmt_bytes(need, a, sizeof a));
+    }
+    const uint64_t grows = s->grows;
+    *s = (og_fwd_scratch){dev, b, need, grows};
+    return OG_OK;
+}
+
+void og_fwd_scratch_free(og_fwd_scratch *s) {
+    if (s->base) {
+        if (s->dev) s->dev->ops->free(s->dev, s->base);
+        else free(s->base);
+    }
+    const uint64_t grows = s->grows;
+    *s = (og_fwd_scratch){.grows = grows};
+}
+
+og_status og_model_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
+                                 const og_batch *batch, float *logits, char *err, size_t errlen) {
+    return m->arch->forward_batch(m, rc, kvs, n_seq, batch, logits, err, errlen);
+}
+
+og_status og_model_forward(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *tokens, int n_tok,
+                           float *logits, bool all_logits, char *err, size_t errlen) {
+    if (n_tok <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
+    int32_t *seq = calloc((size_t)n_tok, sizeof *seq);
+    bool *want = calloc((size_t)n_tok, sizeof *want);
+    if (!seq || !want) {
+        free(seq);
+        free(want);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < n_tok; i++) want[i] = all_logits || i == n_tok - 1;
+    og_batch b = {n_tok, tokens, seq, want, NULL};
+    og_status st = og_model_forward_batch(m, rc, &kv, 1, &b, logits, err, errlen);
+    free(seq);
+    free(want);
+    return st;
+}

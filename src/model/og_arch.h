@@ -1,0 +1,42 @@
+/* The architecture table (internal to src/model; DESIGN.md "The seams"): one
+ * og_arch per supported general.architecture, with its functions and its ONE
+ * tensor-name table (used by its loader, its model writer and
+ * og_model_tensor_role). src/model/model.c looks an architecture up by name in
+ * a const table of og_arch pointers and dispatches og_model_load,
+ * og_model_describe, og_model_forward_batch, og_fwd_scratch_bytes and
+ * og_model_tensor_role through it. Adding an architecture: its file defines a
+ * const og_arch og_arch_NAME and model.c's table gets one line. */
+#ifndef OG_ARCH_H
+#define OG_ARCH_H
+
+#include "og_model.h"
+
+/* One architecture. Every function gets a model made by its own load. */
+typedef struct og_arch {
+    const char *name; /* general.architecture */
+    /* og_model_describe for this architecture (info->moe NULL). */
+    og_status (*describe)(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen);
+    /* m->gguf and m->log set; binds the weights into m->impl and fills m->info
+     * (moe included). On error frees what it made (m->impl NULL). */
+    og_status (*load)(og_model *m, char *err, size_t errlen);
+    void (*free_impl)(og_model *m);
+    /* Role of a tensor by name: the architecture's name table. Never fails. */
+    og_tensor_role (*role)(const char *tensor_name);
+    /* og_fwd_scratch_bytes: bytes of one forward call's activations. */
+    uint64_t (*scratch_bytes)(const og_model *m, int64_t n_tok, int64_t n_out);
+    /* og_model_forward_batch (the caller has checked nothing). */
+    og_status (*forward_batch)(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
+                               const og_batch *batch, float *logits, char *err, size_t errlen);
+} og_arch;
+
+extern const og_arch og_arch_deepseek2; /* const tables: not mutable state */
+extern const og_arch og_arch_deepseek4; /* branch ds4fwd adds it to model.c's table */
+
+/* The entry for general.architecture `name`, or NULL. */
+const og_arch *og_arch_find(const char *name);
+
+/* deepseek2's tensor-name table (roles.c): also the fallback of
+ * og_model_tensor_role for an architecture without an entry. */
+og_tensor_role og_ds2_tensor_role(const char *tensor_name);
+
+#endif

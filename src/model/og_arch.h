@@ -27,6 +27,8 @@ typedef struct og_arch {
     /* og_model_forward_batch (the caller has checked nothing). */
     og_status (*forward_batch)(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
                                const og_batch *batch, float *logits, char *err, size_t errlen);
+    /* og_model_set_option, or NULL: the architecture has no options. */
+    og_status (*set_option)(og_model *m, const char *name, const char *value, char *err, size_t errlen);
 } og_arch;
 
 extern const og_arch og_arch_deepseek2; /* const tables: not mutable state */

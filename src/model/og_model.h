@@ -81,6 +81,13 @@ typedef struct og_model_info {
 /* The model's info (valid until og_model_free). Never NULL for a loaded model
  * (returns a pointer, cannot fail). */
 const og_model_info *og_model_get_info(const og_model *m);
+/* Sets a run option of the model's architecture (not from the file), before
+ * the first forward call. deepseek4: "qat" = "on" (default: the FP8 rounding of
+ * the raw and compressed KV, Hadamard + FP4 of the indexer's queries and keys,
+ * as V4 was trained and ds4 runs it) or "off" (no rounding, as llama.cpp
+ * v0.4.0's graph computes). Errors: OG_ERR_INVALID_ARG naming an option or
+ * value the architecture does not have (deepseek2 has none). */
+og_status og_model_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen);
 /* The GGUF the model's weights live in (tokenizer, chat template); owned by the
  * model. Cannot fail (returns a pointer). */
 const og_gguf *og_model_gguf(const og_model *m);

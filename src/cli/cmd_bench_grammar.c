@@ -124,7 +124,7 @@ static int tool_grammar(const og_model *m, const og_tokenizer *tok, const char *
     }
     og_tool_layout lay;
     char err[512] = "this model's chat template has no tool-call layout";
-    og_status st = names && params ? og_outparse_call_layout(tok, og_chat_kind_of(m->gguf), false, &lay)
+    og_status st = names && params ? og_outparse_call_layout(tok, og_chat_kind_of(og_model_gguf(m)), false, &lay)
                                    : OG_ERR_NOMEM;
     if (!st) st = og_grammar_tool_calls(&lay, names, params, (int)n, 0, out, err, sizeof err);
     free(names);
@@ -203,7 +203,7 @@ int og_cmd_bench_grammar(int argc, char **argv) {
     og_pool *pool = NULL;
     og_placement *pl = NULL;
     int rc = OG_EXIT_OK;
-    if (og_model_load(model_path, NULL, &m, err, sizeof err) || og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
+    if (og_model_load(model_path, NULL, &m, err, sizeof err) || og_tokenizer_load(og_model_gguf(m), &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu bench grammar: %s: %s\n", model_path, err);
         rc = OG_EXIT_BAD_INPUT;
         goto out;

@@ -2,7 +2,7 @@
  * demo (real weights cannot be downloaded where onegpu is developed). */
 #include "cli.h"
 #include "hf_tokenizer.h"
-#include "synth.h"
+#include "og_model_write.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -144,8 +144,8 @@ int og_cmd_make_model(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1)
         if (c == O_PRESET) preset = optarg;
     opterr = 1;
-    og_synth_config cfg;
-    if (og_synth_preset(preset, &cfg) != OG_OK) {
+    og_ds2_synth_config cfg;
+    if (og_ds2_synth_preset(preset, &cfg) != OG_OK) {
         fprintf(stderr, "onegpu make-model: unknown preset '%s' (tiny, demo, v3-671b)\n", preset);
         return OG_EXIT_USAGE;
     }
@@ -207,10 +207,10 @@ int og_cmd_make_model(int argc, char **argv) {
                 return OG_EXIT_USAGE;
             }
             if (c == O_TYPE) {
-                for (int r = 0; r < SYN_T_COUNT; r++) cfg.types[r] = t;
+                for (int r = 0; r < OG_DS2_SYN_COUNT; r++) cfg.types[r] = t;
             } else {
-                ty = &cfg.types[c == O_TEMBD ? SYN_T_EMBD : c == O_TOUT ? SYN_T_OUTPUT : c == O_TATTN ? SYN_T_ATTN
-                                 : c == O_TDENSE ? SYN_T_DENSE : c == O_TROUTED ? SYN_T_ROUTED : SYN_T_SHARED];
+                ty = &cfg.types[c == O_TEMBD ? OG_DS2_SYN_EMBD : c == O_TOUT ? OG_DS2_SYN_OUTPUT : c == O_TATTN ? OG_DS2_SYN_ATTN
+                                 : c == O_TDENSE ? OG_DS2_SYN_DENSE : c == O_TROUTED ? OG_DS2_SYN_ROUTED : OG_DS2_SYN_SHARED];
                 *ty = t;
             }
             break;
@@ -248,7 +248,7 @@ int og_cmd_make_model(int argc, char **argv) {
         }
     }
     char err[1024];
-    if (og_synth_validate(&cfg, err, sizeof err)) {
+    if (og_ds2_synth_validate(&cfg, err, sizeof err)) {
         fprintf(stderr, "onegpu make-model: %s\n", err);
         return OG_EXIT_USAGE;
     }
@@ -271,7 +271,7 @@ int og_cmd_make_model(int argc, char **argv) {
         have_vocab = true;
     }
     og_logger lg = {.level = OG_LOG_INFO, .out = stderr};
-    og_status st = og_synth_write(&cfg, have_vocab ? &vocab : NULL, out_path, sparse, &lg, err, sizeof err);
+    og_status st = og_ds2_synth_write(&cfg, have_vocab ? &vocab : NULL, out_path, sparse, &lg, err, sizeof err);
     if (have_vocab) og_hf_vocab_free(&vocab);
     if (st) {
         fprintf(stderr, "onegpu make-model: %s\n", err);

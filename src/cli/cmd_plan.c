@@ -138,8 +138,8 @@ int og_cmd_plan(int argc, char **argv) {
         return OG_EXIT_BAD_INPUT;
     }
     uint64_t *counts = NULL;
-    og_hparams hp;
-    if (og_hparams_read(g, NULL, &hp, err, sizeof err)) {
+    og_model_info hp;
+    if (og_model_describe(g, NULL, &hp, err, sizeof err)) {
         fprintf(stderr, "onegpu plan: %s\n", err);
         og_gguf_close(g);
         return OG_EXIT_BAD_INPUT;

@@ -174,7 +174,7 @@ int og_cmd_run(int argc, char **argv) {
     char err[1024];
     /* placement: planned from the header before anything is loaded */
     const bool ctx_given = fl.ctx != 0;
-    og_hparams hph;
+    og_model_info hph;
     og_plan plan;
     uint64_t *profile;
     if ((rc = og_cli_plan_flags("onegpu run", model_path, &fl, 1, 512, &hph, &plan, &profile))) {
@@ -190,6 +190,7 @@ int og_cmd_run(int argc, char **argv) {
         free(teacher);
         return OG_EXIT_BAD_INPUT;
     }
+    const og_model_info *mi = og_model_get_info(m);
     og_tokenizer *tok = NULL;
     og_pool *pool = NULL;
     og_engine *eng = NULL;
@@ -199,11 +200,11 @@ int og_cmd_run(int argc, char **argv) {
     og_placement *pl = NULL;
     json_t *jt = json_array(), *jl = json_array();
     const int steps = teacher ? n_teacher : n_predict;
-    run_steps rs = {.n_layer = m->hp.n_layer, .n_dense = m->hp.n_dense, .n_expert = m->hp.n_expert,
-                    .k = m->hp.n_expert_used};
-    if (save_trace && m->hp.n_expert > 65536) {
+    run_steps rs = {.n_layer = mi->n_layer, .n_dense = mi->n_dense, .n_expert = mi->n_expert,
+                    .k = mi->n_expert_used};
+    if (save_trace && mi->n_expert > 65536) {
         fprintf(stderr, "onegpu run: --save-trace holds expert ids below 65536; this model has %u experts\n",
-                m->hp.n_expert);
+                mi->n_expert);
         rc = OG_EXIT_USAGE;
         goto out;
     }
@@ -212,14 +213,14 @@ int og_cmd_run(int argc, char **argv) {
     og_kernels kern;
     og_kernels_init(isa, &kern);
     if ((rc = og_cli_placement_create("onegpu run", m, &fl, &plan, profile, save_trace != NULL, &kern, &pl))) goto out;
-    if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
+    if (og_tokenizer_load(og_model_gguf(m), &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu run: %s: %s\n", model_path, err);
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
     if ((rc = og_cli_numa_pool("onegpu run", &numa, m, (int)fl.threads, &pool))) goto out;
     if (chat) {
-        og_chat_kind kind = og_chat_kind_of(m->gguf);
+        og_chat_kind kind = og_chat_kind_of(og_model_gguf(m));
         og_chat_msg msg = {.role = "user", .content = prompt};
         if (og_chat_format(kind, &msg, 1, true, &text, err, sizeof err)) {
             fprintf(stderr, "onegpu run: --chat: %s\n", err);
@@ -233,9 +234,9 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    if (ids.n + (size_t)steps > m->hp.n_ctx_train) {
+    if (ids.n + (size_t)steps > mi->n_ctx_train) {
         fprintf(stderr, "onegpu run: %zu prompt + %d new tokens exceed the context of %u\n", ids.n, steps,
-                m->hp.n_ctx_train);
+                mi->n_ctx_train);
         rc = OG_EXIT_USAGE;
         goto out;
     }
@@ -245,15 +246,15 @@ int og_cmd_run(int argc, char **argv) {
         goto out;
     }
     for (int i = 0; i < n_teacher; i++)
-        if (teacher[i] < 0 || (uint32_t)teacher[i] >= m->hp.n_vocab) {
+        if (teacher[i] < 0 || (uint32_t)teacher[i] >= mi->n_vocab) {
             fprintf(stderr, "onegpu run: --teacher id %d is outside the vocabulary\n", teacher[i]);
             rc = OG_EXIT_USAGE;
             goto out;
         }
     if (save_trace && og_placement_counts(pl)) {
         rs.cap = (uint32_t)steps + 1;
-        rs.snap = calloc((size_t)m->hp.n_layer * m->hp.n_expert + 1, sizeof *rs.snap);
-        rs.tsel = malloc(((size_t)rs.cap * (m->hp.n_layer - m->hp.n_dense) * rs.k + 1) * sizeof *rs.tsel);
+        rs.snap = calloc((size_t)mi->n_layer * mi->n_expert + 1, sizeof *rs.snap);
+        rs.tsel = malloc(((size_t)rs.cap * (mi->n_layer - mi->n_dense) * rs.k + 1) * sizeof *rs.tsel);
         if (!rs.snap || !rs.tsel) {
             fprintf(stderr, "onegpu run: out of memory\n");
             rc = OG_EXIT_USAGE;
@@ -266,7 +267,7 @@ int og_cmd_run(int argc, char **argv) {
                              .rc = {.kern = &kern, .pool = pool, .device_numerics = OG_NUMERICS_CANONICAL,
                                     .host_numerics = fl.numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
                              .placement = pl, .on_step = on_step, .on_step_arg = &rs, .parallel = 1,
-                             .batch_tokens = (int)ids.n, .ctx = (int)m->hp.n_ctx_train, .queue = 0};
+                             .batch_tokens = (int)ids.n, .ctx = (int)mi->n_ctx_train, .queue = 0, .log = &lg};
     if (teacher) sp.temperature = 0;
     og_seq_params qp = {.sampling = sp, .max_tokens = steps, .n_top = n_top > 0 ? n_top : 1 /* the argmax */,
                         .logprobs = true, .forced = teacher, .n_forced = n_teacher, .report_eog = true};
@@ -315,10 +316,10 @@ int og_cmd_run(int argc, char **argv) {
         json_t *pt = json_array();
         for (size_t i = 0; i < ids.n; i++) json_array_append_new(pt, json_integer(ids.v[i]));
         json_t *ob = json_pack("{s:o, s:O, s:O}", "prompt_tokens", pt, "tokens", jt, "logprobs", jl);
-        uint64_t *lr = ps.device ? calloc(m->hp.n_layer, sizeof *lr) : NULL, *lh = lr ? calloc(m->hp.n_layer, sizeof *lh) : NULL;
-        if (lh && !og_placement_layer_hits(pl, lr, lh, m->hp.n_layer)) { /* what the server exports */
+        uint64_t *lr = ps.device ? calloc(mi->n_layer, sizeof *lr) : NULL, *lh = lr ? calloc(mi->n_layer, sizeof *lh) : NULL;
+        if (lh && !og_placement_layer_hits(pl, lr, lh, mi->n_layer)) { /* what the server exports */
             json_t *per = json_array();
-            for (uint32_t l = m->hp.n_dense; l < m->hp.n_layer; l++)
+            for (uint32_t l = mi->n_dense; l < mi->n_layer; l++)
                 json_array_append_new(per, json_real(lr[l] ? (double)lh[l] / (double)lr[l] : 0.0));
             json_object_set_new(ob, "placement",
                                 json_pack("{s:I, s:I, s:f, s:o, s:I, s:I, s:I}", "selections", (json_int_t)ps.selections,
@@ -350,8 +351,8 @@ int og_cmd_run(int argc, char **argv) {
                     (unsigned long long)ps.migrations, og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb));
     }
     if (!rc && save_trace) {
-        const uint32_t n_moe = m->hp.n_layer - m->hp.n_dense;
-        og_trace tr = {n_moe, m->hp.n_expert, rs.k, rs.t_steps, 1, rs.tsel};
+        const uint32_t n_moe = mi->n_layer - mi->n_dense;
+        og_trace tr = {n_moe, mi->n_expert, rs.k, rs.t_steps, 1, rs.tsel};
         if (!rs.tsel || !rs.t_steps || !n_moe) {
             fprintf(stderr, "onegpu run: --save-trace: no decode steps through MoE layers to record\n");
             rc = OG_EXIT_USAGE;

@@ -231,7 +231,7 @@ int og_cmd_serve(int argc, char **argv) {
     if (og_cli_numa_choose("onegpu serve", fl.numa_node, &numa)) return OG_EXIT_USAGE;
     char err[1024];
     /* the model's context bounds --ctx, and the plan comes before loading: from the header only */
-    og_hparams hph;
+    og_model_info hph;
     og_plan plan;
     uint64_t *profile;
     frc = og_cli_plan_flags("onegpu serve", model_path, &fl, parallel, batch_tokens, &hph, &plan, &profile);
@@ -293,7 +293,8 @@ int og_cmd_serve(int argc, char **argv) {
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
-    if (og_tokenizer_load(m->gguf, &tok, err, sizeof err)) {
+    const og_model_info *mi = og_model_get_info(m);
+    if (og_tokenizer_load(og_model_gguf(m), &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s: %s\n", model_path, err);
         rc = OG_EXIT_BAD_INPUT;
         goto out;
@@ -306,14 +307,15 @@ int og_cmd_serve(int argc, char **argv) {
                              .rc = {.kern = &kern, .pool = pool, .device_numerics = OG_NUMERICS_CANONICAL,
                                     .host_numerics = fl.numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
                              .placement = pl, .parallel = (int)parallel, .batch_tokens = (int)batch_tokens,
-                             .ctx = (int)ctx, .queue = (int)queue, .no_prefix_cache = !prefix_cache};
+                             .ctx = (int)ctx, .queue = (int)queue, .no_prefix_cache = !prefix_cache,
+                             .log = &lg};
     if (og_engine_create(&ecfg, &eng, err, sizeof err) || og_engine_start(eng, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s\n", err);
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    og_api_model mdl = {.tok = tok, .chat = chat_kind ? chat_kind : og_chat_kind_of(m->gguf),
-                        .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = m->hp.n_layer,
+    og_api_model mdl = {.tok = tok, .chat = chat_kind ? chat_kind : og_chat_kind_of(og_model_gguf(m)),
+                        .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = mi->n_layer,
                         .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens, .reasoning = reasoning};
     og_server_set_engine(srv, eng, &mdl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",

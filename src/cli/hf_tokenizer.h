@@ -4,23 +4,13 @@
 #ifndef OG_HF_TOKENIZER_H
 #define OG_HF_TOKENIZER_H
 
-#include "og_gguf.h"
+#include "og_model_write.h"
 
 /* llama.cpp token types (tokenizer.ggml.token_type). */
 enum { OG_TOKEN_NORMAL = 1, OG_TOKEN_UNKNOWN = 2, OG_TOKEN_CONTROL = 3,
        OG_TOKEN_USER_DEFINED = 4, OG_TOKEN_UNUSED = 5, OG_TOKEN_BYTE = 6 };
 
-typedef struct og_hf_vocab {
-    uint32_t n_vocab;       /* after padding */
-    og_str *tokens;         /* [n_vocab] token text (byte-level encoded for NORMAL) */
-    int32_t *types;         /* [n_vocab] OG_TOKEN_* */
-    uint64_t n_merges;
-    og_str *merges;         /* [n_merges] "left right" */
-    og_str chat_template;   /* empty if none */
-    uint32_t bos_id, eos_id, pad_id;
-    bool add_bos, add_eos;
-    void *priv;             /* parsed JSON and owned strings */
-} og_hf_vocab;
+typedef og_model_vocab og_hf_vocab; /* the model writers' vocabulary (og_model_write.h) */
 
 /* dir holds tokenizer.json and tokenizer_config.json. pad_to: pad the vocabulary
  * with "[PAD<id>]" UNUSED tokens up to this many ids (0 = no padding), as the

@@ -99,8 +99,9 @@ int og_cli_numa_pool(const char *cmd, const og_cli_numa *nu, const og_model *m, 
     if (st) snprintf(err, sizeof err, "%s", mem);
     uint64_t bytes = 0;
     int ranges = 0;
-    for (uint32_t l = 0; !st && l < m->hp.n_layer; l++) {
-        const og_layer *L = &m->layers[l];
+    const og_model_info *mi = og_model_get_info(m);
+    for (uint32_t l = 0; !st && l < mi->n_layer; l++) {
+        const og_moe_weights *L = &mi->moe[l];
         const og_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         for (int k = 0; L->moe && k < 3 && !st; k++) {
             size_t n = (size_t)w[k]->n_rows * w[k]->row_bytes;
@@ -121,7 +122,7 @@ int og_cli_numa_pool(const char *cmd, const og_cli_numa *nu, const og_model *m, 
     return OG_EXIT_OK;
 }
 
-int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_hparams *hp, og_plan_input *pin, bool have_ram,
+int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_model_info *hp, og_plan_input *pin, bool have_ram,
                         const char *profile_path, og_plan *plan, uint64_t **profile) {
     char err[1024];
     *profile = NULL;
@@ -279,13 +280,13 @@ int og_cli_device_choose(const char *cmd, og_cli_flags *f) {
 }
 
 int og_cli_plan_flags(const char *cmd, const char *model_path, og_cli_flags *f, uint32_t parallel,
-                      uint32_t batch_tokens, og_hparams *hp, og_plan *plan, uint64_t **profile) {
+                      uint32_t batch_tokens, og_model_info *hp, og_plan *plan, uint64_t **profile) {
     char err[1024];
     memset(plan, 0, sizeof *plan);
     *profile = NULL;
     og_gguf *hg;
     if (og_gguf_open(model_path, OG_GGUF_HEADER_ONLY, &hg, err, sizeof err) ||
-        (og_hparams_read(hg, NULL, hp, err, sizeof err) && (og_gguf_close(hg), 1))) {
+        (og_model_describe(hg, NULL, hp, err, sizeof err) && (og_gguf_close(hg), 1))) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         return OG_EXIT_BAD_INPUT;
     }

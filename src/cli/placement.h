@@ -70,9 +70,9 @@ int og_cli_flags_check(const char *cmd, const og_cli_flags *f);
  * given; refused outside 2..n_ctx_train) and, with --vram, plans for parallel
  * sequences and batch_tokens (og_cli_plan_prepare) into *plan and *profile (the
  * caller frees both; zero / NULL without --vram). *hp gets the header's
- * hyper-parameters. Returns 0 or an exit status after printing why. */
+ * model info (og_model_describe). Returns 0 or an exit status after printing why. */
 int og_cli_plan_flags(const char *cmd, const char *model_path, og_cli_flags *f, uint32_t parallel,
-                      uint32_t batch_tokens, og_hparams *hp, og_plan *plan, uint64_t **profile);
+                      uint32_t batch_tokens, og_model_info *hp, og_plan *plan, uint64_t **profile);
 
 /* --device (f->device): with a GPU (auto or cuda) creates the cuda device into
  * f->gpu and, without --vram, sets the plan's device memory to its free memory

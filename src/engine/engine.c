@@ -189,7 +189,7 @@ static void placement_metrics(og_engine *e) {
     e->met.pcie_bytes = ps.pcie_bytes;
     e->met.resident_experts = ps.resident_experts;
     e->in_flight = ps.in_flight;
-    og_placement_layer_hits(e->cfg.placement, e->layer_routes, e->layer_hits, e->cfg.model->hp.n_layer);
+    og_placement_layer_hits(e->cfg.placement, e->layer_routes, e->layer_hits, og_model_get_info(e->cfg.model)->n_layer);
 }
 
 og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *err, size_t errlen) {
@@ -201,15 +201,16 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     if (cfg->batch_tokens < cfg->parallel || cfg->batch_tokens > (1 << 20))
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "batch-tokens must be at least parallel (%d) and at most %d (got %d)",
                        cfg->parallel, 1 << 20, cfg->batch_tokens);
-    if (cfg->ctx < 2 || (uint64_t)cfg->ctx > cfg->model->hp.n_ctx_train)
+    const og_model_info *mi = og_model_get_info(cfg->model);
+    if (cfg->ctx < 2 || (uint64_t)cfg->ctx > mi->n_ctx_train)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "ctx must be in 2..%u, the model's context (got %d)",
-                       cfg->model->hp.n_ctx_train, cfg->ctx);
+                       mi->n_ctx_train, cfg->ctx);
     if (cfg->queue < 0 || cfg->queue > 1000000)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "queue must be in 0..1000000 (got %d)", cfg->queue);
     og_engine *e = calloc(1, sizeof *e);
     if (!e) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     e->cfg = *cfg;
-    e->n_vocab = (int32_t)cfg->model->hp.n_vocab;
+    e->n_vocab = (int32_t)mi->n_vocab;
     size_t nb = (size_t)cfg->batch_tokens + (size_t)cfg->parallel;
     e->queue = calloc((size_t)cfg->queue + (size_t)cfg->parallel + 1, sizeof *e->queue); /* not yet admitted ones too */
     e->running = calloc((size_t)cfg->parallel, sizeof *e->running);
@@ -228,7 +229,12 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     pthread_cond_init(&e->cv_out, &ca);
     pthread_condattr_destroy(&ca);
     e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
-    if (!cfg->no_prefix_cache) {
+    /* blocks are shared only where the model's whole per-sequence state is its
+     * paged blocks (og_model_info.kv_paged) */
+    if (!cfg->no_prefix_cache && !mi->kv_paged)
+        og_log(cfg->log, OG_LOG_INFO, "prefix cache off: %s keeps per-sequence state outside the paged KV blocks",
+               mi->arch);
+    if (!cfg->no_prefix_cache && mi->kv_paged) {
         const int cap = (int)e->met.kv_blocks_total;
         for (e->pc_nbucket = 16; e->pc_nbucket < 2 * cap; e->pc_nbucket *= 2) {}
         e->pc = calloc((size_t)cap, sizeof *e->pc);
@@ -245,8 +251,8 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     og_placement_get_stats(cfg->placement, &ps);
     e->met.placement = ps.device;
     if (e->met.placement) {
-        e->layer_routes = calloc(cfg->model->hp.n_layer, sizeof *e->layer_routes);
-        e->layer_hits = calloc(cfg->model->hp.n_layer, sizeof *e->layer_hits);
+        e->layer_routes = calloc(mi->n_layer, sizeof *e->layer_routes);
+        e->layer_hits = calloc(mi->n_layer, sizeof *e->layer_hits);
         if (!e->layer_routes || !e->layer_hits) {
             og_engine_free(e);
             return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
@@ -1068,7 +1074,7 @@ void og_engine_free(og_engine *e) {
 
 og_status og_engine_layer_hits(og_engine *e, uint64_t *routes, uint64_t *hits, uint32_t n_layer) {
     if (!e->layer_routes) return OG_ERR_STATE;
-    uint32_t n = n_layer < e->cfg.model->hp.n_layer ? n_layer : e->cfg.model->hp.n_layer;
+    uint32_t n = n_layer < og_model_get_info(e->cfg.model)->n_layer ? n_layer : og_model_get_info(e->cfg.model)->n_layer;
     pthread_mutex_lock(&e->mu);
     memcpy(routes, e->layer_routes, n * sizeof *routes);
     memcpy(hits, e->layer_hits, n * sizeof *hits);

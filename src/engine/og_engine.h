@@ -66,7 +66,10 @@ typedef struct og_engine_config {
                                      one token: the last prompt position's logits are needed). Its last,
                                      partial block is its own. Unreferenced blocks stay cached, least
                                      recently used evicted first, while the cache and the sequences' own
-                                     blocks together stay within kv_blocks_total (parallel x ctx). */
+                                     blocks together stay within kv_blocks_total (parallel x ctx).
+                                     Off whatever this says for a model whose og_model_info.kv_paged is
+                                     false (its state is not the blocks alone): logged once at create. */
+    const og_logger *log;         /* not owned, outlives the engine; NULL: warnings to stderr */
 } og_engine_config;
 
 /* Why a sequence ended (the API's finish_reason). */

@@ -3,7 +3,7 @@
  * The experts of a layer go to the run context's dispatcher (og_dispatch_type)
  * with the (token, expert, weight) list: the seam where placement splits the
  * work between device and host (src/moe/dispatch.c). */
-#include "og_arch.h"
+#include "deepseek2.h"
 #include "og_device.h"
 
 #include <math.h>
@@ -13,7 +13,9 @@
 /* ---- loading ------------------------------------------------------------- */
 
 typedef struct loader {
-    og_model *m;
+    const og_gguf *g;
+    const og_logger *log;
+    og_ds2 *d;
     char *err;
     size_t errlen;
 } loader;
@@ -21,7 +23,7 @@ typedef struct loader {
 static og_status key_u32(loader *l, const char *key, uint32_t *out, bool required, uint32_t dflt) {
     char full[128];
     snprintf(full, sizeof full, "deepseek2.%s", key);
-    og_status st = og_gguf_get_u32(l->m->gguf, full, out);
+    og_status st = og_gguf_get_u32(l->g, full, out);
     if (st == OG_ERR_NOT_FOUND && !required) {
         *out = dflt;
         return OG_OK;
@@ -34,7 +36,7 @@ static og_status key_u32(loader *l, const char *key, uint32_t *out, bool require
 static og_status key_f32(loader *l, const char *key, float *out, float dflt) {
     char full[128];
     snprintf(full, sizeof full, "deepseek2.%s", key);
-    og_status st = og_gguf_get_f32(l->m->gguf, full, out);
+    og_status st = og_gguf_get_f32(l->g, full, out);
     if (st == OG_ERR_NOT_FOUND) {
         *out = dflt;
         return OG_OK;
@@ -45,7 +47,7 @@ static og_status key_f32(loader *l, const char *key, float *out, float dflt) {
 /* Binds tensor `name` as a weight with rows of K elements: expects shape
  * [K, rows] or [K, rows_a, rows_b] with rows = rows_a * rows_b (3-D stacks). */
 static og_status bind(loader *l, const char *name, uint64_t K, uint64_t rows, og_weight *w, bool required) {
-    const og_gguf_tensor *t = og_gguf_find_tensor(l->m->gguf, name);
+    const og_gguf_tensor *t = og_gguf_find_tensor(l->g, name);
     memset(w, 0, sizeof *w);
     if (!t) return required ? og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
     if (!t->data) return og_fail(l->err, l->errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", name);
@@ -66,7 +68,7 @@ static og_status bind(loader *l, const char *name, uint64_t K, uint64_t rows, og
 
 /* 1-D F32 tensor of n elements. */
 static og_status bind_vec(loader *l, const char *name, uint64_t n, const float **out, bool required) {
-    const og_gguf_tensor *t = og_gguf_find_tensor(l->m->gguf, name);
+    const og_gguf_tensor *t = og_gguf_find_tensor(l->g, name);
     *out = NULL;
     if (!t) return required ? og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
     if (!t->data) return og_fail(l->err, l->errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", name);
@@ -95,7 +97,7 @@ static og_status bound_f32(loader *l, const char *key, float v, float lo, bool l
 /* The integer hyperparameters against OG_DS2_MAX_* and each other (§1), before
  * anything is sized by them. */
 static og_status bound_hparams(loader *l) {
-    const og_hparams *h = &l->m->hp;
+    const og_hparams *h = &l->d->hp;
     TRY(bound_u32(l, "block_count", h->n_layer, 1, OG_DS2_MAX_LAYER));
     TRY(bound_u32(l, "embedding_length", h->n_embd, 1, OG_DS2_MAX_EMBD));
     TRY(bound_u32(l, "context_length", h->n_ctx_train, 1, OG_DS2_MAX_CTX));
@@ -142,9 +144,9 @@ static og_status bound_hparams(loader *l) {
 }
 
 static og_status load_hparams(loader *l) {
-    og_hparams *h = &l->m->hp;
+    og_hparams *h = &l->d->hp;
     char arch[32] = "";
-    og_gguf_get_cstr(l->m->gguf, "general.architecture", arch, sizeof arch);
+    og_gguf_get_cstr(l->g, "general.architecture", arch, sizeof arch);
     if (strcmp(arch, "deepseek2"))
         return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "architecture '%s' is not supported (deepseek2 is)", arch);
     TRY(key_u32(l, "block_count", &h->n_layer, true, 0));
@@ -172,7 +174,7 @@ static og_status load_hparams(loader *l) {
     uint32_t g = 0, gu = 0;
     char gk[64];
     snprintf(gk, sizeof gk, "deepseek2.expert_group_count");
-    bool have_groups = og_gguf_find_kv(l->m->gguf, gk) != NULL;
+    bool have_groups = og_gguf_find_kv(l->g, gk) != NULL;
     TRY(key_u32(l, "expert_group_count", &g, false, 1));
     TRY(key_u32(l, "expert_group_used_count", &gu, false, 1));
     h->n_group = g > 1 ? g : 1;
@@ -180,14 +182,14 @@ static og_status load_hparams(loader *l) {
     TRY(bound_hparams(l));
     h->d_nope = h->d_qk - h->d_rope;
     if (!have_groups && h->n_expert)
-        og_log(&l->m->log, OG_LOG_INFO, "no expert_group_count key: routing without group limits, as llama.cpp does for such files");
+        og_log(l->log, OG_LOG_INFO, "no expert_group_count key: routing without group limits, as llama.cpp does for such files");
     else if (h->n_group > 1)
-        og_log(&l->m->log, OG_LOG_INFO, "routing: %u groups, keep %u, group score = sum of its top 2 (llama.cpp's rule)",
+        og_log(l->log, OG_LOG_INFO, "routing: %u groups, keep %u, group score = sum of its top 2 (llama.cpp's rule)",
                h->n_group, h->n_group_used);
     TRY(key_f32(l, "expert_weights_scale", &h->expert_scale, 1.0f));
     if (h->expert_scale == 0.0f) h->expert_scale = 1.0f;
     bool norm = false;
-    h->expert_norm = og_gguf_get_bool(l->m->gguf, "deepseek2.expert_weights_norm", &norm) == OG_OK && norm;
+    h->expert_norm = og_gguf_get_bool(l->g, "deepseek2.expert_weights_norm", &norm) == OG_OK && norm;
     TRY(bound_f32(l, "expert_weights_scale", h->expert_scale, 0.0f, true, 1e4f));
     TRY(key_f32(l, "attention.layer_norm_rms_epsilon", &h->rms_eps, 1e-6f));
     TRY(bound_f32(l, "attention.layer_norm_rms_epsilon", h->rms_eps, 0.0f, true, 1.0f));
@@ -195,12 +197,12 @@ static og_status load_hparams(loader *l) {
     float base, factor = 1.0f, log_mul = 0.0f;
     TRY(key_f32(l, "rope.freq_base", &base, 10000.0f));
     char stype[16] = "none";
-    og_gguf_get_cstr(l->m->gguf, "deepseek2.rope.scaling.type", stype, sizeof stype);
+    og_gguf_get_cstr(l->g, "deepseek2.rope.scaling.type", stype, sizeof stype);
     TRY(key_f32(l, "rope.scaling.factor", &factor, 1.0f));
     uint32_t orig;
     TRY(key_u32(l, "rope.scaling.original_context_length", &orig, false, h->n_ctx_train));
     bool yarn = !strcmp(stype, "yarn") && factor > 1.0f;
-    bool have_log_mul = og_gguf_find_kv(l->m->gguf, "deepseek2.rope.scaling.yarn_log_multiplier") != NULL;
+    bool have_log_mul = og_gguf_find_kv(l->g, "deepseek2.rope.scaling.yarn_log_multiplier") != NULL;
     TRY(key_f32(l, "rope.scaling.yarn_log_multiplier", &log_mul, 0.0f));
     float bf = 32.0f, bs = 1.0f;
     TRY(key_f32(l, "rope.scaling.yarn_beta_fast", &bf, 32.0f));
@@ -223,7 +225,7 @@ static og_status load_hparams(loader *l) {
         if (have_log_mul) {
             mscale = 1.0f + log_mul * logf(factor); /* m = 1 + 0.1 mscale_all_dim ln s */
         } else {
-            og_log(&l->m->log, OG_LOG_WARN, "YaRN without yarn_log_multiplier: generic YaRN magnitude (suspicious file)");
+            og_log(l->log, OG_LOG_WARN, "YaRN without yarn_log_multiplier: generic YaRN magnitude (suspicious file)");
             h->rope.mscale = 1.0f + 0.1f * logf(factor);
             mscale = h->rope.mscale;
         }
@@ -244,10 +246,10 @@ static og_status read_vocab(loader *l, const og_gguf_tensor *te, uint32_t *n_voc
 }
 
 static og_status load_weights(loader *l) {
-    og_model *m = l->m;
+    og_ds2 *m = l->d;
     const og_hparams *h = &m->hp;
     const uint64_t D = h->n_embd, H = h->n_head;
-    const og_gguf_tensor *te = og_gguf_find_tensor(m->gguf, "token_embd.weight");
+    const og_gguf_tensor *te = og_gguf_find_tensor(l->g, "token_embd.weight");
     if (!te) return og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor token_embd.weight");
     TRY(read_vocab(l, te, &m->hp.n_vocab));
     TRY(bind(l, "token_embd.weight", D, m->hp.n_vocab, &m->tok_embd, true));
@@ -255,11 +257,13 @@ static og_status load_weights(loader *l) {
     TRY(bind(l, "output.weight", D, m->hp.n_vocab, &m->output, false));
     if (!m->output.data) m->output = m->tok_embd; /* tied (§2) */
     m->layers = calloc(h->n_layer, sizeof *m->layers);
-    if (!m->layers) return og_fail(l->err, l->errlen, OG_ERR_NOMEM, "out of memory");
+    m->moe = calloc(h->n_layer, sizeof *m->moe);
+    if (!m->layers || !m->moe) return og_fail(l->err, l->errlen, OG_ERR_NOMEM, "out of memory");
     char n[96];
 #define NM(s) (snprintf(n, sizeof n, "blk.%u." s, i), n)
     for (uint32_t i = 0; i < h->n_layer; i++) {
         og_layer *L = &m->layers[i];
+        og_moe_weights *X = &m->moe[i];
         TRY(bind_vec(l, NM("attn_norm.weight"), D, &L->attn_norm, true));
         if (h->q_lora_rank) {
             TRY(bind(l, NM("attn_q_a.weight"), D, h->q_lora_rank, &L->q_a, true));
@@ -284,7 +288,7 @@ static og_status load_weights(loader *l) {
         }
         TRY(bind(l, NM("attn_output.weight"), H * h->d_v, D, &L->o, true));
         TRY(bind_vec(l, NM("ffn_norm.weight"), D, &L->ffn_norm, true));
-        L->moe = i >= h->n_dense;
+        X->moe = L->moe = i >= h->n_dense;
         if (!L->moe) {
             TRY(bind(l, NM("ffn_gate.weight"), D, h->n_ff, &L->gate, true));
             TRY(bind(l, NM("ffn_up.weight"), D, h->n_ff, &L->up, true));
@@ -296,25 +300,24 @@ static og_status load_weights(loader *l) {
         if (L->router.type != OG_TYPE_F32)
             return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "%s must be F32 (routers are never quantized)", n);
         TRY(bind_vec(l, NM("exp_probs_b.bias"), E, &L->exp_bias, false));
-        TRY(bind(l, NM("ffn_gate_exps.weight"), D, Fe * E, &L->gate_exps, true));
-        TRY(bind(l, NM("ffn_up_exps.weight"), D, Fe * E, &L->up_exps, true));
-        TRY(bind(l, NM("ffn_down_exps.weight"), Fe, D * E, &L->down_exps, true));
+        TRY(bind(l, NM("ffn_gate_exps.weight"), D, Fe * E, &X->gate_exps, true));
+        TRY(bind(l, NM("ffn_up_exps.weight"), D, Fe * E, &X->up_exps, true));
+        TRY(bind(l, NM("ffn_down_exps.weight"), Fe, D * E, &X->down_exps, true));
         if (h->n_expert_shared) {
             const uint64_t Fs = (uint64_t)h->n_expert_shared * Fe;
-            TRY(bind(l, NM("ffn_gate_shexp.weight"), D, Fs, &L->gate_sh, true));
-            TRY(bind(l, NM("ffn_up_shexp.weight"), D, Fs, &L->up_sh, true));
-            TRY(bind(l, NM("ffn_down_shexp.weight"), Fs, D, &L->down_sh, true));
+            TRY(bind(l, NM("ffn_gate_shexp.weight"), D, Fs, &X->gate_sh, true));
+            TRY(bind(l, NM("ffn_up_shexp.weight"), D, Fs, &X->up_sh, true));
+            TRY(bind(l, NM("ffn_down_shexp.weight"), Fs, D, &X->down_sh, true));
         }
     }
 #undef NM
     return OG_OK;
 }
 
-og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen) {
-    og_model tmp = {.gguf = (og_gguf *)g};
-    if (lg) tmp.log = *lg;
-    else tmp.log = (og_logger){.level = OG_LOG_WARN};
-    loader l = {&tmp, err, errlen};
+og_status og_ds2_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen) {
+    const og_logger quiet = {.level = OG_LOG_WARN};
+    og_ds2 tmp = {0};
+    loader l = {g, lg ? lg : &quiet, &tmp, err, errlen};
     og_status st = load_hparams(&l);
     if (st) return st;
     const og_gguf_tensor *te = og_gguf_find_tensor(g, "token_embd.weight");
@@ -324,9 +327,8 @@ og_status og_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp,
     return OG_OK;
 }
 
-/* info from the hyperparameters (moe left as it is) */
+/* info from the hyperparameters (moe NULL) */
 static void info_of(const og_hparams *h, og_model_info *info) {
-    const og_moe_weights *moe = info->moe;
     *info = (og_model_info){
         .arch = "deepseek2", .n_layer = h->n_layer, .n_embd = h->n_embd, .n_vocab = h->n_vocab,
         .n_ctx_train = h->n_ctx_train, .n_head = h->n_head, .n_expert = h->n_expert,
@@ -335,47 +337,44 @@ static void info_of(const og_hparams *h, og_model_info *info) {
         /* the MLA cache: per layer and position the latent c (r_kv) and k_pe (d_rope), §3 */
         .kv_elems_fixed = 0, .kv_elems_per_token = (double)h->n_layer * (h->kv_lora_rank + h->d_rope),
         .kv_paged = true,
-        .kv_block_bytes = (uint64_t)h->n_layer * OG_KV_BLOCK * (h->kv_lora_rank + h->d_rope) * sizeof(float),
-        .moe = moe};
+        .kv_block_bytes = (uint64_t)h->n_layer * OG_KV_BLOCK * (h->kv_lora_rank + h->d_rope) * sizeof(float)};
 }
 
 static og_status ds2_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {
     og_hparams hp = {0};
-    og_status st = og_hparams_read(g, lg, &hp, err, errlen);
+    og_status st = og_ds2_hparams_read(g, lg, &hp, err, errlen);
     if (st) return st;
-    info->moe = NULL;
     info_of(&hp, info);
     return OG_OK;
 }
 
+static void ds2_free(og_ds2 *d) {
+    if (!d) return;
+    if (d->layers)
+        for (uint32_t i = 0; i < d->hp.n_layer; i++) free(d->layers[i].kv_b_f32);
+    free(d->layers);
+    free(d->moe);
+    free(d);
+}
+
 static void ds2_free_impl(og_model *m) {
-    if (m->layers)
-        for (uint32_t i = 0; i < m->hp.n_layer; i++) free(m->layers[i].kv_b_f32);
-    free(m->layers);
-    m->layers = NULL;
-    free((void *)m->info.moe);
+    ds2_free(m->impl);
+    m->impl = NULL;
     m->info.moe = NULL;
 }
 
 static og_status ds2_load(og_model *m, char *err, size_t errlen) {
-    loader l = {m, err, errlen};
+    og_ds2 *d = calloc(1, sizeof *d);
+    if (!d) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    loader l = {m->gguf, &m->log, d, err, errlen};
     og_status st;
     if ((st = load_hparams(&l)) || (st = load_weights(&l))) {
-        ds2_free_impl(m);
+        ds2_free(d);
         return st;
     }
-    const og_hparams *h = &m->hp;
-    og_moe_weights *moe = calloc(h->n_layer, sizeof *moe);
-    if (!moe) {
-        ds2_free_impl(m);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    }
-    for (uint32_t i = 0; i < h->n_layer; i++) {
-        const og_layer *L = &m->layers[i];
-        moe[i] = (og_moe_weights){L->moe, L->gate_exps, L->up_exps, L->down_exps, L->gate_sh, L->up_sh, L->down_sh, 0.0f};
-    }
-    m->info.moe = moe;
-    info_of(h, &m->info);
+    m->impl = d;
+    info_of(&d->hp, &m->info);
+    m->info.moe = d->moe;
     return OG_OK;
 }
 
@@ -384,8 +383,8 @@ static og_status ds2_load(og_model *m, char *err, size_t errlen) {
 /* Grows kv to n_pos positions, its blocks in dev's memory (NULL: the host's);
  * a cache keeps the device its first block came from. Errors: OG_ERR_NOMEM,
  * OG_ERR_INVALID_ARG (a cache of another device). */
-static og_status kv_reserve(const og_model *m, og_kv *kv, int32_t n_pos, og_device *dev) {
-    const size_t bw = (size_t)m->hp.n_layer * OG_KV_BLOCK * (m->hp.kv_lora_rank + m->hp.d_rope);
+static og_status kv_reserve(const og_ds2 *d, og_kv *kv, int32_t n_pos, og_device *dev) {
+    const size_t bw = (size_t)d->hp.n_layer * OG_KV_BLOCK * (d->hp.kv_lora_rank + d->hp.d_rope);
     if (!kv->n_blocks) kv->dev = dev;
     if (kv->dev != dev && kv->n_blocks * OG_KV_BLOCK < n_pos) return OG_ERR_INVALID_ARG;
     while (kv->n_blocks * OG_KV_BLOCK < n_pos) {
@@ -504,13 +503,13 @@ static og_status sync(fwd *f) {
 
 /* Host-side routes from the router op's ids and weights ([T][k] each, host), and
  * the expert statistics. */
-static void routes_of(const og_model *m, const og_run_ctx *rc, uint32_t il, int64_t T, const int32_t *ids,
+static void routes_of(const og_ds2 *d, const og_run_ctx *rc, uint32_t il, int64_t T, const int32_t *ids,
                       const float *wts, og_route *routes) {
-    const int k = (int)m->hp.n_expert_used;
+    const int k = (int)d->hp.n_expert_used;
     for (int64_t r = 0; r < T * k; r++) routes[r] = (og_route){(int32_t)(r / k), ids[r], wts[r]};
     if (!rc->stats) return;
     og_expert_stats *es = rc->stats;
-    const size_t base = (size_t)il * m->hp.n_expert;
+    const size_t base = (size_t)il * d->hp.n_expert;
     uint64_t hits = 0;
     for (int64_t r = 0; r < T * k; r++) {
         size_t at = base + (size_t)routes[r].expert;
@@ -580,7 +579,8 @@ static void *dtake(dscratch *s, uint64_t bytes) {
 }
 
 static uint64_t ds2_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
-    const og_hparams *h = &m->hp;
+    const og_ds2 *d = og_ds2_of(m);
+    const og_hparams *h = &d->hp;
     const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v;
     const int64_t w_kv = r_kv + h->d_rope, qw = H * h->d_qk, rq = h->q_lora_rank, E = h->n_expert;
     const int64_t k = h->n_expert_used;
@@ -591,7 +591,8 @@ static uint64_t ds2_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_ou
 
 static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
                                    const og_batch *batch, float *logits, char *err, size_t errlen) {
-    const og_hparams *h = &m->hp;
+    const og_ds2 *d = og_ds2_of(m);
+    const og_hparams *h = &d->hp;
     const int n_tok = batch->n_tok;
     const int32_t *tokens = batch->tokens;
     const int64_t D = h->n_embd, H = h->n_head, r_kv = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope;
@@ -614,7 +615,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     for (int s = 0; s < n_seq && !st; s++) next[s] = kvs[s]->n_pos;
     for (int i = 0; i < n_tok && !st; i++) pos_of[i] = next[batch->seq[i]]++;
     for (int s = 0; s < n_seq && !st; s++)
-        if ((st = kv_reserve(m, kvs[s], next[s], rc->dev)))
+        if ((st = kv_reserve(d, kvs[s], next[s], rc->dev)))
             og_fail(err, errlen, st, st == OG_ERR_NOMEM ? "no memory for the KV cache of sequence %d"
                                                         : "sequence %d's KV cache is on another device", s);
     /* one block table for the batch's caches: sequence s's blocks from first_of[s] */
@@ -707,11 +708,11 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
 
     /* embeddings (§3: no scaling) */
     if (!st) {
-        og_get_rows_op g = {m->tok_embd, tokens, T, h_res};
+        og_get_rows_op g = {d->tok_embd, tokens, T, h_res};
         st = ops->get_rows(fw.dev, fw.s, &g, err, errlen);
     }
     for (uint32_t il = 0; il < h->n_layer && !st; il++) {
-        const og_layer *L = &m->layers[il];
+        const og_layer *L = &d->layers[il];
         kvv.offset = (int64_t)il * OG_KV_BLOCK * w_kv;
         /* ---- attention (MLA, absorbed form) ---- */
         if ((st = norm(&fw, a, h_res, T, D, D, L->attn_norm, h->rms_eps))) break;
@@ -789,7 +790,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
                 (st = ops->copy_to_host(fw.dev, fw.s, h_w, r_w, (uint64_t)(T * k) * fb, err, errlen)) ||
                 (st = ops->copy_to_host(fw.dev, fw.s, hx, a, (uint64_t)(T * D) * fb, err, errlen)) || (st = sync(&fw)))
                 break;
-            routes_of(m, rc, il, T, h_ids, h_w, routes);
+            routes_of(d, rc, il, T, h_ids, h_w, routes);
             const og_moe_layer io = {(uint32_t)il, hx, T, routes, (int)(T * k), batch->exact, hy};
             if ((st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, err, errlen))) {
                 failed_here = true;
@@ -808,7 +809,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             }
             int64_t t1 = t + 1;
             while (t1 < T && batch->logits[t1]) t1++;
-            st = norm(&fw, a + r * D, h_res + t * D, t1 - t, D, D, m->out_norm, h->rms_eps);
+            st = norm(&fw, a + r * D, h_res + t * D, t1 - t, D, D, d->out_norm, h->rms_eps);
             r += t1 - t;
             t = t1;
         }
@@ -818,7 +819,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         for (int64_t t = 0, i = 0; ex_out && t < T; t++)
             if (batch->logits[t]) ex_out[i++] = batch->exact[t];
         fw.exact = ex_out;
-        if (n_out && !st) st = mm(&fw, &m->output, a, n_out, dlog);
+        if (n_out && !st) st = mm(&fw, &d->output, a, n_out, dlog);
         if (n_out && !st)
             st = ops->copy_to_host(fw.dev, fw.s, logits, dlog, (uint64_t)n_out * h->n_vocab * fb, err, errlen);
         free(ex_out);

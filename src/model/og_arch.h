@@ -31,6 +31,15 @@ typedef struct og_arch {
     og_status (*set_option)(og_model *m, const char *name, const char *value, char *err, size_t errlen);
 } og_arch;
 
+/* The model (og_model.h keeps it opaque): what every architecture shares. */
+struct og_model {
+    const og_arch *arch;
+    og_gguf *gguf;       /* owns the mapping the weights point into */
+    og_logger log;
+    og_model_info info;  /* info.moe points into impl */
+    void *impl;          /* the architecture's weights (deepseek2: og_ds2 with hparams and layers) */
+};
+
 extern const og_arch og_arch_deepseek2; /* const tables: not mutable state */
 extern const og_arch og_arch_deepseek4; /* branch ds4fwd adds it to model.c's table */
 

@@ -69,10 +69,11 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
                            size_t errlen) {
     og_dispatch *d = self;
     const uint32_t il = io->layer;
-    const og_layer *L = &m->layers[il];
-    const int64_t D = m->hp.n_embd, Fe = m->hp.n_ff_exp;
-    const int E = (int)m->hp.n_expert, n_routes = io->n_routes;
-    const bool shared = m->hp.n_expert_shared > 0;
+    const og_model_info *mi = og_model_get_info(m);
+    const og_moe_weights *L = &mi->moe[il];
+    const int64_t D = mi->n_embd, Fe = mi->n_ff_exp;
+    const int E = (int)mi->n_expert, n_routes = io->n_routes;
+    const bool shared = mi->n_expert_shared > 0;
     const og_route *routes = io->routes;
     for (int r = 0; r < n_routes; r++)
         if (routes[r].expert < 0 || routes[r].expert >= E || routes[r].token < 0 || routes[r].token >= io->n_tok)

@@ -7,16 +7,18 @@
 #include <string.h>
 
 static uint64_t layer_expert_bytes(const og_model *m, uint32_t l) {
-    const og_layer *L = &m->layers[l];
+    const og_model_info *mi = og_model_get_info(m);
+    const og_moe_weights *L = &mi->moe[l];
     if (!L->moe) return 0;
-    return (uint64_t)m->hp.n_ff_exp * (L->gate_exps.row_bytes + L->up_exps.row_bytes) +
-           (uint64_t)m->hp.n_embd * L->down_exps.row_bytes;
+    return (uint64_t)mi->n_ff_exp * (L->gate_exps.row_bytes + L->up_exps.row_bytes) +
+           (uint64_t)mi->n_embd * L->down_exps.row_bytes;
 }
 
 og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_device *dev, og_expert_cache **out,
                                  char *err, size_t errlen) {
     *out = NULL;
-    const uint32_t NL = m->hp.n_layer, E = m->hp.n_expert;
+    const og_model_info *mi = og_model_get_info(m);
+    const uint32_t NL = mi->n_layer, E = mi->n_expert;
     const size_t n = (size_t)NL * E;
     og_expert_cache *c = calloc(1, sizeof *c);
     if (c) {
@@ -42,8 +44,8 @@ og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_de
     for (uint32_t l = 0; l < NL; l++) {
         c->expert_bytes[l] = layer_expert_bytes(m, l);
         if (c->expert_bytes[l]) {
-            c->gate_bytes[l] = (uint64_t)m->hp.n_ff_exp * m->layers[l].gate_exps.row_bytes;
-            c->up_bytes[l] = (uint64_t)m->hp.n_ff_exp * m->layers[l].up_exps.row_bytes;
+            c->gate_bytes[l] = (uint64_t)mi->n_ff_exp * mi->moe[l].gate_exps.row_bytes;
+            c->up_bytes[l] = (uint64_t)mi->n_ff_exp * mi->moe[l].up_exps.row_bytes;
         }
         c->n_slots[l] = c->expert_bytes[l] ? (slots[l] < E ? slots[l] : E) : 0;
         c->layer_off[l] = c->capacity;
@@ -84,11 +86,12 @@ og_status og_expert_cache_create(const og_model *m, const uint32_t *slots, og_de
  * published by poll. */
 static og_status start_copy(og_expert_cache *c, const og_model *m, uint32_t l, uint32_t e, uint32_t j, char *err,
                             size_t errlen) {
-    const og_layer *L = &m->layers[l];
+    const og_model_info *mi = og_model_get_info(m);
+    const og_moe_weights *L = &mi->moe[l];
     const size_t at = (size_t)l * c->n_expert + e, sj = (size_t)l * c->max_slots + j;
     uint8_t *dst = c->arena + c->layer_off[l] + (uint64_t)j * c->expert_bytes[l];
     const og_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-    const uint64_t rows[3] = {m->hp.n_ff_exp, m->hp.n_ff_exp, m->hp.n_embd};
+    const uint64_t rows[3] = {mi->n_ff_exp, mi->n_ff_exp, mi->n_embd};
     const og_device_ops *ops = c->dev->ops;
     og_status st = ops->stream_wait(c->dev, c->stream, c->last_read[sj], err, errlen);
     for (int k = 0; k < 3 && !st; k++) { /* one event for the three: a stream runs in order */
@@ -200,9 +203,10 @@ int32_t og_expert_cache_slot(const og_expert_cache *c, uint32_t l, uint32_t e) {
 
 og_status og_expert_cache_slots(const og_expert_cache *c, const og_model *m, uint32_t l, og_expert_slots *out) {
     memset(out, 0, sizeof *out);
-    if (l >= c->n_layer || l >= m->hp.n_layer || !c->n_slots[l]) return OG_ERR_INVALID_ARG;
-    const og_layer *L = &m->layers[l];
-    const int64_t Fe = m->hp.n_ff_exp, D = m->hp.n_embd;
+    const og_model_info *mi = og_model_get_info(m);
+    if (l >= c->n_layer || l >= mi->n_layer || !c->n_slots[l]) return OG_ERR_INVALID_ARG;
+    const og_moe_weights *L = &mi->moe[l];
+    const int64_t Fe = mi->n_ff_exp, D = mi->n_embd;
     out->base = c->arena + c->layer_off[l];
     out->slot_bytes = c->expert_bytes[l];
     out->n_slots = c->n_slots[l];

@@ -25,7 +25,8 @@ typedef struct og_plan {
     char reason[1024];              /* why not, with what would make it fit: every short side (device, host) */
     /* device side */
     uint64_t nonexpert_bytes;       /* every tensor but the routed experts */
-    uint64_t kv_bytes;              /* ctx x parallel x layers x (r_kv + d_rope) x elem */
+    uint64_t kv_bytes;              /* parallel x (kv_elems_fixed + ceil(ctx x kv_elems_per_token)) x elem
+                                       (og_model_info; deepseek2: ctx x parallel x layers x (r_kv + d_rope) x elem) */
     uint64_t workspace_bytes;
     uint64_t min_slot_bytes;        /* n_expert_used slots in every MoE layer */
     uint64_t device_bytes;          /* all of the above + resident experts */
@@ -44,7 +45,7 @@ typedef struct og_plan {
 
 /* Plans from a GGUF opened header-only (no tensor data is read). Returns OG_OK
  * with plan->fits false and a reason when the machine is too small; errors
- * only for a file that is not a supported model (og_hparams_read's). The plan
+ * only for a file that is not a supported model (og_model_describe's). The plan
  * owns plan->slots (og_plan_free). */
 og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *plan, char *err, size_t errlen);
 void og_plan_free(og_plan *plan);

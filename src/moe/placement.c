@@ -25,8 +25,9 @@ struct og_placement {
 /* Pins the routed experts' host ranges (cfg.pin with a cuda device): the copies
  * into slots then run asynchronously at the bus's rate. Stops at the first refusal. */
 static void pin_experts(og_placement *p, const og_model *m) {
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const og_layer *L = &m->layers[l];
+    const og_model_info *mi = og_model_get_info(m);
+    for (uint32_t l = 0; l < mi->n_layer; l++) {
+        const og_moe_weights *L = &mi->moe[l];
         const og_weight *w[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         for (int k = 0; L->moe && k < 3; k++) {
             const uint64_t n = (uint64_t)w[k]->n_rows * w[k]->row_bytes;
@@ -48,7 +49,8 @@ og_placement_config og_placement_defaults(void) {
 og_status og_placement_create(const og_model *m, const og_placement_config *cfg, og_placement **out, char *err,
                               size_t errlen) {
     *out = NULL;
-    const uint32_t NL = m->hp.n_layer, E = m->hp.n_expert;
+    const og_model_info *mi = og_model_get_info(m);
+    const uint32_t NL = mi->n_layer, E = mi->n_expert;
     const size_t n = (size_t)NL * E;
     og_device *given = cfg->device; /* ours from here on */
     if (given && !(cfg->vram && n)) {

@@ -7,6 +7,7 @@
 #include "og_policy.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,27 @@ static bool add_to(uint64_t *acc, uint64_t v) { return og_add_u64(*acc, v, acc);
 
 static bool is_routed(const char *name) { return strstr(name, "_exps.") != NULL; }
 
+/* KV cache bytes of one sequence of n tokens: (kv_elems_fixed + ceil(n
+ * kv_elems_per_token)) elements of bpe bytes (og_model_info), saturating. */
+static uint64_t kv_seq_bytes(const og_model_info *mi, uint64_t n, uint64_t bpe) {
+    const double per = ceil((double)n * mi->kv_elems_per_token);
+    const uint64_t elems = per >= 18446744073709551616.0 ? UINT64_MAX : sat_add(mi->kv_elems_fixed, (uint64_t)per);
+    return sat_mul(elems, bpe);
+}
+
+/* The largest n with parallel sequences of n tokens in at most budget bytes. */
+static uint64_t kv_ctx_within(const og_model_info *mi, uint64_t budget, uint64_t parallel, uint64_t bpe) {
+    if (!parallel || !bpe || mi->kv_elems_per_token <= 0) return 0;
+    const uint64_t per_seq = budget / parallel / bpe; /* elements of one sequence */
+    if (per_seq < mi->kv_elems_fixed) return 0;
+    double guess = floor((double)(per_seq - mi->kv_elems_fixed) / mi->kv_elems_per_token);
+    uint64_t n = guess >= 9007199254740992.0 ? (1ull << 53) : (uint64_t)guess;
+    /* the double's rounding, corrected exactly against kv_seq_bytes */
+    while (n && sat_mul(kv_seq_bytes(mi, n, bpe), parallel) > budget) n--;
+    while (n < (1ull << 53) && sat_mul(kv_seq_bytes(mi, n + 1, bpe), parallel) <= budget) n++;
+    return n;
+}
+
 static int cmp_desc(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? 1 : x > y ? -1 : 0;
@@ -30,7 +52,7 @@ static int cmp_desc(const void *a, const void *b) {
 
 /* The greedy's view of the layers when a profile is given (fill_slots). */
 typedef struct slot_heap {
-    const og_hparams *hp;
+    const og_model_info *hp;
     const uint64_t *layer_expert_bytes, *sorted, *total; /* sorted: each layer's counts, descending */
     const uint32_t *slots;
     uint32_t *at, n; /* a binary heap of layer indices, best first */
@@ -72,7 +94,7 @@ static void slot_sift_down(slot_heap *h, uint32_t i) {
  * share of that layer's selections per byte (greedy on the marginal gain, which
  * is optimal here as each layer's gains only decrease), kept in a heap so each
  * slot costs log(n_layer). Returns false on OOM. */
-static bool fill_slots(const og_hparams *hp, const uint64_t *layer_expert_bytes, const uint64_t *profile,
+static bool fill_slots(const og_model_info *hp, const uint64_t *layer_expert_bytes, const uint64_t *profile,
                        uint64_t left, uint32_t *slots) {
     const uint32_t E = hp->n_expert;
     uint64_t used = 0;
@@ -126,8 +148,8 @@ static bool fill_slots(const og_hparams *hp, const uint64_t *layer_expert_bytes,
 
 og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
-    og_hparams hp;
-    og_status st = og_hparams_read(g, NULL, &hp, err, errlen);
+    og_model_info hp;
+    og_status st = og_model_describe(g, NULL, &hp, err, errlen);
     if (st) return st;
     if (hp.n_ctx_train && in->ctx > hp.n_ctx_train) /* a wrong request, not a machine too small */
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "--ctx %u is above the model's context length %u", in->ctx,
@@ -175,13 +197,13 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         og_plan_free(p);
         return og_fail(err, errlen, OG_ERR_FORMAT, "the tensors' sizes add up to more than 2^64 bytes");
     }
-    /* device: KV (MLA latent + rope key per token and layer, §3), workspace,
+    /* device: KV (the architecture's per-sequence elements, og_model_info:
+     * deepseek2's MLA latent + rope key per token and layer), workspace,
      * minimum slots. Saturating arithmetic: absurd --ctx / --parallel give a
      * huge need and a refusal, never a wrapped small one. */
-    const uint64_t kv_token = sat_mul((uint64_t)hp.n_layer * (hp.kv_lora_rank + hp.d_rope), in->kv_bytes_per_elem);
-    /* (hparams are bounded by OG_DS2_MAX_*: their products below fit 64 bits) */
-    const uint64_t kv_token_all = sat_mul(kv_token, in->parallel); /* one position of every sequence */
-    p->kv_bytes = sat_mul(kv_token_all, in->ctx);
+    const uint64_t kv_seq = kv_seq_bytes(&hp, in->ctx, in->kv_bytes_per_elem); /* one sequence of ctx tokens */
+    /* (hparams are bounded by the architecture's bounds: their products below fit 64 bits) */
+    p->kv_bytes = sat_mul(kv_seq, in->parallel);
     /* activations of one step, f32: a few rows of width n_embd and the expert FFN
      * per batch token, logits for one row per sequence; plus 256 MiB for the
      * runtime's own buffers (library workspaces, router scratch) */
@@ -205,7 +227,8 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         uint64_t short_by = device_need - in->vram;
         /* the largest ctx (multiple of 256) whose KV closes the gap, all else equal */
         uint64_t ctx_fit = 0;
-        if (p->kv_bytes > short_by && kv_token_all) ctx_fit = (p->kv_bytes - short_by) / kv_token_all / 256 * 256;
+        if (p->kv_bytes > short_by)
+            ctx_fit = kv_ctx_within(&hp, p->kv_bytes - short_by, in->parallel, in->kv_bytes_per_elem) / 256 * 256;
         if (ctx_fit >= in->ctx) ctx_fit = 0;
         char nb[32], kb[32], wb[32], vb[32], sb[32], rb[32], mb[32], hint[256];
         const uint64_t fixed = sat_add(sat_add(p->nonexpert_bytes, p->min_slot_bytes), in->reserve);
@@ -228,7 +251,7 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         else if (in->parallel > 1)
             h += (size_t)snprintf(hint + h, sizeof hint - h,
                                   "; fewer --parallel (each sequence costs %s of KV and logits) would help",
-                                  og_fmt_bytes(sat_add(sat_mul(kv_token, in->ctx), 4ull * hp.n_vocab), mb, sizeof mb));
+                                  og_fmt_bytes(sat_add(kv_seq, 4ull * hp.n_vocab), mb, sizeof mb));
         else
             h += (size_t)snprintf(hint + h, sizeof hint - h, "; a smaller --batch-tokens%s or --ctx would help",
                                   in->reserve ? ", --reserve" : "");

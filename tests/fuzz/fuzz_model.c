@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deepseek2.h" /* white-box: sizes from the hyperparameters */
 #include "og_model.h"
 #include "og_moe.h"
 #include "og_quant.h"
@@ -28,7 +29,7 @@ static volatile float sink;
  * the KV block, the scratch arena, the routers' top-k scans and the matmuls
  * (every weight element once per token; the weights are inside the input). */
 static bool small_enough(const og_model *m, size_t input_bytes) {
-    const og_hparams *h = &m->hp;
+    const og_hparams *h = &og_ds2_of(m)->hp;
     const uint64_t T = FUZZ_TOKENS, w = (uint64_t)h->kv_lora_rank + h->d_rope;
     uint64_t bytes = 4ull * h->n_layer * OG_KV_BLOCK * w;
     bytes += 4ull * T * (3ull * h->n_embd + (uint64_t)h->n_head * h->d_qk + h->q_lora_rank + w +
@@ -49,17 +50,17 @@ static void forward(const og_model *m) {
     if (og_dispatch_create(NULL, NULL, &d, derr, sizeof derr)) return; /* out of memory */
     og_run_ctx rc = {.kern = &k, .pool = NULL, .dispatch = og_dispatch_table(d)}; /* host only */
     og_kv kv = {0};
-    float *logits = malloc((size_t)FUZZ_TOKENS * m->hp.n_vocab * sizeof *logits);
+    float *logits = malloc((size_t)FUZZ_TOKENS * og_model_get_info(m)->n_vocab * sizeof *logits);
     if (!logits) {
         og_dispatch_free(d);
         return;
     }
-    int32_t tok[FUZZ_TOKENS] = {0, (int32_t)m->hp.n_vocab - 1};
+    int32_t tok[FUZZ_TOKENS] = {0, (int32_t)og_model_get_info(m)->n_vocab - 1};
     char err[512] = "";
     og_status st = og_model_forward(m, &rc, &kv, tok, FUZZ_TOKENS, logits, true, err, sizeof err);
     if (st == OG_OK) {
         if (kv.n_pos != FUZZ_TOKENS) __builtin_trap();
-        sink += logits[0] + logits[(size_t)FUZZ_TOKENS * m->hp.n_vocab - 1];
+        sink += logits[0] + logits[(size_t)FUZZ_TOKENS * og_model_get_info(m)->n_vocab - 1];
     } else if (st != OG_ERR_NOMEM || kv.n_pos != 0 || !err[0]) {
         __builtin_trap(); /* the only way a loaded model's forward may fail */
     }
@@ -109,7 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (small_enough(m, size)) {
         forward(m);
-        plan(m->gguf, data, size);
+        plan(og_model_gguf(m), data, size);
     }
     og_model_free(m);
     return 0;

@@ -45,7 +45,7 @@ static const int32_t g_prompt[6] = {1, 77, 300, 5, 411, 42}, g_decode[4] = {9, 2
 static void run_seq(const og_model *m, const og_run_ctx *rc, og_migrator *mg, og_expert_cache *c, float *out) {
     char err[512];
     og_kv kv = {0};
-    const size_t V = m->hp.n_vocab;
+    const size_t V = og_model_get_info(m)->n_vocab;
     assert_int_equal(og_model_forward(m, rc, &kv, g_prompt, 6, out, true, err, sizeof err), OG_OK);
     for (int i = 0; i < 4; i++) {
         if (mg) assert_int_equal(og_migrator_step(mg, c, m, rc->stats->counts, err, sizeof err), OG_OK);
@@ -109,8 +109,8 @@ static void test_bit_identical(void **state) {
         if (og_model_load(g_files[fi], NULL, &m, err, sizeof err)) fail_msg("%s", err);
         og_ggml_type want_type;
         assert_int_equal(og_type_from_name(g_routed[fi], &want_type), OG_OK);
-        assert_int_equal(m->layers[1].gate_exps.type, want_type);
-        const size_t V = m->hp.n_vocab, n_out = 10 * V;
+        assert_int_equal(og_model_get_info(m)->moe[1].gate_exps.type, want_type);
+        const size_t V = og_model_get_info(m)->n_vocab, n_out = 10 * V;
         float *ref = malloc(n_out * sizeof *ref), *got = malloc(n_out * sizeof *got);
         og_run_ctx rc = {.kern = &k, .pool = pool, .dispatch = og_dispatch_table(host),
                          .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
@@ -275,7 +275,7 @@ static void test_overlap(void **state) {
     assert_int_equal(og_device_cpu_hold(p.dev, OG_CPU_OP_EXPERTS), OG_OK);
     og_run_ctx rc = {.kern = &k, .pool = pool, .dispatch = og_dispatch_table(p.dispatch), .stats = &p.es,
                      .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
-    const size_t V = m->hp.n_vocab;
+    const size_t V = og_model_get_info(m)->n_vocab;
     float *lp = malloc(6 * V * sizeof *lp), *lh = malloc(6 * V * sizeof *lh);
     og_kv kv = {0};
     assert_int_equal(og_model_forward(m, &rc, &kv, g_prompt, 6, lp, true, err, sizeof err), OG_OK);
@@ -332,7 +332,7 @@ static void test_migration_waits_for_reader(void **state) {
     assert_true(j >= 0);
     og_expert_slots sl;
     assert_int_equal(og_expert_cache_slots(p.cache, m, l, &sl), OG_OK);
-    const int64_t D = m->hp.n_embd, Fe = m->hp.n_ff_exp;
+    const int64_t D = og_model_get_info(m)->n_embd, Fe = og_model_get_info(m)->n_ff_exp;
     float *x = malloc((size_t)D * sizeof *x), *y = malloc((size_t)D * sizeof *y), *yh = malloc((size_t)D * sizeof *yh);
     for (int64_t i = 0; i < D; i++) x[i] = (float)((i * 7919) % 101 - 50) / 50.0f;
     void *dx, *dy;
@@ -371,7 +371,7 @@ static void test_migration_waits_for_reader(void **state) {
     assert_int_equal(og_expert_cache_poll(p.cache), 0);
     assert_int_equal(og_expert_cache_slot(p.cache, l, e_new), j);
     /* the op read e_old: the host's bits for e_old from the file */
-    const og_layer *L = &m->layers[l];
+    const og_moe_weights *L = &og_model_get_info(m)->moe[l];
     og_expert_job hj = {L->gate_exps, L->up_exps, L->down_exps, x, 1, yh, OG_NUMERICS_CANONICAL, 0};
     hj.gate.data = (const uint8_t *)L->gate_exps.data + (size_t)(e_old * Fe) * L->gate_exps.row_bytes;
     hj.up.data = (const uint8_t *)L->up_exps.data + (size_t)(e_old * Fe) * L->up_exps.row_bytes;

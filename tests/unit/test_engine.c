@@ -28,7 +28,7 @@ static int setup(void **state) {
     (void)state;
     char err[512];
     if (og_model_load(g_path, NULL, &g_m, err, sizeof err)) fail_msg("%s", err);
-    if (og_tokenizer_load(g_m->gguf, &g_tok, err, sizeof err)) fail_msg("%s", err);
+    if (og_tokenizer_load(og_model_gguf(g_m), &g_tok, err, sizeof err)) fail_msg("%s", err);
     if (og_pool_create(2, NULL, &g_pool, err, sizeof err)) fail_msg("%s", err);
     g_kern = fx_best_kernels();
     if (og_dispatch_create(NULL, NULL, &g_dispatch, err, sizeof err)) fail_msg("%s", err);
@@ -149,17 +149,17 @@ static void test_greedy_matches_forward_loop(void **state) {
     const int n_new = 10;
     og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host};
     og_kv kv = {0};
-    float *logits = malloc(g_m->hp.n_vocab * sizeof *logits);
+    float *logits = malloc(og_model_get_info(g_m)->n_vocab * sizeof *logits);
     int32_t ref[16];
     float ref_lp[16];
     char err[256];
     assert_int_equal(og_model_forward(g_m, &rc, &kv, ids.v, (int)ids.n, logits, false, err, sizeof err), OG_OK);
     for (int t = 0; t < n_new; t++) {
         int32_t best = 0;
-        for (uint32_t j = 1; j < g_m->hp.n_vocab; j++)
+        for (uint32_t j = 1; j < og_model_get_info(g_m)->n_vocab; j++)
             if (logits[j] > logits[best]) best = (int32_t)j;
         double lse = 0;
-        for (uint32_t j = 0; j < g_m->hp.n_vocab; j++) lse += exp((double)logits[j] - logits[best]);
+        for (uint32_t j = 0; j < og_model_get_info(g_m)->n_vocab; j++) lse += exp((double)logits[j] - logits[best]);
         ref[t] = best;
         ref_lp[t] = (float)(-log(lse));
         assert_int_equal(og_model_forward(g_m, &rc, &kv, &best, 1, logits, false, err, sizeof err), OG_OK);
@@ -374,10 +374,10 @@ static void test_prefix_cache_identical(void **state) {
     uint64_t x = 12345;
     for (int i = 0; i < N; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
-        a[i] = b[i] = c[i] = (int32_t)((x >> 33) % (uint64_t)(g_m->hp.n_vocab - 10));
+        a[i] = b[i] = c[i] = (int32_t)((x >> 33) % (uint64_t)(og_model_get_info(g_m)->n_vocab - 10));
     }
-    for (int i = 150; i < N; i++) b[i] = (a[i] + 7) % (int32_t)(g_m->hp.n_vocab - 10); /* inside block 2 */
-    for (int i = 128; i < N; i++) c[i] = (a[i] + 3) % (int32_t)(g_m->hp.n_vocab - 10); /* at its start */
+    for (int i = 150; i < N; i++) b[i] = (a[i] + 7) % (int32_t)(og_model_get_info(g_m)->n_vocab - 10); /* inside block 2 */
+    for (int i = 128; i < N; i++) c[i] = (a[i] + 3) % (int32_t)(og_model_get_info(g_m)->n_vocab - 10); /* at its start */
     const int32_t *pr[5] = {a, a, b, c, a};
     const int np[5] = {N, N, N, N, 192};
     const int want_cached[5] = {0, 192, 128, 128, 128}; /* 192 = 3 blocks: the last token is prefilled */
@@ -416,7 +416,7 @@ static void test_prefix_cache_churn(void **state) {
     for (int k = 0; k < BASE; k++)
         for (int i = 0; i < L; i++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
-            base[k][i] = (int32_t)((x >> 33) % (uint64_t)(g_m->hp.n_vocab - 10));
+            base[k][i] = (int32_t)((x >> 33) % (uint64_t)(og_model_get_info(g_m)->n_vocab - 10));
         }
     og_engine *e = make_pc_engine(3, 96, 256, PC_LOOP, false); /* budget: 3 x 4 blocks */
     og_seq *s[PC_LOOP];
@@ -426,7 +426,7 @@ static void test_prefix_cache_churn(void **state) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         int k = (int)((x >> 20) % BASE), n = 1 + (int)((x >> 30) % L), cut = (int)((x >> 40) % (uint64_t)(n + 1));
         memcpy(buf, base[k], sizeof buf);
-        for (int i = cut; i < n; i++) buf[i] = (buf[i] + 1 + r) % (int32_t)(g_m->hp.n_vocab - 10);
+        for (int i = cut; i < n; i++) buf[i] = (buf[i] + 1 + r) % (int32_t)(og_model_get_info(g_m)->n_vocab - 10);
         og_ids v = {.v = buf, .n = (size_t)n};
         og_seq_params p = greedy(1 + (int)((x >> 50) % 3));
         s[r] = submit(e, &v, &p);
@@ -581,7 +581,7 @@ static void test_refusals(void **state) {
     p.max_tokens = 64;
     assert_int_equal(og_engine_submit(e, ids.v, (int)ids.n, &p, &c, err, sizeof err), OG_ERR_RANGE);
     assert_non_null(strstr(err, "context is 64 tokens"));
-    int32_t bad = (int32_t)g_m->hp.n_vocab;
+    int32_t bad = (int32_t)og_model_get_info(g_m)->n_vocab;
     p.max_tokens = 1;
     assert_int_equal(og_engine_submit(e, &bad, 1, &p, &c, err, sizeof err), OG_ERR_INVALID_ARG);
     p.stop[0] = "";
@@ -627,16 +627,16 @@ static void forward_loop(const og_ids *prompt, const int32_t *feed, int n, og_nu
                          int32_t *argmax) {
     og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host, .device_numerics = nm, .host_numerics = nm};
     og_kv kv = {0};
-    float *logits = malloc(g_m->hp.n_vocab * sizeof *logits);
+    float *logits = malloc(og_model_get_info(g_m)->n_vocab * sizeof *logits);
     char err[256];
     assert_int_equal(og_model_forward(g_m, &rc, &kv, prompt->v, (int)prompt->n, logits, false, err, sizeof err), OG_OK);
     for (int t = 0; t < n; t++) {
         int32_t best = 0;
         float max = logits[0];
-        for (uint32_t j = 1; j < g_m->hp.n_vocab; j++)
+        for (uint32_t j = 1; j < og_model_get_info(g_m)->n_vocab; j++)
             if (logits[j] > logits[best]) best = (int32_t)j, max = logits[j];
         double sum = 0;
-        for (uint32_t j = 0; j < g_m->hp.n_vocab; j++) sum += exp((double)logits[j] - max);
+        for (uint32_t j = 0; j < og_model_get_info(g_m)->n_vocab; j++) sum += exp((double)logits[j] - max);
         ids[t] = feed ? feed[t] : best;
         argmax[t] = best;
         lp[t] = (float)((double)logits[ids[t]] - max - log(sum));
@@ -647,7 +647,7 @@ static void forward_loop(const og_ids *prompt, const int32_t *feed, int n, og_nu
 }
 
 static int32_t first_eog(void) {
-    for (int32_t id = 0; id < (int32_t)g_m->hp.n_vocab; id++)
+    for (int32_t id = 0; id < (int32_t)og_model_get_info(g_m)->n_vocab; id++)
         if (og_tokenizer_is_eog(g_tok, id)) return id;
     fail_msg("the tokenizer has no end-of-generation token");
     return -1;
@@ -702,7 +702,7 @@ static void test_forced_and_eog(void **state) {
     }
     /* a bad forced id is refused */
     char err[256];
-    int32_t bad = (int32_t)g_m->hp.n_vocab;
+    int32_t bad = (int32_t)og_model_get_info(g_m)->n_vocab;
     p.forced = &bad;
     p.n_forced = 1;
     assert_int_equal(og_engine_submit(e, ids.v, (int)ids.n, &p, &s, err, sizeof err), OG_ERR_INVALID_ARG);
@@ -786,12 +786,12 @@ static void test_placement_at_rest(void **state) {
     og_engine_metrics_get(e, &m);
     og_placement_stats ps;
     og_placement_get_stats(pl, &ps);
-    const uint64_t n_moe = g_m->hp.n_layer - g_m->hp.n_dense, fed = ids.n + (uint64_t)r.n - (r.finish == OG_FINISH_LENGTH);
+    const uint64_t n_moe = og_model_get_info(g_m)->n_layer - og_model_get_info(g_m)->n_dense, fed = ids.n + (uint64_t)r.n - (r.finish == OG_FINISH_LENGTH);
     assert_true(m.placement);
     assert_int_equal(lg.tokens, (int)fed);
     assert_int_equal(lg.prompt_steps, 1);
     assert_int_equal((uint64_t)lg.steps, m.steps);
-    assert_int_equal(m.expert_routes, fed * n_moe * g_m->hp.n_expert_used);
+    assert_int_equal(m.expert_routes, fed * n_moe * og_model_get_info(g_m)->n_expert_used);
     assert_int_equal(m.expert_routes, ps.selections);
     assert_int_equal(m.expert_hits, ps.hits);
     assert_int_equal(m.migrations, ps.migrations);
@@ -801,9 +801,9 @@ static void test_placement_at_rest(void **state) {
     assert_int_equal(ps.in_flight, 0);
     assert_int_equal(m.resident_experts, plan.resident_experts);
     uint64_t lr[64], lh[64], sum = 0;
-    assert_true(g_m->hp.n_layer <= 64);
-    assert_int_equal(og_engine_layer_hits(e, lr, lh, g_m->hp.n_layer), OG_OK);
-    for (uint32_t l = 0; l < g_m->hp.n_layer; l++) sum += lh[l];
+    assert_true(og_model_get_info(g_m)->n_layer <= 64);
+    assert_int_equal(og_engine_layer_hits(e, lr, lh, og_model_get_info(g_m)->n_layer), OG_OK);
+    for (uint32_t l = 0; l < og_model_get_info(g_m)->n_layer; l++) sum += lh[l];
     assert_int_equal(sum, m.expert_hits);
     og_engine_free(e);
     og_placement_free(pl);
@@ -860,10 +860,10 @@ static void test_run_cli(void **state) {
         }
         json_t *pm = json_object_get(j, "placement");
         if (mode == 1) {
-            const uint64_t n_moe = g_m->hp.n_layer - g_m->hp.n_dense;
+            const uint64_t n_moe = og_model_get_info(g_m)->n_layer - og_model_get_info(g_m)->n_dense;
             assert_non_null(pm);
             assert_int_equal(json_integer_value(json_object_get(pm, "selections")),
-                             (ids.n + 9) * n_moe * g_m->hp.n_expert_used);
+                             (ids.n + 9) * n_moe * og_model_get_info(g_m)->n_expert_used);
             assert_int_equal(json_integer_value(json_object_get(pm, "resident_experts")), 4 * n_moe); /* at rest */
         } else {
             assert_null(pm);

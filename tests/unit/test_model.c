@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "deepseek2.h" /* white-box: the reference reads the weights */
 #include "og_moe.h"
 
 static char **g_models;
@@ -103,7 +104,8 @@ static void rope(const og_hparams *h, double *x, int64_t pos) {
 
 /* logits[T][V] for the whole prompt, recomputing attention naively. */
 static void reference(const og_model *m, const int32_t *tok, int T, double *logits) {
-    const og_hparams *h = &m->hp;
+    const og_ds2 *wt = og_ds2_of(m);
+    const og_hparams *h = &wt->hp;
     const int64_t D = h->n_embd, H = h->n_head, rk = h->kv_lora_rank, dr = h->d_rope, dn = h->d_nope, dv = h->d_v;
     const int64_t dqk = h->d_qk, V = h->n_vocab;
     double *x = calloc((size_t)(T * D), sizeof *x), *a = malloc((size_t)D * sizeof *a), *y = malloc((size_t)D * sizeof *y);
@@ -111,11 +113,12 @@ static void reference(const og_model *m, const int32_t *tok, int T, double *logi
     double *q = malloc((size_t)(T * H * dqk) * sizeof *q), *tmp = malloc((size_t)(4 * D + 4 * rk + H * dqk + 4096) * sizeof *tmp);
     float *row = malloc((size_t)D * sizeof *row);
     for (int t = 0; t < T; t++) {
-        og_dequantize_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tok[t] * m->tok_embd.row_bytes, row, D);
+        og_dequantize_row(wt->tok_embd.type, (const uint8_t *)wt->tok_embd.data + (size_t)tok[t] * wt->tok_embd.row_bytes, row, D);
         for (int64_t i = 0; i < D; i++) x[t * D + i] = row[i];
     }
     for (uint32_t il = 0; il < h->n_layer; il++) {
-        const og_layer *L = &m->layers[il];
+        const og_layer *L = &wt->layers[il];
+        const og_moe_weights *X = &wt->moe[il];
         /* expanded keys/values per head: k_nope[h][d] = sum_r kb[h][r][d] c[r] */
         double *kb = L->kv_b_f32 ? NULL : deq(&L->k_b), *vb = L->kv_b_f32 ? NULL : deq(&L->v_b);
         for (int t = 0; t < T; t++) {
@@ -211,15 +214,15 @@ static void reference(const og_model *m, const int32_t *tok, int T, double *logi
                     idx[j] = best;
                     wsum += s[best];
                 }
-                if (h->n_expert_shared) ffn(&L->gate_sh, &L->up_sh, &L->down_sh, a, y);
+                if (h->n_expert_shared) ffn(&X->gate_sh, &X->up_sh, &X->down_sh, a, y);
                 else memset(y, 0, (size_t)D * sizeof *y);
                 double *ye = malloc((size_t)D * sizeof *ye);
                 for (uint32_t j = 0; j < h->n_expert_used; j++) {
                     double w = s[idx[j]];
                     if (h->expert_norm) w /= fmax(wsum, 6.103515625e-5);
                     w *= h->expert_scale;
-                    og_weight g = rows(&L->gate_exps, idx[j] * Fe, Fe), u = rows(&L->up_exps, idx[j] * Fe, Fe);
-                    og_weight d = rows(&L->down_exps, idx[j] * D, D);
+                    og_weight g = rows(&X->gate_exps, idx[j] * Fe, Fe), u = rows(&X->up_exps, idx[j] * Fe, Fe);
+                    og_weight d = rows(&X->down_exps, idx[j] * D, D);
                     ffn(&g, &u, &d, a, ye);
                     for (int64_t i = 0; i < D; i++) y[i] += w * ye[i];
                 }
@@ -231,8 +234,8 @@ static void reference(const og_model *m, const int32_t *tok, int T, double *logi
         }
     }
     for (int t = 0; t < T; t++) {
-        rmsnorm(a, x + t * D, m->out_norm, D, h->rms_eps);
-        matvec(&m->output, a, logits + t * V);
+        rmsnorm(a, x + t * D, wt->out_norm, D, h->rms_eps);
+        matvec(&wt->output, a, logits + t * V);
     }
     free(x); free(a); free(y); free(c); free(kpe); free(q); free(tmp); free(row);
 }
@@ -255,7 +258,7 @@ static void test_against_reference(void **state) {
         og_model *m;
         char err[512];
         if (og_model_load(g_models[mi], NULL, &m, err, sizeof err)) fail_msg("%s", err);
-        const int64_t V = m->hp.n_vocab;
+        const int64_t V = og_model_get_info(m)->n_vocab;
         for (int t = 0; t < T; t++) prompt[t] = ids[t] % (int32_t)V;
         double *ref = malloc((size_t)(T * V) * sizeof *ref), *lr = malloc((size_t)V * sizeof *lr), *lf = malloc((size_t)V * sizeof *lf);
         reference(m, prompt, T, ref);
@@ -297,7 +300,7 @@ static void test_against_reference(void **state) {
              * Quantized: each form rounds its own activations (absorbed: q_nope and
              * the latent context; naive: none there), and a router near-tie can
              * then pick another expert, so only the top token is compared. */
-            bool f32 = og_quant_traits(m->layers[0].kv_a.type)->blck == 1 && m->layers[0].kv_a.type == OG_TYPE_F32;
+            bool f32 = og_quant_traits(og_ds2_of(m)->layers[0].kv_a.type)->blck == 1 && og_ds2_of(m)->layers[0].kv_a.type == OG_TYPE_F32;
             if (f32) assert_true(worst < 1e-3);
             else assert_true(agree >= T * 7 / 10);
             assert_true(worst_step < 1e-3);
@@ -321,7 +324,7 @@ static void test_batch_invariance(void **state) {
     og_model *m;
     char err[512];
     assert_int_equal(og_model_load(g_models[0], NULL, &m, err, sizeof err), OG_OK);
-    const int32_t V = (int32_t)m->hp.n_vocab;
+    const int32_t V = (int32_t)og_model_get_info(m)->n_vocab;
     og_kernels k = fx_best_kernels();
     og_pool *pool;
     og_pool_create(2, NULL, &pool, err, sizeof err);
@@ -389,7 +392,7 @@ static void test_batch_invariance(void **state) {
     assert_int_equal(ka.n_pos, 8);
     /* expert statistics: each token's k routes counted once per MoE layer, hits
      * on the resident (here: even) experts counted apart; the result unchanged */
-    const size_t LE = (size_t)m->hp.n_layer * m->hp.n_expert;
+    const size_t LE = (size_t)og_model_get_info(m)->n_layer * og_model_get_info(m)->n_expert;
     uint64_t *cnt = calloc(LE, sizeof *cnt);
     uint8_t *res = calloc(LE, 1);
     for (size_t i = 0; i < LE; i += 2) res[i] = 1;
@@ -399,19 +402,19 @@ static void test_batch_invariance(void **state) {
     og_kv kc = {0};
     assert_int_equal(og_model_forward(m, &rs, &kc, pa, 5, both, false, err, sizeof err), OG_OK);
     assert_memory_equal(both, alone_a, (size_t)V * sizeof(float));
-    uint64_t even = 0, kk = m->hp.n_expert_used;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+    uint64_t even = 0, kk = og_model_get_info(m)->n_expert_used;
+    for (uint32_t l = 0; l < og_model_get_info(m)->n_layer; l++) {
         uint64_t sum = 0;
-        for (uint32_t e = 0; e < m->hp.n_expert; e++) {
-            uint64_t c = cnt[(size_t)l * m->hp.n_expert + e];
+        for (uint32_t e = 0; e < og_model_get_info(m)->n_expert; e++) {
+            uint64_t c = cnt[(size_t)l * og_model_get_info(m)->n_expert + e];
             assert_true(c <= 5); /* a token picks an expert at most once */
             sum += c;
-            if (e % 2 == 0 && m->hp.n_expert % 2 == 0) even += c;
+            if (e % 2 == 0 && og_model_get_info(m)->n_expert % 2 == 0) even += c;
         }
-        assert_int_equal(sum, l < m->hp.n_dense ? 0 : 5 * kk);
+        assert_int_equal(sum, l < og_model_get_info(m)->n_dense ? 0 : 5 * kk);
     }
-    assert_true(m->hp.n_layer > m->hp.n_dense);
-    assert_int_equal(es.routes, 5 * kk * (m->hp.n_layer - m->hp.n_dense));
+    assert_true(og_model_get_info(m)->n_layer > og_model_get_info(m)->n_dense);
+    assert_int_equal(es.routes, 5 * kk * (og_model_get_info(m)->n_layer - og_model_get_info(m)->n_dense));
     assert_int_equal(es.routes_resident, even);
     og_kv_free(&kc);
     free(cnt);
@@ -434,8 +437,8 @@ static void test_bad_tokens(void **state) {
     og_kernels_init(OG_ISA_SCALAR, &k);
     og_run_ctx rc = {.kern = &k, .pool = NULL, .dispatch = g_host};
     og_kv kv = {0};
-    float *lg = malloc(m->hp.n_vocab * sizeof *lg);
-    int32_t bad = (int32_t)m->hp.n_vocab;
+    float *lg = malloc(og_model_get_info(m)->n_vocab * sizeof *lg);
+    int32_t bad = (int32_t)og_model_get_info(m)->n_vocab;
     assert_int_equal(og_model_forward(m, &rc, &kv, &bad, 1, lg, false, err, sizeof err), OG_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "outside the vocabulary"));
     assert_int_equal(kv.n_pos, 0); /* nothing appended */

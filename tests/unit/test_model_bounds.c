@@ -1,7 +1,7 @@
 /* model_bounds: the deepseek2 loader against untrusted files (issue 13 item 7).
  * Each file is otherwise consistent (tensors shaped from the same numbers as
  * the keys, ds2_fixture.h) and breaks one bound; og_model_load and the
- * planner's og_hparams_read must refuse it with the right code and a message
+ * planner's og_model_describe must refuse it with the right code and a message
  * naming the key. The values at the bounds themselves load and run. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ds2_fixture.h"
+#include "deepseek2.h" /* the OG_DS2_MAX_* bounds */
 #include "og_model.h"
 #include "og_moe.h"
 #include "og_quant.h"
@@ -24,7 +25,7 @@ static char g_dir[64];
 
 static void path_of(const char *name, char *out, size_t n) { snprintf(out, n, "%s/%s.gguf", g_dir, name); }
 
-/* Writes the file and expects og_model_load (and, when hp_too, og_hparams_read
+/* Writes the file and expects og_model_load (and, when hp_too, og_model_describe
  * on a header-only open) to fail with want and a message containing needle. */
 static void expect_refused(const char *name, const fx_ds2 *c, const fx_key *keys, int n_keys, og_status want,
                            const char *needle, bool hp_too) {
@@ -40,12 +41,12 @@ static void expect_refused(const char *name, const fx_ds2 *c, const fx_key *keys
     if (hp_too) {
         og_gguf *g;
         assert_int_equal(og_gguf_open(path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
-        og_hparams hp;
+        og_model_info info;
         err[0] = '\0';
-        st = og_hparams_read(g, &quiet, &hp, err, sizeof err);
+        st = og_model_describe(g, &quiet, &info, err, sizeof err);
         og_gguf_close(g);
         if (st != want || !strstr(err, needle))
-            fail_msg("%s: og_hparams_read gave %d '%s', expected %d naming '%s'", name, st, err, want, needle);
+            fail_msg("%s: og_model_describe gave %d '%s', expected %d naming '%s'", name, st, err, want, needle);
     }
     unlink(path);
 }
@@ -69,10 +70,10 @@ static void expect_runs(const char *name, const fx_ds2 *c) {
     assert_int_equal(og_dispatch_create(NULL, NULL, &d, err, sizeof err), OG_OK);
     og_run_ctx rc = {.kern = &k, .dispatch = og_dispatch_table(d)}; /* host only */
     og_kv kv = {0};
-    float *lg = malloc(3 * (size_t)m->hp.n_vocab * sizeof *lg);
+    float *lg = malloc(3 * (size_t)og_model_get_info(m)->n_vocab * sizeof *lg);
     int32_t tok[3] = {1, 2, 3};
     assert_int_equal(og_model_forward(m, &rc, &kv, tok, 3, lg, true, err, sizeof err), OG_OK);
-    for (size_t i = 0; i < 3 * (size_t)m->hp.n_vocab; i++) assert_true(isfinite(lg[i]));
+    for (size_t i = 0; i < 3 * (size_t)og_model_get_info(m)->n_vocab; i++) assert_true(isfinite(lg[i]));
     assert_int_equal(kv.n_pos, 3);
     free(lg);
     og_dispatch_free(d);

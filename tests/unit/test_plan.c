@@ -324,7 +324,7 @@ static void test_cpu_device(void **state) {
     og_model *m;
     char err[512];
     if (og_model_load(g_small, NULL, &m, err, sizeof err)) fail_msg("%s", err);
-    const uint32_t NL = m->hp.n_layer, E = m->hp.n_expert;
+    const uint32_t NL = og_model_get_info(m)->n_layer, E = og_model_get_info(m)->n_expert;
     assert_int_equal(NL, 4);
     assert_int_equal(E, 16);
     uint32_t slots[4] = {4, 4, 4, 4}; /* the dense layer gets none whatever it asks */
@@ -353,9 +353,9 @@ static void test_cpu_device(void **state) {
     /* a resident expert's device copy holds the file's bytes */
     uint8_t *back = malloc(gate_bytes);
     read_back(d, m, 2, 2, 0, back, gate_bytes);
-    assert_memory_equal(back, (const uint8_t *)m->layers[2].gate_exps.data + 2 * gate_bytes, gate_bytes);
+    assert_memory_equal(back, (const uint8_t *)og_model_get_info(m)->moe[2].gate_exps.data + 2 * gate_bytes, gate_bytes);
     read_back(d, m, 2, 3, 2, back, gate_bytes);
-    assert_memory_equal(back, (const uint8_t *)m->layers[2].down_exps.data + 3 * gate_bytes, gate_bytes);
+    assert_memory_equal(back, (const uint8_t *)og_model_get_info(m)->moe[2].down_exps.data + 3 * gate_bytes, gate_bytes);
     assert_int_equal(og_expert_cache_slot(d, 2, 4), -1);
     assert_int_equal(og_expert_cache_slot(d, 0, 3), -1); /* dense layer */
     assert_int_equal(og_expert_cache_slot(d, 9, 0), -1); /* no such layer */
@@ -375,7 +375,7 @@ static void test_cpu_device(void **state) {
     assert_true(d->resident[1 * E + 9]);
     assert_int_equal(d->n_resident, 12);
     read_back(d, m, 1, 9, 1, back, gate_bytes);
-    assert_memory_equal(back, (const uint8_t *)m->layers[1].up_exps.data + 9 * gate_bytes, gate_bytes);
+    assert_memory_equal(back, (const uint8_t *)og_model_get_info(m)->moe[1].up_exps.data + 9 * gate_bytes, gate_bytes);
     free(back);
     assert_int_equal(og_expert_cache_swap(d, m, 1, 9, 1, err, sizeof err), OG_ERR_INVALID_ARG); /* 9 is in */
     assert_int_equal(og_expert_cache_swap(d, m, 1, 10, 0, err, sizeof err), OG_ERR_INVALID_ARG); /* 0 is out */
@@ -404,7 +404,7 @@ static void test_cpu_device(void **state) {
     og_run_ctx plain = {.kern = &k, .dispatch = og_dispatch_table(host_only)},
                placed = {.kern = &k, .stats = &es, .dispatch = og_dispatch_table(split)};
     og_kv ka = {0}, kb = {0};
-    const uint32_t V = m->hp.n_vocab;
+    const uint32_t V = og_model_get_info(m)->n_vocab;
     float *la = malloc(V * sizeof *la), *lb = malloc(V * sizeof *lb);
     for (int32_t t = 0; t < 24; t++) {
         int32_t tok = (t * 37 + 11) % (int32_t)V;
@@ -414,7 +414,7 @@ static void test_cpu_device(void **state) {
         assert_int_equal(og_migrator_step(mg, d, m, counts, err, sizeof err), OG_OK);
     }
     assert_true(d->migrations > 0);
-    assert_int_equal(es.routes, 24ull * 3 * m->hp.n_expert_used);
+    assert_int_equal(es.routes, 24ull * 3 * og_model_get_info(m)->n_expert_used);
     assert_true(es.routes_resident > 0);
     /* PCIe: the expert copies, and one hidden row (n_embd f32) up per resident route */
     assert_int_equal(roomy->pcie_bytes, (12 + d->migrations) * SMALL_EXPERT_BYTES + es.routes_resident * 256 * 4);
@@ -441,7 +441,7 @@ static void test_placement(void **state) {
     og_model *m;
     char err[512];
     if (og_model_load(g_small, NULL, &m, err, sizeof err)) fail_msg("%s", err);
-    const uint32_t NL = m->hp.n_layer, E = m->hp.n_expert, K = m->hp.n_expert_used;
+    const uint32_t NL = og_model_get_info(m)->n_layer, E = og_model_get_info(m)->n_expert, K = og_model_get_info(m)->n_expert_used;
     og_plan_input in = {.vram = 1 * GIB, .ram = 8 * GIB, .reserve = 0, .ctx = 64, .parallel = 1, .batch_tokens = 16,
                         .kv_bytes_per_elem = 4, .slots_override = 4};
     og_plan pl;
@@ -491,7 +491,7 @@ static void test_placement(void **state) {
     og_expert_stats es = {.counts = counts};
     plain.stats = &es;
     og_kv ka = {0}, kb = {0};
-    const uint32_t V = m->hp.n_vocab;
+    const uint32_t V = og_model_get_info(m)->n_vocab;
     float *la = malloc(V * sizeof *la), *lb = malloc(V * sizeof *lb);
     uint8_t res[4 * 16];
     bool saw_in_flight = false;
@@ -538,7 +538,7 @@ static void test_placement(void **state) {
     assert_true(ps.hit_rate == (double)hits / (double)(T * 3 * K));
     assert_true(ps.migrations > 0);
     /* the expert copies, and one hidden row (n_embd f32) up per resident route */
-    assert_int_equal(ps.pcie_bytes, (12 + ps.migrations) * SMALL_EXPERT_BYTES + hits * m->hp.n_embd * 4);
+    assert_int_equal(ps.pcie_bytes, (12 + ps.migrations) * SMALL_EXPERT_BYTES + hits * og_model_get_info(m)->n_embd * 4);
     assert_memory_equal(og_placement_counts(p), counts, sizeof counts);
     uint64_t lr[4], lh[4];
     assert_int_equal(og_placement_layer_hits(p, lr, lh, 4), OG_OK);
@@ -671,7 +671,7 @@ static void test_copies_in_flight(void **state) {
     og_model *m;
     char err[512];
     if (og_model_load(g_small, NULL, &m, err, sizeof err)) fail_msg("%s", err);
-    const uint32_t E = m->hp.n_expert;
+    const uint32_t E = og_model_get_info(m)->n_expert;
     uint32_t slots[4] = {4, 4, 4, 4};
     og_device *cpu;
     assert_int_equal(og_device_cpu_create(3 * 4 * SMALL_EXPERT_BYTES, 1, NULL, &cpu, err, sizeof err), OG_OK);

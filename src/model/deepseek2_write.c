@@ -2,9 +2,8 @@
  * shared/spec/deepseek2.md §1-§2; weights are seeded uniform noise scaled by
  * 1/sqrt(fan_in) so every projection keeps the RMS of its input (pre-norm
  * residual stream grows ~sqrt(layers), never vanishes or explodes). */
-#include "synth.h"
-
-#include "og_model.h"
+#include "deepseek2.h"
+#include "og_model_write.h"
 #include "og_quant.h"
 
 #include <math.h>
@@ -15,7 +14,7 @@
 
 static const char *const preset_names[] = {"tiny", "demo", "v3-671b"};
 
-og_status og_synth_preset(const char *name, og_synth_config *c) {
+og_status og_ds2_synth_preset(const char *name, og_ds2_synth_config *c) {
     memset(c, 0, sizeof *c);
     /* Common: DeepSeek-V3 conventions (sigmoid routing, bias, norm, x2.5, YaRN). */
     c->seed = 42;
@@ -30,7 +29,7 @@ og_status og_synth_preset(const char *name, og_synth_config *c) {
     c->rms_eps = 1e-6f;
     c->n_vocab = 129280;
     c->router_skew = 1.0f;
-    for (int r = 0; r < SYN_T_COUNT; r++) c->types[r] = OG_TYPE_F32;
+    for (int r = 0; r < OG_DS2_SYN_COUNT; r++) c->types[r] = OG_TYPE_F32;
     if (!strcmp(name, "tiny")) {
         /* <= 50 MB: the real 129,280-token vocabulary dominates, so embeddings and
          * output are F16 and the layers small. */
@@ -42,7 +41,7 @@ og_status og_synth_preset(const char *name, og_synth_config *c) {
         c->n_expert = 16; c->n_expert_used = 4; c->n_expert_shared = 1; c->n_ff_exp = 64;
         c->n_group = 4; c->n_group_used = 2;
         c->n_ctx = 4096;
-        c->types[SYN_T_EMBD] = c->types[SYN_T_OUTPUT] = OG_TYPE_F16;
+        c->types[OG_DS2_SYN_EMBD] = c->types[OG_DS2_SYN_OUTPUT] = OG_TYPE_F16;
     } else if (!strcmp(name, "demo")) {
         /* A few hundred MB, served by `./run.sh --demo` with the CPU playing the GPU. */
         c->name = "onegpu-demo";
@@ -53,7 +52,7 @@ og_status og_synth_preset(const char *name, og_synth_config *c) {
         c->n_expert = 32; c->n_expert_used = 4; c->n_expert_shared = 1; c->n_ff_exp = 256;
         c->n_group = 4; c->n_group_used = 2;
         c->n_ctx = 8192;
-        for (int r = 0; r < SYN_T_COUNT; r++) c->types[r] = OG_TYPE_Q8_0;
+        for (int r = 0; r < OG_DS2_SYN_COUNT; r++) c->types[r] = OG_TYPE_Q8_0;
     } else if (!strcmp(name, "v3-671b")) {
         /* DeepSeek-V3/R1 shapes (deepseek2.md §1); Q2_K experts, Q4_K elsewhere. */
         c->name = "onegpu-v3-671b-shape";
@@ -64,10 +63,10 @@ og_status og_synth_preset(const char *name, og_synth_config *c) {
         c->n_expert = 256; c->n_expert_used = 8; c->n_expert_shared = 1; c->n_ff_exp = 2048;
         c->n_group = 8; c->n_group_used = 4;
         c->n_ctx = 163840;
-        for (int r = 0; r < SYN_T_COUNT; r++) c->types[r] = OG_TYPE_Q4_K;
-        c->types[SYN_T_ROUTED] = OG_TYPE_Q2_K;
-        c->types[SYN_T_EMBD] = OG_TYPE_Q4_K;
-        c->types[SYN_T_OUTPUT] = OG_TYPE_Q6_K;
+        for (int r = 0; r < OG_DS2_SYN_COUNT; r++) c->types[r] = OG_TYPE_Q4_K;
+        c->types[OG_DS2_SYN_ROUTED] = OG_TYPE_Q2_K;
+        c->types[OG_DS2_SYN_EMBD] = OG_TYPE_Q4_K;
+        c->types[OG_DS2_SYN_OUTPUT] = OG_TYPE_Q6_K;
     } else {
         return OG_ERR_NOT_FOUND;
     }
@@ -75,7 +74,7 @@ og_status og_synth_preset(const char *name, og_synth_config *c) {
     return OG_OK;
 }
 
-og_status og_synth_validate(const og_synth_config *c, char *err, size_t errlen) {
+og_status og_ds2_synth_validate(const og_ds2_synth_config *c, char *err, size_t errlen) {
 #define REQ(cond, ...) do { if (!(cond)) return og_fail(err, errlen, OG_ERR_INVALID_ARG, __VA_ARGS__); } while (0)
     /* The loader's bounds (OG_DS2_MAX_*, far above any real model): make-model
      * never writes a file that og_model_load refuses. */
@@ -133,7 +132,7 @@ typedef struct tinfo {
 } tinfo;
 
 typedef struct build {
-    const og_synth_config *c;
+    const og_ds2_synth_config *c;
     og_gguf_writer *w;
     tinfo *info;
     size_t n, cap;
@@ -196,48 +195,48 @@ static og_status add(build *b, const char *name, og_ggml_type type, uint32_t n_d
 #define ADD(...) do { og_status st_ = add(__VA_ARGS__); if (st_) return st_; } while (0)
 
 static og_status add_tensors(build *b) {
-    const og_synth_config *c = b->c;
+    const og_ds2_synth_config *c = b->c;
     const og_ggml_type *T = c->types;
     const int64_t D = c->n_embd, H = c->n_head, V = c->n_vocab;
     const int64_t d_qk = c->qk_nope + c->qk_rope, r_kv = c->kv_lora_rank;
     char nm[64];
-    ADD(b, "token_embd.weight", T[SYN_T_EMBD], 2, D, V, 1, INIT_WEIGHT, sqrtf((float)D), -1);
+    ADD(b, "token_embd.weight", T[OG_DS2_SYN_EMBD], 2, D, V, 1, INIT_WEIGHT, sqrtf((float)D), -1);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         int L = (int)l;
 #define N(suffix) (snprintf(nm, sizeof nm, "blk.%u." suffix, l), nm)
         ADD(b, N("attn_norm.weight"), OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, L);
         if (c->q_lora_rank) {
-            ADD(b, N("attn_q_a.weight"), T[SYN_T_ATTN], 2, D, c->q_lora_rank, 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("attn_q_a.weight"), T[OG_DS2_SYN_ATTN], 2, D, c->q_lora_rank, 1, INIT_WEIGHT, 1, L);
             ADD(b, N("attn_q_a_norm.weight"), OG_TYPE_F32, 1, c->q_lora_rank, 1, 1, INIT_NORM, 0, L);
-            ADD(b, N("attn_q_b.weight"), T[SYN_T_ATTN], 2, c->q_lora_rank, H * d_qk, 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("attn_q_b.weight"), T[OG_DS2_SYN_ATTN], 2, c->q_lora_rank, H * d_qk, 1, INIT_WEIGHT, 1, L);
         } else {
-            ADD(b, N("attn_q.weight"), T[SYN_T_ATTN], 2, D, H * d_qk, 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("attn_q.weight"), T[OG_DS2_SYN_ATTN], 2, D, H * d_qk, 1, INIT_WEIGHT, 1, L);
         }
-        ADD(b, N("attn_kv_a_mqa.weight"), T[SYN_T_ATTN], 2, D, r_kv + c->qk_rope, 1, INIT_WEIGHT, 1, L);
+        ADD(b, N("attn_kv_a_mqa.weight"), T[OG_DS2_SYN_ATTN], 2, D, r_kv + c->qk_rope, 1, INIT_WEIGHT, 1, L);
         ADD(b, N("attn_kv_a_norm.weight"), OG_TYPE_F32, 1, r_kv, 1, 1, INIT_NORM, 0, L);
         if (c->legacy_mla) {
-            ADD(b, N("attn_kv_b.weight"), T[SYN_T_ATTN], 2, r_kv, H * (c->qk_nope + c->v_head), 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("attn_kv_b.weight"), T[OG_DS2_SYN_ATTN], 2, r_kv, H * (c->qk_nope + c->v_head), 1, INIT_WEIGHT, 1, L);
         } else {
-            ADD(b, N("attn_k_b.weight"), T[SYN_T_ATTN], 3, c->qk_nope, r_kv, H, INIT_WEIGHT, 1, L);
-            ADD(b, N("attn_v_b.weight"), T[SYN_T_ATTN], 3, r_kv, c->v_head, H, INIT_WEIGHT, 1, L);
+            ADD(b, N("attn_k_b.weight"), T[OG_DS2_SYN_ATTN], 3, c->qk_nope, r_kv, H, INIT_WEIGHT, 1, L);
+            ADD(b, N("attn_v_b.weight"), T[OG_DS2_SYN_ATTN], 3, r_kv, c->v_head, H, INIT_WEIGHT, 1, L);
         }
-        ADD(b, N("attn_output.weight"), T[SYN_T_ATTN], 2, H * c->v_head, D, 1, INIT_WEIGHT, 1, L);
+        ADD(b, N("attn_output.weight"), T[OG_DS2_SYN_ATTN], 2, H * c->v_head, D, 1, INIT_WEIGHT, 1, L);
         ADD(b, N("ffn_norm.weight"), OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, L);
         if (l < c->n_dense) {
-            ADD(b, N("ffn_gate.weight"), T[SYN_T_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
-            ADD(b, N("ffn_up.weight"), T[SYN_T_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
-            ADD(b, N("ffn_down.weight"), T[SYN_T_DENSE], 2, c->n_ff, D, 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_gate.weight"), T[OG_DS2_SYN_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_up.weight"), T[OG_DS2_SYN_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_down.weight"), T[OG_DS2_SYN_DENSE], 2, c->n_ff, D, 1, INIT_WEIGHT, 1, L);
         } else {
             const int64_t E = c->n_expert, Fe = c->n_ff_exp, Fs = (int64_t)c->n_expert_shared * Fe;
             ADD(b, N("ffn_gate_inp.weight"), OG_TYPE_F32, 2, D, E, 1, INIT_ROUTER, 1, L);
             if (c->gating == 2) ADD(b, N("exp_probs_b.bias"), OG_TYPE_F32, 1, E, 1, 1, INIT_BIAS, 0, L);
-            ADD(b, N("ffn_gate_exps.weight"), T[SYN_T_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
-            ADD(b, N("ffn_up_exps.weight"), T[SYN_T_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
-            ADD(b, N("ffn_down_exps.weight"), T[SYN_T_ROUTED], 3, Fe, D, E, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_gate_exps.weight"), T[OG_DS2_SYN_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_up_exps.weight"), T[OG_DS2_SYN_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
+            ADD(b, N("ffn_down_exps.weight"), T[OG_DS2_SYN_ROUTED], 3, Fe, D, E, INIT_WEIGHT, 1, L);
             if (c->n_expert_shared) {
-                ADD(b, N("ffn_gate_shexp.weight"), T[SYN_T_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
-                ADD(b, N("ffn_up_shexp.weight"), T[SYN_T_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
-                ADD(b, N("ffn_down_shexp.weight"), T[SYN_T_SHARED], 2, Fs, D, 1, INIT_WEIGHT, 1, L);
+                ADD(b, N("ffn_gate_shexp.weight"), T[OG_DS2_SYN_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
+                ADD(b, N("ffn_up_shexp.weight"), T[OG_DS2_SYN_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
+                ADD(b, N("ffn_down_shexp.weight"), T[OG_DS2_SYN_SHARED], 2, Fs, D, 1, INIT_WEIGHT, 1, L);
             }
         }
 #undef N
@@ -245,7 +244,7 @@ static og_status add_tensors(build *b) {
     ADD(b, "output_norm.weight", OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, -1);
     /* gain 4: logits with std ~4, so the top-2 gap of a greedy pick is usually
      * far above float noise (fewer near-ties against other implementations). */
-    ADD(b, "output.weight", T[SYN_T_OUTPUT], 2, D, V, 1, INIT_WEIGHT, 4, -1);
+    ADD(b, "output.weight", T[OG_DS2_SYN_OUTPUT], 2, D, V, 1, INIT_WEIGHT, 4, -1);
     return OG_OK;
 }
 
@@ -273,8 +272,8 @@ static uint32_t ftype_of(og_ggml_type t) {
     }
 }
 
-static og_status add_keys(build *b, const og_hf_vocab *vocab) {
-    const og_synth_config *c = b->c;
+static og_status add_keys(build *b, const og_model_vocab *vocab) {
+    const og_ds2_synth_config *c = b->c;
     og_gguf_writer *w = b->w;
     og_status st = OG_OK;
 #define K(expr) do { if ((st = (expr))) goto fail; } while (0)
@@ -358,7 +357,7 @@ fail:
 
 /* perm[r] = the expert of popularity rank r in this layer: a seeded shuffle, so
  * the hot set differs between layers as it does in real models. */
-static void expert_perm(const og_synth_config *c, int layer, uint32_t *perm) {
+static void expert_perm(const og_ds2_synth_config *c, int layer, uint32_t *perm) {
     uint32_t E = c->n_expert;
     for (uint32_t i = 0; i < E; i++) perm[i] = i;
     uint64_t s = c->seed ^ (0x5eedULL * (uint64_t)(layer + 1));
@@ -374,7 +373,7 @@ static void expert_perm(const og_synth_config *c, int layer, uint32_t *perm) {
  * score's spread. Shifting a score by a constant scales its chance of making
  * the top-k roughly exponentially, so a log-rank offset gives a power law in
  * rank (Zipf-like), steeper for larger skew. */
-static double skew_offset(const og_synth_config *c, uint32_t rank) {
+static double skew_offset(const og_ds2_synth_config *c, uint32_t rank) {
     return -(double)c->router_skew * log(1.0 + rank);
 }
 
@@ -388,7 +387,7 @@ typedef struct fill_ctx {
 
 /* Popularity ranks of one layer's experts, computed once per layer. */
 static og_status layer_ranks(fill_ctx *ctx, int layer) {
-    const og_synth_config *c = ctx->b->c;
+    const og_ds2_synth_config *c = ctx->b->c;
     if (ctx->rank_layer == layer) return OG_OK;
     if (!ctx->rank && !(ctx->rank = malloc(c->n_expert * sizeof *ctx->rank))) return OG_ERR_NOMEM;
     uint32_t *perm = malloc(c->n_expert * sizeof *perm);
@@ -402,7 +401,7 @@ static og_status layer_ranks(fill_ctx *ctx, int layer) {
 
 static og_status fill(void *ctx_, uint64_t i, const og_gguf_tensor *t, void *buf, char *err, size_t errlen) {
     fill_ctx *ctx = ctx_;
-    const og_synth_config *c = ctx->b->c;
+    const og_ds2_synth_config *c = ctx->b->c;
     const tinfo *ti = &ctx->b->info[i];
     const int64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
     if ((size_t)ne0 > ctx->row_cap) {
@@ -446,9 +445,9 @@ static og_status fill(void *ctx_, uint64_t i, const og_gguf_tensor *t, void *buf
     return OG_OK;
 }
 
-og_status og_synth_write(const og_synth_config *c, const og_hf_vocab *vocab, const char *path,
+og_status og_ds2_synth_write(const og_ds2_synth_config *c, const og_model_vocab *vocab, const char *path,
                          bool sparse, const og_logger *lg, char *err, size_t errlen) {
-    og_status st = og_synth_validate(c, err, errlen);
+    og_status st = og_ds2_synth_validate(c, err, errlen);
     if (st) return st;
     if (vocab && vocab->n_vocab != c->n_vocab)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tokenizer has %u tokens but the model %u",

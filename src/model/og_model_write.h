@@ -1,17 +1,37 @@
-/* Synthetic deepseek2 models (shared/spec/deepseek2.md): hyperparameters,
- * tensor list and seeded random weights, written through the GGUF writer. */
-#ifndef OG_SYNTH_H
-#define OG_SYNTH_H
+/* Model writers (`onegpu make-model`): synthetic models with seeded random
+ * weights, one writer per architecture beside its loader in src/model, each
+ * naming its tensors from the architecture's one tensor-name table (the loader
+ * and og_model_tensor_role read the same table). The CLI only parses the
+ * arguments into a writer's config (src/cli/cmd_make_model.c: `--arch NAME`
+ * picks the writer; another architecture adds its config, preset / validate /
+ * write functions here and one row to the CLI's writer table). */
+#ifndef OG_MODEL_WRITE_H
+#define OG_MODEL_WRITE_H
 
-#include "hf_tokenizer.h"
 #include "og_gguf.h"
+
+/* The tokenizer a writer stores (tokenizer.ggml.*, gguf.md §7.3): what the
+ * CLI's tokenizer.json reader produces (og_hf_vocab is this type). */
+typedef struct og_model_vocab {
+    uint32_t n_vocab;       /* after padding */
+    og_str *tokens;         /* [n_vocab] token text (byte-level encoded for NORMAL) */
+    int32_t *types;         /* [n_vocab] llama.cpp token types (tokenizer.ggml.token_type) */
+    uint64_t n_merges;
+    og_str *merges;         /* [n_merges] "left right" */
+    og_str chat_template;   /* empty if none */
+    uint32_t bos_id, eos_id, pad_id; /* UINT32_MAX: none */
+    bool add_bos, add_eos;
+    void *priv;             /* the owner's (parsed JSON and owned strings); writers never read it */
+} og_model_vocab;
+
+/* ---- deepseek2 (shared/spec/deepseek2.md; src/model/deepseek2_write.c) ---- */
 
 /* Roles that can get their own ggml type. */
 typedef enum {
-    SYN_T_EMBD, SYN_T_OUTPUT, SYN_T_ATTN, SYN_T_DENSE, SYN_T_ROUTED, SYN_T_SHARED, SYN_T_COUNT
-} synth_type_role;
+    OG_DS2_SYN_EMBD, OG_DS2_SYN_OUTPUT, OG_DS2_SYN_ATTN, OG_DS2_SYN_DENSE, OG_DS2_SYN_ROUTED, OG_DS2_SYN_SHARED, OG_DS2_SYN_COUNT
+} og_ds2_synth_role;
 
-typedef struct og_synth_config {
+typedef struct og_ds2_synth_config {
     const char *name;          /* general.name */
     uint64_t seed;
     uint32_t n_layer;          /* L (block_count) */
@@ -43,22 +63,22 @@ typedef struct og_synth_config {
     float router_skew;         /* Zipf-like exponent of expert popularity; 0 = uniform */
     float rms_eps;
     uint32_t n_vocab;          /* padded vocabulary size (129280 for DeepSeek-V3) */
-    og_ggml_type types[SYN_T_COUNT];
+    og_ggml_type types[OG_DS2_SYN_COUNT];
     uint64_t split_max_bytes;  /* 0: one file; else gguf-split parts of at most this many bytes */
-} og_synth_config;
+} og_ds2_synth_config;
 
 /* Fills cfg with a preset: "tiny", "demo" or "v3-671b". OG_ERR_NOT_FOUND if unknown. */
-og_status og_synth_preset(const char *name, og_synth_config *cfg);
+og_status og_ds2_synth_preset(const char *name, og_ds2_synth_config *cfg);
 
 /* Checks the shapes are consistent (k <= E, groups divide E, ...). */
-og_status og_synth_validate(const og_synth_config *cfg, char *err, size_t errlen);
+og_status og_ds2_synth_validate(const og_ds2_synth_config *cfg, char *err, size_t errlen);
 
 /* Writes the model. vocab may be NULL only for sparse files without a tokenizer.
  * sparse: tensor data is a hole (no disk, no weights computed). Type fallbacks
  * (rows not a multiple of the block) are reported on lg at info level. With
  * cfg->split_max_bytes, path "NAME.gguf" gives the parts NAME-0000k-of-0000N.gguf
  * (og_gguf_writer_write_split), each reported on lg at info level. */
-og_status og_synth_write(const og_synth_config *cfg, const og_hf_vocab *vocab, const char *path,
+og_status og_ds2_synth_write(const og_ds2_synth_config *cfg, const og_model_vocab *vocab, const char *path,
                          bool sparse, const og_logger *lg, char *err, size_t errlen);
 
-#endif
+#endif /* OG_MODEL_WRITE_H */

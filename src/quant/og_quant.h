@@ -50,6 +50,11 @@ const og_type_traits *og_quant_traits(og_ggml_type t);
 /* True if og_quantize_row supports type t (has a reference quantizer). */
 bool og_quant_can_quantize(og_ggml_type t);
 
+/* The type llama-quantize stores rows of ne0 elements in when ne0 is not a
+ * multiple of t's block (kquants.md §7): Q2_K/Q3_K -> Q4_0, IQ* -> IQ4_NL,
+ * Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16; t itself when it fits. */
+og_ggml_type og_quant_fallback_type(og_ggml_type t, int64_t ne0);
+
 /* Quantizes n floats (one row; n a multiple of the type's block size) into dst
  * (og_row_bytes(t, n) bytes) with the reference quantizer of kquants.md §6.
  * Errors: OG_ERR_UNSUPPORTED (type has no quantizer), OG_ERR_INVALID_ARG (n). */

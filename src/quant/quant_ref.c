@@ -1153,6 +1153,23 @@ const og_type_traits *og_quant_traits(og_ggml_type t) {
     return &traits[t];
 }
 
+og_ggml_type og_quant_fallback_type(og_ggml_type t, int64_t ne0) {
+    for (int step = 0; step < 3; step++) {
+        const og_type_size *ts = og_type_size_of(t);
+        if (ts && ne0 % ts->blck == 0) return t;
+        switch (t) {
+        case OG_TYPE_Q2_K: case OG_TYPE_Q3_K: case OG_TYPE_TQ1_0: case OG_TYPE_TQ2_0: t = OG_TYPE_Q4_0; break;
+        case OG_TYPE_IQ1_S: case OG_TYPE_IQ1_M: case OG_TYPE_IQ2_XXS: case OG_TYPE_IQ2_XS: case OG_TYPE_IQ2_S:
+        case OG_TYPE_IQ3_XXS: case OG_TYPE_IQ3_S: case OG_TYPE_IQ4_XS: t = OG_TYPE_IQ4_NL; break;
+        case OG_TYPE_Q4_K: t = OG_TYPE_Q5_0; break;
+        case OG_TYPE_Q5_K: t = OG_TYPE_Q5_1; break;
+        case OG_TYPE_Q6_K: t = OG_TYPE_Q8_0; break;
+        default: t = OG_TYPE_F16; break;
+        }
+    }
+    return OG_TYPE_F16;
+}
+
 bool og_quant_can_quantize(og_ggml_type t) {
     const og_type_traits *tr = og_quant_traits(t);
     return tr && tr->from_float;

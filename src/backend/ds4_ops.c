@@ -13,7 +13,6 @@
 
 #define HC_MAX 16
 #define COMPRESS_MAX_RATIO 1024
-#define HADAMARD_N 128
 
 static size_t al16(size_t b) { return (b + 15) & ~(size_t)15; }
 
@@ -44,6 +43,14 @@ static og_status check_view(const og_kv_view *v, const int32_t *first, const int
     return OG_OK;
 }
 
+/* The rounding's dims: any (FP8: blocks of 64, the last one may be short), or
+ * a power of two from 32 to 4096 (the Hadamard rotation's size, then 32-blocks). */
+static bool qat_dims_ok(og_qat_kind kind, int64_t n) {
+    if (kind == OG_QAT_NONE) return n >= 0;
+    if (kind == OG_QAT_FP8) return n >= 0;
+    return kind == OG_QAT_FP4_HADAMARD && n >= 32 && n <= 4096 && !(n & (n - 1));
+}
+
 og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *err, size_t errlen) {
     size_t at = 0;
     switch (kind) {
@@ -66,21 +73,19 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
     }
     case OG_COP_QAT: {
         const og_qat_op *op = desc;
-        const int64_t blk = op->kind == OG_QAT_FP8 ? 64 : HADAMARD_N;
-        if (!op->x.data || op->x.n < 1 || op->x.n_rows < 0 || op->x.stride < op->x.n || op->kind < OG_QAT_NONE ||
-            op->kind > OG_QAT_FP4_HADAMARD || op->n_round < 0 || op->n_round > op->x.n || op->n_round % blk)
-            return bad(err, errlen, "QAT: rows, kind, or dims to round not whole blocks (64 FP8, 128 FP4)");
+        if (!op->x.data || op->x.n < 1 || op->x.n_rows < 0 || op->x.stride < op->x.n || op->n_round > op->x.n ||
+            !qat_dims_ok(op->kind, op->n_round))
+            return bad(err, errlen, "QAT: rows, kind, or dims to round (FP4: a power of two, 32 to 4096)");
         c->u.qat = *op;
         return OG_OK;
     }
     case OG_COP_COMPRESS: {
         const og_compress_op *op = desc;
-        const int64_t blk = op->qat == OG_QAT_FP8 ? 64 : HADAMARD_N;
         if (!op->kv || !op->score || !op->norm || op->n_tok < 0 || op->width < 1 || op->ratio < 1 ||
             op->ratio > COMPRESS_MAX_RATIO || (op->n_tok && (!op->state || !op->pos || !op->out)) ||
             op->rope.d_rope < 0 || op->rope.d_rope > op->width || op->rope.d_rope % 2 ||
-            op->rope.d_rope > OG_ROPE_MAX_DIM || !(op->eps > 0) || op->qat < OG_QAT_NONE ||
-            op->qat > OG_QAT_FP4_HADAMARD || op->qat_n < 0 || op->qat_n > op->width || op->qat_n % blk)
+            op->rope.d_rope > OG_ROPE_MAX_DIM || !(op->eps > 0) ||
+            op->qat_n > op->width || !qat_dims_ok(op->qat, op->qat_n))
             return bad(err, errlen, "compressor: missing tensor, ratio outside 1..1024, RoPE or QAT dims");
         const size_t nt = (size_t)op->n_tok;
         for (size_t i = 0; i < nt; i++)
@@ -255,30 +260,34 @@ static float round_e2m1(float v) {
     return v < 0 ? -r : r;
 }
 
+/* Blocks of 64 (the last one may be shorter: a model whose non-RoPE dims are
+ * not whole 64-blocks, as the tiny test presets). */
 static void qat_fp8(float *x, int64_t n) {
     for (int64_t b = 0; b < n; b += 64) {
+        const int64_t e = b + 64 < n ? b + 64 : n;
         float amax = 0;
-        for (int64_t i = b; i < b + 64; i++) amax = fmaxf(amax, fabsf(x[i]));
+        for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
         const float scale = pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f);
-        for (int64_t i = b; i < b + 64; i++) x[i] = round_e4m3(x[i] / scale) * scale;
+        for (int64_t i = b; i < e; i++) x[i] = round_e4m3(x[i] / scale) * scale;
     }
 }
 
-/* Walsh-Hadamard transform of 128 values (Sylvester order) times 1/sqrt(128). */
-static void hadamard128(float *x) {
-    for (int h = 1; h < HADAMARD_N; h *= 2)
-        for (int i = 0; i < HADAMARD_N; i += 2 * h)
-            for (int j = i; j < i + h; j++) {
+/* Walsh-Hadamard transform of n values (n a power of two; Sylvester order),
+ * the unnormalized butterfly times 1/sqrt(n). */
+static void hadamard(float *x, int64_t n) {
+    for (int64_t h = 1; h < n; h *= 2)
+        for (int64_t i = 0; i < n; i += 2 * h)
+            for (int64_t j = i; j < i + h; j++) {
                 const float a = x[j], b = x[j + h];
                 x[j] = a + b;
                 x[j + h] = a - b;
             }
-    const float s = (float)(1.0 / sqrt((double)HADAMARD_N));
-    for (int i = 0; i < HADAMARD_N; i++) x[i] *= s;
+    const float s = (float)(1.0 / sqrt((double)n));
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
 static void qat_fp4_hadamard(float *x, int64_t n) {
-    for (int64_t h = 0; h < n; h += HADAMARD_N) hadamard128(x + h);
+    hadamard(x, n);
     for (int64_t b = 0; b < n; b += 32) {
         float amax = 0;
         for (int64_t i = b; i < b + 32; i++) amax = fmaxf(amax, fabsf(x[i]));

@@ -224,17 +224,18 @@ typedef struct og_hc_op {
 
 /* The simulated low-precision rounding V4 was trained with (QAT, deepseek4.md
  * §3 table, §4.2, §4.2.1), on each row's dims [0, n_round):
- *  FP8: blocks of 64, scale 2^ceil(log2(max(amax, 1e-4) / 448)), values clamped
+ *  FP8: blocks of 64 (the last one shorter when n_round is not whole blocks), scale 2^ceil(log2(max(amax, 1e-4) / 448)), values clamped
  *       to +-448 and rounded to the nearest E4M3 value (ties to even);
- *  FP4_HADAMARD: each 128 dims rotated by the Walsh-Hadamard matrix (Sylvester
- *       order, unnormalized butterfly times 1/sqrt(128)), then blocks of 32,
+ *  FP4_HADAMARD: the n_round dims rotated by the Walsh-Hadamard matrix of that
+ *       size (Sylvester order, unnormalized butterfly times 1/sqrt(n_round);
+ *       V4's indexer: 128), then blocks of 32,
  *       scale 2^ceil(log2(amax / 6)), values rounded to the nearest E2M1 value
  *       {0, 0.5, 1, 1.5, 2, 3, 4, 6} (ties to even), clamped to +-6. */
 typedef enum og_qat_kind { OG_QAT_NONE = 0, OG_QAT_FP8, OG_QAT_FP4_HADAMARD } og_qat_kind;
 typedef struct og_qat_op {
     og_rows x;             /* in place */
     og_qat_kind kind;
-    int64_t n_round;       /* <= x.n; a multiple of 64 (FP8) or 128 (FP4_HADAMARD) */
+    int64_t n_round;       /* <= x.n; FP4_HADAMARD: a power of two in [32, 4096] */
 } og_qat_op;
 
 /* One step of V4's KV compressors (deepseek4.md §4.2.1) for n_tok tokens in

@@ -207,11 +207,30 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         ok = og_cli_parse_count(arg, &f->device_threads) && f->device_threads <= 4096;
         break;
     case OG_OPT_DEVICE_FORWARD: name = "device-forward", want = ""; f->device_forward = true; break;
+    case OG_OPT_DS4_QAT:
+        name = "ds4-qat", want = "on or off";
+        ok = !strcmp(arg, "on") || !strcmp(arg, "off");
+        f->ds4_qat = arg;
+        break;
     default: return 0;
     }
     if (ok) return 1;
     fprintf(stderr, "%s: bad value '%s' for --%s: expected %s\n", cmd, arg, name, want);
     return -1;
+}
+
+int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f) {
+    if (!f->ds4_qat) return OG_EXIT_OK;
+    if (strcmp(og_model_get_info(m)->arch, "deepseek4")) {
+        fprintf(stderr, "%s: --ds4-qat applies to deepseek4 models; this one is %s\n", cmd, og_model_get_info(m)->arch);
+        return OG_EXIT_USAGE;
+    }
+    char err[256];
+    if (og_model_set_option(m, "qat", f->ds4_qat, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        return OG_EXIT_USAGE;
+    }
+    return OG_EXIT_OK;
 }
 
 /* The flags that plan for a device, without a device. */

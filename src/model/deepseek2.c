@@ -10,6 +10,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- the tensor-name table ------------------------------------------------ */
+
+const og_arch_tensor og_ds2_tensors[OG_DS2_TENSOR_COUNT] = {
+    [OG_DS2_TOKEN_EMBD] = {"token_embd.weight", OG_ROLE_EMBEDDINGS, false},
+    [OG_DS2_OUTPUT_NORM] = {"output_norm.weight", OG_ROLE_OUTPUT, false},
+    [OG_DS2_OUTPUT] = {"output.weight", OG_ROLE_OUTPUT, false},
+    [OG_DS2_ATTN_NORM] = {"attn_norm.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_Q_A] = {"attn_q_a.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_Q_A_NORM] = {"attn_q_a_norm.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_Q_B] = {"attn_q_b.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_Q] = {"attn_q.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_KV_A_MQA] = {"attn_kv_a_mqa.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_KV_A_NORM] = {"attn_kv_a_norm.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_K_B] = {"attn_k_b.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_V_B] = {"attn_v_b.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_KV_B] = {"attn_kv_b.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_ATTN_OUTPUT] = {"attn_output.weight", OG_ROLE_ATTENTION, true},
+    [OG_DS2_FFN_NORM] = {"ffn_norm.weight", OG_ROLE_NORM, true},
+    [OG_DS2_FFN_GATE] = {"ffn_gate.weight", OG_ROLE_DENSE_FFN, true},
+    [OG_DS2_FFN_UP] = {"ffn_up.weight", OG_ROLE_DENSE_FFN, true},
+    [OG_DS2_FFN_DOWN] = {"ffn_down.weight", OG_ROLE_DENSE_FFN, true},
+    [OG_DS2_FFN_GATE_INP] = {"ffn_gate_inp.weight", OG_ROLE_ROUTER, true},
+    [OG_DS2_EXP_PROBS_B] = {"exp_probs_b.bias", OG_ROLE_ROUTER, true},
+    [OG_DS2_FFN_GATE_EXPS] = {"ffn_gate_exps.weight", OG_ROLE_ROUTED_EXPERTS, true},
+    [OG_DS2_FFN_UP_EXPS] = {"ffn_up_exps.weight", OG_ROLE_ROUTED_EXPERTS, true},
+    [OG_DS2_FFN_DOWN_EXPS] = {"ffn_down_exps.weight", OG_ROLE_ROUTED_EXPERTS, true},
+    [OG_DS2_FFN_GATE_SHEXP] = {"ffn_gate_shexp.weight", OG_ROLE_SHARED_EXPERTS, true},
+    [OG_DS2_FFN_UP_SHEXP] = {"ffn_up_shexp.weight", OG_ROLE_SHARED_EXPERTS, true},
+    [OG_DS2_FFN_DOWN_SHEXP] = {"ffn_down_shexp.weight", OG_ROLE_SHARED_EXPERTS, true},
+};
+
+static og_tensor_role ds2_role(const char *tensor_name) {
+    return og_arch_table_role(og_ds2_tensors, OG_DS2_TENSOR_COUNT, tensor_name);
+}
+
 /* ---- loading ------------------------------------------------------------- */
 
 typedef struct loader {
@@ -237,9 +272,12 @@ static og_status load_hparams(loader *l) {
 }
 
 /* n_vocab from token_embd's rows, bounded by OG_DS2_MAX_VOCAB. */
-static og_status read_vocab(loader *l, const og_gguf_tensor *te, uint32_t *n_vocab) {
+static og_status read_vocab(loader *l, uint32_t *n_vocab) {
+    const char *name = og_ds2_tensors[OG_DS2_TOKEN_EMBD].name;
+    const og_gguf_tensor *te = og_gguf_find_tensor(l->g, name);
+    if (!te) return og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name);
     if (te->ne[1] < 1 || te->ne[1] > (int64_t)OG_DS2_MAX_VOCAB)
-        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor token_embd.weight has %lld rows (the vocabulary): outside 1..%u",
+        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s has %lld rows (the vocabulary): outside 1..%u", name,
                        (long long)te->ne[1], OG_DS2_MAX_VOCAB);
     *n_vocab = (uint32_t)te->ne[1];
     return OG_OK;
@@ -249,68 +287,66 @@ static og_status load_weights(loader *l) {
     og_ds2 *m = l->d;
     const og_hparams *h = &m->hp;
     const uint64_t D = h->n_embd, H = h->n_head;
-    const og_gguf_tensor *te = og_gguf_find_tensor(l->g, "token_embd.weight");
-    if (!te) return og_fail(l->err, l->errlen, OG_ERR_NOT_FOUND, "missing tensor token_embd.weight");
-    TRY(read_vocab(l, te, &m->hp.n_vocab));
-    TRY(bind(l, "token_embd.weight", D, m->hp.n_vocab, &m->tok_embd, true));
-    TRY(bind_vec(l, "output_norm.weight", D, &m->out_norm, true));
-    TRY(bind(l, "output.weight", D, m->hp.n_vocab, &m->output, false));
+    TRY(read_vocab(l, &m->hp.n_vocab));
+    TRY(bind(l, og_ds2_tensors[OG_DS2_TOKEN_EMBD].name, D, m->hp.n_vocab, &m->tok_embd, true));
+    TRY(bind_vec(l, og_ds2_tensors[OG_DS2_OUTPUT_NORM].name, D, &m->out_norm, true));
+    TRY(bind(l, og_ds2_tensors[OG_DS2_OUTPUT].name, D, m->hp.n_vocab, &m->output, false));
     if (!m->output.data) m->output = m->tok_embd; /* tied (§2) */
     m->layers = calloc(h->n_layer, sizeof *m->layers);
     m->moe = calloc(h->n_layer, sizeof *m->moe);
     if (!m->layers || !m->moe) return og_fail(l->err, l->errlen, OG_ERR_NOMEM, "out of memory");
     char n[96];
-#define NM(s) (snprintf(n, sizeof n, "blk.%u." s, i), n)
+#define TN(t) og_ds2_name(t, i, n, sizeof n)
     for (uint32_t i = 0; i < h->n_layer; i++) {
         og_layer *L = &m->layers[i];
         og_moe_weights *X = &m->moe[i];
-        TRY(bind_vec(l, NM("attn_norm.weight"), D, &L->attn_norm, true));
+        TRY(bind_vec(l, TN(OG_DS2_ATTN_NORM), D, &L->attn_norm, true));
         if (h->q_lora_rank) {
-            TRY(bind(l, NM("attn_q_a.weight"), D, h->q_lora_rank, &L->q_a, true));
-            TRY(bind_vec(l, NM("attn_q_a_norm.weight"), h->q_lora_rank, &L->q_a_norm, true));
-            TRY(bind(l, NM("attn_q_b.weight"), h->q_lora_rank, H * h->d_qk, &L->q_b, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_Q_A), D, h->q_lora_rank, &L->q_a, true));
+            TRY(bind_vec(l, TN(OG_DS2_ATTN_Q_A_NORM), h->q_lora_rank, &L->q_a_norm, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_Q_B), h->q_lora_rank, H * h->d_qk, &L->q_b, true));
         } else {
-            TRY(bind(l, NM("attn_q.weight"), D, H * h->d_qk, &L->q, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_Q), D, H * h->d_qk, &L->q, true));
         }
-        TRY(bind(l, NM("attn_kv_a_mqa.weight"), D, h->kv_lora_rank + h->d_rope, &L->kv_a, true));
-        TRY(bind_vec(l, NM("attn_kv_a_norm.weight"), h->kv_lora_rank, &L->kv_a_norm, true));
+        TRY(bind(l, TN(OG_DS2_ATTN_KV_A_MQA), D, h->kv_lora_rank + h->d_rope, &L->kv_a, true));
+        TRY(bind_vec(l, TN(OG_DS2_ATTN_KV_A_NORM), h->kv_lora_rank, &L->kv_a_norm, true));
         if (h->mla_format) {
-            TRY(bind(l, NM("attn_k_b.weight"), h->d_nope, (uint64_t)h->kv_lora_rank * H, &L->k_b, true));
-            TRY(bind(l, NM("attn_v_b.weight"), h->kv_lora_rank, (uint64_t)h->d_v * H, &L->v_b, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_K_B), h->d_nope, (uint64_t)h->kv_lora_rank * H, &L->k_b, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_V_B), h->kv_lora_rank, (uint64_t)h->d_v * H, &L->v_b, true));
         } else {
             og_weight kvb;
-            TRY(bind(l, NM("attn_kv_b.weight"), h->kv_lora_rank, H * (h->d_nope + h->d_v), &kvb, true));
+            TRY(bind(l, TN(OG_DS2_ATTN_KV_B), h->kv_lora_rank, H * (h->d_nope + h->d_v), &kvb, true));
             size_t cnt = (size_t)kvb.n_rows * (size_t)kvb.K;
             L->kv_b_f32 = malloc(cnt * sizeof(float));
             if (!L->kv_b_f32) return og_fail(l->err, l->errlen, OG_ERR_NOMEM, "out of memory");
             for (int64_t r = 0; r < kvb.n_rows; r++)
                 og_dequantize_row(kvb.type, (const uint8_t *)kvb.data + (size_t)r * kvb.row_bytes, L->kv_b_f32 + r * kvb.K, kvb.K);
         }
-        TRY(bind(l, NM("attn_output.weight"), H * h->d_v, D, &L->o, true));
-        TRY(bind_vec(l, NM("ffn_norm.weight"), D, &L->ffn_norm, true));
+        TRY(bind(l, TN(OG_DS2_ATTN_OUTPUT), H * h->d_v, D, &L->o, true));
+        TRY(bind_vec(l, TN(OG_DS2_FFN_NORM), D, &L->ffn_norm, true));
         X->moe = L->moe = i >= h->n_dense;
         if (!L->moe) {
-            TRY(bind(l, NM("ffn_gate.weight"), D, h->n_ff, &L->gate, true));
-            TRY(bind(l, NM("ffn_up.weight"), D, h->n_ff, &L->up, true));
-            TRY(bind(l, NM("ffn_down.weight"), h->n_ff, D, &L->down, true));
+            TRY(bind(l, TN(OG_DS2_FFN_GATE), D, h->n_ff, &L->gate, true));
+            TRY(bind(l, TN(OG_DS2_FFN_UP), D, h->n_ff, &L->up, true));
+            TRY(bind(l, TN(OG_DS2_FFN_DOWN), h->n_ff, D, &L->down, true));
             continue;
         }
         const uint64_t E = h->n_expert, Fe = h->n_ff_exp;
-        TRY(bind(l, NM("ffn_gate_inp.weight"), D, E, &L->router, true));
+        TRY(bind(l, TN(OG_DS2_FFN_GATE_INP), D, E, &L->router, true));
         if (L->router.type != OG_TYPE_F32)
             return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "%s must be F32 (routers are never quantized)", n);
-        TRY(bind_vec(l, NM("exp_probs_b.bias"), E, &L->exp_bias, false));
-        TRY(bind(l, NM("ffn_gate_exps.weight"), D, Fe * E, &X->gate_exps, true));
-        TRY(bind(l, NM("ffn_up_exps.weight"), D, Fe * E, &X->up_exps, true));
-        TRY(bind(l, NM("ffn_down_exps.weight"), Fe, D * E, &X->down_exps, true));
+        TRY(bind_vec(l, TN(OG_DS2_EXP_PROBS_B), E, &L->exp_bias, false));
+        TRY(bind(l, TN(OG_DS2_FFN_GATE_EXPS), D, Fe * E, &X->gate_exps, true));
+        TRY(bind(l, TN(OG_DS2_FFN_UP_EXPS), D, Fe * E, &X->up_exps, true));
+        TRY(bind(l, TN(OG_DS2_FFN_DOWN_EXPS), Fe, D * E, &X->down_exps, true));
         if (h->n_expert_shared) {
             const uint64_t Fs = (uint64_t)h->n_expert_shared * Fe;
-            TRY(bind(l, NM("ffn_gate_shexp.weight"), D, Fs, &X->gate_sh, true));
-            TRY(bind(l, NM("ffn_up_shexp.weight"), D, Fs, &X->up_sh, true));
-            TRY(bind(l, NM("ffn_down_shexp.weight"), Fs, D, &X->down_sh, true));
+            TRY(bind(l, TN(OG_DS2_FFN_GATE_SHEXP), D, Fs, &X->gate_sh, true));
+            TRY(bind(l, TN(OG_DS2_FFN_UP_SHEXP), D, Fs, &X->up_sh, true));
+            TRY(bind(l, TN(OG_DS2_FFN_DOWN_SHEXP), Fs, D, &X->down_sh, true));
         }
     }
-#undef NM
+#undef TN
     return OG_OK;
 }
 
@@ -320,9 +356,7 @@ og_status og_ds2_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams 
     loader l = {g, lg ? lg : &quiet, &tmp, err, errlen};
     og_status st = load_hparams(&l);
     if (st) return st;
-    const og_gguf_tensor *te = og_gguf_find_tensor(g, "token_embd.weight");
-    if (!te) return og_fail(err, errlen, OG_ERR_NOT_FOUND, "missing tensor token_embd.weight");
-    if ((st = read_vocab(&l, te, &tmp.hp.n_vocab))) return st;
+    if ((st = read_vocab(&l, &tmp.hp.n_vocab))) return st;
     *hp = tmp.hp;
     return OG_OK;
 }
@@ -865,7 +899,9 @@ const og_arch og_arch_deepseek2 = {
     .describe = ds2_describe,
     .load = ds2_load,
     .free_impl = ds2_free_impl,
-    .role = og_ds2_tensor_role,
+    .role = ds2_role,
+    .tensors = og_ds2_tensors,
+    .n_tensors = OG_DS2_TENSOR_COUNT,
     .scratch_bytes = ds2_scratch_bytes,
     .forward_batch = ds2_forward_batch,
 };

@@ -1,7 +1,7 @@
 /* deepseek2 (shared/spec/deepseek2.md), internal to src/model: its
  * hyperparameters, bounds and weights (og_ds2, the impl of an og_model it
- * loaded), its one tensor-name table (og_ds2_tensor_names: the loader, the
- * writer and the roles read it) and its model writer (make-model). Nothing
+ * loaded), its one tensor-name table (og_ds2_tensors: the loader, the writer
+ * and the roles read it); its writer's config is public (og_model_write.h). Nothing
  * outside src/model includes this (white-box unit tests may). */
 #ifndef OG_DEEPSEEK2_H
 #define OG_DEEPSEEK2_H
@@ -66,6 +66,39 @@ typedef struct og_layer {
     /* the expert weights (routed and shared) are in og_ds2.moe[layer] */
 } og_layer;
 
+/* deepseek2's one tensor-name table (shared/spec/deepseek2.md §2): the loader
+ * binds, the writer writes and og_model_tensor_role reads these names. */
+typedef enum og_ds2_tensor {
+    OG_DS2_TOKEN_EMBD,      /* token_embd.weight */
+    OG_DS2_OUTPUT_NORM,     /* output_norm.weight */
+    OG_DS2_OUTPUT,          /* output.weight */
+    OG_DS2_ATTN_NORM,       /* blk.N.attn_norm.weight */
+    OG_DS2_ATTN_Q_A,        /* blk.N.attn_q_a.weight */
+    OG_DS2_ATTN_Q_A_NORM,   /* blk.N.attn_q_a_norm.weight */
+    OG_DS2_ATTN_Q_B,        /* blk.N.attn_q_b.weight */
+    OG_DS2_ATTN_Q,          /* blk.N.attn_q.weight */
+    OG_DS2_ATTN_KV_A_MQA,   /* blk.N.attn_kv_a_mqa.weight */
+    OG_DS2_ATTN_KV_A_NORM,  /* blk.N.attn_kv_a_norm.weight */
+    OG_DS2_ATTN_K_B,        /* blk.N.attn_k_b.weight */
+    OG_DS2_ATTN_V_B,        /* blk.N.attn_v_b.weight */
+    OG_DS2_ATTN_KV_B,       /* blk.N.attn_kv_b.weight */
+    OG_DS2_ATTN_OUTPUT,     /* blk.N.attn_output.weight */
+    OG_DS2_FFN_NORM,        /* blk.N.ffn_norm.weight */
+    OG_DS2_FFN_GATE,        /* blk.N.ffn_gate.weight */
+    OG_DS2_FFN_UP,          /* blk.N.ffn_up.weight */
+    OG_DS2_FFN_DOWN,        /* blk.N.ffn_down.weight */
+    OG_DS2_FFN_GATE_INP,    /* blk.N.ffn_gate_inp.weight */
+    OG_DS2_EXP_PROBS_B,     /* blk.N.exp_probs_b.bias */
+    OG_DS2_FFN_GATE_EXPS,   /* blk.N.ffn_gate_exps.weight */
+    OG_DS2_FFN_UP_EXPS,     /* blk.N.ffn_up_exps.weight */
+    OG_DS2_FFN_DOWN_EXPS,   /* blk.N.ffn_down_exps.weight */
+    OG_DS2_FFN_GATE_SHEXP,  /* blk.N.ffn_gate_shexp.weight */
+    OG_DS2_FFN_UP_SHEXP,    /* blk.N.ffn_up_shexp.weight */
+    OG_DS2_FFN_DOWN_SHEXP,  /* blk.N.ffn_down_shexp.weight */
+    OG_DS2_TENSOR_COUNT
+} og_ds2_tensor;
+extern const og_arch_tensor og_ds2_tensors[OG_DS2_TENSOR_COUNT];
+
 /* m->impl of a deepseek2 model: weights as pointers into the mapped file. */
 typedef struct og_ds2 {
     og_hparams hp;
@@ -76,11 +109,17 @@ typedef struct og_ds2 {
     og_moe_weights *moe;             /* [n_layer] the experts (og_model_info.moe; swiglu_clamp 0) */
 } og_ds2;
 
+/* The GGUF name of tensor t of layer `layer` (ignored for global tensors) in
+ * buf[n]; returns buf. */
+static inline const char *og_ds2_name(og_ds2_tensor t, uint32_t layer, char *buf, size_t n) {
+    return og_arch_tensor_name(&og_ds2_tensors[t], layer, buf, n);
+}
+
 /* deepseek2's weights of a model og_arch_deepseek2 loaded (m->impl). */
 static inline const og_ds2 *og_ds2_of(const og_model *m) { return (const og_ds2 *)m->impl; }
 
-/* The hyperparameters alone, from a GGUF opened header-only (the planner's
- * input): same checks and errors as og_model_load's, the OG_DS2_MAX_* bounds
+/* The hyperparameters alone, from a GGUF opened header-only (what
+ * og_model_describe reads for deepseek2): same checks and errors as og_model_load's, the OG_DS2_MAX_* bounds
  * included (n_vocab from token_embd's shape). */
 og_status og_ds2_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams *hp, char *err, size_t errlen);
 

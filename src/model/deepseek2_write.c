@@ -181,51 +181,51 @@ static og_status add_tensors(build *b) {
     const int64_t D = c->n_embd, H = c->n_head, V = c->n_vocab;
     const int64_t d_qk = c->qk_nope + c->qk_rope, r_kv = c->kv_lora_rank;
     char nm[64];
-    ADD(b, "token_embd.weight", T[OG_DS2_SYN_EMBD], 2, D, V, 1, INIT_WEIGHT, sqrtf((float)D), -1);
+    ADD(b, og_ds2_tensors[OG_DS2_TOKEN_EMBD].name, T[OG_DS2_SYN_EMBD], 2, D, V, 1, INIT_WEIGHT, sqrtf((float)D), -1);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         int L = (int)l;
-#define N(suffix) (snprintf(nm, sizeof nm, "blk.%u." suffix, l), nm)
-        ADD(b, N("attn_norm.weight"), OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, L);
+#define TN(t) og_ds2_name(t, (uint32_t)l, nm, sizeof nm)
+        ADD(b, TN(OG_DS2_ATTN_NORM), OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, L);
         if (c->q_lora_rank) {
-            ADD(b, N("attn_q_a.weight"), T[OG_DS2_SYN_ATTN], 2, D, c->q_lora_rank, 1, INIT_WEIGHT, 1, L);
-            ADD(b, N("attn_q_a_norm.weight"), OG_TYPE_F32, 1, c->q_lora_rank, 1, 1, INIT_NORM, 0, L);
-            ADD(b, N("attn_q_b.weight"), T[OG_DS2_SYN_ATTN], 2, c->q_lora_rank, H * d_qk, 1, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_ATTN_Q_A), T[OG_DS2_SYN_ATTN], 2, D, c->q_lora_rank, 1, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_ATTN_Q_A_NORM), OG_TYPE_F32, 1, c->q_lora_rank, 1, 1, INIT_NORM, 0, L);
+            ADD(b, TN(OG_DS2_ATTN_Q_B), T[OG_DS2_SYN_ATTN], 2, c->q_lora_rank, H * d_qk, 1, INIT_WEIGHT, 1, L);
         } else {
-            ADD(b, N("attn_q.weight"), T[OG_DS2_SYN_ATTN], 2, D, H * d_qk, 1, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_ATTN_Q), T[OG_DS2_SYN_ATTN], 2, D, H * d_qk, 1, INIT_WEIGHT, 1, L);
         }
-        ADD(b, N("attn_kv_a_mqa.weight"), T[OG_DS2_SYN_ATTN], 2, D, r_kv + c->qk_rope, 1, INIT_WEIGHT, 1, L);
-        ADD(b, N("attn_kv_a_norm.weight"), OG_TYPE_F32, 1, r_kv, 1, 1, INIT_NORM, 0, L);
+        ADD(b, TN(OG_DS2_ATTN_KV_A_MQA), T[OG_DS2_SYN_ATTN], 2, D, r_kv + c->qk_rope, 1, INIT_WEIGHT, 1, L);
+        ADD(b, TN(OG_DS2_ATTN_KV_A_NORM), OG_TYPE_F32, 1, r_kv, 1, 1, INIT_NORM, 0, L);
         if (c->legacy_mla) {
-            ADD(b, N("attn_kv_b.weight"), T[OG_DS2_SYN_ATTN], 2, r_kv, H * (c->qk_nope + c->v_head), 1, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_ATTN_KV_B), T[OG_DS2_SYN_ATTN], 2, r_kv, H * (c->qk_nope + c->v_head), 1, INIT_WEIGHT, 1, L);
         } else {
-            ADD(b, N("attn_k_b.weight"), T[OG_DS2_SYN_ATTN], 3, c->qk_nope, r_kv, H, INIT_WEIGHT, 1, L);
-            ADD(b, N("attn_v_b.weight"), T[OG_DS2_SYN_ATTN], 3, r_kv, c->v_head, H, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_ATTN_K_B), T[OG_DS2_SYN_ATTN], 3, c->qk_nope, r_kv, H, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_ATTN_V_B), T[OG_DS2_SYN_ATTN], 3, r_kv, c->v_head, H, INIT_WEIGHT, 1, L);
         }
-        ADD(b, N("attn_output.weight"), T[OG_DS2_SYN_ATTN], 2, H * c->v_head, D, 1, INIT_WEIGHT, 1, L);
-        ADD(b, N("ffn_norm.weight"), OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, L);
+        ADD(b, TN(OG_DS2_ATTN_OUTPUT), T[OG_DS2_SYN_ATTN], 2, H * c->v_head, D, 1, INIT_WEIGHT, 1, L);
+        ADD(b, TN(OG_DS2_FFN_NORM), OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, L);
         if (l < c->n_dense) {
-            ADD(b, N("ffn_gate.weight"), T[OG_DS2_SYN_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
-            ADD(b, N("ffn_up.weight"), T[OG_DS2_SYN_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
-            ADD(b, N("ffn_down.weight"), T[OG_DS2_SYN_DENSE], 2, c->n_ff, D, 1, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_FFN_GATE), T[OG_DS2_SYN_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_FFN_UP), T[OG_DS2_SYN_DENSE], 2, D, c->n_ff, 1, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_FFN_DOWN), T[OG_DS2_SYN_DENSE], 2, c->n_ff, D, 1, INIT_WEIGHT, 1, L);
         } else {
             const int64_t E = c->n_expert, Fe = c->n_ff_exp, Fs = (int64_t)c->n_expert_shared * Fe;
-            ADD(b, N("ffn_gate_inp.weight"), OG_TYPE_F32, 2, D, E, 1, INIT_ROUTER, 1, L);
-            if (c->gating == 2) ADD(b, N("exp_probs_b.bias"), OG_TYPE_F32, 1, E, 1, 1, INIT_BIAS, 0, L);
-            ADD(b, N("ffn_gate_exps.weight"), T[OG_DS2_SYN_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
-            ADD(b, N("ffn_up_exps.weight"), T[OG_DS2_SYN_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
-            ADD(b, N("ffn_down_exps.weight"), T[OG_DS2_SYN_ROUTED], 3, Fe, D, E, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_FFN_GATE_INP), OG_TYPE_F32, 2, D, E, 1, INIT_ROUTER, 1, L);
+            if (c->gating == 2) ADD(b, TN(OG_DS2_EXP_PROBS_B), OG_TYPE_F32, 1, E, 1, 1, INIT_BIAS, 0, L);
+            ADD(b, TN(OG_DS2_FFN_GATE_EXPS), T[OG_DS2_SYN_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_FFN_UP_EXPS), T[OG_DS2_SYN_ROUTED], 3, D, Fe, E, INIT_WEIGHT, 1, L);
+            ADD(b, TN(OG_DS2_FFN_DOWN_EXPS), T[OG_DS2_SYN_ROUTED], 3, Fe, D, E, INIT_WEIGHT, 1, L);
             if (c->n_expert_shared) {
-                ADD(b, N("ffn_gate_shexp.weight"), T[OG_DS2_SYN_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
-                ADD(b, N("ffn_up_shexp.weight"), T[OG_DS2_SYN_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
-                ADD(b, N("ffn_down_shexp.weight"), T[OG_DS2_SYN_SHARED], 2, Fs, D, 1, INIT_WEIGHT, 1, L);
+                ADD(b, TN(OG_DS2_FFN_GATE_SHEXP), T[OG_DS2_SYN_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
+                ADD(b, TN(OG_DS2_FFN_UP_SHEXP), T[OG_DS2_SYN_SHARED], 2, D, Fs, 1, INIT_WEIGHT, 1, L);
+                ADD(b, TN(OG_DS2_FFN_DOWN_SHEXP), T[OG_DS2_SYN_SHARED], 2, Fs, D, 1, INIT_WEIGHT, 1, L);
             }
         }
-#undef N
+#undef TN
     }
-    ADD(b, "output_norm.weight", OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, -1);
+    ADD(b, og_ds2_tensors[OG_DS2_OUTPUT_NORM].name, OG_TYPE_F32, 1, D, 1, 1, INIT_NORM, 0, -1);
     /* gain 4: logits with std ~4, so the top-2 gap of a greedy pick is usually
      * far above float noise (fewer near-ties against other implementations). */
-    ADD(b, "output.weight", T[OG_DS2_SYN_OUTPUT], 2, D, V, 1, INIT_WEIGHT, 4, -1);
+    ADD(b, og_ds2_tensors[OG_DS2_OUTPUT].name, T[OG_DS2_SYN_OUTPUT], 2, D, V, 1, INIT_WEIGHT, 4, -1);
     return OG_OK;
 }
 

@@ -107,7 +107,7 @@ void og_kv_free(og_kv *kv) {
 
 og_tensor_role og_model_tensor_role(const char *arch, const char *tensor_name) {
     const og_arch *a = og_arch_find(arch);
-    return a ? a->role(tensor_name) : og_ds2_tensor_role(tensor_name);
+    return a ? a->role(tensor_name) : og_arch_generic_role(tensor_name);
 }
 
 /* ---- forward ------------------------------------------------------------- */

@@ -11,6 +11,26 @@
 
 #include "og_model.h"
 
+/* One row of an architecture's tensor-name table. */
+typedef struct og_arch_tensor {
+    const char *name;    /* GGUF name; per_layer: the part after "blk.N." ("attn_norm.weight") */
+    og_tensor_role role;
+    bool per_layer;
+} og_arch_tensor;
+
+/* t's GGUF name for layer `layer` (ignored when not per layer) into buf[n];
+ * returns buf (truncated to n - 1 characters; names here are short). */
+const char *og_arch_tensor_name(const og_arch_tensor *t, uint32_t layer, char *buf, size_t n);
+
+/* Role of tensor_name by exact match in table[n] (per-layer rows match
+ * "blk.N.<name>" for any N); OG_ROLE_OTHER when no row matches. Never fails:
+ * what an og_arch.role does with its table. */
+og_tensor_role og_arch_table_role(const og_arch_tensor *table, int n, const char *tensor_name);
+
+/* Role by llama.cpp's generic MoE names (prefix rules: attn_*, ffn_*_exps, ...):
+ * og_model_tensor_role for an architecture without an entry. Never fails. */
+og_tensor_role og_arch_generic_role(const char *tensor_name);
+
 /* One architecture. Every function gets a model made by its own load. */
 typedef struct og_arch {
     const char *name; /* general.architecture */
@@ -20,7 +40,8 @@ typedef struct og_arch {
      * (moe included). On error frees what it made (m->impl NULL). */
     og_status (*load)(og_model *m, char *err, size_t errlen);
     void (*free_impl)(og_model *m);
-    /* Role of a tensor by name: the architecture's name table. Never fails. */
+    /* Role of a tensor by name: the architecture's name table (usually
+     * og_arch_table_role on `tensors`). Never fails. */
     og_tensor_role (*role)(const char *tensor_name);
     /* og_fwd_scratch_bytes: bytes of one forward call's activations. */
     uint64_t (*scratch_bytes)(const og_model *m, int64_t n_tok, int64_t n_out);
@@ -29,6 +50,10 @@ typedef struct og_arch {
                                const og_batch *batch, float *logits, char *err, size_t errlen);
     /* og_model_set_option, or NULL: the architecture has no options. */
     og_status (*set_option)(og_model *m, const char *name, const char *value, char *err, size_t errlen);
+    /* (added to the contract) the ONE tensor-name table [n_tensors] the loader,
+     * the writer (og_model_write.h) and role read */
+    const og_arch_tensor *tensors;
+    int n_tensors;
 } og_arch;
 
 /* The model (og_model.h keeps it opaque): what every architecture shares. */
@@ -45,9 +70,5 @@ extern const og_arch og_arch_deepseek4; /* branch ds4fwd adds it to model.c's ta
 
 /* The entry for general.architecture `name`, or NULL. */
 const og_arch *og_arch_find(const char *name);
-
-/* deepseek2's tensor-name table (roles.c): also the fallback of
- * og_model_tensor_role for an architecture without an entry. */
-og_tensor_role og_ds2_tensor_role(const char *tensor_name);
 
 #endif

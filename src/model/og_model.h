@@ -28,8 +28,8 @@ typedef enum og_tensor_role {
 
 /* Role of a tensor by its GGUF name, for architecture `arch` (e.g. "deepseek2"):
  * the architecture's one tensor-name table (og_arch.role). An architecture
- * without an entry (or NULL) reads llama.cpp's MoE names, deepseek2's table.
- * Unknown names give OG_ROLE_OTHER; never fails. */
+ * without an entry (or NULL) gets the generic rules for llama.cpp's MoE names
+ * (attn_*, ffn_*_exps, ...). Unknown names give OG_ROLE_OTHER; never fails. */
 og_tensor_role og_model_tensor_role(const char *arch, const char *tensor_name);
 
 /* Short name of a role ("routed_experts"). Never NULL. */

@@ -1,8 +1,10 @@
-/* Tensor roles by name (deepseek2.md §2). The names are shared by llama.cpp's
- * MoE architectures, so one table serves deepseek2 and its relatives; other
- * architectures get their own rows when they are supported. */
+/* Tensor roles by name: the lookup in an architecture's one name table
+ * (og_arch_tensor), and the generic rules for llama.cpp's MoE names that
+ * og_model_tensor_role applies to a file of an architecture without an entry
+ * (`onegpu gguf` on any GGUF). */
 #include "og_arch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +51,20 @@ static const struct {
     {"ffn_down.", OG_ROLE_DENSE_FFN},
 };
 
-og_tensor_role og_ds2_tensor_role(const char *name) {
+const char *og_arch_tensor_name(const og_arch_tensor *t, uint32_t layer, char *buf, size_t n) {
+    if (t->per_layer) snprintf(buf, n, "blk.%u.%s", layer, t->name);
+    else snprintf(buf, n, "%s", t->name);
+    return buf;
+}
+
+og_tensor_role og_arch_table_role(const og_arch_tensor *table, int n, const char *name) {
+    const char *rest = og_model_tensor_layer(name) >= 0 ? strchr(name + 4, '.') + 1 : NULL;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(table[i].per_layer ? (rest ? rest : "") : name, table[i].name)) return table[i].role;
+    return OG_ROLE_OTHER;
+}
+
+og_tensor_role og_arch_generic_role(const char *name) {
     if (starts(name, "token_embd")) return OG_ROLE_EMBEDDINGS;
     if (starts(name, "output")) return OG_ROLE_OUTPUT; /* output.weight, output_norm.weight */
     if (og_model_tensor_layer(name) < 0) return OG_ROLE_OTHER;

@@ -1,6 +1,8 @@
 /* The dispatcher (og_moe.h): a MoE layer's routes split between the device
  * (resident experts, by slot) and the host pool (cold experts and the shared
- * expert), the two running at once, the outputs summed in route order. */
+ * expert), the two running at once, the outputs summed in route order. Every
+ * expert of a layer (routed on either side, shared) uses the layer's SwiGLU
+ * (og_moe_weights.swiglu_clamp: 0 plain, > 0 deepseek4's clamped one). */
 #include "og_moe.h"
 
 #include <stdlib.h>
@@ -157,7 +159,7 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
     if (!st && n_dev_rows) {
         const og_device_ops *ops = d->dev->ops;
         const uint64_t bytes = (uint64_t)n_dev_rows * (uint64_t)D * sizeof(float);
-        og_expert_op op = {.groups = groups, .n_groups = n_groups};
+        og_expert_op op = {.groups = groups, .n_groups = n_groups, .swiglu_clamp = L->swiglu_clamp};
         st = device_rows(d, bytes, err, errlen);
         if (!st) st = og_expert_cache_slots(d->cache, m, il, &op.slots);
         if (st == OG_ERR_INVALID_ARG) og_fail(err, errlen, st, "layer %u has no expert slots", il);

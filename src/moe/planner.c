@@ -22,8 +22,6 @@ static uint64_t sat_mul(uint64_t a, uint64_t b) {
 /* *acc += v; false on uint64 overflow (a file's byte counts: refused, never wrapped). */
 static bool add_to(uint64_t *acc, uint64_t v) { return og_add_u64(*acc, v, acc); }
 
-static bool is_routed(const char *name) { return strstr(name, "_exps.") != NULL; }
-
 /* KV cache bytes of one sequence of n tokens: (kv_elems_fixed + ceil(n
  * kv_elems_per_token)) elements of bpe bytes (og_model_info), saturating. */
 static uint64_t kv_seq_bytes(const og_model_info *mi, uint64_t n, uint64_t bpe) {
@@ -175,7 +173,7 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
         og_tensor_role r = og_model_tensor_role(arch, t->name);
         ok = add_to(&p->role_bytes[r], t->n_bytes);
-        if (is_routed(t->name)) {
+        if (r == OG_ROLE_ROUTED_EXPERTS) { /* the architecture's name table says which */
             int l = og_model_tensor_layer(t->name);
             ok = ok && add_to(&p->routed_bytes, t->n_bytes);
             if (l >= 0 && (uint32_t)l < hp.n_layer && hp.n_expert) /* (no experts: a dense model's stray tensor) */

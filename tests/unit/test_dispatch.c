@@ -4,7 +4,9 @@
  * asserted, never times); a forward pass gives the host-only logits bit for bit
  * with 0, some and all experts resident, with migrations between steps and in a
  * batch with another sequence, at canonical numerics, on files with Q2_K, Q3_K, Q4_K, Q6_K and Q8_0 experts; and
- * a copy into a slot that a queued op reads waits for that op.
+ * a copy into a slot that a queued op reads waits for that op; deepseek4's clamped
+ * SwiGLU (og_moe_weights.swiglu_clamp) on every tier, host and device, routed and
+ * shared, against a double reference.
  * usage: test_dispatch ONEGPU */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,12 +15,14 @@
 #include <cmocka.h>
 
 #include "kernels_fixture.h"
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 
+#include "og_arch.h" /* white-box: a model whose layers carry a SwiGLU clamp (test_swiglu_clamp) */
 #include "og_moe.h"
 
 #define N_FILES 5
@@ -398,6 +402,138 @@ static void test_migration_waits_for_reader(void **state) {
     og_model_free(m);
 }
 
+/* y = down(silu(min(g, c)) * clamp(u, -c, c)) of expert rows [r0, r0 + F) of
+ * gate/up (down: [d0, d0 + D)) in double from the dequantized weights
+ * (deepseek4.md §4.1), added to y with weight w. */
+static void clamped_ffn_ref(const og_weight *g, const og_weight *u, const og_weight *dn, int64_t r0, int64_t F,
+                            int64_t d0, const float *x, double c, double w, double *y) {
+    const int64_t D = g->K;
+    float *row = malloc((size_t)(D > F ? D : F) * sizeof *row);
+    double *h = malloc((size_t)F * sizeof *h);
+    for (int64_t f = 0; f < F; f++) {
+        double a = 0, b = 0;
+        og_dequantize_row(g->type, (const uint8_t *)g->data + (size_t)(r0 + f) * g->row_bytes, row, D);
+        for (int64_t i = 0; i < D; i++) a += (double)row[i] * x[i];
+        og_dequantize_row(u->type, (const uint8_t *)u->data + (size_t)(r0 + f) * u->row_bytes, row, D);
+        for (int64_t i = 0; i < D; i++) b += (double)row[i] * x[i];
+        a = a < c ? a : c;
+        b = b < -c ? -c : b > c ? c : b;
+        h[f] = a / (1 + exp(-a)) * b;
+    }
+    for (int64_t o = 0; o < D; o++) {
+        og_dequantize_row(dn->type, (const uint8_t *)dn->data + (size_t)(d0 + o) * dn->row_bytes, row, F);
+        double acc = 0;
+        for (int64_t f = 0; f < F; f++) acc += (double)row[f] * h[f];
+        y[o] += w * acc;
+    }
+    free(row);
+    free(h);
+}
+
+/* deepseek4's clamped SwiGLU through the dispatcher: a copy of the Q8_0 model
+ * whose MoE layers say swiglu_clamp = 0.05 (the gate and up products reach it
+ * on both sides). On every tier, canonical and fork: each row within the bound
+ * of the double reference (shared expert + weighted routed experts, all
+ * clamped; the kernels quantize activations to Q8_0, hence 3 %), canonical
+ * rows bitwise equal across tiers and with every routed expert on the cpu
+ * device, and not the unclamped result. */
+static void test_swiglu_clamp(void **state) {
+    (void)state;
+    char err[512];
+    og_model *m;
+    assert_int_equal(og_model_load(g_files[0], NULL, &m, err, sizeof err), OG_OK);
+    const og_model_info *mi = og_model_get_info(m);
+    const float c = 0.05f;
+    enum { T = 5, K = 4, LAYER = 2 };
+    const int64_t D = mi->n_embd, Fe = mi->n_ff_exp;
+    og_moe_weights moe[NL];
+    memcpy(moe, mi->moe, sizeof moe);
+    for (int l = 0; l < NL; l++) moe[l].swiglu_clamp = c;
+    og_model clamped = *m; /* the same weights; only the dispatcher and the expert cache see it */
+    clamped.info.moe = moe;
+    const og_moe_weights *L = &moe[LAYER];
+    assert_true(L->moe && mi->n_expert_shared == 1);
+    float *x = malloc((size_t)(T * D) * sizeof *x);
+    for (int64_t i = 0; i < T * D; i++) x[i] = (float)sin(0.37 * (double)i + 1.0);
+    og_route routes[T * K];
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++) routes[t * K + j] = (og_route){t, (t * 5 + j * 3) % NE, 0.1f + 0.2f * (float)j};
+    const og_moe_layer io0 = {LAYER, x, T, routes, T * K, NULL, NULL};
+    /* the reference, and how far the clamp moves it */
+    double *ref = calloc((size_t)(T * D), sizeof *ref), *plain = calloc((size_t)(T * D), sizeof *plain);
+    for (int t = 0; t < T; t++) {
+        clamped_ffn_ref(&L->gate_sh, &L->up_sh, &L->down_sh, 0, Fe, 0, x + t * D, c, 1, ref + t * D);
+        clamped_ffn_ref(&L->gate_sh, &L->up_sh, &L->down_sh, 0, Fe, 0, x + t * D, 1e30, 1, plain + t * D);
+        for (int j = 0; j < K; j++) {
+            const og_route *r = &routes[t * K + j];
+            clamped_ffn_ref(&L->gate_exps, &L->up_exps, &L->down_exps, r->expert * Fe, Fe, r->expert * D, x + t * D, c,
+                            r->weight, ref + t * D);
+            clamped_ffn_ref(&L->gate_exps, &L->up_exps, &L->down_exps, r->expert * Fe, Fe, r->expert * D, x + t * D,
+                            1e30, r->weight, plain + t * D);
+        }
+    }
+    double moved = 0, scale = 0;
+    for (int64_t i = 0; i < T * D; i++) {
+        moved = fmax(moved, fabs(ref[i] - plain[i]));
+        scale = fmax(scale, fabs(ref[i]));
+    }
+    assert_true(scale > 0 && moved > 0.2 * scale); /* the clamp matters at this limit */
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    float *y = malloc((size_t)(T * D) * sizeof *y), *canon = malloc((size_t)(T * D) * sizeof *canon);
+    float *y0 = malloc((size_t)(T * D) * sizeof *y0);
+    int tiers = 0;
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_isa got;
+        char note[128];
+        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err)) continue;
+        og_kernels k;
+        assert_int_equal(og_kernels_init((og_isa)isa, &k), OG_OK);
+        og_pool *pool;
+        assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
+        og_dispatch *host;
+        assert_int_equal(og_dispatch_create(NULL, NULL, &host, err, sizeof err), OG_OK);
+        const og_dispatcher *dt = og_dispatch_table(host);
+        for (int nm = 0; nm < 2; nm++) {
+            const og_numerics num = nm ? OG_NUMERICS_FORK : OG_NUMERICS_CANONICAL;
+            og_run_ctx rc = {.kern = &k, .pool = pool, .dispatch = dt, .host_numerics = num, .device_numerics = num};
+            og_moe_layer io = io0;
+            io.y = y;
+            assert_int_equal(dt->type->moe_layer(dt->self, &clamped, &rc, &io, err, sizeof err), OG_OK);
+            double worst = 0;
+            for (int64_t i = 0; i < T * D; i++) worst = fmax(worst, fabs(ref[i] - y[i]));
+            if (worst > 0.03 * scale)
+                fail_msg("%s %s: %g off the clamped reference (scale %g)", og_isa_name((og_isa)isa),
+                         nm ? "fork" : "canonical", worst, scale);
+            io.y = y0; /* the model's own layers: clamp 0 */
+            assert_int_equal(dt->type->moe_layer(dt->self, m, &rc, &io, err, sizeof err), OG_OK);
+            assert_true(memcmp(y, y0, (size_t)(T * D) * sizeof *y) != 0);
+            if (nm) continue;
+            if (!tiers) memcpy(canon, y, (size_t)(T * D) * sizeof *y);
+            else assert_memory_equal(y, canon, (size_t)(T * D) * sizeof *y);
+            /* every routed expert on the cpu device (its experts op), the shared on the host */
+            placed p;
+            place(&p, &clamped, &k, NE, want_all);
+            rc.dispatch = og_dispatch_table(p.dispatch);
+            io.y = y;
+            assert_int_equal(rc.dispatch->type->moe_layer(rc.dispatch->self, &clamped, &rc, &io, err, sizeof err), OG_OK);
+            assert_memory_equal(y, canon, (size_t)(T * D) * sizeof *y);
+            unplace(&p);
+        }
+        og_dispatch_free(host);
+        og_pool_free(pool);
+        tiers++;
+    }
+    assert_true(tiers >= 1);
+    free(x);
+    free(ref);
+    free(plain);
+    free(y);
+    free(y0);
+    free(canon);
+    og_model_free(m);
+}
+
 /* Bad input: a device without its cache, a cache of another device. */
 static void test_create_refusals(void **state) {
     (void)state;
@@ -436,6 +572,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_bit_identical),
         cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_migration_waits_for_reader),
+        cmocka_unit_test(test_swiglu_clamp),
         cmocka_unit_test(test_create_refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

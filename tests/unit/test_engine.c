@@ -2,6 +2,7 @@
  * the real DeepSeek-V3 tokenizer (argv[1]). References are computed another
  * way: a plain og_model_forward loop with argmax and a log-softmax here. */
 #include "kernels_fixture.h"
+#include "og_arch.h" /* white-box: a model whose info says its state is not paged (test_prefix_cache_unpaged) */
 #include "og_engine.h"
 
 #include <jansson.h>
@@ -404,6 +405,68 @@ static void test_prefix_cache_identical(void **state) {
     if (og_engine_check(on, err, sizeof err)) fail_msg("%s", err);
     og_engine_free(off);
     og_engine_free(on);
+}
+
+/* A model whose og_model_info.kv_paged is false (deepseek4's ring windows):
+ * the prefix cache stays off whatever the config says (the log says so once),
+ * repeated prompts prefill in full and give the bits of the cache-off engine;
+ * og_kv_free frees an architecture's state through arch_free. */
+static int g_arch_frees;
+static void count_arch_free(void *arch) {
+    g_arch_frees++;
+    free(arch);
+}
+
+static void test_prefix_cache_unpaged(void **state) {
+    (void)state;
+    enum { N = 150 };
+    int32_t a[N];
+    for (int i = 0; i < N; i++) a[i] = (int32_t)((i * 7919 + 13) % (int32_t)(og_model_get_info(g_m)->n_vocab - 10));
+    og_model unpaged = *g_m; /* the same weights */
+    unpaged.info.kv_paged = false;
+    unpaged.info.kv_block_bytes = 0;
+    char logbuf[4096] = "";
+    FILE *lf = fmemopen(logbuf, sizeof logbuf - 1, "w");
+    assert_non_null(lf);
+    og_logger lg = {.level = OG_LOG_INFO, .out = lf};
+    og_engine_config c = {.model = &unpaged, .tok = g_tok,
+                          .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host,
+                                 .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL},
+                          .parallel = 2, .batch_tokens = 64, .ctx = 512, .queue = 8, .log = &lg};
+    og_engine *on, *off = make_pc_engine(2, 64, 512, 8, true);
+    char err[256];
+    if (og_engine_create(&c, &on, err, sizeof err) || og_engine_start(on, err, sizeof err)) fail_msg("%s", err);
+    for (int k = 0; k < 3; k++) {
+        result ro, rn;
+        pc_run(off, a, N, &ro);
+        pc_run(on, a, N, &rn);
+        assert_int_equal(rn.n_cached, 0);
+        assert_int_equal(rn.n, ro.n);
+        assert_memory_equal(rn.ids, ro.ids, (size_t)ro.n * sizeof ro.ids[0]);
+        assert_memory_equal(rn.lps, ro.lps, (size_t)ro.n * sizeof ro.lps[0]);
+    }
+    og_engine_metrics m;
+    og_engine_metrics_get(on, &m);
+    assert_int_equal(m.prefix_hits, 0);
+    assert_int_equal(m.prefix_blocks_reused, 0);
+    if (og_engine_check(on, err, sizeof err)) fail_msg("%s", err);
+    og_engine_free(on);
+    og_engine_free(off);
+    fclose(lf);
+    const char *hit = strstr(logbuf, "prefix cache off");
+    assert_non_null(hit);
+    assert_null(strstr(hit + 1, "prefix cache off"));
+    /* the architecture's state goes with the blocks */
+    og_kv kv = {0};
+    kv.arch = malloc(64);
+    kv.arch_free = count_arch_free;
+    g_arch_frees = 0;
+    og_kv_free(&kv);
+    assert_int_equal(g_arch_frees, 1);
+    assert_null(kv.arch);
+    assert_null(kv.arch_free);
+    og_kv_free(&kv); /* an emptied cache frees nothing twice */
+    assert_int_equal(g_arch_frees, 1);
 }
 
 /* PC_LOOP requests with random shared prefixes, lengths and cancels: nothing
@@ -896,6 +959,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_run_cli),
         cmocka_unit_test(test_prefix_cache_identical),
         cmocka_unit_test(test_prefix_cache_churn),
+        cmocka_unit_test(test_prefix_cache_unpaged),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

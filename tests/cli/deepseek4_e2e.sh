@@ -24,6 +24,16 @@ for qat in on off; do
 done
 cmp -s "$work/run-on.txt" "$work/run-off.txt" && fail "--ds4-qat on and off gave the same 12 tokens (the option does nothing?)"
 echo "ok: onegpu run, QAT on: $(head -c 80 "$work/run-on.txt" | tr '\n' ' ')"
+# the same tokens with the cpu device playing a GPU: every expert resident, the
+# forward pass's ops on the device's stream, and a part of the experts resident
+for placement in "--vram 700M --reserve 16M" "--vram 700M --reserve 16M --device-forward" \
+                 "--vram 700M --reserve 16M --expert-slots 3"; do
+  # shellcheck disable=SC2086
+  "$onegpu" run -m "$model" -p "$prompt" -n 12 --temp 0 $placement >"$work/run-dev.txt" 2>"$work/run-dev.log" ||
+    { cat "$work/run-dev.log"; fail "onegpu run $placement"; }
+  cmp -s "$work/run-on.txt" "$work/run-dev.txt" || fail "onegpu run $placement: other tokens than without a device"
+done
+echo "ok: the same tokens with the cpu device (all, some experts resident; --device-forward)"
 # a bad value is refused with the flag named
 if "$onegpu" run -m "$model" -p hi -n 1 --ds4-qat maybe >/dev/null 2>"$work/bad.log"; then fail "--ds4-qat maybe accepted"; fi
 grep -q "ds4-qat" "$work/bad.log" || fail "--ds4-qat maybe: $(cat "$work/bad.log")"

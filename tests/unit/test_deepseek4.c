@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "kernels_fixture.h"
+#include "og_device.h"
 #include "og_moe.h"
 #include "og_model.h"
 
@@ -32,7 +33,10 @@ static const og_dispatcher *g_host;
 /* The prompts: past the window, several 4- and 128-blocks, more ratio-4
  * compressed rows than top_k. */
 #define N_PROMPT 3
-static const int g_len[N_PROMPT] = {300, 150, 261};
+static int g_len[N_PROMPT] = {300, 150, 261};
+/* OG_SANITIZED (the ASan / TSan builds, ~20x slower): still past the window,
+ * one 128-block and the indexer's top-k; the plain build runs the long ones */
+static const int g_len_sanitized[N_PROMPT] = {140, 40, 131};
 
 static void prompt_of(int which, int32_t V, int32_t *out) {
     uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(which + 1);
@@ -383,12 +387,171 @@ static void test_bad_files(void **state) {
     free(b);
 }
 
+/* ---- the ops against double references written from the spec ---- */
+
+/* Every finite E4M3 value (4 exponent bits, bias 7, 3 mantissa bits; S.1111.111
+ * is NaN), as the spec's table; *odd: the mantissa's low bit. */
+static int e4m3_values(double *v, bool *odd) {
+    int n = 0;
+    for (int e = 0; e < 16; e++)
+        for (int m = 0; m < 8; m++) {
+            if (e == 15 && m == 7) continue;
+            v[n] = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+            odd[n++] = m & 1;
+        }
+    return n;
+}
+
+/* Nearest of vals[n] to |x| (ties to the even mantissa), with x's sign. */
+static double nearest(double x, const double *vals, const bool *odd, int n) {
+    const double a = fabs(x);
+    int best = 0;
+    for (int i = 1; i < n; i++) {
+        const double d = fabs(vals[i] - a), db = fabs(vals[best] - a);
+        if (d < db || (d == db && !odd[i] && odd[best])) best = i;
+    }
+    return x < 0 ? -vals[best] : vals[best];
+}
+
+static void test_qat_op(void **state) {
+    (void)state;
+    og_kernels k = fx_best_kernels();
+    og_device *dev;
+    og_stream *s;
+    char err[256];
+    assert_int_equal(og_device_host_create(NULL, &k, &dev, err, sizeof err), OG_OK);
+    assert_int_equal(dev->ops->stream_create(dev, &s, err, sizeof err), OG_OK);
+    double e4[256], e2[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    bool o4[256], o2[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+    const int n4 = e4m3_values(e4, o4);
+    enum { ROWS = 16, N = 192, NH = 128 };
+    float x[ROWS * N], y[ROWS * N];
+    uint64_t r = 88172645463325252ull;
+    for (int i = 0; i < ROWS * N; i++) { /* magnitudes over many binades, some exact ties and zeros */
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        const double u = (double)(r >> 11) / 9007199254740992.0;
+        x[i] = (float)((u - 0.5) * ldexp(1.0, (int)(r % 24) - 14));
+        if (i % 37 == 0) x[i] = 0;
+        if (i % 41 == 0) x[i] = 0.1875f; /* 0.1875 = 1.5 * 2^-3: exact in both formats */
+    }
+    /* FP8 on the first 160 dims (two blocks of 64 and a short one of 32), the rest untouched */
+    memcpy(y, x, sizeof x);
+    og_qat_op q8 = {{y, N, ROWS, N}, OG_QAT_FP8, 160};
+    assert_int_equal(dev->ops->qat(dev, s, &q8, err, sizeof err), OG_OK);
+    for (int row = 0; row < ROWS; row++)
+        for (int b = 0; b < 160; b += 64) {
+            const int e = b + 64 < 160 ? b + 64 : 160;
+            double amax = 0;
+            for (int i = b; i < e; i++) amax = fmax(amax, fabs(x[row * N + i]));
+            const double scale = exp2(ceil(log2(fmax(amax, 1e-4) / 448.0)));
+            for (int i = b; i < e; i++) {
+                const double want = nearest(x[row * N + i] / scale, e4, o4, n4) * scale;
+                if ((double)y[row * N + i] != want) fail_msg("FP8 row %d dim %d: %.9g -> %.9g, want %.9g", row, i,
+                                                             (double)x[row * N + i], (double)y[row * N + i], want);
+            }
+            for (int i = 160; i < N; i++) assert_true(y[row * N + i] == x[row * N + i]);
+        }
+    /* Hadamard-128 + FP4 on the first 128 dims: the rotation in double by its matrix */
+    memcpy(y, x, sizeof x);
+    og_qat_op q4 = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, NH};
+    assert_int_equal(dev->ops->qat(dev, s, &q4, err, sizeof err), OG_OK);
+    int near_tie = 0;
+    for (int row = 0; row < ROWS; row++) {
+        double h[NH];
+        for (int i = 0; i < NH; i++) {
+            h[i] = 0;
+            for (int j = 0; j < NH; j++) h[i] += (__builtin_popcount((unsigned)(i & j)) & 1 ? -1.0 : 1.0) * x[row * N + j];
+            h[i] /= sqrt((double)NH);
+        }
+        for (int b = 0; b < NH; b += 32) {
+            double amax = 0;
+            for (int i = b; i < b + 32; i++) amax = fmax(amax, fabs(h[i]));
+            const double scale = amax ? exp2(ceil(log2(amax / 6.0))) : 1;
+            for (int i = b; i < b + 32; i++) {
+                const double want = amax ? nearest(h[i] / scale, e2, o2, 8) * scale : 0;
+                if ((double)y[row * N + i] == want) continue;
+                /* the float rotation may land on the other side of a midpoint only when h is that close to one */
+                const double t = fabs(h[i]) / scale;
+                bool close = false;
+                for (int g = 0; g < 7; g++) close |= fabs(t - 0.5 * (e2[g] + e2[g + 1])) < 1e-5;
+                if (!close) fail_msg("FP4 row %d dim %d: %.9g, want %.9g", row, i, (double)y[row * N + i], want);
+                near_tie++;
+            }
+        }
+        for (int i = NH; i < N; i++) assert_true(y[row * N + i] == x[row * N + i]);
+    }
+    assert_true(near_tie <= 2);
+    /* dims that are not whole blocks are refused */
+    og_qat_op bad = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, 96};
+    assert_int_equal(dev->ops->qat(dev, s, &bad, err, sizeof err), OG_ERR_INVALID_ARG);
+    og_device_destroy(dev);
+}
+
+/* mHC mixes: pre/post from the sigmoid formulas, C doubly stochastic after
+ * Sinkhorn (rows and columns sum to ~1), against a double Sinkhorn. */
+static void test_hc_mix_op(void **state) {
+    (void)state;
+    og_kernels k = fx_best_kernels();
+    og_device *dev;
+    og_stream *s;
+    char err[256];
+    assert_int_equal(og_device_host_create(NULL, &k, &dev, err, sizeof err), OG_OK);
+    assert_int_equal(dev->ops->stream_create(dev, &s, err, sizeof err), OG_OK);
+    enum { T = 3, HC = 4, MIX = (2 + HC) * HC };
+    float mix[T * MIX], base[MIX], scale[3] = {0.7f, 1.3f, 2.1f}, pre[T * HC], post[T * HC], comb[T * HC * HC];
+    for (int i = 0; i < T * MIX; i++) mix[i] = (float)sin(1.7 * i) * 2;
+    for (int i = 0; i < MIX; i++) base[i] = (float)cos(0.9 * i);
+    const float eps = 1e-6f;
+    og_hc_mix_op op = {mix, T, HC, false, scale, base, eps, 20, pre, post, comb};
+    assert_int_equal(dev->ops->hc_mix(dev, s, &op, err, sizeof err), OG_OK);
+    for (int t = 0; t < T; t++) {
+        const float *m = mix + t * MIX;
+        double C[HC][HC]; /* [a][b] */
+        for (int kk = 0; kk < HC; kk++) {
+            assert_true(fabs(pre[t * HC + kk] - (1 / (1 + exp(-(m[kk] * 0.7 + base[kk]))) + 1e-6)) < 1e-6);
+            assert_true(fabs(post[t * HC + kk] - 2 / (1 + exp(-(m[HC + kk] * 1.3 + base[HC + kk])))) < 1e-6);
+        }
+        for (int a = 0; a < HC; a++)
+            for (int b = 0; b < HC; b++) C[a][b] = m[2 * HC + a + HC * b] * 2.1 + base[2 * HC + a + HC * b];
+        for (int b = 0; b < HC; b++) {
+            double mx = -INFINITY, z = 0;
+            for (int a = 0; a < HC; a++) mx = fmax(mx, C[a][b]);
+            for (int a = 0; a < HC; a++) z += exp(C[a][b] - mx);
+            for (int a = 0; a < HC; a++) C[a][b] = exp(C[a][b] - mx) / z + 1e-6;
+        }
+        for (int it = 0; it < 20; it++) {
+            for (int b = 0; it && b < HC; b++) {
+                double z = 0;
+                for (int a = 0; a < HC; a++) z += C[a][b];
+                for (int a = 0; a < HC; a++) C[a][b] /= z + 1e-6;
+            }
+            for (int a = 0; a < HC; a++) {
+                double z = 0;
+                for (int b = 0; b < HC; b++) z += C[a][b];
+                for (int b = 0; b < HC; b++) C[a][b] /= z + 1e-6;
+            }
+        }
+        for (int a = 0; a < HC; a++) {
+            double row = 0, col = 0;
+            for (int b = 0; b < HC; b++) {
+                assert_true(fabs(comb[t * HC * HC + a + HC * b] - C[a][b]) < 1e-6);
+                row += comb[t * HC * HC + a + HC * b];
+                col += comb[t * HC * HC + b + HC * a];
+            }
+            assert_true(fabs(row - 1) < 1e-4 && fabs(col - 1) < 1e-3);
+        }
+    }
+    og_device_destroy(dev);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2 && argc != 4) {
         fprintf(stderr, "usage: test_deepseek4 MODEL.gguf [REF_QAT_ON REF_QAT_OFF]\n");
         return 2;
     }
     g_model = argv[1];
+    const char *san = getenv("OG_SANITIZED");
+    if (san && !strcmp(san, "1")) memcpy(g_len, g_len_sanitized, sizeof g_len);
     if (argc == 4) {
         g_ref[0] = argv[2];
         g_ref[1] = argv[3];
@@ -398,6 +561,7 @@ int main(int argc, char **argv) {
     if (og_dispatch_create(NULL, NULL, &host, err, sizeof err)) return 2;
     g_host = og_dispatch_table(host);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qat_op),           cmocka_unit_test(test_hc_mix_op),
         cmocka_unit_test(test_bad_files),        cmocka_unit_test(test_prefill_decode),
         cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_tiers_bitwise),
         cmocka_unit_test(test_against_reference),

@@ -869,17 +869,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         og_fwd_scratch_cut c0 = {0};
         const uint64_t need = carve(hp, T, n_out, &c0, &b);
         og_fwd_scratch_cut cut = {0};
-        if (rc->scratch) {
-            og_fwd_scratch *sc = rc->scratch;
-            if (sc->bytes < need || sc->dev != rc->dev) {
-                st = og_fwd_scratch_reserve(m, sc, rc->dev, T, n_out, err, errlen);
-                sc->grows++;
-            }
-            if (!st) cut = (og_fwd_scratch_cut){sc->base, 0, sc->bytes};
-        } else {
-            st = fw.ops->alloc(fw.dev, need, &dbase, err, errlen);
-            cut = (og_fwd_scratch_cut){dbase, 0, need};
-        }
+        st = og_fwd_scratch_get(m, rc, &fw, need, T, n_out, &cut, &dbase);
         if (!st) carve(hp, T, n_out, &cut, &b);
     }
     bool failed_here = st != OG_OK; /* err already says why */

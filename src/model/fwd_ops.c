@@ -81,3 +81,22 @@ void *og_fwd_take(og_fwd_scratch_cut *s, uint64_t bytes) {
     s->used += bytes;
     return r;
 }
+
+og_status og_fwd_scratch_get(const og_model *m, const og_run_ctx *rc, og_fwd *f, uint64_t need, int64_t n_tok,
+                             int64_t n_out, og_fwd_scratch_cut *cut, void **own) {
+    og_status st = OG_OK;
+    *own = NULL;
+    *cut = (og_fwd_scratch_cut){0};
+    if (rc->scratch) {
+        og_fwd_scratch *sc = rc->scratch;
+        if (sc->bytes < need || sc->dev != rc->dev) { /* reserve frees the old one first */
+            st = og_fwd_scratch_reserve(m, sc, rc->dev, n_tok, n_out, f->err, f->errlen);
+            sc->grows++;
+        }
+        if (!st) *cut = (og_fwd_scratch_cut){sc->base, 0, sc->bytes};
+        return st;
+    }
+    st = f->ops->alloc(f->dev, need, own, f->err, f->errlen);
+    if (!st) *cut = (og_fwd_scratch_cut){*own, 0, need};
+    return st;
+}

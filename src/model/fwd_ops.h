@@ -55,4 +55,12 @@ typedef struct og_fwd_scratch_cut {
  * counting); used grows either way. */
 void *og_fwd_take(og_fwd_scratch_cut *s, uint64_t bytes);
 
+/* The call's device scratch of `need` bytes (og_fwd_scratch_bytes of n_tok
+ * tokens and n_out logits rows) into *cut: rc->scratch, replaced once by a
+ * larger one when it is smaller or on another device (its grows counted), or
+ * without one a fresh allocation on f's device into *own, which the caller frees
+ * with f->ops->free. Errors: og_fwd_scratch_reserve's, the device's alloc. */
+og_status og_fwd_scratch_get(const og_model *m, const og_run_ctx *rc, og_fwd *f, uint64_t need, int64_t n_tok,
+                             int64_t n_out, og_fwd_scratch_cut *cut, void **own);
+
 #endif

@@ -558,14 +558,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
 
     fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
     og_device *own_dev = NULL;
-    if (!st && rc->dev) {
-        fw.dev = rc->dev;
-        fw.s = rc->stream;
-    } else if (!st) {
-        st = og_device_host_create(rc->pool, rc->kern, &own_dev, err, errlen);
-        fw.dev = own_dev;
-        if (!st) st = own_dev->ops->stream_create(own_dev, &fw.s, err, errlen);
-    }
+    if (!st) st = og_fwd_begin(&fw, rc, batch->exact, &own_dev, err, errlen);
     if (st) {
         free(pos_of);
         free(next);

@@ -846,14 +846,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     if (!st && host_arrays_make(hp, &p, &ha)) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     og_fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
     og_device *own_dev = NULL;
-    if (!st && rc->dev) {
-        fw.dev = rc->dev;
-        fw.s = rc->stream;
-    } else if (!st) {
-        st = og_device_host_create(rc->pool, rc->kern, &own_dev, err, errlen);
-        fw.dev = own_dev;
-        if (!st) st = own_dev->ops->stream_create(own_dev, &fw.s, err, errlen);
-    }
+    if (!st) st = og_fwd_begin(&fw, rc, batch->exact, &own_dev, err, errlen);
     if (!st) {
         fw.ops = fw.dev->ops;
         if (!fw.ops->hc_mix || !fw.ops->hc_collapse || !fw.ops->hc_expand || !fw.ops->qat || !fw.ops->compress ||

@@ -3,6 +3,23 @@
 
 #define MM_ROWS_MAX 64 /* jobs per matmul op */
 
+og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_device **own_dev, char *err,
+                       size_t errlen) {
+    *f = (og_fwd){.nm = rc->host_numerics, .exact = exact, .err = err, .errlen = errlen};
+    *own_dev = NULL;
+    og_status st = OG_OK;
+    if (rc->dev) {
+        f->dev = rc->dev;
+        f->s = rc->stream;
+    } else {
+        st = og_device_host_create(rc->pool, rc->kern, own_dev, err, errlen);
+        f->dev = *own_dev;
+        if (!st) st = f->dev->ops->stream_create(f->dev, &f->s, err, errlen);
+    }
+    if (!st) f->ops = f->dev->ops;
+    return st;
+}
+
 og_status og_fwd_mm_rows(og_fwd *f, const og_matmul_job *jobs, int n, int64_t t_base) {
     og_matmul_job buf[MM_ROWS_MAX];
     int nb = 0;

@@ -22,6 +22,13 @@ typedef struct og_fwd {
     size_t errlen;
 } og_fwd;
 
+/* Starts a forward call: f's numerics from rc->host_numerics and exact (the
+ * batch's og_batch.exact), its device and stream rc->dev / rc->stream, or
+ * without one a host device on rc->pool made for this call into *own_dev (the
+ * caller destroys it). Errors: the host device's. */
+og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_device **own_dev, char *err,
+                       size_t errlen);
+
 /* Jobs whose activation row a is token t_base + a (rows [t_base, t_base + m)
  * of the batch), run with the forward pass's numerics (their own numerics field
  * is ignored): f->nm for every row, except that a row f->exact marks computes

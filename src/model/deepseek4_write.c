@@ -55,7 +55,7 @@ og_status og_ds4_preset(const char *name, og_ds4_write_config *c) {
         h->n_layer = 6; h->n_embd = 64; h->n_ctx_train = 4096;
         h->n_head = 4; h->head_dim = 64; h->n_rot = 16;
         h->q_lora_rank = 32; h->o_lora_rank = 32; h->o_group_count = 2; h->n_swa = 8;
-        h->indexer_n_head = 4; h->indexer_head_dim = 64; h->indexer_top_k = 4;
+        h->indexer_n_head = 16; h->indexer_head_dim = 64; h->indexer_top_k = 4;
         h->n_expert = 8; h->n_expert_used = 2; h->n_ff_exp = 32;
         /* a clamp the activations reach (10 is rarely hit by these weights) */
         for (uint32_t i = 0; i < OG_DS4_MAX_LAYER; i++) h->swiglu_clamp_exp[i] = h->swiglu_clamp_shexp[i] = 1.5f;

@@ -43,12 +43,12 @@ static og_status check_view(const og_kv_view *v, const int32_t *first, const int
     return OG_OK;
 }
 
-/* The rounding's dims: any (FP8: blocks of 64, the last one may be short), or
- * a power of two from 32 to 4096 (the Hadamard rotation's size, then 32-blocks). */
+/* The rounding's dims: any (FP8: blocks of 64, the last one may be short; F16),
+ * or a power of two from 32 to 4096 (the Hadamard rotation's size, then
+ * 32-blocks for FP4). */
 static bool qat_dims_ok(og_qat_kind kind, int64_t n) {
-    if (kind == OG_QAT_NONE) return n >= 0;
-    if (kind == OG_QAT_FP8) return n >= 0;
-    return kind == OG_QAT_FP4_HADAMARD && n >= 32 && n <= 4096 && !(n & (n - 1));
+    if (kind == OG_QAT_NONE || kind == OG_QAT_FP8 || kind == OG_QAT_F16) return n >= 0;
+    return (kind == OG_QAT_FP4_HADAMARD || kind == OG_QAT_HADAMARD) && n >= 32 && n <= 4096 && !(n & (n - 1));
 }
 
 og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *err, size_t errlen) {
@@ -300,6 +300,9 @@ static void qat_fp4_hadamard(float *x, int64_t n) {
 static void qat_row(og_qat_kind kind, float *x, int64_t n_round) {
     if (kind == OG_QAT_FP8) qat_fp8(x, n_round);
     else if (kind == OG_QAT_FP4_HADAMARD) qat_fp4_hadamard(x, n_round);
+    else if (kind == OG_QAT_HADAMARD) hadamard(x, n_round);
+    else if (kind == OG_QAT_F16)
+        for (int64_t i = 0; i < n_round; i++) x[i] = og_fp16_to_fp32(og_fp32_to_fp16(x[i]));
 }
 
 /* ---- compressor ---- */
@@ -335,6 +338,7 @@ static void run_compress(const og_compress_op *op) {
         og_rmsnorm(out, out, op->norm, W, op->eps);
         og_rope_apply(&op->rope, out + W - op->rope.d_rope, 1, 0, (int64_t)p + 1 - r);
         qat_row(op->qat, out, op->qat_n);
+        if (op->round_f16) qat_row(OG_QAT_F16, out, W);
         if (op->overlap) { /* the current window becomes the previous one */
             memcpy(kv_st, kv_st + r * LW, (size_t)(r * LW) * sizeof(float));
             memcpy(sc_st, sc_st + r * LW, (size_t)(r * LW) * sizeof(float));

@@ -231,11 +231,15 @@ typedef struct og_hc_op {
  *       V4's indexer: 128), then blocks of 32,
  *       scale 2^ceil(log2(amax / 6)), values rounded to the nearest E2M1 value
  *       {0, 0.5, 1, 1.5, 2, 3, 4, 6} (ties to even), clamped to +-6. */
-typedef enum og_qat_kind { OG_QAT_NONE = 0, OG_QAT_FP8, OG_QAT_FP4_HADAMARD } og_qat_kind;
+/*  HADAMARD: the rotation of FP4_HADAMARD alone (the rounding off: a score
+ *       q . k is unchanged, but a later F16 rounding sees the rotated values);
+ *  F16: each of the n_round values rounded to the nearest f16 (ties to even),
+ *       as a cache stored in f16 holds it. */
+typedef enum og_qat_kind { OG_QAT_NONE = 0, OG_QAT_FP8, OG_QAT_FP4_HADAMARD, OG_QAT_HADAMARD, OG_QAT_F16 } og_qat_kind;
 typedef struct og_qat_op {
     og_rows x;             /* in place */
     og_qat_kind kind;
-    int64_t n_round;       /* <= x.n; FP4_HADAMARD: a power of two in [32, 4096] */
+    int64_t n_round;       /* <= x.n; FP4_HADAMARD, HADAMARD: a power of two in [32, 4096] */
 } og_qat_op;
 
 /* One step of V4's KV compressors (deepseek4.md §4.2.1) for n_tok tokens in
@@ -249,7 +253,8 @@ typedef struct og_qat_op {
  *     lane B (channel width + j); the first window has no previous one (scores
  *     -inf); after emitting, the current window's slots become the previous'.
  * Then RMSNorm with norm, RoPE of the last rope.d_rope dims at position
- * pos + 1 - ratio, then qat on dims [0, qat_n). The softmax sums in double,
+ * pos + 1 - ratio, then qat on dims [0, qat_n), then (round_f16) every value
+ * to f16 (og_qat_op's F16: a cache stored in f16). The softmax sums in double,
  * each channel alone: a row's bits depend only on its window. */
 typedef struct og_compress_op {
     int64_t n_tok, width;  /* width: the emitted row's length */
@@ -266,6 +271,7 @@ typedef struct og_compress_op {
     og_rope rope;          /* rope.d_rope <= width */
     og_qat_kind qat;
     int64_t qat_n;
+    bool round_f16;
 } og_compress_op;
 
 /* V4's lightning indexer (deepseek4.md §4.2.2): for token i with n_keys[i] >

@@ -52,7 +52,15 @@ typedef struct og_ds4 {
     const float *out_hc_base, *out_hc_scale; /* [hc], [1] */
     ds4_layer *layers;                    /* [n_layer] */
     og_moe_weights *moe;                  /* [n_layer], m->info.moe */
-    bool qat;                             /* the FP8 / FP4 rounding (model option "qat", default on) */
+    /* The model options (og_model_set_option; ref_deepseek4's switches):
+     * kv_fp8 (default on) the FP8 round trip of the raw and compressed KV's
+     * non-RoPE dims; indexer_fp4 (on) the FP4 round trip of the indexer's
+     * rotated queries and keys; kv_f16 (off) every stored KV row (window,
+     * compressed rows, indexer keys) rounded to f16, as ds4 and llama.cpp's
+     * default F16 cache store them. llama.cpp v0.4.0's graph has neither round
+     * trip: kv-fp8 and indexer-fp4 off compute what it computes with an F32
+     * cache. */
+    bool kv_fp8, indexer_fp4, kv_f16;
 } og_ds4;
 
 /* ---- loading -------------------------------------------------------------- */
@@ -210,7 +218,7 @@ static og_status ds4_load(og_model *m, char *err, size_t errlen) {
     og_ds4 *d = calloc(1, sizeof *d);
     if (!d) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     m->impl = d;
-    d->qat = true;
+    d->kv_fp8 = d->indexer_fp4 = true;
     og_ds4_hparams *hp = &d->hp;
     const og_gguf *g = m->gguf;
     og_status st = og_ds4_hparams_read(g, &m->log, hp, err, errlen);
@@ -237,21 +245,24 @@ static og_status ds4_load(og_model *m, char *err, size_t errlen) {
     }
     fill_info(hp, &m->info);
     m->info.moe = d->moe;
-    og_log(&m->log, OG_LOG_INFO, "deepseek4: %u layers, window %u, indexer top-%u, %u hash layers, QAT rounding %s",
-           hp->n_layer, hp->n_swa, hp->indexer_top_k, hp->hash_layer_count, d->qat ? "on" : "off");
+    og_log(&m->log, OG_LOG_INFO, "deepseek4: %u layers, window %u, indexer top-%u, %u hash layers", hp->n_layer,
+           hp->n_swa, hp->indexer_top_k, hp->hash_layer_count);
     return OG_OK;
 }
 
 static og_status ds4_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen) {
     og_ds4 *d = m->impl;
-    if (!strcmp(name, "qat")) {
-        if (!strcmp(value, "on") || !strcmp(value, "off")) {
-            d->qat = !strcmp(value, "on");
-            return OG_OK;
-        }
-        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "deepseek4 option qat takes on or off, not '%s'", value);
+    static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-f16"};
+    bool *flags[] = {&d->kv_fp8, &d->indexer_fp4, &d->kv_f16};
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(name, names[i])) continue;
+        if (strcmp(value, "on") && strcmp(value, "off"))
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "deepseek4 option %s takes on or off, not '%s'", name, value);
+        *flags[i] = !strcmp(value, "on");
+        return OG_OK;
     }
-    return og_fail(err, errlen, OG_ERR_INVALID_ARG, "deepseek4 has no option '%s' (it has: qat)", name);
+    return og_fail(err, errlen, OG_ERR_INVALID_ARG, "deepseek4 has no option '%s' (it has: kv-fp8, indexer-fp4, kv-f16)",
+                   name);
 }
 
 /* ---- per-sequence state (og_kv.arch) --------------------------------------- */
@@ -495,7 +506,7 @@ static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const 
     og_compress_op op = {.n_tok = T, .width = (int64_t)width, .ratio = (int32_t)ratio,
                          .overlap = ratio == OG_DS4_RATIO_CSA, .kv = b->ckv, .score = b->csc, .state = ha->state,
                          .pos = p->pos, .out = ha->out, .norm = norm, .eps = d->hp.rms_eps, .rope = d->hp.rope_comp,
-                         .qat = qat, .qat_n = qat_n};
+                         .qat = qat, .qat_n = qat_n, .round_f16 = d->kv_f16};
     if (!st) st = f->ops->compress(f->dev, f->s, &op, f->err, f->errlen);
     return st;
 }
@@ -535,8 +546,12 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     TRY(og_fwd_norm(f, b->kv, b->kv, T, D, D, L->kv_norm, hp->rms_eps));
     og_rope_op rk = {*rope, b->kv + (D - R), T, D, 1, D, p->pos};
     TRY(f->ops->rope(f->dev, f->s, &rk, f->err, f->errlen));
-    if (d->qat) {
+    if (d->kv_fp8) {
         og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_FP8, D - R};
+        TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
+    }
+    if (d->kv_f16) {
+        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_F16, D};
         TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
     }
     /* the compressors (§4.2.1): rows complete in this call become visible to its later tokens */
@@ -550,27 +565,27 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     const int32_t *sel = NULL;
     if (L->ratio) {
         TRY(compress_step(f, d, p, ha, b, &L->comp_kv, &L->comp_gate, &L->comp_ape, L->comp_norm, L->ratio,
-                          (uint64_t)D, ha->sts, ha->cst, d->qat ? OG_QAT_FP8 : OG_QAT_NONE, D - R));
+                          (uint64_t)D, ha->sts, ha->cst, d->kv_fp8 ? OG_QAT_FP8 : OG_QAT_NONE, D - R));
         cv = store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, L->ratio, first_of, ha->cfirst, ha->ncomp);
     }
     if (L->ratio == OG_DS4_RATIO_CSA) {
         const int64_t ID = hp->indexer_head_dim, IH = hp->indexer_n_head;
         TRY(compress_step(f, d, p, ha, b, &L->idx_comp_kv, &L->idx_comp_gate, &L->idx_comp_ape, L->idx_comp_norm,
-                          L->ratio, (uint64_t)ID, ha->ists, ha->kst, d->qat ? OG_QAT_FP4_HADAMARD : OG_QAT_NONE,
-                          d->qat ? ID : 0));
+                          L->ratio, (uint64_t)ID, ha->ists, ha->kst,
+                          d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID));
         bool any = false;
         for (int64_t t = 0; t < T; t++) any |= ha->ncomp[t] > (int32_t)hp->indexer_top_k;
         if (any) { /* the lightning indexer (§4.2.2) picks top_k of the compressed rows */
             og_kv_view keys = store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, L->ratio, first_of,
                                          ha->kfirst, ha->nkeys);
             og_rope_op ri = {hp->rope_comp, b->iq + (ID - R), T, IH * ID, (int32_t)IH, ID, p->pos};
-            og_qat_op qi = {{b->iq, ID, T * IH, ID}, OG_QAT_FP4_HADAMARD, ID};
+            og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID};
             og_indexer_op io = {.n_tok = T, .n_head = IH, .d_head = ID, .top_k = (int32_t)hp->indexer_top_k,
                                 .q = b->iq, .w = b->iw, .keys = keys, .key_first = ha->kfirst, .n_keys = ha->nkeys,
                                 .sel = b->sel, .canonical = p->canon};
             TRY(og_fwd_mm(f, &L->idx_q_b, b->qr, T, b->iq));
             TRY(f->ops->rope(f->dev, f->s, &ri, f->err, f->errlen));
-            if (d->qat) TRY(f->ops->qat(f->dev, f->s, &qi, f->err, f->errlen));
+            TRY(f->ops->qat(f->dev, f->s, &qi, f->err, f->errlen));
             TRY(og_fwd_mm(f, &L->idx_proj, b->x, T, b->iw));
             TRY(f->ops->scale(f->dev, f->s, b->iw, b->iw, T * IH, (float)(1.0 / sqrt((double)(ID * IH))), f->err,
                               f->errlen));

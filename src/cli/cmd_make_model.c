@@ -121,6 +121,19 @@ enum {
     O_NOYARN, O_SKEW, O_TYPE, O_TEMBD, O_TOUT, O_TATTN, O_TDENSE, O_TROUTED, O_TSHARED, O_SPLITMAX, O_ARCH,
 };
 
+const char *og_cli_make_first_value(int argc, char **argv, const char *optstring, const struct option *opts, int id,
+                                    const char *dflt) {
+    const char *v = dflt;
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, optstring, opts, NULL)) != -1)
+        if (c == id) v = optarg;
+    opterr = 1;
+    optind = 1;
+    return v;
+}
+
 int og_cli_make_output_check(const char *cmd, const char *out_path) {
     /* Refuse an impossible output before minutes of work: a directory, or a
      * folder we cannot write into. */
@@ -198,13 +211,8 @@ static int make_deepseek2(int argc, char **argv) {
 
     /* The preset is applied first, whatever its position, then the overrides: a
      * silent first pass of the same parser finds it (abbreviations included). */
-    const char *preset = "tiny";
+    const char *preset = og_cli_make_first_value(argc, argv, "o:h", opts, O_PRESET, "tiny");
     int c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1)
-        if (c == O_PRESET) preset = optarg;
-    opterr = 1;
     og_ds2_synth_config cfg;
     if (og_ds2_synth_preset(preset, &cfg) != OG_OK) {
         fprintf(stderr, "onegpu make-model: unknown preset '%s' (tiny, demo, v3-671b)\n", preset);
@@ -320,13 +328,7 @@ static const struct {
 int og_cmd_make_model(int argc, char **argv) {
     /* a silent first pass finds --arch (abbreviations included), as the preset */
     static const struct option arch_opt[] = {{"arch", required_argument, 0, O_ARCH}, {0, 0, 0, 0}};
-    const char *arch = "deepseek2";
-    int c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "-", arch_opt, NULL)) != -1)
-        if (c == O_ARCH) arch = optarg;
-    opterr = 1;
+    const char *arch = og_cli_make_first_value(argc, argv, "-", arch_opt, O_ARCH, "deepseek2");
     for (size_t i = 0; i < sizeof make_archs / sizeof make_archs[0]; i++)
         if (!strcmp(make_archs[i].arch, arch)) return make_archs[i].make(argc, argv);
     fprintf(stderr, "onegpu make-model: unknown --arch '%s' (deepseek2)\n", arch);

@@ -47,6 +47,7 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                       size_t errlen) {
     memset(c, 0, sizeof *c);
     c->kind = kind;
+    if (kind >= OG_COP_HC_MIX) return og_ds4_cop_make(kind, desc, c, err, errlen); /* deepseek4's (ds4_ops.c) */
     size_t need = 0, at = 0;
     og_status st = OG_OK;
     switch (kind) {
@@ -189,14 +190,7 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
         c->u.kv_store.pos = dup_arr(&c->own, &at, op->pos, nt * sizeof(int32_t));
         return OG_OK;
     }
-    case OG_COP_HC_MIX:
-    case OG_COP_HC_COLLAPSE:
-    case OG_COP_HC_EXPAND:
-    case OG_COP_QAT:
-    case OG_COP_COMPRESS:
-    case OG_COP_INDEXER:
-    case OG_COP_SINK_ATTN:
-        return og_ds4_cop_make(kind, desc, c, err, errlen);
+    default: break; /* deepseek4's: above */
     }
     if (!c->own && need) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: unknown kind %d", (int)kind);
@@ -228,6 +222,7 @@ static og_status run_matmul(const og_kernels *k, og_pool *pool, og_cop_scratch *
 }
 
 og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
+    if (c->kind >= OG_COP_HC_MIX) return og_ds4_cop_run(k, pool, c);
     switch (c->kind) {
     case OG_COP_MATMUL:
         return run_matmul(k, pool, sc, c);
@@ -285,14 +280,7 @@ og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, con
         }
         return OG_OK;
     }
-    case OG_COP_HC_MIX:
-    case OG_COP_HC_COLLAPSE:
-    case OG_COP_HC_EXPAND:
-    case OG_COP_QAT:
-    case OG_COP_COMPRESS:
-    case OG_COP_INDEXER:
-    case OG_COP_SINK_ATTN:
-        return og_ds4_cop_run(k, pool, c);
+    default: break; /* deepseek4's: above */
     }
     return OG_ERR_INVALID_ARG;
 }

@@ -846,6 +846,14 @@ static void host_arrays_free(host_arrays *ha) {
     free(ha->ring);
 }
 
+/* og_model_forward_batch for deepseek4 (§4.2): positions and the rows each
+ * token sees on the host, everything else as device ops on rc->dev / rc->stream
+ * (or a host device). Errors: OG_ERR_INVALID_ARG (a token or sequence out of
+ * range, no dispatcher, a state of another device), OG_ERR_UNSUPPORTED (a device
+ * without deepseek4's ops: the cuda device for now), OG_ERR_NOMEM, the ops' and
+ * the dispatcher's. On error no n_pos changes, but a sequence's rings,
+ * compressor states and stores may hold part of the call: drop (og_kv_free)
+ * such a sequence rather than run it on. */
 static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
                                    const og_batch *batch, float *logits, char *err, size_t errlen) {
     const og_ds4 *d = m->impl;

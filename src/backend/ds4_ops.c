@@ -378,6 +378,28 @@ typedef struct idx_job {
     int64_t stride;
 } idx_job;
 
+/* Token i's score of its key c: sum over heads in order of w_h relu(q_h . k_c). */
+static float key_score(const idx_job *j, int64_t i, int32_t c) {
+    const og_indexer_op *op = j->op;
+    const bool canon = op->canonical && op->canonical[i];
+    const float *w = op->w + i * op->n_head, *key = og_kv_view_row(&op->keys, op->key_first[i], c);
+    float s = 0;
+    for (int64_t h = 0; h < op->n_head; h++) {
+        const float d = dot_of(j->k, canon, op->q + (i * op->n_head + h) * op->d_head, key, op->d_head);
+        s += w[h] * (d > 0 ? d : 0);
+    }
+    return isnan(s) ? -INFINITY : s;
+}
+
+/* The top_k of sc[n] (scored), ascending by row, into token i's sel. */
+static void pick(const og_indexer_op *op, int64_t i, scored *sc, int32_t n) {
+    qsort(sc, (size_t)n, sizeof *sc, by_score);
+    int32_t *sel = op->sel + i * op->top_k;
+    for (int32_t q = 0; q < op->top_k; q++) sel[q] = sc[q].c;
+    qsort(sel, (size_t)op->top_k, sizeof *sel, by_index);
+}
+
+/* Several tokens: each thread takes whole tokens. */
 static void indexer_tokens(void *vctx, int ith, int nth) {
     const idx_job *j = vctx;
     const og_indexer_op *op = j->op;
@@ -385,22 +407,16 @@ static void indexer_tokens(void *vctx, int ith, int nth) {
     for (int64_t i = ith; i < op->n_tok; i += nth) {
         const int32_t n = op->n_keys[i];
         if (n <= op->top_k) continue;
-        const bool canon = op->canonical && op->canonical[i];
-        const float *w = op->w + i * op->n_head;
-        for (int32_t c = 0; c < n; c++) {
-            const float *key = og_kv_view_row(&op->keys, op->key_first[i], c);
-            float s = 0;
-            for (int64_t h = 0; h < op->n_head; h++) {
-                const float d = dot_of(j->k, canon, op->q + (i * op->n_head + h) * op->d_head, key, op->d_head);
-                s += w[h] * (d > 0 ? d : 0);
-            }
-            sc[c] = (scored){isnan(s) ? -INFINITY : s, c};
-        }
-        qsort(sc, (size_t)n, sizeof *sc, by_score);
-        int32_t *sel = op->sel + i * op->top_k;
-        for (int32_t q = 0; q < op->top_k; q++) sel[q] = sc[q].c;
-        qsort(sel, (size_t)op->top_k, sizeof *sel, by_index);
+        for (int32_t c = 0; c < n; c++) sc[c] = (scored){key_score(j, i, c), c};
+        pick(op, i, sc, n);
     }
+}
+
+/* One token (a decode step): the threads share its keys (the same per-key
+ * arithmetic, so the same bits), then one sorts. */
+static void indexer_keys(void *vctx, int ith, int nth) {
+    const idx_job *j = vctx;
+    for (int32_t c = ith; c < j->op->n_keys[0]; c += nth) j->buf[c] = (scored){key_score(j, 0, c), c};
 }
 
 static og_status run_indexer(const og_kernels *k, og_pool *pool, const og_indexer_op *op) {
@@ -411,8 +427,15 @@ static og_status run_indexer(const og_kernels *k, og_pool *pool, const og_indexe
     const int nth = pool ? og_pool_size(pool) : 1;
     idx_job j = {op, k, malloc((size_t)nth * (size_t)max_keys * sizeof(scored)), max_keys};
     if (!j.buf) return OG_ERR_NOMEM;
-    if (pool && op->n_tok > 1) og_pool_run(pool, indexer_tokens, &j);
-    else indexer_tokens(&j, 0, 1);
+    if (op->n_tok == 1 && op->n_keys[0] > op->top_k) {
+        if (pool) og_pool_run(pool, indexer_keys, &j);
+        else indexer_keys(&j, 0, 1);
+        pick(op, 0, j.buf, op->n_keys[0]);
+    } else if (pool && op->n_tok > 1) {
+        og_pool_run(pool, indexer_tokens, &j);
+    } else {
+        indexer_tokens(&j, 0, 1);
+    }
     free(j.buf);
     return OG_OK;
 }

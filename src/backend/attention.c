@@ -14,7 +14,10 @@
 
 static og_status check_route(const og_router_op *op) {
     if (op->n_tok < 0 || op->n_expert < 1 || op->k < 1 || op->k > ROUTE_MAX_K || op->k > op->n_expert) return OG_ERR_INVALID_ARG;
-    if (op->gating != 1 && op->gating != 2) return OG_ERR_INVALID_ARG;
+    if (op->gating < 1 || op->gating > 3) return OG_ERR_INVALID_ARG;
+    if (op->hash_table && (op->hash_rows < 1 || (op->n_tok && !op->tokens))) return OG_ERR_INVALID_ARG;
+    for (int64_t t = 0; op->hash_table && t < op->n_tok; t++)
+        if (op->tokens[t] < 0 || op->tokens[t] >= op->hash_rows) return OG_ERR_INVALID_ARG;
     if (op->n_group > 1 && (op->n_group > ROUTE_MAX_GROUP || op->n_expert % op->n_group || op->n_expert / op->n_group < 2 ||
                             op->n_group_used < 1 || op->n_group_used >= op->n_group ||
                             op->k > op->n_expert / op->n_group * op->n_group_used))
@@ -22,13 +25,30 @@ static og_status check_route(const og_router_op *op) {
     return OG_OK;
 }
 
-/* One token: sc and sel are [E] scratch. */
-static void route_one(const og_router_op *op, const float *logits, float *sc, float *sel, int32_t *ids, float *wout) {
+/* sqrt(softplus(z)), softplus(z) = z above 20 and exp(z) below -20 (ds4's
+ * thresholds, deepseek4.md §4.1.6). */
+static float sqrt_softplus(float z) {
+    const float sp = z > 20.0f ? z : z < -20.0f ? expf(z) : log1pf(expf(z));
+    return sqrtf(sp);
+}
+
+/* One token (tok: its hash-table row when hashed): sc and sel are [E] scratch. */
+static void route_one(const og_router_op *op, const float *logits, int32_t tok, float *sc, float *sel, int32_t *ids,
+                      float *wout) {
     const int E = op->n_expert, k = op->k;
     memcpy(sc, logits, (size_t)E * sizeof(float));
     if (op->gating == 1) og_softmax(sc, E);
-    else
+    else if (op->gating == 2)
         for (int e = 0; e < E; e++) sc[e] = 1.0f / (1.0f + expf(-sc[e]));
+    else
+        for (int e = 0; e < E; e++) sc[e] = sqrt_softplus(sc[e]);
+    if (op->hash_table) { /* fixed experts; an id outside [0, E) takes expert 0 (the loader refuses such a table) */
+        for (int j = 0; j < k; j++) {
+            const int32_t e = op->hash_table[(int64_t)tok * k + j];
+            ids[j] = e >= 0 && e < E ? e : 0;
+        }
+        goto weights;
+    }
     for (int e = 0; e < E; e++) sel[e] = sc[e] + (op->bias ? op->bias[e] : 0.0f);
     if (op->n_group > 1) {
         const int G = op->n_group, per = E / G;
@@ -55,6 +75,7 @@ static void route_one(const og_router_op *op, const float *logits, float *sc, fl
         }
     }
     og_topk(sel, E, k, ids);
+weights:;
     double sum = 0;
     for (int j = 0; j < k; j++) sum += sc[ids[j]];
     for (int j = 0; j < k; j++) {
@@ -71,7 +92,8 @@ og_status og_cpu_route(const og_router_op *op) {
     float *sc = malloc((size_t)op->n_expert * 2 * sizeof(float));
     if (!sc) return OG_ERR_NOMEM;
     for (int64_t t = 0; t < op->n_tok; t++)
-        route_one(op, op->logits + t * op->n_expert, sc, sc + op->n_expert, op->ids + t * op->k, op->weights + t * op->k);
+        route_one(op, op->logits + t * op->n_expert, op->hash_table ? op->tokens[t] : 0, sc, sc + op->n_expert,
+                  op->ids + t * op->k, op->weights + t * op->k);
     free(sc);
     return OG_OK;
 }

@@ -47,6 +47,7 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                       size_t errlen) {
     memset(c, 0, sizeof *c);
     c->kind = kind;
+    if (kind >= OG_COP_HC_MIX) return og_ds4_cop_make(kind, desc, c, err, errlen); /* deepseek4's (ds4_ops.c) */
     size_t need = 0, at = 0;
     og_status st = OG_OK;
     switch (kind) {
@@ -80,8 +81,8 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
         const og_rmsnorm_op *op = desc;
         if ((st = check_rows(&op->y, "RMSNorm y", err, errlen)) || (st = check_rows(&op->x, "RMSNorm x", err, errlen)))
             return st;
-        if (op->y.n != op->x.n || op->y.n_rows != op->x.n_rows || !op->w || !(op->eps > 0))
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device RMSNorm: y and x differ in shape, or no weight");
+        if (op->y.n != op->x.n || op->y.n_rows != op->x.n_rows || !(op->eps > 0))
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device RMSNorm: y and x differ in shape, or eps <= 0");
         c->u.norm = *op;
         return OG_OK;
     }
@@ -120,7 +121,15 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
             return og_fail(err, errlen, OG_ERR_INVALID_ARG,
                            "device router: %d experts, k %d, gating %d, %d groups keep %d", op->n_expert, op->k,
                            op->gating, op->n_group, op->n_group_used);
+        for (int64_t t = 0; op->hash_table && t < op->n_tok; t++)
+            if (!op->tokens || op->tokens[t] < 0 || op->tokens[t] >= op->hash_rows)
+                return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device router: token %lld outside the hash table's %lld rows",
+                               (long long)t, (long long)op->hash_rows);
         c->u.router = *op;
+        if (!op->hash_table || !op->n_tok) return OG_OK;
+        need = al16((size_t)op->n_tok * sizeof(int32_t));
+        if (!(c->own = malloc(need))) break;
+        c->u.router.tokens = dup_arr(&c->own, &at, op->tokens, (size_t)op->n_tok * sizeof(int32_t));
         return OG_OK;
     }
     case OG_COP_MLA: {
@@ -181,6 +190,7 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
         c->u.kv_store.pos = dup_arr(&c->own, &at, op->pos, nt * sizeof(int32_t));
         return OG_OK;
     }
+    default: break; /* deepseek4's: above */
     }
     if (!c->own && need) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: unknown kind %d", (int)kind);
@@ -212,13 +222,15 @@ static og_status run_matmul(const og_kernels *k, og_pool *pool, og_cop_scratch *
 }
 
 og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
+    if (c->kind >= OG_COP_HC_MIX) return og_ds4_cop_run(k, pool, c);
     switch (c->kind) {
     case OG_COP_MATMUL:
         return run_matmul(k, pool, sc, c);
     case OG_COP_RMSNORM: {
         const og_rmsnorm_op *op = &c->u.norm;
         for (int64_t r = 0; r < op->x.n_rows; r++)
-            og_rmsnorm(op->y.data + r * op->y.stride, op->x.data + r * op->x.stride, op->w, op->x.n, op->eps);
+            if (op->w) og_rmsnorm(op->y.data + r * op->y.stride, op->x.data + r * op->x.stride, op->w, op->x.n, op->eps);
+            else og_rmsnorm_noweight(op->y.data + r * op->y.stride, op->x.data + r * op->x.stride, op->x.n, op->eps);
         return OG_OK;
     }
     case OG_COP_ROPE: {
@@ -268,6 +280,7 @@ og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, con
         }
         return OG_OK;
     }
+    default: break; /* deepseek4's: above */
     }
     return OG_ERR_INVALID_ARG;
 }

@@ -19,6 +19,13 @@ typedef enum og_cop_kind {
     OG_COP_COPY,
     OG_COP_GET_ROWS,
     OG_COP_KV_STORE,
+    OG_COP_HC_MIX, /* deepseek4's (ds4_ops.c) from here on */
+    OG_COP_HC_COLLAPSE,
+    OG_COP_HC_EXPAND,
+    OG_COP_QAT,
+    OG_COP_COMPRESS,
+    OG_COP_INDEXER,
+    OG_COP_SINK_ATTN,
 } og_cop_kind;
 
 /* One issued op; its host arrays are copies owned by `own` (one block). */
@@ -45,6 +52,12 @@ typedef struct og_cop {
         og_copy_op copy;
         og_get_rows_op get_rows;
         og_kv_store_op kv_store;
+        og_hc_mix_op hc_mix;
+        og_hc_op hc;
+        og_qat_op qat;
+        og_compress_op compress;
+        og_indexer_op indexer;
+        og_sink_attn_op sink_attn;
     } u;
 } og_cop;
 
@@ -61,6 +74,10 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
 /* Runs c with the kernels and pool (NULL: this thread) and the device's scratch. */
 og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c);
 void og_cop_free(og_cop *c);
+
+/* deepseek4's kinds (OG_COP_HC_MIX ...), as og_cop_make / og_cop_run (ds4_ops.c). */
+og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *err, size_t errlen);
+og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, const og_cop *c);
 
 /* The op table's entry points for a device whose `issue(d, s, kind, desc, n,
  * err, errlen)` queues or runs one og_cop (static functions prefix_matmul ...),
@@ -110,10 +127,35 @@ void og_cop_free(og_cop *c);
     static og_status prefix##_kv_store(og_device *d, og_stream *s, const og_kv_store_op *op, char *err,                \
                                        size_t errlen) {                                                                 \
         return issue(d, s, OG_COP_KV_STORE, op, 0, err, errlen);                                                        \
+    }                                                                                                                   \
+    static og_status prefix##_hc_mix(og_device *d, og_stream *s, const og_hc_mix_op *op, char *err, size_t errlen) {  \
+        return issue(d, s, OG_COP_HC_MIX, op, 0, err, errlen);                                                          \
+    }                                                                                                                   \
+    static og_status prefix##_hc_collapse(og_device *d, og_stream *s, const og_hc_op *op, char *err, size_t errlen) { \
+        return issue(d, s, OG_COP_HC_COLLAPSE, op, 0, err, errlen);                                                     \
+    }                                                                                                                   \
+    static og_status prefix##_hc_expand(og_device *d, og_stream *s, const og_hc_op *op, char *err, size_t errlen) {   \
+        return issue(d, s, OG_COP_HC_EXPAND, op, 0, err, errlen);                                                       \
+    }                                                                                                                   \
+    static og_status prefix##_qat(og_device *d, og_stream *s, const og_qat_op *op, char *err, size_t errlen) {        \
+        return issue(d, s, OG_COP_QAT, op, 0, err, errlen);                                                             \
+    }                                                                                                                   \
+    static og_status prefix##_compress(og_device *d, og_stream *s, const og_compress_op *op, char *err,               \
+                                       size_t errlen) {                                                                 \
+        return issue(d, s, OG_COP_COMPRESS, op, 0, err, errlen);                                                        \
+    }                                                                                                                   \
+    static og_status prefix##_indexer(og_device *d, og_stream *s, const og_indexer_op *op, char *err, size_t errlen) {\
+        return issue(d, s, OG_COP_INDEXER, op, 0, err, errlen);                                                         \
+    }                                                                                                                   \
+    static og_status prefix##_sink_attn(og_device *d, og_stream *s, const og_sink_attn_op *op, char *err,             \
+                                        size_t errlen) {                                                                \
+        return issue(d, s, OG_COP_SINK_ATTN, op, 0, err, errlen);                                                       \
     }
 
 #define OG_COP_TABLE(prefix)                                                                                           \
     prefix##_matmul, prefix##_rmsnorm, prefix##_rope, prefix##_softmax, prefix##_swiglu, prefix##_router,              \
-        prefix##_mla, prefix##_add, prefix##_scale, prefix##_copy, prefix##_get_rows, prefix##_kv_store
+        prefix##_mla, prefix##_add, prefix##_scale, prefix##_copy, prefix##_get_rows, prefix##_kv_store,               \
+        prefix##_hc_mix, prefix##_hc_collapse, prefix##_hc_expand, prefix##_qat, prefix##_compress, prefix##_indexer,  \
+        prefix##_sink_attn
 
 #endif

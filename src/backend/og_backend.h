@@ -113,6 +113,9 @@ og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job
 /* y[i] = w[i] * x[i] / sqrt(mean(x^2) + eps), accumulated in double. y may be x. */
 void og_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 
+/* The same without a weight (w = 1): y[i] = x[i] / sqrt(mean(x^2) + eps). y may be x. */
+void og_rmsnorm_noweight(float *y, const float *x, int64_t n, float eps);
+
 /* In-place softmax over x[0..n): exp(x - max) / sum. */
 void og_softmax(float *x, int64_t n);
 

@@ -98,7 +98,9 @@ typedef struct og_copy_op {
 } og_copy_op;
 
 /* Router scores and top-k for n_tok tokens (deepseek2.md §5; og_cpu_route):
- * scores = softmax(logits) (gating 1) or sigmoid(logits) (gating 2); selection
+ * scores = softmax(logits) (gating 1), sigmoid(logits) (gating 2) or
+ * sqrt(softplus(logits)) (gating 3, deepseek4.md §4.1.6: softplus(z) = z above
+ * 20, exp(z) below -20); selection
  * by scores + bias (bias for selection only), within the n_group_used best
  * groups when n_group > 1 (a group's score: the sum of its two best); weights
  * = the selected scores, divided by their sum (floor 2^-14) when norm, times
@@ -108,12 +110,19 @@ typedef struct og_router_op {
     const float *bias;    /* device [n_expert] or NULL */
     int64_t n_tok;
     int32_t n_expert, k;  /* k in [1, min(n_expert, 64)] */
-    int32_t gating;       /* 1 softmax, 2 sigmoid */
+    int32_t gating;       /* 1 softmax, 2 sigmoid, 3 sqrt-softplus */
     int32_t n_group, n_group_used; /* 1, 1: no group limit; else n_group divides n_expert, groups of >= 2 */
     bool norm;
     float scale;          /* 1: none */
     int32_t *ids;         /* device [n_tok][k] out: experts, best first */
     float *weights;       /* device [n_tok][k] out */
+    /* Hash routing (deepseek4.md §4.1.6, V4's layers below hash_layer_count): when
+     * hash_table is set the k experts of token t are row tokens[t] of it, in
+     * stored order (no bias, no groups); weights as above from those experts'
+     * scores. NULL: top-k selection. */
+    const int32_t *hash_table; /* device [hash_rows][k] I32 (ffn_gate_tid2eid), each entry in [0, n_expert) */
+    int64_t hash_rows;
+    const int32_t *tokens;     /* host [n_tok], each in [0, hash_rows) (copied at issue) */
 } og_router_op;
 
 /* deepseek2's MLA attention in its absorbed form (deepseek2.md §3) for a chunk
@@ -143,7 +152,7 @@ typedef struct og_mla_op {
 /* RMSNorm over rows, y_r = w * x_r / sqrt(mean(x_r^2) + eps) (og_rmsnorm); y may be x. */
 typedef struct og_rmsnorm_op {
     og_rows y, x;     /* same n and n_rows */
-    const float *w;   /* device [n] */
+    const float *w;   /* device [n], or NULL: no weight (og_rmsnorm_noweight; V4's per-head q and mHC norms) */
     float eps;
 } og_rmsnorm_op;
 
@@ -174,6 +183,138 @@ typedef struct og_kv_store_op {
     const int32_t *kv_first; /* host [src.n_rows] */
     const int32_t *pos;      /* host [src.n_rows] */
 } og_kv_store_op;
+
+/* ---- deepseek4's ops (deepseek4.md §4.1-4.2; src/backend/ds4_ops.c) ---- */
+
+/* mHC mixes (deepseek4.md §4.1.3 step 1-2) from m = fn^T rmsnorm(flat S), the
+ * product the forward pass computes before (n_mix values per token):
+ *   pre[k]  = sigmoid(m[k] scale[0] + base[k]) + eps               k < n_hc
+ *   post[k] = 2 sigmoid(m[n_hc + k] scale[1] + base[n_hc + k])
+ *   C[a][b] = m[2 n_hc + a + n_hc b] scale[2] + base[...], then Sinkhorn:
+ *             softmax over a for each b, + eps; rows a / (sum_b + eps); then
+ *             sinkhorn_iters - 1 times: columns b / (sum_a + eps), rows a / (sum_b + eps).
+ * head (the output head's mixes, §4.2 step 3): n_mix = n_hc, only pre with scale[0].
+ * comb keeps m's layout: C[a][b] at comb[t][a + n_hc b] (a: output copy). */
+typedef struct og_hc_mix_op {
+    const float *mix;      /* device [n_tok][n_mix], n_mix = head ? n_hc : (2 + n_hc) n_hc */
+    int64_t n_tok;
+    int32_t n_hc;          /* copies of the stream, 1..16 */
+    bool head;
+    const float *scale;    /* device [3] ([1] for the head) */
+    const float *base;     /* device [n_mix] */
+    float eps;             /* hyper_connection.epsilon */
+    int32_t sinkhorn_iters;/* >= 1 (unused for the head) */
+    float *pre;            /* device [n_tok][n_hc] out */
+    float *post;           /* device [n_tok][n_hc] out (not for the head) */
+    float *comb;           /* device [n_tok][n_hc * n_hc] out (not for the head) */
+} og_hc_mix_op;
+
+/* mHC collapse and expand (deepseek4.md §4.1.3 steps 3-4) over streams
+ * s [n_tok][n_hc][n_embd]: collapse x[t] = sum_k w[t][k] s[t][k] (k in order);
+ * expand (in place) s'[t][a] = post[t][a] y[t] + sum_b C[t][a][b] s[t][b]
+ * (b in order after the post term). */
+typedef struct og_hc_op {
+    int64_t n_tok, n_embd;
+    int32_t n_hc;          /* 1..16 */
+    float *s;              /* device [n_tok][n_hc][n_embd] */
+    float *x;              /* device [n_tok][n_embd]: collapse's output, expand's y */
+    const float *w;        /* device [n_tok][n_hc]: collapse's weights, expand's post */
+    const float *comb;     /* device [n_tok][n_hc * n_hc] (expand), og_hc_mix_op's layout */
+} og_hc_op;
+
+/* The simulated low-precision rounding V4 was trained with (QAT, deepseek4.md
+ * §3 table, §4.2, §4.2.1), on each row's dims [0, n_round):
+ *  FP8: blocks of 64 (the last one shorter when n_round is not whole blocks), scale 2^ceil(log2(max(amax, 1e-4) / 448)), values clamped
+ *       to +-448 and rounded to the nearest E4M3 value (ties to even);
+ *  FP4_HADAMARD: the n_round dims rotated by the Walsh-Hadamard matrix of that
+ *       size (Sylvester order, unnormalized butterfly times 1/sqrt(n_round);
+ *       V4's indexer: 128), then blocks of 32,
+ *       scale 2^ceil(log2(amax / 6)), values rounded to the nearest E2M1 value
+ *       {0, 0.5, 1, 1.5, 2, 3, 4, 6} (ties to even), clamped to +-6. */
+/*  HADAMARD: the rotation of FP4_HADAMARD alone (the rounding off: a score
+ *       q . k is unchanged, but a later F16 rounding sees the rotated values);
+ *  F16: each of the n_round values rounded to the nearest f16 (ties to even),
+ *       as a cache stored in f16 holds it. */
+typedef enum og_qat_kind { OG_QAT_NONE = 0, OG_QAT_FP8, OG_QAT_FP4_HADAMARD, OG_QAT_HADAMARD, OG_QAT_F16 } og_qat_kind;
+typedef struct og_qat_op {
+    og_rows x;             /* in place */
+    og_qat_kind kind;
+    int64_t n_round;       /* <= x.n; FP4_HADAMARD, HADAMARD: a power of two in [32, 4096] */
+} og_qat_op;
+
+/* One step of V4's KV compressors (deepseek4.md §4.2.1) for n_tok tokens in
+ * batch order (a sequence's tokens in position order): token t stores its kv
+ * and score rows in its sequence's state, slot lanes * ... below; when pos + 1
+ * is a multiple of ratio it emits a row to out[t]:
+ *   plain (ratio 128): row[j] = sum_i softmax_i(score_i[j]) kv_i[j] over the
+ *     window's ratio tokens;
+ *   overlap (ratio 4, rows of 2 width): row[j] = one softmax over the previous
+ *     window's tokens with lane A (channel j) and the current window's with
+ *     lane B (channel width + j); the first window has no previous one (scores
+ *     -inf); after emitting, the current window's slots become the previous'.
+ * Then RMSNorm with norm, RoPE of the last rope.d_rope dims at position
+ * pos + 1 - ratio, then qat on dims [0, qat_n), then (round_f16) every value
+ * to f16 (og_qat_op's F16: a cache stored in f16). The softmax sums in double,
+ * each channel alone: a row's bits depend only on its window. */
+typedef struct og_compress_op {
+    int64_t n_tok, width;  /* width: the emitted row's length */
+    int32_t ratio;         /* tokens per row, 1..1024 */
+    bool overlap;
+    const float *kv;       /* device [n_tok][lanes width] (lanes = overlap ? 2 : 1) */
+    const float *score;    /* device [n_tok][lanes width], the APE row added */
+    float *const *state;   /* host [n_tok]: device address of the token's sequence's state,
+                              [2][slots][lanes width] (kv, then score), slots = overlap ? 2 ratio : ratio */
+    const int32_t *pos;    /* host [n_tok] */
+    float *const *out;     /* host [n_tok]: device row of width floats, or NULL when the token emits none */
+    const float *norm;     /* device [width] */
+    float eps;
+    og_rope rope;          /* rope.d_rope <= width */
+    og_qat_kind qat;
+    int64_t qat_n;
+    bool round_f16;
+} og_compress_op;
+
+/* V4's lightning indexer (deepseek4.md §4.2.2): for token i with n_keys[i] >
+ * top_k visible compressed rows, score(c) = sum_h w[i][h] max(0, q[i][h] . key_c)
+ * (heads in order; the dot canonical when canonical[i], og_dot_f32_device, else
+ * the tier's f32 dot), and sel[i] receives the top_k best c (ties: the lower c),
+ * in ascending c. Tokens with n_keys[i] <= top_k are left alone (they see every
+ * row). */
+typedef struct og_indexer_op {
+    int64_t n_tok, n_head, d_head;
+    int32_t top_k;           /* >= 1 */
+    const float *q;          /* device [n_tok][n_head][d_head] */
+    const float *w;          /* device [n_tok][n_head] (the 1/sqrt(d_head n_head) included) */
+    og_kv_view keys;         /* the layer's indexer keys (row_len d_head) */
+    const int32_t *key_first;/* host [n_tok]: keys.blocks index of the token's sequence's block 0 */
+    const int32_t *n_keys;   /* host [n_tok] */
+    int32_t *sel;            /* device [n_tok][top_k] out */
+    const bool *canonical;   /* host [n_tok] or NULL */
+} og_indexer_op;
+
+/* V4's attention with a learned sink over a set of rows that are both K and V
+ * (deepseek4.md §4.1.4): for token i, head h, over the rows R_i (its raw rows,
+ * then its compressed ones in ascending c): s_r = kq_scale q_h . k_r, M = max(s,
+ * sink_h), o_h = sum_r exp(s_r - M) k_r / (exp(sink_h - M) + sum_r exp(s_r -
+ * M)). Raw rows: rows[row_off[i] .. row_off[i + 1]) (device addresses). Compressed
+ * rows: c < n_comp[i] of the view, or, when sel is set and n_comp[i] > top_k,
+ * the top_k rows sel[i][..]. Scores as og_indexer_op's dots, the weighted sum
+ * og_kernels.axpy_f32 in row order; each (token, head) alone. */
+typedef struct og_sink_attn_op {
+    int64_t n_tok, n_head, d_head;
+    float kq_scale;
+    const float *q;            /* device [n_tok][n_head][d_head] */
+    float *o;                  /* device [n_tok][n_head][d_head] out */
+    const float *sinks;        /* device [n_head] */
+    const float *const *rows;  /* host [row_off[n_tok]] */
+    const int64_t *row_off;    /* host [n_tok + 1], non-decreasing from 0 */
+    og_kv_view comp;           /* compressed rows (row_len d_head); comp.n_blocks 0: none */
+    const int32_t *comp_first; /* host [n_tok] (with comp) */
+    const int32_t *n_comp;     /* host [n_tok] (with comp) */
+    const int32_t *sel;        /* device [n_tok][top_k] (og_indexer_op's) or NULL */
+    int32_t top_k;
+    const bool *canonical;     /* host [n_tok] or NULL */
+} og_sink_attn_op;
 
 typedef struct og_device_ops {
     const char *name;
@@ -233,6 +374,15 @@ typedef struct og_device_ops {
     og_status (*copy)(og_device *d, og_stream *s, const og_copy_op *op, char *err, size_t errlen);
     og_status (*get_rows)(og_device *d, og_stream *s, const og_get_rows_op *op, char *err, size_t errlen);
     og_status (*kv_store)(og_device *d, og_stream *s, const og_kv_store_op *op, char *err, size_t errlen);
+    /* deepseek4's (above; NULL on a device without them: the cuda device for now,
+     * the forward pass then answers OG_ERR_UNSUPPORTED) */
+    og_status (*hc_mix)(og_device *d, og_stream *s, const og_hc_mix_op *op, char *err, size_t errlen);
+    og_status (*hc_collapse)(og_device *d, og_stream *s, const og_hc_op *op, char *err, size_t errlen);
+    og_status (*hc_expand)(og_device *d, og_stream *s, const og_hc_op *op, char *err, size_t errlen);
+    og_status (*qat)(og_device *d, og_stream *s, const og_qat_op *op, char *err, size_t errlen);
+    og_status (*compress)(og_device *d, og_stream *s, const og_compress_op *op, char *err, size_t errlen);
+    og_status (*indexer)(og_device *d, og_stream *s, const og_indexer_op *op, char *err, size_t errlen);
+    og_status (*sink_attention)(og_device *d, og_stream *s, const og_sink_attn_op *op, char *err, size_t errlen);
 } og_device_ops;
 
 struct og_device {

@@ -7,11 +7,20 @@
 
 #include "og_quant_canon.h"
 
-void og_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+static float rms_scale(const float *x, int64_t n, float eps) {
     double ss = 0;
     for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    const float scale = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    return (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+}
+
+void og_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    const float scale = rms_scale(x, n, eps);
     for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * scale);
+}
+
+void og_rmsnorm_noweight(float *y, const float *x, int64_t n, float eps) {
+    const float scale = rms_scale(x, n, eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
 void og_softmax(float *x, int64_t n) {
@@ -66,7 +75,10 @@ static float yarn_corr_dim(int d_rope, int n_ctx_orig, float beta, float base) {
     return (float)d_rope * logf((float)n_ctx_orig / (beta * 2.0f * (float)M_PI)) / (2.0f * logf(base));
 }
 
-void og_rope_angles(const og_rope *r, int64_t pos, float *theta) {
+/* The angles in double: a float angle pos * base^(-2i/d) carries an absolute
+ * error of pos ulps (at position 10^4 about 1e-3 rad), which the rotation
+ * would pass on; the ramp's bounds stay the float ones (they are integers). */
+static void rope_angles_f64(const og_rope *r, int64_t pos, double *theta) {
     const int half = r->d_rope / 2;
     float lo = 0, hi = 0;
     if (r->ext_factor != 0.0f) {
@@ -74,30 +86,41 @@ void og_rope_angles(const og_rope *r, int64_t pos, float *theta) {
         hi = fminf((float)(r->d_rope - 1), ceilf(yarn_corr_dim(r->d_rope, r->n_ctx_orig, r->beta_slow, r->base)));
     }
     for (int i = 0; i < half; i++) {
-        float theta_ext = (float)pos * powf(r->base, -2.0f * (float)i / (float)r->d_rope);
-        float theta_int = r->freq_scale * theta_ext;
-        float t = theta_int;
+        const double theta_ext = (double)pos * pow((double)r->base, -2.0 * i / (double)r->d_rope);
+        const double theta_int = (double)r->freq_scale * theta_ext;
+        double t = theta_int;
         if (r->ext_factor != 0.0f) {
-            float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
-            float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * r->ext_factor;
-            t = theta_int * (1.0f - ramp) + theta_ext * ramp;
+            const double y = ((double)i - lo) / fmax(0.001, (double)hi - lo);
+            const double ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * r->ext_factor;
+            t = theta_int * (1.0 - ramp) + theta_ext * ramp;
         }
         theta[i] = t;
     }
 }
 
+void og_rope_angles(const og_rope *r, int64_t pos, float *theta) {
+    double th[OG_ROPE_MAX_DIM / 2];
+    if (r->d_rope < 0 || r->d_rope > OG_ROPE_MAX_DIM) return;
+    rope_angles_f64(r, pos, th);
+    for (int i = 0; i < r->d_rope / 2; i++) theta[i] = (float)th[i];
+}
+
 void og_rope_apply(const og_rope *r, float *x, int n_vec, int64_t stride, int64_t pos) {
-    float theta[OG_ROPE_MAX_DIM / 2];
+    double theta[OG_ROPE_MAX_DIM / 2];
+    float c[OG_ROPE_MAX_DIM / 2], sn[OG_ROPE_MAX_DIM / 2];
     const int half = r->d_rope / 2;
     if (r->d_rope < 0 || r->d_rope > OG_ROPE_MAX_DIM) return;
-    og_rope_angles(r, pos, theta);
+    rope_angles_f64(r, pos, theta);
+    for (int i = 0; i < half; i++) { /* cos, sin in double, rounded once */
+        c[i] = (float)(cos(theta[i]) * r->mscale);
+        sn[i] = (float)(sin(theta[i]) * r->mscale);
+    }
     for (int v = 0; v < n_vec; v++) {
         float *p = x + v * stride;
         for (int i = 0; i < half; i++) {
-            float c = cosf(theta[i]) * r->mscale, s = sinf(theta[i]) * r->mscale;
-            float a = p[2 * i], b = p[2 * i + 1];
-            p[2 * i] = a * c - b * s;
-            p[2 * i + 1] = a * s + b * c;
+            const float a = p[2 * i], b = p[2 * i + 1];
+            p[2 * i] = a * c[i] - b * sn[i];
+            p[2 * i + 1] = a * sn[i] + b * c[i];
         }
     }
 }

@@ -49,6 +49,7 @@ static void usage(FILE *out) {
             "                every tier and the device compute bit for bit (resident experts always), so neither the CPU\n"
             "                tier nor placement changes a result; fork each CPU tier's fastest float order after the\n"
             "                exact integer block sums (faster, results differ between tiers and placements)\n"
+            OG_CLI_MODEL_OPTIONS_HELP
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the CPU tier.\n");
 }
 
@@ -208,6 +209,7 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_USAGE;
         goto out;
     }
+    if ((rc = og_cli_model_options("onegpu run", m, &fl))) goto out;
     og_isa isa;
     if ((rc = og_cli_choose_isa("onegpu run", &isa))) goto out;
     og_kernels kern;

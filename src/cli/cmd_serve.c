@@ -59,6 +59,7 @@ static void usage(FILE *out) {
             "                     resident experts in, bit for bit in every tier, so no result depends on the tier or\n"
             "                     placement; fork: each CPU tier's fastest order (faster); requests with\n"
             "                     \"strata_reproducible\": \"required\" get gpu numerics either way\n"
+            OG_CLI_MODEL_OPTIONS_HELP
             "placement (as onegpu plan; the plan is checked before anything is loaded, exit 3 if it does not fit):\n"
             "  --device cuda|cpu|auto  who computes the resident experts (default auto: the GPU when this build has\n"
             "                     CUDA and one answers, else the CPU); one line on stderr says which\n"
@@ -293,6 +294,7 @@ int og_cmd_serve(int argc, char **argv) {
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
+    if ((rc = og_cli_model_options("onegpu serve", m, &fl))) goto out;
     const og_model_info *mi = og_model_get_info(m);
     if (og_tokenizer_load(og_model_gguf(m), &tok, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s: %s\n", model_path, err);

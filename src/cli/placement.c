@@ -145,6 +145,33 @@ int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_model_info 
     return OG_EXIT_OK;
 }
 
+/* --ds4-rounding LIST: each item a deepseek4 model option on (NAME) or off
+ * (no-NAME), or a set (spec, llama), applied in order to m (NULL: only checked). */
+static og_status ds4_rounding_apply(og_model *m, const char *list, char *err, size_t errlen) {
+    static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-f16"};
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf || !buf[0])
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "an empty or too long list");
+    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+        const bool on = strncmp(it, "no-", 3) != 0;
+        const char *name = on ? it : it + 3;
+        bool known = false;
+        for (int i = 0; i < 3; i++) known |= !strcmp(name, names[i]);
+        if (!strcmp(it, "spec") || !strcmp(it, "llama")) {
+            const char *v = !strcmp(it, "spec") ? "on" : "off";
+            og_status st = OG_OK;
+            for (int i = 0; m && i < 2 && !st; i++) st = og_model_set_option(m, names[i], v, err, errlen);
+            if (!st && m) st = og_model_set_option(m, "kv-f16", "off", err, errlen);
+            if (st) return st;
+            continue;
+        }
+        if (!known) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "'%s' is none of the options", it);
+        og_status st = m ? og_model_set_option(m, name, on ? "on" : "off", err, errlen) : OG_OK;
+        if (st) return st;
+    }
+    return OG_OK;
+}
+
 void og_cli_flags_init(og_cli_flags *f) {
     memset(f, 0, sizeof *f);
     f->pin = (og_plan_input){.reserve = 512ull << 20, .kv_bytes_per_elem = 4 /* the CPU cache is f32 */,
@@ -207,11 +234,31 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         ok = og_cli_parse_count(arg, &f->device_threads) && f->device_threads <= 4096;
         break;
     case OG_OPT_DEVICE_FORWARD: name = "device-forward", want = ""; f->device_forward = true; break;
+    case OG_OPT_DS4_ROUNDING:
+        name = "ds4-rounding", want = "a list of [no-]kv-fp8, [no-]indexer-fp4, [no-]kv-f16, spec or llama";
+        ok = ds4_rounding_apply(NULL, arg, NULL, 0) == OG_OK;
+        f->ds4_rounding = arg;
+        break;
     default: return 0;
     }
     if (ok) return 1;
     fprintf(stderr, "%s: bad value '%s' for --%s: expected %s\n", cmd, arg, name, want);
     return -1;
+}
+
+int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f) {
+    if (!f->ds4_rounding) return OG_EXIT_OK;
+    if (strcmp(og_model_get_info(m)->arch, "deepseek4")) {
+        fprintf(stderr, "%s: --ds4-rounding applies to deepseek4 models; this one is %s\n", cmd,
+                og_model_get_info(m)->arch);
+        return OG_EXIT_USAGE;
+    }
+    char err[256];
+    if (ds4_rounding_apply(m, f->ds4_rounding, err, sizeof err)) {
+        fprintf(stderr, "%s: --ds4-rounding %s: %s\n", cmd, f->ds4_rounding, err);
+        return OG_EXIT_USAGE;
+    }
+    return OG_EXIT_OK;
 }
 
 /* The flags that plan for a device, without a device. */

@@ -27,6 +27,7 @@ typedef struct og_cli_flags {
     bool device_forward;     /* --device-forward: the forward pass's own ops on the device's stream too */
     int device;              /* --device: OG_CLI_DEVICE_AUTO (default), _CPU or _CUDA */
     og_device *gpu;          /* the cuda device og_cli_plan_flags made (handed to the placement), or NULL */
+    const char *ds4_rounding;/* --ds4-rounding LIST (deepseek4's model options), or NULL: the model's defaults */
 } og_cli_flags;
 
 /* --device: auto = the cuda device when the build has it and a GPU answers, else
@@ -38,7 +39,7 @@ enum { OG_CLI_DEVICE_AUTO = 0, OG_CLI_DEVICE_CPU, OG_CLI_DEVICE_CUDA };
 enum {
     OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
     OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS, OG_OPT_NUMA_NODE,
-    OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE
+    OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE, OG_OPT_DS4_ROUNDING
 };
 
 /* The shared flags' entries for a command's getopt_long table. */
@@ -50,7 +51,7 @@ enum {
         {"migrate", required_argument, 0, OG_OPT_MIGRATE}, {"cpu-numerics", required_argument, 0, OG_OPT_NUMERICS},    \
         {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}, \
         {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}, {"device-forward", no_argument, 0, OG_OPT_DEVICE_FORWARD}, \
-        {"device", required_argument, 0, OG_OPT_DEVICE}
+        {"device", required_argument, 0, OG_OPT_DEVICE}, {"ds4-rounding", required_argument, 0, OG_OPT_DS4_ROUNDING}
 
 /* The defaults: no device, --reserve 512M, --migrate 2, fork numerics, every CPU. */
 void og_cli_flags_init(og_cli_flags *f);
@@ -59,6 +60,20 @@ void og_cli_flags_init(og_cli_flags *f);
  * shared flag with a good value, 0 when c is not a shared flag, -1 after
  * printing "CMD: bad value 'ARG' for --NAME: expected ...". */
 int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f);
+
+/* After loading: the model options the flags name (--ds4-rounding on a
+ * deepseek4 model). Returns 0, or OG_EXIT_USAGE after printing why (another
+ * architecture). */
+int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f);
+
+/* The --help lines of the model options. */
+#define OG_CLI_MODEL_OPTIONS_HELP                                                                                      \
+    "  --ds4-rounding LIST  deepseek4 only: the low-precision rounding the forward pass simulates, a comma\n"         \
+    "                list of kv-fp8 (the FP8 E4M3 round trip of the raw and compressed KV), indexer-fp4\n"           \
+    "                (Hadamard + FP4 E2M1 of the lightning indexer's queries and keys), kv-f16 (every\n"             \
+    "                stored KV row in f16, as ds4 and llama.cpp's default F16 cache store it), each may\n"           \
+    "                be no-NAME; or spec = kv-fp8,indexer-fp4 (the default: as V4 was trained and ds4\n"             \
+    "                runs it), llama = no-kv-fp8,no-indexer-fp4 (llama.cpp v0.4.0's graph, F32 cache)\n"
 
 /* After the command line: the combinations (--ram, --profile, --expert-slots and
  * --migrate need --vram; --save-profile must be writable). Returns 0, or

@@ -5,6 +5,7 @@
  * work between device and host (src/moe/dispatch.c). */
 #include "deepseek2.h"
 #include "og_device.h"
+#include "fwd_ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -446,114 +447,18 @@ static bool has_dense(const og_hparams *h) { return h->n_dense > 0; }
  * more let the matmuls take four activation rows per weight pass (vec_dot4). */
 #define ATT_CHUNK 16
 
-/* One forward call's device, stream and numerics. Every activation lives in the
- * device's memory (a, q, ... below are device addresses, never dereferenced
- * here); the host holds only control data (positions, routes, job lists). */
-typedef struct fwd {
-    og_device *dev;
-    og_stream *s;
-    const og_device_ops *ops;
-    og_numerics nm;     /* every product's numerics: rc->host_numerics */
-    const bool *exact;  /* [n_tok] or NULL (og_batch.exact): rows that compute canonically whatever nm */
-    char *err;
-    size_t errlen;
-} fwd;
-
-/* y[m][rows] = x[m][K] . W^T as one matmul op; activation row a is token a. */
-static og_status mm_rows(fwd *f, const og_matmul_job *jobs, int n, int64_t t_base);
-static og_status mm(fwd *f, const og_weight *w, const float *x, int64_t m, float *y) {
-    og_matmul_job j = {w, x, m, y, f->nm};
-    if (f->nm == OG_NUMERICS_CANONICAL || f->exact) return mm_rows(f, &j, 1, 0);
-    return f->ops->matmul(f->dev, f->s, &j, 1, f->err, f->errlen);
-}
-
-/* Rows [r0, r0 + n) of w as their own weight (an offset on a device address). */
-static og_weight slice(const og_weight *w, int64_t r0, int64_t n) {
-    og_weight s = *w;
-    s.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
-    s.n_rows = n;
-    return s;
-}
-
-/* Jobs whose activation row a is token t_base + a (rows [t_base, t_base + m) of
- * the batch), run with the forward pass's numerics (their own numerics field is
- * ignored): f->nm for every row, except that a row f->exact marks computes
- * canonically. A job is cut into runs of consecutive rows of one numerics; each
- * output row is the bits og_cpu_matmul_multi gives for that row alone, so the
- * cut changes no result. At most MM_ROWS_MAX jobs per matmul op. Errors: the
- * matmul op's. */
-#define MM_ROWS_MAX 64
-static og_status mm_rows(fwd *f, const og_matmul_job *jobs, int n, int64_t t_base) {
-    og_matmul_job buf[MM_ROWS_MAX];
-    int nb = 0;
-    og_status st = OG_OK;
-    for (int j = 0; j < n && !st; j++) {
-        const og_matmul_job *jb = &jobs[j];
-        for (int64_t a0 = 0; a0 < jb->m && !st;) {
-            const bool ex0 = f->exact && f->nm != OG_NUMERICS_CANONICAL && f->exact[t_base + a0];
-            int64_t a1 = a0 + 1;
-            if (f->exact && f->nm != OG_NUMERICS_CANONICAL)
-                while (a1 < jb->m && f->exact[t_base + a1] == ex0) a1++;
-            else
-                a1 = jb->m;
-            if (nb == MM_ROWS_MAX) {
-                st = f->ops->matmul(f->dev, f->s, buf, nb, f->err, f->errlen);
-                nb = 0;
-                if (st) break;
-            }
-            buf[nb++] = (og_matmul_job){jb->w, jb->x + a0 * jb->w->K, a1 - a0, jb->y + a0 * jb->w->n_rows,
-                                        ex0 ? OG_NUMERICS_CANONICAL : f->nm};
-            a0 = a1;
-        }
-    }
-    if (!st && nb) st = f->ops->matmul(f->dev, f->s, buf, nb, f->err, f->errlen);
-    return st;
-}
-
-/* RMSNorm of n_rows rows of n, stride apart, in place or into y (same strides). */
-static og_status norm(fwd *f, float *y, const float *x, int64_t n_rows, int64_t n, int64_t stride, const float *w,
-                      float eps) {
-    og_rmsnorm_op op = {{y, n, n_rows, stride}, {(float *)x, n, n_rows, stride}, w, eps};
-    return f->ops->rmsnorm(f->dev, f->s, &op, f->err, f->errlen);
-}
+/* One forward call's device, stream and numerics, and its products, norms and
+ * waits: the forward passes' shared pieces (fwd_ops.h). */
+typedef og_fwd fwd;
 
 /* out = down(swiglu(gate x, up x)) for n_tok rows; g, u: device [n_tok][F] scratch. */
 static og_status swiglu_ffn(fwd *f, const og_weight *gate, const og_weight *up, const og_weight *down, const float *x,
                             int64_t n_tok, float *g, float *u, float *out) {
     og_matmul_job j2[2] = {{gate, x, n_tok, g, OG_NUMERICS_FORK}, {up, x, n_tok, u, OG_NUMERICS_FORK}};
-    og_status st = mm_rows(f, j2, 2, 0);
+    og_status st = og_fwd_mm_rows(f, j2, 2, 0);
     if (!st) st = f->ops->swiglu(f->dev, f->s, g, g, u, n_tok * gate->n_rows, 0.0f, f->err, f->errlen);
-    if (!st) st = mm(f, down, g, n_tok, out);
+    if (!st) st = og_fwd_mm(f, down, g, n_tok, out);
     return st;
-}
-
-/* Waits for everything issued on the stream (the host is about to read). */
-static og_status sync(fwd *f) {
-    og_event ev = 0;
-    og_status st = f->ops->event_record(f->dev, f->s, &ev, f->err, f->errlen);
-    if (!st) st = f->ops->event_wait(f->dev, ev, f->err, f->errlen);
-    return st;
-}
-
-/* Host-side routes from the router op's ids and weights ([T][k] each, host), and
- * the expert statistics. */
-static void routes_of(const og_ds2 *d, const og_run_ctx *rc, uint32_t il, int64_t T, const int32_t *ids,
-                      const float *wts, og_route *routes) {
-    const int k = (int)d->hp.n_expert_used;
-    for (int64_t r = 0; r < T * k; r++) routes[r] = (og_route){(int32_t)(r / k), ids[r], wts[r]};
-    if (!rc->stats) return;
-    og_expert_stats *es = rc->stats;
-    const size_t base = (size_t)il * d->hp.n_expert;
-    uint64_t hits = 0;
-    for (int64_t r = 0; r < T * k; r++) {
-        size_t at = base + (size_t)routes[r].expert;
-        es->counts[at]++;
-        if (es->resident && es->resident[at]) hits++;
-    }
-    es->routes += (uint64_t)(T * k);
-    es->routes_resident += hits;
-    if (es->layer_routes) es->layer_routes[il] += (uint64_t)(T * k);
-    if (es->layer_hits) es->layer_hits[il] += hits;
 }
 
 /* The legacy attn_kv_b layout (kv_b_f32, host memory): q_abs and o by the loops
@@ -563,7 +468,7 @@ static og_status legacy_qabs(fwd *f, const og_hparams *h, const og_layer *L, con
                              float *hq, float *hqa) {
     const int64_t H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v, qw = H * h->d_qk;
     og_status st = f->ops->copy_to_host(f->dev, f->s, hq, dq, (uint64_t)(tc * qw) * sizeof(float), f->err, f->errlen);
-    if (!st) st = sync(f);
+    if (!st) st = og_fwd_sync(f);
     if (st) return st;
     for (int64_t hh = 0; hh < H; hh++)
         for (int64_t i = 0; i < tc; i++) {
@@ -577,7 +482,7 @@ static og_status legacy_qabs(fwd *f, const og_hparams *h, const og_layer *L, con
         }
     st = f->ops->copy_to_device(f->dev, f->s, dqabs, hqa, (uint64_t)(H * ATT_CHUNK * r_kv) * sizeof(float), f->err,
                                 f->errlen);
-    return st ? st : sync(f);
+    return st ? st : og_fwd_sync(f);
 }
 
 static og_status legacy_o(fwd *f, const og_hparams *h, const og_layer *L, const float *dctx, int64_t tc, float *do_,
@@ -585,7 +490,7 @@ static og_status legacy_o(fwd *f, const og_hparams *h, const og_layer *L, const 
     const int64_t H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v;
     og_status st = f->ops->copy_to_host(f->dev, f->s, hctx, dctx, (uint64_t)(H * ATT_CHUNK * r_kv) * sizeof(float),
                                         f->err, f->errlen);
-    if (!st) st = sync(f);
+    if (!st) st = og_fwd_sync(f);
     if (st) return st;
     for (int64_t hh = 0; hh < H; hh++)
         for (int64_t i = 0; i < tc; i++)
@@ -596,20 +501,7 @@ static og_status legacy_o(fwd *f, const og_hparams *h, const og_layer *L, const 
                 ho[i * H * dv + hh * dv + j] = (float)acc;
             }
     st = f->ops->copy_to_device(f->dev, f->s, do_, ho, (uint64_t)(tc * H * dv) * sizeof(float), f->err, f->errlen);
-    return st ? st : sync(f);
-}
-
-/* Device scratch of one forward call (offsets into one allocation). */
-typedef struct dscratch {
-    uint8_t *base; /* device */
-    uint64_t used, cap;
-} dscratch;
-static void *dtake(dscratch *s, uint64_t bytes) {
-    bytes = (bytes + 63) & ~(uint64_t)63;
-    if (s->used + bytes > s->cap) return NULL;
-    void *r = s->base + s->used;
-    s->used += bytes;
-    return r;
+    return st ? st : og_fwd_sync(f);
 }
 
 static uint64_t ds2_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
@@ -666,14 +558,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
 
     fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
     og_device *own_dev = NULL;
-    if (!st && rc->dev) {
-        fw.dev = rc->dev;
-        fw.s = rc->stream;
-    } else if (!st) {
-        st = og_device_host_create(rc->pool, rc->kern, &own_dev, err, errlen);
-        fw.dev = own_dev;
-        if (!st) st = own_dev->ops->stream_create(own_dev, &fw.s, err, errlen);
-    }
+    if (!st) st = og_fwd_begin(&fw, rc, batch->exact, &own_dev, err, errlen);
     if (st) {
         free(pos_of);
         free(next);
@@ -696,35 +581,25 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     const uint64_t fb = sizeof(float);
     const uint64_t need = og_fwd_scratch_bytes(m, T, n_out);
     void *dbase = NULL; /* this call's own allocation (no reusable scratch), freed below */
-    dscratch ds = {0};
-    if (rc->scratch) { /* reused; replaced once by a larger one when this call needs more */
-        og_fwd_scratch *sc = rc->scratch;
-        if (sc->bytes < need || sc->dev != rc->dev) { /* reserve frees the old one first */
-            st = og_fwd_scratch_reserve(m, sc, rc->dev, T, n_out, err, errlen);
-            sc->grows++;
-        }
-        if (!st) ds = (dscratch){sc->base, 0, sc->bytes};
-    } else {
-        st = ops->alloc(fw.dev, need, &dbase, err, errlen);
-        ds = (dscratch){dbase, 0, need};
-    }
-    float *h_res = dtake(&ds, (uint64_t)(T * D) * fb);  /* residual stream [T][D] */
-    float *a = dtake(&ds, (uint64_t)(T * D) * fb);      /* normalized input [T][D] */
-    float *y = dtake(&ds, (uint64_t)(T * D) * fb);      /* sublayer output [T][D] */
-    float *q = dtake(&ds, (uint64_t)(T * qw) * fb);     /* [T][H d_qk] */
-    float *qa = rq ? dtake(&ds, (uint64_t)(T * rq) * fb) : NULL;
-    float *ckv = dtake(&ds, (uint64_t)(T * w_kv) * fb); /* [T][r_kv + d_rope] */
-    float *o = dtake(&ds, (uint64_t)(T * H * dv) * fb); /* attention output [T][H d_v] */
-    float *rl = E ? dtake(&ds, (uint64_t)(T * E) * fb) : NULL; /* router logits [T][E] */
-    int32_t *r_ids = E ? dtake(&ds, (uint64_t)(T * k) * sizeof(int32_t)) : NULL; /* [T][k] */
-    float *r_w = E ? dtake(&ds, (uint64_t)(T * k) * fb) : NULL;                   /* [T][k] */
-    float *fg = has_dense(h) ? dtake(&ds, (uint64_t)(T * h->n_ff) * fb) : NULL; /* dense FFN [T][n_ff] x 2 */
-    float *fu = has_dense(h) ? dtake(&ds, (uint64_t)(T * h->n_ff) * fb) : NULL;
-    float *qn = dtake(&ds, (uint64_t)(H * ATT_CHUNK * dn) * fb);     /* q_nope of a chunk, [H][ATT_CHUNK][d_nope] */
-    float *qabs = dtake(&ds, (uint64_t)(H * ATT_CHUNK * r_kv) * fb); /* [H][ATT_CHUNK][r_kv] */
-    float *ctx = dtake(&ds, (uint64_t)(H * ATT_CHUNK * r_kv) * fb);  /* [H][ATT_CHUNK][r_kv] */
-    float *ov = dtake(&ds, (uint64_t)(H * ATT_CHUNK * dv) * fb);     /* [H][ATT_CHUNK][d_v] */
-    float *dlog = n_out ? dtake(&ds, (uint64_t)n_out * h->n_vocab * fb) : NULL; /* [n_out][n_vocab] */
+    og_fwd_scratch_cut ds = {0};
+    if (!st) st = og_fwd_scratch_get(m, rc, &fw, need, T, n_out, &ds, &dbase);
+    float *h_res = og_fwd_take(&ds, (uint64_t)(T * D) * fb);  /* residual stream [T][D] */
+    float *a = og_fwd_take(&ds, (uint64_t)(T * D) * fb);      /* normalized input [T][D] */
+    float *y = og_fwd_take(&ds, (uint64_t)(T * D) * fb);      /* sublayer output [T][D] */
+    float *q = og_fwd_take(&ds, (uint64_t)(T * qw) * fb);     /* [T][H d_qk] */
+    float *qa = rq ? og_fwd_take(&ds, (uint64_t)(T * rq) * fb) : NULL;
+    float *ckv = og_fwd_take(&ds, (uint64_t)(T * w_kv) * fb); /* [T][r_kv + d_rope] */
+    float *o = og_fwd_take(&ds, (uint64_t)(T * H * dv) * fb); /* attention output [T][H d_v] */
+    float *rl = E ? og_fwd_take(&ds, (uint64_t)(T * E) * fb) : NULL; /* router logits [T][E] */
+    int32_t *r_ids = E ? og_fwd_take(&ds, (uint64_t)(T * k) * sizeof(int32_t)) : NULL; /* [T][k] */
+    float *r_w = E ? og_fwd_take(&ds, (uint64_t)(T * k) * fb) : NULL;                   /* [T][k] */
+    float *fg = has_dense(h) ? og_fwd_take(&ds, (uint64_t)(T * h->n_ff) * fb) : NULL; /* dense FFN [T][n_ff] x 2 */
+    float *fu = has_dense(h) ? og_fwd_take(&ds, (uint64_t)(T * h->n_ff) * fb) : NULL;
+    float *qn = og_fwd_take(&ds, (uint64_t)(H * ATT_CHUNK * dn) * fb);     /* q_nope of a chunk, [H][ATT_CHUNK][d_nope] */
+    float *qabs = og_fwd_take(&ds, (uint64_t)(H * ATT_CHUNK * r_kv) * fb); /* [H][ATT_CHUNK][r_kv] */
+    float *ctx = og_fwd_take(&ds, (uint64_t)(H * ATT_CHUNK * r_kv) * fb);  /* [H][ATT_CHUNK][r_kv] */
+    float *ov = og_fwd_take(&ds, (uint64_t)(H * ATT_CHUNK * dv) * fb);     /* [H][ATT_CHUNK][d_v] */
+    float *dlog = n_out ? og_fwd_take(&ds, (uint64_t)n_out * h->n_vocab * fb) : NULL; /* [n_out][n_vocab] */
     /* host copies: the MoE layer's input and output, the routes (and the legacy layout's chunks) */
     const bool legacy = !h->mla_format;
     float *hx = E ? malloc((size_t)(T * D) * fb) : NULL, *hy = E ? malloc((size_t)(T * D) * fb) : NULL;
@@ -749,17 +624,17 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         const og_layer *L = &d->layers[il];
         kvv.offset = (int64_t)il * OG_KV_BLOCK * w_kv;
         /* ---- attention (MLA, absorbed form) ---- */
-        if ((st = norm(&fw, a, h_res, T, D, D, L->attn_norm, h->rms_eps))) break;
+        if ((st = og_fwd_norm(&fw, a, h_res, T, D, D, L->attn_norm, h->rms_eps))) break;
         if (rq) { /* q_a and kv_a read the same input: one op */
             og_matmul_job j2[2] = {{&L->q_a, a, T, qa, OG_NUMERICS_FORK}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FORK}};
-            if ((st = mm_rows(&fw, j2, 2, 0))) break;
-            if ((st = norm(&fw, qa, qa, T, rq, rq, L->q_a_norm, h->rms_eps))) break;
-            if ((st = mm(&fw, &L->q_b, qa, T, q))) break;
+            if ((st = og_fwd_mm_rows(&fw, j2, 2, 0))) break;
+            if ((st = og_fwd_norm(&fw, qa, qa, T, rq, rq, L->q_a_norm, h->rms_eps))) break;
+            if ((st = og_fwd_mm(&fw, &L->q_b, qa, T, q))) break;
         } else {
             og_matmul_job j2[2] = {{&L->q, a, T, q, OG_NUMERICS_FORK}, {&L->kv_a, a, T, ckv, OG_NUMERICS_FORK}};
-            if ((st = mm_rows(&fw, j2, 2, 0))) break;
+            if ((st = og_fwd_mm_rows(&fw, j2, 2, 0))) break;
         }
-        if ((st = norm(&fw, ckv, ckv, T, r_kv, w_kv, L->kv_a_norm, h->rms_eps))) break;
+        if ((st = og_fwd_norm(&fw, ckv, ckv, T, r_kv, w_kv, L->kv_a_norm, h->rms_eps))) break;
         og_rope_op rk = {h->rope, ckv + r_kv, T, w_kv, 1, dr, pos_of};     /* k_pe */
         og_rope_op rqp = {h->rope, q + dn, T, qw, (int32_t)H, dqk, pos_of}; /* q_pe of every head */
         og_kv_store_op ks = {kvv, {ckv, w_kv, T, w_kv}, kv_first, pos_of};
@@ -768,8 +643,8 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             break;
         if (!L->kv_b_f32)
             for (int64_t hh = 0; hh < H; hh++) {
-                head_w[hh] = slice(&L->k_b, hh * r_kv, r_kv);
-                head_w[H + hh] = slice(&L->v_b, hh * dv, dv);
+                head_w[hh] = og_fwd_slice(&L->k_b, hh * r_kv, r_kv);
+                head_w[H + hh] = og_fwd_slice(&L->v_b, hh * dv, dv);
             }
         for (int64_t t0 = 0; t0 < T && !st; t0 += ATT_CHUNK) { /* ATT_CHUNK tokens at a time */
             const int64_t tc = T - t0 < ATT_CHUNK ? T - t0 : ATT_CHUNK;
@@ -784,7 +659,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
                 for (int64_t hh = 0; hh < H; hh++)
                     head_jobs[hh] = (og_matmul_job){&head_w[hh], qn + hh * ATT_CHUNK * dn, tc, qabs + hh * ATT_CHUNK * r_kv,
                                                     OG_NUMERICS_FORK};
-                if ((st = mm_rows(&fw, head_jobs, (int)H, t0))) break;
+                if ((st = og_fwd_mm_rows(&fw, head_jobs, (int)H, t0))) break;
             }
             og_mla_op at = {.n_tok = tc, .n_head = H, .r_kv = r_kv, .d_rope = dr, .kq_scale = h->kq_scale,
                             .q_abs = qabs, .qabs_head_stride = ATT_CHUNK * r_kv,
@@ -801,30 +676,30 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
                 for (int64_t hh = 0; hh < H; hh++)
                     head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * ATT_CHUNK * r_kv, tc, ov + hh * ATT_CHUNK * dv,
                                                     OG_NUMERICS_FORK};
-                if ((st = mm_rows(&fw, head_jobs, (int)H, t0))) break;
+                if ((st = og_fwd_mm_rows(&fw, head_jobs, (int)H, t0))) break;
                 og_copy_op cp = {o + t0 * H * dv, ov, (uint64_t)dv * fb, (uint64_t)tc, (uint64_t)H, (uint64_t)(H * dv) * fb,
                                  (uint64_t)dv * fb, (uint64_t)dv * fb, (uint64_t)(ATT_CHUNK * dv) * fb};
                 if ((st = ops->copy(fw.dev, fw.s, &cp, err, errlen))) break;
             }
         }
-        if (st || (st = mm(&fw, &L->o, o, T, y))) break;
+        if (st || (st = og_fwd_mm(&fw, &L->o, o, T, y))) break;
         if ((st = ops->add(fw.dev, fw.s, h_res, h_res, y, T * D, err, errlen))) break;
 
         /* ---- FFN: dense, or routed experts + shared experts ---- */
-        if ((st = norm(&fw, a, h_res, T, D, D, L->ffn_norm, h->rms_eps))) break;
+        if ((st = og_fwd_norm(&fw, a, h_res, T, D, D, L->ffn_norm, h->rms_eps))) break;
         if (!L->moe) {
             if ((st = swiglu_ffn(&fw, &L->gate, &L->up, &L->down, a, T, fg, fu, y))) break;
         } else {
-            if ((st = mm(&fw, &L->router, a, T, rl))) break;
+            if ((st = og_fwd_mm(&fw, &L->router, a, T, rl))) break;
             og_router_op ro = {rl, L->exp_bias, T, (int32_t)E, (int32_t)k, (int32_t)h->gating, (int32_t)h->n_group,
-                               (int32_t)h->n_group_used, h->expert_norm, h->expert_scale, r_ids, r_w};
+                               (int32_t)h->n_group_used, h->expert_norm, h->expert_scale, r_ids, r_w, NULL, 0, NULL};
             /* the dispatcher's input: the routes and the normalized rows, down to the host */
             if ((st = ops->router(fw.dev, fw.s, &ro, err, errlen)) ||
                 (st = ops->copy_to_host(fw.dev, fw.s, h_ids, r_ids, (uint64_t)(T * k) * sizeof *h_ids, err, errlen)) ||
                 (st = ops->copy_to_host(fw.dev, fw.s, h_w, r_w, (uint64_t)(T * k) * fb, err, errlen)) ||
-                (st = ops->copy_to_host(fw.dev, fw.s, hx, a, (uint64_t)(T * D) * fb, err, errlen)) || (st = sync(&fw)))
+                (st = ops->copy_to_host(fw.dev, fw.s, hx, a, (uint64_t)(T * D) * fb, err, errlen)) || (st = og_fwd_sync(&fw)))
                 break;
-            routes_of(d, rc, il, T, h_ids, h_w, routes);
+            og_fwd_routes(rc, il, h->n_expert, (int)h->n_expert_used, T, h_ids, h_w, routes);
             const og_moe_layer io = {(uint32_t)il, hx, T, routes, (int)(T * k), batch->exact, hy};
             if ((st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, err, errlen))) {
                 failed_here = true;
@@ -843,7 +718,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             }
             int64_t t1 = t + 1;
             while (t1 < T && batch->logits[t1]) t1++;
-            st = norm(&fw, a + r * D, h_res + t * D, t1 - t, D, D, d->out_norm, h->rms_eps);
+            st = og_fwd_norm(&fw, a + r * D, h_res + t * D, t1 - t, D, D, d->out_norm, h->rms_eps);
             r += t1 - t;
             t = t1;
         }
@@ -853,19 +728,19 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         for (int64_t t = 0, i = 0; ex_out && t < T; t++)
             if (batch->logits[t]) ex_out[i++] = batch->exact[t];
         fw.exact = ex_out;
-        if (n_out && !st) st = mm(&fw, &d->output, a, n_out, dlog);
+        if (n_out && !st) st = og_fwd_mm(&fw, &d->output, a, n_out, dlog);
         if (n_out && !st)
             st = ops->copy_to_host(fw.dev, fw.s, logits, dlog, (uint64_t)n_out * h->n_vocab * fb, err, errlen);
         free(ex_out);
     }
     if (!st || !failed_here) { /* every op done before the buffers go (also after an error) */
-        og_status ws = sync(&fw);
+        og_status ws = og_fwd_sync(&fw);
         if (!st) st = ws;
     } else {
         char e2[64];
         fw.err = e2;
         fw.errlen = sizeof e2;
-        (void)sync(&fw);
+        (void)og_fwd_sync(&fw);
     }
     if (dbase) ops->free(fw.dev, dbase);
     og_device_destroy(own_dev);

@@ -10,6 +10,7 @@
 /* Every supported architecture, looked up by general.architecture. */
 static const og_arch *const arch_table[] = {
     &og_arch_deepseek2,
+    &og_arch_deepseek4,
 };
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
@@ -83,6 +84,12 @@ void og_model_free(og_model *m) {
     m->arch->free_impl(m);
     og_gguf_close(m->gguf);
     free(m);
+}
+
+og_status og_model_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen) {
+    if (!m->arch->set_option)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "%s models have no option '%s'", m->arch->name, name);
+    return m->arch->set_option(m, name, value, err, errlen);
 }
 
 const og_model_info *og_model_get_info(const og_model *m) { return &m->info; }

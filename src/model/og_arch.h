@@ -48,6 +48,8 @@ typedef struct og_arch {
     /* og_model_forward_batch (the caller has checked nothing). */
     og_status (*forward_batch)(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
                                const og_batch *batch, float *logits, char *err, size_t errlen);
+    /* og_model_set_option, or NULL: the architecture has no options. */
+    og_status (*set_option)(og_model *m, const char *name, const char *value, char *err, size_t errlen);
     /* (added to the contract) the ONE tensor-name table [n_tensors] the loader,
      * the writer (og_model_write.h) and role read */
     const og_arch_tensor *tensors;

@@ -81,6 +81,16 @@ typedef struct og_model_info {
 /* The model's info (valid until og_model_free). Never NULL for a loaded model
  * (returns a pointer, cannot fail). */
 const og_model_info *og_model_get_info(const og_model *m);
+/* Sets a run option of the model's architecture (not from the file), before
+ * the first forward call. deepseek4 (values "on" / "off"): "kv-fp8" (default
+ * on: the FP8 E4M3 round trip of the raw and compressed KV's non-RoPE dims),
+ * "indexer-fp4" (on: the FP4 E2M1 round trip of the indexer's Hadamard-rotated
+ * queries and keys), as V4 was trained and ds4 runs it; "kv-f16" (off: every
+ * stored KV row rounded to f16, as ds4's and llama.cpp's default F16 cache
+ * store them). llama.cpp v0.4.0 computes kv-fp8 and indexer-fp4 off.
+ * Errors: OG_ERR_INVALID_ARG naming an option or value the architecture does
+ * not have (deepseek2 has none). */
+og_status og_model_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen);
 /* The GGUF the model's weights live in (tokenizer, chat template); owned by the
  * model. Cannot fail (returns a pointer). */
 const og_gguf *og_model_gguf(const og_model *m);

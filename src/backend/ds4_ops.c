@@ -1,0 +1,543 @@
+/* deepseek4's ops on the CPU devices (og_device.h "deepseek4's ops";
+ * shared/spec/deepseek4.md §4.1-4.2): mHC mixes with Sinkhorn, collapse and
+ * expand, the QAT rounding (FP8 E4M3; Walsh-Hadamard + FP4 E2M1), the KV
+ * compressor step, the lightning indexer's top-k and attention with a sink
+ * over a row set. Checked and copied at issue (og_ds4_cop_make), run later
+ * (og_ds4_cop_run). Every result of a token depends on that token's inputs
+ * only (no reduction across the batch), so the ops are batch-invariant. */
+#include "device_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HC_MAX 16
+#define COMPRESS_MAX_RATIO 1024
+
+static size_t al16(size_t b) { return (b + 15) & ~(size_t)15; }
+
+/* Copies bytes of src into the op's own block at *at (NULL for NULL). */
+static void *own_copy(og_cop *c, size_t *at, const void *src, size_t bytes) {
+    if (!src || !bytes) return NULL;
+    uint8_t *dst = (uint8_t *)c->own + *at;
+    memcpy(dst, src, bytes);
+    *at += al16(bytes);
+    return dst;
+}
+
+static og_status bad(char *err, size_t errlen, const char *what) {
+    return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: %s", what);
+}
+
+static og_status check_view(const og_kv_view *v, const int32_t *first, const int32_t *n_rows, int64_t n_tok,
+                            int64_t row_len, char *err, size_t errlen) {
+    if (!v->n_blocks) return OG_OK;
+    if (!v->blocks || v->block_rows < 1 || v->row_len != row_len || v->row_stride < v->row_len || v->offset < 0 ||
+        (n_tok && (!first || !n_rows)))
+        return bad(err, errlen, "a compressed-row view without blocks or rows of the head's length");
+    for (int64_t i = 0; i < n_tok; i++)
+        if (n_rows[i] < 0 || first[i] < 0 ||
+            (n_rows[i] > 0 && (int64_t)first[i] + (n_rows[i] - 1) / v->block_rows >= v->n_blocks))
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: token %lld's %d compressed rows from block %d "
+                           "overrun the %d blocks", (long long)i, n_rows[i], first[i], v->n_blocks);
+    return OG_OK;
+}
+
+/* The rounding's dims: any (FP8: blocks of 64, the last one may be short; F16),
+ * or a power of two from 32 to 4096 (the Hadamard rotation's size, then
+ * 32-blocks for FP4). */
+static bool qat_dims_ok(og_qat_kind kind, int64_t n) {
+    if (kind == OG_QAT_NONE || kind == OG_QAT_FP8 || kind == OG_QAT_F16) return n >= 0;
+    return (kind == OG_QAT_FP4_HADAMARD || kind == OG_QAT_HADAMARD) && n >= 32 && n <= 4096 && !(n & (n - 1));
+}
+
+og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *err, size_t errlen) {
+    size_t at = 0;
+    switch (kind) {
+    case OG_COP_HC_MIX: {
+        const og_hc_mix_op *op = desc;
+        if (!op->mix || !op->scale || !op->base || !op->pre || op->n_tok < 0 || op->n_hc < 1 || op->n_hc > HC_MAX ||
+            !(op->eps >= 0) || (!op->head && (!op->post || !op->comb || op->sinkhorn_iters < 1)))
+            return bad(err, errlen, "mHC mixes: missing tensor, copies outside 1..16 or no Sinkhorn iteration");
+        c->u.hc_mix = *op;
+        return OG_OK;
+    }
+    case OG_COP_HC_COLLAPSE:
+    case OG_COP_HC_EXPAND: {
+        const og_hc_op *op = desc;
+        if (!op->s || !op->x || !op->w || op->n_tok < 0 || op->n_embd < 1 || op->n_hc < 1 || op->n_hc > HC_MAX ||
+            (kind == OG_COP_HC_EXPAND && !op->comb))
+            return bad(err, errlen, "mHC collapse/expand: missing tensor or copies outside 1..16");
+        c->u.hc = *op;
+        return OG_OK;
+    }
+    case OG_COP_QAT: {
+        const og_qat_op *op = desc;
+        if (!op->x.data || op->x.n < 1 || op->x.n_rows < 0 || op->x.stride < op->x.n || op->n_round > op->x.n ||
+            !qat_dims_ok(op->kind, op->n_round))
+            return bad(err, errlen, "QAT: rows, kind, or dims to round (FP4: a power of two, 32 to 4096)");
+        c->u.qat = *op;
+        return OG_OK;
+    }
+    case OG_COP_COMPRESS: {
+        const og_compress_op *op = desc;
+        if (!op->kv || !op->score || !op->norm || op->n_tok < 0 || op->width < 1 || op->ratio < 1 ||
+            op->ratio > COMPRESS_MAX_RATIO || (op->n_tok && (!op->state || !op->pos || !op->out)) ||
+            op->rope.d_rope < 0 || op->rope.d_rope > op->width || op->rope.d_rope % 2 ||
+            op->rope.d_rope > OG_ROPE_MAX_DIM || !(op->eps > 0) ||
+            op->qat_n > op->width || !qat_dims_ok(op->qat, op->qat_n))
+            return bad(err, errlen, "compressor: missing tensor, ratio outside 1..1024, RoPE or QAT dims");
+        const size_t nt = (size_t)op->n_tok;
+        for (size_t i = 0; i < nt; i++)
+            if (!op->state[i] || op->pos[i] < 0)
+                return bad(err, errlen, "compressor: a token without state or at a negative position");
+        c->u.compress = *op;
+        if (!nt) return OG_OK;
+        if (!(c->own = malloc(2 * al16(nt * sizeof(float *)) + al16(nt * sizeof(int32_t))))) break;
+        c->u.compress.state = own_copy(c, &at, op->state, nt * sizeof(float *));
+        c->u.compress.out = own_copy(c, &at, op->out, nt * sizeof(float *));
+        c->u.compress.pos = own_copy(c, &at, op->pos, nt * sizeof(int32_t));
+        return OG_OK;
+    }
+    case OG_COP_INDEXER: {
+        const og_indexer_op *op = desc;
+        og_status st;
+        if (!op->q || !op->w || !op->sel || op->n_tok < 0 || op->n_head < 1 || op->d_head < 1 || op->top_k < 1 ||
+            !op->keys.n_blocks)
+            return bad(err, errlen, "indexer: missing tensor, heads, top-k or keys");
+        if ((st = check_view(&op->keys, op->key_first, op->n_keys, op->n_tok, op->d_head, err, errlen))) return st;
+        const size_t nt = (size_t)op->n_tok;
+        c->u.indexer = *op;
+        if (!nt) return OG_OK;
+        if (!(c->own = malloc(al16((size_t)op->keys.n_blocks * sizeof(float *)) + 2 * al16(nt * sizeof(int32_t)) +
+                              al16(nt * sizeof(bool)))))
+            break;
+        c->u.indexer.keys.blocks = own_copy(c, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(float *));
+        c->u.indexer.key_first = own_copy(c, &at, op->key_first, nt * sizeof(int32_t));
+        c->u.indexer.n_keys = own_copy(c, &at, op->n_keys, nt * sizeof(int32_t));
+        c->u.indexer.canonical = own_copy(c, &at, op->canonical, nt * sizeof(bool));
+        return OG_OK;
+    }
+    case OG_COP_SINK_ATTN: {
+        const og_sink_attn_op *op = desc;
+        og_status st;
+        if (!op->q || !op->o || !op->sinks || op->n_tok < 0 || op->n_head < 1 || op->d_head < 1 ||
+            (op->n_tok && !op->row_off) || (op->sel && op->top_k < 1))
+            return bad(err, errlen, "sink attention: missing tensor, heads or row offsets");
+        const size_t nt = (size_t)op->n_tok;
+        if (nt && op->row_off[0] != 0) return bad(err, errlen, "sink attention: row offsets do not start at 0");
+        for (size_t i = 0; i < nt; i++)
+            if (op->row_off[i + 1] < op->row_off[i]) return bad(err, errlen, "sink attention: decreasing row offsets");
+        const size_t n_rows = nt ? (size_t)op->row_off[nt] : 0;
+        if (n_rows && !op->rows) return bad(err, errlen, "sink attention: no rows");
+        for (size_t r = 0; r < n_rows; r++)
+            if (!op->rows[r]) return bad(err, errlen, "sink attention: a NULL row");
+        if ((st = check_view(&op->comp, op->comp_first, op->n_comp, op->n_tok, op->d_head, err, errlen))) return st;
+        c->u.sink_attn = *op;
+        if (!nt) return OG_OK;
+        const size_t nb = (size_t)op->comp.n_blocks;
+        if (!(c->own = malloc(al16(n_rows * sizeof(float *)) + al16((nt + 1) * sizeof(int64_t)) +
+                              al16(nb * sizeof(float *)) + 2 * al16(nt * sizeof(int32_t)) + al16(nt * sizeof(bool)))))
+            break;
+        c->u.sink_attn.rows = own_copy(c, &at, op->rows, n_rows * sizeof(float *));
+        c->u.sink_attn.row_off = own_copy(c, &at, op->row_off, (nt + 1) * sizeof(int64_t));
+        if (nb) {
+            c->u.sink_attn.comp.blocks = own_copy(c, &at, op->comp.blocks, nb * sizeof(float *));
+            c->u.sink_attn.comp_first = own_copy(c, &at, op->comp_first, nt * sizeof(int32_t));
+            c->u.sink_attn.n_comp = own_copy(c, &at, op->n_comp, nt * sizeof(int32_t));
+        }
+        c->u.sink_attn.canonical = own_copy(c, &at, op->canonical, nt * sizeof(bool));
+        return OG_OK;
+    }
+    default:
+        return bad(err, errlen, "not a deepseek4 op");
+    }
+    return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+}
+
+/* ---- mHC ---- */
+
+static float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+static void hc_mix_one(const og_hc_mix_op *op, const float *m, float *pre, float *post, float *comb) {
+    const int n = op->n_hc;
+    for (int k = 0; k < n; k++) pre[k] = sigmoidf(m[k] * op->scale[0] + op->base[k]) + op->eps;
+    if (op->head) return;
+    for (int k = 0; k < n; k++) post[k] = 2.0f * sigmoidf(m[n + k] * op->scale[1] + op->base[n + k]);
+    float *C = comb; /* C[a][b] at a + n b */
+    for (int i = 0; i < n * n; i++) C[i] = m[2 * n + i] * op->scale[2] + op->base[2 * n + i];
+    for (int b = 0; b < n; b++) { /* softmax over a, then + eps */
+        float *col = C + n * b;
+        og_softmax(col, n);
+        for (int a = 0; a < n; a++) col[a] += op->eps;
+    }
+    for (int it = 0; it < op->sinkhorn_iters; it++) {
+        if (it) /* columns: each b over a */
+            for (int b = 0; b < n; b++) {
+                float s = 0;
+                for (int a = 0; a < n; a++) s += C[a + n * b];
+                for (int a = 0; a < n; a++) C[a + n * b] /= s + op->eps;
+            }
+        for (int a = 0; a < n; a++) { /* rows: each a over b */
+            float s = 0;
+            for (int b = 0; b < n; b++) s += C[a + n * b];
+            for (int b = 0; b < n; b++) C[a + n * b] /= s + op->eps;
+        }
+    }
+}
+
+static void run_hc_mix(const og_hc_mix_op *op) {
+    const int n = op->n_hc, n_mix = op->head ? n : (2 + n) * n;
+    for (int64_t t = 0; t < op->n_tok; t++)
+        hc_mix_one(op, op->mix + t * n_mix, op->pre + t * n, op->head ? NULL : op->post + t * n,
+                   op->head ? NULL : op->comb + t * n * n);
+}
+
+static void run_hc_collapse(const og_hc_op *op) {
+    const int64_t N = op->n_embd, n = op->n_hc;
+    for (int64_t t = 0; t < op->n_tok; t++) {
+        const float *s = op->s + t * n * N, *w = op->w + t * n;
+        float *x = op->x + t * N;
+        for (int64_t i = 0; i < N; i++) x[i] = s[i] * w[0];
+        for (int64_t k = 1; k < n; k++)
+            for (int64_t i = 0; i < N; i++) x[i] += s[k * N + i] * w[k];
+    }
+}
+
+/* tmp: [n_hc][n_embd] scratch */
+static void run_hc_expand(const og_hc_op *op, float *tmp) {
+    const int64_t N = op->n_embd, n = op->n_hc;
+    for (int64_t t = 0; t < op->n_tok; t++) {
+        float *s = op->s + t * n * N;
+        const float *y = op->x + t * N, *post = op->w + t * n, *C = op->comb + t * n * n;
+        for (int64_t a = 0; a < n; a++) {
+            float *o = tmp + a * N;
+            for (int64_t i = 0; i < N; i++) o[i] = y[i] * post[a];
+            for (int64_t b = 0; b < n; b++)
+                for (int64_t i = 0; i < N; i++) o[i] += s[b * N + i] * C[a + n * b];
+        }
+        memcpy(s, tmp, (size_t)(n * N) * sizeof *s);
+    }
+}
+
+/* ---- QAT rounding ---- */
+
+/* 2^ceil(log2(x)) for x > 0, exact (frexp: x = f 2^e, f in [0.5, 1)). */
+static float pow2_ceil(float x) {
+    int e;
+    const float f = frexpf(x, &e);
+    return ldexpf(1.0f, f == 0.5f ? e - 1 : e);
+}
+
+/* Nearest E4M3 value of v (|v| <= 448 after the clamp), ties to even: 3
+ * mantissa bits, exponents down to -6, subnormals in steps of 2^-9. */
+static float round_e4m3(float v) {
+    float a = fabsf(v);
+    if (a >= 448.0f) a = 448.0f;
+    else if (a > 0) {
+        int e;
+        frexpf(a, &e); /* a in [2^(e-1), 2^e) */
+        int ex = e - 1;
+        if (ex < -6) ex = -6;
+        const float q = ldexpf(1.0f, ex - 3);
+        a = rintf(a / q) * q; /* the default rounding mode: ties to even */
+    }
+    return v < 0 ? -a : a;
+}
+
+/* Nearest E2M1 value of v, clamped to +-6, ties to even (the value whose
+ * mantissa bit is 0). */
+static float round_e2m1(float v) {
+    static const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f}; /* even index: mantissa bit 0 */
+    const float a = fabsf(v);
+    float r = 6.0f;
+    for (int i = 0; i < 7; i++) {
+        if (a > grid[i + 1]) continue;
+        const float mid = 0.5f * (grid[i] + grid[i + 1]);
+        r = a < mid ? grid[i] : a > mid ? grid[i + 1] : grid[i & 1 ? i + 1 : i];
+        break;
+    }
+    return v < 0 ? -r : r;
+}
+
+/* Blocks of 64 (the last one may be shorter: a model whose non-RoPE dims are
+ * not whole 64-blocks, as the tiny test presets). */
+static void qat_fp8(float *x, int64_t n) {
+    for (int64_t b = 0; b < n; b += 64) {
+        const int64_t e = b + 64 < n ? b + 64 : n;
+        float amax = 0;
+        for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
+        const float scale = pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f);
+        for (int64_t i = b; i < e; i++) x[i] = round_e4m3(x[i] / scale) * scale;
+    }
+}
+
+/* Walsh-Hadamard transform of n values (n a power of two; Sylvester order),
+ * the unnormalized butterfly times 1/sqrt(n). */
+static void hadamard(float *x, int64_t n) {
+    for (int64_t h = 1; h < n; h *= 2)
+        for (int64_t i = 0; i < n; i += 2 * h)
+            for (int64_t j = i; j < i + h; j++) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    const float s = (float)(1.0 / sqrt((double)n));
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+static void qat_fp4_hadamard(float *x, int64_t n) {
+    hadamard(x, n);
+    for (int64_t b = 0; b < n; b += 32) {
+        float amax = 0;
+        for (int64_t i = b; i < b + 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+        if (amax == 0) continue;
+        const float scale = pow2_ceil(amax / 6.0f);
+        for (int64_t i = b; i < b + 32; i++) x[i] = round_e2m1(x[i] / scale) * scale;
+    }
+}
+
+static void qat_row(og_qat_kind kind, float *x, int64_t n_round) {
+    if (kind == OG_QAT_FP8) qat_fp8(x, n_round);
+    else if (kind == OG_QAT_FP4_HADAMARD) qat_fp4_hadamard(x, n_round);
+    else if (kind == OG_QAT_HADAMARD) hadamard(x, n_round);
+    else if (kind == OG_QAT_F16)
+        for (int64_t i = 0; i < n_round; i++) x[i] = og_fp16_to_fp32(og_fp32_to_fp16(x[i]));
+}
+
+/* ---- compressor ---- */
+
+static void run_compress(const og_compress_op *op) {
+    const int64_t W = op->width, lanes = op->overlap ? 2 : 1, LW = lanes * W, r = op->ratio;
+    const int64_t slots = op->overlap ? 2 * r : r, cur0 = op->overlap ? r : 0, lane = op->overlap ? W : 0;
+    for (int64_t t = 0; t < op->n_tok; t++) {
+        float *kv_st = op->state[t], *sc_st = kv_st + slots * LW;
+        const int32_t p = op->pos[t];
+        const int64_t slot = cur0 + p % r;
+        memcpy(kv_st + slot * LW, op->kv + t * LW, (size_t)LW * sizeof(float));
+        memcpy(sc_st + slot * LW, op->score + t * LW, (size_t)LW * sizeof(float));
+        float *out = op->out[t];
+        if (!out) continue;
+        const bool have_prev = op->overlap && p + 1 > r; /* the first window has no previous one */
+        for (int64_t j = 0; j < W; j++) { /* the previous window's lane A, then the current window's lane B */
+            double mx = -INFINITY, den = 0, num = 0;
+            for (int64_t i = 0; have_prev && i < r; i++) mx = fmax(mx, sc_st[i * LW + j]);
+            for (int64_t i = 0; i < r; i++) mx = fmax(mx, sc_st[(cur0 + i) * LW + lane + j]);
+            for (int64_t i = 0; have_prev && i < r; i++) {
+                const double e = exp((double)sc_st[i * LW + j] - mx);
+                den += e;
+                num += e * kv_st[i * LW + j];
+            }
+            for (int64_t i = 0; i < r; i++) {
+                const double e = exp((double)sc_st[(cur0 + i) * LW + lane + j] - mx);
+                den += e;
+                num += e * kv_st[(cur0 + i) * LW + lane + j];
+            }
+            out[j] = (float)(num / den);
+        }
+        og_rmsnorm(out, out, op->norm, W, op->eps);
+        og_rope_apply(&op->rope, out + W - op->rope.d_rope, 1, 0, (int64_t)p + 1 - r);
+        qat_row(op->qat, out, op->qat_n);
+        if (op->round_f16) qat_row(OG_QAT_F16, out, W);
+        if (op->overlap) { /* the current window becomes the previous one */
+            memcpy(kv_st, kv_st + r * LW, (size_t)(r * LW) * sizeof(float));
+            memcpy(sc_st, sc_st + r * LW, (size_t)(r * LW) * sizeof(float));
+        }
+    }
+}
+
+/* ---- indexer ---- */
+
+typedef struct scored {
+    float s;
+    int32_t c;
+} scored;
+
+static int by_score(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1; /* NaN never: the scores are finite or the row loses below */
+    return x->c < y->c ? -1 : x->c > y->c;
+}
+
+static int by_index(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float dot_of(const og_kernels *k, bool canonical, const float *a, const float *b, int64_t n) {
+    if (canonical) return k->dot_f32_device(a, b, n);
+    float s;
+    k->vec_dot[OG_TYPE_F32](n, &s, a, b);
+    return s;
+}
+
+typedef struct idx_job {
+    const og_indexer_op *op;
+    const og_kernels *k;
+    scored *buf;     /* [nth][max_keys] */
+    int64_t stride;
+} idx_job;
+
+/* Token i's score of its key c: sum over heads in order of w_h relu(q_h . k_c). */
+static float key_score(const idx_job *j, int64_t i, int32_t c) {
+    const og_indexer_op *op = j->op;
+    const bool canon = op->canonical && op->canonical[i];
+    const float *w = op->w + i * op->n_head, *key = og_kv_view_row(&op->keys, op->key_first[i], c);
+    float s = 0;
+    for (int64_t h = 0; h < op->n_head; h++) {
+        const float d = dot_of(j->k, canon, op->q + (i * op->n_head + h) * op->d_head, key, op->d_head);
+        s += w[h] * (d > 0 ? d : 0);
+    }
+    return isnan(s) ? -INFINITY : s;
+}
+
+/* The top_k of sc[n] (scored), ascending by row, into token i's sel. */
+static void pick(const og_indexer_op *op, int64_t i, scored *sc, int32_t n) {
+    qsort(sc, (size_t)n, sizeof *sc, by_score);
+    int32_t *sel = op->sel + i * op->top_k;
+    for (int32_t q = 0; q < op->top_k; q++) sel[q] = sc[q].c;
+    qsort(sel, (size_t)op->top_k, sizeof *sel, by_index);
+}
+
+/* Several tokens: each thread takes whole tokens. */
+static void indexer_tokens(void *vctx, int ith, int nth) {
+    const idx_job *j = vctx;
+    const og_indexer_op *op = j->op;
+    scored *sc = j->buf + (size_t)ith * (size_t)j->stride;
+    for (int64_t i = ith; i < op->n_tok; i += nth) {
+        const int32_t n = op->n_keys[i];
+        if (n <= op->top_k) continue;
+        for (int32_t c = 0; c < n; c++) sc[c] = (scored){key_score(j, i, c), c};
+        pick(op, i, sc, n);
+    }
+}
+
+/* One token (a decode step): the threads share its keys (the same per-key
+ * arithmetic, so the same bits), then one sorts. */
+static void indexer_keys(void *vctx, int ith, int nth) {
+    const idx_job *j = vctx;
+    for (int32_t c = ith; c < j->op->n_keys[0]; c += nth) j->buf[c] = (scored){key_score(j, 0, c), c};
+}
+
+static og_status run_indexer(const og_kernels *k, og_pool *pool, const og_indexer_op *op) {
+    if (!k->vec_dot[OG_TYPE_F32] || !k->dot_f32_device) return OG_ERR_INVALID_ARG;
+    int32_t max_keys = 1;
+    for (int64_t i = 0; i < op->n_tok; i++)
+        if (op->n_keys[i] > max_keys) max_keys = op->n_keys[i];
+    const int nth = pool ? og_pool_size(pool) : 1;
+    idx_job j = {op, k, malloc((size_t)nth * (size_t)max_keys * sizeof(scored)), max_keys};
+    if (!j.buf) return OG_ERR_NOMEM;
+    if (op->n_tok == 1 && op->n_keys[0] > op->top_k) {
+        if (pool) og_pool_run(pool, indexer_keys, &j);
+        else indexer_keys(&j, 0, 1);
+        pick(op, 0, j.buf, op->n_keys[0]);
+    } else if (pool && op->n_tok > 1) {
+        og_pool_run(pool, indexer_tokens, &j);
+    } else {
+        indexer_tokens(&j, 0, 1);
+    }
+    free(j.buf);
+    return OG_OK;
+}
+
+/* ---- attention with a sink ---- */
+
+typedef struct sink_job {
+    const og_sink_attn_op *op;
+    const og_kernels *k;
+    float *buf;          /* [nth][stride]: scores */
+    const float **rows;  /* [nth][stride]: the token's row addresses */
+    int64_t stride;
+} sink_job;
+
+static void sink_heads(void *vctx, int ith, int nth) {
+    const sink_job *j = vctx;
+    const og_sink_attn_op *op = j->op;
+    const int64_t H = op->n_head, D = op->d_head;
+    float *s = j->buf + (size_t)ith * (size_t)j->stride;
+    const float **rows = j->rows + (size_t)ith * (size_t)j->stride;
+    for (int64_t p = ith; p < op->n_tok * H; p += nth) {
+        const int64_t i = p / H, h = p % H;
+        int64_t n = 0;
+        for (int64_t r = op->row_off[i]; r < op->row_off[i + 1]; r++) rows[n++] = op->rows[r];
+        if (op->comp.n_blocks && op->n_comp[i] > 0) {
+            const bool use_sel = op->sel && op->n_comp[i] > op->top_k;
+            const int32_t nc = use_sel ? op->top_k : op->n_comp[i];
+            for (int32_t c = 0; c < nc; c++)
+                rows[n++] = og_kv_view_row(&op->comp, op->comp_first[i], use_sel ? op->sel[i * op->top_k + c] : c);
+        }
+        const bool canon = op->canonical && op->canonical[i];
+        const float *q = op->q + (i * H + h) * D;
+        const float sink = op->sinks[h];
+        float mx = sink;
+        for (int64_t r = 0; r < n; r++) {
+            s[r] = dot_of(j->k, canon, q, rows[r], D) * op->kq_scale;
+            if (s[r] > mx) mx = s[r];
+        }
+        double den = exp((double)sink - mx);
+        for (int64_t r = 0; r < n; r++) {
+            s[r] = expf(s[r] - mx);
+            den += s[r];
+        }
+        const float inv = (float)(1.0 / den);
+        float *o = op->o + (i * H + h) * D;
+        for (int64_t d = 0; d < D; d++) o[d] = 0;
+        for (int64_t r = 0; r < n; r++) j->k->axpy_f32(D, s[r] * inv, rows[r], o);
+    }
+}
+
+static og_status run_sink_attn(const og_kernels *k, og_pool *pool, const og_sink_attn_op *op) {
+    if (!k->vec_dot[OG_TYPE_F32] || !k->dot_f32_device || !k->axpy_f32) return OG_ERR_INVALID_ARG;
+    int64_t most = 1;
+    for (int64_t i = 0; i < op->n_tok; i++) {
+        int64_t n = op->row_off[i + 1] - op->row_off[i];
+        if (op->comp.n_blocks) n += op->sel && op->n_comp[i] > op->top_k ? op->top_k : op->n_comp[i];
+        if (n > most) most = n;
+    }
+    if (op->sel) /* the selected rows must lie inside each token's visible ones */
+        for (int64_t i = 0; i < op->n_tok; i++)
+            for (int32_t c = 0; op->comp.n_blocks && op->n_comp[i] > op->top_k && c < op->top_k; c++)
+                if (op->sel[i * op->top_k + c] < 0 || op->sel[i * op->top_k + c] >= op->n_comp[i]) return OG_ERR_INVALID_ARG;
+    const int nth = pool ? og_pool_size(pool) : 1;
+    sink_job j = {op, k, malloc((size_t)nth * (size_t)most * sizeof(float)),
+                  malloc((size_t)nth * (size_t)most * sizeof(float *)), most};
+    og_status st = j.buf && j.rows ? OG_OK : OG_ERR_NOMEM;
+    if (!st) {
+        if (pool && op->n_tok * op->n_head > 1) og_pool_run(pool, sink_heads, &j);
+        else sink_heads(&j, 0, 1);
+    }
+    free(j.buf);
+    free(j.rows);
+    return st;
+}
+
+og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, const og_cop *c) {
+    switch (c->kind) {
+    case OG_COP_HC_MIX:
+        run_hc_mix(&c->u.hc_mix);
+        return OG_OK;
+    case OG_COP_HC_COLLAPSE:
+        run_hc_collapse(&c->u.hc);
+        return OG_OK;
+    case OG_COP_HC_EXPAND: {
+        float *tmp = malloc((size_t)(c->u.hc.n_hc * c->u.hc.n_embd) * sizeof *tmp);
+        if (!tmp) return OG_ERR_NOMEM;
+        run_hc_expand(&c->u.hc, tmp);
+        free(tmp);
+        return OG_OK;
+    }
+    case OG_COP_QAT:
+        for (int64_t r = 0; r < c->u.qat.x.n_rows; r++)
+            qat_row(c->u.qat.kind, c->u.qat.x.data + r * c->u.qat.x.stride, c->u.qat.n_round);
+        return OG_OK;
+    case OG_COP_COMPRESS:
+        run_compress(&c->u.compress);
+        return OG_OK;
+    case OG_COP_INDEXER:
+        return run_indexer(k, pool, &c->u.indexer);
+    case OG_COP_SINK_ATTN:
+        return run_sink_attn(k, pool, &c->u.sink_attn);
+    default:
+        return OG_ERR_INVALID_ARG;
+    }
+}

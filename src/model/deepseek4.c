@@ -1,0 +1,957 @@
+/* deepseek4 (DeepSeek V4 Flash): weight binding by the one tensor-name table
+ * (deepseek4_table.c), the per-sequence state and the forward pass as device
+ * ops, in data-flow order (shared/spec/deepseek4.md §4.1-4.2; section numbers
+ * below). Per layer: mHC mixes -> attention over the raw window plus the
+ * compressed rows (ratio 4: the lightning indexer's top-k of them) with a
+ * sink -> inverse RoPE -> grouped output -> mHC expand; mHC mixes -> MoE
+ * (sqrt-softplus or hash routing; experts through the dispatcher) -> expand.
+ * The host holds control data only: positions, the rows each token sees, the
+ * routes. */
+#include "deepseek4.h"
+#include "fwd_ops.h"
+#include "og_arch.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Compressed rows (and indexer keys) per block of a sequence's store: a
+ * sequence grows its store a block at a time, rows never move. */
+#define COMP_BLOCK 64
+
+typedef struct ds4_layer {
+    og_weight hc_attn_fn, hc_ffn_fn;      /* [hc N -> (2 + hc) hc] */
+    const float *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale; /* [(2 + hc) hc], [3] */
+    const float *attn_norm, *ffn_norm;    /* [N] */
+    og_weight q_a, q_b;                   /* [N -> q_rank], [q_rank -> H D] */
+    const float *q_a_norm;                /* [q_rank] */
+    og_weight kv;                         /* [N -> D] */
+    const float *kv_norm;                 /* [D] */
+    const float *sinks;                   /* [H] */
+    og_weight o_a;                        /* [H D / G -> G o_rank]: group g = rows [g o_rank, (g+1) o_rank) */
+    og_weight o_b;                        /* [G o_rank -> N] */
+    uint32_t ratio;                       /* 0, 4, 128 */
+    og_weight comp_kv, comp_gate;         /* [N -> c D] (c = 2 at ratio 4) */
+    og_weight comp_ape;                   /* [c D] x ratio rows, gathered by p mod ratio */
+    const float *comp_norm;               /* [D] */
+    og_weight idx_q_b, idx_proj;          /* [q_rank -> IH ID], [N -> IH] (ratio 4) */
+    og_weight idx_comp_kv, idx_comp_gate; /* [N -> 2 ID] */
+    og_weight idx_comp_ape;               /* [2 ID] x 4 rows */
+    const float *idx_comp_norm;           /* [ID] */
+    og_weight router;                     /* [N -> E] */
+    const float *exp_bias;                /* [E] or NULL (hash layers) */
+    const int32_t *tid2eid;               /* [V][k] or NULL (routed layers) */
+} ds4_layer;
+
+typedef struct og_ds4 {
+    og_ds4_hparams hp;
+    og_weight tok_embd;                   /* [N, V] */
+    const float *out_norm;                /* [N] */
+    og_weight output;                     /* [N -> V] */
+    og_weight out_hc_fn;                  /* [hc N -> hc] */
+    const float *out_hc_base, *out_hc_scale; /* [hc], [1] */
+    ds4_layer *layers;                    /* [n_layer] */
+    og_moe_weights *moe;                  /* [n_layer], m->info.moe */
+    /* The model options (og_model_set_option; ref_deepseek4's switches):
+     * kv_fp8 (default on) the FP8 round trip of the raw and compressed KV's
+     * non-RoPE dims; indexer_fp4 (on) the FP4 round trip of the indexer's
+     * rotated queries and keys; kv_f16 (off) every stored KV row (window,
+     * compressed rows, indexer keys) rounded to f16, as ds4 and llama.cpp's
+     * default F16 cache store them. llama.cpp v0.4.0's graph has neither round
+     * trip: kv-fp8 and indexer-fp4 off compute what it computes with an F32
+     * cache. */
+    bool kv_fp8, indexer_fp4, kv_f16;
+} og_ds4;
+
+/* ---- loading -------------------------------------------------------------- */
+
+#define TRY(x) do { og_status st_ = (x); if (st_) return st_; } while (0)
+
+/* Binds kind id of layer il as a weight (rows of ne0; ne1 ne2 rows): found and
+ * shape-checked by the table; a matrix needs kernels for its type. */
+static og_status bind(const og_gguf *g, const og_ds4_hparams *hp, og_ds4_tensor_id id, int il, og_weight *w, char *err,
+                      size_t errlen) {
+    const og_gguf_tensor *t;
+    memset(w, 0, sizeof *w);
+    TRY(og_ds4_tensor_find(g, hp, id, il, &t, err, errlen));
+    if (!t) return OG_OK;
+    if (!t->data) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", t->name);
+    const og_type_traits *tr = og_quant_traits(t->type);
+    uint64_t rb;
+    if (t->type != OG_TYPE_I32 && (!tr || !tr->vec_dot || !tr->to_float))
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "tensor %s is %s, which onegpu has no kernels for", t->name,
+                       og_type_name(t->type));
+    if (t->type == OG_TYPE_I32) rb = (uint64_t)t->ne[0] * sizeof(int32_t);
+    else if (og_row_bytes(t->type, (uint64_t)t->ne[0], &rb))
+        return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s: rows of %lld are not whole %s blocks", t->name,
+                       (long long)t->ne[0], og_type_name(t->type));
+    *w = (og_weight){t->type, t->data, t->ne[0], t->ne[1] * t->ne[2], (size_t)rb};
+    return OG_OK;
+}
+
+/* An F32 vector kind (the table checks type and length). */
+static og_status bind_vec(const og_gguf *g, const og_ds4_hparams *hp, og_ds4_tensor_id id, int il, const float **out,
+                          char *err, size_t errlen) {
+    og_weight w;
+    TRY(bind(g, hp, id, il, &w, err, errlen));
+    if (w.data && w.type != OG_TYPE_F32)
+        return og_fail(err, errlen, OG_ERR_FORMAT, "deepseek4 tensor kind %s of layer %d must be F32",
+                       og_ds4_tensors[id].name, il);
+    *out = w.data;
+    return OG_OK;
+}
+
+/* Per-sequence cache elements (og_model_info's formula): raw windows, each
+ * compressor's state ([2][slots][lanes width]), and per token the compressed
+ * rows and indexer keys. */
+static void kv_elems(const og_ds4_hparams *hp, uint64_t *fixed, double *per_tok) {
+    uint64_t f = 0;
+    double pt = 0;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const uint32_t r = hp->compress_ratio[il];
+        f += (uint64_t)hp->n_swa * hp->head_dim;
+        if (!r) continue;
+        const uint64_t lanes = r == OG_DS4_RATIO_CSA ? 2 : 1, slots = lanes * r;
+        f += 2 * slots * lanes * hp->head_dim;
+        pt += (double)hp->head_dim / r;
+        if (r == OG_DS4_RATIO_CSA) {
+            f += 2 * slots * lanes * hp->indexer_head_dim;
+            pt += (double)hp->indexer_head_dim / r;
+        }
+    }
+    *fixed = f;
+    *per_tok = pt;
+}
+
+static void fill_info(const og_ds4_hparams *hp, og_model_info *info) {
+    memset(info, 0, sizeof *info);
+    info->arch = "deepseek4";
+    info->n_layer = hp->n_layer;
+    info->n_embd = hp->n_embd;
+    info->n_vocab = hp->n_vocab;
+    info->n_ctx_train = hp->n_ctx_train;
+    info->n_head = hp->n_head;
+    info->n_expert = hp->n_expert;
+    info->n_expert_used = hp->n_expert_used;
+    info->n_expert_shared = hp->n_expert_shared;
+    info->n_ff_exp = hp->n_ff_exp;
+    kv_elems(hp, &info->kv_elems_fixed, &info->kv_elems_per_token);
+    info->kv_paged = false;
+}
+
+static og_status ds4_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {
+    og_ds4_hparams hp;
+    TRY(og_ds4_hparams_read(g, lg, &hp, err, errlen));
+    fill_info(&hp, info);
+    return OG_OK;
+}
+
+static void ds4_free_impl(og_model *m) {
+    og_ds4 *d = m->impl;
+    if (!d) return;
+    free(d->layers);
+    free(d->moe);
+    free(d);
+    m->impl = NULL;
+}
+
+static og_status load_layer(const og_gguf *g, const og_ds4_hparams *hp, int il, ds4_layer *L, og_moe_weights *mw,
+                            char *err, size_t errlen) {
+    TRY(bind(g, hp, OG_DS4_HC_ATTN_FN, il, &L->hc_attn_fn, err, errlen));
+    TRY(bind_vec(g, hp, OG_DS4_HC_ATTN_BASE, il, &L->hc_attn_base, err, errlen));
+    TRY(bind_vec(g, hp, OG_DS4_HC_ATTN_SCALE, il, &L->hc_attn_scale, err, errlen));
+    TRY(bind(g, hp, OG_DS4_HC_FFN_FN, il, &L->hc_ffn_fn, err, errlen));
+    TRY(bind_vec(g, hp, OG_DS4_HC_FFN_BASE, il, &L->hc_ffn_base, err, errlen));
+    TRY(bind_vec(g, hp, OG_DS4_HC_FFN_SCALE, il, &L->hc_ffn_scale, err, errlen));
+    TRY(bind_vec(g, hp, OG_DS4_ATTN_NORM, il, &L->attn_norm, err, errlen));
+    TRY(bind_vec(g, hp, OG_DS4_FFN_NORM, il, &L->ffn_norm, err, errlen));
+    TRY(bind(g, hp, OG_DS4_ATTN_Q_A, il, &L->q_a, err, errlen));
+    TRY(bind_vec(g, hp, OG_DS4_ATTN_Q_A_NORM, il, &L->q_a_norm, err, errlen));
+    TRY(bind(g, hp, OG_DS4_ATTN_Q_B, il, &L->q_b, err, errlen));
+    TRY(bind(g, hp, OG_DS4_ATTN_KV, il, &L->kv, err, errlen));
+    TRY(bind_vec(g, hp, OG_DS4_ATTN_KV_A_NORM, il, &L->kv_norm, err, errlen));
+    TRY(bind_vec(g, hp, OG_DS4_ATTN_SINKS, il, &L->sinks, err, errlen));
+    TRY(bind(g, hp, OG_DS4_ATTN_OUTPUT_A, il, &L->o_a, err, errlen));
+    TRY(bind(g, hp, OG_DS4_ATTN_OUTPUT_B, il, &L->o_b, err, errlen));
+    L->ratio = hp->compress_ratio[il];
+    if (L->ratio) {
+        TRY(bind(g, hp, OG_DS4_ATTN_COMP_KV, il, &L->comp_kv, err, errlen));
+        TRY(bind(g, hp, OG_DS4_ATTN_COMP_GATE, il, &L->comp_gate, err, errlen));
+        TRY(bind(g, hp, OG_DS4_ATTN_COMP_APE, il, &L->comp_ape, err, errlen));
+        TRY(bind_vec(g, hp, OG_DS4_ATTN_COMP_NORM, il, &L->comp_norm, err, errlen));
+    }
+    if (L->ratio == OG_DS4_RATIO_CSA) {
+        TRY(bind(g, hp, OG_DS4_INDEXER_Q_B, il, &L->idx_q_b, err, errlen));
+        TRY(bind(g, hp, OG_DS4_INDEXER_PROJ, il, &L->idx_proj, err, errlen));
+        TRY(bind(g, hp, OG_DS4_INDEXER_COMP_KV, il, &L->idx_comp_kv, err, errlen));
+        TRY(bind(g, hp, OG_DS4_INDEXER_COMP_GATE, il, &L->idx_comp_gate, err, errlen));
+        TRY(bind(g, hp, OG_DS4_INDEXER_COMP_APE, il, &L->idx_comp_ape, err, errlen));
+        TRY(bind_vec(g, hp, OG_DS4_INDEXER_COMP_NORM, il, &L->idx_comp_norm, err, errlen));
+    }
+    TRY(bind(g, hp, OG_DS4_FFN_GATE_INP, il, &L->router, err, errlen));
+    if ((uint32_t)il < hp->hash_layer_count) {
+        og_weight t;
+        TRY(bind(g, hp, OG_DS4_FFN_GATE_TID2EID, il, &t, err, errlen));
+        L->tid2eid = t.data;
+    } else {
+        TRY(bind_vec(g, hp, OG_DS4_EXP_PROBS_B, il, &L->exp_bias, err, errlen));
+    }
+    mw->moe = true;
+    TRY(bind(g, hp, OG_DS4_FFN_GATE_EXPS, il, &mw->gate_exps, err, errlen));
+    TRY(bind(g, hp, OG_DS4_FFN_UP_EXPS, il, &mw->up_exps, err, errlen));
+    TRY(bind(g, hp, OG_DS4_FFN_DOWN_EXPS, il, &mw->down_exps, err, errlen));
+    if (hp->n_expert_shared) {
+        TRY(bind(g, hp, OG_DS4_FFN_GATE_SHEXP, il, &mw->gate_sh, err, errlen));
+        TRY(bind(g, hp, OG_DS4_FFN_UP_SHEXP, il, &mw->up_sh, err, errlen));
+        TRY(bind(g, hp, OG_DS4_FFN_DOWN_SHEXP, il, &mw->down_sh, err, errlen));
+    }
+    /* one clamp for routed and shared experts (og_moe_weights): the routed one */
+    mw->swiglu_clamp = hp->swiglu_clamp_exp[il];
+    if (hp->swiglu_clamp_shexp[il] != hp->swiglu_clamp_exp[il])
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "layer %d: swiglu_clamp_shexp %g differs from swiglu_clamp_exp %g "
+                       "(onegpu applies one clamp to both, as V4 has)", il, (double)hp->swiglu_clamp_shexp[il],
+                       (double)hp->swiglu_clamp_exp[il]);
+    return OG_OK;
+}
+
+static og_status ds4_load(og_model *m, char *err, size_t errlen) {
+    og_ds4 *d = calloc(1, sizeof *d);
+    if (!d) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    m->impl = d;
+    d->kv_fp8 = d->indexer_fp4 = true;
+    og_ds4_hparams *hp = &d->hp;
+    const og_gguf *g = m->gguf;
+    og_status st = og_ds4_hparams_read(g, &m->log, hp, err, errlen);
+    if (!st && hp->n_head % hp->o_group_count)
+        st = og_fail(err, errlen, OG_ERR_FORMAT, "deepseek4: %u heads in %u groups", hp->n_head, hp->o_group_count);
+    if (!st) st = og_ds4_tensors_check(g, hp, err, errlen);
+    if (!st) st = bind(g, hp, OG_DS4_TOKEN_EMBD, -1, &d->tok_embd, err, errlen);
+    if (!st) st = bind_vec(g, hp, OG_DS4_OUTPUT_NORM, -1, &d->out_norm, err, errlen);
+    if (!st) st = bind(g, hp, OG_DS4_OUTPUT, -1, &d->output, err, errlen);
+    if (!st) st = bind(g, hp, OG_DS4_OUTPUT_HC_FN, -1, &d->out_hc_fn, err, errlen);
+    if (!st) st = bind_vec(g, hp, OG_DS4_OUTPUT_HC_BASE, -1, &d->out_hc_base, err, errlen);
+    if (!st) st = bind_vec(g, hp, OG_DS4_OUTPUT_HC_SCALE, -1, &d->out_hc_scale, err, errlen);
+    if (!st && !d->output.data) d->output = d->tok_embd;
+    if (!st) {
+        d->layers = calloc(hp->n_layer, sizeof *d->layers);
+        d->moe = calloc(hp->n_layer, sizeof *d->moe);
+        if (!d->layers || !d->moe) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    for (uint32_t il = 0; il < hp->n_layer && !st; il++)
+        st = load_layer(g, hp, (int)il, &d->layers[il], &d->moe[il], err, errlen);
+    if (st) {
+        ds4_free_impl(m);
+        return st;
+    }
+    fill_info(hp, &m->info);
+    m->info.moe = d->moe;
+    og_log(&m->log, OG_LOG_INFO, "deepseek4: %u layers, window %u, indexer top-%u, %u hash layers", hp->n_layer,
+           hp->n_swa, hp->indexer_top_k, hp->hash_layer_count);
+    return OG_OK;
+}
+
+static og_status ds4_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen) {
+    og_ds4 *d = m->impl;
+    static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-f16"};
+    bool *flags[] = {&d->kv_fp8, &d->indexer_fp4, &d->kv_f16};
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(name, names[i])) continue;
+        if (strcmp(value, "on") && strcmp(value, "off"))
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "deepseek4 option %s takes on or off, not '%s'", name, value);
+        *flags[i] = !strcmp(value, "on");
+        return OG_OK;
+    }
+    return og_fail(err, errlen, OG_ERR_INVALID_ARG, "deepseek4 has no option '%s' (it has: kv-fp8, indexer-fp4, kv-f16)",
+                   name);
+}
+
+/* ---- per-sequence state (og_kv.arch) --------------------------------------- */
+
+/* A growing store of rows (compressed rows or indexer keys), COMP_BLOCK rows
+ * of `width` floats per block, in the sequence's device memory. */
+typedef struct row_store {
+    float **blocks;
+    int n_blocks, cap;
+} row_store;
+
+typedef struct ds4_seq {
+    og_device *dev;          /* the memory's device (NULL: host memory); outlives the state */
+    uint32_t n_layer;
+    float **raw;             /* [n_layer] device [n_swa][D]: position p in row p mod n_swa */
+    float **cstate, **istate;/* [n_layer] compressor states (og_compress_op.state) or NULL */
+    row_store *comp, *ikeys; /* [n_layer] compressed rows [D], indexer keys [ID] */
+} ds4_seq;
+
+static void *seq_alloc(og_device *dev, uint64_t bytes) {
+    void *p = NULL;
+    if (dev) return dev->ops->alloc(dev, bytes, &p, NULL, 0) ? NULL : p;
+    return aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
+}
+
+static void seq_free_mem(og_device *dev, void *p) {
+    if (!p) return;
+    if (dev) dev->ops->free(dev, p);
+    else free(p);
+}
+
+static void store_free(og_device *dev, row_store *s) {
+    for (int b = 0; b < s->n_blocks; b++) seq_free_mem(dev, s->blocks[b]);
+    free(s->blocks);
+}
+
+static void seq_free(void *arch) {
+    ds4_seq *q = arch;
+    if (!q) return;
+    for (uint32_t il = 0; il < q->n_layer; il++) {
+        if (q->raw) seq_free_mem(q->dev, q->raw[il]);
+        if (q->cstate) seq_free_mem(q->dev, q->cstate[il]);
+        if (q->istate) seq_free_mem(q->dev, q->istate[il]);
+        if (q->comp) store_free(q->dev, &q->comp[il]);
+        if (q->ikeys) store_free(q->dev, &q->ikeys[il]);
+    }
+    free(q->raw);
+    free(q->cstate);
+    free(q->istate);
+    free(q->comp);
+    free(q->ikeys);
+    free(q);
+}
+
+static uint64_t state_floats(uint32_t ratio, uint64_t width) {
+    const uint64_t lanes = ratio == OG_DS4_RATIO_CSA ? 2 : 1;
+    return 2 * lanes * ratio * lanes * width;
+}
+
+/* Makes the state of a sequence (its first forward call). */
+static og_status seq_create(const og_ds4 *d, og_device *dev, ds4_seq **out) {
+    const og_ds4_hparams *hp = &d->hp;
+    const uint32_t NL = hp->n_layer;
+    ds4_seq *q = calloc(1, sizeof *q);
+    if (!q) return OG_ERR_NOMEM;
+    q->dev = dev;
+    q->n_layer = NL;
+    q->raw = calloc(NL, sizeof *q->raw);
+    q->cstate = calloc(NL, sizeof *q->cstate);
+    q->istate = calloc(NL, sizeof *q->istate);
+    q->comp = calloc(NL, sizeof *q->comp);
+    q->ikeys = calloc(NL, sizeof *q->ikeys);
+    og_status st = q->raw && q->cstate && q->istate && q->comp && q->ikeys ? OG_OK : OG_ERR_NOMEM;
+    for (uint32_t il = 0; il < NL && !st; il++) {
+        const uint32_t r = hp->compress_ratio[il];
+        if (!(q->raw[il] = seq_alloc(dev, (uint64_t)hp->n_swa * hp->head_dim * sizeof(float)))) st = OG_ERR_NOMEM;
+        if (!st && r && !(q->cstate[il] = seq_alloc(dev, state_floats(r, hp->head_dim) * sizeof(float))))
+            st = OG_ERR_NOMEM;
+        if (!st && r == OG_DS4_RATIO_CSA &&
+            !(q->istate[il] = seq_alloc(dev, state_floats(r, hp->indexer_head_dim) * sizeof(float))))
+            st = OG_ERR_NOMEM;
+    }
+    if (st) {
+        seq_free(q);
+        return st;
+    }
+    *out = q;
+    return OG_OK;
+}
+
+/* Grows s to hold n_rows rows of width floats. */
+static og_status store_reserve(og_device *dev, row_store *s, int64_t n_rows, uint64_t width) {
+    while ((int64_t)s->n_blocks * COMP_BLOCK < n_rows) {
+        if (s->n_blocks == s->cap) {
+            const int cap = s->cap ? 2 * s->cap : 8;
+            float **nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
+            if (!nb) return OG_ERR_NOMEM;
+            s->blocks = nb;
+            s->cap = cap;
+        }
+        if (!(s->blocks[s->n_blocks] = seq_alloc(dev, COMP_BLOCK * width * sizeof(float)))) return OG_ERR_NOMEM;
+        s->n_blocks++;
+    }
+    return OG_OK;
+}
+
+static float *store_row(const row_store *s, int64_t c, uint64_t width) {
+    return s->blocks[c / COMP_BLOCK] + (uint64_t)(c % COMP_BLOCK) * width;
+}
+
+/* ---- the forward pass ------------------------------------------------------ */
+
+/* One call's device buffers (og_fwd_take); sizes in floats per token unless said. */
+typedef struct bufs {
+    float *S;        /* [T][hc N] the streams */
+    float *flat;     /* [T][hc N] rmsnorm(flat S) */
+    float *mix;      /* [T][(2 + hc) hc] */
+    float *pre, *post, *comb; /* [T][hc], [T][hc], [T][hc hc] */
+    float *x, *y;    /* [T][N] sublayer input / output */
+    float *qr;       /* [T][q_rank] */
+    float *q, *o, *og; /* [T][H D] each: queries, attention output, grouped copy [G][T][H D / G] */
+    float *kv;       /* [T][D] this call's raw rows */
+    float *low, *lowt; /* [G][T][o_rank], [T][G o_rank] */
+    float *ckv, *csc, *cape; /* [T][max(2 D, 2 ID)] compressor inputs */
+    float *iq;       /* [T][IH ID] indexer queries */
+    float *iw;       /* [T][IH] indexer weights */
+    int32_t *sel;    /* [T][top_k] */
+    float *rl;       /* [T][E] router logits */
+    int32_t *r_ids;  /* [T][k] */
+    float *r_w;      /* [T][k] */
+    float *hS, *hflat, *hmix, *hpre, *hx, *logits; /* the head: [n_out][hc N] x 2, [n_out][hc] x 2, [n_out][N], [n_out][V] */
+} bufs;
+
+static uint64_t carve(const og_ds4_hparams *hp, int64_t T, int64_t n_out, og_fwd_scratch_cut *c, bufs *b) {
+    const uint64_t fb = sizeof(float), hc = hp->hc_count, N = hp->n_embd, HD = (uint64_t)hp->n_head * hp->head_dim;
+    const uint64_t cw = 2 * (hp->head_dim > hp->indexer_head_dim ? hp->head_dim : hp->indexer_head_dim);
+    const uint64_t G = hp->o_group_count, orank = hp->o_lora_rank, E = hp->n_expert, k = hp->n_expert_used;
+    const uint64_t t = (uint64_t)T, no = (uint64_t)n_out;
+    b->S = og_fwd_take(c, t * hc * N * fb);
+    b->flat = og_fwd_take(c, t * hc * N * fb);
+    b->mix = og_fwd_take(c, t * (2 + hc) * hc * fb);
+    b->pre = og_fwd_take(c, t * hc * fb);
+    b->post = og_fwd_take(c, t * hc * fb);
+    b->comb = og_fwd_take(c, t * hc * hc * fb);
+    b->x = og_fwd_take(c, t * N * fb);
+    b->y = og_fwd_take(c, t * N * fb);
+    b->qr = og_fwd_take(c, t * hp->q_lora_rank * fb);
+    b->q = og_fwd_take(c, t * HD * fb);
+    b->o = og_fwd_take(c, t * HD * fb);
+    b->og = og_fwd_take(c, t * HD * fb);
+    b->kv = og_fwd_take(c, t * hp->head_dim * fb);
+    b->low = og_fwd_take(c, t * G * orank * fb);
+    b->lowt = og_fwd_take(c, t * G * orank * fb);
+    b->ckv = og_fwd_take(c, t * cw * fb);
+    b->csc = og_fwd_take(c, t * cw * fb);
+    b->cape = og_fwd_take(c, t * cw * fb);
+    b->iq = og_fwd_take(c, t * hp->indexer_n_head * hp->indexer_head_dim * fb);
+    b->iw = og_fwd_take(c, t * hp->indexer_n_head * fb);
+    b->sel = og_fwd_take(c, t * hp->indexer_top_k * sizeof(int32_t));
+    b->rl = og_fwd_take(c, t * E * fb);
+    b->r_ids = og_fwd_take(c, t * k * sizeof(int32_t));
+    b->r_w = og_fwd_take(c, t * k * fb);
+    b->hS = og_fwd_take(c, no * hc * N * fb);
+    b->hflat = og_fwd_take(c, no * hc * N * fb);
+    b->hmix = og_fwd_take(c, no * hc * fb);
+    b->hpre = og_fwd_take(c, no * hc * fb);
+    b->hx = og_fwd_take(c, no * N * fb);
+    b->logits = og_fwd_take(c, no * hp->n_vocab * fb);
+    return c->used;
+}
+
+static uint64_t ds4_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
+    const og_ds4 *d = m->impl;
+    og_fwd_scratch_cut c = {0};
+    bufs b;
+    return carve(&d->hp, n_tok, n_out, &c, &b);
+}
+
+/* The host's view of one call: positions, each sequence's tokens in the batch. */
+typedef struct plan {
+    int64_t T;
+    int n_seq;
+    int32_t *pos;        /* [T] */
+    int32_t *start;      /* [n_seq] the sequence's first position in this call (its n_pos before) */
+    int32_t *next;       /* [n_seq] its n_pos after */
+    int32_t *tok_at;     /* [T] batch index of the k-th token of each sequence: tok_at[seq_off[s] + k] */
+    int32_t *seq_off;    /* [n_seq + 1] */
+    bool *canon;         /* [T] */
+    ds4_seq **st;        /* [n_seq] */
+} plan;
+
+static void plan_free(plan *p) {
+    free(p->pos);
+    free(p->start);
+    free(p->next);
+    free(p->tok_at);
+    free(p->seq_off);
+    free(p->canon);
+    free(p->st);
+}
+
+/* Device buffers and the host arrays of one layer's attention (sized once per call). */
+typedef struct host_arrays {
+    const float **rows;      /* [T * n_swa] */
+    int64_t *row_off;        /* [T + 1] */
+    float **blocks;          /* [sum of the sequences' blocks] the layer's compressed-row view */
+    float **kblocks;         /* the same for the indexer keys */
+    int32_t *cfirst, *ncomp; /* [T] the compressed-row view per token */
+    int32_t *kfirst, *nkeys; /* [T] the indexer keys' */
+    row_store **cst, **kst;  /* [n_seq] the layer's stores of each sequence */
+    float **sts, **ists;     /* [n_seq] the layer's compressor states */
+    float **state, **out;    /* [T] compressor pointers */
+    int32_t *pos_mod, *neg_pos, *seq_idx; /* [T] */
+    int32_t *h_ids;          /* [T][k] */
+    float *h_w, *hx, *hy;    /* [T][k], [T][N], [T][N] */
+    og_route *routes;        /* [T][k] */
+    og_matmul_job *jobs;     /* [G] */
+    og_weight *wts;          /* [G] */
+    float **ring;            /* [n_seq] the layer's raw rings */
+} host_arrays;
+
+/* Issues one compressor step (og_compress_op) for the layer: kv and score
+ * projections, the APE rows, then the stateful step that emits rows into the
+ * sequences' stores. */
+static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const host_arrays *ha, bufs *b,
+                               const og_weight *wkv, const og_weight *wgate, const og_weight *ape, const float *norm,
+                               uint32_t ratio, uint64_t width, float **states, row_store *const *stores,
+                               og_qat_kind qat, int64_t qat_n) {
+    const int64_t T = p->T, lw = wkv->n_rows;
+    og_matmul_job j2[2] = {{wkv, b->x, T, b->ckv, OG_NUMERICS_FORK}, {wgate, b->x, T, b->csc, OG_NUMERICS_FORK}};
+    og_status st = og_fwd_mm_rows(f, j2, 2, 0);
+    og_get_rows_op ga = {*ape, ha->pos_mod, T, b->cape};
+    if (!st) st = f->ops->get_rows(f->dev, f->s, &ga, f->err, f->errlen);
+    if (!st) st = f->ops->add(f->dev, f->s, b->csc, b->csc, b->cape, T * lw, f->err, f->errlen);
+    for (int64_t t = 0; t < T && !st; t++) {
+        const int s = ha->seq_idx[t];
+        const int32_t pp = p->pos[t];
+        ha->state[t] = states[s];
+        ha->out[t] = (pp + 1) % (int32_t)ratio ? NULL : store_row(stores[s], (pp + 1) / (int32_t)ratio - 1, width);
+    }
+    og_compress_op op = {.n_tok = T, .width = (int64_t)width, .ratio = (int32_t)ratio,
+                         .overlap = ratio == OG_DS4_RATIO_CSA, .kv = b->ckv, .score = b->csc, .state = ha->state,
+                         .pos = p->pos, .out = ha->out, .norm = norm, .eps = d->hp.rms_eps, .rope = d->hp.rope_comp,
+                         .qat = qat, .qat_n = qat_n, .round_f16 = d->kv_f16};
+    if (!st) st = f->ops->compress(f->dev, f->s, &op, f->err, f->errlen);
+    return st;
+}
+
+/* The view of one layer's stores (compressed rows or indexer keys) over the
+ * batch's sequences: sequence s's blocks from first_of[s]; per token its
+ * first block (first) and visible rows (n_rows). */
+static og_kv_view store_view(const plan *p, const int32_t *seq_idx, float **blocks, row_store *const *stores,
+                             uint64_t width, uint32_t ratio, int32_t *first_of, int32_t *first, int32_t *n_rows) {
+    int32_t nb = 0;
+    for (int s = 0; s < p->n_seq; s++) {
+        first_of[s] = nb;
+        for (int k = 0; k < stores[s]->n_blocks; k++) blocks[nb++] = stores[s]->blocks[k];
+    }
+    for (int64_t t = 0; t < p->T; t++) {
+        first[t] = first_of[seq_idx[t]];
+        n_rows[t] = (p->pos[t] + 1) / (int32_t)ratio;
+    }
+    return (og_kv_view){blocks, nb, COMP_BLOCK, 0, (int64_t)width, (int64_t)width};
+}
+
+static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *p, host_arrays *ha, bufs *b,
+                           int32_t *first_of) {
+    const og_ds4_hparams *hp = &d->hp;
+    const ds4_layer *L = &d->layers[il];
+    const int64_t T = p->T, H = hp->n_head, D = hp->head_dim, R = hp->n_rot, HD = H * D, W = hp->n_swa;
+    const og_rope *rope = L->ratio ? &hp->rope_comp : &hp->rope_swa;
+    /* q = q_b(rmsnorm(q_a x)), each head RMSNorm'd without weight, RoPE on the tail */
+    TRY(og_fwd_mm(f, &L->q_a, b->x, T, b->qr));
+    TRY(og_fwd_norm(f, b->qr, b->qr, T, hp->q_lora_rank, hp->q_lora_rank, L->q_a_norm, hp->rms_eps));
+    TRY(og_fwd_mm(f, &L->q_b, b->qr, T, b->q));
+    TRY(og_fwd_norm(f, b->q, b->q, T * H, D, D, NULL, hp->rms_eps));
+    og_rope_op rq = {*rope, b->q + (D - R), T, HD, (int32_t)H, D, p->pos};
+    TRY(f->ops->rope(f->dev, f->s, &rq, f->err, f->errlen));
+    /* kv = rmsnorm(kv x), RoPE on the tail, FP8 rounding of the rest */
+    TRY(og_fwd_mm(f, &L->kv, b->x, T, b->kv));
+    TRY(og_fwd_norm(f, b->kv, b->kv, T, D, D, L->kv_norm, hp->rms_eps));
+    og_rope_op rk = {*rope, b->kv + (D - R), T, D, 1, D, p->pos};
+    TRY(f->ops->rope(f->dev, f->s, &rk, f->err, f->errlen));
+    if (d->kv_fp8) {
+        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_FP8, D - R};
+        TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
+    }
+    if (d->kv_f16) {
+        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_F16, D};
+        TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
+    }
+    /* the compressors (§4.2.1): rows complete in this call become visible to its later tokens */
+    for (int s = 0; s < p->n_seq; s++) {
+        ha->cst[s] = &p->st[s]->comp[il];
+        ha->kst[s] = &p->st[s]->ikeys[il];
+        ha->sts[s] = p->st[s]->cstate[il];
+        ha->ists[s] = p->st[s]->istate[il];
+    }
+    og_kv_view cv = {0};
+    const int32_t *sel = NULL;
+    if (L->ratio) {
+        TRY(compress_step(f, d, p, ha, b, &L->comp_kv, &L->comp_gate, &L->comp_ape, L->comp_norm, L->ratio,
+                          (uint64_t)D, ha->sts, ha->cst, d->kv_fp8 ? OG_QAT_FP8 : OG_QAT_NONE, D - R));
+        cv = store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, L->ratio, first_of, ha->cfirst, ha->ncomp);
+    }
+    if (L->ratio == OG_DS4_RATIO_CSA) {
+        const int64_t ID = hp->indexer_head_dim, IH = hp->indexer_n_head;
+        TRY(compress_step(f, d, p, ha, b, &L->idx_comp_kv, &L->idx_comp_gate, &L->idx_comp_ape, L->idx_comp_norm,
+                          L->ratio, (uint64_t)ID, ha->ists, ha->kst,
+                          d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID));
+        bool any = false;
+        for (int64_t t = 0; t < T; t++) any |= ha->ncomp[t] > (int32_t)hp->indexer_top_k;
+        if (any) { /* the lightning indexer (§4.2.2) picks top_k of the compressed rows */
+            og_kv_view keys = store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, L->ratio, first_of,
+                                         ha->kfirst, ha->nkeys);
+            og_rope_op ri = {hp->rope_comp, b->iq + (ID - R), T, IH * ID, (int32_t)IH, ID, p->pos};
+            og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID};
+            og_indexer_op io = {.n_tok = T, .n_head = IH, .d_head = ID, .top_k = (int32_t)hp->indexer_top_k,
+                                .q = b->iq, .w = b->iw, .keys = keys, .key_first = ha->kfirst, .n_keys = ha->nkeys,
+                                .sel = b->sel, .canonical = p->canon};
+            TRY(og_fwd_mm(f, &L->idx_q_b, b->qr, T, b->iq));
+            TRY(f->ops->rope(f->dev, f->s, &ri, f->err, f->errlen));
+            TRY(f->ops->qat(f->dev, f->s, &qi, f->err, f->errlen));
+            TRY(og_fwd_mm(f, &L->idx_proj, b->x, T, b->iw));
+            TRY(f->ops->scale(f->dev, f->s, b->iw, b->iw, T * IH, (float)(1.0 / sqrt((double)(ID * IH))), f->err,
+                              f->errlen));
+            TRY(f->ops->indexer(f->dev, f->s, &io, f->err, f->errlen));
+            sel = b->sel;
+        }
+    }
+    /* the raw rows each token sees: positions (p - W, p], this call's rows from kv, older ones from the ring */
+    int64_t nr = 0;
+    for (int64_t t = 0; t < T; t++) {
+        const int s = ha->seq_idx[t];
+        const int32_t pp = p->pos[t], lo = pp - (int32_t)W + 1 > 0 ? pp - (int32_t)W + 1 : 0;
+        ha->row_off[t] = nr;
+        for (int32_t q = lo; q <= pp; q++)
+            ha->rows[nr++] = q >= p->start[s] ? b->kv + (int64_t)p->tok_at[p->seq_off[s] + (q - p->start[s])] * D
+                                              : p->st[s]->raw[il] + (int64_t)(q % (int32_t)W) * D;
+    }
+    ha->row_off[T] = nr;
+    og_sink_attn_op at = {.n_tok = T, .n_head = H, .d_head = D, .kq_scale = (float)(1.0 / sqrt((double)D)),
+                          .q = b->q, .o = b->o, .sinks = L->sinks, .rows = ha->rows, .row_off = ha->row_off,
+                          .comp = cv, .comp_first = ha->cfirst, .n_comp = ha->ncomp, .sel = sel,
+                          .top_k = (int32_t)hp->indexer_top_k, .canonical = p->canon};
+    TRY(f->ops->sink_attention(f->dev, f->s, &at, f->err, f->errlen));
+    /* then this call's rows into the rings (in batch order: a sequence's last W stay) */
+    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = p->st[s]->raw[il];
+    for (int64_t t = 0; t < T; t++) ha->pos_mod[t] = p->pos[t] % (int32_t)W;
+    og_kv_store_op ks = {{ha->ring, p->n_seq, (int32_t)W, 0, D, D}, {b->kv, D, T, D}, ha->seq_idx, ha->pos_mod};
+    TRY(f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen));
+    /* inverse RoPE on each head's tail at the query position (§4.1.5) */
+    og_rope_op ro = {*rope, b->o + (D - R), T, HD, (int32_t)H, D, ha->neg_pos};
+    TRY(f->ops->rope(f->dev, f->s, &ro, f->err, f->errlen));
+    /* grouped output: o [T][G][H D / G] -> [G][T][H D / G], low[g] = o_a[g] . group g, then o_b */
+    const int64_t G = hp->o_group_count, gin = HD / G, orank = hp->o_lora_rank;
+    og_copy_op cp = {b->og, b->o, (uint64_t)gin * sizeof(float), (uint64_t)T, (uint64_t)G,
+                     (uint64_t)gin * sizeof(float), (uint64_t)(T * gin) * sizeof(float), (uint64_t)HD * sizeof(float),
+                     (uint64_t)gin * sizeof(float)};
+    TRY(f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen));
+    for (int64_t g = 0; g < G; g++) {
+        ha->wts[g] = og_fwd_slice(&L->o_a, g * orank, orank);
+        ha->jobs[g] = (og_matmul_job){&ha->wts[g], b->og + g * T * gin, T, b->low + g * T * orank, OG_NUMERICS_FORK};
+    }
+    TRY(og_fwd_mm_rows(f, ha->jobs, (int)G, 0));
+    og_copy_op cl = {b->lowt, b->low, (uint64_t)orank * sizeof(float), (uint64_t)T, (uint64_t)G,
+                     (uint64_t)(G * orank) * sizeof(float), (uint64_t)orank * sizeof(float),
+                     (uint64_t)orank * sizeof(float), (uint64_t)(T * orank) * sizeof(float)};
+    TRY(f->ops->copy(f->dev, f->s, &cl, f->err, f->errlen));
+    return og_fwd_mm(f, &L->o_b, b->lowt, T, b->y);
+}
+
+/* mHC mixes of the streams with fn/scale/base into b->pre/post/comb, and the
+ * collapsed, normalized sublayer input into b->x (§4.1.3). */
+static og_status hc_pre(og_fwd *f, const og_ds4_hparams *hp, int64_t T, bufs *b, const og_weight *fn, const float *scale,
+                        const float *base, const float *norm) {
+    const int64_t hcN = (int64_t)hp->hc_count * hp->n_embd;
+    TRY(og_fwd_norm(f, b->flat, b->S, T, hcN, hcN, NULL, hp->rms_eps));
+    TRY(og_fwd_mm(f, fn, b->flat, T, b->mix));
+    og_hc_mix_op mo = {b->mix, T, (int32_t)hp->hc_count, false, scale, base, hp->hc_eps,
+                       (int32_t)hp->hc_sinkhorn_iters, b->pre, b->post, b->comb};
+    TRY(f->ops->hc_mix(f->dev, f->s, &mo, f->err, f->errlen));
+    og_hc_op co = {T, hp->n_embd, (int32_t)hp->hc_count, b->S, b->x, b->pre, NULL};
+    TRY(f->ops->hc_collapse(f->dev, f->s, &co, f->err, f->errlen));
+    return og_fwd_norm(f, b->x, b->x, T, hp->n_embd, hp->n_embd, norm, hp->rms_eps);
+}
+
+static og_status hc_post(og_fwd *f, const og_ds4_hparams *hp, int64_t T, bufs *b) {
+    og_hc_op eo = {T, hp->n_embd, (int32_t)hp->hc_count, b->S, b->y, b->post, b->comb};
+    return f->ops->hc_expand(f->dev, f->s, &eo, f->err, f->errlen);
+}
+
+/* The MoE FFN (§4.1.6) of b->x into b->y: router on the device, experts
+ * through the dispatcher. */
+static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const og_batch *batch, uint32_t il, bufs *b,
+                     host_arrays *ha, bool *failed_here) {
+    const og_ds4 *d = m->impl;
+    const og_ds4_hparams *hp = &d->hp;
+    const ds4_layer *L = &d->layers[il];
+    const int64_t T = batch->n_tok, N = hp->n_embd, k = hp->n_expert_used;
+    const uint64_t fb = sizeof(float);
+    TRY(og_fwd_mm(f, &L->router, b->x, T, b->rl));
+    og_router_op ro = {b->rl, L->exp_bias, T, (int32_t)hp->n_expert, (int32_t)k, 3, 1, 1, hp->expert_weights_norm,
+                       hp->expert_weights_scale, b->r_ids, b->r_w, L->tid2eid, L->tid2eid ? hp->n_vocab : 0,
+                       batch->tokens};
+    TRY(f->ops->router(f->dev, f->s, &ro, f->err, f->errlen));
+    TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_ids, b->r_ids, (uint64_t)(T * k) * sizeof(int32_t), f->err, f->errlen));
+    TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_w, b->r_w, (uint64_t)(T * k) * fb, f->err, f->errlen));
+    TRY(f->ops->copy_to_host(f->dev, f->s, ha->hx, b->x, (uint64_t)(T * N) * fb, f->err, f->errlen));
+    TRY(og_fwd_sync(f));
+    og_fwd_routes(rc, il, hp->n_expert, (int)k, T, ha->h_ids, ha->h_w, ha->routes);
+    const og_moe_layer io = {il, ha->hx, T, ha->routes, (int)(T * k), batch->exact, ha->hy};
+    og_status st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, f->err, f->errlen);
+    if (st) {
+        *failed_here = true;
+        return st;
+    }
+    return f->ops->copy_to_device(f->dev, f->s, b->y, ha->hy, (uint64_t)(T * N) * fb, f->err, f->errlen);
+}
+
+/* The output head (§4.2 step 3) for the wanted tokens: hc head mixes, collapse,
+ * output_norm, logits to the host. */
+static og_status head(og_fwd *f, const og_ds4 *d, const og_batch *batch, int64_t n_out, bufs *b, float *logits) {
+    const og_ds4_hparams *hp = &d->hp;
+    const int64_t T = batch->n_tok, hcN = (int64_t)hp->hc_count * hp->n_embd;
+    int64_t r = 0;
+    for (int64_t t = 0; t < T; t++) { /* the wanted rows of S, compacted (runs of consecutive tokens) */
+        if (!batch->logits[t]) continue;
+        int64_t t1 = t + 1;
+        while (t1 < T && batch->logits[t1]) t1++;
+        og_copy_op cp = {b->hS + r * hcN, b->S + t * hcN, (uint64_t)((t1 - t) * hcN) * sizeof(float), 1, 1, 0, 0, 0, 0};
+        TRY(f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen));
+        r += t1 - t;
+        t = t1 - 1;
+    }
+    TRY(og_fwd_norm(f, b->hflat, b->hS, n_out, hcN, hcN, NULL, hp->rms_eps));
+    TRY(og_fwd_mm(f, &d->out_hc_fn, b->hflat, n_out, b->hmix));
+    og_hc_mix_op mo = {b->hmix, n_out, (int32_t)hp->hc_count, true, d->out_hc_scale, d->out_hc_base, hp->hc_eps, 1,
+                       b->hpre, NULL, NULL};
+    TRY(f->ops->hc_mix(f->dev, f->s, &mo, f->err, f->errlen));
+    og_hc_op co = {n_out, hp->n_embd, (int32_t)hp->hc_count, b->hS, b->hx, b->hpre, NULL};
+    TRY(f->ops->hc_collapse(f->dev, f->s, &co, f->err, f->errlen));
+    TRY(og_fwd_norm(f, b->hx, b->hx, n_out, hp->n_embd, hp->n_embd, d->out_norm, hp->rms_eps));
+    TRY(og_fwd_mm(f, &d->output, b->hx, n_out, b->logits));
+    return f->ops->copy_to_host(f->dev, f->s, logits, b->logits, (uint64_t)n_out * hp->n_vocab * sizeof(float), f->err,
+                                f->errlen);
+}
+
+/* Positions, per-sequence token lists, canonical marks, states and stores
+ * grown for this call. Errors: OG_ERR_INVALID_ARG (a token or sequence out of
+ * range, a state on another device), OG_ERR_NOMEM. */
+static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *kvs, int n_seq, const og_batch *batch,
+                           og_numerics nm, plan *p, char *err, size_t errlen) {
+    const og_ds4_hparams *hp = &d->hp;
+    const int64_t T = batch->n_tok;
+    memset(p, 0, sizeof *p);
+    p->T = T;
+    p->n_seq = n_seq;
+    for (int64_t i = 0; i < T; i++) {
+        if (batch->tokens[i] < 0 || (uint32_t)batch->tokens[i] >= hp->n_vocab)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token id %d outside the vocabulary", batch->tokens[i]);
+        if (batch->seq[i] < 0 || batch->seq[i] >= n_seq)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token %lld names sequence %d of %d", (long long)i,
+                           batch->seq[i], n_seq);
+    }
+    p->pos = malloc((size_t)T * sizeof *p->pos);
+    p->start = malloc((size_t)n_seq * sizeof *p->start);
+    p->next = malloc((size_t)n_seq * sizeof *p->next);
+    p->tok_at = malloc((size_t)T * sizeof *p->tok_at);
+    p->seq_off = calloc((size_t)n_seq + 1, sizeof *p->seq_off);
+    p->canon = malloc((size_t)T * sizeof *p->canon);
+    p->st = calloc((size_t)n_seq, sizeof *p->st);
+    if (!p->pos || !p->start || !p->next || !p->tok_at || !p->seq_off || !p->canon || !p->st)
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    for (int s = 0; s < n_seq; s++) p->start[s] = p->next[s] = kvs[s]->n_pos;
+    for (int64_t i = 0; i < T; i++) {
+        p->pos[i] = p->next[batch->seq[i]]++;
+        p->seq_off[batch->seq[i] + 1]++;
+        p->canon[i] = nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
+    }
+    for (int s = 0; s < n_seq; s++) p->seq_off[s + 1] += p->seq_off[s];
+    int32_t *fill = calloc((size_t)n_seq, sizeof *fill);
+    if (!fill) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < T; i++) {
+        const int s = batch->seq[i];
+        p->tok_at[p->seq_off[s] + fill[s]++] = (int32_t)i;
+    }
+    free(fill);
+    for (int s = 0; s < n_seq; s++) {
+        og_kv *kv = kvs[s];
+        if (kv->n_blocks)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a deepseek4 cache", s);
+        if (!kv->arch) {
+            ds4_seq *q;
+            if (seq_create(d, rc->dev, &q)) return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for sequence %d's state", s);
+            kv->arch = q;
+            kv->arch_free = seq_free;
+            kv->dev = rc->dev;
+        }
+        ds4_seq *q = kv->arch;
+        if (q->dev != rc->dev || kv->arch_free != seq_free)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d's state is on another device", s);
+        p->st[s] = q;
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            const uint32_t r = hp->compress_ratio[il];
+            if (!r) continue;
+            const int64_t rows = p->next[s] / (int64_t)r;
+            if (store_reserve(q->dev, &q->comp[il], rows, hp->head_dim) ||
+                (r == OG_DS4_RATIO_CSA && store_reserve(q->dev, &q->ikeys[il], rows, hp->indexer_head_dim)))
+                return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for sequence %d's compressed rows", s);
+        }
+    }
+    return OG_OK;
+}
+
+static og_status host_arrays_make(const og_ds4_hparams *hp, const plan *p, host_arrays *ha) {
+    const size_t T = (size_t)p->T, k = hp->n_expert_used, N = hp->n_embd;
+    size_t nb = 0, nkb = 0;
+    for (int s = 0; s < p->n_seq; s++)
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            if ((size_t)p->st[s]->comp[il].n_blocks > nb) nb = (size_t)p->st[s]->comp[il].n_blocks;
+            if ((size_t)p->st[s]->ikeys[il].n_blocks > nkb) nkb = (size_t)p->st[s]->ikeys[il].n_blocks;
+        }
+    memset(ha, 0, sizeof *ha);
+    ha->rows = malloc(T * hp->n_swa * sizeof *ha->rows);
+    ha->row_off = malloc((T + 1) * sizeof *ha->row_off);
+    ha->blocks = malloc((nb * (size_t)p->n_seq + 1) * sizeof *ha->blocks);
+    ha->kblocks = malloc((nkb * (size_t)p->n_seq + 1) * sizeof *ha->kblocks);
+    ha->cfirst = malloc(T * sizeof *ha->cfirst);
+    ha->kfirst = malloc(T * sizeof *ha->kfirst);
+    ha->nkeys = malloc(T * sizeof *ha->nkeys);
+    ha->cst = malloc((size_t)p->n_seq * 2 * sizeof *ha->cst);
+    ha->sts = malloc((size_t)p->n_seq * 2 * sizeof *ha->sts);
+    if (ha->cst) ha->kst = ha->cst + p->n_seq;
+    if (ha->sts) ha->ists = ha->sts + p->n_seq;
+    ha->ncomp = malloc(T * sizeof *ha->ncomp);
+    ha->state = malloc(T * sizeof *ha->state);
+    ha->out = malloc(T * sizeof *ha->out);
+    ha->pos_mod = malloc(T * sizeof *ha->pos_mod);
+    ha->neg_pos = malloc(T * sizeof *ha->neg_pos);
+    ha->seq_idx = malloc(T * sizeof *ha->seq_idx);
+    ha->h_ids = malloc(T * k * sizeof *ha->h_ids);
+    ha->h_w = malloc(T * k * sizeof *ha->h_w);
+    ha->hx = malloc(T * N * sizeof *ha->hx);
+    ha->hy = malloc(T * N * sizeof *ha->hy);
+    ha->routes = malloc(T * k * sizeof *ha->routes);
+    ha->jobs = malloc(hp->o_group_count * sizeof *ha->jobs);
+    ha->wts = malloc(hp->o_group_count * sizeof *ha->wts);
+    ha->ring = malloc((size_t)p->n_seq * sizeof *ha->ring);
+    return ha->rows && ha->row_off && ha->blocks && ha->kblocks && ha->cfirst && ha->ncomp && ha->kfirst &&
+                   ha->nkeys && ha->cst && ha->sts && ha->state && ha->out &&
+                   ha->pos_mod && ha->neg_pos && ha->seq_idx && ha->h_ids && ha->h_w && ha->hx && ha->hy && ha->routes &&
+                   ha->jobs && ha->wts && ha->ring
+               ? OG_OK
+               : OG_ERR_NOMEM;
+}
+
+static void host_arrays_free(host_arrays *ha) {
+    free(ha->rows);
+    free(ha->row_off);
+    free(ha->blocks);
+    free(ha->kblocks);
+    free(ha->cfirst);
+    free(ha->kfirst);
+    free(ha->nkeys);
+    free(ha->cst);
+    free(ha->sts);
+    free(ha->ncomp);
+    free(ha->state);
+    free(ha->out);
+    free(ha->pos_mod);
+    free(ha->neg_pos);
+    free(ha->seq_idx);
+    free(ha->h_ids);
+    free(ha->h_w);
+    free(ha->hx);
+    free(ha->hy);
+    free(ha->routes);
+    free(ha->jobs);
+    free(ha->wts);
+    free(ha->ring);
+}
+
+/* og_model_forward_batch for deepseek4 (§4.2): positions and the rows each
+ * token sees on the host, everything else as device ops on rc->dev / rc->stream
+ * (or a host device). Errors: OG_ERR_INVALID_ARG (a token or sequence out of
+ * range, no dispatcher, a state of another device), OG_ERR_UNSUPPORTED (a device
+ * without deepseek4's ops: the cuda device for now), OG_ERR_NOMEM, the ops' and
+ * the dispatcher's. On error no n_pos changes, but a sequence's rings,
+ * compressor states and stores may hold part of the call: drop (og_kv_free)
+ * such a sequence rather than run it on. */
+static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
+                                   const og_batch *batch, float *logits, char *err, size_t errlen) {
+    const og_ds4 *d = m->impl;
+    const og_ds4_hparams *hp = &d->hp;
+    const int64_t T = batch->n_tok;
+    if (err && errlen) err[0] = 0;
+    if (T <= 0 || n_seq <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
+    if (!rc->dispatch || !rc->dispatch->type || !rc->dispatch->type->moe_layer)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a MoE model needs a dispatcher (og_run_ctx.dispatch)");
+    plan p;
+    og_status st = make_plan(d, rc, kvs, n_seq, batch, rc->host_numerics, &p, err, errlen);
+    host_arrays ha = {0};
+    if (!st && host_arrays_make(hp, &p, &ha)) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    og_fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
+    og_device *own_dev = NULL;
+    if (!st) st = og_fwd_begin(&fw, rc, batch->exact, &own_dev, err, errlen);
+    if (!st) {
+        fw.ops = fw.dev->ops;
+        if (!fw.ops->hc_mix || !fw.ops->hc_collapse || !fw.ops->hc_expand || !fw.ops->qat || !fw.ops->compress ||
+            !fw.ops->indexer || !fw.ops->sink_attention || !fw.ops->matmul)
+            st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "the %s device has no deepseek4 ops yet", fw.ops->name);
+    }
+    int64_t n_out = 0;
+    for (int64_t t = 0; t < T; t++) n_out += batch->logits[t];
+    /* device scratch: the reusable one (replaced once by a larger one), or this call's own */
+    void *dbase = NULL;
+    bufs b = {0};
+    if (!st) {
+        og_fwd_scratch_cut c0 = {0};
+        const uint64_t need = carve(hp, T, n_out, &c0, &b);
+        og_fwd_scratch_cut cut = {0};
+        st = og_fwd_scratch_get(m, rc, &fw, need, T, n_out, &cut, &dbase);
+        if (!st) carve(hp, T, n_out, &cut, &b);
+    }
+    bool failed_here = st != OG_OK; /* err already says why */
+    int32_t *first_of = st ? NULL : malloc((size_t)n_seq * sizeof *first_of);
+    if (!st && !first_of) failed_here = (st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory")) != OG_OK;
+    if (!st) {
+        for (int64_t t = 0; t < T; t++) {
+            ha.seq_idx[t] = batch->seq[t];
+            ha.neg_pos[t] = -p.pos[t];
+        }
+    }
+    /* embeddings, copied to every stream (§4.2 step 1) */
+    const int64_t N = hp->n_embd, hc = hp->hc_count;
+    if (!st) {
+        og_get_rows_op g = {d->tok_embd, batch->tokens, T, b.x};
+        og_copy_op cp = {b.S, b.x, (uint64_t)N * sizeof(float), (uint64_t)T, (uint64_t)hc,
+                         (uint64_t)(hc * N) * sizeof(float), (uint64_t)N * sizeof(float), (uint64_t)N * sizeof(float), 0};
+        if (!(st = fw.ops->get_rows(fw.dev, fw.s, &g, err, errlen))) st = fw.ops->copy(fw.dev, fw.s, &cp, err, errlen);
+    }
+    for (uint32_t il = 0; il < hp->n_layer && !st; il++) {
+        const ds4_layer *L = &d->layers[il];
+        for (int64_t t = 0; t < T; t++) ha.pos_mod[t] = L->ratio ? p.pos[t] % (int32_t)L->ratio : 0;
+        if ((st = hc_pre(&fw, hp, T, &b, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, L->attn_norm)) ||
+            (st = attention(&fw, d, il, &p, &ha, &b, first_of)) || (st = hc_post(&fw, hp, T, &b)))
+            break;
+        if ((st = hc_pre(&fw, hp, T, &b, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, L->ffn_norm)) ||
+            (st = moe(&fw, m, rc, batch, il, &b, &ha, &failed_here)) || (st = hc_post(&fw, hp, T, &b)))
+            break;
+    }
+    if (!st && n_out) st = head(&fw, d, batch, n_out, &b, logits);
+    if (fw.ops) { /* every op done before the buffers go (also after an error) */
+        char e2[64];
+        og_fwd f2 = fw;
+        if (st) {
+            f2.err = e2;
+            f2.errlen = sizeof e2;
+        }
+        og_status ws = og_fwd_sync(&f2);
+        if (!st) st = ws;
+    }
+    if (dbase) fw.ops->free(fw.dev, dbase);
+    og_device_destroy(own_dev);
+    if (!st)
+        for (int s = 0; s < n_seq; s++) kvs[s]->n_pos = p.next[s];
+    free(first_of);
+    host_arrays_free(&ha);
+    plan_free(&p);
+    if (st && failed_here) return st;
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
+        return og_fail(err, errlen, st, "deepseek4 forward pass failed: %s%s%s", og_status_str(st), why[0] ? ": " : "",
+                       why);
+    }
+    return OG_OK;
+}
+
+const og_arch og_arch_deepseek4 = {
+    .name = "deepseek4",
+    .describe = ds4_describe,
+    .load = ds4_load,
+    .free_impl = ds4_free_impl,
+    .role = og_ds4_role,
+    .tensors = og_ds4_arch_tensors,
+    .n_tensors = OG_DS4_N_TENSOR,
+    .scratch_bytes = ds4_scratch_bytes,
+    .forward_batch = ds4_forward_batch,
+    .set_option = ds4_set_option,
+};

@@ -63,6 +63,12 @@ struct option;
 const char *og_cli_make_first_value(int argc, char **argv, const char *optstring, const struct option *opts, int id,
                                     const char *dflt);
 int og_cli_make_output_check(const char *cmd, const char *out_path);
+/* After getopt_long's loop: og_cli_make_bad_value prints "bad value ARG for
+ * --NAME" (opts[longindex]; "?" when longindex < 0); og_cli_make_args_done
+ * refuses a missing -o or a leftover argument (printing usage), then runs
+ * og_cli_make_output_check. Both return an exit status (0: go on). */
+int og_cli_make_bad_value(const char *arg, const struct option *opts, int longindex);
+int og_cli_make_args_done(const char *out_path, int argc, char **argv, void (*print_usage)(FILE *));
 int og_cli_make_vocab(const char *cmd, const char *tok_dir, uint32_t n_vocab, og_hf_vocab *vocab, bool *have_vocab);
 int og_cli_make_result(const char *cmd, og_status st, const char *err, const char *out_path, bool split, bool sparse);
 /* Strict decimal u32 / u64 / float flag values (make-model). */

@@ -141,6 +141,21 @@ const char *og_cli_make_first_value(int argc, char **argv, const char *optstring
     return v;
 }
 
+int og_cli_make_bad_value(const char *arg, const struct option *opts, int longindex) {
+    fprintf(stderr, "onegpu make-model: bad value '%s' for --%s\n", arg, longindex >= 0 ? opts[longindex].name : "?");
+    return OG_EXIT_USAGE;
+}
+
+int og_cli_make_args_done(const char *out_path, int argc, char **argv, void (*print_usage)(FILE *)) {
+    if (!out_path || optind != argc) {
+        if (!out_path) fprintf(stderr, "onegpu make-model: missing -o FILE\n\n");
+        else fprintf(stderr, "onegpu make-model: unexpected argument '%s'\n\n", argv[optind]);
+        print_usage(stderr);
+        return OG_EXIT_USAGE;
+    }
+    return og_cli_make_output_check("onegpu make-model", out_path);
+}
+
 int og_cli_make_output_check(const char *cmd, const char *out_path) {
     /* Refuse an impossible output before minutes of work: a directory, or a
      * folder we cannot write into. */
@@ -288,20 +303,10 @@ static int make_deepseek2(int argc, char **argv) {
         default: usage(stderr); return OG_EXIT_USAGE;
         }
         if (u) ok = og_cli_parse_u32(optarg, u);
-        if (!ok) {
-            fprintf(stderr, "onegpu make-model: bad value '%s' for --%s\n", optarg,
-                    longindex >= 0 ? opts[longindex].name : "?");
-            return OG_EXIT_USAGE;
-        }
+        if (!ok) return og_cli_make_bad_value(optarg, opts, longindex);
         longindex = -1;
     }
-    if (!out_path || optind != argc) {
-        if (!out_path) fprintf(stderr, "onegpu make-model: missing -o FILE\n\n");
-        else fprintf(stderr, "onegpu make-model: unexpected argument '%s'\n\n", argv[optind]);
-        usage(stderr);
-        return OG_EXIT_USAGE;
-    }
-    int rc = og_cli_make_output_check("onegpu make-model", out_path);
+    int rc = og_cli_make_args_done(out_path, argc, argv, usage);
     if (rc) return rc;
     char err[1024];
     if (og_ds2_synth_validate(&cfg, err, sizeof err)) {

@@ -139,20 +139,10 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         default: usage(stderr); return OG_EXIT_USAGE;
         }
         if (u) ok = og_cli_parse_u32(optarg, u);
-        if (!ok) {
-            fprintf(stderr, "onegpu make-model: bad value '%s' for --%s\n", optarg,
-                    longindex >= 0 ? opts[longindex].name : "?");
-            return OG_EXIT_USAGE;
-        }
+        if (!ok) return og_cli_make_bad_value(optarg, opts, longindex);
         longindex = -1;
     }
-    if (!out_path || optind != argc) {
-        if (!out_path) fprintf(stderr, "onegpu make-model: missing -o FILE\n\n");
-        else fprintf(stderr, "onegpu make-model: unexpected argument '%s'\n\n", argv[optind]);
-        usage(stderr);
-        return OG_EXIT_USAGE;
-    }
-    int rc = og_cli_make_output_check("onegpu make-model", out_path);
+    int rc = og_cli_make_args_done(out_path, argc, argv, usage);
     if (rc) return rc;
     h->rope_swa.d_rope = h->rope_comp.d_rope = (int)h->n_rot;
     og_ds4_config_ratios(h);

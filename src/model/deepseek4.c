@@ -136,6 +136,7 @@ static void fill_info(const og_ds4_hparams *hp, og_model_info *info) {
     info->n_expert_shared = hp->n_expert_shared;
     info->n_ff_exp = hp->n_ff_exp;
     kv_elems(hp, &info->kv_elems_fixed, &info->kv_elems_per_token);
+    info->kv_elem_bytes = sizeof(float); /* seq_alloc / store_reserve: F32 rows */
     info->kv_paged = false;
 }
 

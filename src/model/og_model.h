@@ -69,6 +69,11 @@ typedef struct og_model_info {
      *   per token = sum over compressed layers of 512 / ratio (+ 128 / ratio indexer keys). */
     uint64_t kv_elems_fixed;
     double kv_elems_per_token;
+    /* Bytes of one cached element when the architecture fixes its cache type,
+     * else 0 (the caller's choice, og_plan_input.kv_bytes_per_elem, applies).
+     * deepseek4: 4 (its windows, compressed rows and indexer keys are F32
+     * rows whatever the cache type; kv-f16 rounds values, not storage). */
+    uint32_t kv_elem_bytes;
     /* The cache is og_kv blocks alone (paged by OG_KV_BLOCK positions, each
      * block independent of later positions): the engine's prefix cache may
      * share whole blocks. false (deepseek4: ring windows, compressor state):

@@ -199,7 +199,10 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
      * deepseek2's MLA latent + rope key per token and layer), workspace,
      * minimum slots. Saturating arithmetic: absurd --ctx / --parallel give a
      * huge need and a refusal, never a wrapped small one. */
-    const uint64_t kv_seq = kv_seq_bytes(&hp, in->ctx, in->kv_bytes_per_elem); /* one sequence of ctx tokens */
+    /* the architecture's own element size wins over the asked cache type
+     * (deepseek4 stores F32 rows: planning them as f16 halved its KV) */
+    const uint64_t kv_bpe = hp.kv_elem_bytes ? hp.kv_elem_bytes : in->kv_bytes_per_elem;
+    const uint64_t kv_seq = kv_seq_bytes(&hp, in->ctx, kv_bpe); /* one sequence of ctx tokens */
     /* (hparams are bounded by the architecture's bounds: their products below fit 64 bits) */
     p->kv_bytes = sat_mul(kv_seq, in->parallel);
     /* activations of one step, f32: a few rows of width n_embd and the expert FFN
@@ -226,7 +229,7 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         /* the largest ctx (multiple of 256) whose KV closes the gap, all else equal */
         uint64_t ctx_fit = 0;
         if (p->kv_bytes > short_by)
-            ctx_fit = kv_ctx_within(&hp, p->kv_bytes - short_by, in->parallel, in->kv_bytes_per_elem) / 256 * 256;
+            ctx_fit = kv_ctx_within(&hp, p->kv_bytes - short_by, in->parallel, kv_bpe) / 256 * 256;
         if (ctx_fit >= in->ctx) ctx_fit = 0;
         char nb[32], kb[32], wb[32], vb[32], sb[32], rb[32], mb[32], hint[256];
         const uint64_t fixed = sat_add(sat_add(p->nonexpert_bytes, p->min_slot_bytes), in->reserve);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "og_ds4_write.h"
+#include "og_moe.h"
 
 static char g_dir[64];
 static char g_base[128];
@@ -294,6 +295,41 @@ static void test_roles(void **state) {
     assert_int_equal(il, 12);
 }
 
+/* The planner's KV term for deepseek4 (attack: onegpu plan counted its cache
+ * as f16 while the model stores F32 rows, half the bytes). The reference is
+ * written from spec/deepseek4.md §4.2 (per layer: the raw window of n_swa rows
+ * of D; a compressed layer's state of (kv, score) pairs in r slots, 2r for the
+ * overlapping r = 4, each 2D wide there, D otherwise, plus one compressed row
+ * of D per r tokens; a CSA layer's indexer the same with the indexer's width),
+ * in elements of 4 bytes whatever cache type is asked. */
+static void test_plan_kv_is_f32(void **state) {
+    (void)state;
+    og_ds4_hparams hp;
+    char err[512];
+    assert_int_equal(read_back(g_base, false, &hp, err, sizeof err), OG_OK);
+    og_gguf *g;
+    assert_int_equal(og_gguf_open(g_base, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    const uint32_t ctx = 1024, parallel = 3; /* ctx: a multiple of both ratios */
+    double elems = 0;
+    for (uint32_t il = 0; il < hp.n_layer; il++) {
+        const double r = hp.compress_ratio[il], D = hp.head_dim, ID = hp.indexer_head_dim;
+        elems += (double)hp.n_swa * D;
+        if (r == 4) elems += 2 * (2 * r) * (2 * D) + ctx / r * D + 2 * (2 * r) * (2 * ID) + ctx / r * ID;
+        else if (r == 128) elems += 2 * r * D + ctx / r * D;
+    }
+    for (uint32_t bpe = 2; bpe <= 4; bpe += 2) { /* --kv-type f16 and f32 plan the same F32 rows */
+        og_plan_input in = {.vram = 8ull << 30, .ram = 8ull << 30, .reserve = 16ull << 20, .ctx = ctx,
+                            .parallel = parallel, .batch_tokens = 64, .kv_bytes_per_elem = bpe, .slots_override = -1};
+        og_plan p;
+        assert_int_equal(og_plan_make(g, &in, &p, err, sizeof err), OG_OK);
+        if ((double)p.kv_bytes != 4.0 * elems * parallel)
+            fail_msg("kv-type of %u bytes: planned KV %llu bytes, the spec's F32 rows are %.0f", bpe,
+                     (unsigned long long)p.kv_bytes, 4.0 * elems * parallel);
+        og_plan_free(&p);
+    }
+    og_gguf_close(g);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/og_ds4_table.XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -312,6 +348,7 @@ int main(void) {
         cmocka_unit_test(test_tensors_checked),
         cmocka_unit_test(test_presets_read_back),
         cmocka_unit_test(test_roles),
+        cmocka_unit_test(test_plan_kv_is_f32),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(g_base);

@@ -321,13 +321,13 @@ int og_cmd_serve(int argc, char **argv) {
     og_api_model mdl = {.tok = tok, .chat = chat_kind ? chat_kind : og_chat_kind_of(og_model_gguf(m)),
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = mi->n_layer,
                         .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens, .reasoning = reasoning};
-    og_server_set_engine(srv, eng, &mdl);
     /* the engine shares blocks only of a paged cache (og_model_info.kv_paged):
      * asking for it on another model is told, not pretended */
     if (prefix_cache && prefix_cache_given && !mi->kv_paged)
         fprintf(stderr, "onegpu serve: --prefix-cache on: %s has no prefix cache (its per-sequence state, e.g. "
                         "sliding windows and compressor state, lies outside the paged KV blocks): serving without one\n",
                 mi->arch);
+    og_server_set_engine(srv, eng, &mdl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads, prefix "
                     "cache %s\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool),

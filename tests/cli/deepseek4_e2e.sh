@@ -34,15 +34,25 @@ for placement in "--vram 700M --reserve 16M" "--vram 700M --reserve 16M --device
   cmp -s "$work/run-spec.txt" "$work/run-dev.txt" || fail "onegpu run $placement: other tokens than without a device"
 done
 echo "ok: the same tokens with the cpu device (all, some experts resident; --device-forward)"
-# a bad value is refused with the flag named
-if "$onegpu" run -m "$model" -p hi -n 1 --ds4-rounding maybe >/dev/null 2>"$work/bad.log"; then fail "--ds4-rounding maybe accepted"; fi
-grep -q "ds4-rounding" "$work/bad.log" || fail "--ds4-rounding maybe: $(cat "$work/bad.log")"
+# a bad value is refused with the flag named (',' and empty items were taken as
+# a list that changes nothing)
+for bad in maybe SPEC , kv-fp8,,spec no-spec ""; do
+  if "$onegpu" run -m "$model" -p hi -n 1 --ds4-rounding "$bad" >/dev/null 2>"$work/bad.log"; then
+    fail "--ds4-rounding '$bad' accepted"
+  fi
+  grep -q "bad value '$bad' for --ds4-rounding" "$work/bad.log" || fail "--ds4-rounding '$bad': $(cat "$work/bad.log")"
+done
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 for rnd in spec llama; do
-  start_server "$work/serve-$rnd.log" --ctx 512 --parallel 2 --ds4-rounding $rnd
+  # --prefix-cache on: deepseek4 has none (ring windows, compressor state): said, not pretended
+  start_server "$work/serve-$rnd.log" --ctx 512 --parallel 2 --ds4-rounding $rnd --prefix-cache on
+  grep -q -- "--prefix-cache on: deepseek4 has no prefix cache" "$work/serve-$rnd.log" ||
+    fail "serve --prefix-cache on with deepseek4 did not say it is off: $(cat "$work/serve-$rnd.log")"
+  for _ in $(seq 50); do grep -q "ready:" "$work/serve-$rnd.log" && break; sleep 0.1; done # printed after /health turns 200
+  grep -q "ready: .*prefix cache off" "$work/serve-$rnd.log" || fail "serve's ready line: $(grep ready "$work/serve-$rnd.log")"
   base=http://127.0.0.1:$port
   body=$(node -e 'console.log(JSON.stringify({prompt: process.argv[1], max_tokens: 12, temperature: 0}))' "$prompt")
   curl -sf "$base/v1/completions" -H 'Content-Type: application/json' -d "$body" >"$work/comp-$rnd.json" ||

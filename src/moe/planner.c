@@ -209,8 +209,13 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
      * per batch token, logits for one row per sequence; plus 256 MiB for the
      * runtime's own buffers (library workspaces, router scratch) */
     uint64_t per_tok = 4ull * (16ull * hp.n_embd + 4ull * (hp.n_ff_exp ? hp.n_ff_exp : hp.n_ff));
-    p->workspace_bytes = sat_add(sat_add(sat_mul(in->batch_tokens, per_tok), sat_mul(4ull * hp.n_vocab, in->parallel)),
-                                 256 * MIB);
+    uint64_t act = sat_add(sat_mul(in->batch_tokens, per_tok), sat_mul(4ull * hp.n_vocab, in->parallel));
+    /* the architecture's own forward scratch where it gives one (deepseek4's
+     * mHC streams: the generic figure was a third of it) */
+    const uint64_t arch_act = sat_add(sat_mul(in->batch_tokens, hp.fwd_bytes_per_token),
+                                      sat_mul(in->parallel, hp.fwd_bytes_per_output));
+    if (arch_act > act) act = arch_act;
+    p->workspace_bytes = sat_add(act, 256 * MIB);
     /* at least n_expert_used slots per MoE layer, unless --expert-slots asks for fewer */
     uint32_t min_slots = hp.n_expert_used;
     if (in->slots_override >= 0 && (uint64_t)in->slots_override < min_slots) min_slots = (uint32_t)in->slots_override;

@@ -349,6 +349,41 @@ static void test_plan_kv_is_f32(void **state) {
     og_gguf_close(g);
 }
 
+/* The planner's workspace holds the forward call's scratch (attack: onegpu plan
+ * on v4-flash gave 144 MiB of activations for 512 tokens; the forward pass
+ * takes 333 MiB). The reference: og_fwd_scratch_bytes of the loaded model, what
+ * the forward pass allocates, plus the planner's 256 MiB for the runtime. */
+static void test_plan_workspace_holds_scratch(void **state) {
+    (void)state;
+    og_ds4_write_config *c = malloc(sizeof *c);
+    assert_int_equal(og_ds4_preset("v4-flash", c), OG_OK);
+    char path[160], err[512] = "";
+    snprintf(path, sizeof path, "%s/v4f.gguf", g_dir);
+    og_logger quiet = {.level = OG_LOG_ERROR};
+    if (og_ds4_write(c, NULL, path, true, &quiet, err, sizeof err)) fail_msg("v4-flash: %s", err);
+    free(c);
+    og_model *m;
+    if (og_model_load(path, &quiet, &m, err, sizeof err)) fail_msg("v4-flash: %s", err);
+    og_gguf *g;
+    assert_int_equal(og_gguf_open(path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    static const uint32_t batch[] = {1, 7, 512, 2048}, parallel[] = {1, 4, 8, 2};
+    for (int i = 0; i < 4; i++) {
+        og_plan_input in = {.vram = 96ull << 30, .ram = 280ull << 30, .reserve = 512ull << 20, .ctx = 4096,
+                            .parallel = parallel[i], .batch_tokens = batch[i], .kv_bytes_per_elem = 2,
+                            .slots_override = -1};
+        og_plan p;
+        assert_int_equal(og_plan_make(g, &in, &p, err, sizeof err), OG_OK);
+        const uint64_t need = og_fwd_scratch_bytes(m, batch[i], parallel[i]) + (256ull << 20);
+        if (p.workspace_bytes < need)
+            fail_msg("batch %u x parallel %u: planned workspace %llu bytes, the forward pass takes %llu", batch[i],
+                     parallel[i], (unsigned long long)p.workspace_bytes, (unsigned long long)need);
+        og_plan_free(&p);
+    }
+    og_gguf_close(g);
+    og_model_free(m);
+    unlink(path);
+}
+
 /* Hostile files through the whole loader (attacks of issue ds4atk). */
 static void test_load_refused(void **state) {
     (void)state;
@@ -417,6 +452,7 @@ int main(void) {
         cmocka_unit_test(test_roles),
         cmocka_unit_test(test_plan_kv_is_f32),
         cmocka_unit_test(test_load_refused),
+        cmocka_unit_test(test_plan_workspace_holds_scratch),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(g_base);

@@ -767,7 +767,14 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a deepseek4 cache", s);
         if (!kv->arch) {
             ds4_seq *q;
-            if (seq_create(d, rc->dev, &q)) return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for sequence %d's state", s);
+            if (seq_create(d, rc->dev, &q)) {
+                uint64_t fixed;
+                double per_tok;
+                kv_elems(hp, &fixed, &per_tok);
+                return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for a new sequence's state (%.1f MiB: %u layers' "
+                               "windows of %u positions and compressor states)", (double)fixed * sizeof(float) / 1048576.0,
+                               hp->n_layer, hp->n_swa);
+            }
             kv->arch = q;
             kv->arch_free = seq_free;
             kv->dev = rc->dev;

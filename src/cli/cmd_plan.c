@@ -77,7 +77,7 @@ int og_cmd_plan(int argc, char **argv) {
     const char *model = NULL, *profile = NULL;
     og_plan_input in = {.reserve = 512ull << 20, .ctx = 0 /* below: as serve */, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 2,
                         .slots_override = -1};
-    bool as_json = false, have_vram = false, have_ram = false;
+    bool as_json = false, have_vram = false, have_ram = false, have_kv_type = false;
     int c;
     optind = 1;
     int longindex = -1;
@@ -94,6 +94,7 @@ int og_cmd_plan(int argc, char **argv) {
         case 'k':
             ok = !strcmp(optarg, "f16") || !strcmp(optarg, "f32");
             in.kv_bytes_per_elem = !strcmp(optarg, "f32") ? 4 : 2;
+            have_kv_type = true;
             break;
         case 'e': ok = og_cli_parse_slots(optarg, &in.slots_override); break;
         case 'P': profile = optarg; break;
@@ -145,6 +146,9 @@ int og_cmd_plan(int argc, char **argv) {
         return OG_EXIT_BAD_INPUT;
     }
     if (!in.ctx) in.ctx = og_cli_default_ctx(hp.n_ctx_train);
+    if (hp.kv_elem_bytes && have_kv_type && hp.kv_elem_bytes != in.kv_bytes_per_elem)
+        fprintf(stderr, "onegpu plan: note: --kv-type does not apply to %s, whose cache holds %u-byte elements; "
+                        "planned with those\n", hp.arch, hp.kv_elem_bytes);
     if (profile) {
         if (og_profile_read(profile, hp.n_layer, hp.n_expert, &counts, err, sizeof err)) {
             fprintf(stderr, "onegpu plan: %s\n", err);

@@ -39,7 +39,8 @@ static void usage(FILE *out) {
             "  --parallel N       sequences served at once (default 4); --queue N more wait (default 64; then 503)\n"
             "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
             "  --prefix-cache on|off  reuse the KV blocks of a prompt prefix seen before (whole 64-token blocks,\n"
-            "                     kept within parallel x ctx positions, least recently used evicted; default on)\n"
+            "                     kept within parallel x ctx positions, least recently used evicted; default on;\n"
+            "                     deepseek4 has none: its windows and compressor state are not paged blocks)\n"
             "  --max-tokens N     tokens generated for a request that sets no max_tokens (default: until the\n"
             "                     context is full for chat, 16 for completions); a request's own max_tokens wins\n"
             "  --reasoning on|off thinking mode for chats that do not choose (reasoning_effort, chat_template_kwargs\n"
@@ -135,7 +136,7 @@ int og_cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("ONEGPU_API_KEY"), *alias = NULL;
     uint32_t parallel = 4, batch_tokens = 512, queue = 64;
     long port = 8090, max_tokens = 0;
-    bool log_json = false, reasoning = false, prefix_cache = true;
+    bool log_json = false, reasoning = false, prefix_cache = true, prefix_cache_given = false;
     og_chat_kind chat_kind = OG_CHAT_UNKNOWN; /* UNKNOWN: detect */
     uint64_t max_body = 4u << 20;
     double timeout = 60, grace = 30;
@@ -176,6 +177,7 @@ int og_cmd_serve(int argc, char **argv) {
             break;
         case 1000:
             if (!parse_on_off("prefix-cache", optarg, &prefix_cache)) return OG_EXIT_USAGE;
+            prefix_cache_given = true;
             break;
         case 'R':
             if (!parse_on_off("reasoning", optarg, &reasoning)) return OG_EXIT_USAGE;
@@ -319,9 +321,17 @@ int og_cmd_serve(int argc, char **argv) {
     og_api_model mdl = {.tok = tok, .chat = chat_kind ? chat_kind : og_chat_kind_of(og_model_gguf(m)),
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = mi->n_layer,
                         .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens, .reasoning = reasoning};
+    /* the engine shares blocks only of a paged cache (og_model_info.kv_paged):
+     * asking for it on another model is told, not pretended */
+    if (prefix_cache && prefix_cache_given && !mi->kv_paged)
+        fprintf(stderr, "onegpu serve: --prefix-cache on: %s has no prefix cache (its per-sequence state, e.g. "
+                        "sliding windows and compressor state, lies outside the paged KV blocks): serving without one\n",
+                mi->arch);
     og_server_set_engine(srv, eng, &mdl);
-    fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",
-            model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool));
+    fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads, prefix "
+                    "cache %s\n",
+            model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool),
+            prefix_cache && mi->kv_paged ? "on" : "off");
     fflush(stderr);
     int sig = 0;
     if (watching) {

@@ -152,7 +152,11 @@ static og_status ds4_rounding_apply(og_model *m, const char *list, char *err, si
     char buf[256];
     if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf || !buf[0])
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "an empty or too long list");
-    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+    /* items split by hand: strtok_r skips empty ones, and ',' alone was taken as
+     * a list that changes nothing */
+    for (char *it = buf, *next; it; it = next) {
+        if ((next = strchr(it, ','))) *next++ = '\0';
+        if (!*it) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "an empty item in the list");
         const bool on = strncmp(it, "no-", 3) != 0;
         const char *name = on ? it : it + 3;
         bool known = false;

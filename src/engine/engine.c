@@ -975,9 +975,19 @@ static void *scheduler(void *arg) {
         e->met.mask_s += t_mask;
         e->met.masks += (uint64_t)n_masks;
         if (st) {
+            /* out of memory with several sequences fed (deepseek4 makes a
+             * sequence's state at its first call): only the newest one fails; the
+             * others' caches are as they were (og_model_forward_batch) and they
+             * run again next step, so one step's shortage costs one request */
+            int only = -1, n_fed = 0;
+            for (int i = 0; i < n_seq; i++) {
+                const og_seq *s = e->running[i];
+                if (s->chunk || (s->n_fed == s->n_prompt && s->need_feed)) only = i, n_fed++;
+            }
+            if (st != OG_ERR_NOMEM || n_fed < 2) only = -1;
             for (int i = 0; i < n_seq; i++) {
                 og_seq *s = e->running[i];
-                if (s->chunk || (s->n_fed == s->n_prompt && s->need_feed)) {
+                if ((only < 0 || i == only) && (s->chunk || (s->n_fed == s->n_prompt && s->need_feed))) {
                     snprintf(s->error, sizeof s->error, "engine failure: %s", err);
                     seq_end(s, OG_FINISH_ERROR);
                 }

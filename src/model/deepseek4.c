@@ -123,6 +123,8 @@ static void kv_elems(const og_ds4_hparams *hp, uint64_t *fixed, double *per_tok)
     *per_tok = pt;
 }
 
+static uint64_t scratch_of(const og_ds4_hparams *hp, int64_t n_tok, int64_t n_out);
+
 static void fill_info(const og_ds4_hparams *hp, og_model_info *info) {
     memset(info, 0, sizeof *info);
     info->arch = "deepseek4";
@@ -136,7 +138,11 @@ static void fill_info(const og_ds4_hparams *hp, og_model_info *info) {
     info->n_expert_shared = hp->n_expert_shared;
     info->n_ff_exp = hp->n_ff_exp;
     kv_elems(hp, &info->kv_elems_fixed, &info->kv_elems_per_token);
+    info->kv_elem_bytes = sizeof(float); /* seq_alloc / store_reserve: F32 rows */
     info->kv_paged = false;
+    /* one token / one row: each piece's alignment rounding at 1 bounds it at n */
+    info->fwd_bytes_per_token = scratch_of(hp, 1, 0);
+    info->fwd_bytes_per_output = scratch_of(hp, 0, 1);
 }
 
 static og_status ds4_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {
@@ -434,11 +440,15 @@ static uint64_t carve(const og_ds4_hparams *hp, int64_t T, int64_t n_out, og_fwd
     return c->used;
 }
 
-static uint64_t ds4_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
-    const og_ds4 *d = m->impl;
+static uint64_t scratch_of(const og_ds4_hparams *hp, int64_t n_tok, int64_t n_out) {
     og_fwd_scratch_cut c = {0};
     bufs b;
-    return carve(&d->hp, n_tok, n_out, &c, &b);
+    return carve(hp, n_tok, n_out, &c, &b);
+}
+
+static uint64_t ds4_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
+    const og_ds4 *d = m->impl;
+    return scratch_of(&d->hp, n_tok, n_out);
 }
 
 /* The host's view of one call: positions, each sequence's tokens in the batch. */
@@ -757,7 +767,14 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a deepseek4 cache", s);
         if (!kv->arch) {
             ds4_seq *q;
-            if (seq_create(d, rc->dev, &q)) return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for sequence %d's state", s);
+            if (seq_create(d, rc->dev, &q)) {
+                uint64_t fixed;
+                double per_tok;
+                kv_elems(hp, &fixed, &per_tok);
+                return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for a new sequence's state (%.1f MiB: %u layers' "
+                               "windows of %u positions and compressor states)", (double)fixed * sizeof(float) / 1048576.0,
+                               hp->n_layer, hp->n_swa);
+            }
             kv->arch = q;
             kv->arch_free = seq_free;
             kv->dev = rc->dev;

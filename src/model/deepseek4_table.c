@@ -140,7 +140,10 @@ og_status og_ds4_hparams_read(const og_gguf *g, const og_logger *lg, og_ds4_hpar
     bool any_csa = false, any_comp = false;
     for (uint32_t i = 0; i < h->n_layer; i++) {
         int64_t r;
-        if (og_gguf_kv_num_i64(cr, i, &r) || (r != 0 && r != OG_DS4_RATIO_CSA && r != OG_DS4_RATIO_HCA))
+        if (og_gguf_kv_num_i64(cr, i, &r)) /* a float or string array: say so, not "must be 0, 4 or 128" of a 0 */
+            return og_fail(err, errlen, OG_ERR_FORMAT, "key " ARCH "attention.compress_ratios[%u] is not an integer "
+                           "(the array must hold integers)", i);
+        if (r != 0 && r != OG_DS4_RATIO_CSA && r != OG_DS4_RATIO_HCA)
             return og_fail(err, errlen, OG_ERR_FORMAT, "key " ARCH "attention.compress_ratios[%u] must be 0, 4 or 128", i);
         h->compress_ratio[i] = (uint32_t)r;
         any_csa |= r == OG_DS4_RATIO_CSA;

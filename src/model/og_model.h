@@ -69,6 +69,17 @@ typedef struct og_model_info {
      *   per token = sum over compressed layers of 512 / ratio (+ 128 / ratio indexer keys). */
     uint64_t kv_elems_fixed;
     double kv_elems_per_token;
+    /* Bytes of one cached element when the architecture fixes its cache type,
+     * else 0 (the caller's choice, og_plan_input.kv_bytes_per_elem, applies).
+     * deepseek4: 4 (its windows, compressed rows and indexer keys are F32
+     * rows whatever the cache type; kv-f16 rounds values, not storage). */
+    uint32_t kv_elem_bytes;
+    /* One forward call's scratch (og_fwd_scratch_bytes) in bytes per batch
+     * token and per output row: n tokens and o rows take at most
+     * n x per_token + o x per_output. 0: the architecture gives none (the
+     * planner's generic estimate). deepseek4: its mHC streams and grouped
+     * output projection take ~3x the generic figure (v4-flash: 333 MiB for 512 tokens). */
+    uint64_t fwd_bytes_per_token, fwd_bytes_per_output;
     /* The cache is og_kv blocks alone (paged by OG_KV_BLOCK positions, each
      * block independent of later positions): the engine's prefix cache may
      * share whole blocks. false (deepseek4: ring windows, compressor state):

@@ -15,7 +15,7 @@ typedef struct og_plan_input {
     uint32_t ctx;           /* context length per sequence, tokens */
     uint32_t parallel;      /* sequences served at once */
     uint32_t batch_tokens;  /* tokens per forward step (workspace) */
-    uint32_t kv_bytes_per_elem; /* 2 (f16 cache) or 4 */
+    uint32_t kv_bytes_per_elem; /* 2 (f16 cache) or 4; og_model_info.kv_elem_bytes overrides it */
     int64_t slots_override; /* -1: planner decides; -2: all; else slots per MoE layer */
     const uint64_t *profile;/* [n_layer][n_expert] selection counts from a previous run, or NULL */
 } og_plan_input;

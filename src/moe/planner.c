@@ -199,15 +199,23 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
      * deepseek2's MLA latent + rope key per token and layer), workspace,
      * minimum slots. Saturating arithmetic: absurd --ctx / --parallel give a
      * huge need and a refusal, never a wrapped small one. */
-    const uint64_t kv_seq = kv_seq_bytes(&hp, in->ctx, in->kv_bytes_per_elem); /* one sequence of ctx tokens */
+    /* the architecture's own element size wins over the asked cache type
+     * (deepseek4 stores F32 rows: planning them as f16 halved its KV) */
+    const uint64_t kv_bpe = hp.kv_elem_bytes ? hp.kv_elem_bytes : in->kv_bytes_per_elem;
+    const uint64_t kv_seq = kv_seq_bytes(&hp, in->ctx, kv_bpe); /* one sequence of ctx tokens */
     /* (hparams are bounded by the architecture's bounds: their products below fit 64 bits) */
     p->kv_bytes = sat_mul(kv_seq, in->parallel);
     /* activations of one step, f32: a few rows of width n_embd and the expert FFN
      * per batch token, logits for one row per sequence; plus 256 MiB for the
      * runtime's own buffers (library workspaces, router scratch) */
     uint64_t per_tok = 4ull * (16ull * hp.n_embd + 4ull * (hp.n_ff_exp ? hp.n_ff_exp : hp.n_ff));
-    p->workspace_bytes = sat_add(sat_add(sat_mul(in->batch_tokens, per_tok), sat_mul(4ull * hp.n_vocab, in->parallel)),
-                                 256 * MIB);
+    uint64_t act = sat_add(sat_mul(in->batch_tokens, per_tok), sat_mul(4ull * hp.n_vocab, in->parallel));
+    /* the architecture's own forward scratch where it gives one (deepseek4's
+     * mHC streams: the generic figure was a third of it) */
+    const uint64_t arch_act = sat_add(sat_mul(in->batch_tokens, hp.fwd_bytes_per_token),
+                                      sat_mul(in->parallel, hp.fwd_bytes_per_output));
+    if (arch_act > act) act = arch_act;
+    p->workspace_bytes = sat_add(act, 256 * MIB);
     /* at least n_expert_used slots per MoE layer, unless --expert-slots asks for fewer */
     uint32_t min_slots = hp.n_expert_used;
     if (in->slots_override >= 0 && (uint64_t)in->slots_override < min_slots) min_slots = (uint32_t)in->slots_override;
@@ -226,7 +234,7 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         /* the largest ctx (multiple of 256) whose KV closes the gap, all else equal */
         uint64_t ctx_fit = 0;
         if (p->kv_bytes > short_by)
-            ctx_fit = kv_ctx_within(&hp, p->kv_bytes - short_by, in->parallel, in->kv_bytes_per_elem) / 256 * 256;
+            ctx_fit = kv_ctx_within(&hp, p->kv_bytes - short_by, in->parallel, kv_bpe) / 256 * 256;
         if (ctx_fit >= in->ctx) ctx_fit = 0;
         char nb[32], kb[32], wb[32], vb[32], sb[32], rb[32], mb[32], hint[256];
         const uint64_t fixed = sat_add(sat_add(p->nonexpert_bytes, p->min_slot_bytes), in->reserve);

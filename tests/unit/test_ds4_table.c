@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "og_ds4_write.h"
+#include "og_moe.h"
 
 static char g_dir[64];
 static char g_base[128];
@@ -39,6 +40,8 @@ typedef struct change {
     int64_t ne[3];
     const void *data;         /* tensor data (else a hole) */
     bool add;                 /* the tensor is new: F32 with ne */
+    bool retype;              /* the tensor is stored as ttype (its data a hole) */
+    og_ggml_type ttype;
 } change;
 
 static og_status set_change(og_gguf_writer *w, const change *c) {
@@ -80,7 +83,8 @@ static void copy_with(const char *path, const change *c) {
         const bool hit = c->tensor && !c->add && !strcmp(t->name, c->tensor);
         if (hit && c->drop) continue;
         const int64_t *ne = hit && c->n_dims ? c->ne : t->ne;
-        assert_int_equal(og_gguf_writer_add_tensor(w, t->name, t->type, hit && c->n_dims ? c->n_dims : t->n_dims, ne,
+        assert_int_equal(og_gguf_writer_add_tensor(w, t->name, hit && c->retype ? c->ttype : t->type,
+                                                   hit && c->n_dims ? c->n_dims : t->n_dims, ne,
                                                    hit ? c->data : NULL),
                          OG_OK);
     }
@@ -113,6 +117,22 @@ static void expect(const char *what, const change *c, og_status want, const char
     free(hp);
     if (st != want || (needle && !strstr(err, needle)))
         fail_msg("%s: gave %d '%s', expected %d naming '%s'", what, st, err, want, needle ? needle : "");
+    unlink(path);
+}
+
+/* The whole loader (og_model_load: the reader, the table, the weights bound)
+ * on the copy: refused with want and a message naming needle, nothing kept. */
+static void expect_load(const char *what, const change *c, og_status want, const char *needle) {
+    char path[160], err[512] = "";
+    snprintf(path, sizeof path, "%s/case.gguf", g_dir);
+    copy_with(path, c);
+    og_logger quiet = {.level = OG_LOG_ERROR};
+    og_model *m = (og_model *)1;
+    og_status st = og_model_load(path, &quiet, &m, err, sizeof err);
+    if (st != want || (needle && !strstr(err, needle)))
+        fail_msg("%s: og_model_load gave %d '%s', expected %d naming '%s'", what, st, err, want, needle ? needle : "");
+    if (!st) og_model_free(m);
+    else assert_null(m);
     unlink(path);
 }
 
@@ -294,6 +314,124 @@ static void test_roles(void **state) {
     assert_int_equal(il, 12);
 }
 
+/* The planner's KV term for deepseek4 (attack: onegpu plan counted its cache
+ * as f16 while the model stores F32 rows, half the bytes). The reference is
+ * written from spec/deepseek4.md §4.2 (per layer: the raw window of n_swa rows
+ * of D; a compressed layer's state of (kv, score) pairs in r slots, 2r for the
+ * overlapping r = 4, each 2D wide there, D otherwise, plus one compressed row
+ * of D per r tokens; a CSA layer's indexer the same with the indexer's width),
+ * in elements of 4 bytes whatever cache type is asked. */
+static void test_plan_kv_is_f32(void **state) {
+    (void)state;
+    og_ds4_hparams hp;
+    char err[512];
+    assert_int_equal(read_back(g_base, false, &hp, err, sizeof err), OG_OK);
+    og_gguf *g;
+    assert_int_equal(og_gguf_open(g_base, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    const uint32_t ctx = 1024, parallel = 3; /* ctx: a multiple of both ratios */
+    double elems = 0;
+    for (uint32_t il = 0; il < hp.n_layer; il++) {
+        const double r = hp.compress_ratio[il], D = hp.head_dim, ID = hp.indexer_head_dim;
+        elems += (double)hp.n_swa * D;
+        if (r == 4) elems += 2 * (2 * r) * (2 * D) + ctx / r * D + 2 * (2 * r) * (2 * ID) + ctx / r * ID;
+        else if (r == 128) elems += 2 * r * D + ctx / r * D;
+    }
+    for (uint32_t bpe = 2; bpe <= 4; bpe += 2) { /* --kv-type f16 and f32 plan the same F32 rows */
+        og_plan_input in = {.vram = 8ull << 30, .ram = 8ull << 30, .reserve = 16ull << 20, .ctx = ctx,
+                            .parallel = parallel, .batch_tokens = 64, .kv_bytes_per_elem = bpe, .slots_override = -1};
+        og_plan p;
+        assert_int_equal(og_plan_make(g, &in, &p, err, sizeof err), OG_OK);
+        if ((double)p.kv_bytes != 4.0 * elems * parallel)
+            fail_msg("kv-type of %u bytes: planned KV %llu bytes, the spec's F32 rows are %.0f", bpe,
+                     (unsigned long long)p.kv_bytes, 4.0 * elems * parallel);
+        og_plan_free(&p);
+    }
+    og_gguf_close(g);
+}
+
+/* The planner's workspace holds the forward call's scratch (attack: onegpu plan
+ * on v4-flash gave 144 MiB of activations for 512 tokens; the forward pass
+ * takes 333 MiB). The reference: og_fwd_scratch_bytes of the loaded model, what
+ * the forward pass allocates, plus the planner's 256 MiB for the runtime. */
+static void test_plan_workspace_holds_scratch(void **state) {
+    (void)state;
+    og_ds4_write_config *c = malloc(sizeof *c);
+    assert_int_equal(og_ds4_preset("v4-flash", c), OG_OK);
+    char path[160], err[512] = "";
+    snprintf(path, sizeof path, "%s/v4f.gguf", g_dir);
+    og_logger quiet = {.level = OG_LOG_ERROR};
+    if (og_ds4_write(c, NULL, path, true, &quiet, err, sizeof err)) fail_msg("v4-flash: %s", err);
+    free(c);
+    og_model *m;
+    if (og_model_load(path, &quiet, &m, err, sizeof err)) fail_msg("v4-flash: %s", err);
+    og_gguf *g;
+    assert_int_equal(og_gguf_open(path, OG_GGUF_HEADER_ONLY, &g, err, sizeof err), OG_OK);
+    static const uint32_t batch[] = {1, 7, 512, 2048}, parallel[] = {1, 4, 8, 2};
+    for (int i = 0; i < 4; i++) {
+        og_plan_input in = {.vram = 96ull << 30, .ram = 280ull << 30, .reserve = 512ull << 20, .ctx = 4096,
+                            .parallel = parallel[i], .batch_tokens = batch[i], .kv_bytes_per_elem = 2,
+                            .slots_override = -1};
+        og_plan p;
+        assert_int_equal(og_plan_make(g, &in, &p, err, sizeof err), OG_OK);
+        const uint64_t need = og_fwd_scratch_bytes(m, batch[i], parallel[i]) + (256ull << 20);
+        if (p.workspace_bytes < need)
+            fail_msg("batch %u x parallel %u: planned workspace %llu bytes, the forward pass takes %llu", batch[i],
+                     parallel[i], (unsigned long long)p.workspace_bytes, (unsigned long long)need);
+        og_plan_free(&p);
+    }
+    og_gguf_close(g);
+    og_model_free(m);
+    unlink(path);
+}
+
+/* Hostile files through the whole loader (attacks of issue ds4atk). */
+static void test_load_refused(void **state) {
+    (void)state;
+    static const int32_t neg_ratio[6] = {0, 0, 4, -4, 4, 128}, big_ratio[6] = {0, 0, 4, 1 << 30, 4, 128};
+    static const float frac_ratio[6] = {0, 0, 4, 4.5f, 4, 128};
+    change c = {.key = "deepseek4.attention.compress_ratios", .type = OG_GGUF_ARRAY, .arr_type = OG_GGUF_INT32,
+                .arr = neg_ratio, .arr_n = 6};
+    expect_load("ratio -4", &c, OG_ERR_FORMAT, "compress_ratios[3]");
+    c.arr = big_ratio;
+    expect_load("ratio 2^30", &c, OG_ERR_FORMAT, "compress_ratios[3]");
+    c.arr = frac_ratio, c.arr_type = OG_GGUF_FLOAT32;
+    expect_load("ratios as floats", &c, OG_ERR_FORMAT, "compress_ratios[0] is not an integer");
+    c = (change){.key = "deepseek4.block_count", .type = OG_GGUF_STRING, .s = "6"};
+    expect_load("block_count a string", &c, OG_ERR_FORMAT, "block_count");
+    c = (change){.key = "deepseek4.hyper_connection.sinkhorn_iterations", .type = OG_GGUF_FLOAT32, .f = 20.0f};
+    expect_load("sinkhorn iterations a float", &c, OG_ERR_FORMAT, "sinkhorn_iterations");
+    c = KU("hyper_connection.sinkhorn_iterations", 1u << 31);
+    expect_load("2^31 Sinkhorn iterations", &c, OG_ERR_FORMAT, "sinkhorn_iterations");
+    c = KU("attention.indexer.top_k", 1u << 31);
+    expect_load("top_k 2^31", &c, OG_ERR_FORMAT, "indexer.top_k");
+    c = KU("hash_layer_count", 6); /* layers 3..5 then need tid2eid tables the file lacks */
+    expect_load("hash layers without tables", &c, OG_ERR_NOT_FOUND, "blk.3.ffn_gate_tid2eid.weight");
+    /* wrong types: an I32 matrix, F32 where I32 is expected, F16 and Q8_0 norms, I32 sinks */
+    c = (change){.tensor = "blk.0.attn_q_a.weight", .retype = true, .ttype = OG_TYPE_I32};
+    expect_load("I32 attn_q_a", &c, OG_ERR_FORMAT, "blk.0.attn_q_a.weight is I32");
+    c = (change){.tensor = "blk.1.ffn_gate_tid2eid.weight", .retype = true, .ttype = OG_TYPE_F32};
+    expect_load("F32 tid2eid", &c, OG_ERR_FORMAT, "blk.1.ffn_gate_tid2eid.weight is F32, expected I32");
+    c = (change){.tensor = "blk.2.attn_norm.weight", .retype = true, .ttype = OG_TYPE_F16};
+    expect_load("F16 norm", &c, OG_ERR_FORMAT, "blk.2.attn_norm.weight is F16, expected F32");
+    c = (change){.tensor = "blk.4.ffn_norm.weight", .retype = true, .ttype = OG_TYPE_Q8_0};
+    expect_load("Q8_0 norm", &c, OG_ERR_FORMAT, "blk.4.ffn_norm.weight is Q8_0, expected F32");
+    c = (change){.tensor = "blk.2.attn_sinks.weight", .retype = true, .ttype = OG_TYPE_I32};
+    expect_load("I32 sinks", &c, OG_ERR_FORMAT, "blk.2.attn_sinks.weight is I32");
+    /* a hash table naming expert -1 */
+    static int32_t tid[2 * 129280];
+    for (size_t i = 0; i < sizeof tid / sizeof tid[0]; i++) tid[i] = (int32_t)(i % 8);
+    tid[7] = -1;
+    c = (change){.tensor = "blk.0.ffn_gate_tid2eid.weight", .data = tid};
+    expect_load("expert id -1", &c, OG_ERR_RANGE, "element 7 = -1");
+    c = (change){.tensor = "output.weight", .drop = true}; /* llama.cpp requires it too (deepseek4.cpp) */
+    expect_load("no output.weight", &c, OG_ERR_NOT_FOUND, "missing tensor output.weight");
+    /* optional (image tokens only; the base file lacks it): loads when present */
+    c = (change){.tensor = "blk.4.exp_probs_b_vl.bias", .add = true, .n_dims = 1, .ne = {8, 1, 1}};
+    expect_load("with exp_probs_b_vl", &c, OG_OK, NULL);
+    c.ne[0] = 9;
+    expect_load("exp_probs_b_vl for 9 experts", &c, OG_ERR_FORMAT, "blk.4.exp_probs_b_vl.bias");
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/og_ds4_table.XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -312,6 +450,9 @@ int main(void) {
         cmocka_unit_test(test_tensors_checked),
         cmocka_unit_test(test_presets_read_back),
         cmocka_unit_test(test_roles),
+        cmocka_unit_test(test_plan_kv_is_f32),
+        cmocka_unit_test(test_load_refused),
+        cmocka_unit_test(test_plan_workspace_holds_scratch),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(g_base);

@@ -314,7 +314,8 @@ int og_cmd_serve(int argc, char **argv) {
     }
     og_api_model mdl = {.tok = tok, .chat = chat_kind ? chat_kind : og_chat_kind_of(m->gguf),
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = m->hp.n_layer,
-                        .capacity = (int)(parallel + queue), .max_tokens = (int)max_tokens, .reasoning = reasoning};
+                        .capacity = (int)(parallel + queue), .parallel = (int)parallel, .max_tokens = (int)max_tokens,
+                        .reasoning = reasoning};
     og_server_set_engine(srv, eng, &mdl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool));

@@ -597,13 +597,17 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
     g->per = g->req.best_of > 0 ? g->req.best_of : 1; /* n, or best_of; 1 for /v1/messages and /v1/responses */
     const int n_seqs = g->req.n_prompts * g->per;
     if (n_seqs > mdl.capacity || n_seqs > OG_API_MAX_CHOICES) {
+        const int cap = mdl.capacity < OG_API_MAX_CHOICES ? mdl.capacity : OG_API_MAX_CHOICES, n_p = g->req.n_prompts,
+                  per = g->per;
         gen_free(g);
+        if (per == 1)
+            return fail(s, c, cc, 400, "invalid_request_error", NULL,
+                        "%d prompts in one request, but this server holds %d sequences at once (--parallel + "
+                        "--queue, and at most %d per request): send fewer per request", n_p, cap, OG_API_MAX_CHOICES);
         return fail(s, c, cc, 400, "invalid_request_error", NULL,
-                    "%d sequences in one request (prompts x %s), but this server holds %d at once (--parallel + "
-                    "--queue; at most %d per request): send fewer per request",
-                    n_seqs, g->per > 1 ? "n or best_of" : "1", mdl.capacity < OG_API_MAX_CHOICES ? mdl.capacity
-                                                                                               : OG_API_MAX_CHOICES,
-                    OG_API_MAX_CHOICES);
+                    "%d prompts x %d choices (n or best_of) = %d sequences in one request, but this server holds %d "
+                    "sequences at once (--parallel + --queue, and at most %d per request): send fewer per request",
+                    n_p, per, n_seqs, cap, OG_API_MAX_CHOICES);
     }
     for (int i = 0; !g->ep && g->req.parse && i < n_seqs; i++) {
         og_outparse_opts po = g->req.out;

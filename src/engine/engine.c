@@ -280,22 +280,18 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
 static void pc_admit(og_engine *e, og_seq *s);
 
 /* s retires (lock held): the choices still waiting for it (og_seq.fork_of, its
- * prompt not in yet: cancelled or failed first) get the first live one as
+ * prompt not in yet: cancelled or failed first) get the oldest live one as
  * their leader, which prefills the prompt itself (from the prefix cache where
- * it can); no sequence keeps a pointer to s. */
+ * it can); the oldest, so that a queued group keeps its leader at its head
+ * (fork_group); no sequence keeps a pointer to s. */
 static void fork_orphans(og_engine *e, og_seq *s) {
     og_seq *lead = NULL;
-    for (og_seq *f = e->all; f; f = f->next) {
-        if (f->fork_of != s) continue;
-        f->fork_of = NULL;
-        if (f->finish != OG_FINISH_NONE || f->state == SEQ_RETIRED) continue;
-        if (!lead) {
-            lead = f;
-            if (f->state == SEQ_RUNNING) pc_admit(e, f); /* a queued one is admitted later */
-        } else {
-            f->fork_of = lead;
-        }
-    }
+    for (og_seq *f = e->all; f; f = f->next) /* e->all is newest first */
+        if (f->fork_of == s && f->finish == OG_FINISH_NONE && f->state != SEQ_RETIRED) lead = f;
+    for (og_seq *f = e->all; f; f = f->next)
+        if (f->fork_of == s)
+            f->fork_of = f == lead || f->finish != OG_FINISH_NONE || f->state == SEQ_RETIRED ? NULL : lead;
+    if (lead && lead->state == SEQ_RUNNING) pc_admit(e, lead); /* a queued one is admitted later */
 }
 
 /* Gives s's shared blocks back to the prefix cache (lock held): they stay

@@ -609,6 +609,45 @@ static void test_fork_churn(void **state) {
     og_engine_free(e);
 }
 
+/* The choice that prefills is released before its prompt is in: queued (the
+ * group waits behind a running sequence) or while prefilling in small chunks.
+ * The others take over the prefill and still give the n: 1 tokens. */
+static void test_fork_leader_gone(void **state) {
+    (void)state;
+    int32_t ids[200];
+    random_ids(ids, 200, 2024);
+    og_seq_params p = greedy(5);
+    og_engine *ref = make_pc_engine(1, 64, 512, 8, true);
+    og_ids v = {.v = ids, .n = 200};
+    result one;
+    collect(ref, submit(ref, &v, &p), &one);
+    og_engine_free(ref);
+    for (int when = 0; when < 2; when++) {
+        og_engine *e = make_pc_engine(when ? 3 : 2, when ? 16 : 64, 512, 8, false);
+        og_seq *blocker = NULL, *s[3];
+        og_seq_params pb = greedy(40);
+        if (!when) blocker = submit(e, &v, &pb); /* holds 1 of the 2 places: the group of 2 waits */
+        submit_n(e, ids, 200, &p, when ? 3 : 2, s);
+        if (when) usleep(20000); /* 16-token chunks: the 200-token prompt is still prefilling */
+        og_seq_release(e, s[0]);
+        for (int i = 1; i < (when ? 3 : 2); i++) {
+            result r;
+            collect(e, s[i], &r);
+            assert_int_equal(r.n, one.n);
+            assert_memory_equal(r.ids, one.ids, (size_t)one.n * sizeof *one.ids);
+            assert_memory_equal(r.lps, one.lps, (size_t)one.n * sizeof *one.lps);
+        }
+        if (blocker) og_seq_release(e, blocker);
+        og_engine_drain(e, 0);
+        char err[256];
+        if (og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
+        og_engine_metrics m;
+        og_engine_metrics_get(e, &m);
+        assert_int_equal(m.kv_blocks_used, 0);
+        og_engine_free(e);
+    }
+}
+
 /* n outside 1..parallel is refused, and the queue takes all n or none. */
 static void test_fork_refusals(void **state) {
     (void)state;
@@ -1072,6 +1111,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_fork_greedy),
         cmocka_unit_test(test_fork_seeded),
         cmocka_unit_test(test_fork_churn),
+        cmocka_unit_test(test_fork_leader_gone),
         cmocka_unit_test(test_fork_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

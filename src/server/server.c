@@ -81,6 +81,7 @@ typedef struct gen_ctx {
     char *out;
     size_t out_len, out_pos, out_cap;
     bool started, sent_done;
+    double last_out_s;            /* when the stream last got bytes (a keep-alive after OG_EP_KEEPALIVE_S without) */
     /* non-streaming: accumulated output per choice */
     char *text[OG_API_MAX_CHOICES];
     size_t text_len[OG_API_MAX_CHOICES];
@@ -375,8 +376,13 @@ static void keep_toks(gen_ctx *g, int i, const og_seq_out *o) {
     }
 }
 
+static double mono_s(void);
+
 /* Moves new engine output into stream events (or the non-streaming
- * accumulators). Returns true if anything changed. */
+ * accumulators). Returns true if anything changed. A stream that has had
+ * nothing to say for OG_EP_KEEPALIVE_S seconds (a long prompt's prefill) gets an
+ * SSE comment, so that clients and proxies with idle timeouts (Node's fetch:
+ * 300 s) keep the connection; SSE readers skip comments. */
 static bool gen_collect(gen_ctx *g, bool stream) {
     if (g->ep) return ep_collect(g, stream);
     bool changed = false;
@@ -455,6 +461,14 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         emit_raw(g, "data: [DONE]\n\n");
         g->sent_done = true;
         changed = true;
+    }
+    if (stream && !g->sent_done) {
+        const double t = mono_s();
+        if (changed) g->last_out_s = t;
+        else if (t - g->last_out_s >= OG_EP_KEEPALIVE_S && emit_raw(g, ": keep-alive\n\n")) {
+            g->last_out_s = t;
+            changed = true;
+        }
     }
     g->cc->n_prompt = g->cc->n_gen = g->cc->n_cached = 0;
     for (int i = 0; i < g->n; i++) {

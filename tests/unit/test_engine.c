@@ -468,6 +468,22 @@ static void submit_n(og_engine *e, const int32_t *ids, int n_ids, const og_seq_p
     if (og_engine_submit_n(e, ids, n_ids, p, n, s, err, sizeof err)) fail_msg("%s", err);
 }
 
+/* a's tokens and log-probs are b's, bit for bit. */
+static void assert_same_tokens(const result *a, const result *b) {
+    assert_int_equal(a->n, b->n);
+    assert_memory_equal(a->ids, b->ids, (size_t)b->n * sizeof *b->ids);
+    assert_memory_equal(a->lps, b->lps, (size_t)b->n * sizeof *b->lps);
+}
+
+/* No step in flight: the prefix cache is consistent and no block is held. */
+static void assert_pool_clean(og_engine *e) {
+    char err[256];
+    if (og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
+    og_engine_metrics m;
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.kv_blocks_used, 0);
+}
+
 static void random_ids(int32_t *v, int n, uint64_t x) {
     for (int i = 0; i < n; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -504,19 +520,13 @@ static void test_fork_greedy(void **state) {
             og_engine_free(ref);
             assert_int_equal(one.n, 8);
             for (int i = 0; i < 4; i++) {
-                assert_int_equal(r[i].n, one.n);
-                assert_memory_equal(r[i].ids, one.ids, (size_t)one.n * sizeof *one.ids);
-                assert_memory_equal(r[i].lps, one.lps, (size_t)one.n * sizeof *one.lps);
+                assert_same_tokens(&r[i], &one);
                 assert_int_equal(r[i].len, one.len);
                 assert_memory_equal(r[i].text, one.text, one.len);
                 assert_int_equal(r[i].finish, OG_FINISH_LENGTH);
             }
         }
-        char err[256];
-        if (og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
-        og_engine_metrics m;
-        og_engine_metrics_get(e, &m);
-        assert_int_equal(m.kv_blocks_used, 0);
+        assert_pool_clean(e);
         og_engine_free(e);
     }
 }
@@ -546,11 +556,7 @@ static void test_fork_seeded(void **state) {
         result one;
         collect(ref, submit(ref, &v, &q), &one);
         assert_true(one.n > 0);
-        for (int rep = 0; rep < 2; rep++) {
-            assert_int_equal(r[rep][i].n, one.n);
-            assert_memory_equal(r[rep][i].ids, one.ids, (size_t)one.n * sizeof *one.ids);
-            assert_memory_equal(r[rep][i].lps, one.lps, (size_t)one.n * sizeof *one.lps);
-        }
+        for (int rep = 0; rep < 2; rep++) assert_same_tokens(&r[rep][i], &one);
     }
     og_engine_free(ref);
     assert_true(r[0][0].n != r[0][1].n || memcmp(r[0][0].ids, r[0][1].ids, (size_t)r[0][0].n * sizeof(int32_t)));
@@ -633,17 +639,11 @@ static void test_fork_leader_gone(void **state) {
         for (int i = 1; i < (when ? 3 : 2); i++) {
             result r;
             collect(e, s[i], &r);
-            assert_int_equal(r.n, one.n);
-            assert_memory_equal(r.ids, one.ids, (size_t)one.n * sizeof *one.ids);
-            assert_memory_equal(r.lps, one.lps, (size_t)one.n * sizeof *one.lps);
+            assert_same_tokens(&r, &one);
         }
         if (blocker) og_seq_release(e, blocker);
         og_engine_drain(e, 0);
-        char err[256];
-        if (og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
-        og_engine_metrics m;
-        og_engine_metrics_get(e, &m);
-        assert_int_equal(m.kv_blocks_used, 0);
+        assert_pool_clean(e);
         og_engine_free(e);
     }
 }

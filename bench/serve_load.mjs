@@ -4,31 +4,11 @@
 // time alone (what the pause would be without chunked prefill), and the time to
 // first token of a short request sent 0.3 s after a long prompt, same run.
 // usage: node serve_load.mjs BASE_URL LONG_PROMPT_WORDS   -> JSON on stdout
+import { now, streamCompletion } from './sse.mjs';
+
 const [base, wordsArg] = process.argv.slice(2);
 const words = Number(wordsArg || 1500);
-const now = () => performance.now() / 1000;
-
-async function stream(body, onToken) {
-  const r = await fetch(`${base}/v1/completions`, {
-    method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
-  });
-  if (r.status !== 200) throw new Error(`status ${r.status}: ${await r.text()}`);
-  const dec = new TextDecoder();
-  let buf = '', usage = null;
-  for await (const chunk of r.body) {
-    buf += dec.decode(chunk, { stream: true });
-    let i;
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const ev = buf.slice(0, i); buf = buf.slice(i + 2);
-      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
-      const j = JSON.parse(ev.slice(6));
-      if (j.usage) usage = j.usage;
-      if (j.choices?.[0]?.text) onToken(now());
-    }
-  }
-  return usage;
-}
+const stream = (body, onToken) => streamCompletion(base, body, onToken);
 
 async function users(n, tokens) {
   const times = Array.from({ length: n }, () => []);

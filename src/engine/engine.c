@@ -46,6 +46,9 @@ struct og_seq {
     int n_shared;                 /* leading blocks of kv owned by the prefix cache (refcounted, read-only) */
     bool pc_stop;                 /* no more of its blocks go into the cache (an equal one was there) */
     int n_cached;                 /* prompt tokens read from the cache */
+    og_seq *fork_of;              /* a choice of og_engine_submit_n waiting for this leader's prompt: it is
+                                     admitted with it, prefills nothing and forks its cache and first
+                                     token's logits when the leader's prompt is in (fork_kv); NULL after */
 };
 
 /* One prefix-cache block: the KV rows of OG_KV_BLOCK prompt positions whose
@@ -90,6 +93,7 @@ struct og_engine {
     uint32_t in_flight;           /* the placement's copies not yet published, as of the last look */
     og_fwd_scratch scratch;       /* the forward pass's activations, sized once for batch_tokens / parallel */
     og_vocab *vocab;              /* token byte trie for grammar masks: built at the first grammar step */
+    float *fork_row;              /* [n_vocab] a leader's first logits row, unmodified, for each forked choice */
     pc_entry *pc;                 /* [pc_cap] the prefix cache (NULL: off) */
     int *pc_bucket;               /* [pc_nbucket] first entry per hash bucket, -1 */
     int pc_cap, pc_nbucket, pc_used;
@@ -221,6 +225,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     e->b_share = malloc(2 * (size_t)cfg->parallel * sizeof *e->b_share);
     e->b_kvs = malloc((size_t)cfg->parallel * sizeof *e->b_kvs);
     e->logits = malloc((size_t)cfg->parallel * (size_t)e->n_vocab * sizeof *e->logits);
+    e->fork_row = malloc((size_t)e->n_vocab * sizeof *e->fork_row);
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -259,7 +264,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
         }
     }
     if (!e->queue || !e->running || !e->b_tokens || !e->b_seq || !e->b_want || !e->b_exact || !e->b_share ||
-        !e->b_kvs || !e->logits) {
+        !e->b_kvs || !e->logits || !e->fork_row) {
         og_engine_free(e);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory for the engine's batch buffers");
     }
@@ -276,6 +281,23 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     placement_metrics(e); /* /metrics shows the initial set before the first step */
     *out = e;
     return OG_OK;
+}
+
+static void pc_admit(og_engine *e, og_seq *s);
+
+/* s retires (lock held): the choices still waiting for it (og_seq.fork_of, its
+ * prompt not in yet: cancelled or failed first) get the oldest live one as
+ * their leader, which prefills the prompt itself (from the prefix cache where
+ * it can); the oldest, so that a queued group keeps its leader at its head
+ * (fork_group); no sequence keeps a pointer to s. */
+static void fork_orphans(og_engine *e, og_seq *s) {
+    og_seq *lead = NULL;
+    for (og_seq *f = e->all; f; f = f->next) /* e->all is newest first */
+        if (f->fork_of == s && f->finish == OG_FINISH_NONE && f->state != SEQ_RETIRED) lead = f;
+    for (og_seq *f = e->all; f; f = f->next)
+        if (f->fork_of == s)
+            f->fork_of = f == lead || f->finish != OG_FINISH_NONE || f->state == SEQ_RETIRED ? NULL : lead;
+    if (lead && lead->state == SEQ_RUNNING) pc_admit(e, lead); /* a queued one is admitted later */
 }
 
 /* Gives s's shared blocks back to the prefix cache (lock held): they stay
@@ -318,6 +340,7 @@ static void seq_destroy(og_engine *e, og_seq *s) {
 
 /* The scheduler is done with s (lock held): its cache and sampler go at once. */
 static void seq_retire(og_engine *e, og_seq *s) {
+    fork_orphans(e, s);
     s->state = SEQ_RETIRED;
     seq_kv_free(e, s);
     memset(&s->kv, 0, sizeof s->kv);
@@ -351,8 +374,9 @@ static void seq_end(og_seq *s, og_finish f) {
     s->released = s->gen_len;
 }
 
-og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, og_seq **out,
-                           char *err, size_t errlen) {
+/* A new sequence for og_engine_submit(_n), checked and copied, not yet queued. */
+static og_status seq_make(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, og_seq **out,
+                          char *err, size_t errlen) {
     *out = NULL;
     if (n_prompt < 1) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "the prompt is empty");
     for (int i = 0; i < n_prompt; i++)
@@ -414,31 +438,67 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
     s->report_eog = p->report_eog;
     s->n_forced = p->n_forced;
     if (p->n_forced) memcpy(s->forced, p->forced, (size_t)p->n_forced * sizeof *s->forced);
+    *out = s;
+    return OG_OK;
+}
 
+/* Queues s[0..n) together, s[1..n) as choices waiting for s[0] (og_seq.fork_of),
+ * or frees them all: OG_ERR_STATE when the queue has no room for n. */
+static og_status seq_enqueue(og_engine *e, og_seq **s, int n, char *err, size_t errlen) {
     pthread_mutex_lock(&e->mu);
-    const char *why = e->draining                                                   ? "the server is shutting down"
-                      : e->n_running + e->n_queue >= e->cfg.parallel + e->cfg.queue ? "the queue is full"
-                                                                                    : NULL;
+    const char *why = e->draining                                                       ? "the server is shutting down"
+                      : e->n_running + e->n_queue + n > e->cfg.parallel + e->cfg.queue ? "the queue is full"
+                                                                                        : NULL;
     if (why) {
-        e->met.seqs_rejected++;
+        e->met.seqs_rejected += (uint64_t)n;
         int running = e->n_running, queued = e->n_queue;
         pthread_mutex_unlock(&e->mu);
-        seq_free(e, s);
+        for (int i = 0; i < n; i++) seq_free(e, s[i]);
         return og_fail(err, errlen, OG_ERR_STATE, "%s (%d running of %d, %d queued of %d); retry later", why, running,
                        e->cfg.parallel, queued, e->cfg.queue);
     }
-    s->state = SEQ_QUEUED;
-    s->stop_index = -1;
-    s->step_submit = e->met.steps;
-    s->next = e->all;
-    if (e->all) e->all->prev = s;
-    e->all = s;
-    e->queue[e->n_queue++] = s;
-    e->met.seqs_admitted++;
+    for (int i = 0; i < n; i++) {
+        s[i]->state = SEQ_QUEUED;
+        s[i]->stop_index = -1;
+        s[i]->step_submit = e->met.steps;
+        s[i]->fork_of = i ? s[0] : NULL;
+        s[i]->next = e->all;
+        if (e->all) e->all->prev = s[i];
+        e->all = s[i];
+        e->queue[e->n_queue++] = s[i];
+    }
+    e->met.seqs_admitted += (uint64_t)n;
     pthread_cond_signal(&e->cv_work);
     pthread_mutex_unlock(&e->mu);
-    *out = s;
     return OG_OK;
+}
+
+og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, og_seq **out,
+                           char *err, size_t errlen) {
+    og_status st = seq_make(e, prompt, n_prompt, p, out, err, errlen);
+    if (!st && (st = seq_enqueue(e, out, 1, err, errlen))) *out = NULL;
+    return st;
+}
+
+og_status og_engine_submit_n(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, int n,
+                             og_seq **out, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    if (n < 1 || n > e->cfg.parallel)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                       "%d choices of one prompt, but they decode together and the engine runs %d sequences at once "
+                       "(parallel): 1..%d", n, e->cfg.parallel, e->cfg.parallel);
+    og_status st = OG_OK;
+    for (int i = 0; i < n && !st; i++) {
+        og_seq_params q = *p;
+        q.sampling.seed = p->sampling.seed + (uint64_t)i;
+        st = seq_make(e, prompt, n_prompt, &q, &out[i], err, errlen);
+    }
+    if (!st) st = seq_enqueue(e, out, n, err, errlen);
+    else
+        for (int i = 0; i < n; i++) seq_free(e, out[i]);
+    if (st)
+        for (int i = 0; i < n; i++) out[i] = NULL;
+    return st;
 }
 
 void og_seq_release(og_engine *e, og_seq *s) {
@@ -642,7 +702,7 @@ static int build_batch(og_engine *e) {
         og_seq *s = e->running[i];
         e->b_kvs[i] = &s->kv;
         s->chunk = 0;
-        need[i] = s->n_prompt - s->n_fed;
+        need[i] = s->fork_of ? 0 : s->n_prompt - s->n_fed; /* a waiting choice prefills nothing */
         n_pre += need[i] > 0;
         if (s->n_fed == s->n_prompt && s->need_feed) {
             e->b_tokens[n] = s->last;
@@ -883,6 +943,72 @@ static bool grammar_advance(og_engine *e, og_seq *s, int32_t id, float *lp, og_t
     return false;
 }
 
+/* Samples s's next token from row (lock held; row is changed: penalties, bias). */
+static void sample_token(og_engine *e, og_seq *s, float *row, og_token_logprob *top) {
+    float lp = 0;
+    int32_t id = og_sampler_sample(s->smp, row, s->logprobs ? &lp : NULL, top, s->n_top);
+    const bool forced = s->n_sampled < s->n_forced;
+    if (forced) { /* teacher forcing: the fed id's log-prob under the same distribution */
+        id = s->forced[s->n_sampled];
+        lp = og_sampler_logprob(row, e->n_vocab, id);
+    }
+    if (!s->step_first) s->step_first = e->met.steps;
+    if (s->finish == OG_FINISH_NONE && grammar_advance(e, s, id, &lp, top)) seq_accept(e, s, id, lp, top, forced);
+}
+
+/* The queue's head and the choices queued behind it that wait for it
+ * (og_engine_submit_n queues them together, in order; lock held). */
+static int fork_group(const og_engine *e) {
+    int g = 1;
+    while (g < e->n_queue && e->queue[g]->fork_of == e->queue[0]) g++;
+    return g;
+}
+
+/* The leader's prompt ends in this step's row (lock held): each choice waiting
+ * for it samples its first token from its own copy of the row, as the leader
+ * is about to (same logits, same grammar state; its own sampler and seed). */
+static void fork_sample(og_engine *e, og_seq *lead, const float *row, og_token_logprob *top) {
+    for (int i = 0; i < e->n_running; i++) {
+        og_seq *f = e->running[i];
+        if (f->fork_of != lead || f->finish != OG_FINISH_NONE) continue;
+        memcpy(e->fork_row, row, (size_t)e->n_vocab * sizeof *e->fork_row);
+        sample_token(e, f, e->fork_row, top);
+    }
+}
+
+/* The leader's prompt is in its cache (lock held, after pc_insert): each
+ * waiting choice gets the prompt's cache, the leader's prefix-cache blocks
+ * shared (one more reference each) and its own blocks copied (the partial last
+ * one; full ones too when the cache is off or did not take them: og_kv_fork),
+ * and goes on decoding from the token fork_sample gave it. */
+static void fork_kv(og_engine *e, og_seq *lead) {
+    char err[256];
+    for (int i = 0; i < e->n_running; i++) {
+        og_seq *f = e->running[i];
+        if (f->fork_of != lead) continue;
+        f->fork_of = NULL;
+        if (f->finish != OG_FINISH_NONE) continue;
+        const int n_full = f->n_prompt / OG_KV_BLOCK;
+        og_status st = lead->n_shared && !f->pc_ent && !(f->pc_ent = malloc((size_t)n_full * sizeof *f->pc_ent))
+                           ? og_fail(err, sizeof err, OG_ERR_NOMEM, "out of memory")
+                           : og_kv_fork(e->cfg.model, &e->cfg.rc, &lead->kv, lead->n_shared, &f->kv, err, sizeof err);
+        if (st) {
+            snprintf(f->error, sizeof f->error, "engine failure: the choice's cache could not be forked: %s", err);
+            seq_end(f, OG_FINISH_ERROR);
+            continue;
+        }
+        for (int j = 0; j < lead->n_shared; j++) {
+            f->pc_ent[j] = lead->pc_ent[j];
+            e->pc[f->pc_ent[j]].ref++;
+            e->pc[f->pc_ent[j]].lru = ++e->pc_tick;
+        }
+        f->n_shared = lead->n_shared;
+        f->pc_stop = true; /* its prompt's blocks are the leader's business */
+        f->n_fed = f->n_prompt;
+        f->n_cached = lead->n_cached;
+    }
+}
+
 static void *scheduler(void *arg) {
     og_engine *e = arg;
     char err[512];
@@ -910,13 +1036,17 @@ static void *scheduler(void *arg) {
             while (e->n_running) seq_retire(e, e->running[--e->n_running]);
         }
         while (e->n_running < e->cfg.parallel && e->n_queue) {
-            og_seq *s = e->queue[0];
-            memmove(e->queue, e->queue + 1, (size_t)(e->n_queue - 1) * sizeof *e->queue);
-            e->n_queue--;
-            s->state = SEQ_RUNNING;
-            e->running[e->n_running++] = s;
-            if (s->max_tokens == 0) seq_end(s, OG_FINISH_LENGTH);
-            else pc_admit(e, s);
+            const int group = fork_group(e); /* the head and the choices waiting for it come in together */
+            if (e->n_running + group > e->cfg.parallel) break;
+            for (int k = 0; k < group; k++) {
+                og_seq *s = e->queue[0];
+                memmove(e->queue, e->queue + 1, (size_t)(e->n_queue - 1) * sizeof *e->queue);
+                e->n_queue--;
+                s->state = SEQ_RUNNING;
+                e->running[e->n_running++] = s;
+                if (s->max_tokens == 0) seq_end(s, OG_FINISH_LENGTH);
+                else if (!s->fork_of) pc_admit(e, s);
+            }
         }
         e->met.kv_blocks_used = pc_trim(e);
         int n = build_batch(e);
@@ -1001,21 +1131,15 @@ static void *scheduler(void *arg) {
                 og_seq *s = e->running[e->b_seq[t]];
                 if (!e->b_want[t]) continue;
                 float *row = e->logits + (size_t)k++ * (size_t)e->n_vocab;
-                float lp = 0;
-                int32_t id = og_sampler_sample(s->smp, row, s->logprobs ? &lp : NULL, top, s->n_top);
-                const bool forced = s->n_sampled < s->n_forced;
-                if (forced) { /* teacher forcing: the fed id's log-prob under the same distribution */
-                    id = s->forced[s->n_sampled];
-                    lp = og_sampler_logprob(row, e->n_vocab, id);
-                }
-                if (!s->step_first) s->step_first = e->met.steps;
-                if (s->finish == OG_FINISH_NONE && grammar_advance(e, s, id, &lp, top)) seq_accept(e, s, id, lp, top, forced);
+                if (s->chunk && s->n_fed + s->chunk == s->n_prompt) fork_sample(e, s, row, top); /* before s's own */
+                sample_token(e, s, row, top);
             }
             for (int i = 0; i < n_seq; i++) {
                 og_seq *s = e->running[i];
                 s->n_fed += s->chunk;
                 e->met.prompt_tokens += (uint64_t)s->chunk;
                 if (s->chunk) pc_insert(e, s);
+                if (s->chunk && s->n_fed == s->n_prompt) fork_kv(e, s);
             }
         }
         placement_metrics(e);
@@ -1071,6 +1195,7 @@ void og_engine_free(og_engine *e) {
     free(e->b_share);
     free(e->b_kvs);
     free(e->logits);
+    free(e->fork_row);
     free(e->layer_routes);
     free(e->layer_hits);
     og_fwd_scratch_free(&e->scratch);

@@ -173,6 +173,23 @@ void og_engine_free(og_engine *e);
 og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, og_seq **out,
                            char *err, size_t errlen);
 
+/* Queues n sequences (the API's `n` choices) with one prompt and p's
+ * parameters, choice i with sampling seed p->sampling.seed + i, into out[0..n).
+ * The prompt is prefilled once: the n are admitted together (when n places are
+ * free; the queue stays in order meanwhile), choice 0 prefills it and the others
+ * wait; in the step where its last position's logits come, each choice samples
+ * its first token from its own copy of that row, and then forks the prompt's KV
+ * cache (og_kv_fork: the prefix cache's full blocks shared, refcounted; the
+ * others, the partial last block at least, copied). So at temperature 0 the n
+ * choices are token for token and log-prob for log-prob the one og_engine_submit
+ * gives. Each is its own og_seq afterwards (take, release: releasing choice 0
+ * before its prompt is in hands the prefill to a waiting one). n_cached is the
+ * prefix-cache hit of the one prefill for every choice. Errors: as
+ * og_engine_submit's (for all n: none is queued), plus OG_ERR_INVALID_ARG for n
+ * outside 1..parallel. */
+og_status og_engine_submit_n(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, int n,
+                             og_seq **out, char *err, size_t errlen);
+
 /* Moves the output released since the last call into *out (which the caller
  * frees with og_seq_out_free). Never fails except for OG_ERR_NOMEM. */
 og_status og_seq_take(og_engine *e, og_seq *s, og_seq_out *out);

@@ -552,8 +552,8 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     }
     float **blocks = st ? NULL : malloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *blocks);
     if (!st && !blocks) st = OG_ERR_NOMEM;
-    for (int s = 0; s < n_seq && !st; s++)
-        memcpy(blocks + first_of[s], kvs[s]->blocks, (size_t)kvs[s]->n_blocks * sizeof *blocks);
+    for (int s = 0; s < n_seq && !st; s++) /* an empty cache (a choice waiting for its fork) has no block array */
+        if (kvs[s]->n_blocks) memcpy(blocks + first_of[s], kvs[s]->blocks, (size_t)kvs[s]->n_blocks * sizeof *blocks);
     for (int i = 0; i < n_tok && !st; i++) kv_first[i] = first_of[batch->seq[i]];
 
     fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};

@@ -105,6 +105,56 @@ void og_kv_free(og_kv *kv) {
     memset(kv, 0, sizeof *kv);
 }
 
+og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, int n_share, og_kv *dst, char *err,
+                     size_t errlen) {
+    if (dst->n_blocks || dst->blocks) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the destination is not empty");
+    if (!m->info.kv_paged || src->arch) /* the state outside the blocks has no fork yet */
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED,
+                       "kv fork: %s's per-sequence state (sliding windows, compressor state) cannot be forked yet", m->arch->name);
+    if (n_share < 0 || n_share > src->n_blocks)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: %d shared blocks of %d", n_share, src->n_blocks);
+    og_device *dev = src->dev;
+    if (dev && n_share < src->n_blocks && (!rc || rc->dev != dev || !rc->stream))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the cache is on a device the run context has no stream for");
+    const int cap = src->n_blocks > 8 ? src->n_blocks : 8;
+    og_kv k = {.blocks = malloc((size_t)cap * sizeof *k.blocks), .dev = dev, .cap_blocks = cap};
+    if (!k.blocks) return og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: out of memory");
+    const uint64_t bytes = m->info.kv_block_bytes;
+    og_status st = OG_OK;
+    for (int i = 0; i < src->n_blocks && !st; i++) {
+        if (i < n_share) {
+            k.blocks[k.n_blocks++] = src->blocks[i];
+            continue;
+        }
+        void *blk = NULL;
+        if (dev) st = dev->ops->alloc(dev, bytes, &blk, err, errlen);
+        else if (!(blk = malloc(bytes))) st = og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: out of memory for a block");
+        if (st) break;
+        k.blocks[k.n_blocks++] = blk;
+        if (!dev) {
+            memcpy(blk, src->blocks[i], bytes);
+            continue;
+        }
+        og_copy_op cp = {.dst = blk, .src = src->blocks[i], .row_bytes = bytes, .n_rows = 1, .n_mats = 1};
+        st = dev->ops->copy(dev, rc->stream, &cp, err, errlen);
+    }
+    if (!st && dev && n_share < src->n_blocks) { /* the copies are done before the blocks are read or written */
+        og_event ev;
+        st = dev->ops->event_record(dev, rc->stream, &ev, err, errlen);
+        if (!st) st = dev->ops->event_wait(dev, ev, err, errlen);
+    }
+    if (st) { /* the shared pointers are not this cache's to free */
+        for (int i = n_share; i < k.n_blocks; i++)
+            if (dev) dev->ops->free(dev, k.blocks[i]);
+            else free(k.blocks[i]);
+        free(k.blocks);
+        return st;
+    }
+    k.n_pos = src->n_pos;
+    *dst = k;
+    return OG_OK;
+}
+
 og_tensor_role og_model_tensor_role(const char *arch, const char *tensor_name) {
     const og_arch *a = og_arch_find(arch);
     return a ? a->role(tensor_name) : og_arch_generic_role(tensor_name);

@@ -171,6 +171,23 @@ typedef struct og_expert_stats {
 
 typedef struct og_run_ctx og_run_ctx;
 
+/* A cache for a sequence forked from src after its prompt (`n` > 1: the choices
+ * of one prompt share its prefill). dst (empty, zeroed) gets src's n_blocks
+ * blocks and n_pos positions: blocks [0, n_share) are src's own pointers (shared,
+ * read-only from now on; the caller keeps them alive and must not free them
+ * through dst: the engine's prefix cache holds them refcounted), blocks
+ * [n_share, n_blocks) new ones in src's memory holding copies of src's (the
+ * partial last block, and any full block the caller does not share), each
+ * og_model_info.kv_block_bytes each (deepseek2: [n_layer][OG_KV_BLOCK][r_kv +
+ * d_rope] floats). A cache on a device is copied on rc->stream (rc->dev must be
+ * src->dev) and waited for. Errors: OG_ERR_UNSUPPORTED (a model whose cache is
+ * not paged, kv_paged false: deepseek4's windows and compressor state have no
+ * fork yet), OG_ERR_INVALID_ARG (dst not empty, n_share outside 0..n_blocks, a
+ * device cache without its stream), OG_ERR_NOMEM or the device's (dst stays
+ * empty). */
+og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, int n_share, og_kv *dst, char *err,
+                     size_t errlen);
+
 /* The forward pass's activation scratch, kept between calls (issue 12): one
  * allocation in the memory of dev (NULL: host memory, what the per-call host
  * device of og_run_ctx.dev == NULL allocates), sized by og_fwd_scratch_reserve

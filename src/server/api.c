@@ -734,9 +734,16 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     i = 0;
     if (!get_int(root, "top_k", 0, mdl->n_vocab, &i, e)) return false;
     sp->top_k = (int)i;
+    /* n (and completions' best_of below): the choices decode together, one place each */
+    const int max_n = mdl->no_fork ? 1 : mdl->parallel > 0 && mdl->parallel < OG_API_MAX_N ? mdl->parallel : OG_API_MAX_N;
     i = 1;
-    if (!get_int(root, "n", 1, 1, &i, e))
-        return BAD("n", "'n' must be 1: this server returns one choice per request (send more requests instead)");
+    if (mdl->no_fork && !get_int(root, "n", 1, 1, &i, e))
+        return BAD("n", "'n' must be 1 for this model: its per-sequence state (sliding windows, compressor state) "
+                        "cannot be forked yet");
+    if (!get_int(root, "n", 1, max_n, &i, e))
+        return BAD("n", "'n' must be an integer in 1..%d: this server decodes at most %d choices of one prompt at "
+                        "once (--parallel %d, and at most %d)", max_n, max_n, mdl->parallel, OG_API_MAX_N);
+    r->n = r->best_of = (int)i;
     json_t *seed = field(root, "seed");
     if (seed && !json_is_integer(seed)) return BAD("seed", "'seed' must be an integer");
     if (seed) {
@@ -838,11 +845,19 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
         json_t *suffix = field(root, "suffix");
         if (suffix && !(json_is_string(suffix) && json_string_length(suffix) == 0))
             return BAD("suffix", "'suffix' (insertion) is not supported by this server");
-        i = 1;
-        if (!get_int(root, "best_of", 1, 1, &i, e))
-            return BAD("best_of", "'best_of' must be 1: this server returns one candidate per prompt");
+        i = r->n;
+        if (mdl->no_fork && !get_int(root, "best_of", 1, 1, &i, e))
+            return BAD("best_of", "'best_of' must be 1 for this model: its per-sequence state (sliding windows, "
+                                  "compressor state) cannot be forked yet");
+        if (!get_int(root, "best_of", r->n, max_n, &i, e))
+            return BAD("best_of", "'best_of' must be an integer in n..%d (n is %d): the candidates generated per "
+                                  "prompt, of which the n best are returned (--parallel %d, and at most %d)",
+                       max_n, r->n, mdl->parallel, OG_API_MAX_N);
+        r->best_of = (int)i;
+        if (r->best_of > r->n && r->stream)
+            return BAD("best_of", "'best_of' greater than 'n' cannot be streamed: the best are known at the end");
     }
-    r->sp.logprobs = r->logprobs;
+    r->sp.logprobs = r->logprobs || r->best_of > r->n; /* best_of ranks by the tokens' log-probs */
     r->sp.n_top = r->top_logprobs;
     if (!parse_response_format(root, r, e)) return false;
     og_chat_opts opts = {0};

@@ -11,6 +11,8 @@
 #include <stdarg.h>
 
 #define OG_API_MAX_PROMPTS 16 /* prompts per /v1/completions request */
+#define OG_API_MAX_N 16       /* n and best_of: choices (candidates) per prompt, also at most --parallel */
+#define OG_API_MAX_CHOICES 64 /* sequences per request: prompts x best_of (or n) */
 
 /* An error for the client: HTTP status plus the OpenAI error envelope fields. */
 typedef struct og_api_err {
@@ -29,6 +31,8 @@ typedef struct og_api_model {
     int ctx;                 /* positions per sequence */
     uint32_t n_layer;        /* for per-layer metrics */
     int capacity;            /* sequences the engine holds at once: parallel + queue */
+    int parallel;            /* sequences decoding at once: n (best_of) is at most this; 0: only OG_API_MAX_N */
+    bool no_fork;            /* the model's caches cannot fork (og_model_info.kv_paged false): n and best_of must be 1 */
     int max_tokens;          /* tokens generated for a request that sets no max_tokens (--max-tokens; 0: until
                                 the context is full, or completions' 16), clipped to what the context leaves */
     bool reasoning;          /* --reasoning on: thinking mode for chats that do not say (reasoning_effort,
@@ -49,6 +53,10 @@ typedef struct og_api_req {
     bool logprobs;           /* chat: logprobs; completions: logprobs != null */
     int top_logprobs;        /* alternatives per token */
     og_seq_params sp;        /* stop strings point into root */
+    int n;                   /* choices returned per prompt (n; 1 for the other endpoints: 0 reads as 1) */
+    int best_of;             /* sequences generated per prompt (completions' best_of, >= n; else n): one
+                                prefill each (og_engine_submit_n); with best_of > n the n whose tokens' log-probs
+                                sum highest are returned, not streamed */
     og_ids prompts[OG_API_MAX_PROMPTS];
     int n_prompts;
     char *prompt_text[OG_API_MAX_PROMPTS]; /* for echo: the prompt as text (malloc'ed) */

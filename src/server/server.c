@@ -69,10 +69,11 @@ typedef struct gen_ctx {
     conn_ctx *cc;                 /* its request: token counts for the access log (read only while it runs) */
     og_engine *e;
     og_api_req req;
-    og_seq *seqs[OG_API_MAX_PROMPTS];
-    bool released[OG_API_MAX_PROMPTS];
-    og_finish finish[OG_API_MAX_PROMPTS];
-    int n;
+    og_seq *seqs[OG_API_MAX_CHOICES];
+    bool released[OG_API_MAX_CHOICES];
+    og_finish finish[OG_API_MAX_CHOICES];
+    int n;                        /* sequences: per prompt, prompt i's run seqs[i * per ..] */
+    int per;                      /* sequences per prompt (best_of, else n) */
     int fd;
     char id[48];
     time_t created;
@@ -80,22 +81,23 @@ typedef struct gen_ctx {
     char *out;
     size_t out_len, out_pos, out_cap;
     bool started, sent_done;
+    double last_out_s;            /* when the stream last got bytes (a keep-alive after OG_EP_KEEPALIVE_S without) */
     /* non-streaming: accumulated output per choice */
-    char *text[OG_API_MAX_PROMPTS];
-    size_t text_len[OG_API_MAX_PROMPTS];
-    og_tok_out *toks[OG_API_MAX_PROMPTS];
-    int n_toks[OG_API_MAX_PROMPTS];
-    int n_prompt[OG_API_MAX_PROMPTS], n_gen[OG_API_MAX_PROMPTS], n_cached[OG_API_MAX_PROMPTS];
-    og_api_offsets off[OG_API_MAX_PROMPTS]; /* completions text_offset cursors */
+    char *text[OG_API_MAX_CHOICES];
+    size_t text_len[OG_API_MAX_CHOICES];
+    og_tok_out *toks[OG_API_MAX_CHOICES];
+    int n_toks[OG_API_MAX_CHOICES];
+    int n_prompt[OG_API_MAX_CHOICES], n_gen[OG_API_MAX_CHOICES], n_cached[OG_API_MAX_CHOICES];
+    og_api_offsets off[OG_API_MAX_CHOICES]; /* completions text_offset cursors */
     char error[256];
     og_ep_out *ep;                /* /v1/messages, /v1/responses: their output (og_endpoints.h), else NULL */
     /* chat output parsing (req.parse): one parser per choice and what it reported */
-    og_outparse *op[OG_API_MAX_PROMPTS];
-    json_t *calls[OG_API_MAX_PROMPTS];      /* non-streaming: the message's tool_calls */
-    char *content[OG_API_MAX_PROMPTS], *reasoning[OG_API_MAX_PROMPTS];
-    size_t content_len[OG_API_MAX_PROMPTS], reasoning_len[OG_API_MAX_PROMPTS];
-    int n_calls[OG_API_MAX_PROMPTS];        /* calls reported (at most req.max_calls when it is set) */
-    bool drop_call[OG_API_MAX_PROMPTS];     /* the call being reported is over req.max_calls */
+    og_outparse *op[OG_API_MAX_CHOICES];
+    json_t *calls[OG_API_MAX_CHOICES];      /* non-streaming: the message's tool_calls */
+    char *content[OG_API_MAX_CHOICES], *reasoning[OG_API_MAX_CHOICES];
+    size_t content_len[OG_API_MAX_CHOICES], reasoning_len[OG_API_MAX_CHOICES];
+    int n_calls[OG_API_MAX_CHOICES];        /* calls reported (at most req.max_calls when it is set) */
+    bool drop_call[OG_API_MAX_CHOICES];     /* the call being reported is over req.max_calls */
     int cur;                                /* the choice whose events are being handled */
     bool stream_now;
 } gen_ctx;
@@ -195,7 +197,7 @@ static void gen_free(gen_ctx *g) {
     gen_release_all(g);
     og_api_req_free(&g->req);
     og_ep_out_free(g->ep);
-    for (int i = 0; i < OG_API_MAX_PROMPTS; i++) {
+    for (int i = 0; i < OG_API_MAX_CHOICES; i++) {
         free(g->text[i]);
         free(g->toks[i]);
         og_outparse_free(g->op[i]);
@@ -211,10 +213,10 @@ static void gen_free(gen_ctx *g) {
 
 static json_t *usage_json(const gen_ctx *g) {
     long long p = 0, c = 0, k = 0;
-    for (int i = 0; i < g->n; i++) {
-        p += g->n_prompt[i];
+    for (int i = 0; i < g->n; i++) { /* a prompt's tokens once, whatever its n; every choice's completion */
+        p += i % g->per ? 0 : g->n_prompt[i];
         c += g->n_gen[i];
-        k += g->n_cached[i];
+        k += i % g->per ? 0 : g->n_cached[i];
     }
     json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
                           "total_tokens", (json_int_t)(p + c), "prompt_tokens_details", "cached_tokens", (json_int_t)k);
@@ -374,8 +376,13 @@ static void keep_toks(gen_ctx *g, int i, const og_seq_out *o) {
     }
 }
 
+static double mono_s(void);
+
 /* Moves new engine output into stream events (or the non-streaming
- * accumulators). Returns true if anything changed. */
+ * accumulators). Returns true if anything changed. A stream that has had
+ * nothing to say for OG_EP_KEEPALIVE_S seconds (a long prompt's prefill) gets an
+ * SSE comment, so that clients and proxies with idle timeouts (Node's fetch:
+ * 300 s) keep the connection; SSE readers skip comments. */
 static bool gen_collect(gen_ctx *g, bool stream) {
     if (g->ep) return ep_collect(g, stream);
     bool changed = false;
@@ -384,8 +391,9 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         changed = true;
         for (int i = 0; i < g->n; i++) {
             if (g->req.chat) emit(g, chunk(g, i, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL));
-            else if (g->req.echo && g->req.prompt_text[i])
-                emit(g, chunk(g, i, og_api_jstr(g->req.prompt_text[i], strlen(g->req.prompt_text[i])), NULL, NULL));
+            else if (g->req.echo && g->req.prompt_text[i / g->per])
+                emit(g, chunk(g, i, og_api_jstr(g->req.prompt_text[i / g->per], strlen(g->req.prompt_text[i / g->per])),
+                              NULL, NULL));
         }
     }
     for (int i = 0; i < g->n; i++) {
@@ -404,8 +412,8 @@ static bool gen_collect(gen_ctx *g, bool stream) {
                 g->text_len[i] += o.len;
             }
             g->off[i].text = g->text[i];
-            if (g->req.echo && g->req.prompt_text[i] && !g->off[i].base)
-                g->off[i].base = og_api_chars(g->req.prompt_text[i], strlen(g->req.prompt_text[i]));
+            const char *pt = g->req.prompt_text[i / g->per];
+            if (g->req.echo && pt && !g->off[i].base) g->off[i].base = og_api_chars(pt, strlen(pt));
         }
         if (g->req.parse) { /* content, reasoning and tool calls from the token ids */
             g->stream_now = stream;
@@ -454,11 +462,19 @@ static bool gen_collect(gen_ctx *g, bool stream) {
         g->sent_done = true;
         changed = true;
     }
+    if (stream && !g->sent_done) {
+        const double t = mono_s();
+        if (changed) g->last_out_s = t;
+        else if (t - g->last_out_s >= OG_EP_KEEPALIVE_S && emit_raw(g, ": keep-alive\n\n")) {
+            g->last_out_s = t;
+            changed = true;
+        }
+    }
     g->cc->n_prompt = g->cc->n_gen = g->cc->n_cached = 0;
     for (int i = 0; i < g->n; i++) {
-        g->cc->n_prompt += g->n_prompt[i];
+        g->cc->n_prompt += i % g->per ? 0 : g->n_prompt[i];
         g->cc->n_gen += g->n_gen[i];
-        g->cc->n_cached += g->n_cached[i];
+        g->cc->n_cached += i % g->per ? 0 : g->n_cached[i];
     }
     return changed;
 }
@@ -486,48 +502,70 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) { gen_free(cls); }
 
+/* Sequence i's choice object, reported as choice `index`. */
+static json_t *choice_json(gen_ctx *g, int i, int index) {
+    bool chat = g->req.chat;
+    size_t base = 0;
+    json_t *text;
+    const char *pt = g->req.prompt_text[i / g->per];
+    if (!chat && g->req.echo && pt) {
+        base = strlen(pt);
+        size_t tl = base + g->text_len[i];
+        char *t = malloc(tl + 1);
+        if (t) {
+            memcpy(t, pt, base);
+            memcpy(t + base, g->text[i] ? g->text[i] : "", g->text_len[i]);
+        }
+        text = t ? og_api_jstr(t, tl) : NULL;
+        free(t);
+    } else {
+        text = og_api_jstr(g->text[i] ? g->text[i] : "", g->text_len[i]);
+    }
+    json_t *lp =
+        g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, chat, g->toks[i], g->n_toks[i], &g->off[i]) : NULL;
+    const char *fr = finish_name(g, i);
+    if (chat && g->req.parse) { /* the parser's parts: content null when only calls (§4) */
+        json_decref(text);
+        bool only_calls = g->n_calls[i] > 0 && !g->content_len[i];
+        json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
+                                only_calls ? json_null() : og_api_jstr(g->content[i] ? g->content[i] : "",
+                                                                      g->content_len[i]), "refusal");
+        if (g->req.out.parse_reasoning)
+            json_object_set_new(msg, "reasoning_content",
+                                og_api_jstr(g->reasoning[i] ? g->reasoning[i] : "", g->reasoning_len[i]));
+        if (g->n_calls[i]) json_object_set(msg, "tool_calls", g->calls[i]);
+        return json_pack("{s:i,s:o,s:o,s:s}", "index", index, "message", msg, "logprobs", lp ? lp : json_null(),
+                         "finish_reason", fr);
+    }
+    return chat ? json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", index, "message", "role", "assistant",
+                            "content", text, "refusal", "logprobs", lp ? lp : json_null(), "finish_reason", fr)
+                : json_pack("{s:i,s:o,s:o,s:s}", "index", index, "text", text, "logprobs", lp ? lp : json_null(),
+                            "finish_reason", fr);
+}
+
+/* The sum of sequence i's tokens' log-probs (best_of's ranking; the end token is not among them). */
+static double logprob_sum(const gen_ctx *g, int i) {
+    double sum = 0;
+    for (int t = 0; t < g->n_toks[i]; t++) sum += g->toks[i][t].logprob;
+    return sum;
+}
+
 static json_t *final_response(gen_ctx *g) {
     bool chat = g->req.chat;
     json_t *o = envelope(g, chat ? "chat.completion" : "text_completion");
     json_t *choices = json_array();
-    for (int i = 0; i < g->n; i++) {
-        size_t base = 0;
-        json_t *text;
-        if (!chat && g->req.echo && g->req.prompt_text[i]) {
-            base = strlen(g->req.prompt_text[i]);
-            size_t tl = base + g->text_len[i];
-            char *t = malloc(tl + 1);
-            if (t) {
-                memcpy(t, g->req.prompt_text[i], base);
-                memcpy(t + base, g->text[i] ? g->text[i] : "", g->text_len[i]);
+    const int n = g->req.n > 0 ? g->req.n : 1;
+    for (int p = 0; p * g->per < g->n; p++) {
+        /* best_of > n: prompt p's n candidates whose log-probs sum highest, best first (ties: the lower seed) */
+        int order[OG_API_MAX_N];
+        for (int k = 0; k < g->per; k++) order[k] = p * g->per + k;
+        for (int k = 1; g->per > n && k < g->per; k++)
+            for (int j = k; j > 0 && logprob_sum(g, order[j]) > logprob_sum(g, order[j - 1]); j--) {
+                int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
             }
-            text = t ? og_api_jstr(t, tl) : NULL;
-            free(t);
-        } else {
-            text = og_api_jstr(g->text[i] ? g->text[i] : "", g->text_len[i]);
-        }
-        json_t *lp =
-            g->req.logprobs ? og_api_logprobs(g->srv->mdl.tok, chat, g->toks[i], g->n_toks[i], &g->off[i]) : NULL;
-        const char *fr = finish_name(g, i);
-        if (chat && g->req.parse) { /* the parser's parts: content null when only calls (§4) */
-            json_decref(text);
-            bool only_calls = g->n_calls[i] > 0 && !g->content_len[i];
-            json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content",
-                                    only_calls ? json_null() : og_api_jstr(g->content[i] ? g->content[i] : "",
-                                                                          g->content_len[i]), "refusal");
-            if (g->req.out.parse_reasoning)
-                json_object_set_new(msg, "reasoning_content",
-                                    og_api_jstr(g->reasoning[i] ? g->reasoning[i] : "", g->reasoning_len[i]));
-            if (g->n_calls[i]) json_object_set(msg, "tool_calls", g->calls[i]);
-            json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", i, "message", msg, "logprobs",
-                                                     lp ? lp : json_null(), "finish_reason", fr));
-            continue;
-        }
-        json_t *ch = chat ? json_pack("{s:i,s:{s:s,s:o,s:n},s:o,s:s}", "index", i, "message", "role", "assistant",
-                                      "content", text, "refusal", "logprobs", lp ? lp : json_null(), "finish_reason", fr)
-                          : json_pack("{s:i,s:o,s:o,s:s}", "index", i, "text", text, "logprobs", lp ? lp : json_null(),
-                                      "finish_reason", fr);
-        json_array_append_new(choices, ch);
+        for (int k = 0; k < n && k < g->per; k++) json_array_append_new(choices, choice_json(g, order[k], p * n + k));
     }
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(g));
@@ -570,23 +608,33 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
         gen_free(g);
         return send_json(s, c, cc, 200, o);
     }
-    for (int i = 0; !g->ep && g->req.parse && i < g->req.n_prompts; i++) {
-        if (og_outparse_new(mdl.tok, &g->req.out, &g->op[i])) {
+    g->per = g->req.best_of > 0 ? g->req.best_of : 1; /* n, or best_of; 1 for /v1/messages and /v1/responses */
+    const int n_seqs = g->req.n_prompts * g->per;
+    if (n_seqs > mdl.capacity || n_seqs > OG_API_MAX_CHOICES) {
+        const int cap = mdl.capacity < OG_API_MAX_CHOICES ? mdl.capacity : OG_API_MAX_CHOICES, n_p = g->req.n_prompts,
+                  per = g->per;
+        gen_free(g);
+        if (per == 1)
+            return fail(s, c, cc, 400, "invalid_request_error", NULL,
+                        "%d prompts in one request, but this server holds %d sequences at once (--parallel + "
+                        "--queue, and at most %d per request): send fewer per request", n_p, cap, OG_API_MAX_CHOICES);
+        return fail(s, c, cc, 400, "invalid_request_error", NULL,
+                    "%d prompts x %d choices (n or best_of) = %d sequences in one request, but this server holds %d "
+                    "sequences at once (--parallel + --queue, and at most %d per request): send fewer per request",
+                    n_p, per, n_seqs, cap, OG_API_MAX_CHOICES);
+    }
+    for (int i = 0; !g->ep && g->req.parse && i < n_seqs; i++) {
+        og_outparse_opts po = g->req.out;
+        po.id_seed ^= (uint64_t)i * 0x9E3779B97F4A7C15ull; /* each choice's tool-call ids its own */
+        if (og_outparse_new(mdl.tok, &po, &g->op[i])) {
             gen_free(g);
             return fail(s, c, cc, 500, "server_error", NULL, "out of memory");
         }
     }
-    if (g->req.n_prompts > mdl.capacity) {
-        int n = g->req.n_prompts;
-        gen_free(g);
-        return fail(s, c, cc, 400, "invalid_request_error", NULL,
-                    "%d prompts in one request, but this server holds %d sequences at once (--parallel + --queue): "
-                    "send fewer per request", n, mdl.capacity);
-    }
     for (int i = 0; i < g->req.n_prompts; i++) {
         char msg[512];
-        og_status st = og_engine_submit(e, g->req.prompts[i].v, (int)g->req.prompts[i].n, &g->req.sp, &g->seqs[i], msg,
-                                        sizeof msg);
+        og_status st = og_engine_submit_n(e, g->req.prompts[i].v, (int)g->req.prompts[i].n, &g->req.sp, g->per,
+                                          &g->seqs[i * g->per], msg, sizeof msg);
         if (st) {
             gen_free(g);
             if (st == OG_ERR_STATE) return fail(s, c, cc, 503, "unavailable_error", NULL, "%s", msg);
@@ -595,7 +643,7 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
             if (st == OG_ERR_NOMEM) return fail(s, c, cc, 500, "server_error", NULL, "%s", msg);
             return fail(s, c, cc, 400, "invalid_request_error", NULL, "%s", msg);
         }
-        g->n = i + 1;
+        g->n = (i + 1) * g->per;
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g->fd = ci ? ci->connect_fd : -1;

@@ -64,8 +64,17 @@ for rnd in spec llama; do
     -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":8}' >"$work/chat-$rnd.json" || fail "/v1/chat/completions"
   [[ $(json_get "$work/chat-$rnd.json" 'j.object + " " + typeof j.choices[0].message.content + " " + j.usage.completion_tokens') \
      =~ ^chat.completion\ string\ [1-8]$ ]] || fail "chat answer: $(cat "$work/chat-$rnd.json")"
+  # n > 1 forks a sequence's cache after its prompt: deepseek4's windows and compressor
+  # state have no fork yet, so n: 2 and best_of: 2 are refused up front (400 naming
+  # the field), not failed mid-request
+  for f in '"n":2' '"best_of":2'; do
+    c=$(curl -s -o "$work/n2-$rnd.json" -w '%{http_code}' "$base/v1/completions" -H 'Content-Type: application/json' \
+        -d "{\"prompt\":\"Hi\",\"max_tokens\":2,$f}")
+    [[ $c == 400 ]] && json_get "$work/n2-$rnd.json" 'j.error.param + " " + j.error.message' | grep -q "cannot be forked" ||
+      fail "$f on deepseek4: HTTP $c $(cat "$work/n2-$rnd.json")"
+  done
   kill "$spid"; wait "$spid" 2>/dev/null || true
-  echo "ok: onegpu serve (rounding $rnd) answers as onegpu run does"
+  echo "ok: onegpu serve (rounding $rnd) answers as onegpu run does; n > 1 refused clearly"
 done
 
 # out of memory for new sequences' state (a file whose window is 2^20 positions: 1.5 GiB

@@ -85,7 +85,8 @@ req 400 $C "{$u,\"max_tokens\":0}"
 req 400 $C "{$u,\"max_tokens\":1000000000000}"
 req 400 $C "{$u,\"max_tokens\":\"10\"}"
 req 400 $C "{$u,\"max_completion_tokens\":100000}"
-req 400 $C "{$u,\"n\":3}"
+req 400 $C "{$u,\"n\":9}"  # over --parallel 8
+req 400 $C "{$u,\"n\":0}"
 req 400 $C "{$u,\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}"
 req 400 $C "{$u,\"stop\":[1]}"
 req 400 $C "{$u,\"stop\":\"\"}"
@@ -110,7 +111,7 @@ req 400 $P '{"model":"m"}'
 req 400 $P '{"prompt":[]}'
 req 400 $P '{"prompt":[999999999]}'
 req 400 $P '{"prompt":{}}'
-req 400 $P '{"prompt":"x","best_of":2}'
+req 400 $P '{"prompt":"x","best_of":2,"n":3}'
 req 400 $P '{"prompt":"x","logprobs":50}'
 req 400 $P '{"prompt":"x","suffix":"y"}'
 req 400 $P '{"prompt":"x","max_tokens":-1}'

@@ -141,10 +141,11 @@ assert.equal(two.choices[0].text, cp.choices[0].text.slice(0, two.choices[0].tex
 ok('completions: logprobs tokens make the text, echo, streamed, two prompts');
 
 // ---- errors the client maps to exceptions
-await assert.rejects(chat('hi', { n: 2 }), (e) => e instanceof OpenAI.BadRequestError && /'n' must be 1/.test(e.message));
+await assert.rejects(chat('hi', { n: 9 }), // over the server's --parallel 8
+  (e) => e instanceof OpenAI.BadRequestError && e.param === 'n' && /'n' must be an integer in 1\.\.8/.test(e.message));
 await assert.rejects(chat('hi', { max_tokens: 100000 }),
   (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
-ok('n=2 and an over-long request are BadRequestError with clear messages');
+ok('n over --parallel and an over-long request are BadRequestError with clear messages');
 
 // ---- 8 concurrent streams: each equals its text alone
 const prompts = Array.from({ length: 8 }, (_, i) => `Story number ${i}: once upon a time`);

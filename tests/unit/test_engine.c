@@ -525,6 +525,218 @@ static void test_prefix_cache_churn(void **state) {
     og_engine_free(e);
 }
 
+/* `n` > 1 (og_engine_submit_n): PC_LOOP / 2 requests below. */
+static void submit_n(og_engine *e, const int32_t *ids, int n_ids, const og_seq_params *p, int n, og_seq **s) {
+    char err[256];
+    if (og_engine_submit_n(e, ids, n_ids, p, n, s, err, sizeof err)) fail_msg("%s", err);
+}
+
+/* a's tokens and log-probs are b's, bit for bit. */
+static void assert_same_tokens(const result *a, const result *b) {
+    assert_int_equal(a->n, b->n);
+    assert_memory_equal(a->ids, b->ids, (size_t)b->n * sizeof *b->ids);
+    assert_memory_equal(a->lps, b->lps, (size_t)b->n * sizeof *b->lps);
+}
+
+/* No step in flight: the prefix cache is consistent and no block is held. */
+static void assert_pool_clean(og_engine *e) {
+    char err[256];
+    if (og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
+    og_engine_metrics m;
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.kv_blocks_used, 0);
+}
+
+static void random_ids(int32_t *v, int n, uint64_t x) {
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (int32_t)((x >> 33) % (uint64_t)(og_model_get_info(g_m)->n_vocab - 10));
+    }
+}
+
+/* n = 4 at temperature 0, with the prefix cache on and off, prompts of less
+ * than a block, of whole blocks and of blocks plus a part: the 4 choices are
+ * token for token and bit for bit (log-probs) what one sequence alone gives,
+ * and the prompt was prefilled once. */
+static void test_fork_greedy(void **state) {
+    (void)state;
+    int32_t ids[200];
+    random_ids(ids, 200, 4242);
+    const int lens[3] = {40, 128, 150};
+    for (int off = 0; off < 2; off++) {
+        og_engine *e = make_pc_engine(4, 64, 512, 8, off);
+        for (int k = 0; k < 3; k++) {
+            ids[0] = 1000 + k + 10 * off; /* a new prompt each time: nothing cached from the last one */
+            og_ids v = {.v = ids, .n = (size_t)lens[k]};
+            og_seq_params p = greedy(8);
+            p.n_top = 2;
+            og_engine_metrics m0, m1;
+            og_engine_metrics_get(e, &m0);
+            og_seq *s[4];
+            submit_n(e, ids, lens[k], &p, 4, s);
+            result r[4], one;
+            for (int i = 0; i < 4; i++) collect(e, s[i], &r[i]);
+            og_engine_metrics_get(e, &m1);
+            assert_int_equal(m1.prompt_tokens - m0.prompt_tokens, lens[k]); /* one prefill */
+            og_engine *ref = make_pc_engine(1, 64, 512, 8, true); /* the reference: the prompt alone */
+            collect(ref, submit(ref, &v, &p), &one);
+            og_engine_free(ref);
+            assert_int_equal(one.n, 8);
+            for (int i = 0; i < 4; i++) {
+                assert_same_tokens(&r[i], &one);
+                assert_int_equal(r[i].len, one.len);
+                assert_memory_equal(r[i].text, one.text, one.len);
+                assert_int_equal(r[i].finish, OG_FINISH_LENGTH);
+            }
+        }
+        assert_pool_clean(e);
+        og_engine_free(e);
+    }
+}
+
+/* n = 3 at temperature 1 with a seed: choice i is the sequence that seed + i
+ * gives alone, so the same request twice gives the same choices, and they
+ * differ from each other. */
+static void test_fork_seeded(void **state) {
+    (void)state;
+    int32_t ids[100];
+    random_ids(ids, 100, 99);
+    og_seq_params p = greedy(6);
+    p.sampling.temperature = 1;
+    p.sampling.seed = 42;
+    og_engine *e = make_pc_engine(3, 64, 512, 8, false);
+    result r[2][3];
+    for (int rep = 0; rep < 2; rep++) {
+        og_seq *s[3];
+        submit_n(e, ids, 100, &p, 3, s);
+        for (int i = 0; i < 3; i++) collect(e, s[i], &r[rep][i]);
+    }
+    og_engine *ref = make_pc_engine(1, 64, 512, 8, true);
+    og_ids v = {.v = ids, .n = 100};
+    for (int i = 0; i < 3; i++) {
+        og_seq_params q = p;
+        q.sampling.seed = 42 + (uint64_t)i;
+        result one;
+        collect(ref, submit(ref, &v, &q), &one);
+        assert_true(one.n > 0);
+        for (int rep = 0; rep < 2; rep++) assert_same_tokens(&r[rep][i], &one);
+    }
+    og_engine_free(ref);
+    assert_true(r[0][0].n != r[0][1].n || memcmp(r[0][0].ids, r[0][1].ids, (size_t)r[0][0].n * sizeof(int32_t)));
+    assert_true(r[0][1].n != r[0][2].n || memcmp(r[0][1].ids, r[0][2].ids, (size_t)r[0][1].n * sizeof(int32_t)));
+    og_engine_free(e);
+}
+
+/* PC_LOOP / 2 requests of n = 1..4 choices with random prompts (shared
+ * prefixes or not) and random cancels of any choice, the one that prefills
+ * included, before, during and after the prefill: the survivors end normally,
+ * and afterwards no block is referenced and the consistency check passes. */
+static void test_fork_churn(void **state) {
+    (void)state;
+    enum { L = 150, R = PC_LOOP / 2 };
+    int32_t base[L];
+    random_ids(base, L, 5);
+    og_engine *e = make_pc_engine(4, 64, 256, 4 * R, false);
+    og_seq *s[R][4];
+    int n_of[R];
+    uint64_t x = 31337;
+    char err[256];
+    int32_t buf[L];
+    for (int r = 0; r < R; r++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int n = 1 + (int)((x >> 20) % 4), len = 1 + (int)((x >> 24) % L), cut = (int)((x >> 34) % (uint64_t)(len + 1));
+        memcpy(buf, base, sizeof buf);
+        for (int i = cut; i < len; i++) buf[i] = (buf[i] + 1 + r) % (int32_t)(og_model_get_info(g_m)->n_vocab - 10);
+        og_seq_params p = greedy(1 + (int)((x >> 44) % 4));
+        p.sampling.temperature = (x >> 48) % 4 ? 0.0f : 1.0f;
+        p.sampling.seed = x;
+        submit_n(e, buf, len, &p, n, s[r]);
+        n_of[r] = n;
+        for (int i = 0; i < n; i++)
+            if ((x >> (52 + i)) % 3 == 0) {
+                if ((x >> 60) % 2) usleep(2000);
+                og_seq_release(e, s[r][i]);
+                s[r][i] = NULL;
+            }
+        if (r % 8 == 0 && og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
+    }
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < n_of[r]; i++)
+            if (s[r][i]) {
+                result res;
+                collect(e, s[r][i], &res);
+                assert_true(res.finish == OG_FINISH_LENGTH || res.finish == OG_FINISH_STOP);
+            }
+    og_engine_drain(e, 0);
+    og_engine_metrics m;
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.running, 0);
+    assert_int_equal(m.queued, 0);
+    assert_int_equal(m.kv_blocks_used, 0);
+    assert_int_equal(m.kv_blocks_shared, 0);
+    if (og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
+    og_engine_free(e);
+}
+
+/* The choice that prefills is released before its prompt is in: queued (the
+ * group waits behind a running sequence) or while prefilling in small chunks.
+ * The others take over the prefill and still give the n: 1 tokens. */
+static void test_fork_leader_gone(void **state) {
+    (void)state;
+    int32_t ids[200];
+    random_ids(ids, 200, 2024);
+    og_seq_params p = greedy(5);
+    og_engine *ref = make_pc_engine(1, 64, 512, 8, true);
+    og_ids v = {.v = ids, .n = 200};
+    result one;
+    collect(ref, submit(ref, &v, &p), &one);
+    og_engine_free(ref);
+    for (int when = 0; when < 2; when++) {
+        og_engine *e = make_pc_engine(when ? 3 : 2, when ? 16 : 64, 512, 8, false);
+        og_seq *blocker = NULL, *s[3];
+        og_seq_params pb = greedy(40);
+        if (!when) blocker = submit(e, &v, &pb); /* holds 1 of the 2 places: the group of 2 waits */
+        submit_n(e, ids, 200, &p, when ? 3 : 2, s);
+        if (when) usleep(20000); /* 16-token chunks: the 200-token prompt is still prefilling */
+        og_seq_release(e, s[0]);
+        for (int i = 1; i < (when ? 3 : 2); i++) {
+            result r;
+            collect(e, s[i], &r);
+            assert_same_tokens(&r, &one);
+        }
+        if (blocker) og_seq_release(e, blocker);
+        og_engine_drain(e, 0);
+        assert_pool_clean(e);
+        og_engine_free(e);
+    }
+}
+
+/* n outside 1..parallel is refused, and the queue takes all n or none. */
+static void test_fork_refusals(void **state) {
+    (void)state;
+    int32_t ids[10];
+    random_ids(ids, 10, 7);
+    og_engine *e = make_pc_engine(2, 64, 256, 1, false);
+    og_seq_params p = greedy(2);
+    og_seq *s[3] = {0};
+    char err[256];
+    assert_int_equal(og_engine_submit_n(e, ids, 10, &p, 0, s, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_int_equal(og_engine_submit_n(e, ids, 10, &p, 3, s, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "1..2"));
+    assert_null(s[0]);
+    submit_n(e, ids, 10, &p, 2, s); /* 2 of the 3 places */
+    og_seq *t[2] = {0};
+    assert_int_equal(og_engine_submit_n(e, ids, 10, &p, 2, t, err, sizeof err), OG_ERR_STATE);
+    assert_null(t[0]);
+    assert_null(t[1]);
+    for (int i = 0; i < 2; i++) {
+        result r;
+        collect(e, s[i], &r);
+        assert_int_equal(r.n_gen, 2);
+    }
+    og_engine_free(e);
+}
+
 /* og_prefill_share against a reference that deals the budget out one token at
  * a time, round robin over the sequences still prefilling, in admission order. */
 static void test_prefill_share(void **state) {
@@ -960,6 +1172,11 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_prefix_cache_identical),
         cmocka_unit_test(test_prefix_cache_churn),
         cmocka_unit_test(test_prefix_cache_unpaged),
+        cmocka_unit_test(test_fork_greedy),
+        cmocka_unit_test(test_fork_seeded),
+        cmocka_unit_test(test_fork_churn),
+        cmocka_unit_test(test_fork_leader_gone),
+        cmocka_unit_test(test_fork_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -44,7 +44,13 @@
 #   (no discrete choice for a rounding step to flip; see ref_model.sh); prompts
 #   1 and 2 (the long one runs through 3 ratio-128 blocks). ref_model.sh's
 #   criteria: compare_gen.mjs --quantized (median <= 0.1, greedy agreement
-#   >= 90%; measured medians 0.002-0.04, agreement >= 56/59).
+#   >= 90%); measured medians 0.002-0.053, agreement >= 51/51 (our own fork and
+#   canonical numerics differ from each other by medians 0.021-0.046: the floor
+#   of activation rounding, not a fault of either side). The bound is
+#   loose: the spec's FP8 KV round trip (--ds4-rounding spec) gave medians
+#   0.076-0.098 on the long prompt and passes it too, and a bound between the two
+#   (0.06) left the kq file 0.007 of room; the F32 comparisons above are the ones
+#   that tell such differences apart.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 need_node_refs

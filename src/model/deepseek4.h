@@ -29,6 +29,7 @@
 #define OG_DS4_MAX_SWA (1u << 20)     /* attention.sliding_window, tokens */
 #define OG_DS4_MAX_INDEXER_HEAD 256u  /* attention.indexer.head_count */
 #define OG_DS4_MAX_INDEXER_DIM 4096u  /* attention.indexer.key_length (a power of two: Hadamard) */
+#define OG_DS4_MIN_INDEXER_DIM 32u    /* attention.indexer.key_length on ratio-4 layers: the FP4 blocks of 32 (§4.2.1) */
 #define OG_DS4_MAX_TOP_K (1u << 20)   /* attention.indexer.top_k, compressed rows */
 #define OG_DS4_MAX_FF (1u << 20)      /* expert_feed_forward_length */
 #define OG_DS4_MAX_EXPERT 4096u       /* expert_count */

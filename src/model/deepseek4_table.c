@@ -153,9 +153,10 @@ og_status og_ds4_hparams_read(const og_gguf *g, const og_logger *lg, og_ds4_hpar
                  &h->indexer_n_head, err, errlen));
     TRY(key_uint(g, "attention.indexer.key_length", any_csa, 0, any_csa ? h->n_rot : 0, OG_DS4_MAX_INDEXER_DIM,
                  &h->indexer_head_dim, err, errlen));
-    if (any_csa && !is_pow2(h->indexer_head_dim))
+    if (any_csa && (!is_pow2(h->indexer_head_dim) || h->indexer_head_dim < OG_DS4_MIN_INDEXER_DIM))
         return og_fail(err, errlen, OG_ERR_FORMAT, "key " ARCH "attention.indexer.key_length = %u is not a power of two "
-                       "(the indexer's Hadamard rotation, §4.2.2)", h->indexer_head_dim);
+                       "of at least %u (the indexer's Hadamard rotation and its FP4 rounding's blocks of 32, §4.2.1-2)",
+                       h->indexer_head_dim, OG_DS4_MIN_INDEXER_DIM);
     TRY(key_uint(g, "attention.indexer.top_k", any_csa, 0, any_csa ? 1 : 0, OG_DS4_MAX_TOP_K, &h->indexer_top_k, err,
                  errlen));
 

@@ -100,8 +100,10 @@ og_status og_ds4_config_check(const og_ds4_write_config *c, char *err, size_t er
         "--n-head must be 1..%u and a multiple of the output groups (%u)", OG_DS4_MAX_HEAD, h->o_group_count);
     REQ(h->n_rot >= 2 && h->n_rot % 2 == 0 && h->n_rot <= h->head_dim && h->n_rot <= OG_ROPE_MAX_DIM,
         "the RoPE dims (%u) must be even and at most the head dim (%u)", h->n_rot, h->head_dim);
-    REQ(h->indexer_head_dim >= h->n_rot && (h->indexer_head_dim & (h->indexer_head_dim - 1)) == 0,
-        "the indexer key length (%u) must be a power of two >= the RoPE dims", h->indexer_head_dim);
+    REQ(h->indexer_head_dim >= h->n_rot && h->indexer_head_dim >= OG_DS4_MIN_INDEXER_DIM &&
+            (h->indexer_head_dim & (h->indexer_head_dim - 1)) == 0,
+        "the indexer key length (%u) must be a power of two >= the RoPE dims and >= %u", h->indexer_head_dim,
+        OG_DS4_MIN_INDEXER_DIM);
     REQ(h->n_expert >= 1 && h->n_expert <= OG_DS4_MAX_EXPERT, "--n-expert must be 1..%u", OG_DS4_MAX_EXPERT);
     REQ(h->n_expert_used >= 1 && h->n_expert_used <= h->n_expert && h->n_expert_used <= OG_DS4_MAX_EXPERT_USED,
         "need 1 <= --n-expert-used (%u) <= --n-expert (%u), at most %u", h->n_expert_used, h->n_expert,

@@ -32,6 +32,13 @@ static volatile float sink;
  * the KV block, the scratch arena, the routers' top-k scans and the matmuls
  * (every weight element once per token; the weights are inside the input). */
 static bool small_enough(const og_model *m, size_t input_bytes) {
+    const og_model_info *mi = og_model_get_info(m);
+    if (strcmp(mi->arch, "deepseek2")) { /* deepseek4: its scratch and state, every weight once per token */
+        const uint64_t T = FUZZ_TOKENS;
+        const uint64_t bytes = og_fwd_scratch_bytes(m, T, T) + 4ull * mi->kv_elems_fixed + 4ull * T * mi->n_vocab;
+        const uint64_t ops = (uint64_t)input_bytes * 8 * T + T * mi->n_layer * mi->n_expert * (1ull + mi->n_expert_used);
+        return bytes <= FUZZ_MAX_BYTES && ops <= FUZZ_MAX_OPS;
+    }
     const og_hparams *h = &og_ds2_of(m)->hp;
     const uint64_t T = FUZZ_TOKENS, w = (uint64_t)h->kv_lora_rank + h->d_rope;
     uint64_t bytes = 4ull * h->n_layer * OG_KV_BLOCK * w;

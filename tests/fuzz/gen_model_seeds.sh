@@ -23,6 +23,6 @@ mk kquant --type Q2_K --type-attn Q4_K --n-embd 256 --n-layer 1 --n-dense 0 --n-
   --n-group 1 --n-ff-exp 32 --vocab 16 --seed 11
 # deepseek4 (--arch deepseek4): 4 layers [0,0,4,128], every kind of tensor once
 "$onegpu" make-model --arch deepseek4 --tokenizer none --vocab 32 --n-layer 4 --hash-layers 1 --n-embd 16 --n-head 2 \
-  --head-dim 16 --n-rot 4 --q-lora-rank 8 --o-rank 8 --indexer-heads 2 --indexer-dim 8 --n-expert 4 --n-expert-used 2 \
+  --head-dim 16 --n-rot 4 --q-lora-rank 8 --o-rank 8 --indexer-heads 2 --indexer-dim 32 --n-expert 4 --n-expert-used 2 \
   --n-ff-exp 8 --window 4 --top-k 2 --type Q8_0 -o "$dir/ds4-q8.gguf" 2>/dev/null
 ls -l "$dir"

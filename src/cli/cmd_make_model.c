@@ -197,6 +197,9 @@ int og_cli_make_vocab(const char *cmd, const char *tok_dir, uint32_t n_vocab, og
 int og_cli_make_result(const char *cmd, og_status st, const char *err, const char *out_path, bool split, bool sparse) {
     if (st) {
         fprintf(stderr, "%s: %s\n", cmd, err);
+        if (!sparse && st == OG_ERR_IO && strstr(err, "GiB of disk"))
+            fprintf(stderr, "%s: for planning only, --sparse writes the same file with its tensor data as holes "
+                            "(no disk)\n", cmd);
         /* the request is wrong (shapes, types, sizes): 1; the disk or tokenizer failed: 2 */
         return st == OG_ERR_INVALID_ARG || st == OG_ERR_UNSUPPORTED || st == OG_ERR_RANGE ? OG_EXIT_USAGE
                                                                                          : OG_EXIT_BAD_INPUT;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 typedef struct wkv {
@@ -368,6 +369,20 @@ static og_status write_part(og_gguf_writer *w, const part_spec *ps, const char *
     }
     if (h.oom) {
         st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory while building the header");
+        goto fail;
+    }
+    /* Refuse up front what the filesystem cannot hold (statvfs's f_bavail: the
+     * blocks an unprivileged writer may use) instead of filling it and failing on
+     * ENOSPC much later; holes (tensors neither given nor filled) cost no disk.
+     * A split model's first part counts every part's tensors, later ones theirs
+     * and the rest (the later parts' small headers aside). */
+    uint64_t to_write = h.n;
+    for (size_t i = ps->t0; i < w->n_tensors; i++)
+        if (w->tensors[i].t.data || fill) to_write += w->tensors[i].t.n_bytes;
+    struct statvfs vfs;
+    if (fstatvfs(fileno(f), &vfs) == 0 && vfs.f_frsize && to_write / vfs.f_frsize > vfs.f_bavail) {
+        st = og_fail(err, errlen, OG_ERR_IO, "%s: needs %.2f GiB of disk, %.2f GiB free there", path,
+                     (double)to_write / 1073741824.0, (double)vfs.f_bavail * (double)vfs.f_frsize / 1073741824.0);
         goto fail;
     }
     if ((st = write_all(f, h.p, h.n, path, err, errlen))) goto fail;

@@ -234,7 +234,9 @@ typedef og_status (*og_gguf_fill_fn)(void *ctx, uint64_t i, const og_gguf_tensor
 
 /* Writes the file atomically: a mkstemp file beside path, fsync, then rename
  * (an existing path that is not a regular file is refused). Tensors whose data
- * is NULL are produced by fill (if given) or left as holes (sparse file). */
+ * is NULL are produced by fill (if given) or left as holes (sparse file).
+ * Errors: OG_ERR_IO naming the path (before any byte is written when the bytes
+ * to write, holes excluded, exceed the free disk there: "needs X GiB of disk"). */
 og_status og_gguf_writer_write(og_gguf_writer *w, const char *path, og_gguf_fill_fn fill,
                                void *fill_ctx, char *err, size_t errlen);
 

@@ -8,7 +8,6 @@
 
 #include <math.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -416,25 +415,13 @@ og_status og_ds2_synth_write(const og_ds2_synth_config *c, const og_model_vocab 
                        "as llama-quantize does", b.fallbacks[from][to], og_type_name((uint32_t)from),
                        og_type_size_of((uint32_t)from)->blck, og_type_name((uint32_t)to));
     if (!sparse) { /* refuse before writing what cannot fit */
-        uint64_t data = og_gguf_writer_data_bytes(b.w);
         if (b.max_tensor_bytes > (32ull << 30)) {
             char sz[32];
             st = og_fail(err, errlen, OG_ERR_RANGE, "a %s tensor is too large to generate; use --sparse for a planning file",
                          og_fmt_bytes(b.max_tensor_bytes, sz, sizeof sz));
             goto out;
         }
-        struct statvfs vfs;
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash) *slash = '\0';
-        else snprintf(dir, sizeof dir, ".");
-        if (statvfs(dir, &vfs) == 0 && data > (uint64_t)vfs.f_bavail * vfs.f_frsize) {
-            char need[32], have[32];
-            st = og_fail(err, errlen, OG_ERR_RANGE, "the model needs %s but %s has %s free; use --sparse for a planning file",
-                         og_fmt_bytes(data, need, sizeof need), dir, og_fmt_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, have, sizeof have));
-            goto out;
-        }
+        /* the free disk is checked by the GGUF writer, before any byte is written */
     }
     fill_ctx fc = {.b = &b, .rank_layer = -1};
     if (!c->split_max_bytes) {

@@ -345,6 +345,32 @@ static void test_sparse_write(void **state) {
     unlink(path);
 }
 
+static og_status fill_never(void *ctx, uint64_t i, const og_gguf_tensor *t, void *buf, char *err, size_t errlen) {
+    (void)ctx, (void)i, (void)t, (void)buf, (void)err, (void)errlen;
+    fail_msg("fill called for a file the disk cannot hold");
+    return OG_ERR_STATE;
+}
+
+/* 1 PiB of tensor data to fill: refused before any byte is written (no temporary
+ * left, fill never called), with the sizes; the same tensor as a hole is written. */
+static void test_write_refuses_over_free_disk(void **state) {
+    (void)state;
+    og_gguf_writer *w;
+    assert_int_equal(og_gguf_writer_create(32, &w), OG_OK);
+    og_gguf_writer_set_str(w, "general.architecture", "test");
+    int64_t ne[3] = {1 << 20, 1 << 20, 256}; /* 2^48 F32 = 1 PiB */
+    assert_int_equal(og_gguf_writer_add_tensor(w, "huge", OG_TYPE_F32, 3, ne, NULL), OG_OK);
+    char dir[300], path[400], err[512];
+    snprintf(dir, sizeof dir, "%s/nospace", g_tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/huge.gguf", dir);
+    assert_int_equal(og_gguf_writer_write(w, path, fill_never, NULL, err, sizeof err), OG_ERR_IO);
+    assert_non_null(strstr(err, "needs 1048576.00 GiB of disk"));
+    assert_non_null(strstr(err, "GiB free there"));
+    assert_int_equal(rmdir(dir), 0); /* empty: neither the file nor a temporary was left */
+    og_gguf_writer_free(w);
+}
+
 /* ---- corrupt files ---------------------------------------------------------- */
 
 typedef struct corrupt_case {
@@ -950,13 +976,14 @@ int main(int argc, char **argv) {
     g_onegpu = argv[1];
     snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/og_test_gguf_XXXXXX");
     if (!mkdtemp(g_tmpdir)) return 2;
-    struct CMUnitTest tests[15 + 2 * N_CASES + N_SPLIT_CASES];
+    struct CMUnitTest tests[16 + 2 * N_CASES + N_SPLIT_CASES];
     size_t n = 0;
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_read_fixture);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_writer_matches_spec_bytes);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_round_trip_all_types);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_small_alignment);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_sparse_write);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_write_refuses_over_free_disk);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_i32_tensor);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_messages_distinct);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_every_truncation);

@@ -55,6 +55,14 @@ static void prompt_of(int which, int32_t V, int32_t *out) {
     }
 }
 
+/* Prompt `which` in a new array (the caller frees it). */
+static int32_t *prompt_new(int which, int32_t V) {
+    int32_t *t = malloc((size_t)g_len[which] * sizeof *t);
+    assert_non_null(t);
+    prompt_of(which, V, t);
+    return t;
+}
+
 /* The model with its rounding options ("kv-fp8=off,..." or NULL: the defaults). */
 static og_model *load(const char *opts) {
     og_model *m;
@@ -377,8 +385,7 @@ static void test_fork(void **state) {
     assert_false(og_model_get_info(m)->kv_paged);
     const int64_t V = og_model_get_info(m)->n_vocab;
     const int n = g_len[2], P = n - NSTEP;
-    int32_t *toks = malloc((size_t)n * sizeof *toks);
-    prompt_of(2, (int32_t)V, toks);
+    int32_t *toks = prompt_new(2, (int32_t)V);
     og_kernels k = fx_best_kernels();
     og_pool *pool;
     char err[512];

@@ -401,6 +401,7 @@ static og_status seq_make(og_engine *e, const int32_t *prompt, int n_prompt, con
                        n_prompt, p->max_tokens > 0 ? p->max_tokens : 1);
     og_seq *s = calloc(1, sizeof *s);
     if (!s) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    s->kv.n_ctx = ctx; /* deepseek4's window rings: min(window, ctx) rows */
     og_status st = og_sampler_create(&p->sampling, e->n_vocab, &s->smp, err, errlen);
     if (st) {
         free(s);

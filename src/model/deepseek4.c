@@ -284,7 +284,9 @@ typedef struct row_store {
 typedef struct ds4_seq {
     og_device *dev;          /* the memory's device (NULL: host memory); outlives the state */
     uint32_t n_layer;
-    float **raw;             /* [n_layer] device [n_swa][D]: position p in row p mod n_swa */
+    int32_t n_ring;          /* rows of each raw ring: min(n_swa, the sequence's og_kv.n_ctx) */
+    float **raw;             /* [n_layer] device [n_ring][D]: position p in row p mod n_swa (< n_ring: p < n_ring
+                                when n_ring < n_swa) */
     float **cstate, **istate;/* [n_layer] compressor states (og_compress_op.state) or NULL */
     row_store *comp, *ikeys; /* [n_layer] compressed rows [D], indexer keys [ID] */
 } ds4_seq;
@@ -329,14 +331,21 @@ static uint64_t state_floats(uint32_t ratio, uint64_t width) {
     return 2 * lanes * ratio * lanes * width;
 }
 
-/* Makes the state of a sequence (its first forward call). */
-static og_status seq_create(const og_ds4 *d, og_device *dev, ds4_seq **out) {
+/* Rows of a sequence's raw rings: the window, or its context when smaller
+ * (n_ctx 0: unknown, the window). */
+static int32_t ring_rows(const og_ds4_hparams *hp, int32_t n_ctx) {
+    return n_ctx > 0 && (uint32_t)n_ctx < hp->n_swa ? n_ctx : (int32_t)hp->n_swa;
+}
+
+/* Makes the state of a sequence (its first forward call), rings of n_ring rows. */
+static og_status seq_create(const og_ds4 *d, og_device *dev, int32_t n_ring, ds4_seq **out) {
     const og_ds4_hparams *hp = &d->hp;
     const uint32_t NL = hp->n_layer;
     ds4_seq *q = calloc(1, sizeof *q);
     if (!q) return OG_ERR_NOMEM;
     q->dev = dev;
     q->n_layer = NL;
+    q->n_ring = n_ring;
     q->raw = calloc(NL, sizeof *q->raw);
     q->cstate = calloc(NL, sizeof *q->cstate);
     q->istate = calloc(NL, sizeof *q->istate);
@@ -345,7 +354,7 @@ static og_status seq_create(const og_ds4 *d, og_device *dev, ds4_seq **out) {
     og_status st = q->raw && q->cstate && q->istate && q->comp && q->ikeys ? OG_OK : OG_ERR_NOMEM;
     for (uint32_t il = 0; il < NL && !st; il++) {
         const uint32_t r = hp->compress_ratio[il];
-        if (!(q->raw[il] = seq_alloc(dev, (uint64_t)hp->n_swa * hp->head_dim * sizeof(float)))) st = OG_ERR_NOMEM;
+        if (!(q->raw[il] = seq_alloc(dev, (uint64_t)n_ring * hp->head_dim * sizeof(float)))) st = OG_ERR_NOMEM;
         if (!st && r && !(q->cstate[il] = seq_alloc(dev, state_floats(r, hp->head_dim) * sizeof(float))))
             st = OG_ERR_NOMEM;
         if (!st && r == OG_DS4_RATIO_CSA &&
@@ -413,14 +422,14 @@ static og_status ds4_state_fork(const og_model *m, const og_run_ctx *rc, const o
     if (src->arch_free != seq_free || q->n_layer != hp->n_layer)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the cache holds no deepseek4 state of this model");
     ds4_seq *nq;
-    if (seq_create(d, q->dev, &nq))
+    if (seq_create(d, q->dev, q->n_ring, &nq))
         return og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: no memory for the forked sequence's state");
     og_stream *s = q->dev ? rc->stream : NULL;
     const uint64_t fb = sizeof(float);
     og_status st = OG_OK;
     for (uint32_t il = 0; il < hp->n_layer && !st; il++) {
         const uint32_t r = hp->compress_ratio[il];
-        st = seq_copy(q->dev, s, nq->raw[il], q->raw[il], (uint64_t)hp->n_swa * hp->head_dim * fb, err, errlen);
+        st = seq_copy(q->dev, s, nq->raw[il], q->raw[il], (uint64_t)q->n_ring * hp->head_dim * fb, err, errlen);
         if (st || !r) continue;
         const int64_t rows = src->n_pos / (int64_t)r;
         if (store_reserve(nq->dev, &nq->comp[il], rows, hp->head_dim) ||
@@ -447,7 +456,7 @@ static og_status ds4_state_fork(const og_model *m, const og_run_ctx *rc, const o
         seq_free(nq);
         return st;
     }
-    *dst = (og_kv){.dev = q->dev, .n_pos = src->n_pos, .arch = nq, .arch_free = seq_free};
+    *dst = (og_kv){.dev = q->dev, .n_pos = src->n_pos, .n_ctx = src->n_ctx, .arch = nq, .arch_free = seq_free};
     return OG_OK;
 }
 
@@ -843,13 +852,15 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
         if (!kv->arch && p->seq_off[s + 1] == p->seq_off[s]) continue;
         if (!kv->arch) {
             ds4_seq *q;
-            if (seq_create(d, rc->dev, &q)) {
+            const int32_t rows = ring_rows(hp, kv->n_ctx);
+            if (seq_create(d, rc->dev, rows, &q)) {
                 uint64_t fixed;
                 double per_tok;
                 kv_elems(hp, &fixed, &per_tok);
+                fixed -= (uint64_t)hp->n_layer * (hp->n_swa - (uint32_t)rows) * hp->head_dim;
                 return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for a new sequence's state (%.1f MiB: %u layers' "
-                               "windows of %u positions and compressor states)", (double)fixed * sizeof(float) / 1048576.0,
-                               hp->n_layer, hp->n_swa);
+                               "windows of %d positions and compressor states)", (double)fixed * sizeof(float) / 1048576.0,
+                               hp->n_layer, rows);
             }
             kv->arch = q;
             kv->arch_free = seq_free;
@@ -858,6 +869,9 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
         ds4_seq *q = kv->arch;
         if (q->dev != rc->dev || kv->arch_free != seq_free)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d's state is on another device", s);
+        if (q->n_ring < (int32_t)hp->n_swa && p->next[s] > q->n_ring)
+            return og_fail(err, errlen, OG_ERR_RANGE, "sequence %d would hold %d positions, past its context of %d "
+                           "(og_kv.n_ctx: its window rings hold %d rows)", s, p->next[s], q->n_ring, q->n_ring);
         p->st[s] = q;
         for (uint32_t il = 0; il < hp->n_layer; il++) {
             const uint32_t r = hp->compress_ratio[il];
@@ -942,7 +956,8 @@ static void host_arrays_free(host_arrays *ha) {
 /* og_model_forward_batch for deepseek4 (§4.2): positions and the rows each
  * token sees on the host, everything else as device ops on rc->dev / rc->stream
  * (or a host device). Errors: OG_ERR_INVALID_ARG (a token or sequence out of
- * range, no dispatcher, a state of another device), OG_ERR_UNSUPPORTED (a device
+ * range, no dispatcher, a state of another device), OG_ERR_RANGE (a sequence
+ * past its og_kv.n_ctx when that is below the window), OG_ERR_UNSUPPORTED (a device
  * without deepseek4's ops: the cuda device for now), OG_ERR_NOMEM, the ops' and
  * the dispatcher's. On error no n_pos changes, but a sequence's rings,
  * compressor states and stores may hold part of the call: drop (og_kv_free)

@@ -120,6 +120,7 @@ og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, 
         if (!src->arch) { /* nothing run yet: an empty cache */
             if (src->n_pos)
                 return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: %d positions without a state", src->n_pos);
+            dst->n_ctx = src->n_ctx;
             return OG_OK;
         }
         if (dev && (!rc || rc->dev != dev || !rc->stream))
@@ -168,6 +169,7 @@ og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, 
         return st;
     }
     k.n_pos = src->n_pos;
+    k.n_ctx = src->n_ctx;
     *dst = k;
     return OG_OK;
 }

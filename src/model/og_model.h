@@ -155,6 +155,9 @@ typedef struct og_kv {
                           forward call), or NULL: host memory. It must outlive the cache */
     int n_blocks, cap_blocks;
     int32_t n_pos;     /* positions filled */
+    int32_t n_ctx;     /* the most positions the sequence will hold (the engine's ctx), set before its
+                          first forward call, or 0: the model's trained context. deepseek4 sizes its
+                          window rings by min(window, n_ctx) and then refuses positions past n_ctx */
     void *arch;                    /* architecture-owned state, or NULL */
     void (*arch_free)(void *arch); /* frees arch (set by whoever set arch) */
 } og_kv;

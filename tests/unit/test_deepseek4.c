@@ -11,6 +11,8 @@
  *  - og_kv_fork after a prompt past the window and several compression blocks:
  *    the fork and the original decode bitwise what an unforked run decodes,
  *    either one after the other is freed (host memory and a device's);
+ *  - a context below the window: rings of that size, the same bits, then a
+ *    clear error;
  *  - the ops against double references (QAT rounding, mHC mixes);
  *  - bad files (a missing tensor, a wrong shape, a key out of its bound) and
  *    bad options get clear errors.
@@ -461,6 +463,41 @@ static void test_fork(void **state) {
     og_model_free(m);
 }
 
+/* A sequence whose context (og_kv.n_ctx) is below the window (8 in the tiny
+ * file) gets rings of n_ctx rows: the same bits as an unbounded one up to
+ * n_ctx positions (also forked), then OG_ERR_RANGE with n_pos unchanged. */
+static void test_ring_ctx(void **state) {
+    (void)state;
+    og_model *m = load(NULL);
+    const int64_t V = og_model_get_info(m)->n_vocab;
+    enum { CTX = 6 };
+    int32_t *toks = prompt_new(0, (int32_t)V);
+    og_kernels k = fx_best_kernels();
+    char err[512];
+    og_run_ctx rc = {.kern = &k, .dispatch = g_host, .host_numerics = OG_NUMERICS_CANONICAL,
+                     .device_numerics = OG_NUMERICS_CANONICAL};
+    float *ref = malloc((size_t)(CTX * V) * sizeof *ref), *got = malloc((size_t)(CTX * V) * sizeof *got);
+    og_kv u = {0}, bnd = {.n_ctx = CTX}, f;
+    decode_steps(m, &rc, &u, toks, CTX, V, ref);
+    if (og_model_forward(m, &rc, &bnd, toks, CTX - 2, got, true, err, sizeof err)) fail_msg("%s", err);
+    fork_of(m, &rc, &bnd, &f);
+    assert_int_equal(f.n_ctx, CTX);
+    decode_steps(m, &rc, &bnd, toks + CTX - 2, 2, V, got + (CTX - 2) * V);
+    assert_memory_equal(ref, got, (size_t)(CTX * V) * sizeof *got);
+    decode_steps(m, &rc, &f, toks + CTX - 2, 2, V, got);
+    assert_memory_equal(ref + (CTX - 2) * V, got, (size_t)(2 * V) * sizeof *got);
+    assert_int_equal(og_model_forward(m, &rc, &bnd, toks + CTX, 1, got, false, err, sizeof err), OG_ERR_RANGE);
+    assert_non_null(strstr(err, "context of 6"));
+    assert_int_equal(bnd.n_pos, CTX);
+    og_kv_free(&u);
+    og_kv_free(&bnd);
+    og_kv_free(&f);
+    free(ref);
+    free(got);
+    free(toks);
+    og_model_free(m);
+}
+
 /* ---- batch invariance ---- */
 
 static void test_batch_invariance(void **state) {
@@ -782,7 +819,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qat_op),           cmocka_unit_test(test_hc_mix_op),
         cmocka_unit_test(test_bad_files),        cmocka_unit_test(test_prefill_decode),
-        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_fork),
+        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_fork), cmocka_unit_test(test_ring_ctx),
         cmocka_unit_test(test_tiers_bitwise),
         cmocka_unit_test(test_against_reference),
     };

@@ -321,7 +321,7 @@ int og_cmd_serve(int argc, char **argv) {
     og_api_model mdl = {.tok = tok, .chat = chat_kind ? chat_kind : og_chat_kind_of(og_model_gguf(m)),
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = mi->n_layer,
                         .capacity = (int)(parallel + queue), .parallel = (int)parallel,
-                        .no_fork = !mi->kv_paged, .max_tokens = (int)max_tokens, .reasoning = reasoning};
+                        .no_fork = !mi->kv_fork, .max_tokens = (int)max_tokens, .reasoning = reasoning};
     /* the engine shares blocks only of a paged cache (og_model_info.kv_paged):
      * asking for it on another model is told, not pretended */
     if (prefix_cache && prefix_cache_given && !mi->kv_paged)

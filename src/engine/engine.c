@@ -401,6 +401,7 @@ static og_status seq_make(og_engine *e, const int32_t *prompt, int n_prompt, con
                        n_prompt, p->max_tokens > 0 ? p->max_tokens : 1);
     og_seq *s = calloc(1, sizeof *s);
     if (!s) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    s->kv.n_ctx = ctx; /* deepseek4's window rings: min(window, ctx) rows */
     og_status st = og_sampler_create(&p->sampling, e->n_vocab, &s->smp, err, errlen);
     if (st) {
         free(s);
@@ -487,6 +488,9 @@ og_status og_engine_submit_n(og_engine *e, const int32_t *prompt, int n_prompt, 
         return og_fail(err, errlen, OG_ERR_INVALID_ARG,
                        "%d choices of one prompt, but they decode together and the engine runs %d sequences at once "
                        "(parallel): 1..%d", n, e->cfg.parallel, e->cfg.parallel);
+    if (n > 1 && !og_model_get_info(e->cfg.model)->kv_fork)
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "%d choices of one prompt, but %s's caches cannot fork", n,
+                       og_model_get_info(e->cfg.model)->arch);
     og_status st = OG_OK;
     for (int i = 0; i < n && !st; i++) {
         og_seq_params q = *p;

@@ -180,13 +180,15 @@ og_status og_engine_submit(og_engine *e, const int32_t *prompt, int n_prompt, co
  * wait; in the step where its last position's logits come, each choice samples
  * its first token from its own copy of that row, and then forks the prompt's KV
  * cache (og_kv_fork: the prefix cache's full blocks shared, refcounted; the
- * others, the partial last block at least, copied). So at temperature 0 the n
+ * others, the partial last block at least, copied; an unpaged cache such as
+ * deepseek4's: its whole state copied). So at temperature 0 the n
  * choices are token for token and log-prob for log-prob the one og_engine_submit
  * gives. Each is its own og_seq afterwards (take, release: releasing choice 0
  * before its prompt is in hands the prefill to a waiting one). n_cached is the
  * prefix-cache hit of the one prefill for every choice. Errors: as
  * og_engine_submit's (for all n: none is queued), plus OG_ERR_INVALID_ARG for n
- * outside 1..parallel. */
+ * outside 1..parallel, OG_ERR_UNSUPPORTED for n > 1 on a model whose caches
+ * do not fork (og_model_info.kv_fork false). */
 og_status og_engine_submit_n(og_engine *e, const int32_t *prompt, int n_prompt, const og_seq_params *p, int n,
                              og_seq **out, char *err, size_t errlen);
 

@@ -371,7 +371,7 @@ static void info_of(const og_hparams *h, og_model_info *info) {
         .n_ff = h->n_ff, .n_dense = h->n_dense,
         /* the MLA cache: per layer and position the latent c (r_kv) and k_pe (d_rope), §3 */
         .kv_elems_fixed = 0, .kv_elems_per_token = (double)h->n_layer * (h->kv_lora_rank + h->d_rope),
-        .kv_paged = true,
+        .kv_paged = true, .kv_fork = true, /* og_kv_fork copies or shares blocks */
         .kv_block_bytes = (uint64_t)h->n_layer * OG_KV_BLOCK * (h->kv_lora_rank + h->d_rope) * sizeof(float)};
 }
 

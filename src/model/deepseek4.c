@@ -140,6 +140,7 @@ static void fill_info(const og_ds4_hparams *hp, og_model_info *info) {
     kv_elems(hp, &info->kv_elems_fixed, &info->kv_elems_per_token);
     info->kv_elem_bytes = sizeof(float); /* seq_alloc / store_reserve: F32 rows */
     info->kv_paged = false;
+    info->kv_fork = true; /* ds4_state_fork */
     /* one token / one row: each piece's alignment rounding at 1 bounds it at n */
     info->fwd_bytes_per_token = scratch_of(hp, 1, 0);
     info->fwd_bytes_per_output = scratch_of(hp, 0, 1);
@@ -283,7 +284,9 @@ typedef struct row_store {
 typedef struct ds4_seq {
     og_device *dev;          /* the memory's device (NULL: host memory); outlives the state */
     uint32_t n_layer;
-    float **raw;             /* [n_layer] device [n_swa][D]: position p in row p mod n_swa */
+    int32_t n_ring;          /* rows of each raw ring: min(n_swa, the sequence's og_kv.n_ctx) */
+    float **raw;             /* [n_layer] device [n_ring][D]: position p in row p mod n_swa (< n_ring: p < n_ring
+                                when n_ring < n_swa) */
     float **cstate, **istate;/* [n_layer] compressor states (og_compress_op.state) or NULL */
     row_store *comp, *ikeys; /* [n_layer] compressed rows [D], indexer keys [ID] */
 } ds4_seq;
@@ -328,14 +331,21 @@ static uint64_t state_floats(uint32_t ratio, uint64_t width) {
     return 2 * lanes * ratio * lanes * width;
 }
 
-/* Makes the state of a sequence (its first forward call). */
-static og_status seq_create(const og_ds4 *d, og_device *dev, ds4_seq **out) {
+/* Rows of a sequence's raw rings: the window, or its context when smaller
+ * (n_ctx 0: unknown, the window). */
+static int32_t ring_rows(const og_ds4_hparams *hp, int32_t n_ctx) {
+    return n_ctx > 0 && (uint32_t)n_ctx < hp->n_swa ? n_ctx : (int32_t)hp->n_swa;
+}
+
+/* Makes the state of a sequence (its first forward call), rings of n_ring rows. */
+static og_status seq_create(const og_ds4 *d, og_device *dev, int32_t n_ring, ds4_seq **out) {
     const og_ds4_hparams *hp = &d->hp;
     const uint32_t NL = hp->n_layer;
     ds4_seq *q = calloc(1, sizeof *q);
     if (!q) return OG_ERR_NOMEM;
     q->dev = dev;
     q->n_layer = NL;
+    q->n_ring = n_ring;
     q->raw = calloc(NL, sizeof *q->raw);
     q->cstate = calloc(NL, sizeof *q->cstate);
     q->istate = calloc(NL, sizeof *q->istate);
@@ -344,7 +354,7 @@ static og_status seq_create(const og_ds4 *d, og_device *dev, ds4_seq **out) {
     og_status st = q->raw && q->cstate && q->istate && q->comp && q->ikeys ? OG_OK : OG_ERR_NOMEM;
     for (uint32_t il = 0; il < NL && !st; il++) {
         const uint32_t r = hp->compress_ratio[il];
-        if (!(q->raw[il] = seq_alloc(dev, (uint64_t)hp->n_swa * hp->head_dim * sizeof(float)))) st = OG_ERR_NOMEM;
+        if (!(q->raw[il] = seq_alloc(dev, (uint64_t)n_ring * hp->head_dim * sizeof(float)))) st = OG_ERR_NOMEM;
         if (!st && r && !(q->cstate[il] = seq_alloc(dev, state_floats(r, hp->head_dim) * sizeof(float))))
             st = OG_ERR_NOMEM;
         if (!st && r == OG_DS4_RATIO_CSA &&
@@ -377,6 +387,77 @@ static og_status store_reserve(og_device *dev, row_store *s, int64_t n_rows, uin
 
 static float *store_row(const row_store *s, int64_t c, uint64_t width) {
     return s->blocks[c / COMP_BLOCK] + (uint64_t)(c % COMP_BLOCK) * width;
+}
+
+/* bytes from src to dst: a host memcpy, or the device's copy op on s. */
+static og_status seq_copy(og_device *dev, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
+                          size_t errlen) {
+    if (!dev) {
+        memcpy(dst, src, (size_t)bytes);
+        return OG_OK;
+    }
+    og_copy_op cp = {.dst = dst, .src = src, .row_bytes = bytes, .n_rows = 1, .n_mats = 1};
+    return dev->ops->copy(dev, s, &cp, err, errlen);
+}
+
+/* The first n_rows rows (of width floats) of store a into b (reserved). */
+static og_status store_copy(og_device *dev, og_stream *s, row_store *b, const row_store *a, int64_t n_rows,
+                            uint64_t width, char *err, size_t errlen) {
+    for (int64_t c = 0; c < n_rows; c += COMP_BLOCK) {
+        const int64_t n = n_rows - c < COMP_BLOCK ? n_rows - c : COMP_BLOCK;
+        TRY(seq_copy(dev, s, store_row(b, c, width), store_row(a, c, width), (uint64_t)n * width * sizeof(float), err,
+                     errlen));
+    }
+    return OG_OK;
+}
+
+/* og_arch.state_fork (og_kv_fork): a new state in src's memory holding copies
+ * of every layer's raw window, compressor states, and the compressed rows and
+ * indexer keys src's n_pos positions made (n_pos / ratio rows each). */
+static og_status ds4_state_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, og_kv *dst, char *err,
+                                size_t errlen) {
+    const og_ds4 *d = m->impl;
+    const og_ds4_hparams *hp = &d->hp;
+    const ds4_seq *q = src->arch;
+    if (src->arch_free != seq_free || q->n_layer != hp->n_layer)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the cache holds no deepseek4 state of this model");
+    ds4_seq *nq;
+    if (seq_create(d, q->dev, q->n_ring, &nq))
+        return og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: no memory for the forked sequence's state");
+    og_stream *s = q->dev ? rc->stream : NULL;
+    const uint64_t fb = sizeof(float);
+    og_status st = OG_OK;
+    for (uint32_t il = 0; il < hp->n_layer && !st; il++) {
+        const uint32_t r = hp->compress_ratio[il];
+        st = seq_copy(q->dev, s, nq->raw[il], q->raw[il], (uint64_t)q->n_ring * hp->head_dim * fb, err, errlen);
+        if (st || !r) continue;
+        const int64_t rows = src->n_pos / (int64_t)r;
+        if (store_reserve(nq->dev, &nq->comp[il], rows, hp->head_dim) ||
+            (r == OG_DS4_RATIO_CSA && store_reserve(nq->dev, &nq->ikeys[il], rows, hp->indexer_head_dim))) {
+            st = og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: no memory for the forked sequence's compressed rows");
+            break;
+        }
+        st = seq_copy(q->dev, s, nq->cstate[il], q->cstate[il], state_floats(r, hp->head_dim) * fb, err, errlen);
+        if (!st) st = store_copy(q->dev, s, &nq->comp[il], &q->comp[il], rows, hp->head_dim, err, errlen);
+        if (!st && r == OG_DS4_RATIO_CSA)
+            st = seq_copy(q->dev, s, nq->istate[il], q->istate[il], state_floats(r, hp->indexer_head_dim) * fb, err,
+                          errlen);
+        if (!st && r == OG_DS4_RATIO_CSA)
+            st = store_copy(q->dev, s, &nq->ikeys[il], &q->ikeys[il], rows, hp->indexer_head_dim, err, errlen);
+    }
+    if (q->dev) { /* the copies are done before either state is read or written (also after an error) */
+        char e2[64];
+        og_event ev;
+        og_status ws = q->dev->ops->event_record(q->dev, s, &ev, st ? e2 : err, st ? sizeof e2 : errlen);
+        if (!ws) ws = q->dev->ops->event_wait(q->dev, ev, st ? e2 : err, st ? sizeof e2 : errlen);
+        if (!st) st = ws;
+    }
+    if (st) {
+        seq_free(nq);
+        return st;
+    }
+    *dst = (og_kv){.dev = q->dev, .n_pos = src->n_pos, .n_ctx = src->n_ctx, .arch = nq, .arch_free = seq_free};
+    return OG_OK;
 }
 
 /* ---- the forward pass ------------------------------------------------------ */
@@ -529,7 +610,7 @@ static og_kv_view store_view(const plan *p, const int32_t *seq_idx, float **bloc
     int32_t nb = 0;
     for (int s = 0; s < p->n_seq; s++) {
         first_of[s] = nb;
-        for (int k = 0; k < stores[s]->n_blocks; k++) blocks[nb++] = stores[s]->blocks[k];
+        for (int k = 0; stores[s] && k < stores[s]->n_blocks; k++) blocks[nb++] = stores[s]->blocks[k];
     }
     for (int64_t t = 0; t < p->T; t++) {
         first[t] = first_of[seq_idx[t]];
@@ -566,10 +647,11 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     }
     /* the compressors (§4.2.1): rows complete in this call become visible to its later tokens */
     for (int s = 0; s < p->n_seq; s++) {
-        ha->cst[s] = &p->st[s]->comp[il];
-        ha->kst[s] = &p->st[s]->ikeys[il];
-        ha->sts[s] = p->st[s]->cstate[il];
-        ha->ists[s] = p->st[s]->istate[il];
+        const ds4_seq *q = p->st[s]; /* NULL: no tokens in this call */
+        ha->cst[s] = q ? &q->comp[il] : NULL;
+        ha->kst[s] = q ? &q->ikeys[il] : NULL;
+        ha->sts[s] = q ? q->cstate[il] : NULL;
+        ha->ists[s] = q ? q->istate[il] : NULL;
     }
     og_kv_view cv = {0};
     const int32_t *sel = NULL;
@@ -620,7 +702,7 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
                           .top_k = (int32_t)hp->indexer_top_k, .canonical = p->canon};
     TRY(f->ops->sink_attention(f->dev, f->s, &at, f->err, f->errlen));
     /* then this call's rows into the rings (in batch order: a sequence's last W stay) */
-    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = p->st[s]->raw[il];
+    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = p->st[s] ? p->st[s]->raw[il] : NULL;
     for (int64_t t = 0; t < T; t++) ha->pos_mod[t] = p->pos[t] % (int32_t)W;
     og_kv_store_op ks = {{ha->ring, p->n_seq, (int32_t)W, 0, D, D}, {b->kv, D, T, D}, ha->seq_idx, ha->pos_mod};
     TRY(f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen));
@@ -765,15 +847,20 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
         og_kv *kv = kvs[s];
         if (kv->n_blocks)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a deepseek4 cache", s);
+        /* a sequence without tokens in this call (a choice waiting for its prompt's
+         * fork) gets no state from it: p->st[s] stays NULL */
+        if (!kv->arch && p->seq_off[s + 1] == p->seq_off[s]) continue;
         if (!kv->arch) {
             ds4_seq *q;
-            if (seq_create(d, rc->dev, &q)) {
+            const int32_t rows = ring_rows(hp, kv->n_ctx);
+            if (seq_create(d, rc->dev, rows, &q)) {
                 uint64_t fixed;
                 double per_tok;
                 kv_elems(hp, &fixed, &per_tok);
+                fixed -= (uint64_t)hp->n_layer * (hp->n_swa - (uint32_t)rows) * hp->head_dim;
                 return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for a new sequence's state (%.1f MiB: %u layers' "
-                               "windows of %u positions and compressor states)", (double)fixed * sizeof(float) / 1048576.0,
-                               hp->n_layer, hp->n_swa);
+                               "windows of %d positions and compressor states)", (double)fixed * sizeof(float) / 1048576.0,
+                               hp->n_layer, rows);
             }
             kv->arch = q;
             kv->arch_free = seq_free;
@@ -782,6 +869,9 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
         ds4_seq *q = kv->arch;
         if (q->dev != rc->dev || kv->arch_free != seq_free)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d's state is on another device", s);
+        if (q->n_ring < (int32_t)hp->n_swa && p->next[s] > q->n_ring)
+            return og_fail(err, errlen, OG_ERR_RANGE, "sequence %d would hold %d positions, past its context of %d "
+                           "(og_kv.n_ctx: its window rings hold %d rows)", s, p->next[s], q->n_ring, q->n_ring);
         p->st[s] = q;
         for (uint32_t il = 0; il < hp->n_layer; il++) {
             const uint32_t r = hp->compress_ratio[il];
@@ -799,7 +889,7 @@ static og_status host_arrays_make(const og_ds4_hparams *hp, const plan *p, host_
     const size_t T = (size_t)p->T, k = hp->n_expert_used, N = hp->n_embd;
     size_t nb = 0, nkb = 0;
     for (int s = 0; s < p->n_seq; s++)
-        for (uint32_t il = 0; il < hp->n_layer; il++) {
+        for (uint32_t il = 0; il < hp->n_layer && p->st[s]; il++) {
             if ((size_t)p->st[s]->comp[il].n_blocks > nb) nb = (size_t)p->st[s]->comp[il].n_blocks;
             if ((size_t)p->st[s]->ikeys[il].n_blocks > nkb) nkb = (size_t)p->st[s]->ikeys[il].n_blocks;
         }
@@ -866,7 +956,8 @@ static void host_arrays_free(host_arrays *ha) {
 /* og_model_forward_batch for deepseek4 (§4.2): positions and the rows each
  * token sees on the host, everything else as device ops on rc->dev / rc->stream
  * (or a host device). Errors: OG_ERR_INVALID_ARG (a token or sequence out of
- * range, no dispatcher, a state of another device), OG_ERR_UNSUPPORTED (a device
+ * range, no dispatcher, a state of another device), OG_ERR_RANGE (a sequence
+ * past its og_kv.n_ctx when that is below the window), OG_ERR_UNSUPPORTED (a device
  * without deepseek4's ops: the cuda device for now), OG_ERR_NOMEM, the ops' and
  * the dispatcher's. On error no n_pos changes, but a sequence's rings,
  * compressor states and stores may hold part of the call: drop (og_kv_free)
@@ -971,4 +1062,5 @@ const og_arch og_arch_deepseek4 = {
     .scratch_bytes = ds4_scratch_bytes,
     .forward_batch = ds4_forward_batch,
     .set_option = ds4_set_option,
+    .state_fork = ds4_state_fork,
 };

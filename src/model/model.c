@@ -107,13 +107,31 @@ void og_kv_free(og_kv *kv) {
 
 og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, int n_share, og_kv *dst, char *err,
                      size_t errlen) {
-    if (dst->n_blocks || dst->blocks) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the destination is not empty");
-    if (!m->info.kv_paged || src->arch) /* the state outside the blocks has no fork yet */
-        return og_fail(err, errlen, OG_ERR_UNSUPPORTED,
-                       "kv fork: %s's per-sequence state (sliding windows, compressor state) cannot be forked yet", m->arch->name);
+    if (dst->n_blocks || dst->blocks || dst->arch || dst->n_pos)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the destination is not empty");
+    og_device *dev = src->dev;
+    if (!m->info.kv_paged) { /* the architecture's state (og_arch.state_fork) */
+        if (!m->arch->state_fork)
+            return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "kv fork: %s's per-sequence state cannot be forked",
+                           m->arch->name);
+        if (n_share || src->n_blocks)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: %s's cache has no blocks to share (%d asked, %d held)",
+                           m->arch->name, n_share, src->n_blocks);
+        if (!src->arch) { /* nothing run yet: an empty cache */
+            if (src->n_pos)
+                return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: %d positions without a state", src->n_pos);
+            dst->n_ctx = src->n_ctx;
+            return OG_OK;
+        }
+        if (dev && (!rc || rc->dev != dev || !rc->stream))
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the state is on a device the run context has no stream for");
+        return m->arch->state_fork(m, rc, src, dst, err, errlen);
+    }
+    if (src->arch)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: a paged %s cache holds an architecture state",
+                       m->arch->name);
     if (n_share < 0 || n_share > src->n_blocks)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: %d shared blocks of %d", n_share, src->n_blocks);
-    og_device *dev = src->dev;
     if (dev && n_share < src->n_blocks && (!rc || rc->dev != dev || !rc->stream))
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the cache is on a device the run context has no stream for");
     const int cap = src->n_blocks > 8 ? src->n_blocks : 8;
@@ -151,6 +169,7 @@ og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, 
         return st;
     }
     k.n_pos = src->n_pos;
+    k.n_ctx = src->n_ctx;
     *dst = k;
     return OG_OK;
 }

@@ -50,6 +50,14 @@ typedef struct og_arch {
                                const og_batch *batch, float *logits, char *err, size_t errlen);
     /* og_model_set_option, or NULL: the architecture has no options. */
     og_status (*set_option)(og_model *m, const char *name, const char *value, char *err, size_t errlen);
+    /* og_kv_fork of a model whose cache is not paged (og_model_info.kv_paged
+     * false), or NULL: its state has no fork (og_model_info.kv_fork false).
+     * src->arch is set (this architecture's state, src->n_pos positions); dst
+     * is empty. Deep-copies the state into new memory of src's (on rc->stream,
+     * waited for, when src->dev) and sets dst's arch, arch_free, dev and n_pos;
+     * on error dst stays empty. */
+    og_status (*state_fork)(const og_model *m, const og_run_ctx *rc, const og_kv *src, og_kv *dst, char *err,
+                            size_t errlen);
     /* (added to the contract) the ONE tensor-name table [n_tensors] the loader,
      * the writer (og_model_write.h) and role read */
     const og_arch_tensor *tensors;

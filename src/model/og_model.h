@@ -85,6 +85,9 @@ typedef struct og_model_info {
      * share whole blocks. false (deepseek4: ring windows, compressor state):
      * no block sharing, the model keeps its state in og_kv.arch. */
     bool kv_paged;
+    /* og_kv_fork works on this model's caches: paged blocks (kv_paged), or an
+     * architecture state with a fork (deepseek4). false: `n` > 1 is refused. */
+    bool kv_fork;
     uint64_t kv_block_bytes;     /* bytes of one og_kv block (kv_paged), else 0 */
     const og_moe_weights *moe;   /* [n_layer] with a loaded model; NULL from og_model_describe */
 } og_model_info;
@@ -152,6 +155,9 @@ typedef struct og_kv {
                           forward call), or NULL: host memory. It must outlive the cache */
     int n_blocks, cap_blocks;
     int32_t n_pos;     /* positions filled */
+    int32_t n_ctx;     /* the most positions the sequence will hold (the engine's ctx), set before its
+                          first forward call, or 0: the model's trained context. deepseek4 sizes its
+                          window rings by min(window, n_ctx) and then refuses positions past n_ctx */
     void *arch;                    /* architecture-owned state, or NULL */
     void (*arch_free)(void *arch); /* frees arch (set by whoever set arch) */
 } og_kv;
@@ -179,12 +185,17 @@ typedef struct og_run_ctx og_run_ctx;
  * [n_share, n_blocks) new ones in src's memory holding copies of src's (the
  * partial last block, and any full block the caller does not share), each
  * og_model_info.kv_block_bytes each (deepseek2: [n_layer][OG_KV_BLOCK][r_kv +
- * d_rope] floats). A cache on a device is copied on rc->stream (rc->dev must be
- * src->dev) and waited for. Errors: OG_ERR_UNSUPPORTED (a model whose cache is
- * not paged, kv_paged false: deepseek4's windows and compressor state have no
- * fork yet), OG_ERR_INVALID_ARG (dst not empty, n_share outside 0..n_blocks, a
- * device cache without its stream), OG_ERR_NOMEM or the device's (dst stays
- * empty). */
+ * d_rope] floats). A model whose cache is not paged (kv_paged false) with
+ * og_model_info.kv_fork (deepseek4): n_share must be 0 and dst gets a deep copy
+ * of src's architecture state (deepseek4: every layer's raw window
+ * [n_swa][head_dim], compressed rows [n_pos / ratio][head_dim], indexer keys
+ * [n_pos / 4][indexer_head_dim] and compressor states) in new memory of src's;
+ * src and dst are then independent (either may be freed or run on). A cache on
+ * a device is copied on rc->stream (rc->dev must be src->dev) and waited for.
+ * Errors: OG_ERR_UNSUPPORTED (kv_fork false: an architecture state without a
+ * fork), OG_ERR_INVALID_ARG (dst not empty, n_share outside 0..n_blocks or not
+ * 0 for an unpaged cache, a device cache without its stream, a state of another
+ * architecture), OG_ERR_NOMEM or the device's (dst stays empty). */
 og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, int n_share, og_kv *dst, char *err,
                      size_t errlen);
 

@@ -738,8 +738,8 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
     const int max_n = mdl->no_fork ? 1 : mdl->parallel > 0 && mdl->parallel < OG_API_MAX_N ? mdl->parallel : OG_API_MAX_N;
     i = 1;
     if (mdl->no_fork && !get_int(root, "n", 1, 1, &i, e))
-        return BAD("n", "'n' must be 1 for this model: its per-sequence state (sliding windows, compressor state) "
-                        "cannot be forked yet");
+        return BAD("n", "'n' must be 1 for this model: its per-sequence state cannot be forked "
+                        "(og_model_info.kv_fork)");
     if (!get_int(root, "n", 1, max_n, &i, e))
         return BAD("n", "'n' must be an integer in 1..%d: this server decodes at most %d choices of one prompt at "
                         "once (--parallel %d, and at most %d)", max_n, max_n, mdl->parallel, OG_API_MAX_N);
@@ -847,8 +847,8 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
             return BAD("suffix", "'suffix' (insertion) is not supported by this server");
         i = r->n;
         if (mdl->no_fork && !get_int(root, "best_of", 1, 1, &i, e))
-            return BAD("best_of", "'best_of' must be 1 for this model: its per-sequence state (sliding windows, "
-                                  "compressor state) cannot be forked yet");
+            return BAD("best_of", "'best_of' must be 1 for this model: its per-sequence state cannot be "
+                                  "forked (og_model_info.kv_fork)");
         if (!get_int(root, "best_of", r->n, max_n, &i, e))
             return BAD("best_of", "'best_of' must be an integer in n..%d (n is %d): the candidates generated per "
                                   "prompt, of which the n best are returned (--parallel %d, and at most %d)",

@@ -32,7 +32,7 @@ typedef struct og_api_model {
     uint32_t n_layer;        /* for per-layer metrics */
     int capacity;            /* sequences the engine holds at once: parallel + queue */
     int parallel;            /* sequences decoding at once: n (best_of) is at most this; 0: only OG_API_MAX_N */
-    bool no_fork;            /* the model's caches cannot fork (og_model_info.kv_paged false): n and best_of must be 1 */
+    bool no_fork;            /* the model's caches cannot fork (og_model_info.kv_fork false): n and best_of must be 1 */
     int max_tokens;          /* tokens generated for a request that sets no max_tokens (--max-tokens; 0: until
                                 the context is full, or completions' 16), clipped to what the context leaves */
     bool reasoning;          /* --reasoning on: thinking mode for chats that do not say (reasoning_effort,

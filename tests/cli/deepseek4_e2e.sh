@@ -3,7 +3,8 @@
 # deepseek4 tiny file with the real tokenizer. Greedy text from run (a prompt
 # past the window, the spec's rounding and llama.cpp's) must equal the server's /v1/completions
 # text for the same prompt (two front ends, one engine), and a chat completion
-# must answer with the OpenAI envelope.
+# must answer with the OpenAI envelope; n: 3 (the state forked after the
+# prompt) gives three copies of that text, a seeded n: 2 repeats itself.
 # usage: deepseek4_e2e.sh ONEGPU WORKDIR
 set -euo pipefail
 onegpu=$1 work=$2
@@ -48,7 +49,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 for rnd in spec llama; do
   # --prefix-cache on: deepseek4 has none (ring windows, compressor state): said, not pretended
-  start_server "$work/serve-$rnd.log" --ctx 512 --parallel 2 --ds4-rounding $rnd --prefix-cache on
+  start_server "$work/serve-$rnd.log" --ctx 512 --parallel 3 --ds4-rounding $rnd --prefix-cache on
   grep -q -- "--prefix-cache on: deepseek4 has no prefix cache" "$work/serve-$rnd.log" ||
     fail "serve --prefix-cache on with deepseek4 did not say it is off: $(cat "$work/serve-$rnd.log")"
   for _ in $(seq 50); do grep -q "ready:" "$work/serve-$rnd.log" && break; sleep 0.1; done # printed after /health turns 200
@@ -64,56 +65,85 @@ for rnd in spec llama; do
     -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":8}' >"$work/chat-$rnd.json" || fail "/v1/chat/completions"
   [[ $(json_get "$work/chat-$rnd.json" 'j.object + " " + typeof j.choices[0].message.content + " " + j.usage.completion_tokens') \
      =~ ^chat.completion\ string\ [1-8]$ ]] || fail "chat answer: $(cat "$work/chat-$rnd.json")"
-  # n > 1 forks a sequence's cache after its prompt: deepseek4's windows and compressor
-  # state have no fork yet, so n: 2 and best_of: 2 are refused up front (400 naming
-  # the field), not failed mid-request
-  for f in '"n":2' '"best_of":2'; do
-    c=$(curl -s -o "$work/n2-$rnd.json" -w '%{http_code}' "$base/v1/completions" -H 'Content-Type: application/json' \
-        -d "{\"prompt\":\"Hi\",\"max_tokens\":2,$f}")
-    [[ $c == 400 ]] && json_get "$work/n2-$rnd.json" 'j.error.param + " " + j.error.message' | grep -q "cannot be forked" ||
-      fail "$f on deepseek4: HTTP $c $(cat "$work/n2-$rnd.json")"
+  # n > 1 forks a sequence's state after its prompt (og_kv_fork: deepseek4's windows,
+  # compressed rows, indexer keys and compressor states copied): at temperature 0
+  # the 3 choices are each the n: 1 text; best_of 2 at temperature 0 is it too
+  body=$(node -e 'console.log(JSON.stringify({prompt: process.argv[1], max_tokens: 12, temperature: 0, n: 3}))' "$prompt")
+  curl -sf "$base/v1/completions" -H 'Content-Type: application/json' -d "$body" >"$work/n3-$rnd.json" ||
+    fail "n: 3 on deepseek4 (rounding $rnd): $(cat "$work/n3-$rnd.json")"
+  [[ $(json_get "$work/n3-$rnd.json" 'j.choices.length + " " + j.choices.map(c => c.index).join(",")') == "3 0,1,2" ]] ||
+    fail "n: 3 gave $(cat "$work/n3-$rnd.json")"
+  for i in 0 1 2; do
+    c=$(json_get "$work/n3-$rnd.json" "j.choices[$i].text")
+    [[ "$c" == "$got" ]] || fail "n: 3 (rounding $rnd): choice $i '$c' differs from n: 1's '$got'"
   done
+  body=$(node -e 'console.log(JSON.stringify({prompt: process.argv[1], max_tokens: 12, temperature: 0, best_of: 2}))' "$prompt")
+  curl -sf "$base/v1/completions" -H 'Content-Type: application/json' -d "$body" >"$work/bo2-$rnd.json" ||
+    fail "best_of: 2 on deepseek4 (rounding $rnd)"
+  [[ $(json_get "$work/bo2-$rnd.json" 'j.choices.length + " " + j.choices[0].text') == "1 $got" ]] ||
+    fail "best_of: 2 at temperature 0 (rounding $rnd): $(cat "$work/bo2-$rnd.json")"
+  # seeded sampling of n: 2 at temperature 1 gives the same two texts twice
+  body=$(node -e 'console.log(JSON.stringify({prompt: process.argv[1], max_tokens: 12, temperature: 1, n: 2, seed: 7}))' "$prompt")
+  for k in 1 2; do
+    curl -sf "$base/v1/completions" -H 'Content-Type: application/json' -d "$body" >"$work/seed$k-$rnd.json" ||
+      fail "seeded n: 2 on deepseek4 (rounding $rnd)"
+    json_get "$work/seed$k-$rnd.json" 'JSON.stringify(j.choices.map(c => [c.index, c.text]))' >"$work/seed$k-$rnd.txt"
+  done
+  [[ $(json_get "$work/seed1-$rnd.json" 'j.choices.length') == 2 ]] || fail "seeded n: 2 gave $(cat "$work/seed1-$rnd.json")"
+  cmp -s "$work/seed1-$rnd.txt" "$work/seed2-$rnd.txt" ||
+    fail "seeded n: 2 at temperature 1 (rounding $rnd) differs between runs: $(cat "$work/seed1-$rnd.txt") vs $(cat "$work/seed2-$rnd.txt")"
   kill "$spid"; wait "$spid" 2>/dev/null || true
-  echo "ok: onegpu serve (rounding $rnd) answers as onegpu run does; n > 1 refused clearly"
+  echo "ok: onegpu serve (rounding $rnd) answers as onegpu run does; n: 3 and best_of: 2 at temperature 0 give its text, seeded n: 2 repeats"
 done
 
 # out of memory for new sequences' state (a file whose window is 2^20 positions: 1.5 GiB
-# per sequence, made at its first step): one short step used to fail every request
-# in it; now only the newest fails and the others run. Not under the sanitizers
+# per sequence at --ctx 2^20, made at its first step): one short step used to fail every
+# request in it; now only the newest fails and the others run. At --ctx 256 the window
+# rings hold 256 rows (min(window, ctx)): all 4 fit under the same limit. Not under the sanitizers
 # (their shadow memory does not fit a ulimit -v) nor next to a GPU driver (a CUDA
 # context reserves more address space than the limit).
 if [[ -z ${OG_SANITIZED:-} && ! -e /proc/driver/nvidia ]]; then
-  wide=$work/ds4-window1m.gguf
-  [[ -s $wide ]] || "$onegpu" make-model --arch deepseek4 --preset tiny --window 1048576 -o "$wide" 2>"$work/make-wide.log" ||
-    { cat "$work/make-wide.log"; fail "make-model --window 1048576"; }
-  (ulimit -v 2600000; exec "$onegpu" serve -m "$wide" --port 0 --parallel 4 --ctx 256 --device cpu --threads 2) 2>"$work/serve-oom.log" >/dev/null &
-  spid=$!; pids+=("$spid")
-  port=
-  for _ in $(seq 150); do
-    port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$work/serve-oom.log" | grep -o '[0-9]*$' || true)
-    [[ -n $port ]] && grep -q "ready:" "$work/serve-oom.log" && break
-    kill -0 "$spid" 2>/dev/null || { cat "$work/serve-oom.log"; fail "serve under ulimit -v exited"; }
-    sleep 0.2
-  done
-  codes=()
-  for i in 1 2 3 4; do
-    curl -s -m 60 -o "$work/oom-$i.json" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
-      -H 'Content-Type: application/json' -d '{"prompt":"hello","max_tokens":4}' >"$work/oom-$i.code" &
-    codes+=($!)
-  done
-  wait "${codes[@]}"
-  ok=0
-  for i in 1 2 3 4; do
-    c=$(cat "$work/oom-$i.code")
-    if [[ $c == 200 ]]; then ok=$((ok + 1))
-    elif [[ $c != 500 ]] || ! grep -q "no memory for a new sequence's state" "$work/oom-$i.json"; then
-      fail "request $i under ulimit: $c $(cat "$work/oom-$i.json")"
+  wide=$work/ds4-window1m-ctx1m.gguf
+  [[ -s $wide ]] || "$onegpu" make-model --arch deepseek4 --preset tiny --window 1048576 --ctx 1048576 -o "$wide" 2>"$work/make-wide.log" ||
+    { cat "$work/make-wide.log"; fail "make-model --window 1048576 --ctx 1048576"; }
+  for ctx in 256 1048576; do
+    (ulimit -v 2600000; exec "$onegpu" serve -m "$wide" --port 0 --parallel 4 --ctx $ctx --device cpu --threads 2) 2>"$work/serve-oom.log" >/dev/null &
+    spid=$!; pids+=("$spid")
+    port=
+    for _ in $(seq 150); do
+      port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$work/serve-oom.log" | grep -o '[0-9]*$' || true)
+      [[ -n $port ]] && grep -q "ready:" "$work/serve-oom.log" && break
+      kill -0 "$spid" 2>/dev/null || { cat "$work/serve-oom.log"; fail "serve under ulimit -v exited"; }
+      sleep 0.2
+    done
+    codes=()
+    for i in 1 2 3 4; do
+      curl -s -m 60 -o "$work/oom-$i.json" -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" \
+        -H 'Content-Type: application/json' -d '{"prompt":"hello","max_tokens":4}' >"$work/oom-$i.code" &
+      codes+=($!)
+    done
+    wait "${codes[@]}"
+    if [[ $ctx == 256 ]]; then
+      for i in 1 2 3 4; do
+        [[ $(cat "$work/oom-$i.code") == 200 ]] || fail "--ctx 256, window 2^20: request $i $(cat "$work/oom-$i.json") (rings not cut to the context?)"
+      done
+      kill "$spid"; wait "$spid" 2>/dev/null || true
+      echo "ok: a 2^20 window at --ctx 256: rings of 256 rows, 4 of 4 served under the memory limit"
+      continue
     fi
+    ok=0
+    for i in 1 2 3 4; do
+      c=$(cat "$work/oom-$i.code")
+      if [[ $c == 200 ]]; then ok=$((ok + 1))
+      elif [[ $c != 500 ]] || ! grep -q "no memory for a new sequence's state" "$work/oom-$i.json"; then
+        fail "request $i under ulimit: $c $(cat "$work/oom-$i.json")"
+      fi
+    done
+    ((ok >= 1)) || fail "out of memory for new sequences: all 4 requests failed ($(cat "$work/oom-1.json"))"
+    c=$(curl -s -m 60 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+          -d '{"prompt":"hello","max_tokens":4}')
+    [[ $c == 200 ]] || fail "after the shortage a request got $c"
+    kill "$spid"; wait "$spid" 2>/dev/null || true
+    echo "ok: out of memory for new sequences: $ok of 4 served, the rest refused with the reason, then serving again"
   done
-  ((ok >= 1)) || fail "out of memory for new sequences: all 4 requests failed ($(cat "$work/oom-1.json"))"
-  c=$(curl -s -m 60 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-        -d '{"prompt":"hello","max_tokens":4}')
-  [[ $c == 200 ]] || fail "after the shortage a request got $c"
-  kill "$spid"; wait "$spid" 2>/dev/null || true
-  echo "ok: out of memory for new sequences: $ok of 4 served, the rest refused with the reason, then serving again"
 fi

@@ -8,6 +8,11 @@
  *  - prefill of N tokens == N single-token decode steps == chunks, bitwise;
  *  - batch invariance: sequences interleaved in one batch give bitwise what
  *    each gives alone;
+ *  - og_kv_fork after a prompt past the window and several compression blocks:
+ *    the fork and the original decode bitwise what an unforked run decodes,
+ *    either one after the other is freed (host memory and a device's);
+ *  - a context below the window: rings of that size, the same bits, then a
+ *    clear error;
  *  - the ops against double references (QAT rounding, mHC mixes);
  *  - bad files (a missing tensor, a wrong shape, a key out of its bound) and
  *    bad options get clear errors.
@@ -50,6 +55,14 @@ static void prompt_of(int which, int32_t V, int32_t *out) {
         x ^= x << 17;
         out[i] = (int32_t)(x % (uint64_t)V);
     }
+}
+
+/* Prompt `which` in a new array (the caller frees it). */
+static int32_t *prompt_new(int which, int32_t V) {
+    int32_t *t = malloc((size_t)g_len[which] * sizeof *t);
+    assert_non_null(t);
+    prompt_of(which, V, t);
+    return t;
 }
 
 /* The model with its rounding options ("kv-fp8=off,..." or NULL: the defaults). */
@@ -338,6 +351,150 @@ static void test_prefill_decode(void **state) {
     free(step);
     free(toks);
     og_pool_free(pool);
+    og_model_free(m);
+}
+
+/* ---- og_kv_fork: the state's deep copy ---- */
+
+/* n single-token decode steps of toks on kv, each step's logits to out[t][V]. */
+static void decode_steps(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *toks, int n, int64_t V,
+                         float *out) {
+    char err[512];
+    for (int t = 0; t < n; t++)
+        if (og_model_forward(m, rc, kv, toks + t, 1, out + (int64_t)t * V, false, err, sizeof err)) fail_msg("%s", err);
+}
+
+static void fork_of(const og_model *m, const og_run_ctx *rc, const og_kv *src, og_kv *dst) {
+    char err[512];
+    *dst = (og_kv){0};
+    if (og_kv_fork(m, rc, src, 0, dst, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(dst->n_pos, src->n_pos);
+    assert_non_null(dst->arch);
+    assert_true(dst->arch != src->arch);
+    assert_true(dst->dev == src->dev);
+}
+
+/* The prompt's first P tokens, then NSTEP decode steps that complete ratio-4
+ * blocks and one ratio-128 block (P = 252 / 122 sanitized, 128-blocks end at
+ * 255 / 127). Unforked: P then the steps. Forked: B and C forks of A (A
+ * freed), D a fork of C (D freed): B and C each give the unforked bits. Once
+ * with the per-call host device (host memory), once on a device's stream. */
+#define NSTEP 9
+static void test_fork(void **state) {
+    (void)state;
+    og_model *m = load(NULL);
+    assert_true(og_model_get_info(m)->kv_fork);
+    assert_false(og_model_get_info(m)->kv_paged);
+    const int64_t V = og_model_get_info(m)->n_vocab;
+    const int n = g_len[2], P = n - NSTEP;
+    int32_t *toks = prompt_new(2, (int32_t)V);
+    og_kernels k = fx_best_kernels();
+    og_pool *pool;
+    char err[512];
+    og_pool_create(2, NULL, &pool, err, sizeof err);
+    og_device *dev;
+    og_stream *s;
+    assert_int_equal(og_device_host_create(pool, &k, &dev, err, sizeof err), OG_OK);
+    assert_int_equal(dev->ops->stream_create(dev, &s, err, sizeof err), OG_OK);
+    float *lp = malloc((size_t)V * sizeof *lp), *ref = malloc((size_t)(NSTEP * V) * sizeof *ref),
+          *got = malloc((size_t)(NSTEP * V) * sizeof *got);
+    for (int on_dev = 0; on_dev < 2; on_dev++) {
+        og_run_ctx rc = {.kern = &k, .pool = pool, .dispatch = g_host, .host_numerics = OG_NUMERICS_CANONICAL,
+                         .device_numerics = OG_NUMERICS_CANONICAL, .dev = on_dev ? dev : NULL,
+                         .stream = on_dev ? s : NULL};
+        og_kv r = {0}, a = {0}, b, c, dd;
+        if (og_model_forward(m, &rc, &r, toks, P, lp, false, err, sizeof err)) fail_msg("%s", err);
+        decode_steps(m, &rc, &r, toks + P, NSTEP, V, ref);
+        og_kv_free(&r);
+        /* A's prompt in a batch of two sequences, w without tokens (a choice
+         * waiting for the fork, as the engine runs it): w gets no state */
+        og_kv w = {0};
+        og_kv *two[2] = {&a, &w};
+        int32_t *seq = calloc((size_t)P, sizeof *seq);
+        bool *want = calloc((size_t)P, sizeof *want);
+        want[P - 1] = true;
+        og_batch bt = {P, toks, seq, want, NULL};
+        if (og_model_forward_batch(m, &rc, two, 2, &bt, lp, err, sizeof err)) fail_msg("%s", err);
+        free(seq);
+        free(want);
+        assert_int_equal(a.n_pos, P);
+        assert_null(w.arch);
+        assert_int_equal(w.n_pos, 0);
+        fork_of(m, &rc, &a, &b);
+        fork_of(m, &rc, &a, &c);
+        /* bad forks: a destination in use, blocks to share, no stream for a device's state */
+        assert_int_equal(og_kv_fork(m, &rc, &a, 0, &b, err, sizeof err), OG_ERR_INVALID_ARG);
+        og_kv e = {0};
+        assert_int_equal(og_kv_fork(m, &rc, &a, 1, &e, err, sizeof err), OG_ERR_INVALID_ARG);
+        assert_null(e.arch);
+        if (on_dev) {
+            og_run_ctx none = rc;
+            none.stream = NULL;
+            assert_int_equal(og_kv_fork(m, &none, &a, 0, &e, err, sizeof err), OG_ERR_INVALID_ARG);
+            assert_non_null(strstr(err, "stream"));
+            assert_null(e.arch);
+        }
+        og_kv_free(&a); /* the original goes: the forks keep theirs */
+        memset(got, 0, (size_t)(NSTEP * V) * sizeof *got);
+        decode_steps(m, &rc, &b, toks + P, NSTEP, V, got);
+        assert_memory_equal(ref, got, (size_t)(NSTEP * V) * sizeof *got);
+        fork_of(m, &rc, &c, &dd);
+        og_kv_free(&dd); /* a fork goes: its original keeps its state */
+        memset(got, 0, (size_t)(NSTEP * V) * sizeof *got);
+        decode_steps(m, &rc, &c, toks + P, NSTEP, V, got);
+        assert_memory_equal(ref, got, (size_t)(NSTEP * V) * sizeof *got);
+        og_kv_free(&b);
+        og_kv_free(&c);
+        /* an empty cache forks to an empty one */
+        og_kv z = {0};
+        assert_int_equal(og_kv_fork(m, &rc, &z, 0, &e, err, sizeof err), OG_OK);
+        assert_null(e.arch);
+        assert_int_equal(e.n_pos, 0);
+        print_message("deepseek4 fork after %d positions, %d steps (%s): bitwise the unforked run\n", P, NSTEP,
+                      on_dev ? "a device's stream" : "host memory");
+    }
+    free(lp);
+    free(ref);
+    free(got);
+    dev->ops->stream_destroy(dev, s);
+    og_device_destroy(dev);
+    og_pool_free(pool);
+    free(toks);
+    og_model_free(m);
+}
+
+/* A sequence whose context (og_kv.n_ctx) is below the window (8 in the tiny
+ * file) gets rings of n_ctx rows: the same bits as an unbounded one up to
+ * n_ctx positions (also forked), then OG_ERR_RANGE with n_pos unchanged. */
+static void test_ring_ctx(void **state) {
+    (void)state;
+    og_model *m = load(NULL);
+    const int64_t V = og_model_get_info(m)->n_vocab;
+    enum { CTX = 6 };
+    int32_t *toks = prompt_new(0, (int32_t)V);
+    og_kernels k = fx_best_kernels();
+    char err[512];
+    og_run_ctx rc = {.kern = &k, .dispatch = g_host, .host_numerics = OG_NUMERICS_CANONICAL,
+                     .device_numerics = OG_NUMERICS_CANONICAL};
+    float *ref = malloc((size_t)(CTX * V) * sizeof *ref), *got = malloc((size_t)(CTX * V) * sizeof *got);
+    og_kv u = {0}, bnd = {.n_ctx = CTX}, f;
+    decode_steps(m, &rc, &u, toks, CTX, V, ref);
+    if (og_model_forward(m, &rc, &bnd, toks, CTX - 2, got, true, err, sizeof err)) fail_msg("%s", err);
+    fork_of(m, &rc, &bnd, &f);
+    assert_int_equal(f.n_ctx, CTX);
+    decode_steps(m, &rc, &bnd, toks + CTX - 2, 2, V, got + (CTX - 2) * V);
+    assert_memory_equal(ref, got, (size_t)(CTX * V) * sizeof *got);
+    decode_steps(m, &rc, &f, toks + CTX - 2, 2, V, got);
+    assert_memory_equal(ref + (CTX - 2) * V, got, (size_t)(2 * V) * sizeof *got);
+    assert_int_equal(og_model_forward(m, &rc, &bnd, toks + CTX, 1, got, false, err, sizeof err), OG_ERR_RANGE);
+    assert_non_null(strstr(err, "context of 6"));
+    assert_int_equal(bnd.n_pos, CTX);
+    og_kv_free(&u);
+    og_kv_free(&bnd);
+    og_kv_free(&f);
+    free(ref);
+    free(got);
+    free(toks);
     og_model_free(m);
 }
 
@@ -662,7 +819,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qat_op),           cmocka_unit_test(test_hc_mix_op),
         cmocka_unit_test(test_bad_files),        cmocka_unit_test(test_prefill_decode),
-        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_tiers_bitwise),
+        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_fork), cmocka_unit_test(test_ring_ctx),
+        cmocka_unit_test(test_tiers_bitwise),
         cmocka_unit_test(test_against_reference),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -334,18 +334,23 @@ static void test_cancel_frees_everything(void **state) {
     og_ids_free(&ids);
 }
 
+/* The sanitizer builds (several times slower) run smaller cases of the long
+ * tests; the plain build runs them whole. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PC_LOOP 30
+#define OG_TEST_SANITIZED 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define OG_TEST_SANITIZED 1
+#endif
+#endif
+#ifdef OG_TEST_SANITIZED
 #define PC_LOOP 30
-#endif
-#endif
-#ifndef PC_LOOP
-#define PC_LOOP 200
-#define FORK_CASES 3 /* prompt lengths of test_fork_greedy, each with the cache on and off */
+#define FORK_CASES 1   /* test_fork_greedy: the 150-token prompt (two full blocks and a partial one), cache on */
+#define LONG_PROMPT 600 /* test_short_prompt_behind_long: still ten steps of prefill */
 #else
-#define FORK_CASES 1 /* the sanitizer builds: the 150-token prompt (two full blocks and a partial one), cache on */
+#define PC_LOOP 200
+#define FORK_CASES 3   /* test_fork_greedy: three prompt lengths, each with the cache on and off */
+#define LONG_PROMPT 2000
 #endif
 
 static og_engine *make_pc_engine(int parallel, int batch_tokens, int ctx, int queue, bool off) {
@@ -803,9 +808,9 @@ static void test_short_prompt_behind_long(void **state) {
     og_ids ids_long = {0}, ids_short = prompt_ids("A short question about the weather in Paris tomorrow morning");
     assert_int_equal(og_tokenize(g_tok, doc, len, og_tokenizer_add_bos(g_tok), true, &ids_long), OG_OK);
     free(doc);
-    assert_true(ids_long.n >= 2000);
+    assert_true(ids_long.n >= LONG_PROMPT);
     assert_true(ids_short.n >= 10);
-    ids_long.n = 2000;
+    ids_long.n = LONG_PROMPT;
     ids_short.n = 10;
     const int batch = 64;
     og_seq_params p = greedy(4);
@@ -829,8 +834,8 @@ static void test_short_prompt_behind_long(void **state) {
     assert_true(short_r.step_first > short_r.step_submit);
     assert_true(short_r.step_first <= short_r.step_submit + 2);
     assert_true(short_r.step_first < long_r.step_first);
-    assert_true(long_r.step_first >= (2000 + batch - 1) / batch); /* it still needs its whole prompt */
-    assert_true(long_alone.step_first >= (2000 + batch - 1) / batch);
+    assert_true(long_r.step_first >= (LONG_PROMPT + batch - 1) / batch); /* it still needs its whole prompt */
+    assert_true(long_alone.step_first >= (LONG_PROMPT + batch - 1) / batch);
     const result *pair[2][2] = {{&long_alone, &long_r}, {&short_alone, &short_r}};
     for (int k = 0; k < 2; k++) {
         const result *a = pair[k][0], *b = pair[k][1];

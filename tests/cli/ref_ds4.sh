@@ -124,6 +124,10 @@ done
 "$ref" "$work/f32.gguf" --tokens "$(json_get "$work/f32-2.llama.json" '[...j.prompt_tokens, ...j.tokens].join(",")')" \
   --from $(($(json_get "$work/f32-2.llama.json" 'j.prompt_tokens.length') - 1)) > "$work/f32-2.spec.json"
 echo -n "f32 prompt 2, spec numerics (FP8 KV + FP4 indexer QAT): "
-if node "$js/compare_ref_ds4.mjs" "$work/f32-2.llama.json" "$work/f32-2.spec.json" 1e-3 --no-argmax; then
+# (it must fail on the log-prob bound, not for a missing entry or a token mismatch)
+if qat=$(node "$js/compare_ref_ds4.mjs" "$work/f32-2.llama.json" "$work/f32-2.spec.json" 1e-3 --no-argmax); then
+  echo "$qat"
   fail "the FP8/FP4 QAT of the reference changed nothing (llama.cpp skips it, so they must differ)"
 fi
+echo "$qat"
+grep -q '^FAIL: position [0-9]*: |delta logprob|' <<< "$qat" || fail "the spec-numerics comparison failed for another reason"

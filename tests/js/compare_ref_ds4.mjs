@@ -40,6 +40,7 @@ for (let i = 0; i < l.logprobs.length; i++) {
     else if (!tie && !f16 && !noArgmax) bad ??= `position ${np - 1 + i}: llama picked ${e.token}, the reference's argmax is ${rp.argmax}`;
 }
 const n = l.logprobs.length;
+if (!n) bad ??= "llama gave no log-probs: nothing to compare";
 const within = ds.filter((d) => d <= 2e-2).length;
 ds.sort((a, b) => a - b);
 const med = ds.length ? ds[Math.floor(ds.length / 2)] : NaN;

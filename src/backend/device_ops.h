@@ -6,6 +6,9 @@
 
 #include "og_device.h"
 
+#include <stdint.h>
+#include <string.h>
+
 typedef enum og_cop_kind {
     OG_COP_MATMUL = 0,
     OG_COP_RMSNORM,
@@ -60,6 +63,19 @@ typedef struct og_cop {
         og_sink_attn_op sink_attn;
     } u;
 } og_cop;
+
+/* b rounded up to 16 bytes: the slots of an op's own block (og_cop.own). */
+static inline size_t og_cop_al16(size_t b) { return (b + 15) & ~(size_t)15; }
+
+/* Copies bytes of src into the op's own block *own at *at, which advances by
+ * og_cop_al16(bytes); returns the copy (NULL for a NULL or empty src). */
+static inline void *og_cop_dup(void **own, size_t *at, const void *src, size_t bytes) {
+    if (!src || !bytes) return NULL;
+    uint8_t *dst = (uint8_t *)*own + *at;
+    memcpy(dst, src, bytes);
+    *at += og_cop_al16(bytes);
+    return dst;
+}
 
 /* The scratch a device keeps for its matmuls (grown as needed, freed by the device). */
 typedef struct og_cop_scratch {

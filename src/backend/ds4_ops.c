@@ -14,17 +14,6 @@
 #define HC_MAX 16
 #define COMPRESS_MAX_RATIO 1024
 
-static size_t al16(size_t b) { return (b + 15) & ~(size_t)15; }
-
-/* Copies bytes of src into the op's own block at *at (NULL for NULL). */
-static void *own_copy(og_cop *c, size_t *at, const void *src, size_t bytes) {
-    if (!src || !bytes) return NULL;
-    uint8_t *dst = (uint8_t *)c->own + *at;
-    memcpy(dst, src, bytes);
-    *at += al16(bytes);
-    return dst;
-}
-
 static og_status bad(char *err, size_t errlen, const char *what) {
     return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: %s", what);
 }
@@ -93,10 +82,10 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
                 return bad(err, errlen, "compressor: a token without state or at a negative position");
         c->u.compress = *op;
         if (!nt) return OG_OK;
-        if (!(c->own = malloc(2 * al16(nt * sizeof(float *)) + al16(nt * sizeof(int32_t))))) break;
-        c->u.compress.state = own_copy(c, &at, op->state, nt * sizeof(float *));
-        c->u.compress.out = own_copy(c, &at, op->out, nt * sizeof(float *));
-        c->u.compress.pos = own_copy(c, &at, op->pos, nt * sizeof(int32_t));
+        if (!(c->own = malloc(2 * og_cop_al16(nt * sizeof(float *)) + og_cop_al16(nt * sizeof(int32_t))))) break;
+        c->u.compress.state = og_cop_dup(&c->own, &at, op->state, nt * sizeof(float *));
+        c->u.compress.out = og_cop_dup(&c->own, &at, op->out, nt * sizeof(float *));
+        c->u.compress.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
         return OG_OK;
     }
     case OG_COP_INDEXER: {
@@ -109,13 +98,13 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         const size_t nt = (size_t)op->n_tok;
         c->u.indexer = *op;
         if (!nt) return OG_OK;
-        if (!(c->own = malloc(al16((size_t)op->keys.n_blocks * sizeof(float *)) + 2 * al16(nt * sizeof(int32_t)) +
-                              al16(nt * sizeof(bool)))))
+        if (!(c->own = malloc(og_cop_al16((size_t)op->keys.n_blocks * sizeof(float *)) +
+                              2 * og_cop_al16(nt * sizeof(int32_t)) + og_cop_al16(nt * sizeof(bool)))))
             break;
-        c->u.indexer.keys.blocks = own_copy(c, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(float *));
-        c->u.indexer.key_first = own_copy(c, &at, op->key_first, nt * sizeof(int32_t));
-        c->u.indexer.n_keys = own_copy(c, &at, op->n_keys, nt * sizeof(int32_t));
-        c->u.indexer.canonical = own_copy(c, &at, op->canonical, nt * sizeof(bool));
+        c->u.indexer.keys.blocks = og_cop_dup(&c->own, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(float *));
+        c->u.indexer.key_first = og_cop_dup(&c->own, &at, op->key_first, nt * sizeof(int32_t));
+        c->u.indexer.n_keys = og_cop_dup(&c->own, &at, op->n_keys, nt * sizeof(int32_t));
+        c->u.indexer.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
         return OG_OK;
     }
     case OG_COP_SINK_ATTN: {
@@ -136,17 +125,18 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         c->u.sink_attn = *op;
         if (!nt) return OG_OK;
         const size_t nb = (size_t)op->comp.n_blocks;
-        if (!(c->own = malloc(al16(n_rows * sizeof(float *)) + al16((nt + 1) * sizeof(int64_t)) +
-                              al16(nb * sizeof(float *)) + 2 * al16(nt * sizeof(int32_t)) + al16(nt * sizeof(bool)))))
+        if (!(c->own = malloc(og_cop_al16(n_rows * sizeof(float *)) + og_cop_al16((nt + 1) * sizeof(int64_t)) +
+                              og_cop_al16(nb * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t)) +
+                              og_cop_al16(nt * sizeof(bool)))))
             break;
-        c->u.sink_attn.rows = own_copy(c, &at, op->rows, n_rows * sizeof(float *));
-        c->u.sink_attn.row_off = own_copy(c, &at, op->row_off, (nt + 1) * sizeof(int64_t));
+        c->u.sink_attn.rows = og_cop_dup(&c->own, &at, op->rows, n_rows * sizeof(float *));
+        c->u.sink_attn.row_off = og_cop_dup(&c->own, &at, op->row_off, (nt + 1) * sizeof(int64_t));
         if (nb) {
-            c->u.sink_attn.comp.blocks = own_copy(c, &at, op->comp.blocks, nb * sizeof(float *));
-            c->u.sink_attn.comp_first = own_copy(c, &at, op->comp_first, nt * sizeof(int32_t));
-            c->u.sink_attn.n_comp = own_copy(c, &at, op->n_comp, nt * sizeof(int32_t));
+            c->u.sink_attn.comp.blocks = og_cop_dup(&c->own, &at, op->comp.blocks, nb * sizeof(float *));
+            c->u.sink_attn.comp_first = og_cop_dup(&c->own, &at, op->comp_first, nt * sizeof(int32_t));
+            c->u.sink_attn.n_comp = og_cop_dup(&c->own, &at, op->n_comp, nt * sizeof(int32_t));
         }
-        c->u.sink_attn.canonical = own_copy(c, &at, op->canonical, nt * sizeof(bool));
+        c->u.sink_attn.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
         return OG_OK;
     }
     default:

@@ -192,18 +192,22 @@ void og_cop_free(og_cop *c) {
     c->own = NULL;
 }
 
+og_status og_cop_scratch_reserve(og_cop_scratch *sc, size_t need) {
+    if (need <= sc->cap) return OG_OK;
+    void *np = realloc(sc->p, need);
+    if (!np) return OG_ERR_NOMEM;
+    sc->p = np;
+    sc->cap = need;
+    return OG_OK;
+}
+
 static og_status run_matmul(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
     const og_matmul_job *jobs = c->u.mm.jobs;
     const int n = c->u.mm.n_jobs;
     const bool lone = n == 1 && jobs[0].numerics == OG_NUMERICS_FORK;
     const size_t need = lone ? og_cpu_matmul_scratch(jobs[0].w->type, jobs[0].w->K, jobs[0].m)
                              : og_cpu_matmul_multi_scratch(jobs, n);
-    if (need > sc->cap) {
-        void *np = realloc(sc->p, need);
-        if (!np) return OG_ERR_NOMEM;
-        sc->p = np;
-        sc->cap = need;
-    }
+    if (og_cop_scratch_reserve(sc, need)) return OG_ERR_NOMEM;
     if (lone) {
         const og_weight *w = jobs[0].w;
         og_pool *p = w->n_rows * w->K * jobs[0].m < MM_PARALLEL_MIN ? NULL : pool;
@@ -213,7 +217,7 @@ static og_status run_matmul(const og_kernels *k, og_pool *pool, og_cop_scratch *
 }
 
 og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
-    if (c->kind >= OG_COP_HC_MIX) return og_ds4_cop_run(k, pool, c);
+    if (c->kind >= OG_COP_HC_MIX) return og_ds4_cop_run(k, pool, sc, c);
     switch (c->kind) {
     case OG_COP_MATMUL:
         return run_matmul(k, pool, sc, c);

@@ -409,14 +409,14 @@ static void indexer_keys(void *vctx, int ith, int nth) {
     for (int32_t c = ith; c < j->op->n_keys[0]; c += nth) j->buf[c] = (scored){key_score(j, 0, c), c};
 }
 
-static og_status run_indexer(const og_kernels *k, og_pool *pool, const og_indexer_op *op) {
+static og_status run_indexer(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_indexer_op *op) {
     if (!k->vec_dot[OG_TYPE_F32] || !k->dot_f32_device) return OG_ERR_INVALID_ARG;
     int32_t max_keys = 1;
     for (int64_t i = 0; i < op->n_tok; i++)
         if (op->n_keys[i] > max_keys) max_keys = op->n_keys[i];
     const int nth = pool ? og_pool_size(pool) : 1;
-    idx_job j = {op, k, malloc((size_t)nth * (size_t)max_keys * sizeof(scored)), max_keys};
-    if (!j.buf) return OG_ERR_NOMEM;
+    if (og_cop_scratch_reserve(sc, (size_t)nth * (size_t)max_keys * sizeof(scored))) return OG_ERR_NOMEM;
+    idx_job j = {op, k, sc->p, max_keys};
     if (op->n_tok == 1 && op->n_keys[0] > op->top_k) {
         if (pool) og_pool_run(pool, indexer_keys, &j);
         else indexer_keys(&j, 0, 1);
@@ -426,7 +426,6 @@ static og_status run_indexer(const og_kernels *k, og_pool *pool, const og_indexe
     } else {
         indexer_tokens(&j, 0, 1);
     }
-    free(j.buf);
     return OG_OK;
 }
 
@@ -476,7 +475,7 @@ static void sink_heads(void *vctx, int ith, int nth) {
     }
 }
 
-static og_status run_sink_attn(const og_kernels *k, og_pool *pool, const og_sink_attn_op *op) {
+static og_status run_sink_attn(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_sink_attn_op *op) {
     if (!k->vec_dot[OG_TYPE_F32] || !k->dot_f32_device || !k->axpy_f32) return OG_ERR_INVALID_ARG;
     int64_t most = 1;
     for (int64_t i = 0; i < op->n_tok; i++) {
@@ -489,19 +488,15 @@ static og_status run_sink_attn(const og_kernels *k, og_pool *pool, const og_sink
             for (int32_t c = 0; op->comp.n_blocks && op->n_comp[i] > op->top_k && c < op->top_k; c++)
                 if (op->sel[i * op->top_k + c] < 0 || op->sel[i * op->top_k + c] >= op->n_comp[i]) return OG_ERR_INVALID_ARG;
     const int nth = pool ? og_pool_size(pool) : 1;
-    sink_job j = {op, k, malloc((size_t)nth * (size_t)most * sizeof(float)),
-                  malloc((size_t)nth * (size_t)most * sizeof(float *)), most};
-    og_status st = j.buf && j.rows ? OG_OK : OG_ERR_NOMEM;
-    if (!st) {
-        if (pool && op->n_tok * op->n_head > 1) og_pool_run(pool, sink_heads, &j);
-        else sink_heads(&j, 0, 1);
-    }
-    free(j.buf);
-    free(j.rows);
-    return st;
+    const size_t n_slots = (size_t)nth * (size_t)most; /* the row addresses, then the scores */
+    if (og_cop_scratch_reserve(sc, n_slots * (sizeof(float *) + sizeof(float)))) return OG_ERR_NOMEM;
+    sink_job j = {op, k, (float *)((const float **)sc->p + n_slots), sc->p, most};
+    if (pool && op->n_tok * op->n_head > 1) og_pool_run(pool, sink_heads, &j);
+    else sink_heads(&j, 0, 1);
+    return OG_OK;
 }
 
-og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, const og_cop *c) {
+og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
     switch (c->kind) {
     case OG_COP_HC_MIX:
         run_hc_mix(&c->u.hc_mix);
@@ -510,10 +505,8 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, const og_cop *c) {
         run_hc_collapse(&c->u.hc);
         return OG_OK;
     case OG_COP_HC_EXPAND: {
-        float *tmp = malloc((size_t)(c->u.hc.n_hc * c->u.hc.n_embd) * sizeof *tmp);
-        if (!tmp) return OG_ERR_NOMEM;
-        run_hc_expand(&c->u.hc, tmp);
-        free(tmp);
+        if (og_cop_scratch_reserve(sc, (size_t)(c->u.hc.n_hc * c->u.hc.n_embd) * sizeof(float))) return OG_ERR_NOMEM;
+        run_hc_expand(&c->u.hc, sc->p);
         return OG_OK;
     }
     case OG_COP_QAT:
@@ -524,9 +517,9 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, const og_cop *c) {
         run_compress(&c->u.compress);
         return OG_OK;
     case OG_COP_INDEXER:
-        return run_indexer(k, pool, &c->u.indexer);
+        return run_indexer(k, pool, sc, &c->u.indexer);
     case OG_COP_SINK_ATTN:
-        return run_sink_attn(k, pool, &c->u.sink_attn);
+        return run_sink_attn(k, pool, sc, &c->u.sink_attn);
     default:
         return OG_ERR_INVALID_ARG;
     }

@@ -14,16 +14,6 @@
 #define MM_PARALLEL_MIN (1 << 14)
 #define MM_MAX_JOBS 256
 
-static void *dup_arr(void **own, size_t *at, const void *src, size_t bytes) {
-    if (!src || !bytes) return NULL;
-    uint8_t *dst = (uint8_t *)*own + *at;
-    memcpy(dst, src, bytes);
-    *at += (bytes + 15) & ~(size_t)15;
-    return dst;
-}
-
-static size_t al16(size_t b) { return (b + 15) & ~(size_t)15; }
-
 static og_status check_rows(const og_rows *r, const char *what, char *err, size_t errlen) {
     if (!r->data || r->n < 1 || r->n_rows < 0 || r->stride < r->n)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: %s rows: n %lld, %lld rows, stride %lld", what,
@@ -66,9 +56,9 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                 return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device matmul: job %d: K %lld in %s", i, (long long)w->K,
                                og_type_name(w->type));
         }
-        need = al16((size_t)n * sizeof(og_matmul_job)) + al16((size_t)n * sizeof(og_weight));
+        need = og_cop_al16((size_t)n * sizeof(og_matmul_job)) + og_cop_al16((size_t)n * sizeof(og_weight));
         if (!(c->own = malloc(need))) break;
-        c->u.mm.jobs = dup_arr(&c->own, &at, jobs, (size_t)n * sizeof *jobs);
+        c->u.mm.jobs = og_cop_dup(&c->own, &at, jobs, (size_t)n * sizeof *jobs);
         c->u.mm.wts = (og_weight *)((uint8_t *)c->own + at);
         for (int i = 0; i < n; i++) {
             c->u.mm.wts[i] = *jobs[i].w;
@@ -94,8 +84,8 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                            op->rope.d_rope, OG_ROPE_MAX_DIM, (long long)op->n_tok);
         c->u.rope = *op;
         if (!op->n_tok) return OG_OK;
-        if (!(c->own = malloc(al16((size_t)op->n_tok * sizeof(int32_t))))) break;
-        c->u.rope.pos = dup_arr(&c->own, &at, op->pos, (size_t)op->n_tok * sizeof(int32_t));
+        if (!(c->own = malloc(og_cop_al16((size_t)op->n_tok * sizeof(int32_t))))) break;
+        c->u.rope.pos = og_cop_dup(&c->own, &at, op->pos, (size_t)op->n_tok * sizeof(int32_t));
         return OG_OK;
     }
     case OG_COP_SOFTMAX:
@@ -127,9 +117,9 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                                (long long)t, (long long)op->hash_rows);
         c->u.router = *op;
         if (!op->hash_table || !op->n_tok) return OG_OK;
-        need = al16((size_t)op->n_tok * sizeof(int32_t));
+        need = og_cop_al16((size_t)op->n_tok * sizeof(int32_t));
         if (!(c->own = malloc(need))) break;
-        c->u.router.tokens = dup_arr(&c->own, &at, op->tokens, (size_t)op->n_tok * sizeof(int32_t));
+        c->u.router.tokens = og_cop_dup(&c->own, &at, op->tokens, (size_t)op->n_tok * sizeof(int32_t));
         return OG_OK;
     }
     case OG_COP_MLA: {
@@ -140,13 +130,14 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                            "!= cache row %lld", (long long)op->r_kv, (long long)op->d_rope, (long long)op->kv.row_len);
         if ((st = check_kv(&op->kv, op->kv_first, op->pos, op->n_tok, err, errlen))) return st;
         const size_t nt = (size_t)op->n_tok;
-        need = al16((size_t)op->kv.n_blocks * sizeof(float *)) + 2 * al16(nt * sizeof(int32_t)) + al16(nt * sizeof(bool));
+        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t)) +
+               og_cop_al16(nt * sizeof(bool));
         if (!(c->own = malloc(need))) break;
         c->u.mla = *op;
-        c->u.mla.kv.blocks = dup_arr(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(float *));
-        c->u.mla.kv_first = dup_arr(&c->own, &at, op->kv_first, nt * sizeof(int32_t));
-        c->u.mla.pos = dup_arr(&c->own, &at, op->pos, nt * sizeof(int32_t));
-        c->u.mla.canonical = dup_arr(&c->own, &at, op->canonical, nt * sizeof(bool));
+        c->u.mla.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(float *));
+        c->u.mla.kv_first = og_cop_dup(&c->own, &at, op->kv_first, nt * sizeof(int32_t));
+        c->u.mla.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
+        c->u.mla.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
         return OG_OK;
     }
     case OG_COP_COPY: {
@@ -170,8 +161,8 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                                (long long)op->table.n_rows);
         c->u.get_rows = *op;
         if (!op->n) return OG_OK;
-        if (!(c->own = malloc(al16((size_t)op->n * sizeof(int32_t))))) break;
-        c->u.get_rows.ids = dup_arr(&c->own, &at, op->ids, (size_t)op->n * sizeof(int32_t));
+        if (!(c->own = malloc(og_cop_al16((size_t)op->n * sizeof(int32_t))))) break;
+        c->u.get_rows.ids = og_cop_dup(&c->own, &at, op->ids, (size_t)op->n * sizeof(int32_t));
         return OG_OK;
     }
     case OG_COP_KV_STORE: {
@@ -182,12 +173,12 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                            (long long)op->src.n, (long long)op->kv.row_len);
         if ((st = check_kv(&op->kv, op->kv_first, op->pos, op->src.n_rows, err, errlen))) return st;
         const size_t nt = (size_t)op->src.n_rows;
-        need = al16((size_t)op->kv.n_blocks * sizeof(float *)) + 2 * al16(nt * sizeof(int32_t));
+        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t));
         if (!(c->own = malloc(need))) break;
         c->u.kv_store = *op;
-        c->u.kv_store.kv.blocks = dup_arr(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(float *));
-        c->u.kv_store.kv_first = dup_arr(&c->own, &at, op->kv_first, nt * sizeof(int32_t));
-        c->u.kv_store.pos = dup_arr(&c->own, &at, op->pos, nt * sizeof(int32_t));
+        c->u.kv_store.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(float *));
+        c->u.kv_store.kv_first = og_cop_dup(&c->own, &at, op->kv_first, nt * sizeof(int32_t));
+        c->u.kv_store.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
         return OG_OK;
     }
     default: break; /* deepseek4's: above */
@@ -201,18 +192,22 @@ void og_cop_free(og_cop *c) {
     c->own = NULL;
 }
 
+og_status og_cop_scratch_reserve(og_cop_scratch *sc, size_t need) {
+    if (need <= sc->cap) return OG_OK;
+    void *np = realloc(sc->p, need);
+    if (!np) return OG_ERR_NOMEM;
+    sc->p = np;
+    sc->cap = need;
+    return OG_OK;
+}
+
 static og_status run_matmul(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
     const og_matmul_job *jobs = c->u.mm.jobs;
     const int n = c->u.mm.n_jobs;
     const bool lone = n == 1 && jobs[0].numerics == OG_NUMERICS_FORK;
     const size_t need = lone ? og_cpu_matmul_scratch(jobs[0].w->type, jobs[0].w->K, jobs[0].m)
                              : og_cpu_matmul_multi_scratch(jobs, n);
-    if (need > sc->cap) {
-        void *np = realloc(sc->p, need);
-        if (!np) return OG_ERR_NOMEM;
-        sc->p = np;
-        sc->cap = need;
-    }
+    if (og_cop_scratch_reserve(sc, need)) return OG_ERR_NOMEM;
     if (lone) {
         const og_weight *w = jobs[0].w;
         og_pool *p = w->n_rows * w->K * jobs[0].m < MM_PARALLEL_MIN ? NULL : pool;
@@ -222,7 +217,7 @@ static og_status run_matmul(const og_kernels *k, og_pool *pool, og_cop_scratch *
 }
 
 og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
-    if (c->kind >= OG_COP_HC_MIX) return og_ds4_cop_run(k, pool, c);
+    if (c->kind >= OG_COP_HC_MIX) return og_ds4_cop_run(k, pool, sc, c);
     switch (c->kind) {
     case OG_COP_MATMUL:
         return run_matmul(k, pool, sc, c);

@@ -6,6 +6,9 @@
 
 #include "og_device.h"
 
+#include <stdint.h>
+#include <string.h>
+
 typedef enum og_cop_kind {
     OG_COP_MATMUL = 0,
     OG_COP_RMSNORM,
@@ -61,11 +64,28 @@ typedef struct og_cop {
     } u;
 } og_cop;
 
-/* The scratch a device keeps for its matmuls (grown as needed, freed by the device). */
+/* b rounded up to 16 bytes: the slots of an op's own block (og_cop.own). */
+static inline size_t og_cop_al16(size_t b) { return (b + 15) & ~(size_t)15; }
+
+/* Copies bytes of src into the op's own block *own at *at, which advances by
+ * og_cop_al16(bytes); returns the copy (NULL for a NULL or empty src). */
+static inline void *og_cop_dup(void **own, size_t *at, const void *src, size_t bytes) {
+    if (!src || !bytes) return NULL;
+    uint8_t *dst = (uint8_t *)*own + *at;
+    memcpy(dst, src, bytes);
+    *at += og_cop_al16(bytes);
+    return dst;
+}
+
+/* The scratch a device keeps for its ops (matmuls, deepseek4's attention; grown as
+ * needed, freed by the device). */
 typedef struct og_cop_scratch {
     void *p;
     size_t cap;
 } og_cop_scratch;
+
+/* Grows sc to at least need bytes (its contents are not kept). Errors: OG_ERR_NOMEM. */
+og_status og_cop_scratch_reserve(og_cop_scratch *sc, size_t need);
 
 /* Validates the descriptor and fills *c with copies of its host arrays.
  * Errors: OG_ERR_INVALID_ARG, OG_ERR_UNSUPPORTED, OG_ERR_NOMEM (with err). */
@@ -77,7 +97,7 @@ void og_cop_free(og_cop *c);
 
 /* deepseek4's kinds (OG_COP_HC_MIX ...), as og_cop_make / og_cop_run (ds4_ops.c). */
 og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *err, size_t errlen);
-og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, const og_cop *c);
+og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c);
 
 /* The op table's entry points for a device whose `issue(d, s, kind, desc, n,
  * err, errlen)` queues or runs one og_cop (static functions prefix_matmul ...),

@@ -14,17 +14,6 @@
 #define HC_MAX 16
 #define COMPRESS_MAX_RATIO 1024
 
-static size_t al16(size_t b) { return (b + 15) & ~(size_t)15; }
-
-/* Copies bytes of src into the op's own block at *at (NULL for NULL). */
-static void *own_copy(og_cop *c, size_t *at, const void *src, size_t bytes) {
-    if (!src || !bytes) return NULL;
-    uint8_t *dst = (uint8_t *)c->own + *at;
-    memcpy(dst, src, bytes);
-    *at += al16(bytes);
-    return dst;
-}
-
 static og_status bad(char *err, size_t errlen, const char *what) {
     return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: %s", what);
 }
@@ -93,10 +82,10 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
                 return bad(err, errlen, "compressor: a token without state or at a negative position");
         c->u.compress = *op;
         if (!nt) return OG_OK;
-        if (!(c->own = malloc(2 * al16(nt * sizeof(float *)) + al16(nt * sizeof(int32_t))))) break;
-        c->u.compress.state = own_copy(c, &at, op->state, nt * sizeof(float *));
-        c->u.compress.out = own_copy(c, &at, op->out, nt * sizeof(float *));
-        c->u.compress.pos = own_copy(c, &at, op->pos, nt * sizeof(int32_t));
+        if (!(c->own = malloc(2 * og_cop_al16(nt * sizeof(float *)) + og_cop_al16(nt * sizeof(int32_t))))) break;
+        c->u.compress.state = og_cop_dup(&c->own, &at, op->state, nt * sizeof(float *));
+        c->u.compress.out = og_cop_dup(&c->own, &at, op->out, nt * sizeof(float *));
+        c->u.compress.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
         return OG_OK;
     }
     case OG_COP_INDEXER: {
@@ -109,13 +98,13 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         const size_t nt = (size_t)op->n_tok;
         c->u.indexer = *op;
         if (!nt) return OG_OK;
-        if (!(c->own = malloc(al16((size_t)op->keys.n_blocks * sizeof(float *)) + 2 * al16(nt * sizeof(int32_t)) +
-                              al16(nt * sizeof(bool)))))
+        if (!(c->own = malloc(og_cop_al16((size_t)op->keys.n_blocks * sizeof(float *)) +
+                              2 * og_cop_al16(nt * sizeof(int32_t)) + og_cop_al16(nt * sizeof(bool)))))
             break;
-        c->u.indexer.keys.blocks = own_copy(c, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(float *));
-        c->u.indexer.key_first = own_copy(c, &at, op->key_first, nt * sizeof(int32_t));
-        c->u.indexer.n_keys = own_copy(c, &at, op->n_keys, nt * sizeof(int32_t));
-        c->u.indexer.canonical = own_copy(c, &at, op->canonical, nt * sizeof(bool));
+        c->u.indexer.keys.blocks = og_cop_dup(&c->own, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(float *));
+        c->u.indexer.key_first = og_cop_dup(&c->own, &at, op->key_first, nt * sizeof(int32_t));
+        c->u.indexer.n_keys = og_cop_dup(&c->own, &at, op->n_keys, nt * sizeof(int32_t));
+        c->u.indexer.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
         return OG_OK;
     }
     case OG_COP_SINK_ATTN: {
@@ -136,17 +125,18 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         c->u.sink_attn = *op;
         if (!nt) return OG_OK;
         const size_t nb = (size_t)op->comp.n_blocks;
-        if (!(c->own = malloc(al16(n_rows * sizeof(float *)) + al16((nt + 1) * sizeof(int64_t)) +
-                              al16(nb * sizeof(float *)) + 2 * al16(nt * sizeof(int32_t)) + al16(nt * sizeof(bool)))))
+        if (!(c->own = malloc(og_cop_al16(n_rows * sizeof(float *)) + og_cop_al16((nt + 1) * sizeof(int64_t)) +
+                              og_cop_al16(nb * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t)) +
+                              og_cop_al16(nt * sizeof(bool)))))
             break;
-        c->u.sink_attn.rows = own_copy(c, &at, op->rows, n_rows * sizeof(float *));
-        c->u.sink_attn.row_off = own_copy(c, &at, op->row_off, (nt + 1) * sizeof(int64_t));
+        c->u.sink_attn.rows = og_cop_dup(&c->own, &at, op->rows, n_rows * sizeof(float *));
+        c->u.sink_attn.row_off = og_cop_dup(&c->own, &at, op->row_off, (nt + 1) * sizeof(int64_t));
         if (nb) {
-            c->u.sink_attn.comp.blocks = own_copy(c, &at, op->comp.blocks, nb * sizeof(float *));
-            c->u.sink_attn.comp_first = own_copy(c, &at, op->comp_first, nt * sizeof(int32_t));
-            c->u.sink_attn.n_comp = own_copy(c, &at, op->n_comp, nt * sizeof(int32_t));
+            c->u.sink_attn.comp.blocks = og_cop_dup(&c->own, &at, op->comp.blocks, nb * sizeof(float *));
+            c->u.sink_attn.comp_first = og_cop_dup(&c->own, &at, op->comp_first, nt * sizeof(int32_t));
+            c->u.sink_attn.n_comp = og_cop_dup(&c->own, &at, op->n_comp, nt * sizeof(int32_t));
         }
-        c->u.sink_attn.canonical = own_copy(c, &at, op->canonical, nt * sizeof(bool));
+        c->u.sink_attn.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
         return OG_OK;
     }
     default:
@@ -419,14 +409,14 @@ static void indexer_keys(void *vctx, int ith, int nth) {
     for (int32_t c = ith; c < j->op->n_keys[0]; c += nth) j->buf[c] = (scored){key_score(j, 0, c), c};
 }
 
-static og_status run_indexer(const og_kernels *k, og_pool *pool, const og_indexer_op *op) {
+static og_status run_indexer(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_indexer_op *op) {
     if (!k->vec_dot[OG_TYPE_F32] || !k->dot_f32_device) return OG_ERR_INVALID_ARG;
     int32_t max_keys = 1;
     for (int64_t i = 0; i < op->n_tok; i++)
         if (op->n_keys[i] > max_keys) max_keys = op->n_keys[i];
     const int nth = pool ? og_pool_size(pool) : 1;
-    idx_job j = {op, k, malloc((size_t)nth * (size_t)max_keys * sizeof(scored)), max_keys};
-    if (!j.buf) return OG_ERR_NOMEM;
+    if (og_cop_scratch_reserve(sc, (size_t)nth * (size_t)max_keys * sizeof(scored))) return OG_ERR_NOMEM;
+    idx_job j = {op, k, sc->p, max_keys};
     if (op->n_tok == 1 && op->n_keys[0] > op->top_k) {
         if (pool) og_pool_run(pool, indexer_keys, &j);
         else indexer_keys(&j, 0, 1);
@@ -436,7 +426,6 @@ static og_status run_indexer(const og_kernels *k, og_pool *pool, const og_indexe
     } else {
         indexer_tokens(&j, 0, 1);
     }
-    free(j.buf);
     return OG_OK;
 }
 
@@ -486,7 +475,7 @@ static void sink_heads(void *vctx, int ith, int nth) {
     }
 }
 
-static og_status run_sink_attn(const og_kernels *k, og_pool *pool, const og_sink_attn_op *op) {
+static og_status run_sink_attn(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_sink_attn_op *op) {
     if (!k->vec_dot[OG_TYPE_F32] || !k->dot_f32_device || !k->axpy_f32) return OG_ERR_INVALID_ARG;
     int64_t most = 1;
     for (int64_t i = 0; i < op->n_tok; i++) {
@@ -499,19 +488,15 @@ static og_status run_sink_attn(const og_kernels *k, og_pool *pool, const og_sink
             for (int32_t c = 0; op->comp.n_blocks && op->n_comp[i] > op->top_k && c < op->top_k; c++)
                 if (op->sel[i * op->top_k + c] < 0 || op->sel[i * op->top_k + c] >= op->n_comp[i]) return OG_ERR_INVALID_ARG;
     const int nth = pool ? og_pool_size(pool) : 1;
-    sink_job j = {op, k, malloc((size_t)nth * (size_t)most * sizeof(float)),
-                  malloc((size_t)nth * (size_t)most * sizeof(float *)), most};
-    og_status st = j.buf && j.rows ? OG_OK : OG_ERR_NOMEM;
-    if (!st) {
-        if (pool && op->n_tok * op->n_head > 1) og_pool_run(pool, sink_heads, &j);
-        else sink_heads(&j, 0, 1);
-    }
-    free(j.buf);
-    free(j.rows);
-    return st;
+    const size_t n_slots = (size_t)nth * (size_t)most; /* the row addresses, then the scores */
+    if (og_cop_scratch_reserve(sc, n_slots * (sizeof(float *) + sizeof(float)))) return OG_ERR_NOMEM;
+    sink_job j = {op, k, (float *)((const float **)sc->p + n_slots), sc->p, most};
+    if (pool && op->n_tok * op->n_head > 1) og_pool_run(pool, sink_heads, &j);
+    else sink_heads(&j, 0, 1);
+    return OG_OK;
 }
 
-og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, const og_cop *c) {
+og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
     switch (c->kind) {
     case OG_COP_HC_MIX:
         run_hc_mix(&c->u.hc_mix);
@@ -520,10 +505,8 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, const og_cop *c) {
         run_hc_collapse(&c->u.hc);
         return OG_OK;
     case OG_COP_HC_EXPAND: {
-        float *tmp = malloc((size_t)(c->u.hc.n_hc * c->u.hc.n_embd) * sizeof *tmp);
-        if (!tmp) return OG_ERR_NOMEM;
-        run_hc_expand(&c->u.hc, tmp);
-        free(tmp);
+        if (og_cop_scratch_reserve(sc, (size_t)(c->u.hc.n_hc * c->u.hc.n_embd) * sizeof(float))) return OG_ERR_NOMEM;
+        run_hc_expand(&c->u.hc, sc->p);
         return OG_OK;
     }
     case OG_COP_QAT:
@@ -534,9 +517,9 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, const og_cop *c) {
         run_compress(&c->u.compress);
         return OG_OK;
     case OG_COP_INDEXER:
-        return run_indexer(k, pool, &c->u.indexer);
+        return run_indexer(k, pool, sc, &c->u.indexer);
     case OG_COP_SINK_ATTN:
-        return run_sink_attn(k, pool, &c->u.sink_attn);
+        return run_sink_attn(k, pool, sc, &c->u.sink_attn);
     default:
         return OG_ERR_INVALID_ARG;
     }

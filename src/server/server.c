@@ -558,14 +558,19 @@ static json_t *final_response(gen_ctx *g) {
     for (int p = 0; p * g->per < g->n; p++) {
         /* best_of > n: prompt p's n candidates whose log-probs sum highest, best first (ties: the lower seed) */
         int order[OG_API_MAX_N];
-        for (int k = 0; k < g->per; k++) order[k] = p * g->per + k;
+        double sum[OG_API_MAX_N]; /* candidate k's, summed once */
+        for (int k = 0; k < g->per; k++) {
+            order[k] = k;
+            sum[k] = g->per > n ? logprob_sum(g, p * g->per + k) : 0;
+        }
         for (int k = 1; g->per > n && k < g->per; k++)
-            for (int j = k; j > 0 && logprob_sum(g, order[j]) > logprob_sum(g, order[j - 1]); j--) {
+            for (int j = k; j > 0 && sum[order[j]] > sum[order[j - 1]]; j--) {
                 int t = order[j];
                 order[j] = order[j - 1];
                 order[j - 1] = t;
             }
-        for (int k = 0; k < n && k < g->per; k++) json_array_append_new(choices, choice_json(g, order[k], p * n + k));
+        for (int k = 0; k < n && k < g->per; k++)
+            json_array_append_new(choices, choice_json(g, p * g->per + order[k], p * n + k));
     }
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(g));

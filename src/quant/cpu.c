@@ -113,7 +113,8 @@ og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kern
         if (!tr) continue;
         k->vec_dot[t] = tr->vec_dot;
         k->vec_dot_canonical[t] = tr->vec_dot_canonical;
-        k->quantize_act[t] = og_act_quantizer((og_ggml_type)t); /* the same in every tier */
+        /* scalar; the AVX2 / AVX-512 tiers replace them below with kernels writing the same bytes */
+        k->quantize_act[t] = og_act_quantizer((og_ggml_type)t);
     }
     switch (isa) {
     case OG_ISA_SCALAR: return OG_OK;

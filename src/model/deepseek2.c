@@ -91,15 +91,7 @@ static og_status bind(loader *l, const char *name, uint64_t K, uint64_t rows, og
     if ((uint64_t)t->ne[0] != K || trows != rows)
         return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s has shape [%lld, %llu] but the hyperparameters say [%llu, %llu]",
                        name, (long long)t->ne[0], (unsigned long long)trows, (unsigned long long)K, (unsigned long long)rows);
-    if (!og_quant_traits(t->type) || !og_quant_traits(t->type)->vec_dot)
-        return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "tensor %s is %s, which onegpu has no kernels for", name,
-                       og_type_name(t->type));
-    uint64_t rb;
-    if (og_row_bytes(t->type, K, &rb))
-        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s: rows of %llu are not whole %s blocks", name,
-                       (unsigned long long)K, og_type_name(t->type));
-    *w = (og_weight){t->type, t->data, (int64_t)K, (int64_t)rows, (size_t)rb};
-    return OG_OK;
+    return og_arch_bind_weight(t, w, l->err, l->errlen);
 }
 
 /* 1-D F32 tensor of n elements. */

@@ -75,17 +75,10 @@ static og_status bind(const og_gguf *g, const og_ds4_hparams *hp, og_ds4_tensor_
     memset(w, 0, sizeof *w);
     TRY(og_ds4_tensor_find(g, hp, id, il, &t, err, errlen));
     if (!t) return OG_OK;
+    if (t->type != OG_TYPE_I32) return og_arch_bind_weight(t, w, err, errlen);
+    /* the hash table (ffn_gate_tid2eid): I32 rows, no kernels */
     if (!t->data) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", t->name);
-    const og_type_traits *tr = og_quant_traits(t->type);
-    uint64_t rb;
-    if (t->type != OG_TYPE_I32 && (!tr || !tr->vec_dot || !tr->to_float))
-        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "tensor %s is %s, which onegpu has no kernels for", t->name,
-                       og_type_name(t->type));
-    if (t->type == OG_TYPE_I32) rb = (uint64_t)t->ne[0] * sizeof(int32_t);
-    else if (og_row_bytes(t->type, (uint64_t)t->ne[0], &rb))
-        return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s: rows of %lld are not whole %s blocks", t->name,
-                       (long long)t->ne[0], og_type_name(t->type));
-    *w = (og_weight){t->type, t->data, t->ne[0], t->ne[1] * t->ne[2], (size_t)rb};
+    *w = (og_weight){t->type, t->data, t->ne[0], t->ne[1] * t->ne[2], (size_t)t->ne[0] * sizeof(int32_t)};
     return OG_OK;
 }
 

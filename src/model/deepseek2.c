@@ -725,15 +725,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             st = ops->copy_to_host(fw.dev, fw.s, logits, dlog, (uint64_t)n_out * h->n_vocab * fb, err, errlen);
         free(ex_out);
     }
-    if (!st || !failed_here) { /* every op done before the buffers go (also after an error) */
-        og_status ws = og_fwd_sync(&fw);
-        if (!st) st = ws;
-    } else {
-        char e2[64];
-        fw.err = e2;
-        fw.errlen = sizeof e2;
-        (void)og_fwd_sync(&fw);
-    }
+    st = og_fwd_drain(&fw, st); /* every op done before the buffers go (also after an error) */
     if (dbase) ops->free(fw.dev, dbase);
     og_device_destroy(own_dev);
     free(hx);
@@ -752,13 +744,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         for (int s2 = 0; s2 < n_seq; s2++) kvs[s2]->n_pos = next[s2];
     free(pos_of);
     free(next);
-    if (st && failed_here) return st; /* the dispatcher's (or the allocation's) message */
-    if (st) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", err);
-        return og_fail(err, errlen, st, "forward pass failed: %s%s%s", og_status_str(st), why[0] ? ": " : "", why);
-    }
-    return OG_OK;
+    return og_fwd_failure(st, failed_here, "forward pass", err, errlen);
 }
 
 const og_arch og_arch_deepseek2 = {

@@ -1017,16 +1017,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             break;
     }
     if (!st && n_out) st = head(&fw, d, batch, n_out, &b, logits);
-    if (fw.ops) { /* every op done before the buffers go (also after an error) */
-        char e2[64];
-        og_fwd f2 = fw;
-        if (st) {
-            f2.err = e2;
-            f2.errlen = sizeof e2;
-        }
-        og_status ws = og_fwd_sync(&f2);
-        if (!st) st = ws;
-    }
+    if (fw.ops) st = og_fwd_drain(&fw, st); /* every op done before the buffers go (also after an error) */
     if (dbase) fw.ops->free(fw.dev, dbase);
     og_device_destroy(own_dev);
     if (!st)
@@ -1034,14 +1025,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     free(first_of);
     host_arrays_free(&ha);
     plan_free(&p);
-    if (st && failed_here) return st;
-    if (st) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", err);
-        return og_fail(err, errlen, st, "deepseek4 forward pass failed: %s%s%s", og_status_str(st), why[0] ? ": " : "",
-                       why);
-    }
-    return OG_OK;
+    return og_fwd_failure(st, failed_here, "deepseek4 forward pass", err, errlen);
 }
 
 const og_arch og_arch_deepseek4 = {

@@ -4,12 +4,7 @@
 #include "hf_tokenizer.h"
 #include "og_model_write.h"
 
-#include <errno.h>
 #include <getopt.h>
-#include <limits.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -115,9 +110,8 @@ int og_cmd_make_model_ds4(int argc, char **argv) {
         case O_ORANK: u = &h->o_lora_rank; break;
         case O_OGROUP: u = &h->o_group_count; break;
         case O_CLAMP: {
-            char *end;
-            float v = strtof(optarg, &end);
-            ok = end != optarg && !*end && v >= 0 && v <= 1e6f;
+            float v;
+            ok = og_cli_parse_f32(optarg, &v) && v >= 0 && v <= 1e6f;
             for (uint32_t i = 0; ok && i < OG_DS4_MAX_LAYER; i++) h->swiglu_clamp_exp[i] = h->swiglu_clamp_shexp[i] = v;
             break;
         }

@@ -91,15 +91,7 @@ static og_status bind(loader *l, const char *name, uint64_t K, uint64_t rows, og
     if ((uint64_t)t->ne[0] != K || trows != rows)
         return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s has shape [%lld, %llu] but the hyperparameters say [%llu, %llu]",
                        name, (long long)t->ne[0], (unsigned long long)trows, (unsigned long long)K, (unsigned long long)rows);
-    if (!og_quant_traits(t->type) || !og_quant_traits(t->type)->vec_dot)
-        return og_fail(l->err, l->errlen, OG_ERR_UNSUPPORTED, "tensor %s is %s, which onegpu has no kernels for", name,
-                       og_type_name(t->type));
-    uint64_t rb;
-    if (og_row_bytes(t->type, K, &rb))
-        return og_fail(l->err, l->errlen, OG_ERR_FORMAT, "tensor %s: rows of %llu are not whole %s blocks", name,
-                       (unsigned long long)K, og_type_name(t->type));
-    *w = (og_weight){t->type, t->data, (int64_t)K, (int64_t)rows, (size_t)rb};
-    return OG_OK;
+    return og_arch_bind_weight(t, w, l->err, l->errlen);
 }
 
 /* 1-D F32 tensor of n elements. */
@@ -733,15 +725,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             st = ops->copy_to_host(fw.dev, fw.s, logits, dlog, (uint64_t)n_out * h->n_vocab * fb, err, errlen);
         free(ex_out);
     }
-    if (!st || !failed_here) { /* every op done before the buffers go (also after an error) */
-        og_status ws = og_fwd_sync(&fw);
-        if (!st) st = ws;
-    } else {
-        char e2[64];
-        fw.err = e2;
-        fw.errlen = sizeof e2;
-        (void)og_fwd_sync(&fw);
-    }
+    st = og_fwd_drain(&fw, st); /* every op done before the buffers go (also after an error) */
     if (dbase) ops->free(fw.dev, dbase);
     og_device_destroy(own_dev);
     free(hx);
@@ -760,13 +744,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         for (int s2 = 0; s2 < n_seq; s2++) kvs[s2]->n_pos = next[s2];
     free(pos_of);
     free(next);
-    if (st && failed_here) return st; /* the dispatcher's (or the allocation's) message */
-    if (st) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", err);
-        return og_fail(err, errlen, st, "forward pass failed: %s%s%s", og_status_str(st), why[0] ? ": " : "", why);
-    }
-    return OG_OK;
+    return og_fwd_failure(st, failed_here, "forward pass", err, errlen);
 }
 
 const og_arch og_arch_deepseek2 = {

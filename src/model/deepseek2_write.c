@@ -146,15 +146,9 @@ typedef struct build {
 static og_status add(build *b, const char *name, og_ggml_type type, uint32_t n_dims, int64_t ne0,
                      int64_t ne1, int64_t ne2, init_kind kind, float gain, int layer) {
     int64_t ne[3] = {ne0, ne1, ne2};
-    og_ggml_type asked = type;
-    type = og_quant_fallback_type(type, ne0);
-    if (type != asked) b->fallbacks[asked][type]++;
-    if (!b->sparse && !og_quant_can_quantize(type))
-        return og_fail(b->err, b->errlen, OG_ERR_UNSUPPORTED,
-                       "%s: onegpu has no quantizer for %s%s%s; use --sparse for a planning-only file", name,
-                       og_type_name(type), type != asked ? ", the fallback for " : "",
-                       type != asked ? og_type_name(asked) : "");
-    og_status st = og_gguf_writer_add_tensor(b->w, name, type, n_dims, ne, NULL);
+    og_status st = og_model_write_type(name, type, ne0, b->sparse, b->fallbacks, &type, b->err, b->errlen);
+    if (st) return st;
+    st = og_gguf_writer_add_tensor(b->w, name, type, n_dims, ne, NULL);
     if (st) return og_fail(b->err, b->errlen, st, "%s: cannot add tensor (%s)", name, og_status_str(st));
     if (b->n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
@@ -246,6 +240,29 @@ og_status og_model_write_vocab(og_gguf_writer *w, const og_model_vocab *vocab, c
     if (chat_template && chat_template->n) K(og_gguf_writer_set(w, "tokenizer.chat_template", OG_GGUF_STRING, chat_template));
 #undef K
     return OG_OK;
+}
+
+og_status og_model_write_type(const char *name, og_ggml_type asked, int64_t ne0, bool sparse,
+                              uint32_t fallbacks[OG_TYPE_COUNT][OG_TYPE_COUNT], og_ggml_type *stored, char *err,
+                              size_t errlen) {
+    og_ggml_type type = og_quant_fallback_type(asked, ne0);
+    if (type != asked) fallbacks[asked][type]++;
+    if (!sparse && !og_quant_can_quantize(type))
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED,
+                       "%s: onegpu has no quantizer for %s%s%s; use --sparse for a planning-only file", name,
+                       og_type_name(type), type != asked ? ", the fallback for " : "",
+                       type != asked ? og_type_name(asked) : "");
+    *stored = type;
+    return OG_OK;
+}
+
+void og_model_write_log_fallbacks(const og_logger *lg, uint32_t fallbacks[OG_TYPE_COUNT][OG_TYPE_COUNT]) {
+    for (int from = 0; from < OG_TYPE_COUNT; from++)
+        for (int to = 0; to < OG_TYPE_COUNT; to++)
+            if (fallbacks[from][to])
+                og_log(lg, OG_LOG_INFO, "%u tensors have rows that are not a multiple of the %s block (%u): stored as %s, "
+                       "as llama-quantize does", fallbacks[from][to], og_type_name((uint32_t)from),
+                       og_type_size_of((uint32_t)from)->blck, og_type_name((uint32_t)to));
 }
 
 static og_status add_keys(build *b, const og_model_vocab *vocab) {
@@ -408,12 +425,7 @@ og_status og_ds2_synth_write(const og_ds2_synth_config *c, const og_model_vocab 
     build b = {.c = c, .sparse = sparse, .err = err, .errlen = errlen};
     if ((st = og_gguf_writer_create(32, &b.w))) return og_fail(err, errlen, st, "out of memory");
     if ((st = add_tensors(&b)) || (st = add_keys(&b, vocab))) goto out;
-    for (int from = 0; from < OG_TYPE_COUNT; from++)
-        for (int to = 0; to < OG_TYPE_COUNT; to++)
-            if (b.fallbacks[from][to])
-                og_log(lg, OG_LOG_INFO, "%u tensors have rows that are not a multiple of the %s block (%u): stored as %s, "
-                       "as llama-quantize does", b.fallbacks[from][to], og_type_name((uint32_t)from),
-                       og_type_size_of((uint32_t)from)->blck, og_type_name((uint32_t)to));
+    og_model_write_log_fallbacks(lg, b.fallbacks);
     if (!sparse) { /* refuse before writing what cannot fit */
         if (b.max_tensor_bytes > (32ull << 30)) {
             char sz[32];

@@ -75,17 +75,10 @@ static og_status bind(const og_gguf *g, const og_ds4_hparams *hp, og_ds4_tensor_
     memset(w, 0, sizeof *w);
     TRY(og_ds4_tensor_find(g, hp, id, il, &t, err, errlen));
     if (!t) return OG_OK;
+    if (t->type != OG_TYPE_I32) return og_arch_bind_weight(t, w, err, errlen);
+    /* the hash table (ffn_gate_tid2eid): I32 rows, no kernels */
     if (!t->data) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", t->name);
-    const og_type_traits *tr = og_quant_traits(t->type);
-    uint64_t rb;
-    if (t->type != OG_TYPE_I32 && (!tr || !tr->vec_dot || !tr->to_float))
-        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "tensor %s is %s, which onegpu has no kernels for", t->name,
-                       og_type_name(t->type));
-    if (t->type == OG_TYPE_I32) rb = (uint64_t)t->ne[0] * sizeof(int32_t);
-    else if (og_row_bytes(t->type, (uint64_t)t->ne[0], &rb))
-        return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s: rows of %lld are not whole %s blocks", t->name,
-                       (long long)t->ne[0], og_type_name(t->type));
-    *w = (og_weight){t->type, t->data, t->ne[0], t->ne[1] * t->ne[2], (size_t)rb};
+    *w = (og_weight){t->type, t->data, t->ne[0], t->ne[1] * t->ne[2], (size_t)t->ne[0] * sizeof(int32_t)};
     return OG_OK;
 }
 
@@ -1024,16 +1017,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             break;
     }
     if (!st && n_out) st = head(&fw, d, batch, n_out, &b, logits);
-    if (fw.ops) { /* every op done before the buffers go (also after an error) */
-        char e2[64];
-        og_fwd f2 = fw;
-        if (st) {
-            f2.err = e2;
-            f2.errlen = sizeof e2;
-        }
-        og_status ws = og_fwd_sync(&f2);
-        if (!st) st = ws;
-    }
+    if (fw.ops) st = og_fwd_drain(&fw, st); /* every op done before the buffers go (also after an error) */
     if (dbase) fw.ops->free(fw.dev, dbase);
     og_device_destroy(own_dev);
     if (!st)
@@ -1041,14 +1025,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     free(first_of);
     host_arrays_free(&ha);
     plan_free(&p);
-    if (st && failed_here) return st;
-    if (st) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", err);
-        return og_fail(err, errlen, st, "deepseek4 forward pass failed: %s%s%s", og_status_str(st), why[0] ? ": " : "",
-                       why);
-    }
-    return OG_OK;
+    return og_fwd_failure(st, failed_here, "deepseek4 forward pass", err, errlen);
 }
 
 const og_arch og_arch_deepseek4 = {

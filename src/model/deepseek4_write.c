@@ -334,14 +334,10 @@ og_status og_ds4_write(const og_ds4_write_config *c, const og_model_vocab *vocab
             char name[96];
             og_ds4_tensor_shape(h, (og_ds4_tensor_id)id, il, ne, &nd);
             og_ds4_tensor_name((og_ds4_tensor_id)id, il, name, sizeof name);
-            og_ggml_type asked = type_of(c, k->wclass), type = og_quant_fallback_type(asked, ne[0]);
-            if (asked == OG_TYPE_I32) type = OG_TYPE_I32;
-            if (type != asked) fallbacks[asked][type]++;
-            if (!sparse && type != OG_TYPE_I32 && !og_quant_can_quantize(type)) {
-                st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "%s: onegpu has no quantizer for %s; use --sparse for a "
-                             "planning-only file", name, og_type_name(type));
+            og_ggml_type type = type_of(c, k->wclass); /* I32 (the hash table) is stored as it is */
+            if (type != OG_TYPE_I32 &&
+                (st = og_model_write_type(name, type, ne[0], sparse, fallbacks, &type, err, errlen)))
                 goto out;
-            }
             if ((st = og_gguf_writer_add_tensor(w, name, type, nd, ne, NULL))) {
                 og_fail(err, errlen, st, "%s: cannot add tensor (%s)", name, og_status_str(st));
                 goto out;
@@ -356,12 +352,7 @@ og_status og_ds4_write(const og_ds4_write_config *c, const og_model_vocab *vocab
         og_fail(err, errlen, st, "cannot write metadata: %s", og_status_str(st));
         goto out;
     }
-    for (int from = 0; from < OG_TYPE_COUNT; from++)
-        for (int to = 0; to < OG_TYPE_COUNT; to++)
-            if (fallbacks[from][to])
-                og_log(lg, OG_LOG_INFO, "%u tensors have rows that are not a multiple of the %s block (%u): stored as %s, "
-                       "as llama-quantize does", fallbacks[from][to], og_type_name((uint32_t)from),
-                       og_type_size_of((uint32_t)from)->blck, og_type_name((uint32_t)to));
+    og_model_write_log_fallbacks(lg, fallbacks);
     uint32_t n_parts = 1;
     if (!c->split_max_bytes)
         st = og_gguf_writer_write(w, path, sparse ? NULL : fill, &b, err, errlen);

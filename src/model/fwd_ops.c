@@ -67,6 +67,23 @@ og_status og_fwd_sync(og_fwd *f) {
     return st;
 }
 
+og_status og_fwd_drain(og_fwd *f, og_status st) {
+    if (!st) return og_fwd_sync(f);
+    char e2[64];
+    og_fwd f2 = *f;
+    f2.err = e2;
+    f2.errlen = sizeof e2;
+    (void)og_fwd_sync(&f2);
+    return st;
+}
+
+og_status og_fwd_failure(og_status st, bool failed_here, const char *what, char *err, size_t errlen) {
+    if (!st || failed_here) return st;
+    char why[512];
+    snprintf(why, sizeof why, "%s", err && errlen ? err : "");
+    return og_fail(err, errlen, st, "%s failed: %s%s%s", what, og_status_str(st), why[0] ? ": " : "", why);
+}
+
 og_weight og_fwd_slice(const og_weight *w, int64_t r0, int64_t n) {
     og_weight s = *w;
     s.data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;

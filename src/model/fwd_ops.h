@@ -44,6 +44,14 @@ og_status og_fwd_norm(og_fwd *f, float *y, const float *x, int64_t n_rows, int64
                       float eps);
 /* Waits for everything issued on the stream (the host is about to read). */
 og_status og_fwd_sync(og_fwd *f);
+/* Ends a forward call before its buffers go: waits for every op issued. A
+ * wait error is returned only when st is OG_OK; after an error it is silenced
+ * (f->err keeps the first one). Returns st, or the wait's error. */
+og_status og_fwd_drain(og_fwd *f, og_status st);
+/* What a forward call returns for st: OG_OK as it is; when failed_here, st
+ * with err as it is (the dispatcher's or an allocation's message); else st
+ * with err rewritten as "<what> failed: <status>[: <err>]". */
+og_status og_fwd_failure(og_status st, bool failed_here, const char *what, char *err, size_t errlen);
 /* Rows [r0, r0 + n) of w as their own weight (an offset on a device address). */
 og_weight og_fwd_slice(const og_weight *w, int64_t r0, int64_t n);
 

@@ -3,6 +3,7 @@
  * state, the forward scratch and the calls that dispatch to the architecture. */
 #include "og_arch.h"
 #include "og_device.h"
+#include "og_quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,20 @@ static og_status arch_of(const og_gguf *g, const og_arch **out, char *err, size_
         n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", arch_table[i]->name);
     return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "architecture '%s' is not supported (%s %s)", name, list,
                    N_ARCH > 1 ? "are" : "is");
+}
+
+og_status og_arch_bind_weight(const og_gguf_tensor *t, og_weight *w, char *err, size_t errlen) {
+    if (!t->data) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "tensor %s has no data (a header-only open)", t->name);
+    const og_type_traits *tr = og_quant_traits(t->type);
+    if (!tr || !tr->vec_dot || !tr->to_float)
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "tensor %s is %s, which onegpu has no kernels for", t->name,
+                       og_type_name(t->type));
+    uint64_t rb;
+    if (og_row_bytes(t->type, (uint64_t)t->ne[0], &rb))
+        return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s: rows of %lld are not whole %s blocks", t->name,
+                       (long long)t->ne[0], og_type_name(t->type));
+    *w = (og_weight){t->type, t->data, t->ne[0], t->ne[1] * t->ne[2] * t->ne[3], (size_t)rb};
+    return OG_OK;
 }
 
 og_status og_model_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {

@@ -31,6 +31,13 @@ og_tensor_role og_arch_table_role(const og_arch_tensor *table, int n, const char
  * og_model_tensor_role for an architecture without an entry. Never fails. */
 og_tensor_role og_arch_generic_role(const char *tensor_name);
 
+/* The weight view of tensor t (the caller has checked its shape): rows of
+ * t->ne[0] values, t->ne[1] * ne[2] * ne[3] rows, pointing into t's data.
+ * Errors: OG_ERR_INVALID_ARG (no data: a header-only open),
+ * OG_ERR_UNSUPPORTED (onegpu has no kernels for t's type), OG_ERR_FORMAT
+ * (rows are not whole blocks). What each architecture's loader binds with. */
+og_status og_arch_bind_weight(const og_gguf_tensor *t, og_weight *w, char *err, size_t errlen);
+
 /* One architecture. Every function gets a model made by its own load. */
 typedef struct og_arch {
     const char *name; /* general.architecture */

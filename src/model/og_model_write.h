@@ -87,6 +87,18 @@ og_status og_ds2_synth_write(const og_ds2_synth_config *cfg, const og_model_voca
  * architecture's writer stores its tokenizer with it (deepseek2_write.c). */
 og_status og_model_write_vocab(og_gguf_writer *w, const og_model_vocab *vocab, const char *pre, const og_str *chat_template);
 
+/* The type a writer stores for tensor `name` (rows of ne0 values) asked as
+ * `asked`: og_quant_fallback_type's, as llama-quantize does, each fallback
+ * counted in fallbacks[asked][stored] (tensor counts). Errors:
+ * OG_ERR_UNSUPPORTED when the stored type has no quantizer and !sparse. */
+og_status og_model_write_type(const char *name, og_ggml_type asked, int64_t ne0, bool sparse,
+                              uint32_t fallbacks[OG_TYPE_COUNT][OG_TYPE_COUNT], og_ggml_type *stored, char *err,
+                              size_t errlen);
+
+/* Reports each nonzero fallbacks[asked][stored] count (og_model_write_type) on
+ * lg at info level. Returns nothing: logging cannot fail. */
+void og_model_write_log_fallbacks(const og_logger *lg, uint32_t fallbacks[OG_TYPE_COUNT][OG_TYPE_COUNT]);
+
 /* ---- deepseek4 (shared/spec/deepseek4.md; src/model/deepseek4_write.c) ---- */
 #include "og_ds4_write.h"
 

@@ -82,7 +82,7 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
                 return bad(err, errlen, "compressor: a token without state or at a negative position");
         c->u.compress = *op;
         if (!nt) return OG_OK;
-        if (!(c->own = malloc(2 * og_cop_al16(nt * sizeof(float *)) + og_cop_al16(nt * sizeof(int32_t))))) break;
+        if (!og_cop_own(c, 2 * og_cop_al16(nt * sizeof(float *)) + og_cop_al16(nt * sizeof(int32_t)))) break;
         c->u.compress.state = og_cop_dup(&c->own, &at, op->state, nt * sizeof(float *));
         c->u.compress.out = og_cop_dup(&c->own, &at, op->out, nt * sizeof(float *));
         c->u.compress.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
@@ -98,8 +98,8 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         const size_t nt = (size_t)op->n_tok;
         c->u.indexer = *op;
         if (!nt) return OG_OK;
-        if (!(c->own = malloc(og_cop_al16((size_t)op->keys.n_blocks * sizeof(float *)) +
-                              2 * og_cop_al16(nt * sizeof(int32_t)) + og_cop_al16(nt * sizeof(bool)))))
+        if (!og_cop_own(c, og_cop_al16((size_t)op->keys.n_blocks * sizeof(float *)) +
+                              2 * og_cop_al16(nt * sizeof(int32_t)) + og_cop_al16(nt * sizeof(bool))))
             break;
         c->u.indexer.keys.blocks = og_cop_dup(&c->own, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(float *));
         c->u.indexer.key_first = og_cop_dup(&c->own, &at, op->key_first, nt * sizeof(int32_t));
@@ -125,9 +125,9 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         c->u.sink_attn = *op;
         if (!nt) return OG_OK;
         const size_t nb = (size_t)op->comp.n_blocks;
-        if (!(c->own = malloc(og_cop_al16(n_rows * sizeof(float *)) + og_cop_al16((nt + 1) * sizeof(int64_t)) +
+        if (!og_cop_own(c, og_cop_al16(n_rows * sizeof(float *)) + og_cop_al16((nt + 1) * sizeof(int64_t)) +
                               og_cop_al16(nb * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t)) +
-                              og_cop_al16(nt * sizeof(bool)))))
+                              og_cop_al16(nt * sizeof(bool))))
             break;
         c->u.sink_attn.rows = og_cop_dup(&c->own, &at, op->rows, n_rows * sizeof(float *));
         c->u.sink_attn.row_off = og_cop_dup(&c->own, &at, op->row_off, (nt + 1) * sizeof(int64_t));

@@ -453,12 +453,20 @@ og_status og_device_cpu_settle(og_device *d, og_stream *s);
  * before it became an op). Errors: OG_ERR_INVALID_ARG (k, groups or gating
  * outside the op's comment), OG_ERR_NOMEM. */
 og_status og_cpu_route(const og_router_op *op);
+/* The same with its per-call scores ([2 n_expert] floats) in ws, grown as
+ * needed and kept (NULL: allocated for the call). Same errors. */
+og_status og_cpu_route_ws(const og_router_op *op, og_buf *ws);
 
 /* og_mla_op on host memory, the (token, head) pairs shared out over pool (NULL:
  * the calling thread); kern gives the f32 dots and axpy. Errors:
  * OG_ERR_INVALID_ARG (a position outside its block table, a row_len other than
  * r_kv + d_rope), OG_ERR_NOMEM. */
 og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op);
+/* The same with its per-thread scores ([pool threads][max position + 1 + r_kv
+ * + d_rope] floats) in ws, grown as needed and kept (NULL: allocated for the
+ * call), so that a call no larger than one before allocates nothing. Same bits
+ * and errors. One call at a time per ws. */
+og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws);
 
 /* A device whose streams run each op on the calling thread at issue, with the
  * caller's pool and kernels (both borrowed: they must outlive the device), and

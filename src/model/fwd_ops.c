@@ -1,6 +1,8 @@
 /* The forward passes' shared pieces (fwd_ops.h). */
 #include "fwd_ops.h"
 
+#include <stdlib.h>
+
 #define MM_ROWS_MAX 64 /* jobs per matmul op */
 
 og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_device **own_dev, char *err,
@@ -11,6 +13,21 @@ og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_de
     if (rc->dev) {
         f->dev = rc->dev;
         f->s = rc->stream;
+    } else if (rc->scratch) { /* the host device kept with the scratch (its op scratch with it) */
+        og_fwd_scratch *sc = rc->scratch;
+        og_event ev;
+        if (sc->host_dev && (sc->host_pool != rc->pool || sc->host_kern != rc->kern ||
+                             sc->host_dev->ops->event_record(sc->host_dev, NULL, &ev, NULL, 0) != OG_OK)) {
+            /* another pool or kernels, or a failed op earlier (a host device keeps failing after one) */
+            og_device_destroy(sc->host_dev);
+            sc->host_dev = NULL;
+        }
+        if (!sc->host_dev && !(st = og_device_host_create(rc->pool, rc->kern, &sc->host_dev, err, errlen))) {
+            sc->host_pool = rc->pool;
+            sc->host_kern = rc->kern;
+        }
+        f->dev = sc->host_dev;
+        if (!st) st = f->dev->ops->stream_create(f->dev, &f->s, err, errlen);
     } else {
         st = og_device_host_create(rc->pool, rc->kern, own_dev, err, errlen);
         f->dev = *own_dev;
@@ -133,4 +150,17 @@ og_status og_fwd_scratch_get(const og_model *m, const og_run_ctx *rc, og_fwd *f,
     st = f->ops->alloc(f->dev, need, own, f->err, f->errlen);
     if (!st) *cut = (og_fwd_scratch_cut){*own, 0, need};
     return st;
+}
+
+og_status og_fwd_host_get(const og_run_ctx *rc, uint64_t need, og_fwd_scratch_cut *cut, void **own) {
+    *own = NULL;
+    *cut = (og_fwd_scratch_cut){0};
+    if (rc->scratch) {
+        if (og_buf_reserve(&rc->scratch->host, (size_t)need)) return OG_ERR_NOMEM;
+        *cut = (og_fwd_scratch_cut){rc->scratch->host.p, 0, rc->scratch->host.cap};
+        return OG_OK;
+    }
+    if (!(*own = aligned_alloc(64, (size_t)((need + 63) / 64 * 64)))) return OG_ERR_NOMEM;
+    *cut = (og_fwd_scratch_cut){*own, 0, need};
+    return OG_OK;
 }

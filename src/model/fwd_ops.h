@@ -24,8 +24,10 @@ typedef struct og_fwd {
 
 /* Starts a forward call: f's numerics from rc->host_numerics and exact (the
  * batch's og_batch.exact), its device and stream rc->dev / rc->stream, or
- * without one a host device on rc->pool made for this call into *own_dev (the
- * caller destroys it). Errors: the host device's. */
+ * without one a host device on rc->pool: rc->scratch's (kept from call to
+ * call, made again for another pool or after a failed op), or without a
+ * scratch one made for this call into *own_dev (the caller destroys it; NULL
+ * otherwise). Errors: the host device's. */
 og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_device **own_dev, char *err,
                        size_t errlen);
 
@@ -77,5 +79,12 @@ void *og_fwd_take(og_fwd_scratch_cut *s, uint64_t bytes);
  * with f->ops->free. Errors: og_fwd_scratch_reserve's, the device's alloc. */
 og_status og_fwd_scratch_get(const og_model *m, const og_run_ctx *rc, og_fwd *f, uint64_t need, int64_t n_tok,
                              int64_t n_out, og_fwd_scratch_cut *cut, void **own);
+
+/* The call's host buffer of `need` bytes (the sum of og_fwd_take's of a
+ * counting pass) into *cut: rc->scratch's host buffer, grown when smaller and
+ * kept, or without a scratch a fresh allocation into *own, which the caller
+ * frees with free(). The contents are not kept from call to call. Errors:
+ * OG_ERR_NOMEM. */
+og_status og_fwd_host_get(const og_run_ctx *rc, uint64_t need, og_fwd_scratch_cut *cut, void **own);
 
 #endif

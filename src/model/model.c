@@ -200,6 +200,17 @@ uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
     return m->arch->scratch_bytes(m, n_tok, n_out);
 }
 
+/* Frees the activations' allocation alone (the host side stays). */
+static void scratch_free_dev(og_fwd_scratch *s) {
+    if (s->base) {
+        if (s->dev) s->dev->ops->free(s->dev, s->base);
+        else free(s->base);
+    }
+    s->dev = NULL;
+    s->base = NULL;
+    s->bytes = 0;
+}
+
 og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device *dev, int64_t max_tok,
                                  int64_t max_out, char *err, size_t errlen) {
     if (max_tok < 1 || max_out < 0)
@@ -207,7 +218,7 @@ og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device
                        (long long)max_tok, (long long)max_out);
     const uint64_t need = og_fwd_scratch_bytes(m, max_tok, max_out);
     if (s->base && s->dev == dev && s->bytes >= need) return OG_OK;
-    og_fwd_scratch_free(s);
+    scratch_free_dev(s);
     void *b = NULL;
     if (dev) {
         og_status st = dev->ops->alloc(dev, need, &b, err, errlen);
@@ -216,16 +227,16 @@ og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device
         char a[32];
         return og_fail(err, errlen, OG_ERR_NOMEM, "forward scratch: no %s of host memory", og_fmt_bytes(need, a, sizeof a));
     }
-    const uint64_t grows = s->grows;
-    *s = (og_fwd_scratch){dev, b, need, grows};
+    s->dev = dev;
+    s->base = b;
+    s->bytes = need;
     return OG_OK;
 }
 
 void og_fwd_scratch_free(og_fwd_scratch *s) {
-    if (s->base) {
-        if (s->dev) s->dev->ops->free(s->dev, s->base);
-        else free(s->base);
-    }
+    scratch_free_dev(s);
+    og_buf_free(&s->host);
+    og_device_destroy(s->host_dev);
     const uint64_t grows = s->grows;
     *s = (og_fwd_scratch){.grows = grows};
 }

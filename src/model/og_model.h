@@ -212,6 +212,16 @@ typedef struct og_fwd_scratch {
     void *base;
     uint64_t bytes; /* capacity */
     uint64_t grows; /* replacements by a call that needed more than the capacity */
+    /* Host side, kept between calls as well (issue 18: a steady-state forward
+     * call allocates nothing): the call's control arrays and host copies
+     * (positions, block table, routes, the MoE layer's rows; grown when a call
+     * needs more, never shrunk), and the host device of calls without
+     * og_run_ctx.dev with its op scratch (made at the first such call on
+     * host_pool / host_kern, remade if the run context names others). */
+    og_buf host;
+    og_device *host_dev;
+    const og_pool *host_pool;
+    const og_kernels *host_kern;
 } og_fwd_scratch;
 
 /* Device bytes of one forward call's activations for n_tok tokens of which
@@ -229,7 +239,8 @@ uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out);
  * (its budget): s is then empty. */
 og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device *dev, int64_t max_tok,
                                  int64_t max_out, char *err, size_t errlen);
-/* Frees the allocation (on the device it came from) and empties *s (grows stays). */
+/* Frees the allocations (the device one on the device it came from, the host
+ * buffer, the host device) and empties *s (grows stays). */
 void og_fwd_scratch_free(og_fwd_scratch *s);
 
 /* One MoE layer's experts, as the forward pass hands them to the dispatcher. */
@@ -281,8 +292,9 @@ struct og_run_ctx {
      * calling thread. */
     og_device *dev;
     og_stream *stream;
-    /* The activations' scratch reused between calls (og_fwd_scratch), or NULL:
-     * each call allocates and frees its own. */
+    /* The activations' scratch reused between calls (og_fwd_scratch, with the
+     * host buffers and host device), or NULL: each call allocates and frees its
+     * own. */
     og_fwd_scratch *scratch;
 };
 

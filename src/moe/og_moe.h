@@ -185,8 +185,13 @@ typedef enum og_dispatch_point {
 typedef void (*og_dispatch_hook)(void *ctx, uint32_t layer, og_dispatch_point at);
 
 /* dev and cache: both NULL (host only: every expert on the host pool) or the
- * device and its expert cache (cache->dev == dev). Errors: OG_ERR_INVALID_ARG,
- * OG_ERR_NOMEM, the device's stream creation. */
+ * device and its expert cache (cache->dev == dev). The dispatcher keeps its
+ * per-layer buffers (the sorted routes, the gathered rows and results, the
+ * jobs, the host experts' workspace, the device rows) from call to call,
+ * grown when a layer needs more: a layer no larger than one before allocates
+ * nothing. One layer at a time per dispatcher (the forward calls of one run
+ * context). Errors: OG_ERR_INVALID_ARG, OG_ERR_NOMEM, the device's stream
+ * creation. */
 og_status og_dispatch_create(og_device *dev, og_expert_cache *cache, og_dispatch **out, char *err, size_t errlen);
 /* The table to put in og_run_ctx.dispatch; valid while d lives. */
 const og_dispatcher *og_dispatch_table(const og_dispatch *d);

@@ -67,10 +67,11 @@ typedef struct og_cop {
     } u;
 } og_cop;
 
-/* c->own = a block of at least bytes, c->keep's (grown when smaller); NULL when
- * out of memory. */
+/* c->own = a block of at least bytes, c->keep's (grown when smaller; at least
+ * 1 KiB, which holds most ops' arrays, so that a reused record seldom grows);
+ * NULL when out of memory. */
 static inline void *og_cop_own(og_cop *c, size_t bytes) {
-    c->own = og_buf_reserve(&c->keep, bytes) ? NULL : c->keep.p;
+    c->own = og_buf_reserve(&c->keep, bytes < 1024 ? 1024 : bytes) ? NULL : c->keep.p;
     return c->own;
 }
 

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "og_moe.h"
 
@@ -228,8 +229,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_host_device),
         cmocka_unit_test(test_cpu_device),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
+    const int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (remove(g_file) || rmdir(g_tmp)) fprintf(stderr, "could not remove %s\n", g_tmp);
     return rc;
 }

@@ -631,11 +631,11 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     og_rope_op rk = {*rope, b->kv + (D - R), T, D, 1, D, p->pos};
     TRY(f->ops->rope(f->dev, f->s, &rk, f->err, f->errlen));
     if (d->kv_fp8) {
-        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_FP8, D - R};
+        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_FP8, D - R, 0};
         TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
     }
     if (d->kv_f16) {
-        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_F16, D};
+        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_F16, D, 0};
         TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
     }
     /* the compressors (§4.2.1): rows complete in this call become visible to its later tokens */
@@ -664,7 +664,7 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
             og_kv_view keys = store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, L->ratio, first_of,
                                          ha->kfirst, ha->nkeys);
             og_rope_op ri = {hp->rope_comp, b->iq + (ID - R), T, IH * ID, (int32_t)IH, ID, p->pos};
-            og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID};
+            og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID, 0};
             og_indexer_op io = {.n_tok = T, .n_head = IH, .d_head = ID, .top_k = (int32_t)hp->indexer_top_k,
                                 .q = b->iq, .w = b->iw, .keys = keys, .key_first = ha->kfirst, .n_keys = ha->nkeys,
                                 .sel = b->sel, .canonical = p->canon};
@@ -752,7 +752,7 @@ static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const o
     TRY(og_fwd_mm(f, &L->router, b->x, T, b->rl));
     og_router_op ro = {b->rl, L->exp_bias, T, (int32_t)hp->n_expert, (int32_t)k, 3, 1, 1, hp->expert_weights_norm,
                        hp->expert_weights_scale, b->r_ids, b->r_w, L->tid2eid, L->tid2eid ? hp->n_vocab : 0,
-                       batch->tokens};
+                       batch->tokens, 0};
     TRY(f->ops->router(f->dev, f->s, &ro, f->err, f->errlen));
     TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_ids, b->r_ids, (uint64_t)(T * k) * sizeof(int32_t), f->err, f->errlen));
     TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_w, b->r_w, (uint64_t)(T * k) * fb, f->err, f->errlen));

@@ -635,22 +635,9 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     /* inverse RoPE on each head's tail at the query position (§4.1.5) */
     og_rope_op ro = {*rope, b->o + (D - R), T, HD, (int32_t)H, D, ha->neg_pos};
     TRY(f->ops->rope(f->dev, f->s, &ro, f->err, f->errlen));
-    /* grouped output: o [T][G][H D / G] -> [G][T][H D / G], low[g] = o_a[g] . group g, then o_b */
-    const int64_t G = hp->o_group_count, gin = HD / G, orank = hp->o_lora_rank;
-    og_copy_op cp = {b->og, b->o, (uint64_t)gin * sizeof(float), (uint64_t)T, (uint64_t)G,
-                     (uint64_t)gin * sizeof(float), (uint64_t)(T * gin) * sizeof(float), (uint64_t)HD * sizeof(float),
-                     (uint64_t)gin * sizeof(float)};
-    TRY(f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen));
-    for (int64_t g = 0; g < G; g++) {
-        ha->wts[g] = og_fwd_slice(&L->o_a, g * orank, orank);
-        ha->jobs[g] = (og_matmul_job){&ha->wts[g], b->og + g * T * gin, T, b->low + g * T * orank, OG_NUMERICS_FORK};
-    }
-    TRY(og_fwd_mm_rows(f, ha->jobs, (int)G, 0));
-    og_copy_op cl = {b->lowt, b->low, (uint64_t)orank * sizeof(float), (uint64_t)T, (uint64_t)G,
-                     (uint64_t)(G * orank) * sizeof(float), (uint64_t)orank * sizeof(float),
-                     (uint64_t)orank * sizeof(float), (uint64_t)(T * orank) * sizeof(float)};
-    TRY(f->ops->copy(f->dev, f->s, &cl, f->err, f->errlen));
-    return og_fwd_mm(f, &L->o_b, b->lowt, T, b->y);
+    /* grouped output (§4.1.5) */
+    return og_fwd_grouped_output(f, &L->o_a, &L->o_b, T, HD, hp->o_group_count, hp->o_lora_rank, b->o, b->og, b->low,
+                                 b->lowt, ha->jobs, ha->wts, b->y);
 }
 
 /* mHC mixes of the streams with fn/scale/base into b->pre/post/comb, and the

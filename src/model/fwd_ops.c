@@ -204,3 +204,22 @@ og_status og_seq_copies_wait(og_device *dev, og_stream *s, og_status st, char *e
     if (!ws) ws = dev->ops->event_wait(dev, ev, st ? e2 : err, st ? sizeof e2 : errlen);
     return st ? st : ws;
 }
+
+og_status og_fwd_grouped_output(og_fwd *f, const og_weight *o_a, const og_weight *o_b, int64_t T, int64_t HD, int64_t G,
+                                int64_t o_rank, const float *o, float *og, float *low, float *lowt, og_matmul_job *jobs,
+                                og_weight *wts, float *y) {
+    const int64_t gin = HD / G;
+    const uint64_t fb = sizeof(float);
+    og_copy_op cp = {og, o, (uint64_t)gin * fb, (uint64_t)T, (uint64_t)G, (uint64_t)gin * fb, (uint64_t)(T * gin) * fb,
+                     (uint64_t)HD * fb, (uint64_t)gin * fb};
+    og_status st = f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen);
+    for (int64_t g = 0; g < G; g++) {
+        wts[g] = og_fwd_slice(o_a, g * o_rank, o_rank);
+        jobs[g] = (og_matmul_job){&wts[g], og + g * T * gin, T, low + g * T * o_rank, OG_NUMERICS_FORK};
+    }
+    if (!st) st = og_fwd_mm_rows(f, jobs, (int)G, 0);
+    og_copy_op cl = {lowt, low, (uint64_t)o_rank * fb, (uint64_t)T, (uint64_t)G, (uint64_t)(G * o_rank) * fb,
+                     (uint64_t)o_rank * fb, (uint64_t)o_rank * fb, (uint64_t)(T * o_rank) * fb};
+    if (!st) st = f->ops->copy(f->dev, f->s, &cl, f->err, f->errlen);
+    return st ? st : og_fwd_mm(f, o_b, lowt, T, y);
+}

@@ -78,6 +78,16 @@ void *og_fwd_take(og_fwd_scratch_cut *s, uint64_t bytes);
 og_status og_fwd_scratch_get(const og_model *m, const og_run_ctx *rc, og_fwd *f, uint64_t need, int64_t n_tok,
                              int64_t n_out, og_fwd_scratch_cut *cut, void **own);
 
+/* The grouped output projection (deepseek4.md §4.1.5), V4's and V4.1's: the
+ * heads' outputs o [T][H D] (inverse RoPE already applied) split into G groups
+ * of H D / G, regrouped into og [G][T][H D / G], low[g] = rows [g o_rank,
+ * (g+1) o_rank) of o_a times group g into low [G][T][o_rank], back to lowt
+ * [T][G o_rank], y [T][N] = o_b . lowt. jobs / wts: host [G] scratch. Errors:
+ * the copy and matmul ops'. */
+og_status og_fwd_grouped_output(og_fwd *f, const og_weight *o_a, const og_weight *o_b, int64_t T, int64_t HD, int64_t G,
+                                int64_t o_rank, const float *o, float *og, float *low, float *lowt, og_matmul_job *jobs,
+                                og_weight *wts, float *y);
+
 /* ---- per-sequence state memory (deepseek4's and deepseek41's og_kv.arch) ---- */
 
 /* Rows per block of a growing row store: a sequence grows its store a block

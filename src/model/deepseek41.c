@@ -91,6 +91,7 @@ static void fill_info(const og_gguf *g, const og_ds41_hparams *hp, og_model_info
     info->fwd_bytes_per_token = per_tok;
     info->fwd_bytes_per_output = 4ull * hp->n_vocab;
     info->host_only_bytes = og_ds41_host_only_bytes(g, hp);
+    info->host_only_what = "Engram tables and token embeddings";
 }
 
 static og_status ds41_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {

@@ -37,6 +37,14 @@ mk --preset tiny --type Q8_0 -o "$work/q8.gguf"
 grep -q 'blk.4.engram_embd.weight .*Q8_0' "$work/q8.txt" || fail "q8: the tables are not Q8_0"
 mk --preset tiny --type Q8_0 --type-routed Q4_K --type-routed-down Q6_K --type-engram Q4_K -o "$work/kq.gguf"
 grep -q 'not a multiple of the Q4_K block' "$work/make.log" || { cat "$work/make.log"; fail "kq: no fallback reported for 64-wide Q4_K rows"; }
+# the shape options (the fuzz seed's command) and a refused shape
+mk --tokenizer none --vocab 16 --n-embd 8 --n-head 2 --head-dim 8 --n-rot 4 --q-lora-rank 8 --o-rank 8 --indexer-heads 1 \
+  --indexer-dim 32 --n-expert 2 --n-expert-used 1 --n-ff-exp 4 --window 4 --top-k 2 --engram-heads 2 --engram-ngram 3 \
+  --engram-dim 32 --engram-primes-above 5 --hc 2 --type F16 -o "$work/small.gguf"
+[[ $(js "$work/small.gguf" "j.metadata.find(k => k.key == 'deepseek41.engram.primes').value.join(' ')") == "7 11 13 17 19 23 29 31" ]] \
+  || fail "small: the Engram primes are not the consecutive primes above 5"
+rc=0; "$onegpu" make-model --arch deepseek41 --n-head 4 --o-groups 3 -o "$work/bad.gguf" 2>"$work/bad.log" || rc=$?
+[[ $rc == 1 ]] && grep -q 'a multiple of --o-groups (3)' "$work/bad.log" || fail "--o-groups 3: $rc $(cat "$work/bad.log")"
 mk --preset demo --sparse -o "$work/demo.gguf"
 size=$(stat -c %s "$work/demo.gguf")
 (( size > 200000000 && size < 300000000 )) || fail "demo is $size bytes, not ~250 MB"

@@ -31,12 +31,15 @@
  *   --no-candidate-mask  reindex layers score every row (the candidate
  *                     source still picks its blocks): shows what the mask does.
  *   --selections      adds "sel": [[layer, [rows...]], ...] to each position:
- *                     the compressed rows each index source selected.
+ *                     the compressed rows each index source selected, and
+ *                     "cand": [blocks] while the candidate mask is on.
  *   --save-state F    after the last token, writes the per-sequence state
  *                     (every layer's rows, the token history) to F.
  *   --load-state F    starts from a state F saved by --save-state: --tokens
  *                     then continues that sequence (positions go on from it).
  *   --sinkhorn-iters N  override hyper_connection.sinkhorn_iterations.
+ *   --describe        prints the hyperparameters and the layer roles it
+ *                     derived (JSON) and exits (no --tokens needed).
  * --from P prints positions P.. only (positions count from the sequence
  * start, also after --load-state). */
 #define REF_PROG "ref_deepseek41"
@@ -828,7 +831,20 @@ static void forward(const model *m, const opts *o, seq *s, int token, double *lo
             len += (size_t)snprintf(b + len, cap - len, "]]");
             first = false;
         }
-        snprintf(b + len, cap - len, "]");
+        len += (size_t)snprintf(b + len, cap - len, "]");
+        if (ts.cand) { /* the candidate blocks kept (ascending), when the mask is on */
+            const int nc = s->L[h->cand_src].comp.n, B = h->cand_block;
+            b = realloc(b, cap += 16 + 12 * (size_t)((nc + B - 1) / B));
+            if (!b) die("out of memory");
+            len += (size_t)snprintf(b + len, cap - len, ", \"cand\": [");
+            bool fb = true;
+            for (int c = 0; c < nc; c += B)
+                if (ts.cand[c]) {
+                    len += (size_t)snprintf(b + len, cap - len, "%s%d", fb ? "" : ", ", c / B);
+                    fb = false;
+                }
+            snprintf(b + len, cap - len, "]");
+        }
         *sel_out = b;
     }
     for (int il = 0; il < h->n_layer; il++) free(ts.sel[il]);
@@ -838,8 +854,25 @@ static void forward(const model *m, const opts *o, seq *s, int token, double *lo
     free(y);
 }
 
+/* --describe: the hyperparameters and roles this program derived (JSON) */
+static void describe(const hparams *h) {
+    printf("{\"n_layer\": %d, \"n_embd\": %d, \"n_vocab\": %d, \"n_swa\": %d, \"top_k\": %d, \"candidate_source\": %d, "
+           "\"candidate_block_size\": %d, \"candidate_topk_blocks\": %d, \"engram_layers\": [",
+           h->n_layer, h->N, h->V, h->n_swa, h->top_k, h->cand_src, h->cand_block, h->cand_topk);
+    for (int j = 0; j < h->n_engram; j++) printf("%s%d", j ? ", " : "", h->engram_layer[j]);
+    printf("], \"layers\": [");
+    for (int il = 0; il < h->n_layer; il++)
+        printf("%s{\"ratio\": %d, \"kv_source\": %s, \"index_source\": %s, \"key_owner\": %s, \"rows_of\": %d, "
+               "\"keys_of\": %d, \"selection_of\": %d, \"candidate_masked\": %s}",
+               il ? ", " : "", h->ratio[il], h->kv_src[il] ? "true" : "false", h->idx_src[il] ? "true" : "false",
+               h->key_owner[il] ? "true" : "false", h->kv_of[il], h->key_of[il], h->sel_of[il],
+               h->masked[il] ? "true" : "false");
+    printf("]}\n");
+}
+
 int main(int argc, char **argv) {
     const char *path = NULL, *toks = NULL, *save = NULL, *load_st = NULL;
+    bool desc = false;
     int from = 0;
     opts o = {.sinkhorn_iters = -1};
     for (int i = 1; i < argc; i++) {
@@ -854,21 +887,28 @@ int main(int argc, char **argv) {
             o.window_fp8 = o.comp_fp4 = o.indexer_fp4 = !strcmp(v, "spec");
         } else if (!strcmp(argv[i], "--no-candidate-mask")) o.no_cand_mask = true;
         else if (!strcmp(argv[i], "--selections")) o.selections = true;
+        else if (!strcmp(argv[i], "--describe")) desc = true;
         else if (!strcmp(argv[i], "--save-state") && i + 1 < argc) save = argv[++i];
         else if (!strcmp(argv[i], "--load-state") && i + 1 < argc) load_st = argv[++i];
         else if (!strcmp(argv[i], "--sinkhorn-iters") && i + 1 < argc) o.sinkhorn_iters = atoi(argv[++i]);
         else if (argv[i][0] == '-') die("unknown option %s (see the comment at the top of ref_deepseek41.c)", argv[i]);
         else path = argv[i];
     }
-    if (!path || !toks) die("usage: ref_deepseek41 FILE --tokens a,b,c [--from P] [options]");
+    if (!path || (!toks && !desc)) die("usage: ref_deepseek41 FILE --tokens a,b,c [--from P] [options]");
     og_gguf *g;
     char err[512];
     if (og_gguf_open(path, 0, &g, err, sizeof err)) die("%s", err);
     static model m;
     m.g = g;
     read_hparams(g, &m.h);
-    load_model(&m);
     const hparams *h = &m.h;
+    if (desc) {
+        describe(h);
+        free(m.h.token_map);
+        og_gguf_close(g);
+        return 0;
+    }
+    load_model(&m);
     int n;
     int *tok = parse_tokens(toks, h->V, &n);
     static seq s;

@@ -102,6 +102,15 @@ typedef struct og_ds4_hparams {
  * local_blocks / types) are ignored, as llama.cpp v0.4.0 ignores them. */
 og_status og_ds4_hparams_read(const og_gguf *g, const og_logger *lg, og_ds4_hparams *hp, char *err, size_t errlen);
 
+/* The two RoPE schedules of §4.1.2 as deepseek4.cpp builds them (V4.1 has the
+ * same, §2): *swa for window-only layers (base, no scaling), *comp for the
+ * compressed layers, their rows and the indexer (comp_base; 1/factor unless
+ * sc is NONE; YaRN's ramp with n_ctx_orig and the betas when sc is YARN).
+ * d_rope = n_rot, mscale 1 (llama.cpp's attn_factor cancels YaRN's magnitude
+ * factor). Cannot fail. */
+void og_ds4_rope_schedules(og_ds4_rope_scaling sc, uint32_t n_rot, float base, float comp_base, float factor,
+                           uint32_t n_ctx_orig, float beta_fast, float beta_slow, og_rope *swa, og_rope *comp);
+
 /* ---- the tensor-name table ------------------------------------------------ */
 
 /* Which layers hold a kind. */

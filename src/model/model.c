@@ -12,6 +12,7 @@
 static const og_arch *const arch_table[] = {
     &og_arch_deepseek2,
     &og_arch_deepseek4,
+    &og_arch_deepseek41,
 };
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 

@@ -22,6 +22,7 @@ typedef enum og_tensor_role {
     OG_ROLE_ROUTED_EXPERTS, /* ffn_*_exps: stacked routed experts [.., .., n_expert] */
     OG_ROLE_SHARED_EXPERTS, /* ffn_*_shexp */
     OG_ROLE_OUTPUT,         /* output, output_norm */
+    OG_ROLE_ENGRAM,         /* deepseek41's Engram n-gram tables (engram_embd): host-only, never device bytes */
     OG_ROLE_OTHER,          /* anything the table does not know */
     OG_ROLE_COUNT
 } og_tensor_role;
@@ -89,6 +90,10 @@ typedef struct og_model_info {
      * architecture state with a fork (deepseek4). false: `n` > 1 is refused. */
     bool kv_fork;
     uint64_t kv_block_bytes;     /* bytes of one og_kv block (kv_paged), else 0 */
+    /* Bytes of the tensors that stay in host memory (gathered there by row,
+     * never device bytes): the planner counts them in RAM only. deepseek41:
+     * the Engram tables (OG_ROLE_ENGRAM) and token_embd; others 0. */
+    uint64_t host_only_bytes;
     const og_moe_weights *moe;   /* [n_layer] with a loaded model; NULL from og_model_describe */
 } og_model_info;
 

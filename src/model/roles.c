@@ -10,7 +10,7 @@
 
 static const char *const role_names[OG_ROLE_COUNT] = {
     "embeddings", "attention", "norm", "router", "dense_ffn",
-    "routed_experts", "shared_experts", "output", "other",
+    "routed_experts", "shared_experts", "output", "engram", "other",
 };
 
 const char *og_model_role_name(og_tensor_role role) {

@@ -38,6 +38,7 @@
  *   --load-state F    starts from a state F saved by --save-state: --tokens
  *                     then continues that sequence (positions go on from it).
  *   --sinkhorn-iters N  override hyper_connection.sinkhorn_iterations.
+ *   --full            adds "logprobs": [V log-probs] to each position.
  *   --describe        prints the hyperparameters and the layer roles it
  *                     derived (JSON) and exits (no --tokens needed).
  * --from P prints positions P.. only (positions count from the sequence
@@ -872,7 +873,7 @@ static void describe(const hparams *h) {
 
 int main(int argc, char **argv) {
     const char *path = NULL, *toks = NULL, *save = NULL, *load_st = NULL;
-    bool desc = false;
+    bool desc = false, full = false;
     int from = 0;
     opts o = {.sinkhorn_iters = -1};
     for (int i = 1; i < argc; i++) {
@@ -888,6 +889,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--no-candidate-mask")) o.no_cand_mask = true;
         else if (!strcmp(argv[i], "--selections")) o.selections = true;
         else if (!strcmp(argv[i], "--describe")) desc = true;
+        else if (!strcmp(argv[i], "--full")) full = true;
         else if (!strcmp(argv[i], "--save-state") && i + 1 < argc) save = argv[++i];
         else if (!strcmp(argv[i], "--load-state") && i + 1 < argc) load_st = argv[++i];
         else if (!strcmp(argv[i], "--sinkhorn-iters") && i + 1 < argc) o.sinkhorn_iters = atoi(argv[++i]);
@@ -927,6 +929,19 @@ int main(int argc, char **argv) {
         char *sel = NULL;
         forward(&m, &o, &s, tok[i], out ? logits : NULL, out && o.selections ? &sel : NULL);
         if (!out) continue;
+        if (full) { /* ", \"logprobs\": [V]" after any "sel" */
+            const size_t cap = (sel ? strlen(sel) : 0) + 24 + 20 * (size_t)h->V;
+            char *b = xcalloc(cap, 1);
+            size_t len = (size_t)snprintf(b, cap, "%s, \"logprobs\": [", sel ? sel : "");
+            double mx = -INFINITY, z = 0;
+            for (int v = 0; v < h->V; v++) mx = fmax(mx, logits[v]);
+            for (int v = 0; v < h->V; v++) z += exp(logits[v] - mx);
+            for (int v = 0; v < h->V; v++)
+                len += (size_t)snprintf(b + len, cap - len, "%s%.12g", v ? ", " : "", logits[v] - mx - log(z));
+            snprintf(b + len, cap - len, "]");
+            free(sel);
+            sel = b;
+        }
         print_position(logits, h->V, p, i + 1 < n ? tok[i + 1] : -1, first, sel);
         first = false;
         free(sel);

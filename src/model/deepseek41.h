@@ -134,6 +134,10 @@ typedef struct og_ds41_hparams {
  * (a value out of bounds or of the wrong type; a failed self-check). */
 og_status og_ds41_hparams_read(const og_gguf *g, const og_logger *lg, og_ds41_hparams *hp, char *err, size_t errlen);
 
+/* Whether p is prime (trial division: the Engram primes are below 2^32). A
+ * predicate: cannot fail. */
+bool og_ds41_is_prime(uint64_t p);
+
 /* Compressed id of token tok (token_map[tok]; tok < n_vocab, checked by the
  * reader), or UINT32_MAX for tok out of range. Cannot fail otherwise. */
 uint32_t og_ds41_token_map(const og_ds41_hparams *hp, uint32_t tok);

@@ -146,7 +146,7 @@ static uint64_t arr_u(const og_gguf_kv *kv, uint64_t i) {
     return (uint64_t)v;
 }
 
-static bool is_prime(uint64_t p) {
+bool og_ds41_is_prime(uint64_t p) {
     if (p < 2) return false;
     if (p % 2 == 0) return p == 2;
     for (uint64_t d = 3; d * d <= p; d += 2)
@@ -289,7 +289,7 @@ static og_status read_engram(const rd *r, og_ds41_hparams *h) {
     if (!offsets) return missing(r, OG_ERR_NOT_FOUND, f2);
     for (uint64_t i = 0; i < ne * nb; i++) {
         uint64_t p = arr_u(primes, i);
-        if (p > UINT32_MAX || !is_prime(p))
+        if (p > UINT32_MAX || !og_ds41_is_prime(p))
             return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "Engram self-check failed: %s[%llu] = %llu is not a prime "
                            "below 2^32", full, (unsigned long long)i, (unsigned long long)p);
         for (uint64_t j = 0; j < i; j++)
@@ -592,7 +592,7 @@ bool og_ds41_tensor_in_layer(const og_ds41_hparams *hp, og_ds41_tensor_id id, in
     switch (w) {
     case OG_DS41_EVERY: return true;
     case OG_DS41_KV_SOURCE: return L->is_kv_source;
-    case OG_DS41_GATED: return L->is_kv_source && L->ratio > 1;
+    case OG_DS41_GATED: return L->is_kv_source && hp->compress_ratio[il] > 1;
     case OG_DS41_KEY_OWNER: return L->is_key_owner;
     case OG_DS41_INDEX: return L->is_index_source;
     case OG_DS41_ENGRAM: return L->has_engram;

@@ -257,42 +257,27 @@ static void hash_row(const og_ds4_hparams *h, uint64_t *rng, int32_t *out) {
     }
 }
 
+/* og_model_write_row_fn over a kind (ctx: its og_ds4_tensor_id) */
+static void kind_row(const void *ctx, int64_t ne0, uint64_t *rng, float *x) {
+    init_row(NULL, *(const og_ds4_tensor_id *)ctx, ne0, rng, x);
+}
+
 static og_status fill(void *ctx, uint64_t i, const og_gguf_tensor *t, void *buf, char *err, size_t errlen) {
     wbuild *b = ctx;
     const og_ds4_write_config *c = b->c;
     const og_ds4_tensor_id id = b->t[i].id;
-    const int64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
-    uint64_t rng = c->seed ^ og_fnv1a64(t->name, strlen(t->name), OG_FNV1A64_INIT);
     if (t->type == OG_TYPE_I32) {
+        const int64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+        uint64_t rng = c->seed ^ og_fnv1a64(t->name, strlen(t->name), OG_FNV1A64_INIT);
         for (int64_t r = 0; r < rows; r++) hash_row(&c->hp, &rng, (int32_t *)buf + r * ne0);
         return OG_OK;
     }
-    if ((size_t)ne0 > b->row_cap) {
-        float *nr = realloc(b->row, (size_t)ne0 * sizeof *nr);
-        if (!nr) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-        b->row = nr;
-        b->row_cap = (size_t)ne0;
-    }
-    uint64_t row_bytes;
-    og_row_bytes(t->type, (uint64_t)ne0, &row_bytes);
-    for (int64_t r = 0; r < rows; r++) {
-        init_row(c, id, ne0, &rng, b->row);
-        og_status st = og_quantize_row(t->type, b->row, (uint8_t *)buf + (uint64_t)r * row_bytes, ne0);
-        if (st) return og_fail(err, errlen, st, "%s: cannot quantize to %s", t->name, og_type_name(t->type));
-    }
-    return OG_OK;
+    return og_model_write_rows(t, buf, c->seed, kind_row, &id, &b->row, &b->row_cap, err, errlen);
 }
 
-/* Reopens what was written header-only and reads it back as the loader will. */
-static og_status self_check(const char *path, uint32_t n_parts, char *err, size_t errlen) {
-    char first[4200];
-    if (n_parts > 1) {
-        char prefix[4096];
-        if (og_gguf_split_prefix(path, prefix, sizeof prefix) || og_gguf_split_path(prefix, 0, n_parts, first, sizeof first))
-            return og_fail(err, errlen, OG_ERR_RANGE, "%s: name too long", path);
-    } else {
-        snprintf(first, sizeof first, "%s", path);
-    }
+/* Reopens what was written (first: its first file) header-only and reads it
+ * back as the loader will. */
+static og_status self_check(const char *first, char *err, size_t errlen) {
     og_gguf *g;
     og_status st = og_gguf_open(first, OG_GGUF_HEADER_ONLY, &g, err, errlen);
     if (st) return st;
@@ -334,17 +319,10 @@ og_status og_ds4_write(const og_ds4_write_config *c, const og_model_vocab *vocab
             char name[96];
             og_ds4_tensor_shape(h, (og_ds4_tensor_id)id, il, ne, &nd);
             og_ds4_tensor_name((og_ds4_tensor_id)id, il, name, sizeof name);
-            og_ggml_type type = type_of(c, k->wclass); /* I32 (the hash table) is stored as it is */
-            if (type != OG_TYPE_I32 &&
-                (st = og_model_write_type(name, type, ne[0], sparse, fallbacks, &type, err, errlen)))
+            /* I32 (the hash table) is stored as it is */
+            if ((st = og_model_write_add(w, name, type_of(c, k->wclass), nd, ne, sparse, fallbacks, type_bytes, err,
+                                         errlen)))
                 goto out;
-            if ((st = og_gguf_writer_add_tensor(w, name, type, nd, ne, NULL))) {
-                og_fail(err, errlen, st, "%s: cannot add tensor (%s)", name, og_status_str(st));
-                goto out;
-            }
-            uint64_t row;
-            og_row_bytes(type, (uint64_t)ne[0], &row);
-            type_bytes[type] += row * (uint64_t)ne[1] * (uint64_t)ne[2];
             b.t[b.n++] = (wtensor){(og_ds4_tensor_id)id, il};
         }
     }
@@ -353,12 +331,11 @@ og_status og_ds4_write(const og_ds4_write_config *c, const og_model_vocab *vocab
         goto out;
     }
     og_model_write_log_fallbacks(lg, fallbacks);
-    uint32_t n_parts = 1;
-    if (!c->split_max_bytes)
-        st = og_gguf_writer_write(w, path, sparse ? NULL : fill, &b, err, errlen);
-    else
-        st = og_gguf_writer_write_split(w, path, c->split_max_bytes, sparse ? NULL : fill, &b, &n_parts, err, errlen);
-    if (!st) st = self_check(path, n_parts, err, errlen);
+    uint32_t n_parts;
+    char first[4200];
+    st = og_model_write_out(w, path, c->split_max_bytes, sparse ? NULL : fill, &b, first, sizeof first, &n_parts, err,
+                            errlen);
+    if (!st) st = self_check(first, err, errlen);
 out:
     og_gguf_writer_free(w);
     free(b.t);

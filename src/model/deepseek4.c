@@ -15,9 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Compressed rows (and indexer keys) per block of a sequence's store: a
- * sequence grows its store a block at a time, rows never move. */
-#define COMP_BLOCK 64
 
 typedef struct ds4_layer {
     og_weight hc_attn_fn, hc_ffn_fn;      /* [hc N -> (2 + hc) hc] */
@@ -267,12 +264,6 @@ static og_status ds4_set_option(og_model *m, const char *name, const char *value
 
 /* ---- per-sequence state (og_kv.arch) --------------------------------------- */
 
-/* A growing store of rows (compressed rows or indexer keys), COMP_BLOCK rows
- * of `width` floats per block, in the sequence's device memory. */
-typedef struct row_store {
-    float **blocks;
-    int n_blocks, cap;
-} row_store;
 
 typedef struct ds4_seq {
     og_device *dev;          /* the memory's device (NULL: host memory); outlives the state */
@@ -281,35 +272,21 @@ typedef struct ds4_seq {
     float **raw;             /* [n_layer] device [n_ring][D]: position p in row p mod n_swa (< n_ring: p < n_ring
                                 when n_ring < n_swa) */
     float **cstate, **istate;/* [n_layer] compressor states (og_compress_op.state) or NULL */
-    row_store *comp, *ikeys; /* [n_layer] compressed rows [D], indexer keys [ID] */
+    og_row_store *comp, *ikeys; /* [n_layer] compressed rows [D], indexer keys [ID] */
 } ds4_seq;
 
-static void *seq_alloc(og_device *dev, uint64_t bytes) {
-    void *p = NULL;
-    if (dev) return dev->ops->alloc(dev, bytes, &p, NULL, 0) ? NULL : p;
-    return aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
-}
 
-static void seq_free_mem(og_device *dev, void *p) {
-    if (!p) return;
-    if (dev) dev->ops->free(dev, p);
-    else free(p);
-}
 
-static void store_free(og_device *dev, row_store *s) {
-    for (int b = 0; b < s->n_blocks; b++) seq_free_mem(dev, s->blocks[b]);
-    free(s->blocks);
-}
 
 static void seq_free(void *arch) {
     ds4_seq *q = arch;
     if (!q) return;
     for (uint32_t il = 0; il < q->n_layer; il++) {
-        if (q->raw) seq_free_mem(q->dev, q->raw[il]);
-        if (q->cstate) seq_free_mem(q->dev, q->cstate[il]);
-        if (q->istate) seq_free_mem(q->dev, q->istate[il]);
-        if (q->comp) store_free(q->dev, &q->comp[il]);
-        if (q->ikeys) store_free(q->dev, &q->ikeys[il]);
+        if (q->raw) og_seq_mem_free(q->dev, q->raw[il]);
+        if (q->cstate) og_seq_mem_free(q->dev, q->cstate[il]);
+        if (q->istate) og_seq_mem_free(q->dev, q->istate[il]);
+        if (q->comp) og_row_store_free(q->dev, &q->comp[il]);
+        if (q->ikeys) og_row_store_free(q->dev, &q->ikeys[il]);
     }
     free(q->raw);
     free(q->cstate);
@@ -347,11 +324,11 @@ static og_status seq_create(const og_ds4 *d, og_device *dev, int32_t n_ring, ds4
     og_status st = q->raw && q->cstate && q->istate && q->comp && q->ikeys ? OG_OK : OG_ERR_NOMEM;
     for (uint32_t il = 0; il < NL && !st; il++) {
         const uint32_t r = hp->compress_ratio[il];
-        if (!(q->raw[il] = seq_alloc(dev, (uint64_t)n_ring * hp->head_dim * sizeof(float)))) st = OG_ERR_NOMEM;
-        if (!st && r && !(q->cstate[il] = seq_alloc(dev, state_floats(r, hp->head_dim) * sizeof(float))))
+        if (!(q->raw[il] = og_seq_alloc(dev, (uint64_t)n_ring * hp->head_dim * sizeof(float)))) st = OG_ERR_NOMEM;
+        if (!st && r && !(q->cstate[il] = og_seq_alloc(dev, state_floats(r, hp->head_dim) * sizeof(float))))
             st = OG_ERR_NOMEM;
         if (!st && r == OG_DS4_RATIO_CSA &&
-            !(q->istate[il] = seq_alloc(dev, state_floats(r, hp->indexer_head_dim) * sizeof(float))))
+            !(q->istate[il] = og_seq_alloc(dev, state_floats(r, hp->indexer_head_dim) * sizeof(float))))
             st = OG_ERR_NOMEM;
     }
     if (st) {
@@ -362,47 +339,9 @@ static og_status seq_create(const og_ds4 *d, og_device *dev, int32_t n_ring, ds4
     return OG_OK;
 }
 
-/* Grows s to hold n_rows rows of width floats. */
-static og_status store_reserve(og_device *dev, row_store *s, int64_t n_rows, uint64_t width) {
-    while ((int64_t)s->n_blocks * COMP_BLOCK < n_rows) {
-        if (s->n_blocks == s->cap) {
-            const int cap = s->cap ? 2 * s->cap : 8;
-            float **nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
-            if (!nb) return OG_ERR_NOMEM;
-            s->blocks = nb;
-            s->cap = cap;
-        }
-        if (!(s->blocks[s->n_blocks] = seq_alloc(dev, COMP_BLOCK * width * sizeof(float)))) return OG_ERR_NOMEM;
-        s->n_blocks++;
-    }
-    return OG_OK;
-}
 
-static float *store_row(const row_store *s, int64_t c, uint64_t width) {
-    return s->blocks[c / COMP_BLOCK] + (uint64_t)(c % COMP_BLOCK) * width;
-}
 
-/* bytes from src to dst: a host memcpy, or the device's copy op on s. */
-static og_status seq_copy(og_device *dev, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
-                          size_t errlen) {
-    if (!dev) {
-        memcpy(dst, src, (size_t)bytes);
-        return OG_OK;
-    }
-    og_copy_op cp = {.dst = dst, .src = src, .row_bytes = bytes, .n_rows = 1, .n_mats = 1};
-    return dev->ops->copy(dev, s, &cp, err, errlen);
-}
 
-/* The first n_rows rows (of width floats) of store a into b (reserved). */
-static og_status store_copy(og_device *dev, og_stream *s, row_store *b, const row_store *a, int64_t n_rows,
-                            uint64_t width, char *err, size_t errlen) {
-    for (int64_t c = 0; c < n_rows; c += COMP_BLOCK) {
-        const int64_t n = n_rows - c < COMP_BLOCK ? n_rows - c : COMP_BLOCK;
-        TRY(seq_copy(dev, s, store_row(b, c, width), store_row(a, c, width), (uint64_t)n * width * sizeof(float), err,
-                     errlen));
-    }
-    return OG_OK;
-}
 
 /* og_arch.state_fork (og_kv_fork): a new state in src's memory holding copies
  * of every layer's raw window, compressor states, and the compressed rows and
@@ -422,29 +361,23 @@ static og_status ds4_state_fork(const og_model *m, const og_run_ctx *rc, const o
     og_status st = OG_OK;
     for (uint32_t il = 0; il < hp->n_layer && !st; il++) {
         const uint32_t r = hp->compress_ratio[il];
-        st = seq_copy(q->dev, s, nq->raw[il], q->raw[il], (uint64_t)q->n_ring * hp->head_dim * fb, err, errlen);
+        st = og_seq_copy(q->dev, s, nq->raw[il], q->raw[il], (uint64_t)q->n_ring * hp->head_dim * fb, err, errlen);
         if (st || !r) continue;
         const int64_t rows = src->n_pos / (int64_t)r;
-        if (store_reserve(nq->dev, &nq->comp[il], rows, hp->head_dim) ||
-            (r == OG_DS4_RATIO_CSA && store_reserve(nq->dev, &nq->ikeys[il], rows, hp->indexer_head_dim))) {
+        if (og_row_store_reserve(nq->dev, &nq->comp[il], rows, hp->head_dim) ||
+            (r == OG_DS4_RATIO_CSA && og_row_store_reserve(nq->dev, &nq->ikeys[il], rows, hp->indexer_head_dim))) {
             st = og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: no memory for the forked sequence's compressed rows");
             break;
         }
-        st = seq_copy(q->dev, s, nq->cstate[il], q->cstate[il], state_floats(r, hp->head_dim) * fb, err, errlen);
-        if (!st) st = store_copy(q->dev, s, &nq->comp[il], &q->comp[il], rows, hp->head_dim, err, errlen);
+        st = og_seq_copy(q->dev, s, nq->cstate[il], q->cstate[il], state_floats(r, hp->head_dim) * fb, err, errlen);
+        if (!st) st = og_row_store_copy(q->dev, s, &nq->comp[il], &q->comp[il], rows, hp->head_dim, err, errlen);
         if (!st && r == OG_DS4_RATIO_CSA)
-            st = seq_copy(q->dev, s, nq->istate[il], q->istate[il], state_floats(r, hp->indexer_head_dim) * fb, err,
+            st = og_seq_copy(q->dev, s, nq->istate[il], q->istate[il], state_floats(r, hp->indexer_head_dim) * fb, err,
                           errlen);
         if (!st && r == OG_DS4_RATIO_CSA)
-            st = store_copy(q->dev, s, &nq->ikeys[il], &q->ikeys[il], rows, hp->indexer_head_dim, err, errlen);
+            st = og_row_store_copy(q->dev, s, &nq->ikeys[il], &q->ikeys[il], rows, hp->indexer_head_dim, err, errlen);
     }
-    if (q->dev) { /* the copies are done before either state is read or written (also after an error) */
-        char e2[64];
-        og_event ev;
-        og_status ws = q->dev->ops->event_record(q->dev, s, &ev, st ? e2 : err, st ? sizeof e2 : errlen);
-        if (!ws) ws = q->dev->ops->event_wait(q->dev, ev, st ? e2 : err, st ? sizeof e2 : errlen);
-        if (!st) st = ws;
-    }
+    st = og_seq_copies_wait(q->dev, s, st, err, errlen); /* done before either state is read or written */
     if (st) {
         seq_free(nq);
         return st;
@@ -556,7 +489,7 @@ typedef struct host_arrays {
     float **kblocks;         /* the same for the indexer keys */
     int32_t *cfirst, *ncomp; /* [T] the compressed-row view per token */
     int32_t *kfirst, *nkeys; /* [T] the indexer keys' */
-    row_store **cst, **kst;  /* [n_seq] the layer's stores of each sequence */
+    og_row_store **cst, **kst;  /* [n_seq] the layer's stores of each sequence */
     float **sts, **ists;     /* [n_seq] the layer's compressor states */
     float **state, **out;    /* [T] compressor pointers */
     int32_t *pos_mod, *neg_pos, *seq_idx; /* [T] */
@@ -573,7 +506,7 @@ typedef struct host_arrays {
  * sequences' stores. */
 static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const host_arrays *ha, bufs *b,
                                const og_weight *wkv, const og_weight *wgate, const og_weight *ape, const float *norm,
-                               uint32_t ratio, uint64_t width, float **states, row_store *const *stores,
+                               uint32_t ratio, uint64_t width, float **states, og_row_store *const *stores,
                                og_qat_kind qat, int64_t qat_n) {
     const int64_t T = p->T, lw = wkv->n_rows;
     og_matmul_job j2[2] = {{wkv, b->x, T, b->ckv, OG_NUMERICS_FORK}, {wgate, b->x, T, b->csc, OG_NUMERICS_FORK}};
@@ -585,7 +518,7 @@ static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const 
         const int s = ha->seq_idx[t];
         const int32_t pp = p->pos[t];
         ha->state[t] = states[s];
-        ha->out[t] = (pp + 1) % (int32_t)ratio ? NULL : store_row(stores[s], (pp + 1) / (int32_t)ratio - 1, width);
+        ha->out[t] = (pp + 1) % (int32_t)ratio ? NULL : og_row_store_row(stores[s], (pp + 1) / (int32_t)ratio - 1, width);
     }
     og_compress_op op = {.n_tok = T, .width = (int64_t)width, .ratio = (int32_t)ratio,
                          .overlap = ratio == OG_DS4_RATIO_CSA, .kv = b->ckv, .score = b->csc, .state = ha->state,
@@ -598,7 +531,7 @@ static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const 
 /* The view of one layer's stores (compressed rows or indexer keys) over the
  * batch's sequences: sequence s's blocks from first_of[s]; per token its
  * first block (first) and visible rows (n_rows). */
-static og_kv_view store_view(const plan *p, const int32_t *seq_idx, float **blocks, row_store *const *stores,
+static og_kv_view store_view(const plan *p, const int32_t *seq_idx, float **blocks, og_row_store *const *stores,
                              uint64_t width, uint32_t ratio, int32_t *first_of, int32_t *first, int32_t *n_rows) {
     int32_t nb = 0;
     for (int s = 0; s < p->n_seq; s++) {
@@ -609,7 +542,7 @@ static og_kv_view store_view(const plan *p, const int32_t *seq_idx, float **bloc
         first[t] = first_of[seq_idx[t]];
         n_rows[t] = (p->pos[t] + 1) / (int32_t)ratio;
     }
-    return (og_kv_view){blocks, nb, COMP_BLOCK, 0, (int64_t)width, (int64_t)width};
+    return (og_kv_view){blocks, nb, OG_ROW_STORE_BLOCK, 0, (int64_t)width, (int64_t)width};
 }
 
 static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *p, host_arrays *ha, bufs *b,
@@ -631,11 +564,11 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     og_rope_op rk = {*rope, b->kv + (D - R), T, D, 1, D, p->pos};
     TRY(f->ops->rope(f->dev, f->s, &rk, f->err, f->errlen));
     if (d->kv_fp8) {
-        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_FP8, D - R};
+        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_FP8, D - R, 0};
         TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
     }
     if (d->kv_f16) {
-        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_F16, D};
+        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_F16, D, 0};
         TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
     }
     /* the compressors (§4.2.1): rows complete in this call become visible to its later tokens */
@@ -664,7 +597,7 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
             og_kv_view keys = store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, L->ratio, first_of,
                                          ha->kfirst, ha->nkeys);
             og_rope_op ri = {hp->rope_comp, b->iq + (ID - R), T, IH * ID, (int32_t)IH, ID, p->pos};
-            og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID};
+            og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID, 0};
             og_indexer_op io = {.n_tok = T, .n_head = IH, .d_head = ID, .top_k = (int32_t)hp->indexer_top_k,
                                 .q = b->iq, .w = b->iw, .keys = keys, .key_first = ha->kfirst, .n_keys = ha->nkeys,
                                 .sel = b->sel, .canonical = p->canon};
@@ -702,22 +635,9 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     /* inverse RoPE on each head's tail at the query position (§4.1.5) */
     og_rope_op ro = {*rope, b->o + (D - R), T, HD, (int32_t)H, D, ha->neg_pos};
     TRY(f->ops->rope(f->dev, f->s, &ro, f->err, f->errlen));
-    /* grouped output: o [T][G][H D / G] -> [G][T][H D / G], low[g] = o_a[g] . group g, then o_b */
-    const int64_t G = hp->o_group_count, gin = HD / G, orank = hp->o_lora_rank;
-    og_copy_op cp = {b->og, b->o, (uint64_t)gin * sizeof(float), (uint64_t)T, (uint64_t)G,
-                     (uint64_t)gin * sizeof(float), (uint64_t)(T * gin) * sizeof(float), (uint64_t)HD * sizeof(float),
-                     (uint64_t)gin * sizeof(float)};
-    TRY(f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen));
-    for (int64_t g = 0; g < G; g++) {
-        ha->wts[g] = og_fwd_slice(&L->o_a, g * orank, orank);
-        ha->jobs[g] = (og_matmul_job){&ha->wts[g], b->og + g * T * gin, T, b->low + g * T * orank, OG_NUMERICS_FORK};
-    }
-    TRY(og_fwd_mm_rows(f, ha->jobs, (int)G, 0));
-    og_copy_op cl = {b->lowt, b->low, (uint64_t)orank * sizeof(float), (uint64_t)T, (uint64_t)G,
-                     (uint64_t)(G * orank) * sizeof(float), (uint64_t)orank * sizeof(float),
-                     (uint64_t)orank * sizeof(float), (uint64_t)(T * orank) * sizeof(float)};
-    TRY(f->ops->copy(f->dev, f->s, &cl, f->err, f->errlen));
-    return og_fwd_mm(f, &L->o_b, b->lowt, T, b->y);
+    /* grouped output (§4.1.5) */
+    return og_fwd_grouped_output(f, &L->o_a, &L->o_b, T, HD, hp->o_group_count, hp->o_lora_rank, b->o, b->og, b->low,
+                                 b->lowt, ha->jobs, ha->wts, b->y);
 }
 
 /* mHC mixes of the streams with fn/scale/base into b->pre/post/comb, and the
@@ -752,7 +672,7 @@ static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const o
     TRY(og_fwd_mm(f, &L->router, b->x, T, b->rl));
     og_router_op ro = {b->rl, L->exp_bias, T, (int32_t)hp->n_expert, (int32_t)k, 3, 1, 1, hp->expert_weights_norm,
                        hp->expert_weights_scale, b->r_ids, b->r_w, L->tid2eid, L->tid2eid ? hp->n_vocab : 0,
-                       batch->tokens};
+                       batch->tokens, 0};
     TRY(f->ops->router(f->dev, f->s, &ro, f->err, f->errlen));
     TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_ids, b->r_ids, (uint64_t)(T * k) * sizeof(int32_t), f->err, f->errlen));
     TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_w, b->r_w, (uint64_t)(T * k) * fb, f->err, f->errlen));
@@ -870,8 +790,8 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
             const uint32_t r = hp->compress_ratio[il];
             if (!r) continue;
             const int64_t rows = p->next[s] / (int64_t)r;
-            if (store_reserve(q->dev, &q->comp[il], rows, hp->head_dim) ||
-                (r == OG_DS4_RATIO_CSA && store_reserve(q->dev, &q->ikeys[il], rows, hp->indexer_head_dim)))
+            if (og_row_store_reserve(q->dev, &q->comp[il], rows, hp->head_dim) ||
+                (r == OG_DS4_RATIO_CSA && og_row_store_reserve(q->dev, &q->ikeys[il], rows, hp->indexer_head_dim)))
                 return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for sequence %d's compressed rows", s);
         }
     }

@@ -142,6 +142,16 @@ bool og_ds41_is_prime(uint64_t p);
  * reader), or UINT32_MAX for tok out of range. Cannot fail otherwise. */
 uint32_t og_ds41_token_map(const og_ds41_hparams *hp, uint32_t tok);
 
+/* The Engram table rows of token p at Engram layer `layer` (§4.3.2; decision
+ * 3): ctx_tokens [engram_max_ngram] = tok_p, tok_{p-1}, ... (-1: before the
+ * sequence's start, which hashes token_map[engram.pad_id]); c_s =
+ * token_map[ctx_tokens[s]], h_0 = c_0 m_0, h_s = h_{s-1} XOR c_s m_s (u64),
+ * rows[(s-1) EH + k] = h_s mod prime[b] + offset[b] for s = 1 .. n_max - 1,
+ * k < EH: EB rows of the layer's table, in bucket order. Errors:
+ * OG_ERR_INVALID_ARG (layer without Engram, a token outside the vocabulary).
+ * (deepseek41.c) */
+og_status og_ds41_engram_rows(const og_ds41_hparams *hp, int layer, const int32_t *ctx_tokens, uint64_t *rows);
+
 /* ---- the tensor-name table ------------------------------------------------ */
 
 /* Which layers hold a kind (og_ds41_layer's roles). */

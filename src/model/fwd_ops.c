@@ -1,6 +1,9 @@
 /* The forward passes' shared pieces (fwd_ops.h). */
 #include "fwd_ops.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define MM_ROWS_MAX 64 /* jobs per matmul op */
 
 og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_device **own_dev, char *err,
@@ -133,4 +136,90 @@ og_status og_fwd_scratch_get(const og_model *m, const og_run_ctx *rc, og_fwd *f,
     st = f->ops->alloc(f->dev, need, own, f->err, f->errlen);
     if (!st) *cut = (og_fwd_scratch_cut){*own, 0, need};
     return st;
+}
+
+void *og_seq_alloc(og_device *dev, uint64_t bytes) {
+    void *p = NULL;
+    if (dev) return dev->ops->alloc(dev, bytes, &p, NULL, 0) ? NULL : p;
+    return aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
+}
+
+void og_seq_mem_free(og_device *dev, void *p) {
+    if (!p) return;
+    if (dev) dev->ops->free(dev, p);
+    else free(p);
+}
+
+void og_row_store_free(og_device *dev, og_row_store *s) {
+    for (int b = 0; b < s->n_blocks; b++) og_seq_mem_free(dev, s->blocks[b]);
+    free(s->blocks);
+}
+
+og_status og_row_store_reserve(og_device *dev, og_row_store *s, int64_t n_rows, uint64_t width) {
+    while ((int64_t)s->n_blocks * OG_ROW_STORE_BLOCK < n_rows) {
+        if (s->n_blocks == s->cap) {
+            const int cap = s->cap ? 2 * s->cap : 8;
+            float **nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
+            if (!nb) return OG_ERR_NOMEM;
+            s->blocks = nb;
+            s->cap = cap;
+        }
+        if (!(s->blocks[s->n_blocks] = og_seq_alloc(dev, OG_ROW_STORE_BLOCK * width * sizeof(float))))
+            return OG_ERR_NOMEM;
+        s->n_blocks++;
+    }
+    return OG_OK;
+}
+
+float *og_row_store_row(const og_row_store *s, int64_t c, uint64_t width) {
+    return s->blocks[c / OG_ROW_STORE_BLOCK] + (uint64_t)(c % OG_ROW_STORE_BLOCK) * width;
+}
+
+og_status og_seq_copy(og_device *dev, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
+                      size_t errlen) {
+    if (!dev) {
+        memcpy(dst, src, (size_t)bytes);
+        return OG_OK;
+    }
+    og_copy_op cp = {.dst = dst, .src = src, .row_bytes = bytes, .n_rows = 1, .n_mats = 1};
+    return dev->ops->copy(dev, s, &cp, err, errlen);
+}
+
+og_status og_row_store_copy(og_device *dev, og_stream *s, og_row_store *b, const og_row_store *a, int64_t n_rows,
+                            uint64_t width, char *err, size_t errlen) {
+    for (int64_t c = 0; c < n_rows; c += OG_ROW_STORE_BLOCK) {
+        const int64_t n = n_rows - c < OG_ROW_STORE_BLOCK ? n_rows - c : OG_ROW_STORE_BLOCK;
+        og_status st = og_seq_copy(dev, s, og_row_store_row(b, c, width), og_row_store_row(a, c, width),
+                                   (uint64_t)n * width * sizeof(float), err, errlen);
+        if (st) return st;
+    }
+    return OG_OK;
+}
+
+og_status og_seq_copies_wait(og_device *dev, og_stream *s, og_status st, char *err, size_t errlen) {
+    if (!dev) return st;
+    char e2[64];
+    og_event ev;
+    og_status ws = dev->ops->event_record(dev, s, &ev, st ? e2 : err, st ? sizeof e2 : errlen);
+    if (!ws) ws = dev->ops->event_wait(dev, ev, st ? e2 : err, st ? sizeof e2 : errlen);
+    return st ? st : ws;
+}
+
+og_status og_fwd_grouped_output(og_fwd *f, const og_weight *o_a, const og_weight *o_b, int64_t T, int64_t HD, int64_t G,
+                                int64_t o_rank, const float *o, float *og, float *low, float *lowt, og_matmul_job *jobs,
+                                og_weight *wts, float *y) {
+    const int64_t gin = HD / G;
+    const uint64_t fb = sizeof(float);
+    og_copy_op cp = {og, o, (uint64_t)gin * fb, (uint64_t)T, (uint64_t)G, (uint64_t)gin * fb, (uint64_t)(T * gin) * fb,
+                     (uint64_t)HD * fb, (uint64_t)gin * fb};
+    og_status st = f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen);
+    for (int64_t g = 0; g < G; g++) {
+        wts[g] = og_fwd_slice(o_a, g * o_rank, o_rank);
+        jobs[g] = (og_matmul_job){&wts[g], og + g * T * gin, T, low + g * T * o_rank, OG_NUMERICS_FORK};
+    }
+    if (!st) st = og_fwd_mm_rows(f, jobs, (int)G, 0);
+    og_copy_op cl = {lowt, low, (uint64_t)o_rank * fb, (uint64_t)T, (uint64_t)G, (uint64_t)(G * o_rank) * fb,
+                     (uint64_t)o_rank * fb, (uint64_t)o_rank * fb, (uint64_t)(T * o_rank) * fb};
+    if (!st) st = f->ops->copy(f->dev, f->s, &cl, f->err, f->errlen);
+    return st ? st : og_fwd_mm(f, o_b, lowt, T, y);
 }

@@ -78,4 +78,53 @@ void *og_fwd_take(og_fwd_scratch_cut *s, uint64_t bytes);
 og_status og_fwd_scratch_get(const og_model *m, const og_run_ctx *rc, og_fwd *f, uint64_t need, int64_t n_tok,
                              int64_t n_out, og_fwd_scratch_cut *cut, void **own);
 
+/* The grouped output projection (deepseek4.md §4.1.5), V4's and V4.1's: the
+ * heads' outputs o [T][H D] (inverse RoPE already applied) split into G groups
+ * of H D / G, regrouped into og [G][T][H D / G], low[g] = rows [g o_rank,
+ * (g+1) o_rank) of o_a times group g into low [G][T][o_rank], back to lowt
+ * [T][G o_rank], y [T][N] = o_b . lowt. jobs / wts: host [G] scratch. Errors:
+ * the copy and matmul ops'. */
+og_status og_fwd_grouped_output(og_fwd *f, const og_weight *o_a, const og_weight *o_b, int64_t T, int64_t HD, int64_t G,
+                                int64_t o_rank, const float *o, float *og, float *low, float *lowt, og_matmul_job *jobs,
+                                og_weight *wts, float *y);
+
+/* ---- per-sequence state memory (deepseek4's and deepseek41's og_kv.arch) ---- */
+
+/* Rows per block of a growing row store: a sequence grows its store a block
+ * at a time, rows never move. */
+#define OG_ROW_STORE_BLOCK 64
+
+/* A growing store of rows (compressed rows or indexer keys), OG_ROW_STORE_BLOCK
+ * rows of `width` floats per block, in the sequence's device memory. */
+typedef struct og_row_store {
+    float **blocks; /* [n_blocks] device addresses (host array) */
+    int n_blocks, cap;
+} og_row_store;
+
+/* bytes of a sequence's memory: the device's (dev) or 64-byte aligned host
+ * memory (dev NULL). NULL when it does not fit (no message: the caller says
+ * what it was for). */
+void *og_seq_alloc(og_device *dev, uint64_t bytes);
+/* Frees og_seq_alloc's p (NULL is fine). */
+void og_seq_mem_free(og_device *dev, void *p);
+/* Frees every block of s and its block table. */
+void og_row_store_free(og_device *dev, og_row_store *s);
+/* Grows s to hold n_rows rows of width floats. Errors: OG_ERR_NOMEM (s keeps
+ * the blocks it had and those it got). */
+og_status og_row_store_reserve(og_device *dev, og_row_store *s, int64_t n_rows, uint64_t width);
+/* Row c of s (a device address; s holds it). Cannot fail. */
+float *og_row_store_row(const og_row_store *s, int64_t c, uint64_t width);
+/* bytes from src to dst: a host memcpy (dev NULL), or the device's copy op on
+ * stream s (the caller waits). Errors: the copy op's. */
+og_status og_seq_copy(og_device *dev, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
+                      size_t errlen);
+/* The first n_rows rows (of width floats) of store a into b (reserved for
+ * them), by og_seq_copy per block. Errors: as og_seq_copy. */
+og_status og_row_store_copy(og_device *dev, og_stream *s, og_row_store *b, const og_row_store *a, int64_t n_rows,
+                            uint64_t width, char *err, size_t errlen);
+/* Waits for the copies a state fork issued on s (a device's state; dev NULL:
+ * nothing to wait for). After an earlier error st the wait's error is
+ * silenced. Returns st or the wait's error. */
+og_status og_seq_copies_wait(og_device *dev, og_stream *s, og_status st, char *err, size_t errlen);
+
 #endif

@@ -695,7 +695,7 @@ static void test_qat_op(void **state) {
     }
     /* FP8 on the first 160 dims (two blocks of 64 and a short one of 32), the rest untouched */
     memcpy(y, x, sizeof x);
-    og_qat_op q8 = {{y, N, ROWS, N}, OG_QAT_FP8, 160};
+    og_qat_op q8 = {{y, N, ROWS, N}, OG_QAT_FP8, 160, 0};
     assert_int_equal(dev->ops->qat(dev, s, &q8, err, sizeof err), OG_OK);
     for (int row = 0; row < ROWS; row++)
         for (int b = 0; b < 160; b += 64) {
@@ -712,7 +712,7 @@ static void test_qat_op(void **state) {
         }
     /* Hadamard-128 + FP4 on the first 128 dims: the rotation in double by its matrix */
     memcpy(y, x, sizeof x);
-    og_qat_op q4 = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, NH};
+    og_qat_op q4 = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, NH, 0};
     assert_int_equal(dev->ops->qat(dev, s, &q4, err, sizeof err), OG_OK);
     int near_tie = 0;
     for (int row = 0; row < ROWS; row++) {
@@ -741,7 +741,7 @@ static void test_qat_op(void **state) {
     }
     assert_true(near_tie <= 2);
     /* dims that are not whole blocks are refused */
-    og_qat_op bad = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, 96};
+    og_qat_op bad = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, 96, 0};
     assert_int_equal(dev->ops->qat(dev, s, &bad, err, sizeof err), OG_ERR_INVALID_ARG);
     og_device_destroy(dev);
 }

@@ -1,9 +1,11 @@
 // The invariants of the deepseek41 reference's output (tests/cli/ref_ds41.sh).
 // usage:
 //   node check_ref41.mjs norm RUN.json
-//     RUN: ref_deepseek41 --full. Every position's log-probs are finite and
-//     normalized (log sum exp of the V log-probs within 1e-9 of 0), "logprob"
-//     is the full list's entry of "next", "argmax" and "top" its 5 largest.
+//     RUN: ref_deepseek41, --full on some positions (those with "logprobs").
+//     Every position's log-probs are finite, "top" descending with
+//     probabilities summing to <= 1, "argmax" its first; where all V are
+//     given they are normalized (log sum exp within 1e-9 of 0), "logprob" is
+//     their entry of "next", and "argmax" and "top" their 5 largest.
 //   node check_ref41.mjs halves WHOLE.json FIRST.json SECOND.json
 //     FIRST: --save-state on the first tokens, SECOND: --load-state on the
 //     rest. Each position of FIRST (but its last, whose next token it does not
@@ -26,12 +28,20 @@ const fail = (m) => { console.log(`FAIL: ${m}`); process.exit(1); };
 if (mode === "norm") {
     const r = read(files[0]);
     if (!r.positions.length) fail("no positions");
-    let worst = 0;
+    let worst = 0, full = 0;
     for (const p of r.positions) {
+        const top = p.top.map((t) => t[1]);
+        if (!top.every(Number.isFinite) || (p.next != null && !Number.isFinite(p.logprob)))
+            fail(`position ${p.pos}: a log-prob is not finite`);
+        if (top.some((v, i) => v > 0 || (i && v > top[i - 1]))) fail(`position ${p.pos}: top is not descending log-probs`);
+        if (!(top.reduce((s, v) => s + Math.exp(v), 0) <= 1 + 1e-9)) fail(`position ${p.pos}: the top-5 probabilities sum past 1`);
+        if (p.next != null && p.logprob > top[0] + 1e-12) fail(`position ${p.pos}: logprob above the top one`);
+        if (p.argmax !== p.top[0][0]) fail(`position ${p.pos}: argmax is not top[0]`);
         const lp = p.logprobs;
-        if (!Array.isArray(lp)) fail(`position ${p.pos}: no "logprobs" (run with --full)`);
+        if (!lp) continue;
+        full++;
         if (!lp.every(Number.isFinite)) fail(`position ${p.pos}: a log-prob is not finite`);
-        const mx = Math.max(...lp);
+        const mx = lp.reduce((a, v) => Math.max(a, v), -Infinity);
         const lse = mx + Math.log(lp.reduce((s, v) => s + Math.exp(v - mx), 0));
         worst = Math.max(worst, Math.abs(lse));
         if (!(Math.abs(lse) <= 1e-9)) fail(`position ${p.pos}: log sum exp of the log-probs is ${lse}`);
@@ -41,7 +51,8 @@ if (mode === "norm") {
         for (let t = 0; t < order.length; t++)
             if (!(Math.abs(p.top[t][1] - order[t][1]) <= 1e-9)) fail(`position ${p.pos}: top[${t}] is not the ${t + 1}th largest`);
     }
-    console.log(`positions ${r.positions.length}: finite, normalized (max |log sum exp| ${worst.toExponential(1)})`);
+    if (!full) fail("no position with all the log-probs (--full)");
+    console.log(`positions ${r.positions.length}: finite, top-5 consistent; ${full} with all V normalized (max |log sum exp| ${worst.toExponential(1)})`);
 } else if (mode === "halves") {
     const [w, a, b] = files.map(read);
     const byPos = new Map(w.positions.map((p) => [p.pos, JSON.stringify(p)]));

@@ -38,7 +38,7 @@
  *   --load-state F    starts from a state F saved by --save-state: --tokens
  *                     then continues that sequence (positions go on from it).
  *   --sinkhorn-iters N  override hyper_connection.sinkhorn_iterations.
- *   --full            adds "logprobs": [V log-probs] to each position.
+ *   --full P          adds "logprobs": [V log-probs] to each position >= P.
  *   --describe        prints the hyperparameters and the layer roles it
  *                     derived (JSON) and exits (no --tokens needed).
  * --from P prints positions P.. only (positions count from the sequence
@@ -873,7 +873,8 @@ static void describe(const hparams *h) {
 
 int main(int argc, char **argv) {
     const char *path = NULL, *toks = NULL, *save = NULL, *load_st = NULL;
-    bool desc = false, full = false;
+    bool desc = false;
+    int full_from = -1; /* --full P: every log-prob at positions >= P */
     int from = 0;
     opts o = {.sinkhorn_iters = -1};
     for (int i = 1; i < argc; i++) {
@@ -889,7 +890,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--no-candidate-mask")) o.no_cand_mask = true;
         else if (!strcmp(argv[i], "--selections")) o.selections = true;
         else if (!strcmp(argv[i], "--describe")) desc = true;
-        else if (!strcmp(argv[i], "--full")) full = true;
+        else if (!strcmp(argv[i], "--full") && i + 1 < argc) full_from = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--save-state") && i + 1 < argc) save = argv[++i];
         else if (!strcmp(argv[i], "--load-state") && i + 1 < argc) load_st = argv[++i];
         else if (!strcmp(argv[i], "--sinkhorn-iters") && i + 1 < argc) o.sinkhorn_iters = atoi(argv[++i]);
@@ -929,7 +930,7 @@ int main(int argc, char **argv) {
         char *sel = NULL;
         forward(&m, &o, &s, tok[i], out ? logits : NULL, out && o.selections ? &sel : NULL);
         if (!out) continue;
-        if (full) { /* ", \"logprobs\": [V]" after any "sel" */
+        if (full_from >= 0 && p >= full_from) { /* ", \"logprobs\": [V]" after any "sel" */
             const size_t cap = (sel ? strlen(sel) : 0) + 24 + 20 * (size_t)h->V;
             char *b = xcalloc(cap, 1);
             size_t len = (size_t)snprintf(b, cap, "%s, \"logprobs\": [", sel ? sel : "");

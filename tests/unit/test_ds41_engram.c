@@ -1,7 +1,8 @@
 /* Engram hash ids of deepseek41 (shared/spec/deepseek4.md §3.2, §4.3.2) for a
  * few n-grams computed by hand (the arithmetic is in the comments; a
- * calculator did the products), against the reference's hashing
- * (ref_ds41_engram.h, used by ref_deepseek41).
+ * calculator did the products), against BOTH the reference's hashing
+ * (ref_ds41_engram.h, used by ref_deepseek41) and the fast path's
+ * (og_ds41_engram_rows, src/model/deepseek41.c).
  *
  * The constants are the real model's layer 1: multipliers m_0..m_3 from §3.2
  * (76632096046245, 4839876093313, 35959672319349, 73987337458391); primes =
@@ -19,7 +20,11 @@
 
 #include <cmocka.h>
 
+#include "deepseek41.h"
 #include "ref_ds41_engram.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 static const uint64_t mult_l1[4] = {76632096046245ull, 4839876093313ull, 35959672319349ull, 73987337458391ull};
 static const uint64_t primes_l1[24] = {
@@ -37,6 +42,51 @@ static const int32_t token_map[16] = {0, 1, 7, 3, -1, 11, -1, -1, -1, 4, -1, -1,
 
 static ref_engram_hash layer1(void) {
     return (ref_engram_hash){4, 8, mult_l1, primes_l1, offsets_l1, token_map, 16, 2};
+}
+
+/* The fast path's hparams with the same constants: Engram on layer 1 of 2,
+ * token_map an INT32 array key as the reader leaves it (map: its entries). */
+typedef struct fast_ctx {
+    og_ds41_hparams hp;
+    og_gguf_kv map_kv;
+} fast_ctx;
+
+static fast_ctx *fast_layer1(const int32_t *map) {
+    fast_ctx *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->map_kv = (og_gguf_kv){.key = "deepseek41.engram.token_map", .type = OG_GGUF_ARRAY, .arr_type = OG_GGUF_INT32,
+                             .arr_n = 16, .data = map};
+    og_ds41_hparams *hp = &f->hp;
+    hp->n_layer = 2;
+    hp->n_vocab = 16;
+    hp->layer[1].has_engram = true;
+    hp->layer[1].engram_slot = 0;
+    hp->layer[0].engram_slot = -1;
+    hp->n_engram_layer = 1;
+    hp->engram_layer[0] = 1;
+    hp->engram_n_head = 8;
+    hp->engram_max_ngram = 4;
+    hp->engram_n_bucket = 24;
+    hp->engram_head_dim = 256;
+    hp->engram_pad_id = 2;
+    hp->engram_rows[0] = 384006168;
+    memcpy(hp->engram_prime[0], primes_l1, sizeof primes_l1);
+    memcpy(hp->engram_offset[0], offsets_l1, sizeof offsets_l1);
+    memcpy(hp->engram_mult[0], mult_l1, sizeof mult_l1);
+    hp->token_map = &f->map_kv;
+    return f;
+}
+
+/* the fast path's rows of position p of tok[0..p] (its context: tok_p,
+ * tok_{p-1}, ..., -1 before the start) equal want[24] */
+static void check_fast(const int32_t *map, const int *tok, int p, const uint64_t *want) {
+    fast_ctx *f = fast_layer1(map);
+    int32_t ctx[4];
+    for (int s = 0; s < 4; s++) ctx[s] = p - s >= 0 ? tok[p - s] : -1;
+    uint64_t rows[24];
+    assert_int_equal(og_ds41_engram_rows(&f->hp, 1, ctx, rows), OG_OK);
+    for (int b = 0; b < 24; b++) assert_int_equal(rows[b], want[b]);
+    free(f);
 }
 
 static void test_primes_sum_to_rows(void **state) {
@@ -73,6 +123,7 @@ static void test_pad_before_start(void **state) {
                                136868893, 153889782, 171894808, 184949586, 196984488, 219003188, 236032173, 251055759,
                                262967514, 283690294, 291899593, 304004895, 322742201, 350848424, 352857072, 379812459};
     for (int b = 0; b < 24; b++) assert_int_equal(rows[b], want[b]);
+    check_fast(token_map, tok, 0, want);
     /* the hand-worked buckets, once more by the arithmetic above */
     assert_int_equal(rows[0], 809761672273296ull - 50609924ull * 16000057ull);
     assert_int_equal(rows[8], 567995678237603ull - 35499310ull * 16000189ull + 128000880ull);
@@ -96,6 +147,7 @@ static void test_inside_sequence(void **state) {
                                140511369, 146243581, 170628896, 178673155, 196985769, 222142749, 227878127, 241228428,
                                269453016, 273850025, 293394023, 319166685, 325681627, 351454593, 365350293, 375413838};
     for (int b = 0; b < 24; b++) assert_int_equal(rows[b], want[b]);
+    check_fast(token_map, tok, 3, want);
     assert_int_equal(rows[0], 79743879072806ull % 16000057ull);
     assert_int_equal(rows[0], 79743879072806ull - 4983974ull * 16000057ull); /* the quotient, by hand */
 }
@@ -115,6 +167,7 @@ static void test_pad_in_4gram(void **state) {
     assert_int_equal(rows[0], 4596035);  /* 211714422825963 mod 16000057 */
     assert_int_equal(rows[16], 270832848);
     assert_int_equal(rows[23], 370189916);
+    check_fast(token_map, tok, 2, rows);
     /* a pad taken as the compressed id 2 (not the raw id's map entry 7)
      * would give another 4-gram: the raw-id reading is what is tested */
     int32_t map2[16];
@@ -126,6 +179,7 @@ static void test_pad_in_4gram(void **state) {
     assert_int_equal(ref_engram_rows(&e2, tok, 2, rows2), 0);
     assert_int_equal(rows2[0], rows[0]);      /* the 2-gram has no pad */
     assert_true(rows2[16] != rows[16]);       /* the 4-gram does */
+    check_fast(map2, tok, 2, rows2);
 }
 
 /* A token the map does not cover is an error, not a read past the map. */
@@ -137,6 +191,12 @@ static void test_bad_token(void **state) {
     assert_int_equal(ref_engram_rows(&e, tok_neg, 1, rows), -1);
     const int tok_big[2] = {5, 16}; /* outside the 16 entries */
     assert_int_equal(ref_engram_rows(&e, tok_big, 1, rows), -1);
+    fast_ctx *f = fast_layer1(token_map);
+    const int32_t ctx_big[4] = {16, 5, -1, -1};
+    assert_int_equal(og_ds41_engram_rows(&f->hp, 1, ctx_big, rows), OG_ERR_INVALID_ARG);
+    const int32_t ctx_ok[4] = {5, -1, -1, -1};
+    assert_int_equal(og_ds41_engram_rows(&f->hp, 0, ctx_ok, rows), OG_ERR_INVALID_ARG); /* layer 0 has no Engram */
+    free(f);
 }
 
 int main(void) {

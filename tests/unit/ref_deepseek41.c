@@ -136,27 +136,22 @@ static bool is_prime(uint64_t v) {
  * antirez: attention.kv_source_layer_ids, index_source_layer_ids,
  * candidate_source_layer_id, candidate_block_size, candidate_topk_blocks),
  * each key on its own; else (vcruz305) from tensor presence. */
-static void read_roles(const og_gguf *g, hparams *h) {
+/* flag[il] for the layers the id-array key lists, else for the layers that
+ * hold tensor blk.il.SUFFIX */
+static void mark_layers(const og_gguf *g, int L, const char *key, const char *suffix, bool *flag) {
     int64_t ids[MAXL];
+    const int n = k_arr(g, key, ids, MAXL);
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= L) die("%s: layer %lld out of range", key, (long long)ids[i]);
+        flag[ids[i]] = true;
+    }
+    for (int il = 0; n < 0 && il < L; il++) flag[il] = has_blk(g, il, suffix);
+}
+
+static void read_roles(const og_gguf *g, hparams *h) {
     const int L = h->n_layer;
-    int n = k_arr(g, "attention.kv_source_layer_ids", ids, MAXL);
-    if (n >= 0) {
-        for (int i = 0; i < n; i++) {
-            if (ids[i] < 0 || ids[i] >= L) die("attention.kv_source_layer_ids: layer %lld out of range", (long long)ids[i]);
-            h->kv_src[ids[i]] = true;
-        }
-    } else {
-        for (int il = 0; il < L; il++) h->kv_src[il] = has_blk(g, il, "attn_compressor_kv.weight");
-    }
-    n = k_arr(g, "attention.index_source_layer_ids", ids, MAXL);
-    if (n >= 0) {
-        for (int i = 0; i < n; i++) {
-            if (ids[i] < 0 || ids[i] >= L) die("attention.index_source_layer_ids: layer %lld out of range", (long long)ids[i]);
-            h->idx_src[ids[i]] = true;
-        }
-    } else {
-        for (int il = 0; il < L; il++) h->idx_src[il] = has_blk(g, il, "indexer.attn_q_b.weight");
-    }
+    mark_layers(g, L, "attention.kv_source_layer_ids", "attn_compressor_kv.weight", h->kv_src);
+    mark_layers(g, L, "attention.index_source_layer_ids", "indexer.attn_q_b.weight", h->idx_src);
     /* the index-key owners: always by presence (no key names them) */
     for (int il = 0; il < L; il++)
         h->key_owner[il] = has_blk(g, il, "indexer.attn_k.weight") || has_blk(g, il, "indexer_compressor_kv.weight");

@@ -42,15 +42,13 @@ typedef struct opts {
     int sinkhorn_iters;    /* < 0: the key */
 } opts;
 
-static const og_gguf *G;
-
-static bool load(const char *name, int64_t in, int64_t out, mat *m, bool required) {
-    return ref_load(G, name, in, out, m, required);
+static bool load(const og_gguf *g, const char *name, int64_t in, int64_t out, mat *m, bool required) {
+    return ref_load(g, name, in, out, m, required);
 }
 
-static mat ldl(int il, const char *suffix, int64_t in, int64_t out) {
+static mat ldl(const og_gguf *g, int il, const char *suffix, int64_t in, int64_t out) {
     mat m;
-    ref_load_blk(G, il, suffix, in, out, &m, true);
+    ref_load_blk(g, il, suffix, in, out, &m, true);
     return m;
 }
 
@@ -67,45 +65,45 @@ typedef struct hparams {
     rope_sched rope_swa, rope_comp;
 } hparams;
 
-static uint64_t ku(const char *key, bool required, uint64_t dflt) { return ref_ku(G, "deepseek4", key, required, dflt); }
+static uint64_t ku(const og_gguf *g, const char *key, bool required, uint64_t dflt) { return ref_ku(g, "deepseek4", key, required, dflt); }
 
-static double kf(const char *key, bool required, double dflt) { return ref_kf(G, "deepseek4", key, required, dflt); }
+static double kf(const og_gguf *g, const char *key, bool required, double dflt) { return ref_kf(g, "deepseek4", key, required, dflt); }
 
-static void read_hparams(hparams *h) {
+static void read_hparams(const og_gguf *g, hparams *h) {
     memset(h, 0, sizeof *h);
     char arch[32] = "";
-    og_gguf_get_cstr(G, "general.architecture", arch, sizeof arch);
+    og_gguf_get_cstr(g, "general.architecture", arch, sizeof arch);
     if (strcmp(arch, "deepseek4")) die("not a deepseek4 file (%s)", arch);
-    h->n_layer = (int)(ku("block_count", true, 0) - ku("nextn_predict_layers", false, 0));
+    h->n_layer = (int)(ku(g, "block_count", true, 0) - ku(g, "nextn_predict_layers", false, 0));
     if (h->n_layer < 1 || h->n_layer > MAXL) die("block_count out of range%s", "");
-    h->N = (int)ku("embedding_length", true, 0);
-    h->H = (int)ku("attention.head_count", true, 0);
-    h->D = (int)ku("attention.key_length", true, 0);
-    h->R = (int)ku("rope.dimension_count", true, 0);
-    h->q_rank = (int)ku("attention.q_lora_rank", true, 0);
-    h->o_rank = (int)ku("attention.output_lora_rank", true, 0);
-    h->G = (int)ku("attention.output_group_count", true, 0);
-    h->n_swa = (int)ku("attention.sliding_window", true, 0);
-    h->IH = (int)ku("attention.indexer.head_count", false, 0);
-    h->ID = (int)ku("attention.indexer.key_length", false, 0);
-    h->top_k = (int)ku("attention.indexer.top_k", false, 0);
-    h->E = (int)ku("expert_count", true, 0);
-    h->k = (int)ku("expert_used_count", true, 0);
-    h->n_shared = (int)ku("expert_shared_count", true, 0);
-    h->F = (int)ku("expert_feed_forward_length", true, 0);
-    h->hash_layers = (int)ku("hash_layer_count", true, 0);
-    h->hc = (int)ku("hyper_connection.count", true, 0);
-    h->sinkhorn = (int)ku("hyper_connection.sinkhorn_iterations", true, 0);
-    if (ku("expert_gating_func", true, 0) != 4) die("expert_gating_func is not sqrt-softplus (4)%s", "");
+    h->N = (int)ku(g, "embedding_length", true, 0);
+    h->H = (int)ku(g, "attention.head_count", true, 0);
+    h->D = (int)ku(g, "attention.key_length", true, 0);
+    h->R = (int)ku(g, "rope.dimension_count", true, 0);
+    h->q_rank = (int)ku(g, "attention.q_lora_rank", true, 0);
+    h->o_rank = (int)ku(g, "attention.output_lora_rank", true, 0);
+    h->G = (int)ku(g, "attention.output_group_count", true, 0);
+    h->n_swa = (int)ku(g, "attention.sliding_window", true, 0);
+    h->IH = (int)ku(g, "attention.indexer.head_count", false, 0);
+    h->ID = (int)ku(g, "attention.indexer.key_length", false, 0);
+    h->top_k = (int)ku(g, "attention.indexer.top_k", false, 0);
+    h->E = (int)ku(g, "expert_count", true, 0);
+    h->k = (int)ku(g, "expert_used_count", true, 0);
+    h->n_shared = (int)ku(g, "expert_shared_count", true, 0);
+    h->F = (int)ku(g, "expert_feed_forward_length", true, 0);
+    h->hash_layers = (int)ku(g, "hash_layer_count", true, 0);
+    h->hc = (int)ku(g, "hyper_connection.count", true, 0);
+    h->sinkhorn = (int)ku(g, "hyper_connection.sinkhorn_iterations", true, 0);
+    if (ku(g, "expert_gating_func", true, 0) != 4) die("expert_gating_func is not sqrt-softplus (4)%s", "");
     bool nw = false;
-    og_gguf_get_bool(G, "deepseek4.expert_weights_norm", &nw);
+    og_gguf_get_bool(g, "deepseek4.expert_weights_norm", &nw);
     h->norm_w = nw;
-    h->w_scale = kf("expert_weights_scale", true, 0);
-    h->hc_eps = kf("hyper_connection.epsilon", true, 0);
-    h->eps = kf("attention.layer_norm_rms_epsilon", true, 0);
-    ref_kf_layers(G, "deepseek4", "swiglu_clamp_exp", h->n_layer, h->clamp_exp, NULL);
-    ref_kf_layers(G, "deepseek4", "swiglu_clamp_shexp", h->n_layer, h->clamp_sh, h->clamp_exp);
-    const og_gguf_kv *cr = og_gguf_find_kv(G, "deepseek4.attention.compress_ratios");
+    h->w_scale = kf(g, "expert_weights_scale", true, 0);
+    h->hc_eps = kf(g, "hyper_connection.epsilon", true, 0);
+    h->eps = kf(g, "attention.layer_norm_rms_epsilon", true, 0);
+    ref_kf_layers(g, "deepseek4", "swiglu_clamp_exp", h->n_layer, h->clamp_exp, NULL);
+    ref_kf_layers(g, "deepseek4", "swiglu_clamp_shexp", h->n_layer, h->clamp_sh, h->clamp_exp);
+    const og_gguf_kv *cr = og_gguf_find_kv(g, "deepseek4.attention.compress_ratios");
     if (!cr || cr->type != OG_GGUF_ARRAY || cr->arr_n < (uint64_t)h->n_layer) die("bad compress_ratios%s", "");
     for (int i = 0; i < h->n_layer; i++) {
         int64_t r;
@@ -120,10 +118,10 @@ static void read_hparams(hparams *h) {
         h->R > h->D || h->ID > 4096 || h->hc < 1 || h->hc > 16 || h->k < 1 || h->k > 64 || h->E < h->k ||
         h->E > 4096 || h->n_swa < 1 || h->hash_layers > h->n_layer)
         die("hyperparameters outside what ref_deepseek4 handles%s", "");
-    const og_gguf_tensor *te = og_gguf_find_tensor(G, "token_embd.weight");
+    const og_gguf_tensor *te = og_gguf_find_tensor(g, "token_embd.weight");
     if (!te) die("no token_embd%s", "");
     h->V = (int)te->ne[1];
-    ref_read_rope(G, "deepseek4", h->R, &h->rope_swa, &h->rope_comp);
+    ref_read_rope(g, "deepseek4", h->R, &h->rope_swa, &h->rope_comp);
 }
 
 /* ---- model -------------------------------------------------------------- */
@@ -143,68 +141,68 @@ typedef struct model {
     layer L[MAXL];
 } model;
 
-static void load_model(model *m) {
+static void load_model(const og_gguf *g, model *m) {
     hparams *h = &m->h;
     const int N = h->N, hcN = h->hc * h->N, mix = (2 + h->hc) * h->hc, D = h->D;
-    load("token_embd.weight", N, h->V, &m->tok_embd, true);
-    if (!load("output.weight", N, h->V, &m->output, false)) m->output = m->tok_embd;
-    load("output_norm.weight", N, 1, &m->out_norm, true);
-    load("output_hc_fn.weight", hcN, h->hc, &m->hc_head_fn, true);
-    load("output_hc_base.weight", h->hc, 1, &m->hc_head_base, true);
-    load("output_hc_scale.weight", 1, 1, &m->hc_head_scale, true);
+    load(g, "token_embd.weight", N, h->V, &m->tok_embd, true);
+    if (!load(g, "output.weight", N, h->V, &m->output, false)) m->output = m->tok_embd;
+    load(g, "output_norm.weight", N, 1, &m->out_norm, true);
+    load(g, "output_hc_fn.weight", hcN, h->hc, &m->hc_head_fn, true);
+    load(g, "output_hc_base.weight", h->hc, 1, &m->hc_head_base, true);
+    load(g, "output_hc_scale.weight", 1, 1, &m->hc_head_scale, true);
     for (int il = 0; il < h->n_layer; il++) {
         layer *l = &m->L[il];
         const int r = h->ratio[il], c = r == 4 ? 2 : 1;
-        l->hc_attn_fn = ldl(il, "hc_attn_fn.weight", hcN, mix);
-        l->hc_attn_base = ldl(il, "hc_attn_base.weight", mix, 1);
-        l->hc_attn_scale = ldl(il, "hc_attn_scale.weight", 3, 1);
-        l->hc_ffn_fn = ldl(il, "hc_ffn_fn.weight", hcN, mix);
-        l->hc_ffn_base = ldl(il, "hc_ffn_base.weight", mix, 1);
-        l->hc_ffn_scale = ldl(il, "hc_ffn_scale.weight", 3, 1);
-        l->attn_norm = ldl(il, "attn_norm.weight", N, 1);
-        l->q_a = ldl(il, "attn_q_a.weight", N, h->q_rank);
-        l->q_a_norm = ldl(il, "attn_q_a_norm.weight", h->q_rank, 1);
-        l->q_b = ldl(il, "attn_q_b.weight", h->q_rank, (int64_t)h->H * D);
-        l->kv = ldl(il, "attn_kv.weight", N, D);
-        l->kv_norm = ldl(il, "attn_kv_a_norm.weight", D, 1);
-        l->sinks = ldl(il, "attn_sinks.weight", h->H, 1);
-        l->o_a = ldl(il, "attn_output_a.weight", (int64_t)h->H * D / h->G, (int64_t)h->G * h->o_rank);
-        l->o_b = ldl(il, "attn_output_b.weight", (int64_t)h->G * h->o_rank, N);
+        l->hc_attn_fn = ldl(g, il, "hc_attn_fn.weight", hcN, mix);
+        l->hc_attn_base = ldl(g, il, "hc_attn_base.weight", mix, 1);
+        l->hc_attn_scale = ldl(g, il, "hc_attn_scale.weight", 3, 1);
+        l->hc_ffn_fn = ldl(g, il, "hc_ffn_fn.weight", hcN, mix);
+        l->hc_ffn_base = ldl(g, il, "hc_ffn_base.weight", mix, 1);
+        l->hc_ffn_scale = ldl(g, il, "hc_ffn_scale.weight", 3, 1);
+        l->attn_norm = ldl(g, il, "attn_norm.weight", N, 1);
+        l->q_a = ldl(g, il, "attn_q_a.weight", N, h->q_rank);
+        l->q_a_norm = ldl(g, il, "attn_q_a_norm.weight", h->q_rank, 1);
+        l->q_b = ldl(g, il, "attn_q_b.weight", h->q_rank, (int64_t)h->H * D);
+        l->kv = ldl(g, il, "attn_kv.weight", N, D);
+        l->kv_norm = ldl(g, il, "attn_kv_a_norm.weight", D, 1);
+        l->sinks = ldl(g, il, "attn_sinks.weight", h->H, 1);
+        l->o_a = ldl(g, il, "attn_output_a.weight", (int64_t)h->H * D / h->G, (int64_t)h->G * h->o_rank);
+        l->o_b = ldl(g, il, "attn_output_b.weight", (int64_t)h->G * h->o_rank, N);
         if (r) {
-            l->comp_kv = ldl(il, "attn_compressor_kv.weight", N, c * D);
-            l->comp_gate = ldl(il, "attn_compressor_gate.weight", N, c * D);
-            l->comp_ape = ldl(il, "attn_compressor_ape.weight", c * D, r);
-            l->comp_norm = ldl(il, "attn_compressor_norm.weight", D, 1);
+            l->comp_kv = ldl(g, il, "attn_compressor_kv.weight", N, c * D);
+            l->comp_gate = ldl(g, il, "attn_compressor_gate.weight", N, c * D);
+            l->comp_ape = ldl(g, il, "attn_compressor_ape.weight", c * D, r);
+            l->comp_norm = ldl(g, il, "attn_compressor_norm.weight", D, 1);
         }
         if (r == 4) {
-            l->idx_q_b = ldl(il, "indexer.attn_q_b.weight", h->q_rank, (int64_t)h->IH * h->ID);
-            l->idx_proj = ldl(il, "indexer.proj.weight", N, h->IH);
-            l->idx_kv = ldl(il, "indexer_compressor_kv.weight", N, 2 * h->ID);
-            l->idx_gate = ldl(il, "indexer_compressor_gate.weight", N, 2 * h->ID);
-            l->idx_ape = ldl(il, "indexer_compressor_ape.weight", 2 * h->ID, 4);
-            l->idx_norm = ldl(il, "indexer_compressor_norm.weight", h->ID, 1);
+            l->idx_q_b = ldl(g, il, "indexer.attn_q_b.weight", h->q_rank, (int64_t)h->IH * h->ID);
+            l->idx_proj = ldl(g, il, "indexer.proj.weight", N, h->IH);
+            l->idx_kv = ldl(g, il, "indexer_compressor_kv.weight", N, 2 * h->ID);
+            l->idx_gate = ldl(g, il, "indexer_compressor_gate.weight", N, 2 * h->ID);
+            l->idx_ape = ldl(g, il, "indexer_compressor_ape.weight", 2 * h->ID, 4);
+            l->idx_norm = ldl(g, il, "indexer_compressor_norm.weight", h->ID, 1);
         }
-        l->ffn_norm = ldl(il, "ffn_norm.weight", N, 1);
-        l->gate_inp = ldl(il, "ffn_gate_inp.weight", N, h->E);
+        l->ffn_norm = ldl(g, il, "ffn_norm.weight", N, 1);
+        l->gate_inp = ldl(g, il, "ffn_gate_inp.weight", N, h->E);
         if (il < h->hash_layers) {
             char nm[96];
             snprintf(nm, sizeof nm, "blk.%d.ffn_gate_tid2eid.weight", il);
-            const og_gguf_tensor *t = og_gguf_find_tensor(G, nm);
+            const og_gguf_tensor *t = og_gguf_find_tensor(g, nm);
             if (!t || t->type != OG_TYPE_I32 || t->ne[0] != h->k || t->ne[1] != h->V) die("bad %s", nm);
             l->tid2eid = xcalloc((size_t)h->k * (size_t)h->V, sizeof(int32_t));
             memcpy(l->tid2eid, t->data, (size_t)h->k * (size_t)h->V * sizeof(int32_t));
             for (int64_t i = 0; i < (int64_t)h->k * h->V; i++)
                 if (l->tid2eid[i] < 0 || l->tid2eid[i] >= h->E) die("%s: expert id out of range", nm);
         } else {
-            l->bias = ldl(il, "exp_probs_b.bias", h->E, 1);
+            l->bias = ldl(g, il, "exp_probs_b.bias", h->E, 1);
         }
-        l->gate_exps = ldl(il, "ffn_gate_exps.weight", N, (int64_t)h->F * h->E);
-        l->up_exps = ldl(il, "ffn_up_exps.weight", N, (int64_t)h->F * h->E);
-        l->down_exps = ldl(il, "ffn_down_exps.weight", h->F, (int64_t)N * h->E);
+        l->gate_exps = ldl(g, il, "ffn_gate_exps.weight", N, (int64_t)h->F * h->E);
+        l->up_exps = ldl(g, il, "ffn_up_exps.weight", N, (int64_t)h->F * h->E);
+        l->down_exps = ldl(g, il, "ffn_down_exps.weight", h->F, (int64_t)N * h->E);
         if (h->n_shared) {
-            l->gate_sh = ldl(il, "ffn_gate_shexp.weight", N, (int64_t)h->F * h->n_shared);
-            l->up_sh = ldl(il, "ffn_up_shexp.weight", N, (int64_t)h->F * h->n_shared);
-            l->down_sh = ldl(il, "ffn_down_shexp.weight", (int64_t)h->F * h->n_shared, N);
+            l->gate_sh = ldl(g, il, "ffn_gate_shexp.weight", N, (int64_t)h->F * h->n_shared);
+            l->up_sh = ldl(g, il, "ffn_up_shexp.weight", N, (int64_t)h->F * h->n_shared);
+            l->down_sh = ldl(g, il, "ffn_down_shexp.weight", (int64_t)h->F * h->n_shared, N);
         }
     }
 }
@@ -432,10 +430,9 @@ int main(int argc, char **argv) {
     og_gguf *g;
     char err[512];
     if (og_gguf_open(path, 0, &g, err, sizeof err)) die("%s", err);
-    G = g;
     static model m;
-    read_hparams(&m.h);
-    load_model(&m);
+    read_hparams(g, &m.h);
+    load_model(g, &m);
     const hparams *h = &m.h;
     int n;
     int *tok = parse_tokens(toks, h->V, &n);

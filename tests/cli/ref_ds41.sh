@@ -60,25 +60,27 @@ n=$(json_get "$work/describe.json" '(() => { const r = j.layers[j.candidate_sour
 seq_ids=$(ids "$n" "$(json_get "$work/describe.json" "j.n_vocab")" 4141)
 echo "tiny: $n positions (describe: $(json_get "$work/describe.json" '`window ${j.n_swa}, top_k ${j.top_k}, candidate source ${j.candidate_source}, ${j.candidate_topk_blocks} blocks of ${j.candidate_block_size}`'))"
 
+# one run of the F32 file serves checks 1-3 (the halves repeat its options)
+run=(--selections --full $((n - 2)))
+"$ref" "$work/f32.gguf" --tokens "$seq_ids" "${run[@]}" > "$work/f32.json" || fail "ref_deepseek41 on f32"
+"$ref" "$work/q8.gguf" --tokens "$seq_ids" --full $((n - 2)) > "$work/q8.json" || fail "ref_deepseek41 on q8"
 for m in f32 q8; do
-  "$ref" "$work/$m.gguf" --tokens "$seq_ids" --full $((n - 2)) > "$work/$m.full.json" || fail "ref_deepseek41 on $m"
   echo -n "$m: "
-  node "$js/check_ref41.mjs" norm "$work/$m.full.json" || fail "$m: the reference's log-probs"
+  node "$js/check_ref41.mjs" norm "$work/$m.json" || fail "$m: the reference's log-probs"
 done
 
-"$ref" "$work/f32.gguf" --tokens "$seq_ids" --selections > "$work/masked.json"
 "$ref" "$work/f32.gguf" --tokens "$seq_ids" --selections --no-candidate-mask > "$work/unmasked.json"
 echo -n "f32: "
-node "$js/check_ref41.mjs" mask "$work/describe.json" "$work/masked.json" "$work/unmasked.json" \
+node "$js/check_ref41.mjs" mask "$work/describe.json" "$work/f32.json" "$work/unmasked.json" \
   || fail "the candidate mask is not exercised as decided"
 
 half=$(( (n / 2) | 1 )) # odd: the state holds half of a ratio-2 group
-"$ref" "$work/f32.gguf" --tokens "$seq_ids" > "$work/whole.json"
-"$ref" "$work/f32.gguf" --tokens "$(cut -d, -f1-"$half" <<< "$seq_ids")" --save-state "$work/state.bin" > "$work/first.json"
-"$ref" "$work/f32.gguf" --tokens "$(cut -d, -f$((half + 1))- <<< "$seq_ids")" --load-state "$work/state.bin" \
+"$ref" "$work/f32.gguf" --tokens "$(cut -d, -f1-"$half" <<< "$seq_ids")" "${run[@]}" --save-state "$work/state.bin" \
+  > "$work/first.json"
+"$ref" "$work/f32.gguf" --tokens "$(cut -d, -f$((half + 1))- <<< "$seq_ids")" "${run[@]}" --load-state "$work/state.bin" \
   > "$work/second.json"
 echo -n "f32: "
-node "$js/check_ref41.mjs" halves "$work/whole.json" "$work/first.json" "$work/second.json" \
+node "$js/check_ref41.mjs" halves "$work/f32.json" "$work/first.json" "$work/second.json" \
   || fail "two halves with the state carried differ from one run"
 
 # the fast path, teacher-forced after an empty prompt (BOS), against the reference

@@ -11,6 +11,7 @@
 # indexers past their top_k, and give the candidate source more rows than its
 # candidate_topk_blocks x candidate_block_size hold (the mask on for the last
 # 3 blocks' worth at least).
+#   0. The tiny preset holds every CSA2 role and Engram (check_ref41 roles).
 #   1. F32 and Q8_0 files: every position's log-probs finite, its top 5
 #      consistent, and on the last two all V of them normalized
 #      (check_ref41.mjs norm; --full).
@@ -53,6 +54,8 @@ if ! "$onegpu" make-model --arch deepseek41 --preset tiny --type F32 --seed 41 -
 fi
 mk "$work/q8.gguf" --type Q8_0 --tokenizer none --seed 42
 "$ref" "$work/f32.gguf" --describe > "$work/describe.json" || fail "ref_deepseek41 --describe"
+echo -n "f32: "
+node "$js/check_ref41.mjs" roles "$work/describe.json" || fail "the tiny preset lacks a role"
 # the length: at least 64, 3 windows, 3 blocks of the candidate source past the mask's start, 2 x top_k ratio-2 rows
 n=$(json_get "$work/describe.json" '(() => { const r = j.layers[j.candidate_source]?.ratio ?? 1;
   return Math.max(64, 3 * j.n_swa, r * (j.candidate_topk_blocks + 3) * j.candidate_block_size, 4 * j.top_k + 2); })()')

@@ -18,6 +18,8 @@
 //     candidate_topk_blocks blocks including the newest one, every candidate-
 //     masked layer's rows lie inside them, and at least one position's
 //     selection differs from the unmasked run (the mask is exercised).
+//   node check_ref41.mjs roles DESCRIBE.json
+//     the file holds every CSA2 role and Engram (what the checks above rely on).
 // Prints one summary line; exits 1 naming the first failure.
 import fs from "node:fs";
 
@@ -93,6 +95,21 @@ if (mode === "norm") {
     if (!active) fail(`no position has more than ${T * B} candidate rows: the mask is never on`);
     if (!differ) fail(`the mask changed no selection in ${active} positions`);
     console.log(`mask on at ${active} positions (blocks of ${B}, ${T} kept): ${differ} masked selections differ from the unmasked run`);
+} else if (mode === "roles") {
+    const d = read(files[0]), L = d.layers;
+    const has = {
+        "window only": L.some((l) => l.ratio === 0),
+        "ratio-2 source": L.some((l) => l.ratio === 2 && l.kv_source && l.key_owner && l.index_source),
+        "ratio-2 reuser": L.some((l) => l.ratio === 2 && !l.kv_source && !l.index_source && l.selection_of >= 0),
+        "ratio-1 candidate source": d.candidate_source >= 0 && L[d.candidate_source].ratio === 1 && L[d.candidate_source].kv_source,
+        "ratio-1 reuser": L.some((l) => l.ratio === 1 && !l.kv_source && !l.index_source),
+        "reindex (candidate-masked)": L.some((l) => l.candidate_masked && !l.kv_source && l.index_source),
+        "reuser of a reindex layer": L.some((l, i) => !l.index_source && l.selection_of >= 0 && l.selection_of !== l.rows_of && i > l.selection_of),
+        "Engram": d.engram_layers.length > 0,
+    };
+    const missing = Object.keys(has).filter((k) => !has[k]);
+    if (missing.length) fail(`the file lacks: ${missing.join(", ")}`);
+    console.log(`every role: ${Object.keys(has).join(", ")}`);
 } else {
-    fail(`unknown mode ${mode} (norm, halves, mask)`);
+    fail(`unknown mode ${mode} (norm, halves, mask, roles)`);
 }

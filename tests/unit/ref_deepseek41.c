@@ -336,7 +336,7 @@ static void read_hparams(const og_gguf *g, hparams *h) {
     ref_read_rope(g, "deepseek41", h->R, &h->rope_swa, &h->rope_comp);
     read_roles(g, h);
     for (int il = 0; il < h->n_layer; il++)
-        if (h->idx_src[il] && (h->IH < 1 || h->ID < h->R || h->top_k < 1))
+        if ((h->idx_src[il] || h->key_owner[il]) && (h->IH < 1 || h->ID < h->R || h->top_k < 1))
             die("indexer sizes (head_count, key_length >= rope dims, top_k) missing or outside what ref_deepseek41 handles");
     read_engram(g, h);
 }

@@ -889,7 +889,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--save-state") && i + 1 < argc) save = argv[++i];
         else if (!strcmp(argv[i], "--load-state") && i + 1 < argc) load_st = argv[++i];
         else if (!strcmp(argv[i], "--sinkhorn-iters") && i + 1 < argc) o.sinkhorn_iters = atoi(argv[++i]);
-        else if (argv[i][0] == '-') die("unknown option %s (see the comment at the top of ref_deepseek41.c)", argv[i]);
+        else if (argv[i][0] == '-') {
+            static const char *const valued[] = {"--tokens", "--from", "--rounding", "--full", "--save-state",
+                                                 "--load-state", "--sinkhorn-iters"};
+            for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+                if (!strcmp(argv[i], valued[k])) die("option %s needs a value", argv[i]);
+            die("unknown option %s (see the comment at the top of ref_deepseek41.c)", argv[i]);
+        }
         else path = argv[i];
     }
     if (!path || (!toks && !desc)) die("usage: ref_deepseek41 FILE --tokens a,b,c [--from P] [options]");

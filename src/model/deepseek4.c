@@ -193,22 +193,11 @@ static og_status load_layer(const og_gguf *g, const og_ds4_hparams *hp, int il, 
     } else {
         TRY(bind_vec(g, hp, OG_DS4_EXP_PROBS_B, il, &L->exp_bias, err, errlen));
     }
-    mw->moe = true;
-    TRY(bind(g, hp, OG_DS4_FFN_GATE_EXPS, il, &mw->gate_exps, err, errlen));
-    TRY(bind(g, hp, OG_DS4_FFN_UP_EXPS, il, &mw->up_exps, err, errlen));
-    TRY(bind(g, hp, OG_DS4_FFN_DOWN_EXPS, il, &mw->down_exps, err, errlen));
-    if (hp->n_expert_shared) {
-        TRY(bind(g, hp, OG_DS4_FFN_GATE_SHEXP, il, &mw->gate_sh, err, errlen));
-        TRY(bind(g, hp, OG_DS4_FFN_UP_SHEXP, il, &mw->up_sh, err, errlen));
-        TRY(bind(g, hp, OG_DS4_FFN_DOWN_SHEXP, il, &mw->down_sh, err, errlen));
-    }
-    /* one clamp for routed and shared experts (og_moe_weights): the routed one */
-    mw->swiglu_clamp = hp->swiglu_clamp_exp[il];
-    if (hp->swiglu_clamp_shexp[il] != hp->swiglu_clamp_exp[il])
-        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "layer %d: swiglu_clamp_shexp %g differs from swiglu_clamp_exp %g "
-                       "(onegpu applies one clamp to both, as V4 has)", il, (double)hp->swiglu_clamp_shexp[il],
-                       (double)hp->swiglu_clamp_exp[il]);
-    return OG_OK;
+    _Static_assert(OG_DS4_FFN_DOWN_SHEXP == OG_DS4_FFN_GATE_EXPS + 5, "the six expert kinds in gate, up, down order");
+    const og_gguf_tensor *t[6] = {NULL};
+    for (int i = 0; i < (hp->n_expert_shared ? 6 : 3); i++)
+        TRY(og_ds4_tensor_find(g, hp, (og_ds4_tensor_id)(OG_DS4_FFN_GATE_EXPS + i), il, &t[i], err, errlen));
+    return og_arch_bind_moe(t, t + 3, hp->swiglu_clamp_exp[il], hp->swiglu_clamp_shexp[il], il, mw, err, errlen);
 }
 
 static og_status ds4_load(og_model *m, char *err, size_t errlen) {

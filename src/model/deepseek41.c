@@ -156,21 +156,11 @@ static og_status load_layer(const og_gguf *g, const og_ds41_hparams *hp, int il,
     }
     TRY(bind(g, hp, OG_DS41_FFN_GATE_INP, il, &L->router, err, errlen));
     TRY(bind_f32(g, hp, OG_DS41_EXP_PROBS_B, il, &L->exp_bias, err, errlen));
-    mw->moe = true;
-    TRY(bind(g, hp, OG_DS41_FFN_GATE_EXPS, il, &mw->gate_exps, err, errlen));
-    TRY(bind(g, hp, OG_DS41_FFN_UP_EXPS, il, &mw->up_exps, err, errlen));
-    TRY(bind(g, hp, OG_DS41_FFN_DOWN_EXPS, il, &mw->down_exps, err, errlen));
-    if (hp->n_expert_shared) {
-        TRY(bind(g, hp, OG_DS41_FFN_GATE_SHEXP, il, &mw->gate_sh, err, errlen));
-        TRY(bind(g, hp, OG_DS41_FFN_UP_SHEXP, il, &mw->up_sh, err, errlen));
-        TRY(bind(g, hp, OG_DS41_FFN_DOWN_SHEXP, il, &mw->down_sh, err, errlen));
-    }
-    mw->swiglu_clamp = hp->swiglu_clamp_exp[il];
-    if (hp->swiglu_clamp_shexp[il] != hp->swiglu_clamp_exp[il])
-        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "layer %d: swiglu_clamp_shexp %g differs from swiglu_clamp_exp %g "
-                       "(onegpu applies one clamp to both, as V4.1 has)", il, (double)hp->swiglu_clamp_shexp[il],
-                       (double)hp->swiglu_clamp_exp[il]);
-    return OG_OK;
+    _Static_assert(OG_DS41_FFN_DOWN_SHEXP == OG_DS41_FFN_GATE_EXPS + 5, "the six expert kinds in gate, up, down order");
+    const og_gguf_tensor *t[6] = {NULL};
+    for (int i = 0; i < (hp->n_expert_shared ? 6 : 3); i++)
+        TRY(og_ds41_tensor_find(g, hp, (og_ds41_tensor_id)(OG_DS41_FFN_GATE_EXPS + i), il, &t[i], err, errlen));
+    return og_arch_bind_moe(t, t + 3, hp->swiglu_clamp_exp[il], hp->swiglu_clamp_shexp[il], il, mw, err, errlen);
 }
 
 static og_status ds41_load(og_model *m, char *err, size_t errlen) {

@@ -663,15 +663,8 @@ og_status og_ds41_tensor_find(const og_gguf *g, const og_ds41_hparams *hp, og_ds
         return k->required ? og_fail(err, errlen, OG_ERR_NOT_FOUND, "fits none of the dialects: missing tensor %s (read "
                                      "as the %s dialect)", name, dialect_names[hp->dialect])
                            : OG_OK;
-    bool ok = t->ne[3] == 1;
-    if (id == OG_DS41_ATTN_OUTPUT_A && t->n_dims == 3) /* llama.cpp's [H D / G, o_rank, G]: the same bytes */
-        ok = ok && t->ne[0] == ne[0] && t->ne[1] == (int64_t)hp->o_lora_rank && t->ne[2] == (int64_t)hp->o_group_count;
-    else
-        for (int d = 0; d < 3; d++) ok = ok && t->ne[d] == ne[d];
-    if (!ok)
-        return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s has shape [%lld, %lld, %lld, %lld] but the hyperparameters "
-                       "say [%lld, %lld, %lld]", name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                       (long long)t->ne[3], (long long)ne[0], (long long)ne[1], (long long)ne[2]);
+    const int64_t alt[3] = {ne[0], hp->o_lora_rank, hp->o_group_count}; /* llama.cpp's 3-D attn_output_a */
+    TRY(og_arch_check_shape(t, ne, id == OG_DS41_ATTN_OUTPUT_A ? alt : NULL, err, errlen));
     const bool f32 = k->wclass == OG_DS41_W_NORM || k->wclass == OG_DS41_W_VEC || k->wclass == OG_DS41_W_F32M;
     const bool fp8_rows = id == OG_DS41_ENGRAM_EMBD && hp->engram_fp8;
     if (f32 && t->type != OG_TYPE_F32)

@@ -223,57 +223,19 @@ static og_status put_keys(og_gguf_writer *w, const og_ds41_write_config *c, cons
 #define KF(key, v) K(og_gguf_writer_set_f32(w, "deepseek41." key, (v)))
 #define KA(key, t, v, n) K(og_gguf_writer_set_arr(w, "deepseek41." key, t, v, n))
     K(og_gguf_writer_set_general(w, "deepseek41", c->name ? c->name : "onegpu-ds41-synthetic", type_bytes));
-    KU("block_count", h->n_layer);
-    KU("context_length", h->n_ctx_train);
-    KU("embedding_length", h->n_embd);
-    KU("vocab_size", h->n_vocab);
-    KU("attention.head_count", h->n_head);
-    KU("attention.head_count_kv", 1);
-    KU("attention.key_length", h->head_dim);
-    KU("attention.value_length", h->head_dim);
-    KU("rope.dimension_count", h->n_rot);
-    KU("attention.q_lora_rank", h->q_lora_rank);
-    KU("attention.output_lora_rank", h->o_lora_rank);
-    KU("attention.output_group_count", h->o_group_count);
-    KU("attention.sliding_window", h->n_swa);
-    /* vcruz305 writes three more entries for the absent DSpark blocks (§3.2) */
-    int32_t ratios[OG_DS4_MAX_LAYER + 3] = {0};
-    float clamp_exp[OG_DS4_MAX_LAYER], clamp_sh[OG_DS4_MAX_LAYER];
-    for (uint32_t i = 0; i < h->n_layer; i++) {
-        ratios[i] = (int32_t)h->compress_ratio[i];
-        clamp_exp[i] = h->swiglu_clamp_exp[i];
-        clamp_sh[i] = h->swiglu_clamp_shexp[i];
-    }
-    KA("attention.compress_ratios", OG_GGUF_INT32, ratios, h->n_layer + 3);
-    KU("attention.indexer.head_count", h->indexer_n_head);
-    KU("attention.indexer.key_length", h->indexer_head_dim);
-    KU("attention.indexer.top_k", h->indexer_top_k);
+    OG_DS4_WRITE_SHARED_KEYS(KU, KF, h);
+    /* vcruz305 writes three more ratios for the absent DSpark blocks (§3.2) */
+    K(og_ds4_write_layer_keys(w, "deepseek41", h->compress_ratio, h->n_layer + 3, h->swiglu_clamp_exp,
+                              h->swiglu_clamp_shexp, h->n_layer));
     /* the candidate keys (decision 1: small files exercise the candidate mask) */
     if (h->candidate_source >= 0) KU("attention.candidate_source_layer_id", (uint32_t)h->candidate_source);
     KU("attention.candidate_block_size", h->candidate_block_size);
     KU("attention.candidate_topk_blocks", h->candidate_topk_blocks);
-    KF("attention.layer_norm_rms_epsilon", h->rms_eps);
-    KF("rope.freq_base", h->rope_swa.base);
-    KF("attention.compress_rope_freq_base", h->rope_comp.base);
     K(og_gguf_writer_set_str(w, "deepseek41.rope.scaling.type", "yarn"));
-    KF("rope.scaling.factor", 1.0f / h->rope_comp.freq_scale);
-    KU("rope.scaling.original_context_length", (uint32_t)h->rope_comp.n_ctx_orig);
-    KF("rope.scaling.yarn_beta_fast", h->rope_comp.beta_fast);
-    KF("rope.scaling.yarn_beta_slow", h->rope_comp.beta_slow);
-    KU("expert_count", h->n_expert);
-    KU("expert_used_count", h->n_expert_used);
-    KU("expert_shared_count", h->n_expert_shared);
-    KU("expert_feed_forward_length", h->n_ff_exp);
     KU("expert_shared_feed_forward_length", h->n_ff_shexp);
     KU("expert_gating_func", OG_DS4_GATING_SQRT_SOFTPLUS);
-    KF("expert_weights_scale", h->expert_weights_scale);
     K(og_gguf_writer_set_bool(w, "deepseek41.expert_weights_norm", h->expert_weights_norm));
     KU("hash_layer_count", 0);
-    KA("swiglu_clamp_exp", OG_GGUF_FLOAT32, clamp_exp, h->n_layer);
-    KA("swiglu_clamp_shexp", OG_GGUF_FLOAT32, clamp_sh, h->n_layer);
-    KU("hyper_connection.count", h->hc_count);
-    KU("hyper_connection.sinkhorn_iterations", h->hc_sinkhorn_iters);
-    KF("hyper_connection.epsilon", h->hc_eps);
     /* the nine Engram keys */
     int32_t ids[OG_DS41_MAX_ENGRAM_LAYER];
     uint64_t primes[OG_DS41_MAX_ENGRAM_LAYER * OG_DS41_MAX_ENGRAM_BUCKET];

@@ -350,16 +350,9 @@ og_status og_ds4_tensor_find(const og_gguf *g, const og_ds4_hparams *hp, og_ds4_
     const og_ds4_tensor_kind *k = &og_ds4_tensors[id];
     const og_gguf_tensor *t = og_gguf_find_tensor(g, name);
     if (!t) return k->required ? og_fail(err, errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
-    bool ok = t->ne[3] == 1;
-    if (id == OG_DS4_ATTN_OUTPUT_A && t->n_dims == 3) { /* llama.cpp's writer: [H D / G, o_rank, G], the same bytes */
-        ok = ok && t->ne[0] == ne[0] && t->ne[1] == (int64_t)hp->o_lora_rank && t->ne[2] == (int64_t)hp->o_group_count;
-    } else {
-        for (int d = 0; d < 3; d++) ok = ok && t->ne[d] == ne[d]; /* trailing 1s may be stored or not */
-    }
-    if (!ok)
-        return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s has shape [%lld, %lld, %lld, %lld] but the hyperparameters "
-                       "say [%lld, %lld, %lld]", name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                       (long long)t->ne[3], (long long)ne[0], (long long)ne[1], (long long)ne[2]);
+    /* attn_output_a: also llama.cpp's writer's [H D / G, o_rank, G], the same bytes */
+    const int64_t alt[3] = {ne[0], hp->o_lora_rank, hp->o_group_count};
+    TRY(og_arch_check_shape(t, ne, id == OG_DS4_ATTN_OUTPUT_A ? alt : NULL, err, errlen));
     if ((k->wclass == OG_DS4_W_I32) != (t->type == OG_TYPE_I32))
         return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s is %s, expected %s", name, og_type_name(t->type),
                        k->wclass == OG_DS4_W_I32 ? "I32" : "a float or quantized type");

@@ -140,6 +140,20 @@ static const char v4_template[] =
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>' -}}{%- endif -%}";
 
+og_status og_ds4_write_layer_keys(og_gguf_writer *w, const char *arch, const uint32_t *ratio, uint32_t n_ratio,
+                                  const float *clamp_exp, const float *clamp_shexp, uint32_t n_layer) {
+    int32_t ratios[OG_DS4_MAX_LAYER + 16] = {0};
+    char key[64];
+    for (uint32_t i = 0; i < n_layer && i < n_ratio; i++) ratios[i] = (int32_t)ratio[i];
+    snprintf(key, sizeof key, "%s.attention.compress_ratios", arch);
+    og_status st = og_gguf_writer_set_arr(w, key, OG_GGUF_INT32, ratios, n_ratio);
+    snprintf(key, sizeof key, "%s.swiglu_clamp_exp", arch);
+    if (!st) st = og_gguf_writer_set_arr(w, key, OG_GGUF_FLOAT32, clamp_exp, n_layer);
+    snprintf(key, sizeof key, "%s.swiglu_clamp_shexp", arch);
+    if (!st) st = og_gguf_writer_set_arr(w, key, OG_GGUF_FLOAT32, clamp_shexp, n_layer);
+    return st;
+}
+
 static og_status put_keys(og_gguf_writer *w, const og_ds4_write_config *c, const uint64_t *type_bytes) {
     const og_ds4_hparams *h = &c->hp;
     og_status st;
@@ -147,54 +161,16 @@ static og_status put_keys(og_gguf_writer *w, const og_ds4_write_config *c, const
 #define KU(key, v) K(og_gguf_writer_set_u32(w, "deepseek4." key, (v)))
 #define KF(key, v) K(og_gguf_writer_set_f32(w, "deepseek4." key, (v)))
     K(og_gguf_writer_set_general(w, "deepseek4", c->name ? c->name : "onegpu-ds4-synthetic", type_bytes));
-    KU("block_count", h->n_layer);
-    KU("context_length", h->n_ctx_train);
-    KU("embedding_length", h->n_embd);
-    KU("vocab_size", h->n_vocab);
-    KU("attention.head_count", h->n_head);
-    KU("attention.head_count_kv", 1);
-    KU("attention.key_length", h->head_dim);
-    KU("attention.value_length", h->head_dim);
-    KU("rope.dimension_count", h->n_rot);
-    KU("attention.q_lora_rank", h->q_lora_rank);
-    KU("attention.output_lora_rank", h->o_lora_rank);
-    KU("attention.output_group_count", h->o_group_count);
-    KU("attention.sliding_window", h->n_swa);
-    int32_t ratios[OG_DS4_MAX_LAYER];
-    float clamp_exp[OG_DS4_MAX_LAYER], clamp_sh[OG_DS4_MAX_LAYER];
-    for (uint32_t i = 0; i < h->n_layer; i++) {
-        ratios[i] = (int32_t)h->compress_ratio[i];
-        clamp_exp[i] = h->swiglu_clamp_exp[i];
-        clamp_sh[i] = h->swiglu_clamp_shexp[i];
-    }
-    K(og_gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", OG_GGUF_INT32, ratios, h->n_layer));
-    KU("attention.indexer.head_count", h->indexer_n_head);
-    KU("attention.indexer.key_length", h->indexer_head_dim);
-    KU("attention.indexer.top_k", h->indexer_top_k);
-    KF("attention.layer_norm_rms_epsilon", h->rms_eps);
-    KF("rope.freq_base", h->rope_swa.base);
-    KF("attention.compress_rope_freq_base", h->rope_comp.base);
+    OG_DS4_WRITE_SHARED_KEYS(KU, KF, h);
+    K(og_ds4_write_layer_keys(w, "deepseek4", h->compress_ratio, h->n_layer, h->swiglu_clamp_exp, h->swiglu_clamp_shexp,
+                              h->n_layer));
     K(og_gguf_writer_set_str(w, "deepseek4.rope.scaling.type",
                              h->rope_scaling == OG_DS4_ROPE_YARN ? "yarn" : h->rope_scaling == OG_DS4_ROPE_LINEAR ? "linear" : "none"));
-    KF("rope.scaling.factor", 1.0f / h->rope_comp.freq_scale);
-    KU("rope.scaling.original_context_length", (uint32_t)h->rope_comp.n_ctx_orig);
-    KF("rope.scaling.yarn_beta_fast", h->rope_comp.beta_fast);
-    KF("rope.scaling.yarn_beta_slow", h->rope_comp.beta_slow);
-    KU("expert_count", h->n_expert);
-    KU("expert_used_count", h->n_expert_used);
-    KU("expert_shared_count", h->n_expert_shared);
-    KU("expert_feed_forward_length", h->n_ff_exp);
     KU("expert_group_count", 0);
     KU("expert_group_used_count", 0);
     KU("expert_gating_func", h->expert_gating_func);
-    KF("expert_weights_scale", h->expert_weights_scale);
     K(og_gguf_writer_set_bool(w, "deepseek4.expert_weights_norm", h->expert_weights_norm));
     KU("hash_layer_count", h->hash_layer_count);
-    K(og_gguf_writer_set_arr(w, "deepseek4.swiglu_clamp_exp", OG_GGUF_FLOAT32, clamp_exp, h->n_layer));
-    K(og_gguf_writer_set_arr(w, "deepseek4.swiglu_clamp_shexp", OG_GGUF_FLOAT32, clamp_sh, h->n_layer));
-    KU("hyper_connection.count", h->hc_count);
-    KU("hyper_connection.sinkhorn_iterations", h->hc_sinkhorn_iters);
-    KF("hyper_connection.epsilon", h->hc_eps);
 #undef K
 #undef KU
 #undef KF

@@ -38,6 +38,22 @@ og_tensor_role og_arch_generic_role(const char *tensor_name);
  * (rows are not whole blocks). What each architecture's loader binds with. */
 og_status og_arch_bind_weight(const og_gguf_tensor *t, og_weight *w, char *err, size_t errlen);
 
+/* One MoE layer's experts into *mw (moe true): the routed experts' stacked
+ * gate, up and down tensors exps[3] and the shared experts' shexp[3] (NULL
+ * entries: none), each found and shape-checked by the architecture's table,
+ * bound by og_arch_bind_weight, and one SwiGLU clamp for both (og_moe_weights'
+ * swiglu_clamp: V4 and V4.1 clamp routed and shared experts alike). Errors:
+ * og_arch_bind_weight's; OG_ERR_UNSUPPORTED when clamp_shexp differs from
+ * clamp_exp (naming layer il and both). */
+og_status og_arch_bind_moe(const og_gguf_tensor *const exps[3], const og_gguf_tensor *const shexp[3], float clamp_exp,
+                           float clamp_shexp, int il, og_moe_weights *mw, char *err, size_t errlen);
+
+/* Checks tensor t's shape against ne[0..2] (trailing 1s stored or not; ne3 1),
+ * or, when alt is given, also accepts the 3-D shape alt[0..2] (llama.cpp's
+ * [H D / G, o_rank, G] attn_output_a: the same bytes). Errors: OG_ERR_FORMAT
+ * naming the tensor, its shape and the expected one. */
+og_status og_arch_check_shape(const og_gguf_tensor *t, const int64_t ne[3], const int64_t *alt, char *err, size_t errlen);
+
 /* Hyperparameter keys (src/model/arch_keys.c), by their full GGUF name. An
  * integer key: absent -> dflt when !required (else OG_ERR_NOT_FOUND "missing
  * key K"), then lo <= value <= hi (OG_ERR_FORMAT naming K and the value; also

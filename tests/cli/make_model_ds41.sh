@@ -33,7 +33,8 @@ names=$(json_get "$work/g.json" "j.tensors.map(t => t.name).filter(n => /compres
 size=$(stat -c %s "$work/tiny.gguf")
 (( size > 3000000 && size < 46000000 )) || fail "tiny is $size bytes (a few MB to 45 MB)"
 mk --preset tiny --type Q8_0 -o "$work/q8.gguf"
-"$onegpu" gguf "$work/q8.gguf" | grep -q 'blk.4.engram_embd.weight .*Q8_0' || fail "q8: the tables are not Q8_0"
+"$onegpu" gguf "$work/q8.gguf" > "$work/q8.txt"
+grep -q 'blk.4.engram_embd.weight .*Q8_0' "$work/q8.txt" || fail "q8: the tables are not Q8_0"
 mk --preset tiny --type Q8_0 --type-routed Q4_K --type-routed-down Q6_K --type-engram Q4_K -o "$work/kq.gguf"
 grep -q 'not a multiple of the Q4_K block' "$work/make.log" || { cat "$work/make.log"; fail "kq: no fallback reported for 64-wide Q4_K rows"; }
 mk --preset demo --sparse -o "$work/demo.gguf"
@@ -65,5 +66,6 @@ rows=$(json_get "$work/g.json" "j.tensors.filter(t => t.role == 'engram').map(t 
 mult=$(json_get "$work/g.json" "j.metadata.find(k => k.key == 'deepseek41.engram.multipliers').value.join(' ')")
 [[ $mult == "76632096046245 4839876093313 35959672319349 73987337458391 67716810739261 51510806800915 30921347202721 82619226485591" ]] \
   || fail "v41-flash multipliers: $mult"
-"$onegpu" gguf "$first" | grep -Eq '^  engram +2 tensors +60\.08 GiB' || fail "v41-flash: no engram role line"
+"$onegpu" gguf "$first" > "$work/v41.txt"
+grep -Eq '^  engram +2 tensors +60\.08 GiB' "$work/v41.txt" || fail "v41-flash: no engram role line"
 echo "make_model_ds41: tiny (F32/F16, Q8_0, k-quant mix), demo and v41-flash (7 parts, $total bytes) written and checked"

@@ -436,10 +436,17 @@ static float key_score(const idx_job *j, int64_t i, int32_t c) {
     return isnan(s) ? -INFINITY : s;
 }
 
-/* Whether token i (n keys) needs its keys scored: a top_k to pick, or
- * candidate blocks to choose. */
-static bool needs_scores(const og_indexer_op *op, int32_t n) {
-    return n > op->top_k || (op->cand_out && (int64_t)n > (int64_t)op->cand_block * op->cand_topk);
+/* Whether token i (n keys) needs its keys scored: a top_k to pick, candidate
+ * blocks to choose, or (sel_all) a mask to apply. */
+static bool needs_scores(const og_indexer_op *op, int64_t i, int32_t n) {
+    return n > op->top_k || (op->cand_out && (int64_t)n > (int64_t)op->cand_block * op->cand_topk) ||
+           (op->sel_all && op->cand_in && op->cand_in[i * op->cand_topk] >= 0);
+}
+
+/* sel_all: token i's rows 0 .. n-1 while they fit (no scores), -1 after. */
+static void sel_every_row(const og_indexer_op *op, int64_t i, int32_t n) {
+    int32_t *sel = op->sel + i * op->top_k;
+    for (int32_t q = 0; q < op->top_k; q++) sel[q] = q < n ? q : -1;
 }
 
 /* The candidate source's blocks of token i from its keys' scores sc[n] (in
@@ -466,11 +473,13 @@ static void pick_blocks(const og_indexer_op *op, int64_t i, const scored *sc, in
  * candidate blocks first (pick sorts sc). */
 static void pick(const og_indexer_op *op, int64_t i, scored *sc, int32_t n, scored *bs) {
     if (op->cand_out) pick_blocks(op, i, sc, n, bs);
-    if (n <= op->top_k) return;
+    if (!op->sel_all && n <= op->top_k) return;
     qsort(sc, (size_t)n, sizeof *sc, by_score);
-    int32_t *sel = op->sel + i * op->top_k;
-    for (int32_t q = 0; q < op->top_k; q++) sel[q] = sc[q].c;
-    qsort(sel, (size_t)op->top_k, sizeof *sel, by_index);
+    int32_t *sel = op->sel + i * op->top_k, got = 0;
+    for (int32_t q = 0; q < op->top_k && q < n; q++)
+        if (!op->sel_all || sc[q].s != -INFINITY) sel[got++] = sc[q].c;
+    qsort(sel, (size_t)got, sizeof *sel, by_index);
+    for (int32_t q = got; q < op->top_k; q++) sel[q] = -1;
 }
 
 /* Several tokens: each thread takes whole tokens. */
@@ -480,8 +489,9 @@ static void indexer_tokens(void *vctx, int ith, int nth) {
     scored *sc = j->buf + (size_t)ith * (size_t)j->stride;
     for (int64_t i = ith; i < op->n_tok; i += nth) {
         const int32_t n = op->n_keys[i];
-        if (!needs_scores(op, n)) {
+        if (!needs_scores(op, i, n)) {
             if (op->cand_out) op->cand_out[i * op->cand_topk] = -1;
+            if (op->sel_all) sel_every_row(op, i, n);
             continue;
         }
         for (int32_t c = 0; c < n; c++) sc[c] = (scored){key_score(j, i, c), c};
@@ -505,7 +515,7 @@ static og_status run_indexer(const og_kernels *k, og_pool *pool, og_cop_scratch 
     const int64_t stride = 2 * (int64_t)max_keys; /* keys, then blocks (at most as many) */
     if (og_cop_scratch_reserve(sc, (size_t)nth * (size_t)stride * sizeof(scored))) return OG_ERR_NOMEM;
     idx_job j = {op, k, sc->p, stride};
-    if (op->n_tok == 1 && needs_scores(op, op->n_keys[0])) {
+    if (op->n_tok == 1 && needs_scores(op, 0, op->n_keys[0])) {
         if (pool) og_pool_run(pool, indexer_keys, &j);
         else indexer_keys(&j, 0, 1);
         pick(op, 0, j.buf, op->n_keys[0], j.buf + op->n_keys[0]);
@@ -538,10 +548,13 @@ static void sink_heads(void *vctx, int ith, int nth) {
         int64_t n = 0;
         for (int64_t r = op->row_off[i]; r < op->row_off[i + 1]; r++) rows[n++] = op->rows[r];
         if (op->comp.n_blocks && op->n_comp[i] > 0) {
-            const bool use_sel = op->sel && op->n_comp[i] > op->top_k;
+            const bool use_sel = op->sel && (op->sel_every || op->n_comp[i] > op->top_k);
             const int32_t nc = use_sel ? op->top_k : op->n_comp[i];
-            for (int32_t c = 0; c < nc; c++)
-                rows[n++] = og_kv_view_row(&op->comp, op->comp_first[i], use_sel ? op->sel[i * op->top_k + c] : c);
+            for (int32_t c = 0; c < nc; c++) {
+                const int32_t r = use_sel ? op->sel[i * op->top_k + c] : c;
+                if (r < 0) break; /* sel_every: the end of the list */
+                rows[n++] = og_kv_view_row(&op->comp, op->comp_first[i], r);
+            }
         }
         const bool canon = op->canonical && op->canonical[i];
         const float *q = op->q + (i * H + h) * D;
@@ -568,13 +581,19 @@ static og_status run_sink_attn(const og_kernels *k, og_pool *pool, og_cop_scratc
     int64_t most = 1;
     for (int64_t i = 0; i < op->n_tok; i++) {
         int64_t n = op->row_off[i + 1] - op->row_off[i];
-        if (op->comp.n_blocks) n += op->sel && op->n_comp[i] > op->top_k ? op->top_k : op->n_comp[i];
+        const bool use_sel = op->sel && (op->sel_every || op->n_comp[i] > op->top_k);
+        if (op->comp.n_blocks) n += use_sel ? op->top_k : op->n_comp[i];
         if (n > most) most = n;
     }
     if (op->sel) /* the selected rows must lie inside each token's visible ones */
-        for (int64_t i = 0; i < op->n_tok; i++)
-            for (int32_t c = 0; op->comp.n_blocks && op->n_comp[i] > op->top_k && c < op->top_k; c++)
-                if (op->sel[i * op->top_k + c] < 0 || op->sel[i * op->top_k + c] >= op->n_comp[i]) return OG_ERR_INVALID_ARG;
+        for (int64_t i = 0; i < op->n_tok; i++) {
+            const bool use_sel = op->comp.n_blocks && (op->sel_every || op->n_comp[i] > op->top_k);
+            for (int32_t c = 0; use_sel && c < op->top_k; c++) {
+                const int32_t r = op->sel[i * op->top_k + c];
+                if (r < 0 && op->sel_every) break;
+                if (r < 0 || r >= op->n_comp[i]) return OG_ERR_INVALID_ARG;
+            }
+        }
     const int nth = pool ? og_pool_size(pool) : 1;
     const size_t n_slots = (size_t)nth * (size_t)most; /* the row addresses, then the scores */
     if (og_cop_scratch_reserve(sc, n_slots * (sizeof(float *) + sizeof(float)))) return OG_ERR_NOMEM;

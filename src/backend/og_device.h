@@ -322,6 +322,12 @@ typedef struct og_indexer_op {
     int32_t cand_block, cand_topk; /* >= 1 each when either list is set */
     int32_t *cand_out;             /* device [n_tok][cand_topk] out, or NULL */
     const int32_t *cand_in;        /* device [n_tok][cand_topk], or NULL */
+    /* V4.1: every token gets sel[i]: the top_k best of its eligible keys (a
+     * -inf score is never selected, so a mask can leave fewer), or all its
+     * keys while they fit and no mask is on; ascending, then -1 to the end.
+     * Pair with og_sink_attn_op.sel_every. false (V4): only tokens with more
+     * than top_k keys get sel[i], always top_k entries. */
+    bool sel_all;
 } og_indexer_op;
 
 /* V4's attention with a learned sink over a set of rows that are both K and V
@@ -346,6 +352,8 @@ typedef struct og_sink_attn_op {
     const int32_t *sel;        /* device [n_tok][top_k] (og_indexer_op's) or NULL */
     int32_t top_k;
     const bool *canonical;     /* host [n_tok] or NULL */
+    bool sel_every;            /* sel holds every token's rows (og_indexer_op.sel_all): up to top_k, a
+                                  negative entry ends the list; false: sel only when n_comp[i] > top_k */
 } og_sink_attn_op;
 
 /* ---- deepseek41's op (deepseek4.md §4.3.2; ds4_ops.c) ---- */

@@ -25,6 +25,7 @@ static void usage(FILE *out) {
         "  --split-max-size SIZE     split into gguf-split parts of at most SIZE bytes each\n"
         "  --seed N                  weight seed (default 42)\n"
         "  --tokenizer DIR|none      as for deepseek2 (see make-model --help)\n"
+        "  --vocab N                 the vocabulary cut to N tokens (3..131072; tests: small logits)\n"
         "types (rows that are not whole blocks fall back as llama-quantize does). Norms,\n"
         "sinks, biases, mHC base/scale and the Engram gate weights are always F32.\n"
         "  --type T (every matrix) --type-embd T --type-output T --type-attn T\n"
@@ -33,7 +34,7 @@ static void usage(FILE *out) {
         "  --type-engram-proj T (engram_wkv)\n");
 }
 
-enum { O_ARCH = 256, O_PRESET, O_SPARSE, O_SEED, O_TOKENIZER, O_SPLITMAX, O_TYPE, O_T0 };
+enum { O_ARCH = 256, O_PRESET, O_SPARSE, O_SEED, O_TOKENIZER, O_SPLITMAX, O_TYPE, O_VOCAB, O_T0 };
 
 int og_cmd_make_model_ds41(int argc, char **argv) {
     /* --type-X: the writer's class it sets (O_T0 + index) */
@@ -44,13 +45,13 @@ int og_cmd_make_model_ds41(int argc, char **argv) {
         {"type-engram", OG_DS41_W_ENGRAM}, {"type-engram-proj", OG_DS41_W_ENGRAM_PROJ},
     };
     enum { N_T = sizeof tflags / sizeof tflags[0] };
-    struct option opts[9 + N_T + 1] = {
+    struct option opts[10 + N_T + 1] = {
         {"output", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'},
         {"arch", required_argument, 0, O_ARCH}, {"preset", required_argument, 0, O_PRESET},
         {"sparse", no_argument, 0, O_SPARSE}, {"seed", required_argument, 0, O_SEED},
         {"tokenizer", required_argument, 0, O_TOKENIZER}, {"split-max-size", required_argument, 0, O_SPLITMAX},
-        {"type", required_argument, 0, O_TYPE}};
-    for (int i = 0; i < N_T; i++) opts[9 + i] = (struct option){tflags[i].name, required_argument, 0, O_T0 + i};
+        {"type", required_argument, 0, O_TYPE}, {"vocab", required_argument, 0, O_VOCAB}};
+    for (int i = 0; i < N_T; i++) opts[10 + i] = (struct option){tflags[i].name, required_argument, 0, O_T0 + i};
     const char *preset = og_cli_make_first_value(argc, argv, "o:h", opts, O_PRESET, "tiny");
     og_ds41_write_config *cfg = malloc(sizeof *cfg); /* ~40 KB of roles and Engram constants */
     if (!cfg) {
@@ -75,6 +76,7 @@ int og_cmd_make_model_ds41(int argc, char **argv) {
         } else if (c == O_SPARSE) sparse = true;
         else if (c == O_SEED) ok = og_cli_parse_u64(optarg, &cfg->seed);
         else if (c == O_TOKENIZER) tok_dir = optarg;
+        else if (c == O_VOCAB) ok = og_cli_parse_count(optarg, &cfg->hp.n_vocab) && cfg->hp.n_vocab >= 3;
         else if (c == O_SPLITMAX) ok = og_parse_size(optarg, &cfg->split_max_bytes) == OG_OK && cfg->split_max_bytes > 0;
         else if (c == O_TYPE || (c >= O_T0 && c < O_T0 + N_T)) {
             og_ggml_type t;

@@ -735,11 +735,12 @@ static og_status indexer(og_fwd *f, const og_ds41 *d, uint32_t il, const plan *p
     bool any = false, any_cand = false;
     for (int64_t t = 0; t < T; t++) {
         any |= ha->nkeys[t] > (int32_t)hp->indexer_top_k;
-        any_cand |= ha->nkeys[t] > cand_n;
+        any_cand |= hp->candidate_source >= 0 && ha->nkeys[t] > cand_n;
     }
-    *ran = any;
     const bool cand_out = R->is_candidate_source && any_cand, cand_in = R->candidate_masked && any_cand;
-    if (!any && !cand_out) return OG_OK;
+    /* no token with more keys than top_k nor a mask: every token sees all its rows (no selection) */
+    *ran = any || cand_in;
+    if (!*ran && !cand_out) return OG_OK;
     og_rope_op ri = {hp->rope_comp, b->iq + (ID - Rr), T, IH * ID, (int32_t)IH, ID, p->pos};
     TRY(og_fwd_mm(f, &L->idx_q_b, b->qr, T, b->iq));
     TRY(f->ops->rope(f->dev, f->s, &ri, f->err, f->errlen));
@@ -753,7 +754,7 @@ static og_status indexer(og_fwd *f, const og_ds41 *d, uint32_t il, const plan *p
                         .w = b->iw, .keys = keys, .key_first = ha->kfirst, .n_keys = ha->nkeys, .sel = b->sel,
                         .canonical = p->canon, .cand_block = (int32_t)hp->candidate_block_size,
                         .cand_topk = (int32_t)hp->candidate_topk_blocks, .cand_out = cand_out ? b->cand : NULL,
-                        .cand_in = cand_in ? b->cand : NULL};
+                        .cand_in = cand_in ? b->cand : NULL, .sel_all = true};
     return f->ops->indexer(f->dev, f->s, &io, f->err, f->errlen);
 }
 
@@ -804,7 +805,7 @@ static og_status attention(og_fwd *f, const og_ds41 *d, uint32_t il, const plan 
     og_sink_attn_op at = {.n_tok = T, .n_head = H, .d_head = D, .kq_scale = (float)(1.0 / sqrt((double)D)), .q = b->q,
                           .o = b->o, .sinks = L->sinks, .rows = ha->rows, .row_off = ha->row_off, .comp = cv,
                           .comp_first = ha->cfirst, .n_comp = ha->ncomp, .sel = use_sel ? b->sel : NULL,
-                          .top_k = (int32_t)hp->indexer_top_k, .canonical = p->canon};
+                          .top_k = (int32_t)hp->indexer_top_k, .canonical = p->canon, .sel_every = true};
     TRY(f->ops->sink_attention(f->dev, f->s, &at, f->err, f->errlen));
     /* this call's rows into the rings (a sequence's last W stay) */
     for (int s = 0; s < p->n_seq; s++) ha->ring[s] = p->st[s] ? p->st[s]->raw[il] : NULL;

@@ -127,11 +127,10 @@ static void read_hparams(const og_gguf *g, hparams *h) {
 /* ---- model -------------------------------------------------------------- */
 
 typedef struct layer {
-    mat hc_attn_fn, hc_ffn_fn, hc_attn_base, hc_ffn_base, hc_attn_scale, hc_ffn_scale;
-    mat attn_norm, q_a, q_a_norm, q_b, kv, kv_norm, sinks, o_a, o_b;
+    ref_block b;           /* mHC, attention, MoE */
     mat comp_kv, comp_gate, comp_ape, comp_norm;
     mat idx_q_b, idx_proj, idx_kv, idx_gate, idx_ape, idx_norm;
-    mat ffn_norm, gate_inp, bias, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
+    mat bias;
     int32_t *tid2eid;      /* [V][k] */
 } layer;
 
@@ -143,31 +142,18 @@ typedef struct model {
 
 static void load_model(const og_gguf *g, model *m) {
     hparams *h = &m->h;
-    const int N = h->N, hcN = h->hc * h->N, mix = (2 + h->hc) * h->hc, D = h->D;
+    const int N = h->N, hcN = h->hc * h->N, D = h->D;
     load(g, "token_embd.weight", N, h->V, &m->tok_embd, true);
     if (!load(g, "output.weight", N, h->V, &m->output, false)) m->output = m->tok_embd;
     load(g, "output_norm.weight", N, 1, &m->out_norm, true);
     load(g, "output_hc_fn.weight", hcN, h->hc, &m->hc_head_fn, true);
     load(g, "output_hc_base.weight", h->hc, 1, &m->hc_head_base, true);
     load(g, "output_hc_scale.weight", 1, 1, &m->hc_head_scale, true);
+    const ref_block_dims bd = {N, h->hc, h->q_rank, h->H, D, h->G, h->o_rank, h->E, h->F, h->F * h->n_shared};
     for (int il = 0; il < h->n_layer; il++) {
         layer *l = &m->L[il];
         const int r = h->ratio[il], c = r == 4 ? 2 : 1;
-        l->hc_attn_fn = ldl(g, il, "hc_attn_fn.weight", hcN, mix);
-        l->hc_attn_base = ldl(g, il, "hc_attn_base.weight", mix, 1);
-        l->hc_attn_scale = ldl(g, il, "hc_attn_scale.weight", 3, 1);
-        l->hc_ffn_fn = ldl(g, il, "hc_ffn_fn.weight", hcN, mix);
-        l->hc_ffn_base = ldl(g, il, "hc_ffn_base.weight", mix, 1);
-        l->hc_ffn_scale = ldl(g, il, "hc_ffn_scale.weight", 3, 1);
-        l->attn_norm = ldl(g, il, "attn_norm.weight", N, 1);
-        l->q_a = ldl(g, il, "attn_q_a.weight", N, h->q_rank);
-        l->q_a_norm = ldl(g, il, "attn_q_a_norm.weight", h->q_rank, 1);
-        l->q_b = ldl(g, il, "attn_q_b.weight", h->q_rank, (int64_t)h->H * D);
-        l->kv = ldl(g, il, "attn_kv.weight", N, D);
-        l->kv_norm = ldl(g, il, "attn_kv_a_norm.weight", D, 1);
-        l->sinks = ldl(g, il, "attn_sinks.weight", h->H, 1);
-        l->o_a = ldl(g, il, "attn_output_a.weight", (int64_t)h->H * D / h->G, (int64_t)h->G * h->o_rank);
-        l->o_b = ldl(g, il, "attn_output_b.weight", (int64_t)h->G * h->o_rank, N);
+        ref_load_block(g, il, &bd, &l->b);
         if (r) {
             l->comp_kv = ldl(g, il, "attn_compressor_kv.weight", N, c * D);
             l->comp_gate = ldl(g, il, "attn_compressor_gate.weight", N, c * D);
@@ -182,8 +168,6 @@ static void load_model(const og_gguf *g, model *m) {
             l->idx_ape = ldl(g, il, "indexer_compressor_ape.weight", 2 * h->ID, 4);
             l->idx_norm = ldl(g, il, "indexer_compressor_norm.weight", h->ID, 1);
         }
-        l->ffn_norm = ldl(g, il, "ffn_norm.weight", N, 1);
-        l->gate_inp = ldl(g, il, "ffn_gate_inp.weight", N, h->E);
         if (il < h->hash_layers) {
             char nm[96];
             snprintf(nm, sizeof nm, "blk.%d.ffn_gate_tid2eid.weight", il);
@@ -195,14 +179,6 @@ static void load_model(const og_gguf *g, model *m) {
                 if (l->tid2eid[i] < 0 || l->tid2eid[i] >= h->E) die("%s: expert id out of range", nm);
         } else {
             l->bias = ldl(g, il, "exp_probs_b.bias", h->E, 1);
-        }
-        l->gate_exps = ldl(g, il, "ffn_gate_exps.weight", N, (int64_t)h->F * h->E);
-        l->up_exps = ldl(g, il, "ffn_up_exps.weight", N, (int64_t)h->F * h->E);
-        l->down_exps = ldl(g, il, "ffn_down_exps.weight", h->F, (int64_t)N * h->E);
-        if (h->n_shared) {
-            l->gate_sh = ldl(g, il, "ffn_gate_shexp.weight", N, (int64_t)h->F * h->n_shared);
-            l->up_sh = ldl(g, il, "ffn_up_shexp.weight", N, (int64_t)h->F * h->n_shared);
-            l->down_sh = ldl(g, il, "ffn_down_shexp.weight", (int64_t)h->F * h->n_shared, N);
         }
     }
 }
@@ -270,16 +246,16 @@ static void attention(const model *m, const opts *o, lstate *st, int il, const d
     const int D = h->D, H = h->H, R = h->R, nope = D - R, r = h->ratio[il];
     const rope_sched *rs = r ? &h->rope_comp : &h->rope_swa;
     double *qr = xcalloc((size_t)h->q_rank, sizeof *qr), *q = xcalloc((size_t)H * D, sizeof *q);
-    matvec(o, &l->q_a, x, qr);
-    rmsnorm(qr, h->q_rank, l->q_a_norm.w, h->eps);
-    matvec(o, &l->q_b, qr, q);
+    matvec(o, &l->b.q_a, x, qr);
+    rmsnorm(qr, h->q_rank, l->b.q_a_norm.w, h->eps);
+    matvec(o, &l->b.q_b, qr, q);
     for (int hd = 0; hd < H; hd++) {
         rmsnorm(q + hd * D, D, NULL, h->eps); /* per head, no weight */
         rope(rs, R, q + hd * D + nope, p, false);
     }
     double *kv = rows_push(&st->kv);
-    matvec(o, &l->kv, x, kv);
-    rmsnorm(kv, D, l->kv_norm.w, h->eps);
+    matvec(o, &l->b.kv, x, kv);
+    rmsnorm(kv, D, l->b.kv_norm.w, h->eps);
     rope(rs, R, kv + nope, p, false);
     if (o->kv_fp8) fp8_qat(kv, nope, 64);
     if (o->kv_f16) round_f16(kv, D);
@@ -335,8 +311,8 @@ static void attention(const model *m, const opts *o, lstate *st, int il, const d
     for (int t = 0; t < n_raw; t++) K[t] = st->kv.v + (size_t)(w0 + t) * D;
     for (int t = 0; t < n_sel; t++) K[n_raw + t] = st->comp.v + (size_t)sel[t] * D;
     double *att = xcalloc((size_t)H * D, sizeof *att);
-    sink_attention(q, H, D, R, K, n_rows, l->sinks.w, rs, p, att);
-    grouped_output(o->act_f16, &l->o_a, &l->o_b, H, D, h->G, h->o_rank, att, y);
+    sink_attention(q, H, D, R, K, n_rows, l->b.sinks.w, rs, p, att);
+    grouped_output(o->act_f16, &l->b.o_a, &l->b.o_b, H, D, h->G, h->o_rank, att, y);
     free(att);
     free(K);
     free(sel);
@@ -350,7 +326,7 @@ static void moe(const model *m, const opts *o, int il, const double *x, int toke
     const int E = h->E, k = h->k;
     double *logit = xcalloc((size_t)E, sizeof *logit), *score = xcalloc((size_t)E, sizeof *score);
     int sel[64];
-    matvec(o, &l->gate_inp, x, logit);
+    matvec(o, &l->b.gate_inp, x, logit);
     for (int e = 0; e < E; e++) score[e] = sqrt_softplus(logit[e]);
     if (il < h->hash_layers) {
         for (int i = 0; i < k; i++) sel[i] = l->tid2eid[(size_t)token * k + i];
@@ -365,9 +341,9 @@ static void moe(const model *m, const opts *o, int il, const double *x, int toke
     }
     memset(y, 0, (size_t)h->N * sizeof *y);
     for (int i = 0; i < k; i++)
-        ffn_expert(o->act_f16, &l->gate_exps, &l->up_exps, &l->down_exps, sel[i], h->F, h->N, h->clamp_exp[il], x, w[i], y);
+        ffn_expert(o->act_f16, &l->b.gate_exps, &l->b.up_exps, &l->b.down_exps, sel[i], h->F, h->N, h->clamp_exp[il], x, w[i], y);
     if (h->n_shared)
-        ffn_expert(o->act_f16, &l->gate_sh, &l->up_sh, &l->down_sh, 0, h->F * h->n_shared, h->N, h->clamp_sh[il], x, 1.0, y);
+        ffn_expert(o->act_f16, &l->b.gate_sh, &l->b.up_sh, &l->b.down_sh, 0, h->F * h->n_shared, h->N, h->clamp_sh[il], x, 1.0, y);
     free(logit);
     free(score);
 }
@@ -384,14 +360,14 @@ static void forward(const model *m, const opts *o, lstate *st, int token, int p,
         for (int i = 0; i < N; i++) S[k * N + i] = m->tok_embd.w[(size_t)token * N + i];
     for (int il = 0; il < h->n_layer; il++) {
         const layer *l = &m->L[il];
-        hc_mixes(&hd, S, &l->hc_attn_fn, &l->hc_attn_scale, &l->hc_attn_base, pre, post, C);
+        hc_mixes(&hd, S, &l->b.hc_attn_fn, &l->b.hc_attn_scale, &l->b.hc_attn_base, pre, post, C);
         collapse(&hd, S, pre, x);
-        rmsnorm(x, N, l->attn_norm.w, h->eps);
+        rmsnorm(x, N, l->b.attn_norm.w, h->eps);
         attention(m, o, &st[il], il, x, p, y);
         expand(&hd, S, y, post, C);
-        hc_mixes(&hd, S, &l->hc_ffn_fn, &l->hc_ffn_scale, &l->hc_ffn_base, pre, post, C);
+        hc_mixes(&hd, S, &l->b.hc_ffn_fn, &l->b.hc_ffn_scale, &l->b.hc_ffn_base, pre, post, C);
         collapse(&hd, S, pre, x);
-        rmsnorm(x, N, l->ffn_norm.w, h->eps);
+        rmsnorm(x, N, l->b.ffn_norm.w, h->eps);
         moe(m, o, il, x, token, y);
         expand(&hd, S, y, post, C);
     }

@@ -344,12 +344,11 @@ static void read_hparams(const og_gguf *g, hparams *h) {
 /* ---- model -------------------------------------------------------------- */
 
 typedef struct layer {
-    mat hc_attn_fn, hc_ffn_fn, hc_attn_base, hc_ffn_base, hc_attn_scale, hc_ffn_scale;
-    mat attn_norm, q_a, q_a_norm, q_b, kv, kv_norm, sinks, o_a, o_b;
+    ref_block b;                    /* mHC, attention, MoE */
     mat comp_kv, comp_gate, comp_norm, idx_k, idx_k_norm, idx_q_b, idx_proj;
     const og_gguf_tensor *eng_embd; /* [ED][rows]: rows dequantized when gathered (tables can be large) */
     mat eng_wkv, eng_q, eng_k;
-    mat ffn_norm, gate_inp, bias, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh;
+    mat bias;
     int eng_slot;                   /* index into hparams' Engram arrays, -1 */
 } layer;
 
@@ -369,28 +368,15 @@ static mat ldl(const model *m, int il, const char *suffix, int64_t in, int64_t o
 static void load_model(model *m) {
     const og_gguf *g = m->g;
     hparams *h = &m->h;
-    const int N = h->N, hcN = h->hc * h->N, mix = (2 + h->hc) * h->hc, D = h->D;
+    const int N = h->N, D = h->D;
     ref_load(g, "token_embd.weight", N, h->V, &m->tok_embd, true);
     if (!ref_load(g, "output.weight", N, h->V, &m->output, false)) m->output = m->tok_embd;
     ref_load(g, "output_norm.weight", N, 1, &m->out_norm, true);
     if (og_gguf_find_tensor(g, "output_hc_fn.weight")) die("output_hc_fn.weight: V4.1 has no HC head (§4.3.1)");
+    const ref_block_dims bd = {N, h->hc, h->q_rank, h->H, D, h->G, h->o_rank, h->E, h->F, h->F_sh};
     for (int il = 0; il < h->n_layer; il++) {
         layer *l = &m->L[il];
-        l->hc_attn_fn = ldl(m, il, "hc_attn_fn.weight", hcN, mix);
-        l->hc_attn_base = ldl(m, il, "hc_attn_base.weight", mix, 1);
-        l->hc_attn_scale = ldl(m, il, "hc_attn_scale.weight", 3, 1);
-        l->hc_ffn_fn = ldl(m, il, "hc_ffn_fn.weight", hcN, mix);
-        l->hc_ffn_base = ldl(m, il, "hc_ffn_base.weight", mix, 1);
-        l->hc_ffn_scale = ldl(m, il, "hc_ffn_scale.weight", 3, 1);
-        l->attn_norm = ldl(m, il, "attn_norm.weight", N, 1);
-        l->q_a = ldl(m, il, "attn_q_a.weight", N, h->q_rank);
-        l->q_a_norm = ldl(m, il, "attn_q_a_norm.weight", h->q_rank, 1);
-        l->q_b = ldl(m, il, "attn_q_b.weight", h->q_rank, (int64_t)h->H * D);
-        l->kv = ldl(m, il, "attn_kv.weight", N, D);
-        l->kv_norm = ldl(m, il, "attn_kv_a_norm.weight", D, 1);
-        l->sinks = ldl(m, il, "attn_sinks.weight", h->H, 1);
-        l->o_a = ldl(m, il, "attn_output_a.weight", (int64_t)h->H * D / h->G, (int64_t)h->G * h->o_rank);
-        l->o_b = ldl(m, il, "attn_output_b.weight", (int64_t)h->G * h->o_rank, N);
+        ref_load_block(m->g, il, &bd, &l->b);
         if (h->kv_src[il]) {
             l->comp_kv = ldl(m, il, "attn_compressor_kv.weight", N, D);
             l->comp_norm = ldl(m, il, "attn_compressor_norm.weight", D, 1);
@@ -425,19 +411,9 @@ static void load_model(model *m) {
             l->eng_q = ldl(m, il, "engram_q.weight", N, h->hc);
             l->eng_k = ldl(m, il, "engram_k.weight", N, h->hc);
         }
-        l->ffn_norm = ldl(m, il, "ffn_norm.weight", N, 1);
-        l->gate_inp = ldl(m, il, "ffn_gate_inp.weight", N, h->E);
         l->bias = ldl(m, il, "exp_probs_b.bias", h->E, 1);
         mat vl; /* decision 7: exp_probs_b_vl is read and ignored (image tokens only) */
         if (ref_load_blk(g, il, "exp_probs_b_vl.bias", h->E, 1, &vl, false)) free(vl.w);
-        l->gate_exps = ldl(m, il, "ffn_gate_exps.weight", N, (int64_t)h->F * h->E);
-        l->up_exps = ldl(m, il, "ffn_up_exps.weight", N, (int64_t)h->F * h->E);
-        l->down_exps = ldl(m, il, "ffn_down_exps.weight", h->F, (int64_t)N * h->E);
-        if (h->F_sh) {
-            l->gate_sh = ldl(m, il, "ffn_gate_shexp.weight", N, h->F_sh);
-            l->up_sh = ldl(m, il, "ffn_up_shexp.weight", N, h->F_sh);
-            l->down_sh = ldl(m, il, "ffn_down_shexp.weight", h->F_sh, N);
-        }
     }
 }
 
@@ -720,13 +696,13 @@ static void attention(const model *m, const opts *o, seq *s, tsel *ts, int il, c
     const int D = h->D, H = h->H, R = h->R, r = h->ratio[il];
     const rope_sched *rs = r ? &h->rope_comp : &h->rope_swa;
     double *qr = xcalloc((size_t)h->q_rank, sizeof *qr), *q = xcalloc((size_t)H * D, sizeof *q);
-    matvec(&l->q_a, x, qr);
-    rmsnorm(qr, h->q_rank, l->q_a_norm.w, h->eps);
-    matvec(&l->q_b, qr, q);
+    matvec(&l->b.q_a, x, qr);
+    rmsnorm(qr, h->q_rank, l->b.q_a_norm.w, h->eps);
+    matvec(&l->b.q_b, qr, q);
     for (int hd = 0; hd < H; hd++) rope(rs, R, q + (size_t)hd * D + D - R, p, false); /* no per-head norm in V4.1 */
     double *kv = rows_push(&st->win);
-    matvec(&l->kv, x, kv);
-    rmsnorm(kv, D, l->kv_norm.w, h->eps);
+    matvec(&l->b.kv, x, kv);
+    rmsnorm(kv, D, l->b.kv_norm.w, h->eps);
     rope(rs, R, kv + D - R, p, false);
     if (o->window_fp8) fp8_qat(kv, D - R, 32);
 
@@ -742,8 +718,8 @@ static void attention(const model *m, const opts *o, seq *s, tsel *ts, int il, c
     for (int t = 0; t < n_raw; t++) K[t] = st->win.v + (size_t)(w0 + t) * D;
     for (int t = 0; t < n_sel; t++) K[n_raw + t] = comp->v + (size_t)(si >= 0 ? ts->sel[si][t] : t) * D;
     double *att = xcalloc((size_t)H * D, sizeof *att);
-    sink_attention(q, H, D, R, K, n_rows, l->sinks.w, rs, p, att);
-    grouped_output(false, &l->o_a, &l->o_b, H, D, h->G, h->o_rank, att, y);
+    sink_attention(q, H, D, R, K, n_rows, l->b.sinks.w, rs, p, att);
+    grouped_output(false, &l->b.o_a, &l->b.o_b, H, D, h->G, h->o_rank, att, y);
     free(att);
     free(K);
     free(qr);
@@ -758,7 +734,7 @@ static void moe(const model *m, int il, const double *x, double *y) {
     const int E = h->E, k = h->k;
     double *logit = xcalloc((size_t)E, sizeof *logit), *score = xcalloc((size_t)E, sizeof *score);
     int sel[64];
-    matvec(&l->gate_inp, x, logit);
+    matvec(&l->b.gate_inp, x, logit);
     for (int e = 0; e < E; e++) score[e] = sqrt_softplus(logit[e]);
     select_biased(score, l->bias.w, E, k, sel);
     double w[64], sum = 0;
@@ -769,8 +745,8 @@ static void moe(const model *m, int il, const double *x, double *y) {
     }
     memset(y, 0, (size_t)h->N * sizeof *y);
     for (int i = 0; i < k; i++)
-        ffn_expert(false, &l->gate_exps, &l->up_exps, &l->down_exps, sel[i], h->F, h->N, h->clamp_exp[il], x, w[i], y);
-    if (h->F_sh) ffn_expert(false, &l->gate_sh, &l->up_sh, &l->down_sh, 0, h->F_sh, h->N, h->clamp_sh[il], x, 1.0, y);
+        ffn_expert(false, &l->b.gate_exps, &l->b.up_exps, &l->b.down_exps, sel[i], h->F, h->N, h->clamp_exp[il], x, w[i], y);
+    if (h->F_sh) ffn_expert(false, &l->b.gate_sh, &l->b.up_sh, &l->b.down_sh, 0, h->F_sh, h->N, h->clamp_sh[il], x, 1.0, y);
     free(logit);
     free(score);
 }
@@ -798,14 +774,14 @@ static void forward(const model *m, const opts *o, seq *s, int token, double *lo
         if (l->eng_slot >= 0) engram(m, l, s, p, S);
         /* the lag: this sublayer's pre goes to the next one; its own input
          * collapses with the pre the previous sublayer handed on */
-        hc_mixes(&hd, S, &l->hc_attn_fn, &l->hc_attn_scale, &l->hc_attn_base, apre, post, C);
+        hc_mixes(&hd, S, &l->b.hc_attn_fn, &l->b.hc_attn_scale, &l->b.hc_attn_base, apre, post, C);
         collapse(&hd, S, pre_mix, x);
-        rmsnorm(x, N, l->attn_norm.w, h->eps);
+        rmsnorm(x, N, l->b.attn_norm.w, h->eps);
         attention(m, o, s, &ts, il, x, p, y);
         expand(&hd, S, y, post, C);
-        hc_mixes(&hd, S, &l->hc_ffn_fn, &l->hc_ffn_scale, &l->hc_ffn_base, pre_mix, post, C);
+        hc_mixes(&hd, S, &l->b.hc_ffn_fn, &l->b.hc_ffn_scale, &l->b.hc_ffn_base, pre_mix, post, C);
         collapse(&hd, S, apre, x);
-        rmsnorm(x, N, l->ffn_norm.w, h->eps);
+        rmsnorm(x, N, l->b.ffn_norm.w, h->eps);
         moe(m, il, x, y);
         expand(&hd, S, y, post, C);
     }

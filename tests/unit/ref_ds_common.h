@@ -83,6 +83,48 @@ __attribute__((unused)) static bool ref_load_blk(const og_gguf *g, int il, const
     return ref_load(g, nm, in, out, m, required);
 }
 
+/* The weights every layer of deepseek4 and deepseek41 has (§3.1, §3.2): the
+ * two mHC mixes, attention (q LoRA, the one K = V head, sinks, grouped
+ * output) and the MoE FFN (router, routed and shared experts). */
+typedef struct ref_block {
+    mat hc_attn_fn, hc_ffn_fn, hc_attn_base, hc_ffn_base, hc_attn_scale, hc_ffn_scale;
+    mat attn_norm, q_a, q_a_norm, q_b, kv, kv_norm, sinks, o_a, o_b;
+    mat ffn_norm, gate_inp, gate_exps, up_exps, down_exps, gate_sh, up_sh, down_sh; /* shared: F_sh 0: none */
+} ref_block;
+
+typedef struct ref_block_dims {
+    int N, hc, q_rank, H, D, G, o_rank, E, F, F_sh; /* F_sh: the shared experts' width (0: none) */
+} ref_block_dims;
+
+__attribute__((unused)) static void ref_load_block(const og_gguf *g, int il, const ref_block_dims *d, ref_block *b) {
+    const int64_t N = d->N, hcN = (int64_t)d->hc * d->N, mix = (int64_t)(2 + d->hc) * d->hc, D = d->D;
+    ref_load_blk(g, il, "hc_attn_fn.weight", hcN, mix, &b->hc_attn_fn, true);
+    ref_load_blk(g, il, "hc_attn_base.weight", mix, 1, &b->hc_attn_base, true);
+    ref_load_blk(g, il, "hc_attn_scale.weight", 3, 1, &b->hc_attn_scale, true);
+    ref_load_blk(g, il, "hc_ffn_fn.weight", hcN, mix, &b->hc_ffn_fn, true);
+    ref_load_blk(g, il, "hc_ffn_base.weight", mix, 1, &b->hc_ffn_base, true);
+    ref_load_blk(g, il, "hc_ffn_scale.weight", 3, 1, &b->hc_ffn_scale, true);
+    ref_load_blk(g, il, "attn_norm.weight", N, 1, &b->attn_norm, true);
+    ref_load_blk(g, il, "attn_q_a.weight", N, d->q_rank, &b->q_a, true);
+    ref_load_blk(g, il, "attn_q_a_norm.weight", d->q_rank, 1, &b->q_a_norm, true);
+    ref_load_blk(g, il, "attn_q_b.weight", d->q_rank, (int64_t)d->H * D, &b->q_b, true);
+    ref_load_blk(g, il, "attn_kv.weight", N, D, &b->kv, true);
+    ref_load_blk(g, il, "attn_kv_a_norm.weight", D, 1, &b->kv_norm, true);
+    ref_load_blk(g, il, "attn_sinks.weight", d->H, 1, &b->sinks, true);
+    ref_load_blk(g, il, "attn_output_a.weight", (int64_t)d->H * D / d->G, (int64_t)d->G * d->o_rank, &b->o_a, true);
+    ref_load_blk(g, il, "attn_output_b.weight", (int64_t)d->G * d->o_rank, N, &b->o_b, true);
+    ref_load_blk(g, il, "ffn_norm.weight", N, 1, &b->ffn_norm, true);
+    ref_load_blk(g, il, "ffn_gate_inp.weight", N, d->E, &b->gate_inp, true);
+    ref_load_blk(g, il, "ffn_gate_exps.weight", N, (int64_t)d->F * d->E, &b->gate_exps, true);
+    ref_load_blk(g, il, "ffn_up_exps.weight", N, (int64_t)d->F * d->E, &b->up_exps, true);
+    ref_load_blk(g, il, "ffn_down_exps.weight", d->F, N * d->E, &b->down_exps, true);
+    if (d->F_sh) {
+        ref_load_blk(g, il, "ffn_gate_shexp.weight", N, d->F_sh, &b->gate_sh, true);
+        ref_load_blk(g, il, "ffn_up_shexp.weight", N, d->F_sh, &b->up_sh, true);
+        ref_load_blk(g, il, "ffn_down_shexp.weight", d->F_sh, N, &b->down_sh, true);
+    }
+}
+
 /* y[r] = sum_i W[r][i] x[i] for rows [r0, r0 + n); act_f16: x rounded to f16
  * first when W is F16 (ggml's CPU backend: F16's vec_dot_type is F16) */
 __attribute__((unused)) static void matvec_rows(bool act_f16, const mat *m, int64_t r0, int64_t n, const double *x,

@@ -57,52 +57,24 @@ static void matvec(const opts *o, const mat *m, const double *x, double *y) { ma
 /* ---- hyperparameters (read here, not by the engine's reader) ------------ */
 
 typedef struct hparams {
-    int n_layer, N, V, H, D, R, q_rank, o_rank, G, n_swa, IH, ID, top_k;
-    int E, k, n_shared, F, hash_layers, hc, sinkhorn;
+    REF_SHAPE_FIELDS(MAXL);
+    int n_shared, hash_layers;
     int ratio[MAXL];
-    bool norm_w;
-    double w_scale, clamp_exp[MAXL], clamp_sh[MAXL], hc_eps, eps;
-    rope_sched rope_swa, rope_comp;
 } hparams;
 
-static uint64_t ku(const og_gguf *g, const char *key, bool required, uint64_t dflt) { return ref_ku(g, "deepseek4", key, required, dflt); }
+REF_DEFINE_READ_SHAPE(hparams, MAXL)
 
-static double kf(const og_gguf *g, const char *key, bool required, double dflt) { return ref_kf(g, "deepseek4", key, required, dflt); }
+static uint64_t ku(const og_gguf *g, const char *key, bool required, uint64_t dflt) { return ref_ku(g, "deepseek4", key, required, dflt); }
 
 static void read_hparams(const og_gguf *g, hparams *h) {
     memset(h, 0, sizeof *h);
     char arch[32] = "";
     og_gguf_get_cstr(g, "general.architecture", arch, sizeof arch);
     if (strcmp(arch, "deepseek4")) die("not a deepseek4 file (%s)", arch);
-    h->n_layer = (int)(ku(g, "block_count", true, 0) - ku(g, "nextn_predict_layers", false, 0));
-    if (h->n_layer < 1 || h->n_layer > MAXL) die("block_count out of range%s", "");
-    h->N = (int)ku(g, "embedding_length", true, 0);
-    h->H = (int)ku(g, "attention.head_count", true, 0);
-    h->D = (int)ku(g, "attention.key_length", true, 0);
-    h->R = (int)ku(g, "rope.dimension_count", true, 0);
-    h->q_rank = (int)ku(g, "attention.q_lora_rank", true, 0);
-    h->o_rank = (int)ku(g, "attention.output_lora_rank", true, 0);
-    h->G = (int)ku(g, "attention.output_group_count", true, 0);
-    h->n_swa = (int)ku(g, "attention.sliding_window", true, 0);
-    h->IH = (int)ku(g, "attention.indexer.head_count", false, 0);
-    h->ID = (int)ku(g, "attention.indexer.key_length", false, 0);
-    h->top_k = (int)ku(g, "attention.indexer.top_k", false, 0);
-    h->E = (int)ku(g, "expert_count", true, 0);
-    h->k = (int)ku(g, "expert_used_count", true, 0);
+    read_shape(g, "deepseek4", h);
     h->n_shared = (int)ku(g, "expert_shared_count", true, 0);
-    h->F = (int)ku(g, "expert_feed_forward_length", true, 0);
     h->hash_layers = (int)ku(g, "hash_layer_count", true, 0);
-    h->hc = (int)ku(g, "hyper_connection.count", true, 0);
-    h->sinkhorn = (int)ku(g, "hyper_connection.sinkhorn_iterations", true, 0);
     if (ku(g, "expert_gating_func", true, 0) != 4) die("expert_gating_func is not sqrt-softplus (4)%s", "");
-    bool nw = false;
-    og_gguf_get_bool(g, "deepseek4.expert_weights_norm", &nw);
-    h->norm_w = nw;
-    h->w_scale = kf(g, "expert_weights_scale", true, 0);
-    h->hc_eps = kf(g, "hyper_connection.epsilon", true, 0);
-    h->eps = kf(g, "attention.layer_norm_rms_epsilon", true, 0);
-    ref_kf_layers(g, "deepseek4", "swiglu_clamp_exp", h->n_layer, h->clamp_exp, NULL);
-    ref_kf_layers(g, "deepseek4", "swiglu_clamp_shexp", h->n_layer, h->clamp_sh, h->clamp_exp);
     const og_gguf_kv *cr = og_gguf_find_kv(g, "deepseek4.attention.compress_ratios");
     if (!cr || cr->type != OG_GGUF_ARRAY || cr->arr_n < (uint64_t)h->n_layer) die("bad compress_ratios%s", "");
     for (int i = 0; i < h->n_layer; i++) {
@@ -113,15 +85,9 @@ static void read_hparams(const og_gguf *g, hparams *h) {
             die("indexer sizes outside what ref_deepseek4 handles%s", "");
         h->ratio[i] = (int)r;
     }
-    /* the sizes this program's fixed buffers hold (row[4096], pre[16], sel[64], taken[4096]) */
-    if (h->N < 1 || h->H < 1 || h->G < 1 || h->H % h->G || h->D < 2 || h->D > 4096 || h->R < 2 || h->R % 2 ||
-        h->R > h->D || h->ID > 4096 || h->hc < 1 || h->hc > 16 || h->k < 1 || h->k > 64 || h->E < h->k ||
-        h->E > 4096 || h->n_swa < 1 || h->hash_layers > h->n_layer)
+    /* the sizes this program's fixed buffers also hold (row[4096], taken[4096]) */
+    if (h->D > 4096 || h->ID > 4096 || h->E > 4096 || h->hash_layers > h->n_layer)
         die("hyperparameters outside what ref_deepseek4 handles%s", "");
-    const og_gguf_tensor *te = og_gguf_find_tensor(g, "token_embd.weight");
-    if (!te) die("no token_embd%s", "");
-    h->V = (int)te->ne[1];
-    ref_read_rope(g, "deepseek4", h->R, &h->rope_swa, &h->rope_comp);
 }
 
 /* ---- model -------------------------------------------------------------- */

@@ -59,12 +59,9 @@ typedef struct opts {
 /* ---- hyperparameters and roles (read here, not by og_ds41_hparams_read) --- */
 
 typedef struct hparams {
-    int n_layer, N, V, H, D, R, q_rank, o_rank, G, n_swa, IH, ID, top_k;
-    int E, k, F, F_sh, hc, sinkhorn;
+    REF_SHAPE_FIELDS(MAXL); /* decision 7: eps, the file's, is every RMSNorm's (1e-20 in real files) */
+    int F_sh;               /* the shared experts' width (0: none) */
     int ratio[MAXL];
-    bool norm_w;
-    double w_scale, clamp_exp[MAXL], clamp_sh[MAXL], hc_eps, eps;
-    rope_sched rope_swa, rope_comp;
     /* CSA2 roles (§4.3.3, decision 1) */
     bool kv_src[MAXL], idx_src[MAXL], key_owner[MAXL], masked[MAXL];
     int kv_of[MAXL];   /* the kv source whose rows layer il attends over (-1: window only) */
@@ -78,12 +75,10 @@ typedef struct hparams {
     int32_t *token_map; /* [V] */
 } hparams;
 
+REF_DEFINE_READ_SHAPE(hparams, MAXL)
+
 static uint64_t ku(const og_gguf *g, const char *key, bool required, uint64_t dflt) {
     return ref_ku(g, "deepseek41", key, required, dflt);
-}
-
-static double kf(const og_gguf *g, const char *key, bool required, double dflt) {
-    return ref_kf(g, "deepseek41", key, required, dflt);
 }
 
 /* deepseek41.KEY as an array of integers: its count (-1 when absent) */
@@ -285,38 +280,12 @@ static void read_hparams(const og_gguf *g, hparams *h) {
     if (strcmp(arch, "deepseek41")) die("not a deepseek41 file (%s)", arch);
     if (og_gguf_find_kv(g, "deepseek41.num_hidden_layers") || og_gguf_find_kv(g, "deepseek41.hidden_size"))
         die("the antirez dialect (raw HF key names) is not read by ref_deepseek41");
-    h->n_layer = (int)(ku(g, "block_count", true, 0) - ku(g, "nextn_predict_layers", false, 0));
-    if (h->n_layer < 1 || h->n_layer > MAXL) die("block_count out of range");
-    h->N = (int)ku(g, "embedding_length", true, 0);
-    h->H = (int)ku(g, "attention.head_count", true, 0);
-    h->D = (int)ku(g, "attention.key_length", true, 0);
-    h->R = (int)ku(g, "rope.dimension_count", true, 0);
-    h->q_rank = (int)ku(g, "attention.q_lora_rank", true, 0);
-    h->o_rank = (int)ku(g, "attention.output_lora_rank", true, 0);
-    h->G = (int)ku(g, "attention.output_group_count", true, 0);
-    h->n_swa = (int)ku(g, "attention.sliding_window", true, 0);
-    h->IH = (int)ku(g, "attention.indexer.head_count", false, 0);
-    h->ID = (int)ku(g, "attention.indexer.key_length", false, 0);
-    h->top_k = (int)ku(g, "attention.indexer.top_k", false, 0);
-    h->E = (int)ku(g, "expert_count", true, 0);
-    h->k = (int)ku(g, "expert_used_count", true, 0);
+    read_shape(g, "deepseek41", h);
     const int n_shared = (int)ku(g, "expert_shared_count", false, 1);
-    h->F = (int)ku(g, "expert_feed_forward_length", true, 0);
     h->F_sh = n_shared ? (int)ku(g, "expert_shared_feed_forward_length", false, (uint64_t)h->F * n_shared) : 0;
     if (ku(g, "hash_layer_count", false, 0)) die("hash_layer_count is not 0 (V4.1 has no hash layers)");
     const uint64_t gating = ku(g, "expert_gating_func", false, 4);
     if (gating != 4) die("expert_gating_func %llu is not sqrt-softplus (4)", (unsigned long long)gating);
-    h->hc = (int)ku(g, "hyper_connection.count", true, 0);
-    h->sinkhorn = (int)ku(g, "hyper_connection.sinkhorn_iterations", true, 0);
-    bool nw = false;
-    og_gguf_get_bool(g, "deepseek41.expert_weights_norm", &nw);
-    h->norm_w = nw;
-    h->w_scale = kf(g, "expert_weights_scale", true, 0);
-    h->hc_eps = kf(g, "hyper_connection.epsilon", true, 0);
-    /* decision 7: every RMSNorm uses the file's eps (1e-20 in real files) */
-    h->eps = kf(g, "attention.layer_norm_rms_epsilon", true, 0);
-    ref_kf_layers(g, "deepseek41", "swiglu_clamp_exp", h->n_layer, h->clamp_exp, NULL);
-    ref_kf_layers(g, "deepseek41", "swiglu_clamp_shexp", h->n_layer, h->clamp_sh, h->clamp_exp);
     const og_gguf_kv *cr = og_gguf_find_kv(g, "deepseek41.attention.compress_ratios");
     if (!cr || cr->type != OG_GGUF_ARRAY || cr->arr_n < (uint64_t)h->n_layer) die("bad compress_ratios");
     for (int i = 0; i < h->n_layer; i++) { /* entries past the trunk (absent DSpark blocks) are ignored */
@@ -325,15 +294,6 @@ static void read_hparams(const og_gguf *g, hparams *h) {
             die("compress_ratios[%d]: not 0, 1 or 2", i);
         h->ratio[i] = (int)r;
     }
-    /* the sizes this program's fixed buffers hold (pre[16], sel[64]) */
-    if (h->N < 1 || h->H < 1 || h->G < 1 || h->H % h->G || h->D < 2 || h->R < 2 || h->R % 2 || h->R > h->D ||
-        h->hc < 1 || h->hc > 16 || h->k < 1 || h->k > 64 || h->E < h->k || h->n_swa < 1 || h->q_rank < 1 ||
-        h->o_rank < 1)
-        die("hyperparameters outside what ref_deepseek41 handles");
-    const og_gguf_tensor *te = og_gguf_find_tensor(g, "token_embd.weight");
-    if (!te) die("missing tensor token_embd.weight");
-    h->V = (int)te->ne[1];
-    ref_read_rope(g, "deepseek41", h->R, &h->rope_swa, &h->rope_comp);
     read_roles(g, h);
     for (int il = 0; il < h->n_layer; il++)
         if ((h->idx_src[il] || h->key_owner[il]) && (h->IH < 1 || h->ID < h->R || h->top_k < 1))

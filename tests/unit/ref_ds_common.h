@@ -238,6 +238,63 @@ __attribute__((unused)) static void rope(const rope_sched *s, int R, double *x, 
     }
 }
 
+/* ---- the hyperparameters both architectures read alike ------------------------ */
+
+/* Fields of each program's hparams struct (V4.1 keeps V4's key names, §3.1,
+ * §3.2): N = n_embd, H heads of D, R RoPE dims, G output groups, IH / ID
+ * indexer heads / key length, E experts (k used) of width F, hc mHC copies;
+ * the per-layer arrays are max_layer long. */
+#define REF_SHAPE_FIELDS(max_layer)                                                                 \
+    int n_layer, N, V, H, D, R, q_rank, o_rank, G, n_swa, IH, ID, top_k, E, k, F, hc, sinkhorn;    \
+    bool norm_w;                                                                                    \
+    double w_scale, hc_eps, eps, clamp_exp[max_layer], clamp_sh[max_layer];                         \
+    rope_sched rope_swa, rope_comp
+
+/* REF_DEFINE_READ_SHAPE(HP, MAX_LAYER) defines read_shape(g, arch, HP *h):
+ * the REF_SHAPE_FIELDS from the keys under ARCH. (n_layer = block_count -
+ * nextn_predict_layers, 1..MAX_LAYER; V from token_embd's ne1; the two RoPE
+ * schedules), refusing sizes the programs' fixed buffers cannot hold
+ * (pre[16], sel[64]) or that make no model. */
+#define REF_DEFINE_READ_SHAPE(HP, MAX_LAYER)                                                                       \
+    static void read_shape(const og_gguf *g, const char *arch, HP *h) {                                            \
+        h->n_layer = (int)(ref_ku(g, arch, "block_count", true, 0) - ref_ku(g, arch, "nextn_predict_layers", false, 0)); \
+        if (h->n_layer < 1 || h->n_layer > (MAX_LAYER)) die("block_count out of range");                            \
+        h->N = (int)ref_ku(g, arch, "embedding_length", true, 0);                                                   \
+        h->H = (int)ref_ku(g, arch, "attention.head_count", true, 0);                                               \
+        h->D = (int)ref_ku(g, arch, "attention.key_length", true, 0);                                               \
+        h->R = (int)ref_ku(g, arch, "rope.dimension_count", true, 0);                                               \
+        h->q_rank = (int)ref_ku(g, arch, "attention.q_lora_rank", true, 0);                                         \
+        h->o_rank = (int)ref_ku(g, arch, "attention.output_lora_rank", true, 0);                                    \
+        h->G = (int)ref_ku(g, arch, "attention.output_group_count", true, 0);                                       \
+        h->n_swa = (int)ref_ku(g, arch, "attention.sliding_window", true, 0);                                       \
+        h->IH = (int)ref_ku(g, arch, "attention.indexer.head_count", false, 0);                                     \
+        h->ID = (int)ref_ku(g, arch, "attention.indexer.key_length", false, 0);                                     \
+        h->top_k = (int)ref_ku(g, arch, "attention.indexer.top_k", false, 0);                                       \
+        h->E = (int)ref_ku(g, arch, "expert_count", true, 0);                                                       \
+        h->k = (int)ref_ku(g, arch, "expert_used_count", true, 0);                                                  \
+        h->F = (int)ref_ku(g, arch, "expert_feed_forward_length", true, 0);                                         \
+        h->hc = (int)ref_ku(g, arch, "hyper_connection.count", true, 0);                                            \
+        h->sinkhorn = (int)ref_ku(g, arch, "hyper_connection.sinkhorn_iterations", true, 0);                        \
+        char key_[160];                                                                                             \
+        snprintf(key_, sizeof key_, "%s.expert_weights_norm", arch);                                               \
+        bool nw_ = false;                                                                                           \
+        og_gguf_get_bool(g, key_, &nw_);                                                                            \
+        h->norm_w = nw_;                                                                                            \
+        h->w_scale = ref_kf(g, arch, "expert_weights_scale", true, 0);                                              \
+        h->hc_eps = ref_kf(g, arch, "hyper_connection.epsilon", true, 0);                                           \
+        h->eps = ref_kf(g, arch, "attention.layer_norm_rms_epsilon", true, 0);                                      \
+        ref_kf_layers(g, arch, "swiglu_clamp_exp", h->n_layer, h->clamp_exp, NULL);                                 \
+        ref_kf_layers(g, arch, "swiglu_clamp_shexp", h->n_layer, h->clamp_sh, h->clamp_exp);                        \
+        if (h->N < 1 || h->H < 1 || h->G < 1 || h->H % h->G || h->D < 2 || h->R < 2 || h->R % 2 || h->R > h->D ||  \
+            h->hc < 1 || h->hc > 16 || h->k < 1 || h->k > 64 || h->E < h->k || h->n_swa < 1 || h->q_rank < 1 ||     \
+            h->o_rank < 1)                                                                                          \
+            die("hyperparameters outside what " REF_PROG " handles");                                               \
+        const og_gguf_tensor *te_ = og_gguf_find_tensor(g, "token_embd.weight");                                    \
+        if (!te_) die("missing tensor token_embd.weight");                                                          \
+        h->V = (int)te_->ne[1];                                                                                     \
+        ref_read_rope(g, arch, h->R, &h->rope_swa, &h->rope_comp);                                                  \
+    }
+
 /* ---- norms and the simulated low-precision round trips ----------------------- */
 
 /* RMSNorm (§4.1.1) in place, times w[] when given */

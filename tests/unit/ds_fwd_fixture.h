@@ -134,6 +134,51 @@ static inline double fx_median(double *d, int n, double *max) {
     return d[n / 2];
 }
 
+/* Batch invariance: the prompts toks[p][len[p]] (their logits alone in
+ * alone[p][len[p]][V]) interleaved in one batch in uneven runs of 1 ..
+ * max_run tokens, every token's logits wanted, must give bitwise each
+ * token's logits alone; every cache then holds its prompt. */
+static inline void fx_batch_invariance(const og_model *m, const og_run_ctx *rc, int32_t *const *toks, const int *len,
+                                       int n_prompt, int64_t V, float *const *alone, int max_run) {
+    int total = 0;
+    for (int p = 0; p < n_prompt; p++) total += len[p];
+    int32_t *bt = malloc((size_t)total * sizeof *bt), *bs = malloc((size_t)total * sizeof *bs);
+    bool *want = malloc((size_t)total * sizeof *want);
+    int *done = calloc((size_t)n_prompt, sizeof *done), *seen = calloc((size_t)n_prompt, sizeof *seen), n = 0;
+    for (int round = 0; n < total; round++)
+        for (int p = 0; p < n_prompt; p++) {
+            const int run = 1 + (round * 7 + p * 3) % max_run;
+            for (int r = 0; r < run && done[p] < len[p]; r++) {
+                bt[n] = toks[p][done[p]++];
+                bs[n] = p;
+                want[n++] = true;
+            }
+        }
+    float *lg = malloc((size_t)total * (size_t)V * sizeof *lg);
+    og_kv *kv = calloc((size_t)n_prompt, sizeof *kv);
+    og_kv **kvs = malloc((size_t)n_prompt * sizeof *kvs);
+    for (int p = 0; p < n_prompt; p++) kvs[p] = &kv[p];
+    og_batch b = {total, bt, bs, want, NULL};
+    char err[512];
+    if (og_model_forward_batch(m, rc, kvs, n_prompt, &b, lg, err, sizeof err)) fail_msg("%s", err);
+    for (int i = 0; i < total; i++) {
+        const int p = bs[i];
+        assert_memory_equal(lg + (int64_t)i * V, alone[p] + (int64_t)seen[p]++ * V, (size_t)V * sizeof *lg);
+    }
+    for (int p = 0; p < n_prompt; p++) {
+        assert_int_equal(kv[p].n_pos, len[p]);
+        og_kv_free(&kv[p]);
+    }
+    free(kv);
+    free(kvs);
+    free(bt);
+    free(bs);
+    free(want);
+    free(done);
+    free(seen);
+    free(lg);
+}
+
 static inline uint8_t *fx_read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) fail_msg("cannot read %s", path);

@@ -411,47 +411,17 @@ static void test_batch_invariance(void **state) {
                      .device_numerics = OG_NUMERICS_CANONICAL};
     int32_t *toks[N_PROMPT];
     float *alone[N_PROMPT];
-    int total = 0;
     for (int p = 0; p < N_PROMPT; p++) {
         toks[p] = malloc((size_t)g_len[p] * sizeof *toks[p]);
         prompt_of(p, (int32_t)V, toks[p]);
         alone[p] = malloc((size_t)(g_len[p] * V) * sizeof *alone[p]);
         fx_prefill(m, &rc, toks[p], g_len[p], alone[p]);
-        total += g_len[p];
     }
-    /* one batch, the three prompts interleaved in uneven runs, every token's logits */
-    int32_t *bt = malloc((size_t)total * sizeof *bt), *bs = malloc((size_t)total * sizeof *bs);
-    bool *want = malloc((size_t)total * sizeof *want);
-    int done[N_PROMPT] = {0}, n = 0;
-    for (int round = 0; n < total; round++)
-        for (int p = 0; p < N_PROMPT; p++) {
-            const int run = 1 + (round * 7 + p * 3) % 23;
-            for (int r = 0; r < run && done[p] < g_len[p]; r++) {
-                bt[n] = toks[p][done[p]++];
-                bs[n] = p;
-                want[n++] = true;
-            }
-        }
-    float *lg = malloc((size_t)(total * V) * sizeof *lg);
-    og_kv kv[N_PROMPT] = {{0}};
-    og_kv *kvs[N_PROMPT] = {&kv[0], &kv[1], &kv[2]};
-    og_batch b = {total, bt, bs, want, NULL};
-    if (og_model_forward_batch(m, &rc, kvs, N_PROMPT, &b, lg, err, sizeof err)) fail_msg("%s", err);
-    int seen[N_PROMPT] = {0};
-    for (int i = 0; i < total; i++) {
-        const int p = bs[i];
-        assert_memory_equal(lg + (int64_t)i * V, alone[p] + (int64_t)seen[p]++ * V, (size_t)V * sizeof *lg);
-    }
+    fx_batch_invariance(m, &rc, toks, g_len, N_PROMPT, V, alone, 23);
     for (int p = 0; p < N_PROMPT; p++) {
-        assert_int_equal(kv[p].n_pos, g_len[p]);
-        og_kv_free(&kv[p]);
         free(toks[p]);
         free(alone[p]);
     }
-    free(bt);
-    free(bs);
-    free(want);
-    free(lg);
     og_pool_free(pool);
     og_model_free(m);
 }

@@ -291,42 +291,31 @@ static void hadamard(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
-/* E2M1 blocks of `block`, power-of-two scales (V4's indexer after its
- * rotation, in blocks of 32; V4.1's indexer as it is; the last block may be
- * short). */
-static void qat_fp4(float *x, int64_t n, int64_t block) {
+/* E2M1 blocks of `block` (the last one may be short), the block's scale
+ * either the power of two 2^ceil(log2(amax / 6)) (V4's indexer after its
+ * rotation, in blocks of 32; V4.1's indexer as it is) or, e4m3_scale, amax / 6
+ * to the nearest E4M3 value (V4.1's compressed rows: og_qat_kind FP4_E4M3; a
+ * scale that rounds to 0 zeroes the block). */
+static void qat_fp4(float *x, int64_t n, int64_t block, bool e4m3_scale) {
     for (int64_t b = 0; b < n; b += block) {
         const int64_t e = b + block < n ? b + block : n;
         float amax = 0;
         for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
         if (amax == 0) continue;
-        const float scale = pow2_ceil(amax / 6.0f);
-        for (int64_t i = b; i < e; i++) x[i] = round_e2m1(x[i] / scale) * scale;
+        const float scale = e4m3_scale ? round_e4m3(amax / 6.0f) : pow2_ceil(amax / 6.0f);
+        for (int64_t i = b; i < e; i++) x[i] = scale > 0 ? round_e2m1(x[i] / scale) * scale : 0.0f;
     }
 }
 
 static void qat_fp4_hadamard(float *x, int64_t n) {
     hadamard(x, n);
-    qat_fp4(x, n, 32);
-}
-
-/* E2M1 blocks of `block` with an E4M3 scale (amax / 6 to the nearest E4M3):
- * V4.1's compressed rows (og_qat_kind FP4_E4M3). */
-static void qat_fp4_e4m3(float *x, int64_t n, int64_t block) {
-    for (int64_t b = 0; b < n; b += block) {
-        const int64_t e = b + block < n ? b + block : n;
-        float amax = 0;
-        for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
-        if (amax == 0) continue;
-        const float scale = round_e4m3(amax / 6.0f);
-        for (int64_t i = b; i < e; i++) x[i] = scale > 0 ? round_e2m1(x[i] / scale) * scale : 0.0f;
-    }
+    qat_fp4(x, n, 32, false);
 }
 
 static void qat_row(og_qat_kind kind, float *x, int64_t n_round, int32_t block) {
     if (kind == OG_QAT_FP8) qat_fp8_block(x, n_round, block > 0 ? block : 64);
-    else if (kind == OG_QAT_FP4) qat_fp4(x, n_round, block > 0 ? block : 32);
-    else if (kind == OG_QAT_FP4_E4M3) qat_fp4_e4m3(x, n_round, block > 0 ? block : 16);
+    else if (kind == OG_QAT_FP4) qat_fp4(x, n_round, block > 0 ? block : 32, false);
+    else if (kind == OG_QAT_FP4_E4M3) qat_fp4(x, n_round, block > 0 ? block : 16, true);
     else if (kind == OG_QAT_FP4_HADAMARD) qat_fp4_hadamard(x, n_round);
     else if (kind == OG_QAT_HADAMARD) hadamard(x, n_round);
     else if (kind == OG_QAT_F16)

@@ -1,6 +1,6 @@
 /* deepseek41's forward pass (src/model/deepseek41.c) on make-model --arch
- * deepseek41 --preset tiny files (tests/cli/deepseek41_unit.sh writes them:
- * window 8, ratio-2 and ratio-1 sources, reuse and reindex layers, top_k 4,
+ * deepseek41 --preset tiny files (tests/cli/deepseek41_unit.sh writes them, F32
+ * with F16 Engram tables: window 8, ratio-2 and ratio-1 sources, reuse and reindex layers, top_k 4,
  * candidate blocks 2 x 3, Engram before layers 1 and 4):
  *  - against ref_deepseek41's double-precision forward (run here on the same
  *    tokens) at every position, on prompts that cross the window, make many
@@ -14,7 +14,7 @@
  *    each gives alone;
  *  - og_kv_fork after a prompt: the fork and the original decode bitwise what
  *    an unforked run decodes (host memory and a device's);
- *  - a quantized tiny file (Q8_0) runs with finite output;
+ *  - a quantized tiny file (Q8_0, Q2_K Engram tables of 256-wide rows) runs with finite output;
  *  - the new QAT kinds against brute-force double references; bad input.
  * usage: test_deepseek41 MODEL.gguf QUANT.gguf [REF_DEEPSEEK41] (the reference
  * is built in the plain build only) */
@@ -346,7 +346,7 @@ static void test_quantized_and_bad_input(void **state) {
     float *lg = malloc((size_t)n * (size_t)V * sizeof *lg);
     fx_prefill(m, &rc, toks, n, lg);
     assert_true(fx_finite(lg, n * V));
-    print_message("deepseek41 Q8_0 tiny: %d positions, finite logits\n", n);
+    print_message("deepseek41 Q8_0 tiny (Q2_K Engram tables): %d positions, finite logits\n", n);
     og_model_free(m);
     m = load(NULL);
     char err[512];

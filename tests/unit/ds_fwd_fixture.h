@@ -179,6 +179,32 @@ static inline void fx_batch_invariance(const og_model *m, const og_run_ctx *rc, 
     free(lg);
 }
 
+/* A sequence whose context (og_kv.n_ctx = 6) is below the window gets rings
+ * of 6 rows: the same bits as an unbounded one up to 6 positions (also
+ * forked after 4), then OG_ERR_RANGE with n_pos unchanged. toks: at least 7. */
+static inline void fx_ring_ctx(const og_model *m, const og_run_ctx *rc, const int32_t *toks, int64_t V) {
+    enum { CTX = 6 };
+    char err[512];
+    float *ref = malloc((size_t)(CTX * V) * sizeof *ref), *got = malloc((size_t)(CTX * V) * sizeof *got);
+    og_kv u = {0}, bnd = {.n_ctx = CTX}, f;
+    fx_decode_steps(m, rc, &u, toks, CTX, V, ref);
+    if (og_model_forward(m, rc, &bnd, toks, CTX - 2, got, true, err, sizeof err)) fail_msg("%s", err);
+    fx_fork(m, rc, &bnd, &f);
+    assert_int_equal(f.n_ctx, CTX);
+    fx_decode_steps(m, rc, &bnd, toks + CTX - 2, 2, V, got + (CTX - 2) * V);
+    assert_memory_equal(ref, got, (size_t)(CTX * V) * sizeof *got);
+    fx_decode_steps(m, rc, &f, toks + CTX - 2, 2, V, got);
+    assert_memory_equal(ref + (CTX - 2) * V, got, (size_t)(2 * V) * sizeof *got);
+    assert_int_equal(og_model_forward(m, rc, &bnd, toks + CTX, 1, got, false, err, sizeof err), OG_ERR_RANGE);
+    assert_non_null(strstr(err, "context of 6"));
+    assert_int_equal(bnd.n_pos, CTX);
+    og_kv_free(&u);
+    og_kv_free(&bnd);
+    og_kv_free(&f);
+    free(ref);
+    free(got);
+}
+
 static inline uint8_t *fx_read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) fail_msg("cannot read %s", path);

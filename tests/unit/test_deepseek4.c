@@ -369,30 +369,11 @@ static void test_ring_ctx(void **state) {
     (void)state;
     og_model *m = load(NULL);
     const int64_t V = og_model_get_info(m)->n_vocab;
-    enum { CTX = 6 };
     int32_t *toks = prompt_new(0, (int32_t)V);
     og_kernels k = fx_best_kernels();
-    char err[512];
     og_run_ctx rc = {.kern = &k, .dispatch = g_host, .host_numerics = OG_NUMERICS_CANONICAL,
                      .device_numerics = OG_NUMERICS_CANONICAL};
-    float *ref = malloc((size_t)(CTX * V) * sizeof *ref), *got = malloc((size_t)(CTX * V) * sizeof *got);
-    og_kv u = {0}, bnd = {.n_ctx = CTX}, f;
-    fx_decode_steps(m, &rc, &u, toks, CTX, V, ref);
-    if (og_model_forward(m, &rc, &bnd, toks, CTX - 2, got, true, err, sizeof err)) fail_msg("%s", err);
-    fx_fork(m, &rc, &bnd, &f);
-    assert_int_equal(f.n_ctx, CTX);
-    fx_decode_steps(m, &rc, &bnd, toks + CTX - 2, 2, V, got + (CTX - 2) * V);
-    assert_memory_equal(ref, got, (size_t)(CTX * V) * sizeof *got);
-    fx_decode_steps(m, &rc, &f, toks + CTX - 2, 2, V, got);
-    assert_memory_equal(ref + (CTX - 2) * V, got, (size_t)(2 * V) * sizeof *got);
-    assert_int_equal(og_model_forward(m, &rc, &bnd, toks + CTX, 1, got, false, err, sizeof err), OG_ERR_RANGE);
-    assert_non_null(strstr(err, "context of 6"));
-    assert_int_equal(bnd.n_pos, CTX);
-    og_kv_free(&u);
-    og_kv_free(&bnd);
-    og_kv_free(&f);
-    free(ref);
-    free(got);
+    fx_ring_ctx(m, &rc, toks, V);
     free(toks);
     og_model_free(m);
 }

@@ -14,6 +14,8 @@
  *    each gives alone;
  *  - og_kv_fork after a prompt: the fork and the original decode bitwise what
  *    an unforked run decodes (host memory and a device's);
+ *  - a context below the window: rings of that size, the same bits, then a
+ *    clear error;
  *  - a quantized tiny file (Q8_0, Q2_K Engram tables of 256-wide rows) runs with finite output;
  *  - the new QAT kinds against brute-force double references; bad input.
  * usage: test_deepseek41 MODEL.gguf QUANT.gguf [REF_DEEPSEEK41] (the reference
@@ -332,6 +334,22 @@ static void test_fork(void **state) {
     og_model_free(m);
 }
 
+/* ---- a context below the window (8 in the tiny file): rings of 6 rows ---- */
+
+static void test_ring_ctx(void **state) {
+    (void)state;
+    og_model *m = load(NULL);
+    const int64_t V = og_model_get_info(m)->n_vocab;
+    int32_t *toks = prompt_new(0, (int32_t)V);
+    og_kernels k = fx_best_kernels();
+    og_run_ctx rc = {.kern = &k, .dispatch = g_host, .host_numerics = OG_NUMERICS_CANONICAL,
+                     .device_numerics = OG_NUMERICS_CANONICAL};
+    fx_ring_ctx(m, &rc, toks, V);
+    print_message("deepseek41: og_kv.n_ctx 6 below the window: rings of 6 rows, the same bits, then a clear error\n");
+    free(toks);
+    og_model_free(m);
+}
+
 /* ---- a quantized file; bad input ---- */
 
 static void test_quantized_and_bad_input(void **state) {
@@ -443,7 +461,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qat_kinds),        cmocka_unit_test(test_quantized_and_bad_input),
         cmocka_unit_test(test_prefill_decode),   cmocka_unit_test(test_batch_invariance),
-        cmocka_unit_test(test_fork),             cmocka_unit_test(test_tiers_bitwise),
+        cmocka_unit_test(test_fork),             cmocka_unit_test(test_ring_ctx),
+        cmocka_unit_test(test_tiers_bitwise),
         cmocka_unit_test(test_against_reference),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -28,9 +28,9 @@ typedef struct og_ds41_write_config {
  *     source, indexer and candidate source + Engram; 5 ratio-1 reuser; 6
  *     reindex, candidate-masked; 7 reuser of 6's top-k), N 64, window 8,
  *     indexer top_k 4, candidate blocks of 2 x 3, Engram 8 hashes x 2..4-grams
- *     of 32-wide rows (~4,600 rows per table); F32 layers, F16 embeddings and
- *     output (~40 MB).
- *   "demo": the same roles at N 512, window 128, Q8_0 (~250 MB).
+ *     of 32-wide rows (3,828 and 4,584 rows); F32 layers, F16 embeddings and
+ *     output (~45 MB).
+ *   "demo": the same roles at N 512, window 128, Q8_0 (~275 MB).
  *   "v41-flash": V4.1 Flash's shapes and the vcruz305 Q2_K types (spec §3.2;
  *     Engram constants as the real file's: consecutive primes above
  *     15,999,999, the §3.2 multipliers), 7 split parts: write it --sparse.

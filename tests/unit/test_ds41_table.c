@@ -357,6 +357,23 @@ static void test_dialects_agree(void **state) {
         if (st) fail_msg("%s: %d %s", og_ds41_dialect_name((og_ds41_dialect)d), st, err);
         assert_int_equal(hp[d].dialect, d);
         assert_int_equal(hp[d].roles_explicit, d != OG_DS41_VCRUZ305);
+        /* the loader binds every weight in each dialect's spelling (the holes read as zeros;
+         * antirez's I8 FP8 rows as raw rows) and gives describe's info plus the experts */
+        og_model *m;
+        og_logger quiet = {.level = OG_LOG_ERROR};
+        st = og_model_load(path, &quiet, &m, err, sizeof err);
+        if (st) fail_msg("%s: load: %d %s", og_ds41_dialect_name((og_ds41_dialect)d), st, err);
+        og_model_info li = *og_model_get_info(m);
+        assert_non_null(li.moe);
+        for (uint32_t il = 0; il < li.n_layer; il++) {
+            assert_true(li.moe[il].moe);
+            assert_int_equal(li.moe[il].gate_exps.n_rows, (int64_t)F * E);
+            assert_int_equal(li.moe[il].down_sh.K, FSH);
+            assert_true(li.moe[il].swiglu_clamp == 10.0f);
+        }
+        li.moe = NULL;
+        assert_memory_equal(&li, &info[d], sizeof li);
+        og_model_free(m);
         unlink(path);
     }
     /* by hand: fixed = 8 layers x window 8 x D 64 + layer 2's pending ratio-2

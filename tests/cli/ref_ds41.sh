@@ -23,9 +23,8 @@
 #      saved after the first, --save-state / --load-state), equals one run.
 #   4. The fast path: `onegpu run --json --teacher IDS` on the F32 file (made
 #      with the tokenizer), teacher-forced on another such sequence: max |delta
-#      logprob| <= 1e-5 at every position (compare_ref.mjs --exact). Until the
-#      deepseek41 forward exists (onegpu says "the forward pass is not built
-#      yet") this part prints a NOTE and passes.
+#      logprob| <= 1e-5 at every position (compare_ref.mjs --exact; measured
+#      5.4e-6).
 # usage: ref_ds41.sh ONEGPU REF_DEEPSEEK41 WORKDIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -89,13 +88,8 @@ node "$js/check_ref41.mjs" halves "$work/f32.json" "$work/first.json" "$work/sec
 # the fast path, teacher-forced after an empty prompt (BOS), against the reference
 [[ $tok == yes ]] || skip_dep "no tokenizer files (run scripts/deps.sh): the fast path is not compared"
 teacher=$(ids "$n" "$(json_get "$work/describe.json" "j.n_vocab")" 4343)
-if ! "$onegpu" run -m "$work/f32.gguf" -p "" --json --teacher "$teacher" > "$work/fast.json" 2> "$work/fast.log"; then
-  if grep -q "the forward pass is not built yet" "$work/fast.log"; then
-    echo "NOTE: no deepseek41 fast path yet ($(grep -o 'the forward pass is not built yet' "$work/fast.log")): not compared"
-    exit 0
-  fi
-  tail -3 "$work/fast.log"; fail "onegpu run failed on the tiny F32 file"
-fi
+"$onegpu" run -m "$work/f32.gguf" -p "" --json --teacher "$teacher" > "$work/fast.json" 2> "$work/fast.log" \
+  || { tail -3 "$work/fast.log"; fail "onegpu run failed on the tiny F32 file"; }
 np=$(json_get "$work/fast.json" 'j.prompt_tokens.length')
 "$ref" "$work/f32.gguf" --tokens "$(json_get "$work/fast.json" '[...j.prompt_tokens, ...j.logprobs.map((e) => e.token)].join(",")')" \
   --from $((np - 1)) > "$work/fast.ref.json" || fail "ref_deepseek41 on the tokenizer file"

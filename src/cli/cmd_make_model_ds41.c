@@ -25,7 +25,12 @@ static void usage(FILE *out) {
         "  --split-max-size SIZE     split into gguf-split parts of at most SIZE bytes each\n"
         "  --seed N                  weight seed (default 42)\n"
         "  --tokenizer DIR|none      as for deepseek2 (see make-model --help)\n"
-        "  --vocab N                 the vocabulary cut to N tokens (3..131072; tests: small logits)\n"
+        "shape (override the preset; the layer roles stay the preset's):\n"
+        "  --vocab N --n-embd N --n-head N --head-dim N --n-rot N --q-lora-rank N --o-rank N\n"
+        "  --o-groups N --window N --top-k N --indexer-heads N --indexer-dim N --n-expert N\n"
+        "  --n-expert-used N --n-ff-exp N (routed and shared) --ctx N --hc N (mHC streams)\n"
+        "  --engram-heads N --engram-ngram N (2..8) --engram-dim N (row width, a multiple of 32)\n"
+        "  --engram-primes-above N (the tables' primes: the consecutive primes above N)\n"
         "types (rows that are not whole blocks fall back as llama-quantize does). Norms,\n"
         "sinks, biases, mHC base/scale and the Engram gate weights are always F32.\n"
         "  --type T (every matrix) --type-embd T --type-output T --type-attn T\n"
@@ -34,7 +39,7 @@ static void usage(FILE *out) {
         "  --type-engram-proj T (engram_wkv)\n");
 }
 
-enum { O_ARCH = 256, O_PRESET, O_SPARSE, O_SEED, O_TOKENIZER, O_SPLITMAX, O_TYPE, O_VOCAB, O_T0 };
+enum { O_ARCH = 256, O_PRESET, O_SPARSE, O_SEED, O_TOKENIZER, O_SPLITMAX, O_TYPE, O_PRIMES, O_T0, O_D0 = O_T0 + 64 };
 
 int og_cmd_make_model_ds41(int argc, char **argv) {
     /* --type-X: the writer's class it sets (O_T0 + index) */
@@ -45,19 +50,31 @@ int og_cmd_make_model_ds41(int argc, char **argv) {
         {"type-engram", OG_DS41_W_ENGRAM}, {"type-engram-proj", OG_DS41_W_ENGRAM_PROJ},
     };
     enum { N_T = sizeof tflags / sizeof tflags[0] };
-    struct option opts[10 + N_T + 1] = {
-        {"output", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'},
-        {"arch", required_argument, 0, O_ARCH}, {"preset", required_argument, 0, O_PRESET},
-        {"sparse", no_argument, 0, O_SPARSE}, {"seed", required_argument, 0, O_SEED},
-        {"tokenizer", required_argument, 0, O_TOKENIZER}, {"split-max-size", required_argument, 0, O_SPLITMAX},
-        {"type", required_argument, 0, O_TYPE}, {"vocab", required_argument, 0, O_VOCAB}};
-    for (int i = 0; i < N_T; i++) opts[10 + i] = (struct option){tflags[i].name, required_argument, 0, O_T0 + i};
-    const char *preset = og_cli_make_first_value(argc, argv, "o:h", opts, O_PRESET, "tiny");
     og_ds41_write_config *cfg = malloc(sizeof *cfg); /* ~40 KB of roles and Engram constants */
     if (!cfg) {
         fprintf(stderr, "onegpu make-model: out of memory\n");
         return OG_EXIT_BAD_INPUT;
     }
+    og_ds41_hparams *h = &cfg->hp;
+    /* --NAME N: the dim it sets (O_D0 + index) */
+    const struct { const char *name; uint32_t *v; } dflags[] = {
+        {"vocab", &h->n_vocab}, {"n-embd", &h->n_embd}, {"n-head", &h->n_head}, {"head-dim", &h->head_dim},
+        {"n-rot", &h->n_rot}, {"q-lora-rank", &h->q_lora_rank}, {"o-rank", &h->o_lora_rank},
+        {"o-groups", &h->o_group_count}, {"window", &h->n_swa}, {"top-k", &h->indexer_top_k},
+        {"indexer-heads", &h->indexer_n_head}, {"indexer-dim", &h->indexer_head_dim}, {"n-expert", &h->n_expert},
+        {"n-expert-used", &h->n_expert_used}, {"n-ff-exp", &h->n_ff_exp}, {"ctx", &h->n_ctx_train},
+        {"hc", &h->hc_count}, {"engram-heads", &h->engram_n_head}, {"engram-ngram", &h->engram_max_ngram}, {"engram-dim", &h->engram_head_dim},
+    };
+    enum { N_D = sizeof dflags / sizeof dflags[0] };
+    struct option opts[10 + N_T + N_D + 1] = {
+        {"output", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'},
+        {"arch", required_argument, 0, O_ARCH}, {"preset", required_argument, 0, O_PRESET},
+        {"sparse", no_argument, 0, O_SPARSE}, {"seed", required_argument, 0, O_SEED},
+        {"tokenizer", required_argument, 0, O_TOKENIZER}, {"split-max-size", required_argument, 0, O_SPLITMAX},
+        {"type", required_argument, 0, O_TYPE}, {"engram-primes-above", required_argument, 0, O_PRIMES}};
+    for (int i = 0; i < N_T; i++) opts[10 + i] = (struct option){tflags[i].name, required_argument, 0, O_T0 + i};
+    for (int i = 0; i < N_D; i++) opts[10 + N_T + i] = (struct option){dflags[i].name, required_argument, 0, O_D0 + i};
+    const char *preset = og_cli_make_first_value(argc, argv, "o:h", opts, O_PRESET, "tiny");
     int rc = OG_EXIT_USAGE, c, longindex = -1;
     if (og_ds41_preset(preset, cfg) != OG_OK) {
         fprintf(stderr, "onegpu make-model: unknown deepseek41 preset '%s' (tiny, demo, v41-flash)\n", preset);
@@ -75,8 +92,8 @@ int og_cmd_make_model_ds41(int argc, char **argv) {
             goto out;
         } else if (c == O_SPARSE) sparse = true;
         else if (c == O_SEED) ok = og_cli_parse_u64(optarg, &cfg->seed);
+        else if (c == O_PRIMES) ok = og_cli_parse_u64(optarg, &cfg->engram_prime_start) && cfg->engram_prime_start < (1ull << 31);
         else if (c == O_TOKENIZER) tok_dir = optarg;
-        else if (c == O_VOCAB) ok = og_cli_parse_count(optarg, &cfg->hp.n_vocab) && cfg->hp.n_vocab >= 3;
         else if (c == O_SPLITMAX) ok = og_parse_size(optarg, &cfg->split_max_bytes) == OG_OK && cfg->split_max_bytes > 0;
         else if (c == O_TYPE || (c >= O_T0 && c < O_T0 + N_T)) {
             og_ggml_type t;
@@ -88,6 +105,8 @@ int og_cmd_make_model_ds41(int argc, char **argv) {
                 if (c == O_TYPE) cfg->types[r] = t;
             if (c != O_TYPE) cfg->types[tflags[c - O_T0].wc] = t;
             if (c != O_TYPE && tflags[c - O_T0].wc == OG_DS41_W_ROUTED) cfg->types[OG_DS41_W_ROUTED_DOWN] = t;
+        } else if (c >= O_D0 && c < O_D0 + N_D) {
+            ok = og_cli_parse_u32(optarg, dflags[c - O_D0].v);
         } else if (c != O_ARCH && c != O_PRESET) {
             usage(stderr);
             goto out;
@@ -99,7 +118,14 @@ int og_cmd_make_model_ds41(int argc, char **argv) {
         longindex = -1;
     }
     if ((rc = og_cli_make_args_done(out_path, argc, argv, usage))) goto out;
+    h->n_ff_shexp = h->n_ff_exp;
+    og_ds41_config_derive(cfg);
     char err[1024];
+    if (og_ds41_config_check(cfg, err, sizeof err)) {
+        fprintf(stderr, "onegpu make-model: %s\n", err);
+        rc = OG_EXIT_USAGE;
+        goto out;
+    }
     og_hf_vocab vocab;
     bool have_vocab;
     if ((rc = og_cli_make_vocab("onegpu make-model", tok_dir, cfg->hp.n_vocab, &vocab, &have_vocab))) goto out;

@@ -214,9 +214,9 @@ int og_cmd_plan(int argc, char **argv) {
                    og_fmt_bytes(p.workspace_bytes, c2, sizeof c2), (unsigned long long)p.resident_experts,
                    og_fmt_bytes(p.resident_expert_bytes, d, sizeof d), og_fmt_bytes(p.device_bytes, e, sizeof e));
             if (p.host_only_bytes)
-                printf("host:   routed experts %s + host-only tensors %s (never on the device%s) + staging %s = %s\n",
+                printf("host:   routed experts %s + host-only tensors %s (never on the device%s%s) + staging %s = %s\n",
                        og_fmt_bytes(p.routed_bytes, a, sizeof a), og_fmt_bytes(p.host_only_bytes, d, sizeof d),
-                       !strcmp(hp.arch, "deepseek41") ? ": Engram tables and token embeddings" : "",
+                       p.host_only_what ? ": " : "", p.host_only_what ? p.host_only_what : "",
                        og_fmt_bytes(p.staging_bytes, b, sizeof b), og_fmt_bytes(p.host_bytes, c2, sizeof c2));
             else
                 printf("host:   routed experts %s + staging %s = %s\n", og_fmt_bytes(p.routed_bytes, a, sizeof a),

@@ -447,28 +447,10 @@ static uint64_t ds4_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_ou
     return scratch_of(&d->hp, n_tok, n_out);
 }
 
-/* The host's view of one call: positions, each sequence's tokens in the batch. */
-typedef struct plan {
-    int64_t T;
-    int n_seq;
-    int32_t *pos;        /* [T] */
-    int32_t *start;      /* [n_seq] the sequence's first position in this call (its n_pos before) */
-    int32_t *next;       /* [n_seq] its n_pos after */
-    int32_t *tok_at;     /* [T] batch index of the k-th token of each sequence: tok_at[seq_off[s] + k] */
-    int32_t *seq_off;    /* [n_seq + 1] */
-    bool *canon;         /* [T] */
-    ds4_seq **st;        /* [n_seq] */
-} plan;
+typedef og_fwd_plan plan;
 
-static void plan_free(plan *p) {
-    free(p->pos);
-    free(p->start);
-    free(p->next);
-    free(p->tok_at);
-    free(p->seq_off);
-    free(p->canon);
-    free(p->st);
-}
+/* Sequence s's state in this call (NULL: no tokens). */
+static ds4_seq *seq_of(const plan *p, int s) { return p->st[s]; }
 
 /* Device buffers and the host arrays of one layer's attention (sized once per call). */
 typedef struct host_arrays {
@@ -517,22 +499,6 @@ static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const 
     return st;
 }
 
-/* The view of one layer's stores (compressed rows or indexer keys) over the
- * batch's sequences: sequence s's blocks from first_of[s]; per token its
- * first block (first) and visible rows (n_rows). */
-static og_kv_view store_view(const plan *p, const int32_t *seq_idx, float **blocks, og_row_store *const *stores,
-                             uint64_t width, uint32_t ratio, int32_t *first_of, int32_t *first, int32_t *n_rows) {
-    int32_t nb = 0;
-    for (int s = 0; s < p->n_seq; s++) {
-        first_of[s] = nb;
-        for (int k = 0; stores[s] && k < stores[s]->n_blocks; k++) blocks[nb++] = stores[s]->blocks[k];
-    }
-    for (int64_t t = 0; t < p->T; t++) {
-        first[t] = first_of[seq_idx[t]];
-        n_rows[t] = (p->pos[t] + 1) / (int32_t)ratio;
-    }
-    return (og_kv_view){blocks, nb, OG_ROW_STORE_BLOCK, 0, (int64_t)width, (int64_t)width};
-}
 
 static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *p, host_arrays *ha, bufs *b,
                            int32_t *first_of) {
@@ -562,7 +528,7 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     }
     /* the compressors (§4.2.1): rows complete in this call become visible to its later tokens */
     for (int s = 0; s < p->n_seq; s++) {
-        const ds4_seq *q = p->st[s]; /* NULL: no tokens in this call */
+        const ds4_seq *q = seq_of(p, s); /* NULL: no tokens in this call */
         ha->cst[s] = q ? &q->comp[il] : NULL;
         ha->kst[s] = q ? &q->ikeys[il] : NULL;
         ha->sts[s] = q ? q->cstate[il] : NULL;
@@ -573,7 +539,7 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     if (L->ratio) {
         TRY(compress_step(f, d, p, ha, b, &L->comp_kv, &L->comp_gate, &L->comp_ape, L->comp_norm, L->ratio,
                           (uint64_t)D, ha->sts, ha->cst, d->kv_fp8 ? OG_QAT_FP8 : OG_QAT_NONE, D - R));
-        cv = store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, L->ratio, first_of, ha->cfirst, ha->ncomp);
+        cv = og_fwd_store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, L->ratio, first_of, ha->cfirst, ha->ncomp);
     }
     if (L->ratio == OG_DS4_RATIO_CSA) {
         const int64_t ID = hp->indexer_head_dim, IH = hp->indexer_n_head;
@@ -583,7 +549,7 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
         bool any = false;
         for (int64_t t = 0; t < T; t++) any |= ha->ncomp[t] > (int32_t)hp->indexer_top_k;
         if (any) { /* the lightning indexer (§4.2.2) picks top_k of the compressed rows */
-            og_kv_view keys = store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, L->ratio, first_of,
+            og_kv_view keys = og_fwd_store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, L->ratio, first_of,
                                          ha->kfirst, ha->nkeys);
             og_rope_op ri = {hp->rope_comp, b->iq + (ID - R), T, IH * ID, (int32_t)IH, ID, p->pos};
             og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID, 0};
@@ -601,26 +567,15 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
         }
     }
     /* the raw rows each token sees: positions (p - W, p], this call's rows from kv, older ones from the ring */
-    int64_t nr = 0;
-    for (int64_t t = 0; t < T; t++) {
-        const int s = ha->seq_idx[t];
-        const int32_t pp = p->pos[t], lo = pp - (int32_t)W + 1 > 0 ? pp - (int32_t)W + 1 : 0;
-        ha->row_off[t] = nr;
-        for (int32_t q = lo; q <= pp; q++)
-            ha->rows[nr++] = q >= p->start[s] ? b->kv + (int64_t)p->tok_at[p->seq_off[s] + (q - p->start[s])] * D
-                                              : p->st[s]->raw[il] + (int64_t)(q % (int32_t)W) * D;
-    }
-    ha->row_off[T] = nr;
+    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = seq_of(p, s) ? seq_of(p, s)->raw[il] : NULL;
+    og_fwd_window_rows(p, ha->seq_idx, ha->ring, (int32_t)W, D, b->kv, ha->rows, ha->row_off);
     og_sink_attn_op at = {.n_tok = T, .n_head = H, .d_head = D, .kq_scale = (float)(1.0 / sqrt((double)D)),
                           .q = b->q, .o = b->o, .sinks = L->sinks, .rows = ha->rows, .row_off = ha->row_off,
                           .comp = cv, .comp_first = ha->cfirst, .n_comp = ha->ncomp, .sel = sel,
                           .top_k = (int32_t)hp->indexer_top_k, .canonical = p->canon};
     TRY(f->ops->sink_attention(f->dev, f->s, &at, f->err, f->errlen));
     /* then this call's rows into the rings (in batch order: a sequence's last W stay) */
-    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = p->st[s] ? p->st[s]->raw[il] : NULL;
-    for (int64_t t = 0; t < T; t++) ha->pos_mod[t] = p->pos[t] % (int32_t)W;
-    og_kv_store_op ks = {{ha->ring, p->n_seq, (int32_t)W, 0, D, D}, {b->kv, D, T, D}, ha->seq_idx, ha->pos_mod};
-    TRY(f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen));
+    TRY(og_fwd_ring_store(f, p, ha->ring, ha->seq_idx, ha->pos_mod, (int32_t)W, D, b->kv));
     /* inverse RoPE on each head's tail at the query position (§4.1.5) */
     og_rope_op ro = {*rope, b->o + (D - R), T, HD, (int32_t)H, D, ha->neg_pos};
     TRY(f->ops->rope(f->dev, f->s, &ro, f->err, f->errlen));
@@ -649,49 +604,26 @@ static og_status hc_post(og_fwd *f, const og_ds4_hparams *hp, int64_t T, bufs *b
     return f->ops->hc_expand(f->dev, f->s, &eo, f->err, f->errlen);
 }
 
-/* The MoE FFN (§4.1.6) of b->x into b->y: router on the device, experts
- * through the dispatcher. */
+/* The MoE FFN (§4.1.6) of b->x into b->y: router on the device (hash
+ * routing on the hash layers), experts through the dispatcher. */
 static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const og_batch *batch, uint32_t il, bufs *b,
                      host_arrays *ha, bool *failed_here) {
     const og_ds4 *d = m->impl;
     const og_ds4_hparams *hp = &d->hp;
     const ds4_layer *L = &d->layers[il];
-    const int64_t T = batch->n_tok, N = hp->n_embd, k = hp->n_expert_used;
-    const uint64_t fb = sizeof(float);
-    TRY(og_fwd_mm(f, &L->router, b->x, T, b->rl));
-    og_router_op ro = {b->rl, L->exp_bias, T, (int32_t)hp->n_expert, (int32_t)k, 3, 1, 1, hp->expert_weights_norm,
-                       hp->expert_weights_scale, b->r_ids, b->r_w, L->tid2eid, L->tid2eid ? hp->n_vocab : 0,
-                       batch->tokens, 0};
-    TRY(f->ops->router(f->dev, f->s, &ro, f->err, f->errlen));
-    TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_ids, b->r_ids, (uint64_t)(T * k) * sizeof(int32_t), f->err, f->errlen));
-    TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_w, b->r_w, (uint64_t)(T * k) * fb, f->err, f->errlen));
-    TRY(f->ops->copy_to_host(f->dev, f->s, ha->hx, b->x, (uint64_t)(T * N) * fb, f->err, f->errlen));
-    TRY(og_fwd_sync(f));
-    og_fwd_routes(rc, il, hp->n_expert, (int)k, T, ha->h_ids, ha->h_w, ha->routes);
-    const og_moe_layer io = {il, ha->hx, T, ha->routes, (int)(T * k), batch->exact, ha->hy};
-    og_status st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, f->err, f->errlen);
-    if (st) {
-        *failed_here = true;
-        return st;
-    }
-    return f->ops->copy_to_device(f->dev, f->s, b->y, ha->hy, (uint64_t)(T * N) * fb, f->err, f->errlen);
+    og_router_op ro = {b->rl, L->exp_bias, batch->n_tok, (int32_t)hp->n_expert, (int32_t)hp->n_expert_used, 3, 1, 1,
+                       hp->expert_weights_norm, hp->expert_weights_scale, b->r_ids, b->r_w, L->tid2eid,
+                       L->tid2eid ? hp->n_vocab : 0, batch->tokens, 0};
+    const og_fwd_moe_host h = {ha->h_ids, ha->h_w, ha->hx, ha->hy, ha->routes};
+    return og_fwd_moe(f, m, rc, batch, il, &L->router, &ro, b->x, b->y, hp->n_embd, &h, failed_here);
 }
 
 /* The output head (§4.2 step 3) for the wanted tokens: hc head mixes, collapse,
  * output_norm, logits to the host. */
 static og_status head(og_fwd *f, const og_ds4 *d, const og_batch *batch, int64_t n_out, bufs *b, float *logits) {
     const og_ds4_hparams *hp = &d->hp;
-    const int64_t T = batch->n_tok, hcN = (int64_t)hp->hc_count * hp->n_embd;
-    int64_t r = 0;
-    for (int64_t t = 0; t < T; t++) { /* the wanted rows of S, compacted (runs of consecutive tokens) */
-        if (!batch->logits[t]) continue;
-        int64_t t1 = t + 1;
-        while (t1 < T && batch->logits[t1]) t1++;
-        og_copy_op cp = {b->hS + r * hcN, b->S + t * hcN, (uint64_t)((t1 - t) * hcN) * sizeof(float), 1, 1, 0, 0, 0, 0};
-        TRY(f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen));
-        r += t1 - t;
-        t = t1 - 1;
-    }
+    const int64_t hcN = (int64_t)hp->hc_count * hp->n_embd;
+    TRY(og_fwd_gather_wanted(f, batch, b->hS, b->S, hcN)); /* the wanted rows of S */
     TRY(og_fwd_norm(f, b->hflat, b->hS, n_out, hcN, hcN, NULL, hp->rms_eps));
     TRY(og_fwd_mm(f, &d->out_hc_fn, b->hflat, n_out, b->hmix));
     og_hc_mix_op mo = {b->hmix, n_out, (int32_t)hp->hc_count, true, d->out_hc_scale, d->out_hc_base, hp->hc_eps, 1,
@@ -711,44 +643,9 @@ static og_status head(og_fwd *f, const og_ds4 *d, const og_batch *batch, int64_t
 static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *kvs, int n_seq, const og_batch *batch,
                            og_numerics nm, plan *p, char *err, size_t errlen) {
     const og_ds4_hparams *hp = &d->hp;
-    const int64_t T = batch->n_tok;
-    memset(p, 0, sizeof *p);
-    p->T = T;
-    p->n_seq = n_seq;
-    for (int64_t i = 0; i < T; i++) {
-        if (batch->tokens[i] < 0 || (uint32_t)batch->tokens[i] >= hp->n_vocab)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token id %d outside the vocabulary", batch->tokens[i]);
-        if (batch->seq[i] < 0 || batch->seq[i] >= n_seq)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token %lld names sequence %d of %d", (long long)i,
-                           batch->seq[i], n_seq);
-    }
-    p->pos = malloc((size_t)T * sizeof *p->pos);
-    p->start = malloc((size_t)n_seq * sizeof *p->start);
-    p->next = malloc((size_t)n_seq * sizeof *p->next);
-    p->tok_at = malloc((size_t)T * sizeof *p->tok_at);
-    p->seq_off = calloc((size_t)n_seq + 1, sizeof *p->seq_off);
-    p->canon = malloc((size_t)T * sizeof *p->canon);
-    p->st = calloc((size_t)n_seq, sizeof *p->st);
-    if (!p->pos || !p->start || !p->next || !p->tok_at || !p->seq_off || !p->canon || !p->st)
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    for (int s = 0; s < n_seq; s++) p->start[s] = p->next[s] = kvs[s]->n_pos;
-    for (int64_t i = 0; i < T; i++) {
-        p->pos[i] = p->next[batch->seq[i]]++;
-        p->seq_off[batch->seq[i] + 1]++;
-        p->canon[i] = nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
-    }
-    for (int s = 0; s < n_seq; s++) p->seq_off[s + 1] += p->seq_off[s];
-    int32_t *fill = calloc((size_t)n_seq, sizeof *fill);
-    if (!fill) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < T; i++) {
-        const int s = batch->seq[i];
-        p->tok_at[p->seq_off[s] + fill[s]++] = (int32_t)i;
-    }
-    free(fill);
+    TRY(og_fwd_plan_make(p, kvs, n_seq, batch, hp->n_vocab, nm, "deepseek4", err, errlen));
     for (int s = 0; s < n_seq; s++) {
         og_kv *kv = kvs[s];
-        if (kv->n_blocks)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a deepseek4 cache", s);
         /* a sequence without tokens in this call (a choice waiting for its prompt's
          * fork) gets no state from it: p->st[s] stays NULL */
         if (!kv->arch && p->seq_off[s + 1] == p->seq_off[s]) continue;
@@ -791,9 +688,9 @@ static og_status host_arrays_make(const og_ds4_hparams *hp, const plan *p, host_
     const size_t T = (size_t)p->T, k = hp->n_expert_used, N = hp->n_embd;
     size_t nb = 0, nkb = 0;
     for (int s = 0; s < p->n_seq; s++)
-        for (uint32_t il = 0; il < hp->n_layer && p->st[s]; il++) {
-            if ((size_t)p->st[s]->comp[il].n_blocks > nb) nb = (size_t)p->st[s]->comp[il].n_blocks;
-            if ((size_t)p->st[s]->ikeys[il].n_blocks > nkb) nkb = (size_t)p->st[s]->ikeys[il].n_blocks;
+        for (uint32_t il = 0; il < hp->n_layer && seq_of(p, s); il++) {
+            if ((size_t)seq_of(p, s)->comp[il].n_blocks > nb) nb = (size_t)seq_of(p, s)->comp[il].n_blocks;
+            if ((size_t)seq_of(p, s)->ikeys[il].n_blocks > nkb) nkb = (size_t)seq_of(p, s)->ikeys[il].n_blocks;
         }
     memset(ha, 0, sizeof *ha);
     ha->rows = malloc(T * hp->n_swa * sizeof *ha->rows);
@@ -933,7 +830,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         for (int s = 0; s < n_seq; s++) kvs[s]->n_pos = p.next[s];
     free(first_of);
     host_arrays_free(&ha);
-    plan_free(&p);
+    og_fwd_plan_free(&p);
     return og_fwd_failure(st, failed_here, "deepseek4 forward pass", err, errlen);
 }
 

@@ -95,6 +95,7 @@ static void fill_info(const og_gguf *g, const og_ds41_hparams *hp, og_model_info
     info->fwd_bytes_per_token = scratch_of(hp, 1, 0);
     info->fwd_bytes_per_output = scratch_of(hp, 0, 1);
     info->host_only_bytes = og_ds41_host_only_bytes(g, hp);
+    info->host_only_what = "Engram tables and token embeddings";
 }
 
 static og_status ds41_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {
@@ -437,28 +438,10 @@ static uint64_t ds41_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_o
     return scratch_of(&d->hp, n_tok, n_out);
 }
 
-/* The host's view of one call. */
-typedef struct plan {
-    int64_t T;
-    int n_seq;
-    int32_t *pos;        /* [T] */
-    int32_t *start;      /* [n_seq] the sequence's first position in this call */
-    int32_t *next;       /* [n_seq] its n_pos after */
-    int32_t *tok_at;     /* [T] batch index of the k-th token of each sequence: tok_at[seq_off[s] + k] */
-    int32_t *seq_off;    /* [n_seq + 1] */
-    bool *canon;         /* [T] */
-    ds41_seq **st;       /* [n_seq] */
-} plan;
+typedef og_fwd_plan plan;
 
-static void plan_free(plan *p) {
-    free(p->pos);
-    free(p->start);
-    free(p->next);
-    free(p->tok_at);
-    free(p->seq_off);
-    free(p->canon);
-    free(p->st);
-}
+/* Sequence s's state in this call (NULL: no tokens). */
+static ds41_seq *seq_of(const plan *p, int s) { return p->st[s]; }
 
 /* Host arrays of one call (sized once). */
 typedef struct host_arrays {
@@ -487,45 +470,9 @@ typedef struct host_arrays {
 static og_status make_plan(const og_ds41 *d, const og_run_ctx *rc, og_kv *const *kvs, int n_seq, const og_batch *batch,
                            plan *p, char *err, size_t errlen) {
     const og_ds41_hparams *hp = &d->hp;
-    const int64_t T = batch->n_tok;
-    memset(p, 0, sizeof *p);
-    p->T = T;
-    p->n_seq = n_seq;
-    for (int64_t i = 0; i < T; i++) {
-        if (batch->tokens[i] < 0 || (uint32_t)batch->tokens[i] >= hp->n_vocab)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token id %d outside the vocabulary", batch->tokens[i]);
-        if (batch->seq[i] < 0 || batch->seq[i] >= n_seq)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token %lld names sequence %d of %d", (long long)i,
-                           batch->seq[i], n_seq);
-    }
-    p->pos = malloc((size_t)T * sizeof *p->pos);
-    p->start = malloc((size_t)n_seq * sizeof *p->start);
-    p->next = malloc((size_t)n_seq * sizeof *p->next);
-    p->tok_at = malloc((size_t)T * sizeof *p->tok_at);
-    p->seq_off = calloc((size_t)n_seq + 1, sizeof *p->seq_off);
-    p->canon = malloc((size_t)T * sizeof *p->canon);
-    p->st = calloc((size_t)n_seq, sizeof *p->st);
-    int32_t *fill = calloc((size_t)n_seq, sizeof *fill);
-    if (!p->pos || !p->start || !p->next || !p->tok_at || !p->seq_off || !p->canon || !p->st || !fill) {
-        free(fill);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    }
-    for (int s = 0; s < n_seq; s++) p->start[s] = p->next[s] = kvs[s]->n_pos;
-    for (int64_t i = 0; i < T; i++) {
-        p->pos[i] = p->next[batch->seq[i]]++;
-        p->seq_off[batch->seq[i] + 1]++;
-        p->canon[i] = rc->host_numerics == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
-    }
-    for (int s = 0; s < n_seq; s++) p->seq_off[s + 1] += p->seq_off[s];
-    for (int64_t i = 0; i < T; i++) {
-        const int s = batch->seq[i];
-        p->tok_at[p->seq_off[s] + fill[s]++] = (int32_t)i;
-    }
-    free(fill);
+    TRY(og_fwd_plan_make(p, kvs, n_seq, batch, hp->n_vocab, rc->host_numerics, "deepseek41", err, errlen));
     for (int s = 0; s < n_seq; s++) {
         og_kv *kv = kvs[s];
-        if (kv->n_blocks)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a deepseek41 cache", s);
         if (!kv->arch && p->seq_off[s + 1] == p->seq_off[s]) continue; /* no tokens, no state yet */
         if (!kv->arch) {
             ds41_seq *q;
@@ -556,8 +503,8 @@ static og_status host_arrays_make(const og_ds41_hparams *hp, const plan *p, host
     size_t nb = 0, nkb = 0;
     for (int s = 0; s < p->n_seq; s++)
         for (uint32_t il = 0; il < hp->n_layer && p->st[s]; il++) {
-            if ((size_t)p->st[s]->comp[il].n_blocks > nb) nb = (size_t)p->st[s]->comp[il].n_blocks;
-            if ((size_t)p->st[s]->ikeys[il].n_blocks > nkb) nkb = (size_t)p->st[s]->ikeys[il].n_blocks;
+            if ((size_t)seq_of(p, s)->comp[il].n_blocks > nb) nb = (size_t)seq_of(p, s)->comp[il].n_blocks;
+            if ((size_t)seq_of(p, s)->ikeys[il].n_blocks > nkb) nkb = (size_t)seq_of(p, s)->ikeys[il].n_blocks;
         }
     const size_t EB = hp->engram_n_bucket, ED = hp->engram_head_dim, G = hp->o_group_count;
     memset(ha, 0, sizeof *ha);
@@ -632,26 +579,10 @@ static og_status mm_tokens(og_fwd *f, host_arrays *ha, const og_weight *w, const
     return OG_OK;
 }
 
-/* The view of one layer's stores over the batch's sequences (sequence s's
- * blocks from first_of[s]); per token its first block and its visible rows
- * (p + 1) / ratio. */
-static og_kv_view store_view(const plan *p, const int32_t *seq_idx, float **blocks, og_row_store *const *stores,
-                             uint64_t width, uint32_t ratio, int32_t *first_of, int32_t *first, int32_t *n_rows) {
-    int32_t nb = 0;
-    for (int s = 0; s < p->n_seq; s++) {
-        first_of[s] = nb;
-        for (int k = 0; stores[s] && k < stores[s]->n_blocks; k++) blocks[nb++] = stores[s]->blocks[k];
-    }
-    for (int64_t t = 0; t < p->T; t++) {
-        first[t] = first_of[seq_idx[t]];
-        n_rows[t] = (p->pos[t] + 1) / (int32_t)ratio;
-    }
-    return (og_kv_view){blocks, nb, OG_ROW_STORE_BLOCK, 0, (int64_t)width, (int64_t)width};
-}
 
 /* The stores of layer il of every sequence (NULL for one without tokens). */
 static void layer_stores(const plan *p, uint32_t il, bool keys, og_row_store **out) {
-    for (int s = 0; s < p->n_seq; s++) out[s] = p->st[s] ? (keys ? &p->st[s]->ikeys[il] : &p->st[s]->comp[il]) : NULL;
+    for (int s = 0; s < p->n_seq; s++) out[s] = seq_of(p, s) ? (keys ? &seq_of(p, s)->ikeys[il] : &seq_of(p, s)->comp[il]) : NULL;
 }
 
 /* A kv source's compressor step (§4.3.3 "Compressor"): kv (and at ratio 2 the
@@ -672,7 +603,7 @@ static og_status compress_step(og_fwd *f, const og_ds41 *d, uint32_t il, const p
     for (int64_t t = 0; t < T; t++) {
         const int s = ha->seq_idx[t];
         const int32_t pp = p->pos[t];
-        ha->state[t] = p->st[s]->cstate[il];
+        ha->state[t] = seq_of(p, s)->cstate[il];
         ha->out[t] = NULL;
         if ((pp + 1) % ratio) continue;
         ha->out[t] = b->lat + ne * D;
@@ -687,7 +618,7 @@ static og_status compress_step(og_fwd *f, const og_ds41 *d, uint32_t il, const p
     TRY(f->ops->compress(f->dev, f->s, &op, f->err, f->errlen));
     if (!ne) return OG_OK;
     layer_stores(p, il, false, ha->cst);
-    og_kv_view cv = store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, 1, ha->first_of, ha->cfirst, ha->ncomp);
+    og_kv_view cv = og_fwd_store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, 1, ha->first_of, ha->cfirst, ha->ncomp);
     for (int64_t e = 0; e < ne; e++) ha->emit_first[e] = ha->first_of[ha->seq_idx[ha->emit_tok[e]]];
     if (R->is_key_owner) { /* the index key from the latent before its RoPE */
         TRY(mm_tokens(f, ha, &L->idx_k, b->lat, ne, ha->emit_tok, b->ik));
@@ -709,7 +640,7 @@ static og_status compress_step(og_fwd *f, const og_ds41 *d, uint32_t il, const p
     TRY(f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen));
     if (R->is_key_owner) {
         layer_stores(p, il, true, ha->kst);
-        og_kv_view kv = store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, 1, ha->first_of, ha->kfirst,
+        og_kv_view kv = og_fwd_store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, 1, ha->first_of, ha->kfirst,
                                    ha->nkeys);
         for (int64_t e = 0; e < ne; e++) ha->emit_first[e] = ha->first_of[ha->seq_idx[ha->emit_tok[e]]];
         og_kv_store_op kk = {kv, {b->ik, ID, ne, ID}, ha->emit_first, ha->emit_row};
@@ -730,7 +661,7 @@ static og_status indexer(og_fwd *f, const og_ds41 *d, uint32_t il, const plan *p
     const int64_t T = p->T, ID = hp->indexer_head_dim, IH = hp->indexer_n_head, Rr = hp->n_rot;
     const int64_t cand_n = (int64_t)hp->candidate_block_size * hp->candidate_topk_blocks;
     layer_stores(p, (uint32_t)R->key_owner, true, ha->kst);
-    og_kv_view keys = store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, R->ratio, ha->first_of, ha->kfirst,
+    og_kv_view keys = og_fwd_store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, R->ratio, ha->first_of, ha->kfirst,
                                  ha->nkeys);
     bool any = false, any_cand = false;
     for (int64_t t = 0; t < T; t++) {
@@ -787,31 +718,19 @@ static og_status attention(og_fwd *f, const og_ds41 *d, uint32_t il, const plan 
     og_kv_view cv = {0};
     if (R->ratio) {
         layer_stores(p, (uint32_t)R->kv_source, false, ha->cst);
-        cv = store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, R->ratio, ha->first_of, ha->cfirst,
+        cv = og_fwd_store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, R->ratio, ha->first_of, ha->cfirst,
                         ha->ncomp);
     }
     /* the raw rows each token sees: positions (p - W, p], this call's from kv, older ones from the ring */
-    int64_t nr = 0;
-    for (int64_t t = 0; t < T; t++) {
-        const int s = ha->seq_idx[t];
-        const int32_t pp = p->pos[t], lo = pp - (int32_t)W + 1 > 0 ? pp - (int32_t)W + 1 : 0;
-        ha->row_off[t] = nr;
-        for (int32_t q = lo; q <= pp; q++)
-            ha->rows[nr++] = q >= p->start[s] ? b->kv + (int64_t)p->tok_at[p->seq_off[s] + (q - p->start[s])] * D
-                                              : p->st[s]->raw[il] + (int64_t)(q % (int32_t)W) * D;
-    }
-    ha->row_off[T] = nr;
+    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = seq_of(p, s) ? seq_of(p, s)->raw[il] : NULL;
+    og_fwd_window_rows(p, ha->seq_idx, ha->ring, (int32_t)W, D, b->kv, ha->rows, ha->row_off);
     const bool use_sel = R->ratio && R->topk_source >= 0 && *sel_ok;
     og_sink_attn_op at = {.n_tok = T, .n_head = H, .d_head = D, .kq_scale = (float)(1.0 / sqrt((double)D)), .q = b->q,
                           .o = b->o, .sinks = L->sinks, .rows = ha->rows, .row_off = ha->row_off, .comp = cv,
                           .comp_first = ha->cfirst, .n_comp = ha->ncomp, .sel = use_sel ? b->sel : NULL,
                           .top_k = (int32_t)hp->indexer_top_k, .canonical = p->canon, .sel_every = true};
     TRY(f->ops->sink_attention(f->dev, f->s, &at, f->err, f->errlen));
-    /* this call's rows into the rings (a sequence's last W stay) */
-    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = p->st[s] ? p->st[s]->raw[il] : NULL;
-    for (int64_t t = 0; t < T; t++) ha->pos_mod[t] = p->pos[t] % (int32_t)W;
-    og_kv_store_op ks = {{ha->ring, p->n_seq, (int32_t)W, 0, D, D}, {b->kv, D, T, D}, ha->seq_idx, ha->pos_mod};
-    TRY(f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen));
+    TRY(og_fwd_ring_store(f, p, ha->ring, ha->seq_idx, ha->pos_mod, (int32_t)W, D, b->kv));
     og_rope_op ro = {*rope, b->o + (D - Rr), T, HD, (int32_t)H, D, ha->neg_pos};
     TRY(f->ops->rope(f->dev, f->s, &ro, f->err, f->errlen));
     return og_fwd_grouped_output(f, &L->o_a, &L->o_b, T, HD, hp->o_group_count, hp->o_lora_rank, b->o, b->og, b->low,
@@ -862,30 +781,17 @@ static og_status engram(og_fwd *f, const og_ds41 *d, uint32_t il, const plan *p,
     return og_fwd_sync(f); /* ha->emb is reused by the next Engram layer */
 }
 
-/* The MoE FFN (§4.1.6, V4.1's normalization) of b->x into b->y. */
+/* The MoE FFN (§4.1.6, V4.1's normalization w / (sum + 1e-20), no hash
+ * layers) of b->x into b->y. */
 static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const og_batch *batch, uint32_t il, bufs *b,
                      host_arrays *ha, bool *failed_here) {
     const og_ds41 *d = m->impl;
     const og_ds41_hparams *hp = &d->hp;
-    const ds41_layer *L = &d->layers[il];
-    const int64_t T = batch->n_tok, N = hp->n_embd, k = hp->n_expert_used;
-    const uint64_t fb = sizeof(float);
-    TRY(og_fwd_mm(f, &L->router, b->x, T, b->rl));
-    og_router_op ro = {b->rl, L->exp_bias, T, (int32_t)hp->n_expert, (int32_t)k, 3, 1, 1, hp->expert_weights_norm,
-                       hp->expert_weights_scale, b->r_ids, b->r_w, NULL, 0, NULL, 1e-20f};
-    TRY(f->ops->router(f->dev, f->s, &ro, f->err, f->errlen));
-    TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_ids, b->r_ids, (uint64_t)(T * k) * sizeof(int32_t), f->err, f->errlen));
-    TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_w, b->r_w, (uint64_t)(T * k) * fb, f->err, f->errlen));
-    TRY(f->ops->copy_to_host(f->dev, f->s, ha->hx, b->x, (uint64_t)(T * N) * fb, f->err, f->errlen));
-    TRY(og_fwd_sync(f));
-    og_fwd_routes(rc, il, hp->n_expert, (int)k, T, ha->h_ids, ha->h_w, ha->routes);
-    const og_moe_layer io = {il, ha->hx, T, ha->routes, (int)(T * k), batch->exact, ha->hy};
-    og_status st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, f->err, f->errlen);
-    if (st) {
-        *failed_here = true;
-        return st;
-    }
-    return f->ops->copy_to_device(f->dev, f->s, b->y, ha->hy, (uint64_t)(T * N) * fb, f->err, f->errlen);
+    og_router_op ro = {b->rl, d->layers[il].exp_bias, batch->n_tok, (int32_t)hp->n_expert, (int32_t)hp->n_expert_used,
+                       3, 1, 1, hp->expert_weights_norm, hp->expert_weights_scale, b->r_ids, b->r_w, NULL, 0, NULL,
+                       1e-20f};
+    const og_fwd_moe_host h = {ha->h_ids, ha->h_w, ha->hx, ha->hy, ha->routes};
+    return og_fwd_moe(f, m, rc, batch, il, &d->layers[il].router, &ro, b->x, b->y, hp->n_embd, &h, failed_here);
 }
 
 /* The head (§4.3.1): h = RMSNorm(collapse(S, the last FFN's pre), output_norm), logits. */
@@ -894,16 +800,7 @@ static og_status head(og_fwd *f, const og_ds41 *d, const og_batch *batch, int64_
     const int64_t T = batch->n_tok, N = hp->n_embd, hc = hp->hc_count;
     og_hc_op co = {T, N, (int32_t)hc, b->S, b->x, b->pre_lag, NULL};
     TRY(f->ops->hc_collapse(f->dev, f->s, &co, f->err, f->errlen));
-    int64_t r = 0;
-    for (int64_t t = 0; t < T; t++) { /* the wanted rows, compacted (runs of consecutive tokens) */
-        if (!batch->logits[t]) continue;
-        int64_t t1 = t + 1;
-        while (t1 < T && batch->logits[t1]) t1++;
-        og_copy_op cp = {b->hx + r * N, b->x + t * N, (uint64_t)((t1 - t) * N) * sizeof(float), 1, 1, 0, 0, 0, 0};
-        TRY(f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen));
-        r += t1 - t;
-        t = t1 - 1;
-    }
+    TRY(og_fwd_gather_wanted(f, batch, b->hx, b->x, N));
     TRY(og_fwd_norm(f, b->hx, b->hx, n_out, N, N, d->out_norm, hp->rms_eps));
     TRY(og_fwd_mm(f, &d->output, b->hx, n_out, b->logits));
     return f->ops->copy_to_host(f->dev, f->s, logits, b->logits, (uint64_t)n_out * hp->n_vocab * sizeof(float), f->err,
@@ -963,7 +860,7 @@ static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_
             for (int32_t k = 0; k < p.seq_off[s + 1] - p.seq_off[s]; k++) {
                 int32_t *c = ha.ctx + (int64_t)p.tok_at[p.seq_off[s] + k] * ENGRAM_CTX;
                 for (int32_t j = 0; j < ENGRAM_CTX; j++)
-                    c[j] = k - j >= 0 ? batch->tokens[p.tok_at[p.seq_off[s] + k - j]] : p.st[s]->last[j - k - 1];
+                    c[j] = k - j >= 0 ? batch->tokens[p.tok_at[p.seq_off[s] + k - j]] : seq_of(&p, s)->last[j - k - 1];
             }
         og_get_rows_op g = {d->tok_embd, batch->tokens, T, b.x};
         og_copy_op cp = {b.S, b.x, (uint64_t)N * sizeof(float), (uint64_t)T, (uint64_t)hc,
@@ -998,11 +895,11 @@ static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_
             if (!n) continue;
             int32_t last[ENGRAM_CTX];
             for (int32_t j = 0; j < ENGRAM_CTX; j++)
-                last[j] = j < n ? batch->tokens[p.tok_at[p.seq_off[s + 1] - 1 - j]] : p.st[s]->last[j - n];
-            memcpy(p.st[s]->last, last, sizeof last);
+                last[j] = j < n ? batch->tokens[p.tok_at[p.seq_off[s + 1] - 1 - j]] : seq_of(&p, s)->last[j - n];
+            memcpy(seq_of(&p, s)->last, last, sizeof last);
         }
     host_arrays_free(&ha);
-    plan_free(&p);
+    og_fwd_plan_free(&p);
     return og_fwd_failure(st, failed_here, "deepseek41 forward pass", err, errlen);
 }
 

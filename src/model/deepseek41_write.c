@@ -61,13 +61,23 @@ static void small_layout(og_ds41_hparams *h) {
     h->engram_layer[1] = 4;
 }
 
-/* The Engram constants (§3.2): consecutive primes above prime_start handed
- * out in (layer, n-gram size, head) order, offsets their running sums per
- * layer, rows their sums; multipliers `mult` (per layer, max_ngram each) or
- * odd values below 2^47 from the seed. */
-static void engram_constants(og_ds41_hparams *h, uint64_t prime_start, const uint64_t *mult, uint64_t seed) {
+/* §3.2's multipliers of the real layers 1 and 14 (v41-flash) */
+static const uint64_t real_mult[8] = {76632096046245ull, 4839876093313ull, 35959672319349ull, 73987337458391ull,
+                                      67716810739261ull, 51510806800915ull, 30921347202721ull, 82619226485591ull};
+
+void og_ds41_config_derive(og_ds41_write_config *c) {
+    og_ds41_hparams *h = &c->hp;
+    og_ds4_rope_schedules(h->rope_scaling, h->n_rot, h->rope_swa.base, h->rope_comp.base, 16.0f, 65536, 32.0f, 1.0f,
+                          &h->rope_swa, &h->rope_comp);
+    /* the Engram constants (§3.2): consecutive primes above the start handed out
+     * in (layer, n-gram size, head) order, offsets their running sums per layer,
+     * rows their sums; multipliers §3.2's or odd values below 2^47 from the seed */
+    if (h->engram_n_head > OG_DS41_MAX_ENGRAM_HEAD || h->engram_max_ngram < 2 ||
+        h->engram_max_ngram > OG_DS41_MAX_ENGRAM_NGRAM || h->n_engram_layer > OG_DS41_MAX_ENGRAM_LAYER)
+        return; /* og_ds41_config_check refuses it */
     h->engram_n_bucket = (h->engram_max_ngram - 1) * h->engram_n_head;
-    uint64_t p = prime_start, rng = seed ^ 0x656e6772616dull; /* "engram" */
+    const bool real = c->engram_real_mult && h->n_engram_layer == 2 && h->engram_max_ngram == 4;
+    uint64_t p = c->engram_prime_start, rng = c->seed ^ 0x656e6772616dull; /* "engram" */
     for (uint32_t s = 0; s < h->n_engram_layer; s++) {
         uint64_t run = 0;
         for (uint32_t b = 0; b < h->engram_n_bucket; b++) {
@@ -78,7 +88,9 @@ static void engram_constants(og_ds41_hparams *h, uint64_t prime_start, const uin
         }
         h->engram_rows[s] = run;
         for (uint32_t k = 0; k < h->engram_max_ngram; k++)
-            h->engram_mult[s][k] = mult ? mult[s * h->engram_max_ngram + k] : (og_splitmix64(&rng) >> 18) | 1;
+            h->engram_mult[s][k] = real ? real_mult[s * 4 + k] : (og_splitmix64(&rng) >> 18) | 1;
+        h->layer[h->engram_layer[s]].has_engram = true;
+        h->layer[h->engram_layer[s]].engram_slot = (int32_t)s;
     }
 }
 
@@ -100,7 +112,7 @@ og_status og_ds41_preset(const char *name, og_ds41_write_config *c) {
         for (uint32_t i = 0; i < OG_DS4_MAX_LAYER; i++) h->swiglu_clamp_exp[i] = h->swiglu_clamp_shexp[i] = 1.5f;
         h->candidate_block_size = 2; h->candidate_topk_blocks = 3;
         h->engram_head_dim = 32;
-        engram_constants(h, 100, NULL, c->seed);
+        c->engram_prime_start = 100;
         for (int r = 0; r < OG_DS41_W_NORM; r++) c->types[r] = OG_TYPE_F32;
         c->types[OG_DS41_W_EMBD] = c->types[OG_DS41_W_OUTPUT] = OG_TYPE_F16;
     } else if (!strcmp(name, "demo")) {
@@ -112,17 +124,16 @@ og_status og_ds41_preset(const char *name, og_ds41_write_config *c) {
         h->n_expert = 16; h->n_expert_used = 4; h->n_ff_exp = h->n_ff_shexp = 384;
         h->candidate_block_size = 4; h->candidate_topk_blocks = 16;
         h->engram_head_dim = 128;
-        engram_constants(h, 2000, NULL, c->seed);
+        c->engram_prime_start = 2000;
         for (int r = 0; r < OG_DS41_W_NORM; r++) c->types[r] = OG_TYPE_Q8_0;
     } else if (!strcmp(name, "v41-flash")) {
         /* vcruz305's Q2_K file (§3.2): llama.cpp's stock Q2_K mix. token_embd,
          * mHC, compressor and indexer types are unverified there: token_embd
          * Q2_K (the mix's default), the small matrices F16 as in V4's files. */
-        static const uint64_t mult[8] = {76632096046245ull, 4839876093313ull, 35959672319349ull, 73987337458391ull,
-                                         67716810739261ull, 51510806800915ull, 30921347202721ull, 82619226485591ull};
         c->name = "onegpu-v41-flash-shape";
         real_layout(h);
-        engram_constants(h, 15999999, mult, c->seed);
+        c->engram_prime_start = 15999999;
+        c->engram_real_mult = true;
         c->types[OG_DS41_W_EMBD] = c->types[OG_DS41_W_ATTN] = c->types[OG_DS41_W_ROUTED] = OG_TYPE_Q2_K;
         c->types[OG_DS41_W_SHARED] = c->types[OG_DS41_W_ENGRAM] = c->types[OG_DS41_W_ENGRAM_PROJ] = OG_TYPE_Q2_K;
         c->types[OG_DS41_W_ROUTED_DOWN] = c->types[OG_DS41_W_SHARED_DOWN] = OG_TYPE_Q3_K;
@@ -132,12 +143,7 @@ og_status og_ds41_preset(const char *name, og_ds41_write_config *c) {
     } else {
         return OG_ERR_NOT_FOUND;
     }
-    og_ds4_rope_schedules(h->rope_scaling, h->n_rot, h->rope_swa.base, h->rope_comp.base, 16.0f, 65536, 32.0f, 1.0f,
-                          &h->rope_swa, &h->rope_comp);
-    for (uint32_t s = 0; s < h->n_engram_layer; s++) {
-        h->layer[h->engram_layer[s]].has_engram = true;
-        h->layer[h->engram_layer[s]].engram_slot = (int32_t)s;
-    }
+    og_ds41_config_derive(c);
     return OG_OK;
 }
 
@@ -145,20 +151,38 @@ og_status og_ds41_config_check(const og_ds41_write_config *c, char *err, size_t 
     const og_ds41_hparams *h = &c->hp;
 #define REQ(cond, ...) do { if (!(cond)) return og_fail(err, errlen, OG_ERR_INVALID_ARG, __VA_ARGS__); } while (0)
     REQ(h->n_layer >= 1 && h->n_layer <= OG_DS4_MAX_LAYER, "layers must be 1..%u", OG_DS4_MAX_LAYER);
-    REQ(h->n_vocab >= 3 && h->n_vocab <= OG_DS41_MAX_COMPRESSED, "the vocabulary must be 3..%u tokens (the Engram "
-        "map's ids are below 2^17)", OG_DS41_MAX_COMPRESSED);
-    REQ(h->n_head % h->o_group_count == 0 && h->n_rot <= h->head_dim && h->n_rot % 2 == 0 &&
-        h->indexer_head_dim % 32 == 0 && h->indexer_head_dim >= h->n_rot,
-        "heads (%u) must split into the output groups (%u), RoPE dims (%u) even and within the head (%u) and the "
-        "indexer key (%u, a multiple of 32)", h->n_head, h->o_group_count, h->n_rot, h->head_dim, h->indexer_head_dim);
-    REQ(h->n_expert_used >= 1 && h->n_expert_used <= h->n_expert && h->n_expert <= OG_DS4_MAX_EXPERT,
-        "need 1 <= experts used (%u) <= experts (%u) <= %u", h->n_expert_used, h->n_expert, OG_DS4_MAX_EXPERT);
+    REQ(h->n_vocab >= 3 && h->n_vocab <= OG_DS41_MAX_COMPRESSED, "--vocab must be 3..%u (the Engram map's ids are "
+        "below 2^17)", OG_DS41_MAX_COMPRESSED);
+    REQ(h->n_embd >= 1 && h->n_embd <= OG_DS4_MAX_EMBD && h->n_ctx_train >= 1 && h->n_ctx_train <= OG_DS4_MAX_CTX,
+        "--n-embd must be 1..%u and --ctx 1..%u", OG_DS4_MAX_EMBD, OG_DS4_MAX_CTX);
+    REQ(h->n_head >= 1 && h->n_head <= OG_DS4_MAX_HEAD && h->o_group_count >= 1 && h->n_head % h->o_group_count == 0,
+        "--n-head (%u) must be 1..%u and a multiple of --o-groups (%u)", h->n_head, OG_DS4_MAX_HEAD, h->o_group_count);
+    REQ(h->head_dim >= 2 && h->head_dim <= OG_DS4_MAX_HEAD_DIM && h->n_rot >= 2 && h->n_rot % 2 == 0 &&
+        h->n_rot <= h->head_dim && h->n_rot <= OG_ROPE_MAX_DIM,
+        "--head-dim must be 2..%u and --n-rot (%u) even, within it and at most %u", OG_DS4_MAX_HEAD_DIM, h->n_rot,
+        OG_ROPE_MAX_DIM);
+    REQ(h->q_lora_rank >= 1 && h->q_lora_rank <= OG_DS4_MAX_RANK && h->o_lora_rank >= 1 &&
+        h->o_lora_rank <= OG_DS4_MAX_RANK, "--q-lora-rank and --o-rank must be 1..%u", OG_DS4_MAX_RANK);
+    REQ(h->n_swa >= 1 && h->n_swa <= OG_DS4_MAX_SWA && h->indexer_top_k >= 1 && h->indexer_top_k <= OG_DS4_MAX_TOP_K,
+        "--window must be 1..%u and --top-k 1..%u", OG_DS4_MAX_SWA, OG_DS4_MAX_TOP_K);
+    REQ(h->indexer_n_head >= 1 && h->indexer_n_head <= OG_DS4_MAX_INDEXER_HEAD && h->indexer_head_dim % 32 == 0 &&
+        h->indexer_head_dim >= h->n_rot && h->indexer_head_dim <= OG_DS4_MAX_INDEXER_DIM,
+        "--indexer-heads must be 1..%u and --indexer-dim (%u) a multiple of 32, >= --n-rot, <= %u",
+        OG_DS4_MAX_INDEXER_HEAD, h->indexer_head_dim, OG_DS4_MAX_INDEXER_DIM);
+    REQ(h->n_expert >= 1 && h->n_expert <= OG_DS4_MAX_EXPERT && h->n_expert_used >= 1 &&
+        h->n_expert_used <= h->n_expert && h->n_expert_used <= OG_DS4_MAX_EXPERT_USED,
+        "need 1 <= --n-expert-used (%u) <= --n-expert (%u) <= %u", h->n_expert_used, h->n_expert, OG_DS4_MAX_EXPERT);
+    REQ(h->hc_count >= 1 && h->hc_count <= OG_DS4_MAX_HC, "--hc must be 1..%u", OG_DS4_MAX_HC);
+    REQ(h->n_ff_exp >= 1 && h->n_ff_exp <= OG_DS4_MAX_FF && h->n_ff_shexp >= 1 && h->n_ff_shexp <= OG_DS4_MAX_FF,
+        "--n-ff-exp must be 1..%u", OG_DS4_MAX_FF);
     REQ(h->n_engram_layer >= 1 && h->n_engram_layer <= OG_DS41_MAX_ENGRAM_LAYER && h->engram_n_head >= 1 &&
         h->engram_n_head <= OG_DS41_MAX_ENGRAM_HEAD && h->engram_max_ngram >= 2 &&
-        h->engram_max_ngram <= OG_DS41_MAX_ENGRAM_NGRAM && h->engram_head_dim % OG_DS41_ENGRAM_FP8_BLOCK == 0 &&
+        h->engram_max_ngram <= OG_DS41_MAX_ENGRAM_NGRAM && h->engram_head_dim >= OG_DS41_ENGRAM_FP8_BLOCK &&
+        h->engram_head_dim <= OG_DS41_MAX_ENGRAM_DIM && h->engram_head_dim % OG_DS41_ENGRAM_FP8_BLOCK == 0 &&
         h->engram_pad_id < h->n_vocab,
-        "Engram: 1..%u layers, 1..%u hashes, n-grams 2..%u, rows a multiple of 32 wide, a pad id in the vocabulary",
-        OG_DS41_MAX_ENGRAM_LAYER, OG_DS41_MAX_ENGRAM_HEAD, OG_DS41_MAX_ENGRAM_NGRAM);
+        "Engram: 1..%u layers, --engram-heads 1..%u, --engram-ngram 2..%u, --engram-dim a multiple of 32 up to %u, "
+        "a pad id in the vocabulary", OG_DS41_MAX_ENGRAM_LAYER, OG_DS41_MAX_ENGRAM_HEAD, OG_DS41_MAX_ENGRAM_NGRAM,
+        OG_DS41_MAX_ENGRAM_DIM);
     for (uint32_t s = 0; s < h->n_engram_layer; s++)
         REQ(h->engram_layer[s] < h->n_layer && (!s || h->engram_layer[s] > h->engram_layer[s - 1]),
             "Engram layer ids must ascend below %u", h->n_layer);

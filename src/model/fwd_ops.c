@@ -223,3 +223,131 @@ og_status og_fwd_grouped_output(og_fwd *f, const og_weight *o_a, const og_weight
     if (!st) st = f->ops->copy(f->dev, f->s, &cl, f->err, f->errlen);
     return st ? st : og_fwd_mm(f, o_b, lowt, T, y);
 }
+
+og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const og_batch *batch, uint32_t n_vocab,
+                           og_numerics nm, const char *arch, char *err, size_t errlen) {
+    const int64_t T = batch->n_tok;
+    memset(p, 0, sizeof *p);
+    p->T = T;
+    p->n_seq = n_seq;
+    for (int64_t i = 0; i < T; i++) {
+        if (batch->tokens[i] < 0 || (uint32_t)batch->tokens[i] >= n_vocab)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token id %d outside the vocabulary", batch->tokens[i]);
+        if (batch->seq[i] < 0 || batch->seq[i] >= n_seq)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token %lld names sequence %d of %d", (long long)i,
+                           batch->seq[i], n_seq);
+    }
+    for (int s = 0; s < n_seq; s++)
+        if (kvs[s]->n_blocks)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a %s cache", s, arch);
+    p->pos = malloc((size_t)T * sizeof *p->pos);
+    p->start = malloc((size_t)n_seq * sizeof *p->start);
+    p->next = malloc((size_t)n_seq * sizeof *p->next);
+    p->tok_at = malloc((size_t)T * sizeof *p->tok_at);
+    p->seq_off = calloc((size_t)n_seq + 1, sizeof *p->seq_off);
+    p->canon = malloc((size_t)T * sizeof *p->canon);
+    p->st = calloc((size_t)n_seq, sizeof *p->st);
+    int32_t *fill = calloc((size_t)n_seq, sizeof *fill);
+    if (!p->pos || !p->start || !p->next || !p->tok_at || !p->seq_off || !p->canon || !p->st || !fill) {
+        free(fill);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    for (int s = 0; s < n_seq; s++) p->start[s] = p->next[s] = kvs[s]->n_pos;
+    for (int64_t i = 0; i < T; i++) {
+        p->pos[i] = p->next[batch->seq[i]]++;
+        p->seq_off[batch->seq[i] + 1]++;
+        p->canon[i] = nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
+    }
+    for (int s = 0; s < n_seq; s++) p->seq_off[s + 1] += p->seq_off[s];
+    for (int64_t i = 0; i < T; i++) {
+        const int s = batch->seq[i];
+        p->tok_at[p->seq_off[s] + fill[s]++] = (int32_t)i;
+    }
+    free(fill);
+    return OG_OK;
+}
+
+void og_fwd_plan_free(og_fwd_plan *p) {
+    free(p->pos);
+    free(p->start);
+    free(p->next);
+    free(p->tok_at);
+    free(p->seq_off);
+    free(p->canon);
+    free(p->st);
+}
+
+og_kv_view og_fwd_store_view(const og_fwd_plan *p, const int32_t *seq_idx, float **blocks,
+                             og_row_store *const *stores, uint64_t width, uint32_t ratio, int32_t *first_of,
+                             int32_t *first, int32_t *n_rows) {
+    int32_t nb = 0;
+    for (int s = 0; s < p->n_seq; s++) {
+        first_of[s] = nb;
+        for (int k = 0; stores[s] && k < stores[s]->n_blocks; k++) blocks[nb++] = stores[s]->blocks[k];
+    }
+    for (int64_t t = 0; t < p->T; t++) {
+        first[t] = first_of[seq_idx[t]];
+        n_rows[t] = (p->pos[t] + 1) / (int32_t)ratio;
+    }
+    return (og_kv_view){blocks, nb, OG_ROW_STORE_BLOCK, 0, (int64_t)width, (int64_t)width};
+}
+
+void og_fwd_window_rows(const og_fwd_plan *p, const int32_t *seq_idx, float *const *rings, int32_t W, int64_t D,
+                        const float *kv, const float **rows, int64_t *row_off) {
+    int64_t nr = 0;
+    for (int64_t t = 0; t < p->T; t++) {
+        const int s = seq_idx[t];
+        const int32_t pp = p->pos[t], lo = pp - W + 1 > 0 ? pp - W + 1 : 0;
+        row_off[t] = nr;
+        for (int32_t q = lo; q <= pp; q++)
+            rows[nr++] = q >= p->start[s] ? kv + (int64_t)p->tok_at[p->seq_off[s] + (q - p->start[s])] * D
+                                          : rings[s] + (int64_t)(q % W) * D;
+    }
+    row_off[p->T] = nr;
+}
+
+og_status og_fwd_ring_store(og_fwd *f, const og_fwd_plan *p, float **rings, const int32_t *seq_idx, int32_t *pos_mod,
+                            int32_t W, int64_t D, float *kv) {
+    for (int64_t t = 0; t < p->T; t++) pos_mod[t] = p->pos[t] % W;
+    og_kv_store_op ks = {{rings, p->n_seq, W, 0, D, D}, {kv, D, p->T, D}, seq_idx, pos_mod};
+    return f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen);
+}
+
+og_status og_fwd_moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const og_batch *batch, uint32_t il,
+                     const og_weight *router, const og_router_op *ro, const float *x, float *y, int64_t N,
+                     const og_fwd_moe_host *h, bool *failed_here) {
+    const int64_t T = batch->n_tok, k = ro->k;
+    const uint64_t fb = sizeof(float);
+    og_status st = og_fwd_mm(f, router, x, T, (float *)ro->logits);
+    if (!st) st = f->ops->router(f->dev, f->s, ro, f->err, f->errlen);
+    if (!st) st = f->ops->copy_to_host(f->dev, f->s, h->ids, ro->ids, (uint64_t)(T * k) * sizeof(int32_t), f->err,
+                                       f->errlen);
+    if (!st) st = f->ops->copy_to_host(f->dev, f->s, h->w, ro->weights, (uint64_t)(T * k) * fb, f->err, f->errlen);
+    if (!st) st = f->ops->copy_to_host(f->dev, f->s, h->x, x, (uint64_t)(T * N) * fb, f->err, f->errlen);
+    if (!st) st = og_fwd_sync(f);
+    if (st) return st;
+    og_fwd_routes(rc, il, (uint32_t)ro->n_expert, (int)k, T, h->ids, h->w, h->routes);
+    const og_moe_layer io = {il, h->x, T, h->routes, (int)(T * k), batch->exact, h->y};
+    st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, f->err, f->errlen);
+    if (st) {
+        *failed_here = true;
+        return st;
+    }
+    return f->ops->copy_to_device(f->dev, f->s, y, h->y, (uint64_t)(T * N) * fb, f->err, f->errlen);
+}
+
+og_status og_fwd_gather_wanted(og_fwd *f, const og_batch *batch, float *dst, const float *src, int64_t row) {
+    const int64_t T = batch->n_tok;
+    int64_t r = 0;
+    for (int64_t t = 0; t < T; t++) {
+        if (!batch->logits[t]) continue;
+        int64_t t1 = t + 1;
+        while (t1 < T && batch->logits[t1]) t1++;
+        og_copy_op cp = {dst + r * row, src + t * row, (uint64_t)((t1 - t) * row) * sizeof(float), 1, 1, 0, 0, 0, 0};
+        og_status st = f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen);
+        if (st) return st;
+        r += t1 - t;
+        t = t1 - 1;
+    }
+    return OG_OK;
+}

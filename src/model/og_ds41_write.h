@@ -18,6 +18,8 @@ typedef struct og_ds41_write_config {
     og_ds41_hparams hp;
     og_ggml_type types[OG_DS41_W_NORM]; /* per og_ds41_wclass below NORM (NORM, VEC, F32M are F32) */
     uint64_t split_max_bytes;  /* 0: one file; else gguf-split parts of at most this many bytes */
+    uint64_t engram_prime_start; /* the Engram primes are the consecutive primes above this */
+    bool engram_real_mult;     /* §3.2's multipliers (2 Engram layers of 4-grams), else odd values from the seed */
 } og_ds41_write_config;
 
 /* Fills c with a preset:
@@ -34,6 +36,12 @@ typedef struct og_ds41_write_config {
  *     15,999,999, the §3.2 multipliers), 7 split parts: write it --sparse.
  * OG_ERR_NOT_FOUND for another name. */
 og_status og_ds41_preset(const char *name, og_ds41_write_config *c);
+
+/* Recomputes what follows from c's dims after they change (make-model's
+ * shape options): the RoPE schedules, the Engram buckets, primes, offsets,
+ * rows and multipliers, the Engram layers' roles. Out-of-bound Engram sizes
+ * are left for og_ds41_config_check. Cannot fail. */
+void og_ds41_config_derive(og_ds41_write_config *c);
 
 /* Checks c against the reader's bounds and rules (a file og_ds41_hparams_read
  * would refuse is never written): OG_ERR_INVALID_ARG naming what is wrong. */

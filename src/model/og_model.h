@@ -94,6 +94,7 @@ typedef struct og_model_info {
      * never device bytes): the planner counts them in RAM only. deepseek41:
      * the Engram tables (OG_ROLE_ENGRAM) and token_embd; others 0. */
     uint64_t host_only_bytes;
+    const char *host_only_what;  /* what they are, for people ("Engram tables and token embeddings"), or NULL */
     const og_moe_weights *moe;   /* [n_layer] with a loaded model; NULL from og_model_describe */
 } og_model_info;
 

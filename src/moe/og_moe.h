@@ -34,6 +34,7 @@ typedef struct og_plan {
     uint64_t routed_bytes;          /* every routed expert */
     uint64_t host_only_bytes;       /* tensors that never go to the device (og_model_info.host_only_bytes:
                                        deepseek41's Engram tables and token_embd) */
+    const char *host_only_what;     /* og_model_info.host_only_what (static), or NULL */
     uint64_t staging_bytes;
     uint64_t host_bytes;
     /* the layout */

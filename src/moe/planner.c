@@ -191,6 +191,7 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
     /* host-only tensors (the architecture's figure: deepseek41's Engram tables and
      * token_embd, gathered by row on the host) are RAM, never device bytes */
     p->host_only_bytes = hp.host_only_bytes <= p->nonexpert_bytes ? hp.host_only_bytes : p->nonexpert_bytes;
+    p->host_only_what = hp.host_only_what;
     p->nonexpert_bytes -= p->host_only_bytes;
     ok = ok && og_mul_u64(4, p->expert_bytes_max, &p->staging_bytes) && add_to(&p->staging_bytes, 256 * MIB) &&
          og_add_u64(p->routed_bytes, p->staging_bytes, &p->host_bytes) && add_to(&p->host_bytes, p->host_only_bytes);
@@ -285,7 +286,7 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         size_t r = strlen(p->reason);
         if (p->host_only_bytes)
             snprintf(only, sizeof only, ", the host-only tensors (%s: %s)", og_fmt_bytes(p->host_only_bytes, ob, sizeof ob),
-                     hp.arch && !strcmp(hp.arch, "deepseek41") ? "Engram tables and token embeddings" : "kept in RAM");
+                     p->host_only_what ? p->host_only_what : "kept in RAM");
         snprintf(p->reason + r, sizeof p->reason - r,
                  "%shost short by %s: the routed experts (%s)%s and staging (%s: pinned buffers for migrations, four "
                  "experts in flight plus 256 MiB) need %s but %s is available; "

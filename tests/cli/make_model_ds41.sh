@@ -32,12 +32,21 @@ names=$(json_get "$work/g.json" "j.tensors.map(t => t.name).filter(n => /compres
   || fail "tiny: role tensors are $names"
 size=$(stat -c %s "$work/tiny.gguf")
 (( size > 3000000 && size < 46000000 )) || fail "tiny is $size bytes (a few MB to 45 MB)"
-mk --preset tiny --type Q8_0 -o "$work/q8.gguf"
+grep -Eq 'tokenizer.ggml.tokens +\[string x 129280\]' "$work/tiny.txt" || fail "tiny: no 129,280-token vocabulary"
+mk --preset tiny --type Q8_0 --tokenizer none -o "$work/q8.gguf"
 "$onegpu" gguf "$work/q8.gguf" > "$work/q8.txt"
 grep -q 'blk.4.engram_embd.weight .*Q8_0' "$work/q8.txt" || fail "q8: the tables are not Q8_0"
-mk --preset tiny --type Q8_0 --type-routed Q4_K --type-routed-down Q6_K --type-engram Q4_K -o "$work/kq.gguf"
+mk --preset tiny --type Q8_0 --type-routed Q4_K --type-routed-down Q6_K --type-engram Q4_K --tokenizer none -o "$work/kq.gguf"
 grep -q 'not a multiple of the Q4_K block' "$work/make.log" || { cat "$work/make.log"; fail "kq: no fallback reported for 64-wide Q4_K rows"; }
-mk --preset demo --sparse -o "$work/demo.gguf"
+# the shape options (the fuzz seed's command) and a refused shape
+mk --tokenizer none --vocab 16 --n-embd 8 --n-head 2 --head-dim 8 --n-rot 4 --q-lora-rank 8 --o-rank 8 --indexer-heads 1 \
+  --indexer-dim 32 --n-expert 2 --n-expert-used 1 --n-ff-exp 4 --window 4 --top-k 2 --engram-heads 2 --engram-ngram 3 \
+  --engram-dim 32 --engram-primes-above 5 --hc 2 --type F16 -o "$work/small.gguf"
+[[ $(js "$work/small.gguf" "j.metadata.find(k => k.key == 'deepseek41.engram.primes').value.join(' ')") == "7 11 13 17 19 23 29 31" ]] \
+  || fail "small: the Engram primes are not the consecutive primes above 5"
+rc=0; "$onegpu" make-model --arch deepseek41 --n-head 4 --o-groups 3 -o "$work/bad.gguf" 2>"$work/bad.log" || rc=$?
+[[ $rc == 1 ]] && grep -q 'a multiple of --o-groups (3)' "$work/bad.log" || fail "--o-groups 3: $rc $(cat "$work/bad.log")"
+mk --preset demo --sparse --tokenizer none -o "$work/demo.gguf"
 size=$(stat -c %s "$work/demo.gguf")
 (( size > 200000000 && size < 300000000 )) || fail "demo is $size bytes, not ~250 MB"
 [[ $(js "$work/demo.gguf" "new Set(j.tensors.filter(t => /exps|attn_q_b|engram_embd/.test(t.name)).map(t => t.type)).size") == 1 ]] \

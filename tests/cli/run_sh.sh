@@ -178,8 +178,9 @@ runsh --demo --dry-run > "$work/out7" 2>&1 || fail "demo dry run: $(cat "$work/o
 cores=$(lscpu -p=CORE,SOCKET,NODE | awk -F, '!/^#/ && ($3 == 0 || $3 == "") {print $2"-"$1}' | sort -u | wc -l) # node 0's
 grep -qE "^run.sh: facts: GPU (none|.*NUMA node).*; [0-9]+ NUMA node\(s\); node 0: CPUs [0-9,-]+, $cores physical cores; RAM [0-9.]+ GiB" "$work/out7" ||
   fail "facts line: $(cat "$work/out7")"
-grep -q "^+ .*onegpu make-model --preset demo -o $work/models/demo.gguf" "$work/out7" || fail "make-model not shown"
-grep -q "^+ .*onegpu serve -m $work/models/demo.gguf --port 8090 --threads $cores --numa-node 0 --vram 600M --reserve 64M --migrate 2" "$work/out7" ||
+grep -q "^+ .*onegpu make-model --arch deepseek41 --preset demo -o $work/models/demo-v41.gguf" "$work/out7" ||
+  fail "make-model not shown"
+grep -q "^+ .*onegpu serve -m $work/models/demo-v41.gguf --port 8090 --threads $cores --numa-node 0 --vram 600M --reserve 64M --migrate 2" "$work/out7" ||
   fail "serve command: $(cat "$work/out7")"
 [[ ! -e $work/models ]] || fail "--dry-run created $work/models"
 echo "ok: dry run"

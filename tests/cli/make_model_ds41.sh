@@ -49,8 +49,8 @@ rc=0; "$onegpu" make-model --arch deepseek41 --n-head 4 --o-groups 3 -o "$work/b
 mk --preset demo --sparse --tokenizer none -o "$work/demo.gguf"
 size=$(stat -c %s "$work/demo.gguf")
 (( size > 200000000 && size < 300000000 )) || fail "demo is $size bytes, not ~250 MB"
-[[ $(js "$work/demo.gguf" "new Set(j.tensors.filter(t => /exps|attn_q_b|engram_embd/.test(t.name)).map(t => t.type)).size") == 1 ]] \
-  || fail "demo: not one type (Q8_0) for the matrices"
+[[ $(js "$work/demo.gguf" "[...new Set(j.tensors.filter(t => /exps|attn_q_b|engram_embd/.test(t.name)).map(t => t.type))].join() + ' ' + j.roles.engram.n_tensors") == "Q8_0 2" ]] \
+  || fail "demo: not Q8_0 matrices and two engram-role tables"
 
 mk --preset v41-flash --sparse -o "$work/v41.gguf"
 [[ $(grep -c 'part [1-7] of 7: ' "$work/make.log") == 7 ]] || { cat "$work/make.log"; fail "v41-flash: not one line per part for 7 parts"; }

@@ -80,7 +80,7 @@ weights:;
     for (int j = 0; j < k; j++) sum += sc[ids[j]];
     for (int j = 0; j < k; j++) {
         float w = sc[ids[j]];
-        if (op->norm) w = (float)(w / fmax(sum, 6.103515625e-5));
+        if (op->norm) w = (float)(op->norm_add > 0 ? w / (sum + op->norm_add) : w / fmax(sum, 6.103515625e-5));
         if (op->scale != 1.0f) w *= op->scale;
         wout[j] = w;
     }

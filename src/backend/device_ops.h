@@ -29,6 +29,7 @@ typedef enum og_cop_kind {
     OG_COP_COMPRESS,
     OG_COP_INDEXER,
     OG_COP_SINK_ATTN,
+    OG_COP_ENGRAM, /* deepseek41's */
 } og_cop_kind;
 
 /* One issued op; its host arrays are copies in `own` (one block of `keep`,
@@ -64,6 +65,7 @@ typedef struct og_cop {
         og_compress_op compress;
         og_indexer_op indexer;
         og_sink_attn_op sink_attn;
+        og_engram_op engram;
     } u;
 } og_cop;
 
@@ -107,7 +109,7 @@ og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, con
 /* Frees c's block (keep) and empties it. */
 void og_cop_free(og_cop *c);
 
-/* deepseek4's kinds (OG_COP_HC_MIX ...), as og_cop_make / og_cop_run (ds4_ops.c). */
+/* deepseek4's and deepseek41's kinds (OG_COP_HC_MIX ...), as og_cop_make / og_cop_run (ds4_ops.c). */
 og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *err, size_t errlen);
 og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c);
 
@@ -182,12 +184,15 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
     static og_status prefix##_sink_attn(og_device *d, og_stream *s, const og_sink_attn_op *op, char *err,             \
                                         size_t errlen) {                                                                \
         return issue(d, s, OG_COP_SINK_ATTN, op, 0, err, errlen);                                                       \
+    }                                                                                                                   \
+    static og_status prefix##_engram(og_device *d, og_stream *s, const og_engram_op *op, char *err, size_t errlen) {  \
+        return issue(d, s, OG_COP_ENGRAM, op, 0, err, errlen);                                                          \
     }
 
 #define OG_COP_TABLE(prefix)                                                                                           \
     prefix##_matmul, prefix##_rmsnorm, prefix##_rope, prefix##_softmax, prefix##_swiglu, prefix##_router,              \
         prefix##_mla, prefix##_add, prefix##_scale, prefix##_copy, prefix##_get_rows, prefix##_kv_store,               \
         prefix##_hc_mix, prefix##_hc_collapse, prefix##_hc_expand, prefix##_qat, prefix##_compress, prefix##_indexer,  \
-        prefix##_sink_attn
+        prefix##_sink_attn, prefix##_engram
 
 #endif

@@ -145,10 +145,14 @@ int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_model_info 
     return OG_EXIT_OK;
 }
 
-/* --ds4-rounding LIST: each item a deepseek4 model option on (NAME) or off
- * (no-NAME), or a set (spec, llama), applied in order to m (NULL: only checked). */
+/* --ds4-rounding LIST: each item a model option on (NAME) or off (no-NAME),
+ * or a set (spec: every round trip of the architecture on; llama / none:
+ * off), applied in order to m (NULL: only checked). deepseek4 has kv-fp8,
+ * indexer-fp4, kv-f16; deepseek41 kv-fp8, kv-fp4, indexer-fp4 (the model
+ * refuses a name it does not have). */
 static og_status ds4_rounding_apply(og_model *m, const char *list, char *err, size_t errlen) {
-    static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-f16"};
+    static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-f16", "kv-fp4"};
+    const bool v41 = m && !strcmp(og_model_get_info(m)->arch, "deepseek41");
     char buf[256];
     if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf || !buf[0])
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "an empty or too long list");
@@ -160,12 +164,14 @@ static og_status ds4_rounding_apply(og_model *m, const char *list, char *err, si
         const bool on = strncmp(it, "no-", 3) != 0;
         const char *name = on ? it : it + 3;
         bool known = false;
-        for (int i = 0; i < 3; i++) known |= !strcmp(name, names[i]);
-        if (!strcmp(it, "spec") || !strcmp(it, "llama")) {
+        for (int i = 0; i < 4; i++) known |= !strcmp(name, names[i]);
+        if (!strcmp(it, "spec") || !strcmp(it, "llama") || !strcmp(it, "none")) {
             const char *v = !strcmp(it, "spec") ? "on" : "off";
             og_status st = OG_OK;
-            for (int i = 0; m && i < 2 && !st; i++) st = og_model_set_option(m, names[i], v, err, errlen);
-            if (!st && m) st = og_model_set_option(m, "kv-f16", "off", err, errlen);
+            /* the round trips of the architecture; deepseek4's kv-f16 (a storage choice) goes off */
+            const char *const *set = v41 ? (const char *const[]){"kv-fp8", "kv-fp4", "indexer-fp4"} : names;
+            for (int i = 0; m && i < (v41 ? 3 : 2) && !st; i++) st = og_model_set_option(m, set[i], v, err, errlen);
+            if (!st && m && !v41) st = og_model_set_option(m, "kv-f16", "off", err, errlen);
             if (st) return st;
             continue;
         }
@@ -239,7 +245,8 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         break;
     case OG_OPT_DEVICE_FORWARD: name = "device-forward", want = ""; f->device_forward = true; break;
     case OG_OPT_DS4_ROUNDING:
-        name = "ds4-rounding", want = "a list of [no-]kv-fp8, [no-]indexer-fp4, [no-]kv-f16, spec or llama";
+        name = "ds4-rounding", want = "a list of [no-]kv-fp8, [no-]indexer-fp4, [no-]kv-f16, [no-]kv-fp4, spec, "
+                                      "llama or none";
         ok = ds4_rounding_apply(NULL, arg, NULL, 0) == OG_OK;
         f->ds4_rounding = arg;
         break;
@@ -252,8 +259,8 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
 
 int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f) {
     if (!f->ds4_rounding) return OG_EXIT_OK;
-    if (strcmp(og_model_get_info(m)->arch, "deepseek4")) {
-        fprintf(stderr, "%s: --ds4-rounding applies to deepseek4 models; this one is %s\n", cmd,
+    if (strcmp(og_model_get_info(m)->arch, "deepseek4") && strcmp(og_model_get_info(m)->arch, "deepseek41")) {
+        fprintf(stderr, "%s: --ds4-rounding applies to deepseek4 and deepseek41 models; this one is %s\n", cmd,
                 og_model_get_info(m)->arch);
         return OG_EXIT_USAGE;
     }

@@ -62,18 +62,21 @@ void og_cli_flags_init(og_cli_flags *f);
 int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f);
 
 /* After loading: the model options the flags name (--ds4-rounding on a
- * deepseek4 model). Returns 0, or OG_EXIT_USAGE after printing why (another
- * architecture). */
+ * deepseek4 or deepseek41 model). Returns 0, or OG_EXIT_USAGE after printing
+ * why (another architecture, an option the model does not have). */
 int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f);
 
 /* The --help lines of the model options. */
 #define OG_CLI_MODEL_OPTIONS_HELP                                                                                      \
-    "  --ds4-rounding LIST  deepseek4 only: the low-precision rounding the forward pass simulates, a comma\n"         \
-    "                list of kv-fp8 (the FP8 E4M3 round trip of the raw and compressed KV), indexer-fp4\n"           \
-    "                (Hadamard + FP4 E2M1 of the lightning indexer's queries and keys), kv-f16 (every\n"             \
-    "                stored KV row in f16, as ds4 and llama.cpp's default F16 cache store it), each may\n"           \
-    "                be no-NAME; or spec = kv-fp8,indexer-fp4 (the default: as V4 was trained and ds4\n"             \
-    "                runs it), llama = no-kv-fp8,no-indexer-fp4 (llama.cpp v0.4.0's graph, F32 cache)\n"
+    "  --ds4-rounding LIST  deepseek4 / deepseek41: the low-precision rounding the forward pass simulates, a\n"       \
+    "                comma list of kv-fp8 (the FP8 E4M3 round trip of the KV: V4 raw and compressed rows,\n"        \
+    "                V4.1 the window in blocks of 32), indexer-fp4 (FP4 E2M1 of the indexer's queries and\n"        \
+    "                keys: V4 after a Hadamard rotation, V4.1 without), kv-f16 (deepseek4: every stored KV\n"       \
+    "                row in f16, as ds4 and llama.cpp's default F16 cache store it), kv-fp4 (deepseek41:\n"        \
+    "                the compressed rows in FP4 E2M1 with an E4M3 scale per 16), each may be no-NAME; or\n"       \
+    "                spec = all of the architecture's round trips (deepseek4's default: as V4 was trained\n"       \
+    "                and ds4 runs it), llama or none = none of them (deepseek41's default: V4.1's QAT is\n"       \
+    "                unverified)\n"
 
 /* After the command line: the combinations (--ram, --profile, --expert-slots and
  * --migrate need --vram; --save-profile must be writable). Returns 0, or

@@ -726,7 +726,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         } else {
             if ((st = og_fwd_mm(&fw, &L->router, a, T, rl))) break;
             og_router_op ro = {rl, L->exp_bias, T, (int32_t)E, (int32_t)k, (int32_t)h->gating, (int32_t)h->n_group,
-                               (int32_t)h->n_group_used, h->expert_norm, h->expert_scale, r_ids, r_w, NULL, 0, NULL};
+                               (int32_t)h->n_group_used, h->expert_norm, h->expert_scale, r_ids, r_w, NULL, 0, NULL, 0};
             /* the dispatcher's input: the routes and the normalized rows, down to the host */
             if ((st = ops->router(fw.dev, fw.s, &ro, err, errlen)) ||
                 (st = ops->copy_to_host(fw.dev, fw.s, h_ids, r_ids, (uint64_t)(T * k) * sizeof *h_ids, err, errlen)) ||

@@ -22,6 +22,7 @@ typedef enum og_tensor_role {
     OG_ROLE_ROUTED_EXPERTS, /* ffn_*_exps: stacked routed experts [.., .., n_expert] */
     OG_ROLE_SHARED_EXPERTS, /* ffn_*_shexp */
     OG_ROLE_OUTPUT,         /* output, output_norm */
+    OG_ROLE_ENGRAM,         /* deepseek41's Engram n-gram tables (engram_embd): host-only, never device bytes */
     OG_ROLE_OTHER,          /* anything the table does not know */
     OG_ROLE_COUNT
 } og_tensor_role;
@@ -89,6 +90,11 @@ typedef struct og_model_info {
      * architecture state with a fork (deepseek4). false: `n` > 1 is refused. */
     bool kv_fork;
     uint64_t kv_block_bytes;     /* bytes of one og_kv block (kv_paged), else 0 */
+    /* Bytes of the tensors that stay in host memory (gathered there by row,
+     * never device bytes): the planner counts them in RAM only. deepseek41:
+     * the Engram tables (OG_ROLE_ENGRAM) and token_embd; others 0. */
+    uint64_t host_only_bytes;
+    const char *host_only_what;  /* what they are, for people ("Engram tables and token embeddings"), or NULL */
     const og_moe_weights *moe;   /* [n_layer] with a loaded model; NULL from og_model_describe */
 } og_model_info;
 
@@ -102,6 +108,11 @@ const og_model_info *og_model_get_info(const og_model *m);
  * queries and keys), as V4 was trained and ds4 runs it; "kv-f16" (off: every
  * stored KV row rounded to f16, as ds4's and llama.cpp's default F16 cache
  * store them). llama.cpp v0.4.0 computes kv-fp8 and indexer-fp4 off.
+ * deepseek41 (decision 2 of the V4.1 brief: V4.1's QAT is unverified, all
+ * default off): "kv-fp8" (the window rows' non-RoPE dims, FP8 E4M3 in blocks
+ * of 32), "kv-fp4" (the compressed rows after RoPE, FP4 E2M1 with an E4M3
+ * scale per 16), "indexer-fp4" (the indexer's queries and keys after RoPE,
+ * FP4 E2M1 in blocks of 32, no Hadamard rotation).
  * Errors: OG_ERR_INVALID_ARG naming an option or value the architecture does
  * not have (deepseek2 has none). */
 og_status og_model_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen);
@@ -186,10 +197,11 @@ typedef struct og_run_ctx og_run_ctx;
  * partial last block, and any full block the caller does not share), each
  * og_model_info.kv_block_bytes each (deepseek2: [n_layer][OG_KV_BLOCK][r_kv +
  * d_rope] floats). A model whose cache is not paged (kv_paged false) with
- * og_model_info.kv_fork (deepseek4): n_share must be 0 and dst gets a deep copy
+ * og_model_info.kv_fork (deepseek4, deepseek41): n_share must be 0 and dst gets a deep copy
  * of src's architecture state (deepseek4: every layer's raw window
  * [n_swa][head_dim], compressed rows [n_pos / ratio][head_dim], indexer keys
- * [n_pos / 4][indexer_head_dim] and compressor states) in new memory of src's;
+ * [n_pos / 4][indexer_head_dim] and compressor states; deepseek41: the same
+ * for its kv sources and key owners, and the Engram context's last tokens) in new memory of src's;
  * src and dst are then independent (either may be freed or run on). A cache on
  * a device is copied on rc->stream (rc->dev must be src->dev) and waited for.
  * Errors: OG_ERR_UNSUPPORTED (kv_fork false: an architecture state without a

@@ -24,7 +24,7 @@ typedef struct og_plan {
     bool fits;
     char reason[1024];              /* why not, with what would make it fit: every short side (device, host) */
     /* device side */
-    uint64_t nonexpert_bytes;       /* every tensor but the routed experts */
+    uint64_t nonexpert_bytes;       /* every tensor but the routed experts and the host-only ones */
     uint64_t kv_bytes;              /* parallel x (kv_elems_fixed + ceil(ctx x kv_elems_per_token)) x elem
                                        (og_model_info; deepseek2: ctx x parallel x layers x (r_kv + d_rope) x elem) */
     uint64_t workspace_bytes;
@@ -32,6 +32,9 @@ typedef struct og_plan {
     uint64_t device_bytes;          /* all of the above + resident experts */
     /* host side */
     uint64_t routed_bytes;          /* every routed expert */
+    uint64_t host_only_bytes;       /* tensors that never go to the device (og_model_info.host_only_bytes:
+                                       deepseek41's Engram tables and token_embd) */
+    const char *host_only_what;     /* og_model_info.host_only_what (static), or NULL */
     uint64_t staging_bytes;
     uint64_t host_bytes;
     /* the layout */

@@ -875,7 +875,7 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     float *dwts = dv_up(&c, NULL, RT * RK * sizeof(float));
     for (int variant = 0; variant < 2; variant++) {
         og_router_op rop = {dlg, variant ? NULL : dbias, RT, RE, RK, variant ? 1 : 2, variant ? 1 : 4, variant ? 1 : 2,
-                            !variant, variant ? 1.0f : 2.5f, dids, dwts, NULL, 0, NULL};
+                            !variant, variant ? 1.0f : 2.5f, dids, dwts, NULL, 0, NULL, 0};
         assert_int_equal(c.ops->router(dev, c.s, &rop, c.err, sizeof c.err), OG_OK);
         int32_t got[RT * RK];
         float gw[RT * RK];

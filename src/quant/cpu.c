@@ -129,9 +129,9 @@ og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kern
     case OG_ISA_AVX512:
         og_kernels_fill_avx2(k);
         og_kernels_fill_avx512(k);
-        if (f->gfni && f->avx512vbmi) og_kernels_fill_avx512_gfni(k);
         og_kernels_fill_iq_avx2(k);
         og_kernels_fill_iq_avx512(k);
+        if (f->gfni && f->avx512vbmi) og_kernels_fill_avx512_gfni(k);
         og_kernels_fill_tile_avx512(k);
         return OG_OK;
     default: return OG_ERR_UNSUPPORTED;

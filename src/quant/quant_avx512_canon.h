@@ -85,11 +85,12 @@ static inline __attribute__((always_inline)) void block_done16(bool canon, canon
 
 /* ---- Q3_K ------------------------------------------------------------------------ */
 
-/* Built with GFNI and VBMI (quant_avx512_gfni.c): the Q3_K unpacking below uses them. */
+/* Built with GFNI and VBMI (quant_avx512_gfni.c): the Q3_K unpacking and the IQ2_XXS
+ * sign masks below use them. */
 #if defined(__GFNI__) && defined(__AVX512VBMI__)
-#define OG_Q3_GFNI 1
+#define OG_AVX512_GFNI 1
 #else
-#define OG_Q3_GFNI 0
+#define OG_AVX512_GFNI 0
 #endif
 
 /* Q3_K: u = q2 + 4 * hbit in [0, 7] and q = u - 4; 4 sum_s sc[s] bsums[s] is
@@ -99,7 +100,7 @@ static inline __attribute__((always_inline)) void block_done16(bool canon, canon
  * bit at bit kk = 4h + 2m (low), 4h + 2m + 1 (high) of the hmask byte; 128-bit lane
  * L = sub-block 4j + L. The sums (|p| <= 3584) pack to int16 for vpdpwssd with the
  * signed scales. */
-#if OG_Q3_GFNI
+#if OG_AVX512_GFNI
 /* The sixteen scales minus 32 as int8 lanes: vpmultishiftqb brings scale s's low
  * nibble (byte s % 8, bits 4 (s / 8)) to bits 0-3 of lane s, and its top two bits
  * (byte 8 + s % 4, bits 2 (s / 4)) to bits 4-5 of another; a ternary-logic merge,
@@ -141,7 +142,7 @@ static inline __m128i q3_scales_vec(const uint8_t *q) {
  * ternary-logic and one affine operation instead of a shift, a mask, a test and a
  * masked add. */
 typedef struct q3_consts {
-#if OG_Q3_GFNI
+#if OG_AVX512_GFNI
     __m512i sel[2], mat[4];
 #else
     __m512i shift[2], hbit[4], m3, four;
@@ -150,7 +151,7 @@ typedef struct q3_consts {
 
 static inline q3_consts q3_consts_make(void) {
     q3_consts c;
-#if OG_Q3_GFNI
+#if OG_AVX512_GFNI
     for (int m = 0; m < 2; m++)
         c.sel[m] = _mm512_inserti64x4(_mm512_set1_epi8((char)(3 << (4 * m))), _mm256_set1_epi8((char)(3 << (4 * m + 2))), 1);
     for (int j = 0; j < 4; j++) {
@@ -177,7 +178,7 @@ static inline q3_consts q3_consts_make(void) {
 /* u[j] (u8 in [0, 7]) of the block's elements 64j .. 64j + 63. */
 static inline __attribute__((always_inline)) void q3_unpack(const q3_consts *c, const og_block_q3_K *x, __m512i u[4]) {
     const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->hmask));
-#if OG_Q3_GFNI
+#if OG_AVX512_GFNI
     const __m512i hv[4] = {_mm512_slli_epi16(hm, 4), hm, hm, _mm512_srli_epi16(hm, 4)};
 #endif
     #pragma GCC unroll 2
@@ -186,7 +187,7 @@ static inline __attribute__((always_inline)) void q3_unpack(const q3_consts *c, 
         #pragma GCC unroll 2
         for (int m = 0; m < 2; m++) {
             const int j = 2 * h + m;
-#if OG_Q3_GFNI
+#if OG_AVX512_GFNI
             u[j] = _mm512_gf2p8affine_epi64_epi8(_mm512_ternarylogic_epi32(q, hv[j], c->sel[m], 0xE4), c->mat[j], 0);
 #else
             const __m512i q2 = _mm512_and_si512(_mm512_srlv_epi16(q, c->shift[m]), c->m3);
@@ -243,5 +244,107 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny,
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
 }
+
+/* ---- IQ2_XXS (files built with BMI2: pdep, or GFNI and VBMI) -------------------- */
+#if defined(__BMI2__)
+/* A kernel's accumulators for ny rows: the fork's lanes, the canonical order's 32
+ * lanes and its group of eight blocks in waiting. */
+typedef struct iq_acc {
+    __m512 acc[NYMAX];
+    __m256 cacc[NYMAX][4];
+    og_canon8 g[NYMAX];
+} iq_acc;
+static inline __attribute__((always_inline)) void iq_acc_zero(iq_acc *r, int ny) {
+    for (int i = 0; i < ny; i++) {
+        r->acc[i] = _mm512_setzero_ps();
+        r->cacc[i][0] = r->cacc[i][1] = r->cacc[i][2] = r->cacc[i][3] = _mm256_setzero_ps();
+    }
+}
+
+/* ---- IQ2_XXS ------------------------------------------------------------------ */
+
+/* Bit 8l + j set when weight j of group l of the sub-block pair (a1 words p, q) is
+ * negative: pdep spreads the eight 7-bit fields one per byte, the byte's parity
+ * gives bit 7 (the count of negatives is even). */
+#if !OG_AVX512_GFNI
+static inline __mmask64 iq2_neg_mask(uint32_t p, uint32_t q) {
+    const uint64_t f = (uint64_t)(p & 0x0fffffffu) | (uint64_t)(q & 0x0fffffffu) << 28;
+    const uint64_t v = _pdep_u64(f, 0x7f7f7f7f7f7f7f7fULL);
+    uint64_t t = (v ^ (v >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+    t ^= t >> 2;
+    t ^= t >> 1;
+    return (__mmask64)(v | (t & 0x0101010101010101ULL) << 7);
+}
+#endif
+
+/* The 64 grid bytes of the sub-block pair whose a0 words are p and q. */
+static inline __m512i iq2_grid_pair(uint32_t p, uint32_t q) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(og_iq2_grid_bytes(p)), og_iq2_grid_bytes(q), 1);
+}
+
+static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, int64_t n, float *s, const void *vx,
+                                                             const void *const *vy) {
+    const og_block_iq2_xxs *x = vx;
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
+    iq_acc r;
+    iq_acc_zero(&r, ny);
+    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
+        for (int j = 0; j < OG_CANON_GROUP && b0 + j < nb; j++) {
+            const int64_t b = b0 + j;
+            og_prefetch_span(x + b, PF_DIST, sizeof *x);
+            uint32_t a[16];
+            memcpy(a, x[b].qs, 64);
+#if OG_AVX512_GFNI
+            /* the four pairs' sign masks at once: the a1 words (qword k: pair k's two),
+             * each 7-bit field to a byte (vpmultishiftqb), its parity to bit 7 (an affine
+             * map over GF(2): bit 7 = the sum of bits 0-6); the masks are read back as
+             * k-registers (narrow loads of one wide store forward) */
+            uint64_t neg[4];
+            {
+                const __m256i a1 = _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+                    _mm512_zextsi256_si512(_mm256_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15)), _mm512_loadu_si512((const void *)x[b].qs)));
+                const __m256i f = _mm256_multishift_epi64_epi8(_mm256_set1_epi64x(0x352e2720150e0700ll), a1);
+                _mm256_storeu_si256((__m256i *)neg, _mm256_gf2p8affine_epi64_epi8(f, _mm256_set1_epi64x(0x010204081020407Fll), 0));
+            }
+#endif
+            /* 2 ls + 1 of sub-block s in the low word of dword 2s + 1 */
+            const __m512i ls2 = _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512((const void *)x[b].qs), 27), _mm512_set1_epi32(1));
+            __m512i isum[NYMAX];
+            for (int i = 0; i < ny; i++) isum[i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int sb = 0; sb < 8; sb += 2) {
+                const __m512i gb = iq2_grid_pair(a[2 * sb], a[2 * sb + 2]);
+#if OG_AVX512_GFNI
+                const __m512i nb8 = _mm512_maskz_mov_epi8(_load_mask64((__mmask64 *)&neg[sb / 2]), gb);
+#else
+                const __m512i nb8 = _mm512_maskz_mov_epi8(iq2_neg_mask(a[2 * sb + 1], a[2 * sb + 3]), gb);
+#endif
+                /* words 0-15: sub-block sb's (word 4 sb + 2 of ls2), 16-31: sb + 1's (word 4 sb + 6) */
+                const __m512i ls = _mm512_permutexvar_epi16(
+                    _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)(4 * sb + 2)), _mm512_set1_epi16((short)(4 * sb + 6))), ls2);
+#pragma GCC unroll 4
+                for (int i = 0; i < ny; i++) {
+                    const __m512i yy = _mm512_loadu_si512((const void *)(y[i][b].qs + 32 * sb));
+                    const __m512i pn = _mm512_maddubs_epi16(nb8, yy);
+                    const __m512i t = _mm512_sub_epi16(_mm512_maddubs_epi16(gb, yy), _mm512_add_epi16(pn, pn));
+                    isum[i] = _mm512_dpwssd_epi32(isum[i], t, ls);
+                }
+            }
+            const float dx = og_h16((const uint8_t *)&x[b].d);
+            for (int i = 0; i < ny; i++) {
+                if (canon)
+                    og_canon_put(&r.g[i], j, _mm256_add_epi32(_mm512_castsi512_si256(isum[i]), _mm512_extracti64x4_epi64(isum[i], 1)),
+                                 dx * y[i][b].d * 0.125f);
+                else
+                    r.acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(dx * y[i][b].d), r.acc[i]);
+            }
+        }
+        if (canon)
+            for (int i = 0; i < ny; i++) og_canon_flush(&r.g[i], r.cacc[i], b0, nb, false);
+    }
+    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(r.cacc[i]) : 0.125f * _mm512_reduce_add_ps(r.acc[i]);
+}
+#endif
 
 #endif

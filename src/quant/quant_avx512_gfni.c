@@ -5,12 +5,14 @@
  * kernel gives the AVX-512 one's bits (the same integer sums; tested). */
 #include "quant_avx512_canon.h"
 
-#if !OG_Q3_GFNI
+#if !OG_AVX512_GFNI
 #error "quant_avx512_gfni.c is built with -mgfni -mavx512vbmi"
 #endif
 
 OG_FORK_CANON_KERNELS(q3_K_gfni, q3_K_dot_n)
+OG_FORK_CANON_KERNELS(iq2_xxs_gfni, iq2_xxs_n)
 
 void og_kernels_fill_avx512_gfni(og_kernels *k) {
     OG_SET_FORK_CANON(k, OG_TYPE_Q3_K, q3_K_gfni);
+    OG_SET_FORK_CANON(k, OG_TYPE_IQ2_XXS, iq2_xxs_gfni);
 }

@@ -282,6 +282,7 @@ static inline __m512i iq2_grid_pair(uint32_t p, uint32_t q) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(og_iq2_grid_bytes(p)), og_iq2_grid_bytes(q), 1);
 }
 
+#define Q4(g) g, g, g, g
 static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                              const void *const *vy) {
     const og_block_iq2_xxs *x = vx;
@@ -289,12 +290,35 @@ static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, 
     const int64_t nb = n / OG_QK_K;
     iq_acc r;
     iq_acc_zero(&r, ny);
+#if OG_AVX512_GFNI
+    /* the grid as 2-bit levels (og_iq2xxs_grid2), 64 entries per pair of registers */
+    __m512i grid2[8];
+    for (int t = 0; t < 8; t++) grid2[t] = _mm512_loadu_si512((const void *)(og_iq2xxs_grid2 + 32 * t));
+    /* word 4 sb + g: byte g of sub-block sb's a0 word (qs byte 8 sb + g), its grid index */
+    uint8_t gsel[64];
+    for (int w = 0; w < 32; w++) gsel[2 * w] = gsel[2 * w + 1] = (uint8_t)(8 * (w / 4) + w % 4);
+    const __m512i gidx = _mm512_loadu_si512((const void *)gsel);
+#endif
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int j = 0; j < OG_CANON_GROUP && b0 + j < nb; j++) {
             const int64_t b = b0 + j;
             og_prefetch_span(x + b, PF_DIST, sizeof *x);
             uint32_t a[16];
             memcpy(a, x[b].qs, 64);
+#if OG_AVX512_GFNI
+            /* the block's 32 grid points at once, word 4 sb + g: four 64-entry word permutes,
+             * then index bits 6 and 7 choose among them */
+            __m512i levels;
+            {
+                const __m512i gi = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, gidx, _mm512_loadu_si512((const void *)x[b].qs));
+                const __mmask32 k6 = _mm512_test_epi16_mask(gi, _mm512_set1_epi16(0x40)), k7 = _mm512_test_epi16_mask(gi, _mm512_set1_epi16(0x80));
+                const __m512i lo = _mm512_mask_blend_epi16(k6, _mm512_permutex2var_epi16(grid2[0], gi, grid2[1]),
+                                                           _mm512_permutex2var_epi16(grid2[2], gi, grid2[3]));
+                const __m512i hi = _mm512_mask_blend_epi16(k6, _mm512_permutex2var_epi16(grid2[4], gi, grid2[5]),
+                                                           _mm512_permutex2var_epi16(grid2[6], gi, grid2[7]));
+                levels = _mm512_mask_blend_epi16(k7, lo, hi);
+            }
+#endif
 #if OG_AVX512_GFNI
             /* the four pairs' sign masks at once: the a1 words (qword k: pair k's two),
              * each 7-bit field to a byte (vpmultishiftqb), its parity to bit 7 (an affine
@@ -310,25 +334,42 @@ static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, 
 #endif
             /* 2 ls + 1 of sub-block s in the low word of dword 2s + 1 */
             const __m512i ls2 = _mm512_or_si512(_mm512_srli_epi32(_mm512_loadu_si512((const void *)x[b].qs), 27), _mm512_set1_epi32(1));
+            /* the weights go in biased, u = 43 + (+-grid) in [0, 86]; -43 sum_s (2 ls + 1) sum(y of s)
+             * (the two bsums of s) takes the bias off: (2 ls + 1) of bsum k in word k */
+            const __m256i lsm43 = _mm256_mullo_epi16(
+                _mm512_castsi512_si256(_mm512_permutexvar_epi16(
+                    _mm512_castsi256_si512(_mm256_setr_epi16(2, 2, 6, 6, 10, 10, 14, 14, 18, 18, 22, 22, 26, 26, 30, 30)), ls2)),
+                _mm256_set1_epi16(-43));
             __m512i isum[NYMAX];
-            for (int i = 0; i < ny; i++) isum[i] = _mm512_setzero_si512();
+            for (int i = 0; i < ny; i++)
+                isum[i] = _mm512_zextsi256_si512(_mm256_madd_epi16(lsm43, _mm256_loadu_si256((const __m256i *)y[i][b].bsums)));
 #pragma GCC unroll 4
             for (int sb = 0; sb < 8; sb += 2) {
-                const __m512i gb = iq2_grid_pair(a[2 * sb], a[2 * sb + 2]);
 #if OG_AVX512_GFNI
-                const __m512i nb8 = _mm512_maskz_mov_epi8(_load_mask64((__mmask64 *)&neg[sb / 2]), gb);
+                /* qword g: group g's levels (word 4 sb + g), weight j's two bits to byte j, then its value */
+                const __m512i pts = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set_epi16(Q4(7), Q4(6), Q4(5), Q4(4), Q4(3), Q4(2), Q4(1), Q4(0)),
+                                                                              _mm512_set1_epi16((short)(4 * sb))),
+                                                             levels);
+                const __m512i gb = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x0e0c0a0806040200ll), pts),
+                                                           _mm512_set1_epi32(0x002b1908));
 #else
-                const __m512i nb8 = _mm512_maskz_mov_epi8(iq2_neg_mask(a[2 * sb + 1], a[2 * sb + 3]), gb);
+                const __m512i gb = iq2_grid_pair(a[2 * sb], a[2 * sb + 2]);
 #endif
+#if OG_AVX512_GFNI
+                const __mmask64 kneg = _load_mask64((__mmask64 *)&neg[sb / 2]);
+#else
+                const __mmask64 kneg = iq2_neg_mask(a[2 * sb + 1], a[2 * sb + 3]);
+#endif
+                const __m512i c43 = _mm512_set1_epi8(43);
+                const __m512i u = _mm512_mask_sub_epi8(_mm512_add_epi8(gb, c43), kneg, c43, gb);
                 /* words 0-15: sub-block sb's (word 4 sb + 2 of ls2), 16-31: sb + 1's (word 4 sb + 6) */
                 const __m512i ls = _mm512_permutexvar_epi16(
                     _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)(4 * sb + 2)), _mm512_set1_epi16((short)(4 * sb + 6))), ls2);
 #pragma GCC unroll 4
                 for (int i = 0; i < ny; i++) {
                     const __m512i yy = _mm512_loadu_si512((const void *)(y[i][b].qs + 32 * sb));
-                    const __m512i pn = _mm512_maddubs_epi16(nb8, yy);
-                    const __m512i t = _mm512_sub_epi16(_mm512_maddubs_epi16(gb, yy), _mm512_add_epi16(pn, pn));
-                    isum[i] = _mm512_dpwssd_epi32(isum[i], t, ls);
+                    /* pairs of u y: |.| <= 2 * 86 * 128, no saturation */
+                    isum[i] = _mm512_dpwssd_epi32(isum[i], _mm512_maddubs_epi16(u, yy), ls);
                 }
             }
             const float dx = og_h16((const uint8_t *)&x[b].d);
@@ -345,6 +386,7 @@ static inline __attribute__((always_inline)) void iq2_xxs_n(bool canon, int ny, 
     }
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(r.cacc[i]) : 0.125f * _mm512_reduce_add_ps(r.acc[i]);
 }
+#undef Q4
 #endif
 
 #endif

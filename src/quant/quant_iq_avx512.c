@@ -1,7 +1,8 @@
 /* AVX-512 (F, BW, VL, VNNI) kernels of IQ2_XXS and MXFP4, the fork's order and the
  * canonical one (og_quant.h), one and four activation rows; two sub-blocks (IQ2_XXS)
  * or two blocks (MXFP4) per 512-bit register. Integer sums exact as in
- * quant_iq_avx2.c. Built with the AVX-512 flags plus -mbmi2 (pdep). */
+ * quant_iq_avx2.c. Built with the AVX-512 flags plus -mbmi2 (pdep). The IQ2_XXS body
+ * is in quant_avx512_canon.h (quant_avx512_gfni.c builds it with GFNI and VBMI). */
 #include "quant_avx512_canon.h"
 
 /* ---- MXFP4 ----------------------------------------------------------------------

@@ -11,8 +11,10 @@
 
 OG_FORK_CANON_KERNELS(q3_K_gfni, q3_K_dot_n)
 OG_FORK_CANON_KERNELS(iq2_xxs_gfni, iq2_xxs_n)
+OG_FORK_CANON_KERNELS(mxfp4_gfni, mxfp4_n)
 
 void og_kernels_fill_avx512_gfni(og_kernels *k) {
     OG_SET_FORK_CANON(k, OG_TYPE_Q3_K, q3_K_gfni);
     OG_SET_FORK_CANON(k, OG_TYPE_IQ2_XXS, iq2_xxs_gfni);
+    OG_SET_FORK_CANON(k, OG_TYPE_MXFP4, mxfp4_gfni);
 }

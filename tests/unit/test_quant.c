@@ -604,13 +604,14 @@ static void test_canonical(void **state) {
     int tiers = (f.avx2 && f.fma && f.f16c) + has512;
     assert_int_equal(fast, 8 * tiers + 3 * has512);
     if (tiers) assert_int_equal(fast4, 7 + 8 * (tiers - 1) + 3 * has512);
-    /* the AVX-512 tier's GFNI/VBMI kernels (Q3_K, IQ2_XXS) where the CPU has them:
+    /* the AVX-512 tier's GFNI/VBMI kernels (Q3_K, IQ2_XXS, MXFP4) where the CPU has them:
      * checked below next to the same tier without them */
     if (has512 && f.gfni && f.avx512vbmi) {
         og_kernels k512, plain;
         assert_true(tier_kernels(&f, OG_ISA_AVX512, &k512) && tier_kernels(&f, VARIANT_AVX512_PLAIN, &plain));
         assert_true(k512.vec_dot_canonical[OG_TYPE_Q3_K] != plain.vec_dot_canonical[OG_TYPE_Q3_K]);
         assert_true(k512.vec_dot_canonical[OG_TYPE_IQ2_XXS] != plain.vec_dot_canonical[OG_TYPE_IQ2_XXS]);
+        assert_true(k512.vec_dot_canonical[OG_TYPE_MXFP4] != plain.vec_dot_canonical[OG_TYPE_MXFP4]);
     } else if (has512) {
         print_message("SKIP (hardware): no GFNI/VBMI: the AVX-512 tier's GFNI kernels untested\n");
     }

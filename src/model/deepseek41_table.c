@@ -88,6 +88,26 @@ static const char *kname(const rd *r, const char *key, char *buf, size_t n) {
     return buf;
 }
 
+/* A file that mixes the dialects' spellings (an antirez file with a key
+ * spelled as llama.cpp does, a vcruz305 / mxxm-t file with a raw HF name) is
+ * refused: which of the two values holds is anyone's guess, and a value read
+ * from one spelling while the other says otherwise would be silently wrong. */
+static og_status mixed_keys(const rd *r) {
+    char mine[160], other[160];
+    for (size_t i = 0; i < sizeof antirez_names / sizeof antirez_names[0]; i++) {
+        const char *vc = antirez_names[i].key, *hf = antirez_names[i].antirez;
+        if (!strcmp(vc, hf)) continue;
+        const bool az = r->d == OG_DS41_ANTIREZ;
+        snprintf(mine, sizeof mine, ARCH "%s", az ? hf : vc);
+        snprintf(other, sizeof other, ARCH "%s", az ? vc : hf);
+        if (og_gguf_find_kv(r->g, other))
+            return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "mixes the GGUF dialects: read as the %s dialect (which "
+                           "spells it %s), it also has %s, the %s spelling", dialect_names[r->d], mine, other,
+                           az ? "vcruz305 / mxxm-t" : "antirez");
+    }
+    return OG_OK;
+}
+
 /* A missing key names the dialect the file was read as. */
 static og_status missing(const rd *r, og_status st, const char *full) {
     if (st != OG_ERR_NOT_FOUND) return st;
@@ -390,6 +410,7 @@ og_status og_ds41_hparams_read(const og_gguf *g, const og_logger *lg, og_ds41_hp
     if (og_gguf_find_kv(g, ARCH "num_hidden_layers") || og_gguf_find_kv(g, ARCH "hidden_size")) r.d = OG_DS41_ANTIREZ;
     else if (og_gguf_find_kv(g, ARCH "attention.kv_source_layer_ids")) r.d = OG_DS41_MXXM_T;
     h->dialect = r.d;
+    TRY(mixed_keys(&r));
     uint32_t n_all, nextn, u;
     TRY(ku(&r, "block_count", true, 0, 1, OG_DS4_MAX_LAYER, &n_all));
     TRY(ku(&r, "nextn_predict_layers", false, 0, 0, n_all - 1, &nextn));

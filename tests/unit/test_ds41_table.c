@@ -59,6 +59,13 @@ typedef struct mod {
     uint32_t set_u32;
     int64_t rows_key_add;        /* antirez engram.rows[0] += this */
     const char *extra_key;       /* a full key written besides (UINT32 1): another dialect's spelling */
+    int64_t tmap_len_add;        /* token_map entries: V + this */
+    int64_t ratios_len_add;      /* compress_ratios entries: n_layer + 3 + this */
+    uint32_t n_ids;              /* > 0: engram.layer_ids is ids[0 .. n_ids) instead */
+    int32_t ids[4];
+    const char *retype;          /* a tensor written as retype_to, row length retype_ne0 (0: as is) */
+    og_ggml_type retype_to;
+    int64_t retype_ne0;
 } mod;
 
 static const mod NOMOD = {0};
@@ -138,6 +145,10 @@ static void put_arr(const wr *x, const char *vc, const char *hf, og_gguf_vtype t
 
 static void put_tensor(const wr *x, const char *name, og_ggml_type t, uint32_t nd, int64_t a, int64_t b, int64_t c) {
     if (x->m->drop_tensor && !strcmp(x->m->drop_tensor, name)) return;
+    if (x->m->retype && !strcmp(x->m->retype, name)) {
+        t = x->m->retype_to;
+        if (x->m->retype_ne0) a = x->m->retype_ne0;
+    }
     const int64_t ne[3] = {a, b, c};
     assert_int_equal(og_gguf_writer_add_tensor(x->w, name, t, nd, ne, NULL), OG_OK);
 }
@@ -167,9 +178,10 @@ static void build(const char *path, og_ds41_dialect d, const layout *l, const mo
     put_u32(&x, "attention.output_lora_rank", "o_lora_rank", OR);
     put_u32(&x, "attention.output_group_count", "o_groups", G);
     put_u32(&x, "attention.sliding_window", "sliding_window", SWA);
-    int32_t ratios[51];
-    for (uint32_t i = 0; i < l->n_layer + 3; i++) ratios[i] = i < l->n_layer ? (int32_t)l->ratio[i] : 0;
-    put_arr(&x, "attention.compress_ratios", "compress_ratios", OG_GGUF_INT32, ratios, l->n_layer + 3);
+    int32_t ratios[64];
+    const uint32_t n_ratios = (uint32_t)((int64_t)l->n_layer + 3 + m->ratios_len_add);
+    for (uint32_t i = 0; i < n_ratios; i++) ratios[i] = i < l->n_layer ? (int32_t)l->ratio[i] : 0;
+    put_arr(&x, "attention.compress_ratios", "compress_ratios", OG_GGUF_INT32, ratios, n_ratios);
     put_u32(&x, "attention.indexer.head_count", "index_n_heads", IH);
     put_u32(&x, "attention.indexer.key_length", "index_head_dim", ID);
     put_u32(&x, "attention.indexer.top_k", "index_topk", TOPK);
@@ -248,10 +260,11 @@ static void build(const char *path, og_ds41_dialect d, const layout *l, const mo
     if (m->prime) primes[m->prime_at] = (uint64_t)((int64_t)primes[m->prime_at] + m->prime_add);
     if (m->offset) offsets[m->offset_at] += 1;
     if (m->mult) mults[m->mult_at] = m->mult_value;
-    int32_t tmap[V];
-    for (int t = 0; t < V; t++) tmap[t] = t % 50; /* 50 compressed ids */
+    int32_t tmap[V + 8];
+    for (int t = 0; t < V + 8; t++) tmap[t] = t % 50; /* 50 compressed ids */
     if (m->tmap) tmap[m->tmap_at] = m->tmap_value;
-    put_arr(&x, "engram.layer_ids", "engram.layer_ids", OG_GGUF_INT32, ids, ne);
+    if (m->n_ids) put_arr(&x, "engram.layer_ids", "engram.layer_ids", OG_GGUF_INT32, m->ids, m->n_ids);
+    else put_arr(&x, "engram.layer_ids", "engram.layer_ids", OG_GGUF_INT32, ids, ne);
     put_u32(&x, "engram.head_count", "engram.head_count", EH);
     put_u32(&x, "engram.key_length", "engram.key_length", ED);
     put_u32(&x, "engram.max_ngram_size", "engram.max_ngram_size", NG);
@@ -259,7 +272,7 @@ static void build(const char *path, og_ds41_dialect d, const layout *l, const mo
     put_arr(&x, "engram.primes", "engram.primes", OG_GGUF_UINT64, primes, ne * NB);
     put_arr(&x, "engram.offsets", "engram.offsets", OG_GGUF_UINT64, offsets, ne * NB);
     put_arr(&x, "engram.multipliers", "engram.multipliers", OG_GGUF_UINT64, mults, ne * NG);
-    put_arr(&x, "engram.token_map", "engram.token_map", OG_GGUF_INT32, tmap, V);
+    put_arr(&x, "engram.token_map", "engram.token_map", OG_GGUF_INT32, tmap, (uint64_t)(V + m->tmap_len_add));
     if (d == OG_DS41_ANTIREZ) {
         uint64_t rows[4];
         for (uint64_t s = 0; s < ne; s++) rows[s] = table_rows((int)s) + (s ? 0 : (uint64_t)m->rows_key_add);
@@ -542,7 +555,16 @@ static void test_refusals(void **state) {
          "missing deepseek41.engram.primes"},
         /* foreign keys: another dialect's spelling is not read as this one's */
         {"an antirez key in a vcruz305 file", OG_DS41_VCRUZ305, M(.extra_key = "deepseek41.hidden_size"),
-         OG_ERR_NOT_FOUND, "fits none of the dialects: missing deepseek41.num_hidden_layers (read as the antirez"},
+         OG_ERR_FORMAT, "mixes the GGUF dialects: read as the antirez dialect (which spells it "
+         "deepseek41.num_hidden_layers), it also has deepseek41.block_count, the vcruz305 / mxxm-t spelling"},
+        {"an antirez key in an mxxm-t file", OG_DS41_MXXM_T, M(.extra_key = "deepseek41.kv_source_layer_ids"),
+         OG_ERR_FORMAT, "read as the mxxm-t dialect (which spells it deepseek41.attention.kv_source_layer_ids), it "
+         "also has deepseek41.kv_source_layer_ids, the antirez spelling"},
+        {"an mxxm-t key in an antirez file", OG_DS41_ANTIREZ,
+         M(.extra_key = "deepseek41.attention.kv_source_layer_ids"), OG_ERR_FORMAT,
+         "it also has deepseek41.attention.kv_source_layer_ids, the vcruz305 / mxxm-t spelling"},
+        {"a vcruz305 index key in an antirez file", OG_DS41_ANTIREZ, M(.extra_key = "deepseek41.attention.indexer.top_k"),
+         OG_ERR_FORMAT, "(which spells it deepseek41.index_topk), it also has deepseek41.attention.indexer.top_k"},
         {"vcruz305 without expert_count", OG_DS41_VCRUZ305, M(.drop_key = "deepseek41.expert_count"),
          OG_ERR_NOT_FOUND, "missing deepseek41.expert_count"},
         {"softmax gating", OG_DS41_VCRUZ305, M(.set_key = "deepseek41.expert_gating_func", .set_u32 = 1),

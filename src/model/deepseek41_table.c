@@ -274,6 +274,29 @@ static og_status derive_roles(const rd *r, og_ds41_hparams *h) {
         L->candidate_masked = L->is_index_source && !L->is_kv_source && h->candidate_source >= 0 &&
                               h->candidate_source < (int32_t)il && h->layer[h->candidate_source].kv_source == last_kv;
     }
+    /* a role's tensors on a layer without the role: a conversion that lost the
+     * role's defining tensor (vcruz305) or a layer left out of the id keys
+     * (mxxm-t, antirez); running without them would be silently wrong */
+    static const struct { og_ds41_tensor_id id; int role; } parts[] = {
+        {OG_DS41_ATTN_COMP_KV, 0}, {OG_DS41_ATTN_COMP_GATE, 0}, {OG_DS41_ATTN_COMP_NORM, 0},
+        {OG_DS41_INDEXER_Q_B, 1}, {OG_DS41_INDEXER_PROJ, 1}, {OG_DS41_INDEXER_K, 2}, {OG_DS41_INDEXER_K_NORM, 2},
+    };
+    static const char *const defining[3] = {"attn_compressor_kv", "indexer.attn_q_b", "indexer.attn_k"};
+    for (uint32_t il = 0; il < h->n_layer; il++) {
+        const og_ds41_layer *L = &h->layer[il];
+        const bool has_role[3] = {L->is_kv_source, L->is_index_source, L->is_key_owner};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            if (has_role[parts[i].role] || !has_tensor(r, parts[i].id, (int)il)) continue;
+            char name[96];
+            og_ds41_tensor_name(parts[i].id, r->d, (int)il, name, sizeof name);
+            if (h->roles_explicit)
+                return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "tensor %s is there but layer %u is not in %s", name, il,
+                               kname(r, parts[i].role == 1 ? "attention.index_source_layer_ids"
+                                                           : "attention.kv_source_layer_ids", full, sizeof full));
+            return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "tensor %s is there but layer %u has no %s (the tensor that "
+                           "gives a layer that role): a partial conversion?", name, il, defining[parts[i].role]);
+        }
+    }
     return OG_OK;
 }
 

@@ -66,6 +66,7 @@ typedef struct mod {
     const char *retype;          /* a tensor written as retype_to, row length retype_ne0 (0: as is) */
     og_ggml_type retype_to;
     int64_t retype_ne0;
+    const char *extra_tensor;    /* an F32 [N] tensor written besides */
 } mod;
 
 static const mod NOMOD = {0};
@@ -281,6 +282,7 @@ static void build(const char *path, og_ds41_dialect d, const layout *l, const mo
     }
     /* tensors (§3.2's table, shapes [in, out]) */
     const og_ggml_type T = OG_TYPE_F32;
+    if (m->extra_tensor) put_tensor(&x, m->extra_tensor, T, 1, N, 1, 1);
     put_tensor(&x, "token_embd.weight", T, 2, N, V, 1);
     put_tensor(&x, "output_norm.weight", T, 1, N, 1, 1);
     put_tensor(&x, "output.weight", T, 2, N, V, 1);
@@ -591,6 +593,14 @@ static void test_refusals(void **state) {
         /* vcruz305 derives roles from tensors: a reuse layer needs a source below it */
         {"no compressor below a ratio-2 layer", OG_DS41_VCRUZ305, M(.drop_tensor = "blk.2.attn_compressor_kv.weight"),
          OG_ERR_FORMAT, "makes index keys (indexer.attn_k) but has no compressor"},
+        {"an indexer's proj without its attn_q_b", OG_DS41_VCRUZ305, M(.drop_tensor = "blk.6.indexer.attn_q_b.weight"),
+         OG_ERR_FORMAT, "tensor blk.6.indexer.proj.weight is there but layer 6 has no indexer.attn_q_b"},
+        {"mxxm-t: a reindex layer's tensors on a non-source layer", OG_DS41_MXXM_T,
+         M(.extra_tensor = "blk.7.indexer.proj.weight"), OG_ERR_FORMAT,
+         "tensor blk.7.indexer.proj.weight is there but layer 7 is not in deepseek41.attention.index_source_layer_ids"},
+        {"antirez: a compressor on a layer not in kv_source_layer_ids", OG_DS41_ANTIREZ,
+         M(.extra_tensor = "blk.5.attn_compressor_norm.weight"), OG_ERR_FORMAT,
+         "tensor blk.5.attn_compressor_norm.weight is there but layer 5 is not in deepseek41.kv_source_layer_ids"},
         {"no key owner below an indexer", OG_DS41_VCRUZ305, M(.drop_tensor = "blk.4.indexer.attn_k.weight"),
          OG_ERR_FORMAT, "layer 4 runs an indexer (indexer.attn_q_b) over layer 4's rows, but the latest index keys"},
     };

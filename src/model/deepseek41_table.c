@@ -154,8 +154,8 @@ static og_status karr(const rd *r, const char *key, uint64_t n_min, uint64_t n_m
     for (uint64_t i = 0; i < (*kv)->arr_n; i++) {
         int64_t v;
         if (og_gguf_kv_num_i64(*kv, i, &v) || v < 0)
-            return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "key %s[%llu] is not a non-negative integer", full,
-                           (unsigned long long)i);
+            return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "key %s[%llu] is not a non-negative integer below 2^63",
+                           full, (unsigned long long)i);
     }
     return OG_OK;
 }

@@ -538,6 +538,8 @@ static void test_refusals(void **state) {
          "engram.token_map[17] = 131072 is not below the compressed vocabulary bound"},
         {"token_map negative", OG_DS41_VCRUZ305, M(.tmap = true, .tmap_at = 3, .tmap_value = -1), OG_ERR_FORMAT,
          "engram.token_map[3] is not a non-negative integer"},
+        {"multiplier 2^64 - 1 (UINT64)", OG_DS41_VCRUZ305, M(.mult = true, .mult_at = 2, .mult_value = UINT64_MAX),
+         OG_ERR_FORMAT, "engram.multipliers[2] is not a non-negative integer below 2^63"},
         {"antirez engram.rows", OG_DS41_ANTIREZ, M(.rows_key_add = 5), OG_ERR_FORMAT,
          "engram.rows[0] = 425 but layer 1's primes sum to 420"},
         {"pad id past the vocabulary", OG_DS41_VCRUZ305, M(.set_key = "deepseek41.engram.pad_id", .set_u32 = V),

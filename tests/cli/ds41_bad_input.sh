@@ -2,7 +2,8 @@
 # deepseek41 files a careless user hands onegpu (the s22 attack review): a
 # split set with one part from another model's set (the same part count and
 # tensor order, another n_embd) names the part; a truncated file and a part
-# missing say so. Every case must be an error, never a crash.
+# missing say so; onegpu run refuses numbers it cannot hold. Every case must
+# be an error, never a crash.
 # usage: ds41_bad_input.sh ONEGPU WORKDIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -38,4 +39,10 @@ cp "$work/part2.keep" "$work/a/$part2"
 "$onegpu" make-model "${small[@]:0:${#small[@]}-2}" --n-embd 8 -o "$work/one.gguf" 2>/dev/null || fail "make-model (one file)"
 head -c $(( $(stat -c %s "$work/one.gguf") - 100 )) "$work/one.gguf" > "$work/cut.gguf"
 expect "a truncated file" "the file is truncated" "$onegpu" plan -m "$work/cut.gguf" --vram 1G --ram 4G
-echo "ds41_bad_input: a part from another model, a part missing, a truncated file: each refused by name"
+# onegpu run's numbers: atoi read -n 99999999999 as 1215752191 and "abc" as 0
+expect "-n past 2^31" "-n takes a token count in 0..2147483647, not '99999999999'" \
+  "$onegpu" run -m "$work/one.gguf" -p hi -n 99999999999
+expect "-n junk" "-n takes a token count in 0..2147483647, not 'abc'" "$onegpu" run -m "$work/one.gguf" -p hi -n abc
+expect "--top-p 2" "--top-p takes a number in 0..1, not '2'" "$onegpu" run -m "$work/one.gguf" -p hi --top-p 2
+expect "--temp nan" "--temp takes a number >= 0, not 'nan'" "$onegpu" run -m "$work/one.gguf" -p hi --temp nan
+echo "ds41_bad_input: a part from another model, a part missing, a truncated file, run -n / --top-p / --temp out of range: each refused by name"

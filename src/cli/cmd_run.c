@@ -13,6 +13,8 @@
 
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -126,21 +128,49 @@ int og_cmd_run(int argc, char **argv) {
         int shared = og_cli_flag("onegpu run", c == 't' ? OG_OPT_THREADS : c, optarg, &fl);
         if (shared < 0) return OG_EXIT_USAGE;
         if (shared) continue;
+        /* numbers are parsed strictly: atoi read "99999999999" as 1215752191
+         * (and overflowing it is undefined), "abc" as 0 */
+        long v = 0;
+        float f = 0;
+        uint64_t u = 0;
+        const char *bad = NULL;
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'p': prompt = optarg; break;
-        case 'n': n_predict = atoi(optarg); break;
+        case 'n':
+            if (og_cli_parse_long(optarg, 0, INT32_MAX, &v)) n_predict = (int)v;
+            else bad = "-n takes a token count in 0..2147483647";
+            break;
         case 'c': chat = true; break;
-        case 'T': sp.temperature = strtof(optarg, NULL); break;
-        case 'K': sp.top_k = atoi(optarg); break;
-        case 'P': sp.top_p = strtof(optarg, NULL); break;
-        case 'S': sp.seed = strtoull(optarg, NULL, 10); break;
+        case 'T':
+            if (og_cli_parse_f32(optarg, &f) && isfinite(f) && f >= 0) sp.temperature = f;
+            else bad = "--temp takes a number >= 0";
+            break;
+        case 'K':
+            if (og_cli_parse_long(optarg, 0, INT32_MAX, &v)) sp.top_k = (int)v;
+            else bad = "--top-k takes a count in 0..2147483647";
+            break;
+        case 'P':
+            if (og_cli_parse_f32(optarg, &f) && f >= 0 && f <= 1) sp.top_p = f;
+            else bad = "--top-p takes a number in 0..1";
+            break;
+        case 'S':
+            if (og_cli_parse_u64(optarg, &u)) sp.seed = u;
+            else bad = "--seed takes an integer in 0..2^64 - 1";
+            break;
         case 'j': as_json = true; break;
-        case 'L': n_top = atoi(optarg); break;
+        case 'L':
+            if (og_cli_parse_long(optarg, 0, 20, &v)) n_top = (int)v;
+            else bad = "--top-logprobs must be in 0..20";
+            break;
         case 'F': teacher_arg = optarg; break;
         case 'X': save_trace = optarg; break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
+        }
+        if (bad) {
+            fprintf(stderr, "onegpu run: %s, not '%s'\n", bad, optarg);
+            return OG_EXIT_USAGE;
         }
     }
     int rc = og_cli_flags_check("onegpu run", &fl);

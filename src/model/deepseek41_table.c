@@ -88,6 +88,26 @@ static const char *kname(const rd *r, const char *key, char *buf, size_t n) {
     return buf;
 }
 
+/* A file that mixes the dialects' spellings (an antirez file with a key
+ * spelled as llama.cpp does, a vcruz305 / mxxm-t file with a raw HF name) is
+ * refused: which of the two values holds is anyone's guess, and a value read
+ * from one spelling while the other says otherwise would be silently wrong. */
+static og_status mixed_keys(const rd *r) {
+    char mine[160], other[160];
+    for (size_t i = 0; i < sizeof antirez_names / sizeof antirez_names[0]; i++) {
+        const char *vc = antirez_names[i].key, *hf = antirez_names[i].antirez;
+        if (!strcmp(vc, hf)) continue;
+        const bool az = r->d == OG_DS41_ANTIREZ;
+        snprintf(mine, sizeof mine, ARCH "%s", az ? hf : vc);
+        snprintf(other, sizeof other, ARCH "%s", az ? vc : hf);
+        if (og_gguf_find_kv(r->g, other))
+            return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "mixes the GGUF dialects: read as the %s dialect (which "
+                           "spells it %s), it also has %s, the %s spelling", dialect_names[r->d], mine, other,
+                           az ? "vcruz305 / mxxm-t" : "antirez");
+    }
+    return OG_OK;
+}
+
 /* A missing key names the dialect the file was read as. */
 static og_status missing(const rd *r, og_status st, const char *full) {
     if (st != OG_ERR_NOT_FOUND) return st;
@@ -134,8 +154,8 @@ static og_status karr(const rd *r, const char *key, uint64_t n_min, uint64_t n_m
     for (uint64_t i = 0; i < (*kv)->arr_n; i++) {
         int64_t v;
         if (og_gguf_kv_num_i64(*kv, i, &v) || v < 0)
-            return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "key %s[%llu] is not a non-negative integer", full,
-                           (unsigned long long)i);
+            return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "key %s[%llu] is not a non-negative integer below 2^63",
+                           full, (unsigned long long)i);
     }
     return OG_OK;
 }
@@ -253,6 +273,29 @@ static og_status derive_roles(const rd *r, og_ds41_hparams *h) {
         L->is_candidate_source = (int32_t)il == h->candidate_source;
         L->candidate_masked = L->is_index_source && !L->is_kv_source && h->candidate_source >= 0 &&
                               h->candidate_source < (int32_t)il && h->layer[h->candidate_source].kv_source == last_kv;
+    }
+    /* a role's tensors on a layer without the role: a conversion that lost the
+     * role's defining tensor (vcruz305) or a layer left out of the id keys
+     * (mxxm-t, antirez); running without them would be silently wrong */
+    static const struct { og_ds41_tensor_id id; int role; } parts[] = {
+        {OG_DS41_ATTN_COMP_KV, 0}, {OG_DS41_ATTN_COMP_GATE, 0}, {OG_DS41_ATTN_COMP_NORM, 0},
+        {OG_DS41_INDEXER_Q_B, 1}, {OG_DS41_INDEXER_PROJ, 1}, {OG_DS41_INDEXER_K, 2}, {OG_DS41_INDEXER_K_NORM, 2},
+    };
+    static const char *const defining[3] = {"attn_compressor_kv", "indexer.attn_q_b", "indexer.attn_k"};
+    for (uint32_t il = 0; il < h->n_layer; il++) {
+        const og_ds41_layer *L = &h->layer[il];
+        const bool has_role[3] = {L->is_kv_source, L->is_index_source, L->is_key_owner};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            if (has_role[parts[i].role] || !has_tensor(r, parts[i].id, (int)il)) continue;
+            char name[96];
+            og_ds41_tensor_name(parts[i].id, r->d, (int)il, name, sizeof name);
+            if (h->roles_explicit)
+                return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "tensor %s is there but layer %u is not in %s", name, il,
+                               kname(r, parts[i].role == 1 ? "attention.index_source_layer_ids"
+                                                           : "attention.kv_source_layer_ids", full, sizeof full));
+            return og_fail(r->err, r->errlen, OG_ERR_FORMAT, "tensor %s is there but layer %u has no %s (the tensor that "
+                           "gives a layer that role): a partial conversion?", name, il, defining[parts[i].role]);
+        }
     }
     return OG_OK;
 }
@@ -390,6 +433,7 @@ og_status og_ds41_hparams_read(const og_gguf *g, const og_logger *lg, og_ds41_hp
     if (og_gguf_find_kv(g, ARCH "num_hidden_layers") || og_gguf_find_kv(g, ARCH "hidden_size")) r.d = OG_DS41_ANTIREZ;
     else if (og_gguf_find_kv(g, ARCH "attention.kv_source_layer_ids")) r.d = OG_DS41_MXXM_T;
     h->dialect = r.d;
+    TRY(mixed_keys(&r));
     uint32_t n_all, nextn, u;
     TRY(ku(&r, "block_count", true, 0, 1, OG_DS4_MAX_LAYER, &n_all));
     TRY(ku(&r, "nextn_predict_layers", false, 0, 0, n_all - 1, &nextn));

@@ -5,6 +5,7 @@
 #include "og_device.h"
 #include "og_quant.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,9 +76,15 @@ og_status og_arch_check_shape(const og_gguf_tensor *t, const int64_t ne[3], cons
         ok_alt = ok_alt && t->ne[d] == alt[d];
     }
     if (ok || ok_alt) return OG_OK;
+    /* a split set: the hyperparameters are part 1's, the tensor may be in a
+     * part of another model's set (same name, same part count) */
+    char where[96] = "";
+    if (t->part)
+        snprintf(where, sizeof where, " (it is in split part %u and the hyperparameters in part 1: is part %u from "
+                 "another model?)", t->part + 1, t->part + 1);
     return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s has shape [%lld, %lld, %lld, %lld] but the hyperparameters say "
-                   "[%lld, %lld, %lld]", t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                   (long long)t->ne[3], (long long)ne[0], (long long)ne[1], (long long)ne[2]);
+                   "[%lld, %lld, %lld]%s", t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                   (long long)t->ne[3], (long long)ne[0], (long long)ne[1], (long long)ne[2], where);
 }
 
 og_status og_model_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {

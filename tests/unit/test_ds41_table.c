@@ -59,6 +59,14 @@ typedef struct mod {
     uint32_t set_u32;
     int64_t rows_key_add;        /* antirez engram.rows[0] += this */
     const char *extra_key;       /* a full key written besides (UINT32 1): another dialect's spelling */
+    int64_t tmap_len_add;        /* token_map entries: V + this */
+    int64_t ratios_len_add;      /* compress_ratios entries: n_layer + 3 + this */
+    uint32_t n_ids;              /* > 0: engram.layer_ids is ids[0 .. n_ids) instead */
+    int32_t ids[4];
+    const char *retype;          /* a tensor written as retype_to, row length retype_ne0 (0: as is) */
+    og_ggml_type retype_to;
+    int64_t retype_ne0;
+    const char *extra_tensor;    /* an F32 [N] tensor written besides */
 } mod;
 
 static const mod NOMOD = {0};
@@ -138,6 +146,10 @@ static void put_arr(const wr *x, const char *vc, const char *hf, og_gguf_vtype t
 
 static void put_tensor(const wr *x, const char *name, og_ggml_type t, uint32_t nd, int64_t a, int64_t b, int64_t c) {
     if (x->m->drop_tensor && !strcmp(x->m->drop_tensor, name)) return;
+    if (x->m->retype && !strcmp(x->m->retype, name)) {
+        t = x->m->retype_to;
+        if (x->m->retype_ne0) a = x->m->retype_ne0;
+    }
     const int64_t ne[3] = {a, b, c};
     assert_int_equal(og_gguf_writer_add_tensor(x->w, name, t, nd, ne, NULL), OG_OK);
 }
@@ -167,9 +179,10 @@ static void build(const char *path, og_ds41_dialect d, const layout *l, const mo
     put_u32(&x, "attention.output_lora_rank", "o_lora_rank", OR);
     put_u32(&x, "attention.output_group_count", "o_groups", G);
     put_u32(&x, "attention.sliding_window", "sliding_window", SWA);
-    int32_t ratios[51];
-    for (uint32_t i = 0; i < l->n_layer + 3; i++) ratios[i] = i < l->n_layer ? (int32_t)l->ratio[i] : 0;
-    put_arr(&x, "attention.compress_ratios", "compress_ratios", OG_GGUF_INT32, ratios, l->n_layer + 3);
+    int32_t ratios[64];
+    const uint32_t n_ratios = (uint32_t)((int64_t)l->n_layer + 3 + m->ratios_len_add);
+    for (uint32_t i = 0; i < n_ratios; i++) ratios[i] = i < l->n_layer ? (int32_t)l->ratio[i] : 0;
+    put_arr(&x, "attention.compress_ratios", "compress_ratios", OG_GGUF_INT32, ratios, n_ratios);
     put_u32(&x, "attention.indexer.head_count", "index_n_heads", IH);
     put_u32(&x, "attention.indexer.key_length", "index_head_dim", ID);
     put_u32(&x, "attention.indexer.top_k", "index_topk", TOPK);
@@ -248,10 +261,11 @@ static void build(const char *path, og_ds41_dialect d, const layout *l, const mo
     if (m->prime) primes[m->prime_at] = (uint64_t)((int64_t)primes[m->prime_at] + m->prime_add);
     if (m->offset) offsets[m->offset_at] += 1;
     if (m->mult) mults[m->mult_at] = m->mult_value;
-    int32_t tmap[V];
-    for (int t = 0; t < V; t++) tmap[t] = t % 50; /* 50 compressed ids */
+    int32_t tmap[V + 8];
+    for (int t = 0; t < V + 8; t++) tmap[t] = t % 50; /* 50 compressed ids */
     if (m->tmap) tmap[m->tmap_at] = m->tmap_value;
-    put_arr(&x, "engram.layer_ids", "engram.layer_ids", OG_GGUF_INT32, ids, ne);
+    if (m->n_ids) put_arr(&x, "engram.layer_ids", "engram.layer_ids", OG_GGUF_INT32, m->ids, m->n_ids);
+    else put_arr(&x, "engram.layer_ids", "engram.layer_ids", OG_GGUF_INT32, ids, ne);
     put_u32(&x, "engram.head_count", "engram.head_count", EH);
     put_u32(&x, "engram.key_length", "engram.key_length", ED);
     put_u32(&x, "engram.max_ngram_size", "engram.max_ngram_size", NG);
@@ -259,7 +273,7 @@ static void build(const char *path, og_ds41_dialect d, const layout *l, const mo
     put_arr(&x, "engram.primes", "engram.primes", OG_GGUF_UINT64, primes, ne * NB);
     put_arr(&x, "engram.offsets", "engram.offsets", OG_GGUF_UINT64, offsets, ne * NB);
     put_arr(&x, "engram.multipliers", "engram.multipliers", OG_GGUF_UINT64, mults, ne * NG);
-    put_arr(&x, "engram.token_map", "engram.token_map", OG_GGUF_INT32, tmap, V);
+    put_arr(&x, "engram.token_map", "engram.token_map", OG_GGUF_INT32, tmap, (uint64_t)(V + m->tmap_len_add));
     if (d == OG_DS41_ANTIREZ) {
         uint64_t rows[4];
         for (uint64_t s = 0; s < ne; s++) rows[s] = table_rows((int)s) + (s ? 0 : (uint64_t)m->rows_key_add);
@@ -268,6 +282,7 @@ static void build(const char *path, og_ds41_dialect d, const layout *l, const mo
     }
     /* tensors (§3.2's table, shapes [in, out]) */
     const og_ggml_type T = OG_TYPE_F32;
+    if (m->extra_tensor) put_tensor(&x, m->extra_tensor, T, 1, N, 1, 1);
     put_tensor(&x, "token_embd.weight", T, 2, N, V, 1);
     put_tensor(&x, "output_norm.weight", T, 1, N, 1, 1);
     put_tensor(&x, "output.weight", T, 2, N, V, 1);
@@ -523,10 +538,48 @@ static void test_refusals(void **state) {
          "engram.token_map[17] = 131072 is not below the compressed vocabulary bound"},
         {"token_map negative", OG_DS41_VCRUZ305, M(.tmap = true, .tmap_at = 3, .tmap_value = -1), OG_ERR_FORMAT,
          "engram.token_map[3] is not a non-negative integer"},
+        {"multiplier 2^64 - 1 (UINT64)", OG_DS41_VCRUZ305, M(.mult = true, .mult_at = 2, .mult_value = UINT64_MAX),
+         OG_ERR_FORMAT, "engram.multipliers[2] is not a non-negative integer below 2^63"},
         {"antirez engram.rows", OG_DS41_ANTIREZ, M(.rows_key_add = 5), OG_ERR_FORMAT,
          "engram.rows[0] = 425 but layer 1's primes sum to 420"},
         {"pad id past the vocabulary", OG_DS41_VCRUZ305, M(.set_key = "deepseek41.engram.pad_id", .set_u32 = V),
          OG_ERR_FORMAT, "engram.pad_id = 300 is outside 0..299"},
+        /* the Engram keys' shapes and ranges (the attacks of the s22 review) */
+        {"token_map one short", OG_DS41_VCRUZ305, M(.tmap_len_add = -1), OG_ERR_FORMAT,
+         "key deepseek41.engram.token_map must be an array of 300..300 integers"},
+        {"token_map one long", OG_DS41_MXXM_T, M(.tmap_len_add = 1), OG_ERR_FORMAT,
+         "key deepseek41.engram.token_map must be an array of 300..300 integers"},
+        {"layer_ids past the trunk", OG_DS41_VCRUZ305, M(.n_ids = 2, .ids = {1, 8}), OG_ERR_FORMAT,
+         "engram.layer_ids[1] = 8: ids must be ascending layers below 8"},
+        {"layer_ids repeated", OG_DS41_ANTIREZ, M(.n_ids = 2, .ids = {1, 1}), OG_ERR_FORMAT,
+         "engram.layer_ids[1] = 1: ids must be ascending layers below 8"},
+        {"layer_ids negative", OG_DS41_VCRUZ305, M(.n_ids = 2, .ids = {-1, 4}), OG_ERR_FORMAT,
+         "engram.layer_ids[0] is not a non-negative integer"},
+        {"layer_ids naming a layer without a table", OG_DS41_VCRUZ305, M(.n_ids = 2, .ids = {0, 4}), OG_ERR_NOT_FOUND,
+         "missing tensor blk.0.engram_embd.weight"},
+        {"head_count 3 (primes for 2)", OG_DS41_VCRUZ305, M(.set_key = "deepseek41.engram.head_count", .set_u32 = 3),
+         OG_ERR_FORMAT, "key deepseek41.engram.primes must be an array of 12..12 integers"},
+        {"max_ngram_size 9", OG_DS41_VCRUZ305, M(.set_key = "deepseek41.engram.max_ngram_size", .set_u32 = 9),
+         OG_ERR_FORMAT, "engram.max_ngram_size = 9 is outside 2..8"},
+        {"pad_id 2^32 - 1", OG_DS41_VCRUZ305, M(.set_key = "deepseek41.engram.pad_id", .set_u32 = UINT32_MAX),
+         OG_ERR_FORMAT, "engram.pad_id = 4294967295 is outside 0..299"},
+        {"compress_ratios shorter than the layers", OG_DS41_VCRUZ305, M(.ratios_len_add = -4), OG_ERR_FORMAT,
+         "compress_ratios must be an array of 8..272 integers"},
+        {"candidate_topk_blocks 2^32 - 1", OG_DS41_VCRUZ305,
+         M(.set_key = "deepseek41.attention.candidate_topk_blocks", .set_u32 = UINT32_MAX), OG_ERR_FORMAT,
+         "candidate_topk_blocks = 4294967295 is outside 1..1048576"},
+        /* tensor types and shapes */
+        {"an antirez I8 table 32 wide (not 32 + 1)", OG_DS41_ANTIREZ,
+         M(.retype = "blk.1.engram_embd.weight", .retype_to = OG_TYPE_I8, .retype_ne0 = 32), OG_ERR_FORMAT,
+         "tensor blk.1.engram_embd.weight has shape [32, 420, 1, 1] but the hyperparameters say [33, 420, 1]"},
+        {"an I8 table in vcruz305", OG_DS41_VCRUZ305, M(.retype = "blk.1.engram_embd.weight", .retype_to = OG_TYPE_I8),
+         OG_ERR_FORMAT, "tensor blk.1.engram_embd.weight is I8, expected a float or quantized type"},
+        {"an F16 norm", OG_DS41_VCRUZ305, M(.retype = "blk.2.attn_compressor_norm.weight", .retype_to = OG_TYPE_F16),
+         OG_ERR_FORMAT, "tensor blk.2.attn_compressor_norm.weight is F16, expected F32"},
+        {"a compressor without its norm", OG_DS41_ANTIREZ, M(.drop_tensor = "blk.4.attn_compressor_norm.weight"),
+         OG_ERR_NOT_FOUND, "missing tensor blk.4.attn_compressor_norm.weight (read as the antirez dialect)"},
+        {"an index source without indexer.proj", OG_DS41_MXXM_T, M(.drop_tensor = "blk.2.indexer.proj.weight"),
+         OG_ERR_NOT_FOUND, "missing tensor blk.2.indexer.proj.weight (read as the mxxm-t dialect)"},
         /* missing keys: the dialect's spelling, and the dialect it was read as */
         {"vcruz305 without q_lora_rank", OG_DS41_VCRUZ305, M(.drop_key = "deepseek41.attention.q_lora_rank"),
          OG_ERR_NOT_FOUND, "fits none of the dialects: missing deepseek41.attention.q_lora_rank (read as the vcruz305"},
@@ -542,7 +595,16 @@ static void test_refusals(void **state) {
          "missing deepseek41.engram.primes"},
         /* foreign keys: another dialect's spelling is not read as this one's */
         {"an antirez key in a vcruz305 file", OG_DS41_VCRUZ305, M(.extra_key = "deepseek41.hidden_size"),
-         OG_ERR_NOT_FOUND, "fits none of the dialects: missing deepseek41.num_hidden_layers (read as the antirez"},
+         OG_ERR_FORMAT, "mixes the GGUF dialects: read as the antirez dialect (which spells it "
+         "deepseek41.num_hidden_layers), it also has deepseek41.block_count, the vcruz305 / mxxm-t spelling"},
+        {"an antirez key in an mxxm-t file", OG_DS41_MXXM_T, M(.extra_key = "deepseek41.kv_source_layer_ids"),
+         OG_ERR_FORMAT, "read as the mxxm-t dialect (which spells it deepseek41.attention.kv_source_layer_ids), it "
+         "also has deepseek41.kv_source_layer_ids, the antirez spelling"},
+        {"an mxxm-t key in an antirez file", OG_DS41_ANTIREZ,
+         M(.extra_key = "deepseek41.attention.kv_source_layer_ids"), OG_ERR_FORMAT,
+         "it also has deepseek41.attention.kv_source_layer_ids, the vcruz305 / mxxm-t spelling"},
+        {"a vcruz305 index key in an antirez file", OG_DS41_ANTIREZ, M(.extra_key = "deepseek41.attention.indexer.top_k"),
+         OG_ERR_FORMAT, "(which spells it deepseek41.index_topk), it also has deepseek41.attention.indexer.top_k"},
         {"vcruz305 without expert_count", OG_DS41_VCRUZ305, M(.drop_key = "deepseek41.expert_count"),
          OG_ERR_NOT_FOUND, "missing deepseek41.expert_count"},
         {"softmax gating", OG_DS41_VCRUZ305, M(.set_key = "deepseek41.expert_gating_func", .set_u32 = 1),
@@ -569,6 +631,14 @@ static void test_refusals(void **state) {
         /* vcruz305 derives roles from tensors: a reuse layer needs a source below it */
         {"no compressor below a ratio-2 layer", OG_DS41_VCRUZ305, M(.drop_tensor = "blk.2.attn_compressor_kv.weight"),
          OG_ERR_FORMAT, "makes index keys (indexer.attn_k) but has no compressor"},
+        {"an indexer's proj without its attn_q_b", OG_DS41_VCRUZ305, M(.drop_tensor = "blk.6.indexer.attn_q_b.weight"),
+         OG_ERR_FORMAT, "tensor blk.6.indexer.proj.weight is there but layer 6 has no indexer.attn_q_b"},
+        {"mxxm-t: a reindex layer's tensors on a non-source layer", OG_DS41_MXXM_T,
+         M(.extra_tensor = "blk.7.indexer.proj.weight"), OG_ERR_FORMAT,
+         "tensor blk.7.indexer.proj.weight is there but layer 7 is not in deepseek41.attention.index_source_layer_ids"},
+        {"antirez: a compressor on a layer not in kv_source_layer_ids", OG_DS41_ANTIREZ,
+         M(.extra_tensor = "blk.5.attn_compressor_norm.weight"), OG_ERR_FORMAT,
+         "tensor blk.5.attn_compressor_norm.weight is there but layer 5 is not in deepseek41.kv_source_layer_ids"},
         {"no key owner below an indexer", OG_DS41_VCRUZ305, M(.drop_tensor = "blk.4.indexer.attn_k.weight"),
          OG_ERR_FORMAT, "layer 4 runs an indexer (indexer.attn_q_b) over layer 4's rows, but the latest index keys"},
     };

@@ -2,7 +2,9 @@
  * (scores, group-limited top-k, weights; deepseek2.md §5) and its MLA attention
  * in the absorbed form (deepseek2.md §3). Both are the code the forward pass
  * ran inline before it was written as device ops, moved here unchanged in their
- * arithmetic so every result keeps its bits. */
+ * arithmetic so every result keeps its bits; the attention reads an f16 cache
+ * by widening each row exactly first (og_kv_type), so its bits are the f32
+ * path's on the rounded values. */
 #include "og_device.h"
 
 #include <math.h>
@@ -103,41 +105,58 @@ og_status og_cpu_route(const og_router_op *op) {
 typedef struct att_job {
     const og_mla_op *op;
     const og_kernels *k;
-    float *att;        /* [nth][att_stride] scratch: scores, then [q_abs, q_pe] */
+    float *att;        /* [nth][att_stride] scratch: scores, then a converted f16 row, then [q_abs, q_pe] */
     size_t att_stride;
 } att_job;
+
+/* The first n elements of cache row s as f32: the row itself in an f32 cache,
+ * else the f16 row widened exactly into buf[n]. */
+static const float *row_f32(const og_mla_op *op, const og_kernels *k, int32_t first, int32_t s, int64_t n, float *buf) {
+    const void *row = og_kv_view_row(&op->kv, first, s);
+    if (op->kv.type == OG_KV_F32) return row;
+    k->f16_to_f32(row, buf, n);
+    return buf;
+}
 
 static void attend_heads(void *vctx, int ith, int nth) {
     const att_job *j = vctx;
     const og_mla_op *op = j->op;
-    const int64_t r_kv = op->r_kv, dr = op->d_rope, H = op->n_head;
-    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + (j->att_stride - (size_t)(r_kv + dr));
+    const int64_t r_kv = op->r_kv, dr = op->d_rope, H = op->n_head, w = r_kv + dr;
+    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + (j->att_stride - (size_t)w);
+    float *rb = qc - w; /* one converted f16 row */
     og_vec_dot_fn fdot = j->k->vec_dot[OG_TYPE_F32];
+    /* f16 rows straight into the warp-order dot where the tier has it (its bits
+     * are dot_f32_device of the widened row: og_kernels.dot_device) */
+    float (*dot16)(const void *, const float *, int64_t) =
+        op->kv.type == OG_KV_F16 ? j->k->dot_device[OG_TYPE_F16] : NULL;
     for (int64_t p = ith; p < op->n_tok * H; p += nth) {
         const int64_t i = p / H, hh = p % H;
         const int32_t pos = op->pos[i], first = op->kv_first[i];
         /* [q_abs, q_pe] against the cached [c, k_pe]: one dot per key */
         memcpy(qc, op->q_abs + hh * op->qabs_head_stride + i * r_kv, (size_t)r_kv * sizeof *qc);
         memcpy(qc + r_kv, op->q_pe + i * op->qpe_tok_stride + hh * op->qpe_head_stride, (size_t)dr * sizeof *qc);
-        if (op->canonical && op->canonical[i])
+        if (op->canonical && op->canonical[i] && dot16)
+            for (int32_t s = 0; s <= pos; s++) att[s] = dot16(og_kv_view_row(&op->kv, first, s), qc, w) * op->kq_scale;
+        else if (op->canonical && op->canonical[i])
             for (int32_t s = 0; s <= pos; s++)
-                att[s] = j->k->dot_f32_device(og_kv_view_row(&op->kv, first, s), qc, r_kv + dr) * op->kq_scale;
+                att[s] = j->k->dot_f32_device(row_f32(op, j->k, first, s, w, rb), qc, w) * op->kq_scale;
         else
             for (int32_t s = 0; s <= pos; s++) {
                 float sc;
-                fdot(r_kv + dr, &sc, qc, og_kv_view_row(&op->kv, first, s));
+                fdot(w, &sc, qc, row_f32(op, j->k, first, s, w, rb));
                 att[s] = sc * op->kq_scale;
             }
         og_softmax(att, pos + 1);
         float *ch = op->ctx + hh * op->ctx_head_stride + i * r_kv;
         for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
-        for (int32_t s = 0; s <= pos; s++) j->k->axpy_f32(r_kv, att[s], og_kv_view_row(&op->kv, first, s), ch);
+        for (int32_t s = 0; s <= pos; s++) j->k->axpy_f32(r_kv, att[s], row_f32(op, j->k, first, s, r_kv, rb), ch);
     }
 }
 
 og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op) {
     if (op->n_tok < 0 || op->n_head < 1 || op->r_kv < 1 || op->d_rope < 0 || op->kv.row_len != op->r_kv + op->d_rope ||
-        op->kv.block_rows < 1 || !kern->vec_dot[OG_TYPE_F32] || !kern->dot_f32_device || !kern->axpy_f32)
+        op->kv.block_rows < 1 || !kern->vec_dot[OG_TYPE_F32] || !kern->dot_f32_device || !kern->axpy_f32 ||
+        (op->kv.type != OG_KV_F32 && op->kv.type != OG_KV_F16) || (op->kv.type == OG_KV_F16 && !kern->f16_to_f32))
         return OG_ERR_INVALID_ARG;
     int32_t max_pos = 0;
     for (int64_t i = 0; i < op->n_tok; i++) {
@@ -148,7 +167,7 @@ og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_m
     }
     if (!op->n_tok) return OG_OK;
     const int nth = pool ? og_pool_size(pool) : 1;
-    att_job j = {op, kern, NULL, (size_t)max_pos + (size_t)(op->r_kv + op->d_rope)};
+    att_job j = {op, kern, NULL, (size_t)max_pos + 2 * (size_t)(op->r_kv + op->d_rope)};
     j.att = malloc((size_t)nth * j.att_stride * sizeof(float));
     if (!j.att) return OG_ERR_NOMEM;
     if (pool) og_pool_run(pool, attend_heads, &j);

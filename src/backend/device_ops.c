@@ -26,6 +26,8 @@ static og_status check_kv(const og_kv_view *kv, const int32_t *first, const int3
     if (!kv->blocks || kv->n_blocks < 1 || kv->block_rows < 1 || kv->row_len < 1 || kv->row_stride < kv->row_len ||
         kv->offset < 0 || (n && (!first || !pos)))
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: a KV view without blocks, rows or positions");
+    if (kv->type != OG_KV_F32 && kv->type != OG_KV_F16)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: KV element type %d is neither f32 nor f16", (int)kv->type);
     for (int64_t i = 0; i < n; i++)
         if (pos[i] < 0 || first[i] < 0 || (int64_t)first[i] + pos[i] / kv->block_rows >= kv->n_blocks)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: token %lld at position %d of block table %d: "
@@ -130,11 +132,11 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                            "!= cache row %lld", (long long)op->r_kv, (long long)op->d_rope, (long long)op->kv.row_len);
         if ((st = check_kv(&op->kv, op->kv_first, op->pos, op->n_tok, err, errlen))) return st;
         const size_t nt = (size_t)op->n_tok;
-        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t)) +
+        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(void *)) + 2 * og_cop_al16(nt * sizeof(int32_t)) +
                og_cop_al16(nt * sizeof(bool));
         if (!(c->own = malloc(need))) break;
         c->u.mla = *op;
-        c->u.mla.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(float *));
+        c->u.mla.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(void *));
         c->u.mla.kv_first = og_cop_dup(&c->own, &at, op->kv_first, nt * sizeof(int32_t));
         c->u.mla.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
         c->u.mla.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
@@ -173,10 +175,10 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                            (long long)op->src.n, (long long)op->kv.row_len);
         if ((st = check_kv(&op->kv, op->kv_first, op->pos, op->src.n_rows, err, errlen))) return st;
         const size_t nt = (size_t)op->src.n_rows;
-        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t));
+        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(void *)) + 2 * og_cop_al16(nt * sizeof(int32_t));
         if (!(c->own = malloc(need))) break;
         c->u.kv_store = *op;
-        c->u.kv_store.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(float *));
+        c->u.kv_store.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(void *));
         c->u.kv_store.kv_first = og_cop_dup(&c->own, &at, op->kv_first, nt * sizeof(int32_t));
         c->u.kv_store.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
         return OG_OK;
@@ -270,8 +272,14 @@ og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, con
         const og_kv_store_op *op = &c->u.kv_store;
         const og_kv_view *kv = &op->kv;
         for (int64_t i = 0; i < op->src.n_rows; i++) {
-            memcpy(og_kv_view_row(kv, op->kv_first[i], op->pos[i]), op->src.data + i * op->src.stride,
-                   (size_t)kv->row_len * sizeof(float));
+            void *dst = og_kv_view_row(kv, op->kv_first[i], op->pos[i]);
+            const float *x = op->src.data + i * op->src.stride;
+            if (kv->type == OG_KV_F32) {
+                memcpy(dst, x, (size_t)kv->row_len * sizeof(float));
+            } else { /* rounded once, to nearest even: the values every reader widens back */
+                uint16_t *h = dst;
+                for (int64_t e = 0; e < kv->row_len; e++) h[e] = og_fp32_to_fp16(x[e]);
+            }
         }
         return OG_OK;
     }

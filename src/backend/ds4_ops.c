@@ -24,6 +24,7 @@ static og_status check_view(const og_kv_view *v, const int32_t *first, const int
     if (!v->blocks || v->block_rows < 1 || v->row_len != row_len || v->row_stride < v->row_len || v->offset < 0 ||
         (n_tok && (!first || !n_rows)))
         return bad(err, errlen, "a compressed-row view without blocks or rows of the head's length");
+    if (v->type != OG_KV_F32) return bad(err, errlen, "deepseek4's compressed rows and indexer keys are f32 rows");
     for (int64_t i = 0; i < n_tok; i++)
         if (n_rows[i] < 0 || first[i] < 0 ||
             (n_rows[i] > 0 && (int64_t)first[i] + (n_rows[i] - 1) / v->block_rows >= v->n_blocks))
@@ -101,7 +102,7 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         if (!(c->own = malloc(og_cop_al16((size_t)op->keys.n_blocks * sizeof(float *)) +
                               2 * og_cop_al16(nt * sizeof(int32_t)) + og_cop_al16(nt * sizeof(bool)))))
             break;
-        c->u.indexer.keys.blocks = og_cop_dup(&c->own, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(float *));
+        c->u.indexer.keys.blocks = og_cop_dup(&c->own, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(void *));
         c->u.indexer.key_first = og_cop_dup(&c->own, &at, op->key_first, nt * sizeof(int32_t));
         c->u.indexer.n_keys = og_cop_dup(&c->own, &at, op->n_keys, nt * sizeof(int32_t));
         c->u.indexer.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
@@ -132,7 +133,7 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         c->u.sink_attn.rows = og_cop_dup(&c->own, &at, op->rows, n_rows * sizeof(float *));
         c->u.sink_attn.row_off = og_cop_dup(&c->own, &at, op->row_off, (nt + 1) * sizeof(int64_t));
         if (nb) {
-            c->u.sink_attn.comp.blocks = og_cop_dup(&c->own, &at, op->comp.blocks, nb * sizeof(float *));
+            c->u.sink_attn.comp.blocks = og_cop_dup(&c->own, &at, op->comp.blocks, nb * sizeof(void *));
             c->u.sink_attn.comp_first = og_cop_dup(&c->own, &at, op->comp_first, nt * sizeof(int32_t));
             c->u.sink_attn.n_comp = og_cop_dup(&c->own, &at, op->n_comp, nt * sizeof(int32_t));
         }

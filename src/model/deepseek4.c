@@ -55,11 +55,12 @@ typedef struct og_ds4 {
     /* The model options (og_model_set_option; ref_deepseek4's switches):
      * kv_fp8 (default on) the FP8 round trip of the raw and compressed KV's
      * non-RoPE dims; indexer_fp4 (on) the FP4 round trip of the indexer's
-     * rotated queries and keys; kv_f16 (off) every stored KV row (window,
-     * compressed rows, indexer keys) rounded to f16, as ds4 and llama.cpp's
-     * default F16 cache store them. llama.cpp v0.4.0's graph has neither round
-     * trip: kv-fp8 and indexer-fp4 off compute what it computes with an F32
-     * cache. */
+     * rotated queries and keys; kv_f16 (on: "kv-type" f16, the default;
+     * off: f32) every stored KV row (window, compressed rows, indexer keys)
+     * rounded to f16, the values an f16 cache holds, as ds4 and llama.cpp's
+     * default F16 cache store them (the rows stay F32: the state is not paged).
+     * llama.cpp v0.4.0's graph has neither round trip: kv-fp8 and indexer-fp4
+     * off compute what it computes with an F32 cache (kv-type f32). */
     bool kv_fp8, indexer_fp4, kv_f16;
 } og_ds4;
 
@@ -218,7 +219,7 @@ static og_status ds4_load(og_model *m, char *err, size_t errlen) {
     og_ds4 *d = calloc(1, sizeof *d);
     if (!d) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     m->impl = d;
-    d->kv_fp8 = d->indexer_fp4 = true;
+    d->kv_fp8 = d->indexer_fp4 = d->kv_f16 = true;
     og_ds4_hparams *hp = &d->hp;
     const og_gguf *g = m->gguf;
     og_status st = og_ds4_hparams_read(g, &m->log, hp, err, errlen);
@@ -252,6 +253,14 @@ static og_status ds4_load(og_model *m, char *err, size_t errlen) {
 
 static og_status ds4_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen) {
     og_ds4 *d = m->impl;
+    if (!strcmp(name, "kv-type")) { /* the cache type as values: f16 rounds every stored row */
+        og_kv_type t;
+        if (og_kv_type_parse(value, &t))
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv-type takes f16 or f32, not '%s'", value);
+        d->kv_f16 = t == OG_KV_F16;
+        return OG_OK;
+    }
+    /* kv-f16: kv-type's older name (on = f16) */
     static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-f16"};
     bool *flags[] = {&d->kv_fp8, &d->indexer_fp4, &d->kv_f16};
     for (int i = 0; i < 3; i++) {
@@ -261,8 +270,8 @@ static og_status ds4_set_option(og_model *m, const char *name, const char *value
         *flags[i] = !strcmp(value, "on");
         return OG_OK;
     }
-    return og_fail(err, errlen, OG_ERR_INVALID_ARG, "deepseek4 has no option '%s' (it has: kv-fp8, indexer-fp4, kv-f16)",
-                   name);
+    return og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                   "deepseek4 has no option '%s' (it has: kv-type, kv-fp8, indexer-fp4; kv-f16 = kv-type f16)", name);
 }
 
 /* ---- per-sequence state (og_kv.arch) --------------------------------------- */
@@ -552,8 +561,8 @@ static void plan_free(plan *p) {
 typedef struct host_arrays {
     const float **rows;      /* [T * n_swa] */
     int64_t *row_off;        /* [T + 1] */
-    float **blocks;          /* [sum of the sequences' blocks] the layer's compressed-row view */
-    float **kblocks;         /* the same for the indexer keys */
+    void **blocks;           /* [sum of the sequences' blocks] the layer's compressed-row view */
+    void **kblocks;          /* the same for the indexer keys */
     int32_t *cfirst, *ncomp; /* [T] the compressed-row view per token */
     int32_t *kfirst, *nkeys; /* [T] the indexer keys' */
     row_store **cst, **kst;  /* [n_seq] the layer's stores of each sequence */
@@ -565,7 +574,7 @@ typedef struct host_arrays {
     og_route *routes;        /* [T][k] */
     og_matmul_job *jobs;     /* [G] */
     og_weight *wts;          /* [G] */
-    float **ring;            /* [n_seq] the layer's raw rings */
+    void **ring;             /* [n_seq] the layer's raw rings */
 } host_arrays;
 
 /* Issues one compressor step (og_compress_op) for the layer: kv and score
@@ -598,7 +607,7 @@ static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const 
 /* The view of one layer's stores (compressed rows or indexer keys) over the
  * batch's sequences: sequence s's blocks from first_of[s]; per token its
  * first block (first) and visible rows (n_rows). */
-static og_kv_view store_view(const plan *p, const int32_t *seq_idx, float **blocks, row_store *const *stores,
+static og_kv_view store_view(const plan *p, const int32_t *seq_idx, void **blocks, row_store *const *stores,
                              uint64_t width, uint32_t ratio, int32_t *first_of, int32_t *first, int32_t *n_rows) {
     int32_t nb = 0;
     for (int s = 0; s < p->n_seq; s++) {
@@ -609,7 +618,7 @@ static og_kv_view store_view(const plan *p, const int32_t *seq_idx, float **bloc
         first[t] = first_of[seq_idx[t]];
         n_rows[t] = (p->pos[t] + 1) / (int32_t)ratio;
     }
-    return (og_kv_view){blocks, nb, COMP_BLOCK, 0, (int64_t)width, (int64_t)width};
+    return (og_kv_view){blocks, nb, COMP_BLOCK, 0, (int64_t)width, (int64_t)width, OG_KV_F32};
 }
 
 static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *p, host_arrays *ha, bufs *b,
@@ -697,7 +706,7 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     /* then this call's rows into the rings (in batch order: a sequence's last W stay) */
     for (int s = 0; s < p->n_seq; s++) ha->ring[s] = p->st[s] ? p->st[s]->raw[il] : NULL;
     for (int64_t t = 0; t < T; t++) ha->pos_mod[t] = p->pos[t] % (int32_t)W;
-    og_kv_store_op ks = {{ha->ring, p->n_seq, (int32_t)W, 0, D, D}, {b->kv, D, T, D}, ha->seq_idx, ha->pos_mod};
+    og_kv_store_op ks = {{ha->ring, p->n_seq, (int32_t)W, 0, D, D, OG_KV_F32}, {b->kv, D, T, D}, ha->seq_idx, ha->pos_mod};
     TRY(f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen));
     /* inverse RoPE on each head's tail at the query position (§4.1.5) */
     og_rope_op ro = {*rope, b->o + (D - R), T, HD, (int32_t)H, D, ha->neg_pos};

@@ -28,6 +28,8 @@ typedef struct og_cli_flags {
     int device;              /* --device: OG_CLI_DEVICE_AUTO (default), _CPU or _CUDA */
     og_device *gpu;          /* the cuda device og_cli_plan_flags made (handed to the placement), or NULL */
     const char *ds4_rounding;/* --ds4-rounding LIST (deepseek4's model options), or NULL: the model's defaults */
+    og_kv_type kv_type;      /* --kv-type (default f16): the model's "kv-type" option and, through
+                                og_kv_type_bytes, the plan's pin.kv_bytes_per_elem: one value for both */
 } og_cli_flags;
 
 /* --device: auto = the cuda device when the build has it and a GPU answers, else
@@ -39,7 +41,7 @@ enum { OG_CLI_DEVICE_AUTO = 0, OG_CLI_DEVICE_CPU, OG_CLI_DEVICE_CUDA };
 enum {
     OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
     OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS, OG_OPT_NUMA_NODE,
-    OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE, OG_OPT_DS4_ROUNDING
+    OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE, OG_OPT_DS4_ROUNDING, OG_OPT_KV_TYPE
 };
 
 /* The shared flags' entries for a command's getopt_long table. */
@@ -51,9 +53,10 @@ enum {
         {"migrate", required_argument, 0, OG_OPT_MIGRATE}, {"cpu-numerics", required_argument, 0, OG_OPT_NUMERICS},    \
         {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}, \
         {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}, {"device-forward", no_argument, 0, OG_OPT_DEVICE_FORWARD}, \
-        {"device", required_argument, 0, OG_OPT_DEVICE}, {"ds4-rounding", required_argument, 0, OG_OPT_DS4_ROUNDING}
+        {"device", required_argument, 0, OG_OPT_DEVICE}, {"ds4-rounding", required_argument, 0, OG_OPT_DS4_ROUNDING}, \
+        {"kv-type", required_argument, 0, OG_OPT_KV_TYPE}
 
-/* The defaults: no device, --reserve 512M, --migrate 2, fork numerics, every CPU. */
+/* The defaults: no device, --reserve 512M, --migrate 2, gpu numerics, every CPU, --kv-type f16. */
 void og_cli_flags_init(og_cli_flags *f);
 
 /* One flag: c is getopt_long's value, arg its optarg. Returns 1 when c is a
@@ -61,19 +64,23 @@ void og_cli_flags_init(og_cli_flags *f);
  * printing "CMD: bad value 'ARG' for --NAME: expected ...". */
 int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f);
 
-/* After loading: the model options the flags name (--ds4-rounding on a
- * deepseek4 model). Returns 0, or OG_EXIT_USAGE after printing why (another
- * architecture). */
+/* After loading: the model options the flags name (--kv-type on every model,
+ * --ds4-rounding on a deepseek4 one). Returns 0, or OG_EXIT_USAGE after
+ * printing why (--ds4-rounding on another architecture). */
 int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f);
 
 /* The --help lines of the model options. */
 #define OG_CLI_MODEL_OPTIONS_HELP                                                                                      \
+    "  --kv-type f16|f32  the KV cache's element type (default f16, as llama.cpp's and ds4's caches): f16\n"         \
+    "                halves the cache (deepseek2: n_layer x (r_kv + d_rope) x 2 bytes per cached token, what\n"     \
+    "                `onegpu plan` charges), each value rounded once when stored; deepseek4 keeps F32 rows\n"        \
+    "                and with f16 rounds every stored KV row to f16 (the values, not the size)\n"                  \
     "  --ds4-rounding LIST  deepseek4 only: the low-precision rounding the forward pass simulates, a comma\n"         \
     "                list of kv-fp8 (the FP8 E4M3 round trip of the raw and compressed KV), indexer-fp4\n"           \
-    "                (Hadamard + FP4 E2M1 of the lightning indexer's queries and keys), kv-f16 (every\n"             \
-    "                stored KV row in f16, as ds4 and llama.cpp's default F16 cache store it), each may\n"           \
-    "                be no-NAME; or spec = kv-fp8,indexer-fp4 (the default: as V4 was trained and ds4\n"             \
-    "                runs it), llama = no-kv-fp8,no-indexer-fp4 (llama.cpp v0.4.0's graph, F32 cache)\n"
+    "                (Hadamard + FP4 E2M1 of the lightning indexer's queries and keys), each may be\n"             \
+    "                no-NAME; or spec = kv-fp8,indexer-fp4 (the default: as V4 was trained and ds4 runs\n"           \
+    "                it), llama = no-kv-fp8,no-indexer-fp4 (llama.cpp v0.4.0's graph; with --kv-type f32\n"        \
+    "                its F32 cache)\n"
 
 /* After the command line: the combinations (--ram, --profile, --expert-slots and
  * --migrate need --vram; --save-profile must be writable). Returns 0, or

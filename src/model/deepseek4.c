@@ -706,7 +706,8 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     /* then this call's rows into the rings (in batch order: a sequence's last W stay) */
     for (int s = 0; s < p->n_seq; s++) ha->ring[s] = p->st[s] ? p->st[s]->raw[il] : NULL;
     for (int64_t t = 0; t < T; t++) ha->pos_mod[t] = p->pos[t] % (int32_t)W;
-    og_kv_store_op ks = {{ha->ring, p->n_seq, (int32_t)W, 0, D, D, OG_KV_F32}, {b->kv, D, T, D}, ha->seq_idx, ha->pos_mod};
+    og_kv_store_op ks = {{ha->ring, p->n_seq, (int32_t)W, 0, D, D, OG_KV_F32}, {b->kv, D, T, D}, ha->seq_idx,
+                         ha->pos_mod};
     TRY(f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen));
     /* inverse RoPE on each head's tail at the query position (§4.1.5) */
     og_rope_op ro = {*rope, b->o + (D - R), T, HD, (int32_t)H, D, ha->neg_pos};

@@ -114,16 +114,24 @@ typedef struct att_job {
     size_t att_stride, max_pos;
 } att_job;
 
-/* Rows s0 .. s0 + n - 1 of the cache (one block) as f32, their first len
- * elements: the rows in place in an f32 cache (*stride = the view's row
- * stride), else the f16 rows widened exactly into buf (*stride = len). */
+/* Rows s0 .. s0 + n - 1 of the cache (one block) as f32, at least their first
+ * len elements: the rows in place in an f32 cache (*stride = the view's row
+ * stride), else the f16 rows widened exactly into buf (rows back to back, as
+ * deepseek2 lays them out: one conversion of n whole rows, *stride = row_len;
+ * else row by row, *stride = len). */
 static const float *rows_f32(const og_mla_op *op, const og_kernels *k, int32_t first, int32_t s0, int32_t n, int64_t len,
                              float *buf, int64_t *stride) {
-    if (op->kv.type == OG_KV_F32) {
-        *stride = op->kv.row_stride;
-        return og_kv_view_row(&op->kv, first, s0);
+    const og_kv_view *kv = &op->kv;
+    if (kv->type == OG_KV_F32) {
+        *stride = kv->row_stride;
+        return og_kv_view_row(kv, first, s0);
     }
-    for (int32_t r = 0; r < n; r++) k->f16_to_f32(og_kv_view_row(&op->kv, first, s0 + r), buf + r * len, len);
+    if (kv->row_stride == kv->row_len) {
+        k->f16_to_f32(og_kv_view_row(kv, first, s0), buf, n * kv->row_len);
+        *stride = kv->row_len;
+        return buf;
+    }
+    for (int32_t r = 0; r < n; r++) k->f16_to_f32(og_kv_view_row(kv, first, s0 + r), buf + r * len, len);
     *stride = len;
     return buf;
 }

@@ -258,6 +258,10 @@ static void test_against_reference(void **state) {
     (void)state;
     static const int32_t ids[] = {0, 671, 4787, 13769, 46012, 11, 1245, 320, 19923, 2058};
     static const char *const kv_types[2] = {"f16", "f32"}; /* the default first */
+    /* the sanitizer builds (OG_SANITIZED=1, several times slower): the default f16
+     * cache only; the f32 one and the comparison of the two are the plain build's */
+    const char *san = getenv("OG_SANITIZED");
+    const int n_types = san && !strcmp(san, "1") ? 1 : 2;
     const int T = (int)(sizeof ids / sizeof ids[0]);
     int32_t prompt[sizeof ids / sizeof ids[0]];
     og_cpu_features f;
@@ -271,7 +275,7 @@ static void test_against_reference(void **state) {
         for (int t = 0; t < T; t++) prompt[t] = ids[t] % (int32_t)V;
         double *ref = malloc((size_t)(T * V) * sizeof *ref), *lr = malloc((size_t)V * sizeof *lr), *lf = malloc((size_t)V * sizeof *lf);
         float *last[2] = {malloc((size_t)(T * V) * sizeof(float)), malloc((size_t)(T * V) * sizeof(float))};
-        for (int kt = 0; kt < 2; kt++) {
+        for (int kt = 0; kt < n_types; kt++) {
             assert_int_equal(og_model_set_option(m, "kv-type", kv_types[kt], err, sizeof err), OG_OK);
             assert_int_equal(og_model_get_info(m)->kv_elem_bytes, kt ? 4 : 2);
             reference(m, prompt, T, kt == 0, ref);
@@ -336,14 +340,15 @@ static void test_against_reference(void **state) {
          * (Quantized files: the top tokens above, each cache type against its
          * reference.) */
         double worst16 = 0, *l16 = lr, *l32 = lf;
-        for (int t = 0; t < T; t++) {
+        for (int t = 0; n_types == 2 && t < T; t++) {
             for (int64_t v = 0; v < V; v++) l16[v] = last[0][t * V + v], l32[v] = last[1][t * V + v];
             logsoftmax(l16, V, l16);
             logsoftmax(l32, V, l32);
             for (int64_t v = 0; v < V; v++)
                 if (l32[v] > -10) worst16 = fmax(worst16, fabs(l16[v] - l32[v]));
         }
-        print_message("%s: f16 cache vs f32 cache: max |log-prob difference| %.2e\n", g_models[mi], worst16);
+        if (n_types == 2)
+            print_message("%s: f16 cache vs f32 cache: max |log-prob difference| %.2e\n", g_models[mi], worst16);
         if (og_ds2_of(m)->layers[0].kv_a.type == OG_TYPE_F32) assert_true(worst16 < 5e-2);
         free(last[0]);
         free(last[1]);

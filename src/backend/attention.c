@@ -82,23 +82,27 @@ weights:;
     for (int j = 0; j < k; j++) sum += sc[ids[j]];
     for (int j = 0; j < k; j++) {
         float w = sc[ids[j]];
-        if (op->norm) w = (float)(w / fmax(sum, 6.103515625e-5));
+        if (op->norm) w = (float)(op->norm_add > 0 ? w / (sum + op->norm_add) : w / fmax(sum, 6.103515625e-5));
         if (op->scale != 1.0f) w *= op->scale;
         wout[j] = w;
     }
 }
 
-og_status og_cpu_route(const og_router_op *op) {
+og_status og_cpu_route_ws(const og_router_op *op, og_buf *ws) {
     og_status st = check_route(op);
     if (st || !op->n_tok) return st; /* n_tok 0: only the check (og_cop_make's) */
-    float *sc = malloc((size_t)op->n_expert * 2 * sizeof(float));
-    if (!sc) return OG_ERR_NOMEM;
+    og_buf own = {0};
+    og_buf *b = ws ? ws : &own;
+    if (og_buf_reserve(b, (size_t)op->n_expert * 2 * sizeof(float))) return OG_ERR_NOMEM;
+    float *sc = b->p;
     for (int64_t t = 0; t < op->n_tok; t++)
         route_one(op, op->logits + t * op->n_expert, op->hash_table ? op->tokens[t] : 0, sc, sc + op->n_expert,
                   op->ids + t * op->k, op->weights + t * op->k);
-    free(sc);
+    og_buf_free(&own);
     return OG_OK;
 }
+
+og_status og_cpu_route(const og_router_op *op) { return og_cpu_route_ws(op, NULL); }
 
 /* ---- MLA attention ---- */
 
@@ -196,7 +200,7 @@ static void attend_heads(void *vctx, int ith, int nth) {
     }
 }
 
-og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op) {
+og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws) {
     if (op->n_tok < 0 || op->n_head < 1 || op->r_kv < 1 || op->d_rope < 0 || op->kv.row_len != op->r_kv + op->d_rope ||
         op->kv.block_rows < 1 || !kern->vec_dot[OG_TYPE_F32] || !kern->dot_f32_device || !kern->axpy_f32 ||
         (op->kv.type != OG_KV_F32 && op->kv.type != OG_KV_F16) || (op->kv.type == OG_KV_F16 && !kern->f16_to_f32))
@@ -212,10 +216,16 @@ og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_m
     const int nth = pool ? og_pool_size(pool) : 1;
     const size_t w = (size_t)(op->r_kv + op->d_rope);
     att_job j = {op, kern, NULL, ATT_HEADS * ((size_t)max_pos + w) + (size_t)op->kv.block_rows * w, (size_t)max_pos};
-    j.att = malloc((size_t)nth * j.att_stride * sizeof(float));
-    if (!j.att) return OG_ERR_NOMEM;
+    og_buf own = {0};
+    og_buf *b = ws ? ws : &own;
+    if (og_buf_reserve(b, (size_t)nth * j.att_stride * sizeof(float))) return OG_ERR_NOMEM;
+    j.att = b->p;
     if (pool) og_pool_run(pool, attend_heads, &j);
     else attend_heads(&j, 0, 1);
-    free(j.att);
+    og_buf_free(&own);
     return OG_OK;
+}
+
+og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op) {
+    return og_cpu_mla_attention_ws(kern, pool, op, NULL);
 }

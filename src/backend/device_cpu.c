@@ -30,8 +30,8 @@ typedef struct cpu_op {
     uint64_t bytes;
     og_event ev;            /* WAIT: the event waited on */
     uint64_t seq;           /* RECORD: the count it completes */
-    og_expert_op xop;       /* EXPERTS, groups owned */
-    og_cop cop;             /* COMPUTE, its host arrays owned */
+    og_expert_op xop;       /* EXPERTS, its groups in cop.own */
+    og_cop cop;             /* COMPUTE, its host arrays in cop.own (EXPERTS: the groups) */
     struct cpu_op *next;
 } cpu_op;
 
@@ -63,6 +63,11 @@ struct cpu_device {
     og_pool *pool;
     pthread_mutex_t compute_mu;      /* one expert or compute op at a time on the pool */
     og_cop_scratch sc;               /* the matmul ops' scratch (under compute_mu) */
+    og_expert_ws xws;                /* the expert ops' buffers (under compute_mu) */
+    og_buf xjobs;                    /* an expert op's jobs (under compute_mu) */
+    cpu_op *free_ops;                /* run ops kept for reuse with their blocks (under mu): issuing in
+                                        steady state allocates nothing */
+    int n_free;
     og_cpu_trace_fn trace;
     void *trace_ctx;
     int hold_kind;                   /* armed hold, -1 none */
@@ -156,8 +161,9 @@ static void run_op(og_stream *s, cpu_op *op) {
     }
     if (op->kind != OG_CPU_OP_EXPERTS) return;
     const og_expert_op *x = &op->xop;
-    og_expert_job *jobs = malloc((size_t)x->n_groups * sizeof *jobs);
-    og_status st = jobs ? OG_OK : OG_ERR_NOMEM;
+    pthread_mutex_lock(&c->compute_mu);
+    og_status st = og_buf_reserve(&c->xjobs, (size_t)x->n_groups * sizeof(og_expert_job));
+    og_expert_job *jobs = c->xjobs.p;
     const int64_t D = x->slots.gate.K;
     int64_t row = 0;
     for (int g = 0; g < x->n_groups && !st; g++) {
@@ -177,13 +183,23 @@ static void run_op(og_stream *s, cpu_op *op) {
         j->swiglu_clamp = x->swiglu_clamp;
         row += gr->n_rows;
     }
-    if (!st) {
-        pthread_mutex_lock(&c->compute_mu);
-        st = og_cpu_experts(&c->kern, c->pool, jobs, x->n_groups);
-        pthread_mutex_unlock(&c->compute_mu);
-    }
-    free(jobs);
+    if (!st) st = og_cpu_experts_ws(&c->kern, c->pool, jobs, x->n_groups, &c->xws);
+    pthread_mutex_unlock(&c->compute_mu);
     if (st) stream_fail(s, st, "expert op", -1);
+}
+
+#define MAX_FREE_OPS 1024 /* records kept for reuse; past it they are freed */
+
+/* Returns a run (or never queued) op to the device's free list (mu held). */
+static void recycle(cpu_device *c, cpu_op *op) {
+    if (c->n_free >= MAX_FREE_OPS) {
+        og_cop_free(&op->cop);
+        free(op);
+        return;
+    }
+    op->next = c->free_ops;
+    c->free_ops = op;
+    c->n_free++;
 }
 
 static void *stream_main(void *arg) {
@@ -232,9 +248,7 @@ static void *stream_main(void *arg) {
         if (op->kind == OG_CPU_OP_RECORD) atomic_store_explicit(&c->done[s->index], op->seq, memory_order_release);
         s->running = false;
         pthread_cond_broadcast(&c->cv);
-        free((void *)op->xop.groups);
-        og_cop_free(&op->cop);
-        free(op);
+        recycle(c, op);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -303,16 +317,35 @@ static og_status enqueue(cpu_device *c, og_stream *s, cpu_op *op, uint64_t *seq,
     return OG_OK;
 }
 
-static cpu_op *new_op(og_cpu_op_kind kind) {
-    cpu_op *op = calloc(1, sizeof *op);
-    if (op) op->kind = kind;
+/* A zeroed op of this kind, reused from the free list (its block kept) when
+ * there is one; NULL when out of memory. */
+static cpu_op *new_op(cpu_device *c, og_cpu_op_kind kind) {
+    pthread_mutex_lock(&c->mu);
+    cpu_op *op = c->free_ops;
+    if (op) {
+        c->free_ops = op->next;
+        c->n_free--;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!op) op = calloc(1, sizeof *op);
+    if (!op) return NULL;
+    const og_buf keep = op->cop.keep;
+    *op = (cpu_op){.kind = kind};
+    op->cop.keep = keep;
     return op;
+}
+
+/* Gives back an op that was never queued. */
+static void drop_op(cpu_device *c, cpu_op *op) {
+    pthread_mutex_lock(&c->mu);
+    recycle(c, op);
+    pthread_mutex_unlock(&c->mu);
 }
 
 static og_status cpu_copy_to_device(og_device *d, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
                                     size_t errlen) {
-    cpu_op *op = new_op(OG_CPU_OP_COPY_TO_DEVICE);
-    if (op) *op = (cpu_op){.kind = OG_CPU_OP_COPY_TO_DEVICE, .dst = dst, .src = src, .bytes = bytes};
+    cpu_op *op = new_op((cpu_device *)d, OG_CPU_OP_COPY_TO_DEVICE);
+    if (op) op->dst = dst, op->src = src, op->bytes = bytes;
     og_status st = enqueue((cpu_device *)d, s, op, NULL, err, errlen);
     if (!st) d->pcie_bytes += bytes;
     return st;
@@ -320,8 +353,8 @@ static og_status cpu_copy_to_device(og_device *d, og_stream *s, void *dst, const
 
 static og_status cpu_copy_to_host(og_device *d, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
                                   size_t errlen) {
-    cpu_op *op = new_op(OG_CPU_OP_COPY_TO_HOST);
-    if (op) *op = (cpu_op){.kind = OG_CPU_OP_COPY_TO_HOST, .dst = dst, .src = src, .bytes = bytes};
+    cpu_op *op = new_op((cpu_device *)d, OG_CPU_OP_COPY_TO_HOST);
+    if (op) op->dst = dst, op->src = src, op->bytes = bytes;
     return enqueue((cpu_device *)d, s, op, NULL, err, errlen);
 }
 
@@ -340,11 +373,10 @@ static og_status cpu_experts(og_device *d, og_stream *s, const og_expert_op *x, 
         if (x->groups[g].slot < 0 || (uint32_t)x->groups[g].slot >= x->slots.n_slots || x->groups[g].n_rows <= 0)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cpu device: expert group %d: slot %d of %u, %d rows", g,
                            x->groups[g].slot, x->slots.n_slots, x->groups[g].n_rows);
-    cpu_op *op = new_op(OG_CPU_OP_EXPERTS);
-    og_expert_group *groups = malloc((size_t)x->n_groups * sizeof *groups);
-    if (!op || !groups) {
-        free(op);
-        free(groups);
+    cpu_op *op = new_op(c, OG_CPU_OP_EXPERTS);
+    og_expert_group *groups = op ? og_cop_own(&op->cop, (size_t)x->n_groups * sizeof *groups) : NULL;
+    if (!groups) {
+        if (op) drop_op(c, op);
         return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     memcpy(groups, x->groups, (size_t)x->n_groups * sizeof *groups);
@@ -357,11 +389,11 @@ static og_status cpu_issue(og_device *d, og_stream *s, og_cop_kind kind, const v
                            size_t errlen) {
     cpu_device *c = (cpu_device *)d;
     if (!c->have_kern) return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cpu device: created without kernels");
-    cpu_op *op = new_op(OG_CPU_OP_COMPUTE);
+    cpu_op *op = new_op(c, OG_CPU_OP_COMPUTE);
     if (!op) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     og_status st = og_cop_make(&c->kern, kind, desc, n, &op->cop, err, errlen);
     if (st) {
-        free(op);
+        drop_op(c, op);
         return st;
     }
     return enqueue(c, s, op, NULL, err, errlen);
@@ -371,7 +403,7 @@ OG_COP_ENTRY_POINTS(cpu, cpu_issue)
 
 static og_status cpu_event_record(og_device *d, og_stream *s, og_event *ev, char *err, size_t errlen) {
     cpu_device *c = (cpu_device *)d;
-    cpu_op *op = new_op(OG_CPU_OP_RECORD);
+    cpu_op *op = new_op(c, OG_CPU_OP_RECORD);
     *ev = 0;
     uint64_t seq = 0;
     og_status st = enqueue(c, s, op, &seq, err, errlen);
@@ -381,7 +413,7 @@ static og_status cpu_event_record(og_device *d, og_stream *s, og_event *ev, char
 
 static og_status cpu_stream_wait(og_device *d, og_stream *s, og_event ev, char *err, size_t errlen) {
     if (!ev) return OG_OK;
-    cpu_op *op = new_op(OG_CPU_OP_WAIT);
+    cpu_op *op = new_op((cpu_device *)d, OG_CPU_OP_WAIT);
     if (op) op->ev = ev;
     return enqueue((cpu_device *)d, s, op, NULL, err, errlen);
 }
@@ -410,7 +442,14 @@ static void cpu_destroy(og_device *d) {
     for (int i = 0; i < atomic_load(&c->n_streams); i++)
         if (c->streams[i]) cpu_stream_destroy(d, c->streams[i]);
     og_pool_free(c->pool);
-    free(c->sc.p);
+    og_buf_free(&c->sc);
+    og_expert_ws_free(&c->xws);
+    og_buf_free(&c->xjobs);
+    for (cpu_op *op = c->free_ops, *nx; op; op = nx) {
+        nx = op->next;
+        og_cop_free(&op->cop);
+        free(op);
+    }
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->compute_mu);
     pthread_cond_destroy(&c->cv);

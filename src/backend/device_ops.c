@@ -37,7 +37,9 @@ static og_status check_kv(const og_kv_view *kv, const int32_t *first, const int3
 
 og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, int n, og_cop *c, char *err,
                       size_t errlen) {
+    const og_buf keep = c->keep; /* the record's block, reused */
     memset(c, 0, sizeof *c);
+    c->keep = keep;
     c->kind = kind;
     if (kind >= OG_COP_HC_MIX) return og_ds4_cop_make(kind, desc, c, err, errlen); /* deepseek4's (ds4_ops.c) */
     size_t need = 0, at = 0;
@@ -59,7 +61,7 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                                og_type_name(w->type));
         }
         need = og_cop_al16((size_t)n * sizeof(og_matmul_job)) + og_cop_al16((size_t)n * sizeof(og_weight));
-        if (!(c->own = malloc(need))) break;
+        if (!og_cop_own(c, need)) break;
         c->u.mm.jobs = og_cop_dup(&c->own, &at, jobs, (size_t)n * sizeof *jobs);
         c->u.mm.wts = (og_weight *)((uint8_t *)c->own + at);
         for (int i = 0; i < n; i++) {
@@ -86,7 +88,7 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                            op->rope.d_rope, OG_ROPE_MAX_DIM, (long long)op->n_tok);
         c->u.rope = *op;
         if (!op->n_tok) return OG_OK;
-        if (!(c->own = malloc(og_cop_al16((size_t)op->n_tok * sizeof(int32_t))))) break;
+        if (!og_cop_own(c, og_cop_al16((size_t)op->n_tok * sizeof(int32_t)))) break;
         c->u.rope.pos = og_cop_dup(&c->own, &at, op->pos, (size_t)op->n_tok * sizeof(int32_t));
         return OG_OK;
     }
@@ -120,7 +122,7 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
         c->u.router = *op;
         if (!op->hash_table || !op->n_tok) return OG_OK;
         need = og_cop_al16((size_t)op->n_tok * sizeof(int32_t));
-        if (!(c->own = malloc(need))) break;
+        if (!og_cop_own(c, need)) break;
         c->u.router.tokens = og_cop_dup(&c->own, &at, op->tokens, (size_t)op->n_tok * sizeof(int32_t));
         return OG_OK;
     }
@@ -132,11 +134,11 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                            "!= cache row %lld", (long long)op->r_kv, (long long)op->d_rope, (long long)op->kv.row_len);
         if ((st = check_kv(&op->kv, op->kv_first, op->pos, op->n_tok, err, errlen))) return st;
         const size_t nt = (size_t)op->n_tok;
-        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(void *)) + 2 * og_cop_al16(nt * sizeof(int32_t)) +
+        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t)) +
                og_cop_al16(nt * sizeof(bool));
-        if (!(c->own = malloc(need))) break;
+        if (!og_cop_own(c, need)) break;
         c->u.mla = *op;
-        c->u.mla.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(void *));
+        c->u.mla.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(float *));
         c->u.mla.kv_first = og_cop_dup(&c->own, &at, op->kv_first, nt * sizeof(int32_t));
         c->u.mla.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
         c->u.mla.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
@@ -163,7 +165,7 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                                (long long)op->table.n_rows);
         c->u.get_rows = *op;
         if (!op->n) return OG_OK;
-        if (!(c->own = malloc(og_cop_al16((size_t)op->n * sizeof(int32_t))))) break;
+        if (!og_cop_own(c, og_cop_al16((size_t)op->n * sizeof(int32_t)))) break;
         c->u.get_rows.ids = og_cop_dup(&c->own, &at, op->ids, (size_t)op->n * sizeof(int32_t));
         return OG_OK;
     }
@@ -175,10 +177,10 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                            (long long)op->src.n, (long long)op->kv.row_len);
         if ((st = check_kv(&op->kv, op->kv_first, op->pos, op->src.n_rows, err, errlen))) return st;
         const size_t nt = (size_t)op->src.n_rows;
-        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(void *)) + 2 * og_cop_al16(nt * sizeof(int32_t));
-        if (!(c->own = malloc(need))) break;
+        need = og_cop_al16((size_t)op->kv.n_blocks * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t));
+        if (!og_cop_own(c, need)) break;
         c->u.kv_store = *op;
-        c->u.kv_store.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(void *));
+        c->u.kv_store.kv.blocks = og_cop_dup(&c->own, &at, op->kv.blocks, (size_t)op->kv.n_blocks * sizeof(float *));
         c->u.kv_store.kv_first = og_cop_dup(&c->own, &at, op->kv_first, nt * sizeof(int32_t));
         c->u.kv_store.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
         return OG_OK;
@@ -190,32 +192,23 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
 }
 
 void og_cop_free(og_cop *c) {
-    free(c->own);
+    og_buf_free(&c->keep);
     c->own = NULL;
 }
 
-og_status og_cop_scratch_reserve(og_cop_scratch *sc, size_t need) {
-    if (need <= sc->cap) return OG_OK;
-    void *np = realloc(sc->p, need);
-    if (!np) return OG_ERR_NOMEM;
-    sc->p = np;
-    sc->cap = need;
-    return OG_OK;
-}
+og_status og_cop_scratch_reserve(og_cop_scratch *sc, size_t need) { return og_buf_reserve(sc, need); }
 
 static og_status run_matmul(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
     const og_matmul_job *jobs = c->u.mm.jobs;
     const int n = c->u.mm.n_jobs;
     const bool lone = n == 1 && jobs[0].numerics == OG_NUMERICS_FORK;
-    const size_t need = lone ? og_cpu_matmul_scratch(jobs[0].w->type, jobs[0].w->K, jobs[0].m)
-                             : og_cpu_matmul_multi_scratch(jobs, n);
-    if (og_cop_scratch_reserve(sc, need)) return OG_ERR_NOMEM;
     if (lone) {
         const og_weight *w = jobs[0].w;
+        if (og_cop_scratch_reserve(sc, og_cpu_matmul_scratch(w->type, w->K, jobs[0].m))) return OG_ERR_NOMEM;
         og_pool *p = w->n_rows * w->K * jobs[0].m < MM_PARALLEL_MIN ? NULL : pool;
         return og_cpu_matmul(k, p, w, jobs[0].x, jobs[0].m, jobs[0].y, sc->p, sc->cap);
     }
-    return og_cpu_matmul_multi(k, pool, jobs, n, sc->p, sc->cap);
+    return og_cpu_matmul_multi_ws(k, pool, jobs, n, sc);
 }
 
 og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
@@ -249,9 +242,9 @@ og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, con
         for (int64_t i = 0; i < c->u.ew.n; i++) c->u.ew.out[i] = c->u.ew.a[i] * c->u.ew.f;
         return OG_OK;
     case OG_COP_ROUTER:
-        return og_cpu_route(&c->u.router);
+        return og_cpu_route_ws(&c->u.router, sc);
     case OG_COP_MLA:
-        return og_cpu_mla_attention(k, pool, &c->u.mla);
+        return og_cpu_mla_attention_ws(k, pool, &c->u.mla, sc);
     case OG_COP_COPY: {
         const og_copy_op *op = &c->u.copy;
         for (uint64_t m = 0; m < op->n_mats; m++)
@@ -295,6 +288,7 @@ typedef struct host_device {
     og_pool *pool;
     og_kernels kern;
     og_cop_scratch sc;
+    og_cop cop;    /* the record every op is made in (run at issue: one at a time), its block kept */
     og_status err; /* the first failed op's: every later event fails with it */
     char msg[256];
 } host_device;
@@ -388,7 +382,8 @@ static bool host_event_done(og_device *d, og_event ev) {
 
 static void host_destroy(og_device *d) {
     host_device *h = (host_device *)d;
-    free(h->sc.p);
+    og_buf_free(&h->sc);
+    og_cop_free(&h->cop);
     free(h);
 }
 
@@ -396,14 +391,12 @@ static og_status host_issue(og_device *d, og_stream *s, og_cop_kind kind, const 
                             size_t errlen) {
     (void)s;
     host_device *h = (host_device *)d;
-    og_cop c;
-    og_status st = og_cop_make(&h->kern, kind, desc, n, &c, err, errlen);
+    og_status st = og_cop_make(&h->kern, kind, desc, n, &h->cop, err, errlen);
     if (st) return st;
-    if (!h->err && (st = og_cop_run(&h->kern, h->pool, &h->sc, &c))) {
+    if (!h->err && (st = og_cop_run(&h->kern, h->pool, &h->sc, &h->cop))) {
         h->err = st;
         snprintf(h->msg, sizeof h->msg, "host device: op %d failed: %s", (int)kind, og_status_str(st));
     }
-    og_cop_free(&c);
     return OG_OK; /* a failure shows in the next event, as on a device */
 }
 

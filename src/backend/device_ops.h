@@ -29,12 +29,16 @@ typedef enum og_cop_kind {
     OG_COP_COMPRESS,
     OG_COP_INDEXER,
     OG_COP_SINK_ATTN,
+    OG_COP_ENGRAM, /* deepseek41's */
 } og_cop_kind;
 
-/* One issued op; its host arrays are copies owned by `own` (one block). */
+/* One issued op; its host arrays are copies in `own` (one block of `keep`,
+ * which a device reuses for its next op: issuing allocates only when an op
+ * needs more than that record held before). */
 typedef struct og_cop {
     og_cop_kind kind;
     void *own;
+    og_buf keep;
     union {
         struct {
             og_matmul_job *jobs; /* [n_jobs], their weights in wts */
@@ -61,8 +65,17 @@ typedef struct og_cop {
         og_compress_op compress;
         og_indexer_op indexer;
         og_sink_attn_op sink_attn;
+        og_engram_op engram;
     } u;
 } og_cop;
+
+/* c->own = a block of at least bytes, c->keep's (grown when smaller; at least
+ * 1 KiB, which holds most ops' arrays, so that a reused record seldom grows);
+ * NULL when out of memory. */
+static inline void *og_cop_own(og_cop *c, size_t bytes) {
+    c->own = og_buf_reserve(&c->keep, bytes < 1024 ? 1024 : bytes) ? NULL : c->keep.p;
+    return c->own;
+}
 
 /* b rounded up to 16 bytes: the slots of an op's own block (og_cop.own). */
 static inline size_t og_cop_al16(size_t b) { return (b + 15) & ~(size_t)15; }
@@ -77,25 +90,26 @@ static inline void *og_cop_dup(void **own, size_t *at, const void *src, size_t b
     return dst;
 }
 
-/* The scratch a device keeps for its ops (matmuls, deepseek4's attention; grown as
- * needed, freed by the device). */
-typedef struct og_cop_scratch {
-    void *p;
-    size_t cap;
-} og_cop_scratch;
+/* The scratch a device keeps for its ops (the products' quantized rows and
+ * tiles, attention scores, the router's, deepseek4's attention; grown as
+ * needed, never shrunk, freed by the device): og_buf. */
+typedef og_buf og_cop_scratch;
 
-/* Grows sc to at least need bytes (its contents are not kept). Errors: OG_ERR_NOMEM. */
+/* Grows sc to at least need bytes (og_buf_reserve: its contents are not kept).
+ * Errors: OG_ERR_NOMEM. */
 og_status og_cop_scratch_reserve(og_cop_scratch *sc, size_t need);
 
-/* Validates the descriptor and fills *c with copies of its host arrays.
+/* Validates the descriptor and fills *c with copies of its host arrays, in
+ * c->keep's block (c zeroed, or a record made before: its keep is reused).
  * Errors: OG_ERR_INVALID_ARG, OG_ERR_UNSUPPORTED, OG_ERR_NOMEM (with err). */
 og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, int n, og_cop *c, char *err,
                       size_t errlen);
 /* Runs c with the kernels and pool (NULL: this thread) and the device's scratch. */
 og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c);
+/* Frees c's block (keep) and empties it. */
 void og_cop_free(og_cop *c);
 
-/* deepseek4's kinds (OG_COP_HC_MIX ...), as og_cop_make / og_cop_run (ds4_ops.c). */
+/* deepseek4's and deepseek41's kinds (OG_COP_HC_MIX ...), as og_cop_make / og_cop_run (ds4_ops.c). */
 og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *err, size_t errlen);
 og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c);
 
@@ -170,12 +184,15 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
     static og_status prefix##_sink_attn(og_device *d, og_stream *s, const og_sink_attn_op *op, char *err,             \
                                         size_t errlen) {                                                                \
         return issue(d, s, OG_COP_SINK_ATTN, op, 0, err, errlen);                                                       \
+    }                                                                                                                   \
+    static og_status prefix##_engram(og_device *d, og_stream *s, const og_engram_op *op, char *err, size_t errlen) {  \
+        return issue(d, s, OG_COP_ENGRAM, op, 0, err, errlen);                                                          \
     }
 
 #define OG_COP_TABLE(prefix)                                                                                           \
     prefix##_matmul, prefix##_rmsnorm, prefix##_rope, prefix##_softmax, prefix##_swiglu, prefix##_router,              \
         prefix##_mla, prefix##_add, prefix##_scale, prefix##_copy, prefix##_get_rows, prefix##_kv_store,               \
         prefix##_hc_mix, prefix##_hc_collapse, prefix##_hc_expand, prefix##_qat, prefix##_compress, prefix##_indexer,  \
-        prefix##_sink_attn
+        prefix##_sink_attn, prefix##_engram
 
 #endif

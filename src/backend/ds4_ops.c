@@ -1,8 +1,10 @@
-/* deepseek4's ops on the CPU devices (og_device.h "deepseek4's ops";
- * shared/spec/deepseek4.md §4.1-4.2): mHC mixes with Sinkhorn, collapse and
- * expand, the QAT rounding (FP8 E4M3; Walsh-Hadamard + FP4 E2M1), the KV
- * compressor step, the lightning indexer's top-k and attention with a sink
- * over a row set. Checked and copied at issue (og_ds4_cop_make), run later
+/* deepseek4's and deepseek41's ops on the CPU devices (og_device.h
+ * "deepseek4's ops", "deepseek41's op"; shared/spec/deepseek4.md §4.1-4.3):
+ * mHC mixes with Sinkhorn, collapse and expand, the QAT rounding (FP8 E4M3;
+ * Walsh-Hadamard + FP4 E2M1; V4.1's FP4 without rotation and FP4 with E4M3
+ * scales), the KV compressor step, the lightning indexer's top-k (with V4.1's
+ * candidate blocks and mask), attention with a sink over a row set and V4.1's
+ * Engram gates. Checked and copied at issue (og_ds4_cop_make), run later
  * (og_ds4_cop_run). Every result of a token depends on that token's inputs
  * only (no reduction across the batch), so the ops are batch-invariant. */
 #include "device_ops.h"
@@ -24,7 +26,7 @@ static og_status check_view(const og_kv_view *v, const int32_t *first, const int
     if (!v->blocks || v->block_rows < 1 || v->row_len != row_len || v->row_stride < v->row_len || v->offset < 0 ||
         (n_tok && (!first || !n_rows)))
         return bad(err, errlen, "a compressed-row view without blocks or rows of the head's length");
-    if (v->type != OG_KV_F32) return bad(err, errlen, "deepseek4's compressed rows and indexer keys are f32 rows");
+    if (v->type != OG_KV_F32) return bad(err, errlen, "compressed rows and indexer keys are f32 rows");
     for (int64_t i = 0; i < n_tok; i++)
         if (n_rows[i] < 0 || first[i] < 0 ||
             (n_rows[i] > 0 && (int64_t)first[i] + (n_rows[i] - 1) / v->block_rows >= v->n_blocks))
@@ -37,7 +39,9 @@ static og_status check_view(const og_kv_view *v, const int32_t *first, const int
  * or a power of two from 32 to 4096 (the Hadamard rotation's size, then
  * 32-blocks for FP4). */
 static bool qat_dims_ok(og_qat_kind kind, int64_t n) {
-    if (kind == OG_QAT_NONE || kind == OG_QAT_FP8 || kind == OG_QAT_F16) return n >= 0;
+    if (kind == OG_QAT_NONE || kind == OG_QAT_FP8 || kind == OG_QAT_F16 || kind == OG_QAT_FP4 ||
+        kind == OG_QAT_FP4_E4M3)
+        return n >= 0;
     return (kind == OG_QAT_FP4_HADAMARD || kind == OG_QAT_HADAMARD) && n >= 32 && n <= 4096 && !(n & (n - 1));
 }
 
@@ -64,7 +68,7 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
     case OG_COP_QAT: {
         const og_qat_op *op = desc;
         if (!op->x.data || op->x.n < 1 || op->x.n_rows < 0 || op->x.stride < op->x.n || op->n_round > op->x.n ||
-            !qat_dims_ok(op->kind, op->n_round))
+            !qat_dims_ok(op->kind, op->n_round) || op->block < 0 || op->block > 4096)
             return bad(err, errlen, "QAT: rows, kind, or dims to round (FP4: a power of two, 32 to 4096)");
         c->u.qat = *op;
         return OG_OK;
@@ -83,7 +87,7 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
                 return bad(err, errlen, "compressor: a token without state or at a negative position");
         c->u.compress = *op;
         if (!nt) return OG_OK;
-        if (!(c->own = malloc(2 * og_cop_al16(nt * sizeof(float *)) + og_cop_al16(nt * sizeof(int32_t))))) break;
+        if (!og_cop_own(c, 2 * og_cop_al16(nt * sizeof(float *)) + og_cop_al16(nt * sizeof(int32_t)))) break;
         c->u.compress.state = og_cop_dup(&c->own, &at, op->state, nt * sizeof(float *));
         c->u.compress.out = og_cop_dup(&c->own, &at, op->out, nt * sizeof(float *));
         c->u.compress.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
@@ -95,14 +99,16 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         if (!op->q || !op->w || !op->sel || op->n_tok < 0 || op->n_head < 1 || op->d_head < 1 || op->top_k < 1 ||
             !op->keys.n_blocks)
             return bad(err, errlen, "indexer: missing tensor, heads, top-k or keys");
+        if ((op->cand_out || op->cand_in) && (op->cand_block < 1 || op->cand_topk < 1 || op->cand_topk > (1 << 20)))
+            return bad(err, errlen, "indexer: candidate blocks without a block size or a count");
         if ((st = check_view(&op->keys, op->key_first, op->n_keys, op->n_tok, op->d_head, err, errlen))) return st;
         const size_t nt = (size_t)op->n_tok;
         c->u.indexer = *op;
         if (!nt) return OG_OK;
-        if (!(c->own = malloc(og_cop_al16((size_t)op->keys.n_blocks * sizeof(float *)) +
-                              2 * og_cop_al16(nt * sizeof(int32_t)) + og_cop_al16(nt * sizeof(bool)))))
+        if (!og_cop_own(c, og_cop_al16((size_t)op->keys.n_blocks * sizeof(float *)) +
+                              2 * og_cop_al16(nt * sizeof(int32_t)) + og_cop_al16(nt * sizeof(bool))))
             break;
-        c->u.indexer.keys.blocks = og_cop_dup(&c->own, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(void *));
+        c->u.indexer.keys.blocks = og_cop_dup(&c->own, &at, op->keys.blocks, (size_t)op->keys.n_blocks * sizeof(float *));
         c->u.indexer.key_first = og_cop_dup(&c->own, &at, op->key_first, nt * sizeof(int32_t));
         c->u.indexer.n_keys = og_cop_dup(&c->own, &at, op->n_keys, nt * sizeof(int32_t));
         c->u.indexer.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
@@ -126,18 +132,26 @@ og_status og_ds4_cop_make(og_cop_kind kind, const void *desc, og_cop *c, char *e
         c->u.sink_attn = *op;
         if (!nt) return OG_OK;
         const size_t nb = (size_t)op->comp.n_blocks;
-        if (!(c->own = malloc(og_cop_al16(n_rows * sizeof(float *)) + og_cop_al16((nt + 1) * sizeof(int64_t)) +
+        if (!og_cop_own(c, og_cop_al16(n_rows * sizeof(float *)) + og_cop_al16((nt + 1) * sizeof(int64_t)) +
                               og_cop_al16(nb * sizeof(float *)) + 2 * og_cop_al16(nt * sizeof(int32_t)) +
-                              og_cop_al16(nt * sizeof(bool)))))
+                              og_cop_al16(nt * sizeof(bool))))
             break;
         c->u.sink_attn.rows = og_cop_dup(&c->own, &at, op->rows, n_rows * sizeof(float *));
         c->u.sink_attn.row_off = og_cop_dup(&c->own, &at, op->row_off, (nt + 1) * sizeof(int64_t));
         if (nb) {
-            c->u.sink_attn.comp.blocks = og_cop_dup(&c->own, &at, op->comp.blocks, nb * sizeof(void *));
+            c->u.sink_attn.comp.blocks = og_cop_dup(&c->own, &at, op->comp.blocks, nb * sizeof(float *));
             c->u.sink_attn.comp_first = og_cop_dup(&c->own, &at, op->comp_first, nt * sizeof(int32_t));
             c->u.sink_attn.n_comp = og_cop_dup(&c->own, &at, op->n_comp, nt * sizeof(int32_t));
         }
         c->u.sink_attn.canonical = og_cop_dup(&c->own, &at, op->canonical, nt * sizeof(bool));
+        return OG_OK;
+    }
+    case OG_COP_ENGRAM: {
+        const og_engram_op *op = desc;
+        if (!op->s || !op->kv || !op->q_w || !op->k_w || op->n_tok < 0 || op->n_embd < 1 || op->n_hc < 1 ||
+            op->n_hc > HC_MAX || !(op->eps > 0))
+            return bad(err, errlen, "Engram gates: missing tensor, copies outside 1..16 or eps not positive");
+        c->u.engram = *op;
         return OG_OK;
     }
     default:
@@ -251,11 +265,12 @@ static float round_e2m1(float v) {
     return v < 0 ? -r : r;
 }
 
-/* Blocks of 64 (the last one may be shorter: a model whose non-RoPE dims are
- * not whole 64-blocks, as the tiny test presets). */
-static void qat_fp8(float *x, int64_t n) {
-    for (int64_t b = 0; b < n; b += 64) {
-        const int64_t e = b + 64 < n ? b + 64 : n;
+/* FP8 blocks of `block` (V4: 64, V4.1's window: 32; the last one may be
+ * shorter: a model whose non-RoPE dims are not whole blocks, as the tiny test
+ * presets). */
+static void qat_fp8_block(float *x, int64_t n, int64_t block) {
+    for (int64_t b = 0; b < n; b += block) {
+        const int64_t e = b + block < n ? b + block : n;
         float amax = 0;
         for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
         const float scale = pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f);
@@ -277,19 +292,31 @@ static void hadamard(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
-static void qat_fp4_hadamard(float *x, int64_t n) {
-    hadamard(x, n);
-    for (int64_t b = 0; b < n; b += 32) {
+/* E2M1 blocks of `block` (the last one may be short), the block's scale
+ * either the power of two 2^ceil(log2(amax / 6)) (V4's indexer after its
+ * rotation, in blocks of 32; V4.1's indexer as it is) or, e4m3_scale, amax / 6
+ * to the nearest E4M3 value (V4.1's compressed rows: og_qat_kind FP4_E4M3; a
+ * scale that rounds to 0 zeroes the block). */
+static void qat_fp4(float *x, int64_t n, int64_t block, bool e4m3_scale) {
+    for (int64_t b = 0; b < n; b += block) {
+        const int64_t e = b + block < n ? b + block : n;
         float amax = 0;
-        for (int64_t i = b; i < b + 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+        for (int64_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
         if (amax == 0) continue;
-        const float scale = pow2_ceil(amax / 6.0f);
-        for (int64_t i = b; i < b + 32; i++) x[i] = round_e2m1(x[i] / scale) * scale;
+        const float scale = e4m3_scale ? round_e4m3(amax / 6.0f) : pow2_ceil(amax / 6.0f);
+        for (int64_t i = b; i < e; i++) x[i] = scale > 0 ? round_e2m1(x[i] / scale) * scale : 0.0f;
     }
 }
 
-static void qat_row(og_qat_kind kind, float *x, int64_t n_round) {
-    if (kind == OG_QAT_FP8) qat_fp8(x, n_round);
+static void qat_fp4_hadamard(float *x, int64_t n) {
+    hadamard(x, n);
+    qat_fp4(x, n, 32, false);
+}
+
+static void qat_row(og_qat_kind kind, float *x, int64_t n_round, int32_t block) {
+    if (kind == OG_QAT_FP8) qat_fp8_block(x, n_round, block > 0 ? block : 64);
+    else if (kind == OG_QAT_FP4) qat_fp4(x, n_round, block > 0 ? block : 32, false);
+    else if (kind == OG_QAT_FP4_E4M3) qat_fp4(x, n_round, block > 0 ? block : 16, true);
     else if (kind == OG_QAT_FP4_HADAMARD) qat_fp4_hadamard(x, n_round);
     else if (kind == OG_QAT_HADAMARD) hadamard(x, n_round);
     else if (kind == OG_QAT_F16)
@@ -328,8 +355,8 @@ static void run_compress(const og_compress_op *op) {
         }
         og_rmsnorm(out, out, op->norm, W, op->eps);
         og_rope_apply(&op->rope, out + W - op->rope.d_rope, 1, 0, (int64_t)p + 1 - r);
-        qat_row(op->qat, out, op->qat_n);
-        if (op->round_f16) qat_row(OG_QAT_F16, out, W);
+        qat_row(op->qat, out, op->qat_n, 0);
+        if (op->round_f16) qat_row(OG_QAT_F16, out, W, 0);
         if (op->overlap) { /* the current window becomes the previous one */
             memcpy(kv_st, kv_st + r * LW, (size_t)(r * LW) * sizeof(float));
             memcpy(sc_st, sc_st + r * LW, (size_t)(r * LW) * sizeof(float));
@@ -365,13 +392,30 @@ static float dot_of(const og_kernels *k, bool canonical, const float *a, const f
 typedef struct idx_job {
     const og_indexer_op *op;
     const og_kernels *k;
-    scored *buf;     /* [nth][max_keys] */
+    scored *buf;     /* [nth][stride]: the keys' scores, then the blocks' */
     int64_t stride;
 } idx_job;
 
-/* Token i's score of its key c: sum over heads in order of w_h relu(q_h . k_c). */
+/* Whether token i's key c lies in one of its cand_in blocks (a list starting
+ * with -1, or none: every key). The list is ascending: a binary search. */
+static bool key_eligible(const og_indexer_op *op, int64_t i, int32_t c) {
+    if (!op->cand_in) return true;
+    const int32_t *lst = op->cand_in + i * op->cand_topk, b = c / op->cand_block;
+    if (lst[0] < 0) return true;
+    int32_t lo = 0, hi = op->cand_topk;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi) / 2;
+        if (lst[mid] < b) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < op->cand_topk && lst[lo] == b;
+}
+
+/* Token i's score of its key c: sum over heads in order of w_h relu(q_h . k_c);
+ * -inf outside its candidate blocks. */
 static float key_score(const idx_job *j, int64_t i, int32_t c) {
     const og_indexer_op *op = j->op;
+    if (!key_eligible(op, i, c)) return -INFINITY;
     const bool canon = op->canonical && op->canonical[i];
     const float *w = op->w + i * op->n_head, *key = og_kv_view_row(&op->keys, op->key_first[i], c);
     float s = 0;
@@ -382,12 +426,50 @@ static float key_score(const idx_job *j, int64_t i, int32_t c) {
     return isnan(s) ? -INFINITY : s;
 }
 
-/* The top_k of sc[n] (scored), ascending by row, into token i's sel. */
-static void pick(const og_indexer_op *op, int64_t i, scored *sc, int32_t n) {
-    qsort(sc, (size_t)n, sizeof *sc, by_score);
+/* Whether token i (n keys) needs its keys scored: a top_k to pick, candidate
+ * blocks to choose, or (sel_all) a mask to apply. */
+static bool needs_scores(const og_indexer_op *op, int64_t i, int32_t n) {
+    return n > op->top_k || (op->cand_out && (int64_t)n > (int64_t)op->cand_block * op->cand_topk) ||
+           (op->sel_all && op->cand_in && op->cand_in[i * op->cand_topk] >= 0);
+}
+
+/* sel_all: token i's rows 0 .. n-1 while they fit (no scores), -1 after. */
+static void sel_every_row(const og_indexer_op *op, int64_t i, int32_t n) {
     int32_t *sel = op->sel + i * op->top_k;
-    for (int32_t q = 0; q < op->top_k; q++) sel[q] = sc[q].c;
-    qsort(sel, (size_t)op->top_k, sizeof *sel, by_index);
+    for (int32_t q = 0; q < op->top_k; q++) sel[q] = q < n ? q : -1;
+}
+
+/* The candidate source's blocks of token i from its keys' scores sc[n] (in
+ * key order): the newest key's block, then the best others (scratch bs). */
+static void pick_blocks(const og_indexer_op *op, int64_t i, const scored *sc, int32_t n, scored *bs) {
+    int32_t *out = op->cand_out + i * op->cand_topk;
+    if ((int64_t)n <= (int64_t)op->cand_block * op->cand_topk) {
+        out[0] = -1;
+        return;
+    }
+    const int32_t nb = (n + op->cand_block - 1) / op->cand_block, newest = nb - 1;
+    for (int32_t b = 0; b < newest; b++) {
+        float mx = -INFINITY;
+        for (int32_t c = b * op->cand_block; c < (b + 1) * op->cand_block; c++) mx = fmaxf(mx, sc[c].s);
+        bs[b] = (scored){mx, b};
+    }
+    qsort(bs, (size_t)newest, sizeof *bs, by_score);
+    out[0] = newest;
+    for (int32_t q = 1; q < op->cand_topk; q++) out[q] = bs[q - 1].c;
+    qsort(out, (size_t)op->cand_topk, sizeof *out, by_index);
+}
+
+/* The top_k of sc[n] (scored), ascending by row, into token i's sel; the
+ * candidate blocks first (pick sorts sc). */
+static void pick(const og_indexer_op *op, int64_t i, scored *sc, int32_t n, scored *bs) {
+    if (op->cand_out) pick_blocks(op, i, sc, n, bs);
+    if (!op->sel_all && n <= op->top_k) return;
+    qsort(sc, (size_t)n, sizeof *sc, by_score);
+    int32_t *sel = op->sel + i * op->top_k, got = 0;
+    for (int32_t q = 0; q < op->top_k && q < n; q++)
+        if (!op->sel_all || sc[q].s != -INFINITY) sel[got++] = sc[q].c;
+    qsort(sel, (size_t)got, sizeof *sel, by_index);
+    for (int32_t q = got; q < op->top_k; q++) sel[q] = -1;
 }
 
 /* Several tokens: each thread takes whole tokens. */
@@ -397,9 +479,13 @@ static void indexer_tokens(void *vctx, int ith, int nth) {
     scored *sc = j->buf + (size_t)ith * (size_t)j->stride;
     for (int64_t i = ith; i < op->n_tok; i += nth) {
         const int32_t n = op->n_keys[i];
-        if (n <= op->top_k) continue;
+        if (!needs_scores(op, i, n)) {
+            if (op->cand_out) op->cand_out[i * op->cand_topk] = -1;
+            if (op->sel_all) sel_every_row(op, i, n);
+            continue;
+        }
         for (int32_t c = 0; c < n; c++) sc[c] = (scored){key_score(j, i, c), c};
-        pick(op, i, sc, n);
+        pick(op, i, sc, n, sc + n);
     }
 }
 
@@ -416,12 +502,13 @@ static og_status run_indexer(const og_kernels *k, og_pool *pool, og_cop_scratch 
     for (int64_t i = 0; i < op->n_tok; i++)
         if (op->n_keys[i] > max_keys) max_keys = op->n_keys[i];
     const int nth = pool ? og_pool_size(pool) : 1;
-    if (og_cop_scratch_reserve(sc, (size_t)nth * (size_t)max_keys * sizeof(scored))) return OG_ERR_NOMEM;
-    idx_job j = {op, k, sc->p, max_keys};
-    if (op->n_tok == 1 && op->n_keys[0] > op->top_k) {
+    const int64_t stride = 2 * (int64_t)max_keys; /* keys, then blocks (at most as many) */
+    if (og_cop_scratch_reserve(sc, (size_t)nth * (size_t)stride * sizeof(scored))) return OG_ERR_NOMEM;
+    idx_job j = {op, k, sc->p, stride};
+    if (op->n_tok == 1 && needs_scores(op, 0, op->n_keys[0])) {
         if (pool) og_pool_run(pool, indexer_keys, &j);
         else indexer_keys(&j, 0, 1);
-        pick(op, 0, j.buf, op->n_keys[0]);
+        pick(op, 0, j.buf, op->n_keys[0], j.buf + op->n_keys[0]);
     } else if (pool && op->n_tok > 1) {
         og_pool_run(pool, indexer_tokens, &j);
     } else {
@@ -451,10 +538,13 @@ static void sink_heads(void *vctx, int ith, int nth) {
         int64_t n = 0;
         for (int64_t r = op->row_off[i]; r < op->row_off[i + 1]; r++) rows[n++] = op->rows[r];
         if (op->comp.n_blocks && op->n_comp[i] > 0) {
-            const bool use_sel = op->sel && op->n_comp[i] > op->top_k;
+            const bool use_sel = op->sel && (op->sel_every || op->n_comp[i] > op->top_k);
             const int32_t nc = use_sel ? op->top_k : op->n_comp[i];
-            for (int32_t c = 0; c < nc; c++)
-                rows[n++] = og_kv_view_row(&op->comp, op->comp_first[i], use_sel ? op->sel[i * op->top_k + c] : c);
+            for (int32_t c = 0; c < nc; c++) {
+                const int32_t r = use_sel ? op->sel[i * op->top_k + c] : c;
+                if (r < 0) break; /* sel_every: the end of the list */
+                rows[n++] = og_kv_view_row(&op->comp, op->comp_first[i], r);
+            }
         }
         const bool canon = op->canonical && op->canonical[i];
         const float *q = op->q + (i * H + h) * D;
@@ -481,13 +571,19 @@ static og_status run_sink_attn(const og_kernels *k, og_pool *pool, og_cop_scratc
     int64_t most = 1;
     for (int64_t i = 0; i < op->n_tok; i++) {
         int64_t n = op->row_off[i + 1] - op->row_off[i];
-        if (op->comp.n_blocks) n += op->sel && op->n_comp[i] > op->top_k ? op->top_k : op->n_comp[i];
+        const bool use_sel = op->sel && (op->sel_every || op->n_comp[i] > op->top_k);
+        if (op->comp.n_blocks) n += use_sel ? op->top_k : op->n_comp[i];
         if (n > most) most = n;
     }
     if (op->sel) /* the selected rows must lie inside each token's visible ones */
-        for (int64_t i = 0; i < op->n_tok; i++)
-            for (int32_t c = 0; op->comp.n_blocks && op->n_comp[i] > op->top_k && c < op->top_k; c++)
-                if (op->sel[i * op->top_k + c] < 0 || op->sel[i * op->top_k + c] >= op->n_comp[i]) return OG_ERR_INVALID_ARG;
+        for (int64_t i = 0; i < op->n_tok; i++) {
+            const bool use_sel = op->comp.n_blocks && (op->sel_every || op->n_comp[i] > op->top_k);
+            for (int32_t c = 0; use_sel && c < op->top_k; c++) {
+                const int32_t r = op->sel[i * op->top_k + c];
+                if (r < 0 && op->sel_every) break;
+                if (r < 0 || r >= op->n_comp[i]) return OG_ERR_INVALID_ARG;
+            }
+        }
     const int nth = pool ? og_pool_size(pool) : 1;
     const size_t n_slots = (size_t)nth * (size_t)most; /* the row addresses, then the scores */
     if (og_cop_scratch_reserve(sc, n_slots * (sizeof(float *) + sizeof(float)))) return OG_ERR_NOMEM;
@@ -495,6 +591,33 @@ static og_status run_sink_attn(const og_kernels *k, og_pool *pool, og_cop_scratc
     if (pool && op->n_tok * op->n_head > 1) og_pool_run(pool, sink_heads, &j);
     else sink_heads(&j, 0, 1);
     return OG_OK;
+}
+
+/* ---- Engram gates (V4.1) ---- */
+
+static void run_engram(const og_engram_op *op) {
+    const int64_t N = op->n_embd, n = op->n_hc;
+    const double inv_sqrt_n = 1.0 / sqrt((double)N);
+    for (int64_t t = 0; t < op->n_tok; t++) {
+        float *s = op->s + t * n * N;
+        const float *kv = op->kv + t * (n + 1) * N, *value = kv + n * N;
+        for (int64_t k = 0; k < n; k++) {
+            float *sk = s + k * N;
+            const float *key = kv + k * N, *qw = op->q_w + k * N, *kw = op->k_w + k * N;
+            double ss = 0, sk2 = 0;
+            for (int64_t i = 0; i < N; i++) {
+                ss += (double)sk[i] * sk[i];
+                sk2 += (double)key[i] * key[i];
+            }
+            const double rs = 1.0 / sqrt(ss / (double)N + op->eps), rk = 1.0 / sqrt(sk2 / (double)N + op->eps);
+            double d = 0;
+            for (int64_t i = 0; i < N; i++) d += (sk[i] * rs) * (key[i] * rk) * ((double)qw[i] * kw[i]);
+            d *= inv_sqrt_n;
+            const double z = (d > 0 ? 1.0 : d < 0 ? -1.0 : 0.0) * sqrt(fmax(fabs(d), 1e-6));
+            const float g = (float)(1.0 / (1.0 + exp(-z)));
+            for (int64_t i = 0; i < N; i++) sk[i] += g * value[i];
+        }
+    }
 }
 
 og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
@@ -512,7 +635,7 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
     }
     case OG_COP_QAT:
         for (int64_t r = 0; r < c->u.qat.x.n_rows; r++)
-            qat_row(c->u.qat.kind, c->u.qat.x.data + r * c->u.qat.x.stride, c->u.qat.n_round);
+            qat_row(c->u.qat.kind, c->u.qat.x.data + r * c->u.qat.x.stride, c->u.qat.n_round, c->u.qat.block);
         return OG_OK;
     case OG_COP_COMPRESS:
         run_compress(&c->u.compress);
@@ -521,6 +644,9 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
         return run_indexer(k, pool, sc, &c->u.indexer);
     case OG_COP_SINK_ATTN:
         return run_sink_attn(k, pool, sc, &c->u.sink_attn);
+    case OG_COP_ENGRAM:
+        run_engram(&c->u.engram);
+        return OG_OK;
     default:
         return OG_ERR_INVALID_ARG;
     }

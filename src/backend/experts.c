@@ -7,17 +7,7 @@
 
 #define CHUNK 60 /* experts per pool run: 4 jobs each at most within og_cpu_matmul_multi's 256 */
 
-/* Grows *buf to at least bytes. */
-static og_status grow(void **buf, size_t *cap, size_t bytes) {
-    if (bytes <= *cap) return OG_OK;
-    void *np = realloc(*buf, bytes);
-    if (!np) return OG_ERR_NOMEM;
-    *buf = np;
-    *cap = bytes;
-    return OG_OK;
-}
-
-og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs) {
+og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs, og_expert_ws *ws) {
     if (n_jobs < 0) return OG_ERR_INVALID_ARG;
     size_t total_f = 0; /* gate and up outputs of every job */
     for (int i = 0; i < n_jobs; i++) {
@@ -27,12 +17,9 @@ og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job
             return OG_ERR_INVALID_ARG;
         total_f += 2 * (size_t)j->m * (size_t)j->gate.n_rows;
     }
-    float *gu = malloc((total_f + 1) * sizeof *gu);
-    og_matmul_job *mj = malloc(2 * CHUNK * sizeof *mj);
-    void *scratch = NULL;
-    size_t scap = 0;
-    og_status st = gu && mj ? OG_OK : OG_ERR_NOMEM;
-    float *base = gu;
+    og_matmul_job mj[2 * CHUNK];
+    og_status st = og_buf_reserve(&ws->mid, (total_f + 1) * sizeof(float));
+    float *base = ws->mid.p;
     for (int c0 = 0; c0 < n_jobs && !st; c0 += CHUNK) {
         const int c1 = c0 + CHUNK < n_jobs ? c0 + CHUNK : n_jobs;
         int nj = 0;
@@ -44,9 +31,7 @@ og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job
             mj[nj++] = (og_matmul_job){&j->up, j->x, j->m, g + mf, j->numerics};
             g += 2 * mf;
         }
-        if ((st = grow(&scratch, &scap, og_cpu_matmul_multi_scratch(mj, nj) + 1)) ||
-            (st = og_cpu_matmul_multi(k, pool, mj, nj, scratch, scap)))
-            break;
+        if ((st = og_cpu_matmul_multi_ws(k, pool, mj, nj, &ws->mm))) break;
         nj = 0;
         g = base;
         for (int i = c0; i < c1; i++) {
@@ -58,11 +43,19 @@ og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job
             g += 2 * mf;
         }
         base = g;
-        if ((st = grow(&scratch, &scap, og_cpu_matmul_multi_scratch(mj, nj) + 1))) break;
-        st = og_cpu_matmul_multi(k, pool, mj, nj, scratch, scap);
+        st = og_cpu_matmul_multi_ws(k, pool, mj, nj, &ws->mm);
     }
-    free(gu);
-    free(mj);
-    free(scratch);
     return st;
+}
+
+og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs) {
+    og_expert_ws ws = {0};
+    og_status st = og_cpu_experts_ws(k, pool, jobs, n_jobs, &ws);
+    og_expert_ws_free(&ws);
+    return st;
+}
+
+void og_expert_ws_free(og_expert_ws *ws) {
+    og_buf_free(&ws->mid);
+    og_buf_free(&ws->mm);
 }

@@ -107,6 +107,7 @@ typedef struct multi {
     int64_t band_start[MAX_JOBS + 1]; /* prefix sums of bands per job */
     int band_rows[MAX_JOBS];          /* ROW_BAND, or TILE_BAND for a tiled job */
     size_t work_bytes;                /* the largest og_gemm_canonical_work of a tiled job (per thread) */
+    uint8_t *work;                    /* NULL, or [nth][work_bytes rounded to 64]: the threads' kept tiles */
     og_ggml_type act[MAX_JOBS];       /* activation type of a quantizing job */
 } multi;
 
@@ -179,7 +180,10 @@ static void multi_rows(void *ctx, int ith, int nth) {
     int64_t total = mu->band_start[mu->n];
     int64_t b0 = total * ith / nth, b1 = total * (ith + 1) / nth;
     int j = 0;
-    void *work = NULL; /* this thread's unpacked tiles, allocated at its first tiled band */
+    /* this thread's unpacked tiles: its slice of the caller's workspace, or
+     * allocated at its first tiled band */
+    const size_t wstride = (mu->work_bytes + 63) & ~(size_t)63;
+    void *work = mu->work ? mu->work + (size_t)ith * wstride : NULL;
     bool no_work = false;
     for (int64_t b = b0; b < b1; b++) {
         while (b >= mu->band_start[j + 1]) j++;
@@ -199,15 +203,18 @@ static void multi_rows(void *ctx, int ith, int nth) {
         }
         band_dot(mu->k, jb->numerics == OG_NUMERICS_CANONICAL, w, mu->xq[j], mu->xq_row[j], jb->m, jb->y, r0, r1);
     }
-    free(work);
+    if (!mu->work) free(work);
 }
 
-og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
-                              size_t scratch_bytes) {
+/* og_cpu_matmul_multi's body: the quantized rows in scratch, or (ws non-NULL)
+ * the rows and every thread's tiles in ws, grown to fit. */
+static og_status multi_run(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
+                           size_t scratch_bytes, og_buf *ws) {
     if (n_jobs < 0 || n_jobs > MAX_JOBS) return OG_ERR_INVALID_ARG;
-    if (scratch_bytes < og_cpu_matmul_multi_scratch(jobs, n_jobs)) return OG_ERR_INVALID_ARG;
+    if (!ws && scratch_bytes < og_cpu_matmul_multi_scratch(jobs, n_jobs)) return OG_ERR_INVALID_ARG;
     multi mu = {.k = k, .jobs = jobs, .n = n_jobs, .work_bytes = 0};
-    uint8_t *p = scratch;
+    size_t xq_off[MAX_JOBS]; /* offsets into the quantized rows until their base is known */
+    size_t p = 0;
     mu.band_start[0] = 0;
     for (int j = 0; j < n_jobs; j++) {
         const og_weight *w = jobs[j].w;
@@ -224,7 +231,8 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
         const og_vec_dot_fn dot = jobs[j].numerics == OG_NUMERICS_CANONICAL ? k->vec_dot_canonical[w->type] : k->vec_dot[w->type];
         if (!tr || !dot || !k->quantize_act[tr->vec_dot_type]) return OG_ERR_UNSUPPORTED;
         size_t need = og_cpu_matmul_scratch(w->type, w->K, jobs[j].m);
-        mu.xq[j] = p;
+        mu.xq[j] = (uint8_t *)jobs; /* any non-NULL mark: set below */
+        xq_off[j] = p;
         mu.xq_row[j] = jobs[j].m ? need / (size_t)jobs[j].m : 0;
         mu.act[j] = tr->vec_dot_type;
         p += (need + 63) & ~(size_t)63;
@@ -233,6 +241,15 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
             mu.work_bytes = og_gemm_canonical_work(w->type, w->K);
         mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + mu.band_rows[j] - 1) / mu.band_rows[j] : 0);
     }
+    uint8_t *base = scratch;
+    if (ws) { /* the rows, then [nth] tile buffers */
+        const size_t nth = pool ? (size_t)og_pool_size(pool) : 1, wstride = (mu.work_bytes + 63) & ~(size_t)63;
+        if (og_buf_reserve(ws, p + nth * wstride + 64)) return OG_ERR_NOMEM;
+        base = ws->p;
+        mu.work = mu.work_bytes ? base + p : NULL;
+    }
+    for (int j = 0; j < n_jobs; j++)
+        if (mu.xq[j]) mu.xq[j] = base + xq_off[j];
     /* each activation row quantized alone (batch-invariant: the same bytes whichever
      * thread does it); shared out when there are many */
     int64_t q_rows = 0, q_elems = 0;
@@ -242,4 +259,13 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
     else if (q_rows) multi_quantize(&mu, 0, 1);
     if (mu.band_start[n_jobs] > 0) og_pool_run(pool, multi_rows, &mu);
     return OG_OK;
+}
+
+og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
+                              size_t scratch_bytes) {
+    return multi_run(k, pool, jobs, n_jobs, scratch, scratch_bytes, NULL);
+}
+
+og_status og_cpu_matmul_multi_ws(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, og_buf *ws) {
+    return multi_run(k, pool, jobs, n_jobs, NULL, 0, ws);
 }

@@ -82,6 +82,12 @@ size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs);
  * or on a type with neither a canonical kernel nor a dequantizer, is OG_ERR_UNSUPPORTED). */
 og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
                               size_t scratch_bytes);
+/* The same with every buffer of the call in ws (quantized activation rows,
+ * then one unpacked-tile buffer per pool thread for the tiled canonical
+ * product), grown when this call needs more and kept for the next: a call no
+ * larger than one before allocates nothing. Same bits as og_cpu_matmul_multi.
+ * One call at a time per ws. Errors as og_cpu_matmul_multi's, OG_ERR_NOMEM. */
+og_status og_cpu_matmul_multi_ws(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, og_buf *ws);
 
 /* ---- routed experts -------------------------------------------------------- */
 
@@ -107,6 +113,18 @@ typedef struct og_expert_job {
  * do not chain: gate/up K != down n_rows or gate/up n_rows != down K, or a
  * negative or non-finite clamp), OG_ERR_NOMEM. */
 og_status og_cpu_experts(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs);
+
+/* What og_cpu_experts_ws keeps between calls: the gate/up outputs
+ * ([sum of m F] x 2 floats) and the products' workspace (og_cpu_matmul_multi_ws).
+ * Zero-initialized = empty; one call at a time. */
+typedef struct og_expert_ws {
+    og_buf mid, mm;
+} og_expert_ws;
+/* og_cpu_experts with its buffers in ws (grown as needed, kept): a call no
+ * larger than one before allocates nothing. Same bits, same errors. */
+og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs, og_expert_ws *ws);
+/* Frees ws's buffers (no status: freeing cannot fail). */
+void og_expert_ws_free(og_expert_ws *ws);
 
 /* ---- element-wise operations (f32) ---------------------------------------- */
 

@@ -100,7 +100,8 @@ static inline og_status og_kv_type_parse(const char *s, og_kv_type *out) {
  * blocks[first] is blocks[first + p / block_rows] + offset + (p % block_rows) *
  * row_stride elements of `type` (offset, strides and lengths in elements). */
 typedef struct og_kv_view {
-    void *const *blocks;  /* host [n_blocks]: device addresses of the blocks, copied when issued */
+    float *const *blocks; /* host [n_blocks]: device addresses of the blocks (of f16 elements in an f16
+                             cache: the address of its uint16_t data), copied when issued */
     int32_t n_blocks;
     int32_t block_rows;   /* positions per block (OG_KV_BLOCK) */
     int64_t offset;       /* elements from a block's start to the layer's first row */
@@ -153,6 +154,10 @@ typedef struct og_router_op {
     const int32_t *hash_table; /* device [hash_rows][k] I32 (ffn_gate_tid2eid), each entry in [0, n_expert) */
     int64_t hash_rows;
     const int32_t *tokens;     /* host [n_tok], each in [0, hash_rows) (copied at issue) */
+    /* The normalization's form: 0 divides by max(sum, 2^-14) (V4, ds4's floor
+     * 6.1035e-5); > 0 divides by sum + norm_add (V4.1: 1e-20, deepseek4.md
+     * §4.1.6 "V4.1 (reference)"). */
+    float norm_add;
 } og_router_op;
 
 /* deepseek2's MLA attention in its absorbed form (deepseek2.md §3) for a chunk
@@ -268,11 +273,24 @@ typedef struct og_hc_op {
  *       q . k is unchanged, but a later F16 rounding sees the rotated values);
  *  F16: each of the n_round values rounded to the nearest f16 (ties to even),
  *       as a cache stored in f16 holds it. */
-typedef enum og_qat_kind { OG_QAT_NONE = 0, OG_QAT_FP8, OG_QAT_FP4_HADAMARD, OG_QAT_HADAMARD, OG_QAT_F16 } og_qat_kind;
+/* V4.1's options (deepseek4.md §3 table "KV numerics", §6.1 unverified; the
+ * lead's decision 2 for deepseek41):
+ *  FP8 with block 32: the window rows;
+ *  FP4: blocks of `block` (0: 32), scale 2^ceil(log2(amax / 6)), E2M1 as
+ *       above, no rotation (the indexer's queries and keys);
+ *  FP4_E4M3: blocks of `block` (0: 16), scale = amax / 6 rounded to the
+ *       nearest E4M3 value (og's round_e4m3, clamped to 448; NVFP4's block
+ *       scale), values x / scale rounded to E2M1 (clamped to +-6) times the
+ *       scale; a block whose scale rounds to 0 becomes 0 (the compressed rows,
+ *       after RoPE). A block of all zeros stays zeros in every kind. */
+typedef enum og_qat_kind {
+    OG_QAT_NONE = 0, OG_QAT_FP8, OG_QAT_FP4_HADAMARD, OG_QAT_HADAMARD, OG_QAT_F16, OG_QAT_FP4, OG_QAT_FP4_E4M3
+} og_qat_kind;
 typedef struct og_qat_op {
     og_rows x;             /* in place */
     og_qat_kind kind;
     int64_t n_round;       /* <= x.n; FP4_HADAMARD, HADAMARD: a power of two in [32, 4096] */
+    int32_t block;         /* FP8, FP4, FP4_E4M3: elements per scale (0: 64, 32, 16); the last block may be short */
 } og_qat_op;
 
 /* One step of V4's KV compressors (deepseek4.md §4.2.1) for n_tok tokens in
@@ -323,6 +341,27 @@ typedef struct og_indexer_op {
     const int32_t *n_keys;   /* host [n_tok] */
     int32_t *sel;            /* device [n_tok][top_k] out */
     const bool *canonical;   /* host [n_tok] or NULL */
+    /* V4.1's candidate blocks (CSA2, deepseek4.md §4.3.3 "Indexer"): the keys
+     * cut into blocks of cand_block positions (block b: keys [b cand_block,
+     * (b+1) cand_block)); a token with more than cand_block x cand_topk keys:
+     *  cand_out (the candidate source): the block holding its newest key, then
+     *    the cand_topk - 1 best other blocks by block score (the max of its
+     *    keys' scores; ties: the lower block), written in ascending order;
+     *    tokens with fewer keys get cand_out[i][0] = -1 (every block: the
+     *    lead's decision 6);
+     *  cand_in (a reindex layer, the candidate source's cand_out of the same
+     *    token): scores of keys outside the listed blocks are -inf before the
+     *    top_k (a list starting with -1: no mask).
+     * Both NULL (V4): neither. cand_in's blocks must lie below the token's keys. */
+    int32_t cand_block, cand_topk; /* >= 1 each when either list is set */
+    int32_t *cand_out;             /* device [n_tok][cand_topk] out, or NULL */
+    const int32_t *cand_in;        /* device [n_tok][cand_topk], or NULL */
+    /* V4.1: every token gets sel[i]: the top_k best of its eligible keys (a
+     * -inf score is never selected, so a mask can leave fewer), or all its
+     * keys while they fit and no mask is on; ascending, then -1 to the end.
+     * Pair with og_sink_attn_op.sel_every. false (V4): only tokens with more
+     * than top_k keys get sel[i], always top_k entries. */
+    bool sel_all;
 } og_indexer_op;
 
 /* V4's attention with a learned sink over a set of rows that are both K and V
@@ -347,7 +386,29 @@ typedef struct og_sink_attn_op {
     const int32_t *sel;        /* device [n_tok][top_k] (og_indexer_op's) or NULL */
     int32_t top_k;
     const bool *canonical;     /* host [n_tok] or NULL */
+    bool sel_every;            /* sel holds every token's rows (og_indexer_op.sel_all): up to top_k, a
+                                  negative entry ends the list; false: sel only when n_comp[i] > top_k */
 } og_sink_attn_op;
+
+/* ---- deepseek41's op (deepseek4.md §4.3.2; ds4_ops.c) ---- */
+
+/* V4.1's Engram gates, in place on the streams s [n_tok][n_hc][n_embd], from
+ * the projection kv = engram_wkv . emb of the token's 24 gathered table rows
+ * (the forward pass computes it before): for each copy k, with rms(v) = v /
+ * sqrt(mean(v^2) + eps) (no weight) and key_k = kv[k N, (k+1) N), value =
+ * kv[n_hc N, (n_hc+1) N):
+ *   d   = sum_i rms(s[k])_i rms(key_k)_i q_w[k][i] k_w[k][i] / sqrt(N)  (in double, i in order)
+ *   g   = sigmoid(sign(d) sqrt(max(|d|, 1e-6)))
+ *   s[k] += g value.
+ * Each token alone (batch-invariant). */
+typedef struct og_engram_op {
+    int64_t n_tok, n_embd;
+    int32_t n_hc;          /* 1..16 */
+    float *s;              /* device [n_tok][n_hc][n_embd], in place */
+    const float *kv;       /* device [n_tok][(n_hc + 1) n_embd] */
+    const float *q_w, *k_w;/* device [n_hc][n_embd] (engram_q, engram_k: ne [N, n_hc]) */
+    float eps;             /* the model's RMSNorm eps (V4.1 1e-20) */
+} og_engram_op;
 
 typedef struct og_device_ops {
     const char *name;
@@ -416,6 +477,14 @@ typedef struct og_device_ops {
     og_status (*compress)(og_device *d, og_stream *s, const og_compress_op *op, char *err, size_t errlen);
     og_status (*indexer)(og_device *d, og_stream *s, const og_indexer_op *op, char *err, size_t errlen);
     og_status (*sink_attention)(og_device *d, og_stream *s, const og_sink_attn_op *op, char *err, size_t errlen);
+    /* deepseek41's (above; NULL on the cuda device for now: its forward pass
+     * then answers OG_ERR_UNSUPPORTED). V4.1 also runs the ops above: its
+     * ratio-2 / ratio-1 compressors are og_compress_op steps (plain, no APE,
+     * rope.d_rope 0: RoPE and QAT follow as their own ops, so the index key
+     * reads the latent before RoPE), its candidate blocks are og_indexer_op's
+     * cand_* fields, its lagged mHC is hc_collapse with the previous
+     * sublayer's pre */
+    og_status (*engram)(og_device *d, og_stream *s, const og_engram_op *op, char *err, size_t errlen);
 } og_device_ops;
 
 struct og_device {
@@ -486,12 +555,20 @@ og_status og_device_cpu_settle(og_device *d, og_stream *s);
  * before it became an op). Errors: OG_ERR_INVALID_ARG (k, groups or gating
  * outside the op's comment), OG_ERR_NOMEM. */
 og_status og_cpu_route(const og_router_op *op);
+/* The same with its per-call scores ([2 n_expert] floats) in ws, grown as
+ * needed and kept (NULL: allocated for the call). Same errors. */
+og_status og_cpu_route_ws(const og_router_op *op, og_buf *ws);
 
 /* og_mla_op on host memory, the (token, head) pairs shared out over pool (NULL:
  * the calling thread); kern gives the f32 dots and axpy. Errors:
  * OG_ERR_INVALID_ARG (a position outside its block table, a row_len other than
  * r_kv + d_rope), OG_ERR_NOMEM. */
 og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op);
+/* The same with its per-thread scores ([pool threads][max position + 1 + r_kv
+ * + d_rope] floats) in ws, grown as needed and kept (NULL: allocated for the
+ * call), so that a call no larger than one before allocates nothing. Same bits
+ * and errors. One call at a time per ws. */
+og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws);
 
 /* A device whose streams run each op on the calling thread at issue, with the
  * caller's pool and kernels (both borrowed: they must outlive the device), and

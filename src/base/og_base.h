@@ -74,6 +74,24 @@ static inline bool og_align_up_u64(uint64_t o, uint64_t a, uint64_t *out) {
 uint64_t og_fnv1a64(const void *data, size_t n, uint64_t seed);
 #define OG_FNV1A64_INIT 0xcbf29ce484222325ULL
 
+/* A host buffer kept between calls (the forward pass's workspaces: issue 18):
+ * grown when a call needs more, never shrunk, so that calls of a size already
+ * seen allocate nothing (no malloc, no fresh pages for the kernel to zero-fill).
+ * Zero-initialized = empty. One user at a time (whoever owns it serializes). */
+typedef struct og_buf {
+    void *p;        /* 64-byte aligned, cap bytes */
+    size_t cap;     /* bytes */
+    uint64_t grows; /* allocations made (the tests' and benchmarks' count) */
+} og_buf;
+
+/* Makes b hold at least `bytes` bytes: a smaller buffer is replaced by one of
+ * max(bytes, 1.5 x cap) (rounded up to 64 bytes), so a slowly rising need
+ * reallocates O(log) times; the contents are NOT kept. Errors: OG_ERR_NOMEM (b
+ * is then empty). */
+og_status og_buf_reserve(og_buf *b, size_t bytes);
+/* Frees the memory and empties *b (grows stays). */
+void og_buf_free(og_buf *b);
+
 /* Parses a byte size such as "512", "96G", "1.5GiB", "280g", "64M" (powers of 1024;
  * suffixes K, M, G, T with optional "i"/"B"; plain decimal digits only). Returns
  * OG_ERR_INVALID_ARG on junk, fractional bytes and sizes above 1 EiB. */

@@ -188,3 +188,23 @@ size_t og_utf8_repair(const char *s, size_t n, char *out) {
     }
     return k;
 }
+
+og_status og_buf_reserve(og_buf *b, size_t bytes) {
+    if (bytes <= b->cap && b->p) return OG_OK;
+    size_t cap = b->cap + b->cap / 2 > bytes ? b->cap + b->cap / 2 : bytes;
+    cap = cap < 64 ? 64 : (cap + 63) & ~(size_t)63;
+    free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+    if (bytes > SIZE_MAX / 4) return OG_ERR_NOMEM; /* no host has it; keeps the sum above from wrapping */
+    b->p = aligned_alloc(64, cap);
+    b->cap = b->p ? cap : 0;
+    b->grows++;
+    return b->p ? OG_OK : OG_ERR_NOMEM;
+}
+
+void og_buf_free(og_buf *b) {
+    free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+}

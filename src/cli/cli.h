@@ -25,6 +25,7 @@ int og_cmd_gguf(int argc, char **argv);
 int og_cmd_make_model(int argc, char **argv);
 /* make-model --arch deepseek4 (cmd_make_model_ds4.c) */
 int og_cmd_make_model_ds4(int argc, char **argv);
+int og_cmd_make_model_ds41(int argc, char **argv);
 int og_cmd_bench(int argc, char **argv);
 int og_cmd_bench_placement(int argc, char **argv);
 int og_cmd_bench_grammar(int argc, char **argv);

@@ -26,7 +26,8 @@ static void usage(FILE *out) {
         "Writes a deepseek2 GGUF with seeded random weights and the real DeepSeek-V3 tokenizer.\n\n"
         "  -o, --output FILE         where to write (atomically)\n"
         "  --arch NAME               the architecture (general.architecture): deepseek2 (default),\n"
-        "                            deepseek4 (DeepSeek V4 Flash: make-model --arch deepseek4 --help)\n"
+        "                            deepseek4 (DeepSeek V4 Flash: make-model --arch deepseek4 --help),\n"
+        "                            deepseek41 (DeepSeek V4.1 Flash: make-model --arch deepseek41 --help)\n"
         "  --preset NAME             tiny (default; 45 MB, unit tests), demo (250 MB, Q8_0),\n"
         "                            v3-671b (DeepSeek-V3 shapes, 209 GiB; use --sparse)\n"
         "  --sparse                  tensor data is a hole: full size, no disk, for planning\n"
@@ -332,6 +333,7 @@ static const struct {
 } make_archs[] = {
     {"deepseek2", make_deepseek2},
     {"deepseek4", og_cmd_make_model_ds4}, /* cmd_make_model_ds4.c */
+    {"deepseek41", og_cmd_make_model_ds41}, /* cmd_make_model_ds41.c */
 };
 
 int og_cmd_make_model(int argc, char **argv) {
@@ -340,6 +342,6 @@ int og_cmd_make_model(int argc, char **argv) {
     const char *arch = og_cli_make_first_value(argc, argv, "-", arch_opt, O_ARCH, "deepseek2");
     for (size_t i = 0; i < sizeof make_archs / sizeof make_archs[0]; i++)
         if (!strcmp(make_archs[i].arch, arch)) return make_archs[i].make(argc, argv);
-    fprintf(stderr, "onegpu make-model: unknown --arch '%s' (deepseek2, deepseek4)\n", arch);
+    fprintf(stderr, "onegpu make-model: unknown --arch '%s' (deepseek2, deepseek4, deepseek41)\n", arch);
     return OG_EXIT_USAGE;
 }

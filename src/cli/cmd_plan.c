@@ -187,6 +187,9 @@ int og_cmd_plan(int argc, char **argv) {
         json_object_set_new(o, "workspace_bytes", json_integer((json_int_t)p.workspace_bytes));
         json_object_set_new(o, "nonexpert_bytes", json_integer((json_int_t)p.nonexpert_bytes));
         json_object_set_new(o, "routed_expert_bytes", json_integer((json_int_t)p.routed_bytes));
+        json_object_set_new(o, "host_only_bytes", json_integer((json_int_t)p.host_only_bytes));
+        json_object_set_new(o, "kv_bytes_per_token",
+                            json_real(hp.kv_elems_per_token * (hp.kv_elem_bytes ? hp.kv_elem_bytes : in.kv_bytes_per_elem)));
         json_object_set_new(o, "staging_bytes", json_integer((json_int_t)p.staging_bytes));
         json_object_set_new(o, "expert_bytes_max", json_integer((json_int_t)p.expert_bytes_max));
         json_object_set_new(o, "n_expert_used", json_integer((json_int_t)p.n_expert_used));
@@ -213,8 +216,20 @@ int og_cmd_plan(int argc, char **argv) {
                    og_fmt_bytes(p.nonexpert_bytes, a, sizeof a), og_fmt_bytes(p.kv_bytes, b, sizeof b),
                    og_fmt_bytes(p.workspace_bytes, c2, sizeof c2), (unsigned long long)p.resident_experts,
                    og_fmt_bytes(p.resident_expert_bytes, d, sizeof d), og_fmt_bytes(p.device_bytes, e, sizeof e));
-            printf("host:   routed experts %s + staging %s = %s\n", og_fmt_bytes(p.routed_bytes, a, sizeof a),
-                   og_fmt_bytes(p.staging_bytes, b, sizeof b), og_fmt_bytes(p.host_bytes, c2, sizeof c2));
+            if (p.host_only_bytes)
+                printf("host:   routed experts %s + host-only tensors %s (never on the device%s%s) + staging %s = %s\n",
+                       og_fmt_bytes(p.routed_bytes, a, sizeof a), og_fmt_bytes(p.host_only_bytes, d, sizeof d),
+                       p.host_only_what ? ": " : "", p.host_only_what ? p.host_only_what : "",
+                       og_fmt_bytes(p.staging_bytes, b, sizeof b), og_fmt_bytes(p.host_bytes, c2, sizeof c2));
+            else
+                printf("host:   routed experts %s + staging %s = %s\n", og_fmt_bytes(p.routed_bytes, a, sizeof a),
+                       og_fmt_bytes(p.staging_bytes, b, sizeof b), og_fmt_bytes(p.host_bytes, c2, sizeof c2));
+            if (hp.kv_elems_per_token > 0) {
+                const double per_tok = hp.kv_elems_per_token * (hp.kv_elem_bytes ? hp.kv_elem_bytes : in.kv_bytes_per_elem);
+                printf("kv:     %.0f bytes per token + %s per sequence (the model's cache layout), %u x %u tokens\n",
+                       per_tok, og_fmt_bytes(hp.kv_elems_fixed * (hp.kv_elem_bytes ? hp.kv_elem_bytes : in.kv_bytes_per_elem),
+                                             a, sizeof a), in.parallel, in.ctx);
+            }
             printf("resident: %llu of %llu experts (%.1f%%); predicted device share of expert selections %.1f%%%s\n",
                    (unsigned long long)p.resident_experts, (unsigned long long)total_exp,
                    100.0 * (double)p.resident_experts / (double)(total_exp ? total_exp : 1),

@@ -145,11 +145,15 @@ int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_model_info 
     return OG_EXIT_OK;
 }
 
-/* --ds4-rounding LIST: each item a deepseek4 model option on (NAME) or off
- * (no-NAME), or a set (spec, llama), applied in order to m (NULL: only checked).
- * kv-f16, once an item here, is --kv-type now: refused with that said. */
+/* --ds4-rounding LIST: each item a model option on (NAME) or off (no-NAME),
+ * or a set (spec: every round trip of the architecture on; llama / none:
+ * off), applied in order to m (NULL: only checked). deepseek4 has kv-fp8,
+ * indexer-fp4; deepseek41 kv-fp8, kv-fp4, indexer-fp4 (the model refuses a
+ * name it does not have). kv-f16, once an item here, is --kv-type now:
+ * refused with that said. */
 static og_status ds4_rounding_apply(og_model *m, const char *list, char *err, size_t errlen) {
-    static const char *const names[] = {"kv-fp8", "indexer-fp4"};
+    static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-fp4"};
+    const bool v41 = m && !strcmp(og_model_get_info(m)->arch, "deepseek41");
     char buf[256];
     if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf || !buf[0])
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "an empty or too long list");
@@ -161,14 +165,16 @@ static og_status ds4_rounding_apply(og_model *m, const char *list, char *err, si
         const bool on = strncmp(it, "no-", 3) != 0;
         const char *name = on ? it : it + 3;
         bool known = false;
-        for (int i = 0; i < 2; i++) known |= !strcmp(name, names[i]);
+        for (int i = 0; i < 3; i++) known |= !strcmp(name, names[i]);
         if (!strcmp(name, "kv-f16"))
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "%s is --kv-type %s now (f16 is the default)", it,
                            on ? "f16" : "f32");
-        if (!strcmp(it, "spec") || !strcmp(it, "llama")) {
+        if (!strcmp(it, "spec") || !strcmp(it, "llama") || !strcmp(it, "none")) {
             const char *v = !strcmp(it, "spec") ? "on" : "off";
             og_status st = OG_OK;
-            for (int i = 0; m && i < 2 && !st; i++) st = og_model_set_option(m, names[i], v, err, errlen);
+            /* the round trips of the architecture (the f16 cache is --kv-type's) */
+            const char *const *set = v41 ? (const char *const[]){"kv-fp8", "kv-fp4", "indexer-fp4"} : names;
+            for (int i = 0; m && i < (v41 ? 3 : 2) && !st; i++) st = og_model_set_option(m, set[i], v, err, errlen);
             if (st) return st;
             continue;
         }
@@ -246,7 +252,7 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         char why[160] = "";
         name = "ds4-rounding";
         ok = ds4_rounding_apply(NULL, arg, why, sizeof why) == OG_OK;
-        want = "a list of [no-]kv-fp8, [no-]indexer-fp4, spec or llama";
+        want = "a list of [no-]kv-fp8, [no-]indexer-fp4, [no-]kv-fp4, spec, llama or none";
         f->ds4_rounding = arg;
         if (!ok && strstr(why, "--kv-type")) { /* the old kv-f16 item: where it went */
             fprintf(stderr, "%s: bad value '%s' for --%s: %s\n", cmd, arg, name, why);
@@ -257,6 +263,7 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
     case OG_OPT_KV_TYPE:
         name = "kv-type", want = "f16 or f32";
         ok = og_kv_type_parse(arg, &f->kv_type) == OG_OK;
+        f->kv_type_set = true;
         f->pin.kv_bytes_per_elem = og_kv_type_bytes(f->kv_type); /* the plan's element: the cache's */
         break;
     default: return 0;
@@ -268,7 +275,9 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
 
 int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f) {
     char err[256];
-    if (og_model_set_option(m, "kv-type", og_kv_type_name(f->kv_type), err, sizeof err)) {
+    /* an architecture without the option (deepseek41: F32 rows) keeps its cache
+     * unless --kv-type was asked for */
+    if (og_model_set_option(m, "kv-type", og_kv_type_name(f->kv_type), err, sizeof err) && f->kv_type_set) {
         fprintf(stderr, "%s: --kv-type %s: %s\n", cmd, og_kv_type_name(f->kv_type), err);
         return OG_EXIT_USAGE;
     }
@@ -279,8 +288,8 @@ int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f) {
         return OG_EXIT_USAGE;
     }
     if (!f->ds4_rounding) return OG_EXIT_OK;
-    if (strcmp(og_model_get_info(m)->arch, "deepseek4")) {
-        fprintf(stderr, "%s: --ds4-rounding applies to deepseek4 models; this one is %s\n", cmd,
+    if (strcmp(og_model_get_info(m)->arch, "deepseek4") && strcmp(og_model_get_info(m)->arch, "deepseek41")) {
+        fprintf(stderr, "%s: --ds4-rounding applies to deepseek4 and deepseek41 models; this one is %s\n", cmd,
                 og_model_get_info(m)->arch);
         return OG_EXIT_USAGE;
     }

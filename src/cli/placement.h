@@ -30,6 +30,7 @@ typedef struct og_cli_flags {
     const char *ds4_rounding;/* --ds4-rounding LIST (deepseek4's model options), or NULL: the model's defaults */
     og_kv_type kv_type;      /* --kv-type (default f16): the model's "kv-type" option and, through
                                 og_kv_type_bytes, the plan's pin.kv_bytes_per_elem: one value for both */
+    bool kv_type_set;        /* --kv-type given (an architecture without the option then refuses it) */
 } og_cli_flags;
 
 /* --device: auto = the cuda device when the build has it and a GPU answers, else
@@ -64,9 +65,10 @@ void og_cli_flags_init(og_cli_flags *f);
  * printing "CMD: bad value 'ARG' for --NAME: expected ...". */
 int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f);
 
-/* After loading: the model options the flags name (--kv-type on every model,
- * --ds4-rounding on a deepseek4 one). Returns 0, or OG_EXIT_USAGE after
- * printing why (--ds4-rounding on another architecture). */
+/* After loading: the model options the flags name (--kv-type on deepseek2 and
+ * deepseek4, and on another architecture when asked for; --ds4-rounding on a
+ * deepseek4 or deepseek41 model). Returns 0, or OG_EXIT_USAGE after printing
+ * why (another architecture, an option the model does not have). */
 int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f);
 
 /* The --help lines of the model options. */
@@ -74,13 +76,16 @@ int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f);
     "  --kv-type f16|f32  the KV cache's element type (default f16, as llama.cpp's and ds4's caches): f16\n"         \
     "                halves the cache (deepseek2: n_layer x (r_kv + d_rope) x 2 bytes per cached token, what\n"     \
     "                `onegpu plan` charges), each value rounded once when stored; deepseek4 keeps F32 rows\n"        \
-    "                and with f16 rounds every stored KV row to f16 (the values, not the size)\n"                  \
-    "  --ds4-rounding LIST  deepseek4 only: the low-precision rounding the forward pass simulates, a comma\n"         \
-    "                list of kv-fp8 (the FP8 E4M3 round trip of the raw and compressed KV), indexer-fp4\n"           \
-    "                (Hadamard + FP4 E2M1 of the lightning indexer's queries and keys), each may be\n"             \
-    "                no-NAME; or spec = kv-fp8,indexer-fp4 (the default: as V4 was trained and ds4 runs\n"           \
-    "                it), llama = no-kv-fp8,no-indexer-fp4 (llama.cpp v0.4.0's graph; with --kv-type f32\n"        \
-    "                its F32 cache)\n"
+    "                and with f16 rounds every stored KV row to f16 (the values, not the size); deepseek41\n"       \
+    "                has F32 rows only\n"                                                                        \
+    "  --ds4-rounding LIST  deepseek4 / deepseek41: the low-precision rounding the forward pass simulates, a\n"       \
+    "                comma list of kv-fp8 (the FP8 E4M3 round trip of the KV: V4 raw and compressed rows,\n"        \
+    "                V4.1 the window in blocks of 32), indexer-fp4 (FP4 E2M1 of the indexer's queries and\n"        \
+    "                keys: V4 after a Hadamard rotation, V4.1 without), kv-fp4 (deepseek41: the compressed\n"       \
+    "                rows in FP4 E2M1 with an E4M3 scale per 16), each may be no-NAME; or spec = all of the\n"      \
+    "                architecture's round trips (deepseek4's default: as V4 was trained and ds4 runs it),\n"       \
+    "                llama or none = none of them (deepseek41's default: V4.1's QAT is unverified; deepseek4\n"     \
+    "                with llama.cpp's F32 cache: add --kv-type f32)\n"
 
 /* After the command line: the combinations (--ram, --profile, --expert-slots and
  * --migrate need --vram; --save-profile must be writable). Returns 0, or

@@ -435,7 +435,7 @@ static og_status kv_reserve(const og_ds2 *d, og_kv *kv, int32_t n_pos, og_device
     while (kv->n_blocks * OG_KV_BLOCK < n_pos) {
         if (kv->n_blocks == kv->cap_blocks) {
             int cap = kv->cap_blocks ? kv->cap_blocks * 2 : 8;
-            void **nb = realloc(kv->blocks, (size_t)cap * sizeof *nb);
+            float **nb = realloc(kv->blocks, (size_t)cap * sizeof *nb);
             if (!nb) return OG_ERR_NOMEM;
             kv->blocks = nb;
             kv->cap_blocks = cap;
@@ -524,6 +524,48 @@ static uint64_t ds2_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_ou
            fb * (uint64_t)(H * ATT_CHUNK * (dn + 2 * r_kv + dv)) + (uint64_t)n_out * h->n_vocab * fb + 64 * 24;
 }
 
+/* One forward call's host arrays: control data and host copies, carved from
+ * one buffer (og_fwd_host_get: the run context's, kept between calls). */
+typedef struct ds2_host {
+    int32_t *pos_of, *kv_first;   /* [T] each token's position, its sequence's first block in blocks */
+    int32_t *next, *first_of;     /* [n_seq] positions after the call, first block in blocks */
+    bool *canon, *ex_out;         /* [T] canonical rows; [n_out] the head's exact rows */
+    float **blocks;               /* [<= max_blocks] the batch's block table */
+    float *hx, *hy, *h_w;         /* [T][D] the MoE layer's input and output; [T][k] route weights */
+    int32_t *h_ids;               /* [T][k] route experts */
+    og_route *routes;             /* [T][k] */
+    float *hl;                    /* the legacy layout's chunks, or NULL */
+    og_weight *head_w;            /* [2 H] per-head k_b, v_b slices */
+    og_matmul_job *head_jobs;     /* [H] */
+} ds2_host;
+
+/* Carves a's arrays from c (a counting pass when c->base is NULL). max_blocks:
+ * a bound on the block table after the call's kv_reserve. */
+static void ds2_host_take(og_fwd_scratch_cut *c, ds2_host *a, const og_hparams *h, int64_t T, int n_seq,
+                          int64_t max_blocks, int64_t n_out) {
+    const int64_t D = h->n_embd, H = h->n_head, k = h->n_expert_used, E = h->n_expert;
+    const int64_t qw = H * h->d_qk, r_kv = h->kv_lora_rank, dv = h->d_v;
+    const uint64_t fb = sizeof(float);
+    *a = (ds2_host){0};
+    a->pos_of = og_fwd_take(c, (uint64_t)T * sizeof(int32_t));
+    a->kv_first = og_fwd_take(c, (uint64_t)T * sizeof(int32_t));
+    a->next = og_fwd_take(c, (uint64_t)n_seq * sizeof(int32_t));
+    a->first_of = og_fwd_take(c, (uint64_t)n_seq * sizeof(int32_t));
+    a->canon = og_fwd_take(c, (uint64_t)T * sizeof(bool));
+    a->ex_out = og_fwd_take(c, (uint64_t)(n_out ? n_out : 1) * sizeof(bool));
+    a->blocks = og_fwd_take(c, (uint64_t)(max_blocks ? max_blocks : 1) * sizeof(float *));
+    if (E) {
+        a->hx = og_fwd_take(c, (uint64_t)(T * D) * fb);
+        a->hy = og_fwd_take(c, (uint64_t)(T * D) * fb);
+        a->h_w = og_fwd_take(c, (uint64_t)(T * k) * fb);
+        a->h_ids = og_fwd_take(c, (uint64_t)(T * k) * sizeof(int32_t));
+        a->routes = og_fwd_take(c, (uint64_t)(T * k) * sizeof(og_route));
+    }
+    if (!h->mla_format) a->hl = og_fwd_take(c, (uint64_t)(T * qw + 2 * H * ATT_CHUNK * r_kv + T * H * dv) * fb);
+    a->head_w = og_fwd_take(c, (uint64_t)(2 * H) * sizeof(og_weight));
+    a->head_jobs = og_fwd_take(c, (uint64_t)H * sizeof(og_matmul_job));
+}
+
 static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
                                    const og_batch *batch, float *logits, char *err, size_t errlen) {
     const og_ds2 *d = og_ds2_of(m);
@@ -542,11 +584,22 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         if (batch->seq[i] < 0 || batch->seq[i] >= n_seq)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token %d names sequence %d of %d", i, batch->seq[i], n_seq);
     }
+    int64_t n_out = 0;
+    for (int64_t t = 0; t < T; t++) n_out += batch->logits[t];
+    /* the host arrays: a sequence's blocks after kv_reserve number at most its
+     * blocks now + its new positions / OG_KV_BLOCK + 2, so the table's bound is */
+    int64_t max_blocks = T / OG_KV_BLOCK + 1;
+    for (int s = 0; s < n_seq; s++) max_blocks += kvs[s]->n_blocks + 2;
+    ds2_host ha;
+    og_fwd_scratch_cut hc = {0};
+    ds2_host_take(&hc, &ha, h, T, n_seq, max_blocks, n_out);
+    void *hown = NULL; /* this call's own host buffer (no reusable scratch), freed below */
+    og_status st = og_fwd_host_get(rc, hc.used, &hc, &hown);
+    if (st) return og_fail(err, errlen, st, "forward pass: out of memory for the host arrays");
+    ds2_host_take(&hc, &ha, h, T, n_seq, max_blocks, n_out);
+    int32_t *pos_of = ha.pos_of, *next = ha.next, *first_of = ha.first_of, *kv_first = ha.kv_first;
+    bool *canon = ha.canon;
     /* positions: each sequence continues where its cache ends, its tokens in order */
-    int32_t *pos_of = malloc((size_t)n_tok * sizeof *pos_of), *next = malloc((size_t)n_seq * sizeof *next);
-    int32_t *first_of = malloc((size_t)n_seq * sizeof *first_of), *kv_first = malloc((size_t)n_tok * sizeof *kv_first);
-    bool *canon = malloc((size_t)n_tok * sizeof *canon);
-    og_status st = pos_of && next && first_of && kv_first && canon ? OG_OK : OG_ERR_NOMEM;
     for (int s = 0; s < n_seq && !st; s++) next[s] = kvs[s]->n_pos;
     for (int i = 0; i < n_tok && !st; i++) pos_of[i] = next[batch->seq[i]]++;
     for (int s = 0; s < n_seq && !st; s++)
@@ -560,8 +613,9 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         first_of[s] = n_blocks;
         n_blocks += kvs[s]->n_blocks;
     }
-    void **blocks = st ? NULL : malloc((size_t)(n_blocks ? n_blocks : 1) * sizeof *blocks);
-    if (!st && !blocks) st = OG_ERR_NOMEM;
+    float **blocks = ha.blocks;
+    if (!st && n_blocks > max_blocks) st = og_fail(err, errlen, OG_ERR_INVALID_ARG, "forward pass: %d blocks, more than "
+                                                   "the %lld bound", n_blocks, (long long)max_blocks);
     for (int s = 0; s < n_seq && !st; s++) /* an empty cache (a choice waiting for its fork) has no block array */
         if (kvs[s]->n_blocks) memcpy(blocks + first_of[s], kvs[s]->blocks, (size_t)kvs[s]->n_blocks * sizeof *blocks);
     for (int i = 0; i < n_tok && !st; i++) kv_first[i] = first_of[batch->seq[i]];
@@ -570,12 +624,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     og_device *own_dev = NULL;
     if (!st) st = og_fwd_begin(&fw, rc, batch->exact, &own_dev, err, errlen);
     if (st) {
-        free(pos_of);
-        free(next);
-        free(first_of);
-        free(kv_first);
-        free(canon);
-        free(blocks);
+        free(hown);
         og_device_destroy(own_dev);
         char why[256];
         snprintf(why, sizeof why, "%s", err && errlen ? err : "");
@@ -586,8 +635,6 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
 
     /* device scratch: activations sized for this call */
     const int64_t qw = H * dqk, rq = h->q_lora_rank, E = h->n_expert, k = h->n_expert_used;
-    int64_t n_out = 0;
-    for (int64_t t = 0; t < T; t++) n_out += batch->logits[t];
     const uint64_t fb = sizeof(float);
     const uint64_t need = og_fwd_scratch_bytes(m, T, n_out);
     void *dbase = NULL; /* this call's own allocation (no reusable scratch), freed below */
@@ -611,17 +658,12 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     float *ov = og_fwd_take(&ds, (uint64_t)(H * ATT_CHUNK * dv) * fb);     /* [H][ATT_CHUNK][d_v] */
     float *dlog = n_out ? og_fwd_take(&ds, (uint64_t)n_out * h->n_vocab * fb) : NULL; /* [n_out][n_vocab] */
     /* host copies: the MoE layer's input and output, the routes (and the legacy layout's chunks) */
-    const bool legacy = !h->mla_format;
-    float *hx = E ? malloc((size_t)(T * D) * fb) : NULL, *hy = E ? malloc((size_t)(T * D) * fb) : NULL;
-    int32_t *h_ids = E ? malloc((size_t)(T * k) * sizeof *h_ids) : NULL;
-    float *h_w = E ? malloc((size_t)(T * k) * fb) : NULL;
-    og_route *routes = E ? malloc((size_t)(T * k) * sizeof *routes) : NULL;
-    float *hl = legacy ? malloc((size_t)(T * qw + 2 * H * ATT_CHUNK * r_kv + T * H * dv) * fb) : NULL;
-    og_weight *head_w = malloc((size_t)(2 * H) * sizeof *head_w); /* per-head k_b, v_b slices */
-    og_matmul_job *head_jobs = malloc((size_t)H * sizeof *head_jobs);
+    float *hx = ha.hx, *hy = ha.hy, *h_w = ha.h_w, *hl = ha.hl;
+    int32_t *h_ids = ha.h_ids;
+    og_route *routes = ha.routes;
+    og_weight *head_w = ha.head_w;
+    og_matmul_job *head_jobs = ha.head_jobs;
     if (!st && (!dlog && n_out)) st = OG_ERR_NOMEM;
-    if (!st && (!head_w || !head_jobs || (E && (!hx || !hy || !h_ids || !h_w || !routes)) || (legacy && !hl)))
-        st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     bool failed_here = st != OG_OK; /* err already says why */
     og_kv_view kvv = {blocks, n_blocks, OG_KV_BLOCK, 0, w_kv, w_kv, d->kv_type};
 
@@ -702,7 +744,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         } else {
             if ((st = og_fwd_mm(&fw, &L->router, a, T, rl))) break;
             og_router_op ro = {rl, L->exp_bias, T, (int32_t)E, (int32_t)k, (int32_t)h->gating, (int32_t)h->n_group,
-                               (int32_t)h->n_group_used, h->expert_norm, h->expert_scale, r_ids, r_w, NULL, 0, NULL};
+                               (int32_t)h->n_group_used, h->expert_norm, h->expert_scale, r_ids, r_w, NULL, 0, NULL, 0};
             /* the dispatcher's input: the routes and the normalized rows, down to the host */
             if ((st = ops->router(fw.dev, fw.s, &ro, err, errlen)) ||
                 (st = ops->copy_to_host(fw.dev, fw.s, h_ids, r_ids, (uint64_t)(T * k) * sizeof *h_ids, err, errlen)) ||
@@ -733,35 +775,20 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             t = t1;
         }
         /* the head's rows are the wanted tokens: their exact marks, compacted */
-        bool *ex_out = batch->exact && n_out ? malloc((size_t)n_out * sizeof *ex_out) : NULL;
-        if (batch->exact && n_out && !ex_out) st = OG_ERR_NOMEM;
+        bool *ex_out = batch->exact && n_out ? ha.ex_out : NULL;
         for (int64_t t = 0, i = 0; ex_out && t < T; t++)
             if (batch->logits[t]) ex_out[i++] = batch->exact[t];
         fw.exact = ex_out;
         if (n_out && !st) st = og_fwd_mm(&fw, &d->output, a, n_out, dlog);
         if (n_out && !st)
             st = ops->copy_to_host(fw.dev, fw.s, logits, dlog, (uint64_t)n_out * h->n_vocab * fb, err, errlen);
-        free(ex_out);
     }
     st = og_fwd_drain(&fw, st); /* every op done before the buffers go (also after an error) */
     if (dbase) ops->free(fw.dev, dbase);
     og_device_destroy(own_dev);
-    free(hx);
-    free(hy);
-    free(h_ids);
-    free(h_w);
-    free(routes);
-    free(hl);
-    free(head_w);
-    free(head_jobs);
-    free(blocks);
-    free(kv_first);
-    free(first_of);
-    free(canon);
     if (!st)
         for (int s2 = 0; s2 < n_seq; s2++) kvs[s2]->n_pos = next[s2];
-    free(pos_of);
-    free(next);
+    free(hown);
     return og_fwd_failure(st, failed_here, "forward pass", err, errlen);
 }
 

@@ -15,9 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Compressed rows (and indexer keys) per block of a sequence's store: a
- * sequence grows its store a block at a time, rows never move. */
-#define COMP_BLOCK 64
 
 typedef struct ds4_layer {
     og_weight hc_attn_fn, hc_ffn_fn;      /* [hc N -> (2 + hc) hc] */
@@ -197,22 +194,11 @@ static og_status load_layer(const og_gguf *g, const og_ds4_hparams *hp, int il, 
     } else {
         TRY(bind_vec(g, hp, OG_DS4_EXP_PROBS_B, il, &L->exp_bias, err, errlen));
     }
-    mw->moe = true;
-    TRY(bind(g, hp, OG_DS4_FFN_GATE_EXPS, il, &mw->gate_exps, err, errlen));
-    TRY(bind(g, hp, OG_DS4_FFN_UP_EXPS, il, &mw->up_exps, err, errlen));
-    TRY(bind(g, hp, OG_DS4_FFN_DOWN_EXPS, il, &mw->down_exps, err, errlen));
-    if (hp->n_expert_shared) {
-        TRY(bind(g, hp, OG_DS4_FFN_GATE_SHEXP, il, &mw->gate_sh, err, errlen));
-        TRY(bind(g, hp, OG_DS4_FFN_UP_SHEXP, il, &mw->up_sh, err, errlen));
-        TRY(bind(g, hp, OG_DS4_FFN_DOWN_SHEXP, il, &mw->down_sh, err, errlen));
-    }
-    /* one clamp for routed and shared experts (og_moe_weights): the routed one */
-    mw->swiglu_clamp = hp->swiglu_clamp_exp[il];
-    if (hp->swiglu_clamp_shexp[il] != hp->swiglu_clamp_exp[il])
-        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "layer %d: swiglu_clamp_shexp %g differs from swiglu_clamp_exp %g "
-                       "(onegpu applies one clamp to both, as V4 has)", il, (double)hp->swiglu_clamp_shexp[il],
-                       (double)hp->swiglu_clamp_exp[il]);
-    return OG_OK;
+    _Static_assert(OG_DS4_FFN_DOWN_SHEXP == OG_DS4_FFN_GATE_EXPS + 5, "the six expert kinds in gate, up, down order");
+    const og_gguf_tensor *t[6] = {NULL};
+    for (int i = 0; i < (hp->n_expert_shared ? 6 : 3); i++)
+        TRY(og_ds4_tensor_find(g, hp, (og_ds4_tensor_id)(OG_DS4_FFN_GATE_EXPS + i), il, &t[i], err, errlen));
+    return og_arch_bind_moe(t, t + 3, hp->swiglu_clamp_exp[il], hp->swiglu_clamp_shexp[il], il, mw, err, errlen);
 }
 
 static og_status ds4_load(og_model *m, char *err, size_t errlen) {
@@ -276,12 +262,6 @@ static og_status ds4_set_option(og_model *m, const char *name, const char *value
 
 /* ---- per-sequence state (og_kv.arch) --------------------------------------- */
 
-/* A growing store of rows (compressed rows or indexer keys), COMP_BLOCK rows
- * of `width` floats per block, in the sequence's device memory. */
-typedef struct row_store {
-    float **blocks;
-    int n_blocks, cap;
-} row_store;
 
 typedef struct ds4_seq {
     og_device *dev;          /* the memory's device (NULL: host memory); outlives the state */
@@ -290,35 +270,21 @@ typedef struct ds4_seq {
     float **raw;             /* [n_layer] device [n_ring][D]: position p in row p mod n_swa (< n_ring: p < n_ring
                                 when n_ring < n_swa) */
     float **cstate, **istate;/* [n_layer] compressor states (og_compress_op.state) or NULL */
-    row_store *comp, *ikeys; /* [n_layer] compressed rows [D], indexer keys [ID] */
+    og_row_store *comp, *ikeys; /* [n_layer] compressed rows [D], indexer keys [ID] */
 } ds4_seq;
 
-static void *seq_alloc(og_device *dev, uint64_t bytes) {
-    void *p = NULL;
-    if (dev) return dev->ops->alloc(dev, bytes, &p, NULL, 0) ? NULL : p;
-    return aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
-}
 
-static void seq_free_mem(og_device *dev, void *p) {
-    if (!p) return;
-    if (dev) dev->ops->free(dev, p);
-    else free(p);
-}
 
-static void store_free(og_device *dev, row_store *s) {
-    for (int b = 0; b < s->n_blocks; b++) seq_free_mem(dev, s->blocks[b]);
-    free(s->blocks);
-}
 
 static void seq_free(void *arch) {
     ds4_seq *q = arch;
     if (!q) return;
     for (uint32_t il = 0; il < q->n_layer; il++) {
-        if (q->raw) seq_free_mem(q->dev, q->raw[il]);
-        if (q->cstate) seq_free_mem(q->dev, q->cstate[il]);
-        if (q->istate) seq_free_mem(q->dev, q->istate[il]);
-        if (q->comp) store_free(q->dev, &q->comp[il]);
-        if (q->ikeys) store_free(q->dev, &q->ikeys[il]);
+        if (q->raw) og_seq_mem_free(q->dev, q->raw[il]);
+        if (q->cstate) og_seq_mem_free(q->dev, q->cstate[il]);
+        if (q->istate) og_seq_mem_free(q->dev, q->istate[il]);
+        if (q->comp) og_row_store_free(q->dev, &q->comp[il]);
+        if (q->ikeys) og_row_store_free(q->dev, &q->ikeys[il]);
     }
     free(q->raw);
     free(q->cstate);
@@ -356,11 +322,11 @@ static og_status seq_create(const og_ds4 *d, og_device *dev, int32_t n_ring, ds4
     og_status st = q->raw && q->cstate && q->istate && q->comp && q->ikeys ? OG_OK : OG_ERR_NOMEM;
     for (uint32_t il = 0; il < NL && !st; il++) {
         const uint32_t r = hp->compress_ratio[il];
-        if (!(q->raw[il] = seq_alloc(dev, (uint64_t)n_ring * hp->head_dim * sizeof(float)))) st = OG_ERR_NOMEM;
-        if (!st && r && !(q->cstate[il] = seq_alloc(dev, state_floats(r, hp->head_dim) * sizeof(float))))
+        if (!(q->raw[il] = og_seq_alloc(dev, (uint64_t)n_ring * hp->head_dim * sizeof(float)))) st = OG_ERR_NOMEM;
+        if (!st && r && !(q->cstate[il] = og_seq_alloc(dev, state_floats(r, hp->head_dim) * sizeof(float))))
             st = OG_ERR_NOMEM;
         if (!st && r == OG_DS4_RATIO_CSA &&
-            !(q->istate[il] = seq_alloc(dev, state_floats(r, hp->indexer_head_dim) * sizeof(float))))
+            !(q->istate[il] = og_seq_alloc(dev, state_floats(r, hp->indexer_head_dim) * sizeof(float))))
             st = OG_ERR_NOMEM;
     }
     if (st) {
@@ -371,47 +337,9 @@ static og_status seq_create(const og_ds4 *d, og_device *dev, int32_t n_ring, ds4
     return OG_OK;
 }
 
-/* Grows s to hold n_rows rows of width floats. */
-static og_status store_reserve(og_device *dev, row_store *s, int64_t n_rows, uint64_t width) {
-    while ((int64_t)s->n_blocks * COMP_BLOCK < n_rows) {
-        if (s->n_blocks == s->cap) {
-            const int cap = s->cap ? 2 * s->cap : 8;
-            float **nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
-            if (!nb) return OG_ERR_NOMEM;
-            s->blocks = nb;
-            s->cap = cap;
-        }
-        if (!(s->blocks[s->n_blocks] = seq_alloc(dev, COMP_BLOCK * width * sizeof(float)))) return OG_ERR_NOMEM;
-        s->n_blocks++;
-    }
-    return OG_OK;
-}
 
-static float *store_row(const row_store *s, int64_t c, uint64_t width) {
-    return s->blocks[c / COMP_BLOCK] + (uint64_t)(c % COMP_BLOCK) * width;
-}
 
-/* bytes from src to dst: a host memcpy, or the device's copy op on s. */
-static og_status seq_copy(og_device *dev, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
-                          size_t errlen) {
-    if (!dev) {
-        memcpy(dst, src, (size_t)bytes);
-        return OG_OK;
-    }
-    og_copy_op cp = {.dst = dst, .src = src, .row_bytes = bytes, .n_rows = 1, .n_mats = 1};
-    return dev->ops->copy(dev, s, &cp, err, errlen);
-}
 
-/* The first n_rows rows (of width floats) of store a into b (reserved). */
-static og_status store_copy(og_device *dev, og_stream *s, row_store *b, const row_store *a, int64_t n_rows,
-                            uint64_t width, char *err, size_t errlen) {
-    for (int64_t c = 0; c < n_rows; c += COMP_BLOCK) {
-        const int64_t n = n_rows - c < COMP_BLOCK ? n_rows - c : COMP_BLOCK;
-        TRY(seq_copy(dev, s, store_row(b, c, width), store_row(a, c, width), (uint64_t)n * width * sizeof(float), err,
-                     errlen));
-    }
-    return OG_OK;
-}
 
 /* og_arch.state_fork (og_kv_fork): a new state in src's memory holding copies
  * of every layer's raw window, compressor states, and the compressed rows and
@@ -431,29 +359,23 @@ static og_status ds4_state_fork(const og_model *m, const og_run_ctx *rc, const o
     og_status st = OG_OK;
     for (uint32_t il = 0; il < hp->n_layer && !st; il++) {
         const uint32_t r = hp->compress_ratio[il];
-        st = seq_copy(q->dev, s, nq->raw[il], q->raw[il], (uint64_t)q->n_ring * hp->head_dim * fb, err, errlen);
+        st = og_seq_copy(q->dev, s, nq->raw[il], q->raw[il], (uint64_t)q->n_ring * hp->head_dim * fb, err, errlen);
         if (st || !r) continue;
         const int64_t rows = src->n_pos / (int64_t)r;
-        if (store_reserve(nq->dev, &nq->comp[il], rows, hp->head_dim) ||
-            (r == OG_DS4_RATIO_CSA && store_reserve(nq->dev, &nq->ikeys[il], rows, hp->indexer_head_dim))) {
+        if (og_row_store_reserve(nq->dev, &nq->comp[il], rows, hp->head_dim) ||
+            (r == OG_DS4_RATIO_CSA && og_row_store_reserve(nq->dev, &nq->ikeys[il], rows, hp->indexer_head_dim))) {
             st = og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: no memory for the forked sequence's compressed rows");
             break;
         }
-        st = seq_copy(q->dev, s, nq->cstate[il], q->cstate[il], state_floats(r, hp->head_dim) * fb, err, errlen);
-        if (!st) st = store_copy(q->dev, s, &nq->comp[il], &q->comp[il], rows, hp->head_dim, err, errlen);
+        st = og_seq_copy(q->dev, s, nq->cstate[il], q->cstate[il], state_floats(r, hp->head_dim) * fb, err, errlen);
+        if (!st) st = og_row_store_copy(q->dev, s, &nq->comp[il], &q->comp[il], rows, hp->head_dim, err, errlen);
         if (!st && r == OG_DS4_RATIO_CSA)
-            st = seq_copy(q->dev, s, nq->istate[il], q->istate[il], state_floats(r, hp->indexer_head_dim) * fb, err,
+            st = og_seq_copy(q->dev, s, nq->istate[il], q->istate[il], state_floats(r, hp->indexer_head_dim) * fb, err,
                           errlen);
         if (!st && r == OG_DS4_RATIO_CSA)
-            st = store_copy(q->dev, s, &nq->ikeys[il], &q->ikeys[il], rows, hp->indexer_head_dim, err, errlen);
+            st = og_row_store_copy(q->dev, s, &nq->ikeys[il], &q->ikeys[il], rows, hp->indexer_head_dim, err, errlen);
     }
-    if (q->dev) { /* the copies are done before either state is read or written (also after an error) */
-        char e2[64];
-        og_event ev;
-        og_status ws = q->dev->ops->event_record(q->dev, s, &ev, st ? e2 : err, st ? sizeof e2 : errlen);
-        if (!ws) ws = q->dev->ops->event_wait(q->dev, ev, st ? e2 : err, st ? sizeof e2 : errlen);
-        if (!st) st = ws;
-    }
+    st = og_seq_copies_wait(q->dev, s, st, err, errlen); /* done before either state is read or written */
     if (st) {
         seq_free(nq);
         return st;
@@ -534,38 +456,20 @@ static uint64_t ds4_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_ou
     return scratch_of(&d->hp, n_tok, n_out);
 }
 
-/* The host's view of one call: positions, each sequence's tokens in the batch. */
-typedef struct plan {
-    int64_t T;
-    int n_seq;
-    int32_t *pos;        /* [T] */
-    int32_t *start;      /* [n_seq] the sequence's first position in this call (its n_pos before) */
-    int32_t *next;       /* [n_seq] its n_pos after */
-    int32_t *tok_at;     /* [T] batch index of the k-th token of each sequence: tok_at[seq_off[s] + k] */
-    int32_t *seq_off;    /* [n_seq + 1] */
-    bool *canon;         /* [T] */
-    ds4_seq **st;        /* [n_seq] */
-} plan;
+typedef og_fwd_plan plan;
 
-static void plan_free(plan *p) {
-    free(p->pos);
-    free(p->start);
-    free(p->next);
-    free(p->tok_at);
-    free(p->seq_off);
-    free(p->canon);
-    free(p->st);
-}
+/* Sequence s's state in this call (NULL: no tokens). */
+static ds4_seq *seq_of(const plan *p, int s) { return p->st[s]; }
 
 /* Device buffers and the host arrays of one layer's attention (sized once per call). */
 typedef struct host_arrays {
     const float **rows;      /* [T * n_swa] */
     int64_t *row_off;        /* [T + 1] */
-    void **blocks;           /* [sum of the sequences' blocks] the layer's compressed-row view */
-    void **kblocks;          /* the same for the indexer keys */
+    float **blocks;          /* [sum of the sequences' blocks] the layer's compressed-row view */
+    float **kblocks;         /* the same for the indexer keys */
     int32_t *cfirst, *ncomp; /* [T] the compressed-row view per token */
     int32_t *kfirst, *nkeys; /* [T] the indexer keys' */
-    row_store **cst, **kst;  /* [n_seq] the layer's stores of each sequence */
+    og_row_store **cst, **kst;  /* [n_seq] the layer's stores of each sequence */
     float **sts, **ists;     /* [n_seq] the layer's compressor states */
     float **state, **out;    /* [T] compressor pointers */
     int32_t *pos_mod, *neg_pos, *seq_idx; /* [T] */
@@ -574,7 +478,7 @@ typedef struct host_arrays {
     og_route *routes;        /* [T][k] */
     og_matmul_job *jobs;     /* [G] */
     og_weight *wts;          /* [G] */
-    void **ring;             /* [n_seq] the layer's raw rings */
+    float **ring;            /* [n_seq] the layer's raw rings */
 } host_arrays;
 
 /* Issues one compressor step (og_compress_op) for the layer: kv and score
@@ -582,7 +486,7 @@ typedef struct host_arrays {
  * sequences' stores. */
 static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const host_arrays *ha, bufs *b,
                                const og_weight *wkv, const og_weight *wgate, const og_weight *ape, const float *norm,
-                               uint32_t ratio, uint64_t width, float **states, row_store *const *stores,
+                               uint32_t ratio, uint64_t width, float **states, og_row_store *const *stores,
                                og_qat_kind qat, int64_t qat_n) {
     const int64_t T = p->T, lw = wkv->n_rows;
     og_matmul_job j2[2] = {{wkv, b->x, T, b->ckv, OG_NUMERICS_FORK}, {wgate, b->x, T, b->csc, OG_NUMERICS_FORK}};
@@ -594,7 +498,7 @@ static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const 
         const int s = ha->seq_idx[t];
         const int32_t pp = p->pos[t];
         ha->state[t] = states[s];
-        ha->out[t] = (pp + 1) % (int32_t)ratio ? NULL : store_row(stores[s], (pp + 1) / (int32_t)ratio - 1, width);
+        ha->out[t] = (pp + 1) % (int32_t)ratio ? NULL : og_row_store_row(stores[s], (pp + 1) / (int32_t)ratio - 1, width);
     }
     og_compress_op op = {.n_tok = T, .width = (int64_t)width, .ratio = (int32_t)ratio,
                          .overlap = ratio == OG_DS4_RATIO_CSA, .kv = b->ckv, .score = b->csc, .state = ha->state,
@@ -604,22 +508,6 @@ static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const 
     return st;
 }
 
-/* The view of one layer's stores (compressed rows or indexer keys) over the
- * batch's sequences: sequence s's blocks from first_of[s]; per token its
- * first block (first) and visible rows (n_rows). */
-static og_kv_view store_view(const plan *p, const int32_t *seq_idx, void **blocks, row_store *const *stores,
-                             uint64_t width, uint32_t ratio, int32_t *first_of, int32_t *first, int32_t *n_rows) {
-    int32_t nb = 0;
-    for (int s = 0; s < p->n_seq; s++) {
-        first_of[s] = nb;
-        for (int k = 0; stores[s] && k < stores[s]->n_blocks; k++) blocks[nb++] = stores[s]->blocks[k];
-    }
-    for (int64_t t = 0; t < p->T; t++) {
-        first[t] = first_of[seq_idx[t]];
-        n_rows[t] = (p->pos[t] + 1) / (int32_t)ratio;
-    }
-    return (og_kv_view){blocks, nb, COMP_BLOCK, 0, (int64_t)width, (int64_t)width, OG_KV_F32};
-}
 
 static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *p, host_arrays *ha, bufs *b,
                            int32_t *first_of) {
@@ -640,16 +528,16 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     og_rope_op rk = {*rope, b->kv + (D - R), T, D, 1, D, p->pos};
     TRY(f->ops->rope(f->dev, f->s, &rk, f->err, f->errlen));
     if (d->kv_fp8) {
-        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_FP8, D - R};
+        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_FP8, D - R, 0};
         TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
     }
     if (d->kv_f16) {
-        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_F16, D};
+        og_qat_op qo = {{b->kv, D, T, D}, OG_QAT_F16, D, 0};
         TRY(f->ops->qat(f->dev, f->s, &qo, f->err, f->errlen));
     }
     /* the compressors (§4.2.1): rows complete in this call become visible to its later tokens */
     for (int s = 0; s < p->n_seq; s++) {
-        const ds4_seq *q = p->st[s]; /* NULL: no tokens in this call */
+        const ds4_seq *q = seq_of(p, s); /* NULL: no tokens in this call */
         ha->cst[s] = q ? &q->comp[il] : NULL;
         ha->kst[s] = q ? &q->ikeys[il] : NULL;
         ha->sts[s] = q ? q->cstate[il] : NULL;
@@ -660,7 +548,7 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     if (L->ratio) {
         TRY(compress_step(f, d, p, ha, b, &L->comp_kv, &L->comp_gate, &L->comp_ape, L->comp_norm, L->ratio,
                           (uint64_t)D, ha->sts, ha->cst, d->kv_fp8 ? OG_QAT_FP8 : OG_QAT_NONE, D - R));
-        cv = store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, L->ratio, first_of, ha->cfirst, ha->ncomp);
+        cv = og_fwd_store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, L->ratio, first_of, ha->cfirst, ha->ncomp);
     }
     if (L->ratio == OG_DS4_RATIO_CSA) {
         const int64_t ID = hp->indexer_head_dim, IH = hp->indexer_n_head;
@@ -670,10 +558,10 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
         bool any = false;
         for (int64_t t = 0; t < T; t++) any |= ha->ncomp[t] > (int32_t)hp->indexer_top_k;
         if (any) { /* the lightning indexer (§4.2.2) picks top_k of the compressed rows */
-            og_kv_view keys = store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, L->ratio, first_of,
+            og_kv_view keys = og_fwd_store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, L->ratio, first_of,
                                          ha->kfirst, ha->nkeys);
             og_rope_op ri = {hp->rope_comp, b->iq + (ID - R), T, IH * ID, (int32_t)IH, ID, p->pos};
-            og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID};
+            og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID, 0};
             og_indexer_op io = {.n_tok = T, .n_head = IH, .d_head = ID, .top_k = (int32_t)hp->indexer_top_k,
                                 .q = b->iq, .w = b->iw, .keys = keys, .key_first = ha->kfirst, .n_keys = ha->nkeys,
                                 .sel = b->sel, .canonical = p->canon};
@@ -688,46 +576,21 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
         }
     }
     /* the raw rows each token sees: positions (p - W, p], this call's rows from kv, older ones from the ring */
-    int64_t nr = 0;
-    for (int64_t t = 0; t < T; t++) {
-        const int s = ha->seq_idx[t];
-        const int32_t pp = p->pos[t], lo = pp - (int32_t)W + 1 > 0 ? pp - (int32_t)W + 1 : 0;
-        ha->row_off[t] = nr;
-        for (int32_t q = lo; q <= pp; q++)
-            ha->rows[nr++] = q >= p->start[s] ? b->kv + (int64_t)p->tok_at[p->seq_off[s] + (q - p->start[s])] * D
-                                              : p->st[s]->raw[il] + (int64_t)(q % (int32_t)W) * D;
-    }
-    ha->row_off[T] = nr;
+    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = seq_of(p, s) ? seq_of(p, s)->raw[il] : NULL;
+    og_fwd_window_rows(p, ha->seq_idx, ha->ring, (int32_t)W, D, b->kv, ha->rows, ha->row_off);
     og_sink_attn_op at = {.n_tok = T, .n_head = H, .d_head = D, .kq_scale = (float)(1.0 / sqrt((double)D)),
                           .q = b->q, .o = b->o, .sinks = L->sinks, .rows = ha->rows, .row_off = ha->row_off,
                           .comp = cv, .comp_first = ha->cfirst, .n_comp = ha->ncomp, .sel = sel,
                           .top_k = (int32_t)hp->indexer_top_k, .canonical = p->canon};
     TRY(f->ops->sink_attention(f->dev, f->s, &at, f->err, f->errlen));
     /* then this call's rows into the rings (in batch order: a sequence's last W stay) */
-    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = p->st[s] ? p->st[s]->raw[il] : NULL;
-    for (int64_t t = 0; t < T; t++) ha->pos_mod[t] = p->pos[t] % (int32_t)W;
-    og_kv_store_op ks = {{ha->ring, p->n_seq, (int32_t)W, 0, D, D, OG_KV_F32}, {b->kv, D, T, D}, ha->seq_idx,
-                         ha->pos_mod};
-    TRY(f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen));
+    TRY(og_fwd_ring_store(f, p, ha->ring, ha->seq_idx, ha->pos_mod, (int32_t)W, D, b->kv));
     /* inverse RoPE on each head's tail at the query position (§4.1.5) */
     og_rope_op ro = {*rope, b->o + (D - R), T, HD, (int32_t)H, D, ha->neg_pos};
     TRY(f->ops->rope(f->dev, f->s, &ro, f->err, f->errlen));
-    /* grouped output: o [T][G][H D / G] -> [G][T][H D / G], low[g] = o_a[g] . group g, then o_b */
-    const int64_t G = hp->o_group_count, gin = HD / G, orank = hp->o_lora_rank;
-    og_copy_op cp = {b->og, b->o, (uint64_t)gin * sizeof(float), (uint64_t)T, (uint64_t)G,
-                     (uint64_t)gin * sizeof(float), (uint64_t)(T * gin) * sizeof(float), (uint64_t)HD * sizeof(float),
-                     (uint64_t)gin * sizeof(float)};
-    TRY(f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen));
-    for (int64_t g = 0; g < G; g++) {
-        ha->wts[g] = og_fwd_slice(&L->o_a, g * orank, orank);
-        ha->jobs[g] = (og_matmul_job){&ha->wts[g], b->og + g * T * gin, T, b->low + g * T * orank, OG_NUMERICS_FORK};
-    }
-    TRY(og_fwd_mm_rows(f, ha->jobs, (int)G, 0));
-    og_copy_op cl = {b->lowt, b->low, (uint64_t)orank * sizeof(float), (uint64_t)T, (uint64_t)G,
-                     (uint64_t)(G * orank) * sizeof(float), (uint64_t)orank * sizeof(float),
-                     (uint64_t)orank * sizeof(float), (uint64_t)(T * orank) * sizeof(float)};
-    TRY(f->ops->copy(f->dev, f->s, &cl, f->err, f->errlen));
-    return og_fwd_mm(f, &L->o_b, b->lowt, T, b->y);
+    /* grouped output (§4.1.5) */
+    return og_fwd_grouped_output(f, &L->o_a, &L->o_b, T, HD, hp->o_group_count, hp->o_lora_rank, b->o, b->og, b->low,
+                                 b->lowt, ha->jobs, ha->wts, b->y);
 }
 
 /* mHC mixes of the streams with fn/scale/base into b->pre/post/comb, and the
@@ -750,49 +613,26 @@ static og_status hc_post(og_fwd *f, const og_ds4_hparams *hp, int64_t T, bufs *b
     return f->ops->hc_expand(f->dev, f->s, &eo, f->err, f->errlen);
 }
 
-/* The MoE FFN (§4.1.6) of b->x into b->y: router on the device, experts
- * through the dispatcher. */
+/* The MoE FFN (§4.1.6) of b->x into b->y: router on the device (hash
+ * routing on the hash layers), experts through the dispatcher. */
 static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const og_batch *batch, uint32_t il, bufs *b,
                      host_arrays *ha, bool *failed_here) {
     const og_ds4 *d = m->impl;
     const og_ds4_hparams *hp = &d->hp;
     const ds4_layer *L = &d->layers[il];
-    const int64_t T = batch->n_tok, N = hp->n_embd, k = hp->n_expert_used;
-    const uint64_t fb = sizeof(float);
-    TRY(og_fwd_mm(f, &L->router, b->x, T, b->rl));
-    og_router_op ro = {b->rl, L->exp_bias, T, (int32_t)hp->n_expert, (int32_t)k, 3, 1, 1, hp->expert_weights_norm,
-                       hp->expert_weights_scale, b->r_ids, b->r_w, L->tid2eid, L->tid2eid ? hp->n_vocab : 0,
-                       batch->tokens};
-    TRY(f->ops->router(f->dev, f->s, &ro, f->err, f->errlen));
-    TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_ids, b->r_ids, (uint64_t)(T * k) * sizeof(int32_t), f->err, f->errlen));
-    TRY(f->ops->copy_to_host(f->dev, f->s, ha->h_w, b->r_w, (uint64_t)(T * k) * fb, f->err, f->errlen));
-    TRY(f->ops->copy_to_host(f->dev, f->s, ha->hx, b->x, (uint64_t)(T * N) * fb, f->err, f->errlen));
-    TRY(og_fwd_sync(f));
-    og_fwd_routes(rc, il, hp->n_expert, (int)k, T, ha->h_ids, ha->h_w, ha->routes);
-    const og_moe_layer io = {il, ha->hx, T, ha->routes, (int)(T * k), batch->exact, ha->hy};
-    og_status st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, f->err, f->errlen);
-    if (st) {
-        *failed_here = true;
-        return st;
-    }
-    return f->ops->copy_to_device(f->dev, f->s, b->y, ha->hy, (uint64_t)(T * N) * fb, f->err, f->errlen);
+    og_router_op ro = {b->rl, L->exp_bias, batch->n_tok, (int32_t)hp->n_expert, (int32_t)hp->n_expert_used, 3, 1, 1,
+                       hp->expert_weights_norm, hp->expert_weights_scale, b->r_ids, b->r_w, L->tid2eid,
+                       L->tid2eid ? hp->n_vocab : 0, batch->tokens, 0};
+    const og_fwd_moe_host h = {ha->h_ids, ha->h_w, ha->hx, ha->hy, ha->routes};
+    return og_fwd_moe(f, m, rc, batch, il, &L->router, &ro, b->x, b->y, hp->n_embd, &h, failed_here);
 }
 
 /* The output head (§4.2 step 3) for the wanted tokens: hc head mixes, collapse,
  * output_norm, logits to the host. */
 static og_status head(og_fwd *f, const og_ds4 *d, const og_batch *batch, int64_t n_out, bufs *b, float *logits) {
     const og_ds4_hparams *hp = &d->hp;
-    const int64_t T = batch->n_tok, hcN = (int64_t)hp->hc_count * hp->n_embd;
-    int64_t r = 0;
-    for (int64_t t = 0; t < T; t++) { /* the wanted rows of S, compacted (runs of consecutive tokens) */
-        if (!batch->logits[t]) continue;
-        int64_t t1 = t + 1;
-        while (t1 < T && batch->logits[t1]) t1++;
-        og_copy_op cp = {b->hS + r * hcN, b->S + t * hcN, (uint64_t)((t1 - t) * hcN) * sizeof(float), 1, 1, 0, 0, 0, 0};
-        TRY(f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen));
-        r += t1 - t;
-        t = t1 - 1;
-    }
+    const int64_t hcN = (int64_t)hp->hc_count * hp->n_embd;
+    TRY(og_fwd_gather_wanted(f, batch, b->hS, b->S, hcN)); /* the wanted rows of S */
     TRY(og_fwd_norm(f, b->hflat, b->hS, n_out, hcN, hcN, NULL, hp->rms_eps));
     TRY(og_fwd_mm(f, &d->out_hc_fn, b->hflat, n_out, b->hmix));
     og_hc_mix_op mo = {b->hmix, n_out, (int32_t)hp->hc_count, true, d->out_hc_scale, d->out_hc_base, hp->hc_eps, 1,
@@ -812,44 +652,9 @@ static og_status head(og_fwd *f, const og_ds4 *d, const og_batch *batch, int64_t
 static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *kvs, int n_seq, const og_batch *batch,
                            og_numerics nm, plan *p, char *err, size_t errlen) {
     const og_ds4_hparams *hp = &d->hp;
-    const int64_t T = batch->n_tok;
-    memset(p, 0, sizeof *p);
-    p->T = T;
-    p->n_seq = n_seq;
-    for (int64_t i = 0; i < T; i++) {
-        if (batch->tokens[i] < 0 || (uint32_t)batch->tokens[i] >= hp->n_vocab)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token id %d outside the vocabulary", batch->tokens[i]);
-        if (batch->seq[i] < 0 || batch->seq[i] >= n_seq)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token %lld names sequence %d of %d", (long long)i,
-                           batch->seq[i], n_seq);
-    }
-    p->pos = malloc((size_t)T * sizeof *p->pos);
-    p->start = malloc((size_t)n_seq * sizeof *p->start);
-    p->next = malloc((size_t)n_seq * sizeof *p->next);
-    p->tok_at = malloc((size_t)T * sizeof *p->tok_at);
-    p->seq_off = calloc((size_t)n_seq + 1, sizeof *p->seq_off);
-    p->canon = malloc((size_t)T * sizeof *p->canon);
-    p->st = calloc((size_t)n_seq, sizeof *p->st);
-    if (!p->pos || !p->start || !p->next || !p->tok_at || !p->seq_off || !p->canon || !p->st)
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    for (int s = 0; s < n_seq; s++) p->start[s] = p->next[s] = kvs[s]->n_pos;
-    for (int64_t i = 0; i < T; i++) {
-        p->pos[i] = p->next[batch->seq[i]]++;
-        p->seq_off[batch->seq[i] + 1]++;
-        p->canon[i] = nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
-    }
-    for (int s = 0; s < n_seq; s++) p->seq_off[s + 1] += p->seq_off[s];
-    int32_t *fill = calloc((size_t)n_seq, sizeof *fill);
-    if (!fill) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < T; i++) {
-        const int s = batch->seq[i];
-        p->tok_at[p->seq_off[s] + fill[s]++] = (int32_t)i;
-    }
-    free(fill);
+    TRY(og_fwd_plan_make(p, kvs, n_seq, batch, hp->n_vocab, nm, "deepseek4", err, errlen));
     for (int s = 0; s < n_seq; s++) {
         og_kv *kv = kvs[s];
-        if (kv->n_blocks)
-            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a deepseek4 cache", s);
         /* a sequence without tokens in this call (a choice waiting for its prompt's
          * fork) gets no state from it: p->st[s] stays NULL */
         if (!kv->arch && p->seq_off[s + 1] == p->seq_off[s]) continue;
@@ -880,8 +685,8 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
             const uint32_t r = hp->compress_ratio[il];
             if (!r) continue;
             const int64_t rows = p->next[s] / (int64_t)r;
-            if (store_reserve(q->dev, &q->comp[il], rows, hp->head_dim) ||
-                (r == OG_DS4_RATIO_CSA && store_reserve(q->dev, &q->ikeys[il], rows, hp->indexer_head_dim)))
+            if (og_row_store_reserve(q->dev, &q->comp[il], rows, hp->head_dim) ||
+                (r == OG_DS4_RATIO_CSA && og_row_store_reserve(q->dev, &q->ikeys[il], rows, hp->indexer_head_dim)))
                 return og_fail(err, errlen, OG_ERR_NOMEM, "no memory for sequence %d's compressed rows", s);
         }
     }
@@ -892,9 +697,9 @@ static og_status host_arrays_make(const og_ds4_hparams *hp, const plan *p, host_
     const size_t T = (size_t)p->T, k = hp->n_expert_used, N = hp->n_embd;
     size_t nb = 0, nkb = 0;
     for (int s = 0; s < p->n_seq; s++)
-        for (uint32_t il = 0; il < hp->n_layer && p->st[s]; il++) {
-            if ((size_t)p->st[s]->comp[il].n_blocks > nb) nb = (size_t)p->st[s]->comp[il].n_blocks;
-            if ((size_t)p->st[s]->ikeys[il].n_blocks > nkb) nkb = (size_t)p->st[s]->ikeys[il].n_blocks;
+        for (uint32_t il = 0; il < hp->n_layer && seq_of(p, s); il++) {
+            if ((size_t)seq_of(p, s)->comp[il].n_blocks > nb) nb = (size_t)seq_of(p, s)->comp[il].n_blocks;
+            if ((size_t)seq_of(p, s)->ikeys[il].n_blocks > nkb) nkb = (size_t)seq_of(p, s)->ikeys[il].n_blocks;
         }
     memset(ha, 0, sizeof *ha);
     ha->rows = malloc(T * hp->n_swa * sizeof *ha->rows);
@@ -1034,7 +839,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         for (int s = 0; s < n_seq; s++) kvs[s]->n_pos = p.next[s];
     free(first_of);
     host_arrays_free(&ha);
-    plan_free(&p);
+    og_fwd_plan_free(&p);
     return og_fwd_failure(st, failed_here, "deepseek4 forward pass", err, errlen);
 }
 

@@ -102,6 +102,39 @@ typedef struct og_ds4_hparams {
  * local_blocks / types) are ignored, as llama.cpp v0.4.0 ignores them. */
 og_status og_ds4_hparams_read(const og_gguf *g, const og_logger *lg, og_ds4_hparams *hp, char *err, size_t errlen);
 
+/* The two RoPE schedules of §4.1.2 as deepseek4.cpp builds them (V4.1 has the
+ * same, §2): *swa for window-only layers (base, no scaling), *comp for the
+ * compressed layers, their rows and the indexer (comp_base; 1/factor unless
+ * sc is NONE; YaRN's ramp with n_ctx_orig and the betas when sc is YARN).
+ * d_rope = n_rot, mscale 1 (llama.cpp's attn_factor cancels YaRN's magnitude
+ * factor). Cannot fail. */
+void og_ds4_rope_schedules(og_ds4_rope_scaling sc, uint32_t n_rot, float base, float comp_base, float factor,
+                           uint32_t n_ctx_orig, float beta_fast, float beta_slow, og_rope *swa, og_rope *comp);
+
+/* The keys deepseek4 and deepseek41 files spell alike (after their own
+ * "ARCH." prefix), written by both writers from their hparams h (V4's and
+ * V4.1's structs use the same field names): KU(key, uint32) and KF(key,
+ * float) are the writer's own macros. The dims and the attention shape, the
+ * RoPE schedules (the type string is the writer's), the MoE sizes, the mHC. */
+#define OG_DS4_WRITE_SHARED_KEYS(KU, KF, h) \
+    KU("block_count", (h)->n_layer); KU("context_length", (h)->n_ctx_train); KU("embedding_length", (h)->n_embd); \
+    KU("vocab_size", (h)->n_vocab); KU("attention.head_count", (h)->n_head); KU("attention.head_count_kv", 1); \
+    KU("attention.key_length", (h)->head_dim); KU("attention.value_length", (h)->head_dim); \
+    KU("rope.dimension_count", (h)->n_rot); KU("attention.q_lora_rank", (h)->q_lora_rank); \
+    KU("attention.output_lora_rank", (h)->o_lora_rank); KU("attention.output_group_count", (h)->o_group_count); \
+    KU("attention.sliding_window", (h)->n_swa); \
+    KU("attention.indexer.head_count", (h)->indexer_n_head); KU("attention.indexer.key_length", (h)->indexer_head_dim); \
+    KU("attention.indexer.top_k", (h)->indexer_top_k); \
+    KF("attention.layer_norm_rms_epsilon", (h)->rms_eps); KF("rope.freq_base", (h)->rope_swa.base); \
+    KF("attention.compress_rope_freq_base", (h)->rope_comp.base); KF("rope.scaling.factor", 1.0f / (h)->rope_comp.freq_scale); \
+    KU("rope.scaling.original_context_length", (uint32_t)(h)->rope_comp.n_ctx_orig); \
+    KF("rope.scaling.yarn_beta_fast", (h)->rope_comp.beta_fast); KF("rope.scaling.yarn_beta_slow", (h)->rope_comp.beta_slow); \
+    KU("expert_count", (h)->n_expert); KU("expert_used_count", (h)->n_expert_used); \
+    KU("expert_shared_count", (h)->n_expert_shared); KU("expert_feed_forward_length", (h)->n_ff_exp); \
+    KF("expert_weights_scale", (h)->expert_weights_scale); \
+    KU("hyper_connection.count", (h)->hc_count); KU("hyper_connection.sinkhorn_iterations", (h)->hc_sinkhorn_iters); \
+    KF("hyper_connection.epsilon", (h)->hc_eps)
+
 /* ---- the tensor-name table ------------------------------------------------ */
 
 /* Which layers hold a kind. */

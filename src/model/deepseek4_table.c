@@ -13,83 +13,37 @@
 
 /* ---- keys ------------------------------------------------------------------ */
 
-/* An integer key: absent -> dflt when !required; then lo <= value <= hi. */
+/* The shared readers (og_arch.h) on "deepseek4." keys. */
 static og_status key_uint(const og_gguf *g, const char *key, bool required, uint64_t dflt, uint64_t lo, uint64_t hi,
                           uint32_t *out, char *err, size_t errlen) {
     char full[128];
     snprintf(full, sizeof full, ARCH "%s", key);
-    uint64_t v = dflt;
-    og_status st = og_gguf_get_u64(g, full, &v);
-    if (st == OG_ERR_NOT_FOUND) {
-        if (required) return og_fail(err, errlen, OG_ERR_NOT_FOUND, "missing key %s", full);
-        v = dflt;
-    } else if (st) {
-        return og_fail(err, errlen, OG_ERR_FORMAT, "key %s is not a non-negative integer", full);
-    }
-    if (v < lo || v > hi)
-        return og_fail(err, errlen, OG_ERR_FORMAT, "key %s = %llu is outside %llu..%llu", full, (unsigned long long)v,
-                       (unsigned long long)lo, (unsigned long long)hi);
-    *out = (uint32_t)v;
-    return OG_OK;
+    return og_arch_key_uint(g, full, required, dflt, lo, hi, out, err, errlen);
 }
 
-/* A float key (absent -> dflt when !required), finite and in [lo, hi] (open
- * at lo when lo_open). */
 static og_status key_float(const og_gguf *g, const char *key, bool required, float dflt, float lo, bool lo_open,
                            float hi, float *out, char *err, size_t errlen) {
     char full[128];
     snprintf(full, sizeof full, ARCH "%s", key);
-    float v = dflt;
-    og_status st = og_gguf_get_f32(g, full, &v);
-    if (st == OG_ERR_NOT_FOUND) {
-        if (required) return og_fail(err, errlen, OG_ERR_NOT_FOUND, "missing key %s", full);
-        v = dflt;
-    } else if (st) {
-        return og_fail(err, errlen, OG_ERR_FORMAT, "key %s is not a number", full);
-    }
-    if (!isfinite(v) || (lo_open ? !(v > lo) : !(v >= lo)) || !(v <= hi))
-        return og_fail(err, errlen, OG_ERR_FORMAT, "key %s = %g is outside %s%g, %g]", full, (double)v,
-                       lo_open ? "(" : "[", (double)lo, (double)hi);
-    *out = v;
-    return OG_OK;
+    return og_arch_key_float(g, full, required, dflt, lo, lo_open, hi, out, err, errlen);
 }
 
-/* A per-layer float: a scalar key (every layer) or an array of >= n entries,
- * as llama.cpp's get_key_or_arr. Absent: *found false, out untouched. */
 static og_status key_float_per_layer(const og_gguf *g, const char *key, uint32_t n, float hi, float *out, bool *found,
                                      char *err, size_t errlen) {
     char full[128];
     snprintf(full, sizeof full, ARCH "%s", key);
-    const og_gguf_kv *kv = og_gguf_find_kv(g, full);
-    *found = kv != NULL;
-    if (!kv) return OG_OK;
-    uint64_t n_have = kv->type == OG_GGUF_ARRAY ? kv->arr_n : 1;
-    if (n_have < n)
-        return og_fail(err, errlen, OG_ERR_FORMAT, "key %s has %llu entries but there are %u layers", full,
-                       (unsigned long long)n_have, n);
-    for (uint32_t i = 0; i < n; i++) {
-        double v;
-        if (og_gguf_kv_num_f64(kv, kv->type == OG_GGUF_ARRAY ? i : 0, &v))
-            return og_fail(err, errlen, OG_ERR_FORMAT, "key %s is not a number or an array of numbers", full);
-        if (!isfinite(v) || v < 0 || v > hi)
-            return og_fail(err, errlen, OG_ERR_FORMAT, "key %s[%u] = %g is outside [0, %g]", full, i, v, (double)hi);
-        out[i] = (float)v;
-    }
-    return OG_OK;
+    return og_arch_key_float_per_layer(g, full, n, hi, out, found, err, errlen);
 }
 
 static bool is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
 
-/* The two RoPE schedules of §4.1.2, as deepseek4.cpp builds them per layer. */
-static void rope_schedules(og_ds4_hparams *h, float base, float comp_base, float factor, uint32_t n_ctx_orig,
-                           float beta_fast, float beta_slow) {
-    h->rope_swa = (og_rope){.d_rope = (int)h->n_rot, .base = base, .freq_scale = 1.0f, .ext_factor = 0.0f,
-                            .n_ctx_orig = 0, .beta_fast = 0.0f, .beta_slow = 0.0f, .mscale = 1.0f};
-    float fs = h->rope_scaling == OG_DS4_ROPE_NONE ? 1.0f : 1.0f / factor;
-    h->rope_comp = (og_rope){.d_rope = (int)h->n_rot, .base = comp_base, .freq_scale = fs,
-                             .ext_factor = h->rope_scaling == OG_DS4_ROPE_YARN ? 1.0f : 0.0f,
-                             .n_ctx_orig = (int)n_ctx_orig, .beta_fast = beta_fast, .beta_slow = beta_slow,
-                             .mscale = 1.0f};
+void og_ds4_rope_schedules(og_ds4_rope_scaling sc, uint32_t n_rot, float base, float comp_base, float factor,
+                           uint32_t n_ctx_orig, float beta_fast, float beta_slow, og_rope *swa, og_rope *comp) {
+    *swa = (og_rope){.d_rope = (int)n_rot, .base = base, .freq_scale = 1.0f, .ext_factor = 0.0f, .n_ctx_orig = 0,
+                     .beta_fast = 0.0f, .beta_slow = 0.0f, .mscale = 1.0f};
+    *comp = (og_rope){.d_rope = (int)n_rot, .base = comp_base, .freq_scale = sc == OG_DS4_ROPE_NONE ? 1.0f : 1.0f / factor,
+                      .ext_factor = sc == OG_DS4_ROPE_YARN ? 1.0f : 0.0f, .n_ctx_orig = (int)n_ctx_orig,
+                      .beta_fast = beta_fast, .beta_slow = beta_slow, .mscale = 1.0f};
 }
 
 og_status og_ds4_hparams_read(const og_gguf *g, const og_logger *lg, og_ds4_hparams *h, char *err, size_t errlen) {
@@ -230,7 +184,8 @@ og_status og_ds4_hparams_read(const og_gguf *g, const og_logger *lg, og_ds4_hpar
     if (any_comp && h->rope_scaling != OG_DS4_ROPE_YARN)
         og_log(lg, OG_LOG_INFO, "rope.scaling.type is '%s': compressed layers scale RoPE %s, as llama.cpp does", stype,
                h->rope_scaling == OG_DS4_ROPE_LINEAR ? "linearly (no YaRN ramp)" : "not at all");
-    rope_schedules(h, base, comp_base, factor, n_ctx_orig, beta_fast, beta_slow);
+    og_ds4_rope_schedules(h->rope_scaling, h->n_rot, base, comp_base, factor, n_ctx_orig, beta_fast, beta_slow, &h->rope_swa,
+                          &h->rope_comp);
 
     /* n_vocab from token_embd [N, V] (§3.1) */
     const og_gguf_tensor *te = og_gguf_find_tensor(g, "token_embd.weight");
@@ -395,16 +350,9 @@ og_status og_ds4_tensor_find(const og_gguf *g, const og_ds4_hparams *hp, og_ds4_
     const og_ds4_tensor_kind *k = &og_ds4_tensors[id];
     const og_gguf_tensor *t = og_gguf_find_tensor(g, name);
     if (!t) return k->required ? og_fail(err, errlen, OG_ERR_NOT_FOUND, "missing tensor %s", name) : OG_OK;
-    bool ok = t->ne[3] == 1;
-    if (id == OG_DS4_ATTN_OUTPUT_A && t->n_dims == 3) { /* llama.cpp's writer: [H D / G, o_rank, G], the same bytes */
-        ok = ok && t->ne[0] == ne[0] && t->ne[1] == (int64_t)hp->o_lora_rank && t->ne[2] == (int64_t)hp->o_group_count;
-    } else {
-        for (int d = 0; d < 3; d++) ok = ok && t->ne[d] == ne[d]; /* trailing 1s may be stored or not */
-    }
-    if (!ok)
-        return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s has shape [%lld, %lld, %lld, %lld] but the hyperparameters "
-                       "say [%lld, %lld, %lld]", name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                       (long long)t->ne[3], (long long)ne[0], (long long)ne[1], (long long)ne[2]);
+    /* attn_output_a: also llama.cpp's writer's [H D / G, o_rank, G], the same bytes */
+    const int64_t alt[3] = {ne[0], hp->o_lora_rank, hp->o_group_count};
+    TRY(og_arch_check_shape(t, ne, id == OG_DS4_ATTN_OUTPUT_A ? alt : NULL, err, errlen));
     if ((k->wclass == OG_DS4_W_I32) != (t->type == OG_TYPE_I32))
         return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s is %s, expected %s", name, og_type_name(t->type),
                        k->wclass == OG_DS4_W_I32 ? "I32" : "a float or quantized type");

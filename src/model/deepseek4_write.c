@@ -140,6 +140,20 @@ static const char v4_template[] =
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>' -}}{%- endif -%}";
 
+og_status og_ds4_write_layer_keys(og_gguf_writer *w, const char *arch, const uint32_t *ratio, uint32_t n_ratio,
+                                  const float *clamp_exp, const float *clamp_shexp, uint32_t n_layer) {
+    int32_t ratios[OG_DS4_MAX_LAYER + 16] = {0};
+    char key[64];
+    for (uint32_t i = 0; i < n_layer && i < n_ratio; i++) ratios[i] = (int32_t)ratio[i];
+    snprintf(key, sizeof key, "%s.attention.compress_ratios", arch);
+    og_status st = og_gguf_writer_set_arr(w, key, OG_GGUF_INT32, ratios, n_ratio);
+    snprintf(key, sizeof key, "%s.swiglu_clamp_exp", arch);
+    if (!st) st = og_gguf_writer_set_arr(w, key, OG_GGUF_FLOAT32, clamp_exp, n_layer);
+    snprintf(key, sizeof key, "%s.swiglu_clamp_shexp", arch);
+    if (!st) st = og_gguf_writer_set_arr(w, key, OG_GGUF_FLOAT32, clamp_shexp, n_layer);
+    return st;
+}
+
 static og_status put_keys(og_gguf_writer *w, const og_ds4_write_config *c, const uint64_t *type_bytes) {
     const og_ds4_hparams *h = &c->hp;
     og_status st;
@@ -147,54 +161,16 @@ static og_status put_keys(og_gguf_writer *w, const og_ds4_write_config *c, const
 #define KU(key, v) K(og_gguf_writer_set_u32(w, "deepseek4." key, (v)))
 #define KF(key, v) K(og_gguf_writer_set_f32(w, "deepseek4." key, (v)))
     K(og_gguf_writer_set_general(w, "deepseek4", c->name ? c->name : "onegpu-ds4-synthetic", type_bytes));
-    KU("block_count", h->n_layer);
-    KU("context_length", h->n_ctx_train);
-    KU("embedding_length", h->n_embd);
-    KU("vocab_size", h->n_vocab);
-    KU("attention.head_count", h->n_head);
-    KU("attention.head_count_kv", 1);
-    KU("attention.key_length", h->head_dim);
-    KU("attention.value_length", h->head_dim);
-    KU("rope.dimension_count", h->n_rot);
-    KU("attention.q_lora_rank", h->q_lora_rank);
-    KU("attention.output_lora_rank", h->o_lora_rank);
-    KU("attention.output_group_count", h->o_group_count);
-    KU("attention.sliding_window", h->n_swa);
-    int32_t ratios[OG_DS4_MAX_LAYER];
-    float clamp_exp[OG_DS4_MAX_LAYER], clamp_sh[OG_DS4_MAX_LAYER];
-    for (uint32_t i = 0; i < h->n_layer; i++) {
-        ratios[i] = (int32_t)h->compress_ratio[i];
-        clamp_exp[i] = h->swiglu_clamp_exp[i];
-        clamp_sh[i] = h->swiglu_clamp_shexp[i];
-    }
-    K(og_gguf_writer_set_arr(w, "deepseek4.attention.compress_ratios", OG_GGUF_INT32, ratios, h->n_layer));
-    KU("attention.indexer.head_count", h->indexer_n_head);
-    KU("attention.indexer.key_length", h->indexer_head_dim);
-    KU("attention.indexer.top_k", h->indexer_top_k);
-    KF("attention.layer_norm_rms_epsilon", h->rms_eps);
-    KF("rope.freq_base", h->rope_swa.base);
-    KF("attention.compress_rope_freq_base", h->rope_comp.base);
+    OG_DS4_WRITE_SHARED_KEYS(KU, KF, h);
+    K(og_ds4_write_layer_keys(w, "deepseek4", h->compress_ratio, h->n_layer, h->swiglu_clamp_exp, h->swiglu_clamp_shexp,
+                              h->n_layer));
     K(og_gguf_writer_set_str(w, "deepseek4.rope.scaling.type",
                              h->rope_scaling == OG_DS4_ROPE_YARN ? "yarn" : h->rope_scaling == OG_DS4_ROPE_LINEAR ? "linear" : "none"));
-    KF("rope.scaling.factor", 1.0f / h->rope_comp.freq_scale);
-    KU("rope.scaling.original_context_length", (uint32_t)h->rope_comp.n_ctx_orig);
-    KF("rope.scaling.yarn_beta_fast", h->rope_comp.beta_fast);
-    KF("rope.scaling.yarn_beta_slow", h->rope_comp.beta_slow);
-    KU("expert_count", h->n_expert);
-    KU("expert_used_count", h->n_expert_used);
-    KU("expert_shared_count", h->n_expert_shared);
-    KU("expert_feed_forward_length", h->n_ff_exp);
     KU("expert_group_count", 0);
     KU("expert_group_used_count", 0);
     KU("expert_gating_func", h->expert_gating_func);
-    KF("expert_weights_scale", h->expert_weights_scale);
     K(og_gguf_writer_set_bool(w, "deepseek4.expert_weights_norm", h->expert_weights_norm));
     KU("hash_layer_count", h->hash_layer_count);
-    K(og_gguf_writer_set_arr(w, "deepseek4.swiglu_clamp_exp", OG_GGUF_FLOAT32, clamp_exp, h->n_layer));
-    K(og_gguf_writer_set_arr(w, "deepseek4.swiglu_clamp_shexp", OG_GGUF_FLOAT32, clamp_sh, h->n_layer));
-    KU("hyper_connection.count", h->hc_count);
-    KU("hyper_connection.sinkhorn_iterations", h->hc_sinkhorn_iters);
-    KF("hyper_connection.epsilon", h->hc_eps);
 #undef K
 #undef KU
 #undef KF
@@ -257,42 +233,27 @@ static void hash_row(const og_ds4_hparams *h, uint64_t *rng, int32_t *out) {
     }
 }
 
+/* og_model_write_row_fn over a kind (ctx: its og_ds4_tensor_id) */
+static void kind_row(const void *ctx, int64_t ne0, uint64_t *rng, float *x) {
+    init_row(NULL, *(const og_ds4_tensor_id *)ctx, ne0, rng, x);
+}
+
 static og_status fill(void *ctx, uint64_t i, const og_gguf_tensor *t, void *buf, char *err, size_t errlen) {
     wbuild *b = ctx;
     const og_ds4_write_config *c = b->c;
     const og_ds4_tensor_id id = b->t[i].id;
-    const int64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
-    uint64_t rng = c->seed ^ og_fnv1a64(t->name, strlen(t->name), OG_FNV1A64_INIT);
     if (t->type == OG_TYPE_I32) {
+        const int64_t ne0 = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+        uint64_t rng = c->seed ^ og_fnv1a64(t->name, strlen(t->name), OG_FNV1A64_INIT);
         for (int64_t r = 0; r < rows; r++) hash_row(&c->hp, &rng, (int32_t *)buf + r * ne0);
         return OG_OK;
     }
-    if ((size_t)ne0 > b->row_cap) {
-        float *nr = realloc(b->row, (size_t)ne0 * sizeof *nr);
-        if (!nr) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-        b->row = nr;
-        b->row_cap = (size_t)ne0;
-    }
-    uint64_t row_bytes;
-    og_row_bytes(t->type, (uint64_t)ne0, &row_bytes);
-    for (int64_t r = 0; r < rows; r++) {
-        init_row(c, id, ne0, &rng, b->row);
-        og_status st = og_quantize_row(t->type, b->row, (uint8_t *)buf + (uint64_t)r * row_bytes, ne0);
-        if (st) return og_fail(err, errlen, st, "%s: cannot quantize to %s", t->name, og_type_name(t->type));
-    }
-    return OG_OK;
+    return og_model_write_rows(t, buf, c->seed, kind_row, &id, &b->row, &b->row_cap, err, errlen);
 }
 
-/* Reopens what was written header-only and reads it back as the loader will. */
-static og_status self_check(const char *path, uint32_t n_parts, char *err, size_t errlen) {
-    char first[4200];
-    if (n_parts > 1) {
-        char prefix[4096];
-        if (og_gguf_split_prefix(path, prefix, sizeof prefix) || og_gguf_split_path(prefix, 0, n_parts, first, sizeof first))
-            return og_fail(err, errlen, OG_ERR_RANGE, "%s: name too long", path);
-    } else {
-        snprintf(first, sizeof first, "%s", path);
-    }
+/* Reopens what was written (first: its first file) header-only and reads it
+ * back as the loader will. */
+static og_status self_check(const char *first, char *err, size_t errlen) {
     og_gguf *g;
     og_status st = og_gguf_open(first, OG_GGUF_HEADER_ONLY, &g, err, errlen);
     if (st) return st;
@@ -334,17 +295,10 @@ og_status og_ds4_write(const og_ds4_write_config *c, const og_model_vocab *vocab
             char name[96];
             og_ds4_tensor_shape(h, (og_ds4_tensor_id)id, il, ne, &nd);
             og_ds4_tensor_name((og_ds4_tensor_id)id, il, name, sizeof name);
-            og_ggml_type type = type_of(c, k->wclass); /* I32 (the hash table) is stored as it is */
-            if (type != OG_TYPE_I32 &&
-                (st = og_model_write_type(name, type, ne[0], sparse, fallbacks, &type, err, errlen)))
+            /* I32 (the hash table) is stored as it is */
+            if ((st = og_model_write_add(w, name, type_of(c, k->wclass), nd, ne, sparse, fallbacks, type_bytes, err,
+                                         errlen)))
                 goto out;
-            if ((st = og_gguf_writer_add_tensor(w, name, type, nd, ne, NULL))) {
-                og_fail(err, errlen, st, "%s: cannot add tensor (%s)", name, og_status_str(st));
-                goto out;
-            }
-            uint64_t row;
-            og_row_bytes(type, (uint64_t)ne[0], &row);
-            type_bytes[type] += row * (uint64_t)ne[1] * (uint64_t)ne[2];
             b.t[b.n++] = (wtensor){(og_ds4_tensor_id)id, il};
         }
     }
@@ -353,12 +307,11 @@ og_status og_ds4_write(const og_ds4_write_config *c, const og_model_vocab *vocab
         goto out;
     }
     og_model_write_log_fallbacks(lg, fallbacks);
-    uint32_t n_parts = 1;
-    if (!c->split_max_bytes)
-        st = og_gguf_writer_write(w, path, sparse ? NULL : fill, &b, err, errlen);
-    else
-        st = og_gguf_writer_write_split(w, path, c->split_max_bytes, sparse ? NULL : fill, &b, &n_parts, err, errlen);
-    if (!st) st = self_check(path, n_parts, err, errlen);
+    uint32_t n_parts;
+    char first[4200];
+    st = og_model_write_out(w, path, c->split_max_bytes, sparse ? NULL : fill, &b, first, sizeof first, &n_parts, err,
+                            errlen);
+    if (!st) st = self_check(first, err, errlen);
 out:
     og_gguf_writer_free(w);
     free(b.t);

@@ -1,6 +1,9 @@
 /* The forward passes' shared pieces (fwd_ops.h). */
 #include "fwd_ops.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define MM_ROWS_MAX 64 /* jobs per matmul op */
 
 og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_device **own_dev, char *err,
@@ -11,6 +14,21 @@ og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_de
     if (rc->dev) {
         f->dev = rc->dev;
         f->s = rc->stream;
+    } else if (rc->scratch) { /* the host device kept with the scratch (its op scratch with it) */
+        og_fwd_scratch *sc = rc->scratch;
+        og_event ev;
+        if (sc->host_dev && (sc->host_pool != rc->pool || sc->host_kern != rc->kern ||
+                             sc->host_dev->ops->event_record(sc->host_dev, NULL, &ev, NULL, 0) != OG_OK)) {
+            /* another pool or kernels, or a failed op earlier (a host device keeps failing after one) */
+            og_device_destroy(sc->host_dev);
+            sc->host_dev = NULL;
+        }
+        if (!sc->host_dev && !(st = og_device_host_create(rc->pool, rc->kern, &sc->host_dev, err, errlen))) {
+            sc->host_pool = rc->pool;
+            sc->host_kern = rc->kern;
+        }
+        f->dev = sc->host_dev;
+        if (!st) st = f->dev->ops->stream_create(f->dev, &f->s, err, errlen);
     } else {
         st = og_device_host_create(rc->pool, rc->kern, own_dev, err, errlen);
         f->dev = *own_dev;
@@ -133,4 +151,231 @@ og_status og_fwd_scratch_get(const og_model *m, const og_run_ctx *rc, og_fwd *f,
     st = f->ops->alloc(f->dev, need, own, f->err, f->errlen);
     if (!st) *cut = (og_fwd_scratch_cut){*own, 0, need};
     return st;
+}
+
+og_status og_fwd_host_get(const og_run_ctx *rc, uint64_t need, og_fwd_scratch_cut *cut, void **own) {
+    *own = NULL;
+    *cut = (og_fwd_scratch_cut){0};
+    if (rc->scratch) {
+        if (og_buf_reserve(&rc->scratch->host, (size_t)need)) return OG_ERR_NOMEM;
+        *cut = (og_fwd_scratch_cut){rc->scratch->host.p, 0, rc->scratch->host.cap};
+        return OG_OK;
+    }
+    if (!(*own = aligned_alloc(64, (size_t)((need + 63) / 64 * 64)))) return OG_ERR_NOMEM;
+    *cut = (og_fwd_scratch_cut){*own, 0, need};
+    return OG_OK;
+}
+
+void *og_seq_alloc(og_device *dev, uint64_t bytes) {
+    void *p = NULL;
+    if (dev) return dev->ops->alloc(dev, bytes, &p, NULL, 0) ? NULL : p;
+    return aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
+}
+
+void og_seq_mem_free(og_device *dev, void *p) {
+    if (!p) return;
+    if (dev) dev->ops->free(dev, p);
+    else free(p);
+}
+
+void og_row_store_free(og_device *dev, og_row_store *s) {
+    for (int b = 0; b < s->n_blocks; b++) og_seq_mem_free(dev, s->blocks[b]);
+    free(s->blocks);
+}
+
+og_status og_row_store_reserve(og_device *dev, og_row_store *s, int64_t n_rows, uint64_t width) {
+    while ((int64_t)s->n_blocks * OG_ROW_STORE_BLOCK < n_rows) {
+        if (s->n_blocks == s->cap) {
+            const int cap = s->cap ? 2 * s->cap : 8;
+            float **nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
+            if (!nb) return OG_ERR_NOMEM;
+            s->blocks = nb;
+            s->cap = cap;
+        }
+        if (!(s->blocks[s->n_blocks] = og_seq_alloc(dev, OG_ROW_STORE_BLOCK * width * sizeof(float))))
+            return OG_ERR_NOMEM;
+        s->n_blocks++;
+    }
+    return OG_OK;
+}
+
+float *og_row_store_row(const og_row_store *s, int64_t c, uint64_t width) {
+    return s->blocks[c / OG_ROW_STORE_BLOCK] + (uint64_t)(c % OG_ROW_STORE_BLOCK) * width;
+}
+
+og_status og_seq_copy(og_device *dev, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
+                      size_t errlen) {
+    if (!dev) {
+        memcpy(dst, src, (size_t)bytes);
+        return OG_OK;
+    }
+    og_copy_op cp = {.dst = dst, .src = src, .row_bytes = bytes, .n_rows = 1, .n_mats = 1};
+    return dev->ops->copy(dev, s, &cp, err, errlen);
+}
+
+og_status og_row_store_copy(og_device *dev, og_stream *s, og_row_store *b, const og_row_store *a, int64_t n_rows,
+                            uint64_t width, char *err, size_t errlen) {
+    for (int64_t c = 0; c < n_rows; c += OG_ROW_STORE_BLOCK) {
+        const int64_t n = n_rows - c < OG_ROW_STORE_BLOCK ? n_rows - c : OG_ROW_STORE_BLOCK;
+        og_status st = og_seq_copy(dev, s, og_row_store_row(b, c, width), og_row_store_row(a, c, width),
+                                   (uint64_t)n * width * sizeof(float), err, errlen);
+        if (st) return st;
+    }
+    return OG_OK;
+}
+
+og_status og_seq_copies_wait(og_device *dev, og_stream *s, og_status st, char *err, size_t errlen) {
+    if (!dev) return st;
+    char e2[64];
+    og_event ev;
+    og_status ws = dev->ops->event_record(dev, s, &ev, st ? e2 : err, st ? sizeof e2 : errlen);
+    if (!ws) ws = dev->ops->event_wait(dev, ev, st ? e2 : err, st ? sizeof e2 : errlen);
+    return st ? st : ws;
+}
+
+og_status og_fwd_grouped_output(og_fwd *f, const og_weight *o_a, const og_weight *o_b, int64_t T, int64_t HD, int64_t G,
+                                int64_t o_rank, const float *o, float *og, float *low, float *lowt, og_matmul_job *jobs,
+                                og_weight *wts, float *y) {
+    const int64_t gin = HD / G;
+    const uint64_t fb = sizeof(float);
+    og_copy_op cp = {og, o, (uint64_t)gin * fb, (uint64_t)T, (uint64_t)G, (uint64_t)gin * fb, (uint64_t)(T * gin) * fb,
+                     (uint64_t)HD * fb, (uint64_t)gin * fb};
+    og_status st = f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen);
+    for (int64_t g = 0; g < G; g++) {
+        wts[g] = og_fwd_slice(o_a, g * o_rank, o_rank);
+        jobs[g] = (og_matmul_job){&wts[g], og + g * T * gin, T, low + g * T * o_rank, OG_NUMERICS_FORK};
+    }
+    if (!st) st = og_fwd_mm_rows(f, jobs, (int)G, 0);
+    og_copy_op cl = {lowt, low, (uint64_t)o_rank * fb, (uint64_t)T, (uint64_t)G, (uint64_t)(G * o_rank) * fb,
+                     (uint64_t)o_rank * fb, (uint64_t)o_rank * fb, (uint64_t)(T * o_rank) * fb};
+    if (!st) st = f->ops->copy(f->dev, f->s, &cl, f->err, f->errlen);
+    return st ? st : og_fwd_mm(f, o_b, lowt, T, y);
+}
+
+og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const og_batch *batch, uint32_t n_vocab,
+                           og_numerics nm, const char *arch, char *err, size_t errlen) {
+    const int64_t T = batch->n_tok;
+    memset(p, 0, sizeof *p);
+    p->T = T;
+    p->n_seq = n_seq;
+    for (int64_t i = 0; i < T; i++) {
+        if (batch->tokens[i] < 0 || (uint32_t)batch->tokens[i] >= n_vocab)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token id %d outside the vocabulary", batch->tokens[i]);
+        if (batch->seq[i] < 0 || batch->seq[i] >= n_seq)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "token %lld names sequence %d of %d", (long long)i,
+                           batch->seq[i], n_seq);
+    }
+    for (int s = 0; s < n_seq; s++)
+        if (kvs[s]->n_blocks)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a %s cache", s, arch);
+    p->pos = malloc((size_t)T * sizeof *p->pos);
+    p->start = malloc((size_t)n_seq * sizeof *p->start);
+    p->next = malloc((size_t)n_seq * sizeof *p->next);
+    p->tok_at = malloc((size_t)T * sizeof *p->tok_at);
+    p->seq_off = calloc((size_t)n_seq + 1, sizeof *p->seq_off);
+    p->canon = malloc((size_t)T * sizeof *p->canon);
+    p->st = calloc((size_t)n_seq, sizeof *p->st);
+    int32_t *fill = calloc((size_t)n_seq, sizeof *fill);
+    if (!p->pos || !p->start || !p->next || !p->tok_at || !p->seq_off || !p->canon || !p->st || !fill) {
+        free(fill);
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    }
+    for (int s = 0; s < n_seq; s++) p->start[s] = p->next[s] = kvs[s]->n_pos;
+    for (int64_t i = 0; i < T; i++) {
+        p->pos[i] = p->next[batch->seq[i]]++;
+        p->seq_off[batch->seq[i] + 1]++;
+        p->canon[i] = nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
+    }
+    for (int s = 0; s < n_seq; s++) p->seq_off[s + 1] += p->seq_off[s];
+    for (int64_t i = 0; i < T; i++) {
+        const int s = batch->seq[i];
+        p->tok_at[p->seq_off[s] + fill[s]++] = (int32_t)i;
+    }
+    free(fill);
+    return OG_OK;
+}
+
+void og_fwd_plan_free(og_fwd_plan *p) {
+    free(p->pos);
+    free(p->start);
+    free(p->next);
+    free(p->tok_at);
+    free(p->seq_off);
+    free(p->canon);
+    free(p->st);
+}
+
+og_kv_view og_fwd_store_view(const og_fwd_plan *p, const int32_t *seq_idx, float **blocks,
+                             og_row_store *const *stores, uint64_t width, uint32_t ratio, int32_t *first_of,
+                             int32_t *first, int32_t *n_rows) {
+    int32_t nb = 0;
+    for (int s = 0; s < p->n_seq; s++) {
+        first_of[s] = nb;
+        for (int k = 0; stores[s] && k < stores[s]->n_blocks; k++) blocks[nb++] = stores[s]->blocks[k];
+    }
+    for (int64_t t = 0; t < p->T; t++) {
+        first[t] = first_of[seq_idx[t]];
+        n_rows[t] = (p->pos[t] + 1) / (int32_t)ratio;
+    }
+    return (og_kv_view){blocks, nb, OG_ROW_STORE_BLOCK, 0, (int64_t)width, (int64_t)width, OG_KV_F32};
+}
+
+void og_fwd_window_rows(const og_fwd_plan *p, const int32_t *seq_idx, float *const *rings, int32_t W, int64_t D,
+                        const float *kv, const float **rows, int64_t *row_off) {
+    int64_t nr = 0;
+    for (int64_t t = 0; t < p->T; t++) {
+        const int s = seq_idx[t];
+        const int32_t pp = p->pos[t], lo = pp - W + 1 > 0 ? pp - W + 1 : 0;
+        row_off[t] = nr;
+        for (int32_t q = lo; q <= pp; q++)
+            rows[nr++] = q >= p->start[s] ? kv + (int64_t)p->tok_at[p->seq_off[s] + (q - p->start[s])] * D
+                                          : rings[s] + (int64_t)(q % W) * D;
+    }
+    row_off[p->T] = nr;
+}
+
+og_status og_fwd_ring_store(og_fwd *f, const og_fwd_plan *p, float **rings, const int32_t *seq_idx, int32_t *pos_mod,
+                            int32_t W, int64_t D, float *kv) {
+    for (int64_t t = 0; t < p->T; t++) pos_mod[t] = p->pos[t] % W;
+    og_kv_store_op ks = {{rings, p->n_seq, W, 0, D, D, OG_KV_F32}, {kv, D, p->T, D}, seq_idx, pos_mod};
+    return f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen);
+}
+
+og_status og_fwd_moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const og_batch *batch, uint32_t il,
+                     const og_weight *router, const og_router_op *ro, const float *x, float *y, int64_t N,
+                     const og_fwd_moe_host *h, bool *failed_here) {
+    const int64_t T = batch->n_tok, k = ro->k;
+    const uint64_t fb = sizeof(float);
+    og_status st = og_fwd_mm(f, router, x, T, (float *)ro->logits);
+    if (!st) st = f->ops->router(f->dev, f->s, ro, f->err, f->errlen);
+    if (!st) st = f->ops->copy_to_host(f->dev, f->s, h->ids, ro->ids, (uint64_t)(T * k) * sizeof(int32_t), f->err,
+                                       f->errlen);
+    if (!st) st = f->ops->copy_to_host(f->dev, f->s, h->w, ro->weights, (uint64_t)(T * k) * fb, f->err, f->errlen);
+    if (!st) st = f->ops->copy_to_host(f->dev, f->s, h->x, x, (uint64_t)(T * N) * fb, f->err, f->errlen);
+    if (!st) st = og_fwd_sync(f);
+    if (st) return st;
+    og_fwd_routes(rc, il, (uint32_t)ro->n_expert, (int)k, T, h->ids, h->w, h->routes);
+    const og_moe_layer io = {il, h->x, T, h->routes, (int)(T * k), batch->exact, h->y};
+    st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, f->err, f->errlen);
+    if (st) {
+        *failed_here = true;
+        return st;
+    }
+    return f->ops->copy_to_device(f->dev, f->s, y, h->y, (uint64_t)(T * N) * fb, f->err, f->errlen);
+}
+
+og_status og_fwd_gather_wanted(og_fwd *f, const og_batch *batch, float *dst, const float *src, int64_t row) {
+    const int64_t T = batch->n_tok;
+    int64_t r = 0;
+    for (int64_t t = 0; t < T; t++) {
+        if (!batch->logits[t]) continue;
+        int64_t t1 = t + 1;
+        while (t1 < T && batch->logits[t1]) t1++;
+        og_copy_op cp = {dst + r * row, src + t * row, (uint64_t)((t1 - t) * row) * sizeof(float), 1, 1, 0, 0, 0, 0};
+        og_status st = f->ops->copy(f->dev, f->s, &cp, f->err, f->errlen);
+        if (st) return st;
+        r += t1 - t;
+        t = t1 - 1;
+    }
+    return OG_OK;
 }

@@ -24,8 +24,10 @@ typedef struct og_fwd {
 
 /* Starts a forward call: f's numerics from rc->host_numerics and exact (the
  * batch's og_batch.exact), its device and stream rc->dev / rc->stream, or
- * without one a host device on rc->pool made for this call into *own_dev (the
- * caller destroys it). Errors: the host device's. */
+ * without one a host device on rc->pool: rc->scratch's (kept from call to
+ * call, made again for another pool or after a failed op), or without a
+ * scratch one made for this call into *own_dev (the caller destroys it; NULL
+ * otherwise). Errors: the host device's. */
 og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_device **own_dev, char *err,
                        size_t errlen);
 
@@ -77,5 +79,126 @@ void *og_fwd_take(og_fwd_scratch_cut *s, uint64_t bytes);
  * with f->ops->free. Errors: og_fwd_scratch_reserve's, the device's alloc. */
 og_status og_fwd_scratch_get(const og_model *m, const og_run_ctx *rc, og_fwd *f, uint64_t need, int64_t n_tok,
                              int64_t n_out, og_fwd_scratch_cut *cut, void **own);
+
+/* The call's host buffer of `need` bytes (the sum of og_fwd_take's of a
+ * counting pass) into *cut: rc->scratch's host buffer, grown when smaller and
+ * kept, or without a scratch a fresh allocation into *own, which the caller
+ * frees with free(). The contents are not kept from call to call. Errors:
+ * OG_ERR_NOMEM. */
+og_status og_fwd_host_get(const og_run_ctx *rc, uint64_t need, og_fwd_scratch_cut *cut, void **own);
+/* The grouped output projection (deepseek4.md §4.1.5), V4's and V4.1's: the
+ * heads' outputs o [T][H D] (inverse RoPE already applied) split into G groups
+ * of H D / G, regrouped into og [G][T][H D / G], low[g] = rows [g o_rank,
+ * (g+1) o_rank) of o_a times group g into low [G][T][o_rank], back to lowt
+ * [T][G o_rank], y [T][N] = o_b . lowt. jobs / wts: host [G] scratch. Errors:
+ * the copy and matmul ops'. */
+og_status og_fwd_grouped_output(og_fwd *f, const og_weight *o_a, const og_weight *o_b, int64_t T, int64_t HD, int64_t G,
+                                int64_t o_rank, const float *o, float *og, float *low, float *lowt, og_matmul_job *jobs,
+                                og_weight *wts, float *y);
+
+/* ---- per-sequence state memory (deepseek4's and deepseek41's og_kv.arch) ---- */
+
+/* Rows per block of a growing row store: a sequence grows its store a block
+ * at a time, rows never move. */
+#define OG_ROW_STORE_BLOCK 64
+
+/* A growing store of rows (compressed rows or indexer keys), OG_ROW_STORE_BLOCK
+ * rows of `width` floats per block, in the sequence's device memory. */
+typedef struct og_row_store {
+    float **blocks; /* [n_blocks] device addresses (host array) */
+    int n_blocks, cap;
+} og_row_store;
+
+/* ---- one call's host plan, shared by deepseek4 and deepseek41 ---- */
+
+/* The host's view of one forward call: each token's position, each
+ * sequence's tokens in the batch. */
+typedef struct og_fwd_plan {
+    int64_t T;
+    int n_seq;
+    int32_t *pos;      /* [T] */
+    int32_t *start;    /* [n_seq] the sequence's first position in this call (its n_pos before) */
+    int32_t *next;     /* [n_seq] its n_pos after */
+    int32_t *tok_at;   /* [T] batch index of the k-th token of each sequence: tok_at[seq_off[s] + k] */
+    int32_t *seq_off;  /* [n_seq + 1] */
+    bool *canon;       /* [T] the token's products and scores canonical (nm, or og_batch.exact) */
+    void **st;         /* [n_seq] the architecture's state of each sequence with tokens (the caller sets
+                          them), NULL for one without */
+} og_fwd_plan;
+
+/* Fills p for batch over kvs[n_seq]: checks every token id < n_vocab and
+ * sequence index, and that no cache holds paged blocks (an architecture
+ * whose state lives behind og_kv.arch; `arch` names it in the message).
+ * Errors: OG_ERR_INVALID_ARG, OG_ERR_NOMEM (p is then freed by
+ * og_fwd_plan_free all the same). */
+og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const og_batch *batch, uint32_t n_vocab,
+                           og_numerics nm, const char *arch, char *err, size_t errlen);
+void og_fwd_plan_free(og_fwd_plan *p);
+
+/* The view of one layer's row stores (stores[s], NULL for a sequence without
+ * tokens) over the batch's sequences: sequence s's blocks from first_of[s]
+ * (blocks: host [sum of their blocks]); per token its first block (first)
+ * and its visible rows (n_rows = (pos + 1) / ratio). Cannot fail. */
+og_kv_view og_fwd_store_view(const og_fwd_plan *p, const int32_t *seq_idx, float **blocks,
+                             og_row_store *const *stores, uint64_t width, uint32_t ratio, int32_t *first_of,
+                             int32_t *first, int32_t *n_rows);
+
+/* The raw rows each token sees (a window of W positions, pos - W < q <= pos):
+ * this call's rows from kv [T][D] (device), older ones from its sequence's
+ * ring rings[s] (device [W][D], position q in row q mod W); into rows (host
+ * [T W]) and row_off (host [T + 1]). Cannot fail. */
+void og_fwd_window_rows(const og_fwd_plan *p, const int32_t *seq_idx, float *const *rings, int32_t W, int64_t D,
+                        const float *kv, const float **rows, int64_t *row_off);
+/* This call's rows kv [T][D] into the rings (in batch order: a sequence's
+ * last W stay); pos_mod: host [T] scratch. Errors: the kv_store op's. */
+og_status og_fwd_ring_store(og_fwd *f, const og_fwd_plan *p, float **rings, const int32_t *seq_idx, int32_t *pos_mod,
+                            int32_t W, int64_t D, float *kv);
+
+/* Host arrays of a MoE layer's dispatch (sized [T][k] and [T][N]). */
+typedef struct og_fwd_moe_host {
+    int32_t *ids;        /* [T][k] */
+    float *w, *x, *y;    /* [T][k], [T][N], [T][N] */
+    og_route *routes;    /* [T][k] */
+} og_fwd_moe_host;
+
+/* The MoE FFN (deepseek4.md §4.1.6) of x into y (device [T][N]): the router
+ * product into ro->logits, the router op ro (its ids and weights device
+ * [T][k]), then routes, x down to the host, the experts through the
+ * dispatcher (rc->dispatch) and y back up. *failed_here: the dispatcher
+ * failed (its message as it is). Errors: the ops', the dispatcher's. */
+og_status og_fwd_moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const og_batch *batch, uint32_t il,
+                     const og_weight *router, const og_router_op *ro, const float *x, float *y, int64_t N,
+                     const og_fwd_moe_host *h, bool *failed_here);
+
+/* The rows of src [T][row] (device) whose tokens want logits, packed into
+ * dst [n_wanted][row] (runs of consecutive tokens one copy each). Errors: the
+ * copy op's. */
+og_status og_fwd_gather_wanted(og_fwd *f, const og_batch *batch, float *dst, const float *src, int64_t row);
+
+/* bytes of a sequence's memory: the device's (dev) or 64-byte aligned host
+ * memory (dev NULL). NULL when it does not fit (no message: the caller says
+ * what it was for). */
+void *og_seq_alloc(og_device *dev, uint64_t bytes);
+/* Frees og_seq_alloc's p (NULL is fine). */
+void og_seq_mem_free(og_device *dev, void *p);
+/* Frees every block of s and its block table. */
+void og_row_store_free(og_device *dev, og_row_store *s);
+/* Grows s to hold n_rows rows of width floats. Errors: OG_ERR_NOMEM (s keeps
+ * the blocks it had and those it got). */
+og_status og_row_store_reserve(og_device *dev, og_row_store *s, int64_t n_rows, uint64_t width);
+/* Row c of s (a device address; s holds it). Cannot fail. */
+float *og_row_store_row(const og_row_store *s, int64_t c, uint64_t width);
+/* bytes from src to dst: a host memcpy (dev NULL), or the device's copy op on
+ * stream s (the caller waits). Errors: the copy op's. */
+og_status og_seq_copy(og_device *dev, og_stream *s, void *dst, const void *src, uint64_t bytes, char *err,
+                      size_t errlen);
+/* The first n_rows rows (of width floats) of store a into b (reserved for
+ * them), by og_seq_copy per block. Errors: as og_seq_copy. */
+og_status og_row_store_copy(og_device *dev, og_stream *s, og_row_store *b, const og_row_store *a, int64_t n_rows,
+                            uint64_t width, char *err, size_t errlen);
+/* Waits for the copies a state fork issued on s (a device's state; dev NULL:
+ * nothing to wait for). After an earlier error st the wait's error is
+ * silenced. Returns st or the wait's error. */
+og_status og_seq_copies_wait(og_device *dev, og_stream *s, og_status st, char *err, size_t errlen);
 
 #endif

@@ -12,6 +12,7 @@
 static const og_arch *const arch_table[] = {
     &og_arch_deepseek2,
     &og_arch_deepseek4,
+    &og_arch_deepseek41,
 };
 #define N_ARCH (sizeof arch_table / sizeof arch_table[0])
 
@@ -48,6 +49,35 @@ og_status og_arch_bind_weight(const og_gguf_tensor *t, og_weight *w, char *err, 
                        (long long)t->ne[0], og_type_name(t->type));
     *w = (og_weight){t->type, t->data, t->ne[0], t->ne[1] * t->ne[2] * t->ne[3], (size_t)rb};
     return OG_OK;
+}
+
+og_status og_arch_bind_moe(const og_gguf_tensor *const exps[3], const og_gguf_tensor *const shexp[3], float clamp_exp,
+                           float clamp_shexp, int il, og_moe_weights *mw, char *err, size_t errlen) {
+    og_weight *dst[6] = {&mw->gate_exps, &mw->up_exps, &mw->down_exps, &mw->gate_sh, &mw->up_sh, &mw->down_sh};
+    mw->moe = true;
+    for (int i = 0; i < 6; i++) {
+        const og_gguf_tensor *t = i < 3 ? exps[i] : shexp[i - 3];
+        memset(dst[i], 0, sizeof *dst[i]);
+        og_status st = t ? og_arch_bind_weight(t, dst[i], err, errlen) : OG_OK;
+        if (st) return st;
+    }
+    mw->swiglu_clamp = clamp_exp;
+    if (clamp_shexp != clamp_exp)
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "layer %d: swiglu_clamp_shexp %g differs from swiglu_clamp_exp %g "
+                       "(onegpu applies one clamp to both)", il, (double)clamp_shexp, (double)clamp_exp);
+    return OG_OK;
+}
+
+og_status og_arch_check_shape(const og_gguf_tensor *t, const int64_t ne[3], const int64_t *alt, char *err, size_t errlen) {
+    bool ok = t->ne[3] == 1, ok_alt = ok && alt && t->n_dims == 3;
+    for (int d = 0; d < 3; d++) {
+        ok = ok && t->ne[d] == ne[d];
+        ok_alt = ok_alt && t->ne[d] == alt[d];
+    }
+    if (ok || ok_alt) return OG_OK;
+    return og_fail(err, errlen, OG_ERR_FORMAT, "tensor %s has shape [%lld, %lld, %lld, %lld] but the hyperparameters say "
+                   "[%lld, %lld, %lld]", t->name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                   (long long)t->ne[3], (long long)ne[0], (long long)ne[1], (long long)ne[2]);
 }
 
 og_status og_model_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {
@@ -203,6 +233,17 @@ uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
     return m->arch->scratch_bytes(m, n_tok, n_out);
 }
 
+/* Frees the activations' allocation alone (the host side stays). */
+static void scratch_free_dev(og_fwd_scratch *s) {
+    if (s->base) {
+        if (s->dev) s->dev->ops->free(s->dev, s->base);
+        else free(s->base);
+    }
+    s->dev = NULL;
+    s->base = NULL;
+    s->bytes = 0;
+}
+
 og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device *dev, int64_t max_tok,
                                  int64_t max_out, char *err, size_t errlen) {
     if (max_tok < 1 || max_out < 0)
@@ -210,7 +251,7 @@ og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device
                        (long long)max_tok, (long long)max_out);
     const uint64_t need = og_fwd_scratch_bytes(m, max_tok, max_out);
     if (s->base && s->dev == dev && s->bytes >= need) return OG_OK;
-    og_fwd_scratch_free(s);
+    scratch_free_dev(s);
     void *b = NULL;
     if (dev) {
         og_status st = dev->ops->alloc(dev, need, &b, err, errlen);
@@ -219,16 +260,16 @@ og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device
         char a[32];
         return og_fail(err, errlen, OG_ERR_NOMEM, "forward scratch: no %s of host memory", og_fmt_bytes(need, a, sizeof a));
     }
-    const uint64_t grows = s->grows;
-    *s = (og_fwd_scratch){dev, b, need, grows};
+    s->dev = dev;
+    s->base = b;
+    s->bytes = need;
     return OG_OK;
 }
 
 void og_fwd_scratch_free(og_fwd_scratch *s) {
-    if (s->base) {
-        if (s->dev) s->dev->ops->free(s->dev, s->base);
-        else free(s->base);
-    }
+    scratch_free_dev(s);
+    og_buf_free(&s->host);
+    og_device_destroy(s->host_dev);
     const uint64_t grows = s->grows;
     *s = (og_fwd_scratch){.grows = grows};
 }

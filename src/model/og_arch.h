@@ -38,6 +38,38 @@ og_tensor_role og_arch_generic_role(const char *tensor_name);
  * (rows are not whole blocks). What each architecture's loader binds with. */
 og_status og_arch_bind_weight(const og_gguf_tensor *t, og_weight *w, char *err, size_t errlen);
 
+/* One MoE layer's experts into *mw (moe true): the routed experts' stacked
+ * gate, up and down tensors exps[3] and the shared experts' shexp[3] (NULL
+ * entries: none), each found and shape-checked by the architecture's table,
+ * bound by og_arch_bind_weight, and one SwiGLU clamp for both (og_moe_weights'
+ * swiglu_clamp: V4 and V4.1 clamp routed and shared experts alike). Errors:
+ * og_arch_bind_weight's; OG_ERR_UNSUPPORTED when clamp_shexp differs from
+ * clamp_exp (naming layer il and both). */
+og_status og_arch_bind_moe(const og_gguf_tensor *const exps[3], const og_gguf_tensor *const shexp[3], float clamp_exp,
+                           float clamp_shexp, int il, og_moe_weights *mw, char *err, size_t errlen);
+
+/* Checks tensor t's shape against ne[0..2] (trailing 1s stored or not; ne3 1),
+ * or, when alt is given, also accepts the 3-D shape alt[0..2] (llama.cpp's
+ * [H D / G, o_rank, G] attn_output_a: the same bytes). Errors: OG_ERR_FORMAT
+ * naming the tensor, its shape and the expected one. */
+og_status og_arch_check_shape(const og_gguf_tensor *t, const int64_t ne[3], const int64_t *alt, char *err, size_t errlen);
+
+/* Hyperparameter keys (src/model/arch_keys.c), by their full GGUF name. An
+ * integer key: absent -> dflt when !required (else OG_ERR_NOT_FOUND "missing
+ * key K"), then lo <= value <= hi (OG_ERR_FORMAT naming K and the value; also
+ * for a value that is not a non-negative integer). */
+og_status og_arch_key_uint(const og_gguf *g, const char *key, bool required, uint64_t dflt, uint64_t lo, uint64_t hi,
+                           uint32_t *out, char *err, size_t errlen);
+/* A float key (integers accepted), absent -> dflt when !required, finite and
+ * in [lo, hi] (open at lo when lo_open). Errors as og_arch_key_uint's. */
+og_status og_arch_key_float(const og_gguf *g, const char *key, bool required, float dflt, float lo, bool lo_open,
+                            float hi, float *out, char *err, size_t errlen);
+/* A per-layer float: a scalar key (every layer) or an array of >= n entries,
+ * each in [0, hi], as llama.cpp's get_key_or_arr. Absent: *found false, out
+ * untouched, OG_OK. Errors: OG_ERR_FORMAT naming K (and the entry). */
+og_status og_arch_key_float_per_layer(const og_gguf *g, const char *key, uint32_t n, float hi, float *out, bool *found,
+                                      char *err, size_t errlen);
+
 /* One architecture. Every function gets a model made by its own load. */
 typedef struct og_arch {
     const char *name; /* general.architecture */
@@ -82,6 +114,7 @@ struct og_model {
 
 extern const og_arch og_arch_deepseek2; /* const tables: not mutable state */
 extern const og_arch og_arch_deepseek4; /* branch ds4fwd adds it to model.c's table */
+extern const og_arch og_arch_deepseek41;
 
 /* The entry for general.architecture `name`, or NULL. */
 const og_arch *og_arch_find(const char *name);

@@ -29,6 +29,13 @@ void og_ds4_config_ratios(og_ds4_hparams *hp);
  * would refuse is never written): OG_ERR_INVALID_ARG naming what is wrong. */
 og_status og_ds4_config_check(const og_ds4_write_config *c, char *err, size_t errlen);
 
+/* The per-layer arrays V4 and V4.1 files share under "ARCH.":
+ * attention.compress_ratios (n_ratio >= n_layer entries, 0 past the trunk;
+ * n_ratio <= OG_DS4_MAX_LAYER + 16), swiglu_clamp_exp and swiglu_clamp_shexp
+ * (n_layer each). Errors: the GGUF writer's. */
+og_status og_ds4_write_layer_keys(og_gguf_writer *w, const char *arch, const uint32_t *ratio, uint32_t n_ratio,
+                                  const float *clamp_exp, const float *clamp_shexp, uint32_t n_layer);
+
 /* Writes the model to path (atomically; with c->split_max_bytes, the parts
  * NAME-0000k-of-0000N.gguf) with vocab's tokenizer (n_vocab ids; pre-tokenizer
  * "joyai-llm" and a V4 chat template of our own), or none when vocab is NULL (a

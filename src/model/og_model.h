@@ -22,6 +22,7 @@ typedef enum og_tensor_role {
     OG_ROLE_ROUTED_EXPERTS, /* ffn_*_exps: stacked routed experts [.., .., n_expert] */
     OG_ROLE_SHARED_EXPERTS, /* ffn_*_shexp */
     OG_ROLE_OUTPUT,         /* output, output_norm */
+    OG_ROLE_ENGRAM,         /* deepseek41's Engram n-gram tables (engram_embd): host-only, never device bytes */
     OG_ROLE_OTHER,          /* anything the table does not know */
     OG_ROLE_COUNT
 } og_tensor_role;
@@ -92,6 +93,11 @@ typedef struct og_model_info {
     bool kv_fork;
     uint64_t kv_block_bytes;     /* bytes of one og_kv block (kv_paged), else 0: deepseek2
                                     n_layer x OG_KV_BLOCK x (r_kv + d_rope) x kv_elem_bytes */
+    /* Bytes of the tensors that stay in host memory (gathered there by row,
+     * never device bytes): the planner counts them in RAM only. deepseek41:
+     * the Engram tables (OG_ROLE_ENGRAM) and token_embd; others 0. */
+    uint64_t host_only_bytes;
+    const char *host_only_what;  /* what they are, for people ("Engram tables and token embeddings"), or NULL */
     const og_moe_weights *moe;   /* [n_layer] with a loaded model; NULL from og_model_describe */
 } og_model_info;
 
@@ -99,18 +105,24 @@ typedef struct og_model_info {
  * (returns a pointer, cannot fail). */
 const og_model_info *og_model_get_info(const og_model *m);
 /* Sets a run option of the model's architecture (not from the file), before
- * the first forward call. Both architectures: "kv-type", "f16" (the default) or
- * "f32", the KV cache's element type (og_kv_type): deepseek2 stores its MLA
- * blocks in it (og_model_info.kv_elem_bytes and kv_block_bytes follow);
- * deepseek4 keeps F32 rows and with f16 rounds every stored KV row (raw
- * window, compressed rows, indexer keys) to f16, the values an f16 cache holds,
- * as ds4's and llama.cpp's default F16 cache store them ("kv-f16" on / off: the
- * same, its older name). deepseek4 also (values "on" / "off"): "kv-fp8"
- * (default on: the FP8 E4M3 round trip of the raw and compressed KV's non-RoPE
- * dims), "indexer-fp4" (on: the FP4 E2M1 round trip of the indexer's
+ * the first forward call. deepseek2 and deepseek4: "kv-type", "f16" (the
+ * default) or "f32", the KV cache's element type (og_kv_type): deepseek2 stores
+ * its MLA blocks in it (og_model_info.kv_elem_bytes and kv_block_bytes
+ * follow); deepseek4 keeps F32 rows and with f16 rounds every stored KV row
+ * (raw window, compressed rows, indexer keys) to f16, the values an f16 cache
+ * holds, as ds4's and llama.cpp's default F16 cache store them ("kv-f16" on /
+ * off: the same, its older name). deepseek4 also (values "on" / "off"):
+ * "kv-fp8" (default on: the FP8 E4M3 round trip of the raw and compressed KV's
+ * non-RoPE dims), "indexer-fp4" (on: the FP4 E2M1 round trip of the indexer's
  * Hadamard-rotated queries and keys), as V4 was trained and ds4 runs it;
- * llama.cpp v0.4.0 computes both off. Errors: OG_ERR_INVALID_ARG naming an
- * option or value the architecture does not have. */
+ * llama.cpp v0.4.0 computes both off.
+ * deepseek41 (decision 2 of the V4.1 brief: V4.1's QAT is unverified, all
+ * default off; no kv-type: F32 rows): "kv-fp8" (the window rows' non-RoPE dims,
+ * FP8 E4M3 in blocks of 32), "kv-fp4" (the compressed rows after RoPE, FP4 E2M1
+ * with an E4M3 scale per 16), "indexer-fp4" (the indexer's queries and keys
+ * after RoPE, FP4 E2M1 in blocks of 32, no Hadamard rotation).
+ * Errors: OG_ERR_INVALID_ARG naming an option or value the architecture does
+ * not have. */
 og_status og_model_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen);
 /* The GGUF the model's weights live in (tokenizer, chat template); owned by the
  * model. Cannot fail (returns a pointer). */
@@ -157,8 +169,8 @@ typedef struct og_route {
  * sequence, freed by og_kv_free through arch_free). Zero-initialized = empty. */
 #define OG_KV_BLOCK 64
 typedef struct og_kv {
-    void **blocks;     /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope] elements of type: device
-                          addresses when dev */
+    float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope] elements of type (f16: the
+                          address of uint16_t data): device addresses when dev */
     og_kv_type type;   /* the blocks' element type (the model's kv-type when the first was made) */
     og_device *dev;    /* the device whose memory holds the blocks (the run context's rc->dev at the first
                           forward call), or NULL: host memory. It must outlive the cache */
@@ -194,11 +206,13 @@ typedef struct og_run_ctx og_run_ctx;
  * [n_share, n_blocks) new ones in src's memory holding copies of src's (the
  * partial last block, and any full block the caller does not share), each
  * og_model_info.kv_block_bytes each (deepseek2: [n_layer][OG_KV_BLOCK][r_kv +
- * d_rope] elements of src's type, which must be the model's kv-type). A model whose cache is not paged (kv_paged false) with
- * og_model_info.kv_fork (deepseek4): n_share must be 0 and dst gets a deep copy
+ * d_rope] elements of src's type, which must be the model's kv-type). A model
+ * whose cache is not paged (kv_paged false) with og_model_info.kv_fork
+ * (deepseek4, deepseek41): n_share must be 0 and dst gets a deep copy
  * of src's architecture state (deepseek4: every layer's raw window
  * [n_swa][head_dim], compressed rows [n_pos / ratio][head_dim], indexer keys
- * [n_pos / 4][indexer_head_dim] and compressor states) in new memory of src's;
+ * [n_pos / 4][indexer_head_dim] and compressor states; deepseek41: the same
+ * for its kv sources and key owners, and the Engram context's last tokens) in new memory of src's;
  * src and dst are then independent (either may be freed or run on). A cache on
  * a device is copied on rc->stream (rc->dev must be src->dev) and waited for.
  * Errors: OG_ERR_UNSUPPORTED (kv_fork false: an architecture state without a
@@ -222,6 +236,16 @@ typedef struct og_fwd_scratch {
     void *base;
     uint64_t bytes; /* capacity */
     uint64_t grows; /* replacements by a call that needed more than the capacity */
+    /* Host side, kept between calls as well (issue 18: a steady-state forward
+     * call allocates nothing): the call's control arrays and host copies
+     * (positions, block table, routes, the MoE layer's rows; grown when a call
+     * needs more, never shrunk), and the host device of calls without
+     * og_run_ctx.dev with its op scratch (made at the first such call on
+     * host_pool / host_kern, remade if the run context names others). */
+    og_buf host;
+    og_device *host_dev;
+    const og_pool *host_pool;
+    const og_kernels *host_kern;
 } og_fwd_scratch;
 
 /* Device bytes of one forward call's activations for n_tok tokens of which
@@ -239,7 +263,8 @@ uint64_t og_fwd_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out);
  * (its budget): s is then empty. */
 og_status og_fwd_scratch_reserve(const og_model *m, og_fwd_scratch *s, og_device *dev, int64_t max_tok,
                                  int64_t max_out, char *err, size_t errlen);
-/* Frees the allocation (on the device it came from) and empties *s (grows stays). */
+/* Frees the allocations (the device one on the device it came from, the host
+ * buffer, the host device) and empties *s (grows stays). */
 void og_fwd_scratch_free(og_fwd_scratch *s);
 
 /* One MoE layer's experts, as the forward pass hands them to the dispatcher. */
@@ -291,8 +316,9 @@ struct og_run_ctx {
      * calling thread. */
     og_device *dev;
     og_stream *stream;
-    /* The activations' scratch reused between calls (og_fwd_scratch), or NULL:
-     * each call allocates and frees its own. */
+    /* The activations' scratch reused between calls (og_fwd_scratch, with the
+     * host buffers and host device), or NULL: each call allocates and frees its
+     * own. */
     og_fwd_scratch *scratch;
 };
 

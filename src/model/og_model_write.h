@@ -99,7 +99,37 @@ og_status og_model_write_type(const char *name, og_ggml_type asked, int64_t ne0,
  * lg at info level. Returns nothing: logging cannot fail. */
 void og_model_write_log_fallbacks(const og_logger *lg, uint32_t fallbacks[OG_TYPE_COUNT][OG_TYPE_COUNT]);
 
+/* ---- what the table-driven writers share (src/model/model_write.c) ---- */
+
+/* Adds tensor `name` ([ne0, ne1, ne2], n_dims) asked as `asked` to w: the
+ * stored type from og_model_write_type (I32 and I8 as asked), its bytes added
+ * to type_bytes[stored]. Errors: og_model_write_type's, the writer's (naming
+ * the tensor). */
+og_status og_model_write_add(og_gguf_writer *w, const char *name, og_ggml_type asked, uint32_t n_dims,
+                             const int64_t ne[3], bool sparse, uint32_t fallbacks[OG_TYPE_COUNT][OG_TYPE_COUNT],
+                             uint64_t type_bytes[OG_TYPE_COUNT], char *err, size_t errlen);
+
+/* A row initializer: x[0..ne0) for the next row, drawn from *rng. */
+typedef void (*og_model_write_row_fn)(const void *ctx, int64_t ne0, uint64_t *rng, float *x);
+
+/* Fills buf (t's bytes) row by row: init(ctx, ...) from a generator seeded
+ * by seed and t's name, quantized to t's type; *row (*row_cap floats) is the
+ * caller's scratch, grown as needed. Errors: OG_ERR_NOMEM, the quantizer's
+ * (naming the tensor). */
+og_status og_model_write_rows(const og_gguf_tensor *t, void *buf, uint64_t seed, og_model_write_row_fn init,
+                              const void *ctx, float **row, size_t *row_cap, char *err, size_t errlen);
+
+/* Writes w to path (fill NULL: holes), or as gguf-split parts of at most
+ * split_max_bytes (0: one file); first[first_len] gets the path of the first
+ * file (what a reader opens), *n_parts the count. Errors: the GGUF writer's,
+ * OG_ERR_RANGE for a name too long. */
+og_status og_model_write_out(og_gguf_writer *w, const char *path, uint64_t split_max_bytes, og_gguf_fill_fn fill,
+                             void *ctx, char *first, size_t first_len, uint32_t *n_parts, char *err, size_t errlen);
+
 /* ---- deepseek4 (shared/spec/deepseek4.md; src/model/deepseek4_write.c) ---- */
 #include "og_ds4_write.h"
+
+/* ---- deepseek41 (spec §3.2; src/model/deepseek41_write.c) ---- */
+#include "og_ds41_write.h"
 
 #endif /* OG_MODEL_WRITE_H */

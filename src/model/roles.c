@@ -10,7 +10,7 @@
 
 static const char *const role_names[OG_ROLE_COUNT] = {
     "embeddings", "attention", "norm", "router", "dense_ffn",
-    "routed_experts", "shared_experts", "output", "other",
+    "routed_experts", "shared_experts", "output", "engram", "other",
 };
 
 const char *og_model_role_name(og_tensor_role role) {
@@ -49,6 +49,8 @@ static const struct {
     {"ffn_gate.", OG_ROLE_DENSE_FFN},
     {"ffn_up.", OG_ROLE_DENSE_FFN},
     {"ffn_down.", OG_ROLE_DENSE_FFN},
+    {"engram_embd", OG_ROLE_ENGRAM},  /* deepseek41's n-gram tables (mxxm-t: engram_embed) */
+    {"engram_embed", OG_ROLE_ENGRAM},
 };
 
 const char *og_arch_tensor_name(const og_arch_tensor *t, uint32_t layer, char *buf, size_t n) {

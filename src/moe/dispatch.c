@@ -17,6 +17,8 @@ struct og_dispatch {
     uint64_t dcap;
     og_dispatch_hook hook;
     void *hook_ctx;
+    og_buf arena;            /* a layer's host arrays (layer_arrays), kept */
+    og_expert_ws xws;        /* the host experts' buffers, kept */
 };
 
 static void note(const og_dispatch *d, uint32_t il, og_dispatch_point at) {
@@ -52,6 +54,44 @@ typedef struct piece {
     og_numerics nm;
 } piece;
 
+/* One layer's host arrays, carved from the dispatcher's arena. */
+typedef struct layer_arrays {
+    int *order, *pos_of;     /* [n_routes + 1]: row i of xg / res is route order[i], and back */
+    int *cnt, *n_exact;      /* [E] routes per expert, of them exact (zeroed) */
+    int *first, *cur;        /* [E] first row of an expert, [E][2] next exact / other row */
+    int32_t *slot;           /* [E] device slot or -1 */
+    float *xg, *res;         /* [n_routes + 1][D] gathered rows, expert outputs */
+    piece *pc;               /* [2 E + 1] */
+    og_expert_group *groups; /* [2 E + 1] */
+    og_expert_job *jobs;     /* [2 E + 2 + n_tok] */
+} layer_arrays;
+
+/* The next `bytes` (64-byte aligned) at *at in base; base NULL: only counts. */
+static void *take(uint8_t *base, size_t *at, size_t bytes) {
+    void *r = base ? base + *at : NULL;
+    *at += (bytes + 63) & ~(size_t)63;
+    return r;
+}
+
+/* Carves a from base (NULL: a counting pass); returns the bytes used. */
+static size_t carve(uint8_t *base, layer_arrays *a, int n_routes, int E, int64_t D, int64_t n_tok) {
+    size_t at = 0;
+    const size_t nr = (size_t)n_routes + 1, ne = (size_t)E;
+    a->order = take(base, &at, nr * sizeof(int));
+    a->pos_of = take(base, &at, nr * sizeof(int));
+    a->cnt = take(base, &at, ne * sizeof(int));
+    a->n_exact = take(base, &at, ne * sizeof(int));
+    a->first = take(base, &at, ne * sizeof(int));
+    a->cur = take(base, &at, 2 * ne * sizeof(int));
+    a->slot = take(base, &at, ne * sizeof(int32_t));
+    a->xg = take(base, &at, nr * (size_t)D * sizeof(float));
+    a->res = take(base, &at, nr * (size_t)D * sizeof(float));
+    a->pc = take(base, &at, (2 * ne + 1) * sizeof(piece));
+    a->groups = take(base, &at, (2 * ne + 1) * sizeof(og_expert_group));
+    a->jobs = take(base, &at, (2 * ne + 2 + (size_t)n_tok) * sizeof(og_expert_job));
+    return at;
+}
+
 /* The pieces of expert e's cnt routes, nx of them exact (listed first). */
 static int split(int e, int cnt, int nx, og_numerics nm, piece *out) {
     if (nx == 0 || nm == OG_NUMERICS_CANONICAL) {
@@ -81,19 +121,19 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
         if (routes[r].expert < 0 || routes[r].expert >= E || routes[r].token < 0 || routes[r].token >= io->n_tok)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "layer %u: route %d names expert %d, token %d", il, r,
                            routes[r].expert, routes[r].token);
-    int *order = malloc(((size_t)n_routes + 1) * sizeof *order);  /* row i of xg / res is route order[i] */
-    int *pos_of = malloc(((size_t)n_routes + 1) * sizeof *pos_of); /* and back */
-    int *cnt = calloc((size_t)E, sizeof *cnt), *n_exact = calloc((size_t)E, sizeof *n_exact);
-    int *first = malloc((size_t)E * sizeof *first), *cur = malloc((size_t)E * 2 * sizeof *cur);
-    int32_t *slot = malloc((size_t)E * sizeof *slot);
-    float *xg = malloc(((size_t)n_routes + 1) * (size_t)D * sizeof *xg);
-    float *res = malloc(((size_t)n_routes + 1) * (size_t)D * sizeof *res);
-    piece *pc = malloc((2 * (size_t)E + 1) * sizeof *pc);
-    og_expert_group *groups = malloc((2 * (size_t)E + 1) * sizeof *groups);
-    og_expert_job *jobs = malloc((2 * (size_t)E + 2 + (size_t)io->n_tok) * sizeof *jobs);
+    layer_arrays la;
     og_status st = OG_OK;
-    if (!order || !pos_of || !cnt || !n_exact || !first || !cur || !slot || !xg || !res || !pc || !groups || !jobs)
-        st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    if (og_buf_reserve(&d->arena, carve(NULL, &la, n_routes, E, D, io->n_tok)))
+        return og_fail(err, errlen, OG_ERR_NOMEM, "layer %u: out of memory for the dispatch arrays", il);
+    carve(d->arena.p, &la, n_routes, E, D, io->n_tok);
+    int *order = la.order, *pos_of = la.pos_of, *cnt = la.cnt, *n_exact = la.n_exact, *first = la.first, *cur = la.cur;
+    int32_t *slot = la.slot;
+    float *xg = la.xg, *res = la.res;
+    piece *pc = la.pc;
+    og_expert_group *groups = la.groups;
+    og_expert_job *jobs = la.jobs;
+    memset(cnt, 0, (size_t)E * sizeof *cnt);
+    memset(n_exact, 0, (size_t)E * sizeof *n_exact);
     int n_dev_rows = 0, n_groups = 0, n_jobs = 0, np = 0;
     bool issued = false;
     og_event ev = 0;
@@ -177,7 +217,7 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
     }
     /* the host part, meanwhile */
     if (!st && n_jobs) {
-        st = og_cpu_experts(rc->kern, rc->pool, jobs, n_jobs);
+        st = og_cpu_experts_ws(rc->kern, rc->pool, jobs, n_jobs, &d->xws);
         if (st) og_fail(err, errlen, st, "layer %u: host experts: %s", il, og_status_str(st));
     }
     if (!st) note(d, il, OG_DISPATCH_HOST_DONE);
@@ -199,18 +239,6 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
             for (int64_t i = 0; i < D; i++) yt[i] += routes[r].weight * rr[i];
         }
     }
-    free(order);
-    free(pos_of);
-    free(cnt);
-    free(n_exact);
-    free(first);
-    free(cur);
-    free(slot);
-    free(xg);
-    free(res);
-    free(pc);
-    free(groups);
-    free(jobs);
     return st;
 }
 
@@ -250,5 +278,7 @@ void og_dispatch_free(og_dispatch *d) {
         d->dev->ops->free(d->dev, d->dx);
         d->dev->ops->free(d->dev, d->dy);
     }
+    og_buf_free(&d->arena);
+    og_expert_ws_free(&d->xws);
     free(d);
 }

@@ -24,7 +24,7 @@ typedef struct og_plan {
     bool fits;
     char reason[1024];              /* why not, with what would make it fit: every short side (device, host) */
     /* device side */
-    uint64_t nonexpert_bytes;       /* every tensor but the routed experts */
+    uint64_t nonexpert_bytes;       /* every tensor but the routed experts and the host-only ones */
     uint64_t kv_bytes;              /* parallel x (kv_elems_fixed + ceil(ctx x kv_elems_per_token)) x elem
                                        (og_model_info; deepseek2: ctx x parallel x layers x (r_kv + d_rope) x elem) */
     uint64_t workspace_bytes;
@@ -32,6 +32,9 @@ typedef struct og_plan {
     uint64_t device_bytes;          /* all of the above + resident experts */
     /* host side */
     uint64_t routed_bytes;          /* every routed expert */
+    uint64_t host_only_bytes;       /* tensors that never go to the device (og_model_info.host_only_bytes:
+                                       deepseek41's Engram tables and token_embd) */
+    const char *host_only_what;     /* og_model_info.host_only_what (static), or NULL */
     uint64_t staging_bytes;
     uint64_t host_bytes;
     /* the layout */
@@ -185,8 +188,13 @@ typedef enum og_dispatch_point {
 typedef void (*og_dispatch_hook)(void *ctx, uint32_t layer, og_dispatch_point at);
 
 /* dev and cache: both NULL (host only: every expert on the host pool) or the
- * device and its expert cache (cache->dev == dev). Errors: OG_ERR_INVALID_ARG,
- * OG_ERR_NOMEM, the device's stream creation. */
+ * device and its expert cache (cache->dev == dev). The dispatcher keeps its
+ * per-layer buffers (the sorted routes, the gathered rows and results, the
+ * jobs, the host experts' workspace, the device rows) from call to call,
+ * grown when a layer needs more: a layer no larger than one before allocates
+ * nothing. One layer at a time per dispatcher (the forward calls of one run
+ * context). Errors: OG_ERR_INVALID_ARG, OG_ERR_NOMEM, the device's stream
+ * creation. */
 og_status og_dispatch_create(og_device *dev, og_expert_cache *cache, og_dispatch **out, char *err, size_t errlen);
 /* The table to put in og_run_ctx.dispatch; valid while d lives. */
 const og_dispatcher *og_dispatch_table(const og_dispatch *d);

@@ -188,8 +188,13 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
         uint64_t per = hp.n_expert ? layer_expert_bytes[l] / hp.n_expert : 0;
         if (per > p->expert_bytes_max) p->expert_bytes_max = per;
     }
+    /* host-only tensors (the architecture's figure: deepseek41's Engram tables and
+     * token_embd, gathered by row on the host) are RAM, never device bytes */
+    p->host_only_bytes = hp.host_only_bytes <= p->nonexpert_bytes ? hp.host_only_bytes : p->nonexpert_bytes;
+    p->host_only_what = hp.host_only_what;
+    p->nonexpert_bytes -= p->host_only_bytes;
     ok = ok && og_mul_u64(4, p->expert_bytes_max, &p->staging_bytes) && add_to(&p->staging_bytes, 256 * MIB) &&
-         og_add_u64(p->routed_bytes, p->staging_bytes, &p->host_bytes);
+         og_add_u64(p->routed_bytes, p->staging_bytes, &p->host_bytes) && add_to(&p->host_bytes, p->host_only_bytes);
     if (!ok) {
         free(layer_expert_bytes);
         og_plan_free(p);
@@ -277,14 +282,17 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
                  og_fmt_bytes(in->vram, vb, sizeof vb), hint);
     }
     if (p->host_bytes > in->ram) {
-        char hb[32], rb[32], sb2[32], gb[32];
+        char hb[32], rb[32], sb2[32], gb[32], ob[32], only[96] = "";
         size_t r = strlen(p->reason);
+        if (p->host_only_bytes)
+            snprintf(only, sizeof only, ", the host-only tensors (%s: %s)", og_fmt_bytes(p->host_only_bytes, ob, sizeof ob),
+                     p->host_only_what ? p->host_only_what : "kept in RAM");
         snprintf(p->reason + r, sizeof p->reason - r,
-                 "%shost short by %s: the routed experts (%s) and staging (%s: pinned buffers for migrations, four experts "
-                 "in flight plus 256 MiB) need %s but %s is available; "
+                 "%shost short by %s: the routed experts (%s)%s and staging (%s: pinned buffers for migrations, four "
+                 "experts in flight plus 256 MiB) need %s but %s is available; "
                  "add RAM or use a smaller quantization",
                  r ? "; and " : "", og_fmt_bytes(p->host_bytes - in->ram, gb, sizeof gb),
-                 og_fmt_bytes(p->routed_bytes, rb, sizeof rb), og_fmt_bytes(p->staging_bytes, sb2, sizeof sb2),
+                 og_fmt_bytes(p->routed_bytes, rb, sizeof rb), only, og_fmt_bytes(p->staging_bytes, sb2, sizeof sb2),
                  og_fmt_bytes(p->host_bytes, hb, sizeof hb), og_fmt_bytes(in->ram, a, sizeof a));
     }
     if (p->reason[0]) {

@@ -22,7 +22,7 @@
 #     the F16 file uses every expert and a top_k above the row count (no
 #     discrete choice to flip, as ref_model.sh's quantized files; the F32 file
 #     has both) and is held to the floor: median <= 3e-3, every position
-#     <= 2e-2, greedy agreement >= 90% (compare_ref_ds4.mjs --f16).
+#     <= 2e-2, greedy agreement >= 90% (compare_ref.mjs --f16).
 #   The spec's numerics (FP8 KV and FP4 indexer QAT, the reference's default)
 #     must differ from llama.cpp's by > 1e-3 somewhere: the QAT is real.
 # The fast path (onegpu run --json --teacher IDS --ds4-rounding llama, as
@@ -109,7 +109,7 @@ for model in f32 f16; do
     "$ref" "$work/$model.gguf" --tokens "$all" --from $((np - 1)) $opts > "$work/$model-$i.ref.json" \
       || fail "ref_deepseek4 failed on $model"
     echo -n "$model prompt $i ($np prompt tokens): "
-    node "$js/compare_ref_ds4.mjs" "$work/$model-$i.llama.json" "$work/$model-$i.ref.json" 1e-3 $mode \
+    node "$js/compare_ref.mjs" "$work/$model-$i.llama.json" "$work/$model-$i.ref.json" 1e-3 $mode \
       || fail "$model, prompt $i: the reference and llama.cpp disagree"
     for numerics in gpu fork; do
       [[ $model == f32 && $numerics == fork ]] && continue # F32 products: no activation rounding to differ
@@ -126,7 +126,7 @@ done
   --from $(($(json_get "$work/f32-2.llama.json" 'j.prompt_tokens.length') - 1)) > "$work/f32-2.spec.json"
 echo -n "f32 prompt 2, spec numerics (FP8 KV + FP4 indexer QAT): "
 # (it must fail on the log-prob bound, not for a missing entry or a token mismatch)
-if qat=$(node "$js/compare_ref_ds4.mjs" "$work/f32-2.llama.json" "$work/f32-2.spec.json" 1e-3 --no-argmax); then
+if qat=$(node "$js/compare_ref.mjs" "$work/f32-2.llama.json" "$work/f32-2.spec.json" 1e-3 --no-argmax); then
   echo "$qat"
   fail "the FP8/FP4 QAT of the reference changed nothing (llama.cpp skips it, so they must differ)"
 fi

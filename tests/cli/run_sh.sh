@@ -178,11 +178,32 @@ runsh --demo --dry-run > "$work/out7" 2>&1 || fail "demo dry run: $(cat "$work/o
 cores=$(lscpu -p=CORE,SOCKET,NODE | awk -F, '!/^#/ && ($3 == 0 || $3 == "") {print $2"-"$1}' | sort -u | wc -l) # node 0's
 grep -qE "^run.sh: facts: GPU (none|.*NUMA node).*; [0-9]+ NUMA node\(s\); node 0: CPUs [0-9,-]+, $cores physical cores; RAM [0-9.]+ GiB" "$work/out7" ||
   fail "facts line: $(cat "$work/out7")"
-grep -q "^+ .*onegpu make-model --preset demo -o $work/models/demo.gguf" "$work/out7" || fail "make-model not shown"
-grep -q "^+ .*onegpu serve -m $work/models/demo.gguf --port 8090 --threads $cores --numa-node 0 --vram 600M --reserve 64M --migrate 2" "$work/out7" ||
+grep -q "^+ .*onegpu make-model --arch deepseek41 --preset demo -o $work/models/demo-v41.gguf" "$work/out7" ||
+  fail "make-model not shown"
+grep -q "^+ .*onegpu serve -m $work/models/demo-v41.gguf --port 8090 --threads $cores --numa-node 0 --vram 600M --reserve 64M --migrate 2" "$work/out7" ||
   fail "serve command: $(cat "$work/out7")"
 [[ ! -e $work/models ]] || fail "--dry-run created $work/models"
 echo "ok: dry run"
+
+echo "== the real deployment's plan: V4.1 Flash's 7 split files (sparse) on 96G / 280G, 4 x 64K"
+mkdir -p "$work/v41"
+"$onegpu" make-model --arch deepseek41 --preset v41-flash --sparse --tokenizer none -o "$work/v41/v41.gguf" \
+  > "$work/v41.log" 2>&1 || fail "make-model v41-flash: $(cat "$work/v41.log")"
+v41=$work/v41/v41-00001-of-00007.gguf
+runsh --dry-run --model "$v41" --vram 96G --ram 280G -- --ctx 65536 > "$work/out13" 2>&1 ||
+  fail "v41-flash dry run: $(cat "$work/out13")"
+grep -q "^+ .*onegpu plan -m $v41 --vram 96G --ram 280G --parallel 4 --ctx 65536" "$work/out13" ||
+  fail "v41-flash: the plan command: $(cat "$work/out13")"
+grep -q '^host: .*host-only tensors 60.29 GiB (never on the device: Engram tables and token embeddings)' "$work/out13" ||
+  fail "v41-flash: the Engram tables are not planned in RAM: $(cat "$work/out13")"
+grep -q '^kv: .*6400 bytes per token' "$work/out13" || fail "v41-flash: no CSA2 KV term: $(cat "$work/out13")"
+resident=$(sed -n 's/^resident: \([0-9]*\) of 15360 experts.*/\1/p' "$work/out13")
+[[ -n $resident ]] && (( resident >= 5825 )) || fail "v41-flash: resident experts '$resident' (the published layout holds 5,825)"
+grep -q "^+ .*onegpu serve -m $v41 .*--vram 96G --ram 280G --ctx 65536" "$work/out13" || fail "v41-flash: serve command: $(cat "$work/out13")"
+rc=0; runsh --dry-run --model "$v41" --vram 96G --ram 240G -- --ctx 65536 > "$work/out14" 2>&1 || rc=$?
+[[ $rc == 3 ]] && grep -q 'does not fit: host short by 3.84 GiB' "$work/out14" && ! grep -q 'device short' "$work/out14" ||
+  fail "v41-flash on 240G: $rc $(cat "$work/out14")"
+echo "ok: v41-flash dry run ($resident resident experts)"
 
 echo "== bad usage"
 rc=0; runsh --model > /dev/null 2>&1 || rc=$?; [[ $rc == 1 ]] || fail "--model without a value: $rc"

@@ -3,7 +3,8 @@
 # files (each under run_fuzz.sh's 64 KiB -max_len) covering the loader's
 # variants: F32 with groups, F16 without group keys, Q8_0, legacy attn_kv_b with
 # plain attn_q and softmax, no dense layer / shared expert / YaRN, a k-quant mix;
-# and a deepseek4 file (window-only, ratio-4 with indexer, ratio-128, hash layer).
+# a deepseek4 file (window-only, ratio-4 with indexer, ratio-128, hash layer) and a
+# deepseek41 file (every CSA2 role, Engram).
 # Run once when make-model's output changes; the output is committed beside
 # found_* (inputs the fuzzer found that add coverage, small ones, merged with
 # -merge=1) and regress_* (inputs that hung or crashed before a fix).
@@ -25,4 +26,9 @@ mk kquant --type Q2_K --type-attn Q4_K --n-embd 256 --n-layer 1 --n-dense 0 --n-
 "$onegpu" make-model --arch deepseek4 --tokenizer none --vocab 32 --n-layer 4 --hash-layers 1 --n-embd 16 --n-head 2 \
   --head-dim 16 --n-rot 4 --q-lora-rank 8 --o-rank 8 --indexer-heads 2 --indexer-dim 32 --n-expert 4 --n-expert-used 2 \
   --n-ff-exp 8 --window 4 --top-k 2 --type Q8_0 -o "$dir/ds4-q8.gguf" 2>/dev/null
+# deepseek41 (--arch deepseek41): tiny's 8 layers with every CSA2 role and two Engram tables
+"$onegpu" make-model --arch deepseek41 --tokenizer none --vocab 16 --n-embd 8 --n-head 2 --head-dim 8 --n-rot 4 \
+  --q-lora-rank 8 --o-rank 8 --indexer-heads 1 --indexer-dim 32 --n-expert 2 --n-expert-used 1 --n-ff-exp 4 --window 4 \
+  --top-k 2 --engram-heads 2 --engram-ngram 3 --engram-dim 32 --engram-primes-above 5 --hc 2 --type F16 \
+  -o "$dir/ds41-f16.gguf" 2>/dev/null
 ls -l "$dir"

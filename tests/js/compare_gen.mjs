@@ -14,7 +14,7 @@
 // --f16: the floor of F16 files (tests/cli/ref_ds4.sh: ggml rounds every F16
 // product's activations to F16, and which way a value rounds depends on its last
 // float bits): median <= 3e-3, every position <= 2e-2, greedy agreement >= 90%
-// of all positions (BOUND unused), as compare_ref_ds4.mjs --f16.
+// of all positions (BOUND unused), as compare_ref.mjs --f16.
 // --prob-sum: llama.cpp's log-prob is taken as log(p / prob_sum) (its float32
 // softmax over 129,280 ids sums to 1 +- 4e-4; see llama_generate.mjs).
 import fs from "node:fs";

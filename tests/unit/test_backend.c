@@ -875,7 +875,7 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     float *dwts = dv_up(&c, NULL, RT * RK * sizeof(float));
     for (int variant = 0; variant < 2; variant++) {
         og_router_op rop = {dlg, variant ? NULL : dbias, RT, RE, RK, variant ? 1 : 2, variant ? 1 : 4, variant ? 1 : 2,
-                            !variant, variant ? 1.0f : 2.5f, dids, dwts, NULL, 0, NULL};
+                            !variant, variant ? 1.0f : 2.5f, dids, dwts, NULL, 0, NULL, 0};
         assert_int_equal(c.ops->router(dev, c.s, &rop, c.err, sizeof c.err), OG_OK);
         int32_t got[RT * RK];
         float gw[RT * RK];
@@ -913,7 +913,7 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     const int64_t blk = (int64_t)NL * BR * KW; /* two layers per block, layer 1 used */
     float *hblk = malloc(NB * blk * sizeof(float));
     for (int i = 0; i < NB * blk; i++) hblk[i] = frand();
-    void *dblk[NB];
+    float *dblk[NB];
     for (int b = 0; b < NB; b++) dblk[b] = dv_up(&c, hblk + b * blk, blk * sizeof(float));
     og_kv_view kvv = {dblk, NB, BR, BR * KW, KW, KW, OG_KV_F32}; /* sequence 0: blocks 0, 1; sequence 1: block 2 */
     const int32_t first[2] = {0, 2}, tpos[2] = {5, 2};
@@ -940,13 +940,12 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     assert_int_equal(c.ops->mla_attention(dev, c.s, &mo, c.err, sizeof c.err), OG_OK);
     dv_down(&c, ctxd, dctx, sizeof ctxd);
     float *hb[NB];
-    void *hbv[NB];
-    for (int b = 0; b < NB; b++) hbv[b] = hb[b] = hblk + b * blk;
+    for (int b = 0; b < NB; b++) hb[b] = hblk + b * blk;
     og_mla_op ho = mo;
     ho.q_abs = qabs;
     ho.q_pe = qpe;
     ho.ctx = ctxh;
-    ho.kv.blocks = hbv;
+    ho.kv.blocks = hb;
     assert_int_equal(og_cpu_mla_attention(k, pool, &ho), OG_OK);
     assert_same_bits(ctxd, ctxh, sizeof ctxd);
     for (int i = 0; i < 2; i++)
@@ -981,10 +980,10 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     uint16_t *hblk16 = malloc(NB * blk * sizeof(uint16_t));
     float *wide = malloc(NB * blk * sizeof(float));
     for (int i = 0; i < NB * blk; i++) hblk16[i] = og_fp32_to_fp16(frand());
-    void *dblk16[NB], *hb16[NB], *wv[NB];
+    float *dblk16[NB], *hb16[NB], *wv[NB]; /* an f16 cache's blocks: the addresses of their uint16_t data */
     for (int b = 0; b < NB; b++) {
         dblk16[b] = dv_up(&c, hblk16 + b * blk, blk * sizeof(uint16_t));
-        hb16[b] = hblk16 + b * blk;
+        hb16[b] = (float *)(void *)(hblk16 + b * blk);
         wv[b] = wide + b * blk;
     }
     og_kv_store_op st16 = st;

@@ -31,6 +31,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "ds_fwd_fixture.h"
 #include "kernels_fixture.h"
 #include "og_device.h"
 #include "og_moe.h"
@@ -48,15 +49,7 @@ static int g_len[N_PROMPT] = {300, 150, 261};
  * one 128-block and the indexer's top-k; the plain build runs the long ones */
 static const int g_len_sanitized[N_PROMPT] = {140, 40, 131};
 
-static void prompt_of(int which, int32_t V, int32_t *out) {
-    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(which + 1);
-    for (int i = 0; i < g_len[which]; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out[i] = (int32_t)(x % (uint64_t)V);
-    }
-}
+static void prompt_of(int which, int32_t V, int32_t *out) { fx_prompt(which, g_len[which], V, out); }
 
 /* Prompt `which` in a new array (the caller frees it). */
 static int32_t *prompt_new(int which, int32_t V) {
@@ -66,34 +59,12 @@ static int32_t *prompt_new(int which, int32_t V) {
     return t;
 }
 
-/* The model with its rounding options ("kv-fp8=off,..." or NULL: the defaults). */
-static og_model *load(const char *opts) {
-    og_model *m;
-    char err[512], buf[128];
-    if (og_model_load(g_model, NULL, &m, err, sizeof err)) fail_msg("%s", err);
-    snprintf(buf, sizeof buf, "%s", opts ? opts : "");
-    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(it, '=');
-        *eq = 0;
-        if (og_model_set_option(m, it, eq + 1, err, sizeof err)) fail_msg("%s", err);
-    }
-    return m;
-}
+static og_model *load(const char *opts) { return fx_load(g_model, opts); }
 
-/* All logits of one prompt run as one prefill call. */
-static void run_prefill(const og_model *m, const og_run_ctx *rc, const int32_t *toks, int n, float *logits) {
-    og_kv kv = {0};
-    char err[512];
-    if (og_model_forward(m, rc, &kv, toks, n, logits, true, err, sizeof err)) fail_msg("%s", err);
-    assert_int_equal(kv.n_pos, n);
-    og_kv_free(&kv);
-}
 
-static bool finite_all(const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return false;
-    return true;
-}
+
+
+
 
 /* ---- against the double reference ---- */
 
@@ -106,66 +77,10 @@ static const struct {
     {"spec+kv-f16", NULL, "--kv-f16"}, /* the default: kv-type f16 */
 };
 
-/* ref_deepseek4 on toks[n] (every position): its JSON. */
-static json_t *run_ref(const int32_t *toks, int n, const char *flags) {
-    size_t cap = (size_t)n * 12 + strlen(g_ref) + strlen(g_model) + 256, at = 0;
-    char *cmd = malloc(cap);
-    at += (size_t)snprintf(cmd + at, cap - at, "'%s' '%s' --from 0 %s --tokens ", g_ref, g_model, flags);
-    for (int i = 0; i < n; i++) at += (size_t)snprintf(cmd + at, cap - at, "%s%d", i ? "," : "", toks[i]);
-    FILE *p = popen(cmd, "r");
-    if (!p) fail_msg("cannot run %s", g_ref);
-    json_error_t je;
-    json_t *j = json_loadf(p, 0, &je);
-    if (pclose(p) != 0 || !j) fail_msg("ref_deepseek4 failed (%s)", j ? "exit status" : je.text);
-    free(cmd);
-    return j;
-}
 
-static void logsoftmax(const float *l, int64_t n, double *out) {
-    double mx = -INFINITY, z = 0;
-    for (int64_t i = 0; i < n; i++) mx = fmax(mx, l[i]);
-    for (int64_t i = 0; i < n; i++) z += exp(l[i] - mx);
-    for (int64_t i = 0; i < n; i++) out[i] = l[i] - mx - log(z);
-}
 
-/* Per position, |ours - reference| for the next token's log-prob and the
- * reference's top 5, the largest of them into d[t]; *agree counts the
- * positions whose argmax is the reference's. */
-static void diff_vs_ref(json_t *ref, const float *logits, int n, int64_t V, double *lf, double *d, int *agree) {
-    json_t *pos = json_object_get(ref, "positions");
-    assert_int_equal((int)json_array_size(pos), n);
-    for (int t = 0; t < n; t++) {
-        json_t *P = json_array_get(pos, (size_t)t);
-        logsoftmax(logits + (int64_t)t * V, V, lf);
-        double w = 0;
-        json_t *next = json_object_get(P, "next");
-        if (json_is_integer(next))
-            w = fabs(lf[json_integer_value(next)] - json_real_value(json_object_get(P, "logprob")));
-        json_t *top = json_object_get(P, "top");
-        for (size_t i = 0; i < json_array_size(top); i++) {
-            json_t *e = json_array_get(top, i);
-            w = fmax(w, fabs(lf[json_integer_value(json_array_get(e, 0))] - json_number_value(json_array_get(e, 1))));
-        }
-        d[t] = w;
-        int64_t am = 0;
-        for (int64_t v = 1; v < V; v++)
-            if (lf[v] > lf[am]) am = v;
-        *agree += am == json_integer_value(json_object_get(P, "argmax"));
-    }
-}
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
-/* Median of d[n] (sorted in place) and its max. */
-static double median_of(double *d, int n, double *max) {
-    *max = 0;
-    for (int t = 0; t < n; t++) *max = fmax(*max, d[t]);
-    qsort(d, (size_t)n, sizeof *d, cmp_double);
-    return d[n / 2];
-}
 
 /* Every tier, fork and canonical, every rounding set, against the reference of
  * the same set. Without rounding (llama) nothing is discrete past the top-k:
@@ -194,7 +109,7 @@ static void test_against_reference(void **state) {
         toks[p] = malloc((size_t)g_len[p] * sizeof *toks[p]);
         prompt_of(p, (int32_t)V, toks[p]);
         n_all += g_len[p];
-        for (int si = 0; si < N_SET; si++) ref[si][p] = run_ref(toks[p], g_len[p], g_sets[si].ref_flags);
+        for (int si = 0; si < N_SET; si++) ref[si][p] = fx_run_ref(g_ref, g_model, toks[p], g_len[p], g_sets[si].ref_flags);
     }
     double *lf = malloc((size_t)V * sizeof *lf), *d = malloc((size_t)n_all * sizeof *d);
     double *dx = malloc((size_t)n_all * sizeof *dx);
@@ -229,14 +144,14 @@ static void test_against_reference(void **state) {
                 int at = 0, agree = 0, agree_x = 0;
                 for (int p = 0; p < N_PROMPT; p++) {
                     float *lg = malloc((size_t)(g_len[p] * V) * sizeof *lg);
-                    run_prefill(m, &rc, toks[p], g_len[p], lg);
-                    diff_vs_ref(ref[si][p], lg, g_len[p], V, lf, d + at, &agree);
-                    diff_vs_ref(ref[other][p], lg, g_len[p], V, lf, dx + at, &agree_x);
+                    fx_prefill(m, &rc, toks[p], g_len[p], lg);
+                    fx_diff_vs_ref(ref[si][p], lg, g_len[p], V, lf, d + at, &agree);
+                    fx_diff_vs_ref(ref[other][p], lg, g_len[p], V, lf, dx + at, &agree_x);
                     at += g_len[p];
                     free(lg);
                 }
                 double worst, worst_x;
-                const double median = median_of(d, n_all, &worst), median_x = median_of(dx, n_all, &worst_x);
+                const double median = fx_median(d, n_all, &worst), median_x = fx_median(dx, n_all, &worst_x);
                 print_message("deepseek4 %s, %s, %s: |log-prob - double reference| max %.3g, median %.3g over %d "
                               "positions, argmax agrees at %d (vs the %s reference: median %.3g)\n",
                               g_sets[si].name, og_isa_name((og_isa)isa), nm ? "canonical" : "fork", worst, median,
@@ -284,8 +199,8 @@ static void test_tiers_bitwise(void **state) {
         og_kernels_init((og_isa)isa, &k);
         og_run_ctx rc = {.kern = &k, .dispatch = g_host, .host_numerics = OG_NUMERICS_CANONICAL,
                          .device_numerics = OG_NUMERICS_CANONICAL};
-        run_prefill(m, &rc, toks, n, lg);
-        assert_true(finite_all(lg, n * V));
+        fx_prefill(m, &rc, toks, n, lg);
+        assert_true(fx_finite(lg, n * V));
         if (!first) {
             first = lg;
             lg = malloc((size_t)(n * V) * sizeof *lg);
@@ -318,7 +233,7 @@ static void test_prefill_decode(void **state) {
     og_run_ctx rc = {.kern = &k, .pool = pool, .dispatch = g_host, .host_numerics = OG_NUMERICS_CANONICAL,
                      .device_numerics = OG_NUMERICS_CANONICAL};
     float *all = malloc((size_t)(n * V) * sizeof *all), *step = malloc((size_t)(n * V) * sizeof *step);
-    run_prefill(m, &rc, toks, n, all);
+    fx_prefill(m, &rc, toks, n, all);
     og_kv kv = {0};
     for (int t = 0; t < n; t++)
         if (og_model_forward(m, &rc, &kv, toks + t, 1, step + (int64_t)t * V, false, err, sizeof err)) fail_msg("%s", err);
@@ -339,7 +254,7 @@ static void test_prefill_decode(void **state) {
     assert_memory_equal(all, step, (size_t)(n * V) * sizeof *all);
     /* the fast path (fork numerics) keeps prefill == decode within float noise */
     rc.host_numerics = OG_NUMERICS_FORK;
-    run_prefill(m, &rc, toks, n, all);
+    fx_prefill(m, &rc, toks, n, all);
     double worst = 0;
     for (int t = 0; t < n; t++) {
         if (og_model_forward(m, &rc, &kv, toks + t, 1, step, false, err, sizeof err)) fail_msg("%s", err);
@@ -357,23 +272,7 @@ static void test_prefill_decode(void **state) {
 
 /* ---- og_kv_fork: the state's deep copy ---- */
 
-/* n single-token decode steps of toks on kv, each step's logits to out[t][V]. */
-static void decode_steps(const og_model *m, const og_run_ctx *rc, og_kv *kv, const int32_t *toks, int n, int64_t V,
-                         float *out) {
-    char err[512];
-    for (int t = 0; t < n; t++)
-        if (og_model_forward(m, rc, kv, toks + t, 1, out + (int64_t)t * V, false, err, sizeof err)) fail_msg("%s", err);
-}
 
-static void fork_of(const og_model *m, const og_run_ctx *rc, const og_kv *src, og_kv *dst) {
-    char err[512];
-    *dst = (og_kv){0};
-    if (og_kv_fork(m, rc, src, 0, dst, err, sizeof err)) fail_msg("%s", err);
-    assert_int_equal(dst->n_pos, src->n_pos);
-    assert_non_null(dst->arch);
-    assert_true(dst->arch != src->arch);
-    assert_true(dst->dev == src->dev);
-}
 
 /* The prompt's first P tokens, then NSTEP decode steps that complete ratio-4
  * blocks and one ratio-128 block (P = 252 / 122 sanitized, 128-blocks end at
@@ -405,7 +304,7 @@ static void test_fork(void **state) {
                          .stream = on_dev ? s : NULL};
         og_kv r = {0}, a = {0}, b, c, dd;
         if (og_model_forward(m, &rc, &r, toks, P, lp, false, err, sizeof err)) fail_msg("%s", err);
-        decode_steps(m, &rc, &r, toks + P, NSTEP, V, ref);
+        fx_decode_steps(m, &rc, &r, toks + P, NSTEP, V, ref);
         og_kv_free(&r);
         /* A's prompt in a batch of two sequences, w without tokens (a choice
          * waiting for the fork, as the engine runs it): w gets no state */
@@ -421,8 +320,8 @@ static void test_fork(void **state) {
         assert_int_equal(a.n_pos, P);
         assert_null(w.arch);
         assert_int_equal(w.n_pos, 0);
-        fork_of(m, &rc, &a, &b);
-        fork_of(m, &rc, &a, &c);
+        fx_fork(m, &rc, &a, &b);
+        fx_fork(m, &rc, &a, &c);
         /* bad forks: a destination in use, blocks to share, no stream for a device's state */
         assert_int_equal(og_kv_fork(m, &rc, &a, 0, &b, err, sizeof err), OG_ERR_INVALID_ARG);
         og_kv e = {0};
@@ -437,12 +336,12 @@ static void test_fork(void **state) {
         }
         og_kv_free(&a); /* the original goes: the forks keep theirs */
         memset(got, 0, (size_t)(NSTEP * V) * sizeof *got);
-        decode_steps(m, &rc, &b, toks + P, NSTEP, V, got);
+        fx_decode_steps(m, &rc, &b, toks + P, NSTEP, V, got);
         assert_memory_equal(ref, got, (size_t)(NSTEP * V) * sizeof *got);
-        fork_of(m, &rc, &c, &dd);
+        fx_fork(m, &rc, &c, &dd);
         og_kv_free(&dd); /* a fork goes: its original keeps its state */
         memset(got, 0, (size_t)(NSTEP * V) * sizeof *got);
-        decode_steps(m, &rc, &c, toks + P, NSTEP, V, got);
+        fx_decode_steps(m, &rc, &c, toks + P, NSTEP, V, got);
         assert_memory_equal(ref, got, (size_t)(NSTEP * V) * sizeof *got);
         og_kv_free(&b);
         og_kv_free(&c);
@@ -471,30 +370,11 @@ static void test_ring_ctx(void **state) {
     (void)state;
     og_model *m = load(NULL);
     const int64_t V = og_model_get_info(m)->n_vocab;
-    enum { CTX = 6 };
     int32_t *toks = prompt_new(0, (int32_t)V);
     og_kernels k = fx_best_kernels();
-    char err[512];
     og_run_ctx rc = {.kern = &k, .dispatch = g_host, .host_numerics = OG_NUMERICS_CANONICAL,
                      .device_numerics = OG_NUMERICS_CANONICAL};
-    float *ref = malloc((size_t)(CTX * V) * sizeof *ref), *got = malloc((size_t)(CTX * V) * sizeof *got);
-    og_kv u = {0}, bnd = {.n_ctx = CTX}, f;
-    decode_steps(m, &rc, &u, toks, CTX, V, ref);
-    if (og_model_forward(m, &rc, &bnd, toks, CTX - 2, got, true, err, sizeof err)) fail_msg("%s", err);
-    fork_of(m, &rc, &bnd, &f);
-    assert_int_equal(f.n_ctx, CTX);
-    decode_steps(m, &rc, &bnd, toks + CTX - 2, 2, V, got + (CTX - 2) * V);
-    assert_memory_equal(ref, got, (size_t)(CTX * V) * sizeof *got);
-    decode_steps(m, &rc, &f, toks + CTX - 2, 2, V, got);
-    assert_memory_equal(ref + (CTX - 2) * V, got, (size_t)(2 * V) * sizeof *got);
-    assert_int_equal(og_model_forward(m, &rc, &bnd, toks + CTX, 1, got, false, err, sizeof err), OG_ERR_RANGE);
-    assert_non_null(strstr(err, "context of 6"));
-    assert_int_equal(bnd.n_pos, CTX);
-    og_kv_free(&u);
-    og_kv_free(&bnd);
-    og_kv_free(&f);
-    free(ref);
-    free(got);
+    fx_ring_ctx(m, &rc, toks, V);
     free(toks);
     og_model_free(m);
 }
@@ -513,112 +393,53 @@ static void test_batch_invariance(void **state) {
                      .device_numerics = OG_NUMERICS_CANONICAL};
     int32_t *toks[N_PROMPT];
     float *alone[N_PROMPT];
-    int total = 0;
     for (int p = 0; p < N_PROMPT; p++) {
         toks[p] = malloc((size_t)g_len[p] * sizeof *toks[p]);
         prompt_of(p, (int32_t)V, toks[p]);
         alone[p] = malloc((size_t)(g_len[p] * V) * sizeof *alone[p]);
-        run_prefill(m, &rc, toks[p], g_len[p], alone[p]);
-        total += g_len[p];
+        fx_prefill(m, &rc, toks[p], g_len[p], alone[p]);
     }
-    /* one batch, the three prompts interleaved in uneven runs, every token's logits */
-    int32_t *bt = malloc((size_t)total * sizeof *bt), *bs = malloc((size_t)total * sizeof *bs);
-    bool *want = malloc((size_t)total * sizeof *want);
-    int done[N_PROMPT] = {0}, n = 0;
-    for (int round = 0; n < total; round++)
-        for (int p = 0; p < N_PROMPT; p++) {
-            const int run = 1 + (round * 7 + p * 3) % 23;
-            for (int r = 0; r < run && done[p] < g_len[p]; r++) {
-                bt[n] = toks[p][done[p]++];
-                bs[n] = p;
-                want[n++] = true;
-            }
-        }
-    float *lg = malloc((size_t)(total * V) * sizeof *lg);
-    og_kv kv[N_PROMPT] = {{0}};
-    og_kv *kvs[N_PROMPT] = {&kv[0], &kv[1], &kv[2]};
-    og_batch b = {total, bt, bs, want, NULL};
-    if (og_model_forward_batch(m, &rc, kvs, N_PROMPT, &b, lg, err, sizeof err)) fail_msg("%s", err);
-    int seen[N_PROMPT] = {0};
-    for (int i = 0; i < total; i++) {
-        const int p = bs[i];
-        assert_memory_equal(lg + (int64_t)i * V, alone[p] + (int64_t)seen[p]++ * V, (size_t)V * sizeof *lg);
-    }
+    fx_batch_invariance(m, &rc, toks, g_len, N_PROMPT, V, alone, 23);
     for (int p = 0; p < N_PROMPT; p++) {
-        assert_int_equal(kv[p].n_pos, g_len[p]);
-        og_kv_free(&kv[p]);
         free(toks[p]);
         free(alone[p]);
     }
-    free(bt);
-    free(bs);
-    free(want);
-    free(lg);
     og_pool_free(pool);
     og_model_free(m);
 }
 
 /* ---- bad input ---- */
 
-static uint8_t *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(*n);
-    if (fread(b, 1, *n, f) != *n) fail_msg("short read of %s", path);
-    fclose(f);
-    return b;
-}
 
-/* The header offset just past the GGUF string s (u64 length, then bytes). */
-static size_t after_string(const uint8_t *b, size_t n, const char *s) {
-    const size_t len = strlen(s);
-    for (size_t i = 8; i + len < n && i < (1u << 20); i++)
-        if (!memcmp(b + i, s, len) && !memcmp(b + i - 8, &(uint64_t){len}, 8)) return i + len;
-    fail_msg("no %s in the header", s);
-    return 0;
-}
 
-/* Loads the patched bytes; returns the status and the message. */
-static og_status load_bytes(const uint8_t *b, size_t n, char *err, size_t errlen) {
-    og_gguf *g;
-    og_status st = og_gguf_open_memory(b, n, "patched.gguf", 0, &g, err, errlen);
-    if (st) return st;
-    og_model *m;
-    st = og_model_load_gguf(g, NULL, &m, err, errlen);
-    if (!st) og_model_free(m);
-    return st;
-}
 
 static void test_bad_files(void **state) {
     (void)state;
     size_t n;
-    uint8_t *orig = read_all(g_model, &n), *b = malloc(n);
+    uint8_t *orig = fx_read_all(g_model, &n), *b = malloc(n);
     char err[512];
     /* a missing tensor: its name changed */
     memcpy(b, orig, n);
-    size_t at = after_string(b, n, "blk.2.attn_kv.weight");
+    size_t at = fx_after_string(b, n, "blk.2.attn_kv.weight");
     b[at - 8] = 'X';
-    assert_int_equal(load_bytes(b, n, err, sizeof err), OG_ERR_NOT_FOUND);
+    assert_int_equal(fx_load_bytes(b, n, err, sizeof err), OG_ERR_NOT_FOUND);
     assert_non_null(strstr(err, "blk.2.attn_kv.weight"));
     /* a wrong shape: ne0 of blk.3.attn_sinks.weight doubled */
     memcpy(b, orig, n);
-    at = after_string(b, n, "blk.3.attn_sinks.weight");
+    at = fx_after_string(b, n, "blk.3.attn_sinks.weight");
     uint64_t ne0;
     memcpy(&ne0, b + at + 4, 8);
     ne0 *= 2;
     memcpy(b + at + 4, &ne0, 8);
-    og_status st = load_bytes(b, n, err, sizeof err);
+    og_status st = fx_load_bytes(b, n, err, sizeof err);
     assert_true(st == OG_ERR_FORMAT || st == OG_ERR_RANGE);
     print_message("wrong shape: %s\n", err);
     /* a key out of its bound: hyper_connection.count 99 */
     memcpy(b, orig, n);
-    at = after_string(b, n, "deepseek4.hyper_connection.count");
+    at = fx_after_string(b, n, "deepseek4.hyper_connection.count");
     uint32_t v = 99;
     memcpy(b + at + 4, &v, 4);
-    assert_int_equal(load_bytes(b, n, err, sizeof err), OG_ERR_FORMAT);
+    assert_int_equal(fx_load_bytes(b, n, err, sizeof err), OG_ERR_FORMAT);
     assert_non_null(strstr(err, "hyper_connection.count"));
     print_message("bad key: %s\n", err);
     /* the model option: unknown name, bad value */
@@ -641,7 +462,7 @@ static void test_bad_files(void **state) {
             for (int j = 0; j < 2; j++) {
                 og_model *mj = load(pairs[i][j]);
                 out[i][j] = malloc(6 * V * sizeof(float));
-                run_prefill(mj, &rc, toks, 6, out[i][j]);
+                fx_prefill(mj, &rc, toks, 6, out[i][j]);
                 og_model_free(mj);
             }
         assert_memory_equal(out[0][0], out[0][1], 6 * V * sizeof(float));
@@ -715,7 +536,7 @@ static void test_qat_op(void **state) {
     }
     /* FP8 on the first 160 dims (two blocks of 64 and a short one of 32), the rest untouched */
     memcpy(y, x, sizeof x);
-    og_qat_op q8 = {{y, N, ROWS, N}, OG_QAT_FP8, 160};
+    og_qat_op q8 = {{y, N, ROWS, N}, OG_QAT_FP8, 160, 0};
     assert_int_equal(dev->ops->qat(dev, s, &q8, err, sizeof err), OG_OK);
     for (int row = 0; row < ROWS; row++)
         for (int b = 0; b < 160; b += 64) {
@@ -732,7 +553,7 @@ static void test_qat_op(void **state) {
         }
     /* Hadamard-128 + FP4 on the first 128 dims: the rotation in double by its matrix */
     memcpy(y, x, sizeof x);
-    og_qat_op q4 = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, NH};
+    og_qat_op q4 = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, NH, 0};
     assert_int_equal(dev->ops->qat(dev, s, &q4, err, sizeof err), OG_OK);
     int near_tie = 0;
     for (int row = 0; row < ROWS; row++) {
@@ -761,7 +582,7 @@ static void test_qat_op(void **state) {
     }
     assert_true(near_tie <= 2);
     /* dims that are not whole blocks are refused */
-    og_qat_op bad = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, 96};
+    og_qat_op bad = {{y, N, ROWS, N}, OG_QAT_FP4_HADAMARD, 96, 0};
     assert_int_equal(dev->ops->qat(dev, s, &bad, err, sizeof err), OG_ERR_INVALID_ARG);
     og_device_destroy(dev);
 }

@@ -21,7 +21,7 @@
 #include <jansson.h>
 
 static const char *g_onegpu;
-static char g_tmp[256], g_v3[300], g_ref[300], g_small[300];
+static char g_tmp[256], g_v3[300], g_ref[300], g_small[300], g_v41[300];
 
 #define GIB (1024ull * 1024 * 1024)
 /* Q2_K: 256 weights in 84 bytes. One expert of V3 = gate + up (7168 x 2048) +
@@ -68,6 +68,7 @@ static void check_consistent(const og_plan *p, const og_plan_input *in) {
     assert_int_equal(p->device_bytes, p->nonexpert_bytes + p->kv_bytes + p->workspace_bytes + p->resident_expert_bytes);
     if (p->fits) assert_true(p->device_bytes + in->reserve <= in->vram);
     assert_int_equal(p->host_bytes, p->routed_bytes + p->staging_bytes);
+    assert_int_equal(p->host_only_bytes, 0); /* deepseek2 keeps nothing host-only */
 }
 
 static void test_hand_numbers(void **state) {
@@ -777,6 +778,69 @@ static void test_cli(void **state) {
     json_decref(j);
 }
 
+
+/* deepseek41 (issue 14 item 3): the v41-flash split set (make-model --preset
+ * v41-flash --sparse: the vcruz305 Q2_K shapes) on the reference deployment,
+ * 96 GiB card, 280 GiB RAM, 4 sequences of 64K. Hand numbers from spec §3.2 /
+ * §4.3.3: Engram tables (384,006,168 + 384,016,682) rows x 256 Q2_K (84 B per
+ * 256) and token_embd 5120 x 129,280 Q2_K are host-only; one expert is
+ * 12,810,240 B; the CSA2 cache per sequence of n tokens is 40 windows x 128 x
+ * 512 + 3 ratio-2 groups (2 tokens x kv and gate x 512) fixed, plus per token
+ * 3 x 512/2 + 512 rows and 3 x 128/2 + 128 index keys, F32. */
+#define V41_HOST_ONLY (768022850ull * 84 + 5120ull * 129280 / 256 * 84)
+#define V41_EXPERT_BYTES 12810240ull
+#define V41_KV_SEQ_64K ((40ull * 128 * 512 + 3 * 2 * 2 * 512 + 65536ull * (3 * 256 + 512 + 3 * 64 + 128)) * 4)
+static void test_deepseek41(void **state) {
+    (void)state;
+    og_plan_input in = base_input();
+    in.ctx = 65536, in.parallel = 4;
+    og_plan p;
+    plan_file(g_v41, &in, &p);
+    assert_true(p.fits);
+    assert_int_equal(p.n_layer, 40);
+    assert_int_equal(p.n_moe_layers, 40);
+    assert_int_equal(p.expert_bytes_max, V41_EXPERT_BYTES);
+    assert_int_equal(p.routed_bytes, 15360 * V41_EXPERT_BYTES);
+    assert_int_equal(p.host_only_bytes, V41_HOST_ONLY);
+    assert_int_equal(p.host_only_bytes, p.role_bytes[OG_ROLE_ENGRAM] + p.role_bytes[OG_ROLE_EMBEDDINGS]);
+    uint64_t all = 0;
+    for (int r = 0; r < OG_ROLE_COUNT; r++) all += p.role_bytes[r];
+    assert_int_equal(p.nonexpert_bytes, all - p.routed_bytes - p.host_only_bytes); /* never device bytes */
+    assert_int_equal(p.host_bytes, p.routed_bytes + p.host_only_bytes + p.staging_bytes);
+    assert_int_equal(p.kv_bytes, 4 * V41_KV_SEQ_64K); /* F32 rows whatever --kv-type asks */
+    /* at least the published layout: 5,825 resident experts, 69.5 GiB */
+    assert_true(p.resident_experts >= 5825);
+    assert_true(p.resident_expert_bytes >= (uint64_t)(69.5 * GIB));
+    assert_int_equal(p.resident_expert_bytes, p.resident_experts * V41_EXPERT_BYTES);
+    assert_true(p.device_bytes + in.reserve <= in.vram);
+    assert_true(p.predicted_device_share > 0.45 && p.predicted_device_share < 0.55); /* uniform traffic: slots / 384 */
+    og_plan_free(&p);
+
+    /* 240 GiB of RAM: the host side is short (243.8 GiB with the Engram tables), and only it */
+    in.ram = 240 * GIB;
+    plan_file(g_v41, &in, &p);
+    assert_false(p.fits);
+    assert_non_null(strstr(p.reason, "host short by 3.84 GiB"));
+    assert_non_null(strstr(p.reason, "the host-only tensors (60.29 GiB: Engram tables and token embeddings)"));
+    assert_null(strstr(p.reason, "device short"));
+    og_plan_free(&p);
+    /* both sides short at once: both named, in one reason */
+    in.vram = 2 * GIB;
+    plan_file(g_v41, &in, &p);
+    assert_false(p.fits);
+    assert_non_null(strstr(p.reason, "device short by"));
+    assert_non_null(strstr(p.reason, "; and host short by 3.84 GiB"));
+    og_plan_free(&p);
+    /* the KV cache as the large item (8 x 1M tokens: 53.8 GB): --ctx and --parallel named */
+    in = base_input();
+    in.vram = 24 * GIB, in.ctx = 1048576, in.parallel = 8;
+    plan_file(g_v41, &in, &p);
+    assert_false(p.fits);
+    assert_non_null(strstr(p.reason, "it fits with --ctx"));
+    assert_non_null(strstr(p.reason, "or with fewer --parallel"));
+    og_plan_free(&p);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_plan PATH/TO/onegpu\n");
@@ -812,7 +876,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "make-model (reference shape) failed\n");
         return 1;
     }
+    snprintf(g_v41, sizeof g_v41, "%s/v41.gguf", g_tmp);
+    snprintf(cmd, sizeof cmd, "'%s' make-model --arch deepseek41 --preset v41-flash --sparse --tokenizer none -o '%s' "
+             ">/dev/null 2>&1", g_onegpu, g_v41);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "make-model (v41-flash) failed\n");
+        return 1;
+    }
+    snprintf(g_v41, sizeof g_v41, "%s/v41-00001-of-00007.gguf", g_tmp);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_deepseek41),
         cmocka_unit_test(test_hand_numbers), cmocka_unit_test(test_reference_shape), cmocka_unit_test(test_refusals), cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_profile), cmocka_unit_test(test_cpu_device),
         cmocka_unit_test(test_copies_in_flight), cmocka_unit_test(test_placement), cmocka_unit_test(test_cli),

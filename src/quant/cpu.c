@@ -37,6 +37,8 @@ void og_cpu_detect(og_cpu_features *f) {
             f->avx512bw = (b >> 30) & 1;
             f->avx512vl = (b >> 31) & 1;
             f->avx512vnni = (c >> 11) & 1;
+            f->avx512vbmi = (c >> 1) & 1;
+            f->gfni = (c >> 8) & 1;
         }
         f->amx_bf16 = (d >> 22) & 1;
         f->amx_tile = (d >> 24) & 1;
@@ -130,6 +132,7 @@ og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kern
         og_kernels_fill_avx512(k);
         og_kernels_fill_iq_avx2(k);
         og_kernels_fill_iq_avx512(k);
+        if (f->gfni && f->avx512vbmi) og_kernels_fill_avx512_gfni(k);
         og_kernels_fill_tile_avx512(k);
         return OG_OK;
     default: return OG_ERR_UNSUPPORTED;

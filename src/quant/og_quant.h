@@ -70,6 +70,7 @@ typedef enum og_isa { OG_ISA_SCALAR = 0, OG_ISA_AVX2, OG_ISA_AVX512, OG_ISA_AMX,
 typedef struct og_cpu_features {
     bool avx2, fma, f16c, avxvnni; /* avxvnni: AVX-VNNI (VEX vpdpbusd on ymm) */
     bool avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
+    bool gfni, avx512vbmi;             /* GFNI (gf2p8affineqb, with AVX-512), AVX512_VBMI (vpmultishiftqb) */
     bool amx_tile, amx_int8, amx_bf16; /* CPUID says so */
     bool amx_permitted;                /* Linux granted XTILEDATA (arch_prctl) */
     bool os_avx512;                    /* OS saves ZMM state (XGETBV) */
@@ -196,7 +197,9 @@ typedef struct og_kernels {
 } og_kernels;
 
 /* Fills k for tier isa with the kernels the CPU's features f allow within it (the
- * AVX2 tier's tiled products use AVX-VNNI where f->avxvnni). OG_ERR_UNSUPPORTED if
+ * AVX2 tier's tiled products use AVX-VNNI where f->avxvnni; the AVX-512 tier's
+ * matrix x vector kernels of some types use GFNI and VBMI where f->gfni and
+ * f->avx512vbmi, the same bits). OG_ERR_UNSUPPORTED if
  * this build lacks that tier. The caller has checked that the CPU runs the tier
  * (og_isa_choose). */
 og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kernels *k);

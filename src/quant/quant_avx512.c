@@ -3,20 +3,14 @@
  * type has its dot (one and four activation rows) and device-order kernels here;
  * the tier's other entries are the AVX2 ones. Built with -mavx512f -mavx512bw
  * -mavx512vl -mavx512vnni (plus AVX2 flags). */
-#include "quant_internal.h"
+#include "quant_avx512_canon.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
-#define FP16(x) _cvtsh_ss(x) /* F16C: one instruction, inlined */
-#define PF_DIST OG_PREFETCH_DIST
 
-/* Kernels written as one body for NY activation rows (NY = 1: vec_dot; NY = 4:
- * vec_dot4, one pass over the weights for four rows): every float operation of
- * row i is the same in both, so vec_dot4 gives vec_dot's bits for each row. */
-#define NYMAX 4
 
 /* Nibble fields of blocks a and b (16 bytes each) -> 64 bytes: a's elements 0-31,
  * then b's (low nibbles are elements 0-15 of a block, high nibbles 16-31). */
@@ -44,69 +38,6 @@ static inline __m512i add_fifth_bits(__m512i q, const uint8_t *qa, const uint8_t
     memcpy(&hb, qb, 4);
     return _mm512_mask_add_epi8(q, (__mmask64)ha | (__mmask64)hb << 32, q, _mm512_set1_epi8(0x10));
 }
-/* og_canon8 with 16-lane I slots: the k-quant kernels' block sums as they come. */
-typedef struct canon16 {
-    __m512i i[8];
-    __m256i s[8];
-    float a[8], c[8];
-} canon16;
-
-/* og_sum8_epi32 of sixteen-lane vectors: the same blend-and-one-shuffle steps at
- * 32 and 64 bits, then at 128 bits across the two, then the 256-bit halves. */
-/* The first two steps for v[0..4): 128-bit unit q, lane j: v[j]'s lanes in unit q. */
-static inline __m512i sum4x4_epi32_512(const __m512i *v) {
-    __m512i a[2];
-    for (int k = 0; k < 2; k++) {
-        const __m512i u = _mm512_mask_blend_epi32(0xAAAA, v[2 * k], v[2 * k + 1]);
-        const __m512i w = _mm512_mask_blend_epi32(0xAAAA, v[2 * k + 1], v[2 * k]);
-        a[k] = _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_CDAB));
-    }
-    const __m512i u = _mm512_mask_blend_epi32(0xCCCC, a[0], a[1]), w = _mm512_mask_blend_epi32(0xCCCC, a[1], a[0]);
-    return _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_BADC));
-}
-/* og_sum4_epi32 of sixteen-lane vectors. */
-static inline __m256i sum4_epi32_512(const __m512i v[4]) {
-    const __m512i b = sum4x4_epi32_512(v);
-    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(b), _mm512_extracti64x4_epi64(b, 1));
-    return _mm256_zextsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
-}
-static inline __m256i sum8_epi32_512(const __m512i v[8]) {
-    const __m512i b[2] = {sum4x4_epi32_512(v), sum4x4_epi32_512(v + 4)};
-    /* units: v0-3 of units 0+1, v4-7 of 0+1, v0-3 of 2+3, v4-7 of 2+3 */
-    const __m512i u = _mm512_mask_blend_epi32(0xF0F0, b[0], b[1]), w = _mm512_mask_blend_epi32(0xF0F0, b[1], b[0]);
-    const __m512i t = _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
-}
-
-/* og_canon_put and og_canon_flush for canon16 (S lanes and c: types with mins). */
-static inline __attribute__((always_inline)) void canon_put16(canon16 *g, int j, __m512i isum, __m256i ssum, float a, float c,
-                                                               bool mins) {
-    g->i[j] = isum;
-    g->a[j] = a;
-    if (mins) g->s[j] = ssum, g->c[j] = c;
-}
-static inline __attribute__((always_inline)) void canon_flush16(canon16 *g, __m256 acc[4], int64_t b0, int64_t nb, bool mins) {
-    const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8, top = cnt <= 4 ? 4 : 8; /* as og_canon_flush */
-    for (int k = cnt; k < top; k++) {
-        g->i[k] = _mm512_setzero_si512();
-        g->s[k] = _mm256_setzero_si256();
-    }
-    const __m256i is = top == 4 ? sum4_epi32_512(g->i) : sum8_epi32_512(g->i);
-    const __m256i ss = !mins ? _mm256_setzero_si256() : top == 4 ? og_sum4_epi32(g->s) : og_sum8_epi32(g->s);
-    if (cnt == 8)
-        og_canon_add(acc, b0, is, ss, _mm256_loadu_ps(g->a), mins ? _mm256_loadu_ps(g->c) : _mm256_setzero_ps(), mins);
-    else
-        og_canon_add(acc, b0, is, ss, og_first_ps(g->a, cnt), mins ? og_first_ps(g->c, cnt) : _mm256_setzero_ps(), mins);
-}
-
-/* A block's sixteen I lanes, with factor a, of a type without mins: into canonical
- * slot j, or the fork's lane fma. */
-static inline __attribute__((always_inline)) void block_done16(bool canon, canon16 *g, int j, __m512 *acc, __m512i isum,
-                                                                float a) {
-    if (canon) canon_put16(g, j, isum, _mm256_setzero_si256(), a, 0, false);
-    else *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a), *acc);
-}
-
 /* One block through the scalar reference: the odd last block of a row. */
 static float ref_block(og_ggml_type t, const void *x, const void *y) {
     float v;
@@ -576,86 +507,6 @@ OG_NY_KERNELS(iq4_nl, IQ4_NL)
 #undef Q5_0
 #undef Q5_1
 #undef IQ4_NL
-
-/* ---- Q3_K ------------------------------------------------------------------------ */
-
-/* Q3_K: u = q2 + 4 * hbit in [0, 7] and q = u - 4; 4 sum_s sc[s] bsums[s] is
- * subtracted once per block. Half h of the 2-bit quants is broadcast and shifted
- * by 4m, 4m + 2 (as Q2_K), the high bits likewise by 4h + 2m, 4h + 2m + 1: 64
- * consecutive elements 128h + 64m .., 128-bit lane L = sub-block 8h + 4m + L.
- * The sums (|p| <= 3584) pack to int16 for vpdpwssd with the signed scales. */
-/* og_q3_scales with vector ops only (lane s = scale s - 32): the 12 bytes by a masked
- * load (nothing read past the field), low nibbles of bytes 0-7 then their high
- * nibbles, and the two top bits of scale s from byte 8 + s % 4 shifted by 2 (s / 4)
- * (two neighbouring scales share their shift: one vpsrlvw). */
-static inline __m128i q3_scales_vec(const uint8_t *q) {
-    const __m128i v = _mm_maskz_loadu_epi8(0x0FFF, q), m4 = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
-    const __m128i top = _mm_shuffle_epi8(v, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11));
-    const __m128i hi = _mm_and_si128(_mm_srlv_epi16(top, _mm_setr_epi16(0, 0, 2, 2, 4, 4, 6, 6)), _mm_set1_epi8(3));
-    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
-}
-
-static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
-                                                              const void *const *vy) {
-    const og_block_q3_K *x = vx;
-    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
-    const int64_t nb = n / OG_QK_K;
-    __m512 acc[NYMAX];
-    __m256 cacc[NYMAX][4];
-    canon16 g[NYMAX];
-    #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
-    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-    /* int16 index of packs(p_m0, p_m1) for half h, 128-bit lane L: 4 x (8h + L), 4 x (8h + 4 + L) */
-#define Q(a, b) b, b, b, b, a, a, a, a
-    const __m512i sidx0 = _mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4));
-    const __m512i sidx1 = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
-#undef Q
-    for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
-        for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
-            const int64_t b = b0 + slot;
-            og_prefetch_span(x + b, PF_DIST, sizeof *x);
-            __m128i sv = q3_scales_vec(x[b].scales);
-            __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv));
-            __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[b].hmask));
-            __m512i u[4], sc[2]; /* elements 64j .. 64j + 63; scales of half h */
-            #pragma GCC unroll 4
-            for (int h = 0; h < 2; h++) {
-                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
-                #pragma GCC unroll 4
-                for (int m = 0; m < 2; m++) {
-                    __m512i qs = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * m)), _mm256_set1_epi16((short)(4 * m + 2)), 1);
-                    /* high bit 4h + 2m (low 256 bits), 4h + 2m + 1 (high) of each hmask byte */
-                    __m512i hbit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * m))),
-                                                      _mm256_set1_epi8((char)(1 << (4 * h + 2 * m + 1))), 1);
-                    __m512i q2 = _mm512_and_si512(_mm512_srlv_epi16(q, qs), m3);
-                    __mmask64 hb = _mm512_test_epi8_mask(hm, hbit);
-                    u[2 * h + m] = _mm512_mask_add_epi8(q2, hb, q2, four);
-                }
-                sc[h] = _mm512_permutexvar_epi16(h ? sidx1 : sidx0, s16);
-            }
-            const float d = FP16(x[b].d);
-            #pragma GCC unroll 4
-            for (int i = 0; i < ny; i++) {
-                __m256i corr = _mm256_madd_epi16(_mm512_castsi512_si256(s16), _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-                __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(),
-                                                      _mm512_castsi256_si512(_mm256_slli_epi32(corr, 2)));
-                #pragma GCC unroll 4
-                for (int h = 0; h < 2; h++) {
-                    __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h], _mm512_loadu_si512(y[i][b].qs + 128 * h));
-                    __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h + 1], _mm512_loadu_si512(y[i][b].qs + 128 * h + 64));
-                    isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), sc[h]);
-                }
-                block_done16(canon, &g[i], slot, &acc[i], isum, d * y[i][b].d);
-            }
-        }
-        if (canon)
-            for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, false);
-    }
-    #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
-}
 
 /* vec_dot (one activation row) and vec_dot4 (four) of each NY kernel, in the
  * fork's order and (name_canon) the canonical one */

@@ -13,6 +13,7 @@ extern const int8_t og_iq4nl_values[16];
  * patterns (7 stored bits, the 8th makes the count of negatives even) and the 16
  * E2M1 values doubled. */
 extern const uint64_t og_iq2xxs_grid[256];
+extern const uint16_t og_iq2xxs_grid2[256]; /* the same points, 2-bit levels (0: 8, 1: 25, 2: 43), weight j at bits 2j */
 extern const uint8_t og_iq2xxs_signs[128];
 extern const int8_t og_mxfp4_values[16];
 
@@ -268,6 +269,8 @@ typedef struct og_tile_block {
 /* Fill the entries a tier implements; leave others untouched. */
 void og_kernels_fill_avx2(og_kernels *k);
 void og_kernels_fill_avx512(og_kernels *k);
+/* The AVX-512 tier's kernels that take GFNI and VBMI too (quant_avx512_gfni.c). */
+void og_kernels_fill_avx512_gfni(og_kernels *k);
 /* The IQ2_XXS and MXFP4 entries of the tiers (quant_iq_avx2.c, quant_iq_avx512.c). */
 void og_kernels_fill_iq_avx2(og_kernels *k);
 void og_kernels_fill_iq_avx512(og_kernels *k);

@@ -203,11 +203,36 @@ static void test_tiers(void **state) {
     if (!tested_tiers && f.avx2) fail_msg("no SIMD tier tested on a CPU with AVX2");
 }
 
-/* The kernels of tier isa, or false if this CPU cannot run it. */
+/* Kernel variants: the tiers (og_isa), then the AVX-512 tier with GFNI and VBMI
+ * hidden (VARIANT_AVX512_PLAIN: its kernels without them, which a CPU with GFNI
+ * never picks by itself). */
+#define VARIANT_AVX512_PLAIN (OG_ISA_AVX512 + 1)
+#define N_VARIANTS (VARIANT_AVX512_PLAIN + 1)
+/* Sanitized builds check the kernels without GFNI in test_canonical only (time). */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define N_VARIANTS_SIDE VARIANT_AVX512_PLAIN
+#endif
+#endif
+#ifndef N_VARIANTS_SIDE
+#define N_VARIANTS_SIDE N_VARIANTS
+#endif
+static const char *variant_name(int v) { return v == VARIANT_AVX512_PLAIN ? "avx512 (no GFNI/VBMI)" : og_isa_name((og_isa)v); }
+
+/* The kernels of variant isa (a tier, or VARIANT_AVX512_PLAIN), or false if this
+ * CPU cannot run it (or, for VARIANT_AVX512_PLAIN, if it is the AVX-512 tier itself). */
 static bool tier_kernels(const og_cpu_features *f, int isa, og_kernels *k) {
     og_isa got;
     char note[256], err[256];
-    if (og_isa_choose(f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) return false;
+    const int tier = isa == VARIANT_AVX512_PLAIN ? OG_ISA_AVX512 : isa;
+    if (og_isa_choose(f, og_isa_name((og_isa)tier), &got, note, sizeof note, err, sizeof err) != OG_OK) return false;
+    if (isa == VARIANT_AVX512_PLAIN) {
+        if (!f->gfni || !f->avx512vbmi) return false;
+        og_cpu_features fv = *f;
+        fv.gfni = fv.avx512vbmi = false;
+        assert_int_equal(og_kernels_init_features(OG_ISA_AVX512, &fv, k), OG_OK);
+        return true;
+    }
     assert_int_equal(og_kernels_init((og_isa)isa, k), OG_OK);
     return true;
 }
@@ -221,7 +246,7 @@ static void test_vec_dot4(void **state) {
     og_cpu_detect(&f);
     int checked = 0, checked2 = 0;
     bool avx512 = false;
-    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+    for (int isa = OG_ISA_SCALAR; isa < N_VARIANTS_SIDE; isa++) {
         og_kernels k;
         if (!tier_kernels(&f, isa, &k)) continue;
         avx512 |= isa == OG_ISA_AVX512;
@@ -250,7 +275,7 @@ static void test_vec_dot4(void **state) {
                         float s1;
                         k.vec_dot[t](n, &s1, qw, ys[i]);
                         if (memcmp(&s1, &s4[i], sizeof s1))
-                            fail_msg("%s %s n=%lld data %d row %d: vec_dot4 %.9g vs vec_dot %.9g", og_isa_name((og_isa)isa),
+                            fail_msg("%s %s n=%lld data %d row %d: vec_dot4 %.9g vs vec_dot %.9g", variant_name(isa),
                                      tr->name, (long long)n, kind, i, s4[i], s1);
                     }
                 }
@@ -464,7 +489,7 @@ static void test_random_blocks(void **state) {
             randomize_activation(act->type, qa[r], n, &seed);
         }
         const void *ys[4] = {qa[0], qa[1], qa[2], qa[3]};
-        for (int isa = OG_ISA_AVX2; isa <= OG_ISA_AVX512; isa++) {
+        for (int isa = OG_ISA_AVX2; isa < N_VARIANTS_SIDE; isa++) {
             og_kernels k;
             if (!tier_kernels(&f, isa, &k)) continue;
             for (int r = 0; r < 4; r++) {
@@ -477,7 +502,7 @@ static void test_random_blocks(void **state) {
                 double mag = 0;
                 for (int64_t i = 0; i < n; i++) mag += fabs((double)deq[i] * ad[i]);
                 if (!(fabs((double)want - got) <= og_quant_dot_tolerance(tr->type) * mag + 1e-30))
-                    fail_msg("%s %s row %d: fast %.9g vs reference %.9g", og_isa_name((og_isa)isa), tr->name, r, got, want);
+                    fail_msg("%s %s row %d: fast %.9g vs reference %.9g", variant_name(isa), tr->name, r, got, want);
                 if (k.vec_dot4[tr->type]) {
                     float s4[4];
                     k.vec_dot4[tr->type](n, s4, w[0], ys);
@@ -625,6 +650,17 @@ static void test_canonical(void **state) {
     int tiers = (f.avx2 && f.fma && f.f16c) + has512;
     assert_int_equal(fast, 8 * tiers + 3 * has512);
     if (tiers) assert_int_equal(fast4, 7 + 8 * (tiers - 1) + 3 * has512);
+    /* the AVX-512 tier's GFNI/VBMI kernels (Q3_K, IQ2_XXS, MXFP4) where the CPU has them:
+     * checked below next to the same tier without them */
+    if (has512 && f.gfni && f.avx512vbmi) {
+        og_kernels k512, plain;
+        assert_true(tier_kernels(&f, OG_ISA_AVX512, &k512) && tier_kernels(&f, VARIANT_AVX512_PLAIN, &plain));
+        assert_true(k512.vec_dot_canonical[OG_TYPE_Q3_K] != plain.vec_dot_canonical[OG_TYPE_Q3_K]);
+        assert_true(k512.vec_dot_canonical[OG_TYPE_IQ2_XXS] != plain.vec_dot_canonical[OG_TYPE_IQ2_XXS]);
+        assert_true(k512.vec_dot_canonical[OG_TYPE_MXFP4] != plain.vec_dot_canonical[OG_TYPE_MXFP4]);
+    } else if (has512) {
+        print_message("SKIP (hardware): no GFNI/VBMI: the AVX-512 tier's GFNI kernels untested\n");
+    }
 
     uint64_t seed = 4242;
     static const int64_t nbs[] = {1, 2, 4, 5, 7, 8, 9, 12, 33, 70};
@@ -656,18 +692,18 @@ static void test_canonical(void **state) {
                 for (int64_t i = 0; i < n; i++) mag += fabs((double)deq[i] * a[i]);
                 if (!(fabs((double)want - ref) <= og_quant_dot_tolerance(tr->type) * mag + 1e-30))
                     fail_msg("%s n=%lld row %d: canonical %.9g vs reference %.9g", tr->name, (long long)n, r, want, ref);
-                for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+                for (int isa = OG_ISA_SCALAR; isa < N_VARIANTS; isa++) {
                     og_kernels k;
                     if (!tier_kernels(&f, isa, &k)) continue;
                     k.vec_dot_canonical[tr->type](n, &got, w, ys[r]);
                     if (memcmp(&got, &want, sizeof got))
-                        fail_msg("%s %s n=%lld row %d: canonical %.9g vs the statement %.9g", og_isa_name((og_isa)isa), tr->name,
+                        fail_msg("%s %s n=%lld row %d: canonical %.9g vs the statement %.9g", variant_name(isa), tr->name,
                                  (long long)n, r, got, want);
                     if (k.vec_dot4_canonical[tr->type]) {
                         float s4[4];
                         k.vec_dot4_canonical[tr->type](n, s4, w, ys);
                         if (memcmp(&s4[r], &want, sizeof got))
-                            fail_msg("%s %s n=%lld row %d: canonical x4 %.9g vs the statement %.9g", og_isa_name((og_isa)isa),
+                            fail_msg("%s %s n=%lld row %d: canonical x4 %.9g vs the statement %.9g", variant_name(isa),
                                      tr->name, (long long)n, r, s4[r], want);
                     }
                 }

@@ -314,14 +314,14 @@ elif [[ -n $gpu_free_mib ]]; then
   place=(--vram "${gpu_free_mib}M"); [[ -n $ram ]] && place+=(--ram "$ram")
 fi
 if [[ ${#place[@]} -gt 0 ]]; then
-  # plan what serve will run: its f32 cache for --parallel 4 sequences (its --ctx default,
-  # the model's length up to 4096, is plan's too), and the serve flags after -- that the
-  # planner also reads
-  plan=("$bin" plan -m "$model" "${place[@]}" --parallel 4 --kv-type f32)
+  # plan what serve will run: its cache (--kv-type, f16 for both by default) for --parallel 4
+  # sequences (its --ctx default, the model's length up to 4096, is plan's too), and the
+  # serve flags after -- that the planner also reads
+  plan=("$bin" plan -m "$model" "${place[@]}" --parallel 4)
   for ((i = 0; i < ${#extra[@]}; i++)); do
     case ${extra[i]} in
-      --ctx|--parallel|--batch-tokens|--reserve|--expert-slots|--profile) plan+=("${extra[i]}" "${extra[i + 1]:-}"); i=$((i + 1)) ;;
-      --ctx=*|--parallel=*|--batch-tokens=*|--reserve=*|--expert-slots=*|--profile=*) plan+=("${extra[i]}") ;;
+      --ctx|--parallel|--batch-tokens|--reserve|--expert-slots|--profile|--kv-type) plan+=("${extra[i]}" "${extra[i + 1]:-}"); i=$((i + 1)) ;;
+      --ctx=*|--parallel=*|--batch-tokens=*|--reserve=*|--expert-slots=*|--profile=*|--kv-type=*) plan+=("${extra[i]}") ;;
     esac
   done
   show "${plan[@]}"

@@ -2,7 +2,7 @@
 # Long context (issue 17 item 4): a demo model made with the trained context
 # CTX (make-model --preset demo --ctx CTX, default 65536), the plan's KV term for
 # --ctx CTX x 5 sequences checked against the MLA formula (n_layer x (r_kv + d_rope)
-# x 4 bytes per position, f32 as serve holds it), then `onegpu serve --ctx CTX
+# x 2 bytes per position: the f16 cache serve holds by default), then `onegpu serve --ctx CTX
 # --parallel 5` and bench/long_load.mjs: an N-token prompt (default CTX - 64)
 # prefills and decodes alone, then arrives while 4 decoders stream (their
 # longest pause vs the prompt's prefill alone). A benchmark, not a test: a 64K
@@ -22,13 +22,13 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$wo
 
 # the plan: its KV term is the formula's, for ctx x 5 sequences
 "$onegpu" gguf "$model" --json >"$work/gguf.json"
-"$onegpu" plan -m "$model" --vram 8G --ctx "$ctx" --parallel 5 --kv-type f32 --json >"$work/plan.json" || true
-"$onegpu" plan -m "$model" --vram 8G --ctx "$ctx" --parallel 5 --kv-type f32 | grep -iE 'kv|fits' >&2 || true
+"$onegpu" plan -m "$model" --vram 8G --ctx "$ctx" --parallel 5 --json >"$work/plan.json" || true
+"$onegpu" plan -m "$model" --vram 8G --ctx "$ctx" --parallel 5 | grep -iE 'kv|fits' >&2 || true
 node -e '
 const fs = require("fs"), [g, p, ctx] = [JSON.parse(fs.readFileSync(process.argv[1])), JSON.parse(fs.readFileSync(process.argv[2])), Number(process.argv[3])];
 const key = (k) => g.metadata.find((m) => m.key === "deepseek2." + k).value;
 if (key("context_length") !== ctx) { console.error("context_length", key("context_length"), "!= --ctx", ctx); process.exit(1); }
-const perTok = key("block_count") * (key("attention.kv_lora_rank") + key("rope.dimension_count")) * 4;
+const perTok = key("block_count") * (key("attention.kv_lora_rank") + key("rope.dimension_count")) * 2;
 const want = perTok * ctx * 5;
 console.error(`plan kv_bytes ${p.kv_bytes} = ${perTok} B/position x ${ctx} x 5: ${p.kv_bytes === want ? "matches" : "MISMATCH, formula " + want}`);
 if (p.kv_bytes !== want || !p.fits) process.exit(1);' "$work/gguf.json" "$work/plan.json" "$ctx"

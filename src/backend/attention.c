@@ -2,7 +2,9 @@
  * (scores, group-limited top-k, weights; deepseek2.md §5) and its MLA attention
  * in the absorbed form (deepseek2.md §3). Both are the code the forward pass
  * ran inline before it was written as device ops, moved here unchanged in their
- * arithmetic so every result keeps its bits. */
+ * arithmetic so every result keeps its bits; the attention reads an f16 cache
+ * by widening each row exactly first (og_kv_type), so its bits are the f32
+ * path's on the rounded values. */
 #include "og_device.h"
 
 #include <math.h>
@@ -104,44 +106,104 @@ og_status og_cpu_route(const og_router_op *op) { return og_cpu_route_ws(op, NULL
 
 /* ---- MLA attention ---- */
 
+/* Heads of one token that share each block of cache rows read (widened once
+ * for all of them in an f16 cache). */
+#define ATT_HEADS 8
+
 typedef struct att_job {
     const og_mla_op *op;
     const og_kernels *k;
-    float *att;        /* [nth][att_stride] scratch: scores, then [q_abs, q_pe] */
-    size_t att_stride;
+    float *att;        /* [nth][att_stride] scratch: [ATT_HEADS][max_pos] scores, [ATT_HEADS][r_kv + d_rope]
+                          queries, [block_rows][r_kv + d_rope] a widened f16 block */
+    size_t att_stride, max_pos;
 } att_job;
 
+/* Rows s0 .. s0 + n - 1 of the cache (one block) as f32, at least their first
+ * len elements: the rows in place in an f32 cache (*stride = the view's row
+ * stride), else the f16 rows widened exactly into buf (rows back to back, as
+ * deepseek2 lays them out: one conversion of n whole rows, *stride = row_len;
+ * else row by row, *stride = len). */
+static const float *rows_f32(const og_mla_op *op, const og_kernels *k, int32_t first, int32_t s0, int32_t n, int64_t len,
+                             float *buf, int64_t *stride) {
+    const og_kv_view *kv = &op->kv;
+    if (kv->type == OG_KV_F32) {
+        *stride = kv->row_stride;
+        return og_kv_view_row(kv, first, s0);
+    }
+    if (kv->row_stride == kv->row_len) {
+        k->f16_to_f32(og_kv_view_row(kv, first, s0), buf, n * kv->row_len);
+        *stride = kv->row_len;
+        return buf;
+    }
+    for (int32_t r = 0; r < n; r++) k->f16_to_f32(og_kv_view_row(kv, first, s0 + r), buf + r * len, len);
+    *stride = len;
+    return buf;
+}
+
+/* Each (token, head) pair p = i H + h with p mod nth == ith, the heads of a
+ * token ATT_HEADS at a time over each block of its rows. A pair's arithmetic
+ * is its own whatever the grouping: scores one dot per row, the softmax, the
+ * weighted sum in position order. */
 static void attend_heads(void *vctx, int ith, int nth) {
     const att_job *j = vctx;
     const og_mla_op *op = j->op;
-    const int64_t r_kv = op->r_kv, dr = op->d_rope, H = op->n_head;
-    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + (j->att_stride - (size_t)(r_kv + dr));
-    og_vec_dot_fn fdot = j->k->vec_dot[OG_TYPE_F32];
-    for (int64_t p = ith; p < op->n_tok * H; p += nth) {
-        const int64_t i = p / H, hh = p % H;
+    const og_kernels *k = j->k;
+    const int64_t r_kv = op->r_kv, dr = op->d_rope, H = op->n_head, w = r_kv + dr, br = op->kv.block_rows;
+    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + ATT_HEADS * j->max_pos, *blk = qc + ATT_HEADS * w;
+    og_vec_dot_fn fdot = k->vec_dot[OG_TYPE_F32];
+    for (int64_t i = 0; i < op->n_tok; i++) {
         const int32_t pos = op->pos[i], first = op->kv_first[i];
-        /* [q_abs, q_pe] against the cached [c, k_pe]: one dot per key */
-        memcpy(qc, op->q_abs + hh * op->qabs_head_stride + i * r_kv, (size_t)r_kv * sizeof *qc);
-        memcpy(qc + r_kv, op->q_pe + i * op->qpe_tok_stride + hh * op->qpe_head_stride, (size_t)dr * sizeof *qc);
-        if (op->canonical && op->canonical[i])
-            for (int32_t s = 0; s <= pos; s++)
-                att[s] = j->k->dot_f32_device(og_kv_view_row(&op->kv, first, s), qc, r_kv + dr) * op->kq_scale;
-        else
-            for (int32_t s = 0; s <= pos; s++) {
-                float sc;
-                fdot(r_kv + dr, &sc, qc, og_kv_view_row(&op->kv, first, s));
-                att[s] = sc * op->kq_scale;
+        const bool canon = op->canonical && op->canonical[i];
+        const int64_t h0 = ((ith - (i * H) % nth) % nth + nth) % nth; /* this thread's first head of token i */
+        for (int64_t g = h0; g < H; g += (int64_t)nth * ATT_HEADS) {
+            int64_t heads[ATT_HEADS];
+            int nh = 0;
+            for (int64_t hh = g; hh < H && nh < ATT_HEADS; hh += nth) heads[nh++] = hh;
+            /* [q_abs, q_pe] against the cached [c, k_pe]: one dot per key */
+            for (int e = 0; e < nh; e++) {
+                memcpy(qc + e * w, op->q_abs + heads[e] * op->qabs_head_stride + i * r_kv, (size_t)r_kv * sizeof *qc);
+                memcpy(qc + e * w + r_kv, op->q_pe + i * op->qpe_tok_stride + heads[e] * op->qpe_head_stride,
+                       (size_t)dr * sizeof *qc);
             }
-        og_softmax(att, pos + 1);
-        float *ch = op->ctx + hh * op->ctx_head_stride + i * r_kv;
-        for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
-        for (int32_t s = 0; s <= pos; s++) j->k->axpy_f32(r_kv, att[s], og_kv_view_row(&op->kv, first, s), ch);
+            for (int32_t s0 = 0; s0 <= pos; s0 += (int32_t)br) {
+                const int32_t n = pos + 1 - s0 < br ? pos + 1 - s0 : (int32_t)br;
+                int64_t st;
+                const float *rows = rows_f32(op, k, first, s0, n, w, blk, &st);
+                for (int e = 0; e < nh; e++) {
+                    float *a = att + e * j->max_pos + s0;
+                    if (canon)
+                        for (int32_t r = 0; r < n; r++) a[r] = k->dot_f32_device(rows + r * st, qc + e * w, w) * op->kq_scale;
+                    else
+                        for (int32_t r = 0; r < n; r++) {
+                            float sc;
+                            fdot(w, &sc, qc + e * w, rows + r * st);
+                            a[r] = sc * op->kq_scale;
+                        }
+                }
+            }
+            for (int e = 0; e < nh; e++) {
+                og_softmax(att + e * j->max_pos, pos + 1);
+                float *ch = op->ctx + heads[e] * op->ctx_head_stride + i * r_kv;
+                for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
+            }
+            for (int32_t s0 = 0; s0 <= pos; s0 += (int32_t)br) { /* ctx = sum_p att_p c_p, p ascending */
+                const int32_t n = pos + 1 - s0 < br ? pos + 1 - s0 : (int32_t)br;
+                int64_t st;
+                const float *rows = rows_f32(op, k, first, s0, n, r_kv, blk, &st);
+                for (int e = 0; e < nh; e++) {
+                    float *ch = op->ctx + heads[e] * op->ctx_head_stride + i * r_kv;
+                    const float *a = att + e * j->max_pos + s0;
+                    for (int32_t r = 0; r < n; r++) k->axpy_f32(r_kv, a[r], rows + r * st, ch);
+                }
+            }
+        }
     }
 }
 
 og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws) {
     if (op->n_tok < 0 || op->n_head < 1 || op->r_kv < 1 || op->d_rope < 0 || op->kv.row_len != op->r_kv + op->d_rope ||
-        op->kv.block_rows < 1 || !kern->vec_dot[OG_TYPE_F32] || !kern->dot_f32_device || !kern->axpy_f32)
+        op->kv.block_rows < 1 || !kern->vec_dot[OG_TYPE_F32] || !kern->dot_f32_device || !kern->axpy_f32 ||
+        (op->kv.type != OG_KV_F32 && op->kv.type != OG_KV_F16) || (op->kv.type == OG_KV_F16 && !kern->f16_to_f32))
         return OG_ERR_INVALID_ARG;
     int32_t max_pos = 0;
     for (int64_t i = 0; i < op->n_tok; i++) {
@@ -152,7 +214,8 @@ og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const o
     }
     if (!op->n_tok) return OG_OK;
     const int nth = pool ? og_pool_size(pool) : 1;
-    att_job j = {op, kern, NULL, (size_t)max_pos + (size_t)(op->r_kv + op->d_rope)};
+    const size_t w = (size_t)(op->r_kv + op->d_rope);
+    att_job j = {op, kern, NULL, ATT_HEADS * ((size_t)max_pos + w) + (size_t)op->kv.block_rows * w, (size_t)max_pos};
     og_buf own = {0};
     og_buf *b = ws ? ws : &own;
     if (og_buf_reserve(b, (size_t)nth * j.att_stride * sizeof(float))) return OG_ERR_NOMEM;

@@ -26,6 +26,8 @@ static og_status check_kv(const og_kv_view *kv, const int32_t *first, const int3
     if (!kv->blocks || kv->n_blocks < 1 || kv->block_rows < 1 || kv->row_len < 1 || kv->row_stride < kv->row_len ||
         kv->offset < 0 || (n && (!first || !pos)))
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: a KV view without blocks, rows or positions");
+    if (kv->type != OG_KV_F32 && kv->type != OG_KV_F16)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: KV element type %d is neither f32 nor f16", (int)kv->type);
     for (int64_t i = 0; i < n; i++)
         if (pos[i] < 0 || first[i] < 0 || (int64_t)first[i] + pos[i] / kv->block_rows >= kv->n_blocks)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device op: token %lld at position %d of block table %d: "
@@ -263,8 +265,14 @@ og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, con
         const og_kv_store_op *op = &c->u.kv_store;
         const og_kv_view *kv = &op->kv;
         for (int64_t i = 0; i < op->src.n_rows; i++) {
-            memcpy(og_kv_view_row(kv, op->kv_first[i], op->pos[i]), op->src.data + i * op->src.stride,
-                   (size_t)kv->row_len * sizeof(float));
+            void *dst = og_kv_view_row(kv, op->kv_first[i], op->pos[i]);
+            const float *x = op->src.data + i * op->src.stride;
+            if (kv->type == OG_KV_F32) {
+                memcpy(dst, x, (size_t)kv->row_len * sizeof(float));
+            } else { /* rounded once, to nearest even: the values every reader widens back */
+                uint16_t *h = dst;
+                for (int64_t e = 0; e < kv->row_len; e++) h[e] = og_fp32_to_fp16(x[e]);
+            }
         }
         return OG_OK;
     }

@@ -26,6 +26,7 @@ static og_status check_view(const og_kv_view *v, const int32_t *first, const int
     if (!v->blocks || v->block_rows < 1 || v->row_len != row_len || v->row_stride < v->row_len || v->offset < 0 ||
         (n_tok && (!first || !n_rows)))
         return bad(err, errlen, "a compressed-row view without blocks or rows of the head's length");
+    if (v->type != OG_KV_F32) return bad(err, errlen, "compressed rows and indexer keys are f32 rows");
     for (int64_t i = 0; i < n_tok; i++)
         if (n_rows[i] < 0 || first[i] < 0 ||
             (n_rows[i] > 0 && (int64_t)first[i] + (n_rows[i] - 1) / v->block_rows >= v->n_blocks))

@@ -17,6 +17,8 @@
 
 #include "og_backend.h"
 
+#include <string.h>
+
 typedef struct og_device og_device;
 typedef struct og_stream og_stream;
 typedef uint64_t og_event; /* 0: no event (already complete) */
@@ -68,23 +70,52 @@ typedef struct og_rows {
     int64_t n, n_rows, stride;
 } og_rows;
 
-/* A paged cache of f32 rows in device memory, as og_kv lays deepseek2's MLA
- * cache out: the row of position p of a sequence whose block table starts at
+/* The element type of a KV cache (--kv-type): IEEE binary32, or IEEE binary16
+ * (uint16_t), which halves the cache. An f16 cache holds each value rounded to
+ * nearest even once, when it is stored (og_fp32_to_fp16); every reader converts
+ * it back exactly (og_fp16_to_fp32), so a result over an f16 cache is bitwise
+ * the result over an f32 cache holding those rounded values, on every device
+ * and tier. Zero is f32: deepseek4's views of its own F32 rows. */
+typedef enum og_kv_type { OG_KV_F32 = 0, OG_KV_F16 } og_kv_type;
+
+/* Bytes of one element of a cache of type t: 4 or 2. The one size the planner's
+ * KV term (og_plan_input.kv_bytes_per_elem), a model's blocks
+ * (og_model_info.kv_elem_bytes, kv_block_bytes) and the views below use. */
+static inline uint32_t og_kv_type_bytes(og_kv_type t) { return t == OG_KV_F16 ? 2u : 4u; }
+
+/* "f16" or "f32" (the --kv-type values). Never NULL (returns a name). */
+static inline const char *og_kv_type_name(og_kv_type t) { return t == OG_KV_F16 ? "f16" : "f32"; }
+
+/* *out = the type "f16" or "f32" names. Errors: OG_ERR_INVALID_ARG (any other
+ * string, or NULL). */
+static inline og_status og_kv_type_parse(const char *s, og_kv_type *out) {
+    if (s && !strcmp(s, "f16")) *out = OG_KV_F16;
+    else if (s && !strcmp(s, "f32")) *out = OG_KV_F32;
+    else return OG_ERR_INVALID_ARG;
+    return OG_OK;
+}
+
+/* A paged cache of rows in device memory, as og_kv lays deepseek2's MLA cache
+ * out: the row of position p of a sequence whose block table starts at
  * blocks[first] is blocks[first + p / block_rows] + offset + (p % block_rows) *
- * row_stride. */
+ * row_stride elements of `type` (offset, strides and lengths in elements). */
 typedef struct og_kv_view {
-    float *const *blocks; /* host [n_blocks]: device addresses of the blocks, copied when issued */
+    float *const *blocks; /* host [n_blocks]: device addresses of the blocks (of f16 elements in an f16
+                             cache: the address of its uint16_t data), copied when issued */
     int32_t n_blocks;
     int32_t block_rows;   /* positions per block (OG_KV_BLOCK) */
     int64_t offset;       /* elements from a block's start to the layer's first row */
     int64_t row_stride;   /* elements between positions */
     int64_t row_len;      /* elements of one row (r_kv + d_rope) */
+    og_kv_type type;      /* f32 (0) or f16 elements; deepseek4's ops take f32 only */
 } og_kv_view;
 
 /* The cache row of position pos of the sequence whose block table starts at
- * kv->blocks[first] (og_kv_view's formula; a device address). */
-static inline float *og_kv_view_row(const og_kv_view *kv, int32_t first, int32_t pos) {
-    return kv->blocks[first + pos / kv->block_rows] + kv->offset + (int64_t)(pos % kv->block_rows) * kv->row_stride;
+ * kv->blocks[first] (og_kv_view's formula; a device address of row_len
+ * elements of kv->type). */
+static inline void *og_kv_view_row(const og_kv_view *kv, int32_t first, int32_t pos) {
+    const int64_t e = kv->offset + (int64_t)(pos % kv->block_rows) * kv->row_stride;
+    return (char *)kv->blocks[first + pos / kv->block_rows] + e * (int64_t)og_kv_type_bytes(kv->type);
 }
 
 /* Strided copy inside device memory: for mat < n_mats, row < n_rows, row_bytes
@@ -136,8 +167,9 @@ typedef struct og_router_op {
  * ctx = sum_p att_p * c_p (the first r_kv elements of the row). Scores use the
  * warp-order f32 dot (og_dot_f32_device) for a token with canonical[i], the
  * tier's f32 dot otherwise; the weighted sum is og_kernels.axpy_f32 in position
- * order. Each (token, head) is computed alone: a token's bits never depend on
- * the chunk (og_cpu_mla_attention). */
+ * order. An f16 cache's rows are converted to f32 exactly on read (the same
+ * dots and sums of the converted values). Each (token, head) is computed alone:
+ * a token's bits never depend on the chunk (og_cpu_mla_attention). */
 typedef struct og_mla_op {
     int64_t n_tok, n_head, r_kv, d_rope;
     float kq_scale;
@@ -147,7 +179,7 @@ typedef struct og_mla_op {
     int64_t qpe_tok_stride, qpe_head_stride;
     float *ctx;           /* device out: token i head h at ctx + h * ctx_head_stride + i * r_kv */
     int64_t ctx_head_stride;
-    og_kv_view kv;        /* the layer's cache (row_len = r_kv + d_rope) */
+    og_kv_view kv;        /* the layer's cache (row_len = r_kv + d_rope), f32 or f16 */
     const int32_t *kv_first; /* host [n_tok]: kv.blocks index of each token's sequence's block 0 */
     const int32_t *pos;   /* host [n_tok]: each token's position (its row is in the cache) */
     const bool *canonical;/* host [n_tok], or NULL: all false */
@@ -179,8 +211,10 @@ typedef struct og_get_rows_op {
     float *out;           /* device [n][table.K] */
 } og_get_rows_op;
 
-/* Stores rows into a paged cache (og_kv_view): row i of src goes to position
- * pos[i] of the sequence whose block table starts at kv_first[i]. */
+/* Stores rows into a paged cache (og_kv_view): row i of src (f32) goes to
+ * position pos[i] of the sequence whose block table starts at kv_first[i], each
+ * value rounded once to nearest even into an f16 cache (og_fp32_to_fp16),
+ * copied into an f32 one. */
 typedef struct og_kv_store_op {
     og_kv_view kv;
     og_rows src;          /* n = kv.row_len */

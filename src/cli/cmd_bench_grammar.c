@@ -26,11 +26,13 @@ static const char k_default_schema[] =
 static void usage(FILE *out) {
     fprintf(out, "usage: onegpu bench grammar -m FILE [--users LIST] [--tokens N]\n"
                  "                            [--schema FILE | --json-object | --tools FILE|default] [--threads N] [--json]\n"
+                 "                            [--kv-type f16|f32]\n"
                  "  N users (default 1,8: one run each) generate JSON under the schema (default: a mixed\n"
                  "  object schema) until N x --tokens (default 256) tokens are generated; prints the\n"
                  "  seconds per decode step in the forward pass and in the grammar masks, and their ratio.\n"
                  "  --tools: forced tool calls instead (tool_choice \"required\"), in the model's chat encoding:\n"
-                 "  FILE holds an OpenAI tools array; default: two tools, one taking the default schema\n");
+                 "  FILE holds an OpenAI tools array; default: two tools, one taking the default schema\n"
+                 "  --kv-type f16|f32: the KV cache's element type, as run and serve (default f16)\n");
 }
 
 typedef struct bench_out {
@@ -142,11 +144,13 @@ int og_cmd_bench_grammar(int argc, char **argv) {
                                          {"tokens", required_argument, 0, 'n'}, {"schema", required_argument, 0, 's'},
                                          {"json-object", no_argument, 0, 'o'},  {"threads", required_argument, 0, 't'},
                                          {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
-                                         {"tools", required_argument, 0, 'T'},
+                                         {"tools", required_argument, 0, 'T'},  {"kv-type", required_argument, 0, 'K'},
                                          {0, 0, 0, 0}};
     const char *model_path = NULL, *schema_path = NULL, *users_arg = "1,8", *tools_path = NULL;
     long tokens = 256, threads = 0;
     bool json_object = false, as_json = false;
+    og_cli_flags fl; /* --kv-type, and the placement's flags: all experts on the host */
+    og_cli_flags_init(&fl);
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "m:u:n:s:ot:jh", opts, NULL)) != -1) {
@@ -163,6 +167,9 @@ int og_cmd_bench_grammar(int argc, char **argv) {
             break;
         case 'j': as_json = true; break;
         case 'T': tools_path = optarg; break;
+        case 'K':
+            if (og_cli_flag("onegpu bench grammar", OG_OPT_KV_TYPE, optarg, &fl) != 1) return OG_EXIT_USAGE;
+            break;
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
@@ -208,15 +215,14 @@ int og_cmd_bench_grammar(int argc, char **argv) {
         rc = OG_EXIT_BAD_INPUT;
         goto out;
     }
+    if ((rc = og_cli_model_options("onegpu bench grammar", m, &fl))) goto out;
     if (tools_path && (rc = tool_grammar(m, tok, tools_path, &g))) goto out;
     og_isa isa;
     if ((rc = og_cli_choose_isa("onegpu bench grammar", &isa))) goto out;
     og_kernels kern;
     og_kernels_init(isa, &kern);
     if ((rc = og_cli_pool("onegpu bench grammar", (int)threads, &pool))) goto out;
-    og_cli_flags fl; /* the placement owns the forward pass's dispatcher: all experts on the host */
-    og_cli_flags_init(&fl);
-    og_plan plan = {0};
+    og_plan plan = {0}; /* the placement owns the forward pass's dispatcher */
     if ((rc = og_cli_placement_create("onegpu bench grammar", m, &fl, &plan, NULL, false, &kern, &pl))) goto out;
     json_t *arr = json_array();
     for (int i = 0; i < n_users && !rc; i++) {

@@ -75,7 +75,8 @@ int og_cmd_plan(int argc, char **argv) {
         {"expert-slots", required_argument, 0, 'e'}, {"profile", required_argument, 0, 'P'}, {"json", no_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *profile = NULL;
-    og_plan_input in = {.reserve = 512ull << 20, .ctx = 0 /* below: as serve */, .parallel = 1, .batch_tokens = 512, .kv_bytes_per_elem = 2,
+    og_plan_input in = {.reserve = 512ull << 20, .ctx = 0 /* below: as serve */, .parallel = 1, .batch_tokens = 512,
+                        .kv_bytes_per_elem = og_kv_type_bytes(OG_KV_F16),
                         .slots_override = -1};
     bool as_json = false, have_vram = false, have_ram = false, have_kv_type = false;
     int c;
@@ -91,11 +92,13 @@ int og_cmd_plan(int argc, char **argv) {
         case 'c': ok = og_cli_parse_count(optarg, &in.ctx); break;
         case 'p': ok = og_cli_parse_count(optarg, &in.parallel); break;
         case 'b': ok = og_cli_parse_count(optarg, &in.batch_tokens); break;
-        case 'k':
-            ok = !strcmp(optarg, "f16") || !strcmp(optarg, "f32");
-            in.kv_bytes_per_elem = !strcmp(optarg, "f32") ? 4 : 2;
+        case 'k': {
+            og_kv_type t = OG_KV_F16;
+            ok = og_kv_type_parse(optarg, &t) == OG_OK;
+            in.kv_bytes_per_elem = og_kv_type_bytes(t); /* what run and serve store (og_cli_flag) */
             have_kv_type = true;
             break;
+        }
         case 'e': ok = og_cli_parse_slots(optarg, &in.slots_override); break;
         case 'P': profile = optarg; break;
         case 'j': as_json = true; break;
@@ -147,8 +150,8 @@ int og_cmd_plan(int argc, char **argv) {
     }
     if (!in.ctx) in.ctx = og_cli_default_ctx(hp.n_ctx_train);
     if (hp.kv_elem_bytes && have_kv_type && hp.kv_elem_bytes != in.kv_bytes_per_elem)
-        fprintf(stderr, "onegpu plan: note: --kv-type does not apply to %s, whose cache holds %u-byte elements; "
-                        "planned with those\n", hp.arch, hp.kv_elem_bytes);
+        fprintf(stderr, "onegpu plan: note: %s's cache holds %u-byte elements whatever --kv-type (f16 rounds their "
+                        "values); planned with those\n", hp.arch, hp.kv_elem_bytes);
     if (profile) {
         if (og_profile_read(profile, hp.n_layer, hp.n_expert, &counts, err, sizeof err)) {
             fprintf(stderr, "onegpu plan: %s\n", err);

@@ -148,10 +148,11 @@ int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_model_info 
 /* --ds4-rounding LIST: each item a model option on (NAME) or off (no-NAME),
  * or a set (spec: every round trip of the architecture on; llama / none:
  * off), applied in order to m (NULL: only checked). deepseek4 has kv-fp8,
- * indexer-fp4, kv-f16; deepseek41 kv-fp8, kv-fp4, indexer-fp4 (the model
- * refuses a name it does not have). */
+ * indexer-fp4; deepseek41 kv-fp8, kv-fp4, indexer-fp4 (the model refuses a
+ * name it does not have). kv-f16, once an item here, is --kv-type now:
+ * refused with that said. */
 static og_status ds4_rounding_apply(og_model *m, const char *list, char *err, size_t errlen) {
-    static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-f16", "kv-fp4"};
+    static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-fp4"};
     const bool v41 = m && !strcmp(og_model_get_info(m)->arch, "deepseek41");
     char buf[256];
     if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf || !buf[0])
@@ -164,14 +165,16 @@ static og_status ds4_rounding_apply(og_model *m, const char *list, char *err, si
         const bool on = strncmp(it, "no-", 3) != 0;
         const char *name = on ? it : it + 3;
         bool known = false;
-        for (int i = 0; i < 4; i++) known |= !strcmp(name, names[i]);
+        for (int i = 0; i < 3; i++) known |= !strcmp(name, names[i]);
+        if (!strcmp(name, "kv-f16"))
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "%s is --kv-type %s now (f16 is the default)", it,
+                           on ? "f16" : "f32");
         if (!strcmp(it, "spec") || !strcmp(it, "llama") || !strcmp(it, "none")) {
             const char *v = !strcmp(it, "spec") ? "on" : "off";
             og_status st = OG_OK;
-            /* the round trips of the architecture; deepseek4's kv-f16 (a storage choice) goes off */
+            /* the round trips of the architecture (the f16 cache is --kv-type's) */
             const char *const *set = v41 ? (const char *const[]){"kv-fp8", "kv-fp4", "indexer-fp4"} : names;
             for (int i = 0; m && i < (v41 ? 3 : 2) && !st; i++) st = og_model_set_option(m, set[i], v, err, errlen);
-            if (!st && m && !v41) st = og_model_set_option(m, "kv-f16", "off", err, errlen);
             if (st) return st;
             continue;
         }
@@ -184,7 +187,8 @@ static og_status ds4_rounding_apply(og_model *m, const char *list, char *err, si
 
 void og_cli_flags_init(og_cli_flags *f) {
     memset(f, 0, sizeof *f);
-    f->pin = (og_plan_input){.reserve = 512ull << 20, .kv_bytes_per_elem = 4 /* the CPU cache is f32 */,
+    f->kv_type = OG_KV_F16;
+    f->pin = (og_plan_input){.reserve = 512ull << 20, .kv_bytes_per_elem = og_kv_type_bytes(f->kv_type),
                              .slots_override = -1};
     f->migrate = 2;
     f->numa_node = -1;
@@ -244,11 +248,23 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         ok = og_cli_parse_count(arg, &f->device_threads) && f->device_threads <= 4096;
         break;
     case OG_OPT_DEVICE_FORWARD: name = "device-forward", want = ""; f->device_forward = true; break;
-    case OG_OPT_DS4_ROUNDING:
-        name = "ds4-rounding", want = "a list of [no-]kv-fp8, [no-]indexer-fp4, [no-]kv-f16, [no-]kv-fp4, spec, "
-                                      "llama or none";
-        ok = ds4_rounding_apply(NULL, arg, NULL, 0) == OG_OK;
+    case OG_OPT_DS4_ROUNDING: {
+        char why[160] = "";
+        name = "ds4-rounding";
+        ok = ds4_rounding_apply(NULL, arg, why, sizeof why) == OG_OK;
+        want = "a list of [no-]kv-fp8, [no-]indexer-fp4, [no-]kv-fp4, spec, llama or none";
         f->ds4_rounding = arg;
+        if (!ok && strstr(why, "--kv-type")) { /* the old kv-f16 item: where it went */
+            fprintf(stderr, "%s: bad value '%s' for --%s: %s\n", cmd, arg, name, why);
+            return -1;
+        }
+        break;
+    }
+    case OG_OPT_KV_TYPE:
+        name = "kv-type", want = "f16 or f32";
+        ok = og_kv_type_parse(arg, &f->kv_type) == OG_OK;
+        f->kv_type_set = true;
+        f->pin.kv_bytes_per_elem = og_kv_type_bytes(f->kv_type); /* the plan's element: the cache's */
         break;
     default: return 0;
     }
@@ -258,13 +274,25 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
 }
 
 int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f) {
+    char err[256];
+    /* an architecture without the option (deepseek41: F32 rows) keeps its cache
+     * unless --kv-type was asked for */
+    if (og_model_set_option(m, "kv-type", og_kv_type_name(f->kv_type), err, sizeof err) && f->kv_type_set) {
+        fprintf(stderr, "%s: --kv-type %s: %s\n", cmd, og_kv_type_name(f->kv_type), err);
+        return OG_EXIT_USAGE;
+    }
+    const og_model_info *mi = og_model_get_info(m);
+    if (mi->kv_paged && mi->kv_elem_bytes != f->pin.kv_bytes_per_elem) { /* the plan and the pool disagree: a bug */
+        fprintf(stderr, "%s: internal error: the cache holds %u-byte elements, the plan charged %u\n", cmd,
+                mi->kv_elem_bytes, f->pin.kv_bytes_per_elem);
+        return OG_EXIT_USAGE;
+    }
     if (!f->ds4_rounding) return OG_EXIT_OK;
     if (strcmp(og_model_get_info(m)->arch, "deepseek4") && strcmp(og_model_get_info(m)->arch, "deepseek41")) {
         fprintf(stderr, "%s: --ds4-rounding applies to deepseek4 and deepseek41 models; this one is %s\n", cmd,
                 og_model_get_info(m)->arch);
         return OG_EXIT_USAGE;
     }
-    char err[256];
     if (ds4_rounding_apply(m, f->ds4_rounding, err, sizeof err)) {
         fprintf(stderr, "%s: --ds4-rounding %s: %s\n", cmd, f->ds4_rounding, err);
         return OG_EXIT_USAGE;

@@ -28,6 +28,9 @@ typedef struct og_cli_flags {
     int device;              /* --device: OG_CLI_DEVICE_AUTO (default), _CPU or _CUDA */
     og_device *gpu;          /* the cuda device og_cli_plan_flags made (handed to the placement), or NULL */
     const char *ds4_rounding;/* --ds4-rounding LIST (deepseek4's model options), or NULL: the model's defaults */
+    og_kv_type kv_type;      /* --kv-type (default f16): the model's "kv-type" option and, through
+                                og_kv_type_bytes, the plan's pin.kv_bytes_per_elem: one value for both */
+    bool kv_type_set;        /* --kv-type given (an architecture without the option then refuses it) */
 } og_cli_flags;
 
 /* --device: auto = the cuda device when the build has it and a GPU answers, else
@@ -39,7 +42,7 @@ enum { OG_CLI_DEVICE_AUTO = 0, OG_CLI_DEVICE_CPU, OG_CLI_DEVICE_CUDA };
 enum {
     OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
     OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS, OG_OPT_NUMA_NODE,
-    OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE, OG_OPT_DS4_ROUNDING
+    OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE, OG_OPT_DS4_ROUNDING, OG_OPT_KV_TYPE
 };
 
 /* The shared flags' entries for a command's getopt_long table. */
@@ -51,9 +54,10 @@ enum {
         {"migrate", required_argument, 0, OG_OPT_MIGRATE}, {"cpu-numerics", required_argument, 0, OG_OPT_NUMERICS},    \
         {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}, \
         {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}, {"device-forward", no_argument, 0, OG_OPT_DEVICE_FORWARD}, \
-        {"device", required_argument, 0, OG_OPT_DEVICE}, {"ds4-rounding", required_argument, 0, OG_OPT_DS4_ROUNDING}
+        {"device", required_argument, 0, OG_OPT_DEVICE}, {"ds4-rounding", required_argument, 0, OG_OPT_DS4_ROUNDING}, \
+        {"kv-type", required_argument, 0, OG_OPT_KV_TYPE}
 
-/* The defaults: no device, --reserve 512M, --migrate 2, fork numerics, every CPU. */
+/* The defaults: no device, --reserve 512M, --migrate 2, gpu numerics, every CPU, --kv-type f16. */
 void og_cli_flags_init(og_cli_flags *f);
 
 /* One flag: c is getopt_long's value, arg its optarg. Returns 1 when c is a
@@ -61,22 +65,27 @@ void og_cli_flags_init(og_cli_flags *f);
  * printing "CMD: bad value 'ARG' for --NAME: expected ...". */
 int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f);
 
-/* After loading: the model options the flags name (--ds4-rounding on a
+/* After loading: the model options the flags name (--kv-type on deepseek2 and
+ * deepseek4, and on another architecture when asked for; --ds4-rounding on a
  * deepseek4 or deepseek41 model). Returns 0, or OG_EXIT_USAGE after printing
  * why (another architecture, an option the model does not have). */
 int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f);
 
 /* The --help lines of the model options. */
 #define OG_CLI_MODEL_OPTIONS_HELP                                                                                      \
+    "  --kv-type f16|f32  the KV cache's element type (default f16, as llama.cpp's and ds4's caches): f16\n"         \
+    "                halves the cache (deepseek2: n_layer x (r_kv + d_rope) x 2 bytes per cached token, what\n"     \
+    "                `onegpu plan` charges), each value rounded once when stored; deepseek4 keeps F32 rows\n"        \
+    "                and with f16 rounds every stored KV row to f16 (the values, not the size); deepseek41\n"       \
+    "                has F32 rows only\n"                                                                        \
     "  --ds4-rounding LIST  deepseek4 / deepseek41: the low-precision rounding the forward pass simulates, a\n"       \
     "                comma list of kv-fp8 (the FP8 E4M3 round trip of the KV: V4 raw and compressed rows,\n"        \
     "                V4.1 the window in blocks of 32), indexer-fp4 (FP4 E2M1 of the indexer's queries and\n"        \
-    "                keys: V4 after a Hadamard rotation, V4.1 without), kv-f16 (deepseek4: every stored KV\n"       \
-    "                row in f16, as ds4 and llama.cpp's default F16 cache store it), kv-fp4 (deepseek41:\n"        \
-    "                the compressed rows in FP4 E2M1 with an E4M3 scale per 16), each may be no-NAME; or\n"       \
-    "                spec = all of the architecture's round trips (deepseek4's default: as V4 was trained\n"       \
-    "                and ds4 runs it), llama or none = none of them (deepseek41's default: V4.1's QAT is\n"       \
-    "                unverified)\n"
+    "                keys: V4 after a Hadamard rotation, V4.1 without), kv-fp4 (deepseek41: the compressed\n"       \
+    "                rows in FP4 E2M1 with an E4M3 scale per 16), each may be no-NAME; or spec = all of the\n"      \
+    "                architecture's round trips (deepseek4's default: as V4 was trained and ds4 runs it),\n"       \
+    "                llama or none = none of them (deepseek41's default: V4.1's QAT is unverified; deepseek4\n"     \
+    "                with llama.cpp's F32 cache: add --kv-type f32)\n"
 
 /* After the command line: the combinations (--ram, --profile, --expert-slots and
  * --migrate need --vram; --save-profile must be writable). Returns 0, or

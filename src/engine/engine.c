@@ -54,8 +54,9 @@ struct og_seq {
 /* One prefix-cache block: the KV rows of OG_KV_BLOCK prompt positions whose
  * ids, and all ids before them, are known (the chain: parent + ids). */
 typedef struct pc_entry {
-    float *blk;                   /* the block (og_kv's layout), in dev's memory or the host's */
+    void *blk;                    /* the block (og_kv's layout), in dev's memory or the host's */
     og_device *dev;
+    og_kv_type type;              /* its elements' (the model's kv-type) */
     uint64_t hash;                /* chain hash: parent's hash, exact flag and the block's ids */
     int parent;                   /* entry of the previous block, -1 for the first */
     uint32_t parent_gen;          /* the parent's gen when this was made: a reused slot never matches */
@@ -778,6 +779,7 @@ static void pc_admit(og_engine *e, og_seq *s) {
         s->kv.blocks[k] = c->blk;
     }
     s->kv.dev = e->pc[s->pc_ent[0]].dev;
+    s->kv.type = e->pc[s->pc_ent[0]].type;
     s->kv.n_blocks = s->n_shared = j;
     s->kv.n_pos = j * OG_KV_BLOCK;
     s->n_fed = s->n_cached = j * OG_KV_BLOCK;
@@ -814,6 +816,7 @@ static void pc_insert(og_engine *e, og_seq *s) {
         pc_entry *c = &e->pc[slot];
         c->blk = s->kv.blocks[j];
         c->dev = s->kv.dev;
+        c->type = s->kv.type;
         c->hash = h;
         c->parent = parent;
         c->parent_gen = parent >= 0 ? e->pc[parent].gen : 0;

@@ -354,8 +354,10 @@ og_status og_ds2_hparams_read(const og_gguf *g, const og_logger *lg, og_hparams 
     return OG_OK;
 }
 
-/* info from the hyperparameters (moe NULL) */
-static void info_of(const og_hparams *h, og_model_info *info) {
+/* info from the hyperparameters (moe NULL) for a cache of type kt (0 bytes per
+ * element without one: og_model_describe's, the caller's choice) */
+static void info_of(const og_hparams *h, const og_kv_type *kt, og_model_info *info) {
+    const uint32_t eb = kt ? og_kv_type_bytes(*kt) : 0;
     *info = (og_model_info){
         .arch = "deepseek2", .n_layer = h->n_layer, .n_embd = h->n_embd, .n_vocab = h->n_vocab,
         .n_ctx_train = h->n_ctx_train, .n_head = h->n_head, .n_expert = h->n_expert,
@@ -363,15 +365,15 @@ static void info_of(const og_hparams *h, og_model_info *info) {
         .n_ff = h->n_ff, .n_dense = h->n_dense,
         /* the MLA cache: per layer and position the latent c (r_kv) and k_pe (d_rope), §3 */
         .kv_elems_fixed = 0, .kv_elems_per_token = (double)h->n_layer * (h->kv_lora_rank + h->d_rope),
-        .kv_paged = true, .kv_fork = true, /* og_kv_fork copies or shares blocks */
-        .kv_block_bytes = (uint64_t)h->n_layer * OG_KV_BLOCK * (h->kv_lora_rank + h->d_rope) * sizeof(float)};
+        .kv_elem_bytes = eb, .kv_paged = true, .kv_fork = true, /* og_kv_fork copies or shares blocks */
+        .kv_block_bytes = (uint64_t)h->n_layer * OG_KV_BLOCK * (h->kv_lora_rank + h->d_rope) * eb};
 }
 
 static og_status ds2_describe(const og_gguf *g, const og_logger *lg, og_model_info *info, char *err, size_t errlen) {
     og_hparams hp = {0};
     og_status st = og_ds2_hparams_read(g, lg, &hp, err, errlen);
     if (st) return st;
-    info_of(&hp, info);
+    info_of(&hp, NULL, info);
     return OG_OK;
 }
 
@@ -400,19 +402,35 @@ static og_status ds2_load(og_model *m, char *err, size_t errlen) {
         return st;
     }
     m->impl = d;
-    info_of(&d->hp, &m->info);
+    d->kv_type = OG_KV_F16; /* --kv-type's default: what the planner charges */
+    info_of(&d->hp, &d->kv_type, &m->info);
+    m->info.moe = d->moe;
+    return OG_OK;
+}
+
+/* "kv-type" f16 / f32: the element type of the caches made from now on. */
+static og_status ds2_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen) {
+    og_ds2 *d = m->impl;
+    if (strcmp(name, "kv-type"))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "deepseek2 has no option '%s' (it has: kv-type)", name);
+    if (og_kv_type_parse(value, &d->kv_type))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv-type takes f16 or f32, not '%s'", value);
+    info_of(&d->hp, &d->kv_type, &m->info);
     m->info.moe = d->moe;
     return OG_OK;
 }
 
 /* ---- forward ------------------------------------------------------------ */
 
-/* Grows kv to n_pos positions, its blocks in dev's memory (NULL: the host's);
- * a cache keeps the device its first block came from. Errors: OG_ERR_NOMEM,
- * OG_ERR_INVALID_ARG (a cache of another device). */
+/* Grows kv to n_pos positions, its blocks (of the model's kv-type) in dev's
+ * memory (NULL: the host's); a cache keeps the device and the type its first
+ * block came with. Errors: OG_ERR_NOMEM, OG_ERR_INVALID_ARG (a cache of another
+ * device), OG_ERR_STATE (a cache of another kv-type). */
 static og_status kv_reserve(const og_ds2 *d, og_kv *kv, int32_t n_pos, og_device *dev) {
-    const size_t bw = (size_t)d->hp.n_layer * OG_KV_BLOCK * (d->hp.kv_lora_rank + d->hp.d_rope);
-    if (!kv->n_blocks) kv->dev = dev;
+    const size_t bytes = (size_t)d->hp.n_layer * OG_KV_BLOCK * (d->hp.kv_lora_rank + d->hp.d_rope) *
+                         og_kv_type_bytes(d->kv_type);
+    if (!kv->n_blocks) kv->dev = dev, kv->type = d->kv_type;
+    if (kv->type != d->kv_type) return OG_ERR_STATE;
     if (kv->dev != dev && kv->n_blocks * OG_KV_BLOCK < n_pos) return OG_ERR_INVALID_ARG;
     while (kv->n_blocks * OG_KV_BLOCK < n_pos) {
         if (kv->n_blocks == kv->cap_blocks) {
@@ -423,8 +441,7 @@ static og_status kv_reserve(const og_ds2 *d, og_kv *kv, int32_t n_pos, og_device
             kv->cap_blocks = cap;
         }
         void *blk = NULL;
-        if (dev ? dev->ops->alloc(dev, bw * sizeof(float), &blk, NULL, 0) != OG_OK : !(blk = malloc(bw * sizeof(float))))
-            return OG_ERR_NOMEM;
+        if (dev ? dev->ops->alloc(dev, bytes, &blk, NULL, 0) != OG_OK : !(blk = malloc(bytes))) return OG_ERR_NOMEM;
         kv->blocks[kv->n_blocks] = blk;
         kv->n_blocks++;
     }
@@ -587,8 +604,9 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     for (int i = 0; i < n_tok && !st; i++) pos_of[i] = next[batch->seq[i]]++;
     for (int s = 0; s < n_seq && !st; s++)
         if ((st = kv_reserve(d, kvs[s], next[s], rc->dev)))
-            og_fail(err, errlen, st, st == OG_ERR_NOMEM ? "no memory for the KV cache of sequence %d"
-                                                        : "sequence %d's KV cache is on another device", s);
+            og_fail(err, errlen, st, st == OG_ERR_NOMEM     ? "no memory for the KV cache of sequence %d"
+                                     : st == OG_ERR_STATE ? "sequence %d's KV cache holds another kv-type than the model's"
+                                                          : "sequence %d's KV cache is on another device", s);
     /* one block table for the batch's caches: sequence s's blocks from first_of[s] */
     int32_t n_blocks = 0;
     for (int s = 0; s < n_seq && !st; s++) {
@@ -647,7 +665,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     og_matmul_job *head_jobs = ha.head_jobs;
     if (!st && (!dlog && n_out)) st = OG_ERR_NOMEM;
     bool failed_here = st != OG_OK; /* err already says why */
-    og_kv_view kvv = {blocks, n_blocks, OG_KV_BLOCK, 0, w_kv, w_kv};
+    og_kv_view kvv = {blocks, n_blocks, OG_KV_BLOCK, 0, w_kv, w_kv, d->kv_type};
 
     /* embeddings (§3: no scaling) */
     if (!st) {
@@ -784,4 +802,5 @@ const og_arch og_arch_deepseek2 = {
     .n_tensors = OG_DS2_TENSOR_COUNT,
     .scratch_bytes = ds2_scratch_bytes,
     .forward_batch = ds2_forward_batch,
+    .set_option = ds2_set_option,
 };

@@ -107,6 +107,7 @@ typedef struct og_ds2 {
     og_weight output;                /* [D -> n_vocab] (token_embd when absent) */
     og_layer *layers;                /* [n_layer] */
     og_moe_weights *moe;             /* [n_layer] the experts (og_model_info.moe; swiglu_clamp 0) */
+    og_kv_type kv_type;              /* the MLA cache's element type ("kv-type"; f16 unless set) */
 } og_ds2;
 
 /* The GGUF name of tensor t of layer `layer` (ignored for global tensors) in

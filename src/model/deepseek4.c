@@ -52,11 +52,12 @@ typedef struct og_ds4 {
     /* The model options (og_model_set_option; ref_deepseek4's switches):
      * kv_fp8 (default on) the FP8 round trip of the raw and compressed KV's
      * non-RoPE dims; indexer_fp4 (on) the FP4 round trip of the indexer's
-     * rotated queries and keys; kv_f16 (off) every stored KV row (window,
-     * compressed rows, indexer keys) rounded to f16, as ds4 and llama.cpp's
-     * default F16 cache store them. llama.cpp v0.4.0's graph has neither round
-     * trip: kv-fp8 and indexer-fp4 off compute what it computes with an F32
-     * cache. */
+     * rotated queries and keys; kv_f16 (on: "kv-type" f16, the default;
+     * off: f32) every stored KV row (window, compressed rows, indexer keys)
+     * rounded to f16, the values an f16 cache holds, as ds4 and llama.cpp's
+     * default F16 cache store them (the rows stay F32: the state is not paged).
+     * llama.cpp v0.4.0's graph has neither round trip: kv-fp8 and indexer-fp4
+     * off compute what it computes with an F32 cache (kv-type f32). */
     bool kv_fp8, indexer_fp4, kv_f16;
 } og_ds4;
 
@@ -204,7 +205,7 @@ static og_status ds4_load(og_model *m, char *err, size_t errlen) {
     og_ds4 *d = calloc(1, sizeof *d);
     if (!d) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     m->impl = d;
-    d->kv_fp8 = d->indexer_fp4 = true;
+    d->kv_fp8 = d->indexer_fp4 = d->kv_f16 = true;
     og_ds4_hparams *hp = &d->hp;
     const og_gguf *g = m->gguf;
     og_status st = og_ds4_hparams_read(g, &m->log, hp, err, errlen);
@@ -238,6 +239,14 @@ static og_status ds4_load(og_model *m, char *err, size_t errlen) {
 
 static og_status ds4_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen) {
     og_ds4 *d = m->impl;
+    if (!strcmp(name, "kv-type")) { /* the cache type as values: f16 rounds every stored row */
+        og_kv_type t;
+        if (og_kv_type_parse(value, &t))
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv-type takes f16 or f32, not '%s'", value);
+        d->kv_f16 = t == OG_KV_F16;
+        return OG_OK;
+    }
+    /* kv-f16: kv-type's older name (on = f16) */
     static const char *const names[] = {"kv-fp8", "indexer-fp4", "kv-f16"};
     bool *flags[] = {&d->kv_fp8, &d->indexer_fp4, &d->kv_f16};
     for (int i = 0; i < 3; i++) {
@@ -247,8 +256,8 @@ static og_status ds4_set_option(og_model *m, const char *name, const char *value
         *flags[i] = !strcmp(value, "on");
         return OG_OK;
     }
-    return og_fail(err, errlen, OG_ERR_INVALID_ARG, "deepseek4 has no option '%s' (it has: kv-fp8, indexer-fp4, kv-f16)",
-                   name);
+    return og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                   "deepseek4 has no option '%s' (it has: kv-type, kv-fp8, indexer-fp4; kv-f16 = kv-type f16)", name);
 }
 
 /* ---- per-sequence state (og_kv.arch) --------------------------------------- */

@@ -317,7 +317,7 @@ og_kv_view og_fwd_store_view(const og_fwd_plan *p, const int32_t *seq_idx, float
         first[t] = first_of[seq_idx[t]];
         n_rows[t] = (p->pos[t] + 1) / (int32_t)ratio;
     }
-    return (og_kv_view){blocks, nb, OG_ROW_STORE_BLOCK, 0, (int64_t)width, (int64_t)width};
+    return (og_kv_view){blocks, nb, OG_ROW_STORE_BLOCK, 0, (int64_t)width, (int64_t)width, OG_KV_F32};
 }
 
 void og_fwd_window_rows(const og_fwd_plan *p, const int32_t *seq_idx, float *const *rings, int32_t W, int64_t D,
@@ -337,7 +337,7 @@ void og_fwd_window_rows(const og_fwd_plan *p, const int32_t *seq_idx, float *con
 og_status og_fwd_ring_store(og_fwd *f, const og_fwd_plan *p, float **rings, const int32_t *seq_idx, int32_t *pos_mod,
                             int32_t W, int64_t D, float *kv) {
     for (int64_t t = 0; t < p->T; t++) pos_mod[t] = p->pos[t] % W;
-    og_kv_store_op ks = {{rings, p->n_seq, W, 0, D, D}, {kv, D, p->T, D}, seq_idx, pos_mod};
+    og_kv_store_op ks = {{rings, p->n_seq, W, 0, D, D, OG_KV_F32}, {kv, D, p->T, D}, seq_idx, pos_mod};
     return f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen);
 }
 

@@ -182,12 +182,15 @@ og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, 
     if (src->arch)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: a paged %s cache holds an architecture state",
                        m->arch->name);
+    if (src->n_blocks && og_kv_type_bytes(src->type) != m->info.kv_elem_bytes)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: a cache of %s blocks, the model's kv-type is not",
+                       og_kv_type_name(src->type));
     if (n_share < 0 || n_share > src->n_blocks)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: %d shared blocks of %d", n_share, src->n_blocks);
     if (dev && n_share < src->n_blocks && (!rc || rc->dev != dev || !rc->stream))
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the cache is on a device the run context has no stream for");
     const int cap = src->n_blocks > 8 ? src->n_blocks : 8;
-    og_kv k = {.blocks = malloc((size_t)cap * sizeof *k.blocks), .dev = dev, .cap_blocks = cap};
+    og_kv k = {.blocks = malloc((size_t)cap * sizeof *k.blocks), .type = src->type, .dev = dev, .cap_blocks = cap};
     if (!k.blocks) return og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: out of memory");
     const uint64_t bytes = m->info.kv_block_bytes;
     og_status st = OG_OK;

@@ -70,10 +70,12 @@ typedef struct og_model_info {
      *   per token = sum over compressed layers of 512 / ratio (+ 128 / ratio indexer keys). */
     uint64_t kv_elems_fixed;
     double kv_elems_per_token;
-    /* Bytes of one cached element when the architecture fixes its cache type,
-     * else 0 (the caller's choice, og_plan_input.kv_bytes_per_elem, applies).
-     * deepseek4: 4 (its windows, compressed rows and indexer keys are F32
-     * rows whatever the cache type; kv-f16 rounds values, not storage). */
+    /* Bytes of one cached element (og_kv_type_bytes). A loaded deepseek2: its
+     * cache type's (og_model_set_option "kv-type", default f16: 2; f32: 4); from
+     * og_model_describe 0, the caller's choice (og_plan_input.kv_bytes_per_elem,
+     * from the same --kv-type) applies. deepseek4: 4 always (its windows,
+     * compressed rows and indexer keys are F32 rows whatever the cache type;
+     * its f16 type rounds the values, not the storage). */
     uint32_t kv_elem_bytes;
     /* One forward call's scratch (og_fwd_scratch_bytes) in bytes per batch
      * token and per output row: n tokens and o rows take at most
@@ -89,7 +91,8 @@ typedef struct og_model_info {
     /* og_kv_fork works on this model's caches: paged blocks (kv_paged), or an
      * architecture state with a fork (deepseek4). false: `n` > 1 is refused. */
     bool kv_fork;
-    uint64_t kv_block_bytes;     /* bytes of one og_kv block (kv_paged), else 0 */
+    uint64_t kv_block_bytes;     /* bytes of one og_kv block (kv_paged), else 0: deepseek2
+                                    n_layer x OG_KV_BLOCK x (r_kv + d_rope) x kv_elem_bytes */
     /* Bytes of the tensors that stay in host memory (gathered there by row,
      * never device bytes): the planner counts them in RAM only. deepseek41:
      * the Engram tables (OG_ROLE_ENGRAM) and token_embd; others 0. */
@@ -102,19 +105,24 @@ typedef struct og_model_info {
  * (returns a pointer, cannot fail). */
 const og_model_info *og_model_get_info(const og_model *m);
 /* Sets a run option of the model's architecture (not from the file), before
- * the first forward call. deepseek4 (values "on" / "off"): "kv-fp8" (default
- * on: the FP8 E4M3 round trip of the raw and compressed KV's non-RoPE dims),
- * "indexer-fp4" (on: the FP4 E2M1 round trip of the indexer's Hadamard-rotated
- * queries and keys), as V4 was trained and ds4 runs it; "kv-f16" (off: every
- * stored KV row rounded to f16, as ds4's and llama.cpp's default F16 cache
- * store them). llama.cpp v0.4.0 computes kv-fp8 and indexer-fp4 off.
+ * the first forward call. deepseek2 and deepseek4: "kv-type", "f16" (the
+ * default) or "f32", the KV cache's element type (og_kv_type): deepseek2 stores
+ * its MLA blocks in it (og_model_info.kv_elem_bytes and kv_block_bytes
+ * follow); deepseek4 keeps F32 rows and with f16 rounds every stored KV row
+ * (raw window, compressed rows, indexer keys) to f16, the values an f16 cache
+ * holds, as ds4's and llama.cpp's default F16 cache store them ("kv-f16" on /
+ * off: the same, its older name). deepseek4 also (values "on" / "off"):
+ * "kv-fp8" (default on: the FP8 E4M3 round trip of the raw and compressed KV's
+ * non-RoPE dims), "indexer-fp4" (on: the FP4 E2M1 round trip of the indexer's
+ * Hadamard-rotated queries and keys), as V4 was trained and ds4 runs it;
+ * llama.cpp v0.4.0 computes both off.
  * deepseek41 (decision 2 of the V4.1 brief: V4.1's QAT is unverified, all
- * default off): "kv-fp8" (the window rows' non-RoPE dims, FP8 E4M3 in blocks
- * of 32), "kv-fp4" (the compressed rows after RoPE, FP4 E2M1 with an E4M3
- * scale per 16), "indexer-fp4" (the indexer's queries and keys after RoPE,
- * FP4 E2M1 in blocks of 32, no Hadamard rotation).
+ * default off; no kv-type: F32 rows): "kv-fp8" (the window rows' non-RoPE dims,
+ * FP8 E4M3 in blocks of 32), "kv-fp4" (the compressed rows after RoPE, FP4 E2M1
+ * with an E4M3 scale per 16), "indexer-fp4" (the indexer's queries and keys
+ * after RoPE, FP4 E2M1 in blocks of 32, no Hadamard rotation).
  * Errors: OG_ERR_INVALID_ARG naming an option or value the architecture does
- * not have (deepseek2 has none). */
+ * not have. */
 og_status og_model_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen);
 /* The GGUF the model's weights live in (tokenizer, chat template); owned by the
  * model. Cannot fail (returns a pointer). */
@@ -156,12 +164,14 @@ typedef struct og_route {
 
 /* Per-sequence state. deepseek2 (its MLA cache): per layer and position, the
  * normalized latent c (r_kv) then the roped k_pe (d_rope) (§3), in blocks of
- * OG_KV_BLOCK positions. An architecture with og_model_info.kv_paged false
+ * OG_KV_BLOCK positions, f16 or f32 (og_kv_type: the model's "kv-type"). An architecture with og_model_info.kv_paged false
  * keeps its state behind `arch` (made on the first forward call of that
  * sequence, freed by og_kv_free through arch_free). Zero-initialized = empty. */
 #define OG_KV_BLOCK 64
 typedef struct og_kv {
-    float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope]: device addresses when dev */
+    float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope] elements of type (f16: the
+                          address of uint16_t data): device addresses when dev */
+    og_kv_type type;   /* the blocks' element type (the model's kv-type when the first was made) */
     og_device *dev;    /* the device whose memory holds the blocks (the run context's rc->dev at the first
                           forward call), or NULL: host memory. It must outlive the cache */
     int n_blocks, cap_blocks;
@@ -196,8 +206,9 @@ typedef struct og_run_ctx og_run_ctx;
  * [n_share, n_blocks) new ones in src's memory holding copies of src's (the
  * partial last block, and any full block the caller does not share), each
  * og_model_info.kv_block_bytes each (deepseek2: [n_layer][OG_KV_BLOCK][r_kv +
- * d_rope] floats). A model whose cache is not paged (kv_paged false) with
- * og_model_info.kv_fork (deepseek4, deepseek41): n_share must be 0 and dst gets a deep copy
+ * d_rope] elements of src's type, which must be the model's kv-type). A model
+ * whose cache is not paged (kv_paged false) with og_model_info.kv_fork
+ * (deepseek4, deepseek41): n_share must be 0 and dst gets a deep copy
  * of src's architecture state (deepseek4: every layer's raw window
  * [n_swa][head_dim], compressed rows [n_pos / ratio][head_dim], indexer keys
  * [n_pos / 4][indexer_head_dim] and compressor states; deepseek41: the same
@@ -206,8 +217,9 @@ typedef struct og_run_ctx og_run_ctx;
  * a device is copied on rc->stream (rc->dev must be src->dev) and waited for.
  * Errors: OG_ERR_UNSUPPORTED (kv_fork false: an architecture state without a
  * fork), OG_ERR_INVALID_ARG (dst not empty, n_share outside 0..n_blocks or not
- * 0 for an unpaged cache, a device cache without its stream, a state of another
- * architecture), OG_ERR_NOMEM or the device's (dst stays empty). */
+ * 0 for an unpaged cache, a device cache without its stream, blocks of another
+ * kv-type than the model's, a state of another architecture), OG_ERR_NOMEM or
+ * the device's (dst stays empty). */
 og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, int n_share, og_kv *dst, char *err,
                      size_t errlen);
 

@@ -110,6 +110,7 @@ og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kern
     k->isa = isa;
     k->dot_f32_device = og_dot_f32_device_ref;
     k->axpy_f32 = og_axpy_f32_ref;
+    k->f16_to_f32 = og_f16_to_f32_ref;
     for (int t = 0; t < OG_TYPE_COUNT; t++) {
         const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
         if (!tr) continue;

@@ -132,6 +132,10 @@ float og_dot_f32_device_ref(const float *w, const float *x, int64_t n);
 /* y[i] += a * x[i] for i < n, each product rounded to float before the sum. */
 void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y);
 
+/* y[i] = og_fp16_to_fp32(x[i]) for i < n: exact (every binary16 value is a
+ * binary32 one). */
+void og_f16_to_f32_ref(const uint16_t *x, float *y, int64_t n);
+
 /* How far ahead (bytes) the SIMD kernels prefetch the weights they stream: one
  * core keeps enough reads in flight to run at its memory read rate (measured in
  * bench/RESULTS.md). `onegpu bench kernels` prefetches its read limit the same way. */
@@ -171,6 +175,10 @@ typedef struct og_kernels {
     /* y[i] += a * x[i], i < n: the product rounded, then the sum (no fma), so every
      * tier gives og_axpy_f32_ref's bits. Attention's weighted sum of cached rows. */
     void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
+    /* y[i] = x[i] widened from IEEE f16, i < n: og_f16_to_f32_ref's bits (F16C's
+     * vcvtph2ps in the SIMD tiers: exact, denormals included). An f16 KV cache's
+     * rows as attention reads them. */
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
     /* The canonical dot (above) of quantized types, one and four activation rows
      * (vec_dot4's shape), each the bits of og_type_traits.vec_dot_canonical;
      * vec_dot4_canonical NULL: this tier has none (then one row at a time). */

@@ -472,6 +472,12 @@ static void axpy_f32(int64_t n, float a, const float *x, float *y) {
     og_axpy_f32_ref(n - i, a, x + i, y + i); /* the tail */
 }
 
+static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    og_f16_to_f32_ref(x + i, y + i, n - i); /* the tail */
+}
+
 /* ---- activation quantizers (og_kernels.quantize_act): the scalar ones' bytes ----
  * quant_ref.c's q8_K_from_float, q8_0_act and q8_1_act, eight floats at a time,
  * every step the same float operation, so the same bytes for any input (NaN and
@@ -590,6 +596,7 @@ void og_kernels_fill_avx2(og_kernels *k) {
     k->quantize_act[OG_TYPE_Q8_0] = q8_0_act;
     k->quantize_act[OG_TYPE_Q8_1] = q8_1_act;
     k->axpy_f32 = axpy_f32;
+    k->f16_to_f32 = f16_to_f32;
     k->dot_f32_device = dot_f32_device;
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_F16] = f16_dot;

@@ -730,12 +730,22 @@ static void axpy_f32(int64_t n, float a, const float *x, float *y) {
     }
 }
 
+static void f16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))));
+    if (i < n) {
+        const __mmask16 m = first16(n - i, 0);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)));
+    }
+}
+
 void og_kernels_fill_avx512(og_kernels *k) {
     k->vec_dot[OG_TYPE_F32] = f32_dot;
     k->vec_dot[OG_TYPE_F16] = f16_dot;
     k->vec_dot[OG_TYPE_BF16] = bf16_dot;
     k->quantize_act[OG_TYPE_Q8_K] = q8_K_act;
     k->axpy_f32 = axpy_f32;
+    k->f16_to_f32 = f16_to_f32;
     k->dot_f32_device = dot_f32_device;
     /* quantized types: the dot for one and four activation rows */
 #define DOT(T, name) k->vec_dot[T] = name##_dot, k->vec_dot4[T] = name##_dot4

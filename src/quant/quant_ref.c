@@ -1199,6 +1199,10 @@ float og_dot_f32_device_ref(const float *w, const float *x, int64_t n) {
     return og_warp_reduce32(acc);
 }
 
+void og_f16_to_f32_ref(const uint16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = og_fp16_to_fp32(x[i]);
+}
+
 void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y) {
     for (int64_t i = 0; i < n; i++) {
         float p = a * x[i]; /* rounded: C11 without FP_CONTRACT never fuses across a statement */

@@ -36,7 +36,12 @@ echo "ok: the same tokens with the forward pass's ops on the cpu device"
 if "$onegpu" run -m "$model" -p hi -n 1 --ds4-rounding kv-f16 >/dev/null 2>"$work/bad.log"; then
   fail "--ds4-rounding kv-f16 accepted on deepseek41 (it has no such option)"
 fi
-grep -q "deepseek41 has no option 'kv-f16'" "$work/bad.log" || fail "--ds4-rounding kv-f16: $(cat "$work/bad.log")"
+grep -q "kv-f16 is --kv-type f16 now" "$work/bad.log" || fail "--ds4-rounding kv-f16: $(cat "$work/bad.log")"
+# deepseek41 keeps F32 rows: the default --kv-type leaves them, an explicit one is refused
+if "$onegpu" run -m "$model" -p hi -n 1 --kv-type f16 >/dev/null 2>"$work/bad.log"; then
+  fail "--kv-type f16 accepted on deepseek41 (its rows are F32)"
+fi
+grep -q "deepseek41 has no option 'kv-type'" "$work/bad.log" || fail "--kv-type f16: $(cat "$work/bad.log")"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }

@@ -64,11 +64,12 @@ prompts=("The quick brown fox jumps over the lazy dog."
          "$(for _ in $(seq 10); do printf '%s' "$long"; done)")
 lines() { node -e 'const [f, i] = process.argv.slice(1); console.log(require("fs").readFileSync(f, "utf8").split("\n")[+i])' "$@"; }
 # fast MODEL I OUTNAME [onegpu run options]: the fast path teacher-forced on
-# llama.cpp's tokens for prompt I (llama.cpp's numerics: --ds4-rounding llama)
+# llama.cpp's tokens for prompt I (llama.cpp's numerics with its F32 cache, as
+# the llama.cpp runs here use: --ds4-rounding llama --kv-type f32)
 fast() {
   local model=$1 i=$2 out=$3
   shift 3
-  "$onegpu" run -m "$work/$model.gguf" -p "${prompts[$i]}" --json --ds4-rounding llama "$@" \
+  "$onegpu" run -m "$work/$model.gguf" -p "${prompts[$i]}" --json --ds4-rounding llama --kv-type f32 "$@" \
     --teacher "$(json_get "$work/$model-$i.llama.json" 'j.tokens.join(",")')" > "$work/$out.json" 2> "$work/$out.log" \
     || { tail -3 "$work/$out.log"; fail "onegpu run failed on $model, prompt $i"; }
 }

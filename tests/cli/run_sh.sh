@@ -192,7 +192,7 @@ mkdir -p "$work/v41"
 v41=$work/v41/v41-00001-of-00007.gguf
 runsh --dry-run --model "$v41" --vram 96G --ram 280G -- --ctx 65536 > "$work/out13" 2>&1 ||
   fail "v41-flash dry run: $(cat "$work/out13")"
-grep -q "^+ .*onegpu plan -m $v41 --vram 96G --ram 280G --parallel 4 --kv-type f32 --ctx 65536" "$work/out13" ||
+grep -q "^+ .*onegpu plan -m $v41 --vram 96G --ram 280G --parallel 4 --ctx 65536" "$work/out13" ||
   fail "v41-flash: the plan command: $(cat "$work/out13")"
 grep -q '^host: .*host-only tensors 60.29 GiB (never on the device: Engram tables and token embeddings)' "$work/out13" ||
   fail "v41-flash: the Engram tables are not planned in RAM: $(cat "$work/out13")"

@@ -915,7 +915,7 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     for (int i = 0; i < NB * blk; i++) hblk[i] = frand();
     float *dblk[NB];
     for (int b = 0; b < NB; b++) dblk[b] = dv_up(&c, hblk + b * blk, blk * sizeof(float));
-    og_kv_view kvv = {dblk, NB, BR, BR * KW, KW, KW}; /* sequence 0: blocks 0, 1; sequence 1: block 2 */
+    og_kv_view kvv = {dblk, NB, BR, BR * KW, KW, KW, OG_KV_F32}; /* sequence 0: blocks 0, 1; sequence 1: block 2 */
     const int32_t first[2] = {0, 2}, tpos[2] = {5, 2};
     float newrows[2 * KW];
     for (int i = 0; i < 2 * KW; i++) newrows[i] = frand();
@@ -971,6 +971,72 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     mo.pos = far;
     assert_int_equal(c.ops->mla_attention(dev, c.s, &mo, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
     assert_non_null(strstr(c.err, "outside"));
+
+    /* The same cache in f16 (--kv-type f16): kv_store rounds each value once to
+     * nearest even (og_fp32_to_fp16's bits, checked on the stored bytes), and
+     * attention widens the rows exactly, so its context is bitwise the f32 op's
+     * over an f32 cache of the widened values: on the device, on the host, on
+     * every tier (the canonical token's bits also equal across tiers). */
+    uint16_t *hblk16 = malloc(NB * blk * sizeof(uint16_t));
+    float *wide = malloc(NB * blk * sizeof(float));
+    for (int i = 0; i < NB * blk; i++) hblk16[i] = og_fp32_to_fp16(frand());
+    float *dblk16[NB], *hb16[NB], *wv[NB]; /* an f16 cache's blocks: the addresses of their uint16_t data */
+    for (int b = 0; b < NB; b++) {
+        dblk16[b] = dv_up(&c, hblk16 + b * blk, blk * sizeof(uint16_t));
+        hb16[b] = (float *)(void *)(hblk16 + b * blk);
+        wv[b] = wide + b * blk;
+    }
+    og_kv_store_op st16 = st;
+    st16.kv.blocks = dblk16;
+    st16.kv.type = OG_KV_F16;
+    assert_int_equal(c.ops->kv_store(dev, c.s, &st16, c.err, sizeof c.err), OG_OK);
+    for (int r = 0; r < KW; r++) {
+        hblk16[1 * blk + BR * KW + 1 * KW + r] = og_fp32_to_fp16(newrows[r]);
+        hblk16[2 * blk + BR * KW + 2 * KW + r] = og_fp32_to_fp16(newrows[KW + r]);
+    }
+    uint16_t got16[NL * BR * KW];
+    for (int b = 0; b < NB; b++) {
+        dv_down(&c, got16, dblk16[b], blk * sizeof(uint16_t));
+        assert_memory_equal(got16, hblk16 + b * blk, blk * sizeof(uint16_t));
+    }
+    for (int i = 0; i < NB * blk; i++) wide[i] = og_fp16_to_fp32(hblk16[i]);
+    og_mla_op mo16 = mo;
+    mo16.pos = tpos;
+    mo16.kv = st16.kv;
+    assert_int_equal(c.ops->mla_attention(dev, c.s, &mo16, c.err, sizeof c.err), OG_OK);
+    dv_down(&c, ctxd, dctx, sizeof ctxd);
+    float ctxw[NH * 2 * RKV], ctx16[NH * 2 * RKV], canon16[RKV * NH];
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    int n_tiers = 0;
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_isa got;
+        char note[128], e2[128];
+        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, e2, sizeof e2) != OG_OK) continue;
+        og_kernels kt;
+        assert_int_equal(og_kernels_init((og_isa)isa, &kt), OG_OK);
+        og_mla_op hwide = ho, h16 = ho;
+        hwide.kv.blocks = wv;
+        hwide.ctx = ctxw;
+        h16.kv.blocks = hb16;
+        h16.kv.type = OG_KV_F16;
+        h16.ctx = ctx16;
+        assert_int_equal(og_cpu_mla_attention(&kt, pool, &hwide), OG_OK);
+        assert_int_equal(og_cpu_mla_attention(&kt, NULL, &h16), OG_OK);
+        assert_same_bits(ctx16, ctxw, sizeof ctx16);
+        if (kt.isa == k->isa) assert_same_bits(ctxd, ctx16, sizeof ctxd); /* the device ran k's tier */
+        for (int h = 0; h < NH; h++) /* token 1 is canonical */
+            if (!n_tiers) memcpy(canon16 + h * RKV, ctx16 + h * 2 * RKV + RKV, RKV * sizeof(float));
+            else assert_same_bits(canon16 + h * RKV, ctx16 + h * 2 * RKV + RKV, RKV * sizeof(float));
+        n_tiers++;
+    }
+    assert_true(n_tiers >= 1);
+    /* an element type the ops do not know is refused, not read */
+    st16.kv.type = (og_kv_type)7;
+    assert_int_equal(c.ops->kv_store(dev, c.s, &st16, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(c.err, "neither f32 nor f16"));
+    free(hblk16);
+    free(wide);
 
     c.ops->stream_destroy(dev, c.s); /* waits for its work */
     for (int i = 0; i < c.n_allocs; i++) c.ops->free(dev, c.allocs[i]);

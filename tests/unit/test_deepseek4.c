@@ -2,7 +2,8 @@
  * deepseek4 files (tests/cli/deepseek4_unit.sh writes them):
  *  - against ds4ref's double-precision reference (ref_deepseek4, run here on
  *    the same tokens) at every position, every CPU tier, for the rounding sets
- *    spec (the default), llama (no FP8 / FP4 round trips) and spec + kv-f16:
+ *    spec (with an F32 cache), llama (no FP8 / FP4 round trips, F32 cache) and
+ *    spec + kv-f16 (the default: kv-type f16, every stored KV row rounded):
  *    the next token's and the reference's top-5 log-probs within 1e-5 (F32);
  *  - every tier gives the same bits at canonical numerics;
  *  - prefill of N tokens == N single-token decode steps == chunks, bitwise;
@@ -71,9 +72,9 @@ static og_model *load(const char *opts) { return fx_load(g_model, opts); }
 static const struct {
     const char *name, *opts, *ref_flags;
 } g_sets[] = {
-    {"spec", NULL, ""},
-    {"llama", "kv-fp8=off,indexer-fp4=off", "--no-kv-fp8 --no-indexer-fp4"},
-    {"spec+kv-f16", "kv-f16=on", "--kv-f16"},
+    {"spec", "kv-type=f32", ""},
+    {"llama", "kv-fp8=off,indexer-fp4=off,kv-type=f32", "--no-kv-fp8 --no-indexer-fp4"},
+    {"spec+kv-f16", NULL, "--kv-f16"}, /* the default: kv-type f16 */
 };
 
 
@@ -446,10 +447,29 @@ static void test_bad_files(void **state) {
     assert_int_equal(og_model_set_option(m, "kv-fp8", "maybe", err, sizeof err), OG_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "maybe"));
     assert_int_equal(og_model_set_option(m, "speed", "max", err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_int_equal(og_model_set_option(m, "kv-type", "f8", err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "f16 or f32"));
     /* tokens outside the vocabulary and a missing dispatcher: refused, nothing appended */
     og_kernels k;
     og_kernels_init(OG_ISA_SCALAR, &k);
     og_run_ctx rc = {.kern = &k, .dispatch = g_host};
+    { /* kv-f16, kv-type's older name: on = f16 (the default), off = f32, bit for bit; f16 and f32 differ */
+        static const char *const pairs[2][2] = {{"kv-f16=on", NULL}, {"kv-f16=off", "kv-type=f32"}};
+        static const int32_t toks[6] = {1, 5, 9, 13, 17, 21};
+        const size_t V = og_model_get_info(m)->n_vocab;
+        float *out[2][2];
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) {
+                og_model *mj = load(pairs[i][j]);
+                out[i][j] = malloc(6 * V * sizeof(float));
+                fx_prefill(mj, &rc, toks, 6, out[i][j]);
+                og_model_free(mj);
+            }
+        assert_memory_equal(out[0][0], out[0][1], 6 * V * sizeof(float));
+        assert_memory_equal(out[1][0], out[1][1], 6 * V * sizeof(float));
+        assert_true(memcmp(out[0][0], out[1][0], 6 * V * sizeof(float)) != 0);
+        for (int i = 0; i < 4; i++) free(out[i / 2][i % 2]);
+    }
     og_kv kv = {0};
     float *lg = malloc(og_model_get_info(m)->n_vocab * sizeof *lg);
     int32_t bad = (int32_t)og_model_get_info(m)->n_vocab;

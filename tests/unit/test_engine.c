@@ -4,6 +4,7 @@
 #include "kernels_fixture.h"
 #include "og_arch.h" /* white-box: a model whose info says its state is not paged (test_prefix_cache_unpaged) */
 #include "og_engine.h"
+#include "og_moe.h" /* og_plan_make: the planner's KV term */
 
 #include <jansson.h>
 
@@ -413,6 +414,73 @@ static void test_prefix_cache_identical(void **state) {
     if (og_engine_check(on, err, sizeof err)) fail_msg("%s", err);
     og_engine_free(off);
     og_engine_free(on);
+}
+
+/* Memory per cached token (issue 17): the KV blocks a forward call leaves on a
+ * budgeted cpu device (its free memory before and after; the call's scratch is
+ * its own and freed) are, per position, the MLA formula n_layer x (r_kv +
+ * d_rope) x 2 bytes with the f16 cache (the default) and x 4 with f32, the
+ * shapes read from the file's keys (deepseek2.md §1, §3); the planner's KV term
+ * for the same --kv-type is that formula times ctx x parallel. */
+static void test_kv_bytes_per_token(void **state) {
+    (void)state;
+    char err[256];
+    const og_gguf *g = og_model_gguf(g_m);
+    uint32_t n_layer, r_kv, d_rope;
+    assert_int_equal(og_gguf_get_u32(g, "deepseek2.block_count", &n_layer), OG_OK);
+    assert_int_equal(og_gguf_get_u32(g, "deepseek2.attention.kv_lora_rank", &r_kv), OG_OK);
+    assert_int_equal(og_gguf_get_u32(g, "deepseek2.rope.dimension_count", &d_rope), OG_OK);
+    assert_int_equal(og_model_get_info(g_m)->kv_elem_bytes, 2); /* f16 unless set */
+    og_device *dev;
+    og_stream *s;
+    assert_int_equal(og_device_cpu_create(256u << 20, 1, &g_kern, &dev, err, sizeof err), OG_OK);
+    assert_int_equal(dev->ops->stream_create(dev, &s, err, sizeof err), OG_OK);
+    og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host, .dev = dev, .stream = s,
+                     .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
+    enum { T = 2 * OG_KV_BLOCK };
+    int32_t ids[T];
+    for (int i = 0; i < T; i++) ids[i] = (i * 37 + 5) % 1000;
+    float *logits = malloc(og_model_get_info(g_m)->n_vocab * sizeof *logits);
+    static const char *const types[2] = {"f16", "f32"};
+    for (int kt = 0; kt < 2; kt++) {
+        const uint64_t formula = (uint64_t)n_layer * (r_kv + d_rope) * (kt ? 4 : 2); /* bytes per token */
+        assert_int_equal(og_model_set_option(g_m, "kv-type", types[kt], err, sizeof err), OG_OK);
+        uint64_t free0, free1, total;
+        assert_int_equal(dev->ops->mem_info(dev, &free0, &total), OG_OK);
+        og_kv kv = {0};
+        assert_int_equal(og_model_forward(g_m, &rc, &kv, ids, T, logits, false, err, sizeof err), OG_OK);
+        assert_int_equal(dev->ops->mem_info(dev, &free1, &total), OG_OK);
+        print_message("%s cache: %llu bytes for %d cached tokens = %llu per token (formula %u x (%u + %u) x %d = "
+                      "%llu)\n", types[kt], (unsigned long long)(free0 - free1), T,
+                      (unsigned long long)((free0 - free1) / T), n_layer, r_kv, d_rope, kt ? 4 : 2,
+                      (unsigned long long)formula);
+        assert_int_equal(free0 - free1, (uint64_t)T * formula);
+        assert_int_equal(og_model_get_info(g_m)->kv_block_bytes, OG_KV_BLOCK * formula);
+        og_kv_free(&kv);
+        /* the plan for this --kv-type: ctx 256 x 3 sequences of it */
+        og_gguf *hg;
+        assert_int_equal(og_gguf_open(g_path, OG_GGUF_HEADER_ONLY, &hg, err, sizeof err), OG_OK);
+        og_plan_input in = {.vram = 8ull << 30, .ram = 8ull << 30, .ctx = 256, .parallel = 3, .batch_tokens = 64,
+                            .kv_bytes_per_elem = og_kv_type_bytes(kt ? OG_KV_F32 : OG_KV_F16), .slots_override = -1};
+        og_plan p;
+        assert_int_equal(og_plan_make(hg, &in, &p, err, sizeof err), OG_OK);
+        assert_int_equal(p.kv_bytes, 256ull * 3 * formula);
+        og_plan_free(&p);
+        og_gguf_close(hg);
+    }
+    assert_int_equal(og_model_set_option(g_m, "kv-type", "f16", err, sizeof err), OG_OK);
+    /* a cache made as f32 is refused by the f16 model, not misread */
+    assert_int_equal(og_model_set_option(g_m, "kv-type", "f32", err, sizeof err), OG_OK);
+    og_kv kv = {0};
+    assert_int_equal(og_model_forward(g_m, &rc, &kv, ids, 4, logits, false, err, sizeof err), OG_OK);
+    assert_int_equal(og_model_set_option(g_m, "kv-type", "f16", err, sizeof err), OG_OK);
+    assert_int_equal(og_model_forward(g_m, &rc, &kv, ids + 4, 1, logits, false, err, sizeof err), OG_ERR_STATE);
+    assert_non_null(strstr(err, "kv-type"));
+    assert_int_equal(og_model_set_option(g_m, "kv-type", "f8", err, sizeof err), OG_ERR_INVALID_ARG);
+    og_kv_free(&kv);
+    free(logits);
+    dev->ops->stream_destroy(dev, s);
+    og_device_destroy(dev);
 }
 
 /* A model whose og_model_info.kv_paged is false (deepseek4's ring windows):
@@ -1178,6 +1246,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_placement_at_rest),
         cmocka_unit_test(test_run_cli),
         cmocka_unit_test(test_prefix_cache_identical),
+        cmocka_unit_test(test_kv_bytes_per_token),
         cmocka_unit_test(test_prefix_cache_churn),
         cmocka_unit_test(test_prefix_cache_unpaged),
         cmocka_unit_test(test_fork_greedy),

@@ -354,6 +354,52 @@ static void test_axpy(void **state) {
     }
 }
 
+/* f16_to_f32 (an f16 KV cache's rows as attention reads them): every tier
+ * widens all 65,536 binary16 values exactly, against the IEEE value computed
+ * another way (ldexp of the significand: subnormals m 2^-24, normals (1024 + m)
+ * 2^(e-25), infinities; NaNs stay NaN of the sign), in one long row (vector
+ * body) and at every length up to 40 (tails, nothing past n written). */
+static void test_f16_to_f32(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    enum { N = 65536 };
+    uint16_t *h = malloc(N * sizeof *h);
+    float *y = malloc((N + 1) * sizeof *y);
+    for (int i = 0; i < N; i++) h[i] = (uint16_t)i;
+    int n_tiers = 0;
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_kernels k;
+        if (!tier_kernels(&f, isa, &k)) continue;
+        assert_non_null(k.f16_to_f32);
+        y[N] = 42.0f;
+        k.f16_to_f32(h, y, N);
+        assert_true(y[N] == 42.0f);
+        for (int i = 0; i < N; i++) {
+            const int e = (i >> 10) & 31, m = i & 1023;
+            const double sgn = (i & 0x8000) ? -1.0 : 1.0;
+            if (e == 31 && m) {
+                assert_true(isnan(y[i]) && !signbit(y[i]) == !(i & 0x8000));
+                continue;
+            }
+            const double want = e == 31 ? sgn * INFINITY : e ? sgn * ldexp(1024 + m, e - 25) : sgn * ldexp(m, -24);
+            if ((double)y[i] != want || !signbit(y[i]) != !signbit(want))
+                fail_msg("%s: f16 0x%04x gave %a, want %a", og_isa_name(k.isa), i, (double)y[i], want);
+        }
+        for (int n = 0; n <= 40; n++) {
+            float t[41];
+            for (int i = 0; i <= 40; i++) t[i] = -1.0f;
+            k.f16_to_f32(h + 15360, t, n); /* 0x3c00 = 1.0 onwards */
+            for (int i = 0; i < n; i++) assert_true(t[i] == og_fp16_to_fp32((uint16_t)(15360 + i)));
+            for (int i = n; i <= 40; i++) assert_true(t[i] == -1.0f);
+        }
+        n_tiers++;
+    }
+    assert_true(n_tiers >= 1);
+    free(h);
+    free(y);
+}
+
 /* Activation quantizers: every tier writes the reference's bytes, on random rows,
  * rows with ties for the largest magnitude (+a and -a: the first wins), zero
  * blocks, blocks with a NaN (also as the first element) and an infinity of either
@@ -818,6 +864,7 @@ int main(void) {
         cmocka_unit_test(test_tiers),
         cmocka_unit_test(test_vec_dot4),
         cmocka_unit_test(test_axpy),
+        cmocka_unit_test(test_f16_to_f32),
         cmocka_unit_test(test_quantize_act),
         cmocka_unit_test(test_random_blocks),
         cmocka_unit_test(test_dot_f32_device),

@@ -88,7 +88,7 @@ if [[ $quick -eq 0 ]]; then
 
   echo "== build (clang, ThreadSanitizer)"
   CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOG_WERROR=ON -DOG_TSAN=ON -DONEGPU_CUDA=OFF >/dev/null
-  cmake --build build-tsan -j"$jobs" >/dev/null
+  cmake --build build-tsan -j"$jobs" --target og_tsan_tests >/dev/null # what the tsan-labelled tests run
   echo "== tests (build-tsan/, label tsan)"
   # halt_on_error: a race ends the process (a server that dies fails its test)
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_ctest build-tsan -L tsan

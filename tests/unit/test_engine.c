@@ -195,22 +195,46 @@ static void test_greedy_matches_forward_loop(void **state) {
     og_ids_free(&ids);
 }
 
-/* A sampled request alone and alongside 7 others (different prompts, seeds,
- * lengths): bit-identical tokens and log-probs, with the fork's numerics and
- * with the canonical ones (the CLI's default). */
+/* The sanitizer builds (several times slower) run smaller cases of the long
+ * tests; the plain build runs them whole. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define OG_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define OG_TEST_SANITIZED 1
+#endif
+#endif
+#ifdef OG_TEST_SANITIZED
+#define PC_LOOP 30
+#define FORK_CASES 1   /* test_fork_greedy: the 150-token prompt (two full blocks and a partial one), cache on */
+#define LONG_PROMPT 600 /* test_short_prompt_behind_long: still ten steps of prefill */
+#define BI_OTHERS 3    /* test_batch_invariance: 3 others beside the request (a batch of 4) */
+#define BI_TOKENS 6    /* test_batch_invariance: the request's tokens */
+#else
+#define PC_LOOP 200
+#define FORK_CASES 3   /* test_fork_greedy: three prompt lengths, each with the cache on and off */
+#define LONG_PROMPT 2000
+#define BI_OTHERS 7
+#define BI_TOKENS 12
+#endif
+
+/* A sampled request alone and alongside BI_OTHERS others (different prompts,
+ * seeds, lengths): bit-identical tokens and log-probs, with the fork's numerics
+ * and with the canonical ones (the CLI's default). The sanitizer builds run a
+ * batch of 4 and 6 tokens (the same batched paths); the plain build 8 and 12. */
 static void batch_invariance(og_numerics nm) {
     og_ids ids = prompt_ids("Once upon a time");
-    og_seq_params p = greedy(12);
+    og_seq_params p = greedy(BI_TOKENS);
     p.sampling.temperature = 0.9f;
     p.sampling.top_p = 0.95f;
     p.sampling.seed = 1234;
     p.n_top = 3;
-    og_engine *e = make_engine_nm(8, 64, 256, 8, true, nm);
+    og_engine *e = make_engine_nm(BI_OTHERS + 1, 64, 256, BI_OTHERS + 1, true, nm);
     result alone, together;
     collect(e, submit(e, &ids, &p), &alone);
-    og_seq *others[7];
-    og_ids oids[7];
-    for (int i = 0; i < 7; i++) {
+    og_seq *others[BI_OTHERS];
+    og_ids oids[BI_OTHERS];
+    for (int i = 0; i < BI_OTHERS; i++) {
         char txt[64];
         snprintf(txt, sizeof txt, "Other prompt number %d is a little longer than the rest %d", i, i * i);
         oids[i] = prompt_ids(txt);
@@ -220,7 +244,7 @@ static void batch_invariance(og_numerics nm) {
         others[i] = submit(e, &oids[i], &q);
     }
     collect(e, submit(e, &ids, &p), &together);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < BI_OTHERS; i++) {
         result r;
         collect(e, others[i], &r);
         assert_int_equal(r.n_gen, 5 + 3 * i);
@@ -335,24 +359,6 @@ static void test_cancel_frees_everything(void **state) {
     og_ids_free(&ids);
 }
 
-/* The sanitizer builds (several times slower) run smaller cases of the long
- * tests; the plain build runs them whole. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define OG_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define OG_TEST_SANITIZED 1
-#endif
-#endif
-#ifdef OG_TEST_SANITIZED
-#define PC_LOOP 30
-#define FORK_CASES 1   /* test_fork_greedy: the 150-token prompt (two full blocks and a partial one), cache on */
-#define LONG_PROMPT 600 /* test_short_prompt_behind_long: still ten steps of prefill */
-#else
-#define PC_LOOP 200
-#define FORK_CASES 3   /* test_fork_greedy: three prompt lengths, each with the cache on and off */
-#define LONG_PROMPT 2000
-#endif
 
 static og_engine *make_pc_engine(int parallel, int batch_tokens, int ctx, int queue, bool off) {
     og_engine_config c = {.model = g_m,

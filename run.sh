@@ -22,7 +22,7 @@ usage: ./run.sh [--demo] [--dry-run] [--model PATH|URL] [--sha256 HEX[,HEX...]] 
 
 --demo         the built-in demo: no GPU and no network needed. Makes models/demo-v41.gguf (a synthetic
                DeepSeek V4.1-shaped MoE: Engram, CSA2, lagged mHC; the real tokenizer) if missing, serves it on
-               port 8090 with the CPU playing a 600 MiB device, so the hot set, its hit rate and the
+               port 8090 with the CPU playing a 540 MiB device, so the hot set, its hit rate and the
                migrations show in http://127.0.0.1:8090/metrics.
 --model X      a local GGUF file, or an http(s) URL downloaded into models/ (resumable: run again
                after an interruption; split files NAME-00001-of-0000N.gguf fetch every part)
@@ -306,7 +306,7 @@ fi
 # ---- plan --------------------------------------------------------------------
 place=()
 if [[ $demo -eq 1 ]]; then
-  place=(--vram "${vram:-600M}" --reserve 64M)
+  place=(--vram "${vram:-540M}" --reserve 64M)
   [[ -n $ram ]] && place+=(--ram "$ram")
 elif [[ -n $vram ]]; then
   place=(--vram "$vram"); [[ -n $ram ]] && place+=(--ram "$ram")

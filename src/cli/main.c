@@ -13,7 +13,7 @@ static const struct {
 } commands[] = {
     {"serve", og_cmd_serve, "OpenAI-compatible HTTP server (continuous batching, SSE, /metrics) on port 8090"},
     {"gguf", og_cmd_gguf, "inspect a GGUF file: header, metadata, tensors, bytes per role"},
-    {"make-model", og_cmd_make_model, "write a synthetic DeepSeek-class (deepseek2, deepseek4) GGUF model"},
+    {"make-model", og_cmd_make_model, "write a synthetic DeepSeek-class (deepseek2, deepseek4, deepseek41) GGUF model"},
     {"plan", og_cmd_plan, "the device/host layout for a model on this machine (header only; exit 3: does not fit)"},
     {"run", og_cmd_run, "generate from one prompt on the CPU (text to stdout, speed to stderr)"},
     {"tokenize", og_cmd_tokenize, "text -> token ids (or --decode ids -> text) with a model's tokenizer"},

@@ -51,6 +51,13 @@ size=$(stat -c %s "$work/demo.gguf")
 (( size > 200000000 && size < 300000000 )) || fail "demo is $size bytes, not ~250 MB"
 [[ $(js "$work/demo.gguf" "[...new Set(j.tensors.filter(t => /exps|attn_q_b|engram_embd/.test(t.name)).map(t => t.type))].join() + ' ' + j.roles.engram.n_tensors") == "Q8_0 2" ]] \
   || fail "demo: not Q8_0 matrices and two engram-role tables"
+# run.sh --demo's placement leaves part of the experts on the host, so the demo shows
+# its hot set follow the traffic (hit rate below 1, migrations)
+place=$(grep -o 'place=(--vram "${vram:-[0-9]*M}" --reserve [0-9]*M)' "$(dirname "$0")/../../run.sh" | tr -d '"(){}$' | sed 's/vram:-//; s/^place=//')
+[[ -n $place ]] || fail "run.sh: no demo placement line found"
+"$onegpu" plan -m "$work/demo.gguf" $place --parallel 4 --kv-type f32 > "$work/demo-plan.txt" 2>&1 || { cat "$work/demo-plan.txt"; fail "demo: plan $place"; }
+res=$(sed -n 's/^resident: \([0-9]*\) of 128 experts.*/\1/p' "$work/demo-plan.txt")
+[[ -n $res ]] && (( res > 0 && res < 128 )) || { cat "$work/demo-plan.txt"; fail "demo under run.sh's $place: '$res' of 128 experts resident, not some on the host"; }
 
 mk --preset v41-flash --sparse -o "$work/v41.gguf"
 [[ $(grep -c 'part [1-7] of 7: ' "$work/make.log") == 7 ]] || { cat "$work/make.log"; fail "v41-flash: not one line per part for 7 parts"; }

@@ -180,7 +180,7 @@ grep -qE "^run.sh: facts: GPU (none|.*NUMA node).*; [0-9]+ NUMA node\(s\); node 
   fail "facts line: $(cat "$work/out7")"
 grep -q "^+ .*onegpu make-model --arch deepseek41 --preset demo -o $work/models/demo-v41.gguf" "$work/out7" ||
   fail "make-model not shown"
-grep -q "^+ .*onegpu serve -m $work/models/demo-v41.gguf --port 8090 --threads $cores --numa-node 0 --vram 600M --reserve 64M --migrate 2" "$work/out7" ||
+grep -q "^+ .*onegpu serve -m $work/models/demo-v41.gguf --port 8090 --threads $cores --numa-node 0 --vram 540M --reserve 64M --migrate 2" "$work/out7" ||
   fail "serve command: $(cat "$work/out7")"
 [[ ! -e $work/models ]] || fail "--dry-run created $work/models"
 echo "ok: dry run"

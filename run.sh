@@ -31,7 +31,8 @@ usage: ./run.sh [--demo] [--dry-run] [--model PATH|URL] [--sha256 HEX[,HEX...]] 
                (for a local split model's first part, one hash per part)
 --vram SIZE    device memory for the plan (default: the GPU's free memory; without a GPU, nothing
                is planned for a device unless given: the cpu device then plays one of SIZE)
---ram SIZE     host memory for the plan (default: MemAvailable and any cgroup limit)
+--ram SIZE     host memory for the plan (default: MemAvailable and any cgroup limit); with no
+               device to plan for, the weights are still checked against it (refused when larger)
 --port P       HTTP port (default 8090)
 --threads N    CPU threads for the host expert pool (default: physical cores of the GPU's NUMA node)
 --dry-run      print the facts found and every command to stdout, change nothing (read-only checks
@@ -338,7 +339,25 @@ if [[ ${#place[@]} -gt 0 ]]; then
   fi
 else
   say "no GPU and no --vram: every expert runs on the CPU threads (no placement)"
-  [[ -n $ram ]] && say "--ram is not used without a device to plan for (--vram)"
+  # no device to plan for, but the weights must still fit in RAM: a model larger than it
+  # would be read from disk on every token (the planner's host check, without a device)
+  if [[ -f $model ]]; then
+    model_bytes=$("$bin" gguf "$model" --json 2>/dev/null | grep -o '"file_bytes": *[0-9]*' | head -1 | grep -o '[0-9]*$' || true)
+    if [[ -n $ram ]]; then
+      ram_bytes=$(awk -v s="$ram" 'BEGIN { n = s + 0; u = toupper(substr(s, length(s)));
+        m = u == "K" ? 2^10 : u == "M" ? 2^20 : u == "G" ? 2^30 : u == "T" ? 2^40 : 1; printf "%.0f", n * m }')
+      ram_what="--ram $ram"
+    else
+      ram_bytes=$(awk '/^MemAvailable:/{printf "%.0f", $2 * 1024}' /proc/meminfo)
+      ram_what="MemAvailable"
+    fi
+    if [[ -n $model_bytes && -n $ram_bytes && $model_bytes -gt $ram_bytes ]]; then
+      say "does not fit: the model's weights are $(awk -v b="$model_bytes" 'BEGIN{printf "%.2f GiB", b / 2^30}')" \
+          "but host RAM gives $(awk -v b="$ram_bytes" 'BEGIN{printf "%.2f GiB", b / 2^30}') ($ram_what): with no GPU" \
+          "every weight is read from RAM each token; add RAM, use a smaller quantization, or plan a GPU with --vram"
+      exit 3
+    fi
+  fi
 fi
 
 # ---- NUMA binding ladder -----------------------------------------------------

@@ -204,6 +204,16 @@ rc=0; runsh --dry-run --model "$v41" --vram 96G --ram 240G -- --ctx 65536 > "$wo
 [[ $rc == 3 ]] && grep -q 'does not fit: host short by 3.84 GiB' "$work/out14" && ! grep -q 'device short' "$work/out14" ||
   fail "v41-flash on 240G: $rc $(cat "$work/out14")"
 echo "ok: v41-flash dry run ($resident resident experts)"
+# no GPU and no --vram: nothing is placed, but the weights must still fit in RAM (a GPU
+# machine plans its GPU instead: the cases above)
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  rc=0; runsh --dry-run --model "$v41" --ram 240G > "$work/out15" 2>&1 || rc=$?
+  [[ $rc == 3 ]] && grep -q "does not fit: the model's weights are 246.5[0-9] GiB but host RAM gives 240.00 GiB (--ram 240G)" "$work/out15" &&
+    ! grep -q '^+ .*onegpu serve' "$work/out15" || fail "v41-flash with no device on 240G: $rc $(cat "$work/out15")"
+  runsh --dry-run --model "$v41" --ram 300G > "$work/out16" 2>&1 || fail "v41-flash with no device on 300G: $(cat "$work/out16")"
+  grep -q "^+ .*onegpu serve -m $v41 " "$work/out16" || fail "v41-flash on 300G: no serve command: $(cat "$work/out16")"
+  echo "ok: no device: the host RAM check refuses 240G and passes 300G"
+fi
 
 echo "== bad usage"
 rc=0; runsh --model > /dev/null 2>&1 || rc=$?; [[ $rc == 1 ]] || fail "--model without a value: $rc"

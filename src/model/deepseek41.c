@@ -232,25 +232,37 @@ og_status og_ds41_engram_rows(const og_ds41_hparams *hp, int layer, const int32_
     return OG_OK;
 }
 
-/* One E4M3 byte's value (4 exponent bits, bias 7, 3 mantissa bits; S.1111.111 NaN). */
+/* One E4M3 byte's value (OCP FP8 E4M3: sign, 4 exponent bits bias 7, 3
+ * mantissa bits; exponent 0 subnormal m/8 * 2^-6; S.1111.111 is NaN, which
+ * the caller refuses before it gets here). */
 static float e4m3_value(uint8_t b) {
     const int e = (b >> 3) & 15, mt = b & 7;
-    float v = e == 15 && mt == 7 ? NAN : e ? ldexpf(1.0f + (float)mt / 8.0f, e - 7) : ldexpf((float)mt / 8.0f, -6);
+    const float v = e ? ldexpf(1.0f + (float)mt / 8.0f, e - 7) : ldexpf((float)mt / 8.0f, -6);
     return b & 0x80 ? -v : v;
 }
 
+og_status og_ds41_engram_fp8_decode(const uint8_t *row, uint32_t ED, float *y, uint32_t *bad_byte) {
+    for (uint32_t i = 0; i < ED; i++) {
+        const uint32_t sb = ED + i / OG_DS41_ENGRAM_FP8_BLOCK;
+        const uint8_t sc = row[sb];
+        if (sc == 255) { *bad_byte = sb; return OG_ERR_FORMAT; }
+        if ((row[i] & 0x7f) == 0x7f) { *bad_byte = i; return OG_ERR_FORMAT; }
+        y[i] = ldexpf(e4m3_value(row[i]), (int)sc - 127); /* exact unless it leaves the float range */
+        if (!isfinite(y[i])) { *bad_byte = i; return OG_ERR_FORMAT; }
+    }
+    return OG_OK;
+}
+
 /* Row r of an Engram table as ED floats: the type's reference dequantizer, or
- * the antirez rows (ED E4M3 bytes, then one E8M0 scale per 32 columns: value
- * = e4m3 * 2^(scale - 127)). */
-static og_status engram_row(const og_weight *t, uint32_t ED, bool fp8, uint64_t r, float *y) {
+ * the antirez FP8 rows (og_ds41_engram_fp8_decode). Errors: OG_ERR_RANGE (r
+ * outside the table; *bad_byte = UINT32_MAX), OG_ERR_FORMAT (a NaN or an
+ * overflowing FP8 value at byte *bad_byte of the row). */
+static og_status engram_row(const og_weight *t, uint32_t ED, bool fp8, uint64_t r, float *y, uint32_t *bad_byte) {
+    *bad_byte = UINT32_MAX;
     if ((int64_t)r >= t->n_rows) return OG_ERR_RANGE;
     const uint8_t *row = (const uint8_t *)t->data + r * t->row_bytes;
     if (!fp8) return og_dequantize_row(t->type, row, y, ED);
-    for (uint32_t i = 0; i < ED; i++) {
-        const uint8_t sc = row[ED + i / OG_DS41_ENGRAM_FP8_BLOCK];
-        y[i] = sc == 255 ? NAN : ldexpf(e4m3_value(row[i]), (int)sc - 127);
-    }
-    return OG_OK;
+    return og_ds41_engram_fp8_decode(row, ED, y, bad_byte);
 }
 
 /* ---- per-sequence state (og_kv.arch) --------------------------------------- */
@@ -768,10 +780,19 @@ static og_status engram(og_fwd *f, const og_ds41 *d, uint32_t il, const plan *p,
     for (int64_t t = 0; t < T; t++) {
         if (og_ds41_engram_rows(hp, (int)il, ha->ctx + t * ENGRAM_CTX, ha->erows))
             return og_fail(f->err, f->errlen, OG_ERR_INVALID_ARG, "layer %u: a token outside the Engram token map", il);
-        for (int64_t r = 0; r < EB; r++)
-            if (engram_row(&L->engram_embd, (uint32_t)ED, hp->engram_fp8, ha->erows[r], ha->emb + (t * EB + r) * ED))
+        for (int64_t r = 0; r < EB; r++) {
+            uint32_t bad;
+            const og_status st =
+                engram_row(&L->engram_embd, (uint32_t)ED, hp->engram_fp8, ha->erows[r], ha->emb + (t * EB + r) * ED, &bad);
+            if (st == OG_ERR_FORMAT && bad != UINT32_MAX)
+                return og_fail(f->err, f->errlen, OG_ERR_FORMAT, "layer %u: Engram table row %llu, byte %u (0x%02x): %s",
+                               il, (unsigned long long)ha->erows[r], bad,
+                               ((const uint8_t *)L->engram_embd.data)[ha->erows[r] * L->engram_embd.row_bytes + bad],
+                               bad >= ED ? "the E8M0 NaN scale 0xff" : "an FP8 NaN code or a value beyond the float range");
+            if (st)
                 return og_fail(f->err, f->errlen, OG_ERR_RANGE, "layer %u: Engram row %llu outside the table's %lld rows",
                                il, (unsigned long long)ha->erows[r], (long long)L->engram_embd.n_rows);
+        }
     }
     TRY(f->ops->copy_to_device(f->dev, f->s, b->emb, ha->emb, (uint64_t)(T * EB * ED) * sizeof(float), f->err,
                                f->errlen));

@@ -53,6 +53,12 @@ typedef enum og_ds41_dialect {
 /* The dialect's name ("vcruz305", "mxxm-t", "antirez"). Never NULL. */
 const char *og_ds41_dialect_name(og_ds41_dialect d);
 
+/* A key's spelling in dialect d, after "deepseek41.": key is its vcruz305
+ * spelling ("embedding_length"); antirez gives the raw HF text_config name
+ * ("hidden_size"), the others key itself. Never NULL (returns a string, not an
+ * og_status: every key has a spelling). (deepseek41_table.c) */
+const char *og_ds41_key_name(og_ds41_dialect d, const char *key);
+
 /* One layer's role in CSA2 (§4.3.3; decision 1 of the V4.1 brief). Layer ids
  * are trunk layers; -1 means none. */
 typedef struct og_ds41_layer {
@@ -151,6 +157,17 @@ uint32_t og_ds41_token_map(const og_ds41_hparams *hp, uint32_t tok);
  * OG_ERR_INVALID_ARG (layer without Engram, a token outside the vocabulary).
  * (deepseek41.c) */
 og_status og_ds41_engram_rows(const og_ds41_hparams *hp, int layer, const int32_t *ctx_tokens, uint64_t *rows);
+
+/* One antirez Engram row decoded (spec §3.2 "Engram rows as I8 [264, rows]"):
+ * row is ED + ED/32 bytes, ED E4M3 codes then one E8M0 scale per 32 columns;
+ * y[ED] = e4m3(code) * 2^(scale - 127) with E4M3 as OCP FP8 (sign, 4
+ * exponent bits bias 7, 3 mantissa bits, exponent 0 subnormal m/8 * 2^-6).
+ * Every finite value is exact in float. Errors: OG_ERR_FORMAT, *bad_byte the
+ * offending byte of the row, for a NaN code (0x7f, 0xff), the NaN scale 255,
+ * or a value past the float range (scale 254 with a code >= 2): a table with
+ * them is damaged, and a NaN fed on would poison every logit silently.
+ * (deepseek41.c) */
+og_status og_ds41_engram_fp8_decode(const uint8_t *row, uint32_t ED, float *y, uint32_t *bad_byte);
 
 /* ---- the tensor-name table ------------------------------------------------ */
 

@@ -78,13 +78,16 @@ typedef struct rd {
     size_t errlen;
 } rd;
 
+const char *og_ds41_key_name(og_ds41_dialect d, const char *key) {
+    if (d == OG_DS41_ANTIREZ)
+        for (size_t i = 0; i < sizeof antirez_names / sizeof antirez_names[0]; i++)
+            if (!strcmp(antirez_names[i].key, key)) return antirez_names[i].antirez;
+    return key;
+}
+
 /* The full GGUF name of key (its vcruz305 spelling) in r's dialect. */
 static const char *kname(const rd *r, const char *key, char *buf, size_t n) {
-    const char *name = key;
-    if (r->d == OG_DS41_ANTIREZ)
-        for (size_t i = 0; i < sizeof antirez_names / sizeof antirez_names[0]; i++)
-            if (!strcmp(antirez_names[i].key, key)) name = antirez_names[i].antirez;
-    snprintf(buf, n, ARCH "%s", name);
+    snprintf(buf, n, ARCH "%s", og_ds41_key_name(r->d, key));
     return buf;
 }
 

@@ -352,7 +352,7 @@ static og_status ds41_state_fork(const og_model *m, const og_run_ctx *rc, const 
     const ds41_seq *q = src->arch;
     if (src->arch_free != seq_free || q->n_layer != hp->n_layer)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the cache holds no deepseek41 state of this model");
-    ds41_seq *nq;
+    ds41_seq *nq = NULL; /* seq_create sets it only when it succeeds */
     if (seq_create(d, q->dev, q->n_ring, &nq) || seq_reserve(hp, nq, src->n_pos)) {
         if (nq) seq_free(nq);
         return og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: no memory for the forked sequence's state");

@@ -273,9 +273,6 @@ typedef struct ds4_seq {
     og_row_store *comp, *ikeys; /* [n_layer] compressed rows [D], indexer keys [ID] */
 } ds4_seq;
 
-
-
-
 static void seq_free(void *arch) {
     ds4_seq *q = arch;
     if (!q) return;
@@ -336,10 +333,6 @@ static og_status seq_create(const og_ds4 *d, og_device *dev, int32_t n_ring, ds4
     *out = q;
     return OG_OK;
 }
-
-
-
-
 
 /* og_arch.state_fork (og_kv_fork): a new state in src's memory holding copies
  * of every layer's raw window, compressor states, and the compressed rows and

@@ -5,6 +5,7 @@
 #include "og_arch.h" /* white-box: a model whose info says its state is not paged (test_prefix_cache_unpaged) */
 #include "og_engine.h"
 #include "og_moe.h" /* og_plan_make: the planner's KV term */
+#include "sanitized_fixture.h" /* OG_TEST_SANITIZED: the sanitizer builds run smaller cases */
 
 #include <jansson.h>
 
@@ -195,15 +196,6 @@ static void test_greedy_matches_forward_loop(void **state) {
     og_ids_free(&ids);
 }
 
-/* The sanitizer builds (several times slower) run smaller cases of the long
- * tests; the plain build runs them whole. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define OG_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define OG_TEST_SANITIZED 1
-#endif
-#endif
 #ifdef OG_TEST_SANITIZED
 #define PC_LOOP 30
 #define FORK_CASES 1   /* test_fork_greedy: the 150-token prompt (two full blocks and a partial one), cache on */

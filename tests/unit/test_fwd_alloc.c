@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "og_moe.h"
+#include "sanitized_fixture.h" /* OG_TEST_SANITIZED: the sanitizer builds write the model in Q8_0 */
 
 /* ---- the allocation counter (-Wl,--wrap=...) ---- */
 
@@ -84,14 +85,9 @@ static long minflt(void) {
 /* Q4_K through the tiled products in the plain build; the sanitizer builds
  * write Q8_0 (also tiled), since make-model's Q4_K quantizer takes a minute at
  * -O0 with ASan: the allocation counts do not depend on the weight type. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef OG_TEST_SANITIZED
 #define SMALL_TYPES "--type Q8_0 --type-routed Q8_0"
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SMALL_TYPES "--type Q8_0 --type-routed Q8_0"
-#endif
-#endif
-#ifndef SMALL_TYPES
+#else
 #define SMALL_TYPES "--type Q4_K --type-routed Q4_K"
 #endif
 #define NL 4

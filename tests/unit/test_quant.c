@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "og_quant.h"
+#include "sanitized_fixture.h" /* OG_TEST_SANITIZED: the sanitizer builds run smaller cases */
 #include "skip_fixture.h"
 
 static float vec_x(int i) { return (float)((((i * 37 + 11) % 97) - 48) * (1 + (i / 32) % 4)) / 64.0f; }
@@ -209,12 +210,9 @@ static void test_tiers(void **state) {
 #define VARIANT_AVX512_PLAIN (OG_ISA_AVX512 + 1)
 #define N_VARIANTS (VARIANT_AVX512_PLAIN + 1)
 /* Sanitized builds check the kernels without GFNI in test_canonical only (time). */
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#ifdef OG_TEST_SANITIZED
 #define N_VARIANTS_SIDE VARIANT_AVX512_PLAIN
-#endif
-#endif
-#ifndef N_VARIANTS_SIDE
+#else
 #define N_VARIANTS_SIDE N_VARIANTS
 #endif
 static const char *variant_name(int v) { return v == VARIANT_AVX512_PLAIN ? "avx512 (no GFNI/VBMI)" : og_isa_name((og_isa)v); }
@@ -730,12 +728,7 @@ static void test_gemm_canonical(void **state) {
     (void)state;
     og_cpu_features f;
     og_cpu_detect(&f);
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define OG_GEMM_SMALL 1 /* sanitized builds: the small cases only (the plain build runs them all) */
-#endif
-#endif
-#ifdef OG_GEMM_SMALL
+#ifdef OG_TEST_SANITIZED /* the small cases only (the plain build runs them all) */
     static const int64_t ms[] = {1, 2, 3, 5, 17}, nrs[] = {1, 33};
     const int64_t MM = 17, NR = 33, n_lengths = 2;
 #else

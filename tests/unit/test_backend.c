@@ -691,11 +691,17 @@ static void *dv_up(dv_ctx *c, const void *src, size_t bytes) {
     return p;
 }
 
-static void dv_down(dv_ctx *c, void *dst, const void *src, size_t bytes) {
+/* Waits for everything issued on the stream so far (a copy_to_device reads its
+ * host source when it runs, not when it is issued). */
+static void dv_sync(dv_ctx *c) {
     og_event ev;
-    assert_int_equal(c->ops->copy_to_host(c->dev, c->s, dst, src, bytes, c->err, sizeof c->err), OG_OK);
     assert_int_equal(c->ops->event_record(c->dev, c->s, &ev, c->err, sizeof c->err), OG_OK);
     assert_int_equal(c->ops->event_wait(c->dev, ev, c->err, sizeof c->err), OG_OK);
+}
+
+static void dv_down(dv_ctx *c, void *dst, const void *src, size_t bytes) {
+    assert_int_equal(c->ops->copy_to_host(c->dev, c->s, dst, src, bytes, c->err, sizeof c->err), OG_OK);
+    dv_sync(c);
 }
 
 static void assert_same_bits(const void *a, const void *b, size_t bytes) { assert_memory_equal(a, b, bytes); }
@@ -922,6 +928,7 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     float *dnew = dv_up(&c, newrows, sizeof newrows);
     og_kv_store_op st = {kvv, {dnew, KW, 2, KW}, first, tpos};
     assert_int_equal(c.ops->kv_store(dev, c.s, &st, c.err, sizeof c.err), OG_OK);
+    dv_sync(&c); /* the blocks' copies up have read hblk before the reference changes it */
     memcpy(hblk + 1 * blk + BR * KW + 1 * KW, newrows, KW * sizeof(float));      /* seq 0 pos 5: block 1, row 1 */
     memcpy(hblk + 2 * blk + BR * KW + 2 * KW, newrows + KW, KW * sizeof(float)); /* seq 1 pos 2: block 2, row 2 */
     for (int b = 0; b < NB; b++) {
@@ -990,6 +997,7 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     st16.kv.blocks = dblk16;
     st16.kv.type = OG_KV_F16;
     assert_int_equal(c.ops->kv_store(dev, c.s, &st16, c.err, sizeof c.err), OG_OK);
+    dv_sync(&c); /* as above: the copies up have read hblk16 */
     for (int r = 0; r < KW; r++) {
         hblk16[1 * blk + BR * KW + 1 * KW + r] = og_fp32_to_fp16(newrows[r]);
         hblk16[2 * blk + BR * KW + 2 * KW + r] = og_fp32_to_fp16(newrows[KW + r]);

@@ -184,6 +184,7 @@ int og_cmd_plan(int argc, char **argv) {
         json_object_set_new(o, "device_bytes", json_integer((json_int_t)p.device_bytes));
         json_object_set_new(o, "host_bytes", json_integer((json_int_t)p.host_bytes));
         json_object_set_new(o, "kv_bytes", json_integer((json_int_t)p.kv_bytes));
+        json_object_set_new(o, "kv_blocks", json_integer((json_int_t)p.kv_blocks));
         json_object_set_new(o, "workspace_bytes", json_integer((json_int_t)p.workspace_bytes));
         json_object_set_new(o, "nonexpert_bytes", json_integer((json_int_t)p.nonexpert_bytes));
         json_object_set_new(o, "routed_expert_bytes", json_integer((json_int_t)p.routed_bytes));
@@ -229,6 +230,10 @@ int og_cmd_plan(int argc, char **argv) {
                 printf("kv:     %.0f bytes per token + %s per sequence (the model's cache layout), %u x %u tokens\n",
                        per_tok, og_fmt_bytes(hp.kv_elems_fixed * (hp.kv_elem_bytes ? hp.kv_elem_bytes : in.kv_bytes_per_elem),
                                              a, sizeof a), in.parallel, in.ctx);
+                if (p.kv_blocks)
+                    printf("kv:     the pool: %llu blocks of %d positions x %s = %s, one allocation\n",
+                           (unsigned long long)p.kv_blocks, OG_KV_BLOCK,
+                           og_fmt_bytes(p.kv_bytes / p.kv_blocks, a, sizeof a), og_fmt_bytes(p.kv_bytes, b, sizeof b));
             }
             printf("resident: %llu of %llu experts (%.1f%%); predicted device share of expert selections %.1f%%%s\n",
                    (unsigned long long)p.resident_experts, (unsigned long long)total_exp,

@@ -47,6 +47,7 @@ static void usage(FILE *out) {
             "                0: the hot set stays as planned); decayed-frequency policy, 8-step minimum residency\n"
             "  --save-profile FILE  writes the expert selection counts of this run (plus --profile's) for --profile\n"
             "  --save-trace FILE    writes the experts each decode step selected (for onegpu bench placement --trace)\n"
+            OG_CLI_CACHE_HELP
             "  --cpu-numerics gpu|fork  how the host computes every product: gpu (default) the canonical order that\n"
             "                every tier and the device compute bit for bit (resident experts always), so neither the CPU\n"
             "                tier nor placement changes a result; fork each CPU tier's fastest float order after the\n"
@@ -294,12 +295,18 @@ int og_cmd_run(int argc, char **argv) {
         }
     }
     rs.pl = pl;
-    /* one sequence through the engine: the prompt in one step, then one token a step */
+    /* one sequence through the engine: the prompt in one step, then one token a step;
+     * its KV pool holds what it runs (the planned --ctx when there is a plan) */
+    const size_t run_need = ids.n + (steps > 0 ? (size_t)steps : 1);
+    const int run_ctx = fl.have_vram || ctx_given ? (int)fl.ctx
+                        : run_need < mi->n_ctx_train ? (int)run_need : (int)mi->n_ctx_train;
     og_engine_config ecfg = {.model = m, .tok = tok,
                              .rc = {.kern = &kern, .pool = pool, .device_numerics = OG_NUMERICS_CANONICAL,
                                     .host_numerics = fl.numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
                              .placement = pl, .on_step = on_step, .on_step_arg = &rs, .parallel = 1,
-                             .batch_tokens = (int)ids.n, .ctx = (int)mi->n_ctx_train, .queue = 0, .log = &lg};
+                             .batch_tokens = (int)ids.n, .ctx = run_ctx, .queue = 0, .log = &lg,
+                             .cache_ram_bytes = fl.cache_ram, .cache_dir = fl.cache_dir,
+                             .cache_dir_bytes = fl.cache_dir_size};
     if (teacher) sp.temperature = 0;
     og_seq_params qp = {.sampling = sp, .max_tokens = steps, .n_top = n_top > 0 ? n_top : 1 /* the argmax */,
                         .logprobs = true, .forced = teacher, .n_forced = n_teacher, .report_eog = true};

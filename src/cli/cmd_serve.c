@@ -25,6 +25,7 @@ static void usage(FILE *out) {
             "usage: onegpu serve -m MODEL.gguf [--host ADDR] [--port P] [--api-key KEY] [--alias ID]\n"
             "                    [--ctx N] [--parallel N] [--batch-tokens N] [--queue N] [--threads T] [--numa-node N]\n"
             "                    [--max-tokens N] [--log-format text|json] [--reasoning on|off] [--prefix-cache on|off]\n"
+            "                    [--cache-ram SIZE] [--cache-dir DIR [--cache-dir-size SIZE]]\n"
             "                    [--chat-template v3|r1|v3.1|v4|v4.1]\n"
             "                    [--device cuda|cpu|auto] [--vram SIZE [--ram SIZE] [--reserve SIZE] [--expert-slots N|all]\n"
             "                     [--profile FILE] [--save-profile FILE] [--migrate N]]\n"
@@ -39,8 +40,10 @@ static void usage(FILE *out) {
             "  --parallel N       sequences served at once (default 4); --queue N more wait (default 64; then 503)\n"
             "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
             "  --prefix-cache on|off  reuse the KV blocks of a prompt prefix seen before (whole 64-token blocks,\n"
-            "                     kept within parallel x ctx positions, least recently used evicted; default on;\n"
-            "                     deepseek4 has none: its windows and compressor state are not paged blocks)\n"
+            "                     kept in the KV pool of parallel x ctx positions until a block is needed, least\n"
+            "                     recently used evicted; default on; deepseek4 has none: its windows and\n"
+            "                     compressor state are not paged blocks)\n"
+            OG_CLI_CACHE_HELP
             "  --max-tokens N     tokens generated for a request that sets no max_tokens (default: until the\n"
             "                     context is full for chat, 16 for completions); a request's own max_tokens wins\n"
             "  --reasoning on|off thinking mode for chats that do not choose (reasoning_effort, chat_template_kwargs\n"
@@ -312,7 +315,8 @@ int og_cmd_serve(int argc, char **argv) {
                                     .host_numerics = fl.numerics_gpu ? OG_NUMERICS_CANONICAL : OG_NUMERICS_FORK},
                              .placement = pl, .parallel = (int)parallel, .batch_tokens = (int)batch_tokens,
                              .ctx = (int)ctx, .queue = (int)queue, .no_prefix_cache = !prefix_cache,
-                             .log = &lg};
+                             .log = &lg, .cache_ram_bytes = fl.cache_ram, .cache_dir = fl.cache_dir,
+                             .cache_dir_bytes = fl.cache_dir_size};
     if (og_engine_create(&ecfg, &eng, err, sizeof err) || og_engine_start(eng, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s\n", err);
         rc = OG_EXIT_USAGE;
@@ -329,10 +333,19 @@ int og_cmd_serve(int argc, char **argv) {
                         "sliding windows and compressor state, lies outside the paged KV blocks): serving without one\n",
                 mi->arch);
     og_server_set_engine(srv, eng, &mdl);
+    og_engine_metrics em;
+    og_engine_metrics_get(eng, &em);
+    char pool_line[160] = "";
+    if (em.kv_block_bytes) {
+        char pb[32];
+        snprintf(pool_line, sizeof pool_line, ", KV pool %llu blocks (%s)%s%s", (unsigned long long)em.kv_blocks_total,
+                 og_fmt_bytes(em.kv_blocks_total * em.kv_block_bytes, pb, sizeof pb),
+                 fl.cache_ram && prefix_cache ? ", --cache-ram on" : "", fl.cache_dir && prefix_cache ? ", --cache-dir on" : "");
+    }
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads, prefix "
-                    "cache %s\n",
+                    "cache %s%s\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool),
-            prefix_cache && mi->kv_paged ? "on" : "off");
+            prefix_cache && mi->kv_paged ? "on" : "off", pool_line);
     fflush(stderr);
     int sig = 0;
     if (watching) {

@@ -266,6 +266,19 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         f->kv_type_set = true;
         f->pin.kv_bytes_per_elem = og_kv_type_bytes(f->kv_type); /* the plan's element: the cache's */
         break;
+    case OG_OPT_CACHE_RAM:
+        name = "cache-ram", want = "a size (e.g. 8G, or 0 for off)";
+        ok = og_parse_size(arg, &f->cache_ram) == OG_OK;
+        break;
+    case OG_OPT_CACHE_DIR:
+        name = "cache-dir", want = "a directory";
+        ok = arg[0] != 0;
+        f->cache_dir = arg;
+        break;
+    case OG_OPT_CACHE_DIR_SIZE:
+        name = "cache-dir-size", want = "a size of at least 1M (e.g. 64G)";
+        ok = og_parse_size(arg, &f->cache_dir_size) == OG_OK && f->cache_dir_size >= (1u << 20);
+        break;
     default: return 0;
     }
     if (ok) return 1;

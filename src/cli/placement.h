@@ -31,6 +31,9 @@ typedef struct og_cli_flags {
     og_kv_type kv_type;      /* --kv-type (default f16): the model's "kv-type" option and, through
                                 og_kv_type_bytes, the plan's pin.kv_bytes_per_elem: one value for both */
     bool kv_type_set;        /* --kv-type given (an architecture without the option then refuses it) */
+    uint64_t cache_ram;      /* --cache-ram SIZE: host RAM for evicted prefix blocks, bytes (0: off) */
+    const char *cache_dir;   /* --cache-dir DIR, or NULL */
+    uint64_t cache_dir_size; /* --cache-dir-size SIZE, bytes (0: OG_ENGINE_CACHE_DIR_BYTES) */
 } og_cli_flags;
 
 /* --device: auto = the cuda device when the build has it and a GPU answers, else
@@ -42,7 +45,8 @@ enum { OG_CLI_DEVICE_AUTO = 0, OG_CLI_DEVICE_CPU, OG_CLI_DEVICE_CUDA };
 enum {
     OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
     OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS, OG_OPT_NUMA_NODE,
-    OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE, OG_OPT_DS4_ROUNDING, OG_OPT_KV_TYPE
+    OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE, OG_OPT_DS4_ROUNDING, OG_OPT_KV_TYPE, OG_OPT_CACHE_RAM, OG_OPT_CACHE_DIR,
+    OG_OPT_CACHE_DIR_SIZE
 };
 
 /* The shared flags' entries for a command's getopt_long table. */
@@ -55,7 +59,9 @@ enum {
         {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}, \
         {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}, {"device-forward", no_argument, 0, OG_OPT_DEVICE_FORWARD}, \
         {"device", required_argument, 0, OG_OPT_DEVICE}, {"ds4-rounding", required_argument, 0, OG_OPT_DS4_ROUNDING}, \
-        {"kv-type", required_argument, 0, OG_OPT_KV_TYPE}
+        {"kv-type", required_argument, 0, OG_OPT_KV_TYPE}, {"cache-ram", required_argument, 0, OG_OPT_CACHE_RAM},   \
+        {"cache-dir", required_argument, 0, OG_OPT_CACHE_DIR},                                                        \
+        {"cache-dir-size", required_argument, 0, OG_OPT_CACHE_DIR_SIZE}
 
 /* The defaults: no device, --reserve 512M, --migrate 2, gpu numerics, every CPU, --kv-type f16. */
 void og_cli_flags_init(og_cli_flags *f);
@@ -86,6 +92,17 @@ int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f);
     "                architecture's round trips (deepseek4's default: as V4 was trained and ds4 runs it),\n"       \
     "                llama or none = none of them (deepseek41's default: V4.1's QAT is unverified; deepseek4\n"     \
     "                with llama.cpp's F32 cache: add --kv-type f32)\n"
+
+/* The --help lines of the prefix cache's tiers (run and serve). */
+#define OG_CLI_CACHE_HELP                                                                                              \
+    "  --cache-ram SIZE   host RAM that evicted prefix-cache blocks (whole 64-token blocks, with their chain\n"      \
+    "                     keys) are copied to instead of being dropped, least recently used out first, and\n"      \
+    "                     copied back into the KV pool on a hit (default 0: off; deepseek2-class models)\n"        \
+    "  --cache-dir DIR    evicted blocks (from --cache-ram when both are set) written to DIR, one file per\n"       \
+    "                     block, atomically, checked on start and on lookup (a corrupt, truncated or other\n"     \
+    "                     model's file is skipped with a log line); the cached blocks are written there at\n"     \
+    "                     exit, so a restart with the same DIR reads them (default: off)\n"                       \
+    "  --cache-dir-size SIZE  DIR's bound, least recently used files removed beyond it (default 16G)\n"
 
 /* After the command line: the combinations (--ram, --profile, --expert-slots and
  * --migrate need --vram; --save-profile must be writable). Returns 0, or

@@ -5,6 +5,8 @@
  * (a reader that leaves marks it), so the forward never sees freed memory. */
 #include "og_engine.h"
 
+#include "kv_pool.h"
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -99,6 +101,12 @@ struct og_engine {
     int *pc_bucket;               /* [pc_nbucket] first entry per hash bucket, -1 */
     int pc_cap, pc_nbucket, pc_used;
     uint64_t pc_tick;
+    og_kv_pool *kv_pool;          /* every paged block (kv_paged models), or NULL */
+    og_kv_alloc kv_alloc;         /* the sequences' allocator over kv_pool (pool_take / pool_give) */
+    og_kv_type kv_type;           /* the pool's blocks' element type */
+    og_kv_tier *tier;             /* --cache-ram / --cache-dir: where evicted cached blocks go, or NULL */
+    void *tier_buf;               /* [kv_block_bytes] host staging for a block going to or from a tier */
+    bool tier_spill;              /* pc_evict hands blocks to the tier (false while freeing without a directory) */
 };
 
 /* FNV-1a, 64 bits, over the parent's hash, the exact flag and the ids. */
@@ -126,7 +134,31 @@ static int pc_find(const og_engine *e, int parent, bool exact, const int32_t *id
     return -1;
 }
 
-/* Removes an unreferenced entry from its bucket and frees its block, then its
+/* An evicted entry's block, full and with its chain key, goes to the tiers
+ * (og_kv_tier_put: RAM, else the directory) by way of host memory. A copy that
+ * fails drops the block (logged by the device's error). */
+static void pc_spill(og_engine *e, const pc_entry *c) {
+    og_kv_key k = {.hash = c->hash, .parent_hash = c->parent >= 0 ? e->pc[c->parent].hash : 0, .exact = c->exact};
+    memcpy(k.ids, c->ids, sizeof k.ids);
+    const uint64_t bytes = og_kv_pool_block_bytes(e->kv_pool);
+    og_device *dev = c->dev;
+    if (!dev) memcpy(e->tier_buf, c->blk, bytes);
+    else {
+        char err[256];
+        og_event ev;
+        og_status st = dev->ops->copy_to_host(dev, e->cfg.rc.stream, e->tier_buf, c->blk, bytes, err, sizeof err);
+        if (!st) st = dev->ops->event_record(dev, e->cfg.rc.stream, &ev, err, sizeof err);
+        if (!st) st = dev->ops->event_wait(dev, ev, err, sizeof err);
+        if (st) {
+            og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a block not kept in the tiers: %s", err);
+            return;
+        }
+    }
+    og_kv_tier_put(e->tier, &k, e->tier_buf);
+}
+
+/* Removes an unreferenced entry from its bucket and gives its block back to
+ * the pool (its contents to the tiers first, when there are any), then its
  * descendants (unreferenced too: a sequence holding a block holds its chain).
  * Returns the entries evicted. */
 static int pc_evict(og_engine *e, int i) {
@@ -135,8 +167,8 @@ static int pc_evict(og_engine *e, int i) {
     int *link = &e->pc_bucket[c->hash & (uint64_t)(e->pc_nbucket - 1)];
     while (*link != i) link = &e->pc[*link].next;
     *link = c->next;
-    if (c->dev) c->dev->ops->free(c->dev, c->blk);
-    else free(c->blk);
+    if (e->tier && e->tier_spill) pc_spill(e, c);
+    og_kv_pool_give(e->kv_pool, c->blk);
     c->blk = NULL;
     c->used = false;
     c->gen++;
@@ -153,6 +185,25 @@ static int pc_lru(const og_engine *e) {
     for (int i = 0; i < e->pc_cap; i++)
         if (e->pc[i].used && !e->pc[i].ref && (best < 0 || e->pc[i].lru < e->pc[best].lru)) best = i;
     return best;
+}
+
+/* og_kv_alloc.take over the pool (lock held): a free block, else the least
+ * recently used unreferenced cached one's (evicted: to the tiers when there are
+ * any), else NULL: every block is held by a sequence. */
+static void *pool_take(void *self) {
+    og_engine *e = self;
+    for (;;) {
+        void *b = og_kv_pool_take(e->kv_pool);
+        if (b) return b;
+        const int v = e->pc ? pc_lru(e) : -1;
+        if (v < 0) return NULL;
+        pc_evict(e, v);
+    }
+}
+
+static void pool_give(void *self, void *blk) {
+    og_engine *e = self;
+    og_kv_pool_give(e->kv_pool, blk);
 }
 
 static double now_s(void) {
@@ -234,7 +285,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     pthread_cond_init(&e->cv_work, &ca);
     pthread_cond_init(&e->cv_out, &ca);
     pthread_condattr_destroy(&ca);
-    e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
+    e->met.kv_blocks_total = cfg->kv_blocks ? cfg->kv_blocks : og_engine_kv_blocks(cfg->parallel, cfg->ctx);
     /* blocks are shared only where the model's whole per-sequence state is its
      * paged blocks (og_model_info.kv_paged) */
     if (!cfg->no_prefix_cache && !mi->kv_paged)
@@ -251,6 +302,37 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
         }
         for (int i = 0; i < e->pc_nbucket; i++) e->pc_bucket[i] = -1;
         e->pc_cap = cap;
+    }
+    if (mi->kv_paged) { /* the pool: every block of every sequence and of the prefix cache, made once */
+        og_status pst = e->met.kv_blocks_total > UINT32_MAX
+                            ? og_fail(err, errlen, OG_ERR_INVALID_ARG, "%llu KV blocks: too many",
+                                      (unsigned long long)e->met.kv_blocks_total)
+                            : og_kv_pool_create(cfg->rc.dev, mi->kv_block_bytes, (uint32_t)e->met.kv_blocks_total,
+                                                &e->kv_pool, err, errlen);
+        if (pst) {
+            og_engine_free(e);
+            return pst;
+        }
+        e->kv_alloc = (og_kv_alloc){pool_take, pool_give, e};
+        e->kv_type = mi->kv_elem_bytes == 2 ? OG_KV_F16 : OG_KV_F32;
+        e->met.kv_block_bytes = mi->kv_block_bytes;
+    }
+    if (e->pc && (cfg->cache_ram_bytes || cfg->cache_dir)) {
+        og_kv_tier_config tc = {.ram_bytes = cfg->cache_ram_bytes, .dir = cfg->cache_dir,
+                                .dir_bytes = cfg->cache_dir_bytes ? cfg->cache_dir_bytes : OG_ENGINE_CACHE_DIR_BYTES,
+                                .model_id = og_kv_model_id(og_model_gguf(cfg->model)), .kv_type = e->kv_type,
+                                .n_layer = mi->n_layer, .elem_bytes = mi->kv_elem_bytes, .log = cfg->log};
+        tc.row_elems = (uint32_t)(mi->kv_block_bytes / ((uint64_t)mi->n_layer * OG_KV_BLOCK * mi->kv_elem_bytes));
+        og_status tst = og_kv_tier_create(&tc, &e->tier, err, errlen);
+        if (!tst && !(e->tier_buf = malloc(mi->kv_block_bytes)))
+            tst = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+        if (tst) {
+            og_engine_free(e);
+            return tst;
+        }
+        e->tier_spill = true;
+    } else if (cfg->cache_ram_bytes || cfg->cache_dir) {
+        og_log(cfg->log, OG_LOG_INFO, "--cache-ram / --cache-dir off: the prefix cache is off");
     }
     if (cfg->placement) og_placement_bind(cfg->placement, &e->cfg.rc);
     og_placement_stats ps;
@@ -583,6 +665,19 @@ og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out) {
     *out = e->met;
     out->queued = e->n_queue;
     out->running = e->n_running;
+    if (e->kv_pool) out->kv_blocks_free = og_kv_pool_n_free(e->kv_pool);
+    if (e->tier) {
+        og_kv_tier_stats ts;
+        og_kv_tier_get_stats(e->tier, &ts);
+        out->cache_ram_blocks = ts.ram_blocks;
+        out->cache_ram_bytes = ts.ram_bytes;
+        out->cache_disk_blocks = ts.disk_blocks;
+        out->cache_disk_bytes = ts.disk_bytes;
+        out->cache_ram_stored = ts.ram_stored;
+        out->cache_disk_stored = ts.disk_stored;
+        out->cache_disk_skipped = ts.disk_skipped;
+        out->cache_disk_errors = ts.disk_errors;
+    }
     out->gen_tok_per_s = 0;
     if (e->rate_count > 1) {
         double t_now = now_s();
@@ -742,6 +837,7 @@ static void rate_sample(og_engine *e) {
  * retired but not yet released by its reader (lock held): a sequence that kept
  * its cache past retirement shows here. */
 static uint64_t kv_blocks_in_use(og_engine *e) {
+    if (e->kv_pool) e->met.kv_blocks_free = og_kv_pool_n_free(e->kv_pool);
     uint64_t blocks = 0;
     for (const og_seq *s = e->all; s; s = s->next) blocks += (uint64_t)(s->kv.n_blocks - s->n_shared);
     uint64_t shared = 0, cached = 0;
@@ -755,8 +851,71 @@ static uint64_t kv_blocks_in_use(og_engine *e) {
     return blocks + shared;
 }
 
+/* A new cache entry for block blk (the pool's) after parent, referenced once
+ * (lock held). Returns its slot, or -1 when the table is full. */
+static int pc_add(og_engine *e, void *blk, int parent, uint64_t h, bool exact, const int32_t *ids) {
+    int slot = -1;
+    for (int i = 0; i < e->pc_cap && slot < 0; i++)
+        if (!e->pc[i].used) slot = i;
+    if (slot < 0) return -1;
+    pc_entry *c = &e->pc[slot];
+    c->blk = blk;
+    c->dev = e->cfg.rc.dev;
+    c->type = e->kv_type;
+    c->hash = h;
+    c->parent = parent;
+    c->parent_gen = parent >= 0 ? e->pc[parent].gen : 0;
+    c->ref = 1;
+    c->used = true;
+    c->exact = exact;
+    c->lru = ++e->pc_tick;
+    memcpy(c->ids, ids, sizeof c->ids);
+    int *b = &e->pc_bucket[h & (uint64_t)(e->pc_nbucket - 1)];
+    c->next = *b;
+    *b = slot;
+    e->pc_used++;
+    return slot;
+}
+
+/* The block after parent with these ids from the tiers (lock held): into a
+ * pool block (taken, evicting others where needed: the chain found so far is
+ * referenced, so it stays), as a new entry referenced once. Returns its slot,
+ * or -1 (not held, no block, a copy failed). */
+static int pc_restore(og_engine *e, int parent, bool exact, const int32_t *ids) {
+    og_kv_key k = {.parent_hash = parent >= 0 ? e->pc[parent].hash : 0, .exact = exact};
+    k.hash = pc_hash(k.parent_hash, exact, ids);
+    memcpy(k.ids, ids, sizeof k.ids);
+    const int from = og_kv_tier_get(e->tier, &k, e->tier_buf);
+    if (!from) return -1;
+    void *blk = pool_take(e);
+    og_status st = blk ? OG_OK : OG_ERR_NOMEM;
+    og_device *dev = e->cfg.rc.dev;
+    const uint64_t bytes = og_kv_pool_block_bytes(e->kv_pool);
+    char err[256] = "no free block";
+    if (!st && !dev) memcpy(blk, e->tier_buf, bytes);
+    else if (!st) {
+        og_event ev;
+        st = dev->ops->copy_to_device(dev, e->cfg.rc.stream, blk, e->tier_buf, bytes, err, sizeof err);
+        if (!st) st = dev->ops->event_record(dev, e->cfg.rc.stream, &ev, err, sizeof err);
+        if (!st) st = dev->ops->event_wait(dev, ev, err, sizeof err);
+    }
+    const int slot = st ? -1 : pc_add(e, blk, parent, k.hash, exact, ids);
+    if (slot < 0) {
+        if (blk) og_kv_pool_give(e->kv_pool, blk);
+        if (from == 1) og_kv_tier_put(e->tier, &k, e->tier_buf); /* it left RAM: back there */
+        og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a %s block not restored: %s", from == 1 ? "RAM" : "disk", err);
+        return -1;
+    }
+    if (from == 1) e->met.cache_ram_restored++;
+    else e->met.cache_disk_restored++;
+    return slot;
+}
+
 /* Admission (lock held): s shares the longest cached run of its leading full
- * prompt blocks, leaving at least one prompt token to prefill. */
+ * prompt blocks, leaving at least one prompt token to prefill: from the pool,
+ * then from the tiers (--cache-ram, --cache-dir) into pool blocks. Each block
+ * found is referenced at once, so a block taken for the next one never evicts
+ * the chain. */
 static void pc_admit(og_engine *e, og_seq *s) {
     const int n_full = s->n_prompt / OG_KV_BLOCK;
     if (!e->pc || !n_full) return;
@@ -764,22 +923,26 @@ static void pc_admit(og_engine *e, og_seq *s) {
     int j = 0, parent = -1;
     for (; (j + 1) * OG_KV_BLOCK <= s->n_prompt - 1; j++) {
         uint64_t h;
-        int c = pc_find(e, parent, s->reproducible, s->prompt + j * OG_KV_BLOCK, &h);
+        const int32_t *ids = s->prompt + j * OG_KV_BLOCK;
+        int c = pc_find(e, parent, s->reproducible, ids, &h);
+        if (c >= 0) e->pc[c].ref++;
+        else if (e->tier) c = pc_restore(e, parent, s->reproducible, ids);
         if (c < 0) break;
+        e->pc[c].lru = ++e->pc_tick;
         s->pc_ent[j] = parent = c;
     }
     if (!j) return;
-    int cap = j > 8 ? j : 8;
-    if (!(s->kv.blocks = malloc((size_t)cap * sizeof *s->kv.blocks))) return;
-    s->kv.cap_blocks = cap;
-    for (int k = 0; k < j; k++) {
-        pc_entry *c = &e->pc[s->pc_ent[k]];
-        c->ref++;
-        c->lru = ++e->pc_tick;
-        s->kv.blocks[k] = c->blk;
+    const int want = (s->kv.n_ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK;
+    const int cap = j > want ? j : want;
+    if (!(s->kv.blocks = malloc((size_t)cap * sizeof *s->kv.blocks))) {
+        for (int k = 0; k < j; k++) e->pc[s->pc_ent[k]].ref--;
+        return;
     }
+    s->kv.cap_blocks = cap;
+    for (int k = 0; k < j; k++) s->kv.blocks[k] = e->pc[s->pc_ent[k]].blk;
     s->kv.dev = e->pc[s->pc_ent[0]].dev;
     s->kv.type = e->pc[s->pc_ent[0]].type;
+    s->kv.alloc = &e->kv_alloc;
     s->kv.n_blocks = s->n_shared = j;
     s->kv.n_pos = j * OG_KV_BLOCK;
     s->n_fed = s->n_cached = j * OG_KV_BLOCK;
@@ -802,49 +965,97 @@ static void pc_insert(og_engine *e, og_seq *s) {
             s->pc_stop = true;
             break;
         }
-        if (e->pc_used >= e->pc_cap) {
-            int v = pc_lru(e);
-            if (v >= 0) pc_evict(e, v);
-        }
-        int slot = -1;
-        for (int i = 0; i < e->pc_cap && slot < 0; i++)
-            if (!e->pc[i].used) slot = i;
+        /* every entry holds a pool block other than s's own ones: the table (one
+         * slot per pool block) has room */
+        const int slot = pc_add(e, s->kv.blocks[j], parent, h, s->reproducible, s->prompt + j * OG_KV_BLOCK);
         if (slot < 0) {
             s->pc_stop = true;
             break;
         }
-        pc_entry *c = &e->pc[slot];
-        c->blk = s->kv.blocks[j];
-        c->dev = s->kv.dev;
-        c->type = s->kv.type;
-        c->hash = h;
-        c->parent = parent;
-        c->parent_gen = parent >= 0 ? e->pc[parent].gen : 0;
-        c->ref = 1;
-        c->used = true;
-        c->exact = s->reproducible;
-        c->lru = ++e->pc_tick;
-        memcpy(c->ids, s->prompt + j * OG_KV_BLOCK, sizeof c->ids);
-        int *b = &e->pc_bucket[h & (uint64_t)(e->pc_nbucket - 1)];
-        c->next = *b;
-        *b = slot;
-        e->pc_used++;
         s->pc_ent[j] = slot;
         s->n_shared++;
     }
 }
 
-/* Before a step (lock held): evicts least recently used unreferenced blocks
- * while the sequences' blocks and the cache's pass kv_blocks_total. Returns
- * the blocks in use. */
-static uint64_t pc_trim(og_engine *e) {
-    const uint64_t used = kv_blocks_in_use(e);
-    while (e->pc && used + e->met.kv_blocks_cached > e->met.kv_blocks_total) {
-        int v = pc_lru(e);
-        if (v < 0) break;
-        e->met.kv_blocks_cached -= (uint64_t)pc_evict(e, v); /* descendants of an unreferenced block are too */
+/* Before a step (lock held): the blocks in use. The pool bounds the cache:
+ * a cached block is evicted only when a sequence needs its block (pool_take). */
+static uint64_t pc_trim(og_engine *e) { return kv_blocks_in_use(e); }
+
+/* Before a step (lock held): each sequence of the batch gets from the pool the
+ * blocks its new positions need, so the forward pass (outside the lock) takes
+ * none. A sequence the pool has no block left for (every one held by running
+ * sequences: a pool below parallel x ctx, og_engine_config.kv_blocks) ends with
+ * an error. Returns false when one did: the batch is built again. */
+static bool kv_reserve_step(og_engine *e, int n) {
+    if (!e->kv_pool) return true;
+    int *add = e->b_share; /* build_batch is done with it */
+    for (int i = 0; i < e->n_running; i++) add[i] = 0;
+    for (int t = 0; t < n; t++) add[e->b_seq[t]]++;
+    bool ok = true;
+    for (int i = 0; i < e->n_running; i++) {
+        og_seq *s = e->running[i];
+        og_kv *kv = &s->kv;
+        const int need = (kv->n_pos + add[i] + OG_KV_BLOCK - 1) / OG_KV_BLOCK;
+        if (!add[i] || kv->n_blocks >= need) continue;
+        if (!kv->n_blocks) kv->dev = e->cfg.rc.dev, kv->type = e->kv_type, kv->alloc = &e->kv_alloc;
+        if (need > kv->cap_blocks) {
+            const int most = (e->cfg.ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK, cap = need > most ? need : most;
+            float **nb = realloc(kv->blocks, (size_t)cap * sizeof *nb);
+            if (!nb) {
+                snprintf(s->error, sizeof s->error, "engine failure: out of memory for a block table");
+                seq_end(s, OG_FINISH_ERROR);
+                ok = false;
+                continue;
+            }
+            kv->blocks = nb;
+            kv->cap_blocks = cap;
+        }
+        while (kv->n_blocks < need) {
+            void *b = pool_take(e);
+            if (!b) break;
+            kv->blocks[kv->n_blocks++] = b;
+        }
+        if (kv->n_blocks < need) {
+            snprintf(s->error, sizeof s->error,
+                     "the KV pool's %llu blocks of %d positions are all held by running sequences (%d more needed); "
+                     "retry later", (unsigned long long)e->met.kv_blocks_total, OG_KV_BLOCK, need - kv->n_blocks);
+            seq_end(s, OG_FINISH_ERROR);
+            ok = false;
+        }
     }
-    return used;
+    return ok;
+}
+
+/* The pool's blocks (lock held; og_engine_check): each is free xor one
+ * sequence's own xor one cache entry's; none is lost. A running sequence's
+ * block table is read too: the engine reserves a step's blocks under the lock
+ * before the forward call, which then only reads the table. */
+static og_status pool_walk(og_engine *e, char *err, size_t errlen) {
+    og_status st = og_kv_pool_check(e->kv_pool, err, errlen);
+    const uint32_t n = og_kv_pool_n_blocks(e->kv_pool);
+    enum { NONE, FREE, OWN, CACHED };
+    static const char *const what[] = {"nobody's", "free", "a sequence's", "a cache entry's"};
+    uint8_t *who = st ? NULL : calloc(n, 1);
+    if (!st && !who) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < n && !st; i++) who[i] = og_kv_pool_is_free(e->kv_pool, i) ? FREE : NONE;
+    for (const og_seq *s = e->all; s && !st; s = s->next)
+        for (int j = s->n_shared; j < s->kv.n_blocks && !st; j++) {
+            const int64_t b = og_kv_pool_index(e->kv_pool, s->kv.blocks[j]);
+            if (b < 0) st = og_fail(err, errlen, OG_ERR_STATE, "a sequence's block %d is not one of the pool's", j);
+            else if (who[b]) st = og_fail(err, errlen, OG_ERR_STATE, "pool block %lld is %s and a sequence's", (long long)b, what[who[b]]);
+            else who[b] = OWN;
+        }
+    for (int i = 0; i < e->pc_cap && !st; i++) {
+        if (!e->pc[i].used) continue;
+        const int64_t b = og_kv_pool_index(e->kv_pool, e->pc[i].blk);
+        if (b < 0) st = og_fail(err, errlen, OG_ERR_STATE, "cache entry %d's block is not one of the pool's", i);
+        else if (who[b]) st = og_fail(err, errlen, OG_ERR_STATE, "pool block %lld is %s and cache entry %d's", (long long)b, what[who[b]], i);
+        else who[b] = CACHED;
+    }
+    for (uint32_t i = 0; i < n && !st; i++)
+        if (who[i] == NONE) st = og_fail(err, errlen, OG_ERR_STATE, "pool block %u is neither free nor held (lost)", i);
+    free(who);
+    return st;
 }
 
 og_status og_engine_check(og_engine *e, char *err, size_t errlen) {
@@ -883,6 +1094,7 @@ og_status og_engine_check(og_engine *e, char *err, size_t errlen) {
     }
     if (!st && used != e->pc_used)
         st = og_fail(err, errlen, OG_ERR_STATE, "%d cache entries in use, %d counted", used, e->pc_used);
+    if (!st && e->kv_pool) st = pool_walk(e, err, errlen);
     /* the budget, when no step is in flight (running sequences' caches belong to the scheduler) */
     if (!st && !e->n_running && kv_blocks_in_use(e) + e->met.kv_blocks_cached > e->met.kv_blocks_total)
         st = og_fail(err, errlen, OG_ERR_STATE, "%llu blocks held, over the budget of %llu",
@@ -1057,6 +1269,7 @@ static void *scheduler(void *arg) {
         }
         e->met.kv_blocks_used = pc_trim(e);
         int n = build_batch(e);
+        if (n > 0 && !kv_reserve_step(e, n)) continue; /* a sequence without blocks ended: retire it, build again */
         if (n == 0) {
             if (e->in_flight) { /* at rest: copies that completed become resident without another step */
                 /* the wait for the copies runs without the engine lock (submissions,
@@ -1207,8 +1420,14 @@ void og_engine_free(og_engine *e) {
     free(e->layer_hits);
     og_fwd_scratch_free(&e->scratch);
     og_vocab_free(e->vocab);
+    /* the cached blocks outlive the process in the directory (a restart with the
+     * same --cache-dir reads them); RAM alone would only be copied to be freed */
+    e->tier_spill = e->tier && e->cfg.cache_dir;
     for (int i = 0; i < e->pc_cap; i++)
         if (e->pc[i].used) pc_evict(e, i);
+    og_kv_tier_free(e->tier);
+    free(e->tier_buf);
+    og_kv_pool_free(e->kv_pool);
     free(e->pc);
     free(e->pc_bucket);
     free(e);

@@ -64,13 +64,40 @@ typedef struct og_engine_config {
                                      them, verified by the ids; a later prompt with the same leading blocks
                                      shares them read-only (refcounted) and prefills only the rest (at least
                                      one token: the last prompt position's logits are needed). Its last,
-                                     partial block is its own. Unreferenced blocks stay cached, least
-                                     recently used evicted first, while the cache and the sequences' own
-                                     blocks together stay within kv_blocks_total (parallel x ctx).
+                                     partial block is its own. Unreferenced blocks stay cached in
+                                     the KV pool (kv_blocks) until a sequence needs a block: the
+                                     least recently used goes then (to the tiers when set).
                                      Off whatever this says for a model whose og_model_info.kv_paged is
                                      false (its state is not the blocks alone): logged once at create. */
     const og_logger *log;         /* not owned, outlives the engine; NULL: warnings to stderr */
+    /* The KV pool (models whose og_model_info.kv_paged is true): ONE allocation
+     * of kv_blocks blocks of og_model_info.kv_block_bytes, made at create on
+     * rc.dev's memory (the host's without a device), from which every sequence
+     * takes its blocks and in which the prefix cache keeps its unreferenced ones.
+     * 0: og_engine_kv_blocks(parallel, ctx), what the planner charges (its KV
+     * term), so running sequences always find blocks; fewer: a sequence that
+     * finds none ends with an error saying so. */
+    uint32_t kv_blocks;
+    /* --cache-ram: bytes of host RAM that evicted full prefix-cache blocks (with
+     * their chain keys) are copied to instead of being dropped (LRU), and copied
+     * back into a pool block on a hit; 0: none. */
+    uint64_t cache_ram_bytes;
+    /* --cache-dir: a directory where evicted blocks go (from RAM when both are
+     * set, else from the pool), one file per block, written atomically, checked
+     * on start and on lookup (kv_pool.h); the pool's cached blocks are written
+     * there when the engine is freed, so a restart finds them. NULL: none. */
+    const char *cache_dir;
+    uint64_t cache_dir_bytes;     /* the directory's bound, bytes; 0: OG_ENGINE_CACHE_DIR_BYTES */
 } og_engine_config;
+
+#define OG_ENGINE_CACHE_DIR_BYTES (16ull << 30) /* --cache-dir-size's default: 16 GiB */
+
+/* The pool's blocks for parallel sequences of ctx positions each: parallel x
+ * ceil(ctx / OG_KV_BLOCK), what og_plan_make charges for a paged cache. Cannot
+ * fail (returns a count). */
+static inline uint64_t og_engine_kv_blocks(int parallel, int ctx) {
+    return (uint64_t)parallel * (((uint64_t)ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
+}
 
 /* Why a sequence ended (the API's finish_reason). */
 typedef enum og_finish {
@@ -137,10 +164,18 @@ typedef struct og_engine_metrics {
     uint64_t seqs_admitted, seqs_finished, seqs_cancelled, seqs_rejected;
     uint64_t prompt_tokens, gen_tokens, steps;
     int queued, running;          /* now */
-    uint64_t kv_blocks_used, kv_blocks_total; /* OG_KV_BLOCK positions each; total = parallel x ctx; used:
+    uint64_t kv_blocks_used, kv_blocks_total; /* OG_KV_BLOCK positions each; total: the pool's; used:
                                                  the sequences' own blocks plus referenced cached ones */
     uint64_t kv_blocks_cached;    /* prefix-cache blocks no sequence references (kept for reuse, evictable) */
     uint64_t kv_blocks_shared;    /* prefix-cache blocks referenced by at least one sequence */
+    uint64_t kv_blocks_free;      /* pool blocks on the free list (used + cached + free = total) */
+    uint64_t kv_block_bytes;      /* bytes of one block (og_model_info.kv_block_bytes), 0 without a pool */
+    uint64_t cache_ram_blocks, cache_ram_bytes;   /* --cache-ram: blocks held in host RAM now, their bytes */
+    uint64_t cache_disk_blocks, cache_disk_bytes; /* --cache-dir: block files indexed now, their bytes */
+    uint64_t cache_ram_restored, cache_disk_restored; /* blocks read back into the pool from each, in all */
+    uint64_t cache_ram_stored, cache_disk_stored;     /* blocks put in each, in all */
+    uint64_t cache_disk_skipped;  /* files refused (corrupt, truncated, another model's), in all */
+    uint64_t cache_disk_errors;   /* block files that could not be written, in all */
     uint64_t prefix_hits;         /* sequences admitted with at least one cached block */
     uint64_t prefix_cached_tokens;/* prompt tokens read from the cache instead of prefilled, in all */
     uint64_t prefix_blocks_reused;/* cached blocks handed to admitted sequences, in all */
@@ -203,10 +238,12 @@ bool og_engine_wait(og_engine *e, double timeout_s);
 void og_seq_release(og_engine *e, og_seq *s);
 
 og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out);
-/* Debug consistency check of the prefix cache (tests call it): walks the live
- * sequences and compares each cached block's refcount with the sequences that
- * hold it, every block's place in its hash chain, the LRU/free bookkeeping and
- * the chain links. Errors: OG_ERR_STATE with the first inconsistency. */
+/* Debug consistency check of the prefix cache and the KV pool (tests call
+ * it): walks the live sequences and compares each cached block's refcount with
+ * the sequences that hold it, every block's place in its hash chain, the
+ * LRU/free bookkeeping and the chain links; then the pool: every block free
+ * xor owned (by one sequence, or by one cache entry), none lost, the free list
+ * sound. Errors: OG_ERR_STATE with the first inconsistency. */
 /* Call it with no step in flight for the budget part (e.g. once every sequence ended). */
 og_status og_engine_check(og_engine *e, char *err, size_t errlen);
 /* Per-layer expert traffic as of the last step: routes[l] selections and hits[l]

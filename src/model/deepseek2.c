@@ -423,8 +423,9 @@ static og_status ds2_set_option(og_model *m, const char *name, const char *value
 /* ---- forward ------------------------------------------------------------ */
 
 /* Grows kv to n_pos positions, its blocks (of the model's kv-type) in dev's
- * memory (NULL: the host's); a cache keeps the device and the type its first
- * block came with. Errors: OG_ERR_NOMEM, OG_ERR_INVALID_ARG (a cache of another
+ * memory (NULL: the host's), from kv->alloc when set (the engine's pool, which
+ * reserved them before the call: nothing is taken here then); a cache keeps
+ * the device and the type its first block came with. Errors: OG_ERR_NOMEM, OG_ERR_INVALID_ARG (a cache of another
  * device), OG_ERR_STATE (a cache of another kv-type). */
 static og_status kv_reserve(const og_ds2 *d, og_kv *kv, int32_t n_pos, og_device *dev) {
     const size_t bytes = (size_t)d->hp.n_layer * OG_KV_BLOCK * (d->hp.kv_lora_rank + d->hp.d_rope) *
@@ -441,7 +442,10 @@ static og_status kv_reserve(const og_ds2 *d, og_kv *kv, int32_t n_pos, og_device
             kv->cap_blocks = cap;
         }
         void *blk = NULL;
-        if (dev ? dev->ops->alloc(dev, bytes, &blk, NULL, 0) != OG_OK : !(blk = malloc(bytes))) return OG_ERR_NOMEM;
+        if (kv->alloc ? !(blk = kv->alloc->take(kv->alloc->self))
+            : dev     ? dev->ops->alloc(dev, bytes, &blk, NULL, 0) != OG_OK
+                      : !(blk = malloc(bytes)))
+            return OG_ERR_NOMEM;
         kv->blocks[kv->n_blocks] = blk;
         kv->n_blocks++;
     }

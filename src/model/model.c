@@ -150,7 +150,8 @@ const og_gguf *og_model_gguf(const og_model *m) { return m->gguf; }
 
 void og_kv_free(og_kv *kv) {
     for (int i = 0; i < kv->n_blocks; i++)
-        if (kv->dev) kv->dev->ops->free(kv->dev, kv->blocks[i]);
+        if (kv->alloc) kv->alloc->give(kv->alloc->self, kv->blocks[i]);
+        else if (kv->dev) kv->dev->ops->free(kv->dev, kv->blocks[i]);
         else free(kv->blocks[i]);
     free(kv->blocks);
     if (kv->arch && kv->arch_free) kv->arch_free(kv->arch);
@@ -190,7 +191,8 @@ og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, 
     if (dev && n_share < src->n_blocks && (!rc || rc->dev != dev || !rc->stream))
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv fork: the cache is on a device the run context has no stream for");
     const int cap = src->n_blocks > 8 ? src->n_blocks : 8;
-    og_kv k = {.blocks = malloc((size_t)cap * sizeof *k.blocks), .type = src->type, .dev = dev, .cap_blocks = cap};
+    og_kv k = {.blocks = malloc((size_t)cap * sizeof *k.blocks), .type = src->type, .dev = dev, .cap_blocks = cap,
+               .alloc = src->alloc};
     if (!k.blocks) return og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: out of memory");
     const uint64_t bytes = m->info.kv_block_bytes;
     og_status st = OG_OK;
@@ -200,7 +202,10 @@ og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, 
             continue;
         }
         void *blk = NULL;
-        if (dev) st = dev->ops->alloc(dev, bytes, &blk, err, errlen);
+        if (src->alloc) {
+            if (!(blk = src->alloc->take(src->alloc->self)))
+                st = og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: the KV pool has no free block");
+        } else if (dev) st = dev->ops->alloc(dev, bytes, &blk, err, errlen);
         else if (!(blk = malloc(bytes))) st = og_fail(err, errlen, OG_ERR_NOMEM, "kv fork: out of memory for a block");
         if (st) break;
         k.blocks[k.n_blocks++] = blk;
@@ -218,7 +223,8 @@ og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, 
     }
     if (st) { /* the shared pointers are not this cache's to free */
         for (int i = n_share; i < k.n_blocks; i++)
-            if (dev) dev->ops->free(dev, k.blocks[i]);
+            if (k.alloc) k.alloc->give(k.alloc->self, k.blocks[i]);
+            else if (dev) dev->ops->free(dev, k.blocks[i]);
             else free(k.blocks[i]);
         free(k.blocks);
         return st;

@@ -168,6 +168,19 @@ typedef struct og_route {
  * keeps its state behind `arch` (made on the first forward call of that
  * sequence, freed by og_kv_free through arch_free). Zero-initialized = empty. */
 #define OG_KV_BLOCK 64
+/* Where a paged cache's blocks come from and go back to (the engine's KV pool,
+ * src/engine/kv_pool.h): take returns one block of og_model_info.kv_block_bytes
+ * in the cache's memory (og_kv.dev's, or the host's), or NULL when none is free
+ * (the forward pass then fails with OG_ERR_NOMEM naming the pool); give takes
+ * one back. Both are called by whoever grows, forks or frees the cache, on that
+ * thread: the engine reserves the blocks a step needs before its forward call
+ * (under its lock), so the forward pass, which runs outside the lock, finds
+ * them and never calls take; forks and frees happen under the lock. */
+typedef struct og_kv_alloc {
+    void *(*take)(void *self);
+    void (*give)(void *self, void *blk);
+    void *self;
+} og_kv_alloc;
 typedef struct og_kv {
     float **blocks;    /* [n_blocks] of [n_layer][OG_KV_BLOCK][r_kv + d_rope] elements of type (f16: the
                           address of uint16_t data): device addresses when dev */
@@ -179,11 +192,13 @@ typedef struct og_kv {
     int32_t n_ctx;     /* the most positions the sequence will hold (the engine's ctx), set before its
                           first forward call, or 0: the model's trained context. deepseek4 sizes its
                           window rings by min(window, n_ctx) and then refuses positions past n_ctx */
+    const og_kv_alloc *alloc;      /* the blocks' allocator (the engine's pool), or NULL: each block its
+                                      own allocation (dev->ops->alloc, or malloc without dev) */
     void *arch;                    /* architecture-owned state, or NULL */
     void (*arch_free)(void *arch); /* frees arch (set by whoever set arch) */
 } og_kv;
-/* Frees the blocks (on their device) and the architecture state, and empties
- * *kv. No status: freeing cannot fail. */
+/* Frees the blocks (on their device, or back to kv->alloc) and the
+ * architecture state, and empties *kv. No status: freeing cannot fail. */
 void og_kv_free(og_kv *kv);
 
 /* Expert traffic of forward calls (the placement issue's statistics). The

@@ -26,7 +26,11 @@ typedef struct og_plan {
     /* device side */
     uint64_t nonexpert_bytes;       /* every tensor but the routed experts and the host-only ones */
     uint64_t kv_bytes;              /* parallel x (kv_elems_fixed + ceil(ctx x kv_elems_per_token)) x elem
-                                       (og_model_info; deepseek2: ctx x parallel x layers x (r_kv + d_rope) x elem) */
+                                       (og_model_info); a paged cache (kv_paged, deepseek2) is the engine's KV
+                                       pool: kv_blocks x OG_KV_BLOCK x kv_elems_per_token x elem, i.e. ctx
+                                       rounded up to whole blocks, x parallel x layers x (r_kv + d_rope) x elem */
+    uint64_t kv_blocks;             /* a paged cache: the pool's blocks, parallel x ceil(ctx / OG_KV_BLOCK)
+                                       (og_engine_kv_blocks, what the engine allocates); else 0 */
     uint64_t workspace_bytes;
     uint64_t min_slot_bytes;        /* n_expert_used slots in every MoE layer */
     uint64_t device_bytes;          /* all of the above + resident experts */

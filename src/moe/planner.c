@@ -207,7 +207,11 @@ og_status og_plan_make(const og_gguf *g, const og_plan_input *in, og_plan *p, ch
     /* the architecture's own element size wins over the asked cache type
      * (deepseek4 stores F32 rows: planning them as f16 halved its KV) */
     const uint64_t kv_bpe = hp.kv_elem_bytes ? hp.kv_elem_bytes : in->kv_bytes_per_elem;
-    const uint64_t kv_seq = kv_seq_bytes(&hp, in->ctx, kv_bpe); /* one sequence of ctx tokens */
+    /* one sequence of ctx tokens; a paged cache holds whole blocks of OG_KV_BLOCK
+     * positions (the engine's pool, og_engine_kv_blocks: the same count) */
+    const uint64_t kv_ctx = hp.kv_paged ? ((uint64_t)in->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK * OG_KV_BLOCK : in->ctx;
+    const uint64_t kv_seq = kv_seq_bytes(&hp, kv_ctx, kv_bpe);
+    p->kv_blocks = hp.kv_paged ? sat_mul(kv_ctx / OG_KV_BLOCK, in->parallel) : 0;
     /* (hparams are bounded by the architecture's bounds: their products below fit 64 bits) */
     p->kv_bytes = sat_mul(kv_seq, in->parallel);
     /* activations of one step, f32: a few rows of width n_embd and the expert FFN

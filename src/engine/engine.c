@@ -105,7 +105,8 @@ struct og_engine {
     og_kv_alloc kv_alloc;         /* the sequences' allocator over kv_pool (pool_take / pool_give) */
     og_kv_type kv_type;           /* the pool's blocks' element type */
     og_kv_tier *tier;             /* --cache-ram / --cache-dir: where evicted cached blocks go, or NULL */
-    void *tier_buf;               /* [kv_block_bytes] host staging for a block going to or from a tier */
+    char *tier_buf;               /* [2][kv_block_bytes] host staging: [0] a block coming back from a tier,
+                                     [1] one going to it (a restore's pool_take may evict and spill meanwhile) */
     bool tier_spill;              /* pc_evict hands blocks to the tier (false while freeing without a directory) */
 };
 
@@ -142,11 +143,12 @@ static void pc_spill(og_engine *e, const pc_entry *c) {
     memcpy(k.ids, c->ids, sizeof k.ids);
     const uint64_t bytes = og_kv_pool_block_bytes(e->kv_pool);
     og_device *dev = c->dev;
-    if (!dev) memcpy(e->tier_buf, c->blk, bytes);
+    char *buf = e->tier_buf + bytes;
+    if (!dev) memcpy(buf, c->blk, bytes);
     else {
         char err[256];
         og_event ev;
-        og_status st = dev->ops->copy_to_host(dev, e->cfg.rc.stream, e->tier_buf, c->blk, bytes, err, sizeof err);
+        og_status st = dev->ops->copy_to_host(dev, e->cfg.rc.stream, buf, c->blk, bytes, err, sizeof err);
         if (!st) st = dev->ops->event_record(dev, e->cfg.rc.stream, &ev, err, sizeof err);
         if (!st) st = dev->ops->event_wait(dev, ev, err, sizeof err);
         if (st) {
@@ -154,7 +156,7 @@ static void pc_spill(og_engine *e, const pc_entry *c) {
             return;
         }
     }
-    og_kv_tier_put(e->tier, &k, e->tier_buf);
+    og_kv_tier_put(e->tier, &k, buf);
 }
 
 /* Removes an unreferenced entry from its bucket and gives its block back to
@@ -324,7 +326,7 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
                                 .n_layer = mi->n_layer, .elem_bytes = mi->kv_elem_bytes, .log = cfg->log};
         tc.row_elems = (uint32_t)(mi->kv_block_bytes / ((uint64_t)mi->n_layer * OG_KV_BLOCK * mi->kv_elem_bytes));
         og_status tst = og_kv_tier_create(&tc, &e->tier, err, errlen);
-        if (!tst && !(e->tier_buf = malloc(mi->kv_block_bytes)))
+        if (!tst && !(e->tier_buf = malloc(2 * mi->kv_block_bytes)))
             tst = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
         if (tst) {
             og_engine_free(e);
@@ -983,9 +985,11 @@ static uint64_t pc_trim(og_engine *e) { return kv_blocks_in_use(e); }
 
 /* Before a step (lock held): each sequence of the batch gets from the pool the
  * blocks its new positions need, so the forward pass (outside the lock) takes
- * none. A sequence the pool has no block left for (every one held by running
- * sequences: a pool below parallel x ctx, og_engine_config.kv_blocks) ends with
- * an error. Returns false when one did: the batch is built again. */
+ * none. The sequences are served in admission order; the first the pool has
+ * no block left for (every one held by running sequences: a pool below
+ * parallel x ctx, og_engine_config.kv_blocks) ends with an error and the pass
+ * stops, so its blocks serve the older ones. Returns false when one did: the
+ * batch is built again. */
 static bool kv_reserve_step(og_engine *e, int n) {
     if (!e->kv_pool) return true;
     int *add = e->b_share; /* build_batch is done with it */
@@ -1020,7 +1024,7 @@ static bool kv_reserve_step(og_engine *e, int n) {
                      "the KV pool's %llu blocks of %d positions are all held by running sequences (%d more needed); "
                      "retry later", (unsigned long long)e->met.kv_blocks_total, OG_KV_BLOCK, need - kv->n_blocks);
             seq_end(s, OG_FINISH_ERROR);
-            ok = false;
+            return false; /* its blocks go back at its retirement: the older ones go on with them */
         }
     }
     return ok;

@@ -4,7 +4,8 @@
 # cached_tokens > 0 the second time (whole 64-token blocks, the last prompt token
 # prefilled), on /v1/completions, /v1/chat/completions and /v1/messages
 # (cache_read_input_tokens); the access log's cached= and /metrics' prefix
-# counters agree; --prefix-cache off gives the same output with 0 cached.
+# counters agree; --prefix-cache off gives the same output with 0 cached;
+# --cache-dir keeps the blocks over a restart, and another model skips them.
 # usage: prefix.sh ONEGPU WORKDIR
 set -euo pipefail
 onegpu=$1 work=$2
@@ -64,4 +65,38 @@ start_server "$work/serve-off.log" --ctx 2048 --parallel 2 --batch-tokens 256 --
 post /v1/completions "$work/o1.json" "$cbody"
 check "$work/c1.json" "$work/o1.json" off || fail "--prefix-cache off"
 kill -TERM "$spid"; wait "$spid" || true
+# --cache-dir (issue 17 item 5): the blocks cached at exit are written to DIR; a
+# restart on the same DIR reads them back (cached_tokens as warm, the cold
+# output bit for bit); another model's server skips every file with a log line
+kvdir=$work/kvdir
+rm -rf "$kvdir"
+start_server "$work/serve-dir1.log" --ctx 2048 --parallel 2 --batch-tokens 256 --cache-dir "$kvdir"
+post /v1/completions "$work/d1.json" "$cbody"
+check "$work/c1.json" "$work/d1.json" off || fail "--cache-dir: the first run"
+kill -TERM "$spid"; wait "$spid" || true
+nfiles=$(ls "$kvdir" | grep -c '\.kvb$' || true)
+[[ $nfiles -gt 0 ]] || fail "--cache-dir: no block files after the server stopped"
+start_server "$work/serve-dir2.log" --ctx 2048 --parallel 2 --batch-tokens 256 --cache-dir "$kvdir"
+post /v1/completions "$work/d2.json" "$cbody"
+check "$work/c1.json" "$work/d2.json" on || fail "--cache-dir: after the restart"
+curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics2.txt"
+restored=$(awk '$1=="onegpu_kv_cache_disk_restored_total"{print $2}' "$work/metrics2.txt")
+[[ -n $restored && $restored -gt 0 ]] || fail "onegpu_kv_cache_disk_restored_total: '$restored' after the restart"
+files=$(awk '$1=="onegpu_kv_cache_disk_blocks"{print $2}' "$work/metrics2.txt")
+[[ $files == "$nfiles" ]] || fail "onegpu_kv_cache_disk_blocks: '$files', $nfiles files"
+kill -TERM "$spid"; wait "$spid" || true
+echo "ok: --cache-dir: $nfiles block files, $restored read back after a restart, the same output"
+other=$work/other.gguf
+[[ -s $other ]] || "$onegpu" make-model --preset tiny --seed 77 -o "$other" 2>/dev/null || fail "make-model --seed 77"
+model_was=$model model=$other
+start_server "$work/serve-dir3.log" --ctx 2048 --parallel 2 --batch-tokens 256 --cache-dir "$kvdir"
+post /v1/completions "$work/d3.json" "$cbody"
+kill -TERM "$spid"; wait "$spid" || true
+model=$model_was
+skipped=$(grep -c 'cache-dir: skipping .*another model' "$work/serve-dir3.log" || true)
+[[ $skipped -ge $nfiles ]] || { cat "$work/serve-dir3.log"; fail "another model's server skipped $skipped of $nfiles files"; }
+node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
+  if (j.usage.prompt_tokens_details.cached_tokens !== 0) { console.error("cached", j.usage); process.exit(1); }' \
+  "$work/d3.json" || fail "another model read the cache"
+echo "ok: another model's server skipped the $nfiles files ($skipped log lines)"
 echo "prefix.sh: all passed"

@@ -3,7 +3,9 @@
  * linked with -Wl,--wrap, tests/CMakeLists.txt) is counted during a deepseek2
  * prefill of 40 tokens into a fresh sequence, after one such call warmed the
  * run context's buffers: the only allocations allowed are the new sequence's
- * KV state (kv_reserve: its block table and its one block), 2 in all. Two
+ * KV state (kv_reserve: its block table and its one block), 2 in all; with
+ * its block reserved from an allocator beforehand (og_kv.alloc, the engine's
+ * KV pool, issue 17), none at all. Two
  * configurations: the host device kept in the run context's scratch with the
  * host-only dispatcher, and the cpu device (some experts resident, the
  * forward pass's ops on its stream: queued op records reused). Each call's
@@ -119,6 +121,49 @@ static void prefill(const og_model *m, const og_run_ctx *rc, float *out, int *n_
     og_kv_free(&kv);
 }
 
+/* A cache whose blocks come from an allocator (og_kv.alloc: the engine's KV
+ * pool), reserved before the call as the engine does: one block, handed back
+ * at og_kv_free. */
+typedef struct test_alloc {
+    void *blk;
+    int takes, gives;
+} test_alloc;
+static void *ta_take(void *self) {
+    test_alloc *a = self;
+    void *b = a->blk;
+    a->blk = NULL;
+    a->takes++;
+    return b;
+}
+static void ta_give(void *self, void *blk) {
+    test_alloc *a = self;
+    a->blk = blk;
+    a->gives++;
+}
+
+/* The prefill above into a cache with its block reserved from ta (the
+ * engine's way): the forward call allocates nothing at all. */
+static void prefill_pooled(const og_model *m, const og_run_ctx *rc, test_alloc *ta, float *out, int *n_alloc) {
+    char err[512];
+    const og_kv_alloc al = {ta_take, ta_give, ta};
+    og_kv kv = {.blocks = malloc(sizeof(float *)), .type = og_model_get_info(m)->kv_elem_bytes == 2 ? OG_KV_F16 : OG_KV_F32,
+                .dev = rc->dev, .cap_blocks = 1, .alloc = &al};
+    assert_non_null(kv.blocks);
+    kv.blocks[kv.n_blocks++] = ta_take(ta);
+    int32_t seq[T] = {0};
+    bool want[T];
+    for (int i = 0; i < T; i++) want[i] = true;
+    og_kv *kvs[1] = {&kv};
+    og_batch b = {T, g_tok, seq, want, NULL};
+    atomic_store(&g_allocs, 0);
+    atomic_store(&g_counting, 1);
+    const og_status st = og_model_forward_batch(m, rc, kvs, 1, &b, out, err, sizeof err);
+    atomic_store(&g_counting, 0);
+    *n_alloc = atomic_load(&g_allocs);
+    if (st) fail_msg("forward: %s", err);
+    og_kv_free(&kv);
+}
+
 static bool want_some(uint32_t e) { return e % 4 == 1; }
 
 /* cfg 0: host device (kept in the scratch), host-only dispatcher; cfg 1: the
@@ -173,6 +218,25 @@ static void run_cfg(int cfg) {
     assert_true(a1 > KV_ALLOCS); /* the counter sees the forward pass's allocations */
     assert_int_equal(best, KV_ALLOCS);
     assert_true(sc.host.cap > 0 && (cfg == 1 || sc.host_dev)); /* the buffers are the scratch's */
+    /* the engine's way: the block reserved from its pool before the call */
+    test_alloc ta = {0};
+    const uint64_t bb = og_model_get_info(m)->kv_block_bytes;
+    if (dev) assert_int_equal(dev->ops->alloc(dev, bb, &ta.blk, err, sizeof err), OG_OK);
+    else assert_non_null(ta.blk = aligned_alloc(64, bb));
+    void *blk = ta.blk;
+    int a3 = 1 << 30;
+    for (int rep = 0; rep < (cfg == 1 ? 5 : 2) && a3 > 0; rep++) {
+        memset(got, 0, T * V * sizeof *got);
+        prefill_pooled(m, &rc, &ta, got, &a3);
+        assert_memory_equal(ref, got, T * V * sizeof *got);
+        assert_ptr_equal(ta.blk, blk); /* given back by og_kv_free */
+    }
+    printf("fwd_alloc: %s: a cache reserved from a pool: %d allocations (takes %d, gives %d)\n",
+           cfg ? "cpu device" : "host device", a3, ta.takes, ta.gives);
+    assert_int_equal(a3, 0);
+    assert_int_equal(ta.takes, ta.gives); /* only the reservations took, every one came back */
+    if (dev) dev->ops->free(dev, blk);
+    else free(blk);
 
     og_fwd_scratch_free(&sc);
     og_dispatch_free(disp);

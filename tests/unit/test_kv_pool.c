@@ -381,6 +381,14 @@ static int block_files(const char *dir, char names[][300], int cap) {
     return n;
 }
 
+/* a (N ids) through e gives ref's tokens and log-probs, cached of them read from the cache. */
+static void run_same(og_engine *e, const int32_t *a, const result *ref, int cached) {
+    result r;
+    run(e, a, 200, &r);
+    assert_same(&r, ref);
+    assert_int_equal(r.n_cached, cached);
+}
+
 static void test_tiers_identical(void **state) {
     (void)state;
     enum { N = 200 };
@@ -399,54 +407,40 @@ static void test_tiers_identical(void **state) {
     og_engine_metrics m;
     /* RAM: cold, warm from the pool, evicted to RAM by b, warm from RAM */
     og_engine *e = tier_engine(64ull << 20, NULL);
-    run(e, a, N, &r);
-    assert_same(&r, &ref);
-    assert_int_equal(r.n_cached, 0);
-    run(e, a, N, &r);
-    assert_same(&r, &ref);
-    assert_int_equal(r.n_cached, 192);
+    run_same(e, a, &ref, 0);
+    run_same(e, a, &ref, 192);
     run(e, b, N, &r);
     og_engine_metrics_get(e, &m);
     assert_int_equal(m.cache_ram_stored, 3);
     assert_int_equal(m.cache_ram_blocks, 3);
-    run(e, a, N, &r);
-    assert_same(&r, &ref);
-    assert_int_equal(r.n_cached, 192);
+    run_same(e, a, &ref, 192);
     og_engine_metrics_get(e, &m);
     assert_int_equal(m.cache_ram_restored, 3);
     assert_pool_whole(e);
     og_engine_free(e);
-    /* the directory: cold, evicted to disk by b, warm from disk */
+    /* the directory: cold, evicted to disk by b, warm from disk; then (RAM and
+     * directory) a restart reads a's blocks back */
     char dir[600];
     snprintf(dir, sizeof dir, "%s/cache", g_dir);
-    e = tier_engine(0, dir);
-    run(e, a, N, &r);
-    assert_same(&r, &ref);
-    run(e, b, N, &r);
-    og_engine_metrics_get(e, &m);
-    assert_int_equal(m.cache_disk_stored, 3);
-    run(e, a, N, &r);
-    assert_same(&r, &ref);
-    assert_int_equal(r.n_cached, 192);
-    og_engine_metrics_get(e, &m);
-    assert_int_equal(m.cache_disk_restored, 3);
-    assert_pool_whole(e);
-    og_engine_free(e); /* the pool's cached blocks go to the directory */
-    char names[64][300];
-    const int nf = block_files(dir, names, 64);
-    assert_int_equal(nf, 6); /* a's 3 and b's 3 */
-    /* RAM and directory: a restart reads a's blocks back */
-    e = tier_engine(1ull << 20, dir);
-    og_engine_metrics_get(e, &m);
-    assert_int_equal(m.cache_disk_blocks, 6);
-    assert_int_equal(m.cache_disk_skipped, 0);
-    run(e, a, N, &r);
-    assert_same(&r, &ref);
-    assert_int_equal(r.n_cached, 192);
-    og_engine_metrics_get(e, &m);
-    assert_int_equal(m.cache_disk_restored, 3);
-    assert_pool_whole(e);
-    og_engine_free(e);
+    for (int restart = 0; restart < 2; restart++) {
+        e = tier_engine(restart ? 1ull << 20 : 0, dir);
+        og_engine_metrics_get(e, &m);
+        assert_int_equal(m.cache_disk_blocks, restart ? 6 : 0);
+        if (!restart) {
+            run_same(e, a, &ref, 0);
+            run(e, b, N, &r);
+            og_engine_metrics_get(e, &m);
+            assert_int_equal(m.cache_disk_stored, 3);
+        }
+        run_same(e, a, &ref, 192);
+        og_engine_metrics_get(e, &m);
+        assert_int_equal(m.cache_disk_restored, 3);
+        assert_int_equal(m.cache_disk_skipped, 0);
+        assert_pool_whole(e);
+        og_engine_free(e); /* the pool's cached blocks go to the directory */
+        char names[64][300];
+        assert_int_equal(block_files(dir, names, 64), 6); /* a's 3 and b's 3 */
+    }
     assert_int_equal(count_in_log("cache-dir: skipping"), 0);
     fclose(g_lf);
 }

@@ -199,8 +199,11 @@ struct og_kv_tier {
     kvb_header *buf;        /* a header + payload, for writes and reads */
 };
 
+/* DIR/MODEL-HASH.kvb: the model's id in the name, so that two models sharing a
+ * directory never write over each other's blocks. */
+#define KVB_NAME_LEN 37 /* 16 + 1 + 16 + 4 */
 static void file_name(const og_kv_tier *t, uint64_t hash, char *buf, size_t n) {
-    snprintf(buf, n, "%s/%016llx.kvb", t->dir, (unsigned long long)hash);
+    snprintf(buf, n, "%s/%016llx-%016llx.kvb", t->dir, (unsigned long long)t->c.model_id, (unsigned long long)hash);
 }
 
 /* Whether h (read from a file of file_bytes bytes) is a block of this model's
@@ -310,9 +313,10 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
     og_status st = OG_OK;
     for (struct dirent *de; (de = readdir(d));) {
         const char *nm = de->d_name;
-        unsigned long long hash;
+        unsigned long long model, hash;
         char tail[8];
-        if (strlen(nm) != 20 || sscanf(nm, "%16llx%7s", &hash, tail) != 2 || strcmp(tail, ".kvb")) continue;
+        if (strlen(nm) != KVB_NAME_LEN || sscanf(nm, "%16llx-%16llx%7s", &model, &hash, tail) != 3 || strcmp(tail, ".kvb"))
+            continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", t->dir, nm);
         struct stat sb;
@@ -321,7 +325,8 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
         const char *why = NULL;
         if (!f || fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) why = "cannot be read";
         else if (fread(&h, 1, sizeof h, f) != sizeof h) why = "truncated";
-        else if (header_ok(t, &h, (uint64_t)sb.st_size, &why) && h.hash != hash) why = "its name is not its key";
+        else if (header_ok(t, &h, (uint64_t)sb.st_size, &why) && (h.hash != hash || h.model_id != model))
+            why = "its name is not its key";
         if (f) fclose(f);
         if (why) {
             t->st.disk_skipped++;

@@ -10,8 +10,9 @@
  *
  * og_kv_tier: where an evicted cached block goes instead of being dropped:
  * host RAM (--cache-ram SIZE, LRU), then a directory (--cache-dir DIR, bounded
- * by --cache-dir-size, LRU by last use), one file per block named by its chain
- * hash. A file holds a header (the model's identity hash, kv-type, block
+ * by --cache-dir-size, LRU by last use), one file per block named by the
+ * model's id and the block's chain hash (MODEL-HASH.kvb, 16 hex digits each).
+ * Files of other models are left alone. A file holds a header (the model's identity hash, kv-type, block
  * geometry, the chain key, a checksum of the payload and one of the header)
  * then the payload; it is written atomically (og_write_file_atomic: temporary
  * file, fsync, rename). A file that is truncated, corrupt, of another model,

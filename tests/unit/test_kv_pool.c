@@ -375,7 +375,7 @@ static int block_files(const char *dir, char names[][300], int cap) {
     int n = 0;
     if (!d) return 0;
     for (struct dirent *de; (de = readdir(d));)
-        if (strlen(de->d_name) == 20 && strstr(de->d_name, ".kvb") && n < cap)
+        if (strlen(de->d_name) == 37 && strstr(de->d_name, ".kvb") && n < cap)
             snprintf(names[n++], 300, "%s/%s", dir, de->d_name);
     closedir(d);
     return n;
@@ -485,15 +485,15 @@ static void test_bad_files(void **state) {
     char n32[8][300];
     assert_int_equal(block_files(dir32, n32, 8), 3);
     char path[700];
-    snprintf(path, sizeof path, "%s/00000000000000aa.kvb", dir);
+    snprintf(path, sizeof path, "%s/%.16s-00000000000000aa.kvb", dir, strrchr(names[0], '/') + 1);
     assert_int_equal(rename(n32[0], path), 0);
     /* a truncated copy, junk */
     size_t len;
     char *bytes;
     assert_int_equal(og_read_file(names[0], 64u << 20, &bytes, &len, err, sizeof err), OG_OK);
-    snprintf(path, sizeof path, "%s/00000000000000bb.kvb", dir);
+    snprintf(path, sizeof path, "%s/%.16s-00000000000000bb.kvb", dir, strrchr(names[0], '/') + 1);
     write_bytes(path, bytes, len / 2);
-    snprintf(path, sizeof path, "%s/00000000000000cc.kvb", dir);
+    snprintf(path, sizeof path, "%s/%.16s-00000000000000cc.kvb", dir, strrchr(names[0], '/') + 1);
     memset(bytes, 0x5a, len);
     write_bytes(path, bytes, len);
     free(bytes);

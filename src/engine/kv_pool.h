@@ -30,17 +30,22 @@ typedef struct og_kv_pool og_kv_pool;
  * product over 2^63), OG_ERR_NOMEM or the device's (its budget, with the sizes). */
 og_status og_kv_pool_create(og_device *dev, uint64_t block_bytes, uint32_t n_blocks, og_kv_pool **out, char *err,
                             size_t errlen);
+/* Frees the allocation (on its device) and the free list; NULL is fine. No
+ * status: freeing cannot fail. */
 void og_kv_pool_free(og_kv_pool *p);
-/* A free block (its contents are whatever it last held), or NULL when none is. */
+/* A free block of block_bytes (its contents are whatever it last held), or
+ * NULL when none is: a pointer, not a status (og_kv_alloc.take's contract). */
 void *og_kv_pool_take(og_kv_pool *p);
-/* Returns a block taken from p. */
+/* Returns a block taken from p. No status: a pointer that is not a taken block
+ * of p is ignored (og_engine_check's walk then names the fault). */
 void og_kv_pool_give(og_kv_pool *p, void *blk);
-/* The index of blk in p (0..n_blocks), or -1 when blk is not the start of one of its blocks. */
+/* The index of blk in p (0..n_blocks), or -1 when blk is not the start of one
+ * of its blocks. These accessors cannot fail (they return values). */
 int64_t og_kv_pool_index(const og_kv_pool *p, const void *blk);
 uint32_t og_kv_pool_n_blocks(const og_kv_pool *p);
 uint32_t og_kv_pool_n_free(const og_kv_pool *p);
 uint64_t og_kv_pool_block_bytes(const og_kv_pool *p);
-/* Whether block i is on the free list. */
+/* Whether block i is on the free list (false for i out of range). */
 bool og_kv_pool_is_free(const og_kv_pool *p, uint32_t i);
 /* The free list's own consistency: every entry a block index, none twice, the
  * flags agree. Errors: OG_ERR_STATE with the first fault. */
@@ -81,7 +86,8 @@ typedef struct og_kv_tier og_kv_tier;
  * oldest removed while over dir_bytes). Errors: OG_ERR_INVALID_ARG (neither tier,
  * zero geometry), OG_ERR_IO (the directory cannot be made or read), OG_ERR_NOMEM. */
 og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *err, size_t errlen);
-/* Writes what RAM holds to the directory (when there is one), then frees. */
+/* Writes what RAM holds to the directory (when there is one), then frees; NULL
+ * is fine. No status: a write that fails is logged and counted, then dropped. */
 void og_kv_tier_free(og_kv_tier *t);
 /* Keeps payload (host memory, the block's bytes) under key: in RAM when there
  * is a RAM tier (the least recently used ones leave for the directory, or are
@@ -94,6 +100,7 @@ void og_kv_tier_put(og_kv_tier *t, const og_kv_key *key, const void *payload);
  * block goes back to the pool), 2 in the directory (the file stays), 0 when
  * not held or the file was refused (logged once, dropped from the index). */
 int og_kv_tier_get(og_kv_tier *t, const og_kv_key *key, void *out);
+/* The counters (og_kv_tier_stats). Cannot fail. */
 void og_kv_tier_get_stats(const og_kv_tier *t, og_kv_tier_stats *s);
 
 /* A hash naming the model's weights for the directory's files: FNV-1a 64 over

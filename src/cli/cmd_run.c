@@ -316,7 +316,7 @@ int og_cmd_run(int argc, char **argv) {
         rc = OG_EXIT_USAGE;
         goto out;
     }
-    int done = 0;
+    int done = 0, n_cached = 0;
     og_seq_out o;
     for (og_finish fin = OG_FINISH_NONE; fin == OG_FINISH_NONE;) {
         if (og_seq_take(eng, seq, &o)) {
@@ -339,6 +339,7 @@ int og_cmd_run(int argc, char **argv) {
             json_array_append_new(jl, e);
         }
         fin = o.finish;
+        n_cached = o.n_cached;
         if (fin == OG_FINISH_ERROR) {
             fprintf(stderr, "onegpu run: %s\n", o.error);
             rc = OG_EXIT_BAD_INPUT;
@@ -376,10 +377,12 @@ int og_cmd_run(int argc, char **argv) {
         putchar('\n');
         fflush(stdout);
     }
+    char cached_note[80] = "";
+    if (n_cached) snprintf(cached_note, sizeof cached_note, "; %d prompt tokens read from --cache-dir", n_cached);
     if (!rc)
-        fprintf(stderr, "onegpu run: prefill %zu tokens %.1f tok/s, decode %d tokens %.1f tok/s (%s, %d threads)\n", ids.n,
-                rs.t_prefill > 0 ? (double)ids.n / rs.t_prefill : 0.0, done - 1 > 0 ? done - 1 : 0,
-                done > 1 ? (done - 1) / rs.t_decode : 0.0, og_isa_name(isa), og_pool_size(pool));
+        fprintf(stderr, "onegpu run: prefill %zu tokens %.1f tok/s, decode %d tokens %.1f tok/s (%s, %d threads%s)\n",
+                ids.n, rs.t_prefill > 0 ? (double)ids.n / rs.t_prefill : 0.0, done - 1 > 0 ? done - 1 : 0,
+                done > 1 ? (done - 1) / rs.t_decode : 0.0, og_isa_name(isa), og_pool_size(pool), cached_note);
     if (!rc && fl.have_vram && ps.selections) {
         char pb[32];
         fprintf(stderr, "onegpu run: %.1f%% of %llu expert selections hit the %llu resident experts (plan: %.1f%%)\n",

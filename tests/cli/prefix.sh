@@ -99,4 +99,15 @@ node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
   if (j.usage.prompt_tokens_details.cached_tokens !== 0) { console.error("cached", j.usage); process.exit(1); }' \
   "$work/d3.json" || fail "another model read the cache"
 echo "ok: another model's server skipped the $nfiles files ($skipped log lines)"
+# onegpu run --cache-dir: a second run of the same prompt reads the first one's blocks (same JSON: tokens, log-probs)
+rp=$(for i in $(seq 1 60); do printf 'item %d is blue; ' "$i"; done)
+rm -rf "$work/rundir"
+for k in 1 2; do
+  "$onegpu" run -m "$model" -p "$rp" -n 4 --temp 0 --json --cache-dir "$work/rundir" >"$work/run$k.json" 2>"$work/run$k.err" ||
+    { cat "$work/run$k.err"; fail "onegpu run --cache-dir ($k)"; }
+done
+cmp -s "$work/run1.json" "$work/run2.json" || fail "onegpu run --cache-dir: the second run's JSON differs"
+grep -q 'prompt tokens read from --cache-dir' "$work/run1.err" && fail "onegpu run --cache-dir: the first run read blocks"
+grep -q '; 320 prompt tokens read from --cache-dir' "$work/run2.err" || { cat "$work/run2.err"; fail "onegpu run --cache-dir: the second run read no blocks"; }
+echo "ok: onegpu run --cache-dir: the second run read 320 prompt tokens' blocks, the same output"
 echo "prefix.sh: all passed"

@@ -57,6 +57,9 @@ want=$(node -e 'const f=require("fs"),g=p=>JSON.parse(f.readFileSync(p,"utf8")).
 [[ $toks == "$want" ]] || fail "onegpu_prefix_cached_tokens_total: '$toks', expected $want"
 cb=$(metric onegpu_kv_blocks_cached)
 [[ -n $cb && $cb -gt 0 ]] || fail "onegpu_kv_blocks_cached: '$cb' after the requests ended"
+# the pool: --parallel 2 x ceil(2048 / 64) blocks, each held, cached or free
+kt=$(metric onegpu_kv_blocks_total) ku=$(metric onegpu_kv_blocks_used) kf=$(metric onegpu_kv_blocks_free)
+[[ $kt == 64 && $((ku + cb + kf)) == 64 ]] || fail "the pool: total '$kt', used '$ku' + cached '$cb' + free '$kf'"
 kill -TERM "$spid"; wait "$spid" || true
 c2=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1],"utf8")).usage.prompt_tokens_details.cached_tokens)' "$work/c2.json")
 grep -q " cached=$c2 " "$work/serve.log.access" || { cat "$work/serve.log.access"; fail "no access-log line with cached=$c2"; }

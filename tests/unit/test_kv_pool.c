@@ -6,7 +6,8 @@
  *  - a pool too small for a request: a clear error, the pool whole after;
  *  - 1,000 requests (fewer under the sanitizers) with random shared prefixes,
  *    n > 1, cancels while queued, prefilling and decoding: nothing referenced
- *    after, free + cached = N, og_engine_check's walk passes throughout;
+ *    after, free + cached = N, og_engine_check's walk passes throughout, and
+ *    the blocks left (pool and RAM round trips) give a cache-off engine's bits;
  *  - tokens and log-probs bitwise the same with the cache off, cold, warm
  *    from the pool, from --cache-ram, from --cache-dir and after a restart on
  *    the same directory; a corrupt, truncated, foreign file is skipped with a
@@ -264,7 +265,6 @@ static void test_stress(void **state) {
     static int32_t base[BASES][L], buf[WAVE][L];
     for (int k = 0; k < BASES; k++) random_ids(base[k], L, 100 + (uint64_t)k);
     og_engine_config c = base_config(8, 256, 192, 4 * WAVE);
-    c.rc.device_numerics = c.rc.host_numerics = OG_NUMERICS_FORK; /* no bits compared here: the fast products */
     c.cache_ram_bytes = 8 * og_model_get_info(g_m)->kv_block_bytes;
     og_engine *e = start(&c);
     uint64_t x = 4711;
@@ -323,6 +323,26 @@ static void test_stress(void **state) {
         }
         if (done % 128 < WAVE && og_engine_check(e, err, sizeof err)) fail_msg("%s", err);
     }
+    assert_pool_whole(e);
+    /* the blocks that lived through the churn (pool and RAM round trips) still
+     * hold the right rows: each base's tokens and log-probs as a cache-off engine's */
+    og_engine_config oc = base_config(1, 256, 192, 4);
+    oc.no_prefix_cache = true;
+    og_engine *off = start(&oc);
+    int from_churn = 0;
+    for (int k = 0; k < BASES; k++) {
+        result want, got;
+        run(off, base[k], L, &want);
+        run(e, base[k], L, &got); /* whatever the churn left cached of it */
+        assert_same(&got, &want);
+        from_churn += got.n_cached;
+        run(e, base[k], L, &got); /* its own blocks, from the pool */
+        assert_same(&got, &want);
+        assert_int_equal(got.n_cached, (L - 1) / 64 * 64);
+    }
+    print_message("stress: the bases after the churn: %d of %d prompt tokens read from what it left\n", from_churn,
+                  BASES * L);
+    og_engine_free(off);
     assert_pool_whole(e);
     og_engine_metrics m;
     og_engine_metrics_get(e, &m);

@@ -4,6 +4,7 @@
  * blocked for a whole step. A running sequence is freed only by the scheduler
  * (a reader that leaves marks it), so the forward never sees freed memory. */
 #include "og_engine.h"
+#include "snap_cache.h"
 
 #include <errno.h>
 #include <math.h>
@@ -46,6 +47,8 @@ struct og_seq {
     int n_shared;                 /* leading blocks of kv owned by the prefix cache (refcounted, read-only) */
     bool pc_stop;                 /* no more of its blocks go into the cache (an equal one was there) */
     int n_cached;                 /* prompt tokens read from the cache */
+    int snap_at;                  /* a kv_snapshot model's prefix cache: its state at this prompt position goes
+                                     into the cache (prefill cuts its chunk there); 0: none */
     og_seq *fork_of;              /* a choice of og_engine_submit_n waiting for this leader's prompt: it is
                                      admitted with it, prefills nothing and forks its cache and first
                                      token's logits when the leader's prompt is in (fork_kv); NULL after */
@@ -99,6 +102,9 @@ struct og_engine {
     int *pc_bucket;               /* [pc_nbucket] first entry per hash bucket, -1 */
     int pc_cap, pc_nbucket, pc_used;
     uint64_t pc_tick;
+    bool sc_on;                   /* the prefix cache of a kv_snapshot model (snap_cache.h): whole states */
+    og_snapc sc;
+    uint64_t sc_budget;           /* bytes: parallel x the state of ctx positions (the plan's KV term) */
 };
 
 /* FNV-1a, 64 bits, over the parent's hash, the exact flag and the ids. */
@@ -197,6 +203,9 @@ static void placement_metrics(og_engine *e) {
     og_placement_layer_hits(e->cfg.placement, e->layer_routes, e->layer_hits, og_model_get_info(e->cfg.model)->n_layer);
 }
 
+static void snap_admit(og_engine *e, og_seq *s);
+static uint64_t snap_state_bytes(const og_model_info *mi, int n);
+
 og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *err, size_t errlen) {
     *out = NULL;
     if (!cfg->model || !cfg->tok || !cfg->rc.kern || !cfg->rc.pool)
@@ -237,9 +246,12 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     e->met.kv_blocks_total = (uint64_t)cfg->parallel * (((uint64_t)cfg->ctx + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
     /* blocks are shared only where the model's whole per-sequence state is its
      * paged blocks (og_model_info.kv_paged) */
-    if (!cfg->no_prefix_cache && !mi->kv_paged)
+    if (!cfg->no_prefix_cache && !mi->kv_paged && !mi->kv_snapshot)
         og_log(cfg->log, OG_LOG_INFO, "prefix cache off: %s keeps per-sequence state outside the paged KV blocks",
                mi->arch);
+    /* an unpaged state with snapshots: whole states at prompt positions (snap_admit) */
+    e->sc_on = !cfg->no_prefix_cache && !mi->kv_paged && mi->kv_snapshot;
+    e->sc_budget = (uint64_t)cfg->parallel * snap_state_bytes(mi, cfg->ctx);
     if (!cfg->no_prefix_cache && mi->kv_paged) {
         const int cap = (int)e->met.kv_blocks_total;
         for (e->pc_nbucket = 16; e->pc_nbucket < 2 * cap; e->pc_nbucket *= 2) {}
@@ -707,7 +719,8 @@ static int build_batch(og_engine *e) {
         og_seq *s = e->running[i];
         e->b_kvs[i] = &s->kv;
         s->chunk = 0;
-        need[i] = s->fork_of ? 0 : s->n_prompt - s->n_fed; /* a waiting choice prefills nothing */
+        /* a waiting choice prefills nothing; a chunk ends at the snapshot's position */
+        need[i] = s->fork_of ? 0 : (s->n_fed < s->snap_at ? s->snap_at : s->n_prompt) - s->n_fed;
         n_pre += need[i] > 0;
         if (s->n_fed == s->n_prompt && s->need_feed) {
             e->b_tokens[n] = s->last;
@@ -758,6 +771,10 @@ static uint64_t kv_blocks_in_use(og_engine *e) {
 /* Admission (lock held): s shares the longest cached run of its leading full
  * prompt blocks, leaving at least one prompt token to prefill. */
 static void pc_admit(og_engine *e, og_seq *s) {
+    if (e->sc_on) {
+        snap_admit(e, s);
+        return;
+    }
     const int n_full = s->n_prompt / OG_KV_BLOCK;
     if (!e->pc || !n_full) return;
     if (!s->pc_ent && !(s->pc_ent = malloc((size_t)n_full * sizeof *s->pc_ent))) return;
@@ -847,6 +864,68 @@ static uint64_t pc_trim(og_engine *e) {
     return used;
 }
 
+/* ---- the prefix cache of a kv_snapshot model (snap_cache.h) ---------------- */
+
+/* Admission (lock held, the scheduler's thread: a restore copies on its
+ * stream): s restores the longest cached state of its prompt's leading ids,
+ * leaving at least one prompt token to prefill, and is to leave its own state
+ * at n_prompt - 1 (the last position before the one whose logits come first)
+ * when that is at least a block and past what it restored. */
+static void snap_admit(og_engine *e, og_seq *s) {
+    const int i = og_snapc_find(&e->sc, og_model_kv_key(e->cfg.model), s->reproducible, s->prompt, s->n_prompt - 1);
+    char err[256];
+    if (i >= 0 && og_snapc_restore(&e->sc, i, e->cfg.model, &e->cfg.rc, &s->kv, err, sizeof err))
+        og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a cached state could not be restored (%s): prefilling in full", err);
+    else if (i >= 0) {
+        s->n_fed = s->n_cached = s->kv.n_pos;
+        e->met.prefix_hits++;
+        e->met.prefix_cached_tokens += (uint64_t)s->n_cached;
+    }
+    const int at = s->n_prompt - 1;
+    s->snap_at = at >= OG_KV_BLOCK && at > s->n_fed ? at : 0;
+}
+
+/* Bytes of a state of n positions by og_model_info's formula (at least what
+ * one holds: its rows are floor(n / ratio) and its rings at most the window). */
+static uint64_t snap_state_bytes(const og_model_info *mi, int n) {
+    return (mi->kv_elems_fixed + (uint64_t)ceil((double)n * mi->kv_elems_per_token)) * mi->kv_elem_bytes;
+}
+
+/* What the cached states may hold (lock held): the budget less each running
+ * sequence's state at its whole prompt and output so far, plus one. */
+static uint64_t snap_room(const og_engine *e) {
+    const og_model_info *mi = og_model_get_info(e->cfg.model);
+    uint64_t live = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        const og_seq *s = e->running[i];
+        const int n = s->n_prompt + s->n_gen + 1;
+        live += snap_state_bytes(mi, n < e->cfg.ctx ? n : e->cfg.ctx);
+    }
+    return live < e->sc_budget ? e->sc_budget - live : 0;
+}
+
+/* After a step (lock held): s's prefill reached its snapshot position. */
+static void snap_take(og_engine *e, og_seq *s) {
+    if (!e->sc_on || !s->snap_at || s->n_fed != s->snap_at) return;
+    s->snap_at = 0;
+    char err[256];
+    og_status st = og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->prompt, s->reproducible,
+                                 snap_state_bytes(og_model_get_info(e->cfg.model), s->n_fed), snap_room(e), err,
+                                 sizeof err);
+    if (st) og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    e->met.prefix_states = (uint64_t)e->sc.n;
+    e->met.prefix_state_bytes = e->sc.bytes;
+}
+
+/* Before a step (lock held): the cached states within the room the running
+ * sequences leave. */
+static void snap_trim(og_engine *e) {
+    if (!e->sc_on) return;
+    og_snapc_trim(&e->sc, snap_room(e));
+    e->met.prefix_states = (uint64_t)e->sc.n;
+    e->met.prefix_state_bytes = e->sc.bytes;
+}
+
 og_status og_engine_check(og_engine *e, char *err, size_t errlen) {
     og_status st = OG_OK;
     pthread_mutex_lock(&e->mu);
@@ -888,6 +967,10 @@ og_status og_engine_check(og_engine *e, char *err, size_t errlen) {
         st = og_fail(err, errlen, OG_ERR_STATE, "%llu blocks held, over the budget of %llu",
                      (unsigned long long)(kv_blocks_in_use(e) + e->met.kv_blocks_cached),
                      (unsigned long long)e->met.kv_blocks_total);
+    if (!st && e->sc_on) st = og_snapc_check(&e->sc, err, errlen);
+    if (!st && e->sc_on && !e->n_running && e->sc.bytes > e->sc_budget)
+        st = og_fail(err, errlen, OG_ERR_STATE, "prefix cache: %llu bytes of states held, over the budget of %llu",
+                     (unsigned long long)e->sc.bytes, (unsigned long long)e->sc_budget);
     free(ref);
     pthread_mutex_unlock(&e->mu);
     return st;
@@ -1056,6 +1139,7 @@ static void *scheduler(void *arg) {
             }
         }
         e->met.kv_blocks_used = pc_trim(e);
+        snap_trim(e);
         int n = build_batch(e);
         if (n == 0) {
             if (e->in_flight) { /* at rest: copies that completed become resident without another step */
@@ -1145,7 +1229,7 @@ static void *scheduler(void *arg) {
                 og_seq *s = e->running[i];
                 s->n_fed += s->chunk;
                 e->met.prompt_tokens += (uint64_t)s->chunk;
-                if (s->chunk) pc_insert(e, s);
+                if (s->chunk) pc_insert(e, s), snap_take(e, s);
                 if (s->chunk && s->n_fed == s->n_prompt) fork_kv(e, s);
             }
         }
@@ -1211,6 +1295,7 @@ void og_engine_free(og_engine *e) {
         if (e->pc[i].used) pc_evict(e, i);
     free(e->pc);
     free(e->pc_bucket);
+    og_snapc_free(&e->sc);
     free(e);
 }
 

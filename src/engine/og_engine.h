@@ -144,6 +144,8 @@ typedef struct og_engine_metrics {
     uint64_t prefix_hits;         /* sequences admitted with at least one cached block */
     uint64_t prefix_cached_tokens;/* prompt tokens read from the cache instead of prefilled, in all */
     uint64_t prefix_blocks_reused;/* cached blocks handed to admitted sequences, in all */
+    uint64_t prefix_states;       /* a kv_snapshot model's prefix cache (deepseek4, deepseek41): whole states held */
+    uint64_t prefix_state_bytes;  /* their bytes (og_kv_snap.bytes), within parallel x one state of ctx positions */
     double gen_tok_per_s;         /* generated tokens per second over the last ~10 s */
     double longest_step_s;        /* longest forward step so far, seconds */
     double forward_s;             /* seconds in forward steps, in all */

@@ -47,8 +47,8 @@ struct og_seq {
     int n_shared;                 /* leading blocks of kv owned by the prefix cache (refcounted, read-only) */
     bool pc_stop;                 /* no more of its blocks go into the cache (an equal one was there) */
     int n_cached;                 /* prompt tokens read from the cache */
-    int snap_at;                  /* a kv_snapshot model's prefix cache: its state at this prompt position goes
-                                     into the cache (prefill cuts its chunk there); 0: none */
+    int snap_mid, snap_at;        /* a kv_snapshot model's prefix cache: its states at these prompt positions go
+                                     into the cache (prefill cuts its chunks there); 0: none */
     og_seq *fork_of;              /* a choice of og_engine_submit_n waiting for this leader's prompt: it is
                                      admitted with it, prefills nothing and forks its cache and first
                                      token's logits when the leader's prompt is in (fork_kv); NULL after */
@@ -720,7 +720,10 @@ static int build_batch(og_engine *e) {
         e->b_kvs[i] = &s->kv;
         s->chunk = 0;
         /* a waiting choice prefills nothing; a chunk ends at the snapshot's position */
-        need[i] = s->fork_of ? 0 : (s->n_fed < s->snap_at ? s->snap_at : s->n_prompt) - s->n_fed;
+        need[i] = s->fork_of                ? 0
+                  : s->n_fed < s->snap_mid ? s->snap_mid - s->n_fed
+                  : s->n_fed < s->snap_at  ? s->snap_at - s->n_fed
+                                           : s->n_prompt - s->n_fed;
         n_pre += need[i] > 0;
         if (s->n_fed == s->n_prompt && s->need_feed) {
             e->b_tokens[n] = s->last;
@@ -870,9 +873,13 @@ static uint64_t pc_trim(og_engine *e) {
  * stream): s restores the longest cached state of its prompt's leading ids,
  * leaving at least one prompt token to prefill, and is to leave its own state
  * at n_prompt - 1 (the last position before the one whose logits come first)
- * when that is at least a block and past what it restored. */
+ * and where its prompt leaves the cached ones' ids (snap_mid: the next prompt
+ * with that shared part, a system prompt, restores it), each when it is at
+ * least a block and past what it restored. */
 static void snap_admit(og_engine *e, og_seq *s) {
-    const int i = og_snapc_find(&e->sc, og_model_kv_key(e->cfg.model), s->reproducible, s->prompt, s->n_prompt - 1);
+    const uint64_t key = og_model_kv_key(e->cfg.model);
+    const int i = og_snapc_find(&e->sc, key, s->reproducible, s->prompt, s->n_prompt - 1);
+    const int common = og_snapc_common(&e->sc, key, s->reproducible, s->prompt, s->n_prompt - 1);
     char err[256];
     if (i >= 0 && og_snapc_restore(&e->sc, i, e->cfg.model, &e->cfg.rc, &s->kv, err, sizeof err))
         og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a cached state could not be restored (%s): prefilling in full", err);
@@ -883,6 +890,7 @@ static void snap_admit(og_engine *e, og_seq *s) {
     }
     const int at = s->n_prompt - 1;
     s->snap_at = at >= OG_KV_BLOCK && at > s->n_fed ? at : 0;
+    s->snap_mid = common >= OG_KV_BLOCK && common > s->n_fed && common < at ? common : 0;
 }
 
 /* Bytes of a state of n positions by og_model_info's formula (at least what
@@ -904,10 +912,11 @@ static uint64_t snap_room(const og_engine *e) {
     return live < e->sc_budget ? e->sc_budget - live : 0;
 }
 
-/* After a step (lock held): s's prefill reached its snapshot position. */
+/* After a step (lock held): s's prefill reached a snapshot position. */
 static void snap_take(og_engine *e, og_seq *s) {
-    if (!e->sc_on || !s->snap_at || s->n_fed != s->snap_at) return;
-    s->snap_at = 0;
+    if (!e->sc_on || !s->n_fed || (s->n_fed != s->snap_at && s->n_fed != s->snap_mid)) return;
+    if (s->n_fed == s->snap_mid) s->snap_mid = 0;
+    else s->snap_at = 0;
     char err[256];
     og_status st = og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->prompt, s->reproducible,
                                  snap_state_bytes(og_model_get_info(e->cfg.model), s->n_fed), snap_room(e), err,

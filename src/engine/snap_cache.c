@@ -48,6 +48,19 @@ int og_snapc_find(const og_snapc *c, uint64_t key, bool exact, const int32_t *id
     }
 }
 
+int og_snapc_common(const og_snapc *c, uint64_t key, bool exact, const int32_t *ids, int n_max) {
+    int best = 0;
+    for (int i = 0; i < c->n; i++) {
+        const og_snapc_entry *x = &c->ent[i];
+        const int n = x->snap.n_pos < n_max ? x->snap.n_pos : n_max;
+        int k = 0;
+        if (same_chain(x, key, exact))
+            while (k < n && x->ids[k] == ids[k]) k++;
+        if (k > best) best = k;
+    }
+    return best;
+}
+
 og_status og_snapc_restore(og_snapc *c, int i, const og_model *m, const og_run_ctx *rc, og_kv *dst, char *err,
                            size_t errlen) {
     og_snapc_entry *x = &c->ent[i];

@@ -40,6 +40,11 @@ uint64_t og_snapc_hash(uint64_t key, bool exact, const int32_t *ids, int n);
  * key and exact, or -1. Never fails. */
 int og_snapc_find(const og_snapc *c, uint64_t key, bool exact, const int32_t *ids, int n_max);
 
+/* The longest run of leading ids (at most n_max) that ids shares with any
+ * entry under key and exact: where a prompt leaves the cached ones (a system
+ * prompt shared by requests that differ after it). Never fails. */
+int og_snapc_common(const og_snapc *c, uint64_t key, bool exact, const int32_t *ids, int n_max);
+
 /* Restores entry i into dst (og_kv_restore; the entry referenced meanwhile,
  * its LRU tick bumped). Errors: og_kv_restore's (dst stays empty). */
 og_status og_snapc_restore(og_snapc *c, int i, const og_model *m, const og_run_ctx *rc, og_kv *dst, char *err,

@@ -108,7 +108,7 @@ static og_seq *submit(og_engine *e, const int32_t *ids, int n, const og_seq_para
 }
 
 static void run(og_engine *e, const int32_t *ids, int n, result *r) {
-    og_seq_params p = greedy(5);
+    og_seq_params p = greedy(3);
     collect(e, submit(e, ids, n, &p), r);
 }
 
@@ -198,7 +198,7 @@ static void test_cache_identical(void **state) {
                       cases[k].cached);
         assert_int_equal(ro.n_cached, 0);
         assert_int_equal(rn.n_cached, cases[k].cached);
-        assert_int_equal(ro.n, 5);
+        assert_int_equal(ro.n, 3);
         assert_same(&rn, &ro);
     }
     og_engine_metrics m;
@@ -342,7 +342,7 @@ static void test_cache_fork(void **state) {
     run(off, a, N, &ro);
     for (int warm = 0; warm < 2; warm++) {
         og_seq *s[3];
-        og_seq_params p = greedy(5);
+        og_seq_params p = greedy(3);
         char err[256];
         if (og_engine_submit_n(on, a, N, &p, 3, s, err, sizeof err)) fail_msg("%s", err);
         for (int i = 0; i < 3; i++) {

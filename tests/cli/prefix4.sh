@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The prefix cache of deepseek4 / deepseek41 (whole-state snapshots) through
+# `onegpu serve` on a make-model --arch ARCH tiny file: the same ~700-token
+# prompt twice gives the same output (text and log-probs, bitwise as JSON) and
+# cached_tokens = all but the last prompt token the second time, on
+# /v1/completions, /v1/chat/completions and /v1/messages
+# (cache_read_input_tokens); an agent's next turn (the history resent plus a
+# new message) reads the first turn's prompt from the cache; n: 2 on a cached
+# prompt gives two copies of the n: 1 answer; /metrics' prefix counters and the
+# access log agree; --prefix-cache off gives the same output with 0 cached.
+# usage: prefix4.sh ONEGPU WORKDIR ARCH
+set -euo pipefail
+onegpu=$1 work=$2 arch=$3
+. "$(dirname "$0")/lib.sh"
+mkdir -p "$work"
+model=$work/$arch-tiny.gguf
+if [[ ! -s $model ]]; then
+  "$onegpu" make-model --arch "$arch" --preset tiny -o "$model" 2>"$work/make.log" || {
+    if grep -q 'tokenizer' "$work/make.log"; then skip_dep "no tokenizer files (run scripts/deps.sh)"; fi
+    cat "$work/make.log"; fail "make-model --arch $arch"
+  }
+fi
+command -v node >/dev/null || skip_dep "Node.js is needed to read the JSON answers (scripts/deps.sh)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+text=$(for i in $(seq 1 120); do printf 'item %d is blue; ' "$i"; done)
+cbody="{\"prompt\":\"$text\",\"max_tokens\":4,\"temperature\":0,\"logprobs\":2}"
+hbody="{\"messages\":[{\"role\":\"user\",\"content\":\"$text\"}],\"max_tokens\":4,\"temperature\":0,\"logprobs\":true}"
+mbody="{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Anthropic: $text\"}],\"max_tokens\":4,\"temperature\":0}"
+post() { printf '%s' "$3" | curl -s "http://127.0.0.1:$port$1" -H 'Content-Type: application/json' --data-binary @- >"$2"; }
+# check A B KIND: same output; A's cached 0, B's all but the last prompt token (0 with KIND off)
+check() {
+  node -e '
+const fs = require("fs"), [a, b, kind] = process.argv.slice(1);
+const A = JSON.parse(fs.readFileSync(a, "utf8")), B = JSON.parse(fs.readFileSync(b, "utf8"));
+const msg = A.type === "message";
+const cached = j => msg ? j.usage.cache_read_input_tokens : j.usage.prompt_tokens_details.cached_tokens;
+const total = j => msg ? j.usage.input_tokens : j.usage.prompt_tokens;
+const out = j => JSON.stringify(msg ? j.content : j.choices.map(c => [c.text, c.message, c.logprobs]));
+if (total(A) < 600) { console.error("prompt too short:", total(A)); process.exit(1); }
+if (cached(A) !== 0) { console.error(a, "cold request reports", cached(A), "cached"); process.exit(1); }
+const want = kind === "off" ? 0 : total(A) - 1;
+if (cached(B) !== want) { console.error(b, "cached", cached(B), "expected", want, "of", total(B)); process.exit(1); }
+if (out(A) !== out(B)) { console.error("outputs differ:\n", out(A), "\n", out(B)); process.exit(1); }
+console.log("ok:", b, "cached", cached(B), "of", total(B));' "$1" "$2" "$3"
+}
+start_server "$work/serve.log" --ctx 4096 --parallel 2 --batch-tokens 256 # room for 6 states of ~730 positions
+grep -q 'prefix cache on' "$work/serve.log" || fail "the ready line does not say 'prefix cache on': $(grep ready "$work/serve.log")"
+post /v1/completions "$work/c1.json" "$cbody"
+post /v1/completions "$work/c2.json" "$cbody"
+check "$work/c1.json" "$work/c2.json" on || fail "completions"
+post /v1/chat/completions "$work/h1.json" "$hbody"
+post /v1/chat/completions "$work/h2.json" "$hbody"
+check "$work/h1.json" "$work/h2.json" on || fail "chat completions"
+post /v1/messages "$work/m1.json" "$mbody"
+post /v1/messages "$work/m2.json" "$mbody"
+check "$work/m1.json" "$work/m2.json" on || fail "messages"
+# the next turn: the first turn's messages, its answer, a new question
+answer=$(json_get "$work/h1.json" 'JSON.stringify(j.choices[0].message.content)')
+tbody="{\"messages\":[{\"role\":\"user\",\"content\":\"$text\"},{\"role\":\"assistant\",\"content\":$answer},{\"role\":\"user\",\"content\":\"and item 121?\"}],\"max_tokens\":4,\"temperature\":0}"
+post /v1/chat/completions "$work/t2.json" "$tbody"
+t_cached=$(json_get "$work/t2.json" 'j.usage.prompt_tokens_details.cached_tokens')
+first=$(json_get "$work/h1.json" 'j.usage.prompt_tokens')
+[[ $t_cached -ge $((first - 1)) ]] || fail "the next turn read $t_cached tokens from the cache, the first turn's prompt has $first"
+echo "ok: the next turn read $t_cached of its $(json_get "$work/t2.json" 'j.usage.prompt_tokens') prompt tokens from the cache"
+# n: 2 on the cached prompt: two copies of the n: 1 answer
+nbody="{\"prompt\":\"$text\",\"max_tokens\":4,\"temperature\":0,\"logprobs\":2,\"n\":2}"
+post /v1/completions "$work/n2.json" "$nbody"
+node -e '
+const fs = require("fs"), a = JSON.parse(fs.readFileSync(process.argv[1], "utf8")), n = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+const one = JSON.stringify([a.choices[0].text, a.choices[0].logprobs]);
+if (n.choices.length !== 2) { console.error("n: 2 gave", n.choices.length, "choices"); process.exit(1); }
+for (const c of n.choices) if (JSON.stringify([c.text, c.logprobs]) !== one) { console.error("choice", c.index, "differs"); process.exit(1); }
+if (n.usage.prompt_tokens_details.cached_tokens !== a.usage.prompt_tokens - 1) { console.error("n: 2 cached", n.usage.prompt_tokens_details.cached_tokens); process.exit(1); }
+console.log("ok: n: 2 on the cached prompt, two copies of the n: 1 answer");' "$work/c1.json" "$work/n2.json" || fail "n: 2"
+curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics.txt"
+metric() { awk -v k="$1" '$1==k{print $2}' "$work/metrics.txt"; }
+hits=$(metric onegpu_prefix_cache_hits_total) toks=$(metric onegpu_prefix_cached_tokens_total)
+[[ $hits == 5 ]] || fail "onegpu_prefix_cache_hits_total: '$hits', expected 5"
+want=$(node -e 'const f=require("fs"),g=p=>JSON.parse(f.readFileSync(p,"utf8")).usage;
+  console.log(g(process.argv[1]).prompt_tokens_details.cached_tokens+g(process.argv[2]).prompt_tokens_details.cached_tokens+
+  g(process.argv[3]).cache_read_input_tokens+g(process.argv[4]).prompt_tokens_details.cached_tokens+
+  g(process.argv[5]).prompt_tokens_details.cached_tokens)' "$work/c2.json" "$work/h2.json" "$work/m2.json" "$work/t2.json" "$work/n2.json")
+[[ $toks == "$want" ]] || fail "onegpu_prefix_cached_tokens_total: '$toks', expected $want"
+st=$(metric onegpu_prefix_cache_states)
+[[ -n $st && $st -gt 0 ]] || fail "onegpu_prefix_cache_states: '$st' after the requests ended"
+kill -TERM "$spid"; wait "$spid" || true
+c2=$(json_get "$work/c2.json" 'j.usage.prompt_tokens_details.cached_tokens')
+grep -q " cached=$c2 " "$work/serve.log.access" || { cat "$work/serve.log.access"; fail "no access-log line with cached=$c2"; }
+echo "ok: /metrics and the access log count the cached tokens"
+start_server "$work/serve-off.log" --ctx 4096 --parallel 2 --batch-tokens 256 --prefix-cache off
+post /v1/completions "$work/o1.json" "$cbody"
+post /v1/completions "$work/o2.json" "$cbody"
+check "$work/c1.json" "$work/o2.json" off || fail "--prefix-cache off"
+kill -TERM "$spid"; wait "$spid" || true
+echo "prefix4.sh ($arch): all passed"

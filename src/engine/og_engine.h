@@ -67,8 +67,17 @@ typedef struct og_engine_config {
                                      partial block is its own. Unreferenced blocks stay cached, least
                                      recently used evicted first, while the cache and the sequences' own
                                      blocks together stay within kv_blocks_total (parallel x ctx).
-                                     Off whatever this says for a model whose og_model_info.kv_paged is
-                                     false (its state is not the blocks alone): logged once at create. */
+                                     A model whose og_model_info.kv_paged is false but kv_snapshot true
+                                     (deepseek4, deepseek41) keeps whole states instead (snap_cache.h): a
+                                     prompt of more than OG_KV_BLOCK tokens leaves its state at n_prompt - 1
+                                     and where it parts from the cached states' ids (its prefill chunks are
+                                     cut there), keyed by og_model_kv_key, the exact flag and a chain hash
+                                     of the ids; admission restores the longest one the prompt starts with
+                                     (og_kv_restore, n_pos < n_prompt). The states and the running
+                                     sequences (each counted by og_model_info's formula at its prompt plus
+                                     output) stay within parallel x one state of ctx positions, least
+                                     recently used evicted first. Neither (kv_paged and kv_snapshot
+                                     false): off whatever this says, logged once at create. */
     const og_logger *log;         /* not owned, outlives the engine; NULL: warnings to stderr */
 } og_engine_config;
 

@@ -390,7 +390,7 @@ static og_status ds4_state_walk(const og_model *m, const og_kv *kv, og_snap_walk
     const uint64_t fb = sizeof(float);
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const uint32_t r = hp->compress_ratio[il];
-        og_snap_piece(w, q->raw[il], (uint64_t)q->n_ring * hp->head_dim * fb);
+        og_snap_piece(w, q->raw[il], (uint64_t)og_fwd_ring_filled(q->n_ring, kv->n_pos) * hp->head_dim * fb);
         if (!r) continue;
         og_snap_piece(w, q->cstate[il], state_floats(r, hp->head_dim) * fb);
         og_snap_rows(w, &q->comp[il], kv->n_pos / (int64_t)r, hp->head_dim);

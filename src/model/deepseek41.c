@@ -393,7 +393,7 @@ static og_status ds41_state_walk(const og_model *m, const og_kv *kv, og_snap_wal
         return og_fail(w->err, w->errlen, OG_ERR_INVALID_ARG, "kv snapshot: the cache holds no deepseek41 state of this model");
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const og_ds41_layer *R = &hp->layer[il];
-        og_snap_piece(w, q->raw[il], (uint64_t)q->n_ring * hp->head_dim * sizeof(float));
+        og_snap_piece(w, q->raw[il], (uint64_t)og_fwd_ring_filled(q->n_ring, kv->n_pos) * hp->head_dim * sizeof(float));
         if (!R->is_kv_source) continue;
         if (R->ratio > 1) og_snap_piece(w, q->cstate[il], cstate_floats(hp, il) * sizeof(float));
         og_snap_rows(w, &q->comp[il], kv->n_pos / (int64_t)R->ratio, hp->head_dim);

@@ -215,6 +215,11 @@ struct og_snap_walk {
     char *err;
     size_t errlen;
 };
+/* The rows of a raw ring of n_ring rows (min(window, n_ctx)) that n_pos
+ * positions have written (position p in row p mod the window: rows [0, n_pos)
+ * until it wraps): what a snapshot copies; no later position reads the rest
+ * before writing it. */
+static inline int32_t og_fwd_ring_filled(int32_t n_ring, int32_t n_pos) { return n_pos < n_ring ? n_pos : n_ring; }
 /* A device piece of bytes at state (in w->dev's memory). */
 void og_snap_piece(og_snap_walk *w, void *state, uint64_t bytes);
 /* The first n_rows rows (width floats each) of row store rs (reserved for

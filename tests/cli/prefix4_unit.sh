@@ -6,11 +6,5 @@ set -euo pipefail
 onegpu=$1 unit=$2 work=$3 arch=$4
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$work"
-model=$work/$arch-tiny.gguf
-if [[ ! -s $model ]]; then
-  "$onegpu" make-model --arch "$arch" --preset tiny -o "$model" 2>"$work/make.log" || {
-    if grep -q 'tokenizer' "$work/make.log"; then skip_dep "no tokenizer files (run scripts/deps.sh)"; fi
-    cat "$work/make.log"; fail "make-model --arch $arch"
-  }
-fi
+tiny_model "$onegpu" "$work" "$arch"
 "$unit" "$model"

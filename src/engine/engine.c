@@ -49,6 +49,9 @@ struct og_seq {
     int n_cached;                 /* prompt tokens read from the cache */
     int snap_mid, snap_at;        /* a kv_snapshot model's prefix cache: its states at these prompt positions go
                                      into the cache (prefill cuts its chunks there); 0: none */
+    int32_t *ids;                 /* [cap_ids] the prompt then every accepted token (kv_snapshot models: the
+                                     state's ids when it retires, snap_retire), or NULL */
+    int n_ids, cap_ids;
     og_seq *fork_of;              /* a choice of og_engine_submit_n waiting for this leader's prompt: it is
                                      admitted with it, prefills nothing and forks its cache and first
                                      token's logits when the leader's prompt is in (fork_kv); NULL after */
@@ -204,6 +207,8 @@ static void placement_metrics(og_engine *e) {
 }
 
 static void snap_admit(og_engine *e, og_seq *s);
+static void snap_retire(og_engine *e, og_seq *s);
+static void snap_ids_push(og_seq *s, int32_t id);
 static uint64_t snap_state_bytes(const og_model_info *mi, int n);
 
 og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *err, size_t errlen) {
@@ -333,6 +338,7 @@ static void seq_free(og_engine *e, og_seq *s) {
     if (!s) return;
     seq_kv_free(e, s);
     free(s->pc_ent);
+    free(s->ids);
     og_sampler_free(s->smp);
     og_gmatch_free(s->gm);
     for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
@@ -354,6 +360,7 @@ static void seq_destroy(og_engine *e, og_seq *s) {
 /* The scheduler is done with s (lock held): its cache and sampler go at once. */
 static void seq_retire(og_engine *e, og_seq *s) {
     fork_orphans(e, s);
+    snap_retire(e, s);
     s->state = SEQ_RETIRED;
     seq_kv_free(e, s);
     memset(&s->kv, 0, sizeof s->kv);
@@ -615,6 +622,7 @@ og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out) {
 
 /* A token was sampled (or forced) for s (lock held): text, stop strings, finish. */
 static void seq_accept(og_engine *e, og_seq *s, int32_t id, float lp, const og_token_logprob *top, bool forced) {
+    if (e->sc_on) snap_ids_push(s, id);
     s->last = id;
     s->need_feed = true;
     s->n_sampled++;
@@ -922,6 +930,41 @@ static void snap_take(og_engine *e, og_seq *s) {
                                  snap_state_bytes(og_model_get_info(e->cfg.model), s->n_fed), snap_room(e), err,
                                  sizeof err);
     if (st) og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    e->met.prefix_states = (uint64_t)e->sc.n;
+    e->met.prefix_state_bytes = e->sc.bytes;
+}
+
+/* An accepted token of s (lock held) after its prompt in s->ids; out of
+ * memory: no ids, no state kept at its end. */
+static void snap_ids_push(og_seq *s, int32_t id) {
+    if (s->n_ids < 0) return;
+    if (s->n_ids + 1 > s->cap_ids) {
+        const int cap = s->cap_ids ? 2 * s->cap_ids : s->n_prompt + 64;
+        int32_t *v = realloc(s->ids, (size_t)cap * sizeof *v);
+        if (!v) {
+            s->n_ids = -1;
+            return;
+        }
+        if (!s->ids) memcpy(v, s->prompt, (size_t)s->n_prompt * sizeof *v), s->n_ids = s->n_prompt;
+        s->ids = v;
+        s->cap_ids = cap;
+    }
+    s->ids[s->n_ids++] = id;
+}
+
+/* s retires (lock held): a finished sequence's state (its prompt and the
+ * tokens it fed back, the answer an agent's next turn may resend: not when the
+ * chat template drops the reasoning) goes into the cache when the room the
+ * others leave holds it without evicting anything. */
+static void snap_retire(og_engine *e, og_seq *s) {
+    if (!e->sc_on || !s->kv.arch || (s->finish != OG_FINISH_STOP && s->finish != OG_FINISH_LENGTH) || s->n_ids < 0 ||
+        s->kv.n_pos <= s->n_prompt || s->kv.n_pos != s->n_ids - (s->need_feed ? 1 : 0))
+        return;
+    const uint64_t need = snap_state_bytes(og_model_get_info(e->cfg.model), s->kv.n_pos), room = snap_room(e);
+    if (e->sc.bytes + need > room) return; /* only in free room: the prompts' states are the ones that must hit */
+    char err[256];
+    if (og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->ids, s->reproducible, need, room, err, sizeof err))
+        og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
     e->met.prefix_states = (uint64_t)e->sc.n;
     e->met.prefix_state_bytes = e->sc.bytes;
 }

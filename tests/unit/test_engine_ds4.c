@@ -211,6 +211,30 @@ static void test_cache_identical(void **state) {
     og_engine_free(on);
 }
 
+/* A finished sequence leaves its state at its end too (prompt plus the
+ * tokens it fed back): a prompt that resends the answer and goes on reads all
+ * of it from the cache, and gives the cache-off engine's bits. */
+static void test_cache_after_answer(void **state) {
+    (void)state;
+    enum { N = 200, G = 6, M = N + G + 20 };
+    int32_t a[M];
+    random_ids(a, M, 8080);
+    og_engine *off = make_engine(4, 96, 4096, 8, true), *on = make_engine(4, 96, 4096, 8, false);
+    og_seq_params p = greedy(G);
+    result r0, ro, rn;
+    collect(on, submit(on, a, N, &p), &r0);
+    assert_int_equal(r0.n, G);
+    assert_int_equal(r0.finish, OG_FINISH_LENGTH);
+    memcpy(a + N, r0.ids, G * sizeof *a); /* the answer resent, then a new message */
+    run(off, a, M, &ro);
+    run(on, a, M, &rn);
+    assert_int_equal(rn.n_cached, N + G - 1); /* the last answer token was never fed back */
+    assert_same(&rn, &ro);
+    check_clean(on);
+    og_engine_free(off);
+    og_engine_free(on);
+}
+
 /* Memory per cached token: the device bytes a snapshot takes on a budgeted cpu
  * device (its free memory before and after) are og_kv_snap.bytes and, at a
  * position that is a multiple of every ratio (read from the file), exactly
@@ -421,7 +445,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_bytes), cmocka_unit_test(test_cache_identical),
         cmocka_unit_test(test_other_options),  cmocka_unit_test(test_cache_fork),
-        cmocka_unit_test(test_cache_churn),
+        cmocka_unit_test(test_cache_churn),   cmocka_unit_test(test_cache_after_answer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -926,7 +926,7 @@ static void snap_take(og_engine *e, og_seq *s) {
     if (s->n_fed == s->snap_mid) s->snap_mid = 0;
     else s->snap_at = 0;
     char err[256];
-    og_status st = og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->prompt, s->reproducible,
+    og_status st = og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->prompt, s->reproducible, false,
                                  snap_state_bytes(og_model_get_info(e->cfg.model), s->n_fed), snap_room(e), err,
                                  sizeof err);
     if (st) og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
@@ -955,15 +955,15 @@ static void snap_ids_push(og_seq *s, int32_t id) {
 /* s retires (lock held): a finished sequence's state (its prompt and the
  * tokens it fed back, the answer an agent's next turn may resend: not when the
  * chat template drops the reasoning) goes into the cache when the room the
- * others leave holds it without evicting anything. */
+ * others leave holds it without evicting anything (a spare entry: evicted
+ * first). */
 static void snap_retire(og_engine *e, og_seq *s) {
     if (!e->sc_on || !s->kv.arch || (s->finish != OG_FINISH_STOP && s->finish != OG_FINISH_LENGTH) || s->n_ids < 0 ||
         s->kv.n_pos <= s->n_prompt || s->kv.n_pos != s->n_ids - (s->need_feed ? 1 : 0))
         return;
-    const uint64_t need = snap_state_bytes(og_model_get_info(e->cfg.model), s->kv.n_pos), room = snap_room(e);
-    if (e->sc.bytes + need > room) return; /* only in free room: the prompts' states are the ones that must hit */
-    char err[256];
-    if (og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->ids, s->reproducible, need, room, err, sizeof err))
+    char err[256]; /* a spare entry: the prompts' states are the ones that must hit */
+    if (og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->ids, s->reproducible, true,
+                      snap_state_bytes(og_model_get_info(e->cfg.model), s->kv.n_pos), snap_room(e), err, sizeof err))
         og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
     e->met.prefix_states = (uint64_t)e->sc.n;
     e->met.prefix_state_bytes = e->sc.bytes;

@@ -71,7 +71,9 @@ typedef struct og_engine_config {
                                      (deepseek4, deepseek41) keeps whole states instead (snap_cache.h): a
                                      prompt of more than OG_KV_BLOCK tokens leaves its state at n_prompt - 1
                                      and where it parts from the cached states' ids (its prefill chunks are
-                                     cut there), keyed by og_model_kv_key, the exact flag and a chain hash
+                                     cut there), a finished one its state at its end (prompt + fed-back
+                                     tokens) when free room holds it (evicted first), each keyed by
+                                     og_model_kv_key, the exact flag and a chain hash
                                      of the ids; admission restores the longest one the prompt starts with
                                      (og_kv_restore, n_pos < n_prompt). The states and the running
                                      sequences (each counted by og_model_info's formula at its prompt plus

@@ -68,6 +68,7 @@ og_status og_snapc_restore(og_snapc *c, int i, const og_model *m, const og_run_c
     og_status st = og_kv_restore(m, rc, &x->snap, dst, err, errlen);
     x->ref--;
     x->lru = ++c->tick;
+    if (!st) x->spare = false; /* it served: an ordinary entry now */
     return st;
 }
 
@@ -79,10 +80,13 @@ static void evict(og_snapc *c, int i) {
     c->ent[i] = c->ent[--c->n];
 }
 
+/* The unreferenced entry to evict first: spare ones, then the least recently used. */
 static int lru(const og_snapc *c) {
     int best = -1;
-    for (int i = 0; i < c->n; i++)
-        if (!c->ent[i].ref && (best < 0 || c->ent[i].lru < c->ent[best].lru)) best = i;
+    for (int i = 0; i < c->n; i++) {
+        const og_snapc_entry *x = &c->ent[i], *b = best >= 0 ? &c->ent[best] : NULL;
+        if (!x->ref && (!b || x->spare > b->spare || (x->spare == b->spare && x->lru < b->lru))) best = i;
+    }
     return best;
 }
 
@@ -93,7 +97,7 @@ int og_snapc_trim(og_snapc *c, uint64_t room_bytes) {
 }
 
 og_status og_snapc_take(og_snapc *c, const og_model *m, const og_run_ctx *rc, const og_kv *src, const int32_t *ids,
-                        bool exact, uint64_t need_bytes, uint64_t room_bytes, char *err, size_t errlen) {
+                        bool exact, bool spare, uint64_t need_bytes, uint64_t room_bytes, char *err, size_t errlen) {
     const uint64_t key = og_model_kv_key(m);
     const int n = src->n_pos;
     const uint64_t h = og_snapc_hash(key, exact, ids, n);
@@ -105,7 +109,8 @@ og_status og_snapc_take(og_snapc *c, const og_model *m, const og_run_ctx *rc, co
             return OG_OK;
         }
     }
-    if (need_bytes > room_bytes || (og_snapc_trim(c, room_bytes - need_bytes), c->bytes > room_bytes - need_bytes))
+    if (need_bytes > room_bytes || (spare && c->bytes > room_bytes - need_bytes) ||
+        (og_snapc_trim(c, room_bytes - need_bytes), c->bytes > room_bytes - need_bytes))
         return og_fail(err, errlen, OG_ERR_NOMEM, "prefix cache: no room for a state of %d positions", n);
     if (c->n == c->cap) {
         const int cap = c->cap ? 2 * c->cap : 8;
@@ -114,7 +119,7 @@ og_status og_snapc_take(og_snapc *c, const og_model *m, const og_run_ctx *rc, co
         c->ent = e;
         c->cap = cap;
     }
-    og_snapc_entry x = {.hash = h, .key = key, .exact = exact, .lru = ++c->tick};
+    og_snapc_entry x = {.hash = h, .key = key, .exact = exact, .spare = spare, .lru = ++c->tick};
     if (!(x.ids = malloc((size_t)n * sizeof *x.ids))) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     og_status st = og_kv_snapshot(m, rc, src, &x.snap, err, errlen);
     if (st) {

@@ -8,7 +8,7 @@
  * compressor states' partial blocks are part of it), so entries are not tied
  * to block boundaries. Entries are refcounted while a sequence is restored
  * from one and evicted least recently used first within the caller's byte
- * room. One thread at a time (the engine's lock). */
+ * room (spare entries first). One thread at a time (the engine's lock). */
 #ifndef OG_SNAP_CACHE_H
 #define OG_SNAP_CACHE_H
 
@@ -21,6 +21,8 @@ typedef struct og_snapc_entry {
     uint64_t key;        /* og_model_kv_key when taken */
     bool exact;          /* computed with canonical rows (a strata_reproducible request) */
     int ref;             /* restores in progress */
+    bool spare;          /* taken only into free room (a finished sequence's end): evicted before the
+                            others; a restore makes it an ordinary entry */
     uint64_t lru;        /* tick of its last use */
 } og_snapc_entry;
 
@@ -52,12 +54,14 @@ og_status og_snapc_restore(og_snapc *c, int i, const og_model *m, const og_run_c
 
 /* Takes src's state (og_kv_snapshot) as the entry for ids[0, src->n_pos)
  * unless an entry holds exactly those already (its tick is bumped: OG_OK).
- * Before taking, unreferenced entries are evicted (least recently used
- * first) until room_bytes holds the held bytes plus need_bytes (the state's
- * size by og_model_info's formula, an upper bound); if it cannot, nothing is
- * taken (OG_ERR_NOMEM). Errors: og_kv_snapshot's, OG_ERR_NOMEM. */
+ * Before taking, unreferenced entries are evicted (spare ones, then least
+ * recently used first) until room_bytes holds the held bytes plus need_bytes
+ * (the state's size by og_model_info's formula, an upper bound); if it
+ * cannot, nothing is taken (OG_ERR_NOMEM). spare: take it only if that needs
+ * no eviction (OG_ERR_NOMEM otherwise), and evict it before the others.
+ * Errors: og_kv_snapshot's, OG_ERR_NOMEM. */
 og_status og_snapc_take(og_snapc *c, const og_model *m, const og_run_ctx *rc, const og_kv *src, const int32_t *ids,
-                        bool exact, uint64_t need_bytes, uint64_t room_bytes, char *err, size_t errlen);
+                        bool exact, bool spare, uint64_t need_bytes, uint64_t room_bytes, char *err, size_t errlen);
 
 /* Evicts unreferenced entries, least recently used first, while the held
  * bytes pass room_bytes. Returns the entries evicted. */

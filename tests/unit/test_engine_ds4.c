@@ -4,8 +4,6 @@
  * tokenizer (argv[1]). The reference is the same engine with the cache off
  * (every prompt prefilled in full), and og_model_info's size formula for the
  * bytes, with the shapes read from the file's keys. */
-#include "kernels_fixture.h"
-#include "og_engine.h"
 #include "sanitized_fixture.h" /* OG_TEST_SANITIZED: the sanitizer builds run smaller cases */
 
 #include <setjmp.h>
@@ -17,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "engine_fixture.h" /* g_path, g_m, ..., setup, teardown, greedy */
+
 #ifdef OG_TEST_SANITIZED
 #define CHURN 24 /* test_cache_churn's requests (plain: 100); test_cache_identical is the plain build's */
 #else
@@ -24,36 +24,8 @@
 #endif
 #define N_PROMPT 300
 
-static const char *g_path;
-static og_model *g_m;
-static og_tokenizer *g_tok;
-static og_pool *g_pool;
-static og_kernels g_kern;
-static og_dispatch *g_dispatch; /* host only */
-static const og_dispatcher *g_host;
-static char g_arch[32];
-
-static int setup(void **state) {
-    (void)state;
-    char err[512];
-    if (og_model_load(g_path, NULL, &g_m, err, sizeof err)) fail_msg("%s", err);
-    if (og_tokenizer_load(og_model_gguf(g_m), &g_tok, err, sizeof err)) fail_msg("%s", err);
-    if (og_pool_create(2, NULL, &g_pool, err, sizeof err)) fail_msg("%s", err);
-    g_kern = fx_best_kernels();
-    if (og_dispatch_create(NULL, NULL, &g_dispatch, err, sizeof err)) fail_msg("%s", err);
-    g_host = og_dispatch_table(g_dispatch);
-    snprintf(g_arch, sizeof g_arch, "%s", og_model_get_info(g_m)->arch);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    og_dispatch_free(g_dispatch);
-    og_pool_free(g_pool);
-    og_tokenizer_free(g_tok);
-    og_model_free(g_m);
-    return 0;
-}
+/* The loaded model's architecture ("deepseek4" or "deepseek41"). */
+static const char *arch_name(void) { return og_model_get_info(g_m)->arch; }
 
 /* The CLI's default numerics (canonical) on the host; cache on or off. */
 static og_engine *make_engine(int parallel, int batch_tokens, int ctx, int queue, bool off) {
@@ -94,11 +66,6 @@ static void collect(og_engine *e, og_seq *s, result *r) {
     og_seq_release(e, s);
 }
 
-static og_seq_params greedy(int max_tokens) {
-    og_seq_params p = {.sampling = og_sampler_defaults(), .max_tokens = max_tokens, .logprobs = true};
-    p.sampling.temperature = 0;
-    return p;
-}
 
 static og_seq *submit(og_engine *e, const int32_t *ids, int n, const og_seq_params *p) {
     og_seq *s;
@@ -135,7 +102,7 @@ static void check_clean(og_engine *e) {
 /* The model's compression ratios, from the file's key (at least 1 each). */
 static int ratios_lcm(void) {
     char key[96];
-    snprintf(key, sizeof key, "%s.attention.compress_ratios", g_arch);
+    snprintf(key, sizeof key, "%s.attention.compress_ratios", arch_name());
     const og_gguf_kv *kv = og_gguf_find_kv(og_model_gguf(g_m), key);
     assert_non_null(kv);
     int l = 1;
@@ -194,7 +161,7 @@ static void test_cache_identical(void **state) {
         result ro, rn;
         run(off, v, cases[k].n, &ro);
         run(on, v, cases[k].n, &rn);
-        print_message("%s case %zu: %d tokens, %d cached (want %d)\n", g_arch, k, cases[k].n, rn.n_cached,
+        print_message("%s case %zu: %d tokens, %d cached (want %d)\n", arch_name(), k, cases[k].n, rn.n_cached,
                       cases[k].cached);
         assert_int_equal(ro.n_cached, 0);
         assert_int_equal(rn.n_cached, cases[k].cached);
@@ -248,10 +215,7 @@ static void test_snapshot_bytes(void **state) {
     assert_true(mi->kv_snapshot);
     og_device *dev;
     og_stream *s;
-    assert_int_equal(og_device_cpu_create(512u << 20, 1, &g_kern, &dev, err, sizeof err), OG_OK);
-    assert_int_equal(dev->ops->stream_create(dev, &s, err, sizeof err), OG_OK);
-    og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host, .dev = dev, .stream = s,
-                     .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
+    og_run_ctx rc = fx_device_rc(512u << 20, &dev, &s);
     const int L = ratios_lcm(), P = L * ((200 + L - 1) / L); /* past the window and several blocks */
     int32_t ids[512];
     assert_true(P + 8 <= 512);
@@ -269,7 +233,7 @@ static void test_snapshot_bytes(void **state) {
         assert_int_equal(dev->ops->mem_info(dev, &free1, &total), OG_OK);
         const uint64_t formula =
             (mi->kv_elems_fixed + (uint64_t)((double)n * mi->kv_elems_per_token + 0.999999)) * mi->kv_elem_bytes;
-        print_message("%s: a state of %d positions: %llu bytes (%.1f per position), formula %llu\n", g_arch, n,
+        print_message("%s: a state of %d positions: %llu bytes (%.1f per position), formula %llu\n", arch_name(), n,
                       (unsigned long long)snap.bytes, (double)snap.bytes / n, (unsigned long long)formula);
         assert_int_equal(free0 - free1, snap.bytes);
         if (!at) assert_int_equal(snap.bytes, formula);
@@ -332,7 +296,7 @@ static void test_other_options(void **state) {
     assert_same(&r1, &r0);
     const uint64_t key = og_model_kv_key(g_m);
     /* kv-fp8: deepseek4's default on, deepseek41's off; the other value */
-    const char *flip = strcmp(g_arch, "deepseek4") ? "on" : "off";
+    const char *flip = strcmp(arch_name(), "deepseek4") ? "on" : "off";
     assert_int_equal(og_model_set_option(g_m, "kv-fp8", flip, err, sizeof err), OG_OK);
     assert_true(og_model_kv_key(g_m) != key);
     assert_int_equal(og_kv_restore(g_m, &rc, &snap, &b, err, sizeof err), OG_ERR_INVALID_ARG);

@@ -381,7 +381,7 @@ og_status og_fwd_gather_wanted(og_fwd *f, const og_batch *batch, float *dst, con
 }
 
 void og_snap_piece(og_snap_walk *w, void *state, uint64_t bytes) {
-    if (w->base && !w->st) {
+    if (w->base && !w->st && bytes) {
         void *snap = w->base + w->off;
         w->st = og_seq_copy(w->dev, w->stream, w->to_snap ? snap : state, w->to_snap ? state : snap, bytes, w->err,
                             w->errlen);

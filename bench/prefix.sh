@@ -6,12 +6,17 @@
 # The cold prompt starts with the round's own word, so no block of it is cached; the
 # cached one is the warmed prefix plus the round's own short suffix. The model needs
 # a context of at least 4,200 (make-model --preset demo --ctx 8192).
+# bench/prefix.sh ONEGPU MODEL ROUNDS SERVE-FLAGS...: serve with these flags instead of
+# --parallel 1 --ctx 8192 (deepseek41's demo, whose prefix cache keeps whole states:
+# run.sh's --vram 540M --reserve 64M, its 4 places and 4,096 positions).
 set -euo pipefail
 onegpu=$1 model=$2 rounds=${3:-5}
+flags=("${@:4}")
+[[ ${#flags[@]} -gt 0 ]] || flags=(--parallel 1 --ctx 8192)
 . "$(dirname "$0")/../tests/cli/lib.sh" # start_server, median
 work=$(mktemp -d) pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
-start_server "$work/serve.log" --parallel 1 --ctx 8192
+start_server "$work/serve.log" "${flags[@]}"
 prefix=$(for i in $(seq 1 660); do printf 'item %d is blue; ' "$i"; done)
 req() { # req PROMPT -> "seconds prompt_tokens cached_tokens"
   local out

@@ -39,10 +39,11 @@ static void usage(FILE *out) {
             "  --ctx N            positions per sequence, prompt + output (default: the model's, at most 4096)\n"
             "  --parallel N       sequences served at once (default 4); --queue N more wait (default 64; then 503)\n"
             "  --batch-tokens N   tokens per forward step: decoders + prefill chunks (default 512)\n"
-            "  --prefix-cache on|off  reuse the KV blocks of a prompt prefix seen before (whole 64-token blocks,\n"
-            "                     kept in the KV pool of parallel x ctx positions until a block is needed, least\n"
-            "                     recently used evicted; default on; deepseek4 has none: its windows and\n"
-            "                     compressor state are not paged blocks)\n"
+            "  --prefix-cache on|off  reuse the cache of a prompt prefix seen before (default on): deepseek2 shares\n"
+            "                     whole 64-token KV blocks, kept in the KV pool (parallel x ctx positions) until a\n"
+            "                     block is needed, least recently used evicted; deepseek4 / deepseek41 restore a\n"
+            "                     copy of the whole state taken at a prompt's last position but one (prompts of\n"
+            "                     65+ tokens), kept within the plan's KV less the running sequences'\n"
             OG_CLI_CACHE_HELP
             "  --max-tokens N     tokens generated for a request that sets no max_tokens (default: until the\n"
             "                     context is full for chat, 16 for completions); a request's own max_tokens wins\n"
@@ -326,9 +327,10 @@ int og_cmd_serve(int argc, char **argv) {
                         .n_vocab = og_tokenizer_n_vocab(tok), .ctx = (int)ctx, .n_layer = mi->n_layer,
                         .capacity = (int)(parallel + queue), .parallel = (int)parallel,
                         .no_fork = !mi->kv_fork, .max_tokens = (int)max_tokens, .reasoning = reasoning};
-    /* the engine shares blocks only of a paged cache (og_model_info.kv_paged):
+    /* the engine shares blocks of a paged cache (og_model_info.kv_paged) or
+     * keeps whole states of one with snapshots (kv_snapshot), else none:
      * asking for it on another model is told, not pretended */
-    if (prefix_cache && prefix_cache_given && !mi->kv_paged)
+    if (prefix_cache && prefix_cache_given && !mi->kv_paged && !mi->kv_snapshot)
         fprintf(stderr, "onegpu serve: --prefix-cache on: %s has no prefix cache (its per-sequence state, e.g. "
                         "sliding windows and compressor state, lies outside the paged KV blocks): serving without one\n",
                 mi->arch);
@@ -345,7 +347,7 @@ int og_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads, prefix "
                     "cache %s%s\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool),
-            prefix_cache && mi->kv_paged ? "on" : "off", pool_line);
+            prefix_cache && (mi->kv_paged || mi->kv_snapshot) ? "on" : "off", pool_line);
     fflush(stderr);
     int sig = 0;
     if (watching) {

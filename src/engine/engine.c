@@ -4,6 +4,7 @@
  * blocked for a whole step. A running sequence is freed only by the scheduler
  * (a reader that leaves marks it), so the forward never sees freed memory. */
 #include "og_engine.h"
+#include "snap_cache.h"
 
 #include "kv_pool.h"
 
@@ -48,6 +49,11 @@ struct og_seq {
     int n_shared;                 /* leading blocks of kv owned by the prefix cache (refcounted, read-only) */
     bool pc_stop;                 /* no more of its blocks go into the cache (an equal one was there) */
     int n_cached;                 /* prompt tokens read from the cache */
+    int snap_mid, snap_at;        /* a kv_snapshot model's prefix cache: its states at these prompt positions go
+                                     into the cache (prefill cuts its chunks there); 0: none */
+    int32_t *ids;                 /* [cap_ids] the prompt then every accepted token (kv_snapshot models: the
+                                     state's ids when it retires, snap_retire), or NULL */
+    int n_ids, cap_ids;
     og_seq *fork_of;              /* a choice of og_engine_submit_n waiting for this leader's prompt: it is
                                      admitted with it, prefills nothing and forks its cache and first
                                      token's logits when the leader's prompt is in (fork_kv); NULL after */
@@ -108,6 +114,9 @@ struct og_engine {
     char *tier_buf;               /* [2][kv_block_bytes] host staging: [0] a block coming back from a tier,
                                      [1] one going to it (a restore's pool_take may evict and spill meanwhile) */
     bool tier_spill;              /* pc_evict hands blocks to the tier (false while freeing without a directory) */
+    bool sc_on;                   /* the prefix cache of a kv_snapshot model (snap_cache.h): whole states */
+    og_snapc sc;
+    uint64_t sc_budget;           /* bytes: parallel x the state of ctx positions (the plan's KV term) */
 };
 
 /* FNV-1a, 64 bits, over the parent's hash, the exact flag and the ids. */
@@ -250,6 +259,11 @@ static void placement_metrics(og_engine *e) {
     og_placement_layer_hits(e->cfg.placement, e->layer_routes, e->layer_hits, og_model_get_info(e->cfg.model)->n_layer);
 }
 
+static void snap_admit(og_engine *e, og_seq *s);
+static void snap_retire(og_engine *e, og_seq *s);
+static void snap_ids_push(og_seq *s, int32_t id);
+static uint64_t snap_state_bytes(const og_model_info *mi, int n);
+
 og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *err, size_t errlen) {
     *out = NULL;
     if (!cfg->model || !cfg->tok || !cfg->rc.kern || !cfg->rc.pool)
@@ -290,9 +304,12 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
     e->met.kv_blocks_total = cfg->kv_blocks ? cfg->kv_blocks : og_engine_kv_blocks(cfg->parallel, cfg->ctx);
     /* blocks are shared only where the model's whole per-sequence state is its
      * paged blocks (og_model_info.kv_paged) */
-    if (!cfg->no_prefix_cache && !mi->kv_paged)
+    if (!cfg->no_prefix_cache && !mi->kv_paged && !mi->kv_snapshot)
         og_log(cfg->log, OG_LOG_INFO, "prefix cache off: %s keeps per-sequence state outside the paged KV blocks",
                mi->arch);
+    /* an unpaged state with snapshots: whole states at prompt positions (snap_admit) */
+    e->sc_on = !cfg->no_prefix_cache && !mi->kv_paged && mi->kv_snapshot;
+    e->sc_budget = (uint64_t)cfg->parallel * snap_state_bytes(mi, cfg->ctx);
     if (!cfg->no_prefix_cache && mi->kv_paged) {
         const int cap = (int)e->met.kv_blocks_total;
         for (e->pc_nbucket = 16; e->pc_nbucket < 2 * cap; e->pc_nbucket *= 2) {}
@@ -405,6 +422,7 @@ static void seq_free(og_engine *e, og_seq *s) {
     if (!s) return;
     seq_kv_free(e, s);
     free(s->pc_ent);
+    free(s->ids);
     og_sampler_free(s->smp);
     og_gmatch_free(s->gm);
     for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
@@ -426,6 +444,7 @@ static void seq_destroy(og_engine *e, og_seq *s) {
 /* The scheduler is done with s (lock held): its cache and sampler go at once. */
 static void seq_retire(og_engine *e, og_seq *s) {
     fork_orphans(e, s);
+    snap_retire(e, s);
     s->state = SEQ_RETIRED;
     seq_kv_free(e, s);
     memset(&s->kv, 0, sizeof s->kv);
@@ -700,6 +719,7 @@ og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out) {
 
 /* A token was sampled (or forced) for s (lock held): text, stop strings, finish. */
 static void seq_accept(og_engine *e, og_seq *s, int32_t id, float lp, const og_token_logprob *top, bool forced) {
+    if (e->sc_on) snap_ids_push(s, id);
     s->last = id;
     s->need_feed = true;
     s->n_sampled++;
@@ -804,7 +824,11 @@ static int build_batch(og_engine *e) {
         og_seq *s = e->running[i];
         e->b_kvs[i] = &s->kv;
         s->chunk = 0;
-        need[i] = s->fork_of ? 0 : s->n_prompt - s->n_fed; /* a waiting choice prefills nothing */
+        /* a waiting choice prefills nothing; a chunk ends at the snapshot's position */
+        need[i] = s->fork_of                ? 0
+                  : s->n_fed < s->snap_mid ? s->snap_mid - s->n_fed
+                  : s->n_fed < s->snap_at  ? s->snap_at - s->n_fed
+                                           : s->n_prompt - s->n_fed;
         n_pre += need[i] > 0;
         if (s->n_fed == s->n_prompt && s->need_feed) {
             e->b_tokens[n] = s->last;
@@ -919,6 +943,10 @@ static int pc_restore(og_engine *e, int parent, bool exact, const int32_t *ids) 
  * found is referenced at once, so a block taken for the next one never evicts
  * the chain. */
 static void pc_admit(og_engine *e, og_seq *s) {
+    if (e->sc_on) {
+        snap_admit(e, s);
+        return;
+    }
     const int n_full = s->n_prompt / OG_KV_BLOCK;
     if (!e->pc || !n_full) return;
     if (!s->pc_ent && !(s->pc_ent = malloc((size_t)n_full * sizeof *s->pc_ent))) return;
@@ -955,9 +983,9 @@ static void pc_admit(og_engine *e, og_seq *s) {
 
 /* After a step (lock held): s's prompt blocks that are now full move into the
  * cache (s holds a reference); an entry with the same chain already there
- * (another sequence made it meanwhile) stops this sequence's caching. Space: an
- * unreferenced least recently used block is evicted when the table is full or
- * the cache plus the sequences' own blocks pass kv_blocks_total. */
+ * (another sequence made it meanwhile) stops this sequence's caching. Space:
+ * the blocks are s's own already (the pool's); one is evicted only when a
+ * sequence needs a block (pool_take). */
 static void pc_insert(og_engine *e, og_seq *s) {
     if (!e->pc || !s->pc_ent || s->pc_stop) return;
     while (!s->pc_stop && (s->n_shared + 1) * OG_KV_BLOCK <= s->n_fed && s->n_shared < s->kv.n_blocks) {
@@ -1062,6 +1090,109 @@ static og_status pool_walk(og_engine *e, char *err, size_t errlen) {
     return st;
 }
 
+/* ---- the prefix cache of a kv_snapshot model (snap_cache.h) ---------------- */
+
+/* Admission (lock held, the scheduler's thread: a restore copies on its
+ * stream): s restores the longest cached state of its prompt's leading ids,
+ * leaving at least one prompt token to prefill, and is to leave its own state
+ * at n_prompt - 1 (the last position before the one whose logits come first)
+ * and where its prompt leaves the cached ones' ids (snap_mid: the next prompt
+ * with that shared part, a system prompt, restores it), each when it is at
+ * least a block and past what it restored. */
+static void snap_admit(og_engine *e, og_seq *s) {
+    const uint64_t key = og_model_kv_key(e->cfg.model);
+    const int i = og_snapc_find(&e->sc, key, s->reproducible, s->prompt, s->n_prompt - 1);
+    const int common = og_snapc_common(&e->sc, key, s->reproducible, s->prompt, s->n_prompt - 1);
+    char err[256];
+    if (i >= 0 && og_snapc_restore(&e->sc, i, e->cfg.model, &e->cfg.rc, &s->kv, err, sizeof err))
+        og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a cached state could not be restored (%s): prefilling in full", err);
+    else if (i >= 0) {
+        s->n_fed = s->n_cached = s->kv.n_pos;
+        e->met.prefix_hits++;
+        e->met.prefix_cached_tokens += (uint64_t)s->n_cached;
+    }
+    const int at = s->n_prompt - 1;
+    s->snap_at = at >= OG_KV_BLOCK && at > s->n_fed ? at : 0;
+    s->snap_mid = common >= OG_KV_BLOCK && common > s->n_fed && common < at ? common : 0;
+}
+
+/* Bytes of a state of n positions by og_model_info's formula (at least what
+ * one holds: its rows are floor(n / ratio) and its rings at most the window). */
+static uint64_t snap_state_bytes(const og_model_info *mi, int n) {
+    return (mi->kv_elems_fixed + (uint64_t)ceil((double)n * mi->kv_elems_per_token)) * mi->kv_elem_bytes;
+}
+
+/* What the cached states may hold (lock held): the budget less each running
+ * sequence's state at its whole prompt and output so far, plus one. */
+static uint64_t snap_room(const og_engine *e) {
+    const og_model_info *mi = og_model_get_info(e->cfg.model);
+    uint64_t live = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        const og_seq *s = e->running[i];
+        const int n = s->n_prompt + s->n_gen + 1;
+        live += snap_state_bytes(mi, n < e->cfg.ctx ? n : e->cfg.ctx);
+    }
+    return live < e->sc_budget ? e->sc_budget - live : 0;
+}
+
+/* After a step (lock held): s's prefill reached a snapshot position. */
+static void snap_take(og_engine *e, og_seq *s) {
+    if (!e->sc_on || !s->n_fed || (s->n_fed != s->snap_at && s->n_fed != s->snap_mid)) return;
+    if (s->n_fed == s->snap_mid) s->snap_mid = 0;
+    else s->snap_at = 0;
+    char err[256];
+    og_status st = og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->prompt, s->reproducible, false,
+                                 snap_state_bytes(og_model_get_info(e->cfg.model), s->n_fed), snap_room(e), err,
+                                 sizeof err);
+    if (st) og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    e->met.prefix_states = (uint64_t)e->sc.n;
+    e->met.prefix_state_bytes = e->sc.bytes;
+}
+
+/* An accepted token of s (lock held) after its prompt in s->ids; out of
+ * memory: no ids, no state kept at its end. */
+static void snap_ids_push(og_seq *s, int32_t id) {
+    if (s->n_ids < 0) return;
+    if (s->n_ids + 1 > s->cap_ids) {
+        const int cap = s->cap_ids ? 2 * s->cap_ids : s->n_prompt + 64;
+        int32_t *v = realloc(s->ids, (size_t)cap * sizeof *v);
+        if (!v) {
+            s->n_ids = -1;
+            return;
+        }
+        if (!s->ids) memcpy(v, s->prompt, (size_t)s->n_prompt * sizeof *v), s->n_ids = s->n_prompt;
+        s->ids = v;
+        s->cap_ids = cap;
+    }
+    s->ids[s->n_ids++] = id;
+}
+
+/* s retires (lock held): a finished sequence's state (its prompt and the
+ * tokens it fed back, the answer an agent's next turn may resend: not when the
+ * chat template drops the reasoning) goes into the cache when the room the
+ * others leave holds it without evicting anything (a spare entry: evicted
+ * first). */
+static void snap_retire(og_engine *e, og_seq *s) {
+    if (!e->sc_on || !s->kv.arch || (s->finish != OG_FINISH_STOP && s->finish != OG_FINISH_LENGTH) || s->n_ids < 0 ||
+        s->kv.n_pos <= s->n_prompt || s->kv.n_pos != s->n_ids - (s->need_feed ? 1 : 0))
+        return;
+    char err[256]; /* a spare entry: the prompts' states are the ones that must hit */
+    if (og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->ids, s->reproducible, true,
+                      snap_state_bytes(og_model_get_info(e->cfg.model), s->kv.n_pos), snap_room(e), err, sizeof err))
+        og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    e->met.prefix_states = (uint64_t)e->sc.n;
+    e->met.prefix_state_bytes = e->sc.bytes;
+}
+
+/* Before a step (lock held): the cached states within the room the running
+ * sequences leave. */
+static void snap_trim(og_engine *e) {
+    if (!e->sc_on) return;
+    og_snapc_trim(&e->sc, snap_room(e));
+    e->met.prefix_states = (uint64_t)e->sc.n;
+    e->met.prefix_state_bytes = e->sc.bytes;
+}
+
 og_status og_engine_check(og_engine *e, char *err, size_t errlen) {
     og_status st = OG_OK;
     pthread_mutex_lock(&e->mu);
@@ -1104,6 +1235,10 @@ og_status og_engine_check(og_engine *e, char *err, size_t errlen) {
         st = og_fail(err, errlen, OG_ERR_STATE, "%llu blocks held, over the budget of %llu",
                      (unsigned long long)(kv_blocks_in_use(e) + e->met.kv_blocks_cached),
                      (unsigned long long)e->met.kv_blocks_total);
+    if (!st && e->sc_on) st = og_snapc_check(&e->sc, err, errlen);
+    if (!st && e->sc_on && !e->n_running && e->sc.bytes > e->sc_budget)
+        st = og_fail(err, errlen, OG_ERR_STATE, "prefix cache: %llu bytes of states held, over the budget of %llu",
+                     (unsigned long long)e->sc.bytes, (unsigned long long)e->sc_budget);
     free(ref);
     pthread_mutex_unlock(&e->mu);
     return st;
@@ -1272,6 +1407,7 @@ static void *scheduler(void *arg) {
             }
         }
         e->met.kv_blocks_used = pc_trim(e);
+        snap_trim(e);
         int n = build_batch(e);
         if (n > 0 && !kv_reserve_step(e, n)) continue; /* a sequence without blocks ended: retire it, build again */
         if (n == 0) {
@@ -1362,7 +1498,7 @@ static void *scheduler(void *arg) {
                 og_seq *s = e->running[i];
                 s->n_fed += s->chunk;
                 e->met.prompt_tokens += (uint64_t)s->chunk;
-                if (s->chunk) pc_insert(e, s);
+                if (s->chunk) pc_insert(e, s), snap_take(e, s);
                 if (s->chunk && s->n_fed == s->n_prompt) fork_kv(e, s);
             }
         }
@@ -1434,6 +1570,7 @@ void og_engine_free(og_engine *e) {
     og_kv_pool_free(e->kv_pool);
     free(e->pc);
     free(e->pc_bucket);
+    og_snapc_free(&e->sc);
     free(e);
 }
 

@@ -67,8 +67,19 @@ typedef struct og_engine_config {
                                      partial block is its own. Unreferenced blocks stay cached in
                                      the KV pool (kv_blocks) until a sequence needs a block: the
                                      least recently used goes then (to the tiers when set).
-                                     Off whatever this says for a model whose og_model_info.kv_paged is
-                                     false (its state is not the blocks alone): logged once at create. */
+                                     A model whose og_model_info.kv_paged is false but kv_snapshot true
+                                     (deepseek4, deepseek41) keeps whole states instead (snap_cache.h): a
+                                     prompt of more than OG_KV_BLOCK tokens leaves its state at n_prompt - 1
+                                     and where it parts from the cached states' ids (its prefill chunks are
+                                     cut there), a finished one its state at its end (prompt + fed-back
+                                     tokens) when free room holds it (evicted first), each keyed by
+                                     og_model_kv_key, the exact flag and a chain hash
+                                     of the ids; admission restores the longest one the prompt starts with
+                                     (og_kv_restore, n_pos < n_prompt). The states and the running
+                                     sequences (each counted by og_model_info's formula at its prompt plus
+                                     output) stay within parallel x one state of ctx positions, least
+                                     recently used evicted first. Neither (kv_paged and kv_snapshot
+                                     false): off whatever this says, logged once at create. */
     const og_logger *log;         /* not owned, outlives the engine; NULL: warnings to stderr */
     /* The KV pool (models whose og_model_info.kv_paged is true): ONE allocation
      * of kv_blocks blocks of og_model_info.kv_block_bytes, made at create on
@@ -179,6 +190,8 @@ typedef struct og_engine_metrics {
     uint64_t prefix_hits;         /* sequences admitted with at least one cached block */
     uint64_t prefix_cached_tokens;/* prompt tokens read from the cache instead of prefilled, in all */
     uint64_t prefix_blocks_reused;/* cached blocks handed to admitted sequences, in all */
+    uint64_t prefix_states;       /* a kv_snapshot model's prefix cache (deepseek4, deepseek41): whole states held */
+    uint64_t prefix_state_bytes;  /* their bytes (og_kv_snap.bytes), within parallel x one state of ctx positions */
     double gen_tok_per_s;         /* generated tokens per second over the last ~10 s */
     double longest_step_s;        /* longest forward step so far, seconds */
     double forward_s;             /* seconds in forward steps, in all */

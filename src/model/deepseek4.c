@@ -132,6 +132,7 @@ static void fill_info(const og_ds4_hparams *hp, og_model_info *info) {
     info->kv_elem_bytes = sizeof(float); /* seq_alloc / store_reserve: F32 rows */
     info->kv_paged = false;
     info->kv_fork = true; /* ds4_state_fork */
+    info->kv_snapshot = true; /* ds4_state_walk */
     /* one token / one row: each piece's alignment rounding at 1 bounds it at n */
     info->fwd_bytes_per_token = scratch_of(hp, 1, 0);
     info->fwd_bytes_per_output = scratch_of(hp, 0, 1);
@@ -374,6 +375,48 @@ static og_status ds4_state_fork(const og_model *m, const og_run_ctx *rc, const o
         return st;
     }
     *dst = (og_kv){.dev = q->dev, .n_pos = src->n_pos, .n_ctx = src->n_ctx, .arch = nq, .arch_free = seq_free};
+    return OG_OK;
+}
+
+/* og_arch.state_walk (og_kv_snapshot / og_kv_restore): per layer the raw
+ * ring, then per compressed layer the compressor state (the partial block
+ * included) and the n_pos / ratio compressed rows, at ratio 4 the indexer's
+ * state and keys too: everything a position reads of earlier ones. */
+static og_status ds4_state_walk(const og_model *m, const og_kv *kv, og_snap_walk *w) {
+    const og_ds4_hparams *hp = &((const og_ds4 *)m->impl)->hp;
+    ds4_seq *q = kv->arch;
+    if (kv->arch_free != seq_free || !q || q->n_layer != hp->n_layer)
+        return og_fail(w->err, w->errlen, OG_ERR_INVALID_ARG, "kv snapshot: the cache holds no deepseek4 state of this model");
+    const uint64_t fb = sizeof(float);
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const uint32_t r = hp->compress_ratio[il];
+        og_snap_piece(w, q->raw[il], (uint64_t)og_fwd_ring_filled(q->n_ring, kv->n_pos) * hp->head_dim * fb);
+        if (!r) continue;
+        og_snap_piece(w, q->cstate[il], state_floats(r, hp->head_dim) * fb);
+        og_snap_rows(w, &q->comp[il], kv->n_pos / (int64_t)r, hp->head_dim);
+        if (r != OG_DS4_RATIO_CSA) continue;
+        og_snap_piece(w, q->istate[il], state_floats(r, hp->indexer_head_dim) * fb);
+        og_snap_rows(w, &q->ikeys[il], kv->n_pos / (int64_t)r, hp->indexer_head_dim);
+    }
+    return OG_OK;
+}
+
+/* og_arch.state_new: a state with rings for dst->n_ctx and rows for n_pos. */
+static og_status ds4_state_new(const og_model *m, og_device *dev, int32_t n_pos, og_kv *dst) {
+    const og_ds4 *d = m->impl;
+    const og_ds4_hparams *hp = &d->hp;
+    ds4_seq *q;
+    if (seq_create(d, dev, ring_rows(hp, dst->n_ctx), &q)) return OG_ERR_NOMEM;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const uint32_t r = hp->compress_ratio[il];
+        if (r && (og_row_store_reserve(dev, &q->comp[il], n_pos / (int64_t)r, hp->head_dim) ||
+                  (r == OG_DS4_RATIO_CSA &&
+                   og_row_store_reserve(dev, &q->ikeys[il], n_pos / (int64_t)r, hp->indexer_head_dim)))) {
+            seq_free(q);
+            return OG_ERR_NOMEM;
+        }
+    }
+    *dst = (og_kv){.dev = dev, .n_pos = n_pos, .n_ctx = dst->n_ctx, .arch = q, .arch_free = seq_free};
     return OG_OK;
 }
 
@@ -848,4 +891,6 @@ const og_arch og_arch_deepseek4 = {
     .forward_batch = ds4_forward_batch,
     .set_option = ds4_set_option,
     .state_fork = ds4_state_fork,
+    .state_walk = ds4_state_walk,
+    .state_new = ds4_state_new,
 };

@@ -91,6 +91,7 @@ static void fill_info(const og_gguf *g, const og_ds41_hparams *hp, og_model_info
     info->kv_elem_bytes = sizeof(float); /* F32 rows, as deepseek4's (decision 2: no KV rounding by default) */
     info->kv_paged = false;               /* ring windows and compressor state behind og_kv.arch */
     info->kv_fork = true;                 /* ds41_state_fork */
+    info->kv_snapshot = true;             /* ds41_state_walk */
     /* one token / one row: each piece's alignment rounding at 1 bounds it at n */
     info->fwd_bytes_per_token = scratch_of(hp, 1, 0);
     info->fwd_bytes_per_output = scratch_of(hp, 0, 1);
@@ -377,6 +378,41 @@ static og_status ds41_state_fork(const og_model *m, const og_run_ctx *rc, const 
         return st;
     }
     *dst = (og_kv){.dev = q->dev, .n_pos = src->n_pos, .n_ctx = src->n_ctx, .arch = nq, .arch_free = seq_free};
+    return OG_OK;
+}
+
+/* og_arch.state_walk (og_kv_snapshot / og_kv_restore): per layer the raw
+ * ring, per kv source its compressor state (ratio > 1: the pending group; at
+ * ratio 1 it holds only the token being compressed) and n_pos / ratio
+ * compressed rows, per key owner its index keys, and the Engram context
+ * (host): everything a position reads of earlier ones. */
+static og_status ds41_state_walk(const og_model *m, const og_kv *kv, og_snap_walk *w) {
+    const og_ds41_hparams *hp = &((const og_ds41 *)m->impl)->hp;
+    ds41_seq *q = kv->arch;
+    if (kv->arch_free != seq_free || !q || q->n_layer != hp->n_layer)
+        return og_fail(w->err, w->errlen, OG_ERR_INVALID_ARG, "kv snapshot: the cache holds no deepseek41 state of this model");
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const og_ds41_layer *R = &hp->layer[il];
+        og_snap_piece(w, q->raw[il], (uint64_t)og_fwd_ring_filled(q->n_ring, kv->n_pos) * hp->head_dim * sizeof(float));
+        if (!R->is_kv_source) continue;
+        if (R->ratio > 1) og_snap_piece(w, q->cstate[il], cstate_floats(hp, il) * sizeof(float));
+        og_snap_rows(w, &q->comp[il], kv->n_pos / (int64_t)R->ratio, hp->head_dim);
+        if (R->is_key_owner) og_snap_rows(w, &q->ikeys[il], kv->n_pos / (int64_t)R->ratio, hp->indexer_head_dim);
+    }
+    og_snap_host(w, q->last, sizeof q->last);
+    return OG_OK;
+}
+
+/* og_arch.state_new: a state with rings for dst->n_ctx and rows for n_pos. */
+static og_status ds41_state_new(const og_model *m, og_device *dev, int32_t n_pos, og_kv *dst) {
+    const og_ds41 *d = m->impl;
+    ds41_seq *q = NULL;
+    if (seq_create(d, dev, ring_rows(&d->hp, dst->n_ctx), &q)) return OG_ERR_NOMEM;
+    if (seq_reserve(&d->hp, q, n_pos)) {
+        seq_free(q);
+        return OG_ERR_NOMEM;
+    }
+    *dst = (og_kv){.dev = dev, .n_pos = n_pos, .n_ctx = dst->n_ctx, .arch = q, .arch_free = seq_free};
     return OG_OK;
 }
 
@@ -934,4 +970,6 @@ const og_arch og_arch_deepseek41 = {
     .forward_batch = ds41_forward_batch,
     .set_option = ds41_set_option,
     .state_fork = ds41_state_fork,
+    .state_walk = ds41_state_walk,
+    .state_new = ds41_state_new,
 };

@@ -379,3 +379,27 @@ og_status og_fwd_gather_wanted(og_fwd *f, const og_batch *batch, float *dst, con
     }
     return OG_OK;
 }
+
+void og_snap_piece(og_snap_walk *w, void *state, uint64_t bytes) {
+    if (w->base && !w->st && bytes) {
+        void *snap = w->base + w->off;
+        w->st = og_seq_copy(w->dev, w->stream, w->to_snap ? snap : state, w->to_snap ? state : snap, bytes, w->err,
+                            w->errlen);
+    }
+    w->off += bytes;
+}
+
+void og_snap_rows(og_snap_walk *w, og_row_store *rs, int64_t n_rows, uint64_t width) {
+    for (int64_t c = 0; c < n_rows; c += OG_ROW_STORE_BLOCK) {
+        const int64_t n = n_rows - c < OG_ROW_STORE_BLOCK ? n_rows - c : OG_ROW_STORE_BLOCK;
+        og_snap_piece(w, w->base ? og_row_store_row(rs, c, width) : NULL, (uint64_t)n * width * sizeof(float));
+    }
+}
+
+void og_snap_host(og_snap_walk *w, void *state, uint64_t bytes) {
+    if (w->host) {
+        void *snap = w->host + w->host_off;
+        memcpy(w->to_snap ? snap : state, w->to_snap ? state : snap, (size_t)bytes);
+    }
+    w->host_off += bytes;
+}

@@ -196,6 +196,38 @@ og_status og_seq_copy(og_device *dev, og_stream *s, void *dst, const void *src, 
  * them), by og_seq_copy per block. Errors: as og_seq_copy. */
 og_status og_row_store_copy(og_device *dev, og_stream *s, og_row_store *b, const og_row_store *a, int64_t n_rows,
                             uint64_t width, char *err, size_t errlen);
+/* ---- state snapshots (og_kv_snapshot / og_kv_restore) ---- */
+
+typedef struct og_snap_walk og_snap_walk; /* also in og_arch.h (C11 allows the repeat) */
+
+/* One walk over a sequence state's pieces in the architecture's fixed order
+ * (og_arch.state_walk): each piece is packed after the last into a snapshot's
+ * one allocation (data, in the state's memory) or its host part (host, for
+ * host-side pieces such as deepseek41's Engram context), or copied back out
+ * of them. base and host NULL: only the bytes are counted. */
+struct og_snap_walk {
+    og_device *dev;      /* the state's device, or NULL: host memory */
+    og_stream *stream;   /* dev's copies go on it (the caller waits: og_seq_copies_wait) */
+    uint8_t *base, *host;/* the snapshot's data (dev's memory) and host part, or NULL: counting */
+    bool to_snap;        /* true: state -> snapshot; false: snapshot -> state */
+    uint64_t off, host_off; /* bytes walked so far, in data and in host */
+    og_status st;        /* the first copy error (the walk goes on counting) */
+    char *err;
+    size_t errlen;
+};
+/* The rows of a raw ring of n_ring rows (min(window, n_ctx)) that n_pos
+ * positions have written (position p in row p mod the window: rows [0, n_pos)
+ * until it wraps): what a snapshot copies; no later position reads the rest
+ * before writing it. */
+static inline int32_t og_fwd_ring_filled(int32_t n_ring, int32_t n_pos) { return n_pos < n_ring ? n_pos : n_ring; }
+/* A device piece of bytes at state (in w->dev's memory). */
+void og_snap_piece(og_snap_walk *w, void *state, uint64_t bytes);
+/* The first n_rows rows (width floats each) of row store rs (reserved for
+ * them when restoring), one piece per block. */
+void og_snap_rows(og_snap_walk *w, og_row_store *rs, int64_t n_rows, uint64_t width);
+/* A host piece of bytes at state (host memory). */
+void og_snap_host(og_snap_walk *w, void *state, uint64_t bytes);
+
 /* Waits for the copies a state fork issued on s (a device's state; dev NULL:
  * nothing to wait for). After an earlier error st the wait's error is
  * silenced. Returns st or the wait's error. */

@@ -1,6 +1,7 @@
 /* The model interface (og_model.h) over the architecture table (og_arch.h):
  * loading and describing by general.architecture, freeing, the per-sequence
  * state, the forward scratch and the calls that dispatch to the architecture. */
+#include "fwd_ops.h"
 #include "og_arch.h"
 #include "og_device.h"
 #include "og_quant.h"
@@ -141,7 +142,101 @@ void og_model_free(og_model *m) {
 og_status og_model_set_option(og_model *m, const char *name, const char *value, char *err, size_t errlen) {
     if (!m->arch->set_option)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "%s models have no option '%s'", m->arch->name, name);
-    return m->arch->set_option(m, name, value, err, errlen);
+    og_status st = m->arch->set_option(m, name, value, err, errlen);
+    if (!st) { /* the states made from now on depend on it: og_model_kv_key */
+        m->opt_key = og_fnv1a64(name, strlen(name) + 1, m->opt_key ? m->opt_key : OG_FNV1A64_INIT);
+        m->opt_key = og_fnv1a64(value, strlen(value) + 1, m->opt_key);
+    }
+    return st;
+}
+
+uint64_t og_model_kv_key(const og_model *m) {
+    const uint64_t file[5] = {og_gguf_file_size(m->gguf), og_gguf_n_tensors(m->gguf), og_gguf_data_offset(m->gguf),
+                              og_gguf_n_kv(m->gguf), m->opt_key};
+    const uint64_t h = og_fnv1a64(m->arch->name, strlen(m->arch->name), OG_FNV1A64_INIT);
+    return og_fnv1a64(file, sizeof file, h);
+}
+
+void og_kv_snap_free(og_kv_snap *snap) {
+    if (snap->data) og_seq_mem_free(snap->dev, snap->data);
+    free(snap->host);
+    memset(snap, 0, sizeof *snap);
+}
+
+/* Walks kv's state through the architecture into (to_snap) or out of snap,
+ * then waits for the device's copies. */
+static og_status snap_copy(const og_model *m, const og_run_ctx *rc, const og_kv *kv, const og_kv_snap *snap,
+                           bool to_snap, char *err, size_t errlen) {
+    og_snap_walk w = {.dev = kv->dev, .stream = kv->dev ? rc->stream : NULL, .base = snap->data, .host = snap->host,
+                      .to_snap = to_snap, .err = err, .errlen = errlen};
+    og_status st = m->arch->state_walk(m, kv, &w);
+    if (!st) st = w.st;
+    if (!st && (w.off != snap->bytes || w.host_off != snap->host_bytes))
+        st = og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv snapshot: %llu + %llu bytes walked, the snapshot holds %llu + %llu",
+                     (unsigned long long)w.off, (unsigned long long)w.host_off, (unsigned long long)snap->bytes,
+                     (unsigned long long)snap->host_bytes);
+    return og_seq_copies_wait(kv->dev, w.stream, st, err, errlen);
+}
+
+/* The checks og_kv_snapshot and og_kv_restore share: snapshots exist, and a
+ * device state comes with the run context's stream. */
+static og_status snap_usable(const og_model *m, const og_run_ctx *rc, og_device *dev, char *err, size_t errlen) {
+    if (!m->info.kv_snapshot || !m->arch->state_walk || !m->arch->state_new)
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "kv snapshot: %s's caches have no snapshots", m->arch->name);
+    if (dev && (!rc || rc->dev != dev || !rc->stream))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv snapshot: the state is on a device the run context has no "
+                       "stream for");
+    return OG_OK;
+}
+
+og_status og_kv_snapshot(const og_model *m, const og_run_ctx *rc, const og_kv *src, og_kv_snap *out, char *err,
+                         size_t errlen) {
+    memset(out, 0, sizeof *out);
+    og_status st = snap_usable(m, rc, src->dev, err, errlen);
+    if (st) return st;
+    if (!src->arch || src->n_pos < 1)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv snapshot: the cache holds no state (%d positions)", src->n_pos);
+    og_snap_walk count = {.dev = src->dev, .err = err, .errlen = errlen};
+    if ((st = m->arch->state_walk(m, src, &count))) return st;
+    og_kv_snap s = {.model = m, .key = og_model_kv_key(m), .dev = src->dev, .bytes = count.off,
+                    .host_bytes = count.host_off, .n_pos = src->n_pos, .n_ctx = src->n_ctx};
+    s.data = og_seq_alloc(s.dev, s.bytes ? s.bytes : 1);
+    s.host = s.host_bytes ? malloc((size_t)s.host_bytes) : NULL;
+    if (!s.data || (s.host_bytes && !s.host)) {
+        og_kv_snap_free(&s);
+        char b[32];
+        return og_fail(err, errlen, OG_ERR_NOMEM, "kv snapshot: no %s of %s memory for %d positions' state",
+                       og_fmt_bytes(count.off, b, sizeof b), s.dev ? "device" : "host", src->n_pos);
+    }
+    if ((st = snap_copy(m, rc, src, &s, true, err, errlen))) {
+        og_kv_snap_free(&s);
+        return st;
+    }
+    *out = s;
+    return OG_OK;
+}
+
+og_status og_kv_restore(const og_model *m, const og_run_ctx *rc, const og_kv_snap *snap, og_kv *dst, char *err,
+                        size_t errlen) {
+    if (dst->n_blocks || dst->blocks || dst->arch || dst->n_pos)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv restore: the destination is not empty");
+    og_status st = snap_usable(m, rc, snap->dev, err, errlen);
+    if (st) return st;
+    if (snap->model != m || snap->key != og_model_kv_key(m) || !snap->data)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv restore: the snapshot is of %s", snap->model != m ? "another "
+                       "model" : snap->data ? "this model under other options" : "nothing (empty)");
+    if (dst->n_ctx && dst->n_ctx != snap->n_ctx) /* the rings' rows follow n_ctx */
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv restore: a snapshot of a %d-position context into one of %d",
+                       snap->n_ctx, dst->n_ctx);
+    og_kv k = {.n_ctx = snap->n_ctx};
+    if ((st = m->arch->state_new(m, snap->dev, snap->n_pos, &k)))
+        return og_fail(err, errlen, st, "kv restore: no memory for a state of %d positions", snap->n_pos);
+    if ((st = snap_copy(m, rc, &k, snap, false, err, errlen))) {
+        og_kv_free(&k);
+        return st;
+    }
+    *dst = k;
+    return OG_OK;
 }
 
 const og_model_info *og_model_get_info(const og_model *m) { return &m->info; }

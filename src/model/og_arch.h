@@ -11,6 +11,8 @@
 
 #include "og_model.h"
 
+typedef struct og_snap_walk og_snap_walk; /* fwd_ops.h */
+
 /* One row of an architecture's tensor-name table. */
 typedef struct og_arch_tensor {
     const char *name;    /* GGUF name; per_layer: the part after "blk.N." ("attn_norm.weight") */
@@ -97,6 +99,16 @@ typedef struct og_arch {
      * on error dst stays empty. */
     og_status (*state_fork)(const og_model *m, const og_run_ctx *rc, const og_kv *src, og_kv *dst, char *err,
                             size_t errlen);
+    /* og_kv_snapshot / og_kv_restore (issue 17), or NULL: no snapshots
+     * (og_model_info.kv_snapshot false). state_walk: kv holds this
+     * architecture's state of m (else OG_ERR_INVALID_ARG); walks every piece it
+     * holds at kv->n_pos in one fixed order through w (fwd_ops.h:
+     * og_snap_piece, og_snap_rows, og_snap_host), the same order counting,
+     * taking and restoring. state_new: an empty state for dst (dst->n_ctx
+     * set) on dev with room for n_pos positions' rows, dst's arch, arch_free,
+     * dev and n_pos set (OG_ERR_NOMEM: dst stays empty). */
+    og_status (*state_walk)(const og_model *m, const og_kv *kv, og_snap_walk *w);
+    og_status (*state_new)(const og_model *m, og_device *dev, int32_t n_pos, og_kv *dst);
     /* (added to the contract) the ONE tensor-name table [n_tensors] the loader,
      * the writer (og_model_write.h) and role read */
     const og_arch_tensor *tensors;
@@ -109,6 +121,7 @@ struct og_model {
     og_gguf *gguf;       /* owns the mapping the weights point into */
     og_logger log;
     og_model_info info;  /* info.moe points into impl */
+    uint64_t opt_key;    /* every og_model_set_option that succeeded, chained (og_model_kv_key) */
     void *impl;          /* the architecture's weights (deepseek2: og_ds2 with hparams and layers) */
 };
 

@@ -91,6 +91,11 @@ typedef struct og_model_info {
     /* og_kv_fork works on this model's caches: paged blocks (kv_paged), or an
      * architecture state with a fork (deepseek4). false: `n` > 1 is refused. */
     bool kv_fork;
+    /* og_kv_snapshot / og_kv_restore work on this model's caches (an
+     * architecture state at any position: deepseek4, deepseek41): the engine's
+     * prefix cache keeps whole states. false: no snapshots (deepseek2 shares
+     * its paged blocks instead). */
+    bool kv_snapshot;
     uint64_t kv_block_bytes;     /* bytes of one og_kv block (kv_paged), else 0: deepseek2
                                     n_layer x OG_KV_BLOCK x (r_kv + d_rope) x kv_elem_bytes */
     /* Bytes of the tensors that stay in host memory (gathered there by row,
@@ -237,6 +242,61 @@ typedef struct og_run_ctx og_run_ctx;
  * the device's (dst stays empty). */
 og_status og_kv_fork(const og_model *m, const og_run_ctx *rc, const og_kv *src, int n_share, og_kv *dst, char *err,
                      size_t errlen);
+
+/* A copy of a sequence's state at one position (issue 17, the prefix cache of
+ * a model whose state is not paged blocks: og_model_info.kv_snapshot), apart
+ * from any sequence: every piece the state holds at n_pos packed into one
+ * allocation in the state's memory. deepseek4: per layer the raw window ring
+ * [n_ring][head_dim], and per compressed layer its compressor state
+ * ([2][lanes ratio][lanes head_dim], lanes 2 at ratio 4, partial block
+ * included: a snapshot is restorable at any position) and its n_pos / ratio
+ * compressed rows [head_dim], at ratio 4 also the indexer's compressor state
+ * and keys [indexer_head_dim]; deepseek41: the same for its kv sources (their
+ * compressor state at ratio > 1) and key owners' index keys, plus the Engram
+ * context (the last OG_DS41_MAX_ENGRAM_NGRAM tokens) in the host part. So its
+ * bytes are og_model_info's formula at n_pos, (kv_elems_fixed + n_pos x
+ * kv_elems_per_token) x kv_elem_bytes, exactly when n_pos is a multiple of
+ * every ratio and n_ring is the window (a ratio's partial block holds no row
+ * yet: fewer bytes otherwise), with n_ring = min(window, the source's n_ctx). */
+typedef struct og_kv_snap {
+    const og_model *model; /* the model whose state it is */
+    uint64_t key;          /* og_model_kv_key(model) when it was taken: a restore after an option changed is refused */
+    og_device *dev;        /* where data lives (the state's device), or NULL: host memory */
+    void *data;            /* [bytes] the pieces in the architecture's order */
+    uint64_t bytes;
+    void *host;            /* [host_bytes] host-side pieces (malloc'ed), or NULL */
+    uint64_t host_bytes;
+    int32_t n_pos;         /* positions the state holds */
+    int32_t n_ctx;         /* the source's og_kv.n_ctx (its rings' rows follow from it) */
+} og_kv_snap;
+
+/* A fingerprint of what a state of model m depends on besides the tokens: the
+ * architecture, the file (size, tensor count, data offset, key count) and
+ * every option set on it so far (og_model_set_option, in order): states of
+ * two models, or of one model before and after an option changed, have other
+ * keys (a key that differs for equal settings costs a cache miss only).
+ * Cannot fail (returns the key). */
+uint64_t og_model_kv_key(const og_model *m);
+
+/* Copies src's state (src->n_pos > 0 positions) into *out (zeroed first),
+ * in src's memory (a device state's copies on rc->stream, waited for). src is
+ * unchanged and may run on. Errors: OG_ERR_UNSUPPORTED (the model has no
+ * snapshots: og_model_info.kv_snapshot false), OG_ERR_INVALID_ARG (an empty
+ * cache, a state of another architecture or model, a device state without
+ * the run context's stream), OG_ERR_NOMEM or the device's (*out stays empty). */
+og_status og_kv_snapshot(const og_model *m, const og_run_ctx *rc, const og_kv *src, og_kv_snap *out, char *err,
+                         size_t errlen);
+/* Makes dst (empty; its n_ctx, when set, must be the snapshot's)
+ * the state snap holds: a new state in snap's memory holding its pieces, n_pos
+ * snap->n_pos; running on from there gives the bits the source gave. snap is
+ * unchanged. Errors: OG_ERR_INVALID_ARG (dst not empty, a snapshot of another
+ * model or of this one under other options (og_model_kv_key), another
+ * n_ctx, a device snapshot without the run context's stream), OG_ERR_UNSUPPORTED
+ * (no snapshots), OG_ERR_NOMEM or the device's (dst stays empty). */
+og_status og_kv_restore(const og_model *m, const og_run_ctx *rc, const og_kv_snap *snap, og_kv *dst, char *err,
+                        size_t errlen);
+/* Frees the snapshot's memory and empties *snap. No status: cannot fail. */
+void og_kv_snap_free(og_kv_snap *snap);
 
 /* The forward pass's activation scratch, kept between calls (issue 12): one
  * allocation in the memory of dev (NULL: host memory, what the per-call host

@@ -45,13 +45,14 @@ start_server() {
   done
   cat "$log"; fail "onegpu serve did not become ready"
 }
-# tiny_model ONEGPU WORK: makes WORK/tiny.gguf (the real tokenizer) unless it is there,
-# sets model; exits 77 (skip) when the tokenizer files are not installed.
+# tiny_model ONEGPU WORK [ARCH]: makes WORK/tiny.gguf (deepseek2; with ARCH
+# WORK/ARCH-tiny.gguf, make-model --arch ARCH) with the real tokenizer unless it is
+# there, sets model; exits 77 (skip) when the tokenizer files are not installed.
 tiny_model() {
-  model=$2/tiny.gguf
+  model=$2/${3:+$3-}tiny.gguf
   [[ -s $model ]] && return 0
-  "$1" make-model --preset tiny -o "$model" 2>"$2/make.log" || {
+  "$1" make-model ${3:+--arch "$3"} --preset tiny -o "$model" 2>"$2/make.log" || {
     if grep -q 'tokenizer' "$2/make.log"; then skip_dep "no tokenizer files (run scripts/deps.sh)"; fi
-    cat "$2/make.log"; fail "make-model"
+    cat "$2/make.log"; fail "make-model${3:+ --arch $3}"
   }
 }

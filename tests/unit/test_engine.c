@@ -1,7 +1,6 @@
 /* The engine (scheduler, stop strings, cancellation) on a make-model file with
  * the real DeepSeek-V3 tokenizer (argv[1]). References are computed another
  * way: a plain og_model_forward loop with argmax and a log-softmax here. */
-#include "kernels_fixture.h"
 #include "og_arch.h" /* white-box: a model whose info says its state is not paged (test_prefix_cache_unpaged) */
 #include "og_engine.h"
 #include "og_moe.h" /* og_plan_make: the planner's KV term */
@@ -19,34 +18,9 @@
 
 #include <cmocka.h>
 
-static const char *g_path, *g_onegpu;
-static og_model *g_m;
-static og_tokenizer *g_tok;
-static og_pool *g_pool;
-static og_kernels g_kern;
-static og_dispatch *g_dispatch;      /* host only */
-static const og_dispatcher *g_host;
+#include "engine_fixture.h" /* g_path, g_m, ..., setup, teardown, greedy */
 
-static int setup(void **state) {
-    (void)state;
-    char err[512];
-    if (og_model_load(g_path, NULL, &g_m, err, sizeof err)) fail_msg("%s", err);
-    if (og_tokenizer_load(og_model_gguf(g_m), &g_tok, err, sizeof err)) fail_msg("%s", err);
-    if (og_pool_create(2, NULL, &g_pool, err, sizeof err)) fail_msg("%s", err);
-    g_kern = fx_best_kernels();
-    if (og_dispatch_create(NULL, NULL, &g_dispatch, err, sizeof err)) fail_msg("%s", err);
-    g_host = og_dispatch_table(g_dispatch);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    og_dispatch_free(g_dispatch);
-    og_pool_free(g_pool);
-    og_tokenizer_free(g_tok);
-    og_model_free(g_m);
-    return 0;
-}
+static const char *g_onegpu;
 
 /* An engine whose forward passes use numerics nm for every product (og_run_ctx). */
 static og_engine *make_engine_nm(int parallel, int batch_tokens, int ctx, int queue, bool start, og_numerics nm) {
@@ -124,11 +98,6 @@ static og_seq *submit(og_engine *e, const og_ids *ids, const og_seq_params *p) {
     return s;
 }
 
-static og_seq_params greedy(int max_tokens) {
-    og_seq_params p = {.sampling = og_sampler_defaults(), .max_tokens = max_tokens, .logprobs = true};
-    p.sampling.temperature = 0;
-    return p;
-}
 
 static void test_holdback(void **state) {
     (void)state;
@@ -431,10 +400,7 @@ static void test_kv_bytes_per_token(void **state) {
     assert_int_equal(og_model_get_info(g_m)->kv_elem_bytes, 2); /* f16 unless set */
     og_device *dev;
     og_stream *s;
-    assert_int_equal(og_device_cpu_create(256u << 20, 1, &g_kern, &dev, err, sizeof err), OG_OK);
-    assert_int_equal(dev->ops->stream_create(dev, &s, err, sizeof err), OG_OK);
-    og_run_ctx rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host, .dev = dev, .stream = s,
-                     .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
+    og_run_ctx rc = fx_device_rc(256u << 20, &dev, &s);
     enum { T = 2 * OG_KV_BLOCK };
     int32_t ids[T];
     for (int i = 0; i < T; i++) ids[i] = (i * 37 + 5) % 1000;

@@ -14,8 +14,6 @@
  *    log line and never read as a block.
  * The reference for the bits is the engine with the prefix cache off (every
  * prompt prefilled). usage: test_kv_pool ONEGPU WORKDIR */
-#include "kernels_fixture.h"
-#include "og_engine.h"
 #include "og_moe.h" /* og_plan_make: the planner's KV term */
 #include "sanitized_fixture.h"
 
@@ -31,45 +29,20 @@
 
 #include <cmocka.h>
 
+#include "engine_fixture.h" /* g_m, g_tok, g_pool, g_kern, g_host, setup / teardown, greedy, fx_device_rc */
+
 #ifdef OG_TEST_SANITIZED
 #define STRESS_REQUESTS 120
 #else
 #define STRESS_REQUESTS 1000
 #endif
 
-static char g_path[512], g_dir[512];
-static og_model *g_m;
-static og_tokenizer *g_tok;
-static og_pool *g_pool;
-static og_kernels g_kern;
-static og_dispatch *g_dispatch;
-static int32_t g_vocab;
-
-static int setup(void **state) {
-    (void)state;
-    char err[512];
-    if (og_model_load(g_path, NULL, &g_m, err, sizeof err)) fail_msg("%s", err);
-    if (og_tokenizer_load(og_model_gguf(g_m), &g_tok, err, sizeof err)) fail_msg("%s", err);
-    if (og_pool_create(2, NULL, &g_pool, err, sizeof err)) fail_msg("%s", err);
-    g_kern = fx_best_kernels();
-    if (og_dispatch_create(NULL, NULL, &g_dispatch, err, sizeof err)) fail_msg("%s", err);
-    g_vocab = (int32_t)og_model_get_info(g_m)->n_vocab - 10;
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    og_dispatch_free(g_dispatch);
-    og_pool_free(g_pool);
-    og_tokenizer_free(g_tok);
-    og_model_free(g_m);
-    return 0;
-}
+static char g_model[512], g_dir[512];
 
 /* An engine in canonical numerics (the bits do not depend on the batch). */
 static og_engine_config base_config(int parallel, int batch_tokens, int ctx, int queue) {
     return (og_engine_config){.model = g_m, .tok = g_tok,
-                              .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = og_dispatch_table(g_dispatch),
+                              .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host,
                                      .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL},
                               .parallel = parallel, .batch_tokens = batch_tokens, .ctx = ctx, .queue = queue};
 }
@@ -112,12 +85,6 @@ static void collect(og_engine *e, og_seq *s, result *r) {
     og_seq_release(e, s);
 }
 
-static og_seq_params greedy(int max_tokens) {
-    og_seq_params p = {.sampling = og_sampler_defaults(), .max_tokens = max_tokens, .logprobs = true};
-    p.sampling.temperature = 0;
-    return p;
-}
-
 static void run(og_engine *e, const int32_t *ids, int n, result *r) {
     og_seq_params p = greedy(6);
     og_seq *s;
@@ -129,7 +96,7 @@ static void run(og_engine *e, const int32_t *ids, int n, result *r) {
 static void random_ids(int32_t *v, int n, uint64_t x) {
     for (int i = 0; i < n; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
-        v[i] = (int32_t)((x >> 33) % (uint64_t)g_vocab);
+        v[i] = (int32_t)((x >> 33) % (uint64_t)(og_model_get_info(g_m)->n_vocab - 10));
     }
 }
 
@@ -176,8 +143,7 @@ static void test_one_allocation(void **state) {
     const uint64_t block = (uint64_t)n_layer * 64 * (r_kv + d_rope) * 2; /* f16 */
     og_device *dev;
     og_stream *s;
-    assert_int_equal(og_device_cpu_create(256u << 20, 1, &g_kern, &dev, err, sizeof err), OG_OK);
-    assert_int_equal(dev->ops->stream_create(dev, &s, err, sizeof err), OG_OK);
+    (void)fx_device_rc(256u << 20, &dev, &s);
     uint64_t free0, free1, free2, total;
     assert_int_equal(dev->ops->mem_info(dev, &free0, &total), OG_OK);
     og_engine_config c = base_config(3, 64, 200, 8); /* 200 positions: 4 blocks each */
@@ -559,13 +525,14 @@ int main(int argc, char **argv) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", g_dir, g_dir);
     if (system(cmd)) return 1;
-    snprintf(g_path, sizeof g_path, "%s/small.gguf", g_dir);
+    snprintf(g_model, sizeof g_model, "%s/small.gguf", g_dir);
+    g_path = g_model;
     /* 2 layers (the first dense) of width 64, 8 experts: small, so that 1,000 requests take seconds */
     snprintf(cmd, sizeof cmd,
              "'%s' make-model --n-layer 2 --n-dense 1 --n-embd 64 --n-head 2 --q-lora-rank 32 --kv-lora-rank 32 "
              "--qk-nope 16 --qk-rope 16 --v-head 16 --n-ff 64 --n-expert 8 --n-expert-used 2 --n-ff-exp 64 "
              "--n-expert-shared 1 --type Q8_0 --seed 9 -o '%s' >'%s/make.log' 2>&1",
-             argv[1], g_path, g_dir);
+             argv[1], g_model, g_dir);
     if (system(cmd)) {
         snprintf(cmd, sizeof cmd, "grep -q tokenizer '%s/make.log'", g_dir);
         if (!system(cmd)) {

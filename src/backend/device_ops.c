@@ -38,8 +38,12 @@ static og_status check_kv(const og_kv_view *kv, const int32_t *first, const int3
 og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, int n, og_cop *c, char *err,
                       size_t errlen) {
     const og_buf keep = c->keep; /* the record's block, reused */
+    og_cop_blocks *const bl = c->blocks;
+    og_cop_blocks_give(c); /* a block an earlier op of the record held */
     memset(c, 0, sizeof *c);
     c->keep = keep;
+    c->blocks = bl;
+    c->own_class = -1;
     c->kind = kind;
     if (kind >= OG_COP_HC_MIX) return og_ds4_cop_make(kind, desc, c, err, errlen); /* deepseek4's (ds4_ops.c) */
     size_t need = 0, at = 0;
@@ -192,8 +196,48 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
 }
 
 void og_cop_free(og_cop *c) {
+    og_cop_blocks_give(c);
     og_buf_free(&c->keep);
     c->own = NULL;
+}
+
+void *og_cop_blocks_take(og_cop_blocks *bl, size_t bytes, int *cls) {
+    int k = 0;
+    while (k < OG_COP_N_CLASS && ((size_t)1024 << k) < bytes) k++;
+    *cls = -1;
+    if (k == OG_COP_N_CLASS) return NULL;
+    pthread_mutex_lock(&bl->mu);
+    void *b = bl->head[k];
+    if (b) bl->head[k] = *(void **)b;
+    pthread_mutex_unlock(&bl->mu);
+    if (!b) b = aligned_alloc(64, (size_t)1024 << k);
+    if (b) *cls = k;
+    return b;
+}
+
+void og_cop_blocks_give(og_cop *c) {
+    if (!c->blocks || !c->own || c->own_class < 0) return;
+    og_cop_blocks *bl = c->blocks;
+    pthread_mutex_lock(&bl->mu);
+    *(void **)c->own = bl->head[c->own_class];
+    bl->head[c->own_class] = c->own;
+    pthread_mutex_unlock(&bl->mu);
+    c->own = NULL;
+    c->own_class = -1;
+}
+
+void og_cop_blocks_init(og_cop_blocks *bl) {
+    memset(bl->head, 0, sizeof bl->head);
+    pthread_mutex_init(&bl->mu, NULL);
+}
+
+void og_cop_blocks_free(og_cop_blocks *bl) {
+    for (int k = 0; k < OG_COP_N_CLASS; k++)
+        for (void *b = bl->head[k], *nx; b; b = nx) {
+            nx = *(void **)b;
+            free(b);
+        }
+    pthread_mutex_destroy(&bl->mu);
 }
 
 og_status og_cop_scratch_reserve(og_cop_scratch *sc, size_t need) { return og_buf_reserve(sc, need); }

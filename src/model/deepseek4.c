@@ -686,72 +686,61 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
     return OG_OK;
 }
 
-static og_status host_arrays_make(const og_ds4_hparams *hp, const plan *p, host_arrays *ha) {
-    const size_t T = (size_t)p->T, k = hp->n_expert_used, N = hp->n_embd;
-    size_t nb = 0, nkb = 0;
-    for (int s = 0; s < p->n_seq; s++)
-        for (uint32_t il = 0; il < hp->n_layer && seq_of(p, s); il++) {
-            if ((size_t)seq_of(p, s)->comp[il].n_blocks > nb) nb = (size_t)seq_of(p, s)->comp[il].n_blocks;
-            if ((size_t)seq_of(p, s)->ikeys[il].n_blocks > nkb) nkb = (size_t)seq_of(p, s)->ikeys[il].n_blocks;
+/* The most blocks any one row store of the batch's sequences holds once this
+ * call's reserve is done (sizes the per-layer block views): a store grows to
+ * (n_pos after the call) / ratio rows, or keeps more it had (a fork). */
+static int64_t store_blocks_bound(const og_ds4_hparams *hp, og_kv *const *kvs, int n_seq, const og_batch *batch) {
+    int64_t nb = 0;
+    for (int s = 0; s < n_seq; s++) {
+        const ds4_seq *q = kvs[s]->arch_free == seq_free ? kvs[s]->arch : NULL;
+        const int64_t next = (int64_t)kvs[s]->n_pos + batch->n_tok; /* at most all the call's tokens */
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            const uint32_t r = hp->compress_ratio[il];
+            if (!r) continue;
+            const int64_t need = (next / r + OG_ROW_STORE_BLOCK - 1) / OG_ROW_STORE_BLOCK;
+            if (need > nb) nb = need;
+            if (q && q->n_layer == hp->n_layer) {
+                if (q->comp[il].n_blocks > nb) nb = q->comp[il].n_blocks;
+                if (q->ikeys[il].n_blocks > nb) nb = q->ikeys[il].n_blocks;
+            }
         }
-    memset(ha, 0, sizeof *ha);
-    ha->rows = malloc(T * hp->n_swa * sizeof *ha->rows);
-    ha->row_off = malloc((T + 1) * sizeof *ha->row_off);
-    ha->blocks = malloc((nb * (size_t)p->n_seq + 1) * sizeof *ha->blocks);
-    ha->kblocks = malloc((nkb * (size_t)p->n_seq + 1) * sizeof *ha->kblocks);
-    ha->cfirst = malloc(T * sizeof *ha->cfirst);
-    ha->kfirst = malloc(T * sizeof *ha->kfirst);
-    ha->nkeys = malloc(T * sizeof *ha->nkeys);
-    ha->cst = malloc((size_t)p->n_seq * 2 * sizeof *ha->cst);
-    ha->sts = malloc((size_t)p->n_seq * 2 * sizeof *ha->sts);
-    if (ha->cst) ha->kst = ha->cst + p->n_seq;
-    if (ha->sts) ha->ists = ha->sts + p->n_seq;
-    ha->ncomp = malloc(T * sizeof *ha->ncomp);
-    ha->state = malloc(T * sizeof *ha->state);
-    ha->out = malloc(T * sizeof *ha->out);
-    ha->pos_mod = malloc(T * sizeof *ha->pos_mod);
-    ha->neg_pos = malloc(T * sizeof *ha->neg_pos);
-    ha->seq_idx = malloc(T * sizeof *ha->seq_idx);
-    ha->h_ids = malloc(T * k * sizeof *ha->h_ids);
-    ha->h_w = malloc(T * k * sizeof *ha->h_w);
-    ha->hx = malloc(T * N * sizeof *ha->hx);
-    ha->hy = malloc(T * N * sizeof *ha->hy);
-    ha->routes = malloc(T * k * sizeof *ha->routes);
-    ha->jobs = malloc(hp->o_group_count * sizeof *ha->jobs);
-    ha->wts = malloc(hp->o_group_count * sizeof *ha->wts);
-    ha->ring = malloc((size_t)p->n_seq * sizeof *ha->ring);
-    return ha->rows && ha->row_off && ha->blocks && ha->kblocks && ha->cfirst && ha->ncomp && ha->kfirst &&
-                   ha->nkeys && ha->cst && ha->sts && ha->state && ha->out &&
-                   ha->pos_mod && ha->neg_pos && ha->seq_idx && ha->h_ids && ha->h_w && ha->hx && ha->hy && ha->routes &&
-                   ha->jobs && ha->wts && ha->ring
-               ? OG_OK
-               : OG_ERR_NOMEM;
+    }
+    return nb;
 }
 
-static void host_arrays_free(host_arrays *ha) {
-    free(ha->rows);
-    free(ha->row_off);
-    free(ha->blocks);
-    free(ha->kblocks);
-    free(ha->cfirst);
-    free(ha->kfirst);
-    free(ha->nkeys);
-    free(ha->cst);
-    free(ha->sts);
-    free(ha->ncomp);
-    free(ha->state);
-    free(ha->out);
-    free(ha->pos_mod);
-    free(ha->neg_pos);
-    free(ha->seq_idx);
-    free(ha->h_ids);
-    free(ha->h_w);
-    free(ha->hx);
-    free(ha->hy);
-    free(ha->routes);
-    free(ha->jobs);
-    free(ha->wts);
-    free(ha->ring);
+/* Carves the call's plan, host arrays and first_of ([n_seq]) from c (a
+ * counting pass when c->base is NULL): nb bounds one store's blocks. */
+static void host_take(og_fwd_scratch_cut *c, const og_ds4_hparams *hp, int64_t T, int n_seq, int64_t nb, plan *p,
+                      host_arrays *ha, int32_t **first_of) {
+    const uint64_t t = (uint64_t)T, k = hp->n_expert_used, N = hp->n_embd, ns = (uint64_t)n_seq;
+    og_fwd_plan_take(c, p, T, n_seq);
+    memset(ha, 0, sizeof *ha);
+    ha->rows = og_fwd_take(c, t * hp->n_swa * sizeof *ha->rows);
+    ha->row_off = og_fwd_take(c, (t + 1) * sizeof *ha->row_off);
+    ha->blocks = og_fwd_take(c, ((uint64_t)nb * ns + 1) * sizeof *ha->blocks);
+    ha->kblocks = og_fwd_take(c, ((uint64_t)nb * ns + 1) * sizeof *ha->kblocks);
+    ha->cfirst = og_fwd_take(c, t * sizeof *ha->cfirst);
+    ha->kfirst = og_fwd_take(c, t * sizeof *ha->kfirst);
+    ha->nkeys = og_fwd_take(c, t * sizeof *ha->nkeys);
+    ha->cst = og_fwd_take(c, ns * sizeof *ha->cst);
+    ha->kst = og_fwd_take(c, ns * sizeof *ha->kst);
+    ha->sts = og_fwd_take(c, ns * sizeof *ha->sts);
+    ha->ists = og_fwd_take(c, ns * sizeof *ha->ists);
+    ha->ncomp = og_fwd_take(c, t * sizeof *ha->ncomp);
+    ha->state = og_fwd_take(c, t * sizeof *ha->state);
+    ha->out = og_fwd_take(c, t * sizeof *ha->out);
+    ha->pos_mod = og_fwd_take(c, t * sizeof *ha->pos_mod);
+    ha->neg_pos = og_fwd_take(c, t * sizeof *ha->neg_pos);
+    ha->seq_idx = og_fwd_take(c, t * sizeof *ha->seq_idx);
+    ha->h_ids = og_fwd_take(c, t * k * sizeof *ha->h_ids);
+    ha->h_w = og_fwd_take(c, t * k * sizeof *ha->h_w);
+    ha->hx = og_fwd_take(c, t * N * sizeof *ha->hx);
+    ha->hy = og_fwd_take(c, t * N * sizeof *ha->hy);
+    ha->routes = og_fwd_take(c, t * k * sizeof *ha->routes);
+    ha->jobs = og_fwd_take(c, hp->o_group_count * sizeof *ha->jobs);
+    ha->wts = og_fwd_take(c, hp->o_group_count * sizeof *ha->wts);
+    ha->ring = og_fwd_take(c, ns * sizeof *ha->ring);
+    *first_of = og_fwd_take(c, ns * sizeof **first_of);
 }
 
 /* og_model_forward_batch for deepseek4 (§4.2): positions and the rows each
@@ -772,10 +761,19 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     if (T <= 0 || n_seq <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
     if (!rc->dispatch || !rc->dispatch->type || !rc->dispatch->type->moe_layer)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a MoE model needs a dispatcher (og_run_ctx.dispatch)");
+    /* the host arrays: one buffer carved for the call (og_fwd_host_get: the run
+     * context's, kept and grown from call to call) */
     plan p;
-    og_status st = make_plan(d, rc, kvs, n_seq, batch, rc->host_numerics, &p, err, errlen);
-    host_arrays ha = {0};
-    if (!st && host_arrays_make(hp, &p, &ha)) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    host_arrays ha;
+    int32_t *first_of;
+    const int64_t nb = store_blocks_bound(hp, kvs, n_seq, batch);
+    og_fwd_scratch_cut hcut = {0};
+    host_take(&hcut, hp, T, n_seq, nb, &p, &ha, &first_of);
+    void *hown = NULL; /* this call's own host buffer (no reusable scratch), freed below */
+    og_status st = og_fwd_host_get(rc, hcut.used, &hcut, &hown);
+    if (st) return og_fail(err, errlen, st, "deepseek4 forward pass: out of memory for the host arrays");
+    host_take(&hcut, hp, T, n_seq, nb, &p, &ha, &first_of);
+    st = make_plan(d, rc, kvs, n_seq, batch, rc->host_numerics, &p, err, errlen);
     og_fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
     og_device *own_dev = NULL;
     if (!st) st = og_fwd_begin(&fw, rc, batch->exact, &own_dev, err, errlen);
@@ -798,8 +796,6 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         if (!st) carve(hp, T, n_out, &cut, &b);
     }
     bool failed_here = st != OG_OK; /* err already says why */
-    int32_t *first_of = st ? NULL : malloc((size_t)n_seq * sizeof *first_of);
-    if (!st && !first_of) failed_here = (st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory")) != OG_OK;
     if (!st) {
         for (int64_t t = 0; t < T; t++) {
             ha.seq_idx[t] = batch->seq[t];
@@ -830,9 +826,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     og_device_destroy(own_dev);
     if (!st)
         for (int s = 0; s < n_seq; s++) kvs[s]->n_pos = p.next[s];
-    free(first_of);
-    host_arrays_free(&ha);
-    og_fwd_plan_free(&p);
+    free(hown);
     return og_fwd_failure(st, failed_here, "deepseek4 forward pass", err, errlen);
 }
 

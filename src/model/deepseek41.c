@@ -510,64 +510,67 @@ static og_status make_plan(const og_ds41 *d, const og_run_ctx *rc, og_kv *const 
     return OG_OK;
 }
 
-static og_status host_arrays_make(const og_ds41_hparams *hp, const plan *p, host_arrays *ha) {
-    const size_t T = (size_t)p->T, k = hp->n_expert_used, N = hp->n_embd, hc = hp->hc_count;
-    size_t nb = 0, nkb = 0;
-    for (int s = 0; s < p->n_seq; s++)
-        for (uint32_t il = 0; il < hp->n_layer && p->st[s]; il++) {
-            if ((size_t)seq_of(p, s)->comp[il].n_blocks > nb) nb = (size_t)seq_of(p, s)->comp[il].n_blocks;
-            if ((size_t)seq_of(p, s)->ikeys[il].n_blocks > nkb) nkb = (size_t)seq_of(p, s)->ikeys[il].n_blocks;
+/* The most blocks any one store (compressed rows, index keys) of the batch's
+ * sequences holds once this call's reserve is done (sizes the block views): a
+ * store grows to (n_pos after the call) / ratio rows, or keeps more it had. */
+static int64_t store_blocks_bound(const og_ds41_hparams *hp, og_kv *const *kvs, int n_seq, const og_batch *batch) {
+    int64_t nb = 0;
+    for (int s = 0; s < n_seq; s++) {
+        const ds41_seq *q = kvs[s]->arch_free == seq_free ? kvs[s]->arch : NULL;
+        const int64_t next = (int64_t)kvs[s]->n_pos + batch->n_tok; /* at most all the call's tokens */
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            if (!hp->layer[il].is_kv_source) continue;
+            const int64_t need = (next / hp->layer[il].ratio + OG_ROW_STORE_BLOCK - 1) / OG_ROW_STORE_BLOCK;
+            if (need > nb) nb = need;
+            if (q && q->n_layer == hp->n_layer) {
+                if (q->comp[il].n_blocks > nb) nb = q->comp[il].n_blocks;
+                if (q->ikeys[il].n_blocks > nb) nb = q->ikeys[il].n_blocks;
+            }
         }
-    const size_t EB = hp->engram_n_bucket, ED = hp->engram_head_dim, G = hp->o_group_count;
-    memset(ha, 0, sizeof *ha);
-    ha->rows = malloc(T * hp->n_swa * sizeof *ha->rows);
-    ha->row_off = malloc((T + 1) * sizeof *ha->row_off);
-    ha->blocks = malloc((nb * (size_t)p->n_seq + 1) * sizeof *ha->blocks);
-    ha->kblocks = malloc((nkb * (size_t)p->n_seq + 1) * sizeof *ha->kblocks);
-    ha->cfirst = malloc(T * sizeof *ha->cfirst);
-    ha->ncomp = malloc(T * sizeof *ha->ncomp);
-    ha->kfirst = malloc(T * sizeof *ha->kfirst);
-    ha->nkeys = malloc(T * sizeof *ha->nkeys);
-    ha->first_of = malloc(((size_t)p->n_seq + 1) * sizeof *ha->first_of);
-    ha->state = malloc(T * sizeof *ha->state);
-    ha->out = malloc(T * sizeof *ha->out);
-    ha->emit_tok = malloc(4 * T * sizeof *ha->emit_tok);
-    if (ha->emit_tok) {
-        ha->emit_pos = ha->emit_tok + T;
-        ha->emit_row = ha->emit_pos + T;
-        ha->emit_first = ha->emit_row + T;
     }
-    ha->pos_mod = malloc(T * sizeof *ha->pos_mod);
-    ha->neg_pos = malloc(T * sizeof *ha->neg_pos);
-    ha->seq_idx = malloc(T * sizeof *ha->seq_idx);
-    ha->pre0 = calloc(T * hc, sizeof *ha->pre0);
-    ha->ctx = malloc(T * ENGRAM_CTX * sizeof *ha->ctx);
-    ha->erows = malloc((EB + 1) * sizeof *ha->erows);
-    ha->emb = malloc((hp->n_engram_layer ? T * EB * ED : 1) * sizeof *ha->emb);
-    ha->h_ids = malloc(T * k * sizeof *ha->h_ids);
-    ha->h_w = malloc(T * k * sizeof *ha->h_w);
-    ha->hx = malloc(T * N * sizeof *ha->hx);
-    ha->hy = malloc(T * N * sizeof *ha->hy);
-    ha->routes = malloc(T * k * sizeof *ha->routes);
-    ha->jobs = malloc((G > T ? G : T) * sizeof *ha->jobs);
-    ha->wts = malloc(G * sizeof *ha->wts);
-    ha->ring = malloc((size_t)p->n_seq * sizeof *ha->ring);
-    ha->cst = malloc(2 * (size_t)p->n_seq * sizeof *ha->cst);
-    if (ha->cst) ha->kst = ha->cst + p->n_seq;
-    return ha->cst && ha->rows && ha->row_off && ha->blocks && ha->kblocks && ha->cfirst && ha->ncomp && ha->kfirst &&
-                   ha->nkeys && ha->first_of && ha->state && ha->out && ha->emit_tok && ha->pos_mod && ha->neg_pos &&
-                   ha->seq_idx && ha->pre0 && ha->ctx && ha->erows && ha->emb && ha->h_ids && ha->h_w && ha->hx &&
-                   ha->hy && ha->routes && ha->jobs && ha->wts && ha->ring
-               ? OG_OK
-               : OG_ERR_NOMEM;
+    return nb;
 }
 
-static void host_arrays_free(host_arrays *ha) {
-    void *all[] = {ha->rows, ha->row_off, ha->blocks, ha->kblocks, ha->cfirst, ha->ncomp, ha->kfirst, ha->nkeys,
-                   ha->first_of, ha->state, ha->out, ha->emit_tok, ha->pos_mod, ha->neg_pos, ha->seq_idx, ha->pre0,
-                   ha->ctx, ha->erows, ha->emb, ha->h_ids, ha->h_w, ha->hx, ha->hy, ha->routes, ha->jobs, ha->wts,
-                   ha->ring, ha->cst};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+/* Carves the call's plan and host arrays from c (a counting pass when
+ * c->base is NULL): nb bounds one store's blocks. */
+static void host_take(og_fwd_scratch_cut *c, const og_ds41_hparams *hp, int64_t T, int n_seq, int64_t nb, plan *p,
+                      host_arrays *ha) {
+    const uint64_t t = (uint64_t)T, k = hp->n_expert_used, N = hp->n_embd, hc = hp->hc_count, ns = (uint64_t)n_seq;
+    const uint64_t EB = hp->engram_n_bucket, ED = hp->engram_head_dim, G = hp->o_group_count;
+    og_fwd_plan_take(c, p, T, n_seq);
+    memset(ha, 0, sizeof *ha);
+    ha->rows = og_fwd_take(c, t * hp->n_swa * sizeof *ha->rows);
+    ha->row_off = og_fwd_take(c, (t + 1) * sizeof *ha->row_off);
+    ha->blocks = og_fwd_take(c, ((uint64_t)nb * ns + 1) * sizeof *ha->blocks);
+    ha->kblocks = og_fwd_take(c, ((uint64_t)nb * ns + 1) * sizeof *ha->kblocks);
+    ha->cfirst = og_fwd_take(c, t * sizeof *ha->cfirst);
+    ha->ncomp = og_fwd_take(c, t * sizeof *ha->ncomp);
+    ha->kfirst = og_fwd_take(c, t * sizeof *ha->kfirst);
+    ha->nkeys = og_fwd_take(c, t * sizeof *ha->nkeys);
+    ha->first_of = og_fwd_take(c, (ns + 1) * sizeof *ha->first_of);
+    ha->state = og_fwd_take(c, t * sizeof *ha->state);
+    ha->out = og_fwd_take(c, t * sizeof *ha->out);
+    ha->emit_tok = og_fwd_take(c, t * sizeof *ha->emit_tok);
+    ha->emit_pos = og_fwd_take(c, t * sizeof *ha->emit_pos);
+    ha->emit_row = og_fwd_take(c, t * sizeof *ha->emit_row);
+    ha->emit_first = og_fwd_take(c, t * sizeof *ha->emit_first);
+    ha->pos_mod = og_fwd_take(c, t * sizeof *ha->pos_mod);
+    ha->neg_pos = og_fwd_take(c, t * sizeof *ha->neg_pos);
+    ha->seq_idx = og_fwd_take(c, t * sizeof *ha->seq_idx);
+    ha->pre0 = og_fwd_take(c, t * hc * sizeof *ha->pre0);
+    ha->ctx = og_fwd_take(c, t * ENGRAM_CTX * sizeof *ha->ctx);
+    ha->erows = og_fwd_take(c, (EB + 1) * sizeof *ha->erows);
+    ha->emb = og_fwd_take(c, (hp->n_engram_layer ? t * EB * ED : 1) * sizeof *ha->emb);
+    ha->h_ids = og_fwd_take(c, t * k * sizeof *ha->h_ids);
+    ha->h_w = og_fwd_take(c, t * k * sizeof *ha->h_w);
+    ha->hx = og_fwd_take(c, t * N * sizeof *ha->hx);
+    ha->hy = og_fwd_take(c, t * N * sizeof *ha->hy);
+    ha->routes = og_fwd_take(c, t * k * sizeof *ha->routes);
+    ha->jobs = og_fwd_take(c, (G > t ? G : t) * sizeof *ha->jobs);
+    ha->wts = og_fwd_take(c, G * sizeof *ha->wts);
+    ha->ring = og_fwd_take(c, ns * sizeof *ha->ring);
+    ha->cst = og_fwd_take(c, ns * sizeof *ha->cst);
+    ha->kst = og_fwd_take(c, ns * sizeof *ha->kst);
 }
 
 /* A product over rows that belong to batch tokens tok[r] (not consecutive):
@@ -846,10 +849,19 @@ static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_
     if (T <= 0 || n_seq <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
     if (!rc->dispatch || !rc->dispatch->type || !rc->dispatch->type->moe_layer)
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a MoE model needs a dispatcher (og_run_ctx.dispatch)");
+    /* the host arrays: one buffer carved for the call (og_fwd_host_get: the run
+     * context's, kept and grown from call to call) */
     plan p;
-    og_status st = make_plan(d, rc, kvs, n_seq, batch, &p, err, errlen);
-    host_arrays ha = {0};
-    if (!st && host_arrays_make(hp, &p, &ha)) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    host_arrays ha;
+    const int64_t nb = store_blocks_bound(hp, kvs, n_seq, batch);
+    og_fwd_scratch_cut hcut = {0};
+    host_take(&hcut, hp, T, n_seq, nb, &p, &ha);
+    void *hown = NULL; /* this call's own host buffer (no reusable scratch), freed below */
+    og_status st = og_fwd_host_get(rc, hcut.used, &hcut, &hown);
+    if (st) return og_fail(err, errlen, st, "deepseek41 forward pass: out of memory for the host arrays");
+    host_take(&hcut, hp, T, n_seq, nb, &p, &ha);
+    memset(ha.pre0, 0, (size_t)(T * hp->hc_count) * sizeof *ha.pre0);
+    st = make_plan(d, rc, kvs, n_seq, batch, &p, err, errlen);
     og_fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
     og_device *own_dev = NULL;
     if (!st) st = og_fwd_begin(&fw, rc, batch->exact, &own_dev, err, errlen);
@@ -919,8 +931,7 @@ static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_
                 last[j] = j < n ? batch->tokens[p.tok_at[p.seq_off[s + 1] - 1 - j]] : seq_of(&p, s)->last[j - n];
             memcpy(seq_of(&p, s)->last, last, sizeof last);
         }
-    host_arrays_free(&ha);
-    og_fwd_plan_free(&p);
+    free(hown);
     return og_fwd_failure(st, failed_here, "deepseek41 forward pass", err, errlen);
 }
 

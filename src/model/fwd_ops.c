@@ -252,10 +252,21 @@ og_status og_fwd_grouped_output(og_fwd *f, const og_weight *o_a, const og_weight
     return st ? st : og_fwd_mm(f, o_b, lowt, T, y);
 }
 
+void og_fwd_plan_take(og_fwd_scratch_cut *c, og_fwd_plan *p, int64_t T, int n_seq) {
+    const uint64_t t = (uint64_t)T, ns = (uint64_t)n_seq;
+    memset(p, 0, sizeof *p);
+    p->pos = og_fwd_take(c, t * sizeof *p->pos);
+    p->start = og_fwd_take(c, ns * sizeof *p->start);
+    p->next = og_fwd_take(c, ns * sizeof *p->next);
+    p->tok_at = og_fwd_take(c, t * sizeof *p->tok_at);
+    p->seq_off = og_fwd_take(c, (ns + 1) * sizeof *p->seq_off);
+    p->canon = og_fwd_take(c, t * sizeof *p->canon);
+    p->st = og_fwd_take(c, ns * sizeof *p->st);
+}
+
 og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const og_batch *batch, uint32_t n_vocab,
                            og_numerics nm, const char *arch, char *err, size_t errlen) {
     const int64_t T = batch->n_tok;
-    memset(p, 0, sizeof *p);
     p->T = T;
     p->n_seq = n_seq;
     for (int64_t i = 0; i < T; i++) {
@@ -268,18 +279,8 @@ og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const o
     for (int s = 0; s < n_seq; s++)
         if (kvs[s]->n_blocks)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a %s cache", s, arch);
-    p->pos = malloc((size_t)T * sizeof *p->pos);
-    p->start = malloc((size_t)n_seq * sizeof *p->start);
-    p->next = malloc((size_t)n_seq * sizeof *p->next);
-    p->tok_at = malloc((size_t)T * sizeof *p->tok_at);
-    p->seq_off = calloc((size_t)n_seq + 1, sizeof *p->seq_off);
-    p->canon = malloc((size_t)T * sizeof *p->canon);
-    p->st = calloc((size_t)n_seq, sizeof *p->st);
-    int32_t *fill = calloc((size_t)n_seq, sizeof *fill);
-    if (!p->pos || !p->start || !p->next || !p->tok_at || !p->seq_off || !p->canon || !p->st || !fill) {
-        free(fill);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    }
+    memset(p->seq_off, 0, ((size_t)n_seq + 1) * sizeof *p->seq_off);
+    memset(p->st, 0, (size_t)n_seq * sizeof *p->st);
     for (int s = 0; s < n_seq; s++) p->start[s] = p->next[s] = kvs[s]->n_pos;
     for (int64_t i = 0; i < T; i++) {
         p->pos[i] = p->next[batch->seq[i]]++;
@@ -287,22 +288,11 @@ og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const o
         p->canon[i] = nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
     }
     for (int s = 0; s < n_seq; s++) p->seq_off[s + 1] += p->seq_off[s];
-    for (int64_t i = 0; i < T; i++) {
+    for (int64_t i = 0; i < T; i++) { /* a sequence's k-th token of the call is at position start + k */
         const int s = batch->seq[i];
-        p->tok_at[p->seq_off[s] + fill[s]++] = (int32_t)i;
+        p->tok_at[p->seq_off[s] + (p->pos[i] - p->start[s])] = (int32_t)i;
     }
-    free(fill);
     return OG_OK;
-}
-
-void og_fwd_plan_free(og_fwd_plan *p) {
-    free(p->pos);
-    free(p->start);
-    free(p->next);
-    free(p->tok_at);
-    free(p->seq_off);
-    free(p->canon);
-    free(p->st);
 }
 
 og_kv_view og_fwd_store_view(const og_fwd_plan *p, const int32_t *seq_idx, float **blocks,

@@ -126,14 +126,17 @@ typedef struct og_fwd_plan {
                           them), NULL for one without */
 } og_fwd_plan;
 
-/* Fills p for batch over kvs[n_seq]: checks every token id < n_vocab and
- * sequence index, and that no cache holds paged blocks (an architecture
- * whose state lives behind og_kv.arch; `arch` names it in the message).
- * Errors: OG_ERR_INVALID_ARG, OG_ERR_NOMEM (p is then freed by
- * og_fwd_plan_free all the same). */
+/* Carves p's arrays for T tokens of n_seq sequences from c (og_fwd_take:
+ * a counting pass when c->base is NULL; the forward call's host buffer,
+ * og_fwd_host_get). Cannot fail. */
+void og_fwd_plan_take(og_fwd_scratch_cut *c, og_fwd_plan *p, int64_t T, int n_seq);
+/* Fills p (its arrays carved by og_fwd_plan_take for batch->n_tok tokens and
+ * n_seq sequences) for batch over kvs[n_seq]: checks every token id <
+ * n_vocab and sequence index, and that no cache holds paged blocks (an
+ * architecture whose state lives behind og_kv.arch; `arch` names it in the
+ * message). Allocates nothing. Errors: OG_ERR_INVALID_ARG. */
 og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const og_batch *batch, uint32_t n_vocab,
                            og_numerics nm, const char *arch, char *err, size_t errlen);
-void og_fwd_plan_free(og_fwd_plan *p);
 
 /* The view of one layer's row stores (stores[s], NULL for a sequence without
  * tokens) over the batch's sequences: sequence s's blocks from first_of[s]

@@ -23,6 +23,7 @@ typedef enum og_cop_kind {
     OG_COP_COPY,
     OG_COP_GET_ROWS,
     OG_COP_KV_STORE,
+    OG_COP_MLA_KV_B, /* deepseek2's legacy layout */
     OG_COP_HC_MIX, /* deepseek4's (ds4_ops.c) from here on */
     OG_COP_HC_COLLAPSE,
     OG_COP_HC_EXPAND,
@@ -76,6 +77,7 @@ typedef struct og_cop {
         og_copy_op copy;
         og_get_rows_op get_rows;
         og_kv_store_op kv_store;
+        og_mla_kv_b_op kv_b;
         og_hc_mix_op hc_mix;
         og_hc_op hc;
         og_qat_op qat;
@@ -219,12 +221,16 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
     }                                                                                                                   \
     static og_status prefix##_engram(og_device *d, og_stream *s, const og_engram_op *op, char *err, size_t errlen) {  \
         return issue(d, s, OG_COP_ENGRAM, op, 0, err, errlen);                                                          \
+    }                                                                                                                   \
+    static og_status prefix##_mla_kv_b(og_device *d, og_stream *s, const og_mla_kv_b_op *op, char *err,               \
+                                       size_t errlen) {                                                                 \
+        return issue(d, s, OG_COP_MLA_KV_B, op, 0, err, errlen);                                                        \
     }
 
 #define OG_COP_TABLE(prefix)                                                                                           \
     prefix##_matmul, prefix##_rmsnorm, prefix##_rope, prefix##_softmax, prefix##_swiglu, prefix##_router,              \
         prefix##_mla, prefix##_add, prefix##_scale, prefix##_copy, prefix##_get_rows, prefix##_kv_store,               \
         prefix##_hc_mix, prefix##_hc_collapse, prefix##_hc_expand, prefix##_qat, prefix##_compress, prefix##_indexer,  \
-        prefix##_sink_attn, prefix##_engram
+        prefix##_sink_attn, prefix##_engram, prefix##_mla_kv_b
 
 #endif

@@ -754,6 +754,78 @@ static void route_ref(const float *lg, const float *bias, int E, int k, int gati
     for (int j = 0; j < k; j++) w[j] = (norm ? sc[ids[j]] / tot : sc[ids[j]]) * scale;
 }
 
+/* deepseek2's legacy attn_kv_b products (og_mla_kv_b_op) on dev: q_abs and o
+ * of a 48-token chunk (enough work for the pool) against double references
+ * from deepseek2.md §3's absorbed form (the float sum within 1e-5 of the
+ * double one; the expand, a double sum in order, to the float rounding), and
+ * each token alone gives the chunk's bits (no dependence on the chunk or the
+ * pool); a head without value rows is refused. */
+static void check_kv_b_on(og_device *dev) {
+    dv_ctx c = {.dev = dev, .ops = dev->ops};
+    assert_non_null(c.ops->mla_kv_b);
+    assert_int_equal(c.ops->stream_create(dev, &c.s, c.err, sizeof c.err), OG_OK);
+    enum { H = 3, DN = 5, DV = 4, RK = 32, TC = 48, CH = 64, DQK = DN + 3 };
+    float *kvb = malloc(H * (DN + DV) * RK * sizeof *kvb), *q = malloc(TC * H * DQK * sizeof *q);
+    float *ctx = malloc(H * CH * RK * sizeof *ctx), *qa = malloc(H * CH * RK * sizeof *qa);
+    float *o = malloc(TC * H * DV * sizeof *o), *one = malloc(H * CH * RK * sizeof *one);
+    for (int i = 0; i < H * (DN + DV) * RK; i++) kvb[i] = frand();
+    for (int i = 0; i < TC * H * DQK; i++) q[i] = frand();
+    for (int i = 0; i < H * CH * RK; i++) ctx[i] = frand();
+    float *dkvb = dv_up(&c, kvb, H * (DN + DV) * RK * sizeof *kvb), *dq = dv_up(&c, q, TC * H * DQK * sizeof *q);
+    float *dctx = dv_up(&c, ctx, H * CH * RK * sizeof *ctx), *dqa = dv_up(&c, NULL, H * CH * RK * sizeof *qa);
+    float *do_ = dv_up(&c, NULL, TC * H * DV * sizeof *o);
+    /* q [t][h][d_qk] (q_nope its first d_nope), q_abs [h][CH][r_kv]; ctx [h][CH][r_kv], o [t][h][d_v] */
+    og_mla_kv_b_op ab = {false, TC, H, DN, DV, RK, dkvb, dq, H * DQK, DQK, dqa, RK, CH * RK};
+    og_mla_kv_b_op ex = {true, TC, H, DN, DV, RK, dkvb, dctx, RK, CH * RK, do_, H * DV, DV};
+    assert_int_equal(c.ops->mla_kv_b(dev, c.s, &ab, c.err, sizeof c.err), OG_OK);
+    assert_int_equal(c.ops->mla_kv_b(dev, c.s, &ex, c.err, sizeof c.err), OG_OK);
+    dv_down(&c, qa, dqa, H * CH * RK * sizeof *qa);
+    dv_down(&c, o, do_, TC * H * DV * sizeof *o);
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < TC; t++) {
+            for (int r = 0; r < RK; r++) {
+                double ref = 0, mag = 0;
+                for (int d = 0; d < DN; d++) {
+                    const double p = (double)kvb[(h * (DN + DV) + d) * RK + r] * q[t * H * DQK + h * DQK + d];
+                    ref += p;
+                    mag += fabs(p);
+                }
+                assert_true(fabs(qa[h * CH * RK + t * RK + r] - ref) <= 1e-6 * mag + 1e-12);
+            }
+            for (int j = 0; j < DV; j++) {
+                double ref = 0;
+                for (int r = 0; r < RK; r++)
+                    ref += (double)kvb[(h * (DN + DV) + DN + j) * RK + r] * ctx[h * CH * RK + t * RK + r];
+                assert_true(o[t * H * DV + h * DV + j] == (float)ref);
+            }
+        }
+    for (int t = 0; t < TC; t += 13) { /* token t alone: the chunk's bits */
+        og_mla_kv_b_op a1 = ab, e1 = ex;
+        a1.n_tok = e1.n_tok = 1;
+        a1.x = dq + t * H * DQK;
+        a1.y = dqa; /* head h of the one token at dqa + h CH r_kv */
+        e1.x = dctx + t * RK;
+        e1.y = do_;
+        assert_int_equal(c.ops->mla_kv_b(dev, c.s, &a1, c.err, sizeof c.err), OG_OK);
+        dv_down(&c, one, dqa, H * CH * RK * sizeof *one);
+        for (int h = 0; h < H; h++) assert_same_bits(one + h * CH * RK, qa + h * CH * RK + t * RK, RK * sizeof(float));
+        assert_int_equal(c.ops->mla_kv_b(dev, c.s, &e1, c.err, sizeof c.err), OG_OK);
+        dv_down(&c, one, do_, H * DV * sizeof *one);
+        assert_same_bits(one, o + t * H * DV, H * DV * sizeof(float));
+    }
+    ex.d_v = 0;
+    assert_int_equal(c.ops->mla_kv_b(dev, c.s, &ex, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(c.err, "kv_b"));
+    c.ops->stream_destroy(dev, c.s);
+    for (int i = 0; i < c.n_allocs; i++) c.ops->free(dev, c.allocs[i]);
+    free(kvb);
+    free(q);
+    free(ctx);
+    free(qa);
+    free(o);
+    free(one);
+}
+
 static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     dv_ctx c = {.dev = dev, .ops = dev->ops};
     assert_int_equal(c.ops->stream_create(dev, &c.s, c.err, sizeof c.err), OG_OK);
@@ -1063,9 +1135,11 @@ static void test_device_ops(void **state) {
     og_device *dev;
     assert_int_equal(og_device_cpu_create(8u << 20, 2, &k, &dev, err, sizeof err), OG_OK);
     check_ops_on(dev, &k, pool);
+    check_kv_b_on(dev);
     og_device_destroy(dev);
     assert_int_equal(og_device_host_create(pool, &k, &dev, err, sizeof err), OG_OK);
     check_ops_on(dev, &k, pool);
+    check_kv_b_on(dev);
     og_device_destroy(dev);
     assert_int_equal(og_device_host_create(pool, NULL, &dev, err, sizeof err), OG_ERR_INVALID_ARG);
     /* a cpu device without kernels has no compute ops */

@@ -293,26 +293,6 @@ static void run_state_cfg(const char *file, const char *what, int cfg) {
     rig_close(&r);
 }
 
-static void test_ds4_host(void **state) {
-    (void)state;
-    run_state_cfg(g_file4, "deepseek4", 0);
-}
-
-static void test_ds4_cpu(void **state) {
-    (void)state;
-    run_state_cfg(g_file4, "deepseek4", 1);
-}
-
-static void test_ds41_host(void **state) {
-    (void)state;
-    run_state_cfg(g_file41, "deepseek41", 0);
-}
-
-static void test_ds41_cpu(void **state) {
-    (void)state;
-    run_state_cfg(g_file41, "deepseek41", 1);
-}
-
 static void test_host_device(void **state) {
     (void)state;
     run_cfg(0);
@@ -321,6 +301,17 @@ static void test_host_device(void **state) {
 static void test_cpu_device(void **state) {
     (void)state;
     run_cfg(1);
+}
+
+/* deepseek4 / deepseek41 on the host device (cfg 0) and the cpu device (cfg 1) */
+typedef struct state_case {
+    const char *file, *what;
+    int cfg;
+} state_case;
+
+static void test_state(void **state) {
+    const state_case *sc = *state;
+    run_state_cfg(sc->file, sc->what, sc->cfg);
 }
 
 /* og_buf: grows to max(need, 1.5 x cap), never shrinks, counts its allocations */
@@ -371,10 +362,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (size_t i = 0; i < sizeof g_tok / sizeof g_tok[0]; i++) g_tok[i] = (int32_t)((i * 131 + 7) % 512);
+    state_case cases[4] = {
+        {g_file4, "deepseek4", 0}, {g_file4, "deepseek4", 1}, {g_file41, "deepseek41", 0}, {g_file41, "deepseek41", 1}};
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_buf),       cmocka_unit_test(test_host_device), cmocka_unit_test(test_cpu_device),
-        cmocka_unit_test(test_ds4_host),  cmocka_unit_test(test_ds4_cpu),     cmocka_unit_test(test_ds41_host),
-        cmocka_unit_test(test_ds41_cpu),
+        cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_host_device),
+        cmocka_unit_test(test_cpu_device),
+        cmocka_unit_test_prestate(test_state, &cases[0]),
+        cmocka_unit_test_prestate(test_state, &cases[1]),
+        cmocka_unit_test_prestate(test_state, &cases[2]),
+        cmocka_unit_test_prestate(test_state, &cases[3]),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (remove(g_file) || remove(g_file4) || remove(g_file41) || rmdir(g_tmp)) fprintf(stderr, "could not remove %s\n", g_tmp);

@@ -65,8 +65,9 @@ struct cpu_device {
     og_cop_scratch sc;               /* the matmul ops' scratch (under compute_mu) */
     og_expert_ws xws;                /* the expert ops' buffers (under compute_mu) */
     og_buf xjobs;                    /* an expert op's jobs (under compute_mu) */
-    cpu_op *free_ops;                /* run ops kept for reuse with their blocks (under mu): issuing in
-                                        steady state allocates nothing */
+    cpu_op *free_ops;                /* run ops kept for reuse (under mu): issuing in steady state
+                                        allocates nothing */
+    og_cop_blocks blocks;            /* their host arrays' blocks, by size class (its own lock) */
     int n_free;
     og_cpu_trace_fn trace;
     void *trace_ctx;
@@ -192,6 +193,7 @@ static void run_op(og_stream *s, cpu_op *op) {
 
 /* Returns a run (or never queued) op to the device's free list (mu held). */
 static void recycle(cpu_device *c, cpu_op *op) {
+    og_cop_blocks_give(&op->cop); /* its block to the pool, for the next op of that size */
     if (c->n_free >= MAX_FREE_OPS) {
         og_cop_free(&op->cop);
         free(op);
@@ -332,6 +334,8 @@ static cpu_op *new_op(cpu_device *c, og_cpu_op_kind kind) {
     const og_buf keep = op->cop.keep;
     *op = (cpu_op){.kind = kind};
     op->cop.keep = keep;
+    op->cop.blocks = &c->blocks;
+    op->cop.own_class = -1;
     return op;
 }
 
@@ -450,6 +454,7 @@ static void cpu_destroy(og_device *d) {
         og_cop_free(&op->cop);
         free(op);
     }
+    og_cop_blocks_free(&c->blocks);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->compute_mu);
     pthread_cond_destroy(&c->cv);
@@ -492,6 +497,7 @@ og_status og_device_cpu_create(uint64_t budget, int n_threads, const og_kernels 
         c->have_kern = true;
     }
     pthread_mutex_init(&c->mu, NULL);
+    og_cop_blocks_init(&c->blocks);
     pthread_mutex_init(&c->compute_mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     *out = &c->base;

@@ -38,8 +38,12 @@ static og_status check_kv(const og_kv_view *kv, const int32_t *first, const int3
 og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, int n, og_cop *c, char *err,
                       size_t errlen) {
     const og_buf keep = c->keep; /* the record's block, reused */
+    og_cop_blocks *const bl = c->blocks;
+    og_cop_blocks_give(c); /* a block an earlier op of the record held */
     memset(c, 0, sizeof *c);
     c->keep = keep;
+    c->blocks = bl;
+    c->own_class = -1;
     c->kind = kind;
     if (kind >= OG_COP_HC_MIX) return og_ds4_cop_make(kind, desc, c, err, errlen); /* deepseek4's (ds4_ops.c) */
     size_t need = 0, at = 0;
@@ -185,6 +189,16 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
         c->u.kv_store.pos = og_cop_dup(&c->own, &at, op->pos, nt * sizeof(int32_t));
         return OG_OK;
     }
+    case OG_COP_MLA_KV_B: {
+        const og_mla_kv_b_op *op = desc;
+        if (!op->kv_b || !op->x || !op->y || op->n_tok < 0 || op->n_head < 1 || op->d_nope < 1 || op->d_v < 1 ||
+            op->r_kv < 1 || op->x_tok_stride < 0 || op->x_head_stride < 0 || op->y_tok_stride < 0 || op->y_head_stride < 0)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "device MLA kv_b: missing tensor or a shape below 1 "
+                           "(%lld heads, d_nope %lld, d_v %lld, r_kv %lld)", (long long)op->n_head,
+                           (long long)op->d_nope, (long long)op->d_v, (long long)op->r_kv);
+        c->u.kv_b = *op;
+        return OG_OK;
+    }
     default: break; /* deepseek4's: above */
     }
     if (!c->own && need) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
@@ -192,8 +206,48 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
 }
 
 void og_cop_free(og_cop *c) {
+    og_cop_blocks_give(c);
     og_buf_free(&c->keep);
     c->own = NULL;
+}
+
+void *og_cop_blocks_take(og_cop_blocks *bl, size_t bytes, int *cls) {
+    int k = 0;
+    while (k < OG_COP_N_CLASS && ((size_t)1024 << k) < bytes) k++;
+    *cls = -1;
+    if (k == OG_COP_N_CLASS) return NULL;
+    pthread_mutex_lock(&bl->mu);
+    void *b = bl->head[k];
+    if (b) bl->head[k] = *(void **)b;
+    pthread_mutex_unlock(&bl->mu);
+    if (!b) b = aligned_alloc(64, (size_t)1024 << k);
+    if (b) *cls = k;
+    return b;
+}
+
+void og_cop_blocks_give(og_cop *c) {
+    if (!c->blocks || !c->own || c->own_class < 0) return;
+    og_cop_blocks *bl = c->blocks;
+    pthread_mutex_lock(&bl->mu);
+    *(void **)c->own = bl->head[c->own_class];
+    bl->head[c->own_class] = c->own;
+    pthread_mutex_unlock(&bl->mu);
+    c->own = NULL;
+    c->own_class = -1;
+}
+
+void og_cop_blocks_init(og_cop_blocks *bl) {
+    memset(bl->head, 0, sizeof bl->head);
+    pthread_mutex_init(&bl->mu, NULL);
+}
+
+void og_cop_blocks_free(og_cop_blocks *bl) {
+    for (int k = 0; k < OG_COP_N_CLASS; k++)
+        for (void *b = bl->head[k], *nx; b; b = nx) {
+            nx = *(void **)b;
+            free(b);
+        }
+    pthread_mutex_destroy(&bl->mu);
 }
 
 og_status og_cop_scratch_reserve(og_cop_scratch *sc, size_t need) { return og_buf_reserve(sc, need); }
@@ -209,6 +263,32 @@ static og_status run_matmul(const og_kernels *k, og_pool *pool, og_cop_scratch *
         return og_cpu_matmul(k, p, w, jobs[0].x, jobs[0].m, jobs[0].y, sc->p, sc->cap);
     }
     return og_cpu_matmul_multi_ws(k, pool, jobs, n, sc);
+}
+
+/* og_mla_kv_b_op's products for the (token, head) pairs ith, ith + nth, ...
+ * (head-major), each in the loops' order (the op's comment). */
+static void kv_b_pairs(void *ctx, int ith, int nth) {
+    const og_mla_kv_b_op *op = ctx;
+    const int64_t dn = op->d_nope, dv = op->d_v, r_kv = op->r_kv;
+    for (int64_t it = ith; it < op->n_head * op->n_tok; it += nth) {
+        const int64_t h = it / op->n_tok, i = it % op->n_tok;
+        const float *x = op->x + i * op->x_tok_stride + h * op->x_head_stride;
+        float *y = op->y + i * op->y_tok_stride + h * op->y_head_stride;
+        if (!op->expand) {
+            for (int64_t r = 0; r < r_kv; r++) y[r] = 0;
+            for (int64_t d = 0; d < dn; d++) {
+                const float *row = op->kv_b + (h * (dn + dv) + d) * r_kv;
+                for (int64_t r = 0; r < r_kv; r++) y[r] += row[r] * x[d];
+            }
+        } else {
+            for (int64_t j = 0; j < dv; j++) {
+                const float *row = op->kv_b + (h * (dn + dv) + dn + j) * r_kv;
+                double acc = 0;
+                for (int64_t r = 0; r < r_kv; r++) acc += (double)row[r] * x[r];
+                y[j] = (float)acc;
+            }
+        }
+    }
 }
 
 og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_cop *c) {
@@ -274,6 +354,14 @@ og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, con
                 for (int64_t e = 0; e < kv->row_len; e++) h[e] = og_fp32_to_fp16(x[e]);
             }
         }
+        return OG_OK;
+    }
+    case OG_COP_MLA_KV_B: {
+        const og_mla_kv_b_op *op = &c->u.kv_b;
+        /* the pool once the products outweigh waking it (MM_PARALLEL_MIN, as a lone product) */
+        const int64_t work = op->n_head * op->n_tok * (op->expand ? op->d_v : op->d_nope) * op->r_kv;
+        if (pool && work >= MM_PARALLEL_MIN && op->n_head * op->n_tok > 1) og_pool_run(pool, kv_b_pairs, (void *)op);
+        else kv_b_pairs((void *)op, 0, 1);
         return OG_OK;
     }
     default: break; /* deepseek4's: above */

@@ -6,6 +6,7 @@
 
 #include "og_device.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ typedef enum og_cop_kind {
     OG_COP_COPY,
     OG_COP_GET_ROWS,
     OG_COP_KV_STORE,
+    OG_COP_MLA_KV_B, /* deepseek2's legacy layout */
     OG_COP_HC_MIX, /* deepseek4's (ds4_ops.c) from here on */
     OG_COP_HC_COLLAPSE,
     OG_COP_HC_EXPAND,
@@ -32,13 +34,29 @@ typedef enum og_cop_kind {
     OG_COP_ENGRAM, /* deepseek41's */
 } og_cop_kind;
 
-/* One issued op; its host arrays are copies in `own` (one block of `keep`,
- * which a device reuses for its next op: issuing allocates only when an op
- * needs more than that record held before). */
+/* Free blocks for the host arrays of queued op records, by size class
+ * (1 KiB << class bytes; a block's first word links it to the next free one):
+ * a device that queues ops (the cpu device) gives each record's block back
+ * here when the op has run, and an op takes the smallest class that holds
+ * its arrays, so issuing in steady state allocates nothing whichever record
+ * an op lands in (the same shapes need the same classes; a block of one
+ * record kept with it would have to grow whenever a larger op came to it). */
+#define OG_COP_N_CLASS 40
+typedef struct og_cop_blocks {
+    pthread_mutex_t mu;
+    void *head[OG_COP_N_CLASS];
+} og_cop_blocks;
+
+/* One issued op; its host arrays are copies in `own`: a block of `blocks`
+ * (own_class its class) when the record has a block pool, else of `keep`,
+ * which a device reuses for its next op (the host device: issuing allocates
+ * only when an op needs more than that record held before). */
 typedef struct og_cop {
     og_cop_kind kind;
     void *own;
     og_buf keep;
+    og_cop_blocks *blocks; /* NULL: keep */
+    int own_class;         /* own's class in blocks, -1: none */
     union {
         struct {
             og_matmul_job *jobs; /* [n_jobs], their weights in wts */
@@ -59,6 +77,7 @@ typedef struct og_cop {
         og_copy_op copy;
         og_get_rows_op get_rows;
         og_kv_store_op kv_store;
+        og_mla_kv_b_op kv_b;
         og_hc_mix_op hc_mix;
         og_hc_op hc;
         og_qat_op qat;
@@ -69,10 +88,25 @@ typedef struct og_cop {
     } u;
 } og_cop;
 
-/* c->own = a block of at least bytes, c->keep's (grown when smaller; at least
- * 1 KiB, which holds most ops' arrays, so that a reused record seldom grows);
- * NULL when out of memory. */
+/* A free block of bl holding bytes (the smallest class; allocated when that
+ * class has none), its class in *cls; NULL when out of memory. */
+void *og_cop_blocks_take(og_cop_blocks *bl, size_t bytes, int *cls);
+/* Gives c's block back to its pool (nothing without one) and clears c->own. */
+void og_cop_blocks_give(og_cop *c);
+/* Makes bl empty (og_cop_blocks_free frees its blocks and its lock). */
+void og_cop_blocks_init(og_cop_blocks *bl);
+void og_cop_blocks_free(og_cop_blocks *bl);
+
+/* c->own = a block of at least bytes: from c->blocks when the record has a
+ * pool (a block it held from an earlier op given back first), else c->keep's
+ * (grown when smaller; at least 1 KiB, which holds most ops' arrays, so that
+ * a reused record seldom grows); NULL when out of memory. */
 static inline void *og_cop_own(og_cop *c, size_t bytes) {
+    if (c->blocks) {
+        og_cop_blocks_give(c);
+        c->own = og_cop_blocks_take(c->blocks, bytes, &c->own_class);
+        return c->own;
+    }
     c->own = og_buf_reserve(&c->keep, bytes < 1024 ? 1024 : bytes) ? NULL : c->keep.p;
     return c->own;
 }
@@ -187,12 +221,16 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
     }                                                                                                                   \
     static og_status prefix##_engram(og_device *d, og_stream *s, const og_engram_op *op, char *err, size_t errlen) {  \
         return issue(d, s, OG_COP_ENGRAM, op, 0, err, errlen);                                                          \
+    }                                                                                                                   \
+    static og_status prefix##_mla_kv_b(og_device *d, og_stream *s, const og_mla_kv_b_op *op, char *err,               \
+                                       size_t errlen) {                                                                 \
+        return issue(d, s, OG_COP_MLA_KV_B, op, 0, err, errlen);                                                        \
     }
 
 #define OG_COP_TABLE(prefix)                                                                                           \
     prefix##_matmul, prefix##_rmsnorm, prefix##_rope, prefix##_softmax, prefix##_swiglu, prefix##_router,              \
         prefix##_mla, prefix##_add, prefix##_scale, prefix##_copy, prefix##_get_rows, prefix##_kv_store,               \
         prefix##_hc_mix, prefix##_hc_collapse, prefix##_hc_expand, prefix##_qat, prefix##_compress, prefix##_indexer,  \
-        prefix##_sink_attn, prefix##_engram
+        prefix##_sink_attn, prefix##_engram, prefix##_mla_kv_b
 
 #endif

@@ -325,43 +325,110 @@ static void qat_row(og_qat_kind kind, float *x, int64_t n_round, int32_t block) 
 
 /* ---- compressor ---- */
 
-static void run_compress(const og_compress_op *op) {
+/* The step in three passes, each output row's arithmetic as in one pass over
+ * the tokens: (1) in token order (a sequence's state carries from token to
+ * token) each token's kv and score rows go into its state's slot, and where
+ * a token completes a group the rows its output reads are copied out (snap)
+ * before the overlap's shift; (2) on the pool, per (output row, block of
+ * columns): the softmax-weighted sum over the group's rows from the copy;
+ * (3) on the pool, per output row: RMSNorm, RoPE, rounding. */
+
+#define COMP_COLS 64 /* columns of one output row per work item of pass 2 */
+
+typedef struct comp_job {
+    const og_compress_op *op;
+    const int32_t *emit; /* [n_emit] the tokens that complete a group, in token order */
+    const float *snap;   /* [n_emit][2][n_row][W]: kv then score rows, the previous window's lane A first */
+    int64_t n_emit, n_row, n_cb;
+} comp_job;
+
+/* Rows of a snapshot: the previous window's lane A and the current window's
+ * lane B (overlap, 2 ratio), or the window (ratio). */
+static int64_t comp_snap_rows(const og_compress_op *op) { return op->overlap ? 2 * (int64_t)op->ratio : op->ratio; }
+
+static void compress_sums(void *vctx, int ith, int nth) {
+    const comp_job *cj = vctx;
+    const og_compress_op *op = cj->op;
+    const int64_t W = op->width, r = op->ratio, cur = op->overlap ? r : 0;
+    for (int64_t it = ith; it < cj->n_emit * cj->n_cb; it += nth) {
+        const int64_t e = it / cj->n_cb, j0 = it % cj->n_cb * COMP_COLS, j1 = j0 + COMP_COLS < W ? j0 + COMP_COLS : W;
+        const int64_t t = cj->emit[e];
+        const float *kv = cj->snap + e * 2 * cj->n_row * W, *sc = kv + cj->n_row * W;
+        const bool have_prev = op->overlap && op->pos[t] + 1 > r; /* the first window has no previous one */
+        float *out = op->out[t];
+        for (int64_t j = j0; j < j1; j++) { /* the previous window's lane A, then the current window's lane B */
+            double mx = -INFINITY, den = 0, num = 0;
+            for (int64_t i = 0; have_prev && i < r; i++) mx = fmax(mx, sc[i * W + j]);
+            for (int64_t i = 0; i < r; i++) mx = fmax(mx, sc[(cur + i) * W + j]);
+            for (int64_t i = 0; have_prev && i < r; i++) {
+                const double ex = exp((double)sc[i * W + j] - mx);
+                den += ex;
+                num += ex * kv[i * W + j];
+            }
+            for (int64_t i = 0; i < r; i++) {
+                const double ex = exp((double)sc[(cur + i) * W + j] - mx);
+                den += ex;
+                num += ex * kv[(cur + i) * W + j];
+            }
+            out[j] = (float)(num / den);
+        }
+    }
+}
+
+static void compress_rows(void *vctx, int ith, int nth) {
+    const comp_job *cj = vctx;
+    const og_compress_op *op = cj->op;
+    const int64_t W = op->width;
+    for (int64_t e = ith; e < cj->n_emit; e += nth) {
+        const int64_t t = cj->emit[e];
+        float *out = op->out[t];
+        og_rmsnorm(out, out, op->norm, W, op->eps);
+        og_rope_apply(&op->rope, out + W - op->rope.d_rope, 1, 0, (int64_t)op->pos[t] + 1 - op->ratio);
+        qat_row(op->qat, out, op->qat_n, 0);
+        if (op->round_f16) qat_row(OG_QAT_F16, out, W, 0);
+    }
+}
+
+static og_status run_compress(og_pool *pool, og_cop_scratch *scr, const og_compress_op *op) {
     const int64_t W = op->width, lanes = op->overlap ? 2 : 1, LW = lanes * W, r = op->ratio;
-    const int64_t slots = op->overlap ? 2 * r : r, cur0 = op->overlap ? r : 0, lane = op->overlap ? W : 0;
+    const int64_t slots = op->overlap ? 2 * r : r, cur0 = op->overlap ? r : 0, n_row = comp_snap_rows(op);
+    int64_t n_emit = 0;
+    for (int64_t t = 0; t < op->n_tok; t++) n_emit += op->out[t] != NULL;
+    const size_t snap_floats = (size_t)(2 * n_row * W);
+    if (og_cop_scratch_reserve(scr, (size_t)n_emit * (snap_floats * sizeof(float) + sizeof(int32_t)) + 64))
+        return OG_ERR_NOMEM;
+    float *snap = scr->p;
+    int32_t *emit = (int32_t *)(snap + (size_t)n_emit * snap_floats);
+    int64_t e = 0;
     for (int64_t t = 0; t < op->n_tok; t++) {
         float *kv_st = op->state[t], *sc_st = kv_st + slots * LW;
         const int32_t p = op->pos[t];
         const int64_t slot = cur0 + p % r;
         memcpy(kv_st + slot * LW, op->kv + t * LW, (size_t)LW * sizeof(float));
         memcpy(sc_st + slot * LW, op->score + t * LW, (size_t)LW * sizeof(float));
-        float *out = op->out[t];
-        if (!out) continue;
-        const bool have_prev = op->overlap && p + 1 > r; /* the first window has no previous one */
-        for (int64_t j = 0; j < W; j++) { /* the previous window's lane A, then the current window's lane B */
-            double mx = -INFINITY, den = 0, num = 0;
-            for (int64_t i = 0; have_prev && i < r; i++) mx = fmax(mx, sc_st[i * LW + j]);
-            for (int64_t i = 0; i < r; i++) mx = fmax(mx, sc_st[(cur0 + i) * LW + lane + j]);
-            for (int64_t i = 0; have_prev && i < r; i++) {
-                const double e = exp((double)sc_st[i * LW + j] - mx);
-                den += e;
-                num += e * kv_st[i * LW + j];
-            }
-            for (int64_t i = 0; i < r; i++) {
-                const double e = exp((double)sc_st[(cur0 + i) * LW + lane + j] - mx);
-                den += e;
-                num += e * kv_st[(cur0 + i) * LW + lane + j];
-            }
-            out[j] = (float)(num / den);
+        if (!op->out[t]) continue;
+        float *kv = snap + (size_t)e * snap_floats, *sc = kv + n_row * W;
+        const int64_t lane = op->overlap ? W : 0;
+        for (int64_t i = 0; i < n_row; i++) { /* overlap: slots [0, r) lane A, then [r, 2r) lane B */
+            const int64_t off = i * LW + (op->overlap && i >= r ? lane : 0);
+            memcpy(kv + i * W, kv_st + off, (size_t)W * sizeof(float));
+            memcpy(sc + i * W, sc_st + off, (size_t)W * sizeof(float));
         }
-        og_rmsnorm(out, out, op->norm, W, op->eps);
-        og_rope_apply(&op->rope, out + W - op->rope.d_rope, 1, 0, (int64_t)p + 1 - r);
-        qat_row(op->qat, out, op->qat_n, 0);
-        if (op->round_f16) qat_row(OG_QAT_F16, out, W, 0);
+        emit[e++] = (int32_t)t;
         if (op->overlap) { /* the current window becomes the previous one */
             memcpy(kv_st, kv_st + r * LW, (size_t)(r * LW) * sizeof(float));
             memcpy(sc_st, sc_st + r * LW, (size_t)(r * LW) * sizeof(float));
         }
     }
+    if (!n_emit) return OG_OK;
+    comp_job cj = {op, emit, snap, n_emit, n_row, (W + COMP_COLS - 1) / COMP_COLS};
+    /* one output row's sums alone stay on this thread: waking the pool costs more */
+    const bool par = pool && n_emit * cj.n_cb > 1 && n_emit * n_row * W >= (1 << 14);
+    if (par) og_pool_run(pool, compress_sums, &cj);
+    else compress_sums(&cj, 0, 1);
+    if (par && n_emit > 1) og_pool_run(pool, compress_rows, &cj);
+    else compress_rows(&cj, 0, 1);
+    return OG_OK;
 }
 
 /* ---- indexer ---- */
@@ -638,8 +705,7 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
             qat_row(c->u.qat.kind, c->u.qat.x.data + r * c->u.qat.x.stride, c->u.qat.n_round, c->u.qat.block);
         return OG_OK;
     case OG_COP_COMPRESS:
-        run_compress(&c->u.compress);
-        return OG_OK;
+        return run_compress(pool, sc, &c->u.compress);
     case OG_COP_INDEXER:
         return run_indexer(k, pool, sc, &c->u.indexer);
     case OG_COP_SINK_ATTN:

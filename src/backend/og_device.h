@@ -185,6 +185,29 @@ typedef struct og_mla_op {
     const bool *canonical;/* host [n_tok], or NULL: all false */
 } og_mla_op;
 
+/* deepseek2's legacy attn_kv_b layout (files with attn_kv_b instead of
+ * attn_k_b / attn_v_b, as many published V3 / R1 GGUFs): the absorbed MLA's
+ * two per-head products with the dequantized kv_b rows (deepseek2.md §3;
+ * kv_b [n_head (d_nope + d_v)][r_kv] f32: head h's d_nope key rows, then its
+ * d_v value rows), in the arithmetic of the loops the forward pass ran on the
+ * host before they were an op:
+ *   absorb (expand false): y[h][i][r] = sum_{d < d_nope} kv_b[h (d_nope + d_v) + d][r] x[i][h][d],
+ *                          a float sum from 0 in d order;
+ *   expand (true):         y[i][h][j] = (float) sum_{r < r_kv} (double) kv_b[h (d_nope + d_v) + d_nope + j][r] x[h][i][r],
+ *                          in double, r in order.
+ * Token i head h of x starts at x + i * x_tok_stride + h * x_head_stride (floats),
+ * of y likewise; y[..][r] / y[..][j] contiguous. Each (token, head) alone:
+ * batch-invariant. */
+typedef struct og_mla_kv_b_op {
+    bool expand;
+    int64_t n_tok, n_head, d_nope, d_v, r_kv;
+    const float *kv_b;    /* device [n_head (d_nope + d_v)][r_kv] */
+    const float *x;       /* device: absorb q_nope (d_nope per head), expand ctx (r_kv per head) */
+    int64_t x_tok_stride, x_head_stride;
+    float *y;             /* device: absorb q_abs (r_kv per head), expand o (d_v per head) */
+    int64_t y_tok_stride, y_head_stride;
+} og_mla_kv_b_op;
+
 /* RMSNorm over rows, y_r = w * x_r / sqrt(mean(x_r^2) + eps) (og_rmsnorm); y may be x. */
 typedef struct og_rmsnorm_op {
     og_rows y, x;     /* same n and n_rows */
@@ -485,6 +508,9 @@ typedef struct og_device_ops {
      * cand_* fields, its lagged mHC is hc_collapse with the previous
      * sublayer's pre */
     og_status (*engram)(og_device *d, og_stream *s, const og_engram_op *op, char *err, size_t errlen);
+    /* deepseek2's legacy attn_kv_b products (og_mla_kv_b_op; NULL on the cuda
+     * device for now: a legacy file's forward pass then answers OG_ERR_UNSUPPORTED) */
+    og_status (*mla_kv_b)(og_device *d, og_stream *s, const og_mla_kv_b_op *op, char *err, size_t errlen);
 } og_device_ops;
 
 struct og_device {

@@ -474,49 +474,6 @@ static og_status swiglu_ffn(fwd *f, const og_weight *gate, const og_weight *up, 
     return st;
 }
 
-/* The legacy attn_kv_b layout (kv_b_f32, host memory): q_abs and o by the loops
- * of the original code on host copies of the chunk (the one part of the pass
- * that is not an op: old files only, the same bits as before). */
-static og_status legacy_qabs(fwd *f, const og_hparams *h, const og_layer *L, const float *dq, int64_t tc, float *dqabs,
-                             float *hq, float *hqa) {
-    const int64_t H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v, qw = H * h->d_qk;
-    og_status st = f->ops->copy_to_host(f->dev, f->s, hq, dq, (uint64_t)(tc * qw) * sizeof(float), f->err, f->errlen);
-    if (!st) st = og_fwd_sync(f);
-    if (st) return st;
-    for (int64_t hh = 0; hh < H; hh++)
-        for (int64_t i = 0; i < tc; i++) {
-            const float *qh = hq + i * qw + hh * h->d_qk;
-            float *qa_h = hqa + (hh * ATT_CHUNK + i) * r_kv;
-            for (int64_t r = 0; r < r_kv; r++) qa_h[r] = 0;
-            for (int64_t d = 0; d < dn; d++) {
-                const float *row = L->kv_b_f32 + (hh * (dn + dv) + d) * r_kv;
-                for (int64_t r = 0; r < r_kv; r++) qa_h[r] += row[r] * qh[d];
-            }
-        }
-    st = f->ops->copy_to_device(f->dev, f->s, dqabs, hqa, (uint64_t)(H * ATT_CHUNK * r_kv) * sizeof(float), f->err,
-                                f->errlen);
-    return st ? st : og_fwd_sync(f);
-}
-
-static og_status legacy_o(fwd *f, const og_hparams *h, const og_layer *L, const float *dctx, int64_t tc, float *do_,
-                          float *hctx, float *ho) {
-    const int64_t H = h->n_head, r_kv = h->kv_lora_rank, dn = h->d_nope, dv = h->d_v;
-    og_status st = f->ops->copy_to_host(f->dev, f->s, hctx, dctx, (uint64_t)(H * ATT_CHUNK * r_kv) * sizeof(float),
-                                        f->err, f->errlen);
-    if (!st) st = og_fwd_sync(f);
-    if (st) return st;
-    for (int64_t hh = 0; hh < H; hh++)
-        for (int64_t i = 0; i < tc; i++)
-            for (int64_t j = 0; j < dv; j++) {
-                const float *row = L->kv_b_f32 + (hh * (dn + dv) + dn + j) * r_kv;
-                double acc = 0;
-                for (int64_t r = 0; r < r_kv; r++) acc += (double)row[r] * hctx[(hh * ATT_CHUNK + i) * r_kv + r];
-                ho[i * H * dv + hh * dv + j] = (float)acc;
-            }
-    st = f->ops->copy_to_device(f->dev, f->s, do_, ho, (uint64_t)(tc * H * dv) * sizeof(float), f->err, f->errlen);
-    return st ? st : og_fwd_sync(f);
-}
-
 static uint64_t ds2_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
     const og_ds2 *d = og_ds2_of(m);
     const og_hparams *h = &d->hp;
@@ -538,7 +495,6 @@ typedef struct ds2_host {
     float *hx, *hy, *h_w;         /* [T][D] the MoE layer's input and output; [T][k] route weights */
     int32_t *h_ids;               /* [T][k] route experts */
     og_route *routes;             /* [T][k] */
-    float *hl;                    /* the legacy layout's chunks, or NULL */
     og_weight *head_w;            /* [2 H] per-head k_b, v_b slices */
     og_matmul_job *head_jobs;     /* [H] */
 } ds2_host;
@@ -548,7 +504,6 @@ typedef struct ds2_host {
 static void ds2_host_take(og_fwd_scratch_cut *c, ds2_host *a, const og_hparams *h, int64_t T, int n_seq,
                           int64_t max_blocks, int64_t n_out) {
     const int64_t D = h->n_embd, H = h->n_head, k = h->n_expert_used, E = h->n_expert;
-    const int64_t qw = H * h->d_qk, r_kv = h->kv_lora_rank, dv = h->d_v;
     const uint64_t fb = sizeof(float);
     *a = (ds2_host){0};
     a->pos_of = og_fwd_take(c, (uint64_t)T * sizeof(int32_t));
@@ -565,7 +520,6 @@ static void ds2_host_take(og_fwd_scratch_cut *c, ds2_host *a, const og_hparams *
         a->h_ids = og_fwd_take(c, (uint64_t)(T * k) * sizeof(int32_t));
         a->routes = og_fwd_take(c, (uint64_t)(T * k) * sizeof(og_route));
     }
-    if (!h->mla_format) a->hl = og_fwd_take(c, (uint64_t)(T * qw + 2 * H * ATT_CHUNK * r_kv + T * H * dv) * fb);
     a->head_w = og_fwd_take(c, (uint64_t)(2 * H) * sizeof(og_weight));
     a->head_jobs = og_fwd_take(c, (uint64_t)H * sizeof(og_matmul_job));
 }
@@ -636,6 +590,9 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     }
     const og_device_ops *ops = fw.ops = fw.dev->ops;
     for (int i = 0; i < n_tok; i++) canon[i] = fw.nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
+    if (!h->mla_format && !ops->mla_kv_b)
+        st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "the %s device has no op for the legacy attn_kv_b layout yet",
+                     ops->name);
 
     /* device scratch: activations sized for this call */
     const int64_t qw = H * dqk, rq = h->q_lora_rank, E = h->n_expert, k = h->n_expert_used;
@@ -662,7 +619,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     float *ov = og_fwd_take(&ds, (uint64_t)(H * ATT_CHUNK * dv) * fb);     /* [H][ATT_CHUNK][d_v] */
     float *dlog = n_out ? og_fwd_take(&ds, (uint64_t)n_out * h->n_vocab * fb) : NULL; /* [n_out][n_vocab] */
     /* host copies: the MoE layer's input and output, the routes (and the legacy layout's chunks) */
-    float *hx = ha.hx, *hy = ha.hy, *h_w = ha.h_w, *hl = ha.hl;
+    float *hx = ha.hx, *hy = ha.hy, *h_w = ha.h_w;
     int32_t *h_ids = ha.h_ids;
     og_route *routes = ha.routes;
     og_weight *head_w = ha.head_w;
@@ -706,8 +663,10 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             const int64_t tc = T - t0 < ATT_CHUNK ? T - t0 : ATT_CHUNK;
             /* q_abs[h][t][r] = sum_d k_b[h][r][d] q_nope[t][h][d]: per head one product
              * over the chunk's tokens, all heads in one op */
-            if (L->kv_b_f32) {
-                if ((st = legacy_qabs(&fw, h, L, q + t0 * qw, tc, qabs, hl, hl + T * qw))) break;
+            if (L->kv_b_f32) { /* the legacy layout: the kv_b rows' op (og_mla_kv_b_op) */
+                og_mla_kv_b_op ab = {false, tc, H, dn, dv, r_kv, L->kv_b_f32, q + t0 * qw, qw, dqk,
+                                     qabs, r_kv, ATT_CHUNK * r_kv};
+                if ((st = ops->mla_kv_b(fw.dev, fw.s, &ab, err, errlen))) break;
             } else {
                 og_copy_op cp = {qn, q + t0 * qw, (uint64_t)dn * fb, (uint64_t)tc, (uint64_t)H, (uint64_t)dn * fb,
                                  (uint64_t)(ATT_CHUNK * dn) * fb, (uint64_t)qw * fb, (uint64_t)dqk * fb};
@@ -725,9 +684,9 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             if ((st = ops->mla_attention(fw.dev, fw.s, &at, err, errlen))) break;
             /* o[t][h] = v_b[h] . ctx[h][t] */
             if (L->kv_b_f32) {
-                if ((st = legacy_o(&fw, h, L, ctx, tc, o + t0 * H * dv, hl + T * qw + H * ATT_CHUNK * r_kv,
-                                   hl + T * qw + 2 * H * ATT_CHUNK * r_kv)))
-                    break;
+                og_mla_kv_b_op ex = {true, tc, H, dn, dv, r_kv, L->kv_b_f32, ctx, r_kv, ATT_CHUNK * r_kv,
+                                     o + t0 * H * dv, H * dv, dv};
+                if ((st = ops->mla_kv_b(fw.dev, fw.s, &ex, err, errlen))) break;
             } else {
                 for (int64_t hh = 0; hh < H; hh++)
                     head_jobs[hh] = (og_matmul_job){&head_w[H + hh], ctx + hh * ATT_CHUNK * r_kv, tc, ov + hh * ATT_CHUNK * dv,

@@ -56,7 +56,8 @@ typedef struct og_layer {
     og_weight kv_a;                  /* [D -> r_kv + d_rope] */
     const float *kv_a_norm;          /* [r_kv] */
     og_weight k_b, v_b;              /* per head: [d_nope -> r_kv] rows, [r_kv -> d_v] rows; H heads back to back */
-    float *kv_b_f32;                 /* legacy files: attn_kv_b dequantized [H (d_nope + d_v)][r_kv] */
+    float *kv_b_f32;                 /* legacy files: attn_kv_b dequantized [H (d_nope + d_v)][r_kv], model memory
+                                        the CPU devices read in place (og_mla_kv_b_op; a GPU device needs a copy) */
     og_weight o;                     /* [H d_v -> D] */
     const float *ffn_norm;           /* [D] */
     bool moe;

@@ -497,24 +497,9 @@ typedef og_fwd_plan plan;
 /* Sequence s's state in this call (NULL: no tokens). */
 static ds4_seq *seq_of(const plan *p, int s) { return p->st[s]; }
 
-/* Device buffers and the host arrays of one layer's attention (sized once per call). */
+/* One call's host arrays (og_fwd_host's: V4 has no others). */
 typedef struct host_arrays {
-    const float **rows;      /* [T * n_swa] */
-    int64_t *row_off;        /* [T + 1] */
-    float **blocks;          /* [sum of the sequences' blocks] the layer's compressed-row view */
-    float **kblocks;         /* the same for the indexer keys */
-    int32_t *cfirst, *ncomp; /* [T] the compressed-row view per token */
-    int32_t *kfirst, *nkeys; /* [T] the indexer keys' */
-    og_row_store **cst, **kst;  /* [n_seq] the layer's stores of each sequence */
-    float **sts, **ists;     /* [n_seq] the layer's compressor states */
-    float **state, **out;    /* [T] compressor pointers */
-    int32_t *pos_mod, *neg_pos, *seq_idx; /* [T] */
-    int32_t *h_ids;          /* [T][k] */
-    float *h_w, *hx, *hy;    /* [T][k], [T][N], [T][N] */
-    og_route *routes;        /* [T][k] */
-    og_matmul_job *jobs;     /* [G] */
-    og_weight *wts;          /* [G] */
-    float **ring;            /* [n_seq] the layer's raw rings */
+    og_fwd_host a;
 } host_arrays;
 
 /* Issues one compressor step (og_compress_op) for the layer: kv and score
@@ -527,26 +512,25 @@ static og_status compress_step(og_fwd *f, const og_ds4 *d, const plan *p, const 
     const int64_t T = p->T, lw = wkv->n_rows;
     og_matmul_job j2[2] = {{wkv, b->x, T, b->ckv, OG_NUMERICS_FORK}, {wgate, b->x, T, b->csc, OG_NUMERICS_FORK}};
     og_status st = og_fwd_mm_rows(f, j2, 2, 0);
-    og_get_rows_op ga = {*ape, ha->pos_mod, T, b->cape};
+    og_get_rows_op ga = {*ape, ha->a.pos_mod, T, b->cape};
     if (!st) st = f->ops->get_rows(f->dev, f->s, &ga, f->err, f->errlen);
     if (!st) st = f->ops->add(f->dev, f->s, b->csc, b->csc, b->cape, T * lw, f->err, f->errlen);
     for (int64_t t = 0; t < T && !st; t++) {
-        const int s = ha->seq_idx[t];
+        const int s = ha->a.seq_idx[t];
         const int32_t pp = p->pos[t];
-        ha->state[t] = states[s];
-        ha->out[t] = (pp + 1) % (int32_t)ratio ? NULL : og_row_store_row(stores[s], (pp + 1) / (int32_t)ratio - 1, width);
+        ha->a.state[t] = states[s];
+        ha->a.out[t] = (pp + 1) % (int32_t)ratio ? NULL : og_row_store_row(stores[s], (pp + 1) / (int32_t)ratio - 1, width);
     }
     og_compress_op op = {.n_tok = T, .width = (int64_t)width, .ratio = (int32_t)ratio,
-                         .overlap = ratio == OG_DS4_RATIO_CSA, .kv = b->ckv, .score = b->csc, .state = ha->state,
-                         .pos = p->pos, .out = ha->out, .norm = norm, .eps = d->hp.rms_eps, .rope = d->hp.rope_comp,
+                         .overlap = ratio == OG_DS4_RATIO_CSA, .kv = b->ckv, .score = b->csc, .state = ha->a.state,
+                         .pos = p->pos, .out = ha->a.out, .norm = norm, .eps = d->hp.rms_eps, .rope = d->hp.rope_comp,
                          .qat = qat, .qat_n = qat_n, .round_f16 = d->kv_f16};
     if (!st) st = f->ops->compress(f->dev, f->s, &op, f->err, f->errlen);
     return st;
 }
 
 
-static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *p, host_arrays *ha, bufs *b,
-                           int32_t *first_of) {
+static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *p, host_arrays *ha, bufs *b) {
     const og_ds4_hparams *hp = &d->hp;
     const ds4_layer *L = &d->layers[il];
     const int64_t T = p->T, H = hp->n_head, D = hp->head_dim, R = hp->n_rot, HD = H * D, W = hp->n_swa;
@@ -574,32 +558,33 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
     /* the compressors (§4.2.1): rows complete in this call become visible to its later tokens */
     for (int s = 0; s < p->n_seq; s++) {
         const ds4_seq *q = seq_of(p, s); /* NULL: no tokens in this call */
-        ha->cst[s] = q ? &q->comp[il] : NULL;
-        ha->kst[s] = q ? &q->ikeys[il] : NULL;
-        ha->sts[s] = q ? q->cstate[il] : NULL;
-        ha->ists[s] = q ? q->istate[il] : NULL;
+        ha->a.cst[s] = q ? &q->comp[il] : NULL;
+        ha->a.kst[s] = q ? &q->ikeys[il] : NULL;
+        ha->a.sts[s] = q ? q->cstate[il] : NULL;
+        ha->a.ists[s] = q ? q->istate[il] : NULL;
     }
     og_kv_view cv = {0};
     const int32_t *sel = NULL;
     if (L->ratio) {
         TRY(compress_step(f, d, p, ha, b, &L->comp_kv, &L->comp_gate, &L->comp_ape, L->comp_norm, L->ratio,
-                          (uint64_t)D, ha->sts, ha->cst, d->kv_fp8 ? OG_QAT_FP8 : OG_QAT_NONE, D - R));
-        cv = og_fwd_store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, L->ratio, first_of, ha->cfirst, ha->ncomp);
+                          (uint64_t)D, ha->a.sts, ha->a.cst, d->kv_fp8 ? OG_QAT_FP8 : OG_QAT_NONE, D - R));
+        cv = og_fwd_store_view(p, ha->a.seq_idx, ha->a.blocks, ha->a.cst, (uint64_t)D, L->ratio, ha->a.first_of,
+                               ha->a.cfirst, ha->a.ncomp);
     }
     if (L->ratio == OG_DS4_RATIO_CSA) {
         const int64_t ID = hp->indexer_head_dim, IH = hp->indexer_n_head;
         TRY(compress_step(f, d, p, ha, b, &L->idx_comp_kv, &L->idx_comp_gate, &L->idx_comp_ape, L->idx_comp_norm,
-                          L->ratio, (uint64_t)ID, ha->ists, ha->kst,
+                          L->ratio, (uint64_t)ID, ha->a.ists, ha->a.kst,
                           d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID));
         bool any = false;
-        for (int64_t t = 0; t < T; t++) any |= ha->ncomp[t] > (int32_t)hp->indexer_top_k;
+        for (int64_t t = 0; t < T; t++) any |= ha->a.ncomp[t] > (int32_t)hp->indexer_top_k;
         if (any) { /* the lightning indexer (§4.2.2) picks top_k of the compressed rows */
-            og_kv_view keys = og_fwd_store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, L->ratio, first_of,
-                                         ha->kfirst, ha->nkeys);
+            og_kv_view keys = og_fwd_store_view(p, ha->a.seq_idx, ha->a.kblocks, ha->a.kst, (uint64_t)ID, L->ratio,
+                                                ha->a.first_of, ha->a.kfirst, ha->a.nkeys);
             og_rope_op ri = {hp->rope_comp, b->iq + (ID - R), T, IH * ID, (int32_t)IH, ID, p->pos};
             og_qat_op qi = {{b->iq, ID, T * IH, ID}, d->indexer_fp4 ? OG_QAT_FP4_HADAMARD : OG_QAT_HADAMARD, ID, 0};
             og_indexer_op io = {.n_tok = T, .n_head = IH, .d_head = ID, .top_k = (int32_t)hp->indexer_top_k,
-                                .q = b->iq, .w = b->iw, .keys = keys, .key_first = ha->kfirst, .n_keys = ha->nkeys,
+                                .q = b->iq, .w = b->iw, .keys = keys, .key_first = ha->a.kfirst, .n_keys = ha->a.nkeys,
                                 .sel = b->sel, .canonical = p->canon};
             TRY(og_fwd_mm(f, &L->idx_q_b, b->qr, T, b->iq));
             TRY(f->ops->rope(f->dev, f->s, &ri, f->err, f->errlen));
@@ -612,21 +597,21 @@ static og_status attention(og_fwd *f, const og_ds4 *d, uint32_t il, const plan *
         }
     }
     /* the raw rows each token sees: positions (p - W, p], this call's rows from kv, older ones from the ring */
-    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = seq_of(p, s) ? seq_of(p, s)->raw[il] : NULL;
-    og_fwd_window_rows(p, ha->seq_idx, ha->ring, (int32_t)W, D, b->kv, ha->rows, ha->row_off);
+    for (int s = 0; s < p->n_seq; s++) ha->a.ring[s] = seq_of(p, s) ? seq_of(p, s)->raw[il] : NULL;
+    og_fwd_window_rows(p, ha->a.seq_idx, ha->a.ring, (int32_t)W, D, b->kv, ha->a.rows, ha->a.row_off);
     og_sink_attn_op at = {.n_tok = T, .n_head = H, .d_head = D, .kq_scale = (float)(1.0 / sqrt((double)D)),
-                          .q = b->q, .o = b->o, .sinks = L->sinks, .rows = ha->rows, .row_off = ha->row_off,
-                          .comp = cv, .comp_first = ha->cfirst, .n_comp = ha->ncomp, .sel = sel,
+                          .q = b->q, .o = b->o, .sinks = L->sinks, .rows = ha->a.rows, .row_off = ha->a.row_off,
+                          .comp = cv, .comp_first = ha->a.cfirst, .n_comp = ha->a.ncomp, .sel = sel,
                           .top_k = (int32_t)hp->indexer_top_k, .canonical = p->canon};
     TRY(f->ops->sink_attention(f->dev, f->s, &at, f->err, f->errlen));
     /* then this call's rows into the rings (in batch order: a sequence's last W stay) */
-    TRY(og_fwd_ring_store(f, p, ha->ring, ha->seq_idx, ha->pos_mod, (int32_t)W, D, b->kv));
+    TRY(og_fwd_ring_store(f, p, ha->a.ring, ha->a.seq_idx, ha->a.pos_mod, (int32_t)W, D, b->kv));
     /* inverse RoPE on each head's tail at the query position (§4.1.5) */
-    og_rope_op ro = {*rope, b->o + (D - R), T, HD, (int32_t)H, D, ha->neg_pos};
+    og_rope_op ro = {*rope, b->o + (D - R), T, HD, (int32_t)H, D, ha->a.neg_pos};
     TRY(f->ops->rope(f->dev, f->s, &ro, f->err, f->errlen));
     /* grouped output (§4.1.5) */
     return og_fwd_grouped_output(f, &L->o_a, &L->o_b, T, HD, hp->o_group_count, hp->o_lora_rank, b->o, b->og, b->low,
-                                 b->lowt, ha->jobs, ha->wts, b->y);
+                                 b->lowt, ha->a.jobs, ha->a.wts, b->y);
 }
 
 /* mHC mixes of the streams with fn/scale/base into b->pre/post/comb, and the
@@ -659,7 +644,7 @@ static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const o
     og_router_op ro = {b->rl, L->exp_bias, batch->n_tok, (int32_t)hp->n_expert, (int32_t)hp->n_expert_used, 3, 1, 1,
                        hp->expert_weights_norm, hp->expert_weights_scale, b->r_ids, b->r_w, L->tid2eid,
                        L->tid2eid ? hp->n_vocab : 0, batch->tokens, 0};
-    const og_fwd_moe_host h = {ha->h_ids, ha->h_w, ha->hx, ha->hy, ha->routes};
+    const og_fwd_moe_host h = {ha->a.h_ids, ha->a.h_w, ha->a.hx, ha->a.hy, ha->a.routes};
     return og_fwd_moe(f, m, rc, batch, il, &L->router, &ro, b->x, b->y, hp->n_embd, &h, failed_here);
 }
 
@@ -729,72 +714,10 @@ static og_status make_plan(const og_ds4 *d, const og_run_ctx *rc, og_kv *const *
     return OG_OK;
 }
 
-static og_status host_arrays_make(const og_ds4_hparams *hp, const plan *p, host_arrays *ha) {
-    const size_t T = (size_t)p->T, k = hp->n_expert_used, N = hp->n_embd;
-    size_t nb = 0, nkb = 0;
-    for (int s = 0; s < p->n_seq; s++)
-        for (uint32_t il = 0; il < hp->n_layer && seq_of(p, s); il++) {
-            if ((size_t)seq_of(p, s)->comp[il].n_blocks > nb) nb = (size_t)seq_of(p, s)->comp[il].n_blocks;
-            if ((size_t)seq_of(p, s)->ikeys[il].n_blocks > nkb) nkb = (size_t)seq_of(p, s)->ikeys[il].n_blocks;
-        }
-    memset(ha, 0, sizeof *ha);
-    ha->rows = malloc(T * hp->n_swa * sizeof *ha->rows);
-    ha->row_off = malloc((T + 1) * sizeof *ha->row_off);
-    ha->blocks = malloc((nb * (size_t)p->n_seq + 1) * sizeof *ha->blocks);
-    ha->kblocks = malloc((nkb * (size_t)p->n_seq + 1) * sizeof *ha->kblocks);
-    ha->cfirst = malloc(T * sizeof *ha->cfirst);
-    ha->kfirst = malloc(T * sizeof *ha->kfirst);
-    ha->nkeys = malloc(T * sizeof *ha->nkeys);
-    ha->cst = malloc((size_t)p->n_seq * 2 * sizeof *ha->cst);
-    ha->sts = malloc((size_t)p->n_seq * 2 * sizeof *ha->sts);
-    if (ha->cst) ha->kst = ha->cst + p->n_seq;
-    if (ha->sts) ha->ists = ha->sts + p->n_seq;
-    ha->ncomp = malloc(T * sizeof *ha->ncomp);
-    ha->state = malloc(T * sizeof *ha->state);
-    ha->out = malloc(T * sizeof *ha->out);
-    ha->pos_mod = malloc(T * sizeof *ha->pos_mod);
-    ha->neg_pos = malloc(T * sizeof *ha->neg_pos);
-    ha->seq_idx = malloc(T * sizeof *ha->seq_idx);
-    ha->h_ids = malloc(T * k * sizeof *ha->h_ids);
-    ha->h_w = malloc(T * k * sizeof *ha->h_w);
-    ha->hx = malloc(T * N * sizeof *ha->hx);
-    ha->hy = malloc(T * N * sizeof *ha->hy);
-    ha->routes = malloc(T * k * sizeof *ha->routes);
-    ha->jobs = malloc(hp->o_group_count * sizeof *ha->jobs);
-    ha->wts = malloc(hp->o_group_count * sizeof *ha->wts);
-    ha->ring = malloc((size_t)p->n_seq * sizeof *ha->ring);
-    return ha->rows && ha->row_off && ha->blocks && ha->kblocks && ha->cfirst && ha->ncomp && ha->kfirst &&
-                   ha->nkeys && ha->cst && ha->sts && ha->state && ha->out &&
-                   ha->pos_mod && ha->neg_pos && ha->seq_idx && ha->h_ids && ha->h_w && ha->hx && ha->hy && ha->routes &&
-                   ha->jobs && ha->wts && ha->ring
-               ? OG_OK
-               : OG_ERR_NOMEM;
-}
-
-static void host_arrays_free(host_arrays *ha) {
-    free(ha->rows);
-    free(ha->row_off);
-    free(ha->blocks);
-    free(ha->kblocks);
-    free(ha->cfirst);
-    free(ha->kfirst);
-    free(ha->nkeys);
-    free(ha->cst);
-    free(ha->sts);
-    free(ha->ncomp);
-    free(ha->state);
-    free(ha->out);
-    free(ha->pos_mod);
-    free(ha->neg_pos);
-    free(ha->seq_idx);
-    free(ha->h_ids);
-    free(ha->h_w);
-    free(ha->hx);
-    free(ha->hy);
-    free(ha->routes);
-    free(ha->jobs);
-    free(ha->wts);
-    free(ha->ring);
+/* og_fwd_store_blocks_bound's: the most blocks a sequence's stores hold. */
+static int64_t blocks_held(const og_kv *kv) {
+    const ds4_seq *q = kv->arch_free == seq_free ? kv->arch : NULL;
+    return q ? og_row_stores_max_blocks(q->comp, q->ikeys, q->n_layer) : 0;
 }
 
 /* og_model_forward_batch for deepseek4 (§4.2): positions and the rows each
@@ -811,14 +734,18 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     const og_ds4 *d = m->impl;
     const og_ds4_hparams *hp = &d->hp;
     const int64_t T = batch->n_tok;
-    if (err && errlen) err[0] = 0;
-    if (T <= 0 || n_seq <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
-    if (!rc->dispatch || !rc->dispatch->type || !rc->dispatch->type->moe_layer)
-        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a MoE model needs a dispatcher (og_run_ctx.dispatch)");
+    og_status st = og_fwd_call_check(rc, T, n_seq, err, errlen);
+    if (st) return st;
+    /* the host arrays: one buffer carved for the call (og_fwd_host_get: the run
+     * context's, kept and grown from call to call) */
     plan p;
-    og_status st = make_plan(d, rc, kvs, n_seq, batch, rc->host_numerics, &p, err, errlen);
-    host_arrays ha = {0};
-    if (!st && host_arrays_make(hp, &p, &ha)) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    host_arrays ha;
+    const og_fwd_host_shape sh = {T, og_fwd_store_blocks_bound(kvs, n_seq, T, blocks_held), n_seq, hp->n_swa,
+                                  hp->n_expert_used, hp->n_embd, hp->o_group_count, hp->o_group_count};
+    void *hown = NULL; /* this call's own host buffer (no reusable scratch), freed below */
+    if ((st = og_fwd_host_carve(rc, &sh, &p, &ha.a, NULL, NULL, &hown, "deepseek4 forward pass", err, errlen)))
+        return st;
+    st = make_plan(d, rc, kvs, n_seq, batch, rc->host_numerics, &p, err, errlen);
     og_fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
     og_device *own_dev = NULL;
     if (!st) st = og_fwd_begin(&fw, rc, batch->exact, &own_dev, err, errlen);
@@ -841,12 +768,10 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         if (!st) carve(hp, T, n_out, &cut, &b);
     }
     bool failed_here = st != OG_OK; /* err already says why */
-    int32_t *first_of = st ? NULL : malloc((size_t)n_seq * sizeof *first_of);
-    if (!st && !first_of) failed_here = (st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory")) != OG_OK;
     if (!st) {
         for (int64_t t = 0; t < T; t++) {
-            ha.seq_idx[t] = batch->seq[t];
-            ha.neg_pos[t] = -p.pos[t];
+            ha.a.seq_idx[t] = batch->seq[t];
+            ha.a.neg_pos[t] = -p.pos[t];
         }
     }
     /* embeddings, copied to every stream (§4.2 step 1) */
@@ -859,9 +784,9 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     }
     for (uint32_t il = 0; il < hp->n_layer && !st; il++) {
         const ds4_layer *L = &d->layers[il];
-        for (int64_t t = 0; t < T; t++) ha.pos_mod[t] = L->ratio ? p.pos[t] % (int32_t)L->ratio : 0;
+        for (int64_t t = 0; t < T; t++) ha.a.pos_mod[t] = L->ratio ? p.pos[t] % (int32_t)L->ratio : 0;
         if ((st = hc_pre(&fw, hp, T, &b, &L->hc_attn_fn, L->hc_attn_scale, L->hc_attn_base, L->attn_norm)) ||
-            (st = attention(&fw, d, il, &p, &ha, &b, first_of)) || (st = hc_post(&fw, hp, T, &b)))
+            (st = attention(&fw, d, il, &p, &ha, &b)) || (st = hc_post(&fw, hp, T, &b)))
             break;
         if ((st = hc_pre(&fw, hp, T, &b, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, L->ffn_norm)) ||
             (st = moe(&fw, m, rc, batch, il, &b, &ha, &failed_here)) || (st = hc_post(&fw, hp, T, &b)))
@@ -873,9 +798,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     og_device_destroy(own_dev);
     if (!st)
         for (int s = 0; s < n_seq; s++) kvs[s]->n_pos = p.next[s];
-    free(first_of);
-    host_arrays_free(&ha);
-    og_fwd_plan_free(&p);
+    free(hown);
     return og_fwd_failure(st, failed_here, "deepseek4 forward pass", err, errlen);
 }
 

@@ -491,28 +491,14 @@ typedef og_fwd_plan plan;
 /* Sequence s's state in this call (NULL: no tokens). */
 static ds41_seq *seq_of(const plan *p, int s) { return p->st[s]; }
 
-/* Host arrays of one call (sized once). */
+/* One call's host arrays: the shared ones (og_fwd_host) and V4.1's. */
 typedef struct host_arrays {
-    const float **rows;      /* [T * n_swa] the raw rows each token sees */
-    int64_t *row_off;        /* [T + 1] */
-    float **blocks, **kblocks; /* [sum of the sequences' blocks] the compressed rows' / index keys' views */
-    int32_t *cfirst, *ncomp; /* [T] */
-    int32_t *kfirst, *nkeys; /* [T] */
-    int32_t *first_of;       /* [n_seq] */
-    float **state, **out;    /* [T] compressor pointers */
+    og_fwd_host a;
     int32_t *emit_tok, *emit_pos, *emit_row, *emit_first; /* [T] the tokens that complete a group */
-    int32_t *pos_mod, *neg_pos, *seq_idx; /* [T] */
     float *pre0;             /* [T][hc] the one-hot pre of layer 0 */
     int32_t *ctx;            /* [T][ENGRAM_CTX] each token's Engram context, newest first */
     uint64_t *erows;         /* [EB] */
     float *emb;              /* [T][EB ED] host copy of the gathered rows */
-    int32_t *h_ids;          /* [T][k] */
-    float *h_w, *hx, *hy;    /* [T][k], [T][N], [T][N] */
-    og_route *routes;        /* [T][k] */
-    og_matmul_job *jobs;     /* [max(G, T)] */
-    og_weight *wts;          /* [G] */
-    float **ring;            /* [n_seq] */
-    og_row_store **cst, **kst; /* [n_seq] one layer's stores of each sequence */
 } host_arrays;
 
 static og_status make_plan(const og_ds41 *d, const og_run_ctx *rc, og_kv *const *kvs, int n_seq, const og_batch *batch,
@@ -546,64 +532,32 @@ static og_status make_plan(const og_ds41 *d, const og_run_ctx *rc, og_kv *const 
     return OG_OK;
 }
 
-static og_status host_arrays_make(const og_ds41_hparams *hp, const plan *p, host_arrays *ha) {
-    const size_t T = (size_t)p->T, k = hp->n_expert_used, N = hp->n_embd, hc = hp->hc_count;
-    size_t nb = 0, nkb = 0;
-    for (int s = 0; s < p->n_seq; s++)
-        for (uint32_t il = 0; il < hp->n_layer && p->st[s]; il++) {
-            if ((size_t)seq_of(p, s)->comp[il].n_blocks > nb) nb = (size_t)seq_of(p, s)->comp[il].n_blocks;
-            if ((size_t)seq_of(p, s)->ikeys[il].n_blocks > nkb) nkb = (size_t)seq_of(p, s)->ikeys[il].n_blocks;
-        }
-    const size_t EB = hp->engram_n_bucket, ED = hp->engram_head_dim, G = hp->o_group_count;
-    memset(ha, 0, sizeof *ha);
-    ha->rows = malloc(T * hp->n_swa * sizeof *ha->rows);
-    ha->row_off = malloc((T + 1) * sizeof *ha->row_off);
-    ha->blocks = malloc((nb * (size_t)p->n_seq + 1) * sizeof *ha->blocks);
-    ha->kblocks = malloc((nkb * (size_t)p->n_seq + 1) * sizeof *ha->kblocks);
-    ha->cfirst = malloc(T * sizeof *ha->cfirst);
-    ha->ncomp = malloc(T * sizeof *ha->ncomp);
-    ha->kfirst = malloc(T * sizeof *ha->kfirst);
-    ha->nkeys = malloc(T * sizeof *ha->nkeys);
-    ha->first_of = malloc(((size_t)p->n_seq + 1) * sizeof *ha->first_of);
-    ha->state = malloc(T * sizeof *ha->state);
-    ha->out = malloc(T * sizeof *ha->out);
-    ha->emit_tok = malloc(4 * T * sizeof *ha->emit_tok);
-    if (ha->emit_tok) {
-        ha->emit_pos = ha->emit_tok + T;
-        ha->emit_row = ha->emit_pos + T;
-        ha->emit_first = ha->emit_row + T;
-    }
-    ha->pos_mod = malloc(T * sizeof *ha->pos_mod);
-    ha->neg_pos = malloc(T * sizeof *ha->neg_pos);
-    ha->seq_idx = malloc(T * sizeof *ha->seq_idx);
-    ha->pre0 = calloc(T * hc, sizeof *ha->pre0);
-    ha->ctx = malloc(T * ENGRAM_CTX * sizeof *ha->ctx);
-    ha->erows = malloc((EB + 1) * sizeof *ha->erows);
-    ha->emb = malloc((hp->n_engram_layer ? T * EB * ED : 1) * sizeof *ha->emb);
-    ha->h_ids = malloc(T * k * sizeof *ha->h_ids);
-    ha->h_w = malloc(T * k * sizeof *ha->h_w);
-    ha->hx = malloc(T * N * sizeof *ha->hx);
-    ha->hy = malloc(T * N * sizeof *ha->hy);
-    ha->routes = malloc(T * k * sizeof *ha->routes);
-    ha->jobs = malloc((G > T ? G : T) * sizeof *ha->jobs);
-    ha->wts = malloc(G * sizeof *ha->wts);
-    ha->ring = malloc((size_t)p->n_seq * sizeof *ha->ring);
-    ha->cst = malloc(2 * (size_t)p->n_seq * sizeof *ha->cst);
-    if (ha->cst) ha->kst = ha->cst + p->n_seq;
-    return ha->cst && ha->rows && ha->row_off && ha->blocks && ha->kblocks && ha->cfirst && ha->ncomp && ha->kfirst &&
-                   ha->nkeys && ha->first_of && ha->state && ha->out && ha->emit_tok && ha->pos_mod && ha->neg_pos &&
-                   ha->seq_idx && ha->pre0 && ha->ctx && ha->erows && ha->emb && ha->h_ids && ha->h_w && ha->hx &&
-                   ha->hy && ha->routes && ha->jobs && ha->wts && ha->ring
-               ? OG_OK
-               : OG_ERR_NOMEM;
+/* og_fwd_store_blocks_bound's: the most blocks a sequence's stores hold. */
+static int64_t blocks_held(const og_kv *kv) {
+    const ds41_seq *q = kv->arch_free == seq_free ? kv->arch : NULL;
+    return q ? og_row_stores_max_blocks(q->comp, q->ikeys, q->n_layer) : 0;
 }
 
-static void host_arrays_free(host_arrays *ha) {
-    void *all[] = {ha->rows, ha->row_off, ha->blocks, ha->kblocks, ha->cfirst, ha->ncomp, ha->kfirst, ha->nkeys,
-                   ha->first_of, ha->state, ha->out, ha->emit_tok, ha->pos_mod, ha->neg_pos, ha->seq_idx, ha->pre0,
-                   ha->ctx, ha->erows, ha->emb, ha->h_ids, ha->h_w, ha->hx, ha->hy, ha->routes, ha->jobs, ha->wts,
-                   ha->ring, ha->cst};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+/* og_fwd_host_carve's `more`: V4.1's own arrays, for x->T tokens. */
+typedef struct host_more {
+    const og_ds41_hparams *hp;
+    int64_t T;
+    host_arrays *ha;
+} host_more;
+
+static void host_take_more(og_fwd_scratch_cut *c, void *vx) {
+    const host_more *x = vx;
+    const og_ds41_hparams *hp = x->hp;
+    host_arrays *ha = x->ha;
+    const uint64_t t = (uint64_t)x->T, EB = hp->engram_n_bucket, ED = hp->engram_head_dim;
+    ha->emit_tok = og_fwd_take(c, t * sizeof *ha->emit_tok);
+    ha->emit_pos = og_fwd_take(c, t * sizeof *ha->emit_pos);
+    ha->emit_row = og_fwd_take(c, t * sizeof *ha->emit_row);
+    ha->emit_first = og_fwd_take(c, t * sizeof *ha->emit_first);
+    ha->pre0 = og_fwd_take(c, t * hp->hc_count * sizeof *ha->pre0);
+    ha->ctx = og_fwd_take(c, t * ENGRAM_CTX * sizeof *ha->ctx);
+    ha->erows = og_fwd_take(c, (EB + 1) * sizeof *ha->erows);
+    ha->emb = og_fwd_take(c, (hp->n_engram_layer ? t * EB * ED : 1) * sizeof *ha->emb);
 }
 
 /* A product over rows that belong to batch tokens tok[r] (not consecutive):
@@ -616,12 +570,12 @@ static og_status mm_tokens(og_fwd *f, host_arrays *ha, const og_weight *w, const
         const bool ex = f->exact[tok[a0]];
         int64_t a1 = a0 + 1;
         while (a1 < n && f->exact[tok[a1]] == ex) a1++;
-        ha->jobs[nj++] = (og_matmul_job){w, x + a0 * w->K, a1 - a0, y + a0 * w->n_rows,
+        ha->a.jobs[nj++] = (og_matmul_job){w, x + a0 * w->K, a1 - a0, y + a0 * w->n_rows,
                                          ex ? OG_NUMERICS_CANONICAL : f->nm};
         a0 = a1;
     }
     for (int j = 0; j < nj; j += 64) {
-        og_status st = f->ops->matmul(f->dev, f->s, ha->jobs + j, nj - j < 64 ? nj - j : 64, f->err, f->errlen);
+        og_status st = f->ops->matmul(f->dev, f->s, ha->a.jobs + j, nj - j < 64 ? nj - j : 64, f->err, f->errlen);
         if (st) return st;
     }
     return OG_OK;
@@ -649,25 +603,26 @@ static og_status compress_step(og_fwd *f, const og_ds41 *d, uint32_t il, const p
     if (ratio > 1) TRY(og_fwd_mm(f, &L->comp_gate, b->x, T, b->csc));
     int64_t ne = 0;
     for (int64_t t = 0; t < T; t++) {
-        const int s = ha->seq_idx[t];
+        const int s = ha->a.seq_idx[t];
         const int32_t pp = p->pos[t];
-        ha->state[t] = seq_of(p, s)->cstate[il];
-        ha->out[t] = NULL;
+        ha->a.state[t] = seq_of(p, s)->cstate[il];
+        ha->a.out[t] = NULL;
         if ((pp + 1) % ratio) continue;
-        ha->out[t] = b->lat + ne * D;
+        ha->a.out[t] = b->lat + ne * D;
         ha->emit_tok[ne] = (int32_t)t;
         ha->emit_pos[ne] = pp + 1 - ratio;       /* RoPE position: the group's first token */
         ha->emit_row[ne] = (pp + 1) / ratio - 1; /* the row's index in the store */
         ne++;
     }
     og_compress_op op = {.n_tok = T, .width = D, .ratio = ratio, .overlap = false, .kv = b->ckv,
-                         .score = ratio > 1 ? b->csc : b->ckv, .state = ha->state, .pos = p->pos, .out = ha->out,
+                         .score = ratio > 1 ? b->csc : b->ckv, .state = ha->a.state, .pos = p->pos, .out = ha->a.out,
                          .norm = L->comp_norm, .eps = hp->rms_eps, .rope = {0}, .qat = OG_QAT_NONE};
     TRY(f->ops->compress(f->dev, f->s, &op, f->err, f->errlen));
     if (!ne) return OG_OK;
-    layer_stores(p, il, false, ha->cst);
-    og_kv_view cv = og_fwd_store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, 1, ha->first_of, ha->cfirst, ha->ncomp);
-    for (int64_t e = 0; e < ne; e++) ha->emit_first[e] = ha->first_of[ha->seq_idx[ha->emit_tok[e]]];
+    layer_stores(p, il, false, ha->a.cst);
+    og_kv_view cv = og_fwd_store_view(p, ha->a.seq_idx, ha->a.blocks, ha->a.cst, (uint64_t)D, 1, ha->a.first_of,
+                                      ha->a.cfirst, ha->a.ncomp);
+    for (int64_t e = 0; e < ne; e++) ha->emit_first[e] = ha->a.first_of[ha->a.seq_idx[ha->emit_tok[e]]];
     if (R->is_key_owner) { /* the index key from the latent before its RoPE */
         TRY(mm_tokens(f, ha, &L->idx_k, b->lat, ne, ha->emit_tok, b->ik));
         TRY(og_fwd_norm(f, b->ik, b->ik, ne, ID, ID, L->idx_k_norm, hp->rms_eps));
@@ -687,10 +642,10 @@ static og_status compress_step(og_fwd *f, const og_ds41 *d, uint32_t il, const p
     og_kv_store_op ks = {cv, {b->lat, D, ne, D}, ha->emit_first, ha->emit_row};
     TRY(f->ops->kv_store(f->dev, f->s, &ks, f->err, f->errlen));
     if (R->is_key_owner) {
-        layer_stores(p, il, true, ha->kst);
-        og_kv_view kv = og_fwd_store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, 1, ha->first_of, ha->kfirst,
-                                   ha->nkeys);
-        for (int64_t e = 0; e < ne; e++) ha->emit_first[e] = ha->first_of[ha->seq_idx[ha->emit_tok[e]]];
+        layer_stores(p, il, true, ha->a.kst);
+        og_kv_view kv = og_fwd_store_view(p, ha->a.seq_idx, ha->a.kblocks, ha->a.kst, (uint64_t)ID, 1, ha->a.first_of,
+                                          ha->a.kfirst, ha->a.nkeys);
+        for (int64_t e = 0; e < ne; e++) ha->emit_first[e] = ha->a.first_of[ha->a.seq_idx[ha->emit_tok[e]]];
         og_kv_store_op kk = {kv, {b->ik, ID, ne, ID}, ha->emit_first, ha->emit_row};
         TRY(f->ops->kv_store(f->dev, f->s, &kk, f->err, f->errlen));
     }
@@ -708,13 +663,13 @@ static og_status indexer(og_fwd *f, const og_ds41 *d, uint32_t il, const plan *p
     const og_ds41_layer *R = &hp->layer[il];
     const int64_t T = p->T, ID = hp->indexer_head_dim, IH = hp->indexer_n_head, Rr = hp->n_rot;
     const int64_t cand_n = (int64_t)hp->candidate_block_size * hp->candidate_topk_blocks;
-    layer_stores(p, (uint32_t)R->key_owner, true, ha->kst);
-    og_kv_view keys = og_fwd_store_view(p, ha->seq_idx, ha->kblocks, ha->kst, (uint64_t)ID, R->ratio, ha->first_of, ha->kfirst,
-                                 ha->nkeys);
+    layer_stores(p, (uint32_t)R->key_owner, true, ha->a.kst);
+    og_kv_view keys = og_fwd_store_view(p, ha->a.seq_idx, ha->a.kblocks, ha->a.kst, (uint64_t)ID, R->ratio,
+                                        ha->a.first_of, ha->a.kfirst, ha->a.nkeys);
     bool any = false, any_cand = false;
     for (int64_t t = 0; t < T; t++) {
-        any |= ha->nkeys[t] > (int32_t)hp->indexer_top_k;
-        any_cand |= hp->candidate_source >= 0 && ha->nkeys[t] > cand_n;
+        any |= ha->a.nkeys[t] > (int32_t)hp->indexer_top_k;
+        any_cand |= hp->candidate_source >= 0 && ha->a.nkeys[t] > cand_n;
     }
     const bool cand_out = R->is_candidate_source && any_cand, cand_in = R->candidate_masked && any_cand;
     /* no token with more keys than top_k nor a mask: every token sees all its rows (no selection) */
@@ -730,7 +685,7 @@ static og_status indexer(og_fwd *f, const og_ds41 *d, uint32_t il, const plan *p
     TRY(og_fwd_mm(f, &L->idx_proj, b->x, T, b->iw));
     TRY(f->ops->scale(f->dev, f->s, b->iw, b->iw, T * IH, (float)(1.0 / sqrt((double)(ID * IH))), f->err, f->errlen));
     og_indexer_op io = {.n_tok = T, .n_head = IH, .d_head = ID, .top_k = (int32_t)hp->indexer_top_k, .q = b->iq,
-                        .w = b->iw, .keys = keys, .key_first = ha->kfirst, .n_keys = ha->nkeys, .sel = b->sel,
+                        .w = b->iw, .keys = keys, .key_first = ha->a.kfirst, .n_keys = ha->a.nkeys, .sel = b->sel,
                         .canonical = p->canon, .cand_block = (int32_t)hp->candidate_block_size,
                         .cand_topk = (int32_t)hp->candidate_topk_blocks, .cand_out = cand_out ? b->cand : NULL,
                         .cand_in = cand_in ? b->cand : NULL, .sel_all = true};
@@ -765,24 +720,24 @@ static og_status attention(og_fwd *f, const og_ds41 *d, uint32_t il, const plan 
     if (R->is_index_source) TRY(indexer(f, d, il, p, ha, b, sel_ok));
     og_kv_view cv = {0};
     if (R->ratio) {
-        layer_stores(p, (uint32_t)R->kv_source, false, ha->cst);
-        cv = og_fwd_store_view(p, ha->seq_idx, ha->blocks, ha->cst, (uint64_t)D, R->ratio, ha->first_of, ha->cfirst,
-                        ha->ncomp);
+        layer_stores(p, (uint32_t)R->kv_source, false, ha->a.cst);
+        cv = og_fwd_store_view(p, ha->a.seq_idx, ha->a.blocks, ha->a.cst, (uint64_t)D, R->ratio, ha->a.first_of,
+                               ha->a.cfirst, ha->a.ncomp);
     }
     /* the raw rows each token sees: positions (p - W, p], this call's from kv, older ones from the ring */
-    for (int s = 0; s < p->n_seq; s++) ha->ring[s] = seq_of(p, s) ? seq_of(p, s)->raw[il] : NULL;
-    og_fwd_window_rows(p, ha->seq_idx, ha->ring, (int32_t)W, D, b->kv, ha->rows, ha->row_off);
+    for (int s = 0; s < p->n_seq; s++) ha->a.ring[s] = seq_of(p, s) ? seq_of(p, s)->raw[il] : NULL;
+    og_fwd_window_rows(p, ha->a.seq_idx, ha->a.ring, (int32_t)W, D, b->kv, ha->a.rows, ha->a.row_off);
     const bool use_sel = R->ratio && R->topk_source >= 0 && *sel_ok;
     og_sink_attn_op at = {.n_tok = T, .n_head = H, .d_head = D, .kq_scale = (float)(1.0 / sqrt((double)D)), .q = b->q,
-                          .o = b->o, .sinks = L->sinks, .rows = ha->rows, .row_off = ha->row_off, .comp = cv,
-                          .comp_first = ha->cfirst, .n_comp = ha->ncomp, .sel = use_sel ? b->sel : NULL,
+                          .o = b->o, .sinks = L->sinks, .rows = ha->a.rows, .row_off = ha->a.row_off, .comp = cv,
+                          .comp_first = ha->a.cfirst, .n_comp = ha->a.ncomp, .sel = use_sel ? b->sel : NULL,
                           .top_k = (int32_t)hp->indexer_top_k, .canonical = p->canon, .sel_every = true};
     TRY(f->ops->sink_attention(f->dev, f->s, &at, f->err, f->errlen));
-    TRY(og_fwd_ring_store(f, p, ha->ring, ha->seq_idx, ha->pos_mod, (int32_t)W, D, b->kv));
-    og_rope_op ro = {*rope, b->o + (D - Rr), T, HD, (int32_t)H, D, ha->neg_pos};
+    TRY(og_fwd_ring_store(f, p, ha->a.ring, ha->a.seq_idx, ha->a.pos_mod, (int32_t)W, D, b->kv));
+    og_rope_op ro = {*rope, b->o + (D - Rr), T, HD, (int32_t)H, D, ha->a.neg_pos};
     TRY(f->ops->rope(f->dev, f->s, &ro, f->err, f->errlen));
     return og_fwd_grouped_output(f, &L->o_a, &L->o_b, T, HD, hp->o_group_count, hp->o_lora_rank, b->o, b->og, b->low,
-                                 b->lowt, ha->jobs, ha->wts, b->y);
+                                 b->lowt, ha->a.jobs, ha->a.wts, b->y);
 }
 
 /* mHC with the one-sublayer lag (§4.3.1): this sublayer's mixes of S (pre
@@ -847,7 +802,7 @@ static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const o
     og_router_op ro = {b->rl, d->layers[il].exp_bias, batch->n_tok, (int32_t)hp->n_expert, (int32_t)hp->n_expert_used,
                        3, 1, 1, hp->expert_weights_norm, hp->expert_weights_scale, b->r_ids, b->r_w, NULL, 0, NULL,
                        1e-20f};
-    const og_fwd_moe_host h = {ha->h_ids, ha->h_w, ha->hx, ha->hy, ha->routes};
+    const og_fwd_moe_host h = {ha->a.h_ids, ha->a.h_w, ha->a.hx, ha->a.hy, ha->a.routes};
     return og_fwd_moe(f, m, rc, batch, il, &d->layers[il].router, &ro, b->x, b->y, hp->n_embd, &h, failed_here);
 }
 
@@ -878,14 +833,22 @@ static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_
     const og_ds41 *d = m->impl;
     const og_ds41_hparams *hp = &d->hp;
     const int64_t T = batch->n_tok;
-    if (err && errlen) err[0] = 0;
-    if (T <= 0 || n_seq <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
-    if (!rc->dispatch || !rc->dispatch->type || !rc->dispatch->type->moe_layer)
-        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a MoE model needs a dispatcher (og_run_ctx.dispatch)");
+    og_status st = og_fwd_call_check(rc, T, n_seq, err, errlen);
+    if (st) return st;
+    /* the host arrays: one buffer carved for the call (og_fwd_host_get: the run
+     * context's, kept and grown from call to call) */
     plan p;
-    og_status st = make_plan(d, rc, kvs, n_seq, batch, &p, err, errlen);
-    host_arrays ha = {0};
-    if (!st && host_arrays_make(hp, &p, &ha)) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    host_arrays ha;
+    const uint64_t G = hp->o_group_count;
+    const og_fwd_host_shape sh = {T, og_fwd_store_blocks_bound(kvs, n_seq, T, blocks_held), n_seq, hp->n_swa,
+                                  hp->n_expert_used, hp->n_embd, G > (uint64_t)T ? G : (uint64_t)T, G};
+    host_more hm = {hp, T, &ha};
+    void *hown = NULL; /* this call's own host buffer (no reusable scratch), freed below */
+    if ((st = og_fwd_host_carve(rc, &sh, &p, &ha.a, host_take_more, &hm, &hown, "deepseek41 forward pass", err,
+                                errlen)))
+        return st;
+    memset(ha.pre0, 0, (size_t)(T * hp->hc_count) * sizeof *ha.pre0);
+    st = make_plan(d, rc, kvs, n_seq, batch, &p, err, errlen);
     og_fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
     og_device *own_dev = NULL;
     if (!st) st = og_fwd_begin(&fw, rc, batch->exact, &own_dev, err, errlen);
@@ -908,8 +871,8 @@ static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_
     if (!st) {
         for (int64_t t = 0; t < T; t++) {
             const int s = batch->seq[t];
-            ha.seq_idx[t] = s;
-            ha.neg_pos[t] = -p.pos[t];
+            ha.a.seq_idx[t] = s;
+            ha.a.neg_pos[t] = -p.pos[t];
             ha.pre0[t * hc] = 1.0f; /* layer 0's attention collapses with the one-hot pre [1, 0, 0, 0] */
         }
         /* each token's Engram context, newest first: this call's earlier tokens, then the sequence's last ones */
@@ -955,8 +918,7 @@ static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_
                 last[j] = j < n ? batch->tokens[p.tok_at[p.seq_off[s + 1] - 1 - j]] : seq_of(&p, s)->last[j - n];
             memcpy(seq_of(&p, s)->last, last, sizeof last);
         }
-    host_arrays_free(&ha);
-    og_fwd_plan_free(&p);
+    free(hown);
     return og_fwd_failure(st, failed_here, "deepseek41 forward pass", err, errlen);
 }
 

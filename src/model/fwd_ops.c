@@ -252,10 +252,96 @@ og_status og_fwd_grouped_output(og_fwd *f, const og_weight *o_a, const og_weight
     return st ? st : og_fwd_mm(f, o_b, lowt, T, y);
 }
 
+static void plan_take(og_fwd_scratch_cut *c, og_fwd_plan *p, int64_t T, int n_seq) {
+    const uint64_t t = (uint64_t)T, ns = (uint64_t)n_seq;
+    memset(p, 0, sizeof *p);
+    p->pos = og_fwd_take(c, t * sizeof *p->pos);
+    p->start = og_fwd_take(c, ns * sizeof *p->start);
+    p->next = og_fwd_take(c, ns * sizeof *p->next);
+    p->tok_at = og_fwd_take(c, t * sizeof *p->tok_at);
+    p->seq_off = og_fwd_take(c, (ns + 1) * sizeof *p->seq_off);
+    p->canon = og_fwd_take(c, t * sizeof *p->canon);
+    p->st = og_fwd_take(c, ns * sizeof *p->st);
+}
+
+static void host_take(og_fwd_scratch_cut *c, const og_fwd_host_shape *sh, og_fwd_plan *p, og_fwd_host *a) {
+    const uint64_t t = (uint64_t)sh->T, ns = (uint64_t)sh->n_seq, nb = (uint64_t)sh->nb, k = sh->k, N = sh->N;
+    plan_take(c, p, sh->T, sh->n_seq);
+    memset(a, 0, sizeof *a);
+    a->rows = og_fwd_take(c, t * sh->n_swa * sizeof *a->rows);
+    a->row_off = og_fwd_take(c, (t + 1) * sizeof *a->row_off);
+    a->blocks = og_fwd_take(c, (nb * ns + 1) * sizeof *a->blocks);
+    a->kblocks = og_fwd_take(c, (nb * ns + 1) * sizeof *a->kblocks);
+    a->cfirst = og_fwd_take(c, t * sizeof *a->cfirst);
+    a->ncomp = og_fwd_take(c, t * sizeof *a->ncomp);
+    a->kfirst = og_fwd_take(c, t * sizeof *a->kfirst);
+    a->nkeys = og_fwd_take(c, t * sizeof *a->nkeys);
+    a->first_of = og_fwd_take(c, (ns + 1) * sizeof *a->first_of);
+    a->state = og_fwd_take(c, t * sizeof *a->state);
+    a->out = og_fwd_take(c, t * sizeof *a->out);
+    a->pos_mod = og_fwd_take(c, t * sizeof *a->pos_mod);
+    a->neg_pos = og_fwd_take(c, t * sizeof *a->neg_pos);
+    a->seq_idx = og_fwd_take(c, t * sizeof *a->seq_idx);
+    a->h_ids = og_fwd_take(c, t * k * sizeof *a->h_ids);
+    a->h_w = og_fwd_take(c, t * k * sizeof *a->h_w);
+    a->hx = og_fwd_take(c, t * N * sizeof *a->hx);
+    a->hy = og_fwd_take(c, t * N * sizeof *a->hy);
+    a->routes = og_fwd_take(c, t * k * sizeof *a->routes);
+    a->jobs = og_fwd_take(c, sh->n_jobs * sizeof *a->jobs);
+    a->wts = og_fwd_take(c, sh->G * sizeof *a->wts);
+    a->ring = og_fwd_take(c, ns * sizeof *a->ring);
+    a->cst = og_fwd_take(c, ns * sizeof *a->cst);
+    a->kst = og_fwd_take(c, ns * sizeof *a->kst);
+    a->sts = og_fwd_take(c, ns * sizeof *a->sts);
+    a->ists = og_fwd_take(c, ns * sizeof *a->ists);
+}
+
+og_status og_fwd_host_carve(const og_run_ctx *rc, const og_fwd_host_shape *sh, og_fwd_plan *p, og_fwd_host *a,
+                            void (*more)(og_fwd_scratch_cut *c, void *ctx), void *ctx, void **own, const char *what,
+                            char *err, size_t errlen) {
+    og_fwd_scratch_cut c = {0};
+    for (int pass = 0; pass < 2; pass++) { /* counting, then carving */
+        if (pass) {
+            const og_status st = og_fwd_host_get(rc, c.used, &c, own);
+            if (st) return og_fail(err, errlen, st, "%s: out of memory for the host arrays", what);
+        }
+        host_take(&c, sh, p, a);
+        if (more) more(&c, ctx);
+    }
+    return OG_OK;
+}
+
+og_status og_fwd_call_check(const og_run_ctx *rc, int64_t n_tok, int n_seq, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    if (n_tok <= 0 || n_seq <= 0) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "no tokens");
+    if (!rc->dispatch || !rc->dispatch->type || !rc->dispatch->type->moe_layer)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "a MoE model needs a dispatcher (og_run_ctx.dispatch)");
+    return OG_OK;
+}
+
+int64_t og_fwd_store_blocks_bound(og_kv *const *kvs, int n_seq, int64_t n_tok, int64_t (*held)(const og_kv *kv)) {
+    int64_t nb = 0;
+    for (int s = 0; s < n_seq; s++) {
+        const int64_t need = ((int64_t)kvs[s]->n_pos + n_tok + OG_ROW_STORE_BLOCK - 1) / OG_ROW_STORE_BLOCK;
+        const int64_t have = held(kvs[s]);
+        if (need > nb) nb = need;
+        if (have > nb) nb = have;
+    }
+    return nb;
+}
+
+int64_t og_row_stores_max_blocks(const og_row_store *a, const og_row_store *b, uint32_t n_layer) {
+    int64_t nb = 0;
+    for (uint32_t il = 0; il < n_layer; il++) {
+        if (a[il].n_blocks > nb) nb = a[il].n_blocks;
+        if (b[il].n_blocks > nb) nb = b[il].n_blocks;
+    }
+    return nb;
+}
+
 og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const og_batch *batch, uint32_t n_vocab,
                            og_numerics nm, const char *arch, char *err, size_t errlen) {
     const int64_t T = batch->n_tok;
-    memset(p, 0, sizeof *p);
     p->T = T;
     p->n_seq = n_seq;
     for (int64_t i = 0; i < T; i++) {
@@ -268,18 +354,8 @@ og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const o
     for (int s = 0; s < n_seq; s++)
         if (kvs[s]->n_blocks)
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "sequence %d holds paged blocks: not a %s cache", s, arch);
-    p->pos = malloc((size_t)T * sizeof *p->pos);
-    p->start = malloc((size_t)n_seq * sizeof *p->start);
-    p->next = malloc((size_t)n_seq * sizeof *p->next);
-    p->tok_at = malloc((size_t)T * sizeof *p->tok_at);
-    p->seq_off = calloc((size_t)n_seq + 1, sizeof *p->seq_off);
-    p->canon = malloc((size_t)T * sizeof *p->canon);
-    p->st = calloc((size_t)n_seq, sizeof *p->st);
-    int32_t *fill = calloc((size_t)n_seq, sizeof *fill);
-    if (!p->pos || !p->start || !p->next || !p->tok_at || !p->seq_off || !p->canon || !p->st || !fill) {
-        free(fill);
-        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    }
+    memset(p->seq_off, 0, ((size_t)n_seq + 1) * sizeof *p->seq_off);
+    memset(p->st, 0, (size_t)n_seq * sizeof *p->st);
     for (int s = 0; s < n_seq; s++) p->start[s] = p->next[s] = kvs[s]->n_pos;
     for (int64_t i = 0; i < T; i++) {
         p->pos[i] = p->next[batch->seq[i]]++;
@@ -287,22 +363,11 @@ og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const o
         p->canon[i] = nm == OG_NUMERICS_CANONICAL || (batch->exact && batch->exact[i]);
     }
     for (int s = 0; s < n_seq; s++) p->seq_off[s + 1] += p->seq_off[s];
-    for (int64_t i = 0; i < T; i++) {
+    for (int64_t i = 0; i < T; i++) { /* a sequence's k-th token of the call is at position start + k */
         const int s = batch->seq[i];
-        p->tok_at[p->seq_off[s] + fill[s]++] = (int32_t)i;
+        p->tok_at[p->seq_off[s] + (p->pos[i] - p->start[s])] = (int32_t)i;
     }
-    free(fill);
     return OG_OK;
-}
-
-void og_fwd_plan_free(og_fwd_plan *p) {
-    free(p->pos);
-    free(p->start);
-    free(p->next);
-    free(p->tok_at);
-    free(p->seq_off);
-    free(p->canon);
-    free(p->st);
 }
 
 og_kv_view og_fwd_store_view(const og_fwd_plan *p, const int32_t *seq_idx, float **blocks,

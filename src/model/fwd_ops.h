@@ -126,14 +126,68 @@ typedef struct og_fwd_plan {
                           them), NULL for one without */
 } og_fwd_plan;
 
-/* Fills p for batch over kvs[n_seq]: checks every token id < n_vocab and
- * sequence index, and that no cache holds paged blocks (an architecture
- * whose state lives behind og_kv.arch; `arch` names it in the message).
- * Errors: OG_ERR_INVALID_ARG, OG_ERR_NOMEM (p is then freed by
- * og_fwd_plan_free all the same). */
+/* Fills p (its arrays carved by og_fwd_host_carve for batch->n_tok tokens and
+ * n_seq sequences) for batch over kvs[n_seq]: checks every token id <
+ * n_vocab and sequence index, and that no cache holds paged blocks (an
+ * architecture whose state lives behind og_kv.arch; `arch` names it in the
+ * message). Allocates nothing. Errors: OG_ERR_INVALID_ARG. */
 og_status og_fwd_plan_make(og_fwd_plan *p, og_kv *const *kvs, int n_seq, const og_batch *batch, uint32_t n_vocab,
                            og_numerics nm, const char *arch, char *err, size_t errlen);
-void og_fwd_plan_free(og_fwd_plan *p);
+
+/* One call's host arrays that deepseek4's and deepseek41's forward passes
+ * share: each layer's attention views and the MoE layer's host rows (the
+ * architecture's own arrays beside them). */
+typedef struct og_fwd_host {
+    const float **rows;          /* [T n_swa] the raw rows each token sees */
+    int64_t *row_off;            /* [T + 1] */
+    float **blocks, **kblocks;   /* [n_seq nb + 1] a layer's compressed-row / indexer-key views */
+    int32_t *cfirst, *ncomp;     /* [T] the compressed-row view per token */
+    int32_t *kfirst, *nkeys;     /* [T] the keys' */
+    int32_t *first_of;           /* [n_seq + 1] */
+    float **state, **out;        /* [T] compressor pointers */
+    int32_t *pos_mod, *neg_pos, *seq_idx; /* [T] */
+    int32_t *h_ids;              /* [T][k] */
+    float *h_w, *hx, *hy;        /* [T][k], [T][N], [T][N] */
+    og_route *routes;            /* [T][k] */
+    og_matmul_job *jobs;         /* [n_jobs] */
+    og_weight *wts;              /* [G] */
+    float **ring;                /* [n_seq] a layer's raw rings */
+    og_row_store **cst, **kst;   /* [n_seq] a layer's stores of each sequence */
+    float **sts, **ists;         /* [n_seq] a layer's compressor states (V4's kv and indexer compressors) */
+} og_fwd_host;
+
+/* The sizes of og_fwd_host's arrays: T tokens of n_seq sequences, nb a bound
+ * on one store's blocks (og_fwd_store_blocks_bound), n_swa the window, k the
+ * experts per token, N the embedding width, n_jobs and G the product jobs and
+ * output groups. */
+typedef struct og_fwd_host_shape {
+    int64_t T, nb;
+    int n_seq;
+    uint32_t n_swa, k, N;
+    uint64_t n_jobs, G;
+} og_fwd_host_shape;
+
+/* A forward call's host arrays in one buffer: p's and a's of shape sh, then
+ * the architecture's own (more(c, ctx), og_fwd_take's; NULL: none), carved
+ * once counting, then once more from og_fwd_host_get's buffer (*own: the
+ * call's own when rc has no scratch, freed by the caller with free()).
+ * Errors: OG_ERR_NOMEM (with err: "<what>: out of memory ..."). */
+og_status og_fwd_host_carve(const og_run_ctx *rc, const og_fwd_host_shape *sh, og_fwd_plan *p, og_fwd_host *a,
+                            void (*more)(og_fwd_scratch_cut *c, void *ctx), void *ctx, void **own, const char *what,
+                            char *err, size_t errlen);
+/* The checks every MoE forward call starts with (err cleared): tokens and
+ * sequences, a dispatcher. Errors: OG_ERR_INVALID_ARG. */
+og_status og_fwd_call_check(const og_run_ctx *rc, int64_t n_tok, int n_seq, char *err, size_t errlen);
+
+/* A bound on the blocks any one row store of the batch's sequences holds
+ * once the call has grown them: (n_pos + n_tok) / 64 rows' blocks rounded up
+ * (ratio 1, the most rows a store can need), or the most a sequence's state
+ * holds already (held(kv): its stores' largest n_blocks, 0 without a state;
+ * a fork or a shorter n_pos can leave more). Sizes the layers' block views.
+ * Cannot fail. */
+int64_t og_fwd_store_blocks_bound(og_kv *const *kvs, int n_seq, int64_t n_tok, int64_t (*held)(const og_kv *kv));
+/* The largest n_blocks of n_layer stores a and b ([n_layer] each). Cannot fail. */
+int64_t og_row_stores_max_blocks(const og_row_store *a, const og_row_store *b, uint32_t n_layer);
 
 /* The view of one layer's row stores (stores[s], NULL for a sequence without
  * tokens) over the batch's sequences: sequence s's blocks from first_of[s]

@@ -754,6 +754,179 @@ static void route_ref(const float *lg, const float *bias, int E, int k, int gati
     for (int j = 0; j < k; j++) w[j] = (norm ? sc[ids[j]] / tot : sc[ids[j]]) * scale;
 }
 
+/* deepseek2's legacy attn_kv_b products (og_mla_kv_b_op) on dev: q_abs and o
+ * of a 48-token chunk (enough work for the pool) against double references
+ * from deepseek2.md §3's absorbed form (the float sum within 1e-5 of the
+ * double one; the expand, a double sum in order, to the float rounding), and
+ * each token alone gives the chunk's bits (no dependence on the chunk or the
+ * pool); a head without value rows is refused. */
+static void check_kv_b_on(og_device *dev) {
+    dv_ctx c = {.dev = dev, .ops = dev->ops};
+    assert_non_null(c.ops->mla_kv_b);
+    assert_int_equal(c.ops->stream_create(dev, &c.s, c.err, sizeof c.err), OG_OK);
+    enum { H = 3, DN = 5, DV = 4, RK = 32, TC = 48, CH = 64, DQK = DN + 3 };
+    float *kvb = malloc(H * (DN + DV) * RK * sizeof *kvb), *q = malloc(TC * H * DQK * sizeof *q);
+    float *ctx = malloc(H * CH * RK * sizeof *ctx), *qa = malloc(H * CH * RK * sizeof *qa);
+    float *o = malloc(TC * H * DV * sizeof *o), *one = malloc(H * CH * RK * sizeof *one);
+    for (int i = 0; i < H * (DN + DV) * RK; i++) kvb[i] = frand();
+    for (int i = 0; i < TC * H * DQK; i++) q[i] = frand();
+    for (int i = 0; i < H * CH * RK; i++) ctx[i] = frand();
+    float *dkvb = dv_up(&c, kvb, H * (DN + DV) * RK * sizeof *kvb), *dq = dv_up(&c, q, TC * H * DQK * sizeof *q);
+    float *dctx = dv_up(&c, ctx, H * CH * RK * sizeof *ctx), *dqa = dv_up(&c, NULL, H * CH * RK * sizeof *qa);
+    float *do_ = dv_up(&c, NULL, TC * H * DV * sizeof *o);
+    /* q [t][h][d_qk] (q_nope its first d_nope), q_abs [h][CH][r_kv]; ctx [h][CH][r_kv], o [t][h][d_v] */
+    og_mla_kv_b_op ab = {false, TC, H, DN, DV, RK, dkvb, dq, H * DQK, DQK, dqa, RK, CH * RK};
+    og_mla_kv_b_op ex = {true, TC, H, DN, DV, RK, dkvb, dctx, RK, CH * RK, do_, H * DV, DV};
+    assert_int_equal(c.ops->mla_kv_b(dev, c.s, &ab, c.err, sizeof c.err), OG_OK);
+    assert_int_equal(c.ops->mla_kv_b(dev, c.s, &ex, c.err, sizeof c.err), OG_OK);
+    dv_down(&c, qa, dqa, H * CH * RK * sizeof *qa);
+    dv_down(&c, o, do_, TC * H * DV * sizeof *o);
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < TC; t++) {
+            for (int r = 0; r < RK; r++) {
+                double ref = 0, mag = 0;
+                for (int d = 0; d < DN; d++) {
+                    const double p = (double)kvb[(h * (DN + DV) + d) * RK + r] * q[t * H * DQK + h * DQK + d];
+                    ref += p;
+                    mag += fabs(p);
+                }
+                assert_true(fabs(qa[h * CH * RK + t * RK + r] - ref) <= 1e-6 * mag + 1e-12);
+            }
+            for (int j = 0; j < DV; j++) {
+                double ref = 0;
+                for (int r = 0; r < RK; r++)
+                    ref += (double)kvb[(h * (DN + DV) + DN + j) * RK + r] * ctx[h * CH * RK + t * RK + r];
+                assert_true(o[t * H * DV + h * DV + j] == (float)ref);
+            }
+        }
+    for (int t = 0; t < TC; t += 13) { /* token t alone: the chunk's bits */
+        og_mla_kv_b_op a1 = ab, e1 = ex;
+        a1.n_tok = e1.n_tok = 1;
+        a1.x = dq + t * H * DQK;
+        a1.y = dqa; /* head h of the one token at dqa + h CH r_kv */
+        e1.x = dctx + t * RK;
+        e1.y = do_;
+        assert_int_equal(c.ops->mla_kv_b(dev, c.s, &a1, c.err, sizeof c.err), OG_OK);
+        dv_down(&c, one, dqa, H * CH * RK * sizeof *one);
+        for (int h = 0; h < H; h++) assert_same_bits(one + h * CH * RK, qa + h * CH * RK + t * RK, RK * sizeof(float));
+        assert_int_equal(c.ops->mla_kv_b(dev, c.s, &e1, c.err, sizeof c.err), OG_OK);
+        dv_down(&c, one, do_, H * DV * sizeof *one);
+        assert_same_bits(one, o + t * H * DV, H * DV * sizeof(float));
+    }
+    ex.d_v = 0;
+    assert_int_equal(c.ops->mla_kv_b(dev, c.s, &ex, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(c.err, "kv_b"));
+    c.ops->stream_destroy(dev, c.s);
+    for (int i = 0; i < c.n_allocs; i++) c.ops->free(dev, c.allocs[i]);
+    free(kvb);
+    free(q);
+    free(ctx);
+    free(qa);
+    free(o);
+    free(one);
+}
+
+/* deepseek4's compressor step (og_compress_op, deepseek4.md §4.2.1) on dev,
+ * plain (ratio 8) and overlapping (ratio 4, two lanes): two sequences
+ * interleaved in one op (64 and 48 tokens: enough rows for the pool), each
+ * emitted row against a double reference from the spec (softmax over the
+ * window's scores per channel, the weighted kv, RMSNorm with the weight; no
+ * RoPE or rounding), and token-by-token ops (one token an op, the decode's
+ * way) give the same bits as the one op, states included. */
+static void check_compress_on(og_device *dev) {
+    dv_ctx c = {.dev = dev, .ops = dev->ops};
+    assert_non_null(c.ops->compress);
+    assert_int_equal(c.ops->stream_create(dev, &c.s, c.err, sizeof c.err), OG_OK);
+    enum { W = 160, NT = 112, NA = 64 }; /* tokens: sequence 0 the even ones of the first 2 NA - ..., see below */
+    for (int ov = 0; ov < 2; ov++) {
+        const int32_t r = ov ? 4 : 8;
+        const int64_t lanes = ov ? 2 : 1, LW = lanes * W, slots = ov ? 2 * r : r, stf = 2 * slots * LW;
+        float *kv = malloc(NT * LW * sizeof *kv), *sc = malloc(NT * LW * sizeof *sc), nw[W];
+        for (int i = 0; i < NT * LW; i++) kv[i] = frand(), sc[i] = 2 * frand();
+        for (int i = 0; i < W; i++) nw[i] = 1 + 0.5f * frand();
+        /* token t: sequence t % 2 while both have tokens (48 each), then sequence 0's last 16 */
+        int32_t seq[NT], pos[NT], n_of[2] = {0, 0};
+        for (int t = 0; t < NT; t++) {
+            seq[t] = t < 96 ? t % 2 : 0;
+            pos[t] = n_of[seq[t]]++;
+        }
+        float *dkv = dv_up(&c, kv, NT * LW * sizeof *kv), *dsc = dv_up(&c, sc, NT * LW * sizeof *sc);
+        float *dnw = dv_up(&c, nw, sizeof nw), *dst[2][2], *dout[2]; /* [one op, token by token][sequence] */
+        for (int v = 0; v < 2; v++) {
+            for (int q = 0; q < 2; q++) dst[v][q] = dv_up(&c, NULL, stf * sizeof(float));
+            dout[v] = dv_up(&c, NULL, NT * W * sizeof(float));
+        }
+        float *st[NT], *out[NT];
+        og_compress_op op = {.n_tok = NT, .width = W, .ratio = r, .overlap = ov, .kv = dkv, .score = dsc,
+                             .state = st, .pos = pos, .out = out, .norm = dnw, .eps = 1e-6f};
+        for (int v = 0; v < 2; v++) {
+            for (int t = 0; t < NT; t++) {
+                st[t] = dst[v][seq[t]];
+                out[t] = (pos[t] + 1) % r ? NULL : dout[v] + t * W;
+            }
+            if (!v) {
+                assert_int_equal(c.ops->compress(dev, c.s, &op, c.err, sizeof c.err), OG_OK);
+                continue;
+            }
+            for (int t = 0; t < NT; t++) { /* one token an op */
+                og_compress_op o1 = op;
+                o1.n_tok = 1;
+                o1.kv = dkv + t * LW;
+                o1.score = dsc + t * LW;
+                o1.state = st + t;
+                o1.pos = pos + t;
+                o1.out = out + t;
+                assert_int_equal(c.ops->compress(dev, c.s, &o1, c.err, sizeof c.err), OG_OK);
+            }
+        }
+        float *got = malloc(2 * NT * W * sizeof *got), *sts = malloc(4 * stf * sizeof *sts);
+        for (int v = 0; v < 2; v++) {
+            dv_down(&c, got + v * NT * W, dout[v], NT * W * sizeof(float));
+            for (int q = 0; q < 2; q++) dv_down(&c, sts + (2 * v + q) * stf, dst[v][q], stf * sizeof(float));
+        }
+        int n_rows = 0;
+        for (int t = 0; t < NT; t++) {
+            if ((pos[t] + 1) % r) continue;
+            n_rows++;
+            assert_same_bits(got + t * W, got + NT * W + t * W, W * sizeof(float));
+            /* the window: the sequence's tokens at positions pos - r + 1 .. pos (lane B with overlap), and
+             * with overlap the previous window's (lane A) */
+            int32_t tw[16], nwin = 0;
+            const int32_t p0 = pos[t] + 1 - (ov && pos[t] + 1 > r ? 2 * r : r);
+            for (int u = 0; u <= t; u++)
+                if (seq[u] == seq[t] && pos[u] >= p0) tw[nwin++] = u;
+            double y[W], ss = 0;
+            for (int j = 0; j < W; j++) {
+                double mx = -INFINITY, den = 0, num = 0;
+                for (int i = 0; i < nwin; i++) {
+                    const int64_t lane = ov && pos[tw[i]] > pos[t] - r ? W : 0; /* the current window: lane B */
+                    mx = fmax(mx, sc[tw[i] * LW + lane + j]);
+                }
+                for (int i = 0; i < nwin; i++) {
+                    const int64_t lane = ov && pos[tw[i]] > pos[t] - r ? W : 0;
+                    const double e = exp(sc[tw[i] * LW + lane + j] - mx);
+                    den += e;
+                    num += e * kv[tw[i] * LW + lane + j];
+                }
+                y[j] = num / den;
+                ss += y[j] * y[j];
+            }
+            for (int j = 0; j < W; j++) {
+                const double ref = nw[j] * y[j] / sqrt(ss / W + 1e-6);
+                assert_true(fabs(got[t * W + j] - ref) <= 1e-5 * (1 + fabs(ref)));
+            }
+        }
+        assert_int_equal(n_rows, NA / r + 48 / r);
+        assert_same_bits(sts, sts + 2 * stf, 2 * stf * sizeof(float)); /* the states too */
+        free(kv);
+        free(sc);
+        free(got);
+        free(sts);
+    }
+    c.ops->stream_destroy(dev, c.s);
+    for (int i = 0; i < c.n_allocs; i++) c.ops->free(dev, c.allocs[i]);
+}
+
 static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     dv_ctx c = {.dev = dev, .ops = dev->ops};
     assert_int_equal(c.ops->stream_create(dev, &c.s, c.err, sizeof c.err), OG_OK);
@@ -1063,9 +1236,13 @@ static void test_device_ops(void **state) {
     og_device *dev;
     assert_int_equal(og_device_cpu_create(8u << 20, 2, &k, &dev, err, sizeof err), OG_OK);
     check_ops_on(dev, &k, pool);
+    check_kv_b_on(dev);
+    check_compress_on(dev);
     og_device_destroy(dev);
     assert_int_equal(og_device_host_create(pool, &k, &dev, err, sizeof err), OG_OK);
     check_ops_on(dev, &k, pool);
+    check_kv_b_on(dev);
+    check_compress_on(dev);
     og_device_destroy(dev);
     assert_int_equal(og_device_host_create(pool, NULL, &dev, err, sizeof err), OG_ERR_INVALID_ARG);
     /* a cpu device without kernels has no compute ops */

@@ -256,13 +256,13 @@ static void run_cfg(int cfg) {
     /* the engine's way: the block reserved from its pool before the call */
     test_alloc ta = {0};
     const uint64_t bb = og_model_get_info(m)->kv_block_bytes;
-    if (dev) assert_int_equal(dev->ops->alloc(dev, bb, &ta.blk, err, sizeof err), OG_OK);
+    if (r.dev) assert_int_equal(r.dev->ops->alloc(r.dev, bb, &ta.blk, err, sizeof err), OG_OK);
     else assert_non_null(ta.blk = aligned_alloc(64, bb));
     void *blk = ta.blk;
     int a3 = 1 << 30;
     for (int rep = 0; rep < (cfg == 1 ? 5 : 2) && a3 > 0; rep++) {
         memset(got, 0, T * V * sizeof *got);
-        prefill_pooled(m, &rc, &ta, got, &a3);
+        prefill_pooled(m, &r.rc, &ta, got, &a3);
         assert_memory_equal(ref, got, T * V * sizeof *got);
         assert_ptr_equal(ta.blk, blk); /* given back by og_kv_free */
     }
@@ -270,7 +270,7 @@ static void run_cfg(int cfg) {
            cfg ? "cpu device" : "host device", a3, ta.takes, ta.gives);
     assert_int_equal(a3, 0);
     assert_int_equal(ta.takes, ta.gives); /* only the reservations took, every one came back */
-    if (dev) dev->ops->free(dev, blk);
+    if (r.dev) r.dev->ops->free(r.dev, blk);
     else free(blk);
 
     og_fwd_scratch_free(&sc);

@@ -22,6 +22,7 @@ typedef enum og_cop_kind {
     OG_COP_COPY,
     OG_COP_GET_ROWS,
     OG_COP_KV_STORE,
+    OG_COP_COMBINE,
     OG_COP_HC_MIX, /* deepseek4's (ds4_ops.c) from here on */
     OG_COP_HC_COLLAPSE,
     OG_COP_HC_EXPAND,
@@ -59,6 +60,7 @@ typedef struct og_cop {
         og_copy_op copy;
         og_get_rows_op get_rows;
         og_kv_store_op kv_store;
+        og_combine_op combine;
         og_hc_mix_op hc_mix;
         og_hc_op hc;
         og_qat_op qat;
@@ -70,10 +72,10 @@ typedef struct og_cop {
 } og_cop;
 
 /* c->own = a block of at least bytes, c->keep's (grown when smaller; at least
- * 1 KiB, which holds most ops' arrays, so that a reused record seldom grows);
- * NULL when out of memory. */
+ * 4 KiB, which holds most ops' arrays, the MoE combine's routes of a 64-token
+ * step too, so that a reused record seldom grows); NULL when out of memory. */
 static inline void *og_cop_own(og_cop *c, size_t bytes) {
-    c->own = og_buf_reserve(&c->keep, bytes < 1024 ? 1024 : bytes) ? NULL : c->keep.p;
+    c->own = og_buf_reserve(&c->keep, bytes < 4096 ? 4096 : bytes) ? NULL : c->keep.p;
     return c->own;
 }
 
@@ -187,12 +189,15 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
     }                                                                                                                   \
     static og_status prefix##_engram(og_device *d, og_stream *s, const og_engram_op *op, char *err, size_t errlen) {  \
         return issue(d, s, OG_COP_ENGRAM, op, 0, err, errlen);                                                          \
+    }                                                                                                                   \
+    static og_status prefix##_combine(og_device *d, og_stream *s, const og_combine_op *op, char *err, size_t errlen) { \
+        return issue(d, s, OG_COP_COMBINE, op, 0, err, errlen);                                                         \
     }
 
 #define OG_COP_TABLE(prefix)                                                                                           \
     prefix##_matmul, prefix##_rmsnorm, prefix##_rope, prefix##_softmax, prefix##_swiglu, prefix##_router,              \
         prefix##_mla, prefix##_add, prefix##_scale, prefix##_copy, prefix##_get_rows, prefix##_kv_store,               \
         prefix##_hc_mix, prefix##_hc_collapse, prefix##_hc_expand, prefix##_qat, prefix##_compress, prefix##_indexer,  \
-        prefix##_sink_attn, prefix##_engram
+        prefix##_sink_attn, prefix##_engram, prefix##_combine
 
 #endif

@@ -70,7 +70,8 @@ static void usage(FILE *out) {
             "                     runs the cold ones; hit rate, migrations and PCIe bytes show in /metrics\n"
             "  --device-threads N the cpu device's threads (default: as --threads)\n"
             "  --device-forward   the forward pass's own ops on the device's stream too, the non-expert weights and\n"
-            "                     KV cache in its memory (default: on the host pool)\n"
+            "                     KV cache in its memory (default: the GPU's for a deepseek2 model on the cuda\n"
+            "                     device, else on the host pool); --no-device-forward: never\n"
             "  --ram SIZE         host memory for the plan (default: MemAvailable and any cgroup limit)\n"
             "  --reserve SIZE     device memory kept free (default 512M)\n"
             "  --expert-slots N|all  expert slots per MoE layer instead of the planner's (0: all on the host)\n"
@@ -329,10 +330,14 @@ int og_cmd_serve(int argc, char **argv) {
                         "sliding windows and compressor state, lies outside the paged KV blocks): serving without one\n",
                 mi->arch);
     og_server_set_engine(srv, eng, &mdl);
+    og_placement_stats pst;
+    og_placement_get_stats(pl, &pst);
+    og_device *pdev = og_placement_device(pl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads, prefix "
-                    "cache %s\n",
+                    "cache %s, forward pass on the %s\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool),
-            prefix_cache && mi->kv_paged ? "on" : "off");
+            prefix_cache && mi->kv_paged ? "on" : "off",
+            pst.forward_on_device && pdev ? (strcmp(pdev->ops->name, "cuda") ? "cpu device" : "GPU") : "host pool");
     fflush(stderr);
     int sig = 0;
     if (watching) {

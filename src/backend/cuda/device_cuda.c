@@ -96,6 +96,10 @@ static cuda_device *as_cuda(og_device *d) { return d && d->ops == &cuda_ops ? (c
 
 bool og_cuda_built(void) { return true; }
 
+bool og_cuda_forward_type(og_ggml_type t) {
+    return og_cuda_has_type(t) || t == OG_TYPE_F32 || t == OG_TYPE_F16 || t == OG_TYPE_BF16;
+}
+
 /* The calling thread's current device is per thread in CUDA: set it on entry. */
 static og_status cur(cuda_device *c, char *err, size_t errlen) { return CK(cudaSetDevice(c->gpu)); }
 

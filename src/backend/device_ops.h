@@ -39,6 +39,7 @@ typedef enum og_cop_kind {
 typedef struct og_cop {
     og_cop_kind kind;
     void *own;
+    size_t own_bytes; /* the bytes of own the op's arrays use (0: none); a device copies them as one block */
     og_buf keep;
     union {
         struct {
@@ -76,6 +77,7 @@ typedef struct og_cop {
  * step too, so that a reused record seldom grows); NULL when out of memory. */
 static inline void *og_cop_own(og_cop *c, size_t bytes) {
     c->own = og_buf_reserve(&c->keep, bytes < 4096 ? 4096 : bytes) ? NULL : c->keep.p;
+    c->own_bytes = c->own ? bytes : 0;
     return c->own;
 }
 

@@ -120,7 +120,7 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
 /* The op table's entry points for a device whose `issue(d, s, kind, desc, n,
  * err, errlen)` queues or runs one og_cop (static functions prefix_matmul ...),
  * and the table's members in og_device_ops order. */
-#define OG_COP_ENTRY_POINTS(prefix, issue)                                                                              \
+#define OG_COP_DS2_ENTRY_POINTS(prefix, issue)                                                                              \
     static og_status prefix##_matmul(og_device *d, og_stream *s, const og_matmul_job *jobs, int n_jobs, char *err,       \
                                      size_t errlen) {                                                                    \
         return issue(d, s, OG_COP_MATMUL, jobs, n_jobs, err, errlen);                                                   \
@@ -166,6 +166,12 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
                                        size_t errlen) {                                                                 \
         return issue(d, s, OG_COP_KV_STORE, op, 0, err, errlen);                                                        \
     }                                                                                                                   \
+    static og_status prefix##_combine(og_device *d, og_stream *s, const og_combine_op *op, char *err, size_t errlen) { \
+        return issue(d, s, OG_COP_COMBINE, op, 0, err, errlen);                                                         \
+    }
+
+/* deepseek4's and deepseek41's entry points (a device without them leaves them NULL). */
+#define OG_COP_DS4_ENTRY_POINTS(prefix, issue)                                                                          \
     static og_status prefix##_hc_mix(og_device *d, og_stream *s, const og_hc_mix_op *op, char *err, size_t errlen) {  \
         return issue(d, s, OG_COP_HC_MIX, op, 0, err, errlen);                                                          \
     }                                                                                                                   \
@@ -191,10 +197,9 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
     }                                                                                                                   \
     static og_status prefix##_engram(og_device *d, og_stream *s, const og_engram_op *op, char *err, size_t errlen) {  \
         return issue(d, s, OG_COP_ENGRAM, op, 0, err, errlen);                                                          \
-    }                                                                                                                   \
-    static og_status prefix##_combine(og_device *d, og_stream *s, const og_combine_op *op, char *err, size_t errlen) { \
-        return issue(d, s, OG_COP_COMBINE, op, 0, err, errlen);                                                         \
     }
+
+#define OG_COP_ENTRY_POINTS(prefix, issue) OG_COP_DS2_ENTRY_POINTS(prefix, issue) OG_COP_DS4_ENTRY_POINTS(prefix, issue)
 
 #define OG_COP_TABLE(prefix)                                                                                           \
     prefix##_matmul, prefix##_rmsnorm, prefix##_rope, prefix##_softmax, prefix##_swiglu, prefix##_router,              \

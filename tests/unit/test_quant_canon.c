@@ -117,23 +117,7 @@ static void test_terms_vs_reference(void **state) {
     assert_int_equal(n_cases, 8 * 4 * 6);
 }
 
-/* Element e of a row of type t through the header's dequantizers (the cuda
- * device's get_rows calls them per element). */
-static float header_deq(og_ggml_type t, const void *row, int64_t e) {
-    switch (t) {
-    case OG_TYPE_Q8_0: return og_canon_deq_q8_0((const og_block_q8_0 *)row + e / 32, (int)(e % 32));
-    case OG_TYPE_Q4_0: return og_canon_deq_q4_0((const og_block_q4_0 *)row + e / 32, (int)(e % 32));
-    case OG_TYPE_Q5_0: return og_canon_deq_q5_0((const og_block_q5_0 *)row + e / 32, (int)(e % 32));
-    case OG_TYPE_Q2_K: return og_canon_deq_q2_K((const og_block_q2_K *)row + e / 256, (int)(e % 256));
-    case OG_TYPE_Q3_K: return og_canon_deq_q3_K((const og_block_q3_K *)row + e / 256, (int)(e % 256));
-    case OG_TYPE_Q4_K: return og_canon_deq_q4_K((const og_block_q4_K *)row + e / 256, (int)(e % 256));
-    case OG_TYPE_Q5_K: return og_canon_deq_q5_K((const og_block_q5_K *)row + e / 256, (int)(e % 256));
-    case OG_TYPE_Q6_K: return og_canon_deq_q6_K((const og_block_q6_K *)row + e / 256, (int)(e % 256));
-    default: fail_msg("no header dequantizer for type %d", (int)t); return 0;
-    }
-}
-
-/* Every type's dequantizer, element by element, against og_dequantize_row
+/* Every type's dequantizer (og_canon_deq), element by element, against og_dequantize_row
  * (quant_ref.c's to_float), bit for bit, on random rows of several scales
  * (random bytes too: every scale, min and quant pattern a file may hold). */
 static void test_dequantize(void **state) {
@@ -162,7 +146,7 @@ static void test_dequantize(void **state) {
             }
             assert_int_equal(og_dequantize_row(types[ti], wq, want, n), OG_OK);
             for (int64_t e = 0; e < n; e++) {
-                const float got = header_deq(types[ti], wq, e);
+                const float got = og_canon_deq(types[ti], wq, e);
                 if (bits(got) != bits(want[e]))
                     fail_msg("%s rep %d element %lld: header %.9g (0x%08x), to_float %.9g (0x%08x)", tr->name, rep,
                              (long long)e, got, bits(got), want[e], bits(want[e]));

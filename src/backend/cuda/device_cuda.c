@@ -737,51 +737,8 @@ static og_status cu_issue(og_device *d, og_stream *s, og_cop_kind kind, const vo
     return st ? stream_fail(s, st, err ? err : "op failed") : OG_OK;
 }
 
-static og_status cu_matmul(og_device *d, og_stream *s, const og_matmul_job *jobs, int n_jobs, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_MATMUL, jobs, n_jobs, err, errlen);
-}
-static og_status cu_rmsnorm(og_device *d, og_stream *s, const og_rmsnorm_op *op, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_RMSNORM, op, 0, err, errlen);
-}
-static og_status cu_rope(og_device *d, og_stream *s, const og_rope_op *op, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_ROPE, op, 0, err, errlen);
-}
-static og_status cu_softmax(og_device *d, og_stream *s, const og_rows *x, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_SOFTMAX, x, 0, err, errlen);
-}
-static og_status cu_swiglu(og_device *d, og_stream *s, float *out, const float *gate, const float *up, int64_t n,
-                           float clamp, char *err, size_t errlen) {
-    og_cop e = {.u.ew = {out, gate, up, n, clamp}};
-    return cu_issue(d, s, OG_COP_SWIGLU, &e, 0, err, errlen);
-}
-static og_status cu_router(og_device *d, og_stream *s, const og_router_op *op, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_ROUTER, op, 0, err, errlen);
-}
-static og_status cu_mla(og_device *d, og_stream *s, const og_mla_op *op, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_MLA, op, 0, err, errlen);
-}
-static og_status cu_add(og_device *d, og_stream *s, float *y, const float *a, const float *b, int64_t n, char *err,
-                        size_t errlen) {
-    og_cop e = {.u.ew = {y, a, b, n, 0}};
-    return cu_issue(d, s, OG_COP_ADD, &e, 0, err, errlen);
-}
-static og_status cu_scale(og_device *d, og_stream *s, float *y, const float *x, int64_t n, float f, char *err,
-                          size_t errlen) {
-    og_cop e = {.u.ew = {y, x, NULL, n, f}};
-    return cu_issue(d, s, OG_COP_SCALE, &e, 0, err, errlen);
-}
-static og_status cu_copy(og_device *d, og_stream *s, const og_copy_op *op, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_COPY, op, 0, err, errlen);
-}
-static og_status cu_get_rows(og_device *d, og_stream *s, const og_get_rows_op *op, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_GET_ROWS, op, 0, err, errlen);
-}
-static og_status cu_kv_store(og_device *d, og_stream *s, const og_kv_store_op *op, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_KV_STORE, op, 0, err, errlen);
-}
-static og_status cu_combine(og_device *d, og_stream *s, const og_combine_op *op, char *err, size_t errlen) {
-    return cu_issue(d, s, OG_COP_COMBINE, op, 0, err, errlen);
-}
+/* the op table's entry points (device_ops.h), deepseek2's */
+OG_COP_DS2_ENTRY_POINTS(cu, cu_issue)
 
 static void cu_destroy(og_device *d) {
     cuda_device *c = (cuda_device *)d;

@@ -530,29 +530,11 @@ extern "C" cudaError_t og_cuda_copy(void *dst, const void *src, uint64_t row_byt
     return cudaGetLastError();
 }
 
-/* Element e of a row of type t (og_quant_canon.h's dequantizers). */
-static __device__ float row_elem(og_ggml_type t, const uint8_t *row, int64_t e) {
-    switch (t) {
-    case OG_TYPE_F32:
-    case OG_TYPE_F16:
-    case OG_TYPE_BF16: return float_elem(t, row, e);
-    case OG_TYPE_Q8_0: return og_canon_deq_q8_0((const og_block_q8_0 *)row + e / 32, (int)(e % 32));
-    case OG_TYPE_Q4_0: return og_canon_deq_q4_0((const og_block_q4_0 *)row + e / 32, (int)(e % 32));
-    case OG_TYPE_Q5_0: return og_canon_deq_q5_0((const og_block_q5_0 *)row + e / 32, (int)(e % 32));
-    case OG_TYPE_Q2_K: return og_canon_deq_q2_K((const og_block_q2_K *)row + e / 256, (int)(e % 256));
-    case OG_TYPE_Q3_K: return og_canon_deq_q3_K((const og_block_q3_K *)row + e / 256, (int)(e % 256));
-    case OG_TYPE_Q4_K: return og_canon_deq_q4_K((const og_block_q4_K *)row + e / 256, (int)(e % 256));
-    case OG_TYPE_Q5_K: return og_canon_deq_q5_K((const og_block_q5_K *)row + e / 256, (int)(e % 256));
-    case OG_TYPE_Q6_K: return og_canon_deq_q6_K((const og_block_q6_K *)row + e / 256, (int)(e % 256));
-    default: return 0.0f; /* refused before launch */
-    }
-}
-
 static __global__ void k_get_rows(og_ggml_type t, const uint8_t *table, uint64_t row_bytes, int64_t K, const int32_t *ids,
                                   float *out) {
     const int64_t i = blockIdx.x;
     const uint8_t *row = table + (uint64_t)ids[i] * row_bytes;
-    for (int64_t e = threadIdx.x; e < K; e += blockDim.x) out[i * K + e] = row_elem(t, row, e);
+    for (int64_t e = threadIdx.x; e < K; e += blockDim.x) out[i * K + e] = og_canon_deq(t, row, e);
 }
 
 extern "C" cudaError_t og_cuda_get_rows(og_ggml_type t, const void *table, uint64_t row_bytes, int64_t K,

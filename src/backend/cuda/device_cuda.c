@@ -198,10 +198,10 @@ static void cu_stream_destroy(og_device *d, og_stream *s) {
     CKW(cudaSetDevice(c->gpu));
     CKW(cudaStreamSynchronize(s->cs));
     if (s->scratch) CKW(cudaFreeAsync(s->scratch, s->cs));
+    if (s->work) CKW(cudaFreeAsync(s->work, s->cs));
     CKW(cudaStreamSynchronize(s->cs));
     CKW(cudaStreamDestroy(s->cs));
     if (s->stage) CKW(cudaFreeHost(s->stage));
-    if (s->work) CKW(cudaFree(s->work));
     if (s->ring_h) CKW(cudaFreeHost(s->ring_h));
     if (s->ring_d) CKW(cudaFree(s->ring_d));
     for (int i = 0; i < 2; i++)

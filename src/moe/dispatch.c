@@ -17,9 +17,8 @@ struct og_dispatch {
     uint64_t dcap;
     og_dispatch_hook hook;
     void *hook_ctx;
-    og_event fwd_ev;         /* the last combine op's, on the forward pass's stream: its host and device
-                                rows are reused only once it completed */
-    og_device *fwd_dev;      /* whose event fwd_ev is */
+    og_event fwd_ev;         /* the last combine op's, on the forward pass's stream on dev: its host and
+                                device rows are reused only once it completed */
     og_buf arena;            /* a layer's host arrays (layer_arrays), kept */
     og_expert_ws xws;        /* the host experts' buffers, kept */
 };
@@ -117,15 +116,17 @@ static int split(int e, int cnt, int nx, og_numerics nm, piece *out) {
 
 /* Waits for the previous layer's combine op (its rows are about to be reused). */
 static og_status combine_wait(og_dispatch *d, char *err, size_t errlen) {
-    og_status st = d->fwd_ev ? d->fwd_dev->ops->event_wait(d->fwd_dev, d->fwd_ev, err, errlen) : OG_OK;
+    og_status st = d->fwd_ev ? d->dev->ops->event_wait(d->dev, d->fwd_ev, err, errlen) : OG_OK;
     d->fwd_ev = 0;
     return st;
 }
 
 /* io->y's rows onto the device (io->dev_y): the combine as an op on the
  * forward pass's stream, after the device experts' event ev, reading the
- * device rows in d->dy and the host ones uploaded after them; without a device
- * of the dispatcher's own on that stream, y (combined on the host) is copied up. */
+ * device rows in d->dy and the host ones uploaded after them (the rows stay
+ * untouched until fwd_ev completed); without a device of the dispatcher's own
+ * on that stream, y (combined on the host) is copied up: io->y is the forward
+ * pass's, which waits for its stream before it writes it again. */
 static og_status combine_on_device(og_dispatch *d, const og_run_ctx *rc, const og_moe_layer *io, const layer_arrays *la,
                                    int64_t D, int n_dev_rows, og_event ev, bool host_combined, char *err,
                                    size_t errlen) {
@@ -144,8 +145,8 @@ static og_status combine_on_device(og_dispatch *d, const og_run_ctx *rc, const o
         if (!st) st = ops->copy_to_device(rc->dev, rc->stream, io->dev_y, io->y, (uint64_t)io->n_tok * rb, err, errlen);
         if (!st) st = ops->moe_combine(rc->dev, rc->stream, &op, err, errlen);
     }
+    if (host_combined) return st;
     og_status rs = ops->event_record(rc->dev, rc->stream, &d->fwd_ev, st ? NULL : err, st ? 0 : errlen);
-    d->fwd_dev = rc->dev;
     return st ? st : rs;
 }
 

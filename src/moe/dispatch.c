@@ -302,7 +302,10 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
             for (int64_t i = 0; i < D; i++) yt[i] += routes[r].weight * rr[i];
         }
     }
-    if (!st && io->dev_y) st = combine_on_device(d, rc, io, &la, D, n_dev_rows, ev, !dev_combine, err, errlen);
+    if (!st && io->dev_y) {
+        st = combine_on_device(d, rc, io, &la, D, n_dev_rows, ev, !dev_combine, err, errlen);
+        if (st && issued && dev_combine && ev) (void)d->dev->ops->event_wait(d->dev, ev, NULL, 0); /* xg is read */
+    }
     return st;
 }
 

@@ -6,6 +6,11 @@
 
 bool og_cuda_built(void) { return false; }
 
+bool og_cuda_forward_type(og_ggml_type t) {
+    (void)t;
+    return false;
+}
+
 og_status og_device_cuda_create(int gpu, og_device **out, char *err, size_t errlen) {
     (void)gpu;
     *out = NULL;

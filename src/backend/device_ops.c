@@ -35,6 +35,40 @@ static og_status check_kv(const og_kv_view *kv, const int32_t *first, const int3
     return OG_OK;
 }
 
+static og_status combine_check(const og_combine_op *op, const char *who, char *err, size_t errlen) {
+    if (!op->y || !op->res || !op->route_off || op->n_tok < 0 || op->n_res < 0 || op->D < 1 || op->route_off[0] != 0)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "%s MoE combine: missing tensor or routes, %lld tokens, D %lld", who,
+                       (long long)op->n_tok, (long long)op->D);
+    for (int64_t t = 0; t < op->n_tok; t++)
+        if (op->route_off[t + 1] < op->route_off[t])
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "%s MoE combine: token %lld's routes end before they start", who,
+                           (long long)t);
+    const int32_t nr = op->route_off[op->n_tok];
+    if (nr && (!op->rows || !op->weights))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "%s MoE combine: %d routes without rows or weights", who, nr);
+    for (int32_t j = 0; j < nr; j++)
+        if (op->rows[j] < 0 || op->rows[j] >= op->n_res)
+            return og_fail(err, errlen, OG_ERR_INVALID_ARG, "%s MoE combine: route %d reads row %d of %lld", who, j,
+                           op->rows[j], (long long)op->n_res);
+    return OG_OK;
+}
+
+const void *og_dev_weights_find(const og_dev_weights *w, const void *p, uint64_t bytes) {
+    if (!w || !p) return NULL;
+    const uintptr_t a = (uintptr_t)p;
+    size_t lo = 0, hi = w->n; /* the last tensor starting at or below p */
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)w->t[mid].host <= a) lo = mid + 1;
+        else hi = mid;
+    }
+    if (!lo) return NULL;
+    const og_dev_tensor *t = &w->t[lo - 1];
+    const uint64_t off = (uint64_t)(a - (uintptr_t)t->host);
+    if (off > t->bytes || bytes > t->bytes - off) return NULL;
+    return (const uint8_t *)t->dev + off;
+}
+
 og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, int n, og_cop *c, char *err,
                       size_t errlen) {
     const og_buf keep = c->keep; /* the record's block, reused */
@@ -197,6 +231,19 @@ og_status og_cop_make(const og_kernels *k, og_cop_kind kind, const void *desc, i
                            "(%lld heads, d_nope %lld, d_v %lld, r_kv %lld)", (long long)op->n_head,
                            (long long)op->d_nope, (long long)op->d_v, (long long)op->r_kv);
         c->u.kv_b = *op;
+        return OG_OK;
+    }
+    case OG_COP_COMBINE: {
+        const og_combine_op *op = desc;
+        if ((st = combine_check(op, "device", err, errlen))) return st;
+        const size_t nr = (size_t)op->route_off[op->n_tok];
+        need = og_cop_al16(((size_t)op->n_tok + 1) * sizeof(int32_t)) + og_cop_al16(nr * sizeof(int32_t)) +
+               og_cop_al16(nr * sizeof(float));
+        if (!og_cop_own(c, need)) break;
+        c->u.combine = *op;
+        c->u.combine.route_off = og_cop_dup(&c->own, &at, op->route_off, ((size_t)op->n_tok + 1) * sizeof(int32_t));
+        c->u.combine.rows = og_cop_dup(&c->own, &at, op->rows, nr * sizeof(int32_t));
+        c->u.combine.weights = og_cop_dup(&c->own, &at, op->weights, nr * sizeof(float));
         return OG_OK;
     }
     default: break; /* deepseek4's: above */
@@ -362,6 +409,17 @@ og_status og_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, con
         const int64_t work = op->n_head * op->n_tok * (op->expand ? op->d_v : op->d_nope) * op->r_kv;
         if (pool && work >= MM_PARALLEL_MIN && op->n_head * op->n_tok > 1) og_pool_run(pool, kv_b_pairs, (void *)op);
         else kv_b_pairs((void *)op, 0, 1);
+        return OG_OK;
+    }
+    case OG_COP_COMBINE: {
+        const og_combine_op *op = &c->u.combine;
+        for (int64_t t = 0; t < op->n_tok; t++) { /* each token's routes in route order, as the dispatcher sums */
+            float *yt = op->y + t * op->D;
+            for (int32_t j = op->route_off[t]; j < op->route_off[t + 1]; j++) {
+                const float *rr = op->res + (int64_t)op->rows[j] * op->D, w = op->weights[j];
+                for (int64_t i = 0; i < op->D; i++) yt[i] += w * rr[i];
+            }
+        }
         return OG_OK;
     }
     default: break; /* deepseek4's: above */

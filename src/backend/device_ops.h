@@ -24,6 +24,7 @@ typedef enum og_cop_kind {
     OG_COP_GET_ROWS,
     OG_COP_KV_STORE,
     OG_COP_MLA_KV_B, /* deepseek2's legacy layout */
+    OG_COP_COMBINE,
     OG_COP_HC_MIX, /* deepseek4's (ds4_ops.c) from here on */
     OG_COP_HC_COLLAPSE,
     OG_COP_HC_EXPAND,
@@ -54,6 +55,7 @@ typedef struct og_cop_blocks {
 typedef struct og_cop {
     og_cop_kind kind;
     void *own;
+    size_t own_bytes; /* the bytes of own the op's arrays use (0: none); a device copies them as one block */
     og_buf keep;
     og_cop_blocks *blocks; /* NULL: keep */
     int own_class;         /* own's class in blocks, -1: none */
@@ -78,6 +80,7 @@ typedef struct og_cop {
         og_get_rows_op get_rows;
         og_kv_store_op kv_store;
         og_mla_kv_b_op kv_b;
+        og_combine_op combine;
         og_hc_mix_op hc_mix;
         og_hc_op hc;
         og_qat_op qat;
@@ -99,15 +102,18 @@ void og_cop_blocks_free(og_cop_blocks *bl);
 
 /* c->own = a block of at least bytes: from c->blocks when the record has a
  * pool (a block it held from an earlier op given back first), else c->keep's
- * (grown when smaller; at least 1 KiB, which holds most ops' arrays, so that
- * a reused record seldom grows); NULL when out of memory. */
+ * (grown when smaller; at least 4 KiB, which holds most ops' arrays, the MoE
+ * combine's routes of a 64-token step too, so that a reused record seldom
+ * grows); NULL when out of memory. */
 static inline void *og_cop_own(og_cop *c, size_t bytes) {
     if (c->blocks) {
         og_cop_blocks_give(c);
         c->own = og_cop_blocks_take(c->blocks, bytes, &c->own_class);
+        c->own_bytes = c->own ? bytes : 0;
         return c->own;
     }
-    c->own = og_buf_reserve(&c->keep, bytes < 1024 ? 1024 : bytes) ? NULL : c->keep.p;
+    c->own = og_buf_reserve(&c->keep, bytes < 4096 ? 4096 : bytes) ? NULL : c->keep.p;
+    c->own_bytes = c->own ? bytes : 0;
     return c->own;
 }
 
@@ -150,7 +156,7 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
 /* The op table's entry points for a device whose `issue(d, s, kind, desc, n,
  * err, errlen)` queues or runs one og_cop (static functions prefix_matmul ...),
  * and the table's members in og_device_ops order. */
-#define OG_COP_ENTRY_POINTS(prefix, issue)                                                                              \
+#define OG_COP_DS2_ENTRY_POINTS(prefix, issue)                                                                              \
     static og_status prefix##_matmul(og_device *d, og_stream *s, const og_matmul_job *jobs, int n_jobs, char *err,       \
                                      size_t errlen) {                                                                    \
         return issue(d, s, OG_COP_MATMUL, jobs, n_jobs, err, errlen);                                                   \
@@ -196,6 +202,12 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
                                        size_t errlen) {                                                                 \
         return issue(d, s, OG_COP_KV_STORE, op, 0, err, errlen);                                                        \
     }                                                                                                                   \
+    static og_status prefix##_combine(og_device *d, og_stream *s, const og_combine_op *op, char *err, size_t errlen) { \
+        return issue(d, s, OG_COP_COMBINE, op, 0, err, errlen);                                                         \
+    }
+
+/* deepseek4's and deepseek41's entry points (a device without them leaves them NULL). */
+#define OG_COP_DS4_ENTRY_POINTS(prefix, issue)                                                                          \
     static og_status prefix##_hc_mix(og_device *d, og_stream *s, const og_hc_mix_op *op, char *err, size_t errlen) {  \
         return issue(d, s, OG_COP_HC_MIX, op, 0, err, errlen);                                                          \
     }                                                                                                                   \
@@ -227,10 +239,12 @@ og_status og_ds4_cop_run(const og_kernels *k, og_pool *pool, og_cop_scratch *sc,
         return issue(d, s, OG_COP_MLA_KV_B, op, 0, err, errlen);                                                        \
     }
 
+#define OG_COP_ENTRY_POINTS(prefix, issue) OG_COP_DS2_ENTRY_POINTS(prefix, issue) OG_COP_DS4_ENTRY_POINTS(prefix, issue)
+
 #define OG_COP_TABLE(prefix)                                                                                           \
     prefix##_matmul, prefix##_rmsnorm, prefix##_rope, prefix##_softmax, prefix##_swiglu, prefix##_router,              \
         prefix##_mla, prefix##_add, prefix##_scale, prefix##_copy, prefix##_get_rows, prefix##_kv_store,               \
         prefix##_hc_mix, prefix##_hc_collapse, prefix##_hc_expand, prefix##_qat, prefix##_compress, prefix##_indexer,  \
-        prefix##_sink_attn, prefix##_engram, prefix##_mla_kv_b
+        prefix##_sink_attn, prefix##_engram, prefix##_mla_kv_b, prefix##_combine
 
 #endif

@@ -166,6 +166,11 @@ void og_rope_angles(const og_rope *r, int64_t pos, float *theta);
 /* Largest d_rope og_rope_apply handles (its angles live on the stack); callers
  * refuse larger values when they read them (the model loaders do). */
 #define OG_ROPE_MAX_DIM 512
+/* The rotation og_rope_apply uses at position pos: c[i] = (float)(cos(theta_i)
+ * mscale), sn[i] = (float)(sin(theta_i) mscale), i < d_rope / 2, from the angles
+ * in double (the cuda device's RoPE takes them from here, so its bits are the
+ * host's). A d_rope outside [0, OG_ROPE_MAX_DIM] writes nothing. */
+void og_rope_cos_sin(const og_rope *r, int64_t pos, float *c, float *sn);
 /* Rotates n_vec vectors (each d_rope floats, `stride` floats apart) at position
  * pos. d_rope must be even and <= OG_ROPE_MAX_DIM; a larger one rotates nothing
  * (never reached: the loaders refuse it). */

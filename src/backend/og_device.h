@@ -245,6 +245,47 @@ typedef struct og_kv_store_op {
     const int32_t *pos;      /* host [src.n_rows] */
 } og_kv_store_op;
 
+/* The MoE combine (deepseek2.md §5, the dispatcher's sum as an op): for each
+ * token t and each of its routes j in route order, y[t][i] = y[t][i] +
+ * weights[j] * res[rows[j]][i] (the product rounded, then the sum: og_moe.h's
+ * route-order sum, so the bits are the host's). y starts as the shared
+ * experts' output (or zeros). */
+typedef struct og_combine_op {
+    float *y;                 /* device [n_tok][D], in place */
+    const float *res;         /* device [n_res][D]: the routes' expert outputs */
+    int64_t n_tok, n_res, D;
+    const int32_t *route_off; /* host [n_tok + 1]: token t's routes are [route_off[t], route_off[t + 1]),
+                                 non-decreasing from 0 */
+    const int32_t *rows;      /* host [route_off[n_tok]]: each route's row of res, in [0, n_res) */
+    const float *weights;     /* host [route_off[n_tok]] */
+} og_combine_op;
+
+/* ---- weights in device memory ---- */
+
+/* One tensor's device copy: the host bytes [host, host + bytes) (the mapped
+ * file) are at the device address dev. */
+typedef struct og_dev_tensor {
+    const void *host;
+    uint64_t bytes;
+    void *dev;
+    const char *name; /* the GGUF tensor name (for messages) */
+} og_dev_tensor;
+
+/* The device copies of a model's non-expert weights (og_placement uploads them
+ * when the forward pass runs on a device whose memory is not the host's): a
+ * table keyed by tensor, sorted by host address, ranges disjoint. The forward
+ * pass swaps each weight's host address for its copy's before issuing an op,
+ * so no host address of a weight ever reaches the device. */
+typedef struct og_dev_weights {
+    const og_dev_tensor *t; /* [n] */
+    size_t n;
+} og_dev_weights;
+
+/* The device address of the host bytes [p, p + bytes) when one tensor's copy
+ * holds all of them (p may point inside it: a slice), else NULL (cannot fail
+ * otherwise; O(log n)). */
+const void *og_dev_weights_find(const og_dev_weights *w, const void *p, uint64_t bytes);
+
 /* ---- deepseek4's ops (deepseek4.md §4.1-4.2; src/backend/ds4_ops.c) ---- */
 
 /* mHC mixes (deepseek4.md §4.1.3 step 1-2) from m = fn^T rmsnorm(flat S), the
@@ -511,6 +552,8 @@ typedef struct og_device_ops {
     /* deepseek2's legacy attn_kv_b products (og_mla_kv_b_op; NULL on the cuda
      * device for now: a legacy file's forward pass then answers OG_ERR_UNSUPPORTED) */
     og_status (*mla_kv_b)(og_device *d, og_stream *s, const og_mla_kv_b_op *op, char *err, size_t errlen);
+    /* the MoE combine (og_combine_op; the dispatcher's, when the forward pass is on this device) */
+    og_status (*moe_combine)(og_device *d, og_stream *s, const og_combine_op *op, char *err, size_t errlen);
 } og_device_ops;
 
 struct og_device {

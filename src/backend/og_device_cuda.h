@@ -37,6 +37,12 @@ bool og_cuda_machine_has_gpu(void);
  * a gpu index beyond the GPUs present; OG_ERR_IO for another CUDA failure. */
 og_status og_device_cuda_create(int gpu, og_device **out, char *err, size_t errlen);
 
+/* Whether the cuda device's forward-pass ops take weights of type t: the
+ * matmul op (the canonical products of Q8_0, Q4_0, Q5_0, Q2_K ... Q6_K, and of
+ * F32, F16, BF16 in og_dot_f32_device's order) and get_rows (each type's
+ * dequantization). Always false in a build without CUDA. */
+bool og_cuda_forward_type(og_ggml_type t);
+
 /* One line about the device: "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB, 131.2 GiB
  * free)" into buf. OG_ERR_INVALID_ARG when d is not a cuda device. */
 og_status og_device_cuda_describe(og_device *d, char *buf, size_t buflen);

@@ -105,16 +105,21 @@ void og_rope_angles(const og_rope *r, int64_t pos, float *theta) {
     for (int i = 0; i < r->d_rope / 2; i++) theta[i] = (float)th[i];
 }
 
-void og_rope_apply(const og_rope *r, float *x, int n_vec, int64_t stride, int64_t pos) {
+void og_rope_cos_sin(const og_rope *r, int64_t pos, float *c, float *sn) {
     double theta[OG_ROPE_MAX_DIM / 2];
-    float c[OG_ROPE_MAX_DIM / 2], sn[OG_ROPE_MAX_DIM / 2];
-    const int half = r->d_rope / 2;
     if (r->d_rope < 0 || r->d_rope > OG_ROPE_MAX_DIM) return;
     rope_angles_f64(r, pos, theta);
-    for (int i = 0; i < half; i++) { /* cos, sin in double, rounded once */
+    for (int i = 0; i < r->d_rope / 2; i++) { /* cos, sin in double, rounded once */
         c[i] = (float)(cos(theta[i]) * r->mscale);
         sn[i] = (float)(sin(theta[i]) * r->mscale);
     }
+}
+
+void og_rope_apply(const og_rope *r, float *x, int n_vec, int64_t stride, int64_t pos) {
+    float c[OG_ROPE_MAX_DIM / 2], sn[OG_ROPE_MAX_DIM / 2];
+    const int half = r->d_rope / 2;
+    if (r->d_rope < 0 || r->d_rope > OG_ROPE_MAX_DIM) return;
+    og_rope_cos_sin(r, pos, c, sn);
     for (int v = 0; v < n_vec; v++) {
         float *p = x + v * stride;
         for (int i = 0; i < half; i++) {

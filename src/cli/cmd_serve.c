@@ -74,7 +74,8 @@ static void usage(FILE *out) {
             "                     runs the cold ones; hit rate, migrations and PCIe bytes show in /metrics\n"
             "  --device-threads N the cpu device's threads (default: as --threads)\n"
             "  --device-forward   the forward pass's own ops on the device's stream too, the non-expert weights and\n"
-            "                     KV cache in its memory (default: on the host pool)\n"
+            "                     KV cache in its memory (default: the GPU's for a deepseek2 model on the cuda\n"
+            "                     device, else on the host pool); --no-device-forward: never\n"
             "  --ram SIZE         host memory for the plan (default: MemAvailable and any cgroup limit)\n"
             "  --reserve SIZE     device memory kept free (default 512M)\n"
             "  --expert-slots N|all  expert slots per MoE layer instead of the planner's (0: all on the host)\n"
@@ -344,10 +345,14 @@ int og_cmd_serve(int argc, char **argv) {
                  og_fmt_bytes(em.kv_blocks_total * em.kv_block_bytes, pb, sizeof pb),
                  fl.cache_ram && prefix_cache ? ", --cache-ram on" : "", fl.cache_dir && prefix_cache ? ", --cache-dir on" : "");
     }
+    og_placement_stats pst;
+    og_placement_get_stats(pl, &pst);
+    og_device *pdev = og_placement_device(pl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads, prefix "
-                    "cache %s%s\n",
+                    "cache %s%s, forward pass on the %s\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool),
-            prefix_cache && (mi->kv_paged || mi->kv_snapshot) ? "on" : "off", pool_line);
+            prefix_cache && (mi->kv_paged || mi->kv_snapshot) ? "on" : "off", pool_line,
+            pst.forward_on_device && pdev ? (strcmp(pdev->ops->name, "cuda") ? "cpu device" : "GPU") : "host pool");
     fflush(stderr);
     int sig = 0;
     if (watching) {

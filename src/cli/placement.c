@@ -248,6 +248,7 @@ int og_cli_flag(const char *cmd, int c, const char *arg, og_cli_flags *f) {
         ok = og_cli_parse_count(arg, &f->device_threads) && f->device_threads <= 4096;
         break;
     case OG_OPT_DEVICE_FORWARD: name = "device-forward", want = ""; f->device_forward = true; break;
+    case OG_OPT_NO_DEVICE_FORWARD: name = "no-device-forward", want = ""; f->no_device_forward = true; break;
     case OG_OPT_DS4_ROUNDING: {
         char why[160] = "";
         name = "ds4-rounding";
@@ -427,7 +428,12 @@ int og_cli_placement_create(const char *cmd, const og_model *m, og_cli_flags *f,
     pc.count = count || f->save_profile;
     pc.kern = kern;
     pc.device_threads = (int)(f->device_threads ? f->device_threads : f->threads);
-    pc.forward_on_device = f->device_forward;
+    /* on a GPU the forward pass runs there by default (deepseek2's ops are on the cuda device) */
+    pc.forward_on_device = !f->no_device_forward &&
+                           (f->device_forward || (pc.device && !strcmp(og_model_get_info(m)->arch, "deepseek2")));
+    /* the cpu device's test mode: weights copied as on a GPU (tests/cli/device.sh) */
+    const char *dw = getenv("ONEGPU_DEVICE_WEIGHTS");
+    pc.copy_weights = dw && !strcmp(dw, "copy");
     pc.device = f->gpu; /* the placement's from here on */
     pc.pin = true;
     f->gpu = NULL;
@@ -444,13 +450,25 @@ int og_cli_placement_create(const char *cmd, const og_model *m, og_cli_flags *f,
         char pin[320];
         if (ps.pin_error) snprintf(pin, sizeof pin, "host experts not pinned (%s)", ps.pin_error);
         else snprintf(pin, sizeof pin, "%s of host experts pinned", og_fmt_bytes(ps.pinned_bytes, hb, sizeof hb));
-        fprintf(stderr, "%s: compute: cuda device %s: %llu experts resident in %s, %s copied host->device, %s; the "
-                "rest of the forward pass on the CPU\n", cmd, desc, (unsigned long long)ps.resident_experts,
-                og_fmt_bytes(f->pin.vram, vb, sizeof vb), og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb), pin);
+        char fwd[96], wb[32];
+        if (ps.forward_on_device)
+            snprintf(fwd, sizeof fwd, "the forward pass on the GPU (%s of weights in its memory)",
+                     og_fmt_bytes(ps.weight_bytes, wb, sizeof wb));
+        else
+            snprintf(fwd, sizeof fwd, "the rest of the forward pass on the CPU");
+        fprintf(stderr, "%s: compute: cuda device %s: %llu experts resident in %s, %s copied host->device, %s; %s\n",
+                cmd, desc, (unsigned long long)ps.resident_experts, og_fmt_bytes(f->pin.vram, vb, sizeof vb),
+                og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb), pin, fwd);
     } else if (ps.device) {
+        char fwd[96] = "", wb[32];
+        if (ps.forward_on_device && ps.weight_bytes)
+            snprintf(fwd, sizeof fwd, "; the forward pass on the device, %s of weights copied",
+                     og_fmt_bytes(ps.weight_bytes, wb, sizeof wb));
+        else if (ps.forward_on_device)
+            snprintf(fwd, sizeof fwd, "; the forward pass on the device, weights used in place");
         fprintf(stderr, "%s: compute: cpu device: %llu experts resident, %s copied host->device (the CPU plays a GPU "
-                "of %s)\n", cmd, (unsigned long long)ps.resident_experts, og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb),
-                og_fmt_bytes(f->pin.vram, vb, sizeof vb));
+                "of %s)%s\n", cmd, (unsigned long long)ps.resident_experts, og_fmt_bytes(ps.pcie_bytes, pb, sizeof pb),
+                og_fmt_bytes(f->pin.vram, vb, sizeof vb), fwd);
     } else {
         fprintf(stderr, "%s: compute: CPU only (no device)\n", cmd);
     }

@@ -25,6 +25,7 @@ typedef struct og_cli_flags {
     bool numerics_gpu;       /* --cpu-numerics gpu (true) or fork */
     bool have_vram, have_ram, migrate_set;
     bool device_forward;     /* --device-forward: the forward pass's own ops on the device's stream too */
+    bool no_device_forward;  /* --no-device-forward: on the host pool even on a GPU (where the default is the device) */
     int device;              /* --device: OG_CLI_DEVICE_AUTO (default), _CPU or _CUDA */
     og_device *gpu;          /* the cuda device og_cli_plan_flags made (handed to the placement), or NULL */
     const char *ds4_rounding;/* --ds4-rounding LIST (deepseek4's model options), or NULL: the model's defaults */
@@ -46,7 +47,7 @@ enum {
     OG_OPT_VRAM = 0x100, OG_OPT_RAM, OG_OPT_RESERVE, OG_OPT_CTX, OG_OPT_SLOTS, OG_OPT_PROFILE, OG_OPT_SAVE_PROFILE,
     OG_OPT_MIGRATE, OG_OPT_NUMERICS, OG_OPT_THREADS, OG_OPT_DEVICE_THREADS, OG_OPT_NUMA_NODE,
     OG_OPT_DEVICE_FORWARD, OG_OPT_DEVICE, OG_OPT_DS4_ROUNDING, OG_OPT_KV_TYPE, OG_OPT_CACHE_RAM, OG_OPT_CACHE_DIR,
-    OG_OPT_CACHE_DIR_SIZE
+    OG_OPT_CACHE_DIR_SIZE, OG_OPT_NO_DEVICE_FORWARD
 };
 
 /* The shared flags' entries for a command's getopt_long table. */
@@ -58,6 +59,7 @@ enum {
         {"migrate", required_argument, 0, OG_OPT_MIGRATE}, {"cpu-numerics", required_argument, 0, OG_OPT_NUMERICS},    \
         {"threads", required_argument, 0, OG_OPT_THREADS}, {"device-threads", required_argument, 0, OG_OPT_DEVICE_THREADS}, \
         {"numa-node", required_argument, 0, OG_OPT_NUMA_NODE}, {"device-forward", no_argument, 0, OG_OPT_DEVICE_FORWARD}, \
+        {"no-device-forward", no_argument, 0, OG_OPT_NO_DEVICE_FORWARD}, \
         {"device", required_argument, 0, OG_OPT_DEVICE}, {"ds4-rounding", required_argument, 0, OG_OPT_DS4_ROUNDING}, \
         {"kv-type", required_argument, 0, OG_OPT_KV_TYPE}, {"cache-ram", required_argument, 0, OG_OPT_CACHE_RAM},   \
         {"cache-dir", required_argument, 0, OG_OPT_CACHE_DIR},                                                        \

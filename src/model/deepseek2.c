@@ -474,6 +474,28 @@ static og_status swiglu_ffn(fwd *f, const og_weight *gate, const og_weight *up, 
     return st;
 }
 
+/* *out = L with every weight at its device copy (og_fwd_weight; as it is
+ * without a table). The legacy kv_b_f32 stays: host memory, read by the
+ * cpu devices' kv_b op (a device without that op refuses the file). */
+static og_status layer_on_device(const fwd *f, const og_hparams *h, const og_layer *L, og_layer *out) {
+    *out = *L;
+    if (!f->wt) return OG_OK;
+    const int64_t D = h->n_embd;
+    og_status st = OG_OK;
+    const struct { const og_weight *w; og_weight *o; const char *what; } ws[] = {
+        {&L->q_a, &out->q_a, "attn_q_a"}, {&L->q_b, &out->q_b, "attn_q_b"}, {&L->q, &out->q, "attn_q"},
+        {&L->kv_a, &out->kv_a, "attn_kv_a_mqa"}, {&L->k_b, &out->k_b, "attn_k_b"}, {&L->v_b, &out->v_b, "attn_v_b"},
+        {&L->o, &out->o, "attn_output"}, {&L->gate, &out->gate, "ffn_gate"}, {&L->up, &out->up, "ffn_up"},
+        {&L->down, &out->down, "ffn_down"}, {&L->router, &out->router, "ffn_gate_inp"}};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !st; i++) st = og_fwd_weight(f, ws[i].w, ws[i].what, ws[i].o);
+    if (!st) st = og_fwd_vec(f, L->attn_norm, D, "attn_norm", &out->attn_norm);
+    if (!st) st = og_fwd_vec(f, L->q_a_norm, h->q_lora_rank, "attn_q_a_norm", &out->q_a_norm);
+    if (!st) st = og_fwd_vec(f, L->kv_a_norm, h->kv_lora_rank, "attn_kv_a_norm", &out->kv_a_norm);
+    if (!st) st = og_fwd_vec(f, L->ffn_norm, D, "ffn_norm", &out->ffn_norm);
+    if (!st) st = og_fwd_vec(f, L->exp_bias, h->n_expert, "exp_probs_b", &out->exp_bias);
+    return st;
+}
+
 static uint64_t ds2_scratch_bytes(const og_model *m, int64_t n_tok, int64_t n_out) {
     const og_ds2 *d = og_ds2_of(m);
     const og_hparams *h = &d->hp;
@@ -629,12 +651,13 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     og_kv_view kvv = {blocks, n_blocks, OG_KV_BLOCK, 0, w_kv, w_kv, d->kv_type};
 
     /* embeddings (§3: no scaling) */
-    if (!st) {
-        og_get_rows_op g = {d->tok_embd, tokens, T, h_res};
-        st = ops->get_rows(fw.dev, fw.s, &g, err, errlen);
-    }
+    og_get_rows_op g = {d->tok_embd, tokens, T, h_res};
+    if (!st) st = og_fwd_weight(&fw, &d->tok_embd, "token_embd", &g.table);
+    if (!st) st = ops->get_rows(fw.dev, fw.s, &g, err, errlen);
+    og_layer Ld; /* the layer's weights where the device reads them */
     for (uint32_t il = 0; il < h->n_layer && !st; il++) {
-        const og_layer *L = &d->layers[il];
+        if ((st = layer_on_device(&fw, h, &d->layers[il], &Ld))) break;
+        const og_layer *L = &Ld;
         kvv.offset = (int64_t)il * OG_KV_BLOCK * w_kv;
         /* ---- attention (MLA, absorbed form) ---- */
         if ((st = og_fwd_norm(&fw, a, h_res, T, D, D, L->attn_norm, h->rms_eps))) break;
@@ -715,15 +738,20 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
                 (st = ops->copy_to_host(fw.dev, fw.s, hx, a, (uint64_t)(T * D) * fb, err, errlen)) || (st = og_fwd_sync(&fw)))
                 break;
             og_fwd_routes(rc, il, h->n_expert, (int)h->n_expert_used, T, h_ids, h_w, routes);
-            const og_moe_layer io = {(uint32_t)il, hx, T, routes, (int)(T * k), batch->exact, hy};
+            /* on a device the dispatcher leaves y there (the combine as an op) */
+            const og_moe_layer io = {(uint32_t)il, hx, T, routes, (int)(T * k), batch->exact, hy, rc->dev ? y : NULL};
             if ((st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, err, errlen))) {
                 failed_here = true;
                 break;
             }
-            if ((st = ops->copy_to_device(fw.dev, fw.s, y, hy, (uint64_t)(T * D) * fb, err, errlen))) break;
+            if (!io.dev_y && (st = ops->copy_to_device(fw.dev, fw.s, y, hy, (uint64_t)(T * D) * fb, err, errlen))) break;
         }
         if ((st = ops->add(fw.dev, fw.s, h_res, h_res, y, T * D, err, errlen))) break;
     }
+    const float *out_norm = NULL;
+    og_weight output = d->output;
+    if (!st) st = og_fwd_vec(&fw, d->out_norm, D, "output_norm", &out_norm);
+    if (!st) st = og_fwd_weight(&fw, &d->output, "output", &output);
     if (!st) { /* the wanted rows, in token order: one RMSNorm per run of consecutive wanted tokens */
         int64_t r = 0;
         for (int64_t t = 0; t < T && !st;) {
@@ -733,7 +761,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             }
             int64_t t1 = t + 1;
             while (t1 < T && batch->logits[t1]) t1++;
-            st = og_fwd_norm(&fw, a + r * D, h_res + t * D, t1 - t, D, D, d->out_norm, h->rms_eps);
+            st = og_fwd_norm(&fw, a + r * D, h_res + t * D, t1 - t, D, D, out_norm, h->rms_eps);
             r += t1 - t;
             t = t1;
         }
@@ -742,7 +770,7 @@ static og_status ds2_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
         for (int64_t t = 0, i = 0; ex_out && t < T; t++)
             if (batch->logits[t]) ex_out[i++] = batch->exact[t];
         fw.exact = ex_out;
-        if (n_out && !st) st = og_fwd_mm(&fw, &d->output, a, n_out, dlog);
+        if (n_out && !st) st = og_fwd_mm(&fw, &output, a, n_out, dlog);
         if (n_out && !st)
             st = ops->copy_to_host(fw.dev, fw.s, logits, dlog, (uint64_t)n_out * h->n_vocab * fb, err, errlen);
     }

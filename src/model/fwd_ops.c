@@ -35,7 +35,24 @@ og_status og_fwd_begin(og_fwd *f, const og_run_ctx *rc, const bool *exact, og_de
         if (!st) st = f->dev->ops->stream_create(f->dev, &f->s, err, errlen);
     }
     if (!st) f->ops = f->dev->ops;
+    f->wt = rc->dev ? rc->weights : NULL;
     return st;
+}
+
+og_status og_fwd_weight(const og_fwd *f, const og_weight *w, const char *what, og_weight *out) {
+    *out = *w;
+    if (!f->wt || !w->data) return OG_OK;
+    if (!(out->data = og_dev_weights_find(f->wt, w->data, (uint64_t)w->n_rows * w->row_bytes)))
+        return og_fail(f->err, f->errlen, OG_ERR_STATE, "forward pass: %s has no copy in device memory", what);
+    return OG_OK;
+}
+
+og_status og_fwd_vec(const og_fwd *f, const float *v, int64_t n, const char *what, const float **out) {
+    *out = v;
+    if (!f->wt || !v) return OG_OK;
+    if (!(*out = og_dev_weights_find(f->wt, v, (uint64_t)n * sizeof(float))))
+        return og_fail(f->err, f->errlen, OG_ERR_STATE, "forward pass: %s has no copy in device memory", what);
+    return OG_OK;
 }
 
 og_status og_fwd_mm_rows(og_fwd *f, const og_matmul_job *jobs, int n, int64_t t_base) {
@@ -420,7 +437,7 @@ og_status og_fwd_moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const o
     if (!st) st = og_fwd_sync(f);
     if (st) return st;
     og_fwd_routes(rc, il, (uint32_t)ro->n_expert, (int)k, T, h->ids, h->w, h->routes);
-    const og_moe_layer io = {il, h->x, T, h->routes, (int)(T * k), batch->exact, h->y};
+    const og_moe_layer io = {il, h->x, T, h->routes, (int)(T * k), batch->exact, h->y, NULL};
     st = rc->dispatch->type->moe_layer(rc->dispatch->self, m, rc, &io, f->err, f->errlen);
     if (st) {
         *failed_here = true;

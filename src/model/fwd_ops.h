@@ -18,6 +18,7 @@ typedef struct og_fwd {
     const og_device_ops *ops;
     og_numerics nm;     /* every product's numerics: rc->host_numerics */
     const bool *exact;  /* [n_tok] or NULL (og_batch.exact): rows that compute canonically whatever nm */
+    const og_dev_weights *wt; /* rc->weights with rc->dev, else NULL (weights used where they are) */
     char *err;
     size_t errlen;
 } og_fwd;
@@ -54,6 +55,13 @@ og_status og_fwd_drain(og_fwd *f, og_status st);
  * with err as it is (the dispatcher's or an allocation's message); else st
  * with err rewritten as "<what> failed: <status>[: <err>]". */
 og_status og_fwd_failure(og_status st, bool failed_here, const char *what, char *err, size_t errlen);
+/* *out = w with its data at its device copy (f->wt), or w as it is without a
+ * table or without data (an absent tensor). Errors: OG_ERR_STATE (the table
+ * holds no copy of w's bytes: a weight the placement did not upload; named in
+ * f->err by what). */
+og_status og_fwd_weight(const og_fwd *f, const og_weight *w, const char *what, og_weight *out);
+/* The same for a vector of n floats (a norm's weight, a bias); NULL stays NULL. */
+og_status og_fwd_vec(const og_fwd *f, const float *v, int64_t n, const char *what, const float **out);
 /* Rows [r0, r0 + n) of w as their own weight (an offset on a device address). */
 og_weight og_fwd_slice(const og_weight *w, int64_t r0, int64_t n);
 

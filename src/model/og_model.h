@@ -351,6 +351,11 @@ typedef struct og_moe_layer {
     int n_routes;
     const bool *exact;       /* [n_tok] or NULL: rows whose cold and shared experts compute canonically too */
     float *y;                /* [n_tok][D] out: shared experts + sum of weight * expert(x) in route order */
+    /* With the forward pass on a device (og_run_ctx.dev): device [n_tok][D] that receives y
+     * instead, issued on og_run_ctx.stream (the combine then runs there as the
+     * moe_combine op, with the same bits; y is the dispatcher's host scratch), or
+     * NULL: the result in y */
+    float *dev_y;
 } og_moe_layer;
 
 /* The dispatcher seam (DESIGN.md "The seams"): the forward pass computes a MoE
@@ -391,6 +396,11 @@ struct og_run_ctx {
      * calling thread. */
     og_device *dev;
     og_stream *stream;
+    /* The device copies of the non-expert weights (og_dev_weights: every weight
+     * the forward pass hands to dev is looked up there), or NULL: dev reads the
+     * weights where the model holds them (the host device; the cpu device using
+     * the mapped file in place). Ignored without dev. */
+    const og_dev_weights *weights;
     /* The activations' scratch reused between calls (og_fwd_scratch, with the
      * host buffers and host device), or NULL: each call allocates and frees its
      * own. */

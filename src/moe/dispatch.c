@@ -17,6 +17,8 @@ struct og_dispatch {
     uint64_t dcap;
     og_dispatch_hook hook;
     void *hook_ctx;
+    og_event fwd_ev;         /* the last combine op's, on the forward pass's stream on dev: its host and
+                                device rows are reused only once it completed */
     og_buf arena;            /* a layer's host arrays (layer_arrays), kept */
     og_expert_ws xws;        /* the host experts' buffers, kept */
 };
@@ -64,6 +66,8 @@ typedef struct layer_arrays {
     piece *pc;               /* [2 E + 1] */
     og_expert_group *groups; /* [2 E + 1] */
     og_expert_job *jobs;     /* [2 E + 2 + n_tok] */
+    int32_t *route_off, *crow; /* [n_tok + 1], [n_routes + 1]: the combine op's routes by token */
+    float *cw;               /* [n_routes + 1] */
 } layer_arrays;
 
 /* The next `bytes` (64-byte aligned) at *at in base; base NULL: only counts. */
@@ -89,6 +93,9 @@ static size_t carve(uint8_t *base, layer_arrays *a, int n_routes, int E, int64_t
     a->pc = take(base, &at, (2 * ne + 1) * sizeof(piece));
     a->groups = take(base, &at, (2 * ne + 1) * sizeof(og_expert_group));
     a->jobs = take(base, &at, (2 * ne + 2 + (size_t)n_tok) * sizeof(og_expert_job));
+    a->route_off = take(base, &at, ((size_t)n_tok + 1) * sizeof(int32_t));
+    a->crow = take(base, &at, nr * sizeof(int32_t));
+    a->cw = take(base, &at, nr * sizeof(float));
     return at;
 }
 
@@ -107,6 +114,42 @@ static int split(int e, int cnt, int nx, og_numerics nm, piece *out) {
     return 2;
 }
 
+/* Waits for the previous layer's combine op (its rows are about to be reused). */
+static og_status combine_wait(og_dispatch *d, char *err, size_t errlen) {
+    og_status st = d->fwd_ev ? d->dev->ops->event_wait(d->dev, d->fwd_ev, err, errlen) : OG_OK;
+    d->fwd_ev = 0;
+    return st;
+}
+
+/* io->y's rows onto the device (io->dev_y): the combine as an op on the
+ * forward pass's stream, after the device experts' event ev, reading the
+ * device rows in d->dy and the host ones uploaded after them (the rows stay
+ * untouched until fwd_ev completed); without a device of the dispatcher's own
+ * on that stream, y (combined on the host) is copied up: io->y is the forward
+ * pass's, which waits for its stream before it writes it again. */
+static og_status combine_on_device(og_dispatch *d, const og_run_ctx *rc, const og_moe_layer *io, const layer_arrays *la,
+                                   int64_t D, int n_dev_rows, og_event ev, bool host_combined, char *err,
+                                   size_t errlen) {
+    const og_device_ops *ops = rc->dev->ops;
+    const uint64_t fb = sizeof(float), rb = (uint64_t)D * fb;
+    og_status st = OG_OK;
+    if (host_combined) {
+        st = ops->copy_to_device(rc->dev, rc->stream, io->dev_y, io->y, (uint64_t)io->n_tok * rb, err, errlen);
+    } else {
+        og_combine_op op = {io->dev_y, d->dy, io->n_tok, io->n_routes, D, la->route_off, la->crow, la->cw};
+        st = ops->stream_wait(rc->dev, rc->stream, ev, err, errlen);
+        if (!st && io->n_routes > n_dev_rows) /* the host experts' rows after the device's */
+            st = ops->copy_to_device(rc->dev, rc->stream, (uint8_t *)d->dy + (uint64_t)n_dev_rows * rb,
+                                     la->res + (size_t)n_dev_rows * (size_t)D, (uint64_t)(io->n_routes - n_dev_rows) * rb,
+                                     err, errlen);
+        if (!st) st = ops->copy_to_device(rc->dev, rc->stream, io->dev_y, io->y, (uint64_t)io->n_tok * rb, err, errlen);
+        if (!st) st = ops->moe_combine(rc->dev, rc->stream, &op, err, errlen);
+    }
+    if (host_combined) return st;
+    og_status rs = ops->event_record(rc->dev, rc->stream, &d->fwd_ev, st ? NULL : err, st ? 0 : errlen);
+    return st ? st : rs;
+}
+
 static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, const og_moe_layer *io, char *err,
                            size_t errlen) {
     og_dispatch *d = self;
@@ -122,7 +165,12 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
             return og_fail(err, errlen, OG_ERR_INVALID_ARG, "layer %u: route %d names expert %d, token %d", il, r,
                            routes[r].expert, routes[r].token);
     layer_arrays la;
-    og_status st = OG_OK;
+    og_status st = combine_wait(d, err, errlen);
+    if (st) return st;
+    if (io->dev_y && (!rc->dev || !rc->stream))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "layer %u: a device result needs the run context's device", il);
+    /* the combine runs as an op on the forward pass's device when it is the dispatcher's */
+    const bool dev_combine = io->dev_y && d->dev && rc->dev == d->dev;
     if (og_buf_reserve(&d->arena, carve(NULL, &la, n_routes, E, D, io->n_tok)))
         return og_fail(err, errlen, OG_ERR_NOMEM, "layer %u: out of memory for the dispatch arrays", il);
     carve(d->arena.p, &la, n_routes, E, D, io->n_tok);
@@ -163,6 +211,18 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
         }
         for (int i = 0; i < n_routes; i++)
             memcpy(xg + (size_t)i * D, io->x + routes[order[i]].token * D, (size_t)D * sizeof *xg);
+        if (dev_combine) { /* the combine op's routes: by token, route order within each */
+            memset(la.route_off, 0, ((size_t)io->n_tok + 1) * sizeof *la.route_off);
+            for (int r = 0; r < n_routes; r++) la.route_off[routes[r].token + 1]++;
+            for (int64_t t = 0; t < io->n_tok; t++) la.route_off[t + 1] += la.route_off[t];
+            for (int r = 0; r < n_routes; r++) { /* route_off[t] as token t's cursor, shifted back below */
+                const int32_t j = la.route_off[routes[r].token]++;
+                la.crow[j] = pos_of[r];
+                la.cw[j] = routes[r].weight;
+            }
+            for (int64_t t = io->n_tok; t > 0; t--) la.route_off[t] = la.route_off[t - 1];
+            la.route_off[0] = 0;
+        }
         /* pieces in row order: device experts, then cold ones */
         for (int pass = 0; pass < 2; pass++)
             for (int e = 0; e < E; e++)
@@ -195,20 +255,22 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
             t0 = t1;
         }
     }
-    /* the device part: rows up, the expert op grouped by expert, results down */
+    /* the device part: rows up, the expert op grouped by expert, results down
+     * (they stay on the device for a combine op there, beside the host rows) */
+    const uint64_t bytes = (uint64_t)n_dev_rows * (uint64_t)D * sizeof(float);
+    if (!st && (n_dev_rows || dev_combine))
+        st = device_rows(d, (uint64_t)(dev_combine ? n_routes : n_dev_rows) * (uint64_t)D * sizeof(float), err, errlen);
     if (!st && n_dev_rows) {
         const og_device_ops *ops = d->dev->ops;
-        const uint64_t bytes = (uint64_t)n_dev_rows * (uint64_t)D * sizeof(float);
         og_expert_op op = {.groups = groups, .n_groups = n_groups, .swiglu_clamp = L->swiglu_clamp};
-        st = device_rows(d, bytes, err, errlen);
-        if (!st) st = og_expert_cache_slots(d->cache, m, il, &op.slots);
+        st = og_expert_cache_slots(d->cache, m, il, &op.slots);
         if (st == OG_ERR_INVALID_ARG) og_fail(err, errlen, st, "layer %u has no expert slots", il);
         op.x = d->dx;
         op.y = d->dy;
         if (!st) st = ops->copy_to_device(d->dev, d->stream, d->dx, xg, bytes, err, errlen);
         if (!st) issued = true; /* from here on the device reads xg: wait before freeing it */
         if (!st) st = ops->experts(d->dev, d->stream, &op, err, errlen);
-        if (!st) st = ops->copy_to_host(d->dev, d->stream, res, d->dy, bytes, err, errlen);
+        if (!st && !dev_combine) st = ops->copy_to_host(d->dev, d->stream, res, d->dy, bytes, err, errlen);
         og_status rs = ops->event_record(d->dev, d->stream, &ev, st ? NULL : err, st ? 0 : errlen);
         if (!st) st = rs;
         if (!st)
@@ -221,7 +283,8 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
         if (st) og_fail(err, errlen, st, "layer %u: host experts: %s", il, og_status_str(st));
     }
     if (!st) note(d, il, OG_DISPATCH_HOST_DONE);
-    if (issued) { /* always, even after an error: the device may still use xg and res */
+    if (issued && (st || !dev_combine)) { /* always, even after an error: the device may still use xg and res
+                                             (a device combine waits on ev in its stream instead) */
         og_status ws = ev ? d->dev->ops->event_wait(d->dev, ev, st ? NULL : err, st ? 0 : errlen) : OG_OK;
         if (!ev) { /* no event: wait for the whole stream through a fresh one */
             og_event e2 = 0;
@@ -231,13 +294,17 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
         if (!st) st = ws;
         if (!st) note(d, il, OG_DISPATCH_DEVICE_DONE);
     }
-    if (!st) { /* every token: the shared expert, then its routes in route order */
-        if (!shared) memset(io->y, 0, (size_t)(io->n_tok * D) * sizeof *io->y);
+    if (!st && !shared) memset(io->y, 0, (size_t)(io->n_tok * D) * sizeof *io->y);
+    if (!st && !dev_combine) { /* every token: the shared expert, then its routes in route order */
         for (int r = 0; r < n_routes; r++) {
             float *yt = io->y + routes[r].token * D;
             const float *rr = res + (size_t)pos_of[r] * D;
             for (int64_t i = 0; i < D; i++) yt[i] += routes[r].weight * rr[i];
         }
+    }
+    if (!st && io->dev_y) {
+        st = combine_on_device(d, rc, io, &la, D, n_dev_rows, ev, !dev_combine, err, errlen);
+        if (st && issued && dev_combine && ev) (void)d->dev->ops->event_wait(d->dev, ev, NULL, 0); /* xg is read */
     }
     return st;
 }
@@ -273,6 +340,7 @@ void og_dispatch_set_hook(og_dispatch *d, og_dispatch_hook fn, void *ctx) {
 
 void og_dispatch_free(og_dispatch *d) {
     if (!d) return;
+    (void)combine_wait(d, NULL, 0);
     if (d->dev) {
         d->dev->ops->stream_destroy(d->dev, d->stream); /* waits for its work */
         d->dev->ops->free(d->dev, d->dx);

@@ -33,6 +33,9 @@ typedef struct og_placement_config {
     og_device *device;       /* a device the caller made (the cuda device), used instead of the cpu one when
                                 vram > 0; NULL: the cpu device. Owned by the placement from og_placement_create
                                 on, also when it fails (then destroyed) or when vram is 0 (unused: destroyed) */
+    bool copy_weights;       /* a test mode of the cpu device with forward_on_device: the non-expert weights
+                                are copied into its memory and looked up there (og_dev_weights), as on a GPU,
+                                instead of used in place; the same bits either way */
     bool pin;                /* with a cuda device: pin the routed experts' host ranges for DMA
                                 (og_device_cuda_host_register); a refusal is noted in the stats, not an error */
 } og_placement_config;
@@ -88,6 +91,8 @@ typedef struct og_placement_stats {
     uint64_t pinned_bytes;     /* host expert bytes pinned for the device's DMA (cfg.pin) */
     uint64_t expert_host_bytes;/* the routed experts' host bytes (what pinning covers at most) */
     const char *pin_error;     /* why pinning stopped, or NULL; the placement's */
+    bool forward_on_device;    /* the forward pass's own ops run on the device's stream */
+    uint64_t weight_bytes;     /* of the non-expert weights: bytes copied into device memory (0: used in place) */
 } og_placement_stats;
 
 /* Fills *out (all zero for p NULL). Cannot fail: it only reads. */

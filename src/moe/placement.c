@@ -18,6 +18,9 @@ struct og_placement {
     uint64_t planned;        /* experts resident after the initial load */
     og_stream *fwd;          /* the forward pass's stream on dev (its ops: attention, router, norms, head) */
     int64_t aliased;         /* non-expert weight bytes the cpu device uses in place (counted in its budget) */
+    og_dev_tensor *wt;       /* [weights.n] the non-expert weights' device copies (weights.t), or NULL */
+    og_dev_weights weights;
+    void *wbase;             /* their one device allocation */
     uint64_t pinned, expert_bytes;
     char pin_error[256];     /* "" when pinning did not fail */
 };
@@ -40,6 +43,80 @@ static void pin_experts(og_placement *p, const og_model *m) {
             p->pinned += got;
         }
     }
+}
+
+static int cmp_host(const void *a, const void *b) {
+    const uintptr_t x = (uintptr_t)((const og_dev_tensor *)a)->host, y = (uintptr_t)((const og_dev_tensor *)b)->host;
+    return (x > y) - (x < y);
+}
+
+/* Copies every non-expert tensor (the planner's nonexpert_bytes: all but the
+ * routed experts and the host-only ones) into one device allocation on the
+ * forward stream and waits, then keys the copies by host address (og_dev_weights).
+ * On a device other than cpu each matrix's type must have the device's kernels:
+ * the first one without is refused by name, before any token. */
+static og_status upload_weights(og_placement *p, const og_model *m, char *err, size_t errlen) {
+    const og_gguf *g = og_model_gguf(m);
+    const og_model_info *mi = og_model_get_info(m);
+    const bool cuda = !strcmp(p->dev->ops->name, "cuda");
+    const uint64_t nt = og_gguf_n_tensors(g);
+    uint64_t total = 0;
+    size_t n = 0;
+    for (uint64_t i = 0; i < nt; i++) {
+        const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
+        const og_tensor_role r = og_model_tensor_role(mi->arch, t->name);
+        if (r == OG_ROLE_ROUTED_EXPERTS || r == OG_ROLE_ENGRAM || !t->data) continue;
+        if (cuda && t->n_dims > 1 && r != OG_ROLE_SHARED_EXPERTS && !og_cuda_forward_type(t->type))
+            return og_fail(err, errlen, OG_ERR_UNSUPPORTED,
+                           "--device-forward: %s is %s, which the cuda device has no kernels for (it has F32, F16, "
+                           "BF16, Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K); run without --device-forward",
+                           t->name, og_type_name(t->type));
+        total += (t->n_bytes + 63) & ~(uint64_t)63;
+        n++;
+    }
+    if (!n) return OG_OK;
+    if (!(p->wt = calloc(n, sizeof *p->wt))) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    og_status st = p->dev->ops->alloc(p->dev, total, &p->wbase, err, errlen);
+    if (st) return st;
+    uint64_t off = 0;
+    size_t k = 0;
+    for (uint64_t i = 0; i < nt && !st; i++) {
+        const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
+        const og_tensor_role r = og_model_tensor_role(mi->arch, t->name);
+        if (r == OG_ROLE_ROUTED_EXPERTS || r == OG_ROLE_ENGRAM || !t->data) continue;
+        p->wt[k++] = (og_dev_tensor){t->data, t->n_bytes, (uint8_t *)p->wbase + off, t->name};
+        st = p->dev->ops->copy_to_device(p->dev, p->fwd, (uint8_t *)p->wbase + off, t->data, t->n_bytes, err, errlen);
+        off += (t->n_bytes + 63) & ~(uint64_t)63;
+    }
+    og_event ev = 0;
+    og_status ws = p->dev->ops->event_record(p->dev, p->fwd, &ev, st ? NULL : err, st ? 0 : errlen);
+    if (!ws) ws = p->dev->ops->event_wait(p->dev, ev, st ? NULL : err, st ? 0 : errlen);
+    if (st || ws) return st ? st : ws;
+    qsort(p->wt, n, sizeof *p->wt, cmp_host);
+    p->weights = (og_dev_weights){p->wt, n};
+    return OG_OK;
+}
+
+/* The forward pass on the device (cfg->forward_on_device): its stream, and the
+ * non-expert weights where the device reads them: the cpu device uses the
+ * mapped file in place and counts the bytes (copies them with
+ * cfg->copy_weights, deepseek2's test mode), any other device holds copies
+ * (upload_weights). deepseek2's forward pass alone has its ops on every device. */
+static og_status forward_setup(og_placement *p, const og_model *m, const og_placement_config *cfg, char *err,
+                               size_t errlen) {
+    const og_model_info *mi = og_model_get_info(m);
+    const bool cpu = !strcmp(p->dev->ops->name, "cpu"), ds2 = !strcmp(mi->arch, "deepseek2");
+    if (!cpu && !ds2)
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED,
+                       "--device-forward on the %s device runs deepseek2's forward pass only: %s's own ops (mHC, "
+                       "compressed attention, ...) are CPU-only (its resident experts still compute there without the flag)",
+                       p->dev->ops->name, mi->arch);
+    og_status st = p->dev->ops->stream_create(p->dev, &p->fwd, err, errlen);
+    if (st) return st;
+    if (!cpu || (cfg->copy_weights && ds2)) return upload_weights(p, m, err, errlen);
+    if ((st = og_device_cpu_alias(p->dev, (int64_t)cfg->plan->nonexpert_bytes, err, errlen)) == OG_OK)
+        p->aliased = (int64_t)cfg->plan->nonexpert_bytes;
+    return st;
 }
 
 og_placement_config og_placement_defaults(void) {
@@ -99,17 +176,10 @@ og_status og_placement_create(const og_model *m, const og_placement_config *cfg,
         if (!st && !p->dev)
             st = og_device_cpu_create(cfg->vram, cfg->device_threads > 0 ? cfg->device_threads : og_device_cpu_default_threads(), cfg->kern, &p->dev, err, errlen);
         if (!st && cfg->pin && !strcmp(p->dev->ops->name, "cuda")) pin_experts(p, m);
+        /* the non-expert weights first (the slots take the rest of the budget) */
+        if (!st && cfg->forward_on_device) st = forward_setup(p, m, cfg, err, errlen);
         if (!st) st = og_expert_cache_create(m, cfg->plan->slots, p->dev, &p->cache, err, errlen);
         if (!st) st = og_expert_cache_load(p->cache, m, resident, err, errlen);
-        /* the non-expert weights are device memory: the cpu device uses the mapped
-         * file in place (a copy would double the RAM) and counts the bytes */
-        if (!st && cfg->forward_on_device && strcmp(p->dev->ops->name, "cpu"))
-            st = og_fail(err, errlen, OG_ERR_UNSUPPORTED,
-                         "--device-forward needs the cpu device: the %s device has no forward-pass ops yet "
-                         "(its resident experts still compute there without the flag)", p->dev->ops->name);
-        if (!st && cfg->forward_on_device && (st = og_device_cpu_alias(p->dev, (int64_t)cfg->plan->nonexpert_bytes, err, errlen)) == OG_OK)
-            p->aliased = (int64_t)cfg->plan->nonexpert_bytes;
-        if (!st && cfg->forward_on_device) st = p->dev->ops->stream_create(p->dev, &p->fwd, err, errlen);
         if (!st && cfg->migrate)
             st = og_migrator_create(NL, E, cfg->migrate, cfg->min_residency, cfg->decay, &p->mig, err, errlen);
         free(resident);
@@ -136,6 +206,8 @@ void og_placement_free(og_placement *p) {
     og_expert_cache_free(p->cache);
     if (p->dev) p->dev->ops->stream_destroy(p->dev, p->fwd);
     if (p->aliased) (void)og_device_cpu_alias(p->dev, -p->aliased, NULL, 0);
+    if (p->dev) p->dev->ops->free(p->dev, p->wbase);
+    free(p->wt);
     og_device_destroy(p->dev);
     free(p->stats.counts);
     free(p->stats.layer_routes);
@@ -148,6 +220,7 @@ void og_placement_bind(og_placement *p, og_run_ctx *rc) {
     rc->dispatch = p ? og_dispatch_table(p->dispatch) : NULL;
     rc->dev = p && p->fwd ? p->dev : NULL; /* NULL: the forward pass runs its ops on a host device */
     rc->stream = p ? p->fwd : NULL;
+    rc->weights = p && p->fwd && p->weights.n ? &p->weights : NULL;
 }
 
 og_status og_placement_step(og_placement *p, char *err, size_t errlen) {
@@ -188,6 +261,8 @@ void og_placement_get_stats(const og_placement *p, og_placement_stats *out) {
     out->pinned_bytes = p->pinned;
     out->expert_host_bytes = p->expert_bytes;
     out->pin_error = p->pin_error[0] ? p->pin_error : NULL;
+    out->forward_on_device = p->fwd != NULL;
+    for (size_t i = 0; i < p->weights.n; i++) out->weight_bytes += p->weights.t[i].bytes;
 }
 
 og_status og_placement_layer_hits(const og_placement *p, uint64_t *routes, uint64_t *hits, uint32_t n_layer) {

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "og_gguf.h"
 #include "og_quant_blocks.h"
 
 #ifdef __CUDACC__
@@ -185,6 +186,23 @@ static OG_HD og_canon_term og_canon_q3_K(const og_block_q3_K *x, const og_block_
     return t;
 }
 
+/* Q4_K / Q5_K: sub-block j's 6-bit scale and min (kquants.md §3). */
+static OG_HD void og_canon_k4_scale_min(const uint8_t *scales, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = scales[j] & 63;
+        *mn = scales[j + 4] & 63;
+    } else {
+        *sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
+        *mn = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+    }
+}
+/* Q4_K / Q5_K: element e's quant, nibble e % 32 of 32-byte group e / 64 (+ 16 x bit e / 32 of qh[e % 32]). */
+static OG_HD int og_canon_k45_quant(const uint8_t *qs, const uint8_t *qh, int e) {
+    const uint8_t byte = qs[32 * (e / 64) + e % 32];
+    const int q = (e % 64) < 32 ? byte & 0xF : byte >> 4;
+    return qh ? q + 16 * ((qh[e % 32] >> (e / 32)) & 1) : q;
+}
+
 /* Q4_K / Q5_K (qh NULL for Q4_K): I = sum_j sc_j (q . y)_j over 8 sub-blocks of 32,
  * S = sum_j m_j (bsums_2j + bsums_2j+1); a = d * dy, c = dmin * dy, m = (float)S. */
 static OG_HD og_canon_term og_canon_k45(uint16_t d, uint16_t dmin, const uint8_t *scales, const uint8_t *qs,
@@ -192,20 +210,9 @@ static OG_HD og_canon_term og_canon_k45(uint16_t d, uint16_t dmin, const uint8_t
     int32_t is = 0, ms = 0;
     for (int j = 0; j < 8; j++) {
         int sc, mn;
-        if (j < 4) {
-            sc = scales[j] & 63;
-            mn = scales[j + 4] & 63;
-        } else {
-            sc = (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4);
-            mn = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
-        }
+        og_canon_k4_scale_min(scales, j, &sc, &mn);
         int32_t s = 0;
-        for (int e = 32 * j; e < 32 * j + 32; e++) {
-            const uint8_t byte = qs[32 * (e / 64) + e % 32];
-            int q = (e % 64) < 32 ? byte & 0xF : byte >> 4;
-            if (qh) q += 16 * ((qh[e % 32] >> (e / 32)) & 1);
-            s += y->qs[e] * q;
-        }
+        for (int e = 32 * j; e < 32 * j + 32; e++) s += y->qs[e] * og_canon_k45_quant(qs, qh, e);
         is += sc * s;
         ms += mn * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
     }
@@ -234,6 +241,82 @@ static OG_HD og_canon_term og_canon_q6_K(const og_block_q6_K *x, const og_block_
     }
     og_canon_term t = {is, og_canon_mul(og_canon_h2f(x->d), y->d), 0.0f, 0.0f};
     return t;
+}
+
+/* ---- dequantization, one element at a time (og_type_traits.to_float's bits:
+ * quant_ref.c's float operations, each rounded; the cuda device's get_rows) ---- */
+
+static OG_HD float og_canon_sub(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+/* element j < 32 of a Q8_0 / Q4_0 / Q5_0 block: d * q (q - 8, q - 16) */
+static OG_HD float og_canon_deq_q8_0(const og_block_q8_0 *x, int j) {
+    return og_canon_mul(og_canon_h2f(x->d), (float)x->qs[j]);
+}
+static OG_HD float og_canon_deq_q4_0(const og_block_q4_0 *x, int j) {
+    const int q = j < 16 ? x->qs[j] & 0x0F : x->qs[j - 16] >> 4;
+    return og_canon_mul(og_canon_h2f(x->d), (float)(q - 8));
+}
+static OG_HD float og_canon_deq_q5_0(const og_block_q5_0 *x, int j) {
+    const uint32_t qh = (uint32_t)x->qh[0] | (uint32_t)x->qh[1] << 8 | (uint32_t)x->qh[2] << 16 | (uint32_t)x->qh[3] << 24;
+    const int q = (j < 16 ? x->qs[j] & 0x0F : x->qs[j - 16] >> 4) | (int)(((qh >> j) & 1) << 4);
+    return og_canon_mul(og_canon_h2f(x->d), (float)(q - 16));
+}
+/* element e < 256 of a k-quant block: dl * q - ml with dl = d * scale, ml = dmin * min */
+static OG_HD float og_canon_deq_q2_K(const og_block_q2_K *x, int e) {
+    const uint8_t sc = x->scales[e / 16];
+    const float dl = og_canon_mul(og_canon_h2f(x->d), (float)(sc & 0xF)), ml = og_canon_mul(og_canon_h2f(x->dmin), (float)(sc >> 4));
+    return og_canon_sub(og_canon_mul(dl, (float)og_canon_q2bits(x->qs, e)), ml);
+}
+static OG_HD float og_canon_deq_q3_K(const og_block_q3_K *x, int e) {
+    const int s = e / 16, lo4 = s < 8 ? x->scales[s] & 0x0F : x->scales[s - 8] >> 4;
+    const int hi2 = (x->scales[8 + s % 4] >> (2 * (s / 4))) & 3, h = (x->hmask[e % 32] >> (e / 32)) & 1;
+    const float dl = og_canon_mul(og_canon_h2f(x->d), (float)((lo4 | hi2 << 4) - 32));
+    return og_canon_mul(dl, (float)(og_canon_q2bits(x->qs, e) + 4 * h - 4));
+}
+static OG_HD float og_canon_deq_k45(uint16_t d, uint16_t dmin, const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                                    int e) {
+    int sc, mn;
+    og_canon_k4_scale_min(scales, e / 32, &sc, &mn);
+    const int q = og_canon_k45_quant(qs, qh, e);
+    const float dl = og_canon_mul(og_canon_h2f(d), (float)sc), ml = og_canon_mul(og_canon_h2f(dmin), (float)mn);
+    return og_canon_sub(og_canon_mul(dl, (float)q), ml);
+}
+static OG_HD float og_canon_deq_q4_K(const og_block_q4_K *x, int e) {
+    return og_canon_deq_k45(x->d, x->dmin, x->scales, x->qs, 0, e);
+}
+static OG_HD float og_canon_deq_q5_K(const og_block_q5_K *x, int e) {
+    return og_canon_deq_k45(x->d, x->dmin, x->scales, x->qs, x->qh, e);
+}
+static OG_HD float og_canon_deq_q6_K(const og_block_q6_K *x, int e) {
+    const int h = e / 128, r = e % 128, k = r / 32, l = r % 32;
+    const int lo4 = (x->ql[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 0x0F, hi2 = (x->qh[32 * h + l] >> (2 * k)) & 3;
+    const float dl = og_canon_mul(og_canon_h2f(x->d), (float)x->scales[e / 16]);
+    return og_canon_mul(dl, (float)((lo4 | hi2 << 4) - 32));
+}
+
+/* Element e of a row of type t (F32, F16, BF16 widened; the quantized types
+ * above), or 0 for a type without a dequantizer here (callers refuse those). */
+static OG_HD float og_canon_deq(og_ggml_type t, const void *row, int64_t e) {
+    const uint8_t *r = (const uint8_t *)row;
+    switch (t) {
+    case OG_TYPE_F32: return ((const float *)r)[e];
+    case OG_TYPE_F16: return og_canon_h2f(((const uint16_t *)r)[e]);
+    case OG_TYPE_BF16: return og_canon_bits_f32((uint32_t)((const uint16_t *)r)[e] << 16);
+    case OG_TYPE_Q8_0: return og_canon_deq_q8_0((const og_block_q8_0 *)r + e / 32, (int)(e % 32));
+    case OG_TYPE_Q4_0: return og_canon_deq_q4_0((const og_block_q4_0 *)r + e / 32, (int)(e % 32));
+    case OG_TYPE_Q5_0: return og_canon_deq_q5_0((const og_block_q5_0 *)r + e / 32, (int)(e % 32));
+    case OG_TYPE_Q2_K: return og_canon_deq_q2_K((const og_block_q2_K *)r + e / 256, (int)(e % 256));
+    case OG_TYPE_Q3_K: return og_canon_deq_q3_K((const og_block_q3_K *)r + e / 256, (int)(e % 256));
+    case OG_TYPE_Q4_K: return og_canon_deq_q4_K((const og_block_q4_K *)r + e / 256, (int)(e % 256));
+    case OG_TYPE_Q5_K: return og_canon_deq_q5_K((const og_block_q5_K *)r + e / 256, (int)(e % 256));
+    case OG_TYPE_Q6_K: return og_canon_deq_q6_K((const og_block_q6_K *)r + e / 256, (int)(e % 256));
+    default: return 0.0f;
+    }
 }
 
 /* ---- activation quantizers (og_kernels.quantize_act: every tier's bytes) ---- */

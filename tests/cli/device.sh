@@ -53,6 +53,23 @@ grep -qE 'compute: (cuda device .*|cpu device: [0-9]+ experts resident)' "$work/
 if grep -q 'compute: cpu device' "$work/auto.err" && [[ $built == 1 ]]; then
   grep -qE '^onegpu run: no (CUDA device|NVIDIA GPU on this machine) \(.*\): the CPU computes$' "$work/auto.err" || fail "auto, no GPU: $(cat "$work/auto.err")"
 fi
+# --device-forward on the cpu device: the weights used in place, and copied into the device's
+# memory and looked up there as on a GPU (ONEGPU_DEVICE_WEIGHTS=copy, the test mode), with 0, 4
+# and all experts resident (the MoE combine then an op on the device): the CPU's tokens and log-probs
+for slots in 0 4 all; do
+  for mode in alias copy; do
+    ONEGPU_DEVICE_WEIGHTS=$mode run --device cpu --vram 1G --ram 8G --expert-slots $slots --migrate 0 --device-forward \
+      >"$work/fwd-$mode-$slots.json" 2>"$work/fwd-$mode-$slots.err" || fail "--device-forward ($mode, $slots): $(cat "$work/fwd-$mode-$slots.err")"
+    core "$work/fwd-$mode-$slots.json" | cmp -s - "$work/ref.core" || fail "--device-forward ($mode, $slots slots) changed the tokens or log-probs"
+  done
+  grep -q 'the forward pass on the device, weights used in place$' "$work/fwd-alias-$slots.err" || fail "alias: $(cat "$work/fwd-alias-$slots.err")"
+  grep -qE 'the forward pass on the device, [0-9.]+ MiB of weights copied$' "$work/fwd-copy-$slots.err" || fail "copy: $(cat "$work/fwd-copy-$slots.err")"
+done
+# --no-device-forward keeps the forward pass on the host pool
+run --device cpu --vram 1G --ram 8G --expert-slots 4 --migrate 0 --no-device-forward >"$work/nofwd.json" 2>"$work/nofwd.err"
+! grep -q 'the forward pass on the device' "$work/nofwd.err" || fail "--no-device-forward: $(cat "$work/nofwd.err")"
+core "$work/nofwd.json" | cmp -s - "$work/ref.core" || fail "--no-device-forward changed the tokens or log-probs"
+
 # plan-for-a-device flags without --vram and without a GPU are refused
 if ! grep -q 'compute: cuda device' "$work/auto.err"; then
   rc=0; run --migrate 1 >/dev/null 2>"$work/e1" || rc=$?

@@ -7,15 +7,20 @@
 #      into $OG_GPU_BUILD (default build-gpu/), ONEGPU_CUDA=ON, warnings as errors
 #   2. no NVIDIA GPU here: says so and exits 0 after the build (the compile check)
 #   3. the GPU tests: ctest cuda (every product kernel and the expert op against the
-#      cpu backend, bit for bit; streams, events, copies, errors) and quant_canon
+#      cpu backend, bit for bit; streams, events, copies, errors; deepseek2's forward-pass
+#      ops against the cpu device: bitwise where stated, softmax / router / MLA within
+#      4 ulp with the bitwise count printed) and quant_canon
 #   4. end to end: make-model files with Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_0
 #      routed experts; `onegpu run --json --temp 0` with the cuda device (0, 4 and
 #      all experts resident, migration on, and the default: no --vram, the GPU's
 #      free memory) against the CPU alone and the cpu device: prompt, tokens and
-#      log-probs byte-identical. The cuda device computes the routed experts that
-#      are resident; the rest of the forward pass is the CPU's (the other ops are
-#      not on CUDA yet), so this covers the expert op, the dispatcher's device
-#      half, slot copies and migration on a real GPU.
+#      log-probs byte-identical. On the cuda device the forward pass runs there too
+#      (the default for deepseek2: weights and KV cache in GPU memory, every op a
+#      kernel, the MoE combine on the GPU); e^x in softmax, the router and attention
+#      is double exp rounded (libm's expf may differ in the last bit for rare
+#      inputs), so a run that is not byte-identical passes when its tokens are and
+#      every log-prob is within 1e-4 (reported as such); cuda-hostfwd
+#      (--no-device-forward: only the experts on the GPU) must stay byte-identical.
 #   5. `onegpu bench cuda`: each product kernel's GB/s against the measured copy bandwidth
 #   6. bench/serve.sh on the demo model with --vram below the model (experts split
 #      between the GPU and the host), when node is installed
@@ -83,7 +88,17 @@ fi
 # 4. end to end: cuda device vs the CPU, bit for bit
 t0=$SECONDS
 core() { sed 's/,"placement":.*$/}/' "$1"; } # prompt_tokens, tokens, logprobs (placement comes last)
-e2e_ok=0 e2e_n=0 e2e_bad=()
+# close_run A B [max]: the same prompt and tokens, every number after "logprob" within 1e-4 (max: print the largest gap)
+close_run() {
+  local ta tb
+  ta=$(grep -o '"tokens":\[[^]]*\]' "$1") tb=$(grep -o '"tokens":\[[^]]*\]' "$2")
+  [[ -n $ta && $ta == "$tb" ]] || return 1
+  paste <(grep -o '\[[0-9]*,-\?[0-9.e+-]*\]\|"logprob":-\?[0-9.e+-]*' "$1" | grep -o -- '-\?[0-9.e+-]*[]]\?$' | tr -d ']') \
+        <(grep -o '\[[0-9]*,-\?[0-9.e+-]*\]\|"logprob":-\?[0-9.e+-]*' "$2" | grep -o -- '-\?[0-9.e+-]*[]]\?$' | tr -d ']') |
+    awk -v want="${3:-}" '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++; if (NF != 2) bad = 1 }
+      END { if (want == "max") { printf "%.2g\n", m; exit 0 } exit (bad || n == 0 || m > 1e-4) }'
+}
+e2e_ok=0 e2e_n=0 e2e_bad=() e2e_close=0
 if [[ -z $tok ]]; then
   row "end to end (make-model, 6 types)" "NOT RUN: no tokenizer files" 0; fails=$((fails + 1))
 else
@@ -101,22 +116,31 @@ else
     gen ref --device cpu || continue
     fit=(--vram 1G --ram 8G)
     for c in "cpu-s4:--device cpu ${fit[*]} --expert-slots 4 --migrate 0" "cuda-s0:--device cuda ${fit[*]} --expert-slots 0 --migrate 0" \
+             "cuda-hostfwd:--device cuda ${fit[*]} --expert-slots 4 --migrate 0 --no-device-forward" \
              "cuda-s4:--device cuda ${fit[*]} --expert-slots 4 --migrate 0" "cuda-sall:--device cuda ${fit[*]} --expert-slots all --migrate 0" \
              "cuda-mig:--device cuda ${fit[*]} --expert-slots 4 --migrate 2" "cuda-auto:"; do
       name=${c%%:*} flags=${c#*:}
       # shellcheck disable=SC2086
       gen "$name" $flags || continue
       e2e_n=$((e2e_n + 1))
-      if cmp -s "$work/$T-ref.core" "$work/$T-$name.core"; then e2e_ok=$((e2e_ok + 1)); else e2e_bad+=("$T $name differs"); fi
+      if cmp -s "$work/$T-ref.core" "$work/$T-$name.core"; then
+        e2e_ok=$((e2e_ok + 1))
+      elif [[ $name == cuda-* && $name != cuda-hostfwd ]] && close_run "$work/$T-ref.core" "$work/$T-$name.core"; then
+        e2e_close=$((e2e_close + 1)); echo "  $T $name: tokens identical, log-probs within 1e-4 (max $(close_run "$work/$T-ref.core" "$work/$T-$name.core" max))"
+      else
+        e2e_bad+=("$T $name differs")
+      fi
       if [[ $name == cuda-* ]] && ! grep -q 'compute: cuda device' "$work/$T-$name.err"; then e2e_bad+=("$T $name: not on the cuda device"); fi
+      if [[ $name == cuda-* && $name != cuda-hostfwd ]] && ! grep -q 'the forward pass on the GPU' "$work/$T-$name.err"; then
+        e2e_bad+=("$T $name: the forward pass is not on the GPU"); fi
     done
     grep -Eq '[1-9][0-9]* migrations' "$work/$T-cuda-mig.err" 2>/dev/null || e2e_bad+=("$T: no migration happened")
   done
-  if [[ ${#e2e_bad[@]} -eq 0 && $e2e_n -eq 36 ]]; then
-    row "end to end (6 types x 6 placements)" "identical: $e2e_ok of $e2e_n" $(( SECONDS - t0 ))
+  if [[ ${#e2e_bad[@]} -eq 0 && $e2e_n -eq 42 ]]; then
+    row "end to end (6 types x 7 placements)" "identical: $e2e_ok of $e2e_n, within 1e-4: $e2e_close" $(( SECONDS - t0 ))
   else
     printf '  %s\n' "${e2e_bad[@]}"; fails=$((fails + 1))
-    row "end to end (6 types x 6 placements)" "FAILED: $e2e_ok of $e2e_n identical" $(( SECONDS - t0 ))
+    row "end to end (6 types x 7 placements)" "FAILED: $e2e_ok of $e2e_n identical, $e2e_close close" $(( SECONDS - t0 ))
   fi
 fi
 

@@ -1227,6 +1227,83 @@ static void check_ops_on(og_device *dev, const og_kernels *k, og_pool *pool) {
     for (int t = 0; t < 3; t++) free(wq[t]);
 }
 
+/* The MoE combine op (og_combine_op) on a device: y[t] += w_j res[row_j] over
+ * token t's routes in route order, bitwise the dispatcher's host sum (routes
+ * in one global list, summed in that order: what moe/dispatch.c did before the
+ * op), within 1e-6 of a double reference; bad routes refused at issue. */
+static void check_combine_on(og_device *dev) {
+    enum { T = 3, D = 37, NRES = 7 };
+    dv_ctx c = {.dev = dev, .ops = dev->ops};
+    assert_int_equal(c.ops->stream_create(dev, &c.s, c.err, sizeof c.err), OG_OK);
+    float y0[T * D], res[NRES * D];
+    uint64_t rs = 77;
+    for (int i = 0; i < T * D; i++) y0[i] = (float)((double)(rs = rs * 6364136223846793005ull + 1) / 1.8446744e19 - 0.5);
+    for (int i = 0; i < NRES * D; i++) res[i] = (float)((double)(rs = rs * 6364136223846793005ull + 1) / 1.8446744e19 * 4 - 2);
+    /* the router's list: token t's routes interleaved with the others' (route order) */
+    const int32_t r_tok[] = {0, 1, 0, 2, 1, 0, 2, 2};
+    const int32_t r_row[] = {3, 0, 6, 1, 5, 2, 4, 0};
+    const float r_w[] = {0.25f, 0.7f, 0.125f, 0.3f, 0.3f, 0.625f, 0.2f, 0.5f};
+    const int NR = 8;
+    int32_t off[T + 1] = {0}, rows[8];
+    float wts[8];
+    for (int r = 0; r < NR; r++) off[r_tok[r] + 1]++;
+    for (int t = 0; t < T; t++) off[t + 1] += off[t];
+    int32_t fill[T];
+    memcpy(fill, off, sizeof fill);
+    for (int r = 0; r < NR; r++) {
+        rows[fill[r_tok[r]]] = r_row[r];
+        wts[fill[r_tok[r]]++] = r_w[r];
+    }
+    float want[T * D];
+    double wd[T * D];
+    memcpy(want, y0, sizeof want);
+    for (int i = 0; i < T * D; i++) wd[i] = y0[i];
+    for (int r = 0; r < NR; r++)
+        for (int i = 0; i < D; i++) {
+            want[r_tok[r] * D + i] += r_w[r] * res[r_row[r] * D + i];
+            wd[r_tok[r] * D + i] += (double)r_w[r] * res[r_row[r] * D + i];
+        }
+    float *dy = dv_up(&c, y0, sizeof y0), *dres = dv_up(&c, res, sizeof res), got[T * D];
+    og_combine_op op = {dy, dres, T, NRES, D, off, rows, wts};
+    assert_int_equal(c.ops->moe_combine(dev, c.s, &op, c.err, sizeof c.err), OG_OK);
+    dv_down(&c, got, dy, sizeof got);
+    assert_same_bits(got, want, sizeof got);
+    for (int i = 0; i < T * D; i++) assert_true(fabs(got[i] - wd[i]) < 1e-6);
+    /* refused at issue, named */
+    rows[2] = NRES;
+    assert_int_equal(c.ops->moe_combine(dev, c.s, &op, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(c.err, "reads row 7 of 7"));
+    rows[2] = 1;
+    int32_t bad_off[T + 1] = {0, 3, 2, 8};
+    op.route_off = bad_off;
+    assert_int_equal(c.ops->moe_combine(dev, c.s, &op, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(c.err, "end before they start"));
+    op.route_off = off;
+    op.res = NULL;
+    assert_int_equal(c.ops->moe_combine(dev, c.s, &op, c.err, sizeof c.err), OG_ERR_INVALID_ARG);
+    c.ops->stream_destroy(dev, c.s);
+    for (int i = 0; i < c.n_allocs; i++) c.ops->free(dev, c.allocs[i]);
+}
+
+/* og_dev_weights_find: a copy holds host bytes [p, p + n) only inside one tensor. */
+static void test_dev_weights(void **state) {
+    (void)state;
+    static uint8_t host[3000], devmem[3000];
+    const og_dev_tensor t[3] = {{host, 1000, devmem, "a"}, {host + 1000, 500, devmem + 2000, "b"},
+                                {host + 2000, 1000, devmem + 1000, "c"}};
+    const og_dev_weights w = {t, 3};
+    assert_ptr_equal(og_dev_weights_find(&w, host, 1000), devmem);
+    assert_ptr_equal(og_dev_weights_find(&w, host + 100, 900), devmem + 100);   /* a slice */
+    assert_ptr_equal(og_dev_weights_find(&w, host + 1200, 300), devmem + 2200); /* b's end */
+    assert_ptr_equal(og_dev_weights_find(&w, host + 2999, 1), devmem + 1999);
+    assert_null(og_dev_weights_find(&w, host + 900, 200));  /* straddles a and b */
+    assert_null(og_dev_weights_find(&w, host + 1200, 301)); /* past b's end */
+    assert_null(og_dev_weights_find(&w, host + 1600, 4));   /* between b and c: no tensor */
+    assert_null(og_dev_weights_find(&w, host + 3000, 1));
+    assert_null(og_dev_weights_find(&w, devmem, 1));
+    assert_null(og_dev_weights_find(NULL, host, 1));
+}
+
 static void test_device_ops(void **state) {
     (void)state;
     og_kernels k = fx_best_kernels();
@@ -1238,11 +1315,13 @@ static void test_device_ops(void **state) {
     check_ops_on(dev, &k, pool);
     check_kv_b_on(dev);
     check_compress_on(dev);
+    check_combine_on(dev);
     og_device_destroy(dev);
     assert_int_equal(og_device_host_create(pool, &k, &dev, err, sizeof err), OG_OK);
     check_ops_on(dev, &k, pool);
     check_kv_b_on(dev);
     check_compress_on(dev);
+    check_combine_on(dev);
     og_device_destroy(dev);
     assert_int_equal(og_device_host_create(pool, NULL, &dev, err, sizeof err), OG_ERR_INVALID_ARG);
     /* a cpu device without kernels has no compute ops */
@@ -1260,7 +1339,7 @@ int main(void) {
         cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_pinned), cmocka_unit_test(test_matmul), cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_canonical),
         cmocka_unit_test(test_ops), cmocka_unit_test(test_rope_yarn),
-        cmocka_unit_test(test_device_experts), cmocka_unit_test(test_device_streams), cmocka_unit_test(test_device_ops),
+        cmocka_unit_test(test_device_experts), cmocka_unit_test(test_device_streams), cmocka_unit_test(test_device_ops), cmocka_unit_test(test_dev_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,10 @@
  * at and past one warp's 32 blocks, output counts that leave warps idle and
  * several activation rows; the routed-expert op against og_cpu_experts bit for
  * bit (types whose activations differ between gate and up, V4's clamp, a slot
- * used by two groups); streams, events, waits and both copy paths; the errors. */
+ * used by two groups); streams, events, waits and both copy paths; the errors;
+ * and deepseek2's forward-pass ops against the cpu device on the same inputs
+ * (test_forward_ops: bitwise where og_cuda_kernels.h says so, else within
+ * FWD_ULP ulp with the bitwise count printed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -248,6 +251,310 @@ static void test_streams(void **state) {
     (void)pg; /* registered until the device goes; freed with the process */
 }
 
+/* ---- the forward pass's ops: the cuda device against the cpu device on the
+ * same inputs (og_cuda_kernels.h says which are bitwise; softmax, the router's
+ * scores and MLA attention take e^x from double exp: within FWD_ULP ulp, and
+ * the number of bitwise equal values is printed) ---- */
+
+#define FWD_ULP 4
+
+typedef struct pair {
+    og_device *d[2]; /* cuda, cpu */
+    og_stream *s[2];
+    void *allocs[2][64];
+    int n_allocs;
+} pair;
+
+/* The same bytes on both devices: dp[0] cuda, dp[1] cpu (src NULL: zeros). */
+static void put2(pair *p, const void *src, size_t bytes, void *dp[2]) {
+    char err[512];
+    void *z = src ? NULL : calloc(1, bytes);
+    assert_true(p->n_allocs < 64);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(p->d[i]->ops->alloc(p->d[i], bytes, &dp[i], err, sizeof err), OG_OK);
+        if (p->d[i]->ops->copy_to_device(p->d[i], p->s[i], dp[i], src ? src : z, bytes, err, sizeof err)) fail_msg("%s", err);
+        p->allocs[i][p->n_allocs] = dp[i];
+    }
+    p->n_allocs++;
+    for (int i = 0; i < 2; i++) dev_sync(p->d[i], p->s[i]);
+    free(z);
+}
+static void get2(pair *p, void *const dp[2], size_t bytes, void *host[2]) {
+    char err[512];
+    for (int i = 0; i < 2; i++) {
+        if (p->d[i]->ops->copy_to_host(p->d[i], p->s[i], host[i], dp[i], bytes, err, sizeof err)) fail_msg("%s", err);
+        dev_sync(p->d[i], p->s[i]);
+    }
+}
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+/* a and b within ulp units in the last place of the larger; returns whether bitwise */
+static bool close_f(float a, float b, int ulp, const char *what, int64_t i) {
+    if (fbits(a) == fbits(b)) return true;
+    const double m = fmax(fabs((double)a), fabs((double)b)), u = m > 1e-30 ? ldexp(1.0, ilogb(m) - 23) : 1e-45;
+    if (!(fabs((double)a - (double)b) <= ulp * u)) fail_msg("%s[%lld]: cuda %.9g, cpu %.9g", what, (long long)i, a, b);
+    return false;
+}
+static void same_bits2(pair *p, void *const dp[2], size_t bytes, const char *what) {
+    uint8_t *h0 = malloc(bytes), *h1 = malloc(bytes);
+    void *h[2] = {h0, h1};
+    get2(p, dp, bytes, h);
+    if (memcmp(h0, h1, bytes)) {
+        for (size_t i = 0; i + 4 <= bytes; i += 4)
+            if (memcmp(h0 + i, h1 + i, 4)) {
+                float a, b;
+                memcpy(&a, h0 + i, 4);
+                memcpy(&b, h1 + i, 4);
+                fail_msg("%s: word %zu differs: cuda %.9g (0x%08x), cpu %.9g (0x%08x)", what, i / 4, a, fbits(a), b, fbits(b));
+            }
+        fail_msg("%s differs", what);
+    }
+    free(h0);
+    free(h1);
+}
+static void close2(pair *p, void *const dp[2], int64_t n, const char *what) {
+    float *h0 = malloc((size_t)n * 4), *h1 = malloc((size_t)n * 4);
+    void *h[2] = {h0, h1};
+    get2(p, dp, (size_t)n * 4, h);
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; i++) same += close_f(h0[i], h1[i], FWD_ULP, what, i);
+    printf("cuda %s: %lld of %lld values bitwise, the rest within %d ulp\n", what, (long long)same, (long long)n, FWD_ULP);
+    free(h0);
+    free(h1);
+}
+static void rand_f(float *x, int64_t n, float scale, uint64_t *rs) {
+    for (int64_t i = 0; i < n; i++) x[i] = scale * rng_f(rs);
+}
+
+/* The statements between them run once per device: D_ and S_ the device and
+ * stream, I_ 0 (cuda) or 1 (cpu); they set st_ (an error fails the test). */
+#define OPS2_BEGIN                                                                                                    \
+    for (int I_ = 0; I_ < 2; I_++) {                                                                                  \
+        og_device *D_ = p.d[I_];                                                                                      \
+        og_stream *S_ = p.s[I_];                                                                                      \
+        char e_[512] = "";                                                                                            \
+        og_status st_ = OG_OK;
+#define OPS2_END                                                                                                      \
+    if (st_) fail_msg("%s: %s", I_ ? "cpu" : "cuda", e_);                                                             \
+    }
+
+static void test_forward_ops(void **state) {
+    cuda_ctx *cx = *state;
+    char err[512];
+    pair p = {{cx->dev, NULL}, {NULL, NULL}, {{0}}, 0};
+    assert_int_equal(og_device_cpu_create(512u << 20, 2, &cx->kern, &p.d[1], err, sizeof err), OG_OK);
+    for (int i = 0; i < 2; i++) assert_int_equal(p.d[i]->ops->stream_create(p.d[i], &p.s[i], err, sizeof err), OG_OK);
+    uint64_t rs = 4242;
+    int n_cases = 0;
+
+    /* matmul: quantized and float types, 1 and 13 rows, three jobs in one op */
+    const og_ggml_type mm_types[] = {OG_TYPE_F32, OG_TYPE_F16, OG_TYPE_BF16, OG_TYPE_Q8_0, OG_TYPE_Q4_0, OG_TYPE_Q5_0,
+                                     OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof mm_types / sizeof mm_types[0]; ti++) {
+        const int64_t K = 1024 + (og_quant_traits(mm_types[ti])->blck == 1 ? 37 : 0), N = 45, M = 13;
+        og_weight w;
+        void *q = make_weight(mm_types[ti], K, N, &rs, &w);
+        float *x = malloc((size_t)(M * K) * 4);
+        rand_f(x, M * K, 2.0f, &rs);
+        void *dw[2], *dx[2], *dy[2];
+        put2(&p, q, w.row_bytes * (size_t)N, dw);
+        put2(&p, x, (size_t)(M * K) * 4, dx);
+        put2(&p, NULL, (size_t)(2 * M * N) * 4, dy);
+        og_weight wd[2] = {w, w};
+        wd[0].data = dw[0];
+        wd[1].data = dw[1];
+        OPS2_BEGIN
+            const og_weight sl = wd[I_];
+            og_matmul_job j[3] = {{&wd[I_], dx[I_], 1, dy[I_], OG_NUMERICS_CANONICAL},
+                                  {&wd[I_], (float *)dx[I_] + K, M - 1, (float *)dy[I_] + N, OG_NUMERICS_CANONICAL},
+                                  {&sl, dx[I_], M, (float *)dy[I_] + M * N, OG_NUMERICS_CANONICAL}};
+            st_ = D_->ops->matmul(D_, S_, j, 3, e_, sizeof e_);
+        OPS2_END
+        char what[64];
+        snprintf(what, sizeof what, "matmul %s", og_type_name(mm_types[ti]));
+        same_bits2(&p, dy, (size_t)(2 * M * N) * 4, what);
+        free(q);
+        free(x);
+        n_cases++;
+    }
+
+    /* rmsnorm (weight, none, in place), add, scale, swiglu (plain, clamped), copy, combine */
+    {
+        enum { N = 1000, R = 3, ST = 1024 };
+        float *x = malloc(R * ST * 4), w[N], g[R * ST];
+        rand_f(x, R * ST, 3.0f, &rs);
+        rand_f(w, N, 1.5f, &rs);
+        rand_f(g, R * ST, 8.0f, &rs);
+        void *dx[2], *dw[2], *dy[2], *dg[2], *dz[2];
+        put2(&p, x, R * ST * 4, dx);
+        put2(&p, w, N * 4, dw);
+        put2(&p, NULL, R * ST * 4, dy);
+        put2(&p, g, R * ST * 4, dg);
+        put2(&p, NULL, 4 * R * ST * 4, dz);
+        OPS2_BEGIN
+            og_rmsnorm_op a = {{dy[I_], N, R, ST}, {dx[I_], N, R, ST}, dw[I_], 1e-6f};
+            st_ = D_->ops->rmsnorm(D_, S_, &a, e_, sizeof e_);
+        OPS2_END
+        same_bits2(&p, dy, R * ST * 4, "rmsnorm");
+        OPS2_BEGIN
+            og_rmsnorm_op a = {{dx[I_], N, R, ST}, {dx[I_], N, R, ST}, NULL, 1e-5f};
+            st_ = D_->ops->rmsnorm(D_, S_, &a, e_, sizeof e_);
+        OPS2_END
+        same_bits2(&p, dx, R * ST * 4, "rmsnorm (no weight, in place)");
+        float *z[2] = {dz[0], dz[1]};
+        OPS2_BEGIN
+            st_ = D_->ops->add(D_, S_, z[I_], dx[I_], dg[I_], R * ST, e_, sizeof e_);
+            if (!st_) st_ = D_->ops->scale(D_, S_, z[I_] + R * ST, dg[I_], R * ST, -0.37f, e_, sizeof e_);
+            if (!st_) st_ = D_->ops->swiglu(D_, S_, z[I_] + 2 * R * ST, dg[I_], dx[I_], R * ST, 0.0f, e_, sizeof e_);
+            if (!st_) st_ = D_->ops->swiglu(D_, S_, z[I_] + 3 * R * ST, dg[I_], dx[I_], R * ST, 2.5f, e_, sizeof e_);
+        OPS2_END
+        same_bits2(&p, dz, 4 * R * ST * 4, "add, scale, swiglu, swiglu with clamp");
+        OPS2_BEGIN /* two matrices of 3 rows of 10 floats each, transposed into dy */
+            og_copy_op cp = {dy[I_], dg[I_], 40, 3, 2, 44 * 2, 44, 40, 400};
+            st_ = D_->ops->copy(D_, S_, &cp, e_, sizeof e_);
+        OPS2_END
+        same_bits2(&p, dy, R * ST * 4, "copy");
+        const int32_t off[4] = {0, 2, 2, 5}, rows[5] = {1, 0, 2, 2, 0};
+        const float cw[5] = {0.5f, 0.25f, 0.75f, 0.125f, -1.5f};
+        OPS2_BEGIN
+            og_combine_op cb = {dy[I_], dz[I_], 3, 4, 300, off, rows, cw};
+            st_ = D_->ops->moe_combine(D_, S_, &cb, e_, sizeof e_);
+        OPS2_END
+        same_bits2(&p, dy, R * ST * 4, "moe_combine");
+        free(x);
+        n_cases += 5;
+    }
+
+    /* RoPE/YaRN at positions up to 70,000; softmax */
+    {
+        enum { T = 5, NV = 3, DR = 64, TS = 256 };
+        float x[T * TS];
+        rand_f(x, T * TS, 2.0f, &rs);
+        const int32_t pos[T] = {0, 7, 100, 4095, 70000};
+        const og_rope r = {DR, 10000.0f, 0.025f, 1.0f, 4096, 32.0f, 1.0f, 1.2f};
+        void *dx[2];
+        put2(&p, x, sizeof x, dx);
+        OPS2_BEGIN
+            og_rope_op ro = {r, dx[I_], T, TS, NV, 72, pos};
+            st_ = D_->ops->rope(D_, S_, &ro, e_, sizeof e_);
+        OPS2_END
+        same_bits2(&p, dx, sizeof x, "rope (YaRN)");
+        void *dsm[2];
+        float sm[3 * 1100];
+        rand_f(sm, 3 * 1100, 30.0f, &rs);
+        put2(&p, sm, sizeof sm, dsm);
+        OPS2_BEGIN
+            og_rows rr = {dsm[I_], 1000, 3, 1100};
+            st_ = D_->ops->softmax(D_, S_, &rr, e_, sizeof e_);
+        OPS2_END
+        close2(&p, dsm, 3 * 1100, "softmax");
+        n_cases += 2;
+    }
+
+    /* the router: sigmoid with bias and 8 groups keep 3 (V3), softmax without groups (V2), sqrt-softplus */
+    for (int gating = 1; gating <= 3; gating++) {
+        enum { T = 9, E = 64, K = 6 };
+        float lg[T * E], bias[E];
+        rand_f(lg, T * E, 4.0f, &rs);
+        rand_f(bias, E, 0.5f, &rs);
+        void *dl[2], *db[2], *di[2], *dwt[2];
+        put2(&p, lg, sizeof lg, dl);
+        put2(&p, bias, sizeof bias, db);
+        put2(&p, NULL, T * K * 4, di);
+        put2(&p, NULL, T * K * 4, dwt);
+        OPS2_BEGIN
+            og_router_op ro = {dl[I_], gating == 2 ? db[I_] : NULL, T, E, K, gating, gating == 2 ? 8 : 1, gating == 2 ? 3 : 1,
+                               true, gating == 2 ? 2.5f : 1.0f, di[I_], dwt[I_], NULL, 0, NULL, 0};
+            st_ = D_->ops->router(D_, S_, &ro, e_, sizeof e_);
+        OPS2_END
+        same_bits2(&p, di, T * K * 4, "router ids");
+        close2(&p, dwt, T * K, gating == 1 ? "router weights (softmax)" : gating == 2 ? "router weights (sigmoid, groups)"
+                                                                                     : "router weights (sqrt-softplus)");
+        n_cases++;
+    }
+
+    /* kv_store then MLA attention over a paged cache (two sequences, block tables of
+     * 16 positions), f32 and f16; get_rows of every type */
+    for (int f16 = 0; f16 < 2; f16++) {
+        enum { H = 4, RKV = 64, DR = 16, W = RKV + DR, BR = 16, NB = 6, T = 3 };
+        const int eb = f16 ? 2 : 4;
+        void *blk[NB][2];
+        float *rows = malloc((size_t)NB * BR * W * 4);
+        rand_f(rows, NB * BR * W, 1.0f, &rs);
+        for (int b = 0; b < NB; b++) put2(&p, NULL, (size_t)BR * W * (size_t)eb, blk[b]);
+        float *bt[2][NB];
+        for (int b = 0; b < NB; b++) bt[0][b] = blk[b][0], bt[1][b] = blk[b][1];
+        /* sequence 0: blocks 0-2 (positions 0..40), sequence 1: blocks 3-5 (0..33) */
+        int32_t sfirst[2 * 41], spos[2 * 41];
+        int ns = 0;
+        for (int q = 0; q <= 40; q++) sfirst[ns] = 0, spos[ns++] = q;
+        for (int q = 0; q <= 33; q++) sfirst[ns] = 3, spos[ns++] = q;
+        void *dsrc[2];
+        put2(&p, rows, (size_t)ns * W * 4, dsrc);
+        OPS2_BEGIN
+            og_kv_store_op ks = {{bt[I_], NB, BR, 0, W, W, f16 ? OG_KV_F16 : OG_KV_F32}, {dsrc[I_], W, ns, W}, sfirst, spos};
+            st_ = D_->ops->kv_store(D_, S_, &ks, e_, sizeof e_);
+        OPS2_END
+        for (int b = 0; b < NB; b++) same_bits2(&p, blk[b], (size_t)BR * W * (size_t)eb, f16 ? "kv_store f16" : "kv_store f32");
+        float qa[H * 16 * RKV], qp[T * H * W];
+        rand_f(qa, H * 16 * RKV, 1.0f, &rs);
+        rand_f(qp, T * H * W, 1.0f, &rs);
+        void *dqa[2], *dqp[2], *dctx[2];
+        put2(&p, qa, sizeof qa, dqa);
+        put2(&p, qp, sizeof qp, dqp);
+        put2(&p, NULL, H * 16 * RKV * 4, dctx);
+        const int32_t kf[T] = {0, 3, 0}, tp[T] = {40, 33, 17};
+        const bool canon[T] = {true, true, true};
+        OPS2_BEGIN
+            og_mla_op mo = {.n_tok = T, .n_head = H, .r_kv = RKV, .d_rope = DR, .kq_scale = 0.0721f, .q_abs = dqa[I_],
+                            .qabs_head_stride = 16 * RKV, .q_pe = dqp[I_], .qpe_tok_stride = H * W, .qpe_head_stride = W,
+                            .ctx = dctx[I_], .ctx_head_stride = 16 * RKV,
+                            .kv = {bt[I_], NB, BR, 0, W, W, f16 ? OG_KV_F16 : OG_KV_F32}, .kv_first = kf, .pos = tp,
+                            .canonical = canon};
+            st_ = D_->ops->mla_attention(D_, S_, &mo, e_, sizeof e_);
+        OPS2_END
+        close2(&p, dctx, H * 16 * RKV, f16 ? "MLA attention (f16 cache)" : "MLA attention (f32 cache)");
+        free(rows);
+        n_cases += 2;
+    }
+    for (size_t ti = 0; ti < sizeof mm_types / sizeof mm_types[0]; ti++) {
+        const int64_t K = 512, NR = 10;
+        og_weight w;
+        void *q = make_weight(mm_types[ti], K, NR, &rs, &w);
+        void *dt[2], *dout[2];
+        put2(&p, q, w.row_bytes * NR, dt);
+        put2(&p, NULL, 4 * K * 4, dout);
+        const int32_t ids[4] = {3, 0, 9, 3};
+        OPS2_BEGIN
+            og_get_rows_op g = {w, ids, 4, dout[I_]};
+            g.table.data = dt[I_];
+            st_ = D_->ops->get_rows(D_, S_, &g, e_, sizeof e_);
+        OPS2_END
+        char what[64];
+        snprintf(what, sizeof what, "get_rows %s", og_type_name(mm_types[ti]));
+        same_bits2(&p, dout, 4 * K * 4, what);
+        free(q);
+        n_cases++;
+    }
+    /* a type without kernels is refused by name at issue */
+    og_weight iq = {OG_TYPE_IQ2_XXS, p.allocs[0][0], 256, 1, 66};
+    float *yy = p.allocs[0][1];
+    og_matmul_job bad = {&iq, yy, 1, yy, OG_NUMERICS_CANONICAL};
+    assert_int_equal(cx->dev->ops->matmul(cx->dev, p.s[0], &bad, 1, err, sizeof err), OG_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "IQ2_XXS"));
+    dev_sync(cx->dev, p.s[0]); /* and the stream goes on */
+    printf("cuda forward ops: %d cases against the cpu device\n", n_cases);
+    assert_int_equal(n_cases, 11 + 5 + 2 + 3 + 4 + 11);
+    for (int i = 0; i < 2; i++) {
+        p.d[i]->ops->stream_destroy(p.d[i], p.s[i]);
+        for (int a = 0; a < p.n_allocs; a++) p.d[i]->ops->free(p.d[i], p.allocs[i][a]);
+    }
+    og_device_destroy(p.d[1]);
+}
+
 int main(void) {
     char err[512];
     cuda_ctx cx;
@@ -268,6 +575,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_products, &cx),
         cmocka_unit_test_prestate(test_experts, &cx),
         cmocka_unit_test_prestate(test_streams, &cx),
+        cmocka_unit_test_prestate(test_forward_ops, &cx),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     og_device_destroy(cx.dev);

@@ -458,7 +458,7 @@ static void test_swiglu_clamp(void **state) {
     og_route routes[T * K];
     for (int t = 0; t < T; t++)
         for (int j = 0; j < K; j++) routes[t * K + j] = (og_route){t, (t * 5 + j * 3) % NE, 0.1f + 0.2f * (float)j};
-    const og_moe_layer io0 = {LAYER, x, T, routes, T * K, NULL, NULL};
+    const og_moe_layer io0 = {LAYER, x, T, routes, T * K, NULL, NULL, NULL};
     /* the reference, and how far the clamp moves it */
     double *ref = calloc((size_t)(T * D), sizeof *ref), *plain = calloc((size_t)(T * D), sizeof *plain);
     for (int t = 0; t < T; t++) {

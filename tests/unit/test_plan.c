@@ -431,6 +431,93 @@ static void test_cpu_device(void **state) {
     og_model_free(m);
 }
 
+/* The forward pass on a device whose memory is not the mapped file's (as on a
+ * GPU): the placement copies every non-expert tensor into the device (the
+ * plan's nonexpert_bytes), binds the table (og_run_ctx.weights), and the
+ * forward pass, reading only the copies and combining the MoE layers on the
+ * device, gives the host-only run's logits bit for bit. Devices: the host
+ * device (any device but cpu uploads) and the cpu device's copy mode; the cpu
+ * device without it binds no table (the file used in place). */
+static void test_placement_forward(void **state) {
+    (void)state;
+    og_model *m;
+    char err[512];
+    if (og_model_load(g_small, NULL, &m, err, sizeof err)) fail_msg("%s", err);
+    og_plan_input in = {.vram = 1 * GIB, .ram = 8 * GIB, .reserve = 0, .ctx = 64, .parallel = 1, .batch_tokens = 16,
+                        .kv_bytes_per_elem = 4, .slots_override = 0};
+    og_plan pl;
+    plan_file(g_small, &in, &pl);
+    assert_true(pl.fits);
+    og_kernels k = fx_best_kernels();
+    og_pool *pool;
+    assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
+    og_dispatch *host_only;
+    assert_int_equal(og_dispatch_create(NULL, NULL, &host_only, err, sizeof err), OG_OK);
+    const uint32_t V = og_model_get_info(m)->n_vocab;
+    float *want = malloc(V * sizeof *want), *got = malloc(V * sizeof *got);
+    int32_t toks[5] = {11, 48, 85, 122, 7};
+    og_run_ctx plain = {.kern = &k, .pool = pool, .dispatch = og_dispatch_table(host_only),
+                        .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
+    og_kv kw = {0};
+    assert_int_equal(og_model_forward(m, &plain, &kw, toks, 5, want, false, err, sizeof err), OG_OK);
+    for (int mode = 0; mode < 3; mode++) { /* host device, cpu device copying, cpu device in place */
+        og_placement_config pc = og_placement_defaults();
+        pc.kern = &k;
+        pc.vram = in.vram;
+        pc.plan = &pl;
+        pc.migrate = 0;
+        pc.forward_on_device = true;
+        pc.copy_weights = mode == 1;
+        if (mode == 0) assert_int_equal(og_device_host_create(pool, &k, &pc.device, err, sizeof err), OG_OK);
+        og_placement *p;
+        if (og_placement_create(m, &pc, &p, err, sizeof err)) fail_msg("mode %d: %s", mode, err);
+        og_run_ctx rc = plain;
+        og_placement_bind(p, &rc);
+        og_placement_stats ps;
+        og_placement_get_stats(p, &ps);
+        assert_true(ps.forward_on_device);
+        assert_non_null(rc.dev);
+        if (mode < 2) {
+            assert_non_null(rc.weights);
+            assert_int_equal(ps.weight_bytes, pl.nonexpert_bytes); /* every tensor the planner counted */
+            for (size_t i = 0; i < rc.weights->n; i++) /* copies, not the file */
+                assert_ptr_not_equal(rc.weights->t[i].dev, rc.weights->t[i].host);
+        } else {
+            assert_null(rc.weights);
+            assert_int_equal(ps.weight_bytes, 0);
+        }
+        og_kv kv = {0};
+        if (og_model_forward(m, &rc, &kv, toks, 5, got, false, err, sizeof err)) fail_msg("mode %d: %s", mode, err);
+        assert_memory_equal(want, got, V * sizeof *got);
+        int32_t next = 99;
+        assert_int_equal(og_model_forward(m, &rc, &kv, &next, 1, got, false, err, sizeof err), OG_OK); /* decode */
+        assert_int_equal(kv.n_pos, 6);
+        og_kv_free(&kv);
+        og_placement_free(p);
+    }
+    /* a table without a weight's copy is an error naming it, never a host address handed over */
+    og_device *hd;
+    assert_int_equal(og_device_host_create(pool, &k, &hd, err, sizeof err), OG_OK);
+    og_stream *hs;
+    assert_int_equal(hd->ops->stream_create(hd, &hs, err, sizeof err), OG_OK);
+    const og_dev_weights empty = {NULL, 0};
+    og_run_ctx rc = plain;
+    rc.dev = hd;
+    rc.stream = hs;
+    rc.weights = &empty;
+    og_kv kv = {0};
+    assert_int_equal(og_model_forward(m, &rc, &kv, toks, 1, got, false, err, sizeof err), OG_ERR_STATE);
+    assert_non_null(strstr(err, "token_embd has no copy in device memory"));
+    og_kv_free(&kv);
+    og_kv_free(&kw);
+    og_device_destroy(hd);
+    og_dispatch_free(host_only);
+    og_pool_free(pool);
+    free(want);
+    free(got);
+    og_model_free(m);
+}
+
 /* og_placement on the small model (4 slots of 16 per MoE layer, migration on):
  * the counters read through the accessors equal a plain count kept here from
  * the selections a host-only run makes (same routes: the F32 results are
@@ -888,7 +975,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_deepseek41),
         cmocka_unit_test(test_hand_numbers), cmocka_unit_test(test_reference_shape), cmocka_unit_test(test_refusals), cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_profile), cmocka_unit_test(test_cpu_device),
-        cmocka_unit_test(test_copies_in_flight), cmocka_unit_test(test_placement), cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_copies_in_flight), cmocka_unit_test(test_placement), cmocka_unit_test(test_placement_forward),
+        cmocka_unit_test(test_cli),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

@@ -117,6 +117,49 @@ static void test_terms_vs_reference(void **state) {
     assert_int_equal(n_cases, 8 * 4 * 6);
 }
 
+/* Every type's dequantizer (og_canon_deq), element by element, against og_dequantize_row
+ * (quant_ref.c's to_float), bit for bit, on random rows of several scales
+ * (random bytes too: every scale, min and quant pattern a file may hold). */
+static void test_dequantize(void **state) {
+    (void)state;
+    uint64_t s = 0x2545f4914f6cdd1dull;
+    int n_cases = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const og_type_traits *tr = og_quant_traits(types[ti]);
+        const int64_t n = 8 * (int64_t)tr->blck;
+        const size_t bytes = (size_t)(n / tr->blck) * tr->type_size;
+        float *w = malloc((size_t)n * 4), *want = malloc((size_t)n * 4);
+        uint8_t *wq = malloc(bytes);
+        for (int rep = 0; rep < 6; rep++) {
+            if (rep < 4) {
+                for (int64_t i = 0; i < n; i++) w[i] = powf(10.0f, (float)(rep - 2)) * rng_f(&s);
+                tr->from_float(w, wq, n);
+            } else { /* raw bytes, their fp16 scales kept finite */
+                for (size_t i = 0; i < bytes; i++) wq[i] = (uint8_t)rng_next(&s);
+                for (int64_t b = 0; b < n / tr->blck; b++)
+                    for (size_t i = 0; i + 1 < tr->type_size; i += 2) {
+                        uint16_t h;
+                        memcpy(&h, wq + (size_t)b * tr->type_size + i, 2);
+                        if (((h >> 10) & 0x1f) == 0x1f) h ^= 0x4000; /* no inf / NaN exponent */
+                        memcpy(wq + (size_t)b * tr->type_size + i, &h, 2);
+                    }
+            }
+            assert_int_equal(og_dequantize_row(types[ti], wq, want, n), OG_OK);
+            for (int64_t e = 0; e < n; e++) {
+                const float got = og_canon_deq(types[ti], wq, e);
+                if (bits(got) != bits(want[e]))
+                    fail_msg("%s rep %d element %lld: header %.9g (0x%08x), to_float %.9g (0x%08x)", tr->name, rep,
+                             (long long)e, got, bits(got), want[e], bits(want[e]));
+            }
+            n_cases++;
+        }
+        free(w);
+        free(want);
+        free(wq);
+    }
+    assert_int_equal(n_cases, 8 * 6);
+}
+
 /* Every fp16 value to f32; f32 -> fp16 on every 4099th bit pattern plus the edges. */
 static void test_fp16(void **state) {
     (void)state;
@@ -190,6 +233,7 @@ static void test_swiglu(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_terms_vs_reference),
+        cmocka_unit_test(test_dequantize),
         cmocka_unit_test(test_fp16),
         cmocka_unit_test(test_expf),
         cmocka_unit_test(test_swiglu),

@@ -4,6 +4,8 @@
  * block (event and stream synchronization) run outside it. */
 #include "og_device_cuda.h"
 
+#include "device_ops.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -72,6 +74,17 @@ struct og_stream {
     uint64_t scratch_bytes;
     void *stage;                 /* pinned staging for copies to pageable host memory */
     uint64_t stage_bytes;
+    /* the forward pass's ops: */
+    og_cop rec;                  /* the op being issued: its checks and host arrays (og_cop_make) */
+    uint8_t *ring_h, *ring_d;    /* the ops' host arrays: a pinned ring of ring_cap bytes and its device
+                                    mirror (control_stage) */
+    uint64_t ring_cap, ring_at;
+    int ring_half;               /* the half ring_at is in */
+    cudaEvent_t ring_ev[2];      /* recorded when issuing left a half: its copies are done once it completes */
+    bool ring_live[2];
+    void *work;                  /* the ops' device scratch (quantized activations, scores, the router's) */
+    uint64_t work_bytes;
+    og_buf hbuf;                 /* host scratch (RoPE's cos and sin) */
 };
 
 typedef struct pinned_range {
@@ -95,6 +108,10 @@ static const og_device_ops cuda_ops;
 static cuda_device *as_cuda(og_device *d) { return d && d->ops == &cuda_ops ? (cuda_device *)d : NULL; }
 
 bool og_cuda_built(void) { return true; }
+
+bool og_cuda_forward_type(og_ggml_type t) {
+    return og_cuda_has_type(t) || t == OG_TYPE_F32 || t == OG_TYPE_F16 || t == OG_TYPE_BF16;
+}
 
 /* The calling thread's current device is per thread in CUDA: set it on entry. */
 static og_status cur(cuda_device *c, char *err, size_t errlen) { return CK(cudaSetDevice(c->gpu)); }
@@ -181,9 +198,16 @@ static void cu_stream_destroy(og_device *d, og_stream *s) {
     CKW(cudaSetDevice(c->gpu));
     CKW(cudaStreamSynchronize(s->cs));
     if (s->scratch) CKW(cudaFreeAsync(s->scratch, s->cs));
+    if (s->work) CKW(cudaFreeAsync(s->work, s->cs));
     CKW(cudaStreamSynchronize(s->cs));
     CKW(cudaStreamDestroy(s->cs));
     if (s->stage) CKW(cudaFreeHost(s->stage));
+    if (s->ring_h) CKW(cudaFreeHost(s->ring_h));
+    if (s->ring_d) CKW(cudaFree(s->ring_d));
+    for (int i = 0; i < 2; i++)
+        if (s->ring_ev[i]) CKW(cudaEventDestroy(s->ring_ev[i]));
+    og_cop_free(&s->rec);
+    og_buf_free(&s->hbuf);
     pthread_mutex_lock(&c->mu);
     c->streams[s->index] = NULL;
     pthread_mutex_unlock(&c->mu);
@@ -261,19 +285,24 @@ static og_status cu_copy_to_host(og_device *d, og_stream *s, void *dst, const vo
     return st ? stream_fail(s, st, err ? err : "copy to host failed") : OG_OK;
 }
 
-/* Grows s's scratch to bytes, ordered on the stream (the old block is freed
- * after the work queued before it). */
-static og_status scratch(og_stream *s, uint64_t bytes, char *err, size_t errlen) {
-    if (bytes <= s->scratch_bytes) return OG_OK;
-    uint64_t nb = s->scratch_bytes ? s->scratch_bytes : 1 << 20;
+/* Grows a device block of s (*p, *cap bytes) to bytes, ordered on the stream
+ * (the old block is freed after the work queued before it). */
+static og_status grow_block(og_stream *s, void **p, uint64_t *cap, uint64_t bytes, char *err, size_t errlen) {
+    if (bytes <= *cap) return OG_OK;
+    uint64_t nb = *cap ? *cap : 1 << 20;
     while (nb < bytes) nb *= 2;
     og_status st = OG_OK;
-    if (s->scratch) st = CK(cudaFreeAsync(s->scratch, s->cs));
-    s->scratch = NULL;
-    s->scratch_bytes = 0;
-    if (!st) st = CK(cudaMallocAsync(&s->scratch, nb, s->cs));
-    if (!st) s->scratch_bytes = nb;
+    if (*p) st = CK(cudaFreeAsync(*p, s->cs));
+    *p = NULL;
+    *cap = 0;
+    if (!st) st = CK(cudaMallocAsync(p, nb, s->cs));
+    if (!st) *cap = nb;
     return st;
+}
+
+/* s's expert-op scratch of at least bytes. */
+static og_status scratch(og_stream *s, uint64_t bytes, char *err, size_t errlen) {
+    return grow_block(s, &s->scratch, &s->scratch_bytes, bytes, err, errlen);
 }
 
 static uint64_t up256(uint64_t v) { return (v + 255) & ~(uint64_t)255; }
@@ -478,6 +507,239 @@ static bool cu_event_done(og_device *d, og_event ev) {
     return done;
 }
 
+/* ---- the forward pass's ops ---- */
+
+/* Copies bytes of host control data (an op's arrays) to the device in stream
+ * order, *dev their device copy: through s's pinned ring (so the copy is truly
+ * asynchronous and the caller may reuse src at once) into the same offset of
+ * its device mirror. The ring is used in two halves: issuing moves on to the
+ * other half only once the copies out of it (recorded by an event when issuing
+ * left it) are done; a device offset is rewritten only by a copy queued after
+ * every kernel that read it (one stream). */
+static og_status control_stage(og_stream *s, const void *src, uint64_t bytes, const void **dev, char *err,
+                               size_t errlen) {
+    *dev = NULL;
+    if (!bytes) return OG_OK;
+    const uint64_t b = up256(bytes);
+    og_status st = OG_OK;
+    if (b > s->ring_cap / 2) { /* grow: the queued work may still read the old ring */
+        uint64_t nc = s->ring_cap ? s->ring_cap : 1 << 20;
+        while (nc / 2 < b) nc *= 2;
+        st = CK(cudaStreamSynchronize(s->cs));
+        if (!st && s->ring_h) st = CK(cudaFreeHost(s->ring_h));
+        if (!st && s->ring_d) st = CK(cudaFree(s->ring_d));
+        s->ring_h = s->ring_d = NULL;
+        s->ring_cap = s->ring_at = 0;
+        s->ring_half = 0;
+        s->ring_live[0] = s->ring_live[1] = false;
+        if (!st) st = CK(cudaMallocHost((void **)&s->ring_h, nc));
+        if (!st && (st = CK(cudaMalloc((void **)&s->ring_d, nc)))) {
+            CKW(cudaFreeHost(s->ring_h));
+            s->ring_h = NULL;
+        }
+        for (int i = 0; i < 2 && !st; i++)
+            if (!s->ring_ev[i]) st = CK(cudaEventCreateWithFlags(&s->ring_ev[i], cudaEventDisableTiming));
+        if (st) return st;
+        s->ring_cap = nc;
+    }
+    const uint64_t half = s->ring_cap / 2;
+    if (s->ring_at + b > (uint64_t)(s->ring_half + 1) * half) { /* on to the other half once it is free */
+        if ((st = CK(cudaEventRecord(s->ring_ev[s->ring_half], s->cs)))) return st;
+        s->ring_live[s->ring_half] = true;
+        s->ring_half ^= 1;
+        s->ring_at = (uint64_t)s->ring_half * half;
+        if (s->ring_live[s->ring_half] && (st = CK(cudaEventSynchronize(s->ring_ev[s->ring_half])))) return st;
+        s->ring_live[s->ring_half] = false;
+    }
+    memcpy(s->ring_h + s->ring_at, src, bytes);
+    st = CK(cudaMemcpyAsync(s->ring_d + s->ring_at, s->ring_h + s->ring_at, bytes, cudaMemcpyHostToDevice, s->cs));
+    if (st) return st;
+    *dev = s->ring_d + s->ring_at;
+    s->ring_at += b;
+    return OG_OK;
+}
+
+/* s's ops' device scratch of at least bytes. */
+static og_status work(og_stream *s, uint64_t bytes, char *err, size_t errlen) {
+    return grow_block(s, &s->work, &s->work_bytes, bytes, err, errlen);
+}
+
+/* The weight checks of one matmul job (og_cuda_forward_type's types, a row
+ * layout the kernels read). */
+static og_status check_job(const og_matmul_job *j, int i, char *err, size_t errlen) {
+    const og_weight *w = j->w;
+    const og_type_traits *t = w ? og_quant_traits(w->type) : NULL;
+    if (!w || !w->data || !j->x || !j->y || j->m < 0 || w->n_rows < 0 || w->K <= 0 || !t)
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda matmul: job %d lacks a weight, x or y", i);
+    if (!og_cuda_forward_type(w->type))
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda matmul: no kernel for %s weights", t->name);
+    const bool quant = og_cuda_has_type(w->type);
+    if (w->K % t->blck || (quant && w->K > og_cuda_max_k(w->type)) ||
+        w->row_bytes != (size_t)(w->K / t->blck) * t->type_size)
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda matmul: job %d: K %lld of %s (at most %lld), rows of %zu bytes",
+                       i, (long long)w->K, t->name, (long long)(quant ? og_cuda_max_k(w->type) : INT64_MAX), w->row_bytes);
+    return OG_OK;
+}
+
+#define MM_GROUP_ROWS 8 /* activation rows per thread block of a quantized product */
+
+/* The matmul op: each job's products in the canonical order whatever its
+ * numerics (the fork's orders are the host tiers'; a GPU has only the
+ * canonical one): bitwise with a canonical job on the host. */
+static og_status cu_matmul_jobs(cuda_device *c, og_stream *s, const og_matmul_job *jobs, int n, char *err,
+                                size_t errlen) {
+    if (n < 1 || n > 256 || !jobs) return og_fail(err, errlen, OG_ERR_INVALID_ARG, "cuda matmul: %d jobs (1 to 256)", n);
+    og_status st = OG_OK;
+    for (int i = 0; i < n && !st; i++) st = check_job(&jobs[i], i, err, errlen);
+    if (st || (st = cur(c, err, errlen))) return st;
+    for (int i = 0; i < n && !st; i++) {
+        const og_matmul_job *j = &jobs[i];
+        const og_weight *w = j->w;
+        if (!j->m || !w->n_rows) continue;
+        if (!og_cuda_has_type(w->type)) {
+            st = CK(og_cuda_products_f(w->type, w->data, w->row_bytes, w->n_rows, w->K, j->x, j->m, j->y, w->n_rows, s->cs));
+            continue;
+        }
+        st = work(s, up256((uint64_t)j->m * og_cuda_act_row_bytes(w->type, w->K)), err, errlen);
+        if (!st) st = CK(og_cuda_quantize_act(w->type, j->x, s->work, j->m, w->K, s->cs));
+        og_cuda_groups gr;
+        for (int64_t r0 = 0; r0 < j->m && !st; r0 += (int64_t)MM_GROUP_ROWS * OG_CUDA_MAX_GROUPS) {
+            gr.n = 0;
+            for (int64_t r = r0; r < j->m && gr.n < OG_CUDA_MAX_GROUPS; r += MM_GROUP_ROWS)
+                gr.g[gr.n++] = (og_cuda_group){0, (int32_t)r, (int32_t)(j->m - r < MM_GROUP_ROWS ? j->m - r : MM_GROUP_ROWS)};
+            st = CK(og_cuda_products(w->type, w->data, 0, 0, w->row_bytes, w->n_rows, w->K, &gr, s->work, j->y, w->n_rows,
+                                     s->cs));
+        }
+    }
+    return st ? stream_fail(s, st, err ? err : "matmul failed") : OG_OK;
+}
+
+/* RoPE's cos and sin of every token (og_rope_cos_sin: the host's), interleaved
+ * [n_tok][d_rope / 2][2], staged for the kernel. */
+static og_status rope_table(og_stream *s, const og_rope_op *op, const void **dev, char *err, size_t errlen) {
+    const int half = op->rope.d_rope / 2;
+    const size_t bytes = (size_t)op->n_tok * (size_t)half * 2 * sizeof(float);
+    if (og_buf_reserve(&s->hbuf, bytes + (size_t)op->rope.d_rope * sizeof(float)))
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    float *cs = s->hbuf.p, *c = cs + (size_t)op->n_tok * half * 2, *sn = c + half;
+    for (int64_t t = 0; t < op->n_tok; t++) {
+        og_rope_cos_sin(&op->rope, op->pos[t], c, sn);
+        for (int i = 0; i < half; i++) {
+            cs[(t * half + i) * 2] = c[i];
+            cs[(t * half + i) * 2 + 1] = sn[i];
+        }
+    }
+    return control_stage(s, cs, bytes, dev, err, errlen);
+}
+
+/* Every op but matmul: checked and its host arrays copied by og_cop_make (the
+ * cpu device's checks and messages), the arrays staged as one block, then the
+ * kernel. */
+static og_status cu_issue(og_device *d, og_stream *s, og_cop_kind kind, const void *desc, int n, char *err,
+                          size_t errlen) {
+    cuda_device *c = (cuda_device *)d;
+    if (kind == OG_COP_MATMUL) return cu_matmul_jobs(c, s, desc, n, err, errlen);
+    if (kind == OG_COP_GET_ROWS && !og_cuda_forward_type(((const og_get_rows_op *)desc)->table.type))
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda get_rows: no kernel for %s rows",
+                       og_type_name(((const og_get_rows_op *)desc)->table.type));
+    og_status st = og_cop_make(NULL, kind, desc, n, &s->rec, err, errlen);
+    if (st) return st;
+    const og_cop *o = &s->rec;
+    const void *db = NULL; /* the device copy of o->own */
+    if ((st = cur(c, err, errlen)) || (st = control_stage(s, o->own, o->own_bytes, &db, err, errlen)))
+        return stream_fail(s, st, err ? err : "op failed");
+#define DEV(p) ((const void *)((const uint8_t *)db + ((const uint8_t *)(p) - (const uint8_t *)o->own)))
+    switch (kind) {
+    case OG_COP_RMSNORM: {
+        const og_rmsnorm_op *op = &o->u.norm;
+        st = CK(og_cuda_rmsnorm(op->y.data, op->y.stride, op->x.data, op->x.stride, op->w, op->x.n, op->x.n_rows, op->eps,
+                                s->cs));
+        break;
+    }
+    case OG_COP_ROPE: {
+        const og_rope_op *op = &o->u.rope;
+        const void *cs = NULL;
+        if (op->n_tok && op->n_vec && op->rope.d_rope) {
+            st = rope_table(s, op, &cs, err, errlen);
+            if (!st)
+                st = CK(og_cuda_rope(op->x, op->n_tok, op->tok_stride, op->n_vec, op->vec_stride, op->rope.d_rope,
+                                     (const float *)cs, s->cs));
+        }
+        break;
+    }
+    case OG_COP_SOFTMAX: st = CK(og_cuda_softmax(o->u.rows.data, o->u.rows.n, o->u.rows.n_rows, o->u.rows.stride, s->cs)); break;
+    case OG_COP_SWIGLU: st = CK(og_cuda_swiglu(o->u.ew.out, o->u.ew.a, o->u.ew.b, o->u.ew.n, o->u.ew.f, s->cs)); break;
+    case OG_COP_ADD: st = CK(og_cuda_add(o->u.ew.out, o->u.ew.a, o->u.ew.b, o->u.ew.n, s->cs)); break;
+    case OG_COP_SCALE: st = CK(og_cuda_scale(o->u.ew.out, o->u.ew.a, o->u.ew.f, o->u.ew.n, s->cs)); break;
+    case OG_COP_ROUTER: {
+        const og_router_op *op = &o->u.router;
+        og_cuda_router r = {op->logits, op->bias, op->n_tok, op->n_expert, op->k, op->gating, op->n_group,
+                            op->n_group_used, op->norm, op->scale, op->norm_add, op->hash_table,
+                            op->hash_table && op->n_tok ? (const int32_t *)DEV(op->tokens) : NULL, op->hash_rows,
+                            op->ids, op->weights, NULL};
+        st = work(s, (uint64_t)op->n_tok * 2 * (uint64_t)op->n_expert * sizeof(float) + 256, err, errlen);
+        r.work = s->work;
+        if (!st) st = CK(og_cuda_route(&r, s->cs));
+        break;
+    }
+    case OG_COP_MLA: {
+        const og_mla_op *op = &o->u.mla;
+        int32_t max_pos = 0;
+        for (int64_t i = 0; i < op->n_tok; i++)
+            if (op->pos[i] + 1 > max_pos) max_pos = op->pos[i] + 1;
+        og_cuda_mla a = {op->n_tok, op->n_head, op->r_kv, op->d_rope, op->kq_scale, op->q_abs, op->qabs_head_stride,
+                         op->q_pe, op->qpe_tok_stride, op->qpe_head_stride, op->ctx, op->ctx_head_stride,
+                         (const void *const *)DEV(op->kv.blocks), op->kv.block_rows, op->kv.type == OG_KV_F16,
+                         op->kv.offset, op->kv.row_stride, (const int32_t *)DEV(op->kv_first), (const int32_t *)DEV(op->pos),
+                         NULL, max_pos};
+        if (!op->n_tok) break;
+        st = work(s, (uint64_t)op->n_tok * (uint64_t)op->n_head * (uint64_t)max_pos * sizeof(float) + 256, err, errlen);
+        a.scores = s->work;
+        if (!st) st = CK(og_cuda_mla_attention(&a, s->cs));
+        break;
+    }
+    case OG_COP_COPY: {
+        const og_copy_op *op = &o->u.copy;
+        st = CK(og_cuda_copy(op->dst, op->src, op->row_bytes, op->n_rows, op->n_mats, op->dst_row_stride, op->dst_mat_stride,
+                             op->src_row_stride, op->src_mat_stride, s->cs));
+        break;
+    }
+    case OG_COP_GET_ROWS: {
+        const og_get_rows_op *op = &o->u.get_rows;
+        if (op->n)
+            st = CK(og_cuda_get_rows(op->table.type, op->table.data, op->table.row_bytes, op->table.K,
+                                     (const int32_t *)DEV(op->ids), op->n, op->out, s->cs));
+        break;
+    }
+    case OG_COP_KV_STORE: {
+        const og_kv_store_op *op = &o->u.kv_store;
+        if (op->src.n_rows)
+            st = CK(og_cuda_kv_store((const void *const *)DEV(op->kv.blocks), op->kv.block_rows, op->kv.offset,
+                                     op->kv.row_stride, op->kv.row_len, op->kv.type == OG_KV_F16, op->src.data,
+                                     op->src.stride, op->src.n_rows, (const int32_t *)DEV(op->kv_first),
+                                     (const int32_t *)DEV(op->pos), s->cs));
+        break;
+    }
+    case OG_COP_COMBINE: {
+        const og_combine_op *op = &o->u.combine;
+        if (op->n_tok)
+            st = CK(og_cuda_combine(op->y, op->res, op->n_tok, op->D, (const int32_t *)DEV(op->route_off),
+                                    op->route_off[op->n_tok] ? (const int32_t *)DEV(op->rows) : NULL,
+                                    op->route_off[op->n_tok] ? (const float *)DEV(op->weights) : NULL, s->cs));
+        break;
+    }
+    default:
+        st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda device: no kernels for op %d (deepseek4's ops are CPU-only)",
+                     (int)kind);
+        return st;
+    }
+#undef DEV
+    return st ? stream_fail(s, st, err ? err : "op failed") : OG_OK;
+}
+
+/* the op table's entry points (device_ops.h), deepseek2's */
+OG_COP_DS2_ENTRY_POINTS(cu, cu_issue)
+
 static void cu_destroy(og_device *d) {
     cuda_device *c = (cuda_device *)d;
     CKW(cudaSetDevice(c->gpu));
@@ -503,6 +765,20 @@ static const og_device_ops cuda_ops = {
     .event_wait = cu_event_wait,
     .event_done = cu_event_done,
     .destroy = cu_destroy,
+    /* the forward pass's ops: deepseek2's (deepseek4's and deepseek41's stay NULL: CPU-only) */
+    .matmul = cu_matmul,
+    .rmsnorm = cu_rmsnorm,
+    .rope = cu_rope,
+    .softmax = cu_softmax,
+    .swiglu = cu_swiglu,
+    .router = cu_router,
+    .mla_attention = cu_mla,
+    .add = cu_add,
+    .scale = cu_scale,
+    .copy = cu_copy,
+    .get_rows = cu_get_rows,
+    .kv_store = cu_kv_store,
+    .moe_combine = cu_combine,
 };
 
 og_status og_device_cuda_create(int gpu, og_device **out, char *err, size_t errlen) {

@@ -202,3 +202,383 @@ extern "C" cudaError_t og_cuda_swiglu(float *h, const float *g, const float *u, 
     k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(h, g, u, n, clamp);
     return cudaGetLastError();
 }
+
+/* ---- the forward pass's ops (og_cuda_kernels.h). Every float operation is
+ * written as the intrinsic of the one IEEE operation the host performs
+ * (__fadd_rn, __fmul_rn, __dadd_rn, ...), so neither --fmad nor the compiler
+ * can change it; reductions whose host order is sequential run on one thread
+ * in that order. ---- */
+
+#define OPS_THREADS 256
+#define NEG_INF og_canon_bits_f32(0xff800000u) /* -infinity */
+
+/* A weight element widened to f32 (exact): F32, F16, BF16. */
+static __device__ __forceinline__ float float_elem(og_ggml_type t, const uint8_t *row, int64_t i) {
+    if (t == OG_TYPE_F32) return ((const float *)row)[i];
+    const uint16_t h = ((const uint16_t *)row)[i];
+    return t == OG_TYPE_F16 ? og_canon_h2f(h) : og_canon_bits_f32((uint32_t)h << 16);
+}
+
+/* og_dot_f32_device of a (widened) weight row and x[K], on one warp: lane l
+ * takes i = l, l + 32, ... up to K padded to 32 (the padding's fma(0, 0, acc)
+ * included), then the butterfly; every lane returns the result. */
+static __device__ __forceinline__ float warp_dot_f(og_ggml_type t, const uint8_t *row, const float *x, int64_t K, int lane) {
+    const int64_t padded = (K + 31) / 32 * 32;
+    float acc = 0.0f;
+    for (int64_t i = lane; i < padded; i += 32)
+        acc = i < K ? og_canon_fma(float_elem(t, row, i), x[i], acc) : og_canon_fma(0.0f, 0.0f, acc);
+    for (int sh = 16; sh; sh >>= 1) acc = og_canon_add(acc, __shfl_xor_sync(0xffffffffu, acc, sh));
+    return acc;
+}
+
+static __global__ void __launch_bounds__(WARPS * 32) k_products_f(og_ggml_type t, const uint8_t *w, uint64_t row_bytes,
+                                                                  int64_t n_out, int64_t K, const float *x, int64_t a0,
+                                                                  float *y, int64_t y_stride) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t o = (int64_t)blockIdx.x * WARPS + warp, a = a0 + blockIdx.y;
+    if (o >= n_out) return; /* the whole warp: o is the warp's */
+    const float acc = warp_dot_f(t, w + (uint64_t)o * row_bytes, x + a * K, K, lane);
+    if (lane == 0) y[a * y_stride + o] = acc;
+}
+
+extern "C" cudaError_t og_cuda_products_f(og_ggml_type t, const void *w, uint64_t row_bytes, int64_t n_out, int64_t K,
+                                          const float *x, int64_t m, float *y, int64_t y_stride, cudaStream_t s) {
+    if ((t != OG_TYPE_F32 && t != OG_TYPE_F16 && t != OG_TYPE_BF16) || K <= 0 || n_out < 0 || m < 0)
+        return cudaErrorInvalidValue;
+    for (int64_t a0 = 0; a0 < m && n_out > 0; a0 += 65535) {
+        const int64_t mm = m - a0 < 65535 ? m - a0 : 65535;
+        const dim3 grid((unsigned)((n_out + WARPS - 1) / WARPS), (unsigned)mm);
+        k_products_f<<<grid, WARPS * 32, 0, s>>>(t, (const uint8_t *)w, row_bytes, n_out, K, x, a0, y, y_stride);
+    }
+    return cudaGetLastError();
+}
+
+static __global__ void k_rmsnorm(float *y, int64_t ys, const float *x, int64_t xs, const float *w, int64_t n, float eps) {
+    __shared__ float scale;
+    const float *xr = x + (int64_t)blockIdx.x * xs;
+    float *yr = y + (int64_t)blockIdx.x * ys;
+    if (threadIdx.x == 0) { /* og_rmsnorm's rms_scale: squares exact in double, summed in order */
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const double v = (double)xr[i];
+            ss = __dadd_rn(ss, __dmul_rn(v, v));
+        }
+        scale = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)n), (double)eps))));
+    }
+    __syncthreads(); /* every x read before y (which may be x) is written */
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = og_canon_mul(xr[i], scale);
+        yr[i] = w ? og_canon_mul(w[i], v) : v;
+    }
+}
+
+extern "C" cudaError_t og_cuda_rmsnorm(float *y, int64_t y_stride, const float *x, int64_t x_stride, const float *w,
+                                       int64_t n, int64_t n_rows, float eps, cudaStream_t s) {
+    if (n_rows <= 0) return cudaSuccess;
+    k_rmsnorm<<<(unsigned)n_rows, OPS_THREADS, 0, s>>>(y, y_stride, x, x_stride, w, n, eps);
+    return cudaGetLastError();
+}
+
+static __global__ void k_rope(float *x, int64_t tok_stride, int32_t n_vec, int64_t vec_stride, int32_t half, const float *cs) {
+    const int64_t t = blockIdx.x;
+    for (int64_t idx = threadIdx.x; idx < (int64_t)n_vec * half; idx += blockDim.x) {
+        const int64_t v = idx / half, i = idx % half;
+        const float c = cs[(t * half + i) * 2], sn = cs[(t * half + i) * 2 + 1];
+        float *p = x + t * tok_stride + v * vec_stride;
+        const float a = p[2 * i], b = p[2 * i + 1];
+        p[2 * i] = og_canon_sub(og_canon_mul(a, c), og_canon_mul(b, sn));
+        p[2 * i + 1] = og_canon_add(og_canon_mul(a, sn), og_canon_mul(b, c));
+    }
+}
+
+extern "C" cudaError_t og_cuda_rope(float *x, int64_t n_tok, int64_t tok_stride, int32_t n_vec, int64_t vec_stride,
+                                    int32_t d_rope, const float *cs, cudaStream_t s) {
+    if (n_tok <= 0 || n_vec <= 0 || d_rope <= 0) return cudaSuccess;
+    k_rope<<<(unsigned)n_tok, 128, 0, s>>>(x, tok_stride, n_vec, vec_stride, d_rope / 2, cs);
+    return cudaGetLastError();
+}
+
+/* e^x: the float nearest double exp(x) (og_cuda_softmax's note). */
+static __device__ __forceinline__ float exp_f(float x) { return __double2float_rn(exp((double)x)); }
+
+/* og_softmax of x[0..n) by the calling thread block: max (NaN never wins),
+ * e^(x - max), the sum in double in index order on thread 0, x times the
+ * inverse. red: shared [blockDim.x] floats. */
+static __device__ void block_softmax(float *x, int64_t n, float *red) {
+    __shared__ float inv;
+    float m = NEG_INF;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        if (x[i] > m) m = x[i];
+    red[threadIdx.x] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float mx = NEG_INF;
+        for (unsigned j = 0; j < blockDim.x; j++)
+            if (red[j] > mx) mx = red[j];
+        red[0] = mx;
+    }
+    __syncthreads();
+    const float mx = red[0];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = exp_f(og_canon_sub(x[i], mx));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++) sum = __dadd_rn(sum, (double)x[i]);
+        inv = __double2float_rn(__ddiv_rn(1.0, sum));
+    }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = og_canon_mul(x[i], inv);
+    __syncthreads();
+}
+
+static __global__ void k_softmax(float *x, int64_t n, int64_t stride) {
+    __shared__ float red[OPS_THREADS];
+    block_softmax(x + (int64_t)blockIdx.x * stride, n, red);
+}
+
+extern "C" cudaError_t og_cuda_softmax(float *x, int64_t n, int64_t n_rows, int64_t stride, cudaStream_t s) {
+    if (n_rows <= 0 || n <= 0) return cudaSuccess;
+    k_softmax<<<(unsigned)n_rows, OPS_THREADS, 0, s>>>(x, n, stride);
+    return cudaGetLastError();
+}
+
+static __global__ void k_add(float *y, const float *a, const float *b, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = og_canon_add(a[i], b[i]);
+}
+static __global__ void k_scale(float *y, const float *a, float f, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = og_canon_mul(a[i], f);
+}
+
+extern "C" cudaError_t og_cuda_add(float *y, const float *a, const float *b, int64_t n, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    k_add<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(y, a, b, n);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t og_cuda_scale(float *y, const float *a, float f, int64_t n, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    k_scale<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(y, a, f, n);
+    return cudaGetLastError();
+}
+
+/* og_topk: the k largest of x[0..n), largest first, ties to the lower index,
+ * NaN never wins (only NaN left: the lowest unused index). */
+static __device__ void topk_dev(const float *x, int64_t n, int k, int32_t *idx) {
+    for (int j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < n; i++) {
+            bool taken = false;
+            for (int t = 0; t < j; t++) taken |= idx[t] == i;
+            if (taken || x[i] != x[i]) continue;
+            if (best < 0 || x[i] > x[best]) best = i;
+        }
+        for (int64_t i = 0; i < n && best < 0; i++) {
+            bool taken = false;
+            for (int t = 0; t < j; t++) taken |= idx[t] == i;
+            if (!taken) best = i;
+        }
+        idx[j] = (int32_t)best;
+    }
+}
+
+#define ROUTE_MAX_GROUP 1024
+
+/* og_cpu_route's route_one on thread 0 of block t (sc, sel: work [2 E]). */
+static __global__ void k_route(og_cuda_router r) {
+    if (threadIdx.x) return;
+    const int64_t t = blockIdx.x;
+    const int E = r.n_expert, k = r.k;
+    float *sc = r.work + t * 2 * E, *sel = sc + E;
+    int32_t *ids = r.ids + t * k;
+    const float *lg = r.logits + t * E;
+    for (int e = 0; e < E; e++) sc[e] = lg[e];
+    if (r.gating == 1) { /* og_softmax on one thread */
+        float mx = NEG_INF;
+        for (int e = 0; e < E; e++)
+            if (sc[e] > mx) mx = sc[e];
+        double sum = 0.0;
+        for (int e = 0; e < E; e++) {
+            sc[e] = exp_f(og_canon_sub(sc[e], mx));
+            sum = __dadd_rn(sum, (double)sc[e]);
+        }
+        const float inv = __double2float_rn(__ddiv_rn(1.0, sum));
+        for (int e = 0; e < E; e++) sc[e] = og_canon_mul(sc[e], inv);
+    } else if (r.gating == 2) {
+        for (int e = 0; e < E; e++) sc[e] = __fdiv_rn(1.0f, og_canon_add(1.0f, exp_f(-sc[e])));
+    } else { /* sqrt(softplus(z)): z above 20, exp(z) below -20 */
+        for (int e = 0; e < E; e++) {
+            const float z = sc[e];
+            const float sp = z > 20.0f ? z : z < -20.0f ? exp_f(z) : __double2float_rn(log1p((double)exp_f(z)));
+            sc[e] = __fsqrt_rn(sp);
+        }
+    }
+    if (r.hash_table) {
+        for (int j = 0; j < k; j++) {
+            const int32_t e = r.hash_table[(int64_t)r.tokens[t] * k + j];
+            ids[j] = e >= 0 && e < E ? e : 0;
+        }
+    } else {
+        for (int e = 0; e < E; e++) sel[e] = og_canon_add(sc[e], r.bias ? r.bias[e] : 0.0f);
+        if (r.n_group > 1) {
+            const int G = r.n_group, per = E / G;
+            float gs[ROUTE_MAX_GROUP];
+            int32_t keep[ROUTE_MAX_GROUP];
+            for (int g = 0; g < G; g++) {
+                float a = NEG_INF, b = NEG_INF;
+                for (int e = g * per; e < (g + 1) * per; e++) {
+                    if (sel[e] > a) {
+                        b = a;
+                        a = sel[e];
+                    } else if (sel[e] > b) {
+                        b = sel[e];
+                    }
+                }
+                gs[g] = og_canon_add(a, b);
+            }
+            topk_dev(gs, G, r.n_group_used, keep);
+            for (int g = 0; g < G; g++) {
+                bool kept = false;
+                for (int j = 0; j < r.n_group_used; j++) kept |= keep[j] == g;
+                if (!kept)
+                    for (int e = g * per; e < (g + 1) * per; e++) sel[e] = NEG_INF;
+            }
+        }
+        topk_dev(sel, E, k, ids);
+    }
+    double sum = 0.0;
+    for (int j = 0; j < k; j++) sum = __dadd_rn(sum, (double)sc[ids[j]]);
+    for (int j = 0; j < k; j++) {
+        float w = sc[ids[j]];
+        if (r.norm)
+            w = __double2float_rn(r.norm_add > 0 ? __ddiv_rn((double)w, __dadd_rn(sum, (double)r.norm_add))
+                                                 : __ddiv_rn((double)w, fmax(sum, 6.103515625e-5)));
+        if (r.scale != 1.0f) w = og_canon_mul(w, r.scale);
+        r.weights[t * k + j] = w;
+    }
+}
+
+extern "C" cudaError_t og_cuda_route(const og_cuda_router *r, cudaStream_t s) {
+    if (r->n_tok <= 0) return cudaSuccess;
+    if (r->n_group > ROUTE_MAX_GROUP) return cudaErrorInvalidValue;
+    k_route<<<(unsigned)r->n_tok, 32, 0, s>>>(*r);
+    return cudaGetLastError();
+}
+
+/* The cache row of position p (og_kv_view_row on the device). */
+static __device__ __forceinline__ const uint8_t *kv_row(const void *const *blocks, int32_t br, int64_t offset,
+                                                        int64_t row_stride, int32_t eb, int32_t first, int32_t p) {
+    return (const uint8_t *)blocks[first + p / br] + (offset + (int64_t)(p % br) * row_stride) * eb;
+}
+
+static __global__ void k_mla(og_cuda_mla a) {
+    extern __shared__ float qsh[]; /* [r_kv + d_rope] */
+    __shared__ float red[OPS_THREADS];
+    const int64_t h = blockIdx.x, i = blockIdx.y, W = a.r_kv + a.d_rope;
+    const int32_t pos = a.pos[i], first = a.kv_first[i], eb = a.f16 ? 2 : 4;
+    const og_ggml_type et = a.f16 ? OG_TYPE_F16 : OG_TYPE_F32;
+    for (int64_t e = threadIdx.x; e < W; e += blockDim.x)
+        qsh[e] = e < a.r_kv ? a.q_abs[h * a.qabs_head_stride + i * a.r_kv + e]
+                            : a.q_pe[i * a.qpe_tok_stride + h * a.qpe_head_stride + (e - a.r_kv)];
+    __syncthreads();
+    float *sc = a.scores + (i * a.n_head + h) * a.score_stride;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int32_t p = warp; p <= pos; p += nw) { /* og_dot_f32_device(row, q) * kq_scale */
+        const float d = warp_dot_f(et, kv_row(a.blocks, a.block_rows, a.offset, a.row_stride, eb, first, p), qsh, W, lane);
+        if (lane == 0) sc[p] = og_canon_mul(d, a.kq_scale);
+    }
+    __syncthreads();
+    block_softmax(sc, (int64_t)pos + 1, red);
+    for (int64_t r = threadIdx.x; r < a.r_kv; r += blockDim.x) { /* ctx = sum_p att_p c_p, p ascending */
+        float acc = 0.0f;
+        for (int32_t p = 0; p <= pos; p++)
+            acc = og_canon_add(acc, og_canon_mul(sc[p], float_elem(et, kv_row(a.blocks, a.block_rows, a.offset,
+                                                                              a.row_stride, eb, first, p), r)));
+        a.ctx[h * a.ctx_head_stride + i * a.r_kv + r] = acc;
+    }
+}
+
+extern "C" cudaError_t og_cuda_mla_attention(const og_cuda_mla *a, cudaStream_t s) {
+    if (a->n_tok <= 0) return cudaSuccess;
+    if (a->n_tok > 65535 || a->r_kv + a->d_rope > 12 * 1024) return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)a->n_head, (unsigned)a->n_tok);
+    k_mla<<<grid, OPS_THREADS, (size_t)(a->r_kv + a->d_rope) * sizeof(float), s>>>(*a);
+    return cudaGetLastError();
+}
+
+static __global__ void k_copy(uint8_t *dst, const uint8_t *src, uint64_t row_bytes, uint64_t n_rows, uint64_t n_mats,
+                              uint64_t dr, uint64_t dm, uint64_t sr, uint64_t sm, int words) {
+    for (uint64_t idx = blockIdx.x; idx < n_rows * n_mats; idx += gridDim.x) {
+        const uint64_t m = idx / n_rows, r = idx % n_rows;
+        uint8_t *d = dst + m * dm + r * dr;
+        const uint8_t *sp = src + m * sm + r * sr;
+        if (words)
+            for (uint64_t i = threadIdx.x; i < row_bytes / 4; i += blockDim.x) ((uint32_t *)d)[i] = ((const uint32_t *)sp)[i];
+        else
+            for (uint64_t i = threadIdx.x; i < row_bytes; i += blockDim.x) d[i] = sp[i];
+    }
+}
+
+extern "C" cudaError_t og_cuda_copy(void *dst, const void *src, uint64_t row_bytes, uint64_t n_rows, uint64_t n_mats,
+                                    uint64_t dst_row, uint64_t dst_mat, uint64_t src_row, uint64_t src_mat,
+                                    cudaStream_t s) {
+    if (!row_bytes || !n_rows || !n_mats) return cudaSuccess;
+    const int words = (((uintptr_t)dst | (uintptr_t)src | row_bytes | dst_row | dst_mat | src_row | src_mat) & 3) == 0;
+    const uint64_t n = n_rows * n_mats;
+    k_copy<<<(unsigned)(n < 65535 ? n : 65535), 128, 0, s>>>((uint8_t *)dst, (const uint8_t *)src, row_bytes, n_rows,
+                                                            n_mats, dst_row, dst_mat, src_row, src_mat, words);
+    return cudaGetLastError();
+}
+
+static __global__ void k_get_rows(og_ggml_type t, const uint8_t *table, uint64_t row_bytes, int64_t K, const int32_t *ids,
+                                  float *out) {
+    const int64_t i = blockIdx.x;
+    const uint8_t *row = table + (uint64_t)ids[i] * row_bytes;
+    for (int64_t e = threadIdx.x; e < K; e += blockDim.x) out[i * K + e] = og_canon_deq(t, row, e);
+}
+
+extern "C" cudaError_t og_cuda_get_rows(og_ggml_type t, const void *table, uint64_t row_bytes, int64_t K,
+                                        const int32_t *ids, int64_t n, float *out, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    if (!(t == OG_TYPE_F32 || t == OG_TYPE_F16 || t == OG_TYPE_BF16 || row_of(t))) return cudaErrorInvalidValue;
+    k_get_rows<<<(unsigned)n, OPS_THREADS, 0, s>>>(t, (const uint8_t *)table, row_bytes, K, ids, out);
+    return cudaGetLastError();
+}
+
+static __global__ void k_kv_store(const void *const *blocks, int32_t br, int64_t offset, int64_t row_stride, int64_t row_len,
+                                  int32_t f16, const float *src, int64_t src_stride, const int32_t *kv_first,
+                                  const int32_t *pos) {
+    const int64_t i = blockIdx.x;
+    uint8_t *dst = (uint8_t *)kv_row(blocks, br, offset, row_stride, f16 ? 2 : 4, kv_first[i], pos[i]);
+    const float *x = src + i * src_stride;
+    for (int64_t e = threadIdx.x; e < row_len; e += blockDim.x)
+        if (f16) ((uint16_t *)dst)[e] = og_canon_f2h(x[e]);
+        else ((float *)dst)[e] = x[e];
+}
+
+extern "C" cudaError_t og_cuda_kv_store(const void *const *blocks, int32_t block_rows, int64_t offset, int64_t row_stride,
+                                        int64_t row_len, int32_t f16, const float *src, int64_t src_stride,
+                                        int64_t n_rows, const int32_t *kv_first, const int32_t *pos, cudaStream_t s) {
+    if (n_rows <= 0) return cudaSuccess;
+    k_kv_store<<<(unsigned)n_rows, OPS_THREADS, 0, s>>>(blocks, block_rows, offset, row_stride, row_len, f16, src,
+                                                       src_stride, kv_first, pos);
+    return cudaGetLastError();
+}
+
+static __global__ void k_combine(float *y, const float *res, int64_t D, const int32_t *route_off, const int32_t *rows,
+                                 const float *weights) {
+    const int64_t t = blockIdx.x;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+        float acc = y[t * D + i];
+        for (int32_t j = route_off[t]; j < route_off[t + 1]; j++)
+            acc = og_canon_add(acc, og_canon_mul(weights[j], res[(int64_t)rows[j] * D + i]));
+        y[t * D + i] = acc;
+    }
+}
+
+extern "C" cudaError_t og_cuda_combine(float *y, const float *res, int64_t n_tok, int64_t D, const int32_t *route_off,
+                                       const int32_t *rows, const float *weights, cudaStream_t s) {
+    if (n_tok <= 0) return cudaSuccess;
+    k_combine<<<(unsigned)n_tok, OPS_THREADS, 0, s>>>(y, res, D, route_off, rows, weights);
+    return cudaGetLastError();
+}

@@ -82,6 +82,139 @@ static inline __attribute__((always_inline)) void block_done16(bool canon, canon
     else *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a), *acc);
 }
 
+/* ---- four weight rows against one activation row (og_kernels.vec_dot_r4_canonical) ----
+ * Each row's blocks go into slots as in canon16 (a group of eight blocks, their
+ * sixteen-lane I vectors), and the group of all four rows is reduced at once: one
+ * tree per pair of rows leaves rows 2p and 2p + 1's eight exact block sums in the
+ * low and high 256 bits of one register, and the canonical float operations of
+ * step 2 run on sixteen (row, block) pairs per instruction, the factors converted
+ * from the rows' fp16 fields sixteen at a time. Accumulator acc[p][q] holds lanes
+ * 8q .. 8q + 7 of rows 2p (low half) and 2p + 1 (high half); the butterfly at the
+ * end is og_canon_finish's for each half. Every float operation of a row is the
+ * one its single-row kernel does, so its bits are the same. */
+typedef struct canon_r4 {
+    __m512i i[4][8];      /* [row][slot]: the block's I lanes */
+    __m256i s[2][8][2];   /* [row pair][slot][row of the pair]: S lanes (types with mins) */
+    uint16_t d[4][8];     /* fp16 d of [row][slot] */
+    uint16_t m[4][8];     /* fp16 dmin (types with mins) */
+    float dy[8];          /* the activation blocks' scales */
+    __m512 acc[2][4];
+} canon_r4;
+
+static inline __attribute__((always_inline)) void r4_zero(canon_r4 *g) {
+    for (int p = 0; p < 2; p++)
+        for (int q = 0; q < 4; q++) g->acc[p][q] = _mm512_setzero_ps();
+}
+
+/* How far ahead (bytes) a row's blocks are prefetched: the rows are read side by
+ * side, so the bytes to fetch next are the same blocks of later groups of four
+ * rows (the rows of a matrix are contiguous); at least OG_PREFETCH_DIST. */
+static inline size_t r4_ahead(size_t stride) {
+    const size_t four = 4 * stride;
+    return four >= PF_DIST || !four ? four : four * ((PF_DIST + four - 1) / four);
+}
+
+/* Lanes 0-7: the sums of the sixteen lanes of a[0..8); lanes 8-15: of b[0..8)
+ * (exact). half: slots 4-7 are zero in both (a row's last group of at most four:
+ * half the tree). */
+static inline __m512i r4_units(__m512i b0, __m512i b1) {
+    /* unit 0: blocks 0-3 (units 0 + 1 of b), unit 1: 4-7 (0 + 1), units 2, 3: the same of units 2 + 3 */
+    const __m512i u = _mm512_mask_blend_epi32(0xF0F0, b0, b1), w = _mm512_mask_blend_epi32(0xF0F0, b1, b0);
+    return _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+static inline __attribute__((always_inline)) __m512i r4_sum8x2(const __m512i *a, const __m512i *b, bool half) {
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i ta = r4_units(sum4x4_epi32_512(a), half ? z : sum4x4_epi32_512(a + 4));
+    const __m512i tb = r4_units(sum4x4_epi32_512(b), half ? z : sum4x4_epi32_512(b + 4));
+    const __m512i u = _mm512_mask_blend_epi32(0xFF00, ta, tb), w = _mm512_mask_blend_epi32(0xFF00, tb, ta);
+    return _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(1, 0, 3, 2)));
+}
+
+/* Slot `slot` of row r: its I lanes, its fp16 d (and, mins, its S lanes and dmin). */
+static inline __attribute__((always_inline)) void r4_put(canon_r4 *g, int r, int slot, __m512i isum, uint16_t d,
+                                                          __m256i ssum, uint16_t dmin, bool mins) {
+    g->i[r][slot] = isum;
+    g->d[r][slot] = d;
+    if (mins) {
+        _mm256_storeu_si256(&g->s[r / 2][slot][r % 2], ssum);
+        g->m[r][slot] = dmin;
+    }
+}
+
+/* The group of blocks b0 .. b0 + 7 of the four rows, cnt of them present (the
+ * rest, a row's last group, absent), is in its slots: each (row, block)'s v_b
+ * joins its lane. Absent slots count as zero sums and d = dmin = dy = +0 (zero
+ * registers and masked loads, nothing stored), so v = +0, which leaves a lane as
+ * it was (as og_canon_flush). */
+static inline __attribute__((always_inline)) void r4_group(canon_r4 *g, int64_t b0, int cnt, bool mins) {
+    const int top = cnt <= 4 ? 4 : 8;
+    const __m512i z = _mm512_setzero_si512();
+    const __mmask8 m8 = (__mmask8)((1u << cnt) - 1);
+    const __mmask16 m16 = (__mmask16)(m8 | (unsigned)m8 << 8);
+    const __m512 dy = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_maskz_loadu_ps(m8, g->dy))));
+    for (int p = 0; p < 2; p++) {
+        __m512i ia[8], ib[8];
+        for (int k = 0; k < top; k++) ia[k] = k < cnt ? g->i[2 * p][k] : z, ib[k] = k < cnt ? g->i[2 * p + 1][k] : z;
+        const __m512i is = r4_sum8x2(ia, ib, top == 4);
+        const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m16, g->d[2 * p])), dy);
+        __m512 v = _mm512_mul_ps(a, _mm512_cvtepi32_ps(is));
+        if (mins) {
+            __m512i sv[8];
+            for (int k = 0; k < top; k++) sv[k] = k < cnt ? _mm512_loadu_si512((const void *)g->s[p][k]) : z;
+            /* og_sum8_epi32 in each 256-bit half: lanes 0-7 row 2p's S, 8-15 row 2p + 1's */
+            const __m512i ss = r4_units(sum4x4_epi32_512(sv), top == 4 ? z : sum4x4_epi32_512(sv + 4));
+            const __m512 c = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m16, g->m[2 * p])), dy);
+            v = _mm512_fnmadd_ps(c, _mm512_cvtepi32_ps(ss), v);
+        }
+        g->acc[p][(b0 >> 3) & 3] = _mm512_add_ps(g->acc[p][(b0 >> 3) & 3], v);
+    }
+}
+/* r4_group of the group at b0 of a row of nb blocks: a full group with cnt known
+ * to the compiler (no masks, no selects), the last one as it comes. */
+static inline __attribute__((always_inline)) void r4_flush(canon_r4 *g, int64_t b0, int64_t nb, bool mins) {
+    if (nb - b0 >= 8) r4_group(g, b0, 8, mins);
+    else r4_group(g, b0, (int)(nb - b0), mins);
+}
+
+/* s[r]: row r's butterfly (og_canon_finish) over its 32 lanes. */
+static inline __attribute__((always_inline)) void r4_finish(const canon_r4 *g, float *s) {
+    for (int p = 0; p < 2; p++) {
+        const __m512 t = _mm512_add_ps(_mm512_add_ps(g->acc[p][0], g->acc[p][2]), _mm512_add_ps(g->acc[p][1], g->acc[p][3]));
+        s[2 * p] = og_hsum256(_mm512_castps512_ps256(t));
+        s[2 * p + 1] = og_hsum256(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
+    }
+}
+
+/* The body of an og_vec_dot_r4_fn of a k-quant block type BT: BLOCK(xb, yb, &ssum)
+ * returns block xb's I lanes against yb (and sets its S lanes when mins); DMIN(xb)
+ * its fp16 dmin (0 without mins). */
+#define OG_CANON_R4_BODY(BT, mins, BLOCK, DMIN)                                                                     \
+    do {                                                                                                            \
+        const og_block_q8_K *y_ = vy;                                                                               \
+        const int64_t nb_ = n / OG_QK_K;                                                                            \
+        const size_t ahead_ = r4_ahead(stride);                                                                     \
+        canon_r4 g_;                                                                                                \
+        r4_zero(&g_);                                                                                               \
+        for (int64_t b0_ = 0; b0_ < nb_; b0_ += OG_CANON_GROUP) {                                                   \
+            for (int slot_ = 0; slot_ < OG_CANON_GROUP && b0_ + slot_ < nb_; slot_++) {                             \
+                const int64_t b_ = b0_ + slot_;                                                                     \
+                const og_block_q8_K *yb = y_ + b_;                                                                  \
+                g_.dy[slot_] = yb->d;                                                                               \
+                _Pragma("GCC unroll 4") for (int r_ = 0; r_ < 4; r_++) {                                            \
+                    const BT *xb = (const BT *)((const uint8_t *)vx + (size_t)r_ * stride) + b_;                    \
+                    og_prefetch_span(xb, ahead_, sizeof *xb);                                                       \
+                    __m256i ss_ = _mm256_setzero_si256();                                                           \
+                    const __m512i is_ = BLOCK(xb, yb, &ss_);                                                        \
+                    r4_put(&g_, r_, slot_, is_, xb->d, ss_, DMIN(xb), mins);                                        \
+                }                                                                                                   \
+            }                                                                                                       \
+            r4_flush(&g_, b0_, nb_, mins);                                                                          \
+        }                                                                                                           \
+        r4_finish(&g_, s);                                                                                          \
+    } while (0)
+#define OG_NO_DMIN(xb) ((void)(xb), (uint16_t)0)
+#define OG_DMIN(xb) ((xb)->dmin)
+
 
 /* ---- Q3_K ------------------------------------------------------------------------ */
 
@@ -147,10 +280,15 @@ typedef struct q3_consts {
 #else
     __m512i shift[2], hbit[4], m3, four;
 #endif
+    __m512i sidx[2]; /* int16 index of packs(p_m0, p_m1) for half h, 128-bit lane L: 4 x (8h + L), 4 x (8h + 4 + L) */
 } q3_consts;
 
 static inline q3_consts q3_consts_make(void) {
     q3_consts c;
+#define Q(a, b) b, b, b, b, a, a, a, a
+    c.sidx[0] = _mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4));
+    c.sidx[1] = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
+#undef Q
 #if OG_AVX512_GFNI
     for (int m = 0; m < 2; m++)
         c.sel[m] = _mm512_inserti64x4(_mm512_set1_epi8((char)(3 << (4 * m))), _mm256_set1_epi8((char)(3 << (4 * m + 2))), 1);
@@ -197,6 +335,32 @@ static inline __attribute__((always_inline)) void q3_unpack(const q3_consts *c, 
     }
 }
 
+/* A Q3_K block's weights as the dot needs them: u (q3_unpack), the sixteen scales
+ * as vpdpwssd multipliers of each half and -4 sc for the bsums term. */
+typedef struct q3_w {
+    __m256i s16m4;
+    __m512i sc[2], u[4];
+} q3_w;
+static inline __attribute__((always_inline)) void q3_K_unpack(const q3_consts *c, const og_block_q3_K *x, q3_w *w) {
+    const __m256i s16 = _mm256_cvtepi8_epi16(q3_scales_vec(x->scales));
+    /* -4 sc[s] per sub-block, for the bsums term (|.| <= 128 in int16) */
+    w->s16m4 = _mm256_mullo_epi16(s16, _mm256_set1_epi16(-4));
+    for (int h = 0; h < 2; h++) w->sc[h] = _mm512_permutexvar_epi16(c->sidx[h], _mm512_castsi256_si512(s16)); /* scales of half h */
+    q3_unpack(c, x, w->u);
+}
+/* The block's sixteen I lanes against y. */
+static inline __attribute__((always_inline)) __m512i q3_K_isum(const q3_w *w, const og_block_q8_K *y) {
+    /* -4 sum_s sc[s] bsums[s] in lanes 0-7 (the upper lanes zero) */
+    __m512i isum = _mm512_zextsi256_si512(_mm256_madd_epi16(w->s16m4, _mm256_loadu_si256((const __m256i *)y->bsums)));
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[2 * h], _mm512_loadu_si512(y->qs + 128 * h));
+        __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[2 * h + 1], _mm512_loadu_si512(y->qs + 128 * h + 64));
+        isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), w->sc[h]);
+    }
+    return isum;
+}
+
 static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q3_K *x = vx;
@@ -208,41 +372,34 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny,
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     const q3_consts c = q3_consts_make();
-    /* int16 index of packs(p_m0, p_m1) for half h, 128-bit lane L: 4 x (8h + L), 4 x (8h + 4 + L) */
-#define Q(a, b) b, b, b, b, a, a, a, a
-    const __m512i sidx0 = _mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4));
-    const __m512i sidx1 = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
-#undef Q
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
             const int64_t b = b0 + slot;
             og_prefetch_span(x + b, PF_DIST, sizeof *x);
-            const __m256i s16 = _mm256_cvtepi8_epi16(q3_scales_vec(x[b].scales));
-            /* -4 sc[s] per sub-block, for the bsums term (|.| <= 128 in int16) */
-            const __m256i s16m4 = _mm256_mullo_epi16(s16, _mm256_set1_epi16(-4));
-            const __m512i sc[2] = {_mm512_permutexvar_epi16(sidx0, _mm512_castsi256_si512(s16)),
-                                   _mm512_permutexvar_epi16(sidx1, _mm512_castsi256_si512(s16))}; /* scales of half h */
-            __m512i u[4];
-            q3_unpack(&c, &x[b], u);
+            q3_w w;
+            q3_K_unpack(&c, &x[b], &w);
             const float d = FP16(x[b].d);
             #pragma GCC unroll 4
-            for (int i = 0; i < ny; i++) {
-                /* -4 sum_s sc[s] bsums[s] in lanes 0-7 (the upper lanes zero) */
-                __m512i isum = _mm512_zextsi256_si512(_mm256_madd_epi16(s16m4, _mm256_loadu_si256((const __m256i *)y[i][b].bsums)));
-                #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-                    __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h], _mm512_loadu_si512(y[i][b].qs + 128 * h));
-                    __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h + 1], _mm512_loadu_si512(y[i][b].qs + 128 * h + 64));
-                    isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), sc[h]);
-                }
-                block_done16(canon, &g[i], slot, &acc[i], isum, d * y[i][b].d);
-            }
+            for (int i = 0; i < ny; i++) block_done16(canon, &g[i], slot, &acc[i], q3_K_isum(&w, &y[i][b]), d * y[i][b].d);
         }
         if (canon)
             for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, false);
     }
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
+}
+
+/* og_vec_dot_r4_fn of Q3_K: four weight rows, one activation row, the canonical order. */
+static inline __attribute__((always_inline)) __m512i q3_K_block(const q3_consts *c, const og_block_q3_K *x, const og_block_q8_K *y) {
+    q3_w w;
+    q3_K_unpack(c, x, &w);
+    return q3_K_isum(&w, y);
+}
+static inline __attribute__((always_inline)) void q3_K_r4_body(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
+    const q3_consts c = q3_consts_make();
+#define Q3B(xb, yb, ss) q3_K_block(&c, xb, yb)
+    OG_CANON_R4_BODY(og_block_q3_K, false, Q3B, OG_NO_DMIN);
+#undef Q3B
 }
 
 /* ---- IQ2_XXS and MXFP4 (files built with BMI2: pdep, or GFNI and VBMI) ----------- */

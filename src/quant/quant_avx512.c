@@ -443,16 +443,19 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny,
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
 }
 
-/* A Q6_K block's weights: u (6-bit, unsigned) of elements 64j .. 64j + 63, their
- * scales as int32 lanes, and the scales as int16 for the -32 sc bsums term. */
+/* A Q6_K block's weights: u (6-bit, unsigned) of elements 64j .. 64j + 63, the
+ * sixteen scales as vpdpwssd multipliers of each half (128-bit lane L of
+ * packs(p_2h, p_2h+1): sub-blocks 8h + L and 8h + 4 + L, Q3_K's pattern), and the
+ * scales as int16 for the -32 sc bsums term. The sums of four u y products
+ * (|p| <= 4 * 63 * 128 = 32256) pack to int16 without saturating. */
 typedef struct q6_w {
-    __m512i u[4], sv[4];
+    __m512i u[4], sc[2];
     __m256i sc16;
 } q6_w;
 static inline __attribute__((always_inline)) void q6_K_unpack(const og_block_q6_K *x, q6_w *w) {
-    /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
-    const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales));
+#define Q(a, b) b, b, b, b, a, a, a, a
+    const __m512i sidx[2] = {_mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4)), _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12))};
+#undef Q
     w->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
     #pragma GCC unroll 4
     for (int h = 0; h < 2; h++) {
@@ -464,8 +467,7 @@ static inline __attribute__((always_inline)) void q6_K_unpack(const og_block_q6_
                                       _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
         w->u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
                                           _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
-        w->sv[2 * h] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), scv);
-        w->sv[2 * h + 1] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), scv);
+        w->sc[h] = _mm512_permutexvar_epi16(sidx[h], _mm512_castsi256_si512(w->sc16));
     }
 }
 /* The block's sixteen I lanes against y. */
@@ -473,10 +475,12 @@ static inline __attribute__((always_inline)) __m512i q6_K_isum(const q6_w *w, co
     /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
     __m256i cc = _mm256_madd_epi16(w->sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
     __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), _mm512_castsi256_si512(_mm256_slli_epi32(cc, 5)));
-    #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[j], _mm512_loadu_si512(y->qs + 64 * j)),
-                                                         w->sv[j]));
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[2 * h], _mm512_loadu_si512(y->qs + 128 * h));
+        const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[2 * h + 1], _mm512_loadu_si512(y->qs + 128 * h + 64));
+        isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), w->sc[h]);
+    }
     return isum;
 }
 static inline __attribute__((always_inline)) __m512i q6_K_block(const og_block_q6_K *x, const og_block_q8_K *y) {

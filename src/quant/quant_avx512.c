@@ -218,12 +218,10 @@ static void q8_0_r4(int64_t n, float *s, const void *vx, size_t stride, const vo
     }
     /* lane l of row A: block l's place; of row B the same, 4 further */
     const __m512i back = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
-    for (int p = 0; p < 2; p++) {
-        const __m512 t = _mm512_permutexvar_ps(back, _mm512_add_ps(_mm512_add_ps(g.acc[p][0], g.acc[p][2]),
-                                                                   _mm512_add_ps(g.acc[p][1], g.acc[p][3])));
-        s[2 * p] = og_hsum256(_mm512_castps512_ps256(t));
-        s[2 * p + 1] = og_hsum256(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
-    }
+    __m512 t[2];
+    for (int p = 0; p < 2; p++)
+        t[p] = _mm512_permutexvar_ps(back, _mm512_add_ps(_mm512_add_ps(g.acc[p][0], g.acc[p][2]), _mm512_add_ps(g.acc[p][1], g.acc[p][3])));
+    r4_butterfly(t[0], t[1], s);
 }
 
 /* 32 bytes of two nibble planes -> 64 bytes: low nibbles, then high nibbles. */
@@ -527,11 +525,18 @@ static void q4_K_r4(int64_t n, float *s, const void *vx, size_t stride, const vo
 static void q5_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
     OG_CANON_R4_BODY(og_block_q5_K, true, q5_K_block, OG_DMIN);
 }
-#define Q6B(xb, yb, ss) q6_K_block(xb, yb)
+/* Q6_K two rows per register (OG_CANON_R4P_BODY; offset 32) */
+#define Q6U(xb, uu, s16)                      \
+    do {                                      \
+        q6_w w_;                              \
+        q6_K_unpack(xb, &w_);                 \
+        memcpy(uu, w_.u, sizeof w_.u);        \
+        (s16) = w_.sc16;                      \
+    } while (0)
 static void q6_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    OG_CANON_R4_BODY(og_block_q6_K, false, Q6B, OG_NO_DMIN);
+    OG_CANON_R4P_BODY(og_block_q6_K, 32, Q6U);
 }
-#undef Q6B
+#undef Q6U
 
 /* ---- 32-element formats, two blocks per register --------------------------- */
 

@@ -176,13 +176,23 @@ static inline __attribute__((always_inline)) void r4_flush(canon_r4 *g, int64_t 
     else r4_group(g, b0, (int)(nb - b0), mins);
 }
 
+/* s[0..4): the four rows' butterflies at once. t[p]: the offsets 16 and 8 of rows
+ * 2p and 2p + 1 (lanes 0-7, 8-15), as og_canon_finish adds them; the later offsets
+ * run on all four rows in one register (128-bit unit r: row r), each lane's
+ * additions og_hsum256's (lane l + lane l + 4, then + 2, then + 1). */
+static inline void r4_butterfly(__m512 t0, __m512 t1, float *s) {
+    const __m512 a = _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)), b = _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m512 c = _mm512_add_ps(a, b);                                      /* offset 4 */
+    c = _mm512_add_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(1, 0, 3, 2))); /* offset 2 */
+    c = _mm512_add_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(2, 3, 0, 1))); /* offset 1 */
+    _mm_storeu_ps(s, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), c)));
+}
 /* s[r]: row r's butterfly (og_canon_finish) over its 32 lanes. */
 static inline __attribute__((always_inline)) void r4_finish(const canon_r4 *g, float *s) {
-    for (int p = 0; p < 2; p++) {
-        const __m512 t = _mm512_add_ps(_mm512_add_ps(g->acc[p][0], g->acc[p][2]), _mm512_add_ps(g->acc[p][1], g->acc[p][3]));
-        s[2 * p] = og_hsum256(_mm512_castps512_ps256(t));
-        s[2 * p + 1] = og_hsum256(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
-    }
+    __m512 t[2];
+    for (int p = 0; p < 2; p++)
+        t[p] = _mm512_add_ps(_mm512_add_ps(g->acc[p][0], g->acc[p][2]), _mm512_add_ps(g->acc[p][1], g->acc[p][3]));
+    r4_butterfly(t[0], t[1], s);
 }
 
 /* The body of an og_vec_dot_r4_fn of a k-quant block type BT: BLOCK(xb, yb, &ssum)
@@ -214,6 +224,135 @@ static inline __attribute__((always_inline)) void r4_finish(const canon_r4 *g, f
     } while (0)
 #define OG_NO_DMIN(xb) ((void)(xb), (uint16_t)0)
 #define OG_DMIN(xb) ((xb)->dmin)
+
+/* ---- four rows, two rows per register: Q3_K and Q6_K ----------------------------
+ * Both types' block sums come from sums of four u y products packed to int16 and
+ * multiplied by the sub-blocks' scales (vpdpwssd). In the four-row kernel the
+ * offset of q = u - o is taken off before the packing, by the vpdpbusd's
+ * accumulator -o (sums of four y) (one per activation block, for every row), and
+ * rows A and B of a pair share the packs: packs(p_A, p_B) puts A's sums in int32
+ * lanes 0-1 and B's in 2-3 of every 128-bit unit after vpdpwssd, so one register
+ * holds both rows' block, and a group's tree is half as long (r4p_sum). The lanes
+ * of the pair's group come out as unit u: [A 2u, A 2u + 1, B 2u, B 2u + 1]
+ * (r4p_pos); the factors and accumulators keep that order and the butterfly
+ * starts from the rows' order (r4p_finish). The same integers and the same float
+ * operations per (row, block) as the single-row kernels: the same bits. */
+typedef struct canon_r4p {
+    __m512i i[2][8];     /* [row pair][slot] */
+    uint16_t d[2][16];   /* fp16 d of [row pair][r4p_pos] */
+    float dy[16];        /* dy at r4p_pos of both rows */
+    __m512 acc[2][4];
+} canon_r4p;
+/* The lane of block k of a group, row r (0: A, 1: B) of a pair. */
+static inline int r4p_pos(int r, int k) { return 4 * (k >> 1) + 2 * r + (k & 1); }
+
+/* The int16 index of the scales of packs(p_A, p_B) for register j of a block (the
+ * scales of A in words 0-15 of s16, B's in 16-31): unit L, words 0-3 A's scale of
+ * sub-block 4j + L, words 4-7 B's. */
+static inline __m512i r4p_sidx(int j) {
+    int16_t ix[32];
+    for (int w = 0; w < 32; w++) ix[w] = (int16_t)((w % 8 < 4 ? 0 : 16) + 4 * j + w / 8);
+    return _mm512_loadu_si512((const void *)ix);
+}
+/* The block of rows A and B (u: the u8 weights of elements 64j.., sA, sB: the
+ * sixteen scales as int16) against y, its offset sums noff[j] (-o times the sums of
+ * four y): one register of both rows' I lanes. */
+static inline __attribute__((always_inline)) __m512i r4p_isum(const __m512i uA[4], const __m512i uB[4], __m256i sA, __m256i sB,
+                                                               const __m512i sidx[4], const __m512i noff[4], const og_block_q8_K *y) {
+    const __m512i s16 = _mm512_inserti64x4(_mm512_castsi256_si512(sA), sB, 1);
+    __m512i acc = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i yj = _mm512_loadu_si512(y->qs + 64 * j);
+        const __m512i pA = _mm512_dpbusd_epi32(noff[j], uA[j], yj), pB = _mm512_dpbusd_epi32(noff[j], uB[j], yj);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(pA, pB), _mm512_permutexvar_epi16(sidx[j], s16));
+    }
+    return acc;
+}
+/* noff[j] = -o * (the sums of four of y's elements 64j ..). */
+static inline __attribute__((always_inline)) void r4p_offsets(int o, const og_block_q8_K *y, __m512i noff[4]) {
+    for (int j = 0; j < 4; j++)
+        noff[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)o), _mm512_loadu_si512(y->qs + 64 * j)));
+}
+
+/* The sums of a pair's group: 8 registers (slots) -> unit u: [A 2u, A 2u + 1, B 2u, B 2u + 1]. */
+static inline __attribute__((always_inline)) __m512i r4p_sum(const __m512i *v, bool half) {
+    __m512i x[4];
+    for (int k = 0; k < (half ? 2 : 4); k++) { /* lanes (0 + 1), (2 + 3) of each unit: [A j, A k, B j, B k] */
+        const __m512i u = _mm512_mask_blend_epi32(0xAAAA, v[2 * k], v[2 * k + 1]), w = _mm512_mask_blend_epi32(0xAAAA, v[2 * k + 1], v[2 * k]);
+        x[k] = _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_CDAB));
+    }
+    const __m512i z1 = r4_units(x[0], x[1]), z2 = half ? _mm512_setzero_si512() : r4_units(x[2], x[3]);
+    const __m512i u = _mm512_mask_blend_epi32(0xFF00, z1, z2), w = _mm512_mask_blend_epi32(0xFF00, z2, z1);
+    return _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(1, 0, 3, 2)));
+}
+
+static inline __attribute__((always_inline)) void r4p_group(canon_r4p *g, int64_t b0, int cnt) {
+    const int top = cnt <= 4 ? 4 : 8;
+    const __m512i z = _mm512_setzero_si512();
+    __mmask16 m = 0xFFFF;
+    if (cnt < 8) {
+        m = 0;
+        for (int k = 0; k < cnt; k++) m |= (__mmask16)(1u << r4p_pos(0, k) | 1u << r4p_pos(1, k));
+    }
+    const __m512 dy = _mm512_maskz_loadu_ps(m, g->dy);
+    for (int p = 0; p < 2; p++) {
+        __m512i v[8];
+        for (int k = 0; k < top; k++) v[k] = k < cnt ? g->i[p][k] : z;
+        const __m512i is = r4p_sum(v, top == 4);
+        const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, g->d[p])), dy);
+        g->acc[p][(b0 >> 3) & 3] = _mm512_add_ps(g->acc[p][(b0 >> 3) & 3], _mm512_mul_ps(a, _mm512_cvtepi32_ps(is)));
+    }
+}
+static inline __attribute__((always_inline)) void r4p_finish(const canon_r4p *g, float *s) {
+    /* lane l of row A: block l's place (r4p_pos(0, l)); lane 8 + l: row B's */
+    const __m512i back = _mm512_set_epi32(15, 14, 11, 10, 7, 6, 3, 2, 13, 12, 9, 8, 5, 4, 1, 0);
+    __m512 t[2];
+    for (int p = 0; p < 2; p++)
+        t[p] = _mm512_permutexvar_ps(back, _mm512_add_ps(_mm512_add_ps(g->acc[p][0], g->acc[p][2]), _mm512_add_ps(g->acc[p][1], g->acc[p][3])));
+    r4_butterfly(t[0], t[1], s);
+}
+
+/* The body of the four-row kernel of a type BT with offset o: UNPACK(xb, u, s16)
+ * sets a block's u[4] (the weights of elements 64j ..) and its sixteen scales as int16. */
+#define OG_CANON_R4P_BODY(BT, o, UNPACK)                                                                            \
+    do {                                                                                                            \
+        const og_block_q8_K *y_ = vy;                                                                               \
+        const int64_t nb_ = n / OG_QK_K;                                                                            \
+        const size_t ahead_ = r4_ahead(stride);                                                                     \
+        __m512i sidx_[4];                                                                                           \
+        for (int j_ = 0; j_ < 4; j_++) sidx_[j_] = r4p_sidx(j_);                                                    \
+        canon_r4p g_;                                                                                               \
+        for (int p_ = 0; p_ < 2; p_++)                                                                              \
+            for (int q_ = 0; q_ < 4; q_++) g_.acc[p_][q_] = _mm512_setzero_ps();                                    \
+        for (int64_t b0_ = 0; b0_ < nb_; b0_ += OG_CANON_GROUP) {                                                   \
+            const int cnt_ = nb_ - b0_ < 8 ? (int)(nb_ - b0_) : 8;                                                  \
+            for (int slot_ = 0; slot_ < cnt_; slot_++) {                                                            \
+                const int64_t b_ = b0_ + slot_;                                                                     \
+                const og_block_q8_K *yb = y_ + b_;                                                                  \
+                g_.dy[r4p_pos(0, slot_)] = g_.dy[r4p_pos(1, slot_)] = yb->d;                                        \
+                __m512i noff_[4];                                                                                   \
+                r4p_offsets(o, yb, noff_);                                                                          \
+                _Pragma("GCC unroll 2") for (int p_ = 0; p_ < 2; p_++) {                                            \
+                    const BT *xa = (const BT *)((const uint8_t *)vx + (size_t)(2 * p_) * stride) + b_;              \
+                    const BT *xb = (const BT *)((const uint8_t *)xa + stride);                                      \
+                    og_prefetch_span(xa, ahead_, sizeof *xa);                                                       \
+                    og_prefetch_span(xb, ahead_, sizeof *xb);                                                       \
+                    __m512i uA_[4], uB_[4];                                                                         \
+                    __m256i sA_, sB_;                                                                               \
+                    UNPACK(xa, uA_, sA_);                                                                           \
+                    UNPACK(xb, uB_, sB_);                                                                           \
+                    g_.i[p_][slot_] = r4p_isum(uA_, uB_, sA_, sB_, sidx_, noff_, yb);                               \
+                    g_.d[p_][r4p_pos(0, slot_)] = xa->d;                                                            \
+                    g_.d[p_][r4p_pos(1, slot_)] = xb->d;                                                            \
+                }                                                                                                   \
+            }                                                                                                       \
+            if (cnt_ == 8) r4p_group(&g_, b0_, 8);                                                                  \
+            else r4p_group(&g_, b0_, cnt_);                                                                         \
+        }                                                                                                           \
+        r4p_finish(&g_, s);                                                                                         \
+    } while (0)
 
 
 /* ---- Q3_K ------------------------------------------------------------------------ */
@@ -389,17 +528,13 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny,
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
 }
 
-/* og_vec_dot_r4_fn of Q3_K: four weight rows, one activation row, the canonical order. */
-static inline __attribute__((always_inline)) __m512i q3_K_block(const q3_consts *c, const og_block_q3_K *x, const og_block_q8_K *y) {
-    q3_w w;
-    q3_K_unpack(c, x, &w);
-    return q3_K_isum(&w, y);
-}
+/* og_vec_dot_r4_fn of Q3_K: four weight rows, one activation row, the canonical
+ * order, two rows per register (OG_CANON_R4P_BODY; u = q2 + 4h, offset 4). */
 static inline __attribute__((always_inline)) void q3_K_r4_body(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
     const q3_consts c = q3_consts_make();
-#define Q3B(xb, yb, ss) q3_K_block(&c, xb, yb)
-    OG_CANON_R4_BODY(og_block_q3_K, false, Q3B, OG_NO_DMIN);
-#undef Q3B
+#define Q3U(xb, u, s16) (q3_unpack(&c, xb, u), (s16) = _mm256_cvtepi8_epi16(q3_scales_vec((xb)->scales)))
+    OG_CANON_R4P_BODY(og_block_q3_K, 4, Q3U);
+#undef Q3U
 }
 
 /* ---- IQ2_XXS and MXFP4 (files built with BMI2: pdep, or GFNI and VBMI) ----------- */

@@ -183,47 +183,6 @@ static inline __attribute__((always_inline)) void q8_r4_group(q8_r4 *g, int64_t 
     }
 }
 
-static void q8_0_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    const og_block_q8_0 *y = vy;
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    const int64_t nb = n / 32;
-    const size_t ahead = r4_ahead(stride);
-    q8_r4 g;
-    for (int p = 0; p < 2; p++)
-        for (int q = 0; q < 4; q++) g.acc[p][q] = _mm512_setzero_ps();
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-        const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8;
-        for (int j = 0; j < cnt; j += 2) {
-            const int64_t b = b0 + j;
-            const bool two = j + 1 < cnt;
-            const __m512i yy = two ? bytes_2x32(y[b].qs, y[b + 1].qs) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs));
-            const __m512i by = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy);
-            g.dy[q8_r4_pos(0, j)] = g.dy[q8_r4_pos(1, j)] = y[b].d;
-            if (two) g.dy[q8_r4_pos(0, j + 1)] = g.dy[q8_r4_pos(1, j + 1)] = y[b + 1].d;
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                const og_block_q8_0 *x = (const og_block_q8_0 *)((const uint8_t *)vx + (size_t)r * stride);
-                og_prefetch_span(x + b, ahead, 2 * sizeof *x);
-                /* a lone last block: its high half 0x80 against zero activations, so zero lanes */
-                const __m512i xb = _mm512_xor_si512(two ? bytes_2x32(x[b].qs, x[b + 1].qs)
-                                                        : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)x[b].qs)),
-                                                    bias);
-                g.p[r][j / 2] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xb, yy), by);
-                g.d[r / 2][q8_r4_pos(r, j)] = x[b].d;
-                if (two) g.d[r / 2][q8_r4_pos(r, j + 1)] = x[b + 1].d;
-            }
-        }
-        if (cnt == 8) q8_r4_group(&g, b0, 8);
-        else q8_r4_group(&g, b0, cnt);
-    }
-    /* lane l of row A: block l's place; of row B the same, 4 further */
-    const __m512i back = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
-    __m512 t[2];
-    for (int p = 0; p < 2; p++)
-        t[p] = _mm512_permutexvar_ps(back, _mm512_add_ps(_mm512_add_ps(g.acc[p][0], g.acc[p][2]), _mm512_add_ps(g.acc[p][1], g.acc[p][3])));
-    r4_butterfly(t[0], t[1], s);
-}
-
 /* 32 bytes of two nibble planes -> 64 bytes: low nibbles, then high nibbles. */
 static inline __m512i nibbles64(const uint8_t *q) {
     __m256i v = _mm256_loadu_si256((const __m256i *)q);
@@ -607,6 +566,67 @@ static inline __attribute__((always_inline)) void k32_canon_n(k32_kind k, int ny
     for (int i = 0; i < ny; i++) s[i] = og_canon_finish(cacc[i]);
 }
 
+/* og_vec_dot_r4_fn of the 32-element formats without mins (Q8_0, and kind k's
+ * Q4_0, Q5_0, IQ4_NL where !q8): four weight rows, one activation row, the
+ * canonical order (q8_r4). */
+static inline __attribute__((always_inline)) void k32_r4_n(bool q8, k32_kind k, int64_t n, float *s, const void *vx,
+                                                            size_t stride, const void *vy) {
+    static const size_t size[] = {sizeof(og_block_q4_0), 0, sizeof(og_block_q5_0), 0, sizeof(og_block_iq4_nl)};
+    const size_t xs = q8 ? sizeof(og_block_q8_0) : size[k];
+    const og_block_q8_0 *y = vy;
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const int64_t nb = n / 32;
+    const size_t ahead = r4_ahead(stride);
+    q8_r4 g;
+    for (int p = 0; p < 2; p++)
+        for (int q = 0; q < 4; q++) g.acc[p][q] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        for (int j = 0; j < cnt; j += 2) {
+            const int64_t b = b0 + j;
+            const bool two = j + 1 < cnt;
+            const __m512i yy = two ? bytes_2x32(y[b].qs, y[b + 1].qs) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs));
+            const __m512i by = q8 ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy) : _mm512_setzero_si512();
+            g.dy[q8_r4_pos(0, j)] = g.dy[q8_r4_pos(1, j)] = y[b].d;
+            if (two) g.dy[q8_r4_pos(0, j + 1)] = g.dy[q8_r4_pos(1, j + 1)] = y[b + 1].d;
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const uint8_t *x0 = (const uint8_t *)vx + (size_t)r * stride + (size_t)b * xs, *x1 = two ? x0 + xs : x0;
+                og_prefetch_span(x0, ahead, 2 * xs);
+                if (q8) {
+                    const og_block_q8_0 *x = (const og_block_q8_0 *)x0;
+                    /* a lone last block: its high half 0x80 against zero activations, so zero lanes */
+                    const __m512i xb = _mm512_xor_si512(two ? bytes_2x32(x[0].qs, x[1].qs)
+                                                            : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)x[0].qs)),
+                                                        bias);
+                    g.p[r][j / 2] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xb, yy), by);
+                } else {
+                    const uint8_t *y0 = (const uint8_t *)&y[b], *y1 = two ? y0 + sizeof *y : y0;
+                    const __m512i p = k32_pair(k, x0, x1, y0, y1);
+                    g.p[r][j / 2] = two ? p : _mm512_zextsi256_si512(_mm512_castsi512_si256(p)); /* a lone block: its lanes only */
+                }
+                uint16_t d0, d1;
+                memcpy(&d0, x0, 2);
+                memcpy(&d1, x1, 2);
+                g.d[r / 2][q8_r4_pos(r, j)] = d0;
+                if (two) g.d[r / 2][q8_r4_pos(r, j + 1)] = d1;
+            }
+        }
+        if (cnt == 8) q8_r4_group(&g, b0, 8);
+        else q8_r4_group(&g, b0, cnt);
+    }
+    /* lane l of row A: block l's place; of row B the same, 4 further */
+    const __m512i back = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+    __m512 t[2];
+    for (int p = 0; p < 2; p++)
+        t[p] = _mm512_permutexvar_ps(back, _mm512_add_ps(_mm512_add_ps(g.acc[p][0], g.acc[p][2]), _mm512_add_ps(g.acc[p][1], g.acc[p][3])));
+    r4_butterfly(t[0], t[1], s);
+}
+static void q8_0_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { k32_r4_n(true, K32_Q4_0, n, s, vx, stride, vy); }
+static void q4_0_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { k32_r4_n(false, K32_Q4_0, n, s, vx, stride, vy); }
+static void q5_0_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { k32_r4_n(false, K32_Q5_0, n, s, vx, stride, vy); }
+static void iq4_nl_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { k32_r4_n(false, K32_IQ4_NL, n, s, vx, stride, vy); }
+
 static inline __attribute__((always_inline)) void k32_dot_n(k32_kind k, og_ggml_type t, int ny, int64_t n, float *s,
                                                              const void *vx, const void *const *vy) {
     static const size_t size[] = {sizeof(og_block_q4_0), sizeof(og_block_q4_1), sizeof(og_block_q5_0),
@@ -945,6 +965,9 @@ void og_kernels_fill_avx512(og_kernels *k) {
 #undef CANON
     /* four weight rows against one activation row (matrix x vector) */
     k->vec_dot_r4_canonical[OG_TYPE_Q8_0] = q8_0_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_Q4_0] = q4_0_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_Q5_0] = q5_0_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_IQ4_NL] = iq4_nl_r4;
     k->vec_dot_r4_canonical[OG_TYPE_Q2_K] = q2_K_r4;
     k->vec_dot_r4_canonical[OG_TYPE_Q3_K] = q3_K_r4;
     k->vec_dot_r4_canonical[OG_TYPE_Q4_K] = q4_K_r4;

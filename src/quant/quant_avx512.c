@@ -299,17 +299,6 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool cano
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
 }
 
-static inline __attribute__((always_inline)) __m512i q4_K_block(const og_block_q4_K *x, const og_block_q8_K *y, __m256i *mm) {
-    k45_w w;
-    k45_unpack(false, (const uint8_t *)x, &w);
-    return k45_isum(&w, y, mm);
-}
-static inline __attribute__((always_inline)) __m512i q5_K_block(const og_block_q5_K *x, const og_block_q8_K *y, __m256i *mm) {
-    k45_w w;
-    k45_unpack(true, (const uint8_t *)x, &w);
-    return k45_isum(&w, y, mm);
-}
-
 /* Q2_K: a 2-bit quant q times its 4-bit scale is at most 45, so q * sc fits a byte
  * and comes from a table lookup (vpshufb); all sixteen sub-blocks then accumulate
  * in one vpdpbusd chain with no per-lane multiply. Half h of the quants (32 bytes)
@@ -478,24 +467,59 @@ static void q2_K_r4(int64_t n, float *s, const void *vx, size_t stride, const vo
     OG_CANON_R4_BODY(og_block_q2_K, true, q2_K_block, OG_DMIN);
 }
 static void q3_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { q3_K_r4_body(n, s, vx, stride, vy); }
+/* Q6_K two rows per register (OG_CANON_R4P_BODY; offset 32) */
+static inline __attribute__((always_inline)) __m512i q6_K_pair(const __m512i sidx[4], const og_block_q6_K *xa, const og_block_q6_K *xb,
+                                                                const og_block_q8_K *y, const __m512i noff[4]) {
+    q6_w wa, wb;
+    q6_K_unpack(xa, &wa);
+    q6_K_unpack(xb, &wb);
+    return r4p_isum(wa.u, wb.u, wa.sc16, wb.sc16, sidx, noff, y);
+}
+static void q6_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
+    __m512i sidx[4];
+    for (int j = 0; j < 4; j++) sidx[j] = r4p_sidx(j);
+#define Q6P(xa, xb, yb, noff, ss) q6_K_pair(sidx, xa, xb, yb, noff)
+    OG_CANON_R4P_BODY(og_block_q6_K, 32, false, Q6P, OG_NO_DMIN);
+#undef Q6P
+}
+
+/* Q4_K and Q5_K two rows per register: packs(p_A, p_B) of chunk c (sub-block 2c in
+ * units 0-1, 2c + 1 in 2-3) against both rows' scales; the rows' S lanes by one
+ * vpmaddwd of both rows' doubled mins against the bsums twice. */
+static inline __attribute__((always_inline)) __m512i k45_pair(bool five, const uint8_t *xa, const uint8_t *xb, const og_block_q8_K *y,
+                                                               __m512i *ss) {
+    /* words 0-7: A's scales, 8-15 its mins, 16-31 B's */
+    const __m512i s16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(k4_scales_mins(xa + offsetof(og_block_q4_K, scales)))),
+                                           _mm256_cvtepu8_epi16(k4_scales_mins(xb + offsetof(og_block_q4_K, scales))), 1);
+    int16_t mi[32], ci[4][32];
+    for (int w = 0; w < 32; w++) {
+        mi[w] = (int16_t)(16 * (w / 16) + 8 + (w % 16) / 2); /* word w: the min of bsum pair w / 2 of its row */
+        for (int c = 0; c < 4; c++) ci[c][w] = (int16_t)((w % 8 < 4 ? 0 : 16) + 2 * c + w / 16); /* unit L = w / 8: sub-block 2c + L / 2 */
+    }
+    *ss = _mm512_madd_epi16(_mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)mi), s16),
+                            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)y->bsums)));
+    k45_w wa, wb;
+    k45_unpack(five, xa, &wa);
+    k45_unpack(five, xb, &wb);
+    __m512i acc = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512i yc = _mm512_loadu_si512(y->qs + 64 * c);
+        const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa.q[c], yc), pb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb.q[c], yc);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(pa, pb), _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)ci[c]), s16));
+    }
+    return acc;
+}
+#define Q4P(xa, xb, yb, noff, ss) k45_pair(false, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
+#define Q5P(xa, xb, yb, noff, ss) k45_pair(true, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
 static void q4_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    OG_CANON_R4_BODY(og_block_q4_K, true, q4_K_block, OG_DMIN);
+    OG_CANON_R4P_BODY(og_block_q4_K, 0, true, Q4P, OG_DMIN);
 }
 static void q5_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    OG_CANON_R4_BODY(og_block_q5_K, true, q5_K_block, OG_DMIN);
+    OG_CANON_R4P_BODY(og_block_q5_K, 0, true, Q5P, OG_DMIN);
 }
-/* Q6_K two rows per register (OG_CANON_R4P_BODY; offset 32) */
-#define Q6U(xb, uu, s16)                      \
-    do {                                      \
-        q6_w w_;                              \
-        q6_K_unpack(xb, &w_);                 \
-        memcpy(uu, w_.u, sizeof w_.u);        \
-        (s16) = w_.sc16;                      \
-    } while (0)
-static void q6_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    OG_CANON_R4P_BODY(og_block_q6_K, 32, Q6U);
-}
-#undef Q6U
+#undef Q4P
+#undef Q5P
 
 /* ---- 32-element formats, two blocks per register --------------------------- */
 

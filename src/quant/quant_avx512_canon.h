@@ -239,7 +239,9 @@ static inline __attribute__((always_inline)) void r4_finish(const canon_r4 *g, f
  * operations per (row, block) as the single-row kernels: the same bits. */
 typedef struct canon_r4p {
     __m512i i[2][8];     /* [row pair][slot] */
+    __m512i s[2][8];     /* types with mins: [row pair][slot], A's eight S lanes, then B's */
     uint16_t d[2][16];   /* fp16 d of [row pair][r4p_pos] */
+    uint16_t m[2][16];   /* fp16 dmin at the same places */
     float dy[16];        /* dy at r4p_pos of both rows */
     __m512 acc[2][4];
 } canon_r4p;
@@ -288,7 +290,7 @@ static inline __attribute__((always_inline)) __m512i r4p_sum(const __m512i *v, b
     return _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(1, 0, 3, 2)));
 }
 
-static inline __attribute__((always_inline)) void r4p_group(canon_r4p *g, int64_t b0, int cnt) {
+static inline __attribute__((always_inline)) void r4p_group(canon_r4p *g, int64_t b0, int cnt, bool mins) {
     const int top = cnt <= 4 ? 4 : 8;
     const __m512i z = _mm512_setzero_si512();
     __mmask16 m = 0xFFFF;
@@ -302,7 +304,16 @@ static inline __attribute__((always_inline)) void r4p_group(canon_r4p *g, int64_
         for (int k = 0; k < top; k++) v[k] = k < cnt ? g->i[p][k] : z;
         const __m512i is = r4p_sum(v, top == 4);
         const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, g->d[p])), dy);
-        g->acc[p][(b0 >> 3) & 3] = _mm512_add_ps(g->acc[p][(b0 >> 3) & 3], _mm512_mul_ps(a, _mm512_cvtepi32_ps(is)));
+        __m512 val = _mm512_mul_ps(a, _mm512_cvtepi32_ps(is));
+        if (mins) {
+            for (int k = 0; k < top; k++) v[k] = k < cnt ? g->s[p][k] : z;
+            /* og_sum8_epi32 in each 256-bit half (lanes 0-7 A's S, 8-15 B's), then to r4p_pos */
+            const __m512i ss = r4_units(sum4x4_epi32_512(v), top == 4 ? z : sum4x4_epi32_512(v + 4));
+            const __m512i sp = _mm512_permutexvar_epi32(_mm512_set_epi32(15, 14, 7, 6, 13, 12, 5, 4, 11, 10, 3, 2, 9, 8, 1, 0), ss);
+            const __m512 c = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, g->m[p])), dy);
+            val = _mm512_fnmadd_ps(c, _mm512_cvtepi32_ps(sp), val);
+        }
+        g->acc[p][(b0 >> 3) & 3] = _mm512_add_ps(g->acc[p][(b0 >> 3) & 3], val);
     }
 }
 static inline __attribute__((always_inline)) void r4p_finish(const canon_r4p *g, float *s) {
@@ -314,15 +325,15 @@ static inline __attribute__((always_inline)) void r4p_finish(const canon_r4p *g,
     r4_butterfly(t[0], t[1], s);
 }
 
-/* The body of the four-row kernel of a type BT with offset o: UNPACK(xb, u, s16)
- * sets a block's u[4] (the weights of elements 64j ..) and its sixteen scales as int16. */
-#define OG_CANON_R4P_BODY(BT, o, UNPACK)                                                                            \
+/* The body of the four-row kernel of a type BT with offset o (0: none) and, where
+ * mins, mins: PAIR(xa, xb, yb, noff, &ss) returns rows A and B's block (xa, xb)
+ * against yb in one register (r4p_isum's lanes) and, mins, sets ss to their S
+ * lanes (A's eight, then B's); DMIN(xb) is a block's fp16 dmin. */
+#define OG_CANON_R4P_BODY(BT, o, mins, PAIR, DMIN)                                                                  \
     do {                                                                                                            \
         const og_block_q8_K *y_ = vy;                                                                               \
         const int64_t nb_ = n / OG_QK_K;                                                                            \
         const size_t ahead_ = r4_ahead(stride);                                                                     \
-        __m512i sidx_[4];                                                                                           \
-        for (int j_ = 0; j_ < 4; j_++) sidx_[j_] = r4p_sidx(j_);                                                    \
         canon_r4p g_;                                                                                               \
         for (int p_ = 0; p_ < 2; p_++)                                                                              \
             for (int q_ = 0; q_ < 4; q_++) g_.acc[p_][q_] = _mm512_setzero_ps();                                    \
@@ -333,27 +344,29 @@ static inline __attribute__((always_inline)) void r4p_finish(const canon_r4p *g,
                 const og_block_q8_K *yb = y_ + b_;                                                                  \
                 g_.dy[r4p_pos(0, slot_)] = g_.dy[r4p_pos(1, slot_)] = yb->d;                                        \
                 __m512i noff_[4];                                                                                   \
-                r4p_offsets(o, yb, noff_);                                                                          \
+                if (o) r4p_offsets(o, yb, noff_);                                                                   \
+                else noff_[0] = noff_[1] = noff_[2] = noff_[3] = _mm512_setzero_si512();                            \
                 _Pragma("GCC unroll 2") for (int p_ = 0; p_ < 2; p_++) {                                            \
                     const BT *xa = (const BT *)((const uint8_t *)vx + (size_t)(2 * p_) * stride) + b_;              \
                     const BT *xb = (const BT *)((const uint8_t *)xa + stride);                                      \
                     og_prefetch_span(xa, ahead_, sizeof *xa);                                                       \
                     og_prefetch_span(xb, ahead_, sizeof *xb);                                                       \
-                    __m512i uA_[4], uB_[4];                                                                         \
-                    __m256i sA_, sB_;                                                                               \
-                    UNPACK(xa, uA_, sA_);                                                                           \
-                    UNPACK(xb, uB_, sB_);                                                                           \
-                    g_.i[p_][slot_] = r4p_isum(uA_, uB_, sA_, sB_, sidx_, noff_, yb);                               \
+                    __m512i ss_ = _mm512_setzero_si512();                                                           \
+                    g_.i[p_][slot_] = PAIR(xa, xb, yb, noff_, &ss_);                                                \
                     g_.d[p_][r4p_pos(0, slot_)] = xa->d;                                                            \
                     g_.d[p_][r4p_pos(1, slot_)] = xb->d;                                                            \
+                    if (mins) {                                                                                     \
+                        g_.s[p_][slot_] = ss_;                                                                      \
+                        g_.m[p_][r4p_pos(0, slot_)] = DMIN(xa);                                                     \
+                        g_.m[p_][r4p_pos(1, slot_)] = DMIN(xb);                                                     \
+                    }                                                                                               \
                 }                                                                                                   \
             }                                                                                                       \
-            if (cnt_ == 8) r4p_group(&g_, b0_, 8);                                                                  \
-            else r4p_group(&g_, b0_, cnt_);                                                                         \
+            if (cnt_ == 8) r4p_group(&g_, b0_, 8, mins);                                                            \
+            else r4p_group(&g_, b0_, cnt_, mins);                                                                   \
         }                                                                                                           \
         r4p_finish(&g_, s);                                                                                         \
     } while (0)
-
 
 /* ---- Q3_K ------------------------------------------------------------------------ */
 
@@ -530,11 +543,21 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny,
 
 /* og_vec_dot_r4_fn of Q3_K: four weight rows, one activation row, the canonical
  * order, two rows per register (OG_CANON_R4P_BODY; u = q2 + 4h, offset 4). */
+static inline __attribute__((always_inline)) __m512i q3_K_pair(const q3_consts *c, const __m512i sidx[4], const og_block_q3_K *xa,
+                                                                const og_block_q3_K *xb, const og_block_q8_K *y, const __m512i noff[4]) {
+    __m512i ua[4], ub[4];
+    q3_unpack(c, xa, ua);
+    q3_unpack(c, xb, ub);
+    return r4p_isum(ua, ub, _mm256_cvtepi8_epi16(q3_scales_vec(xa->scales)), _mm256_cvtepi8_epi16(q3_scales_vec(xb->scales)), sidx,
+                    noff, y);
+}
 static inline __attribute__((always_inline)) void q3_K_r4_body(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
     const q3_consts c = q3_consts_make();
-#define Q3U(xb, u, s16) (q3_unpack(&c, xb, u), (s16) = _mm256_cvtepi8_epi16(q3_scales_vec((xb)->scales)))
-    OG_CANON_R4P_BODY(og_block_q3_K, 4, Q3U);
-#undef Q3U
+    __m512i sidx[4];
+    for (int j = 0; j < 4; j++) sidx[j] = r4p_sidx(j);
+#define Q3P(xa, xb, yb, noff, ss) q3_K_pair(&c, sidx, xa, xb, yb, noff)
+    OG_CANON_R4P_BODY(og_block_q3_K, 4, false, Q3P, OG_NO_DMIN);
+#undef Q3P
 }
 
 /* ---- IQ2_XXS and MXFP4 (files built with BMI2: pdep, or GFNI and VBMI) ----------- */

@@ -429,11 +429,6 @@ static inline __attribute__((always_inline)) __m512i q6_K_isum(const q6_w *w, co
     }
     return isum;
 }
-static inline __attribute__((always_inline)) __m512i q6_K_block(const og_block_q6_K *x, const og_block_q8_K *y) {
-    q6_w w;
-    q6_K_unpack(x, &w);
-    return q6_K_isum(&w, y);
-}
 
 static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {

@@ -342,11 +342,6 @@ static inline __attribute__((always_inline)) __m512i q2_K_isum(const q2_w *w, co
     for (int j = 0; j < 4; j++) isum = _mm512_dpbusd_epi32(isum, w->us[j], _mm512_loadu_si512(y->qs + 64 * j));
     return isum;
 }
-static inline __attribute__((always_inline)) __m512i q2_K_block(const og_block_q2_K *x, const og_block_q8_K *y, __m256i *mm) {
-    q2_w w;
-    q2_K_unpack(x, &w);
-    return q2_K_isum(&w, y, mm);
-}
 
 static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
@@ -458,9 +453,31 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny,
 }
 
 /* og_vec_dot_r4_fn of the k-quants: four weight rows, one activation row, the canonical order. */
-static void q2_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    OG_CANON_R4_BODY(og_block_q2_K, true, q2_K_block, OG_DMIN);
+/* Q2_K: each row's sixteen I lanes from its vpdpbusd chain, then one blend step
+ * puts the pair in r4p_isum's lanes (A's sums in lanes 0-1 of each unit, B's in
+ * 2-3); the two rows' S lanes by one vpmaddwd. */
+static inline __attribute__((always_inline)) __m512i q2_K_pair(const og_block_q2_K *xa, const og_block_q2_K *xb, const og_block_q8_K *y,
+                                                                __m512i *ss) {
+    q2_w wa, wb;
+    q2_K_unpack(xa, &wa);
+    q2_K_unpack(xb, &wb);
+    __m512i ia = _mm512_setzero_si512(), ib = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i yj = _mm512_loadu_si512(y->qs + 64 * j);
+        ia = _mm512_dpbusd_epi32(ia, wa.us[j], yj);
+        ib = _mm512_dpbusd_epi32(ib, wb.us[j], yj);
+    }
+    *ss = _mm512_madd_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(wa.m16), wb.m16, 1),
+                            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)y->bsums)));
+    const __m512i u = _mm512_mask_blend_epi32(0xCCCC, ia, ib), w = _mm512_mask_blend_epi32(0xCCCC, ib, ia);
+    return _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_BADC));
 }
+#define Q2P(xa, xb, yb, noff, ss) q2_K_pair(xa, xb, yb, ss)
+static void q2_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
+    OG_CANON_R4P_BODY(og_block_q2_K, 0, true, Q2P, OG_DMIN);
+}
+#undef Q2P
 static void q3_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { q3_K_r4_body(n, s, vx, stride, vy); }
 /* Q6_K two rows per register (OG_CANON_R4P_BODY; offset 32) */
 static inline __attribute__((always_inline)) __m512i q6_K_pair(const __m512i sidx[4], const og_block_q6_K *xa, const og_block_q6_K *xb,

@@ -82,29 +82,7 @@ static inline __attribute__((always_inline)) void block_done16(bool canon, canon
     else *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a), *acc);
 }
 
-/* ---- four weight rows against one activation row (og_kernels.vec_dot_r4_canonical) ----
- * Each row's blocks go into slots as in canon16 (a group of eight blocks, their
- * sixteen-lane I vectors), and the group of all four rows is reduced at once: one
- * tree per pair of rows leaves rows 2p and 2p + 1's eight exact block sums in the
- * low and high 256 bits of one register, and the canonical float operations of
- * step 2 run on sixteen (row, block) pairs per instruction, the factors converted
- * from the rows' fp16 fields sixteen at a time. Accumulator acc[p][q] holds lanes
- * 8q .. 8q + 7 of rows 2p (low half) and 2p + 1 (high half); the butterfly at the
- * end is og_canon_finish's for each half. Every float operation of a row is the
- * one its single-row kernel does, so its bits are the same. */
-typedef struct canon_r4 {
-    __m512i i[4][8];      /* [row][slot]: the block's I lanes */
-    __m256i s[2][8][2];   /* [row pair][slot][row of the pair]: S lanes (types with mins) */
-    uint16_t d[4][8];     /* fp16 d of [row][slot] */
-    uint16_t m[4][8];     /* fp16 dmin (types with mins) */
-    float dy[8];          /* the activation blocks' scales */
-    __m512 acc[2][4];
-} canon_r4;
-
-static inline __attribute__((always_inline)) void r4_zero(canon_r4 *g) {
-    for (int p = 0; p < 2; p++)
-        for (int q = 0; q < 4; q++) g->acc[p][q] = _mm512_setzero_ps();
-}
+/* ---- four weight rows against one activation row (og_kernels.vec_dot_r4_canonical) ---- */
 
 /* How far ahead (bytes) a row's blocks are prefetched: the rows are read side by
  * side, so the bytes to fetch next are the same blocks of later groups of four
@@ -114,68 +92,14 @@ static inline size_t r4_ahead(size_t stride) {
     return four >= PF_DIST || !four ? four : four * ((PF_DIST + four - 1) / four);
 }
 
-/* Lanes 0-7: the sums of the sixteen lanes of a[0..8); lanes 8-15: of b[0..8)
- * (exact). half: slots 4-7 are zero in both (a row's last group of at most four:
- * half the tree). */
+/* The step of the canonical trees that adds the 128-bit units of b0 and b1 in
+ * pairs: unit 0 = b0's units 0 + 1, unit 1 = b1's 1 + 0, unit 2 = b0's 2 + 3, unit 3
+ * = b1's 3 + 2 (with sum4x4_epi32_512 before it, og_sum8_epi32 in each 256-bit half). */
 static inline __m512i r4_units(__m512i b0, __m512i b1) {
     /* unit 0: blocks 0-3 (units 0 + 1 of b), unit 1: 4-7 (0 + 1), units 2, 3: the same of units 2 + 3 */
     const __m512i u = _mm512_mask_blend_epi32(0xF0F0, b0, b1), w = _mm512_mask_blend_epi32(0xF0F0, b1, b0);
     return _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1)));
 }
-static inline __attribute__((always_inline)) __m512i r4_sum8x2(const __m512i *a, const __m512i *b, bool half) {
-    const __m512i z = _mm512_setzero_si512();
-    const __m512i ta = r4_units(sum4x4_epi32_512(a), half ? z : sum4x4_epi32_512(a + 4));
-    const __m512i tb = r4_units(sum4x4_epi32_512(b), half ? z : sum4x4_epi32_512(b + 4));
-    const __m512i u = _mm512_mask_blend_epi32(0xFF00, ta, tb), w = _mm512_mask_blend_epi32(0xFF00, tb, ta);
-    return _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(1, 0, 3, 2)));
-}
-
-/* Slot `slot` of row r: its I lanes, its fp16 d (and, mins, its S lanes and dmin). */
-static inline __attribute__((always_inline)) void r4_put(canon_r4 *g, int r, int slot, __m512i isum, uint16_t d,
-                                                          __m256i ssum, uint16_t dmin, bool mins) {
-    g->i[r][slot] = isum;
-    g->d[r][slot] = d;
-    if (mins) {
-        _mm256_storeu_si256(&g->s[r / 2][slot][r % 2], ssum);
-        g->m[r][slot] = dmin;
-    }
-}
-
-/* The group of blocks b0 .. b0 + 7 of the four rows, cnt of them present (the
- * rest, a row's last group, absent), is in its slots: each (row, block)'s v_b
- * joins its lane. Absent slots count as zero sums and d = dmin = dy = +0 (zero
- * registers and masked loads, nothing stored), so v = +0, which leaves a lane as
- * it was (as og_canon_flush). */
-static inline __attribute__((always_inline)) void r4_group(canon_r4 *g, int64_t b0, int cnt, bool mins) {
-    const int top = cnt <= 4 ? 4 : 8;
-    const __m512i z = _mm512_setzero_si512();
-    const __mmask8 m8 = (__mmask8)((1u << cnt) - 1);
-    const __mmask16 m16 = (__mmask16)(m8 | (unsigned)m8 << 8);
-    const __m512 dy = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_maskz_loadu_ps(m8, g->dy))));
-    for (int p = 0; p < 2; p++) {
-        __m512i ia[8], ib[8];
-        for (int k = 0; k < top; k++) ia[k] = k < cnt ? g->i[2 * p][k] : z, ib[k] = k < cnt ? g->i[2 * p + 1][k] : z;
-        const __m512i is = r4_sum8x2(ia, ib, top == 4);
-        const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m16, g->d[2 * p])), dy);
-        __m512 v = _mm512_mul_ps(a, _mm512_cvtepi32_ps(is));
-        if (mins) {
-            __m512i sv[8];
-            for (int k = 0; k < top; k++) sv[k] = k < cnt ? _mm512_loadu_si512((const void *)g->s[p][k]) : z;
-            /* og_sum8_epi32 in each 256-bit half: lanes 0-7 row 2p's S, 8-15 row 2p + 1's */
-            const __m512i ss = r4_units(sum4x4_epi32_512(sv), top == 4 ? z : sum4x4_epi32_512(sv + 4));
-            const __m512 c = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m16, g->m[2 * p])), dy);
-            v = _mm512_fnmadd_ps(c, _mm512_cvtepi32_ps(ss), v);
-        }
-        g->acc[p][(b0 >> 3) & 3] = _mm512_add_ps(g->acc[p][(b0 >> 3) & 3], v);
-    }
-}
-/* r4_group of the group at b0 of a row of nb blocks: a full group with cnt known
- * to the compiler (no masks, no selects), the last one as it comes. */
-static inline __attribute__((always_inline)) void r4_flush(canon_r4 *g, int64_t b0, int64_t nb, bool mins) {
-    if (nb - b0 >= 8) r4_group(g, b0, 8, mins);
-    else r4_group(g, b0, (int)(nb - b0), mins);
-}
-
 /* s[0..4): the four rows' butterflies at once. t[p]: the offsets 16 and 8 of rows
  * 2p and 2p + 1 (lanes 0-7, 8-15), as og_canon_finish adds them; the later offsets
  * run on all four rows in one register (128-bit unit r: row r), each lane's
@@ -187,56 +111,25 @@ static inline void r4_butterfly(__m512 t0, __m512 t1, float *s) {
     c = _mm512_add_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(2, 3, 0, 1))); /* offset 1 */
     _mm_storeu_ps(s, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), c)));
 }
-/* s[r]: row r's butterfly (og_canon_finish) over its 32 lanes. */
-static inline __attribute__((always_inline)) void r4_finish(const canon_r4 *g, float *s) {
-    __m512 t[2];
-    for (int p = 0; p < 2; p++)
-        t[p] = _mm512_add_ps(_mm512_add_ps(g->acc[p][0], g->acc[p][2]), _mm512_add_ps(g->acc[p][1], g->acc[p][3]));
-    r4_butterfly(t[0], t[1], s);
-}
-
-/* The body of an og_vec_dot_r4_fn of a k-quant block type BT: BLOCK(xb, yb, &ssum)
- * returns block xb's I lanes against yb (and sets its S lanes when mins); DMIN(xb)
- * its fp16 dmin (0 without mins). */
-#define OG_CANON_R4_BODY(BT, mins, BLOCK, DMIN)                                                                     \
-    do {                                                                                                            \
-        const og_block_q8_K *y_ = vy;                                                                               \
-        const int64_t nb_ = n / OG_QK_K;                                                                            \
-        const size_t ahead_ = r4_ahead(stride);                                                                     \
-        canon_r4 g_;                                                                                                \
-        r4_zero(&g_);                                                                                               \
-        for (int64_t b0_ = 0; b0_ < nb_; b0_ += OG_CANON_GROUP) {                                                   \
-            for (int slot_ = 0; slot_ < OG_CANON_GROUP && b0_ + slot_ < nb_; slot_++) {                             \
-                const int64_t b_ = b0_ + slot_;                                                                     \
-                const og_block_q8_K *yb = y_ + b_;                                                                  \
-                g_.dy[slot_] = yb->d;                                                                               \
-                _Pragma("GCC unroll 4") for (int r_ = 0; r_ < 4; r_++) {                                            \
-                    const BT *xb = (const BT *)((const uint8_t *)vx + (size_t)r_ * stride) + b_;                    \
-                    og_prefetch_span(xb, ahead_, sizeof *xb);                                                       \
-                    __m256i ss_ = _mm256_setzero_si256();                                                           \
-                    const __m512i is_ = BLOCK(xb, yb, &ss_);                                                        \
-                    r4_put(&g_, r_, slot_, is_, xb->d, ss_, DMIN(xb), mins);                                        \
-                }                                                                                                   \
-            }                                                                                                       \
-            r4_flush(&g_, b0_, nb_, mins);                                                                          \
-        }                                                                                                           \
-        r4_finish(&g_, s);                                                                                          \
-    } while (0)
 #define OG_NO_DMIN(xb) ((void)(xb), (uint16_t)0)
 #define OG_DMIN(xb) ((xb)->dmin)
 
-/* ---- four rows, two rows per register: Q3_K and Q6_K ----------------------------
- * Both types' block sums come from sums of four u y products packed to int16 and
- * multiplied by the sub-blocks' scales (vpdpwssd). In the four-row kernel the
- * offset of q = u - o is taken off before the packing, by the vpdpbusd's
- * accumulator -o (sums of four y) (one per activation block, for every row), and
- * rows A and B of a pair share the packs: packs(p_A, p_B) puts A's sums in int32
- * lanes 0-1 and B's in 2-3 of every 128-bit unit after vpdpwssd, so one register
- * holds both rows' block, and a group's tree is half as long (r4p_sum). The lanes
- * of the pair's group come out as unit u: [A 2u, A 2u + 1, B 2u, B 2u + 1]
- * (r4p_pos); the factors and accumulators keep that order and the butterfly
- * starts from the rows' order (r4p_finish). The same integers and the same float
- * operations per (row, block) as the single-row kernels: the same bits. */
+/* ---- four rows, two rows per register ------------------------------------------
+ * The k-quants' four-row kernels (og_kernels.vec_dot_r4_canonical): rows A and B of
+ * a pair share one register per block, A's sums in int32 lanes 0-1 and B's in 2-3
+ * of every 128-bit unit, so a group of eight blocks of four rows goes through two
+ * trees half as long as eight single rows' (r4p_sum) and its canonical float
+ * operations run on sixteen (row, block) pairs per instruction. Q3_K and Q6_K
+ * (sums of four u y products packed to int16, times the sub-blocks' scales by
+ * vpdpwssd): the offset of q = u - o is taken off before the packing, in the
+ * vpdpbusd's accumulator -o (sums of four y) (one per activation block, for every
+ * row), and packs(p_A, p_B) puts the two rows in those lanes (r4p_isum); Q4_K and
+ * Q5_K likewise with their chunks' scales; Q2_K by one blend step of the two rows'
+ * vpdpbusd chains. Types with mins: the pair's S lanes in one register (A's eight,
+ * then B's). The lanes of a pair's group come out as unit u: [A 2u, A 2u + 1, B 2u,
+ * B 2u + 1] (r4p_pos); the factors and accumulators keep that order and the
+ * butterfly starts from the rows' order (r4p_finish). The same integers and the
+ * same float operations per (row, block) as the single-row kernels: the same bits. */
 typedef struct canon_r4p {
     __m512i i[2][8];     /* [row pair][slot] */
     __m512i s[2][8];     /* types with mins: [row pair][slot], A's eight S lanes, then B's */

@@ -210,6 +210,14 @@ static inline __m128i k4_scales_mins(const uint8_t *q) {
  * the loop. Q5_K's fifth bit of element 64c + l is bit 2c of qh[l], of element
  * 64c + 32 + l bit 2c + 1: the broadcast qh is tested against those bits. The
  * fields sit at the same places in both blocks but for Q5_K's qh before qs. */
+/* Zeroes the accumulators of a kernel with mins for ny rows: the fork's lanes and
+ * mins, the canonical order's 32 lanes. */
+static inline __attribute__((always_inline)) void mins_acc_zero(int ny, __m512 *acc, __m256 *macc, __m256 (*cacc)[4]) {
+    #pragma GCC unroll 4
+    for (int i = 0; i < ny; i++)
+        acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
+}
+
 /* A Q4_K / Q5_K block's weights as the dot needs them: the quants of chunk c, the
  * int16 scale patterns of the two packs and the mins doubled for the bsum pairs. */
 typedef struct k45_w {
@@ -269,9 +277,7 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool cano
     __m512 acc[NYMAX];
     __m256 macc[NYMAX], cacc[NYMAX][4];
     canon16 g[NYMAX];
-    #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++)
-        acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
+    mins_acc_zero(ny, acc, macc, cacc);
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
             const int64_t b = b0 + slot;
@@ -351,9 +357,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny,
     __m512 acc[NYMAX];
     __m256 macc[NYMAX], cacc[NYMAX][4];
     canon16 g[NYMAX];
-    #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++)
-        acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
+    mins_acc_zero(ny, acc, macc, cacc);
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
             const int64_t b = b0 + slot;

@@ -42,9 +42,11 @@ static void quantize_rows(void *ctx, int ith, int nth) {
 
 /* Weight rows r0..r1 against m quantized activation rows (xq, xq_row bytes apart):
  * y[a * n_rows + r]. Four activation rows at a time go through vec_dot4 where the
- * tier has it (one pass over each weight row for four), the rest one by one; the
- * bits are vec_dot's either way, so a row's result never depends on the batch.
- * canon: the canonical kernels (vec_dot_canonical, vec_dot4_canonical). */
+ * tier has it (one pass over each weight row for four), the rest one by one, four
+ * weight rows at a time where the tier has a canonical vec_dot_r4 (matrix x
+ * vector); the bits are vec_dot's either way, so a row's result never depends on
+ * the batch. canon: the canonical kernels (vec_dot_canonical, vec_dot4_canonical,
+ * vec_dot_r4_canonical). */
 static void band_dot(const og_kernels *k, bool canon, const og_weight *w, const uint8_t *xq, size_t xq_row, int64_t m,
                      float *y, int64_t r0, int64_t r1) {
     og_vec_dot_fn dot = canon ? k->vec_dot_canonical[w->type] : k->vec_dot[w->type];
@@ -60,10 +62,14 @@ static void band_dot(const og_kernels *k, bool canon, const og_weight *w, const 
                 for (int i = 0; i < 4; i++) y[(a + i) * w->n_rows + r] = s4[i];
             }
         }
+    const og_vec_dot_r4_fn dotr4 = canon ? k->vec_dot_r4_canonical[w->type] : NULL;
     for (; a < m; a++) {
         const uint8_t *xa = xq + (size_t)a * xq_row;
         float *ya = y + a * w->n_rows;
-        for (int64_t r = r0; r < r1; r++) dot(w->K, &ya[r], (const uint8_t *)w->data + (size_t)r * w->row_bytes, xa);
+        int64_t r = r0;
+        if (dotr4)
+            for (; r + 4 <= r1; r += 4) dotr4(w->K, &ya[r], (const uint8_t *)w->data + (size_t)r * w->row_bytes, w->row_bytes, xa);
+        for (; r < r1; r++) dot(w->K, &ya[r], (const uint8_t *)w->data + (size_t)r * w->row_bytes, xa);
     }
 }
 

@@ -30,6 +30,10 @@ typedef void (*og_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y)
 /* s[0..4) = dot(x, y[i]) for four activation rows at once (one pass over the
  * weight row), each the bits og_vec_dot_fn gives for that row alone. */
 typedef void (*og_vec_dot4_fn)(int64_t n, float *s, const void *x, const void *const *y);
+/* s[r] = dot(weight row x + r * x_stride bytes, y) for the four weight rows r < 4
+ * against one activation row (one pass over y for four rows: matrix x vector),
+ * each the bits the single-row kernel gives for that row alone. */
+typedef void (*og_vec_dot_r4_fn)(int64_t n, float *s, const void *x, size_t x_stride, const void *y);
 
 /* One row per supported ggml type (ggml's type_traits habit). */
 typedef struct og_type_traits {
@@ -184,6 +188,13 @@ typedef struct og_kernels {
      * vec_dot4_canonical NULL: this tier has none (then one row at a time). */
     og_vec_dot_fn vec_dot_canonical[OG_TYPE_COUNT];
     og_vec_dot4_fn vec_dot4_canonical[OG_TYPE_COUNT];
+    /* The canonical dot of four weight rows against one activation row
+     * (og_vec_dot_r4_fn): each row's result the bits of vec_dot_canonical. The
+     * rows' blocks share one reduction tree and one pass of the float operations
+     * (rows in the lanes), so matrix x vector pays the canonical order's per-block
+     * reduction once for four rows' blocks. NULL: this tier has none (then one
+     * row at a time). */
+    og_vec_dot_r4_fn vec_dot_r4_canonical[OG_TYPE_COUNT];
     /* Float weight types (F16, BF16): dot_f32_device(to_float(row), x, n) without
      * the f32 row, bit for bit; NULL where a tier has none (then dequantize, then
      * dot_f32_device). */

@@ -148,6 +148,41 @@ static inline __attribute__((always_inline)) void q8_0_dot_n(bool canon, int ny,
     }
 }
 
+/* og_vec_dot_r4_fn of Q8_0: four weight rows, one activation row, the canonical
+ * order. A pair of blocks (2j, 2j + 1 of a group) of each row is one register of
+ * int32 lanes (q8_0_pair; an odd last block alone in the low half); for rows A, B
+ * of a pair of rows one sum4x4 tree per row and one blend step leave, in 128-bit
+ * unit 0, A's even blocks (lane j: block 2j), unit 1 B's even ones, units 2 and 3
+ * the odd ones. The factors are laid out the same way (q8_r4_pos) and so are the
+ * accumulators; r4 order is put back once per call, before the butterfly. */
+typedef struct q8_r4 {
+    __m512i p[4][4];    /* [row][pair of blocks] */
+    uint16_t d[2][16];  /* fp16 dx of [row pair][q8_r4_pos] */
+    uint16_t dy[16];    /* fp16 dy at the same places (each twice) */
+    __m512 acc[2][4];
+} q8_r4;
+/* The lane of block k of a group, row r of its pair of rows. */
+static inline int q8_r4_pos(int r, int k) { return (k & 1) * 8 + (r & 1) * 4 + (k >> 1); }
+
+static inline __attribute__((always_inline)) void q8_r4_group(q8_r4 *g, int64_t b0, int cnt) {
+    const __m512i z = _mm512_setzero_si512();
+    __mmask16 m = 0xFFFF;
+    if (cnt < 8) {
+        m = 0;
+        for (int k = 0; k < cnt; k++) m |= (__mmask16)(1u << q8_r4_pos(0, k) | 1u << q8_r4_pos(1, k));
+    }
+    const int pairs = (cnt + 1) / 2;
+    const __m512 dy = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, g->dy));
+    for (int p = 0; p < 2; p++) {
+        __m512i va[4], vb[4];
+        for (int j = 0; j < 4; j++) va[j] = j < pairs ? g->p[2 * p][j] : z, vb[j] = j < pairs ? g->p[2 * p + 1][j] : z;
+        const __m512i xa = sum4x4_epi32_512(va), xb = sum4x4_epi32_512(vb);
+        const __m512i is = r4_units(xa, xb);
+        const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, g->d[p])), dy);
+        g->acc[p][(b0 >> 3) & 3] = _mm512_add_ps(g->acc[p][(b0 >> 3) & 3], _mm512_mul_ps(a, _mm512_cvtepi32_ps(is)));
+    }
+}
+
 /* 32 bytes of two nibble planes -> 64 bytes: low nibbles, then high nibbles. */
 static inline __m512i nibbles64(const uint8_t *q) {
     __m256i v = _mm256_loadu_si256((const __m256i *)q);
@@ -175,18 +210,22 @@ static inline __m128i k4_scales_mins(const uint8_t *q) {
  * the loop. Q5_K's fifth bit of element 64c + l is bit 2c of qh[l], of element
  * 64c + 32 + l bit 2c + 1: the broadcast qh is tested against those bits. The
  * fields sit at the same places in both blocks but for Q5_K's qh before qs. */
-static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool canon, int ny, int64_t n, float *s,
-                                                             const void *vx, const void *const *vy) {
-    const size_t size = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K);
-    const size_t qs = five ? offsetof(og_block_q5_K, qs) : offsetof(og_block_q4_K, qs);
-    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
-    const int64_t nb = n / OG_QK_K;
-    __m512 acc[NYMAX];
-    __m256 macc[NYMAX], cacc[NYMAX][4];
-    canon16 g[NYMAX];
+/* Zeroes the accumulators of a kernel with mins for ny rows: the fork's lanes and
+ * mins, the canonical order's 32 lanes. */
+static inline __attribute__((always_inline)) void mins_acc_zero(int ny, __m512 *acc, __m256 *macc, __m256 (*cacc)[4]) {
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++)
         acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
+}
+
+/* A Q4_K / Q5_K block's weights as the dot needs them: the quants of chunk c, the
+ * int16 scale patterns of the two packs and the mins doubled for the bsum pairs. */
+typedef struct k45_w {
+    __m512i q[4], s01, s23;
+    __m256i m16;
+} k45_w;
+static inline __attribute__((always_inline)) void k45_unpack(bool five, const uint8_t *x, k45_w *w) {
+    const size_t qs = five ? offsetof(og_block_q5_K, qs) : offsetof(og_block_q4_K, qs);
     /* int16 scale pattern of packs(p_2h, p_2h+1), 128-bit lane k: 4 x sc[4h + k/2],
      * then 4 x sc[4h + 2 + k/2]; 0x80 zeroes the high byte */
 #define W(i) (char)0x80, (char)(i) /* _mm_set_epi8 lists the high byte first */
@@ -198,43 +237,65 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool cano
                                          W(11), W(11), W(10), W(10), W(9), W(9), W(8), W(8));
 #undef LANE
 #undef W
+    __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
+    w->m16 = _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm);
+    w->s01 = _mm512_shuffle_epi8(smb, ctl01);
+    w->s23 = _mm512_shuffle_epi8(smb, ctl23);
+    const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))))
+                            : _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        w->q[c] = nibbles64(x + qs + 32 * c);
+        if (five) {
+            __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(2 << (2 * c))), 1);
+            w->q[c] = _mm512_mask_add_epi8(w->q[c], _mm512_test_epi8_mask(qh, bits), w->q[c], _mm512_set1_epi8(0x10));
+        }
+    }
+}
+/* The block's sixteen I lanes against y (and *mm: its eight S lanes). */
+static inline __attribute__((always_inline)) __m512i k45_isum(const k45_w *w, const og_block_q8_K *y, __m256i *mm) {
+    *mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), w->m16);
+    __m512i p[4];
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->q[c], _mm512_loadu_si512(y->qs + 64 * c));
+    const __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), w->s01);
+    return _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), w->s23);
+}
+
+/* Q4_K and Q5_K: chunk c (64 quants: sub-blocks 2c, 2c+1) gives sixteen int32 sums
+ * of four u * s8 products (|p| <= 4 * 31 * 128, so int16 holds them); two chunks
+ * pack into one int16 vector and vpdpwssd multiplies each adjacent pair, which
+ * always shares a sub-block, by that sub-block's scale. No 32-bit multiplies in
+ * the loop. Q5_K's fifth bit of element 64c + l is bit 2c of qh[l], of element
+ * 64c + 32 + l bit 2c + 1: the broadcast qh is tested against those bits. The
+ * fields sit at the same places in both blocks but for Q5_K's qh before qs. */
+static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool canon, int ny, int64_t n, float *s,
+                                                             const void *vx, const void *const *vy) {
+    const size_t size = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K);
+    const og_block_q8_K *const *y = (const og_block_q8_K *const *)vy;
+    const int64_t nb = n / OG_QK_K;
+    __m512 acc[NYMAX];
+    __m256 macc[NYMAX], cacc[NYMAX][4];
+    canon16 g[NYMAX];
+    mins_acc_zero(ny, acc, macc, cacc);
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
             const int64_t b = b0 + slot;
             const uint8_t *x = (const uint8_t *)vx + (size_t)b * size; /* d, dmin, scales[12], [qh[32]], qs[128] */
             og_prefetch_span(x, PF_DIST, size);
-            __m512i smb = _mm512_broadcast_i32x4(k4_scales_mins(x + offsetof(og_block_q4_K, scales)));
-            const __m256i m16 = _mm256_shuffle_epi8(_mm512_castsi512_si256(smb), ctlm);
-            const __m512i s01 = _mm512_shuffle_epi8(smb, ctl01), s23 = _mm512_shuffle_epi8(smb, ctl23);
+            k45_w w;
+            k45_unpack(five, x, &w);
             const float d = og_h16(x), dmin = og_h16(x + 2);
-            __m256i mm[NYMAX];
             #pragma GCC unroll 4
             for (int i = 0; i < ny; i++) {
-                mm[i] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i][b].bsums), m16);
-                if (!canon) macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm[i]), _mm256_set1_ps(dmin * y[i][b].d), macc[i]);
-            }
-            const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x + offsetof(og_block_q5_K, qh))))
-                                    : _mm512_setzero_si512();
-            __m512i q[4];
-    #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                q[c] = nibbles64(x + qs + 32 * c);
-                if (five) {
-                    __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * c))), _mm256_set1_epi8((char)(2 << (2 * c))), 1);
-                    q[c] = _mm512_mask_add_epi8(q[c], _mm512_test_epi8_mask(qh, bits), q[c], _mm512_set1_epi8(0x10));
-                }
-            }
-            #pragma GCC unroll 4
-            for (int i = 0; i < ny; i++) {
-                __m512i p[4];
-                #pragma GCC unroll 4
-                for (int c = 0; c < 4; c++) p[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[c], _mm512_loadu_si512(y[i][b].qs + 64 * c));
-                __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(p[0], p[1]), s01);
-                isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p[2], p[3]), s23);
-                if (canon)
-                    canon_put16(&g[i], slot, isum, mm[i], d * y[i][b].d, dmin * y[i][b].d, true);
-                else
+                __m256i mm;
+                const __m512i isum = k45_isum(&w, &y[i][b], &mm);
+                if (canon) {
+                    canon_put16(&g[i], slot, isum, mm, d * y[i][b].d, dmin * y[i][b].d, true);
+                } else {
+                    macc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * y[i][b].d), macc[i]);
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * y[i][b].d), acc[i]);
+                }
             }
         }
         if (canon)
@@ -251,6 +312,43 @@ static inline __attribute__((always_inline)) void k45_dot_n(bool five, bool cano
  * elements, 128h + 64m .., whose 128-bit lane L is sub-block 8h + 4m + L. Lane L of
  * the table holds q * sc[4c + L] at byte 4c + q for c = 2h + m, so the index is
  * q | 4c (one vpternlogd). */
+/* A Q2_K block's weights: q * sc of elements 64j .. 64j + 63 and the mins as int16. */
+typedef struct q2_w {
+    __m512i us[4];
+    __m256i m16;
+} q2_w;
+static inline __attribute__((always_inline)) void q2_K_unpack(const og_block_q2_K *x, q2_w *w) {
+    const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    /* per-int16 shift counts: 4m in the low 256 bits, 4m + 2 in the high */
+    const __m512i shift0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    const __m512i shift1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    const __m512i m3 = _mm512_set1_epi8(3);
+    __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
+    /* mins: (sc >> 4) . bsums per sub-block */
+    w->m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
+    /* dword 4L + c = sc[4c + L] * 0x03020100: bytes [0, s, 2s, 3s] */
+    __m512i tab = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_and_si128(sc8, _mm_set1_epi8(0x0F)), transpose)),
+                                     _mm512_set1_epi32(0x03020100));
+    #pragma GCC unroll 4
+    for (int h = 0; h < 2; h++) {
+        __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * h)));
+        #pragma GCC unroll 4
+        for (int m = 0; m < 2; m++) {
+            __m512i u = _mm512_srlv_epi16(q, m ? shift1 : shift0);
+            __m512i idx = _mm512_ternarylogic_epi32(u, m3, _mm512_set1_epi8((char)(4 * (2 * h + m))), 0xEA); /* (u & 3) | 4c */
+            w->us[2 * h + m] = _mm512_shuffle_epi8(tab, idx);
+        }
+    }
+}
+/* The block's sixteen I lanes against y (and *mm: its eight S lanes). */
+static inline __attribute__((always_inline)) __m512i q2_K_isum(const q2_w *w, const og_block_q8_K *y, __m256i *mm) {
+    *mm = _mm256_madd_epi16(w->m16, _mm256_loadu_si256((const __m256i *)y->bsums));
+    __m512i isum = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) isum = _mm512_dpbusd_epi32(isum, w->us[j], _mm512_loadu_si512(y->qs + 64 * j));
+    return isum;
+}
+
 static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q2_K *x = vx;
@@ -259,14 +357,7 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny,
     __m512 acc[NYMAX];
     __m256 macc[NYMAX], cacc[NYMAX][4];
     canon16 g[NYMAX];
-    #pragma GCC unroll 4
-    for (int i = 0; i < ny; i++)
-        acc[i] = _mm512_setzero_ps(), macc[i] = cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
-    const __m128i transpose = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    /* per-int16 shift counts: 4m in the low 256 bits, 4m + 2 in the high */
-    const __m512i shift0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
-    const __m512i shift1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
-    const __m512i m3 = _mm512_set1_epi8(3);
+    mins_acc_zero(ny, acc, macc, cacc);
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
             const int64_t b = b0 + slot;
@@ -275,31 +366,13 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny,
             uint32_t ddm;
             memcpy(&ddm, &x[b].d, 4);
             const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddm));
-            __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
-            /* mins: (sc >> 4) . bsums per sub-block */
-            __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
-            /* dword 4L + c = sc[4c + L] * 0x03020100: bytes [0, s, 2s, 3s] */
-            __m512i tab = _mm512_mullo_epi32(
-                _mm512_cvtepu8_epi32(_mm_shuffle_epi8(_mm_and_si128(sc8, _mm_set1_epi8(0x0F)), transpose)),
-                _mm512_set1_epi32(0x03020100));
-            __m512i us[4]; /* q * sc of elements 64j .. 64j + 63 */
-            #pragma GCC unroll 4
-            for (int h = 0; h < 2; h++) {
-                __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h)));
-                #pragma GCC unroll 4
-                for (int m = 0; m < 2; m++) {
-                    __m512i u = _mm512_srlv_epi16(q, m ? shift1 : shift0);
-                    __m512i idx = _mm512_ternarylogic_epi32(u, m3, _mm512_set1_epi8((char)(4 * (2 * h + m))), 0xEA); /* (u & 3) | 4c */
-                    us[2 * h + m] = _mm512_shuffle_epi8(tab, idx);
-                }
-            }
+            q2_w w;
+            q2_K_unpack(&x[b], &w);
             #pragma GCC unroll 4
             for (int i = 0; i < ny; i++) {
                 const __m128 sd = _mm_mul_ps(dd, _mm_set1_ps(y[i][b].d)); /* d dy, dmin dy */
-                __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-                __m512i isum = _mm512_setzero_si512();
-                #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) isum = _mm512_dpbusd_epi32(isum, us[j], _mm512_loadu_si512(y[i][b].qs + 64 * j));
+                __m256i mm;
+                const __m512i isum = q2_K_isum(&w, &y[i][b], &mm);
                 if (canon) {
                     canon_put16(&g[i], slot, isum, mm, _mm_cvtss_f32(sd), _mm_cvtss_f32(_mm_movehdup_ps(sd)), true);
                 } else {
@@ -315,6 +388,47 @@ static inline __attribute__((always_inline)) void q2_K_dot_n(bool canon, int ny,
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]) - og_hsum256(macc[i]);
 }
 
+/* A Q6_K block's weights: u (6-bit, unsigned) of elements 64j .. 64j + 63, the
+ * sixteen scales as vpdpwssd multipliers of each half (128-bit lane L of
+ * packs(p_2h, p_2h+1): sub-blocks 8h + L and 8h + 4 + L, Q3_K's pattern), and the
+ * scales as int16 for the -32 sc bsums term. The sums of four u y products
+ * (|p| <= 4 * 63 * 128 = 32256) pack to int16 without saturating. */
+typedef struct q6_w {
+    __m512i u[4], sc[2];
+    __m256i sc16;
+} q6_w;
+static inline __attribute__((always_inline)) void q6_K_unpack(const og_block_q6_K *x, q6_w *w) {
+#define Q(a, b) b, b, b, b, a, a, a, a
+    const __m512i sidx[2] = {_mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4)), _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12))};
+#undef Q
+    w->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    #pragma GCC unroll 4
+    for (int h = 0; h < 2; h++) {
+        __m512i ql = _mm512_loadu_si512(x->ql + 64 * h); /* low nibbles: elems 0-63, high: 64-127 */
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+        __m512i h23 = _mm512_srli_epi16(h01, 4);
+        w->u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, _mm512_set1_epi8(0x0F)),
+                                      _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
+        w->u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
+                                          _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
+        w->sc[h] = _mm512_permutexvar_epi16(sidx[h], _mm512_castsi256_si512(w->sc16));
+    }
+}
+/* The block's sixteen I lanes against y. */
+static inline __attribute__((always_inline)) __m512i q6_K_isum(const q6_w *w, const og_block_q8_K *y) {
+    /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
+    __m256i cc = _mm256_madd_epi16(w->sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
+    __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), _mm512_castsi256_si512(_mm256_slli_epi32(cc, 5)));
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[2 * h], _mm512_loadu_si512(y->qs + 128 * h));
+        const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[2 * h + 1], _mm512_loadu_si512(y->qs + 128 * h + 64));
+        isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), w->sc[h]);
+    }
+    return isum;
+}
+
 static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q6_K *x = vx;
@@ -325,41 +439,15 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny,
     canon16 g[NYMAX];
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
-    /* lane l of a 64-element chunk belongs to sub-block base + l/4 */
-    const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
             const int64_t b = b0 + slot;
             og_prefetch_span(x + b, PF_DIST, sizeof *x);
-            __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x[b].scales));
-            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
-            __m512i u[4], sv[4]; /* elements 64j .. 64j + 63 and their scales */
-            #pragma GCC unroll 4
-            for (int h = 0; h < 2; h++) {
-                __m512i ql = _mm512_loadu_si512(x[b].ql + 64 * h); /* low nibbles: elems 0-63, high: 64-127 */
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h));
-                __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-                __m512i h23 = _mm512_srli_epi16(h01, 4);
-                u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, _mm512_set1_epi8(0x0F)),
-                                           _mm512_slli_epi16(_mm512_and_si512(h01, _mm512_set1_epi8(3)), 4));
-                u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), _mm512_set1_epi8(0x0F)),
-                                               _mm512_slli_epi16(_mm512_and_si512(h23, _mm512_set1_epi8(3)), 4));
-                sv[2 * h] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h)), scv);
-                sv[2 * h + 1] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(8 * h + 4)), scv);
-            }
+            q6_w w;
+            q6_K_unpack(&x[b], &w);
             const float d = FP16(x[b].d);
             #pragma GCC unroll 4
-            for (int i = 0; i < ny; i++) {
-                /* q = u - 32: subtract 32 * sum_s sc[s] * bsums[s] */
-                __m256i cc = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i][b].bsums));
-                __m512i isum = _mm512_maskz_sub_epi32(0x00FF, _mm512_setzero_si512(), _mm512_castsi256_si512(_mm256_slli_epi32(cc, 5)));
-                #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++)
-                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[j],
-                                                                                         _mm512_loadu_si512(y[i][b].qs + 64 * j)),
-                                                                     sv[j]));
-                block_done16(canon, &g[i], slot, &acc[i], isum, d * y[i][b].d);
-            }
+            for (int i = 0; i < ny; i++) block_done16(canon, &g[i], slot, &acc[i], q6_K_isum(&w, &y[i][b]), d * y[i][b].d);
         }
         if (canon)
             for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, false);
@@ -367,6 +455,87 @@ static inline __attribute__((always_inline)) void q6_K_dot_n(bool canon, int ny,
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
 }
+
+/* og_vec_dot_r4_fn of the k-quants: four weight rows, one activation row, the canonical order. */
+/* Q2_K: each row's sixteen I lanes from its vpdpbusd chain, then one blend step
+ * puts the pair in r4p_isum's lanes (A's sums in lanes 0-1 of each unit, B's in
+ * 2-3); the two rows' S lanes by one vpmaddwd. */
+static inline __attribute__((always_inline)) __m512i q2_K_pair(const og_block_q2_K *xa, const og_block_q2_K *xb, const og_block_q8_K *y,
+                                                                __m512i *ss) {
+    q2_w wa, wb;
+    q2_K_unpack(xa, &wa);
+    q2_K_unpack(xb, &wb);
+    __m512i ia = _mm512_setzero_si512(), ib = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i yj = _mm512_loadu_si512(y->qs + 64 * j);
+        ia = _mm512_dpbusd_epi32(ia, wa.us[j], yj);
+        ib = _mm512_dpbusd_epi32(ib, wb.us[j], yj);
+    }
+    *ss = _mm512_madd_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(wa.m16), wb.m16, 1),
+                            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)y->bsums)));
+    const __m512i u = _mm512_mask_blend_epi32(0xCCCC, ia, ib), w = _mm512_mask_blend_epi32(0xCCCC, ib, ia);
+    return _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_BADC));
+}
+#define Q2P(xa, xb, yb, noff, ss) q2_K_pair(xa, xb, yb, ss)
+static void q2_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
+    OG_CANON_R4P_BODY(og_block_q2_K, 0, true, Q2P, OG_DMIN);
+}
+#undef Q2P
+static void q3_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { q3_K_r4_body(n, s, vx, stride, vy); }
+/* Q6_K two rows per register (OG_CANON_R4P_BODY; offset 32) */
+static inline __attribute__((always_inline)) __m512i q6_K_pair(const __m512i sidx[4], const og_block_q6_K *xa, const og_block_q6_K *xb,
+                                                                const og_block_q8_K *y, const __m512i noff[4]) {
+    q6_w wa, wb;
+    q6_K_unpack(xa, &wa);
+    q6_K_unpack(xb, &wb);
+    return r4p_isum(wa.u, wb.u, wa.sc16, wb.sc16, sidx, noff, y);
+}
+static void q6_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
+    __m512i sidx[4];
+    for (int j = 0; j < 4; j++) sidx[j] = r4p_sidx(j);
+#define Q6P(xa, xb, yb, noff, ss) q6_K_pair(sidx, xa, xb, yb, noff)
+    OG_CANON_R4P_BODY(og_block_q6_K, 32, false, Q6P, OG_NO_DMIN);
+#undef Q6P
+}
+
+/* Q4_K and Q5_K two rows per register: packs(p_A, p_B) of chunk c (sub-block 2c in
+ * units 0-1, 2c + 1 in 2-3) against both rows' scales; the rows' S lanes by one
+ * vpmaddwd of both rows' doubled mins against the bsums twice. */
+static inline __attribute__((always_inline)) __m512i k45_pair(bool five, const uint8_t *xa, const uint8_t *xb, const og_block_q8_K *y,
+                                                               __m512i *ss) {
+    /* words 0-7: A's scales, 8-15 its mins, 16-31 B's */
+    const __m512i s16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(k4_scales_mins(xa + offsetof(og_block_q4_K, scales)))),
+                                           _mm256_cvtepu8_epi16(k4_scales_mins(xb + offsetof(og_block_q4_K, scales))), 1);
+    int16_t mi[32], ci[4][32];
+    for (int w = 0; w < 32; w++) {
+        mi[w] = (int16_t)(16 * (w / 16) + 8 + (w % 16) / 2); /* word w: the min of bsum pair w / 2 of its row */
+        for (int c = 0; c < 4; c++) ci[c][w] = (int16_t)((w % 8 < 4 ? 0 : 16) + 2 * c + w / 16); /* unit L = w / 8: sub-block 2c + L / 2 */
+    }
+    *ss = _mm512_madd_epi16(_mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)mi), s16),
+                            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)y->bsums)));
+    k45_w wa, wb;
+    k45_unpack(five, xa, &wa);
+    k45_unpack(five, xb, &wb);
+    __m512i acc = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512i yc = _mm512_loadu_si512(y->qs + 64 * c);
+        const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa.q[c], yc), pb = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb.q[c], yc);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(pa, pb), _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)ci[c]), s16));
+    }
+    return acc;
+}
+#define Q4P(xa, xb, yb, noff, ss) k45_pair(false, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
+#define Q5P(xa, xb, yb, noff, ss) k45_pair(true, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
+static void q4_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
+    OG_CANON_R4P_BODY(og_block_q4_K, 0, true, Q4P, OG_DMIN);
+}
+static void q5_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
+    OG_CANON_R4P_BODY(og_block_q5_K, 0, true, Q5P, OG_DMIN);
+}
+#undef Q4P
+#undef Q5P
 
 /* ---- 32-element formats, two blocks per register --------------------------- */
 
@@ -436,6 +605,67 @@ static inline __attribute__((always_inline)) void k32_canon_n(k32_kind k, int ny
     }
     for (int i = 0; i < ny; i++) s[i] = og_canon_finish(cacc[i]);
 }
+
+/* og_vec_dot_r4_fn of the 32-element formats without mins (Q8_0, and kind k's
+ * Q4_0, Q5_0, IQ4_NL where !q8): four weight rows, one activation row, the
+ * canonical order (q8_r4). */
+static inline __attribute__((always_inline)) void k32_r4_n(bool q8, k32_kind k, int64_t n, float *s, const void *vx,
+                                                            size_t stride, const void *vy) {
+    static const size_t size[] = {sizeof(og_block_q4_0), 0, sizeof(og_block_q5_0), 0, sizeof(og_block_iq4_nl)};
+    const size_t xs = q8 ? sizeof(og_block_q8_0) : size[k];
+    const og_block_q8_0 *y = vy;
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const int64_t nb = n / 32;
+    const size_t ahead = r4_ahead(stride);
+    q8_r4 g;
+    for (int p = 0; p < 2; p++)
+        for (int q = 0; q < 4; q++) g.acc[p][q] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int cnt = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        for (int j = 0; j < cnt; j += 2) {
+            const int64_t b = b0 + j;
+            const bool two = j + 1 < cnt;
+            const __m512i yy = two ? bytes_2x32(y[b].qs, y[b + 1].qs) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs));
+            const __m512i by = q8 ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yy) : _mm512_setzero_si512();
+            g.dy[q8_r4_pos(0, j)] = g.dy[q8_r4_pos(1, j)] = y[b].d;
+            if (two) g.dy[q8_r4_pos(0, j + 1)] = g.dy[q8_r4_pos(1, j + 1)] = y[b + 1].d;
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const uint8_t *x0 = (const uint8_t *)vx + (size_t)r * stride + (size_t)b * xs, *x1 = two ? x0 + xs : x0;
+                og_prefetch_span(x0, ahead, 2 * xs);
+                if (q8) {
+                    const og_block_q8_0 *x = (const og_block_q8_0 *)x0;
+                    /* a lone last block: its high half 0x80 against zero activations, so zero lanes */
+                    const __m512i xb = _mm512_xor_si512(two ? bytes_2x32(x[0].qs, x[1].qs)
+                                                            : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)x[0].qs)),
+                                                        bias);
+                    g.p[r][j / 2] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xb, yy), by);
+                } else {
+                    const uint8_t *y0 = (const uint8_t *)&y[b], *y1 = two ? y0 + sizeof *y : y0;
+                    const __m512i p = k32_pair(k, x0, x1, y0, y1);
+                    g.p[r][j / 2] = two ? p : _mm512_zextsi256_si512(_mm512_castsi512_si256(p)); /* a lone block: its lanes only */
+                }
+                uint16_t d0, d1;
+                memcpy(&d0, x0, 2);
+                memcpy(&d1, x1, 2);
+                g.d[r / 2][q8_r4_pos(r, j)] = d0;
+                if (two) g.d[r / 2][q8_r4_pos(r, j + 1)] = d1;
+            }
+        }
+        if (cnt == 8) q8_r4_group(&g, b0, 8);
+        else q8_r4_group(&g, b0, cnt);
+    }
+    /* lane l of row A: block l's place; of row B the same, 4 further */
+    const __m512i back = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+    __m512 t[2];
+    for (int p = 0; p < 2; p++)
+        t[p] = _mm512_permutexvar_ps(back, _mm512_add_ps(_mm512_add_ps(g.acc[p][0], g.acc[p][2]), _mm512_add_ps(g.acc[p][1], g.acc[p][3])));
+    r4_butterfly(t[0], t[1], s);
+}
+static void q8_0_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { k32_r4_n(true, K32_Q4_0, n, s, vx, stride, vy); }
+static void q4_0_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { k32_r4_n(false, K32_Q4_0, n, s, vx, stride, vy); }
+static void q5_0_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { k32_r4_n(false, K32_Q5_0, n, s, vx, stride, vy); }
+static void iq4_nl_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) { k32_r4_n(false, K32_IQ4_NL, n, s, vx, stride, vy); }
 
 static inline __attribute__((always_inline)) void k32_dot_n(k32_kind k, og_ggml_type t, int ny, int64_t n, float *s,
                                                              const void *vx, const void *const *vy) {
@@ -773,6 +1003,16 @@ void og_kernels_fill_avx512(og_kernels *k) {
     CANON(OG_TYPE_Q5_K, q5_K);
     CANON(OG_TYPE_Q6_K, q6_K);
 #undef CANON
+    /* four weight rows against one activation row (matrix x vector) */
+    k->vec_dot_r4_canonical[OG_TYPE_Q8_0] = q8_0_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_Q4_0] = q4_0_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_Q5_0] = q5_0_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_IQ4_NL] = iq4_nl_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_Q2_K] = q2_K_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_Q3_K] = q3_K_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_Q4_K] = q4_K_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_Q5_K] = q5_K_r4;
+    k->vec_dot_r4_canonical[OG_TYPE_Q6_K] = q6_K_r4;
     /* F16 and BF16: the device order for one and four weight rows */
 #define DEV(T, name) k->dot_device[T] = name##_dot_device, k->dot_device4[T] = name##_dot_device4
     DEV(OG_TYPE_F16, f16);

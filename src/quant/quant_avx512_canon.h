@@ -82,6 +82,184 @@ static inline __attribute__((always_inline)) void block_done16(bool canon, canon
     else *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a), *acc);
 }
 
+/* ---- four weight rows against one activation row (og_kernels.vec_dot_r4_canonical) ---- */
+
+/* How far ahead (bytes) a row's blocks are prefetched: the rows are read side by
+ * side, so the bytes to fetch next are the same blocks of later groups of four
+ * rows (the rows of a matrix are contiguous); at least OG_PREFETCH_DIST. */
+static inline size_t r4_ahead(size_t stride) {
+    const size_t four = 4 * stride;
+    return four >= PF_DIST || !four ? four : four * ((PF_DIST + four - 1) / four);
+}
+
+/* The step of the canonical trees that adds the 128-bit units of b0 and b1 in
+ * pairs: unit 0 = b0's units 0 + 1, unit 1 = b1's 1 + 0, unit 2 = b0's 2 + 3, unit 3
+ * = b1's 3 + 2 (with sum4x4_epi32_512 before it, og_sum8_epi32 in each 256-bit half). */
+static inline __m512i r4_units(__m512i b0, __m512i b1) {
+    /* unit 0: blocks 0-3 (units 0 + 1 of b), unit 1: 4-7 (0 + 1), units 2, 3: the same of units 2 + 3 */
+    const __m512i u = _mm512_mask_blend_epi32(0xF0F0, b0, b1), w = _mm512_mask_blend_epi32(0xF0F0, b1, b0);
+    return _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+/* s[0..4): the four rows' butterflies at once. t[p]: the offsets 16 and 8 of rows
+ * 2p and 2p + 1 (lanes 0-7, 8-15), as og_canon_finish adds them; the later offsets
+ * run on all four rows in one register (128-bit unit r: row r), each lane's
+ * additions og_hsum256's (lane l + lane l + 4, then + 2, then + 1). */
+static inline void r4_butterfly(__m512 t0, __m512 t1, float *s) {
+    const __m512 a = _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)), b = _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m512 c = _mm512_add_ps(a, b);                                      /* offset 4 */
+    c = _mm512_add_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(1, 0, 3, 2))); /* offset 2 */
+    c = _mm512_add_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(2, 3, 0, 1))); /* offset 1 */
+    _mm_storeu_ps(s, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), c)));
+}
+#define OG_NO_DMIN(xb) ((void)(xb), (uint16_t)0)
+#define OG_DMIN(xb) ((xb)->dmin)
+
+/* ---- four rows, two rows per register ------------------------------------------
+ * The k-quants' four-row kernels (og_kernels.vec_dot_r4_canonical): rows A and B of
+ * a pair share one register per block, A's sums in int32 lanes 0-1 and B's in 2-3
+ * of every 128-bit unit, so a group of eight blocks of four rows goes through two
+ * trees half as long as eight single rows' (r4p_sum) and its canonical float
+ * operations run on sixteen (row, block) pairs per instruction. Q3_K and Q6_K
+ * (sums of four u y products packed to int16, times the sub-blocks' scales by
+ * vpdpwssd): the offset of q = u - o is taken off before the packing, in the
+ * vpdpbusd's accumulator -o (sums of four y) (one per activation block, for every
+ * row), and packs(p_A, p_B) puts the two rows in those lanes (r4p_isum); Q4_K and
+ * Q5_K likewise with their chunks' scales; Q2_K by one blend step of the two rows'
+ * vpdpbusd chains. Types with mins: the pair's S lanes in one register (A's eight,
+ * then B's). The lanes of a pair's group come out as unit u: [A 2u, A 2u + 1, B 2u,
+ * B 2u + 1] (r4p_pos); the factors and accumulators keep that order and the
+ * butterfly starts from the rows' order (r4p_finish). The same integers and the
+ * same float operations per (row, block) as the single-row kernels: the same bits. */
+typedef struct canon_r4p {
+    __m512i i[2][8];     /* [row pair][slot] */
+    __m512i s[2][8];     /* types with mins: [row pair][slot], A's eight S lanes, then B's */
+    uint16_t d[2][16];   /* fp16 d of [row pair][r4p_pos] */
+    uint16_t m[2][16];   /* fp16 dmin at the same places */
+    float dy[16];        /* dy at r4p_pos of both rows */
+    __m512 acc[2][4];
+} canon_r4p;
+/* The lane of block k of a group, row r (0: A, 1: B) of a pair. */
+static inline int r4p_pos(int r, int k) { return 4 * (k >> 1) + 2 * r + (k & 1); }
+
+/* The int16 index of the scales of packs(p_A, p_B) for register j of a block (the
+ * scales of A in words 0-15 of s16, B's in 16-31): unit L, words 0-3 A's scale of
+ * sub-block 4j + L, words 4-7 B's. */
+static inline __m512i r4p_sidx(int j) {
+    int16_t ix[32];
+    for (int w = 0; w < 32; w++) ix[w] = (int16_t)((w % 8 < 4 ? 0 : 16) + 4 * j + w / 8);
+    return _mm512_loadu_si512((const void *)ix);
+}
+/* The block of rows A and B (u: the u8 weights of elements 64j.., sA, sB: the
+ * sixteen scales as int16) against y, its offset sums noff[j] (-o times the sums of
+ * four y): one register of both rows' I lanes. */
+static inline __attribute__((always_inline)) __m512i r4p_isum(const __m512i uA[4], const __m512i uB[4], __m256i sA, __m256i sB,
+                                                               const __m512i sidx[4], const __m512i noff[4], const og_block_q8_K *y) {
+    const __m512i s16 = _mm512_inserti64x4(_mm512_castsi256_si512(sA), sB, 1);
+    __m512i acc = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i yj = _mm512_loadu_si512(y->qs + 64 * j);
+        const __m512i pA = _mm512_dpbusd_epi32(noff[j], uA[j], yj), pB = _mm512_dpbusd_epi32(noff[j], uB[j], yj);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(pA, pB), _mm512_permutexvar_epi16(sidx[j], s16));
+    }
+    return acc;
+}
+/* noff[j] = -o * (the sums of four of y's elements 64j ..). */
+static inline __attribute__((always_inline)) void r4p_offsets(int o, const og_block_q8_K *y, __m512i noff[4]) {
+    for (int j = 0; j < 4; j++)
+        noff[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)o), _mm512_loadu_si512(y->qs + 64 * j)));
+}
+
+/* The sums of a pair's group: 8 registers (slots) -> unit u: [A 2u, A 2u + 1, B 2u, B 2u + 1]. */
+static inline __attribute__((always_inline)) __m512i r4p_sum(const __m512i *v, bool half) {
+    __m512i x[4];
+    for (int k = 0; k < (half ? 2 : 4); k++) { /* lanes (0 + 1), (2 + 3) of each unit: [A j, A k, B j, B k] */
+        const __m512i u = _mm512_mask_blend_epi32(0xAAAA, v[2 * k], v[2 * k + 1]), w = _mm512_mask_blend_epi32(0xAAAA, v[2 * k + 1], v[2 * k]);
+        x[k] = _mm512_add_epi32(u, _mm512_shuffle_epi32(w, _MM_PERM_CDAB));
+    }
+    const __m512i z1 = r4_units(x[0], x[1]), z2 = half ? _mm512_setzero_si512() : r4_units(x[2], x[3]);
+    const __m512i u = _mm512_mask_blend_epi32(0xFF00, z1, z2), w = _mm512_mask_blend_epi32(0xFF00, z2, z1);
+    return _mm512_add_epi32(u, _mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(1, 0, 3, 2)));
+}
+
+static inline __attribute__((always_inline)) void r4p_group(canon_r4p *g, int64_t b0, int cnt, bool mins) {
+    const int top = cnt <= 4 ? 4 : 8;
+    const __m512i z = _mm512_setzero_si512();
+    __mmask16 m = 0xFFFF;
+    if (cnt < 8) {
+        m = 0;
+        for (int k = 0; k < cnt; k++) m |= (__mmask16)(1u << r4p_pos(0, k) | 1u << r4p_pos(1, k));
+    }
+    const __m512 dy = _mm512_maskz_loadu_ps(m, g->dy);
+    for (int p = 0; p < 2; p++) {
+        __m512i v[8];
+        for (int k = 0; k < top; k++) v[k] = k < cnt ? g->i[p][k] : z;
+        const __m512i is = r4p_sum(v, top == 4);
+        const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, g->d[p])), dy);
+        __m512 val = _mm512_mul_ps(a, _mm512_cvtepi32_ps(is));
+        if (mins) {
+            for (int k = 0; k < top; k++) v[k] = k < cnt ? g->s[p][k] : z;
+            /* og_sum8_epi32 in each 256-bit half (lanes 0-7 A's S, 8-15 B's), then to r4p_pos */
+            const __m512i ss = r4_units(sum4x4_epi32_512(v), top == 4 ? z : sum4x4_epi32_512(v + 4));
+            const __m512i sp = _mm512_permutexvar_epi32(_mm512_set_epi32(15, 14, 7, 6, 13, 12, 5, 4, 11, 10, 3, 2, 9, 8, 1, 0), ss);
+            const __m512 c = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, g->m[p])), dy);
+            val = _mm512_fnmadd_ps(c, _mm512_cvtepi32_ps(sp), val);
+        }
+        g->acc[p][(b0 >> 3) & 3] = _mm512_add_ps(g->acc[p][(b0 >> 3) & 3], val);
+    }
+}
+static inline __attribute__((always_inline)) void r4p_finish(const canon_r4p *g, float *s) {
+    /* lane l of row A: block l's place (r4p_pos(0, l)); lane 8 + l: row B's */
+    const __m512i back = _mm512_set_epi32(15, 14, 11, 10, 7, 6, 3, 2, 13, 12, 9, 8, 5, 4, 1, 0);
+    __m512 t[2];
+    for (int p = 0; p < 2; p++)
+        t[p] = _mm512_permutexvar_ps(back, _mm512_add_ps(_mm512_add_ps(g->acc[p][0], g->acc[p][2]), _mm512_add_ps(g->acc[p][1], g->acc[p][3])));
+    r4_butterfly(t[0], t[1], s);
+}
+
+/* The body of the four-row kernel of a type BT with offset o (0: none) and, where
+ * mins, mins: PAIR(xa, xb, yb, noff, &ss) returns rows A and B's block (xa, xb)
+ * against yb in one register (r4p_isum's lanes) and, mins, sets ss to their S
+ * lanes (A's eight, then B's); DMIN(xb) is a block's fp16 dmin. */
+#define OG_CANON_R4P_BODY(BT, o, mins, PAIR, DMIN)                                                                  \
+    do {                                                                                                            \
+        const og_block_q8_K *y_ = vy;                                                                               \
+        const int64_t nb_ = n / OG_QK_K;                                                                            \
+        const size_t ahead_ = r4_ahead(stride);                                                                     \
+        canon_r4p g_;                                                                                               \
+        for (int p_ = 0; p_ < 2; p_++)                                                                              \
+            for (int q_ = 0; q_ < 4; q_++) g_.acc[p_][q_] = _mm512_setzero_ps();                                    \
+        for (int64_t b0_ = 0; b0_ < nb_; b0_ += OG_CANON_GROUP) {                                                   \
+            const int cnt_ = nb_ - b0_ < 8 ? (int)(nb_ - b0_) : 8;                                                  \
+            for (int slot_ = 0; slot_ < cnt_; slot_++) {                                                            \
+                const int64_t b_ = b0_ + slot_;                                                                     \
+                const og_block_q8_K *yb = y_ + b_;                                                                  \
+                g_.dy[r4p_pos(0, slot_)] = g_.dy[r4p_pos(1, slot_)] = yb->d;                                        \
+                __m512i noff_[4];                                                                                   \
+                if (o) r4p_offsets(o, yb, noff_);                                                                   \
+                else noff_[0] = noff_[1] = noff_[2] = noff_[3] = _mm512_setzero_si512();                            \
+                _Pragma("GCC unroll 2") for (int p_ = 0; p_ < 2; p_++) {                                            \
+                    const BT *xa = (const BT *)((const uint8_t *)vx + (size_t)(2 * p_) * stride) + b_;              \
+                    const BT *xb = (const BT *)((const uint8_t *)xa + stride);                                      \
+                    og_prefetch_span(xa, ahead_, sizeof *xa);                                                       \
+                    og_prefetch_span(xb, ahead_, sizeof *xb);                                                       \
+                    __m512i ss_ = _mm512_setzero_si512();                                                           \
+                    g_.i[p_][slot_] = PAIR(xa, xb, yb, noff_, &ss_);                                                \
+                    g_.d[p_][r4p_pos(0, slot_)] = xa->d;                                                            \
+                    g_.d[p_][r4p_pos(1, slot_)] = xb->d;                                                            \
+                    if (mins) {                                                                                     \
+                        g_.s[p_][slot_] = ss_;                                                                      \
+                        g_.m[p_][r4p_pos(0, slot_)] = DMIN(xa);                                                     \
+                        g_.m[p_][r4p_pos(1, slot_)] = DMIN(xb);                                                     \
+                    }                                                                                               \
+                }                                                                                                   \
+            }                                                                                                       \
+            if (cnt_ == 8) r4p_group(&g_, b0_, 8, mins);                                                            \
+            else r4p_group(&g_, b0_, cnt_, mins);                                                                   \
+        }                                                                                                           \
+        r4p_finish(&g_, s);                                                                                         \
+    } while (0)
 
 /* ---- Q3_K ------------------------------------------------------------------------ */
 
@@ -147,10 +325,15 @@ typedef struct q3_consts {
 #else
     __m512i shift[2], hbit[4], m3, four;
 #endif
+    __m512i sidx[2]; /* int16 index of packs(p_m0, p_m1) for half h, 128-bit lane L: 4 x (8h + L), 4 x (8h + 4 + L) */
 } q3_consts;
 
 static inline q3_consts q3_consts_make(void) {
     q3_consts c;
+#define Q(a, b) b, b, b, b, a, a, a, a
+    c.sidx[0] = _mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4));
+    c.sidx[1] = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
+#undef Q
 #if OG_AVX512_GFNI
     for (int m = 0; m < 2; m++)
         c.sel[m] = _mm512_inserti64x4(_mm512_set1_epi8((char)(3 << (4 * m))), _mm256_set1_epi8((char)(3 << (4 * m + 2))), 1);
@@ -197,6 +380,32 @@ static inline __attribute__((always_inline)) void q3_unpack(const q3_consts *c, 
     }
 }
 
+/* A Q3_K block's weights as the dot needs them: u (q3_unpack), the sixteen scales
+ * as vpdpwssd multipliers of each half and -4 sc for the bsums term. */
+typedef struct q3_w {
+    __m256i s16m4;
+    __m512i sc[2], u[4];
+} q3_w;
+static inline __attribute__((always_inline)) void q3_K_unpack(const q3_consts *c, const og_block_q3_K *x, q3_w *w) {
+    const __m256i s16 = _mm256_cvtepi8_epi16(q3_scales_vec(x->scales));
+    /* -4 sc[s] per sub-block, for the bsums term (|.| <= 128 in int16) */
+    w->s16m4 = _mm256_mullo_epi16(s16, _mm256_set1_epi16(-4));
+    for (int h = 0; h < 2; h++) w->sc[h] = _mm512_permutexvar_epi16(c->sidx[h], _mm512_castsi256_si512(s16)); /* scales of half h */
+    q3_unpack(c, x, w->u);
+}
+/* The block's sixteen I lanes against y. */
+static inline __attribute__((always_inline)) __m512i q3_K_isum(const q3_w *w, const og_block_q8_K *y) {
+    /* -4 sum_s sc[s] bsums[s] in lanes 0-7 (the upper lanes zero) */
+    __m512i isum = _mm512_zextsi256_si512(_mm256_madd_epi16(w->s16m4, _mm256_loadu_si256((const __m256i *)y->bsums)));
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[2 * h], _mm512_loadu_si512(y->qs + 128 * h));
+        __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[2 * h + 1], _mm512_loadu_si512(y->qs + 128 * h + 64));
+        isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), w->sc[h]);
+    }
+    return isum;
+}
+
 static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny, int64_t n, float *s, const void *vx,
                                                               const void *const *vy) {
     const og_block_q3_K *x = vx;
@@ -208,41 +417,40 @@ static inline __attribute__((always_inline)) void q3_K_dot_n(bool canon, int ny,
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) acc[i] = _mm512_setzero_ps(), cacc[i][0] = cacc[i][1] = cacc[i][2] = cacc[i][3] = _mm256_setzero_ps();
     const q3_consts c = q3_consts_make();
-    /* int16 index of packs(p_m0, p_m1) for half h, 128-bit lane L: 4 x (8h + L), 4 x (8h + 4 + L) */
-#define Q(a, b) b, b, b, b, a, a, a, a
-    const __m512i sidx0 = _mm512_set_epi16(Q(3, 7), Q(2, 6), Q(1, 5), Q(0, 4));
-    const __m512i sidx1 = _mm512_set_epi16(Q(11, 15), Q(10, 14), Q(9, 13), Q(8, 12));
-#undef Q
     for (int64_t b0 = 0; b0 < nb; b0 += OG_CANON_GROUP) {
         for (int slot = 0; slot < OG_CANON_GROUP && b0 + slot < nb; slot++) {
             const int64_t b = b0 + slot;
             og_prefetch_span(x + b, PF_DIST, sizeof *x);
-            const __m256i s16 = _mm256_cvtepi8_epi16(q3_scales_vec(x[b].scales));
-            /* -4 sc[s] per sub-block, for the bsums term (|.| <= 128 in int16) */
-            const __m256i s16m4 = _mm256_mullo_epi16(s16, _mm256_set1_epi16(-4));
-            const __m512i sc[2] = {_mm512_permutexvar_epi16(sidx0, _mm512_castsi256_si512(s16)),
-                                   _mm512_permutexvar_epi16(sidx1, _mm512_castsi256_si512(s16))}; /* scales of half h */
-            __m512i u[4];
-            q3_unpack(&c, &x[b], u);
+            q3_w w;
+            q3_K_unpack(&c, &x[b], &w);
             const float d = FP16(x[b].d);
             #pragma GCC unroll 4
-            for (int i = 0; i < ny; i++) {
-                /* -4 sum_s sc[s] bsums[s] in lanes 0-7 (the upper lanes zero) */
-                __m512i isum = _mm512_zextsi256_si512(_mm256_madd_epi16(s16m4, _mm256_loadu_si256((const __m256i *)y[i][b].bsums)));
-                #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
-                    __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h], _mm512_loadu_si512(y[i][b].qs + 128 * h));
-                    __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[2 * h + 1], _mm512_loadu_si512(y[i][b].qs + 128 * h + 64));
-                    isum = _mm512_dpwssd_epi32(isum, _mm512_packs_epi32(p0, p1), sc[h]);
-                }
-                block_done16(canon, &g[i], slot, &acc[i], isum, d * y[i][b].d);
-            }
+            for (int i = 0; i < ny; i++) block_done16(canon, &g[i], slot, &acc[i], q3_K_isum(&w, &y[i][b]), d * y[i][b].d);
         }
         if (canon)
             for (int i = 0; i < ny; i++) canon_flush16(&g[i], cacc[i], b0, nb, false);
     }
     #pragma GCC unroll 4
     for (int i = 0; i < ny; i++) s[i] = canon ? og_canon_finish(cacc[i]) : _mm512_reduce_add_ps(acc[i]);
+}
+
+/* og_vec_dot_r4_fn of Q3_K: four weight rows, one activation row, the canonical
+ * order, two rows per register (OG_CANON_R4P_BODY; u = q2 + 4h, offset 4). */
+static inline __attribute__((always_inline)) __m512i q3_K_pair(const q3_consts *c, const __m512i sidx[4], const og_block_q3_K *xa,
+                                                                const og_block_q3_K *xb, const og_block_q8_K *y, const __m512i noff[4]) {
+    __m512i ua[4], ub[4];
+    q3_unpack(c, xa, ua);
+    q3_unpack(c, xb, ub);
+    return r4p_isum(ua, ub, _mm256_cvtepi8_epi16(q3_scales_vec(xa->scales)), _mm256_cvtepi8_epi16(q3_scales_vec(xb->scales)), sidx,
+                    noff, y);
+}
+static inline __attribute__((always_inline)) void q3_K_r4_body(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
+    const q3_consts c = q3_consts_make();
+    __m512i sidx[4];
+    for (int j = 0; j < 4; j++) sidx[j] = r4p_sidx(j);
+#define Q3P(xa, xb, yb, noff, ss) q3_K_pair(&c, sidx, xa, xb, yb, noff)
+    OG_CANON_R4P_BODY(og_block_q3_K, 4, false, Q3P, OG_NO_DMIN);
+#undef Q3P
 }
 
 /* ---- IQ2_XXS and MXFP4 (files built with BMI2: pdep, or GFNI and VBMI) ----------- */

@@ -716,6 +716,65 @@ static void test_canonical(void **state) {
     assert_int_equal(rows, (int)(N_RTYPES * 10 * 4));
 }
 
+/* The canonical dot of four weight rows against one activation row
+ * (og_kernels.vec_dot_r4_canonical, matrix x vector) of every variant the CPU runs:
+ * each row's result the scalar statement's bits (og_type_traits.vec_dot_canonical),
+ * on random blocks and full-range activations, rows of 1 to 70 blocks (a last group
+ * of one to eight, more blocks than lanes), the rows at their own size apart and
+ * further apart (a stride that is not the row's). The AVX-512 tier has it for
+ * Q8_0, Q4_0, Q5_0, IQ4_NL and the k-quants. */
+static void test_canonical_r4(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    uint64_t seed = 5151;
+    static const int64_t nbs[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 33, 70};
+    int kernels = 0, checked = 0;
+    for (int isa = OG_ISA_SCALAR; isa < N_VARIANTS; isa++) {
+        og_kernels k;
+        if (!tier_kernels(&f, isa, &k)) continue;
+        for (size_t ti = 0; ti < N_RTYPES; ti++) {
+            const og_type_traits *tr = og_quant_traits(rtypes[ti].t), *act = og_quant_traits(tr->vec_dot_type);
+            const og_vec_dot_r4_fn r4 = k.vec_dot_r4_canonical[tr->type];
+            if (!r4) continue;
+            kernels++;
+            for (size_t ni = 0; ni < sizeof nbs / sizeof nbs[0]; ni++) {
+                const int64_t nb = nbs[ni], n = nb * tr->blck;
+                const size_t rb = (size_t)nb * tr->type_size;
+                for (int gap = 0; gap < 2; gap++) {
+                    const size_t stride = rb + (size_t)gap * 96;
+                    uint8_t *w = malloc(4 * stride), *qa = malloc((size_t)nb * act->type_size);
+                    float *a = malloc((size_t)n * sizeof *a);
+                    for (int r = 0; r < 4; r++) random_row(ti, w + r * stride, nb, &seed);
+                    for (int64_t i = 0; i < n; i++) a[i] = (float)(og_rand_unit(&seed) * 2 - 1);
+                    act->from_float(a, qa, n);
+                    randomize_activation(act->type, qa, n, &seed);
+                    float s4[4];
+                    r4(n, s4, w, stride, qa);
+                    for (int r = 0; r < 4; r++) {
+                        float want;
+                        tr->vec_dot_canonical(n, &want, w + r * stride, qa);
+                        if (memcmp(&s4[r], &want, sizeof want))
+                            fail_msg("%s %s n=%lld stride %zu row %d: canonical r4 %.9g vs the statement %.9g", variant_name(isa),
+                                     tr->name, (long long)n, stride, r, s4[r], want);
+                        checked++;
+                    }
+                    free(w);
+                    free(qa);
+                    free(a);
+                }
+            }
+        }
+    }
+    const int has512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.os_avx512;
+    /* Q8_0, Q4_0, Q5_0, IQ4_NL, Q2_K-Q6_K in the AVX-512 tier, and in its variant without GFNI/VBMI where that runs */
+    og_kernels plain;
+    const int variants = has512 + (has512 && tier_kernels(&f, VARIANT_AVX512_PLAIN, &plain));
+    assert_int_equal(kernels, 9 * variants);
+    assert_int_equal(checked, kernels * 12 * 2 * 4);
+    if (!has512) print_message("SKIP (hardware): no AVX-512: the four-row canonical kernels untested\n");
+}
+
 /* The tiled canonical product (og_kernels.gemm_canonical) of every tier the CPU runs
  * (AVX2 with vpmaddubsw and with AVX-VNNI, AVX-512): every (activation row, weight
  * row) result is the scalar statement's bits (og_type_traits.vec_dot_canonical),
@@ -862,6 +921,7 @@ int main(void) {
         cmocka_unit_test(test_random_blocks),
         cmocka_unit_test(test_dot_f32_device),
         cmocka_unit_test(test_canonical),
+        cmocka_unit_test(test_canonical_r4),
         cmocka_unit_test(test_gemm_canonical),
         cmocka_unit_test(test_isa_choice),
     };

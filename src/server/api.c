@@ -900,11 +900,13 @@ bool og_api_parse(const char *body, size_t len, bool chat, const og_api_model *m
         r->sp.forced = r->teacher;
         r->sp.n_forced = (int)nt;
     }
-    if (!mt_set && mdl->max_tokens > 0) { /* the server's cap, within what the context leaves */
+    if (!mt_set && (mdl->max_tokens > 0 || r->sp.max_tokens > 0)) {
+        /* the server's cap or completions' default 16, within what the context leaves: a
+           request that asked for no number never gets a 400 for it (README, --max-tokens) */
         long long longest = 0;
         for (int k = 0; k < r->n_prompts; k++)
             if ((long long)r->prompts[k].n > longest) longest = (long long)r->prompts[k].n;
-        long long cap = mdl->max_tokens;
+        long long cap = mdl->max_tokens > 0 ? mdl->max_tokens : r->sp.max_tokens;
         if (r->sp.max_tokens >= 0 && r->sp.max_tokens < cap) cap = r->sp.max_tokens;
         if (longest < mdl->ctx && cap > mdl->ctx - longest) cap = mdl->ctx - longest;
         r->sp.max_tokens = (int)cap;

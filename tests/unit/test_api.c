@@ -219,6 +219,19 @@ static void test_max_tokens_default(void **state) {
     assert_false(og_api_parse(asked, strlen(asked), false, &m, &r, &e));
     assert_string_equal(e.code, "context_length_exceeded"); /* asked for: still checked */
     og_api_req_free(&r);
+    /* no --max-tokens, a small context: completions' default 16 is clipped to what the
+       context leaves (it was a 400 "max_tokens asks for 16 more" that the client never asked) */
+    m = g_mdl;
+    parse_ok("{\"prompt\":\"hi\"}", false, &m, &r);
+    const int n_hi = (int)r.prompts[0].n;
+    og_api_req_free(&r);
+    m.ctx = n_hi + 5;
+    parse_ok("{\"prompt\":\"hi\"}", false, &m, &r);
+    assert_int_equal(r.sp.max_tokens, 5);
+    og_api_req_free(&r);
+    assert_false(og_api_parse(asked, strlen(asked), false, &m, &r, &e));
+    assert_string_equal(e.code, "context_length_exceeded");
+    og_api_req_free(&r);
 }
 
 

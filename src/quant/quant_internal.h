@@ -269,6 +269,9 @@ typedef struct og_tile_block {
 /* Fill the entries a tier implements; leave others untouched. */
 void og_kernels_fill_avx2(og_kernels *k);
 void og_kernels_fill_avx512(og_kernels *k);
+/* Attention's tiled kernels (attn_avx2.c, attn_avx512.c). */
+void og_kernels_fill_attn_avx2(og_kernels *k);
+void og_kernels_fill_attn_avx512(og_kernels *k);
 /* The AVX-512 tier's kernels that take GFNI and VBMI too (quant_avx512_gfni.c). */
 void og_kernels_fill_avx512_gfni(og_kernels *k);
 /* The IQ2_XXS and MXFP4 entries of the tiers (quant_iq_avx2.c, quant_iq_avx512.c). */

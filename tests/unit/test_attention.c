@@ -240,10 +240,93 @@ static void test_tiers_agree(void **state) {
     free_op(&r);
 }
 
+/* deepseek4's indexer (og_indexer_op on the host device): the tiled scoring
+ * of a canonical token's keys (its heads against a block of keys at once)
+ * against the key-by-key path (kernels without dot_f32_device_tile): the same
+ * selections and candidate blocks on random ops (V4: top_k only; V4.1: sel_all
+ * and candidate blocks out, or in as a mask), several tokens (threads take
+ * tokens) and one (threads share its keys), every tier. The scores are not an
+ * output, so this checks the plumbing (rows, blocks, queries, threads: a wrong
+ * row or query changes the picks; coarse keys make ties, broken by index);
+ * each score's bits are dot_f32_device_tile's, test_quant's test_attn_tile. */
+static void test_indexer_tiled(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    og_pool *pool = NULL;
+    char err[256];
+    assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
+    enum { MAXK = 300, MAXT = 6 };
+    int tiers = 0, compared = 0;
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_isa got;
+        char note[128];
+        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) continue;
+        og_kernels kt, kp;
+        assert_int_equal(og_kernels_init((og_isa)isa, &kt), OG_OK);
+        kp = kt;
+        kp.dot_f32_device_tile = NULL; /* the key-by-key path */
+        og_device *dt, *dp;
+        og_stream *st, *sp;
+        assert_int_equal(og_device_host_create(pool, &kt, &dt, err, sizeof err), OG_OK);
+        assert_int_equal(og_device_host_create(pool, &kp, &dp, err, sizeof err), OG_OK);
+        assert_int_equal(dt->ops->stream_create(dt, &st, err, sizeof err), OG_OK);
+        assert_int_equal(dp->ops->stream_create(dp, &sp, err, sizeof err), OG_OK);
+        tiers++;
+        for (int c = 0; c < 30; c++) {
+            static const int brs[] = {1, 4, 16, 64}, dhs[] = {16, 33, 64};
+            const int br = brs[irand(0, 3)], dh = dhs[irand(0, 2)], H = irand(1, 16), n_tok = c % 3 ? irand(2, MAXT) : 1;
+            const int nb = (MAXK + br - 1) / br, top_k = irand(4, 40), v41 = irand(0, 2); /* 1: cand_out, 2: cand_in */
+            float *keys = malloc((size_t)nb * br * dh * sizeof(float)), **blocks = malloc((size_t)nb * sizeof *blocks);
+            for (int i = 0; i < nb * br * dh; i++) keys[i] = (float)irand(-3, 3) * 0.25f; /* coarse: ties */
+            for (int b = 0; b < nb; b++) blocks[b] = keys + (size_t)b * br * dh;
+            float *q = malloc((size_t)n_tok * H * dh * sizeof(float)), *w = malloc((size_t)n_tok * H * sizeof(float));
+            for (int i = 0; i < n_tok * H * dh; i++) q[i] = frand();
+            for (int i = 0; i < n_tok * H; i++) w[i] = frand();
+            int32_t first[MAXT], nk[MAXT], sel_t[MAXT * 40], sel_p[MAXT * 40], co_t[MAXT * 4], co_p[MAXT * 4];
+            int32_t cin[MAXT * 4];
+            bool canon[MAXT];
+            for (int i = 0; i < n_tok; i++) {
+                first[i] = 0;
+                nk[i] = irand(1, MAXK);
+                canon[i] = urand() < 0.7;
+                for (int b = 0; b < 4; b++) cin[i * 4 + b] = -1;
+                if (v41 == 2 && nk[i] > 32 && urand() < 0.7) /* a mask of 4 blocks of 8 below its keys */
+                    for (int b = 0; b < 4; b++) cin[i * 4 + b] = b * ((nk[i] / 8) / 4);
+            }
+            og_indexer_op op = {.n_tok = n_tok, .n_head = H, .d_head = dh, .top_k = top_k, .q = q, .w = w,
+                                .keys = {blocks, nb, br, 0, dh, dh, OG_KV_F32}, .key_first = first, .n_keys = nk,
+                                .canonical = canon, .cand_block = 8, .cand_topk = 4, .sel_all = v41 != 0};
+            op.cand_in = v41 == 2 ? cin : NULL;
+            og_indexer_op a = op, b = op;
+            a.sel = sel_t, b.sel = sel_p;
+            a.cand_out = v41 == 1 ? co_t : NULL, b.cand_out = v41 == 1 ? co_p : NULL;
+            memset(sel_t, 0x7f, sizeof sel_t), memset(sel_p, 0x7f, sizeof sel_p);
+            memset(co_t, 0x7f, sizeof co_t), memset(co_p, 0x7f, sizeof co_p);
+            assert_int_equal(dt->ops->indexer(dt, st, &a, err, sizeof err), OG_OK);
+            assert_int_equal(dp->ops->indexer(dp, sp, &b, err, sizeof err), OG_OK);
+            assert_memory_equal(sel_t, sel_p, sizeof sel_t);
+            assert_memory_equal(co_t, co_p, sizeof co_t);
+            compared++;
+            free(keys);
+            free(blocks);
+            free(q);
+            free(w);
+        }
+        dt->ops->stream_destroy(dt, st);
+        dp->ops->stream_destroy(dp, sp);
+        og_device_destroy(dt);
+        og_device_destroy(dp);
+    }
+    assert_true(tiers >= 1 && compared == 30 * tiers);
+    og_pool_free(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiled_equals_pairs),
         cmocka_unit_test(test_tiers_agree),
+        cmocka_unit_test(test_indexer_tiled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

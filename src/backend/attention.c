@@ -113,8 +113,9 @@ og_status og_cpu_route(const og_router_op *op) { return og_cpu_route_ws(op, NULL
 typedef struct att_job {
     const og_mla_op *op;
     const og_kernels *k;
-    float *att;        /* [nth][att_stride] scratch: [ATT_HEADS][max_pos] scores, [ATT_HEADS][r_kv + d_rope]
-                          queries, [block_rows][r_kv + d_rope] a widened f16 block */
+    float *att;        /* [nth][att_stride] scratch: [nq][max_pos] scores, [nq][r_kv + d_rope] queries,
+                          [block_rows][r_kv + d_rope] a widened f16 block; nq = ATT_HEADS (attend_heads)
+                          or TILE_Q (attend_tiled) */
     size_t att_stride, max_pos;
 } att_job;
 
@@ -221,14 +222,6 @@ typedef struct tile_query {
     bool canon;
 } tile_query;
 
-typedef struct tile_job {
-    const og_mla_op *op;
-    const og_kernels *k;
-    float *scratch; /* [nth][stride] scratch: [TILE_Q][ld] scores, [TILE_Q][r_kv + d_rope] queries, [block_rows][r_kv + d_rope] a widened f16 block */
-    size_t stride;
-    int64_t ld;     /* floats per query's scores: the call's max position + 1 */
-} tile_job;
-
 /* Canonical queries first (the tile kernel's), each kind by decreasing
  * position, so the queries a block serves are a prefix of each kind. */
 static bool tile_before(const tile_query *a, const tile_query *b) {
@@ -237,10 +230,10 @@ static bool tile_before(const tile_query *a, const tile_query *b) {
 }
 
 /* One pass: nq queries of the sequence whose block table starts at first. */
-static void tile_pass(const tile_job *j, float *att, float *qc, float *blk, tile_query *qs, int nq, int32_t first) {
+static void tile_pass(const att_job *j, float *att, float *qc, float *blk, tile_query *qs, int nq, int32_t first) {
     const og_mla_op *op = j->op;
     const og_kernels *k = j->k;
-    const int64_t r_kv = op->r_kv, dr = op->d_rope, w = r_kv + dr, br = op->kv.block_rows, ld = j->ld;
+    const int64_t r_kv = op->r_kv, dr = op->d_rope, w = r_kv + dr, br = op->kv.block_rows, ld = (int64_t)j->max_pos;
     og_vec_dot_fn fdot = k->vec_dot[OG_TYPE_F32];
     for (int a = 1; a < nq; a++) /* insertion sort: nq <= TILE_Q */
         for (int b = a; b > 0 && tile_before(&qs[b], &qs[b - 1]); b--) {
@@ -296,10 +289,10 @@ static void tile_pass(const tile_job *j, float *att, float *qc, float *blk, tile
 }
 
 static void attend_tiled(void *vctx, int ith, int nth) {
-    const tile_job *j = vctx;
+    const att_job *j = vctx;
     const og_mla_op *op = j->op;
     const int64_t H = op->n_head, w = op->r_kv + op->d_rope;
-    float *att = j->scratch + (size_t)ith * j->stride, *qc = att + TILE_Q * j->ld, *blk = qc + TILE_Q * w;
+    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + TILE_Q * j->max_pos, *blk = qc + TILE_Q * w;
     tile_query qs[TILE_Q];
     for (int64_t i0 = 0; i0 < op->n_tok;) {
         int64_t i1 = i0 + 1;
@@ -335,39 +328,33 @@ static og_status mla_check(const og_kernels *kern, const og_mla_op *op, int32_t 
     return OG_OK;
 }
 
-og_status og_cpu_mla_attention_pairs_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws) {
+/* Checks op, then runs fn (attend_heads or attend_tiled, nq queries of scratch
+ * per thread: att_job) over pool with its scratch in ws (NULL: the call's own). */
+static og_status mla_run(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws, og_pool_fn fn,
+                         size_t nq) {
     int32_t max_pos;
     og_status st = mla_check(kern, op, &max_pos);
     if (st || !op->n_tok) return st;
     const int nth = pool ? og_pool_size(pool) : 1;
     const size_t w = (size_t)(op->r_kv + op->d_rope);
-    att_job j = {op, kern, NULL, ATT_HEADS * ((size_t)max_pos + w) + (size_t)op->kv.block_rows * w, (size_t)max_pos};
+    att_job j = {op, kern, NULL, nq * ((size_t)max_pos + w) + (size_t)op->kv.block_rows * w, (size_t)max_pos};
     og_buf own = {0};
     og_buf *b = ws ? ws : &own;
     if (og_buf_reserve(b, (size_t)nth * j.att_stride * sizeof(float))) return OG_ERR_NOMEM;
     j.att = b->p;
-    if (pool) og_pool_run(pool, attend_heads, &j);
-    else attend_heads(&j, 0, 1);
+    if (pool) og_pool_run(pool, fn, &j);
+    else fn(&j, 0, 1);
     og_buf_free(&own);
     return OG_OK;
 }
 
+og_status og_cpu_mla_attention_pairs_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws) {
+    return mla_run(kern, pool, op, ws, attend_heads, ATT_HEADS);
+}
+
 og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws) {
     if (!kern->dot_f32_device_tile || !kern->axpy_f32_rows) return og_cpu_mla_attention_pairs_ws(kern, pool, op, ws);
-    int32_t max_pos;
-    og_status st = mla_check(kern, op, &max_pos);
-    if (st || !op->n_tok) return st;
-    const int nth = pool ? og_pool_size(pool) : 1;
-    const size_t w = (size_t)(op->r_kv + op->d_rope);
-    tile_job j = {op, kern, NULL, TILE_Q * ((size_t)max_pos + w) + (size_t)op->kv.block_rows * w, max_pos};
-    og_buf own = {0};
-    og_buf *b = ws ? ws : &own;
-    if (og_buf_reserve(b, (size_t)nth * j.stride * sizeof(float))) return OG_ERR_NOMEM;
-    j.scratch = b->p;
-    if (pool) og_pool_run(pool, attend_tiled, &j);
-    else attend_tiled(&j, 0, 1);
-    og_buf_free(&own);
-    return OG_OK;
+    return mla_run(kern, pool, op, ws, attend_tiled, TILE_Q);
 }
 
 og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op) {

@@ -106,16 +106,9 @@ static void axpy_f32_rows(int64_t n, int64_t n_rows, const float *a, const float
         const int64_t left = n - j < 64 ? n - j : 64;
         const int nv = (int)((left + 7) / 8);
         const __m256i last = first8(left - 8 * (nv - 1));
-        switch (nv) { /* constant register counts, so the sums stay in registers */
-        case 1: axpy_rows_nv(1, last, n_rows, a, rows + j, row_stride, y + j); break;
-        case 2: axpy_rows_nv(2, last, n_rows, a, rows + j, row_stride, y + j); break;
-        case 3: axpy_rows_nv(3, last, n_rows, a, rows + j, row_stride, y + j); break;
-        case 4: axpy_rows_nv(4, last, n_rows, a, rows + j, row_stride, y + j); break;
-        case 5: axpy_rows_nv(5, last, n_rows, a, rows + j, row_stride, y + j); break;
-        case 6: axpy_rows_nv(6, last, n_rows, a, rows + j, row_stride, y + j); break;
-        case 7: axpy_rows_nv(7, last, n_rows, a, rows + j, row_stride, y + j); break;
-        default: axpy_rows_nv(8, last, n_rows, a, rows + j, row_stride, y + j); break;
-        }
+#define ROWS(NV) axpy_rows_nv(NV, last, n_rows, a, rows + j, row_stride, y + j)
+        OG_SWITCH_NV8(nv, ROWS) /* constant register counts, so the sums stay in registers */
+#undef ROWS
     }
 }
 

@@ -153,13 +153,22 @@ static void check_double(const rand_op *r, const float *ctx) {
     free(sc);
 }
 
+/* Tier isa's kernels into *k when this CPU runs it. */
+static bool tier_kernels(int isa, og_kernels *k) {
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    og_isa got;
+    char note[128], err[256];
+    if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) return false;
+    assert_int_equal(og_kernels_init((og_isa)isa, k), OG_OK);
+    return true;
+}
+
 static void test_tiled_equals_pairs(void **state) {
     (void)state;
     og_pool *pool = NULL;
     char err[256];
     assert_int_equal(og_pool_create(3, NULL, &pool, err, sizeof err), OG_OK);
-    og_cpu_features f;
-    og_cpu_detect(&f);
 #ifdef OG_TEST_SANITIZED
     const int n_ops = 12;
 #else
@@ -168,11 +177,8 @@ static void test_tiled_equals_pairs(void **state) {
     int tiers = 0;
     og_buf wa = {0}, wb = {0};
     for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
-        og_isa got;
-        char note[128];
-        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) continue;
         og_kernels k;
-        assert_int_equal(og_kernels_init((og_isa)isa, &k), OG_OK);
+        if (!tier_kernels(isa, &k)) continue;
         assert_non_null(k.dot_f32_device_tile);
         tiers++;
         for (int c = 0; c < n_ops; c++) {
@@ -199,21 +205,15 @@ static void test_tiled_equals_pairs(void **state) {
  * a second call of the same size allocates nothing (ws kept). */
 static void test_tiers_agree(void **state) {
     (void)state;
-    og_cpu_features f;
-    og_cpu_detect(&f);
     rand_op r;
     make_op(&r, 1);
     for (int i = 0; i < MAX_TOK; i++) r.canon[i] = true;
     r.op.canonical = r.canon;
     float *first = NULL;
     og_buf ws = {0};
-    char err[128];
     for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
-        og_isa got;
-        char note[128];
-        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) continue;
         og_kernels k;
-        assert_int_equal(og_kernels_init((og_isa)isa, &k), OG_OK);
+        if (!tier_kernels(isa, &k)) continue;
         og_mla_op b = r.op;
         b.ctx = r.ctx_b;
         assert_int_equal(og_cpu_mla_attention_ws(&k, NULL, &b, &ws), OG_OK);
@@ -251,19 +251,14 @@ static void test_tiers_agree(void **state) {
  * each score's bits are dot_f32_device_tile's, test_quant's test_attn_tile. */
 static void test_indexer_tiled(void **state) {
     (void)state;
-    og_cpu_features f;
-    og_cpu_detect(&f);
     og_pool *pool = NULL;
     char err[256];
     assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
     enum { MAXK = 300, MAXT = 6 };
     int tiers = 0, compared = 0;
     for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
-        og_isa got;
-        char note[128];
-        if (og_isa_choose(&f, og_isa_name((og_isa)isa), &got, note, sizeof note, err, sizeof err) != OG_OK) continue;
         og_kernels kt, kp;
-        assert_int_equal(og_kernels_init((og_isa)isa, &kt), OG_OK);
+        if (!tier_kernels(isa, &kt)) continue;
         kp = kt;
         kp.dot_f32_device_tile = NULL; /* the key-by-key path */
         og_device *dt, *dp;

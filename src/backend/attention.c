@@ -115,8 +115,9 @@ typedef struct att_job {
     const og_kernels *k;
     float *att;        /* [nth][att_stride] scratch: [nq][max_pos] scores, [nq][r_kv + d_rope] queries,
                           [block_rows][r_kv + d_rope] a widened f16 block; nq = ATT_HEADS (attend_heads)
-                          or TILE_Q (attend_tiled) */
+                          or the tiled path's nq */
     size_t att_stride, max_pos;
+    int nq;            /* attend_tiled: queries a thread takes at a time (<= TILE_Q) */
 } att_job;
 
 /* Rows s0 .. s0 + n - 1 of the cache (one block) as f32, at least their first
@@ -292,7 +293,7 @@ static void attend_tiled(void *vctx, int ith, int nth) {
     const att_job *j = vctx;
     const og_mla_op *op = j->op;
     const int64_t H = op->n_head, w = op->r_kv + op->d_rope;
-    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + TILE_Q * j->max_pos, *blk = qc + TILE_Q * w;
+    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + j->nq * j->max_pos, *blk = qc + j->nq * w;
     tile_query qs[TILE_Q];
     for (int64_t i0 = 0; i0 < op->n_tok;) {
         int64_t i1 = i0 + 1;
@@ -302,7 +303,7 @@ static void attend_tiled(void *vctx, int ith, int nth) {
         for (int64_t p = p0; p < i1 * H; p += nth) {
             const int64_t i = p / H;
             qs[nq++] = (tile_query){i, p % H, op->pos[i], op->canonical && op->canonical[i]};
-            if (nq == TILE_Q) {
+            if (nq == j->nq) {
                 tile_pass(j, att, qc, blk, qs, nq, op->kv_first[i0]);
                 nq = 0;
             }
@@ -329,7 +330,8 @@ static og_status mla_check(const og_kernels *kern, const og_mla_op *op, int32_t 
 }
 
 /* Checks op, then runs fn (attend_heads or attend_tiled, nq queries of scratch
- * per thread: att_job) over pool with its scratch in ws (NULL: the call's own). */
+ * per thread: att_job; 0: the tiled path's own count) over pool with its
+ * scratch in ws (NULL: the call's own). */
 static og_status mla_run(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws, og_pool_fn fn,
                          size_t nq) {
     int32_t max_pos;
@@ -337,7 +339,11 @@ static og_status mla_run(const og_kernels *kern, og_pool *pool, const og_mla_op 
     if (st || !op->n_tok) return st;
     const int nth = pool ? og_pool_size(pool) : 1;
     const size_t w = (size_t)(op->r_kv + op->d_rope);
-    att_job j = {op, kern, NULL, nq * ((size_t)max_pos + w) + (size_t)op->kv.block_rows * w, (size_t)max_pos};
+    if (!nq) { /* the tiled path: at most TILE_Q, and no more than a thread's share of the pairs */
+        const int64_t share = (op->n_tok * op->n_head + nth - 1) / nth;
+        nq = share < TILE_Q ? (size_t)share : TILE_Q;
+    }
+    att_job j = {op, kern, NULL, nq * ((size_t)max_pos + w) + (size_t)op->kv.block_rows * w, (size_t)max_pos, (int)nq};
     og_buf own = {0};
     og_buf *b = ws ? ws : &own;
     if (og_buf_reserve(b, (size_t)nth * j.att_stride * sizeof(float))) return OG_ERR_NOMEM;
@@ -354,7 +360,7 @@ og_status og_cpu_mla_attention_pairs_ws(const og_kernels *kern, og_pool *pool, c
 
 og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws) {
     if (!kern->dot_f32_device_tile || !kern->axpy_f32_rows) return og_cpu_mla_attention_pairs_ws(kern, pool, op, ws);
-    return mla_run(kern, pool, op, ws, attend_tiled, TILE_Q);
+    return mla_run(kern, pool, op, ws, attend_tiled, 0);
 }
 
 og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op) {

@@ -564,9 +564,10 @@ og_status og_cpu_route_ws(const og_router_op *op, og_buf *ws);
  * OG_ERR_INVALID_ARG (a position outside its block table, a row_len other than
  * r_kv + d_rope), OG_ERR_NOMEM. */
 og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op);
-/* The same with its per-thread scratch ([pool threads][64 (max position + 1 +
+/* The same with its per-thread scratch ([pool threads][q (max position + 1 +
  * r_kv + d_rope) + block_rows (r_kv + d_rope)] floats: the tiled path's scores
- * and queries of 64 (token, head) pairs, a widened block) in ws, grown as needed and kept (NULL: allocated for the
+ * and queries of q = min(64, a thread's share of the n_tok n_head pairs), a
+ * widened block) in ws, grown as needed and kept (NULL: allocated for the
  * call), so that a call no larger than one before allocates nothing. Same bits
  * and errors. One call at a time per ws. */
 og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws);

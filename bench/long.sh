@@ -8,13 +8,16 @@
 # longest pause vs the prompt's prefill alone). A benchmark, not a test: a 64K
 # prompt takes many minutes on a 2-core machine (attention is quadratic).
 # usage: bench/long.sh [CTX] [N_TOKENS] [-- extra serve flags]
+# PRESET=tiny: make-model's tiny preset instead of demo (4 heads, r_kv 32: a
+# quarter of demo's attention per position), for a 64K run on a small machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ctx=${1:-65536}; n=${2:-$((ctx - 64))}
 shift $(( $# >= 2 ? 2 : $# )); [[ ${1:-} == -- ]] && shift
 onegpu=${ONEGPU:-./build/onegpu}
-model=models/demo-ctx$ctx.gguf
-[[ -f $model ]] || "$onegpu" make-model --preset demo --ctx "$ctx" -o "$model"
+preset=${PRESET:-demo}
+model=models/$preset-ctx$ctx.gguf
+[[ -f $model ]] || "$onegpu" make-model --preset "$preset" --ctx "$ctx" -o "$model"
 . tests/cli/lib.sh   # start_server, fail, json_get
 work=$(mktemp -d)
 pids=()

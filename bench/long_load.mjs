@@ -33,6 +33,7 @@ out.completion_tokens = u1?.completion_tokens;
 out.prefill_alone_s = t[0] - t0;
 out.prefill_tok_s = u1.prompt_tokens / out.prefill_alone_s;
 out.decode_at_long_ctx_tok_s = t.length > 1 ? (t.length - 1) / (t[t.length - 1] - t[0]) : null;
+console.error(`phase 1 (alone): ${JSON.stringify(out)}`); // a long run's first figures before the second phase ends
 
 // 2. 4 decoders stream; the long prompt arrives; the decoders' longest pause until its first token
 const ac = new AbortController();

@@ -113,9 +113,11 @@ og_status og_cpu_route(const og_router_op *op) { return og_cpu_route_ws(op, NULL
 typedef struct att_job {
     const og_mla_op *op;
     const og_kernels *k;
-    float *att;        /* [nth][att_stride] scratch: [ATT_HEADS][max_pos] scores, [ATT_HEADS][r_kv + d_rope]
-                          queries, [block_rows][r_kv + d_rope] a widened f16 block */
+    float *att;        /* [nth][att_stride] scratch: [nq][max_pos] scores, [nq][r_kv + d_rope] queries,
+                          [block_rows][r_kv + d_rope] a widened f16 block; nq = ATT_HEADS (attend_heads)
+                          or the tiled path's nq */
     size_t att_stride, max_pos;
+    int nq;            /* attend_tiled: queries a thread takes at a time (<= TILE_Q) */
 } att_job;
 
 /* Rows s0 .. s0 + n - 1 of the cache (one block) as f32, at least their first
@@ -200,30 +202,165 @@ static void attend_heads(void *vctx, int ith, int nth) {
     }
 }
 
-og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws) {
+/* ---- the tiled path: many (token, head) queries of one sequence per block ----
+ *
+ * A thread takes the pairs p = i H + h with p mod nth == ith of each run of
+ * consecutive tokens that share a block table (a prefill chunk is one run),
+ * up to TILE_Q of them at a time, and walks the run's cache once per phase
+ * for all of them: each block of rows (widened once from f16) meets every
+ * query it serves. Per pair the arithmetic is attend_heads': each score one
+ * og_dot_f32_device (dot_f32_device_tile keeps its lanes and butterfly; the
+ * tier's f32 dot for a non-canonical token) times kq_scale, og_softmax over
+ * pos + 1, then ctx += att_p c_p per position in ascending order
+ * (axpy_f32_rows: axpy_f32's per-element operations, ctx held in registers
+ * across a block). So the bits are the per-pair path's on every tier (tested:
+ * tests/unit/test_attention.c). No online softmax: it would change them. */
+#define TILE_Q 64
+
+typedef struct tile_query {
+    int64_t i, h;  /* token, head */
+    int32_t pos;
+    bool canon;
+} tile_query;
+
+/* Canonical queries first (the tile kernel's), each kind by decreasing
+ * position, so the queries a block serves are a prefix of each kind. */
+static bool tile_before(const tile_query *a, const tile_query *b) {
+    if (a->canon != b->canon) return a->canon;
+    return a->pos > b->pos;
+}
+
+/* One pass: nq queries of the sequence whose block table starts at first. */
+static void tile_pass(const att_job *j, float *att, float *qc, float *blk, tile_query *qs, int nq, int32_t first) {
+    const og_mla_op *op = j->op;
+    const og_kernels *k = j->k;
+    const int64_t r_kv = op->r_kv, dr = op->d_rope, w = r_kv + dr, br = op->kv.block_rows, ld = (int64_t)j->max_pos;
+    og_vec_dot_fn fdot = k->vec_dot[OG_TYPE_F32];
+    for (int a = 1; a < nq; a++) /* insertion sort: nq <= TILE_Q */
+        for (int b = a; b > 0 && tile_before(&qs[b], &qs[b - 1]); b--) {
+            const tile_query t = qs[b];
+            qs[b] = qs[b - 1];
+            qs[b - 1] = t;
+        }
+    int nc = 0;
+    int32_t maxp = 0;
+    for (int e = 0; e < nq; e++) {
+        nc += qs[e].canon;
+        if (qs[e].pos > maxp) maxp = qs[e].pos;
+        memcpy(qc + e * w, op->q_abs + qs[e].h * op->qabs_head_stride + qs[e].i * r_kv, (size_t)r_kv * sizeof *qc);
+        memcpy(qc + e * w + r_kv, op->q_pe + qs[e].i * op->qpe_tok_stride + qs[e].h * op->qpe_head_stride,
+               (size_t)dr * sizeof *qc);
+    }
+    /* scores: a block's rows against every query whose position reaches it
+     * (a canonical query's scores past its position, within the block, are
+     * computed and never read: its softmax stops at pos + 1) */
+    for (int32_t s0 = 0; s0 <= maxp; s0 += (int32_t)br) {
+        const int32_t n = maxp + 1 - s0 < br ? maxp + 1 - s0 : (int32_t)br;
+        int64_t st;
+        const float *rows = rows_f32(op, k, first, s0, n, w, blk, &st);
+        int na = 0;
+        while (na < nc && qs[na].pos >= s0) na++;
+        if (na) k->dot_f32_device_tile(rows, st, n, qc, w, na, w, op->kq_scale, att + s0, ld);
+        for (int e = nc; e < nq && qs[e].pos >= s0; e++) {
+            const int32_t m = qs[e].pos + 1 - s0 < n ? qs[e].pos + 1 - s0 : n;
+            float *a = att + e * ld + s0;
+            for (int32_t r = 0; r < m; r++) {
+                float sc;
+                fdot(w, &sc, qc + e * w, rows + r * st);
+                a[r] = sc * op->kq_scale;
+            }
+        }
+    }
+    for (int e = 0; e < nq; e++) {
+        og_softmax(att + e * ld, qs[e].pos + 1);
+        float *ch = op->ctx + qs[e].h * op->ctx_head_stride + qs[e].i * r_kv;
+        for (int64_t r = 0; r < r_kv; r++) ch[r] = 0;
+    }
+    for (int32_t s0 = 0; s0 <= maxp; s0 += (int32_t)br) { /* ctx = sum_p att_p c_p, p ascending */
+        const int32_t n = maxp + 1 - s0 < br ? maxp + 1 - s0 : (int32_t)br;
+        int64_t st;
+        const float *rows = rows_f32(op, k, first, s0, n, r_kv, blk, &st);
+        for (int e = 0; e < nq; e++) {
+            if (qs[e].pos < s0) continue;
+            const int32_t m = qs[e].pos + 1 - s0 < n ? qs[e].pos + 1 - s0 : n;
+            k->axpy_f32_rows(r_kv, m, att + e * ld + s0, rows, st,
+                             op->ctx + qs[e].h * op->ctx_head_stride + qs[e].i * r_kv);
+        }
+    }
+}
+
+static void attend_tiled(void *vctx, int ith, int nth) {
+    const att_job *j = vctx;
+    const og_mla_op *op = j->op;
+    const int64_t H = op->n_head, w = op->r_kv + op->d_rope;
+    float *att = j->att + (size_t)ith * j->att_stride, *qc = att + j->nq * j->max_pos, *blk = qc + j->nq * w;
+    tile_query qs[TILE_Q];
+    for (int64_t i0 = 0; i0 < op->n_tok;) {
+        int64_t i1 = i0 + 1;
+        while (i1 < op->n_tok && op->kv_first[i1] == op->kv_first[i0]) i1++;
+        int nq = 0;
+        const int64_t p0 = i0 * H + ((ith - (i0 * H) % nth) % nth + nth) % nth; /* this thread's first pair of the run */
+        for (int64_t p = p0; p < i1 * H; p += nth) {
+            const int64_t i = p / H;
+            qs[nq++] = (tile_query){i, p % H, op->pos[i], op->canonical && op->canonical[i]};
+            if (nq == j->nq) {
+                tile_pass(j, att, qc, blk, qs, nq, op->kv_first[i0]);
+                nq = 0;
+            }
+        }
+        if (nq) tile_pass(j, att, qc, blk, qs, nq, op->kv_first[i0]);
+        i0 = i1;
+    }
+}
+
+/* The checks both paths make; *max_pos: the largest position + 1. */
+static og_status mla_check(const og_kernels *kern, const og_mla_op *op, int32_t *max_pos) {
     if (op->n_tok < 0 || op->n_head < 1 || op->r_kv < 1 || op->d_rope < 0 || op->kv.row_len != op->r_kv + op->d_rope ||
         op->kv.block_rows < 1 || !kern->vec_dot[OG_TYPE_F32] || !kern->dot_f32_device || !kern->axpy_f32 ||
         (op->kv.type != OG_KV_F32 && op->kv.type != OG_KV_F16) || (op->kv.type == OG_KV_F16 && !kern->f16_to_f32))
         return OG_ERR_INVALID_ARG;
-    int32_t max_pos = 0;
+    *max_pos = 0;
     for (int64_t i = 0; i < op->n_tok; i++) {
         if (op->pos[i] < 0 || op->kv_first[i] < 0 ||
             (int64_t)op->kv_first[i] + op->pos[i] / op->kv.block_rows >= op->kv.n_blocks)
             return OG_ERR_INVALID_ARG;
-        if (op->pos[i] + 1 > max_pos) max_pos = op->pos[i] + 1;
+        if (op->pos[i] + 1 > *max_pos) *max_pos = op->pos[i] + 1;
     }
-    if (!op->n_tok) return OG_OK;
+    return OG_OK;
+}
+
+/* Checks op, then runs fn (attend_heads or attend_tiled, nq queries of scratch
+ * per thread: att_job; 0: the tiled path's own count) over pool with its
+ * scratch in ws (NULL: the call's own). */
+static og_status mla_run(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws, og_pool_fn fn,
+                         size_t nq) {
+    int32_t max_pos;
+    og_status st = mla_check(kern, op, &max_pos);
+    if (st || !op->n_tok) return st;
     const int nth = pool ? og_pool_size(pool) : 1;
     const size_t w = (size_t)(op->r_kv + op->d_rope);
-    att_job j = {op, kern, NULL, ATT_HEADS * ((size_t)max_pos + w) + (size_t)op->kv.block_rows * w, (size_t)max_pos};
+    if (!nq) { /* the tiled path: at most TILE_Q, and no more than a thread's share of the pairs */
+        const int64_t share = (op->n_tok * op->n_head + nth - 1) / nth;
+        nq = share < TILE_Q ? (size_t)share : TILE_Q;
+    }
+    att_job j = {op, kern, NULL, nq * ((size_t)max_pos + w) + (size_t)op->kv.block_rows * w, (size_t)max_pos, (int)nq};
     og_buf own = {0};
     og_buf *b = ws ? ws : &own;
     if (og_buf_reserve(b, (size_t)nth * j.att_stride * sizeof(float))) return OG_ERR_NOMEM;
     j.att = b->p;
-    if (pool) og_pool_run(pool, attend_heads, &j);
-    else attend_heads(&j, 0, 1);
+    if (pool) og_pool_run(pool, fn, &j);
+    else fn(&j, 0, 1);
     og_buf_free(&own);
     return OG_OK;
+}
+
+og_status og_cpu_mla_attention_pairs_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws) {
+    return mla_run(kern, pool, op, ws, attend_heads, ATT_HEADS);
+}
+
+og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws) {
+    if (!kern->dot_f32_device_tile || !kern->axpy_f32_rows) return og_cpu_mla_attention_pairs_ws(kern, pool, op, ws);
+    return mla_run(kern, pool, op, ws, attend_tiled, 0);
 }
 
 og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op) {

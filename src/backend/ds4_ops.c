@@ -461,6 +461,7 @@ typedef struct idx_job {
     const og_kernels *k;
     scored *buf;     /* [nth][stride]: the keys' scores, then the blocks' */
     int64_t stride;
+    float *dots;     /* [nth][n_head][keys.block_rows]: a block's dots (tiled scoring), or NULL */
 } idx_job;
 
 /* Whether token i's key c lies in one of its cand_in blocks (a list starting
@@ -491,6 +492,38 @@ static float key_score(const idx_job *j, int64_t i, int32_t c) {
         s += w[h] * (d > 0 ? d : 0);
     }
     return isnan(s) ? -INFINITY : s;
+}
+
+/* Token i's scores of its keys [c0, c1) (one block of the view) into out[0 ..
+ * c1 - c0): key_score's, bit for bit. A canonical token with every key
+ * eligible takes the tile kernel: its n_head queries against the block's rows
+ * at once (each dot og_dot_f32_device's bits, times 1: unchanged), then the
+ * same head sum per key; others key by key. dots: the thread's [n_head][block_rows]. */
+static void score_block(const idx_job *j, int64_t i, int32_t c0, int32_t c1, scored *out, float *dots) {
+    const og_indexer_op *op = j->op;
+    const bool all = !op->cand_in || op->cand_in[i * op->cand_topk] < 0;
+    if (!dots || !all || !(op->canonical && op->canonical[i])) {
+        for (int32_t c = c0; c < c1; c++) out[c - c0] = (scored){key_score(j, i, c), c};
+        return;
+    }
+    const int64_t br = op->keys.block_rows;
+    j->k->dot_f32_device_tile(og_kv_view_row(&op->keys, op->key_first[i], c0), op->keys.row_stride, c1 - c0,
+                              op->q + i * op->n_head * op->d_head, op->d_head, op->n_head, op->d_head, 1.0f, dots, br);
+    const float *w = op->w + i * op->n_head;
+    for (int32_t c = c0; c < c1; c++) {
+        float s = 0;
+        for (int64_t h = 0; h < op->n_head; h++) {
+            const float d = dots[h * br + (c - c0)];
+            s += w[h] * (d > 0 ? d : 0);
+        }
+        out[c - c0] = (scored){isnan(s) ? -INFINITY : s, c};
+    }
+}
+
+/* The end of the view block holding key c, capped at n. */
+static int32_t block_end(const og_indexer_op *op, int32_t c, int32_t n) {
+    const int32_t e = (c / op->keys.block_rows + 1) * op->keys.block_rows;
+    return e < n ? e : n;
 }
 
 /* Whether token i (n keys) needs its keys scored: a top_k to pick, candidate
@@ -551,16 +584,21 @@ static void indexer_tokens(void *vctx, int ith, int nth) {
             if (op->sel_all) sel_every_row(op, i, n);
             continue;
         }
-        for (int32_t c = 0; c < n; c++) sc[c] = (scored){key_score(j, i, c), c};
+        float *dots = j->dots ? j->dots + (size_t)ith * (size_t)(op->n_head * op->keys.block_rows) : NULL;
+        for (int32_t c = 0; c < n; c = block_end(op, c, n)) score_block(j, i, c, block_end(op, c, n), sc + c, dots);
         pick(op, i, sc, n, sc + n);
     }
 }
 
-/* One token (a decode step): the threads share its keys (the same per-key
- * arithmetic, so the same bits), then one sorts. */
+/* One token (a decode step): the threads share its keys, block b of the view
+ * to thread b mod nth (the same per-key arithmetic, so the same bits), then
+ * one sorts. */
 static void indexer_keys(void *vctx, int ith, int nth) {
     const idx_job *j = vctx;
-    for (int32_t c = ith; c < j->op->n_keys[0]; c += nth) j->buf[c] = (scored){key_score(j, 0, c), c};
+    const og_indexer_op *op = j->op;
+    const int32_t n = op->n_keys[0], br = op->keys.block_rows;
+    float *dots = j->dots ? j->dots + (size_t)ith * (size_t)(op->n_head * br) : NULL;
+    for (int32_t c = ith * br; c < n; c += nth * br) score_block(j, 0, c, block_end(op, c, n), j->buf + c, dots);
 }
 
 static og_status run_indexer(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_indexer_op *op) {
@@ -570,8 +608,10 @@ static og_status run_indexer(const og_kernels *k, og_pool *pool, og_cop_scratch 
         if (op->n_keys[i] > max_keys) max_keys = op->n_keys[i];
     const int nth = pool ? og_pool_size(pool) : 1;
     const int64_t stride = 2 * (int64_t)max_keys; /* keys, then blocks (at most as many) */
-    if (og_cop_scratch_reserve(sc, (size_t)nth * (size_t)stride * sizeof(scored))) return OG_ERR_NOMEM;
-    idx_job j = {op, k, sc->p, stride};
+    const bool tiled = k->dot_f32_device_tile && op->keys.block_rows >= 1;
+    const size_t dots = tiled ? (size_t)nth * (size_t)(op->n_head * op->keys.block_rows) * sizeof(float) : 0;
+    if (og_cop_scratch_reserve(sc, (size_t)nth * (size_t)stride * sizeof(scored) + dots)) return OG_ERR_NOMEM;
+    idx_job j = {op, k, sc->p, stride, tiled ? (float *)(void *)((scored *)sc->p + (size_t)nth * (size_t)stride) : NULL};
     if (op->n_tok == 1 && needs_scores(op, 0, op->n_keys[0])) {
         if (pool) og_pool_run(pool, indexer_keys, &j);
         else indexer_keys(&j, 0, 1);

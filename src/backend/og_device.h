@@ -633,11 +633,20 @@ og_status og_cpu_route_ws(const og_router_op *op, og_buf *ws);
  * OG_ERR_INVALID_ARG (a position outside its block table, a row_len other than
  * r_kv + d_rope), OG_ERR_NOMEM. */
 og_status og_cpu_mla_attention(const og_kernels *kern, og_pool *pool, const og_mla_op *op);
-/* The same with its per-thread scores ([pool threads][max position + 1 + r_kv
- * + d_rope] floats) in ws, grown as needed and kept (NULL: allocated for the
+/* The same with its per-thread scratch ([pool threads][q (max position + 1 +
+ * r_kv + d_rope) + block_rows (r_kv + d_rope)] floats: the tiled path's scores
+ * and queries of q = min(64, a thread's share of the n_tok n_head pairs), a
+ * widened block) in ws, grown as needed and kept (NULL: allocated for the
  * call), so that a call no larger than one before allocates nothing. Same bits
  * and errors. One call at a time per ws. */
 og_status og_cpu_mla_attention_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws);
+/* The per-pair path that og_cpu_mla_attention_ws's tiled one reproduces bit
+ * for bit (the reference its test and `onegpu bench attention` compare with;
+ * also the path taken when kern has no dot_f32_device_tile / axpy_f32_rows):
+ * each (token, head) pair walks its rows alone, ATT_HEADS heads of a token
+ * sharing each widened block. Scratch [pool threads][8 (max position + 1 + r_kv
+ * + d_rope) + block_rows (r_kv + d_rope)] floats in ws. Same errors. */
+og_status og_cpu_mla_attention_pairs_ws(const og_kernels *kern, og_pool *pool, const og_mla_op *op, og_buf *ws);
 
 /* A device whose streams run each op on the calling thread at issue, with the
  * caller's pool and kernels (both borrowed: they must outlive the device), and

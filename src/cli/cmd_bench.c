@@ -4,6 +4,7 @@
  * in GFLOP/s per SIMD tier. Figures are medians of several runs. */
 #include "cli.h"
 #include "og_backend.h"
+#include "og_device.h"
 
 #include <getopt.h>
 #include <immintrin.h>
@@ -170,6 +171,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: onegpu bench placement --help (hot-set policies on routing traces)\n"
             "       onegpu bench grammar --help (constrained decoding: mask time next to the decode step)\n"
+            "       onegpu bench attention --help (MLA attention alone: the per-pair and the tiled path)\n"
             "       onegpu bench kernels [--json] [--size-mib N] [--threads LIST] [--types LIST] [--reps N]\n"
             "  matrix x vector on a weight matrix of N MiB (default 1024, far above the caches),\n"
             "  as weight bytes/s and as a fraction of a plain read of the same memory by the same\n"
@@ -193,16 +195,199 @@ static int parse_list(const char *s, int *out, int max) {
     return n;
 }
 
+/* ---- attention (`onegpu bench attention`) ------------------------------------ */
+
+/* CPU seconds this process has used, all its threads. */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* zmm fmas per ns on this thread: sixteen independent chains, best of three, a
+ * check of the f32 peak's two-per-cycle assumption (as vnni_rate). */
+__attribute__((target("avx512f"))) static double fma_rate(void) {
+    __m512 a[16];
+    const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(1e-3f);
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
+    const long n = 10000000;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        for (long k = 0; k < n; k++) {
+#define F(i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+            F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)
+#undef F
+        }
+        const double r = 16.0 * (double)n / (now_s() - t0) / 1e9;
+        if (r > best) best = r;
+    }
+    volatile float sink = 0;
+    for (int i = 0; i < 16; i++) sink += _mm512_reduce_add_ps(a[i]);
+    (void)sink;
+    return best;
+}
+
+/* MLA attention alone on the demo model's shape (8 heads, r_kv 128, d_rope 32,
+ * 64-position blocks, f16 cache, canonical): one call as deepseek2's forward
+ * pass issues it in a prefill (--tokens tokens of one sequence, the last
+ * positions of a --ctx context), the per-pair path (og_cpu_mla_attention_pairs_ws)
+ * and the tiled one (og_cpu_mla_attention_ws) alternating, medians of --reps.
+ * FLOPs per (token, head, position): 2 (r_kv + d_rope) for the score, 2 r_kv
+ * for the weighted sum (a product and a sum per element); the f32 FMA peak:
+ * cores x MHz (/proc/cpuinfo) x 2 FMA units x 16 lanes x 2. */
+static int bench_attention(int argc, char **argv) {
+    static const struct option opts[] = {{"ctx", required_argument, 0, 'c'},     {"threads", required_argument, 0, 't'},
+                                         {"tokens", required_argument, 0, 'n'},  {"reps", required_argument, 0, 'r'},
+                                         {"kv-type", required_argument, 0, 'k'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int ctxs[8] = {1024, 4096, 16384}, n_ctx = 3, threads[8], n_threads = 0, T = 16, reps = 5, c;
+    og_kv_type kvt = OG_KV_F16;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': n_ctx = parse_list(optarg, ctxs, 8); break;
+        case 't': n_threads = parse_list(optarg, threads, 8); break;
+        case 'n': T = atoi(optarg); break;
+        case 'r': reps = atoi(optarg); break;
+        case 'k':
+            if (!strcmp(optarg, "f16") || !strcmp(optarg, "f32")) kvt = strcmp(optarg, "f16") ? OG_KV_F32 : OG_KV_F16;
+            else T = -1;
+            break;
+        case 'h':
+            printf("usage: onegpu bench attention [--ctx 1024,4096,16384] [--threads 1,2] [--tokens 16] [--reps 5]\n"
+                   "       [--kv-type f16|f32]\n"
+                   "  MLA attention alone (demo shape: 8 heads, r_kv 128, d_rope 32, blocks of 64), one call of\n"
+                   "  --tokens tokens at the end of a --ctx context: the per-pair path and the tiled one\n"
+                   "  alternating, median ms, GFLOP/s and the fraction of the f32 FMA peak.\n");
+            return OG_EXIT_OK;
+        default: return OG_EXIT_USAGE;
+        }
+    }
+    cpu_set_t set;
+    const int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    if (!n_threads) {
+        threads[n_threads++] = 1;
+        if (ncpu > 1) threads[n_threads++] = ncpu;
+    }
+    bool bad = T < 1 || T > 4096 || reps < 1 || reps > 99 || n_ctx < 1;
+    for (int i = 0; i < n_ctx; i++) bad |= ctxs[i] < T || ctxs[i] > (1 << 22);
+    for (int i = 0; i < n_threads; i++) bad |= threads[i] < 1 || threads[i] > 256;
+    if (bad) {
+        fprintf(stderr, "onegpu bench attention: --tokens 1..4096 <= every --ctx <= 4194304, --reps 1..99, "
+                        "--threads 1..256, --kv-type f16 or f32\n");
+        return OG_EXIT_USAGE;
+    }
+    og_cpu_features feat;
+    og_cpu_detect(&feat);
+    og_isa isa;
+    char note[256], err[256];
+    if (og_isa_choose(&feat, getenv("ONEGPU_CPU_ISA"), &isa, note, sizeof note, err, sizeof err)) {
+        fprintf(stderr, "onegpu bench attention: %s\n", err);
+        return OG_EXIT_USAGE;
+    }
+    og_kernels kern;
+    og_kernels_init(isa, &kern);
+    enum { H = 8, RKV = 128, DR = 32, W = RKV + DR, BR = 64 };
+    const double mhz = cpu_mhz(), fma_ns = feat.os_avx512 && feat.avx512f ? fma_rate() : 0;
+    printf("f32 FMA peak per core: %.0f GFLOP/s = %.0f MHz (/proc/cpuinfo) x 2 FMA units x 16 lanes x 2; measured here: "
+           "%.2f zmm fma per ns on one core (%.0f GFLOP/s)\n",
+           mhz * 1e6 * 64 / 1e9, mhz, fma_ns, fma_ns * 32);
+    printf("MLA attention, %d heads, r_kv %d, d_rope %d, %s cache, %d tokens per call, tier %s, %.0f MHz, "
+           "medians of %d alternating runs\n",
+           H, RKV, DR, og_kv_type_name(kvt), T, og_isa_name(isa), mhz, reps);
+    printf("(cpu ms: the process's CPU time per call, all threads: on a shared machine, the work without the waits)\n");
+    printf("%7s %7s %10s %10s %8s %10s %10s %8s %8s %11s %11s %12s %5s\n", "ctx", "threads", "pairs ms", "tiled ms",
+           "speedup", "pairs GF/s", "tiled GF/s", "peak", "tiled/pk", "pairs cpums", "tiled cpums", "tiled GF/cpus",
+           "bits");
+    uint64_t rng = 11;
+    int rc = OG_EXIT_OK;
+    for (int ci = 0; ci < n_ctx && rc == OG_EXIT_OK; ci++) {
+        const int ctx = ctxs[ci], nb = (ctx + BR - 1) / BR;
+        const size_t eb = og_kv_type_bytes(kvt), blk_elems = (size_t)BR * W;
+        uint8_t *cache = malloc((size_t)nb * blk_elems * eb);
+        float **blocks = malloc((size_t)nb * sizeof *blocks);
+        float *qabs = malloc((size_t)H * T * RKV * sizeof(float)), *qpe = malloc((size_t)T * H * DR * sizeof(float));
+        float *c1 = malloc((size_t)H * T * RKV * sizeof(float)), *c2 = malloc((size_t)H * T * RKV * sizeof(float));
+        int32_t *pos = malloc((size_t)T * sizeof *pos), *first = calloc((size_t)T, sizeof *first);
+        bool *canon = malloc((size_t)T * sizeof *canon);
+        if (!cache || !blocks || !qabs || !qpe || !c1 || !c2 || !pos || !first || !canon) {
+            fprintf(stderr, "onegpu bench attention: out of memory at ctx %d\n", ctx);
+            rc = OG_EXIT_BAD_INPUT;
+        }
+        for (size_t i = 0; rc == OG_EXIT_OK && i < (size_t)nb * blk_elems; i++) {
+            const float v = (float)(og_rand_unit(&rng) * 2 - 1);
+            if (kvt == OG_KV_F16) ((uint16_t *)cache)[i] = og_fp32_to_fp16(v);
+            else ((float *)cache)[i] = v;
+        }
+        for (int b = 0; rc == OG_EXIT_OK && b < nb; b++) blocks[b] = (float *)(void *)(cache + (size_t)b * blk_elems * eb);
+        for (int i = 0; rc == OG_EXIT_OK && i < H * T * RKV; i++) qabs[i] = (float)(og_rand_unit(&rng) * 2 - 1);
+        for (int i = 0; rc == OG_EXIT_OK && i < T * H * DR; i++) qpe[i] = (float)(og_rand_unit(&rng) * 2 - 1);
+        for (int t = 0; rc == OG_EXIT_OK && t < T; t++) pos[t] = ctx - T + t, canon[t] = true;
+        double flops = 0;
+        for (int t = 0; t < T; t++) flops += (double)H * (pos[t] + 1) * (2.0 * W + 2.0 * RKV);
+        og_mla_op op = {.n_tok = T, .n_head = H, .r_kv = RKV, .d_rope = DR, .kq_scale = 1.0f / sqrtf((float)W),
+                        .q_abs = qabs, .qabs_head_stride = (int64_t)T * RKV, .q_pe = qpe, .qpe_tok_stride = H * DR,
+                        .qpe_head_stride = DR, .ctx_head_stride = (int64_t)T * RKV,
+                        .kv = {blocks, nb, BR, 0, W, W, kvt}, .kv_first = first, .pos = pos, .canonical = canon};
+        for (int ti = 0; ti < n_threads && rc == OG_EXIT_OK; ti++) {
+            og_pool *pool = make_pool(threads[ti], err, sizeof err);
+            og_buf w1 = {0}, w2 = {0};
+            double tp[99], tt[99], cp[99], ct[99];
+            og_mla_op a = op, b = op;
+            a.ctx = c1;
+            b.ctx = c2;
+            og_status st = og_cpu_mla_attention_pairs_ws(&kern, pool, &a, &w1); /* warm: scratch, caches */
+            if (!st) st = og_cpu_mla_attention_ws(&kern, pool, &b, &w2);
+            for (int r = 0; r < reps && !st; r++) {
+                double t0 = now_s(), c0 = cpu_s();
+                st = og_cpu_mla_attention_pairs_ws(&kern, pool, &a, &w1);
+                tp[r] = now_s() - t0, cp[r] = cpu_s() - c0;
+                t0 = now_s(), c0 = cpu_s();
+                if (!st) st = og_cpu_mla_attention_ws(&kern, pool, &b, &w2);
+                tt[r] = now_s() - t0, ct[r] = cpu_s() - c0;
+            }
+            if (st || !pool) {
+                fprintf(stderr, "onegpu bench attention: %s\n", st ? og_status_str(st) : err);
+                rc = OG_EXIT_BAD_INPUT;
+            } else {
+                const bool same = !memcmp(c1, c2, (size_t)H * T * RKV * sizeof(float));
+                const double mp = median(tp, reps), mt = median(tt, reps), mcp = median(cp, reps), mct = median(ct, reps);
+                const double peak = threads[ti] * mhz * 1e6 * 2 * 16 * 2 / 1e9;
+                printf("%7d %7d %10.3f %10.3f %7.2fx %10.2f %10.2f %8.0f %8.3f %11.3f %11.3f %12.2f %5s\n", ctx,
+                       threads[ti], mp * 1e3, mt * 1e3, mp / mt, flops / mp / 1e9, flops / mt / 1e9, peak,
+                       peak > 0 ? flops / mt / 1e9 / peak : 0, mcp * 1e3, mct * 1e3, flops / mct / 1e9,
+                       same ? "same" : "DIFF");
+                if (!same) rc = OG_EXIT_BAD_INPUT;
+            }
+            og_buf_free(&w1);
+            og_buf_free(&w2);
+            og_pool_free(pool);
+        }
+        free(cache);
+        free(blocks);
+        free(qabs);
+        free(qpe);
+        free(c1);
+        free(c2);
+        free(pos);
+        free(first);
+        free(canon);
+    }
+    return rc;
+}
+
 int og_cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "placement")) return og_cmd_bench_placement(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "grammar")) return og_cmd_bench_grammar(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "cuda")) return og_cmd_bench_cuda(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "attention")) return bench_attention(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[1], "kernels") != 0) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             usage(stdout);
             return OG_EXIT_OK;
         }
-        fprintf(stderr, "onegpu bench: 'kernels', 'placement', 'grammar' or 'cuda' (onegpu bench placement --help)\n");
+        fprintf(stderr, "onegpu bench: 'kernels', 'attention', 'placement', 'grammar' or 'cuda' (onegpu bench placement --help)\n");
         usage(stderr);
         return OG_EXIT_USAGE;
     }

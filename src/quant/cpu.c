@@ -111,6 +111,8 @@ og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kern
     k->dot_f32_device = og_dot_f32_device_ref;
     k->axpy_f32 = og_axpy_f32_ref;
     k->f16_to_f32 = og_f16_to_f32_ref;
+    k->dot_f32_device_tile = og_dot_f32_device_tile_ref;
+    k->axpy_f32_rows = og_axpy_f32_rows_ref;
     for (int t = 0; t < OG_TYPE_COUNT; t++) {
         const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
         if (!tr) continue;
@@ -124,6 +126,7 @@ og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kern
     case OG_ISA_AVX2:
         og_kernels_fill_avx2(k);
         og_kernels_fill_iq_avx2(k);
+        og_kernels_fill_attn_avx2(k);
         if (f->avxvnni) og_kernels_fill_tile_avxvnni(k);
         else og_kernels_fill_tile_avx2(k);
         return OG_OK;
@@ -134,6 +137,7 @@ og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kern
         og_kernels_fill_iq_avx512(k);
         if (f->gfni && f->avx512vbmi) og_kernels_fill_avx512_gfni(k);
         og_kernels_fill_tile_avx512(k);
+        og_kernels_fill_attn_avx512(k);
         return OG_OK;
     default: return OG_ERR_UNSUPPORTED;
     }

@@ -136,6 +136,18 @@ float og_dot_f32_device_ref(const float *w, const float *x, int64_t n);
 /* y[i] += a * x[i] for i < n, each product rounded to float before the sum. */
 void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y);
 
+/* Attention's scores of a tile (prefill: many queries against one block of
+ * cached rows): out[i * ld + r] = og_dot_f32_device_ref(rows + r * row_stride,
+ * q + i * q_stride, n) * scale (the dot rounded, then the product rounded) for
+ * i < n_q, r < n_rows, bit for bit; strides and ld in floats. */
+void og_dot_f32_device_tile_ref(const float *rows, int64_t row_stride, int64_t n_rows, const float *q, int64_t q_stride,
+                                int64_t n_q, int64_t n, float scale, float *out, int64_t ld);
+
+/* Attention's weighted sum over a tile: for r = 0 .. n_rows - 1 in this order,
+ * og_axpy_f32_ref(n, a[r], rows + r * row_stride, y), bit for bit (y stays in
+ * registers across the rows in the SIMD tiers); row_stride in floats. */
+void og_axpy_f32_rows_ref(int64_t n, int64_t n_rows, const float *a, const float *rows, int64_t row_stride, float *y);
+
 /* y[i] = og_fp16_to_fp32(x[i]) for i < n: exact (every binary16 value is a
  * binary32 one). */
 void og_f16_to_f32_ref(const uint16_t *x, float *y, int64_t n);
@@ -183,6 +195,12 @@ typedef struct og_kernels {
      * vcvtph2ps in the SIMD tiers: exact, denormals included). An f16 KV cache's
      * rows as attention reads them. */
     void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+    /* og_dot_f32_device_tile_ref's and og_axpy_f32_rows_ref's bits, this tier's
+     * speed: a tiled prefill attention (src/backend/attention.c) on the canonical
+     * per-score order of dot_f32_device and the per-element order of axpy_f32. */
+    void (*dot_f32_device_tile)(const float *rows, int64_t row_stride, int64_t n_rows, const float *q, int64_t q_stride,
+                                int64_t n_q, int64_t n, float scale, float *out, int64_t ld);
+    void (*axpy_f32_rows)(int64_t n, int64_t n_rows, const float *a, const float *rows, int64_t row_stride, float *y);
     /* The canonical dot (above) of quantized types, one and four activation rows
      * (vec_dot4's shape), each the bits of og_type_traits.vec_dot_canonical;
      * vec_dot4_canonical NULL: this tier has none (then one row at a time). */

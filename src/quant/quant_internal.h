@@ -269,6 +269,23 @@ typedef struct og_tile_block {
 /* Fill the entries a tier implements; leave others untouched. */
 void og_kernels_fill_avx2(og_kernels *k);
 void og_kernels_fill_avx512(og_kernels *k);
+/* CALL(NV) with NV the constant 1 .. 8 that nv names (8 for anything larger),
+ * so a kernel's register array of NV vectors is sized at compile time. */
+#define OG_SWITCH_NV8(nv, CALL)                                                                            \
+    switch (nv) {                                                                                          \
+    case 1: CALL(1); break;                                                                                \
+    case 2: CALL(2); break;                                                                                \
+    case 3: CALL(3); break;                                                                                \
+    case 4: CALL(4); break;                                                                                \
+    case 5: CALL(5); break;                                                                                \
+    case 6: CALL(6); break;                                                                                \
+    case 7: CALL(7); break;                                                                                \
+    default: CALL(8); break;                                                                               \
+    }
+
+/* Attention's tiled kernels (attn_avx2.c, attn_avx512.c). */
+void og_kernels_fill_attn_avx2(og_kernels *k);
+void og_kernels_fill_attn_avx512(og_kernels *k);
 /* The AVX-512 tier's kernels that take GFNI and VBMI too (quant_avx512_gfni.c). */
 void og_kernels_fill_avx512_gfni(og_kernels *k);
 /* The IQ2_XXS and MXFP4 entries of the tiers (quant_iq_avx2.c, quant_iq_avx512.c). */

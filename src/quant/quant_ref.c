@@ -1209,3 +1209,14 @@ void og_axpy_f32_ref(int64_t n, float a, const float *x, float *y) {
         y[i] += p;
     }
 }
+
+void og_dot_f32_device_tile_ref(const float *rows, int64_t row_stride, int64_t n_rows, const float *q, int64_t q_stride,
+                                int64_t n_q, int64_t n, float scale, float *out, int64_t ld) {
+    for (int64_t i = 0; i < n_q; i++)
+        for (int64_t r = 0; r < n_rows; r++)
+            out[i * ld + r] = og_dot_f32_device_ref(rows + r * row_stride, q + i * q_stride, n) * scale;
+}
+
+void og_axpy_f32_rows_ref(int64_t n, int64_t n_rows, const float *a, const float *rows, int64_t row_stride, float *y) {
+    for (int64_t r = 0; r < n_rows; r++) og_axpy_f32_ref(n, a[r], rows + r * row_stride, y);
+}

@@ -352,6 +352,58 @@ static void test_axpy(void **state) {
     }
 }
 
+/* Attention's tiled kernels (dot_f32_device_tile, axpy_f32_rows): every tier
+ * the scalar definitions' bits, one og_dot_f32_device_ref per score times the
+ * scale and one og_axpy_f32_ref per row in order, over row lengths 1..200
+ * (tails of every size, the 160 of the demo model's MLA), tiles of 1..70 rows
+ * and 1..5 queries (odd counts, partial row groups), with a sentinel around
+ * the outputs (nothing past n_rows or n_q written). Tiny values of both signs
+ * make lanes reach -0, which the zero padding's fma(0, 0, -0) turns to +0. */
+static void test_attn_tile(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    enum { MAXN = 200, MAXR = 70, MAXQ = 5, RS = 211, QS = 203, LD = 77 };
+    float *rows = malloc(sizeof(float) * MAXR * RS), *q = malloc(sizeof(float) * MAXQ * QS);
+    float o0[(MAXQ + 1) * LD], o1[(MAXQ + 1) * LD], y0[MAXN + 8], y1[MAXN + 8], a[MAXR];
+    int tiers = 0;
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_kernels k;
+        if (!tier_kernels(&f, isa, &k)) continue;
+        tiers++;
+        for (int it = 0; it < 400; it++) {
+            const int n = 1 + (int)(og_rand_unit(&rng) * MAXN), nr = 1 + (int)(og_rand_unit(&rng) * MAXR);
+            const int nq = 1 + (int)(og_rand_unit(&rng) * MAXQ);
+            const float mag = it % 4 == 3 ? 1e-23f : 1.0f; /* products below the smallest subnormal */
+            for (int i = 0; i < MAXR * RS; i++) rows[i] = frand() * mag;
+            for (int i = 0; i < MAXQ * QS; i++) q[i] = frand() * mag;
+            const float scale = it % 2 ? 0.0883883f : 1.0f;
+            for (int i = 0; i < (MAXQ + 1) * LD; i++) o0[i] = o1[i] = -7.0f;
+            og_dot_f32_device_tile_ref(rows, RS, nr, q, QS, nq, n, scale, o0, LD);
+            k.dot_f32_device_tile(rows, RS, nr, q, QS, nq, n, scale, o1, LD);
+            assert_memory_equal(o0, o1, sizeof o0);
+            for (int i = 0; i < nq; i++)
+                for (int r = 0; r < nr; r++) /* the definition, score by score, and the tier's own dot */
+                    assert_true(o1[i * LD + r] == og_dot_f32_device_ref(rows + r * RS, q + i * QS, n) * scale &&
+                                o1[i * LD + r] == k.dot_f32_device(rows + r * RS, q + i * QS, n) * scale);
+            for (int r = 0; r < nr; r++) a[r] = frand();
+            for (int i = 0; i < MAXN + 8; i++) y0[i] = y1[i] = frand();
+            og_axpy_f32_rows_ref(n, nr, a, rows, RS, y0);
+            k.axpy_f32_rows(n, nr, a, rows, RS, y1);
+            assert_memory_equal(y0, y1, sizeof y0);
+        }
+        /* -0 lanes: every product -2^-200 rounds to -0 in its lane; the padding's
+         * fma(0, 0, -0) is +0, so a 33-element row gives +0 ... and exactly that */
+        for (int i = 0; i < 40; i++) rows[i] = -0x1p-100f, q[i] = 0x1p-100f;
+        float z = -1.0f;
+        k.dot_f32_device_tile(rows, 40, 1, q, 40, 1, 33, 1.0f, &z, 1);
+        assert_true(z == 0.0f && !signbit(z) && og_dot_f32_device_ref(rows, q, 33) == z);
+    }
+    assert_true(tiers >= 1);
+    free(rows);
+    free(q);
+}
+
 /* f16_to_f32 (an f16 KV cache's rows as attention reads them): every tier
  * widens all 65,536 binary16 values exactly, against the IEEE value computed
  * another way (ldexp of the significand: subnormals m 2^-24, normals (1024 + m)
@@ -916,6 +968,7 @@ int main(void) {
         cmocka_unit_test(test_tiers),
         cmocka_unit_test(test_vec_dot4),
         cmocka_unit_test(test_axpy),
+        cmocka_unit_test(test_attn_tile),
         cmocka_unit_test(test_f16_to_f32),
         cmocka_unit_test(test_quantize_act),
         cmocka_unit_test(test_random_blocks),

@@ -1,7 +1,7 @@
-/* What the engine tests share (test_engine, test_engine_ds4): one model file
+/* What the engine tests share (test_engine, test_engine_ds4, test_kv_pool): one model file
  * with its tokenizer (g_path, loaded by setup), a 2-thread pool, the best
- * kernels and a host-only dispatcher, and greedy sampling parameters. Include
- * after cmocka.h. */
+ * kernels and a host-only dispatcher, greedy sampling parameters, and
+ * collect (a sequence's output read to its end). Include after cmocka.h. */
 #ifndef OG_ENGINE_FIXTURE_H
 #define OG_ENGINE_FIXTURE_H
 
@@ -51,6 +51,53 @@ static og_run_ctx fx_device_rc(uint64_t budget, og_device **dev, og_stream **s) 
     assert_int_equal((*dev)->ops->stream_create(*dev, s, err, sizeof err), OG_OK);
     return (og_run_ctx){.kern = &g_kern, .pool = g_pool, .dispatch = g_host, .dev = *dev, .stream = *s,
                         .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
+}
+
+/* One sequence's output as collect reads it. */
+typedef struct result {
+    char text[4096];
+    size_t len;
+    int32_t ids[256];
+    float lps[256];
+    int n;
+    og_finish finish;
+    int n_gen, n_cached;
+    uint64_t step_submit, step_first;
+    char error[256]; /* an OG_FINISH_ERROR's message */
+} result;
+
+/* Reads s to its end (then releases it), concatenating what each og_seq_take
+ * hands over: text, the first 256 tokens' ids and log-probs. */
+static void collect(og_engine *e, og_seq *s, result *r) {
+    memset(r, 0, sizeof *r);
+    for (;;) {
+        og_seq_out o;
+        assert_int_equal(og_seq_take(e, s, &o), OG_OK);
+        assert_true(r->len + o.len < sizeof r->text);
+        assert_int_equal(o.text_offset, r->len);
+        memcpy(r->text + r->len, o.text, o.len);
+        r->len += o.len;
+        for (int i = 0; i < o.n_toks && r->n < 256; i++) {
+            r->ids[r->n] = o.toks[i].id;
+            r->lps[r->n++] = o.toks[i].logprob;
+        }
+        og_finish f = o.finish;
+        if (f == OG_FINISH_ERROR) memcpy(r->error, o.error, sizeof r->error);
+        r->n_gen = o.n_gen;
+        r->n_cached = o.n_cached;
+        r->step_submit = o.step_submit;
+        r->step_first = o.step_first;
+        int stop_index = o.stop_index;
+        og_seq_out_free(&o);
+        /* only a sequence a stop string ended names one (collect's requests have none) */
+        assert_int_equal(stop_index, -1);
+        if (f != OG_FINISH_NONE) {
+            r->finish = f;
+            break;
+        }
+        og_engine_wait(e, 0.05);
+    }
+    og_seq_release(e, s);
 }
 
 #endif

@@ -48,48 +48,6 @@ static og_ids prompt_ids(const char *text) {
     return ids;
 }
 
-typedef struct result {
-    char text[4096];
-    size_t len;
-    int32_t ids[256];
-    float lps[256];
-    int n;
-    og_finish finish;
-    int n_gen, n_cached;
-    uint64_t step_submit, step_first;
-} result;
-
-/* Reads s to its end, concatenating what each og_seq_take hands over. */
-static void collect(og_engine *e, og_seq *s, result *r) {
-    memset(r, 0, sizeof *r);
-    for (;;) {
-        og_seq_out o;
-        assert_int_equal(og_seq_take(e, s, &o), OG_OK);
-        assert_true(r->len + o.len < sizeof r->text);
-        assert_int_equal(o.text_offset, r->len);
-        memcpy(r->text + r->len, o.text, o.len);
-        r->len += o.len;
-        for (int i = 0; i < o.n_toks && r->n < 256; i++) {
-            r->ids[r->n] = o.toks[i].id;
-            r->lps[r->n++] = o.toks[i].logprob;
-        }
-        og_finish f = o.finish;
-        r->n_gen = o.n_gen;
-        r->n_cached = o.n_cached;
-        r->step_submit = o.step_submit;
-        r->step_first = o.step_first;
-        int stop_index = o.stop_index;
-        og_seq_out_free(&o);
-        /* only a sequence a stop string ended names one (collect's requests have none) */
-        assert_int_equal(stop_index, -1);
-        if (f != OG_FINISH_NONE) {
-            r->finish = f;
-            break;
-        }
-        og_engine_wait(e, 0.05);
-    }
-    og_seq_release(e, s);
-}
 
 static og_seq *submit(og_engine *e, const og_ids *ids, const og_seq_params *p) {
     og_seq *s;

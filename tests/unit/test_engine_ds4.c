@@ -42,30 +42,6 @@ static og_engine *make_engine(int parallel, int batch_tokens, int ctx, int queue
     return e;
 }
 
-typedef struct result {
-    int32_t ids[64];
-    float lps[64];
-    int n, n_cached;
-    og_finish finish;
-} result;
-
-static void collect(og_engine *e, og_seq *s, result *r) {
-    memset(r, 0, sizeof *r);
-    for (;;) {
-        og_seq_out o;
-        assert_int_equal(og_seq_take(e, s, &o), OG_OK);
-        for (int i = 0; i < o.n_toks && r->n < 64; i++) {
-            r->ids[r->n] = o.toks[i].id;
-            r->lps[r->n++] = o.toks[i].logprob;
-        }
-        r->n_cached = o.n_cached;
-        r->finish = o.finish;
-        og_seq_out_free(&o);
-        if (r->finish != OG_FINISH_NONE) break;
-        og_engine_wait(e, 0.05);
-    }
-    og_seq_release(e, s);
-}
 
 
 static og_seq *submit(og_engine *e, const int32_t *ids, int n, const og_seq_params *p) {

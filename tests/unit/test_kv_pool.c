@@ -55,35 +55,6 @@ static og_engine *start(const og_engine_config *c) {
     return e;
 }
 
-typedef struct result {
-    int32_t ids[64];
-    float lps[64];
-    int n, n_cached;
-    og_finish finish;
-    char error[256];
-} result;
-
-static void collect(og_engine *e, og_seq *s, result *r) {
-    memset(r, 0, sizeof *r);
-    for (;;) {
-        og_seq_out o;
-        assert_int_equal(og_seq_take(e, s, &o), OG_OK);
-        for (int i = 0; i < o.n_toks && r->n < 64; i++) {
-            r->ids[r->n] = o.toks[i].id;
-            r->lps[r->n++] = o.toks[i].logprob;
-        }
-        r->n_cached = o.n_cached;
-        og_finish f = o.finish;
-        if (f == OG_FINISH_ERROR) memcpy(r->error, o.error, sizeof r->error);
-        og_seq_out_free(&o);
-        if (f != OG_FINISH_NONE) {
-            r->finish = f;
-            break;
-        }
-        og_engine_wait(e, 0.05);
-    }
-    og_seq_release(e, s);
-}
 
 static void run(og_engine *e, const int32_t *ids, int n, result *r) {
     og_seq_params p = greedy(6);

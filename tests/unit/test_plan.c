@@ -510,7 +510,9 @@ static void test_placement_forward(void **state) {
     assert_non_null(strstr(err, "token_embd has no copy in device memory"));
     og_kv_free(&kv);
     og_kv_free(&kw);
+    hd->ops->stream_destroy(hd, hs);
     og_device_destroy(hd);
+    og_plan_free(&pl);
     og_dispatch_free(host_only);
     og_pool_free(pool);
     free(want);

@@ -319,6 +319,12 @@ int og_cmd_serve(int argc, char **argv) {
                              .ctx = (int)ctx, .queue = (int)queue, .no_prefix_cache = !prefix_cache,
                              .log = &lg, .cache_ram_bytes = fl.cache_ram, .cache_dir = fl.cache_dir,
                              .cache_dir_bytes = fl.cache_dir_size};
+    /* where the forward pass runs, read before the scheduler thread starts
+     * updating the placement's counters */
+    og_placement_stats pst;
+    og_placement_get_stats(pl, &pst);
+    const og_device *pdev = og_placement_device(pl);
+    const char *fwd_on = pst.forward_on_device && pdev ? (strcmp(pdev->ops->name, "cuda") ? "cpu device" : "GPU") : "host pool";
     if (og_engine_create(&ecfg, &eng, err, sizeof err) || og_engine_start(eng, err, sizeof err)) {
         fprintf(stderr, "onegpu serve: %s\n", err);
         rc = OG_EXIT_USAGE;
@@ -345,14 +351,11 @@ int og_cmd_serve(int argc, char **argv) {
                  og_fmt_bytes(em.kv_blocks_total * em.kv_block_bytes, pb, sizeof pb),
                  fl.cache_ram && prefix_cache ? ", --cache-ram on" : "", fl.cache_dir && prefix_cache ? ", --cache-dir on" : "");
     }
-    og_placement_stats pst;
-    og_placement_get_stats(pl, &pst);
-    og_device *pdev = og_placement_device(pl);
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads, prefix "
                     "cache %s%s, forward pass on the %s\n",
             model_id, ctx, parallel, batch_tokens, og_isa_name(isa), og_pool_size(pool),
             prefix_cache && (mi->kv_paged || mi->kv_snapshot) ? "on" : "off", pool_line,
-            pst.forward_on_device && pdev ? (strcmp(pdev->ops->name, "cuda") ? "cpu device" : "GPU") : "host pool");
+            fwd_on);
     fflush(stderr);
     int sig = 0;
     if (watching) {

@@ -175,10 +175,11 @@ assert.deepEqual(withR.choices[0].logprobs.content, soloR.choices[0].logprobs.co
 assert.equal(withR.choices[0].message.content, soloR.choices[0].message.content);
 ok(`strata_reproducible required: same tokens and log-probs alone and among ${nConc - 1} others`);
 
-// ---- 200 cancellations at random moments leave nothing behind
+// ---- 200 cancellations at random moments leave nothing behind (60 under a sanitizer)
+const waves = sanitized ? 3 : 10, nCancel = waves * 20;
 const before = await metrics();
 let aborted = 0;
-for (let wave = 0; wave < 10; wave++) {
+for (let wave = 0; wave < waves; wave++) {
   await Promise.all(Array.from({ length: 20 }, async (_, i) => {
     // even i: cancelled a random moment after its first token (so surely admitted,
     // whatever the machine's load); odd i: at a random moment after sending, which
@@ -197,7 +198,7 @@ for (let wave = 0; wave < 10; wave++) {
     aborted++;
   }));
 }
-assert.equal(aborted, 200);
+assert.equal(aborted, nCancel);
 let m;
 for (let k = 0; k < 100; k++) {
   m = await metrics();
@@ -211,9 +212,9 @@ const cancelled = m.onegpu_sequences_cancelled_total - before.onegpu_sequences_c
 const finished = m.onegpu_sequences_finished_total - before.onegpu_sequences_finished_total;
 const admitted = m.onegpu_sequences_admitted_total - before.onegpu_sequences_admitted_total;
 assert.equal(cancelled + finished, admitted); // (an abort before the body was sent never reaches the engine)
-assert.ok(admitted >= 100 && admitted <= 200, `admitted ${admitted}: the 100 cancelled after a token at least`);
-assert.ok(cancelled >= 100, `most of them were cancelled (${cancelled})`);
-ok(`200 requests cancelled at random moments: 0 running, 0 queued, 0 KV blocks (${cancelled} cancelled)`);
+assert.ok(admitted >= nCancel / 2 && admitted <= nCancel, `admitted ${admitted}: the ${nCancel / 2} cancelled after a token at least`);
+assert.ok(cancelled >= nCancel / 2, `most of them were cancelled (${cancelled})`);
+ok(`${nCancel} requests cancelled at random moments: 0 running, 0 queued, 0 KV blocks (${cancelled} cancelled)`);
 
 // ---- the server still answers
 const after = await chat('Still there?', { temperature: 0, max_tokens: 4 });

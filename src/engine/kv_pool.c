@@ -121,11 +121,11 @@ og_status og_kv_pool_check(const og_kv_pool *p, char *err, size_t errlen) {
 
 /* ---- checksums ------------------------------------------------------------------ */
 
-#define FNV_OFF 1469598103934665603ull
-#define FNV_PRIME 1099511628211ull
+#define FNV_PRIME 0x100000001b3ull /* og_fnv1a64's */
 
-/* FNV-1a 64 over bytes (the tail) after 8-byte words (each word one step): the
- * files' checksums. */
+/* FNV-1a 64 over bytes (the tail) after 8-byte words (each word one step, 8x
+ * og_fnv1a64's rate over a block's payload): the files' checksums, seeded with
+ * OG_FNV1A64_INIT. */
 static uint64_t fnv_words(uint64_t h, const void *data, size_t n) {
     const unsigned char *b = data;
     size_t i = 0;
@@ -139,7 +139,7 @@ static uint64_t fnv_words(uint64_t h, const void *data, size_t n) {
 }
 
 uint64_t og_kv_model_id(const og_gguf *g) {
-    uint64_t h = FNV_OFF, size = og_gguf_file_size(g), n = og_gguf_n_tensors(g);
+    uint64_t h = OG_FNV1A64_INIT, size = og_gguf_file_size(g), n = og_gguf_n_tensors(g);
     h = fnv_words(h, &size, sizeof size);
     char name[256] = "";
     if (og_gguf_get_cstr(g, "general.name", name, sizeof name)) name[0] = 0;
@@ -212,7 +212,7 @@ static void file_name(const og_kv_tier *t, uint64_t hash, char *buf, size_t n) {
 static bool header_ok(const og_kv_tier *t, const kvb_header *h, uint64_t file_bytes, const char **why) {
     *why = NULL;
     if (file_bytes < sizeof *h || memcmp(h->magic, KVB_MAGIC, 8)) *why = "not a block file (magic)";
-    else if (h->header_sum != fnv_words(FNV_OFF, h, offsetof(kvb_header, header_sum))) *why = "its header's checksum";
+    else if (h->header_sum != fnv_words(OG_FNV1A64_INIT, h, offsetof(kvb_header, header_sum))) *why = "its header's checksum";
     else if (h->version != KVB_VERSION) *why = "another format version";
     else if (h->model_id != t->c.model_id) *why = "another model";
     else if (h->kv_type != t->c.kv_type) *why = "another kv-type";
@@ -288,8 +288,8 @@ static void disk_put(og_kv_tier *t, const og_kv_key *key, const void *payload) {
     h->exact = key->exact;
     memcpy(h->ids, key->ids, sizeof h->ids);
     memcpy(h + 1, payload, t->payload_bytes);
-    h->payload_sum = fnv_words(FNV_OFF, h + 1, t->payload_bytes);
-    h->header_sum = fnv_words(FNV_OFF, h, offsetof(kvb_header, header_sum));
+    h->payload_sum = fnv_words(OG_FNV1A64_INIT, h + 1, t->payload_bytes);
+    h->header_sum = fnv_words(OG_FNV1A64_INIT, h, offsetof(kvb_header, header_sum));
     char path[4096], err[512];
     file_name(t, key->hash, path, sizeof path);
     if (og_write_file_atomic(path, h, (size_t)bytes, err, sizeof err)) {
@@ -463,7 +463,7 @@ static bool disk_get(og_kv_tier *t, int i, const og_kv_key *key, void *out) {
     } else if (h->hash != key->hash || h->parent_hash != key->parent_hash || h->exact != (uint32_t)key->exact ||
                memcmp(h->ids, key->ids, sizeof h->ids))
         why = "another chain under its name";
-    else if (h->payload_sum != fnv_words(FNV_OFF, h + 1, t->payload_bytes)) why = "its payload's checksum";
+    else if (h->payload_sum != fnv_words(OG_FNV1A64_INIT, h + 1, t->payload_bytes)) why = "its payload's checksum";
     if (f) fclose(f);
     if (why) {
         t->st.disk_skipped++;

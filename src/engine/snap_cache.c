@@ -4,22 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* FNV-1a's prime (og_fnv1a64's), one id's 4 bytes at a time. */
-static uint64_t hash_ids(uint64_t h, const int32_t *ids, int n) {
-    for (int i = 0; i < n; i++) {
-        const uint32_t v = (uint32_t)ids[i];
-        for (int b = 0; b < 4; b++) h = (h ^ ((v >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
-    }
-    return h;
-}
-
 static uint64_t hash_seed(uint64_t key, bool exact) {
     const uint64_t k[2] = {key, exact};
     return og_fnv1a64(k, sizeof k, OG_FNV1A64_INIT);
 }
 
 uint64_t og_snapc_hash(uint64_t key, bool exact, const int32_t *ids, int n) {
-    return hash_ids(hash_seed(key, exact), ids, n);
+    return og_fnv1a64(ids, (size_t)n * sizeof *ids, hash_seed(key, exact));
 }
 
 /* Whether entry x is a candidate for ids under key and exact. */
@@ -37,7 +28,7 @@ int og_snapc_find(const og_snapc *c, uint64_t key, bool exact, const int32_t *id
             if (same_chain(&c->ent[i], key, exact) && n > done && n <= n_max && (next < 0 || n < next)) next = n;
         }
         if (next < 0) return best;
-        h = hash_ids(h, ids + done, next - done);
+        h = og_fnv1a64(ids + done, (size_t)(next - done) * sizeof *ids, h);
         done = next;
         for (int i = 0; i < c->n; i++) {
             const og_snapc_entry *y = &c->ent[i];

@@ -53,6 +53,15 @@ static og_run_ctx fx_device_rc(uint64_t budget, og_device **dev, og_stream **s) 
                         .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
 }
 
+/* deepseek2's MLA row shape read from the file's own keys (deepseek2.md §1),
+ * not from the loader's og_model_info: the tests' independent formula. */
+static inline void fx_mla_shape(const og_model *m, uint32_t *n_layer, uint32_t *r_kv, uint32_t *d_rope) {
+    const og_gguf *g = og_model_gguf(m);
+    assert_int_equal(og_gguf_get_u32(g, "deepseek2.block_count", n_layer), OG_OK);
+    assert_int_equal(og_gguf_get_u32(g, "deepseek2.attention.kv_lora_rank", r_kv), OG_OK);
+    assert_int_equal(og_gguf_get_u32(g, "deepseek2.rope.dimension_count", d_rope), OG_OK);
+}
+
 /* One sequence's output as collect reads it. */
 typedef struct result {
     char text[4096];

@@ -350,11 +350,8 @@ static void test_prefix_cache_identical(void **state) {
 static void test_kv_bytes_per_token(void **state) {
     (void)state;
     char err[256];
-    const og_gguf *g = og_model_gguf(g_m);
     uint32_t n_layer, r_kv, d_rope;
-    assert_int_equal(og_gguf_get_u32(g, "deepseek2.block_count", &n_layer), OG_OK);
-    assert_int_equal(og_gguf_get_u32(g, "deepseek2.attention.kv_lora_rank", &r_kv), OG_OK);
-    assert_int_equal(og_gguf_get_u32(g, "deepseek2.rope.dimension_count", &d_rope), OG_OK);
+    fx_mla_shape(g_m, &n_layer, &r_kv, &d_rope);
     assert_int_equal(og_model_get_info(g_m)->kv_elem_bytes, 2); /* f16 unless set */
     og_device *dev;
     og_stream *s;

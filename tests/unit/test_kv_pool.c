@@ -106,11 +106,8 @@ static void assert_pool_whole(og_engine *e) {
 static void test_one_allocation(void **state) {
     (void)state;
     char err[256];
-    const og_gguf *g = og_model_gguf(g_m);
     uint32_t n_layer, r_kv, d_rope;
-    assert_int_equal(og_gguf_get_u32(g, "deepseek2.block_count", &n_layer), OG_OK);
-    assert_int_equal(og_gguf_get_u32(g, "deepseek2.attention.kv_lora_rank", &r_kv), OG_OK);
-    assert_int_equal(og_gguf_get_u32(g, "deepseek2.rope.dimension_count", &d_rope), OG_OK);
+    fx_mla_shape(g_m, &n_layer, &r_kv, &d_rope);
     const uint64_t block = (uint64_t)n_layer * 64 * (r_kv + d_rope) * 2; /* f16 */
     og_device *dev;
     og_stream *s;

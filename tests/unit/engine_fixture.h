@@ -53,6 +53,24 @@ static og_run_ctx fx_device_rc(uint64_t budget, og_device **dev, og_stream **s) 
                         .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
 }
 
+/* An engine config in the CLI's default numerics (canonical products on the
+ * host: the bits do not depend on the batch), host-only dispatcher. */
+static inline og_engine_config fx_engine_config(int parallel, int batch_tokens, int ctx, int queue) {
+    return (og_engine_config){.model = g_m, .tok = g_tok,
+                              .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host,
+                                     .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL},
+                              .parallel = parallel, .batch_tokens = batch_tokens, .ctx = ctx, .queue = queue};
+}
+
+/* The engine of c, created and started (a failure fails the test). */
+static inline og_engine *fx_start(const og_engine_config *c) {
+    og_engine *e;
+    char err[512];
+    if (og_engine_create(c, &e, err, sizeof err)) fail_msg("%s", err);
+    if (og_engine_start(e, err, sizeof err)) fail_msg("%s", err);
+    return e;
+}
+
 /* deepseek2's MLA row shape read from the file's own keys (deepseek2.md §1),
  * not from the loader's og_model_info: the tests' independent formula. */
 static inline void fx_mla_shape(const og_model *m, uint32_t *n_layer, uint32_t *r_kv, uint32_t *d_rope) {

@@ -280,17 +280,9 @@ static void test_cancel_frees_everything(void **state) {
 
 
 static og_engine *make_pc_engine(int parallel, int batch_tokens, int ctx, int queue, bool off) {
-    og_engine_config c = {.model = g_m,
-                          .tok = g_tok,
-                          .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host,
-                                 .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL},
-                          .parallel = parallel, .batch_tokens = batch_tokens, .ctx = ctx, .queue = queue,
-                          .no_prefix_cache = off};
-    og_engine *e;
-    char err[256];
-    if (og_engine_create(&c, &e, err, sizeof err)) fail_msg("%s", err);
-    if (og_engine_start(e, err, sizeof err)) fail_msg("%s", err);
-    return e;
+    og_engine_config c = fx_engine_config(parallel, batch_tokens, ctx, queue);
+    c.no_prefix_cache = off;
+    return fx_start(&c);
 }
 
 static void pc_run(og_engine *e, const int32_t *ids, int n, result *r) {

@@ -39,21 +39,6 @@
 
 static char g_model[512], g_dir[512];
 
-/* An engine in canonical numerics (the bits do not depend on the batch). */
-static og_engine_config base_config(int parallel, int batch_tokens, int ctx, int queue) {
-    return (og_engine_config){.model = g_m, .tok = g_tok,
-                              .rc = {.kern = &g_kern, .pool = g_pool, .dispatch = g_host,
-                                     .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL},
-                              .parallel = parallel, .batch_tokens = batch_tokens, .ctx = ctx, .queue = queue};
-}
-
-static og_engine *start(const og_engine_config *c) {
-    og_engine *e;
-    char err[512];
-    if (og_engine_create(c, &e, err, sizeof err)) fail_msg("%s", err);
-    if (og_engine_start(e, err, sizeof err)) fail_msg("%s", err);
-    return e;
-}
 
 
 static void run(og_engine *e, const int32_t *ids, int n, result *r) {
@@ -114,10 +99,10 @@ static void test_one_allocation(void **state) {
     (void)fx_device_rc(256u << 20, &dev, &s);
     uint64_t free0, free1, free2, total;
     assert_int_equal(dev->ops->mem_info(dev, &free0, &total), OG_OK);
-    og_engine_config c = base_config(3, 64, 200, 8); /* 200 positions: 4 blocks each */
+    og_engine_config c = fx_engine_config(3, 64, 200, 8); /* 200 positions: 4 blocks each */
     c.rc.dev = dev;
     c.rc.stream = s;
-    og_engine *e = start(&c);
+    og_engine *e = fx_start(&c);
     assert_int_equal(dev->ops->mem_info(dev, &free1, &total), OG_OK);
     og_engine_metrics m;
     og_engine_metrics_get(e, &m);
@@ -158,9 +143,9 @@ static void test_one_allocation(void **state) {
  * message; a small one afterwards runs; the pool stays whole. */
 static void test_pool_too_small(void **state) {
     (void)state;
-    og_engine_config c = base_config(2, 64, 256, 8);
+    og_engine_config c = fx_engine_config(2, 64, 256, 8);
     c.kv_blocks = 3;
-    og_engine *e = start(&c);
+    og_engine *e = fx_start(&c);
     int32_t ids[300];
     random_ids(ids, 300, 2);
     result r;
@@ -198,9 +183,9 @@ static void test_stress(void **state) {
     enum { BASES = 4, L = 160, WAVE = 32 };
     static int32_t base[BASES][L], buf[WAVE][L];
     for (int k = 0; k < BASES; k++) random_ids(base[k], L, 100 + (uint64_t)k);
-    og_engine_config c = base_config(8, 256, 192, 4 * WAVE);
+    og_engine_config c = fx_engine_config(8, 256, 192, 4 * WAVE);
     c.cache_ram_bytes = 8 * og_model_get_info(g_m)->kv_block_bytes;
-    og_engine *e = start(&c);
+    og_engine *e = fx_start(&c);
     uint64_t x = 4711;
     char err[256];
     int done = 0, n_seq = 0, actions[4] = {0};
@@ -260,9 +245,9 @@ static void test_stress(void **state) {
     assert_pool_whole(e);
     /* the blocks that lived through the churn (pool and RAM round trips) still
      * hold the right rows: each base's tokens and log-probs as a cache-off engine's */
-    og_engine_config oc = base_config(1, 256, 192, 4);
+    og_engine_config oc = fx_engine_config(1, 256, 192, 4);
     oc.no_prefix_cache = true;
-    og_engine *off = start(&oc);
+    og_engine *off = fx_start(&oc);
     int from_churn = 0;
     for (int k = 0; k < BASES; k++) {
         result want, got;
@@ -316,12 +301,12 @@ static int count_in_log(const char *what) {
 /* parallel 1, ctx 256, a pool of 4 blocks: a 200-token prompt caches 3 and a
  * second one evicts them. */
 static og_engine *tier_engine(uint64_t ram, const char *dir) {
-    og_engine_config c = base_config(1, 64, 256, 4);
+    og_engine_config c = fx_engine_config(1, 64, 256, 4);
     c.kv_blocks = 4;
     c.cache_ram_bytes = ram;
     c.cache_dir = dir;
     c.log = &g_lg;
-    return start(&c);
+    return fx_start(&c);
 }
 
 static int block_files(const char *dir, char names[][300], int cap) {
@@ -351,9 +336,9 @@ static void test_tiers_identical(void **state) {
     random_ids(b, N, 12);
     log_open();
     result ref, r;
-    og_engine_config oc = base_config(1, 64, 256, 4);
+    og_engine_config oc = fx_engine_config(1, 64, 256, 4);
     oc.no_prefix_cache = true;
-    og_engine *off = start(&oc);
+    og_engine *off = fx_start(&oc);
     run(off, a, N, &ref);
     og_engine_free(off);
     assert_int_equal(ref.n, 6);

@@ -125,9 +125,9 @@ static enum MHD_Result send_text_allow(og_server *s, struct MHD_Connection *c, c
     if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 405) MHD_add_response_header(r, "Allow", allow ? allow : "GET, HEAD");
+    count_status(s, cc, status); /* before the response can reach the client, so /metrics read after it counts it */
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
-    count_status(s, cc, status);
     return ret;
 }
 
@@ -661,9 +661,9 @@ static enum MHD_Result handle_generate(og_server *s, struct MHD_Connection *c, c
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        count_status(s, cc, 200); /* before the stream can start (send_text_allow's order) */
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
-        count_status(s, cc, 200);
         return ret;
     }
     for (;;) {

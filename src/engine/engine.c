@@ -54,6 +54,8 @@ struct og_seq {
     int32_t *ids;                 /* [cap_ids] the prompt then every accepted token (kv_snapshot models: the
                                      state's ids when it retires, snap_retire), or NULL */
     int n_ids, cap_ids;
+    int kv_most;                  /* KV pool blocks it may hold at most (seq_kv_most), charged from its
+                                     admission to its retirement (paged models) */
     og_seq *fork_of;              /* a choice of og_engine_submit_n waiting for this leader's prompt: it is
                                      admitted with it, prefills nothing and forks its cache and first
                                      token's logits when the leader's prompt is in (fork_kv); NULL after */
@@ -1013,11 +1015,11 @@ static uint64_t pc_trim(og_engine *e) { return kv_blocks_in_use(e); }
 
 /* Before a step (lock held): each sequence of the batch gets from the pool the
  * blocks its new positions need, so the forward pass (outside the lock) takes
- * none. The sequences are served in admission order; the first the pool has
- * no block left for (every one held by running sequences: a pool below
- * parallel x ctx, og_engine_config.kv_blocks) ends with an error and the pass
- * stops, so its blocks serve the older ones. Returns false when one did: the
- * batch is built again. */
+ * none. Admission (kv_admit) keeps the running sequences' most within the
+ * pool, so every block wanted here is free or a cached one to evict; a pool
+ * that has none left all the same (an accounting fault) ends the sequence with
+ * an error and the pass stops, so its blocks serve the older ones. Returns
+ * false when one did: the batch is built again. */
 static bool kv_reserve_step(og_engine *e, int n) {
     if (!e->kv_pool) return true;
     int *add = e->b_share; /* build_batch is done with it */
@@ -1235,6 +1237,11 @@ og_status og_engine_check(og_engine *e, char *err, size_t errlen) {
         st = og_fail(err, errlen, OG_ERR_STATE, "%llu blocks held, over the budget of %llu",
                      (unsigned long long)(kv_blocks_in_use(e) + e->met.kv_blocks_cached),
                      (unsigned long long)e->met.kv_blocks_total);
+    int64_t most = 0; /* what admission charged the running sequences (kv_admit): within the pool */
+    for (int i = 0; i < e->n_running && e->kv_pool; i++) most += e->running[i]->kv_most;
+    if (!st && (uint64_t)most > e->met.kv_blocks_total)
+        st = og_fail(err, errlen, OG_ERR_STATE, "the running sequences may hold %lld KV blocks, over the pool's %llu",
+                     (long long)most, (unsigned long long)e->met.kv_blocks_total);
     if (!st && e->sc_on) st = og_snapc_check(&e->sc, err, errlen);
     if (!st && e->sc_on && !e->n_running && e->sc.bytes > e->sc_budget)
         st = og_fail(err, errlen, OG_ERR_STATE, "prefix cache: %llu bytes of states held, over the budget of %llu",
@@ -1367,6 +1374,49 @@ static void fork_kv(og_engine *e, og_seq *lead) {
     }
 }
 
+/* The KV pool blocks s may hold at most: its fed positions grow to
+ * n_prompt + max_tokens - 1 (the last sampled token is never fed), or to
+ * ctx - 1 (it ends at the context), shared prompt blocks counted as its own.
+ * 0 for a model without a pool. */
+static int seq_kv_most(const og_engine *e, const og_seq *s) {
+    if (!e->kv_pool) return 0;
+    int64_t pos = s->max_tokens >= 0 ? (int64_t)s->n_prompt + s->max_tokens - 1 : (int64_t)e->cfg.ctx - 1;
+    if (pos > e->cfg.ctx - 1) pos = e->cfg.ctx - 1;
+    if (pos < s->n_prompt) pos = s->n_prompt;
+    return (int)((pos + OG_KV_BLOCK - 1) / OG_KV_BLOCK);
+}
+
+/* Whether the queue's head group (group sequences: a prompt and the choices
+ * forking it) may start now (lock held). Its sequences' most (seq_kv_most)
+ * plus the running ones' must fit the pool, so a step never lacks a block
+ * and no mix of growing sequences can hold the pool between them: a group
+ * that does not fit now waits in the queue, holding nothing, until running
+ * ones retire. One whose most exceeds the whole pool can never run: its
+ * sequences end with an error saying so (admitted, then retired as any
+ * ended one). Always true without a pool. */
+static bool kv_admit(og_engine *e, int group) {
+    if (!e->kv_pool) return true;
+    int64_t held = 0, want = 0;
+    for (int i = 0; i < e->n_running; i++) held += e->running[i]->kv_most;
+    for (int k = 0; k < group; k++) want += seq_kv_most(e, e->queue[k]);
+    const uint64_t total = e->met.kv_blocks_total;
+    if ((uint64_t)want > total) {
+        const og_seq *h = e->queue[0];
+        for (int k = 0; k < group; k++) {
+            og_seq *s = e->queue[k];
+            snprintf(s->error, sizeof s->error,
+                     "the request needs up to %lld KV blocks of %d positions (a prompt of %d tokens, up to %d more "
+                     "generated%s) and the KV pool holds %llu in all: shorten the prompt or max_tokens, or give the "
+                     "server a larger --ctx x --parallel", (long long)want, OG_KV_BLOCK, h->n_prompt,
+                     h->max_tokens >= 0 ? h->max_tokens : e->cfg.ctx - h->n_prompt,
+                     group > 1 ? ", for each of its choices" : "", (unsigned long long)total);
+            seq_end(s, OG_FINISH_ERROR);
+        }
+        return true;
+    }
+    return (uint64_t)(held + want) <= total;
+}
+
 static void *scheduler(void *arg) {
     og_engine *e = arg;
     char err[512];
@@ -1396,12 +1446,15 @@ static void *scheduler(void *arg) {
         while (e->n_running < e->cfg.parallel && e->n_queue) {
             const int group = fork_group(e); /* the head and the choices waiting for it come in together */
             if (e->n_running + group > e->cfg.parallel) break;
+            if (!kv_admit(e, group)) break; /* the pool cannot hold it beside the running ones yet: it waits */
             for (int k = 0; k < group; k++) {
                 og_seq *s = e->queue[0];
                 memmove(e->queue, e->queue + 1, (size_t)(e->n_queue - 1) * sizeof *e->queue);
                 e->n_queue--;
                 s->state = SEQ_RUNNING;
+                s->kv_most = s->finish == OG_FINISH_NONE ? seq_kv_most(e, s) : 0;
                 e->running[e->n_running++] = s;
+                if (s->finish != OG_FINISH_NONE) continue; /* kv_admit: it can never fit */
                 if (s->max_tokens == 0) seq_end(s, OG_FINISH_LENGTH);
                 else if (!s->fork_of) pc_admit(e, s);
             }

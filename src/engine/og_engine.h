@@ -86,8 +86,13 @@ typedef struct og_engine_config {
      * rc.dev's memory (the host's without a device), from which every sequence
      * takes its blocks and in which the prefix cache keeps its unreferenced ones.
      * 0: og_engine_kv_blocks(parallel, ctx), what the planner charges (its KV
-     * term), so running sequences always find blocks; fewer: a sequence that
-     * finds none ends with an error saying so. */
+     * term), so `parallel` sequences always fit. Admission charges each
+     * sequence the most blocks it may come to hold (ceil(min(n_prompt +
+     * max_tokens - 1, ctx - 1) / OG_KV_BLOCK), ctx - 1 without max_tokens):
+     * with fewer blocks, a request that does not fit beside the running ones
+     * waits in the queue until they retire (so growing sequences never hold
+     * the pool between them), and one that exceeds the whole pool ends with
+     * an error saying so. */
     uint32_t kv_blocks;
     /* --cache-ram: bytes of host RAM that evicted full prefix-cache blocks (with
      * their chain keys) are copied to instead of being dropped (LRU), and copied

@@ -444,17 +444,34 @@ bool og_api_reasoning(json_t *root, const og_api_model *mdl, bool *thinking, int
     *effort = 0;
     json_t *re = field(root, "reasoning_effort");
     if (re) {
+        /* OpenAI's names (openai-api.md §2: none, minimal, low, medium, high,
+         * xhigh) and max, on V4.1's 1..100 scale (deepseek4.md §5: low 50, high
+         * 75, max 100; minimal 25, medium 62 and xhigh 88 are our choices
+         * between them), or a number on that scale as V4.1 takes it. */
         static const struct {
             const char *name;
             int effort; /* V4.1's 1..100; 0: thinking off */
-        } levels[] = {{"none", 0}, {"low", 50}, {"medium", 62}, {"high", 75}, {"max", 100}};
+        } levels[] = {{"none", 0},  {"minimal", 25}, {"low", 50}, {"medium", 62},
+                      {"high", 75}, {"xhigh", 88},   {"max", 100}};
         const char *v = json_string_value(re);
         size_t k = 0;
         while (v && k < sizeof levels / sizeof *levels && strcmp(v, levels[k].name)) k++;
-        if (!v || k == sizeof levels / sizeof *levels)
-            return BAD("reasoning_effort", "'reasoning_effort' must be one of none, low, medium, high, max");
-        *thinking = levels[k].effort > 0;
-        *effort = levels[k].effort;
+        if (json_is_integer(re) && json_integer_value(re) >= 1 && json_integer_value(re) <= 100) {
+            *thinking = true;
+            *effort = (int)json_integer_value(re);
+        } else if (!v || k == sizeof levels / sizeof *levels) {
+            char got[64];
+            if (v) snprintf(got, sizeof got, "'%.40s'", v);
+            else if (json_is_integer(re)) snprintf(got, sizeof got, "%lld", (long long)json_integer_value(re));
+            else if (json_is_real(re)) snprintf(got, sizeof got, "%g", json_real_value(re));
+            else snprintf(got, sizeof got, "%s", json_is_boolean(re) ? "a boolean" : "an array or object");
+            return BAD("reasoning_effort",
+                       "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh, max, or an integer "
+                       "from 1 to 100 (DeepSeek V4.1's effort scale); got %s", got);
+        } else {
+            *thinking = levels[k].effort > 0;
+            *effort = levels[k].effort;
+        }
     }
     json_t *kw = field(root, "chat_template_kwargs");
     if (kw) {

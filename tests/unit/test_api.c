@@ -427,6 +427,11 @@ static void test_reasoning_mapping(void **state) {
         {"{\"chat_template_kwargs\":{\"enable_thinking\":false}}", true, false, 0},
         {"{\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"thinking\":false}}", false, false, 0},
         {"{\"reasoning_effort\":null}", true, true, 0},
+        {"{\"reasoning_effort\":\"minimal\"}", false, true, 25}, /* OpenAI's other names */
+        {"{\"reasoning_effort\":\"xhigh\"}", false, true, 88},
+        {"{\"reasoning_effort\":40}", false, true, 40}, /* V4.1's own scale, 1-100 (deepseek4.md §5) */
+        {"{\"reasoning_effort\":1}", false, true, 1},
+        {"{\"reasoning_effort\":100}", false, true, 100},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         json_t *root = json_loads(cases[i].body, 0, NULL);
@@ -439,6 +444,24 @@ static void test_reasoning_mapping(void **state) {
         if (thinking != cases[i].thinking || effort != cases[i].effort)
             fail_msg("%s (default %d): thinking %d effort %d, want %d %d", cases[i].body, cases[i].server_default,
                      thinking, effort, cases[i].thinking, cases[i].effort);
+        json_decref(root);
+    }
+    /* anything else: a 400 naming the field, the allowed values and what was sent */
+    static const char *const bad[][2] = {{"0", "got 0"},           {"101", "got 101"},     {"50.5", "got 50.5"},
+                                         {"\"Medium\"", "'Medium'"}, {"true", "a boolean"}, {"[\"low\"]", "an array"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"reasoning_effort\":%s}", bad[i][0]);
+        json_t *root = json_loads(body, 0, NULL);
+        bool thinking;
+        int effort;
+        og_api_err e;
+        assert_false(og_api_reasoning(root, &g_mdl, &thinking, &effort, &e));
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.param, "reasoning_effort");
+        if (!strstr(e.message, "none, minimal, low, medium, high, xhigh, max, or an integer from 1 to 100") ||
+            !strstr(e.message, bad[i][1]))
+            fail_msg("%s: %s", body, e.message);
         json_decref(root);
     }
     /* V3.1: thinking opens the think block in the prompt, and the parser starts in the reasoning */

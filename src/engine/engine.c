@@ -474,9 +474,12 @@ static bool gen_reserve(og_seq *s, size_t more) {
 static void seq_end(og_seq *s, og_finish f) {
     if (s->finish != OG_FINISH_NONE) return;
     s->finish = f;
-    if (f == OG_FINISH_STOP || f == OG_FINISH_LENGTH) {
-        if (gen_reserve(s, 16)) og_detok_flush(&s->dt, s->gen, s->gen_cap, &s->gen_len);
-    }
+    /* the bytes of a character the output never finished (max_tokens cut it,
+     * or it ended inside one) are dropped, not shown as U+FFFD: they are no
+     * text. llama-server's stream drops them too (its non-streamed answer
+     * keeps them); og_outparse_finish drops them the same way, so streamed and
+     * non-streamed, parsed or not, give the same text. */
+    s->dt.n_pending = 0;
     s->released = s->gen_len;
 }
 

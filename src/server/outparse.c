@@ -459,6 +459,18 @@ static void on_mark(og_outparse *p, int r, og_out_cb cb, void *ud) {
 
 /* ---- the lexer -------------------------------------------------------------- */
 
+/* Bytes at the end of s[0..n) that begin a UTF-8 character and want more:
+ * a lead byte within the last 3 and what follows it. */
+static size_t utf8_unfinished(const char *s, size_t n) {
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        unsigned char c = (unsigned char)s[n - k];
+        if ((c & 0xC0) == 0x80) continue;
+        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return want > k ? k : 0;
+    }
+    return 0;
+}
+
 /* Bytes at the end of s[0..n) that may begin a byte-matched marker or finish
  * a UTF-8 character: they wait for more. */
 static size_t holdback(const og_outparse *p, const char *s, size_t n) {
@@ -472,15 +484,8 @@ static size_t holdback(const og_outparse *p, const char *s, size_t n) {
                 break;
             }
         }
-    /* an unfinished UTF-8 character: a lead byte within the last 3 that wants more */
-    for (size_t k = 1; k <= 3 && k <= n; k++) {
-        unsigned char c = (unsigned char)s[n - k];
-        if ((c & 0xC0) == 0x80) continue;
-        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        if (want > k && k > keep) keep = k;
-        break;
-    }
-    return keep;
+    const size_t u = utf8_unfinished(s, n); /* an unfinished UTF-8 character */
+    return u > keep ? u : keep;
 }
 
 /* Lexes p->lex: text and byte-matched markers; keeps what is undecided unless final. */
@@ -563,6 +568,11 @@ og_status og_outparse_feed(og_outparse *p, const int32_t *ids, int n, og_out_cb 
 static og_status finish(og_outparse *p, bool cut, og_out_cb cb, void *ud) {
     if (!p || !cb) return OG_ERR_INVALID_ARG;
     if (p->oom) return OG_ERR_NOMEM;
+    /* what lexing leaves is held back (holdback): the start of a byte-matched
+     * marker, kept as text, or a character not finished, dropped as the
+     * engine's text drops it (seq_end). */
+    lex_run(p, false, cb, ud);
+    p->lex.n -= utf8_unfinished(p->lex.p, p->lex.n);
     lex_run(p, true, cb, ud);
     if (p->st != S_CONTENT && p->st != S_REASONING) {
         /* a V3 block may end without its <calls_end> once a call completed */

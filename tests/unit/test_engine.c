@@ -991,6 +991,45 @@ static void test_forced_and_eog(void **state) {
     og_ids_free(&ids);
 }
 
+/* The id whose bytes are exactly b[0..n), or -1. */
+static int32_t token_of_bytes(const char *b, int n) {
+    char t[64];
+    for (int32_t id = 0; id < (int32_t)og_model_get_info(g_m)->n_vocab; id++)
+        if (og_token_to_bytes(g_tok, id, false, t, sizeof t) == n && !memcmp(t, b, (size_t)n)) return id;
+    return -1;
+}
+
+/* An output whose last tokens begin a character it never finishes (U+4E2D's
+ * first two of three bytes, one token each, cut by max_tokens): the partial
+ * bytes are dropped, as llama-server's stream does, never turned into U+FFFD;
+ * with the third byte the character is there. */
+static void test_cut_character(void **state) {
+    (void)state;
+    og_ids ids = prompt_ids("The quick brown fox");
+    const int32_t hi = token_of_bytes("Hi", 2), b0 = token_of_bytes("\xe4", 1), b1 = token_of_bytes("\xb8", 1),
+                  b2 = token_of_bytes("\xad", 1);
+    assert_true(hi >= 0 && b0 >= 0 && b1 >= 0 && b2 >= 0); /* byte-level BPE: every byte is a token */
+    int32_t forced[4] = {hi, b0, b1, b2};
+    og_engine *e = make_engine(1, 64, 256, 2, true);
+    static const struct {
+        int n;
+        const char *text;
+    } cases[] = {{3, "Hi"}, {2, "Hi"}, {4, "Hi\xe4\xb8\xad"}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        og_seq_params p = greedy(cases[c].n);
+        p.forced = forced;
+        p.n_forced = cases[c].n;
+        result r;
+        collect(e, submit(e, &ids, &p), &r);
+        assert_int_equal(r.finish, OG_FINISH_LENGTH);
+        assert_int_equal(r.n, cases[c].n);
+        assert_int_equal(r.len, strlen(cases[c].text));
+        assert_memory_equal(r.text, cases[c].text, r.len);
+    }
+    og_engine_free(e);
+    og_ids_free(&ids);
+}
+
 typedef struct step_log {
     og_placement *pl;
     int steps, prompt_steps, tokens;
@@ -1154,6 +1193,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_zero_tokens_and_drain),
         cmocka_unit_test(test_forced_and_eog),
+        cmocka_unit_test(test_cut_character),
         cmocka_unit_test(test_placement_at_rest),
         cmocka_unit_test(test_run_cli),
         cmocka_unit_test(test_prefix_cache_identical),

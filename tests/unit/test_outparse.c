@@ -492,7 +492,8 @@ static void test_ids_and_errors(void **state) {
 }
 
 /* Random token soup never crashes, and every byte of text the detokenizer
- * would show is reported somewhere (content, reasoning or a call). */
+ * would show is reported somewhere (content, reasoning or a call), but for a
+ * character left unfinished at the end. */
 static void test_random_outputs(void **state) {
     (void)state;
     static const char *pieces[] = {CB, CE, KB, KE, SEP, "function", "\n```json\n", "{\"a\":1}", "<think>", "</think>",
@@ -533,7 +534,7 @@ static void test_random_outputs(void **state) {
             size_t wl = 0;
             want[0] = 0;
             for (size_t i = 0; i < ids.n; i++) assert_true(og_detok_push(g_tok, &d, ids.v[i], want, sizeof want, &wl) >= 0);
-            assert_true(og_detok_flush(&d, want, sizeof want, &wl) >= 0);
+            /* not flushed: a character the output never finished is dropped at its end (as the engine's text) */
             char fixed[3 * sizeof want];
             fixed[og_utf8_repair(want, wl, fixed)] = 0; /* the server repairs invalid bytes (og_api_jstr) */
             assert_string_equal(r.content, fixed);

@@ -79,15 +79,19 @@ void og_outparse_free(og_outparse *p);
  * the events they complete. Errors: OG_ERR_NOMEM (the parser is then unusable). */
 og_status og_outparse_feed(og_outparse *p, const int32_t *ids, int n, og_out_cb cb, void *ud);
 
-/* The output ended: releases held-back text, and reports an unterminated call
- * as CONTENT (og_outparse_malformed then returns true). Errors: OG_ERR_NOMEM. */
+/* The output ended: releases held-back text (but for a character it never
+ * finished: dropped, as the engine's text drops it), and reports an
+ * unterminated call as CONTENT (og_outparse_malformed then returns true).
+ * Errors: OG_ERR_NOMEM. */
 og_status og_outparse_finish(og_outparse *p, og_out_cb cb, void *ud);
 
 /* As og_outparse_finish, for an output that was cut (max_tokens, a stop
  * string): an unfinished call, and the text inside a calls block after its
  * last complete call, are dropped instead of reported as CONTENT (the call's
  * arguments are incomplete and its marker syntax is not the model's answer);
- * og_outparse_cut_call then returns true. Complete calls stay reported.
+ * og_outparse_cut_call then returns true. So is the held-back start of a
+ * byte-matched marker the cut split (a DSML tag spelled by several tokens:
+ * "<｜DSML｜ ca" is markup, never content). Complete calls stay reported.
  * Errors: OG_ERR_NOMEM. */
 og_status og_outparse_finish_cut(og_outparse *p, og_out_cb cb, void *ud);
 bool og_outparse_cut_call(const og_outparse *p);

@@ -569,10 +569,13 @@ static og_status finish(og_outparse *p, bool cut, og_out_cb cb, void *ud) {
     if (!p || !cb) return OG_ERR_INVALID_ARG;
     if (p->oom) return OG_ERR_NOMEM;
     /* what lexing leaves is held back (holdback): the start of a byte-matched
-     * marker, kept as text, or a character not finished, dropped as the
-     * engine's text drops it (seq_end). */
+     * marker, or a character not finished. A cut output drops both: a marker
+     * the cut split (a forced call's "<｜DSML｜ ca") is markup, never content;
+     * an ended one keeps the marker start as text. A character never finished
+     * is dropped either way, as the engine's text drops it (seq_end). */
     lex_run(p, false, cb, ud);
-    p->lex.n -= utf8_unfinished(p->lex.p, p->lex.n);
+    if (cut) p->lex.n = 0;
+    else p->lex.n -= utf8_unfinished(p->lex.p, p->lex.n);
     lex_run(p, true, cb, ud);
     if (p->st != S_CONTENT && p->st != S_REASONING) {
         /* a V3 block may end without its <calls_end> once a call completed */

@@ -52,6 +52,30 @@ if [[ -n ${OG_SANITIZED:-} ]]; then
   echo "(the openai client with ajv: in the plain build; this is a sanitizer build)"
   exit 0
 fi
+# A forced call cut by max_tokens in the V4.1 encoding, whose DSML tags are spelled by ordinary
+# tokens (the V3 vocabulary has no DSML token): at every cut, no markup in the answer, only the cut's
+# finish (chat "length", messages "max_tokens") or the complete call; chat and /v1/messages,
+# streamed and not (the plain build: the sanitizer builds run the parser on every cut in test_outparse)
+port3=$port
+start_server "$work/serve41.log" --parallel 2 --ctx 2048 --batch-tokens 256 --chat-template v4.1
+base41="http://127.0.0.1:$port"
+echo "== a forced V4.1 DSML call cut by max_tokens (port $port)"
+port=$port3
+mbody='{"model":"m","messages":[{"role":"user","content":"time?"}],"tools":[{"name":"get_time","input_schema":{"type":"object","properties":{"tz":{"enum":["UTC","CET"]}},"required":["tz"]}}],"tool_choice":{"type":"any"},"temperature":0'
+for k in 1 2 3 5 8; do
+  for stream in false true; do
+    curl -sfN "$base41/v1/chat/completions" -H 'Content-Type: application/json' \
+      -d "${body%,\"max_tokens\":64},\"max_tokens\":$k,\"stream\":$stream}" > "$work/cut.out" || fail "chat, max_tokens $k"
+    if grep -q 'DSML\|<｜' "$work/cut.out"; then fail "chat, max_tokens $k, stream $stream: markup in the answer: $(cat "$work/cut.out")"; fi
+    grep -q '"finish_reason":"\(length\|tool_calls\)"' "$work/cut.out" || fail "chat, max_tokens $k: finish: $(cat "$work/cut.out")"
+    curl -sfN "$base41/v1/messages" -H 'Content-Type: application/json' -d "$mbody,\"max_tokens\":$k,\"stream\":$stream}" \
+      > "$work/cut.out" || fail "messages, max_tokens $k"
+    if grep -q 'DSML\|<｜' "$work/cut.out"; then fail "messages, max_tokens $k, stream $stream: markup in the answer: $(cat "$work/cut.out")"; fi
+    grep -q '"stop_reason":"\(max_tokens\|tool_use\)"' "$work/cut.out" || fail "messages, max_tokens $k: stop_reason: $(cat "$work/cut.out")"
+  done
+done
+echo "ok"
+
 cb=$("$onegpu" tokenize -m "$model" --no-bos --special -p '<｜tool▁calls▁begin｜>' | grep -o '[0-9][0-9]*' | head -1)
 echo "== tools through the openai client, arguments validated by ajv (port $port; calls marker id $cb)"
 node "$here/js/tools.mjs" "$base" "$cb"

@@ -620,6 +620,20 @@ static void test_layout_roundtrip(void **state) {
                     json_decref(a);
                 }
                 og_outparse_free(p);
+                /* cut by max_tokens after any of its tokens: no markup as content or reasoning, whatever
+                 * the cut split (a DSML tag spelled by several tokens included), and no call that is not
+                 * one of the whole output's */
+                for (size_t cut = 0; cut < out.n; cut++) {
+                    assert_int_equal(og_outparse_new(g_tok, &o, &p), OG_OK);
+                    rec c = {.open = -1};
+                    assert_int_equal(og_outparse_feed(p, out.v, (int)cut, on_ev, &c), OG_OK);
+                    assert_int_equal(og_outparse_finish_cut(p, on_ev, &c), OG_OK);
+                    if (c.content[0] || c.reasoning[0] || c.n_end > r.n_end)
+                        fail_msg("kind %d close %d cut after %zu of %zu tokens: content '%s', reasoning '%s', %d calls",
+                                 (int)kinds[k], close, cut, out.n, c.content, c.reasoning, c.n_end);
+                    for (int i = 0; i < c.n_end; i++) assert_string_equal(c.end_args[i], r.end_args[i]);
+                    og_outparse_free(p);
+                }
                 og_gmatch_free(m);
                 og_ids_free(&out);
             }

@@ -666,6 +666,7 @@ og_status og_seq_take(og_engine *e, og_seq *s, og_seq_out *o) {
     o->stop_index = o->finish == OG_FINISH_STOP ? s->stop_index : -1;
     o->n_prompt = s->n_prompt;
     o->n_cached = s->n_cached;
+    o->admitted = s->state != SEQ_QUEUED;
     o->n_gen = s->n_gen;
     o->step_submit = s->step_submit;
     o->step_first = s->step_first;

@@ -169,6 +169,8 @@ typedef struct og_seq_out {
                                      matched first in the text); -1 otherwise (EOG, or not ended) */
     int n_prompt, n_gen;          /* tokens (n_gen: generated so far, EOG excluded) */
     int n_cached;                 /* of the prompt's tokens, those read from the prefix cache (not prefilled) */
+    bool admitted;                /* it left the queue: n_cached is final (the prefix lookup is done at
+                                     admission, before its first step) */
     uint64_t step_submit;         /* scheduler steps done (og_engine_metrics.steps) when it was submitted */
     uint64_t step_first;          /* the step that sampled its first token (EOG too); 0: none yet */
     char error[256];              /* for OG_FINISH_ERROR */

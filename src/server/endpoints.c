@@ -100,6 +100,12 @@ static void name_fields(og_endpoint ep, og_api_err *e) {
         snprintf(e->param, sizeof e->param, "%.*s", (int)q, e->message + 1);
 }
 
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_api_model *mdl, og_api_req *req,
                  og_ep_out **out, og_api_err *e) {
     memset(req, 0, sizeof *req);
@@ -147,6 +153,7 @@ bool og_ep_parse(const og_ep_meta *meta, const char *body, size_t len, const og_
     o->echo = echo;
     o->stop_index = -1;
     o->keepalive_s = OG_EP_KEEPALIVE_S;
+    o->last_event_s = mono_s(); /* a keep-alive comes keepalive_s after the request, not at once */
     o->max_calls = req->max_calls;
     o->n_prompt = (int)req->prompts[0].n;
     if (req->parse && og_outparse_new(mdl->tok, &req->out, &o->parser)) {
@@ -209,11 +216,6 @@ void og_ep_out_free(og_ep_out *o) {
     free(o);
 }
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static bool sse_append(og_ep_out *o, const char *s, size_t n) {
     o->last_event_s = mono_s();
@@ -253,7 +255,13 @@ void og_ep_out_sse_clear(og_ep_out *o) { o->sse_len = 0; }
 bool og_ep_out_done(const og_ep_out *o) { return o->done; }
 
 og_status og_ep_out_keepalive(og_ep_out *o) {
-    if (o->stream && o->begun && !o->done && mono_s() - o->last_event_s >= o->keepalive_s) o->ops->keepalive(o);
+    /* queued, before the opening events (which wait for the admission's
+     * numbers): an SSE comment, which readers skip (the Anthropic SDK's
+     * _iterSSEMessages, the openai client's), so that no event comes first */
+    if (o->stream && !o->done && mono_s() - o->last_event_s >= o->keepalive_s) {
+        if (o->begun) o->ops->keepalive(o);
+        else og_ep_sse_comment(o, "keep-alive");
+    }
     return o->oom ? OG_ERR_NOMEM : OG_OK;
 }
 
@@ -366,9 +374,13 @@ static void on_event(void *ud, const og_out_ev *ev) {
 
 og_status og_ep_out_feed(og_ep_out *o, const og_seq_out *so) {
     if (o->finish != OG_FINISH_NONE) return OG_OK;
-    if (o->stream && !o->begun) og_ep_out_begin(o);
     if (so->n_prompt) o->n_prompt = so->n_prompt;
     if (so->n_prompt) o->n_cached = so->n_cached;
+    /* the opening events carry the prompt's usage (message_start's
+     * cache_read_input_tokens): sent once the sequence is admitted, when the
+     * prefix lookup is done, or when it ended without ever being admitted */
+    if (o->stream && !o->begun && (so->admitted || so->finish != OG_FINISH_NONE)) og_ep_out_begin(o);
+    if (o->stream && !o->begun) return OG_OK; /* queued: nothing else can have come */
     o->n_gen = so->n_gen;
     if (!o->parser && so->len) {
         og_out_ev ev = {.kind = OG_OUT_CONTENT, .text = so->text, .len = so->len};

@@ -272,11 +272,7 @@ static json_t *chunk(const gen_ctx *g, int i, json_t *delta_or_text, json_t *log
 /* gen_collect for /v1/messages and /v1/responses (one sequence): the output
  * assembler makes their events and their response object. */
 static bool ep_collect(gen_ctx *g, bool stream) {
-    bool changed = false;
-    if (stream && !g->started) {
-        g->started = changed = true;
-        og_ep_out_begin(g->ep);
-    }
+    bool changed = false; /* the opening events wait for the admission (og_ep_out_feed) */
     og_seq_out o;
     if (g->finish[0] == OG_FINISH_NONE && og_seq_take(g->e, g->seqs[0], &o) == OG_OK) {
         g->n_prompt[0] = o.n_prompt;

@@ -84,6 +84,22 @@ assert.equal(rawText, a.content[0].text);
 assert.equal(rawTypes[0], 'message_start');
 ok('stream: true: raw events iterate, text_delta pieces add up');
 
+// a prompt read from the prefix cache: message_start already says how much (it goes out at admission,
+// after the prefix lookup), the same number as message_delta and the non-streamed usage
+const long = user('The sea, the sea. '.repeat(40));
+const warm = await client.messages.create({ ...greedy, messages: long }); // its full blocks stay cached
+const cachedStream = client.messages.stream({ ...greedy, messages: long });
+let startUsage = null;
+// a copy: the SDK's snapshot shares this object and message_delta updates it later
+cachedStream.on('streamEvent', (ev) => { if (ev.type === 'message_start') startUsage = structuredClone(ev.message.usage); });
+const cachedMsg = await cachedStream.finalMessage();
+assert.ok(cachedMsg.usage.cache_read_input_tokens >= 64, JSON.stringify(cachedMsg.usage));
+assert.equal(startUsage.cache_read_input_tokens, cachedMsg.usage.cache_read_input_tokens);
+assert.equal(startUsage.input_tokens, warm.usage.input_tokens);
+assert.equal(startUsage.output_tokens, 0);
+assert.deepEqual(cachedMsg.content, warm.content);
+ok(`messages.stream of a cached prompt: message_start says cache_read_input_tokens ${startUsage.cache_read_input_tokens}, as the end does`);
+
 // stop_sequences: cut right before the first match, named in stop_sequence
 const text = a.content[0].text;
 const stop = text.slice(Math.floor(text.length / 2), Math.floor(text.length / 2) + 3);

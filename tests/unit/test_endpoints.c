@@ -396,7 +396,7 @@ static void test_responses_mapping(void **state) {
 static void feed(og_ep_out *o, const char *const *pieces, int n, og_finish f, int stop_index, int n_gen) {
     for (int i = 0; i <= n; i++) {
         og_seq_out so = {.text = (char *)(i < n ? pieces[i] : ""), .n_prompt = 11, .n_gen = i < n ? i + 1 : n_gen,
-                         .stop_index = -1};
+                         .stop_index = -1, .admitted = true};
         so.len = strlen(so.text);
         if (i == n) {
             so.finish = f;
@@ -552,6 +552,32 @@ static void test_messages_output(void **state) {
                                              "\"api_error\",\"message\":\"the engine failed\"}}}");
     json_decref(ev);
     og_ep_out_free(s);
+
+    /* queued, then admitted with 64 prompt tokens from the prefix cache:
+     * nothing but a keep-alive comment while queued (no event may precede
+     * message_start), then message_start with the admission's usage */
+    snprintf(buf, sizeof buf, "%s,\"stream\":true}", body);
+    parse_ok(OG_EP_MESSAGES, buf, &r, &s);
+    og_api_req_free(&r);
+    og_seq_out q = {.text = "", .n_prompt = 100, .stop_index = -1};
+    assert_int_equal(og_ep_out_feed(s, &q), OG_OK);
+    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
+    og_ep_out_sse(s, &n);
+    assert_int_equal(n, 0);
+    s->keepalive_s = 0;
+    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
+    assert_string_equal(og_ep_out_sse(s, &n), ": keep-alive\n\n");
+    og_ep_out_sse_clear(s);
+    q.admitted = true;
+    q.n_cached = 64;
+    assert_int_equal(og_ep_out_feed(s, &q), OG_OK);
+    ev = sse_events(og_ep_out_sse(s, &n));
+    assert_int_equal(json_array_size(ev), 2); /* message_start, ping */
+    json_t *u = json_object_get(json_object_get(json_object_get(json_array_get(ev, 0), "data"), "message"), "usage");
+    assert_json_equal(u, "{\"input_tokens\":100,\"output_tokens\":0,\"cache_creation_input_tokens\":0,"
+                         "\"cache_read_input_tokens\":64}");
+    json_decref(ev);
+    og_ep_out_free(s);
 }
 
 /* The Responses events: names and types agree, sequence_number counts from 0,
@@ -649,7 +675,7 @@ static void feed_model_output(og_ep_out *o, const char *out, int keep, og_finish
     if (keep >= 0) len = (size_t)keep;
     text[len] = 0;
     og_seq_out so = {.text = text, .len = len, .toks = toks, .n_toks = (int)ids.n, .finish = f, .n_prompt = 3,
-                     .n_gen = (int)ids.n, .stop_index = stop_index};
+                     .n_gen = (int)ids.n, .stop_index = stop_index, .admitted = true};
     assert_int_equal(og_ep_out_feed(o, &so), OG_OK);
     free(toks);
     og_ids_free(&ids);

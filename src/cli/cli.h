@@ -40,6 +40,12 @@ int og_cmd_serve(int argc, char **argv);
 struct og_plan;
 void og_cli_plan_line(FILE *out, const struct og_plan *p, bool from_profile);
 
+/* What the planner did with --expert-slots N (slots_override) beyond a layer's
+ * routed experts, which is every slot a layer can use: one line to out,
+ * "CMD: --expert-slots N: capped to M because ...", and nothing when N was
+ * taken as given (defined in cmd_plan.c). Cannot fail. */
+void og_cli_slots_note(FILE *out, const char *cmd, int64_t slots_override, const struct og_plan *p);
+
 /* Strict positive decimal count for flags like --ctx: "4096" yes; "", "0", "12k",
  * "-1" and values over 2^31 - 1 no (defined in cmd_plan.c). */
 bool og_cli_parse_count(const char *s, uint32_t *out);

@@ -9,10 +9,14 @@
 #include "hf_tokenizer.h"
 #include "og_model_write.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -336,12 +340,60 @@ static const struct {
     {"deepseek41", og_cmd_make_model_ds41}, /* cmd_make_model_ds41.c */
 };
 
+/* SIGINT / SIGTERM while a model is written: the GGUF writer's temporary
+ * files (og_gguf_writer_write: "PATH.onegpu-write-XXXXXX", open until their
+ * rename) are removed, then the process exits 128 + the signal, as a shell
+ * reports a killed command. The signals are blocked in every thread and taken
+ * by sigwait here, so nothing runs in a signal handler; the files are found
+ * among this process's own open descriptors (/proc/self/fd), never another
+ * writer's. Parts of a split write already renamed stay (each is whole). */
+static void *interrupt_watch(void *arg) {
+    const sigset_t *sigs = arg;
+    int sig = 0;
+    if (sigwait(sigs, &sig)) return NULL;
+    int removed = 0;
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *de; d && (de = readdir(d));) {
+        char link[64], target[PATH_MAX];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", de->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = 0;
+        if (strstr(target, ".onegpu-write-") && !strstr(target, " (deleted)") && unlink(target) == 0) {
+            fprintf(stderr, "onegpu make-model: %s: removed the unfinished %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                    target);
+            removed++;
+        }
+    }
+    if (d) closedir(d);
+    if (!removed) fprintf(stderr, "onegpu make-model: %s: stopped\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    _exit(128 + sig);
+}
+
 int og_cmd_make_model(int argc, char **argv) {
     /* a silent first pass finds --arch (abbreviations included), as the preset */
     static const struct option arch_opt[] = {{"arch", required_argument, 0, O_ARCH}, {0, 0, 0, 0}};
     const char *arch = og_cli_make_first_value(argc, argv, "-", arch_opt, O_ARCH, "deepseek2");
-    for (size_t i = 0; i < sizeof make_archs / sizeof make_archs[0]; i++)
-        if (!strcmp(make_archs[i].arch, arch)) return make_archs[i].make(argc, argv);
-    fprintf(stderr, "onegpu make-model: unknown --arch '%s' (deepseek2, deepseek4, deepseek41)\n", arch);
-    return OG_EXIT_USAGE;
+    size_t i = 0;
+    while (i < sizeof make_archs / sizeof make_archs[0] && strcmp(make_archs[i].arch, arch)) i++;
+    if (i == sizeof make_archs / sizeof make_archs[0]) {
+        fprintf(stderr, "onegpu make-model: unknown --arch '%s' (deepseek2, deepseek4, deepseek41)\n", arch);
+        return OG_EXIT_USAGE;
+    }
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_t watcher;
+    /* blocked before any thread starts, so every thread the writer starts has them blocked too */
+    const bool blocked = pthread_sigmask(SIG_BLOCK, &sigs, &old) == 0;
+    const bool watching = blocked && pthread_create(&watcher, NULL, interrupt_watch, &sigs) == 0;
+    if (blocked && !watching) pthread_sigmask(SIG_SETMASK, &old, NULL); /* no watcher: the signals as they were */
+    int rc = make_archs[i].make(argc, argv);
+    if (watching) {
+        pthread_cancel(watcher); /* sigwait is a cancellation point */
+        pthread_join(watcher, NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    return rc;
 }

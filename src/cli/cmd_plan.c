@@ -29,6 +29,13 @@ static void usage(FILE *out) {
             "exit status: 0 fits, 1 usage, 2 bad model or profile file, 3 does not fit\n");
 }
 
+void og_cli_slots_note(FILE *out, const char *cmd, int64_t slots_override, const og_plan *p) {
+    if (slots_override <= (int64_t)p->n_expert || !p->n_moe_layers) return;
+    fprintf(out, "%s: --expert-slots %lld: capped to %u because a MoE layer has %u routed experts (slots beyond them "
+                 "hold nothing; --expert-slots all asks for every one)\n",
+            cmd, (long long)slots_override, p->n_expert, p->n_expert);
+}
+
 void og_cli_plan_line(FILE *out, const og_plan *p, bool from_profile) {
     char a[32], b[32], c[32];
     uint64_t total = (uint64_t)p->n_moe_layers * p->n_expert;
@@ -164,6 +171,7 @@ int og_cmd_plan(int argc, char **argv) {
     og_status st = og_plan_make(g, &in, &p, err, sizeof err);
     og_gguf_close(g);
     free(counts);
+    if (!st) og_cli_slots_note(stderr, "onegpu plan", in.slots_override, &p);
     if (st == OG_ERR_INVALID_ARG) { /* e.g. --ctx above the model's */
         fprintf(stderr, "onegpu plan: %s\n", err);
         return OG_EXIT_USAGE;

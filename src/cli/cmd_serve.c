@@ -344,12 +344,17 @@ int og_cmd_serve(int argc, char **argv) {
     og_server_set_engine(srv, eng, &mdl);
     og_engine_metrics em;
     og_engine_metrics_get(eng, &em);
-    char pool_line[160] = "";
-    if (em.kv_block_bytes) {
-        char pb[32];
-        snprintf(pool_line, sizeof pool_line, ", KV pool %llu blocks (%s)%s%s", (unsigned long long)em.kv_blocks_total,
-                 og_fmt_bytes(em.kv_blocks_total * em.kv_block_bytes, pb, sizeof pb),
-                 fl.cache_ram && prefix_cache ? ", --cache-ram on" : "", fl.cache_dir && prefix_cache ? ", --cache-dir on" : "");
+    char pool_line[PATH_MAX + 256] = "";
+    if (em.kv_block_bytes) { /* the pool and the tiers with their sizes: what the flags took */
+        char pb[32], rb[32], db[32], ram[64] = "", dir[PATH_MAX + 64] = "";
+        if (fl.cache_ram && prefix_cache)
+            snprintf(ram, sizeof ram, ", --cache-ram %s", og_fmt_bytes(fl.cache_ram, rb, sizeof rb));
+        if (fl.cache_dir && prefix_cache)
+            snprintf(dir, sizeof dir, ", --cache-dir %s (at most %s)", fl.cache_dir,
+                     og_fmt_bytes(fl.cache_dir_size ? fl.cache_dir_size : OG_ENGINE_CACHE_DIR_BYTES, db, sizeof db));
+        snprintf(pool_line, sizeof pool_line, ", KV pool %llu blocks of %d positions (%s)%s%s",
+                 (unsigned long long)em.kv_blocks_total, OG_KV_BLOCK,
+                 og_fmt_bytes(em.kv_blocks_total * em.kv_block_bytes, pb, sizeof pb), ram, dir);
     }
     fprintf(stderr, "onegpu serve: ready: model '%s', ctx %u x %u sequences, batch %u tokens, %s, %u threads, prefix "
                     "cache %s%s, forward pass on the %s\n",

@@ -26,7 +26,8 @@ static void usage(FILE *out) {
                  "commands:\n", OG_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "  %-12s %s\n", "help", "show this list");
+    fprintf(out, "  %-12s %s\n", "help", "show this list (onegpu help CMD: that command's flags)");
+    fprintf(out, "  %-12s %s\n", "--version", "the version, and whether the CUDA device is built");
 }
 
 int main(int argc, char **argv) {

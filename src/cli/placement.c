@@ -133,6 +133,7 @@ int og_cli_plan_prepare(const char *cmd, const og_gguf *hg, const og_model_info 
     og_status st = profile_path ? og_profile_read(profile_path, hp->n_layer, hp->n_expert, profile, err, sizeof err) : OG_OK;
     pin->profile = *profile;
     if (!st) st = og_plan_make(hg, pin, plan, err, sizeof err);
+    if (!st) og_cli_slots_note(stderr, cmd, pin->slots_override, plan);
     if (st || !plan->fits) {
         if (st) fprintf(stderr, "%s: %s\n", cmd, err);
         else fprintf(stderr, "%s: does not fit: %s\n", cmd, plan->reason);

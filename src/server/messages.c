@@ -461,8 +461,11 @@ static json_t *block_json(const og_blk *b, bool empty) {
     return NULL;
 }
 
+/* Anthropic's usage splits the prompt: input_tokens are the ones not read from
+ * the cache, cache_read_input_tokens the ones that were (their sum is the
+ * prompt, count_tokens' number; llama-server's /v1/messages reports them so). */
 static json_t *usage_json(const og_ep_out *o) {
-    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", o->n_prompt, "output_tokens", o->n_gen,
+    return json_pack("{s:i,s:i,s:i,s:i}", "input_tokens", o->n_prompt - o->n_cached, "output_tokens", o->n_gen,
                      "cache_creation_input_tokens", 0, "cache_read_input_tokens", o->n_cached);
 }
 

@@ -39,7 +39,7 @@ const fs = require("fs"), [a, b, kind, rule] = process.argv.slice(1);
 const A = JSON.parse(fs.readFileSync(a, "utf8")), B = JSON.parse(fs.readFileSync(b, "utf8"));
 const msg = A.type === "message";
 const cached = j => msg ? j.usage.cache_read_input_tokens : j.usage.prompt_tokens_details.cached_tokens;
-const total = j => msg ? j.usage.input_tokens : j.usage.prompt_tokens;
+const total = j => msg ? j.usage.input_tokens + j.usage.cache_read_input_tokens : j.usage.prompt_tokens; // Anthropic: input_tokens are the uncached ones
 const out = j => JSON.stringify(msg ? j.content : j.choices.map(c => [c.text, c.message, c.logprobs]));
 if (total(A) < 600) { console.error("prompt too short:", total(A)); process.exit(1); }
 if (cached(A) !== 0) { console.error(a, "cold request reports", cached(A), "cached"); process.exit(1); }

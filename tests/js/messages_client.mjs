@@ -33,6 +33,8 @@ const ajv = new Ajv({ strict: false });
 let checks = 0;
 const ok = (name) => { checks++; console.log(`ok ${checks} - ${name}`); };
 const user = (content) => [{ role: 'user', content }];
+// the prompt's tokens in Anthropic's usage: those not read from the cache plus those read from it
+const promptOf = (u) => u.input_tokens + (u.cache_read_input_tokens ?? 0);
 const noIds = (blocks) => blocks.map((b) => (b.type === 'tool_use' ? { ...b, id: 'x' } : b));
 
 // ---- text messages: shape, usage = count_tokens, stream = non-stream
@@ -95,7 +97,12 @@ cachedStream.on('streamEvent', (ev) => { if (ev.type === 'message_start') startU
 const cachedMsg = await cachedStream.finalMessage();
 assert.ok(cachedMsg.usage.cache_read_input_tokens >= 64, JSON.stringify(cachedMsg.usage));
 assert.equal(startUsage.cache_read_input_tokens, cachedMsg.usage.cache_read_input_tokens);
-assert.equal(startUsage.input_tokens, warm.usage.input_tokens);
+// input_tokens are the prompt's tokens not read from the cache (Anthropic's usage; llama-server's too):
+// with cache_read_input_tokens, the prompt, as count_tokens counts it
+const countLong = await client.messages.countTokens({ model: 'any-model', messages: long });
+assert.equal(promptOf(startUsage), countLong.input_tokens);
+assert.equal(promptOf(cachedMsg.usage), countLong.input_tokens);
+assert.equal(promptOf(warm.usage), countLong.input_tokens);
 assert.equal(startUsage.output_tokens, 0);
 assert.deepEqual(cachedMsg.content, warm.content);
 ok(`messages.stream of a cached prompt: message_start says cache_read_input_tokens ${startUsage.cache_read_input_tokens}, as the end does`);
@@ -172,7 +179,7 @@ assert.equal(back.type, 'message');
 const cRound = await client.messages.countTokens({ model: 'm', tools, messages: round });
 const cAsk = await client.messages.countTokens({ model: 'm', tools, messages: ask });
 const cBare = await client.messages.countTokens({ model: 'm', messages: ask });
-assert.equal(back.usage.input_tokens, cRound.input_tokens);
+assert.equal(promptOf(back.usage), cRound.input_tokens);
 assert.ok(cRound.input_tokens > cAsk.input_tokens && cAsk.input_tokens > cBare.input_tokens);
 ok('tool_use / tool_result round trip: answered; the calls, results and tools are in the prompt (count_tokens)');
 
@@ -195,7 +202,7 @@ if (baseThinking) {
   const off = await tc.messages.create({ ...th, thinking: { type: 'disabled' } });
   assert.ok(off.content.every((b) => b.type !== 'thinking'));
   const cOn = await tc.messages.countTokens({ model: 'm', messages: th.messages, thinking: th.thinking });
-  assert.equal(cOn.input_tokens, on.usage.input_tokens);
+  assert.equal(cOn.input_tokens, promptOf(on.usage));
   // earlier thinking blocks in an assistant turn are accepted and answered
   const again = await tc.messages.create({ ...th, messages: [...th.messages,
     { role: 'assistant', content: [...on.content, { type: 'text', text: 'The sea is wide.' }] }, ...user('More?')] });

@@ -544,7 +544,8 @@ static bool parse_tools(json_t *root, const og_api_model *mdl, og_api_req *r, og
         nt = json_array_size(tools);
         if (nt > 128) return BAD("tools", "at most 128 tools per request (got %zu)", nt);
     }
-    /* the tools: validated, parameters normalized (type object) and compiled to check the schema */
+    /* the tools: validated, parameters normalized (type object); the schemas a
+     * forced call's grammar holds the arguments to are compiled below */
     const char **names = calloc(nt ? nt : 1, sizeof *names);
     json_t **params = calloc(nt ? nt : 1, sizeof *params);
     bool ok = names && params ? true : OOM();
@@ -607,12 +608,6 @@ static bool parse_tools(json_t *root, const og_api_model *mdl, og_api_req *r, og
             break;
         }
         if (!ty) json_object_set_new(params[i], "type", json_string("object"));
-        og_grammar *g = NULL;
-        char msg[400];
-        og_status st = og_grammar_from_schema(params[i], &g, msg, sizeof msg);
-        og_grammar_unref(g);
-        if (st == OG_ERR_NOMEM) ok = OOM();
-        else if (st) ok = BAD(pn, "%s: %s", pn, msg);
         no_extras(params[i], 0);
     }
     /* tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}} */
@@ -646,6 +641,24 @@ static bool parse_tools(json_t *root, const og_api_model *mdl, og_api_req *r, og
     if (ok && !get_bool(root, "parallel_tool_calls", &parallel, e)) ok = false;
     r->max_calls = parallel ? 0 : 1;
     bool forced = r->tool_choice == OG_TOOLS_REQUIRED || r->tool_choice == OG_TOOLS_NAMED;
+    /* a forced call's grammar holds the arguments to the schema, so those
+     * schemas must be in the subset the grammar compiles (a keyword outside
+     * it is a 400 naming it). With "auto" or "none" a schema is only rendered
+     * into the prompt, whatever it says: agents' tools carry "format",
+     * "minimum", "pattern", "$schema" and the like, which must not refuse
+     * the request. */
+    for (size_t i = 0; ok && forced && i < nt; i++) {
+        if (named >= 0 && (size_t)named != i) continue;
+        og_grammar *g = NULL;
+        char msg[400];
+        og_status st = og_grammar_from_schema(params[i], &g, msg, sizeof msg);
+        og_grammar_unref(g);
+        snprintf(pn, sizeof pn, "tools[%zu].function.parameters", i);
+        if (st == OG_ERR_NOMEM) ok = OOM();
+        else if (st)
+            ok = BAD(pn, "%s: %s (a forced call's grammar holds the arguments to the schema; with tool_choice "
+                         "\"auto\" any schema is accepted)", pn, msg);
+    }
     if (ok && forced && r->grammar)
         ok = BAD("response_format", "response_format cannot be combined with tool_choice \"%s\": the output is the "
                                     "tool call", r->tool_choice == OG_TOOLS_REQUIRED ? "required" : "function");

@@ -388,10 +388,34 @@ static void test_tools_mapping(void **state) {
               "'get_wether'");
     parse_bad("{" ASK ",\"tool_choice\":\"sometimes\"}", "tool_choice", "\"required\"");
     parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tool_choice\":\"auto\"}", "tool_choice", "needs 'tools'");
-    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
-              "\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":"
-              "\"date\"}}}}}]}",
+    /* a schema outside the grammar's subset: a 400 naming the keyword only where a forced call's grammar
+     * holds the arguments to it; with auto (an agent's tools: format, minimum, pattern, $schema ...) it
+     * is rendered as given */
+#define FMT_TOOLS "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"$schema\":" \
+                  "\"http://json-schema.org/draft-07/schema#\",\"type\":\"object\",\"properties\":{\"d\":{\"type\":" \
+                  "\"string\",\"format\":\"date\",\"pattern\":\"^2\"},\"n\":{\"type\":\"integer\",\"minimum\":0}}}}}," \
+                  "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]"
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]," FMT_TOOLS ",\"tool_choice\":\"required\"}",
               "tools[0].function.parameters", "'format'");
+    parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]," FMT_TOOLS
+              ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+              "tools[0].function.parameters", "with tool_choice \"auto\" any schema is accepted");
+    static const char *const fmt_ok[] = {"", ",\"tool_choice\":\"auto\"", ",\"tool_choice\":\"none\"",
+                                         ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}"};
+    for (size_t i = 0; i < sizeof fmt_ok / sizeof *fmt_ok; i++) {
+        char fb[1024];
+        snprintf(fb, sizeof fb, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],%s%s}", FMT_TOOLS, fmt_ok[i]);
+        parse_ok(fb, true, &g_mdl, &r);
+        static char text[16384];
+        size_t len = 0;
+        og_detok d = {0};
+        for (size_t k = 0; k < r.prompts[0].n; k++)
+            assert_true(og_detok_push(g_tok, &d, r.prompts[0].v[k], text, sizeof text, &len) >= 0);
+        if (!strstr(text, "\"format\": \"date\"") && !strstr(text, "\"format\":\"date\"")) /* the schema as given */
+            fail_msg("%s: the prompt lacks the schema's keywords: %s", fb, text);
+        og_api_req_free(&r);
+    }
+#undef FMT_TOOLS
     parse_bad("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
               "\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
               "tools[1].function.name", "used by tools[0]");

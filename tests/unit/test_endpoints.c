@@ -437,6 +437,21 @@ static void assert_json_equal(json_t *got, const char *want_text) {
 
 /* §3, §4: the events in order, names matching their data's type, the stream
  * reassembled equal to the object; stop_reason and stop_sequence. */
+/* s's keep-alive: nothing before keepalive_s passed, then want (s's SSE text
+ * is empty before; cleared after). */
+static void assert_keepalive(og_ep_out *s, const char *want) {
+    size_t n;
+    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
+    og_ep_out_sse(s, &n);
+    assert_int_equal(n, 0);
+    const double keep = s->keepalive_s;
+    s->keepalive_s = 0;
+    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
+    assert_string_equal(og_ep_out_sse(s, &n), want);
+    og_ep_out_sse_clear(s);
+    s->keepalive_s = keep;
+}
+
 static void test_messages_output(void **state) {
     (void)state;
     static const char *const pieces[] = {"Hel", "lo", " there"};
@@ -535,13 +550,7 @@ static void test_messages_output(void **state) {
     og_ep_out_begin(s);
     og_ep_out_sse_clear(s);
     /* waiting for the first token (a long prefill): a ping once keepalive_s passed, not before */
-    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
-    og_ep_out_sse(s, &n);
-    assert_int_equal(n, 0);
-    s->keepalive_s = 0;
-    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
-    assert_string_equal(og_ep_out_sse(s, &n), "event: ping\ndata: {\"type\":\"ping\"}\n\n");
-    og_ep_out_sse_clear(s);
+    assert_keepalive(s, "event: ping\ndata: {\"type\":\"ping\"}\n\n");
     og_api_err e;
     og_api_error(&e, 500, "server_error", NULL, NULL, "the engine failed");
     og_ep_out_error(s, &e);
@@ -561,13 +570,7 @@ static void test_messages_output(void **state) {
     og_api_req_free(&r);
     og_seq_out q = {.text = "", .n_prompt = 100, .stop_index = -1};
     assert_int_equal(og_ep_out_feed(s, &q), OG_OK);
-    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
-    og_ep_out_sse(s, &n);
-    assert_int_equal(n, 0);
-    s->keepalive_s = 0;
-    assert_int_equal(og_ep_out_keepalive(s), OG_OK);
-    assert_string_equal(og_ep_out_sse(s, &n), ": keep-alive\n\n");
-    og_ep_out_sse_clear(s);
+    assert_keepalive(s, ": keep-alive\n\n");
     q.admitted = true;
     q.n_cached = 64;
     assert_int_equal(og_ep_out_feed(s, &q), OG_OK);

@@ -189,6 +189,7 @@ typedef struct disk_ent {
 
 struct og_kv_tier {
     og_kv_tier_config c;
+    uint64_t store_id;      /* the files' name prefix: the model, kv-type and block geometry */
     char *dir;
     uint64_t payload_bytes;
     ram_ent *ram;           /* [n_ram], unordered */
@@ -200,11 +201,18 @@ struct og_kv_tier {
     kvb_header *buf;        /* a header + payload, for writes and reads */
 };
 
-/* DIR/MODEL-HASH.kvb: the model's id in the name, so that two models sharing a
- * directory never write over each other's blocks. */
+/* DIR/STORE-HASH.kvb, STORE a hash of the model's id, the kv-type and the block
+ * geometry: two servers sharing a directory with other models, or the same model
+ * at another --kv-type, never write over each other's blocks (the chain hash
+ * alone is the same for the same ids under either kv-type). */
 #define KVB_NAME_LEN 37 /* 16 + 1 + 16 + 4 */
+static uint64_t store_id(const og_kv_tier_config *c) {
+    const uint64_t f[6] = {c->model_id, c->kv_type, c->n_layer, OG_KV_BLOCK, c->row_elems, c->elem_bytes};
+    return fnv_words(OG_FNV1A64_INIT, f, sizeof f);
+}
+
 static void file_name(const og_kv_tier *t, uint64_t hash, char *buf, size_t n) {
-    snprintf(buf, n, "%s/%016llx-%016llx.kvb", t->dir, (unsigned long long)t->c.model_id, (unsigned long long)hash);
+    snprintf(buf, n, "%s/%016llx-%016llx.kvb", t->dir, (unsigned long long)t->store_id, (unsigned long long)hash);
 }
 
 /* Whether h (read from a file of file_bytes bytes) is a block of this model's
@@ -310,7 +318,7 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
     if (!d) return og_fail(err, errlen, OG_ERR_IO, "cache-dir %s: %s", t->dir, strerror(errno));
     typedef struct found { uint64_t hash, bytes; double mtime; } found;
     found *fs = NULL;
-    int n = 0, cap = 0;
+    int n = 0, cap = 0, n_foreign = 0;
     og_status st = OG_OK;
     for (struct dirent *de; (de = readdir(d));) {
         const char *nm = de->d_name;
@@ -318,6 +326,10 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
         char tail[8];
         if (strlen(nm) != KVB_NAME_LEN || sscanf(nm, "%16llx-%16llx%7s", &model, &hash, tail) != 3 || strcmp(tail, ".kvb"))
             continue;
+        if (model != t->store_id) { /* another model's, kv-type's or geometry's: theirs, not opened */
+            n_foreign++;
+            continue;
+        }
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", t->dir, nm);
         struct stat sb;
@@ -326,7 +338,7 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
         const char *why = NULL;
         if (!f || fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) why = "cannot be read";
         else if (fread(&h, 1, sizeof h, f) != sizeof h) why = "truncated";
-        else if (header_ok(t, &h, (uint64_t)sb.st_size, &why) && (h.hash != hash || h.model_id != model))
+        else if (header_ok(t, &h, (uint64_t)sb.st_size, &why) && h.hash != hash)
             why = "its name is not its key";
         if (f) fclose(f);
         if (why) {
@@ -346,6 +358,9 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
         fs[n++] = (found){hash, (uint64_t)sb.st_size, (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec};
     }
     closedir(d);
+    if (n_foreign)
+        og_log(t->c.log, OG_LOG_INFO, "cache-dir %s: %d block files of other models, kv-types or geometries left alone",
+               t->dir, n_foreign);
     /* ticks in modification order: the oldest file is the least recently used */
     for (int i = 0; i < n && !st; i++) {
         int best = i;
@@ -369,6 +384,7 @@ og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *
     if (!t) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     t->c = *c;
     t->c.dir = NULL;
+    t->store_id = store_id(c);
     t->payload_bytes = (uint64_t)c->n_layer * OG_KV_BLOCK * c->row_elems * c->elem_bytes;
     t->buf = malloc(sizeof *t->buf + t->payload_bytes);
     og_status st = t->buf ? OG_OK : og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");

@@ -469,6 +469,49 @@ static void test_bad_files(void **state) {
     fclose(g_lf);
 }
 
+/* One directory shared by the same model at f16 and at f32 (two servers, or
+ * one restarted with another --kv-type): each keeps its own files (the chain
+ * hash of the same ids is the same under either kv-type, so a name without the
+ * kv-type had the second write over the first's blocks), and each restart
+ * reads its own blocks back, the other's left alone with one line. */
+static void test_shared_dir_kv_types(void **state) {
+    (void)state;
+    enum { N = 200 };
+    int32_t a[N], b[N];
+    random_ids(a, N, 31);
+    random_ids(b, N, 32);
+    char dir[600], err[256];
+    snprintf(dir, sizeof dir, "%s/shared", g_dir);
+    log_open();
+    result ref[2], r;
+    static const char *const types[2] = {"f16", "f32"};
+    for (int k = 0; k < 2; k++) { /* each kv-type's blocks: a's 3 and b's 3 */
+        assert_int_equal(og_model_set_option(g_m, "kv-type", types[k], err, sizeof err), OG_OK);
+        og_engine *e = tier_engine(0, dir);
+        run(e, a, N, &ref[k]);
+        run(e, b, N, &r);
+        og_engine_free(e);
+    }
+    char names[64][300];
+    assert_int_equal(block_files(dir, names, 64), 12);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(og_model_set_option(g_m, "kv-type", types[k], err, sizeof err), OG_OK);
+        og_engine *e = tier_engine(0, dir);
+        og_engine_metrics m;
+        og_engine_metrics_get(e, &m);
+        assert_int_equal(m.cache_disk_blocks, 6);
+        run_same(e, a, &ref[k], 192);
+        og_engine_metrics_get(e, &m);
+        assert_int_equal(m.cache_disk_restored, 3);
+        assert_int_equal(m.cache_disk_skipped, 0);
+        og_engine_free(e);
+    }
+    assert_int_equal(og_model_set_option(g_m, "kv-type", "f16", err, sizeof err), OG_OK);
+    assert_int_equal(count_in_log("cache-dir: skipping"), 0);
+    assert_int_equal(count_in_log("6 block files of other models, kv-types or geometries left alone"), 3);
+    fclose(g_lf);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_kv_pool ONEGPU WORKDIR\n");
@@ -501,6 +544,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_tiers_identical),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_shared_dir_kv_types),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

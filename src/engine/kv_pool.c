@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- the pool --------------------------------------------------------------- */
@@ -312,18 +313,40 @@ static void disk_put(og_kv_tier *t, const og_kv_key *key, const void *payload) {
     disk_trim(t);
 }
 
+/* og_write_file_atomic writes NAME.tmp.XXXXXX beside NAME, then renames it: one
+ * of ours (our store's prefix) a minute old or more was left by a process
+ * killed mid-write (a write takes milliseconds; a younger one may be another
+ * server's of the same store, in flight). Removes it; whether it did. The bound
+ * counts indexed files only, so such leftovers would pile up past it. */
+#define KVB_STALE_S 60
+static bool stale_write(const og_kv_tier *t, const char *nm, time_t now) {
+    char prefix[20];
+    snprintf(prefix, sizeof prefix, "%016llx-", (unsigned long long)t->store_id);
+    if (strlen(nm) != KVB_NAME_LEN + 11 || strncmp(nm, prefix, 17) || strncmp(nm + KVB_NAME_LEN - 4, ".kvb.tmp.", 9))
+        return false;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", t->dir, nm);
+    struct stat sb;
+    return !lstat(path, &sb) && S_ISREG(sb.st_mode) && now - sb.st_mtime >= KVB_STALE_S && !unlink(path);
+}
+
 /* Indexes the directory's block files (start). */
 static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
     DIR *d = opendir(t->dir);
     if (!d) return og_fail(err, errlen, OG_ERR_IO, "cache-dir %s: %s", t->dir, strerror(errno));
     typedef struct found { uint64_t hash, bytes; double mtime; } found;
     found *fs = NULL;
-    int n = 0, cap = 0, n_foreign = 0;
+    int n = 0, cap = 0, n_foreign = 0, n_stale = 0;
     og_status st = OG_OK;
+    const time_t now = time(NULL);
     for (struct dirent *de; (de = readdir(d));) {
         const char *nm = de->d_name;
         unsigned long long model, hash;
         char tail[8];
+        if (stale_write(t, nm, now)) {
+            n_stale++;
+            continue;
+        }
         if (strlen(nm) != KVB_NAME_LEN || sscanf(nm, "%16llx-%16llx%7s", &model, &hash, tail) != 3 || strcmp(tail, ".kvb"))
             continue;
         if (model != t->store_id) { /* another model's, kv-type's or geometry's: theirs, not opened */
@@ -358,6 +381,10 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
         fs[n++] = (found){hash, (uint64_t)sb.st_size, (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec};
     }
     closedir(d);
+    if (n_stale)
+        og_log(t->c.log, OG_LOG_WARN,
+               "cache-dir %s: removed %d unfinished block writes (left by a server killed while writing)", t->dir,
+               n_stale);
     if (n_foreign)
         og_log(t->c.log, OG_LOG_INFO, "cache-dir %s: %d block files of other models, kv-types or geometries left alone",
                t->dir, n_foreign);

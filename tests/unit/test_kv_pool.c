@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -512,6 +514,49 @@ static void test_shared_dir_kv_types(void **state) {
     fclose(g_lf);
 }
 
+/* A server killed mid-write (kill -9) leaves NAME.tmp.XXXXXX beside the block
+ * file it was writing; the bound counts indexed files only, so such leftovers
+ * piled up past --cache-dir-size over crashes. A restart removes ours that are
+ * a minute old; a younger one (another server's of the same store, in flight)
+ * and another store's stay. */
+static void test_stale_writes(void **state) {
+    (void)state;
+    enum { N = 200 };
+    int32_t a[N];
+    random_ids(a, N, 41);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/stale", g_dir);
+    log_open();
+    result ref;
+    og_engine *e = tier_engine(0, dir);
+    run(e, a, N, &ref);
+    og_engine_free(e);
+    char names[8][300];
+    assert_int_equal(block_files(dir, names, 8), 3);
+    const char *store = strrchr(names[0], '/') + 1; /* 16 hex digits, then '-' */
+    char old[700], young[700], other[700];
+    snprintf(old, sizeof old, "%s/%.17s0000000000000001.kvb.tmp.AbC123", dir, store);
+    snprintf(young, sizeof young, "%s/%.17s0000000000000002.kvb.tmp.XyZ789", dir, store);
+    snprintf(other, sizeof other, "%s/%s0000000000000003.kvb.tmp.QqQqQq", dir,
+             store[0] == 'f' ? "eeeeeeeeeeeeeeee-" : "ffffffffffffffff-");
+    char junk[5000];
+    memset(junk, 0x33, sizeof junk);
+    const struct timeval hour_ago[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    write_bytes(old, junk, sizeof junk);
+    assert_int_equal(utimes(old, hour_ago), 0);
+    write_bytes(young, junk, sizeof junk);
+    write_bytes(other, junk, sizeof junk);
+    assert_int_equal(utimes(other, hour_ago), 0);
+    e = tier_engine(0, dir);
+    assert_int_equal(access(old, F_OK), -1);
+    assert_int_equal(access(young, F_OK), 0);
+    assert_int_equal(access(other, F_OK), 0);
+    assert_int_equal(count_in_log("removed 1 unfinished block writes"), 1);
+    run_same(e, a, &ref, 192);
+    og_engine_free(e);
+    fclose(g_lf);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_kv_pool ONEGPU WORKDIR\n");
@@ -545,6 +590,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_tiers_identical),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_shared_dir_kv_types),
+        cmocka_unit_test(test_stale_writes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

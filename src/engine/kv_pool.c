@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -199,6 +200,7 @@ struct og_kv_tier {
     int n_disk, cap_disk;
     uint64_t tick;
     og_kv_tier_stats st;
+    bool full_said;         /* the filesystem-full line was logged */
     kvb_header *buf;        /* a header + payload, for writes and reads */
 };
 
@@ -263,14 +265,24 @@ static bool disk_add(og_kv_tier *t, uint64_t hash, uint64_t bytes, uint64_t lru)
     return true;
 }
 
-/* Removes the least recently used files while the directory is over its bound. */
-static void disk_trim(og_kv_tier *t) {
-    while (t->n_disk && t->st.disk_bytes > t->c.dir_bytes) {
+/* Removes the least recently used files while the directory holds more than
+ * limit bytes. */
+static void disk_trim_to(og_kv_tier *t, uint64_t limit) {
+    while (t->n_disk && t->st.disk_bytes > limit) {
         int old = 0;
         for (int i = 1; i < t->n_disk; i++)
             if (t->disk[i].lru < t->disk[old].lru) old = i;
         disk_drop(t, old, true);
     }
+}
+
+/* Removes the least recently used files while the directory is over its bound. */
+static void disk_trim(og_kv_tier *t) { disk_trim_to(t, t->c.dir_bytes); }
+
+/* Whether the directory's filesystem has less than bytes free for us. */
+static bool fs_full(const og_kv_tier *t, uint64_t bytes) {
+    struct statvfs vs;
+    return !statvfs(t->dir, &vs) && (uint64_t)vs.f_bavail * vs.f_frsize < bytes;
 }
 
 static void disk_put(og_kv_tier *t, const og_kv_key *key, const void *payload) {
@@ -301,7 +313,27 @@ static void disk_put(og_kv_tier *t, const og_kv_key *key, const void *payload) {
     h->header_sum = fnv_words(OG_FNV1A64_INIT, h, offsetof(kvb_header, header_sum));
     char path[4096], err[512];
     file_name(t, key->hash, path, sizeof path);
-    if (og_write_file_atomic(path, h, (size_t)bytes, err, sizeof err)) {
+    disk_trim_to(t, t->c.dir_bytes - bytes); /* room first: within the bound while it is written, too */
+    og_status ws = og_write_file_atomic(path, h, (size_t)bytes, err, sizeof err);
+    if (ws && t->n_disk && fs_full(t, bytes)) {
+        /* A filesystem smaller than --cache-dir-size (or filled by others): what
+         * we hold now becomes the bound, so the least recently used files make
+         * room, as over the bound, instead of the newest blocks being dropped
+         * from then on while the oldest stay. */
+        char held[32], asked[32];
+        og_fmt_bytes(t->st.disk_bytes, held, sizeof held);
+        og_fmt_bytes(t->c.dir_bytes, asked, sizeof asked);
+        if (!t->full_said)
+            og_log(t->c.log, OG_LOG_WARN,
+                   "cache-dir %s: the filesystem is full with %s of blocks in it (--cache-dir-size %s): that is its "
+                   "bound from now on, least recently used files removed for new ones",
+                   t->dir, held, asked);
+        t->full_said = true;
+        t->c.dir_bytes = t->st.disk_bytes;
+        disk_trim_to(t, t->c.dir_bytes - bytes);
+        ws = og_write_file_atomic(path, h, (size_t)bytes, err, sizeof err);
+    }
+    if (ws) {
         if (!t->st.disk_errors++) og_log(t->c.log, OG_LOG_WARN, "cache-dir: %s (later failures are counted only)", err);
         return;
     }

@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -557,6 +559,54 @@ static void test_stale_writes(void **state) {
     fclose(g_lf);
 }
 
+/* A small tmpfs at dir (flags: MS_RDONLY or 0); false, with a skip line, where
+ * this process may not mount (it needs CAP_SYS_ADMIN). */
+static bool mount_small(const char *dir, unsigned long flags, const char *opts) {
+    mkdir(dir, 0755);
+    if (!mount("tmpfs", dir, "tmpfs", flags, opts)) return true;
+    printf("SKIP (hardware): this process may not mount a small tmpfs (%s); the full and read-only cache-dir cases "
+           "need one\n", strerror(errno));
+    return false;
+}
+
+/* --cache-dir on a filesystem smaller than --cache-dir-size (16G by default):
+ * a tmpfs that holds 8 block files. Before, the 9th write failed and every one
+ * after it, the oldest files staying forever and the newest blocks dropped; now
+ * the full filesystem becomes the bound and the least recently used files make
+ * room: c's 3 blocks, evicted when the directory was full of a's, b's and c's,
+ * all come back. */
+static void test_full_filesystem(void **state) {
+    (void)state;
+    enum { N = 200 };
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/full", g_dir);
+    /* a file is 344 header + 2 x 64 x 48 x 2 payload bytes = 4 pages; 34 pages hold 8 */
+    if (!mount_small(dir, 0, "size=136k")) skip();
+    int32_t a[N], b[N], c[N], d[N];
+    random_ids(a, N, 51);
+    random_ids(b, N, 52);
+    random_ids(c, N, 53);
+    random_ids(d, N, 54);
+    log_open();
+    result rc, r;
+    og_engine *e = tier_engine(0, dir);
+    run(e, a, N, &r);
+    run(e, b, N, &r);
+    run(e, c, N, &rc);
+    run(e, d, N, &r); /* c's 3 out: the 9th file does not fit */
+    run_same(e, c, &rc, 192);
+    og_engine_metrics m;
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.cache_disk_restored, 3);
+    assert_int_equal(m.cache_disk_errors, 0);
+    assert_int_equal(m.cache_disk_blocks, 8);
+    assert_int_equal(count_in_log("the filesystem is full"), 1);
+    assert_pool_whole(e);
+    og_engine_free(e);
+    fclose(g_lf);
+    assert_int_equal(umount2(dir, MNT_DETACH), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_kv_pool ONEGPU WORKDIR\n");
@@ -564,6 +614,11 @@ int main(int argc, char **argv) {
     }
     snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
     char cmd[2048];
+    static const char *const mounts[] = {"full", "limits/ro"}; /* a failed run's tmpfs mounts */
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s/%s", g_dir, mounts[i]);
+        umount2(cmd, MNT_DETACH);
+    }
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", g_dir, g_dir);
     if (system(cmd)) return 1;
     snprintf(g_model, sizeof g_model, "%s/small.gguf", g_dir);
@@ -591,6 +646,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_shared_dir_kv_types),
         cmocka_unit_test(test_stale_writes),
+        cmocka_unit_test(test_full_filesystem),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -445,6 +445,26 @@ og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *
     t->c.dir = NULL;
     t->store_id = store_id(c);
     t->payload_bytes = (uint64_t)c->n_layer * OG_KV_BLOCK * c->row_elems * c->elem_bytes;
+    /* a tier that cannot hold one block would hold nothing while the ready line
+     * says it is on: refused, with the size it takes */
+    char need[32], got[32];
+    const uint64_t file_bytes = sizeof(kvb_header) + t->payload_bytes;
+    if (c->ram_bytes && c->ram_bytes < t->payload_bytes) {
+        og_fmt_bytes(t->payload_bytes, need, sizeof need);
+        og_fmt_bytes(c->ram_bytes, got, sizeof got);
+        free(t);
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                       "--cache-ram %s holds no KV block (one is %s: n_layer x 64 positions x the row); give at "
+                       "least that (e.g. 1G), or 0 for off", got, need);
+    }
+    if (c->dir && c->dir_bytes < file_bytes) {
+        og_fmt_bytes(file_bytes, need, sizeof need);
+        og_fmt_bytes(c->dir_bytes, got, sizeof got);
+        free(t);
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                       "--cache-dir-size %s holds no KV block file (one is %s); give at least that (e.g. 16G)", got,
+                       need);
+    }
     t->buf = malloc(sizeof *t->buf + t->payload_bytes);
     og_status st = t->buf ? OG_OK : og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     if (!st && c->dir) {
@@ -453,6 +473,10 @@ og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *
         else if (mkdir(t->dir, 0755) && errno != EEXIST)
             st = og_fail(err, errlen, OG_ERR_IO, "cache-dir %s: %s", t->dir, strerror(errno));
         if (!st) st = disk_scan(t, err, errlen);
+        if (!st && access(t->dir, W_OK | X_OK)) /* a read-only cache is usable, but say so now, not at the first eviction */
+            og_log(t->c.log, OG_LOG_WARN,
+                   "cache-dir %s: not writable (%s): its blocks are read, evicted blocks are not written to it", t->dir,
+                   strerror(errno));
     }
     if (st) {
         og_kv_tier_free(t);

@@ -607,6 +607,48 @@ static void test_full_filesystem(void **state) {
     assert_int_equal(umount2(dir, MNT_DETACH), 0);
 }
 
+/* A tier that holds no block (--cache-ram 1, a --cache-dir-size below one block
+ * file) is refused with the size it takes, where it was on in name and held
+ * nothing; a read-only --cache-dir is said at start. */
+static void test_tier_limits(void **state) {
+    (void)state;
+    char dir[600], err[512];
+    snprintf(dir, sizeof dir, "%s/limits", g_dir);
+    og_engine_config c = fx_engine_config(1, 64, 256, 4);
+    c.kv_blocks = 4;
+    og_engine *e = NULL;
+    c.cache_ram_bytes = 1;
+    og_status st = og_engine_create(&c, &e, err, sizeof err);
+    if (!st) st = og_engine_start(e, err, sizeof err);
+    assert_int_equal(st, OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "--cache-ram 1 B holds no KV block (one is 12.00 KiB"));
+    og_engine_free(e);
+    e = NULL;
+    c.cache_ram_bytes = 0;
+    c.cache_dir = dir;
+    c.cache_dir_bytes = 12000;
+    st = og_engine_create(&c, &e, err, sizeof err);
+    if (!st) st = og_engine_start(e, err, sizeof err);
+    assert_int_equal(st, OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "--cache-dir-size 11.72 KiB holds no KV block file (one is 12.34 KiB"));
+    og_engine_free(e);
+    char ro[600];
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    mkdir(dir, 0755);
+    if (!mount_small(ro, MS_RDONLY, "size=64k")) skip();
+    log_open();
+    e = tier_engine(0, ro);
+    assert_int_equal(count_in_log("not writable (Read-only file system): its blocks are read"), 1);
+    result r;
+    int32_t a[200];
+    random_ids(a, 200, 61);
+    run(e, a, 200, &r);
+    assert_int_equal(r.n, 6);
+    og_engine_free(e);
+    fclose(g_lf);
+    assert_int_equal(umount2(ro, MNT_DETACH), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_kv_pool ONEGPU WORKDIR\n");
@@ -647,6 +689,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shared_dir_kv_types),
         cmocka_unit_test(test_stale_writes),
         cmocka_unit_test(test_full_filesystem),
+        cmocka_unit_test(test_tier_limits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

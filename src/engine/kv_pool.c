@@ -47,9 +47,12 @@ og_status og_kv_pool_create(og_device *dev, uint64_t block_bytes, uint32_t n_blo
                         (unsigned long long)block_bytes, why);
     } else if (!st) {
         p->base = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (!p->base)
-            st = og_fail(err, errlen, OG_ERR_NOMEM, "KV pool: out of memory for %u blocks of %llu bytes", n_blocks,
-                         (unsigned long long)block_bytes);
+        char total[32];
+        if (!p->base) /* without --vram nothing planned the pool against the host's memory: say what sizes it */
+            st = og_fail(err, errlen, OG_ERR_NOMEM,
+                         "KV pool: out of memory for %u blocks of %llu bytes (%s, --parallel x ceil(--ctx / 64) "
+                         "blocks); a smaller --ctx or fewer --parallel shrinks it",
+                         n_blocks, (unsigned long long)block_bytes, og_fmt_bytes(bytes, total, sizeof total));
     }
     if (st) {
         og_kv_pool_free(p);

@@ -33,6 +33,7 @@
 
 #include <cmocka.h>
 
+#include "kv_pool.h"
 #include "engine_fixture.h" /* g_m, g_tok, g_pool, g_kern, g_host, setup / teardown, greedy, fx_device_rc */
 
 #ifdef OG_TEST_SANITIZED
@@ -280,6 +281,23 @@ static void test_stress(void **state) {
     assert_true(m.cache_ram_stored > 0);
     og_engine_drain(e, 0);
     og_engine_free(e);
+}
+
+/* A pool the host cannot allocate (without --vram nothing plans it against
+ * the host's memory): the error gives its size and the flags that shrink it,
+ * not only the block count. 2^20 blocks of 1 GiB: 1 PiB, past any machine (the
+ * plain build only). */
+static void test_pool_out_of_memory(void **state) {
+    (void)state;
+#ifdef OG_TEST_SANITIZED
+    skip(); /* ASan aborts on an allocation that large instead of returning NULL */
+#endif
+    og_kv_pool *p = NULL;
+    char err[512];
+    assert_int_equal(og_kv_pool_create(NULL, 1ull << 30, 1u << 20, &p, err, sizeof err), OG_ERR_NOMEM);
+    assert_null(p);
+    assert_non_null(strstr(err, "KV pool: out of memory for 1048576 blocks of 1073741824 bytes (1.00 PiB, "
+                                "--parallel x ceil(--ctx / 64) blocks); a smaller --ctx or fewer --parallel shrinks it"));
 }
 
 /* ---- the tiers: bitwise ---- */
@@ -683,6 +701,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_allocation),
         cmocka_unit_test(test_pool_too_small),
+        cmocka_unit_test(test_pool_out_of_memory),
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_tiers_identical),
         cmocka_unit_test(test_bad_files),

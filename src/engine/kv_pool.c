@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +366,18 @@ static bool stale_write(const og_kv_tier *t, const char *nm, time_t now) {
     return !lstat(path, &sb) && S_ISREG(sb.st_mode) && now - sb.st_mtime >= KVB_STALE_S && !unlink(path);
 }
 
+/* Opens path for reading if it is a regular file (*sb its status), else NULL:
+ * without O_NONBLOCK a FIFO under a block's name (put there by anyone who may
+ * write the directory) blocked fopen, at start or in the scheduler's lookup,
+ * for ever. */
+static FILE *open_block(const char *path, struct stat *sb) {
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    FILE *f = fstat(fd, sb) || !S_ISREG(sb->st_mode) ? NULL : fdopen(fd, "rb");
+    if (!f) close(fd);
+    return f;
+}
+
 /* Indexes the directory's block files (start). */
 static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
     DIR *d = opendir(t->dir);
@@ -391,10 +404,10 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", t->dir, nm);
         struct stat sb;
-        FILE *f = fopen(path, "rb");
+        FILE *f = open_block(path, &sb);
         kvb_header h;
         const char *why = NULL;
-        if (!f || fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) why = "cannot be read";
+        if (!f) why = "cannot be read (or not a regular file)";
         else if (fread(&h, 1, sizeof h, f) != sizeof h) why = "truncated";
         else if (header_ok(t, &h, (uint64_t)sb.st_size, &why) && h.hash != hash)
             why = "its name is not its key";
@@ -554,11 +567,11 @@ static bool disk_get(og_kv_tier *t, int i, const og_kv_key *key, void *out) {
     char path[4096];
     file_name(t, key->hash, path, sizeof path);
     const uint64_t bytes = sizeof(kvb_header) + t->payload_bytes;
-    FILE *f = fopen(path, "rb");
     struct stat sb;
+    FILE *f = open_block(path, &sb);
     const char *why = NULL;
     kvb_header *h = t->buf;
-    if (!f || fstat(fileno(f), &sb)) why = "cannot be read";
+    if (!f) why = "cannot be read (or not a regular file)";
     else if ((uint64_t)sb.st_size != bytes) why = (uint64_t)sb.st_size < bytes ? "truncated" : "too long";
     else if (fread(h, 1, (size_t)bytes, f) != bytes) why = "truncated";
     else if (!header_ok(t, h, bytes, &why)) {

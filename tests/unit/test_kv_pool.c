@@ -491,6 +491,43 @@ static void test_bad_files(void **state) {
     fclose(g_lf);
 }
 
+/* A FIFO under a block's name, there at start or put in a real block's place
+ * while the engine runs: fopen blocked on it for ever (the start, or the
+ * scheduler's lookup); now each is a file that cannot be read, skipped with a
+ * log line, and the prompt is prefilled. */
+static void test_fifo_files(void **state) {
+    (void)state;
+    enum { N = 200 };
+    int32_t a[N], b[N];
+    random_ids(a, N, 71);
+    random_ids(b, N, 72);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/fifo", g_dir);
+    log_open();
+    result ref, r;
+    og_engine *e = tier_engine(0, dir);
+    run(e, a, N, &ref);
+    og_engine_free(e);
+    char names[8][300], path[700];
+    assert_int_equal(block_files(dir, names, 8), 3);
+    snprintf(path, sizeof path, "%s/%.17s00000000000000ff.kvb", dir, strrchr(names[0], '/') + 1);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    e = tier_engine(0, dir);
+    assert_int_equal(count_in_log("not a regular file"), 1);
+    run(e, b, N, &r); /* a's 3 leave the pool: lookups go to the directory */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(unlink(names[i]), 0);
+        assert_int_equal(mkfifo(names[i], 0644), 0);
+    }
+    run(e, a, N, &r);
+    assert_same(&r, &ref);
+    assert_int_equal(r.n_cached, 0);
+    assert_int_equal(count_in_log("not a regular file"), 2); /* the first block's: nothing after it is looked up */
+    assert_pool_whole(e);
+    og_engine_free(e);
+    fclose(g_lf);
+}
+
 /* One directory shared by the same model at f16 and at f32 (two servers, or
  * one restarted with another --kv-type): each keeps its own files (the chain
  * hash of the same ids is the same under either kv-type, so a name without the
@@ -705,6 +742,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_tiers_identical),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_fifo_files),
         cmocka_unit_test(test_shared_dir_kv_types),
         cmocka_unit_test(test_stale_writes),
         cmocka_unit_test(test_full_filesystem),

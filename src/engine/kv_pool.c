@@ -374,7 +374,10 @@ static FILE *open_block(const char *path, struct stat *sb) {
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return NULL;
     FILE *f = fstat(fd, sb) || !S_ISREG(sb->st_mode) ? NULL : fdopen(fd, "rb");
-    if (!f) close(fd);
+    if (!f) {
+        close(fd);
+        errno = EINVAL; /* not ENOENT: the caller tells a file that is gone from one that is unsound */
+    }
     return f;
 }
 
@@ -414,7 +417,8 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
         if (f) fclose(f);
         if (why) {
             t->st.disk_skipped++;
-            og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s", path, why);
+            og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s (removed)", path, why);
+            unlink(path); /* ours by its name and unsound: kept, it would be skipped at every start */
             continue;
         }
         if (n == cap) {
@@ -569,6 +573,10 @@ static bool disk_get(og_kv_tier *t, int i, const og_kv_key *key, void *out) {
     const uint64_t bytes = sizeof(kvb_header) + t->payload_bytes;
     struct stat sb;
     FILE *f = open_block(path, &sb);
+    if (!f && errno == ENOENT) { /* gone: another server sharing the directory trimmed it, or a person */
+        disk_drop(t, i, false);
+        return false;
+    }
     const char *why = NULL;
     kvb_header *h = t->buf;
     if (!f) why = "cannot be read (or not a regular file)";
@@ -582,8 +590,8 @@ static bool disk_get(og_kv_tier *t, int i, const og_kv_key *key, void *out) {
     if (f) fclose(f);
     if (why) {
         t->st.disk_skipped++;
-        og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s", path, why);
-        disk_drop(t, i, false);
+        og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s (removed)", path, why);
+        disk_drop(t, i, true); /* ours by its name and unsound: kept, it would be skipped at every start */
         return false;
     }
     memcpy(out, h + 1, t->payload_bytes);

@@ -509,6 +509,15 @@ static void test_bad_files(void **state) {
     fclose(g_lf);
 }
 
+/* A tier test's start: prompts a and b of n ids (seeds seed, seed + 1; b may
+ * be NULL), dir = WORKDIR/name, the log captured. */
+static void tier_case(const char *name, char *dir, size_t dirlen, int32_t *a, int32_t *b, int n, uint64_t seed) {
+    random_ids(a, n, seed);
+    if (b) random_ids(b, n, seed + 1);
+    snprintf(dir, dirlen, "%s/%s", g_dir, name);
+    log_open();
+}
+
 /* A FIFO under a block's name, there at start or put in a real block's place
  * while the engine runs: fopen blocked on it for ever (the start, or the
  * scheduler's lookup); now each is a file that cannot be read, skipped with a
@@ -517,11 +526,8 @@ static void test_fifo_files(void **state) {
     (void)state;
     enum { N = 200 };
     int32_t a[N], b[N];
-    random_ids(a, N, 71);
-    random_ids(b, N, 72);
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/fifo", g_dir);
-    log_open();
+    tier_case("fifo", dir, sizeof dir, a, b, N, 71);
     result ref, r;
     og_engine *e = tier_engine(0, dir);
     run(e, a, N, &ref);
@@ -555,11 +561,8 @@ static void test_shared_dir_kv_types(void **state) {
     (void)state;
     enum { N = 200 };
     int32_t a[N], b[N];
-    random_ids(a, N, 31);
-    random_ids(b, N, 32);
     char dir[600], err[256];
-    snprintf(dir, sizeof dir, "%s/shared", g_dir);
-    log_open();
+    tier_case("shared", dir, sizeof dir, a, b, N, 31);
     result ref[2], r;
     static const char *const types[2] = {"f16", "f32"};
     for (int k = 0; k < 2; k++) { /* each kv-type's blocks: a's 3 and b's 3 */
@@ -598,10 +601,8 @@ static void test_stale_writes(void **state) {
     (void)state;
     enum { N = 200 };
     int32_t a[N];
-    random_ids(a, N, 41);
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/stale", g_dir);
-    log_open();
+    tier_case("stale", dir, sizeof dir, a, NULL, N, 41);
     result ref;
     og_engine *e = tier_engine(0, dir);
     run(e, a, N, &ref);

@@ -455,6 +455,23 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
     return st;
 }
 
+/* mkdir -p: dir and the folders above it that are missing (a cache path such as
+ * ~/.cache/onegpu/kv on a fresh machine); 0, or -1 with errno. */
+static int make_dirs(const char *dir) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = 0;
+        if (mkdir(p, 0755) && errno != EEXIST) return -1;
+        *c = '/';
+    }
+    return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
 og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *err, size_t errlen) {
     *out = NULL;
     if ((!c->ram_bytes && !c->dir) || !c->n_layer || !c->row_elems || !c->elem_bytes)
@@ -490,7 +507,7 @@ og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *
     if (!st && c->dir) {
         t->dir = strdup(c->dir);
         if (!t->dir) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-        else if (mkdir(t->dir, 0755) && errno != EEXIST)
+        else if (make_dirs(t->dir))
             st = og_fail(err, errlen, OG_ERR_IO, "cache-dir %s: %s", t->dir, strerror(errno));
         if (!st) st = disk_scan(t, err, errlen);
         if (!st && access(t->dir, W_OK | X_OK)) /* a read-only cache is usable, but say so now, not at the first eviction */

@@ -62,7 +62,7 @@ typedef struct og_kv_key {
 
 typedef struct og_kv_tier_config {
     uint64_t ram_bytes;        /* host RAM for evicted blocks, bytes; 0: no RAM tier */
-    const char *dir;           /* the directory for evicted blocks, or NULL: none (made if missing) */
+    const char *dir;           /* the directory for evicted blocks, or NULL: none (made if missing, with its parents) */
     uint64_t dir_bytes;        /* the directory's bound, bytes (files' sizes) */
     uint64_t model_id;         /* og_kv_model_id of the model */
     uint32_t kv_type;          /* og_kv_type of the blocks */

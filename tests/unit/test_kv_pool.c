@@ -381,8 +381,8 @@ static void test_tiers_identical(void **state) {
     og_engine_free(e);
     /* the directory: cold, evicted to disk by b, warm from disk; then (RAM and
      * directory) a restart reads a's blocks back */
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/cache", g_dir);
+    char dir[600]; /* folders that do not exist yet: made as mkdir -p does */
+    snprintf(dir, sizeof dir, "%s/cache/of/kv", g_dir);
     for (int restart = 0; restart < 2; restart++) {
         e = tier_engine(restart ? 1ull << 20 : 0, dir);
         og_engine_metrics_get(e, &m);

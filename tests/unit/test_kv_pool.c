@@ -633,6 +633,47 @@ static void test_stale_writes(void **state) {
     fclose(g_lf);
 }
 
+/* A restart over a smaller --cache-dir-size removes the least recently used
+ * files, by modification time: six files dated an hour apart (b's newer than
+ * a's), a bound of three files: a's go, b's stay and are read back. */
+static void test_restart_trims_oldest(void **state) {
+    (void)state;
+    enum { N = 200 };
+    int32_t a[N], b[N];
+    char dir[600];
+    tier_case("trim", dir, sizeof dir, a, b, N, 81);
+    result rb, r;
+    og_engine *e = tier_engine(0, dir);
+    run(e, a, N, &r);
+    og_engine_free(e);
+    char names[16][300], a_names[3][300];
+    assert_int_equal(block_files(dir, names, 16), 3);
+    memcpy(a_names, names, sizeof a_names);
+    e = tier_engine(0, dir);
+    run(e, b, N, &rb);
+    og_engine_free(e);
+    const int nf = block_files(dir, names, 16);
+    assert_int_equal(nf, 6);
+    for (int i = 0; i < nf; i++) { /* a's 10 h old and older, b's 1-3 h: the file order says nothing */
+        bool is_a = false;
+        for (int k = 0; k < 3; k++) is_a |= !strcmp(names[i], a_names[k]);
+        const time_t t = time(NULL) - (is_a ? 36000 + 3600 * i : 3600 * (1 + i % 3));
+        const struct timeval tv[2] = {{.tv_sec = t}, {.tv_sec = t}};
+        assert_int_equal(utimes(names[i], tv), 0);
+    }
+    og_engine_config c = fx_engine_config(1, 64, 256, 4);
+    c.kv_blocks = 4;
+    c.cache_dir = dir;
+    c.cache_dir_bytes = 3 * 12632; /* three files: 344 header + 12,288 payload bytes each */
+    c.log = &g_lg;
+    e = fx_start(&c);
+    for (int k = 0; k < 3; k++) assert_int_equal(access(a_names[k], F_OK), -1);
+    assert_int_equal(block_files(dir, names, 16), 3);
+    run_same(e, b, &rb, 192);
+    og_engine_free(e);
+    fclose(g_lf);
+}
+
 /* A small tmpfs at dir (flags: MS_RDONLY or 0); false, with a skip line, where
  * this process may not mount (it needs CAP_SYS_ADMIN). */
 static bool mount_small(const char *dir, unsigned long flags, const char *opts) {
@@ -764,6 +805,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_fifo_files),
         cmocka_unit_test(test_shared_dir_kv_types),
         cmocka_unit_test(test_stale_writes),
+        cmocka_unit_test(test_restart_trims_oldest),
         cmocka_unit_test(test_full_filesystem),
         cmocka_unit_test(test_tier_limits),
     };

@@ -634,8 +634,8 @@ static void test_stale_writes(void **state) {
 }
 
 /* A restart over a smaller --cache-dir-size removes the least recently used
- * files, by modification time: six files dated an hour apart (b's newer than
- * a's), a bound of three files: a's go, b's stay and are read back. */
+ * files, by modification time: six files, a's dated 10 hours back and more,
+ * b's 1-3 hours, a bound of three files: a's go, b's stay and are read back. */
 static void test_restart_trims_oldest(void **state) {
     (void)state;
     enum { N = 200 };
@@ -654,7 +654,7 @@ static void test_restart_trims_oldest(void **state) {
     og_engine_free(e);
     const int nf = block_files(dir, names, 16);
     assert_int_equal(nf, 6);
-    for (int i = 0; i < nf; i++) { /* a's 10 h old and older, b's 1-3 h: the file order says nothing */
+    for (int i = 0; i < nf; i++) { /* the directory's order says nothing of the age */
         bool is_a = false;
         for (int k = 0; k < 3; k++) is_a |= !strcmp(names[i], a_names[k]);
         const time_t t = time(NULL) - (is_a ? 36000 + 3600 * i : 3600 * (1 + i % 3));

@@ -332,6 +332,19 @@ static int device_flags_check(const char *cmd, const og_cli_flags *f) {
 int og_cli_flags_check(const char *cmd, const og_cli_flags *f) {
     /* with a GPU possible, its memory may stand for --vram: checked again once the device is chosen */
     if (!(og_cuda_built() && f->device != OG_CLI_DEVICE_CPU) && device_flags_check(cmd, f)) return OG_EXIT_USAGE;
+    /* --cache-ram is a bound the RAM tier fills as blocks are evicted: one past
+     * the memory this process may use is a typo (100T for 100G) that would run
+     * until the kernel kills the server, hours later */
+    uint64_t avail, limit;
+    if (f->cache_ram && !og_sys_memory(&avail, &limit) && f->cache_ram > (avail < limit ? avail : limit)) {
+        char want[32], have[32];
+        fprintf(stderr,
+                "%s: --cache-ram %s is more than the memory this process may use (%s: MemAvailable, or the "
+                "cgroup limit); give a smaller size, or 0 for off\n",
+                cmd, og_fmt_bytes(f->cache_ram, want, sizeof want),
+                og_fmt_bytes(avail < limit ? avail : limit, have, sizeof have));
+        return OG_EXIT_USAGE;
+    }
     char werr[512];
     if (f->save_profile && og_check_writable(f->save_profile, werr, sizeof werr)) {
         fprintf(stderr, "%s: --save-profile %s\n", cmd, werr);

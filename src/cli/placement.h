@@ -101,10 +101,12 @@ int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f);
     "                     keys) are copied to instead of being dropped, least recently used out first, and\n"      \
     "                     copied back into the KV pool on a hit (default 0: off; deepseek2-class models)\n"        \
     "  --cache-dir DIR    evicted blocks (from --cache-ram when both are set) written to DIR, one file per\n"       \
-    "                     block, atomically, checked on start and on lookup (a corrupt, truncated or other\n"     \
-    "                     model's file is skipped with a log line); the cached blocks are written there at\n"     \
-    "                     exit, so a restart with the same DIR reads them (default: off)\n"                       \
-    "  --cache-dir-size SIZE  DIR's bound, least recently used files removed beyond it (default 16G)\n"
+    "                     block, atomically, checked on start and on lookup (a corrupt or truncated file is\n"   \
+    "                     skipped with a log line; other models' and kv-types' files, named apart, are left\n"   \
+    "                     alone); the cached blocks are written there at exit, so a restart with the same DIR\n" \
+    "                     reads them (default: off)\n"                                                          \
+    "  --cache-dir-size SIZE  DIR's bound, least recently used files removed beyond it (default 16G; a full\n"   \
+    "                     filesystem lowers it to what DIR then holds)\n"
 
 /* After the command line: the combinations (--ram, --profile, --expert-slots and
  * --migrate need --vram; --save-profile must be writable). Returns 0, or

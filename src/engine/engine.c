@@ -353,7 +353,14 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
         }
         e->tier_spill = true;
     } else if (cfg->cache_ram_bytes || cfg->cache_dir) {
-        og_log(cfg->log, OG_LOG_INFO, "--cache-ram / --cache-dir off: the prefix cache is off");
+        /* asked for and not there: a warning that says why (it was an info line,
+         * hidden by default, that said the prefix cache was off where V4's
+         * whole-state cache is on) */
+        og_log(cfg->log, OG_LOG_WARN, "--cache-ram / --cache-dir off: %s",
+               cfg->no_prefix_cache ? "the prefix cache is off (--prefix-cache off)"
+               : e->sc_on ? "they hold deepseek2's KV blocks; this model's prefix cache keeps whole states, in "
+                            "the forward pass's memory only"
+                          : "this model has no prefix cache");
     }
     if (cfg->placement) og_placement_bind(cfg->placement, &e->cfg.rc);
     og_placement_stats ps;

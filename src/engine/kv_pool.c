@@ -3,11 +3,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- the pool --------------------------------------------------------------- */
@@ -45,9 +48,12 @@ og_status og_kv_pool_create(og_device *dev, uint64_t block_bytes, uint32_t n_blo
                         (unsigned long long)block_bytes, why);
     } else if (!st) {
         p->base = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (!p->base)
-            st = og_fail(err, errlen, OG_ERR_NOMEM, "KV pool: out of memory for %u blocks of %llu bytes", n_blocks,
-                         (unsigned long long)block_bytes);
+        char total[32];
+        if (!p->base) /* without --vram nothing planned the pool against the host's memory: say what sizes it */
+            st = og_fail(err, errlen, OG_ERR_NOMEM,
+                         "KV pool: out of memory for %u blocks of %llu bytes (%s, --parallel x ceil(--ctx / 64) "
+                         "blocks); a smaller --ctx or fewer --parallel shrinks it",
+                         n_blocks, (unsigned long long)block_bytes, og_fmt_bytes(bytes, total, sizeof total));
     }
     if (st) {
         og_kv_pool_free(p);
@@ -189,6 +195,7 @@ typedef struct disk_ent {
 
 struct og_kv_tier {
     og_kv_tier_config c;
+    uint64_t store_id;      /* the files' name prefix: the model, kv-type and block geometry */
     char *dir;
     uint64_t payload_bytes;
     ram_ent *ram;           /* [n_ram], unordered */
@@ -197,14 +204,22 @@ struct og_kv_tier {
     int n_disk, cap_disk;
     uint64_t tick;
     og_kv_tier_stats st;
+    bool full_said;         /* the filesystem-full line was logged */
     kvb_header *buf;        /* a header + payload, for writes and reads */
 };
 
-/* DIR/MODEL-HASH.kvb: the model's id in the name, so that two models sharing a
- * directory never write over each other's blocks. */
+/* DIR/STORE-HASH.kvb, STORE a hash of the model's id, the kv-type and the block
+ * geometry: two servers sharing a directory with other models, or the same model
+ * at another --kv-type, never write over each other's blocks (the chain hash
+ * alone is the same for the same ids under either kv-type). */
 #define KVB_NAME_LEN 37 /* 16 + 1 + 16 + 4 */
+static uint64_t store_id(const og_kv_tier_config *c) {
+    const uint64_t f[6] = {c->model_id, c->kv_type, c->n_layer, OG_KV_BLOCK, c->row_elems, c->elem_bytes};
+    return fnv_words(OG_FNV1A64_INIT, f, sizeof f);
+}
+
 static void file_name(const og_kv_tier *t, uint64_t hash, char *buf, size_t n) {
-    snprintf(buf, n, "%s/%016llx-%016llx.kvb", t->dir, (unsigned long long)t->c.model_id, (unsigned long long)hash);
+    snprintf(buf, n, "%s/%016llx-%016llx.kvb", t->dir, (unsigned long long)t->store_id, (unsigned long long)hash);
 }
 
 /* Whether h (read from a file of file_bytes bytes) is a block of this model's
@@ -254,14 +269,24 @@ static bool disk_add(og_kv_tier *t, uint64_t hash, uint64_t bytes, uint64_t lru)
     return true;
 }
 
-/* Removes the least recently used files while the directory is over its bound. */
-static void disk_trim(og_kv_tier *t) {
-    while (t->n_disk && t->st.disk_bytes > t->c.dir_bytes) {
+/* Removes the least recently used files while the directory holds more than
+ * limit bytes. */
+static void disk_trim_to(og_kv_tier *t, uint64_t limit) {
+    while (t->n_disk && t->st.disk_bytes > limit) {
         int old = 0;
         for (int i = 1; i < t->n_disk; i++)
             if (t->disk[i].lru < t->disk[old].lru) old = i;
         disk_drop(t, old, true);
     }
+}
+
+/* Removes the least recently used files while the directory is over its bound. */
+static void disk_trim(og_kv_tier *t) { disk_trim_to(t, t->c.dir_bytes); }
+
+/* Whether the directory's filesystem has less than bytes free for us. */
+static bool fs_full(const og_kv_tier *t, uint64_t bytes) {
+    struct statvfs vs;
+    return !statvfs(t->dir, &vs) && (uint64_t)vs.f_bavail * vs.f_frsize < bytes;
 }
 
 static void disk_put(og_kv_tier *t, const og_kv_key *key, const void *payload) {
@@ -292,7 +317,27 @@ static void disk_put(og_kv_tier *t, const og_kv_key *key, const void *payload) {
     h->header_sum = fnv_words(OG_FNV1A64_INIT, h, offsetof(kvb_header, header_sum));
     char path[4096], err[512];
     file_name(t, key->hash, path, sizeof path);
-    if (og_write_file_atomic(path, h, (size_t)bytes, err, sizeof err)) {
+    disk_trim_to(t, t->c.dir_bytes - bytes); /* room first: within the bound while it is written, too */
+    og_status ws = og_write_file_atomic(path, h, (size_t)bytes, err, sizeof err);
+    if (ws && t->n_disk && fs_full(t, bytes)) {
+        /* A filesystem smaller than --cache-dir-size (or filled by others): what
+         * we hold now becomes the bound, so the least recently used files make
+         * room, as over the bound, instead of the newest blocks being dropped
+         * from then on while the oldest stay. */
+        char held[32], asked[32];
+        og_fmt_bytes(t->st.disk_bytes, held, sizeof held);
+        og_fmt_bytes(t->c.dir_bytes, asked, sizeof asked);
+        if (!t->full_said)
+            og_log(t->c.log, OG_LOG_WARN,
+                   "cache-dir %s: the filesystem is full with %s of blocks in it (--cache-dir-size %s): that is its "
+                   "bound from now on, least recently used files removed for new ones",
+                   t->dir, held, asked);
+        t->full_said = true;
+        t->c.dir_bytes = t->st.disk_bytes;
+        disk_trim_to(t, t->c.dir_bytes - bytes);
+        ws = og_write_file_atomic(path, h, (size_t)bytes, err, sizeof err);
+    }
+    if (ws) {
         if (!t->st.disk_errors++) og_log(t->c.log, OG_LOG_WARN, "cache-dir: %s (later failures are counted only)", err);
         return;
     }
@@ -304,34 +349,83 @@ static void disk_put(og_kv_tier *t, const og_kv_key *key, const void *payload) {
     disk_trim(t);
 }
 
+/* og_write_file_atomic writes NAME.tmp.XXXXXX beside NAME, then renames it: one
+ * of ours (our store's prefix) a minute old or more was left by a process
+ * killed mid-write (a write takes milliseconds; a younger one may be another
+ * server's of the same store, in flight). Removes it; whether it did. The bound
+ * counts indexed files only, so such leftovers would pile up past it. */
+#define KVB_STALE_S 60
+static bool stale_write(const og_kv_tier *t, const char *nm, time_t now) {
+    char prefix[20];
+    snprintf(prefix, sizeof prefix, "%016llx-", (unsigned long long)t->store_id);
+    if (strlen(nm) != KVB_NAME_LEN + 11 || strncmp(nm, prefix, 17) || strncmp(nm + KVB_NAME_LEN - 4, ".kvb.tmp.", 9))
+        return false;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", t->dir, nm);
+    struct stat sb;
+    return !lstat(path, &sb) && S_ISREG(sb.st_mode) && now - sb.st_mtime >= KVB_STALE_S && !unlink(path);
+}
+
+/* Opens path for reading if it is a regular file (*sb its status), else NULL:
+ * without O_NONBLOCK a FIFO under a block's name (put there by anyone who may
+ * write the directory) blocked fopen, at start or in the scheduler's lookup,
+ * for ever. */
+static FILE *open_block(const char *path, struct stat *sb) {
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    FILE *f = fstat(fd, sb) || !S_ISREG(sb->st_mode) ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        errno = EINVAL; /* not ENOENT: the caller tells a file that is gone from one that is unsound */
+    }
+    return f;
+}
+
+/* A block file found at start: its key's hash, size and modification time (s). */
+typedef struct found { uint64_t hash, bytes; double mtime; } found;
+
+static int by_mtime(const void *a, const void *b) {
+    const double x = ((const found *)a)->mtime, y = ((const found *)b)->mtime;
+    return (x > y) - (x < y);
+}
+
 /* Indexes the directory's block files (start). */
 static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
     DIR *d = opendir(t->dir);
     if (!d) return og_fail(err, errlen, OG_ERR_IO, "cache-dir %s: %s", t->dir, strerror(errno));
-    typedef struct found { uint64_t hash, bytes; double mtime; } found;
     found *fs = NULL;
-    int n = 0, cap = 0;
+    int n = 0, cap = 0, n_foreign = 0, n_stale = 0;
     og_status st = OG_OK;
+    const time_t now = time(NULL);
     for (struct dirent *de; (de = readdir(d));) {
         const char *nm = de->d_name;
         unsigned long long model, hash;
         char tail[8];
+        if (stale_write(t, nm, now)) {
+            n_stale++;
+            continue;
+        }
         if (strlen(nm) != KVB_NAME_LEN || sscanf(nm, "%16llx-%16llx%7s", &model, &hash, tail) != 3 || strcmp(tail, ".kvb"))
             continue;
+        if (model != t->store_id) { /* another model's, kv-type's or geometry's: theirs, not opened */
+            n_foreign++;
+            continue;
+        }
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", t->dir, nm);
         struct stat sb;
-        FILE *f = fopen(path, "rb");
+        FILE *f = open_block(path, &sb);
         kvb_header h;
         const char *why = NULL;
-        if (!f || fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) why = "cannot be read";
+        if (!f) why = "cannot be read (or not a regular file)";
         else if (fread(&h, 1, sizeof h, f) != sizeof h) why = "truncated";
-        else if (header_ok(t, &h, (uint64_t)sb.st_size, &why) && (h.hash != hash || h.model_id != model))
+        else if (header_ok(t, &h, (uint64_t)sb.st_size, &why) && h.hash != hash)
             why = "its name is not its key";
         if (f) fclose(f);
         if (why) {
             t->st.disk_skipped++;
-            og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s", path, why);
+            og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s (removed)", path, why);
+            unlink(path); /* ours by its name and unsound: kept, it would be skipped at every start */
             continue;
         }
         if (n == cap) {
@@ -346,19 +440,40 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
         fs[n++] = (found){hash, (uint64_t)sb.st_size, (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec};
     }
     closedir(d);
-    /* ticks in modification order: the oldest file is the least recently used */
+    if (n_stale)
+        og_log(t->c.log, OG_LOG_WARN,
+               "cache-dir %s: removed %d unfinished block writes (left by a server killed while writing)", t->dir,
+               n_stale);
+    if (n_foreign)
+        og_log(t->c.log, OG_LOG_INFO, "cache-dir %s: %d block files of other models, kv-types or geometries left alone",
+               t->dir, n_foreign);
+    /* ticks in modification order: the oldest file is the least recently used
+     * (sorted: a selection sort took minutes at start over the 10^5-10^6 files a
+     * large --cache-dir-size holds) */
+    if (n > 1) qsort(fs, (size_t)n, sizeof *fs, by_mtime);
     for (int i = 0; i < n && !st; i++) {
-        int best = i;
-        for (int k = i + 1; k < n; k++)
-            if (fs[k].mtime < fs[best].mtime) best = k;
-        found tmp = fs[i];
-        fs[i] = fs[best];
-        fs[best] = tmp;
         if (!disk_add(t, fs[i].hash, fs[i].bytes, ++t->tick)) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     free(fs);
     if (!st) disk_trim(t);
     return st;
+}
+
+/* mkdir -p: dir and the folders above it that are missing (a cache path such as
+ * ~/.cache/onegpu/kv on a fresh machine); 0, or -1 with errno. */
+static int make_dirs(const char *dir) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = 0;
+        if (mkdir(p, 0755) && errno != EEXIST) return -1;
+        *c = '/';
+    }
+    return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
 }
 
 og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *err, size_t errlen) {
@@ -369,15 +484,40 @@ og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *
     if (!t) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     t->c = *c;
     t->c.dir = NULL;
+    t->store_id = store_id(c);
     t->payload_bytes = (uint64_t)c->n_layer * OG_KV_BLOCK * c->row_elems * c->elem_bytes;
+    /* a tier that cannot hold one block would hold nothing while the ready line
+     * says it is on: refused, with the size it takes */
+    char need[32], got[32];
+    const uint64_t file_bytes = sizeof(kvb_header) + t->payload_bytes;
+    if (c->ram_bytes && c->ram_bytes < t->payload_bytes) {
+        og_fmt_bytes(t->payload_bytes, need, sizeof need);
+        og_fmt_bytes(c->ram_bytes, got, sizeof got);
+        free(t);
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                       "--cache-ram %s holds no KV block (one is %s: n_layer x 64 positions x the row); give at "
+                       "least that (e.g. 1G), or 0 for off", got, need);
+    }
+    if (c->dir && c->dir_bytes < file_bytes) {
+        og_fmt_bytes(file_bytes, need, sizeof need);
+        og_fmt_bytes(c->dir_bytes, got, sizeof got);
+        free(t);
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG,
+                       "--cache-dir-size %s holds no KV block file (one is %s); give at least that (e.g. 16G)", got,
+                       need);
+    }
     t->buf = malloc(sizeof *t->buf + t->payload_bytes);
     og_status st = t->buf ? OG_OK : og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     if (!st && c->dir) {
         t->dir = strdup(c->dir);
         if (!t->dir) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-        else if (mkdir(t->dir, 0755) && errno != EEXIST)
+        else if (make_dirs(t->dir))
             st = og_fail(err, errlen, OG_ERR_IO, "cache-dir %s: %s", t->dir, strerror(errno));
         if (!st) st = disk_scan(t, err, errlen);
+        if (!st && access(t->dir, W_OK | X_OK)) /* a read-only cache is usable, but say so now, not at the first eviction */
+            og_log(t->c.log, OG_LOG_WARN,
+                   "cache-dir %s: not writable (%s): its blocks are read, evicted blocks are not written to it", t->dir,
+                   strerror(errno));
     }
     if (st) {
         og_kv_tier_free(t);
@@ -452,11 +592,15 @@ static bool disk_get(og_kv_tier *t, int i, const og_kv_key *key, void *out) {
     char path[4096];
     file_name(t, key->hash, path, sizeof path);
     const uint64_t bytes = sizeof(kvb_header) + t->payload_bytes;
-    FILE *f = fopen(path, "rb");
     struct stat sb;
+    FILE *f = open_block(path, &sb);
+    if (!f && errno == ENOENT) { /* gone: another server sharing the directory trimmed it, or a person */
+        disk_drop(t, i, false);
+        return false;
+    }
     const char *why = NULL;
     kvb_header *h = t->buf;
-    if (!f || fstat(fileno(f), &sb)) why = "cannot be read";
+    if (!f) why = "cannot be read (or not a regular file)";
     else if ((uint64_t)sb.st_size != bytes) why = (uint64_t)sb.st_size < bytes ? "truncated" : "too long";
     else if (fread(h, 1, (size_t)bytes, f) != bytes) why = "truncated";
     else if (!header_ok(t, h, bytes, &why)) {
@@ -467,8 +611,8 @@ static bool disk_get(og_kv_tier *t, int i, const og_kv_key *key, void *out) {
     if (f) fclose(f);
     if (why) {
         t->st.disk_skipped++;
-        og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s", path, why);
-        disk_drop(t, i, false);
+        og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s (removed)", path, why);
+        disk_drop(t, i, true); /* ours by its name and unsound: kept, it would be skipped at every start */
         return false;
     }
     memcpy(out, h + 1, t->payload_bytes);

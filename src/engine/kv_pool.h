@@ -62,7 +62,7 @@ typedef struct og_kv_key {
 
 typedef struct og_kv_tier_config {
     uint64_t ram_bytes;        /* host RAM for evicted blocks, bytes; 0: no RAM tier */
-    const char *dir;           /* the directory for evicted blocks, or NULL: none (made if missing) */
+    const char *dir;           /* the directory for evicted blocks, or NULL: none (made if missing, with its parents) */
     uint64_t dir_bytes;        /* the directory's bound, bytes (files' sizes) */
     uint64_t model_id;         /* og_kv_model_id of the model */
     uint32_t kv_type;          /* og_kv_type of the blocks */
@@ -82,7 +82,9 @@ typedef struct og_kv_tier_stats {
 typedef struct og_kv_tier og_kv_tier;
 
 /* Makes the tiers; with a directory, creates it if missing and indexes the
- * block files it holds (headers checked, one log line per file refused; the
+ * block files it holds (files are named by a hash of the model's id, the
+ * kv-type and the geometry: the others' are left alone, one log line says how
+ * many; ours have their headers checked, one log line per file refused; the
  * oldest removed while over dir_bytes). Errors: OG_ERR_INVALID_ARG (neither tier,
  * zero geometry), OG_ERR_IO (the directory cannot be made or read), OG_ERR_NOMEM. */
 og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *err, size_t errlen);

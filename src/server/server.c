@@ -1001,7 +1001,14 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *c, const
                      og_printable(url + 11, strlen(url + 11), pr, sizeof pr), s->model_id);
         return send_error(s, c, cc, &e, NULL);
     }
-    char pr[128];
+    char pr[128], v1[256];
+    /* a client given the server's root as its base URL (http://host:8090, not
+     * .../v1) sends /chat/completions: say where the API is */
+    snprintf(v1, sizeof v1, "/v1%s", url);
+    if (strncmp(url, "/v1/", 4) && (og_endpoint_of(v1) != OG_EP_NONE || !strcmp(v1, "/v1/models")))
+        return fail(s, c, cc, 404, "not_found_error", NULL,
+                    "no such endpoint: %s %s; the API is under /v1 (%s %s): a client's base URL ends in /v1", method,
+                    og_printable(url, strlen(url), pr, sizeof pr), method, v1);
     return fail(s, c, cc, 404, "not_found_error", NULL, "no such endpoint: %s %s", method,
                 og_printable(url, strlen(url), pr, sizeof pr));
 }

@@ -110,6 +110,10 @@ for cmd in run serve; do
   "$onegpu" $cmd -m "$m" --cpu-numerics exact >/dev/null 2>"$work/err12"; rc=$?
   [[ $rc == 1 ]] && grep -q "onegpu $cmd: bad value 'exact' for --cpu-numerics: expected fork or gpu" "$work/err12" \
     || fail "$cmd --cpu-numerics exact: rc $rc $(cat "$work/err12")"
+  # a --cache-ram past this machine's memory (a typo: 100T for 100G) is refused before loading
+  "$onegpu" $cmd -m "$m" --cache-ram 1000T >/dev/null 2>"$work/err14"; rc=$?
+  [[ $rc == 1 ]] && grep -q "onegpu $cmd: --cache-ram 1000.00 TiB is more than the memory this process may use" "$work/err14" \
+    || fail "$cmd --cache-ram 1000T: rc $rc $(cat "$work/err14")"
 done
 "$onegpu" run -m "$m" -p "x" -n 1 --ctx 1000000 >/dev/null 2>"$work/err13"; rc=$?
 [[ $rc == 1 ]] && grep -q -- '--ctx 1000000 is outside 2\.\.' "$work/err13" || fail "run --ctx beyond the model: rc $rc $(cat "$work/err13")"

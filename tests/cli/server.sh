@@ -115,6 +115,10 @@ req 400 $P '{"prompt":"x","suffix":"y"}'
 req 400 $P '{"prompt":"x","max_tokens":-1}'
 req 405 $C '' -X GET
 req 404 /v2/nothing '{}'
+# a client whose base URL lacks /v1 is told where the API is
+req 404 /chat/completions "{$u}"
+grep -q 'the API is under /v1 (POST /v1/chat/completions): a client.s base URL ends in /v1' "$work/resp.json" \
+  || fail "/chat/completions without /v1: $(cat "$work/resp.json")"
 req 404 /v1/models/nothing '' -X GET
 AUTH="Bearer wrong" req 401 $C "{$u}"
 AUTH="Basic dXNlcjpwYXNz" req 401 $C "{$u}"

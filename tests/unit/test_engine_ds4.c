@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -291,6 +292,38 @@ static void test_other_options(void **state) {
     free(lg);
 }
 
+/* --cache-ram / --cache-dir on this model: its states do not go to those
+ * tiers, and a warning says so at start (it was an info line, hidden by
+ * default, that said the prefix cache was off while the state cache is on);
+ * the state cache still serves a resent prompt, and the directory is not made. */
+static void test_tiers_refused_said(void **state) {
+    (void)state;
+    char logbuf[4096] = "", dir[600];
+    FILE *lf = fmemopen(logbuf, sizeof logbuf - 1, "w");
+    assert_non_null(lf);
+    setvbuf(lf, NULL, _IONBF, 0);
+    const og_logger lg = {.level = OG_LOG_WARN, .out = lf};
+    snprintf(dir, sizeof dir, "%s.tiers-dir", g_path);
+    og_engine_config c = fx_engine_config(2, 96, 1024, 4);
+    c.cache_ram_bytes = 1ull << 30;
+    c.cache_dir = dir;
+    c.log = &lg;
+    og_engine *e = fx_start(&c);
+    assert_non_null(strstr(logbuf, "--cache-ram / --cache-dir off: they hold deepseek2's KV blocks; this model's "
+                                   "prefix cache keeps whole states"));
+    assert_int_equal(access(dir, F_OK), -1);
+    enum { N = 100 };
+    int32_t a[N];
+    random_ids(a, N, 4242);
+    result r0, r1;
+    run(e, a, N, &r0);
+    run(e, a, N, &r1);
+    assert_int_equal(r1.n_cached, N - 1);
+    assert_same(&r1, &r0);
+    og_engine_free(e);
+    fclose(lf);
+}
+
 /* n > 1 with the cache on: 3 choices at temperature 0, cold and warm, are
  * each the cache-off single sequence, bit for bit, and share its cached count. */
 static void test_cache_fork(void **state) {
@@ -386,6 +419,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_snapshot_bytes), cmocka_unit_test(test_cache_identical),
         cmocka_unit_test(test_other_options),  cmocka_unit_test(test_cache_fork),
         cmocka_unit_test(test_cache_churn),   cmocka_unit_test(test_cache_after_answer),
+        cmocka_unit_test(test_tiers_refused_said),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

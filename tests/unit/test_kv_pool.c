@@ -25,11 +25,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "kv_pool.h"
 #include "engine_fixture.h" /* g_m, g_tok, g_pool, g_kern, g_host, setup / teardown, greedy, fx_device_rc */
 
 #ifdef OG_TEST_SANITIZED
@@ -348,6 +353,23 @@ static void test_stress(void **state) {
     og_engine_free(e);
 }
 
+/* A pool the host cannot allocate (without --vram nothing plans it against
+ * the host's memory): the error gives its size and the flags that shrink it,
+ * not only the block count. 2^20 blocks of 1 GiB: 1 PiB, past any machine (the
+ * plain build only). */
+static void test_pool_out_of_memory(void **state) {
+    (void)state;
+#ifdef OG_TEST_SANITIZED
+    skip(); /* ASan aborts on an allocation that large instead of returning NULL */
+#endif
+    og_kv_pool *p = NULL;
+    char err[512];
+    assert_int_equal(og_kv_pool_create(NULL, 1ull << 30, 1u << 20, &p, err, sizeof err), OG_ERR_NOMEM);
+    assert_null(p);
+    assert_non_null(strstr(err, "KV pool: out of memory for 1048576 blocks of 1073741824 bytes (1.00 PiB, "
+                                "--parallel x ceil(--ctx / 64) blocks); a smaller --ctx or fewer --parallel shrinks it"));
+}
+
 /* ---- the tiers: bitwise ---- */
 
 static char g_log[16384];
@@ -429,8 +451,8 @@ static void test_tiers_identical(void **state) {
     og_engine_free(e);
     /* the directory: cold, evicted to disk by b, warm from disk; then (RAM and
      * directory) a restart reads a's blocks back */
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/cache", g_dir);
+    char dir[600]; /* folders that do not exist yet: made as mkdir -p does */
+    snprintf(dir, sizeof dir, "%s/cache/of/kv", g_dir);
     for (int restart = 0; restart < 2; restart++) {
         e = tier_engine(restart ? 1ull << 20 : 0, dir);
         og_engine_metrics_get(e, &m);
@@ -536,7 +558,280 @@ static void test_bad_files(void **state) {
     assert_non_null(strstr(g_log, "payload's checksum"));
     assert_pool_whole(e);
     og_engine_free(e);
+    /* the unsound files were removed where they were found (kept, each start
+     * skipped them again with a warning); files gone under a running engine
+     * (another server sharing DIR trimmed them) are dropped without one */
+    memset(g_log, 0, sizeof g_log);
+    rewind(g_lf);
+    e = tier_engine(0, dir);
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.cache_disk_skipped, 0);
+    nf = block_files(dir, names, 64);
+    assert_true(nf >= 3);
+    for (int i = 0; i < nf; i++) assert_int_equal(unlink(names[i]), 0);
+    run(e, b, N, &r);
+    assert_int_equal(r.n_cached, 0);
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.cache_disk_restored, 0);
+    assert_int_equal(count_in_log("cache-dir: skipping"), 0);
+    assert_pool_whole(e);
+    og_engine_free(e);
     fclose(g_lf);
+}
+
+/* A tier test's start: prompts a and b of n ids (seeds seed, seed + 1; b may
+ * be NULL), dir = WORKDIR/name, the log captured. */
+static void tier_case(const char *name, char *dir, size_t dirlen, int32_t *a, int32_t *b, int n, uint64_t seed) {
+    random_ids(a, n, seed);
+    if (b) random_ids(b, n, seed + 1);
+    snprintf(dir, dirlen, "%s/%s", g_dir, name);
+    log_open();
+}
+
+/* A FIFO under a block's name, there at start or put in a real block's place
+ * while the engine runs: fopen blocked on it for ever (the start, or the
+ * scheduler's lookup); now each is a file that cannot be read, skipped with a
+ * log line, and the prompt is prefilled. */
+static void test_fifo_files(void **state) {
+    (void)state;
+    enum { N = 200 };
+    int32_t a[N], b[N];
+    char dir[600];
+    tier_case("fifo", dir, sizeof dir, a, b, N, 71);
+    result ref, r;
+    og_engine *e = tier_engine(0, dir);
+    run(e, a, N, &ref);
+    og_engine_free(e);
+    char names[8][300], path[700];
+    assert_int_equal(block_files(dir, names, 8), 3);
+    snprintf(path, sizeof path, "%s/%.17s00000000000000ff.kvb", dir, strrchr(names[0], '/') + 1);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    e = tier_engine(0, dir);
+    assert_int_equal(count_in_log("not a regular file"), 1);
+    run(e, b, N, &r); /* a's 3 leave the pool: lookups go to the directory */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(unlink(names[i]), 0);
+        assert_int_equal(mkfifo(names[i], 0644), 0);
+    }
+    run(e, a, N, &r);
+    assert_same(&r, &ref);
+    assert_int_equal(r.n_cached, 0);
+    assert_int_equal(count_in_log("not a regular file"), 2); /* the first block's: nothing after it is looked up */
+    assert_pool_whole(e);
+    og_engine_free(e);
+    fclose(g_lf);
+}
+
+/* One directory shared by the same model at f16 and at f32 (two servers, or
+ * one restarted with another --kv-type): each keeps its own files (the chain
+ * hash of the same ids is the same under either kv-type, so a name without the
+ * kv-type had the second write over the first's blocks), and each restart
+ * reads its own blocks back, the other's left alone with one line. */
+static void test_shared_dir_kv_types(void **state) {
+    (void)state;
+    enum { N = 200 };
+    int32_t a[N], b[N];
+    char dir[600], err[256];
+    tier_case("shared", dir, sizeof dir, a, b, N, 31);
+    result ref[2], r;
+    static const char *const types[2] = {"f16", "f32"};
+    for (int k = 0; k < 2; k++) { /* each kv-type's blocks: a's 3 and b's 3 */
+        assert_int_equal(og_model_set_option(g_m, "kv-type", types[k], err, sizeof err), OG_OK);
+        og_engine *e = tier_engine(0, dir);
+        run(e, a, N, &ref[k]);
+        run(e, b, N, &r);
+        og_engine_free(e);
+    }
+    char names[64][300];
+    assert_int_equal(block_files(dir, names, 64), 12);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(og_model_set_option(g_m, "kv-type", types[k], err, sizeof err), OG_OK);
+        og_engine *e = tier_engine(0, dir);
+        og_engine_metrics m;
+        og_engine_metrics_get(e, &m);
+        assert_int_equal(m.cache_disk_blocks, 6);
+        run_same(e, a, &ref[k], 192);
+        og_engine_metrics_get(e, &m);
+        assert_int_equal(m.cache_disk_restored, 3);
+        assert_int_equal(m.cache_disk_skipped, 0);
+        og_engine_free(e);
+    }
+    assert_int_equal(og_model_set_option(g_m, "kv-type", "f16", err, sizeof err), OG_OK);
+    assert_int_equal(count_in_log("cache-dir: skipping"), 0);
+    assert_int_equal(count_in_log("6 block files of other models, kv-types or geometries left alone"), 3);
+    fclose(g_lf);
+}
+
+/* A server killed mid-write (kill -9) leaves NAME.tmp.XXXXXX beside the block
+ * file it was writing; the bound counts indexed files only, so such leftovers
+ * piled up past --cache-dir-size over crashes. A restart removes ours that are
+ * a minute old; a younger one (another server's of the same store, in flight)
+ * and another store's stay. */
+static void test_stale_writes(void **state) {
+    (void)state;
+    enum { N = 200 };
+    int32_t a[N];
+    char dir[600];
+    tier_case("stale", dir, sizeof dir, a, NULL, N, 41);
+    result ref;
+    og_engine *e = tier_engine(0, dir);
+    run(e, a, N, &ref);
+    og_engine_free(e);
+    char names[8][300];
+    assert_int_equal(block_files(dir, names, 8), 3);
+    const char *store = strrchr(names[0], '/') + 1; /* 16 hex digits, then '-' */
+    char old[700], young[700], other[700];
+    snprintf(old, sizeof old, "%s/%.17s0000000000000001.kvb.tmp.AbC123", dir, store);
+    snprintf(young, sizeof young, "%s/%.17s0000000000000002.kvb.tmp.XyZ789", dir, store);
+    snprintf(other, sizeof other, "%s/%s0000000000000003.kvb.tmp.QqQqQq", dir,
+             store[0] == 'f' ? "eeeeeeeeeeeeeeee-" : "ffffffffffffffff-");
+    char junk[5000];
+    memset(junk, 0x33, sizeof junk);
+    const struct timeval hour_ago[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    write_bytes(old, junk, sizeof junk);
+    assert_int_equal(utimes(old, hour_ago), 0);
+    write_bytes(young, junk, sizeof junk);
+    write_bytes(other, junk, sizeof junk);
+    assert_int_equal(utimes(other, hour_ago), 0);
+    e = tier_engine(0, dir);
+    assert_int_equal(access(old, F_OK), -1);
+    assert_int_equal(access(young, F_OK), 0);
+    assert_int_equal(access(other, F_OK), 0);
+    assert_int_equal(count_in_log("removed 1 unfinished block writes"), 1);
+    run_same(e, a, &ref, 192);
+    og_engine_free(e);
+    fclose(g_lf);
+}
+
+/* A restart over a smaller --cache-dir-size removes the least recently used
+ * files, by modification time: six files, a's dated 10 hours back and more,
+ * b's 1-3 hours, a bound of three files: a's go, b's stay and are read back. */
+static void test_restart_trims_oldest(void **state) {
+    (void)state;
+    enum { N = 200 };
+    int32_t a[N], b[N];
+    char dir[600];
+    tier_case("trim", dir, sizeof dir, a, b, N, 81);
+    result rb, r;
+    og_engine *e = tier_engine(0, dir);
+    run(e, a, N, &r);
+    og_engine_free(e);
+    char names[16][300], a_names[3][300];
+    assert_int_equal(block_files(dir, names, 16), 3);
+    memcpy(a_names, names, sizeof a_names);
+    e = tier_engine(0, dir);
+    run(e, b, N, &rb);
+    og_engine_free(e);
+    const int nf = block_files(dir, names, 16);
+    assert_int_equal(nf, 6);
+    for (int i = 0; i < nf; i++) { /* the directory's order says nothing of the age */
+        bool is_a = false;
+        for (int k = 0; k < 3; k++) is_a |= !strcmp(names[i], a_names[k]);
+        const time_t t = time(NULL) - (is_a ? 36000 + 3600 * i : 3600 * (1 + i % 3));
+        const struct timeval tv[2] = {{.tv_sec = t}, {.tv_sec = t}};
+        assert_int_equal(utimes(names[i], tv), 0);
+    }
+    og_engine_config c = fx_engine_config(1, 64, 256, 4);
+    c.kv_blocks = 4;
+    c.cache_dir = dir;
+    c.cache_dir_bytes = 3 * 12632; /* three files: 344 header + 12,288 payload bytes each */
+    c.log = &g_lg;
+    e = fx_start(&c);
+    for (int k = 0; k < 3; k++) assert_int_equal(access(a_names[k], F_OK), -1);
+    assert_int_equal(block_files(dir, names, 16), 3);
+    run_same(e, b, &rb, 192);
+    og_engine_free(e);
+    fclose(g_lf);
+}
+
+/* A small tmpfs at dir (flags: MS_RDONLY or 0); false, with a skip line, where
+ * this process may not mount (it needs CAP_SYS_ADMIN). */
+static bool mount_small(const char *dir, unsigned long flags, const char *opts) {
+    mkdir(dir, 0755);
+    if (!mount("tmpfs", dir, "tmpfs", flags, opts)) return true;
+    printf("SKIP (hardware): this process may not mount a small tmpfs (%s); the full and read-only cache-dir cases "
+           "need one\n", strerror(errno));
+    return false;
+}
+
+/* --cache-dir on a filesystem smaller than --cache-dir-size (16G by default):
+ * a tmpfs that holds 8 block files. Before, the 9th write failed and every one
+ * after it, the oldest files staying forever and the newest blocks dropped; now
+ * the full filesystem becomes the bound and the least recently used files make
+ * room: c's 3 blocks, evicted when the directory was full of a's, b's and c's,
+ * all come back. */
+static void test_full_filesystem(void **state) {
+    (void)state;
+    enum { N = 200 };
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/full", g_dir);
+    /* a file is 344 header + 2 x 64 x 48 x 2 payload bytes = 4 pages; 34 pages hold 8 */
+    if (!mount_small(dir, 0, "size=136k")) skip();
+    int32_t a[N], b[N], c[N], d[N];
+    random_ids(a, N, 51);
+    random_ids(b, N, 52);
+    random_ids(c, N, 53);
+    random_ids(d, N, 54);
+    log_open();
+    result rc, r;
+    og_engine *e = tier_engine(0, dir);
+    run(e, a, N, &r);
+    run(e, b, N, &r);
+    run(e, c, N, &rc);
+    run(e, d, N, &r); /* c's 3 out: the 9th file does not fit */
+    run_same(e, c, &rc, 192);
+    og_engine_metrics m;
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.cache_disk_restored, 3);
+    assert_int_equal(m.cache_disk_errors, 0);
+    assert_int_equal(m.cache_disk_blocks, 8);
+    assert_int_equal(count_in_log("the filesystem is full"), 1);
+    assert_pool_whole(e);
+    og_engine_free(e);
+    fclose(g_lf);
+    assert_int_equal(umount2(dir, MNT_DETACH), 0);
+}
+
+/* A tier that holds no block (--cache-ram 1, a --cache-dir-size below one block
+ * file) is refused with the size it takes, where it was on in name and held
+ * nothing; a read-only --cache-dir is said at start. */
+static void test_tier_limits(void **state) {
+    (void)state;
+    char dir[600], err[512];
+    snprintf(dir, sizeof dir, "%s/limits", g_dir);
+    og_engine_config c = fx_engine_config(1, 64, 256, 4);
+    c.kv_blocks = 4;
+    og_engine *e = NULL;
+    c.cache_ram_bytes = 1;
+    og_status st = og_engine_create(&c, &e, err, sizeof err);
+    if (!st) st = og_engine_start(e, err, sizeof err);
+    assert_int_equal(st, OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "--cache-ram 1 B holds no KV block (one is 12.00 KiB"));
+    og_engine_free(e);
+    e = NULL;
+    c.cache_ram_bytes = 0;
+    c.cache_dir = dir;
+    c.cache_dir_bytes = 12000;
+    st = og_engine_create(&c, &e, err, sizeof err);
+    if (!st) st = og_engine_start(e, err, sizeof err);
+    assert_int_equal(st, OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "--cache-dir-size 11.72 KiB holds no KV block file (one is 12.34 KiB"));
+    og_engine_free(e);
+    char ro[600];
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    mkdir(dir, 0755);
+    if (!mount_small(ro, MS_RDONLY, "size=64k")) skip();
+    log_open();
+    e = tier_engine(0, ro);
+    assert_int_equal(count_in_log("not writable (Read-only file system): its blocks are read"), 1);
+    result r;
+    int32_t a[200];
+    random_ids(a, 200, 61);
+    run(e, a, 200, &r);
+    assert_int_equal(r.n, 6);
+    og_engine_free(e);
+    fclose(g_lf);
+    assert_int_equal(umount2(ro, MNT_DETACH), 0);
 }
 
 int main(int argc, char **argv) {
@@ -546,6 +841,11 @@ int main(int argc, char **argv) {
     }
     snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
     char cmd[2048];
+    static const char *const mounts[] = {"full", "limits/ro"}; /* a failed run's tmpfs mounts */
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s/%s", g_dir, mounts[i]);
+        umount2(cmd, MNT_DETACH);
+    }
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", g_dir, g_dir);
     if (system(cmd)) return 1;
     snprintf(g_model, sizeof g_model, "%s/small.gguf", g_dir);
@@ -569,9 +869,16 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_one_allocation),
         cmocka_unit_test(test_pool_too_small),
         cmocka_unit_test(test_pool_growing),
+        cmocka_unit_test(test_pool_out_of_memory),
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_tiers_identical),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_fifo_files),
+        cmocka_unit_test(test_shared_dir_kv_types),
+        cmocka_unit_test(test_stale_writes),
+        cmocka_unit_test(test_restart_trims_oldest),
+        cmocka_unit_test(test_full_filesystem),
+        cmocka_unit_test(test_tier_limits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -178,7 +178,14 @@ async function bad(req, param, re, what) {
 await bad({ tools, tool_choice: { type: 'function', function: { name: 'get_wether' } } }, 'tool_choice', /get_wether/, 'unknown function in tool_choice');
 await bad({ tool_choice: 'required' }, 'tool_choice', /needs 'tools'/, 'tool_choice without tools');
 await bad({ tools: [{ type: 'function', function: { name: 'bad name!' } }] }, 'tools[0].function.name', /1-64 characters/, 'a bad function name');
-await bad({ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { s: { type: 'string', pattern: 'a+' } } } } }] }, 'tools[0].function.parameters', /'pattern'/, 'an unsupported schema keyword');
+{
+  // a keyword outside the grammar's subset: refused only where a forced call must follow the schema
+  const tp = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { s: { type: 'string', pattern: 'a+' } } } } }];
+  await bad({ tools: tp, tool_choice: 'required' }, 'tools[0].function.parameters', /'pattern'/, 'an unsupported schema keyword in a forced call');
+  const r = await client.chat.completions.create({ model: 'any', messages, max_tokens: 4, temperature: 0, tools: tp });
+  assert.ok(r.choices[0].finish_reason, 'the same tool with tool_choice auto is served');
+  ok('the unsupported keyword with tool_choice auto: served');
+}
 await bad({ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'string' } } }] }, 'tools[0].function.parameters', /object/, 'parameters that are not an object schema');
 await bad({ tools: [{ type: 'custom', custom: { name: 'f' } }] }, 'tools[0]', /only "function"/, 'a custom tool');
 await bad({ messages: [...messages, { role: 'tool', content: 'x' }] }, 'messages[1].tool_call_id', /required/, 'a tool message without tool_call_id');

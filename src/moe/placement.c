@@ -69,7 +69,7 @@ static og_status upload_weights(og_placement *p, const og_model *m, char *err, s
         if (cuda && t->n_dims > 1 && r != OG_ROLE_SHARED_EXPERTS && !og_cuda_forward_type(t->type))
             return og_fail(err, errlen, OG_ERR_UNSUPPORTED,
                            "--device-forward: %s is %s, which the cuda device has no kernels for (it has F32, F16, "
-                           "BF16, Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K); run without --device-forward",
+                           "BF16, Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, MXFP4); run without --device-forward",
                            t->name, og_type_name(t->type));
         total += (t->n_bytes + 63) & ~(uint64_t)63;
         n++;

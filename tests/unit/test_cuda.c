@@ -68,8 +68,9 @@ static void *make_weight(og_ggml_type t, int64_t K, int64_t n_rows, uint64_t *s,
     return q;
 }
 
-static const og_ggml_type types[] = {OG_TYPE_Q8_0, OG_TYPE_Q4_0, OG_TYPE_Q5_0, OG_TYPE_Q2_K,
-                                     OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+static const og_ggml_type types[] = {OG_TYPE_Q8_0, OG_TYPE_Q4_0, OG_TYPE_Q5_0, OG_TYPE_Q2_K, OG_TYPE_Q3_K,
+                                     OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K, OG_TYPE_IQ2_XXS, OG_TYPE_MXFP4};
+#define N_TYPES (int)(sizeof types / sizeof types[0])
 
 static void test_products(void **state) {
     cuda_ctx *cx = *state;
@@ -113,7 +114,7 @@ static void test_products(void **state) {
             free(scr);
         }
     }
-    assert_int_equal(n_cases, 32);
+    assert_int_equal(n_cases, N_TYPES * 4);
     dev->ops->stream_destroy(dev, s);
 }
 
@@ -194,6 +195,8 @@ static void test_experts(void **state) {
     expert_case(cx, OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q8_0, 0);
     expert_case(cx, OG_TYPE_Q8_0, OG_TYPE_Q5_K, OG_TYPE_Q4_0, 7.0f); /* gate Q8_0 acts, up Q8_K acts */
     expert_case(cx, OG_TYPE_Q5_0, OG_TYPE_Q5_0, OG_TYPE_Q2_K, 0.5f);
+    expert_case(cx, OG_TYPE_IQ2_XXS, OG_TYPE_IQ2_XXS, OG_TYPE_Q2_K, 10.0f); /* V4 / V4.1's routed experts */
+    expert_case(cx, OG_TYPE_MXFP4, OG_TYPE_MXFP4, OG_TYPE_MXFP4, 7.0f);     /* V4.1 mxxm-t's */
 }
 
 /* Copies both ways on two streams ordered by an event; many events in flight
@@ -352,7 +355,8 @@ static void test_forward_ops(void **state) {
 
     /* matmul: quantized and float types, 1 and 13 rows, three jobs in one op */
     const og_ggml_type mm_types[] = {OG_TYPE_F32, OG_TYPE_F16, OG_TYPE_BF16, OG_TYPE_Q8_0, OG_TYPE_Q4_0, OG_TYPE_Q5_0,
-                                     OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+                                     OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K,
+                                     OG_TYPE_IQ2_XXS, OG_TYPE_MXFP4};
     for (size_t ti = 0; ti < sizeof mm_types / sizeof mm_types[0]; ti++) {
         const int64_t K = 1024 + (og_quant_traits(mm_types[ti])->blck == 1 ? 37 : 0), N = 45, M = 13;
         og_weight w;
@@ -540,14 +544,14 @@ static void test_forward_ops(void **state) {
         n_cases++;
     }
     /* a type without kernels is refused by name at issue */
-    og_weight iq = {OG_TYPE_IQ2_XXS, p.allocs[0][0], 256, 1, 66};
+    og_weight iq = {OG_TYPE_IQ4_NL, p.allocs[0][0], 256, 1, 8 * 18};
     float *yy = p.allocs[0][1];
     og_matmul_job bad = {&iq, yy, 1, yy, OG_NUMERICS_CANONICAL};
     assert_int_equal(cx->dev->ops->matmul(cx->dev, p.s[0], &bad, 1, err, sizeof err), OG_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err, "IQ2_XXS"));
+    assert_non_null(strstr(err, "IQ4_NL"));
     dev_sync(cx->dev, p.s[0]); /* and the stream goes on */
     printf("cuda forward ops: %d cases against the cpu device\n", n_cases);
-    assert_int_equal(n_cases, 11 + 5 + 2 + 3 + 4 + 11);
+    assert_int_equal(n_cases, 13 + 5 + 2 + 3 + 4 + 13);
     for (int i = 0; i < 2; i++) {
         p.d[i]->ops->stream_destroy(p.d[i], p.s[i]);
         for (int a = 0; a < p.n_allocs; a++) p.d[i]->ops->free(p.d[i], p.allocs[i][a]);

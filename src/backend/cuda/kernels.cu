@@ -95,6 +95,8 @@ OG_PRODUCT_KERNEL(k_q3_K, og_block_q3_K, og_block_q8_K, og_canon_q3_K)
 OG_PRODUCT_KERNEL(k_q4_K, og_block_q4_K, og_block_q8_K, og_canon_q4_K)
 OG_PRODUCT_KERNEL(k_q5_K, og_block_q5_K, og_block_q8_K, og_canon_q5_K)
 OG_PRODUCT_KERNEL(k_q6_K, og_block_q6_K, og_block_q8_K, og_canon_q6_K)
+OG_PRODUCT_KERNEL(k_iq2_xxs, og_block_iq2_xxs, og_block_q8_K, og_canon_iq2_xxs) /* V4 / V4.1's routed experts */
+OG_PRODUCT_KERNEL(k_mxfp4, og_block_mxfp4, og_block_q8_0, og_canon_mxfp4)
 
 typedef void (*product_kernel)(mv_args, og_cuda_groups);
 
@@ -114,6 +116,8 @@ static const type_row rows[] = {
     {OG_TYPE_Q4_K, k_q4_K, 256, sizeof(og_block_q4_K), sizeof(og_block_q8_K), 1},
     {OG_TYPE_Q5_K, k_q5_K, 256, sizeof(og_block_q5_K), sizeof(og_block_q8_K), 1},
     {OG_TYPE_Q6_K, k_q6_K, 256, sizeof(og_block_q6_K), sizeof(og_block_q8_K), 1},
+    {OG_TYPE_IQ2_XXS, k_iq2_xxs, 256, sizeof(og_block_iq2_xxs), sizeof(og_block_q8_K), 1},
+    {OG_TYPE_MXFP4, k_mxfp4, 32, sizeof(og_block_mxfp4), sizeof(og_block_q8_0), 0},
 };
 
 static const type_row *row_of(og_ggml_type t) {

@@ -34,7 +34,7 @@ typedef struct og_cuda_groups {
 cudaError_t og_cuda_kernels_init(void);
 
 /* Whether weight type t has a canonical product kernel (Q8_0, Q4_0, Q5_0, Q2_K,
- * Q3_K, Q4_K, Q5_K, Q6_K). */
+ * Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, MXFP4). */
 int og_cuda_has_type(og_ggml_type t);
 
 /* Bytes of one activation row of K elements quantized for weight type t (its

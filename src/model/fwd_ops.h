@@ -62,6 +62,9 @@ og_status og_fwd_failure(og_status st, bool failed_here, const char *what, char 
 og_status og_fwd_weight(const og_fwd *f, const og_weight *w, const char *what, og_weight *out);
 /* The same for a vector of n floats (a norm's weight, a bias); NULL stays NULL. */
 og_status og_fwd_vec(const og_fwd *f, const float *v, int64_t n, const char *what, const float **out);
+/* The same for any weight data at p (an F32 vector, an I32 table) by the copy
+ * holding its first byte; NULL stays NULL. Same errors. */
+og_status og_fwd_ptr(const og_fwd *f, const void *p, const char *what, const void **out);
 /* Rows [r0, r0 + n) of w as their own weight (an offset on a device address). */
 og_weight og_fwd_slice(const og_weight *w, int64_t r0, int64_t n);
 

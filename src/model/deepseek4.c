@@ -524,11 +524,7 @@ static og_status on_device(const og_fwd *f, const og_ds4 *d, ds4_layer *dl, og_d
     og_status st = og_fwd_weight(f, &d->tok_embd, "token_embd", &out->tok_embd);
     if (!st) st = og_fwd_weight(f, &d->output, "output", &out->output);
     if (!st) st = og_fwd_weight(f, &d->out_hc_fn, "output_hc_fn", &out->out_hc_fn);
-#define VEC(o, i, fld)                                                                                     \
-    do {                                                                                                   \
-        const void *v_ = NULL;                                                                             \
-        if (!st && !(st = og_fwd_ptr(f, (i)->fld, #fld, &v_))) (o)->fld = v_;                              \
-    } while (0)
+#define VEC(o, i, fld) OG_FWD_PTR(st, f, o, i, fld)
     VEC(out, d, out_norm);
     VEC(out, d, out_hc_base);
     VEC(out, d, out_hc_scale);
@@ -536,7 +532,7 @@ static og_status on_device(const og_fwd *f, const og_ds4 *d, ds4_layer *dl, og_d
         const ds4_layer *L = &d->layers[il];
         ds4_layer *o = &dl[il];
         *o = *L;
-        const struct { const og_weight *w; og_weight *o; const char *what; } ws[] = {
+        const og_fwd_wmap ws[] = {
             {&L->hc_attn_fn, &o->hc_attn_fn, "hc_attn_fn"}, {&L->hc_ffn_fn, &o->hc_ffn_fn, "hc_ffn_fn"},
             {&L->q_a, &o->q_a, "attn_q_a"}, {&L->q_b, &o->q_b, "attn_q_b"}, {&L->kv, &o->kv, "attn_kv"},
             {&L->o_a, &o->o_a, "attn_output_a"}, {&L->o_b, &o->o_b, "attn_output_b"},
@@ -545,7 +541,7 @@ static og_status on_device(const og_fwd *f, const og_ds4 *d, ds4_layer *dl, og_d
             {&L->idx_proj, &o->idx_proj, "indexer_proj"}, {&L->idx_comp_kv, &o->idx_comp_kv, "indexer_compressor_kv"},
             {&L->idx_comp_gate, &o->idx_comp_gate, "indexer_compressor_gate"},
             {&L->idx_comp_ape, &o->idx_comp_ape, "indexer_compressor_ape"}, {&L->router, &o->router, "ffn_gate_inp"}};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !st; i++) st = og_fwd_weight(f, ws[i].w, ws[i].what, ws[i].o);
+        if (!st) st = og_fwd_weights(f, ws, sizeof ws / sizeof ws[0]);
         VEC(o, L, hc_attn_base);
         VEC(o, L, hc_attn_scale);
         VEC(o, L, hc_ffn_base);

@@ -513,17 +513,13 @@ static og_status on_device(const og_fwd *f, const og_ds41 *d, ds41_layer *dl, og
     out->layers = dl;
     og_status st = og_fwd_weight(f, &d->tok_embd, "token_embd", &out->tok_embd);
     if (!st) st = og_fwd_weight(f, &d->output, "output", &out->output);
-#define VEC(o, i, fld)                                                                                     \
-    do {                                                                                                   \
-        const void *v_ = NULL;                                                                             \
-        if (!st && !(st = og_fwd_ptr(f, (i)->fld, #fld, &v_))) (o)->fld = v_;                              \
-    } while (0)
+#define VEC(o, i, fld) OG_FWD_PTR(st, f, o, i, fld)
     VEC(out, d, out_norm);
     for (uint32_t il = 0; il < d->hp.n_layer && !st; il++) {
         const ds41_layer *L = &d->layers[il];
         ds41_layer *o = &dl[il];
         *o = *L;
-        const struct { const og_weight *w; og_weight *o; const char *what; } ws[] = {
+        const og_fwd_wmap ws[] = {
             {&L->hc_attn_fn, &o->hc_attn_fn, "hc_attn_fn"}, {&L->hc_ffn_fn, &o->hc_ffn_fn, "hc_ffn_fn"},
             {&L->q_a, &o->q_a, "attn_q_a"}, {&L->q_b, &o->q_b, "attn_q_b"}, {&L->kv, &o->kv, "attn_kv"},
             {&L->o_a, &o->o_a, "attn_output_a"}, {&L->o_b, &o->o_b, "attn_output_b"},
@@ -531,7 +527,7 @@ static og_status on_device(const og_fwd *f, const og_ds41 *d, ds41_layer *dl, og
             {&L->idx_k, &o->idx_k, "indexer_attn_k"}, {&L->idx_q_b, &o->idx_q_b, "indexer_attn_q_b"},
             {&L->idx_proj, &o->idx_proj, "indexer_proj"}, {&L->engram_wkv, &o->engram_wkv, "engram_wkv"},
             {&L->router, &o->router, "ffn_gate_inp"}};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !st; i++) st = og_fwd_weight(f, ws[i].w, ws[i].what, ws[i].o);
+        if (!st) st = og_fwd_weights(f, ws, sizeof ws / sizeof ws[0]);
         VEC(o, L, hc_attn_base);
         VEC(o, L, hc_attn_scale);
         VEC(o, L, hc_ffn_base);
@@ -875,7 +871,7 @@ static og_status head(og_fwd *f, const og_ds41 *d, const og_batch *batch, int64_
  * token or sequence out of range, no dispatcher, a state of another device),
  * OG_ERR_RANGE (a sequence past its og_kv.n_ctx below the window; an Engram
  * row outside its table), OG_ERR_UNSUPPORTED (a device without the
- * deepseek4 / deepseek41 ops: the cuda device for now), OG_ERR_NOMEM, the
+ * deepseek4 / deepseek41 ops), OG_ERR_STATE (a weight without a device copy), OG_ERR_NOMEM, the
  * ops' and the dispatcher's. On error no n_pos changes, but a sequence's
  * state may hold part of the call: drop (og_kv_free) such a sequence. */
 static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,

@@ -63,6 +63,12 @@ og_status og_fwd_ptr(const og_fwd *f, const void *p, const char *what, const voi
     return OG_OK;
 }
 
+og_status og_fwd_weights(const og_fwd *f, const og_fwd_wmap *ws, size_t n) {
+    og_status st = OG_OK;
+    for (size_t i = 0; i < n && !st; i++) st = og_fwd_weight(f, ws[i].w, ws[i].what, ws[i].o);
+    return st;
+}
+
 og_status og_fwd_mm_rows(og_fwd *f, const og_matmul_job *jobs, int n, int64_t t_base) {
     og_matmul_job buf[MM_ROWS_MAX];
     int nb = 0;

@@ -11,7 +11,7 @@
 #      errors; deepseek2's forward-pass ops against the cpu device: bitwise where stated,
 #      softmax / router / MLA within 4 ulp with the bitwise count printed; deepseek4's
 #      and deepseek41's ops: mHC, QAT, compressor, indexer, sink attention, Engram,
-#      mla_kv_b, bitwise or within their stated bounds), quant_canon, ds4_canon(_libm)
+#      bitwise or within their stated bounds), quant_canon, ds4_canon(_libm)
 #   4. end to end: make-model files with Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_0
 #      routed experts; `onegpu run --json --temp 0` with the cuda device (0, 4 and
 #      all experts resident, migration on, and the default: no --vram, the GPU's

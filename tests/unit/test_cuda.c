@@ -9,7 +9,8 @@
  * used by two groups); streams, events, waits and both copy paths; the errors;
  * and deepseek2's forward-pass ops against the cpu device on the same inputs
  * (test_forward_ops: bitwise where og_cuda_kernels.h says so, else within
- * FWD_ULP ulp with the bitwise count printed). */
+ * FWD_ULP ulp with the bitwise count printed), and deepseek4's and deepseek41's
+ * ops likewise (test_ds4_ops). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -580,7 +581,7 @@ static void test_forward_ops(void **state) {
 /* deepseek4's and deepseek41's ops (og_ds4_canon.h; tests/unit/test_ds4_canon.c
  * checks the same arithmetic on the CPU): the cuda device against the cpu
  * device on the same inputs. Bitwise: mHC collapse / expand, every QAT kind,
- * the indexer (V4 and V4.1's candidate blocks and mask), mla_kv_b; the
+ * the indexer (V4 and V4.1's candidate blocks and mask); the
  * compressor and Engram (double exp: CUDA's and libm's) bitwise but for a
  * rare last-bit difference, checked within FWD_ULP; mHC mixes and the sink
  * attention (a float e^x) within FWD_ULP / an absolute bound, the bitwise
@@ -791,26 +792,8 @@ static void test_ds4_ops(void **state) {
         free(sv), free(kv);
         n_cases++;
     }
-    { /* deepseek2's legacy attn_kv_b products */
-        enum { T = 3, H = 4, DN = 32, DV = 24, RK = 64 };
-        float kvb[H * (DN + DV) * RK], x[T * H * RK];
-        rand_f(kvb, H * (DN + DV) * RK, 1.0f, &rs);
-        rand_f(x, T * H * RK, 1.0f, &rs);
-        void *dkvb[2], *dx[2], *dy[2];
-        put2(&p, kvb, sizeof kvb, dkvb);
-        put2(&p, x, sizeof x, dx);
-        put2(&p, NULL, 2 * T * H * RK * 4, dy);
-        OPS2_BEGIN
-            og_mla_kv_b_op ab = {false, T, H, DN, DV, RK, dkvb[I_], dx[I_], H * DN, DN, dy[I_], RK, T * RK};
-            st_ = D_->ops->mla_kv_b(D_, S_, &ab, e_, sizeof e_);
-            og_mla_kv_b_op ex = {true, T, H, DN, DV, RK, dkvb[I_], dx[I_], RK, T * RK, (float *)dy[I_] + T * H * RK, H * DV, DV};
-            if (!st_) st_ = D_->ops->mla_kv_b(D_, S_, &ex, e_, sizeof e_);
-        OPS2_END
-        same_bits2(&p, dy, 2 * T * H * RK * 4, "mla_kv_b (absorb, expand)");
-        n_cases++;
-    }
     printf("cuda deepseek4 / deepseek41 ops: %d cases against the cpu device\n", n_cases);
-    assert_int_equal(n_cases, 4 + 8 + 2 + 2 + 2 + 1 + 1);
+    assert_int_equal(n_cases, 4 + 8 + 2 + 2 + 2 + 1);
     for (int i = 0; i < 2; i++) {
         p.d[i]->ops->stream_destroy(p.d[i], p.s[i]);
         for (int a = 0; a < p.n_allocs; a++) p.d[i]->ops->free(p.d[i], p.allocs[i][a]);

@@ -844,13 +844,6 @@ static og_status cu_issue(og_device *d, og_stream *s, og_cop_kind kind, const vo
         if (!st) st = CK(og_cuda_engram(op->s, op->kv, op->q_w, op->k_w, op->n_tok, op->n_embd, op->n_hc, op->eps, s->work, s->cs));
         break;
     }
-    case OG_COP_MLA_KV_B: {
-        const og_mla_kv_b_op *op = &o->u.kv_b;
-        const og_cuda_kv_b a = {op->expand, op->n_tok, op->n_head, op->d_nope, op->d_v, op->r_kv, op->kv_b, op->x,
-                                op->x_tok_stride, op->x_head_stride, op->y, op->y_tok_stride, op->y_head_stride};
-        st = CK(og_cuda_mla_kv_b(&a, s->cs));
-        break;
-    }
     default:
         return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda device: no kernel for op %d", (int)kind);
     }
@@ -858,8 +851,14 @@ static og_status cu_issue(og_device *d, og_stream *s, og_cop_kind kind, const vo
     return st ? stream_fail(s, st, err ? err : "op failed") : OG_OK;
 }
 
-/* the op table's entry points (device_ops.h): deepseek2's, deepseek4's and deepseek41's */
+/* the op table's entry points (device_ops.h): deepseek2's, deepseek4's and
+ * deepseek41's; mla_kv_b's stays out of the table (deepseek2's legacy kv_b rows
+ * are dequantized into host memory, which a GPU kernel cannot read: such a file's
+ * --device-forward is refused on the cuda device) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
 OG_COP_ENTRY_POINTS(cu, cu_issue)
+#pragma GCC diagnostic pop
 
 static void cu_destroy(og_device *d) {
     cuda_device *c = (cuda_device *)d;
@@ -886,7 +885,7 @@ static const og_device_ops cuda_ops = {
     .event_wait = cu_event_wait,
     .event_done = cu_event_done,
     .destroy = cu_destroy,
-    /* the forward pass's ops: every architecture's */
+    /* the forward pass's ops: every architecture's but deepseek2's legacy mla_kv_b (above) */
     .matmul = cu_matmul,
     .rmsnorm = cu_rmsnorm,
     .rope = cu_rope,
@@ -907,7 +906,6 @@ static const og_device_ops cuda_ops = {
     .indexer = cu_indexer,
     .sink_attention = cu_sink_attn,
     .engram = cu_engram,
-    .mla_kv_b = cu_mla_kv_b,
     .moe_combine = cu_combine,
 };
 

@@ -911,29 +911,3 @@ extern "C" cudaError_t og_cuda_engram(float *sv, const float *kv, const float *q
     return cudaGetLastError();
 }
 
-/* og_mla_kv_b_op, one thread per output element, each sum in the host's order
- * (absorb: float, d in order from 0; expand: double, r in order): bitwise. */
-static __global__ void k_mla_kv_b(og_cuda_kv_b a) {
-    const int64_t per = a.expand ? a.d_v : a.r_kv, idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= a.n_tok * a.n_head * per) return;
-    const int64_t e = idx % per, h = (idx / per) % a.n_head, i = idx / per / a.n_head, dh = a.d_nope + a.d_v;
-    const float *x = a.x + i * a.x_tok_stride + h * a.x_head_stride;
-    float *y = a.y + i * a.y_tok_stride + h * a.y_head_stride;
-    if (!a.expand) {
-        float acc = 0.0f;
-        for (int64_t d = 0; d < a.d_nope; d++) acc += a.kv_b[(h * dh + d) * a.r_kv + e] * x[d];
-        y[e] = acc;
-    } else {
-        const float *row = a.kv_b + (h * dh + a.d_nope + e) * a.r_kv;
-        double acc = 0;
-        for (int64_t r = 0; r < a.r_kv; r++) acc += (double)row[r] * x[r];
-        y[e] = (float)acc;
-    }
-}
-
-extern "C" cudaError_t og_cuda_mla_kv_b(const og_cuda_kv_b *a, cudaStream_t s) {
-    const int64_t n = a->n_tok * a->n_head * (a->expand ? a->d_v : a->r_kv);
-    if (n <= 0) return cudaSuccess;
-    k_mla_kv_b<<<blocks_of(n, 128), 128, 0, s>>>(*a);
-    return cudaGetLastError();
-}

@@ -253,17 +253,6 @@ cudaError_t og_cuda_sink_attention(const og_cuda_sink *a, cudaStream_t s);
 cudaError_t og_cuda_engram(float *sv, const float *kv, const float *q_w, const float *k_w, int64_t n_tok,
                            int64_t n_embd, int32_t n_hc, float eps, float *gates, cudaStream_t s);
 
-/* og_mla_kv_b_op (deepseek2's legacy attn_kv_b layout): bitwise. */
-typedef struct og_cuda_kv_b {
-    int32_t expand;
-    int64_t n_tok, n_head, d_nope, d_v, r_kv;
-    const float *kv_b, *x;
-    int64_t x_tok_stride, x_head_stride;
-    float *y;
-    int64_t y_tok_stride, y_head_stride;
-} og_cuda_kv_b;
-cudaError_t og_cuda_mla_kv_b(const og_cuda_kv_b *a, cudaStream_t s);
-
 #ifdef __cplusplus
 }
 #endif

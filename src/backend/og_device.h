@@ -532,8 +532,8 @@ typedef struct og_device_ops {
     og_status (*copy)(og_device *d, og_stream *s, const og_copy_op *op, char *err, size_t errlen);
     og_status (*get_rows)(og_device *d, og_stream *s, const og_get_rows_op *op, char *err, size_t errlen);
     og_status (*kv_store)(og_device *d, og_stream *s, const og_kv_store_op *op, char *err, size_t errlen);
-    /* deepseek4's (above; NULL on a device without them: the cuda device for now,
-     * the forward pass then answers OG_ERR_UNSUPPORTED) */
+    /* deepseek4's (above; NULL on a device without them: the forward pass then
+     * answers OG_ERR_UNSUPPORTED, and --device-forward is refused naming the op) */
     og_status (*hc_mix)(og_device *d, og_stream *s, const og_hc_mix_op *op, char *err, size_t errlen);
     og_status (*hc_collapse)(og_device *d, og_stream *s, const og_hc_op *op, char *err, size_t errlen);
     og_status (*hc_expand)(og_device *d, og_stream *s, const og_hc_op *op, char *err, size_t errlen);
@@ -541,8 +541,8 @@ typedef struct og_device_ops {
     og_status (*compress)(og_device *d, og_stream *s, const og_compress_op *op, char *err, size_t errlen);
     og_status (*indexer)(og_device *d, og_stream *s, const og_indexer_op *op, char *err, size_t errlen);
     og_status (*sink_attention)(og_device *d, og_stream *s, const og_sink_attn_op *op, char *err, size_t errlen);
-    /* deepseek41's (above; NULL on the cuda device for now: its forward pass
-     * then answers OG_ERR_UNSUPPORTED). V4.1 also runs the ops above: its
+    /* deepseek41's (above; NULL on a device without it: its forward pass then
+     * answers OG_ERR_UNSUPPORTED). V4.1 also runs the ops above: its
      * ratio-2 / ratio-1 compressors are og_compress_op steps (plain, no APE,
      * rope.d_rope 0: RoPE and QAT follow as their own ops, so the index key
      * reads the latent before RoPE), its candidate blocks are og_indexer_op's

@@ -38,7 +38,8 @@ bool og_cuda_machine_has_gpu(void);
 og_status og_device_cuda_create(int gpu, og_device **out, char *err, size_t errlen);
 
 /* Whether the cuda device's forward-pass ops take weights of type t: the
- * matmul op (the canonical products of Q8_0, Q4_0, Q5_0, Q2_K ... Q6_K, and of
+ * matmul op (the canonical products of Q8_0, Q4_0, Q5_0, Q2_K ... Q6_K, IQ2_XXS
+ * and MXFP4, and of
  * F32, F16, BF16 in og_dot_f32_device's order) and get_rows (each type's
  * dequantization). Always false in a build without CUDA. */
 bool og_cuda_forward_type(og_ggml_type t);

@@ -497,10 +497,68 @@ typedef og_fwd_plan plan;
 /* Sequence s's state in this call (NULL: no tokens). */
 static ds4_seq *seq_of(const plan *p, int s) { return p->st[s]; }
 
-/* One call's host arrays (og_fwd_host's: V4 has no others). */
+/* One call's host arrays (og_fwd_host's, and the layers at their device copies). */
 typedef struct host_arrays {
     og_fwd_host a;
+    ds4_layer *dlayers; /* [n_layer] (on_device) */
 } host_arrays;
+
+typedef struct host_more {
+    uint32_t n_layer;
+    host_arrays *ha;
+} host_more;
+
+static void host_take_more(og_fwd_scratch_cut *c, void *vx) {
+    const host_more *x = vx;
+    x->ha->dlayers = og_fwd_take(c, x->n_layer * sizeof *x->ha->dlayers);
+}
+
+/* *out = d with every weight the forward pass reads at its device copy when the
+ * pass runs on a device with its own memory (f->wt: the cuda device, or the cpu
+ * device's copy mode), its layers in dl [n_layer]; d itself otherwise.
+ * Errors: OG_ERR_STATE naming a weight without a copy. */
+static og_status on_device(const og_fwd *f, const og_ds4 *d, ds4_layer *dl, og_ds4 *out) {
+    *out = *d;
+    if (!f->wt) return OG_OK;
+    out->layers = dl;
+    og_status st = og_fwd_weight(f, &d->tok_embd, "token_embd", &out->tok_embd);
+    if (!st) st = og_fwd_weight(f, &d->output, "output", &out->output);
+    if (!st) st = og_fwd_weight(f, &d->out_hc_fn, "output_hc_fn", &out->out_hc_fn);
+#define VEC(o, i, fld) OG_FWD_PTR(st, f, o, i, fld)
+    VEC(out, d, out_norm);
+    VEC(out, d, out_hc_base);
+    VEC(out, d, out_hc_scale);
+    for (uint32_t il = 0; il < d->hp.n_layer && !st; il++) {
+        const ds4_layer *L = &d->layers[il];
+        ds4_layer *o = &dl[il];
+        *o = *L;
+        const og_fwd_wmap ws[] = {
+            {&L->hc_attn_fn, &o->hc_attn_fn, "hc_attn_fn"}, {&L->hc_ffn_fn, &o->hc_ffn_fn, "hc_ffn_fn"},
+            {&L->q_a, &o->q_a, "attn_q_a"}, {&L->q_b, &o->q_b, "attn_q_b"}, {&L->kv, &o->kv, "attn_kv"},
+            {&L->o_a, &o->o_a, "attn_output_a"}, {&L->o_b, &o->o_b, "attn_output_b"},
+            {&L->comp_kv, &o->comp_kv, "attn_compressor_kv"}, {&L->comp_gate, &o->comp_gate, "attn_compressor_gate"},
+            {&L->comp_ape, &o->comp_ape, "attn_compressor_ape"}, {&L->idx_q_b, &o->idx_q_b, "indexer_attn_q_b"},
+            {&L->idx_proj, &o->idx_proj, "indexer_proj"}, {&L->idx_comp_kv, &o->idx_comp_kv, "indexer_compressor_kv"},
+            {&L->idx_comp_gate, &o->idx_comp_gate, "indexer_compressor_gate"},
+            {&L->idx_comp_ape, &o->idx_comp_ape, "indexer_compressor_ape"}, {&L->router, &o->router, "ffn_gate_inp"}};
+        if (!st) st = og_fwd_weights(f, ws, sizeof ws / sizeof ws[0]);
+        VEC(o, L, hc_attn_base);
+        VEC(o, L, hc_attn_scale);
+        VEC(o, L, hc_ffn_base);
+        VEC(o, L, hc_ffn_scale);
+        VEC(o, L, attn_norm);
+        VEC(o, L, ffn_norm);
+        VEC(o, L, q_a_norm);
+        VEC(o, L, kv_norm);
+        VEC(o, L, sinks);
+        VEC(o, L, comp_norm);
+        VEC(o, L, idx_comp_norm);
+        VEC(o, L, exp_bias);
+        VEC(o, L, tid2eid);
+    }
+#undef VEC
+    return st;
+}
 
 /* Issues one compressor step (og_compress_op) for the layer: kv and score
  * projections, the APE rows, then the stateful step that emits rows into the
@@ -636,9 +694,8 @@ static og_status hc_post(og_fwd *f, const og_ds4_hparams *hp, int64_t T, bufs *b
 
 /* The MoE FFN (§4.1.6) of b->x into b->y: router on the device (hash
  * routing on the hash layers), experts through the dispatcher. */
-static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const og_batch *batch, uint32_t il, bufs *b,
-                     host_arrays *ha, bool *failed_here) {
-    const og_ds4 *d = m->impl;
+static og_status moe(og_fwd *f, const og_model *m, const og_ds4 *d, const og_run_ctx *rc, const og_batch *batch, uint32_t il,
+                     bufs *b, host_arrays *ha, bool *failed_here) {
     const og_ds4_hparams *hp = &d->hp;
     const ds4_layer *L = &d->layers[il];
     og_router_op ro = {b->rl, L->exp_bias, batch->n_tok, (int32_t)hp->n_expert, (int32_t)hp->n_expert_used, 3, 1, 1,
@@ -725,13 +782,13 @@ static int64_t blocks_held(const og_kv *kv) {
  * (or a host device). Errors: OG_ERR_INVALID_ARG (a token or sequence out of
  * range, no dispatcher, a state of another device), OG_ERR_RANGE (a sequence
  * past its og_kv.n_ctx when that is below the window), OG_ERR_UNSUPPORTED (a device
- * without deepseek4's ops: the cuda device for now), OG_ERR_NOMEM, the ops' and
+ * without deepseek4's ops), OG_ERR_STATE (a weight without a device copy), OG_ERR_NOMEM, the ops' and
  * the dispatcher's. On error no n_pos changes, but a sequence's rings,
  * compressor states and stores may hold part of the call: drop (og_kv_free)
  * such a sequence rather than run it on. */
 static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
                                    const og_batch *batch, float *logits, char *err, size_t errlen) {
-    const og_ds4 *d = m->impl;
+    const og_ds4 *d = m->impl; /* then its weights on the device (on_device) */
     const og_ds4_hparams *hp = &d->hp;
     const int64_t T = batch->n_tok;
     og_status st = og_fwd_call_check(rc, T, n_seq, err, errlen);
@@ -743,7 +800,8 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
     const og_fwd_host_shape sh = {T, og_fwd_store_blocks_bound(kvs, n_seq, T, blocks_held), n_seq, hp->n_swa,
                                   hp->n_expert_used, hp->n_embd, hp->o_group_count, hp->o_group_count};
     void *hown = NULL; /* this call's own host buffer (no reusable scratch), freed below */
-    if ((st = og_fwd_host_carve(rc, &sh, &p, &ha.a, NULL, NULL, &hown, "deepseek4 forward pass", err, errlen)))
+    host_more hm = {hp->n_layer, &ha};
+    if ((st = og_fwd_host_carve(rc, &sh, &p, &ha.a, host_take_more, &hm, &hown, "deepseek4 forward pass", err, errlen)))
         return st;
     st = make_plan(d, rc, kvs, n_seq, batch, rc->host_numerics, &p, err, errlen);
     og_fwd fw = {.nm = rc->host_numerics, .exact = batch->exact, .err = err, .errlen = errlen};
@@ -755,6 +813,9 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             !fw.ops->indexer || !fw.ops->sink_attention || !fw.ops->matmul)
             st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "the %s device has no deepseek4 ops yet", fw.ops->name);
     }
+    og_ds4 dd = *d; /* the weights where the device reads them (d's own on a host device) */
+    if (!st) st = on_device(&fw, d, ha.dlayers, &dd);
+    d = &dd;
     int64_t n_out = 0;
     for (int64_t t = 0; t < T; t++) n_out += batch->logits[t];
     /* device scratch: the reusable one (replaced once by a larger one), or this call's own */
@@ -789,7 +850,7 @@ static og_status ds4_forward_batch(const og_model *m, const og_run_ctx *rc, og_k
             (st = attention(&fw, d, il, &p, &ha, &b)) || (st = hc_post(&fw, hp, T, &b)))
             break;
         if ((st = hc_pre(&fw, hp, T, &b, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, L->ffn_norm)) ||
-            (st = moe(&fw, m, rc, batch, il, &b, &ha, &failed_here)) || (st = hc_post(&fw, hp, T, &b)))
+            (st = moe(&fw, m, d, rc, batch, il, &b, &ha, &failed_here)) || (st = hc_post(&fw, hp, T, &b)))
             break;
     }
     if (!st && n_out) st = head(&fw, d, batch, n_out, &b, logits);

@@ -499,7 +499,53 @@ typedef struct host_arrays {
     int32_t *ctx;            /* [T][ENGRAM_CTX] each token's Engram context, newest first */
     uint64_t *erows;         /* [EB] */
     float *emb;              /* [T][EB ED] host copy of the gathered rows */
+    ds41_layer *dlayers;     /* [n_layer] the layers at their device copies (on_device) */
 } host_arrays;
+
+/* *out = d with every weight the forward pass reads on the device at its
+ * device copy when the pass runs on a device with its own memory (f->wt: the
+ * cuda device, or the cpu device's copy mode), its layers in dl [n_layer]; d
+ * itself otherwise. The Engram tables stay the host's (gathered there).
+ * Errors: OG_ERR_STATE naming a weight without a copy. */
+static og_status on_device(const og_fwd *f, const og_ds41 *d, ds41_layer *dl, og_ds41 *out) {
+    *out = *d;
+    if (!f->wt) return OG_OK;
+    out->layers = dl;
+    og_status st = og_fwd_weight(f, &d->tok_embd, "token_embd", &out->tok_embd);
+    if (!st) st = og_fwd_weight(f, &d->output, "output", &out->output);
+#define VEC(o, i, fld) OG_FWD_PTR(st, f, o, i, fld)
+    VEC(out, d, out_norm);
+    for (uint32_t il = 0; il < d->hp.n_layer && !st; il++) {
+        const ds41_layer *L = &d->layers[il];
+        ds41_layer *o = &dl[il];
+        *o = *L;
+        const og_fwd_wmap ws[] = {
+            {&L->hc_attn_fn, &o->hc_attn_fn, "hc_attn_fn"}, {&L->hc_ffn_fn, &o->hc_ffn_fn, "hc_ffn_fn"},
+            {&L->q_a, &o->q_a, "attn_q_a"}, {&L->q_b, &o->q_b, "attn_q_b"}, {&L->kv, &o->kv, "attn_kv"},
+            {&L->o_a, &o->o_a, "attn_output_a"}, {&L->o_b, &o->o_b, "attn_output_b"},
+            {&L->comp_kv, &o->comp_kv, "attn_compressor_kv"}, {&L->comp_gate, &o->comp_gate, "attn_compressor_gate"},
+            {&L->idx_k, &o->idx_k, "indexer_attn_k"}, {&L->idx_q_b, &o->idx_q_b, "indexer_attn_q_b"},
+            {&L->idx_proj, &o->idx_proj, "indexer_proj"}, {&L->engram_wkv, &o->engram_wkv, "engram_wkv"},
+            {&L->router, &o->router, "ffn_gate_inp"}};
+        if (!st) st = og_fwd_weights(f, ws, sizeof ws / sizeof ws[0]);
+        VEC(o, L, hc_attn_base);
+        VEC(o, L, hc_attn_scale);
+        VEC(o, L, hc_ffn_base);
+        VEC(o, L, hc_ffn_scale);
+        VEC(o, L, attn_norm);
+        VEC(o, L, ffn_norm);
+        VEC(o, L, q_a_norm);
+        VEC(o, L, kv_norm);
+        VEC(o, L, sinks);
+        VEC(o, L, comp_norm);
+        VEC(o, L, idx_k_norm);
+        VEC(o, L, engram_q);
+        VEC(o, L, engram_k);
+        VEC(o, L, exp_bias);
+    }
+#undef VEC
+    return st;
+}
 
 static og_status make_plan(const og_ds41 *d, const og_run_ctx *rc, og_kv *const *kvs, int n_seq, const og_batch *batch,
                            plan *p, char *err, size_t errlen) {
@@ -558,6 +604,7 @@ static void host_take_more(og_fwd_scratch_cut *c, void *vx) {
     ha->ctx = og_fwd_take(c, t * ENGRAM_CTX * sizeof *ha->ctx);
     ha->erows = og_fwd_take(c, (EB + 1) * sizeof *ha->erows);
     ha->emb = og_fwd_take(c, (hp->n_engram_layer ? t * EB * ED : 1) * sizeof *ha->emb);
+    ha->dlayers = og_fwd_take(c, hp->n_layer * sizeof *ha->dlayers);
 }
 
 /* A product over rows that belong to batch tokens tok[r] (not consecutive):
@@ -795,9 +842,8 @@ static og_status engram(og_fwd *f, const og_ds41 *d, uint32_t il, const plan *p,
 
 /* The MoE FFN (§4.1.6, V4.1's normalization w / (sum + 1e-20), no hash
  * layers) of b->x into b->y. */
-static og_status moe(og_fwd *f, const og_model *m, const og_run_ctx *rc, const og_batch *batch, uint32_t il, bufs *b,
-                     host_arrays *ha, bool *failed_here) {
-    const og_ds41 *d = m->impl;
+static og_status moe(og_fwd *f, const og_model *m, const og_ds41 *d, const og_run_ctx *rc, const og_batch *batch,
+                     uint32_t il, bufs *b, host_arrays *ha, bool *failed_here) {
     const og_ds41_hparams *hp = &d->hp;
     og_router_op ro = {b->rl, d->layers[il].exp_bias, batch->n_tok, (int32_t)hp->n_expert, (int32_t)hp->n_expert_used,
                        3, 1, 1, hp->expert_weights_norm, hp->expert_weights_scale, b->r_ids, b->r_w, NULL, 0, NULL,
@@ -825,7 +871,7 @@ static og_status head(og_fwd *f, const og_ds41 *d, const og_batch *batch, int64_
  * token or sequence out of range, no dispatcher, a state of another device),
  * OG_ERR_RANGE (a sequence past its og_kv.n_ctx below the window; an Engram
  * row outside its table), OG_ERR_UNSUPPORTED (a device without the
- * deepseek4 / deepseek41 ops: the cuda device for now), OG_ERR_NOMEM, the
+ * deepseek4 / deepseek41 ops), OG_ERR_STATE (a weight without a device copy), OG_ERR_NOMEM, the
  * ops' and the dispatcher's. On error no n_pos changes, but a sequence's
  * state may hold part of the call: drop (og_kv_free) such a sequence. */
 static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_kv *const *kvs, int n_seq,
@@ -855,6 +901,9 @@ static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_
     if (!st && (!fw.ops->hc_mix || !fw.ops->hc_collapse || !fw.ops->hc_expand || !fw.ops->qat || !fw.ops->compress ||
                 !fw.ops->indexer || !fw.ops->sink_attention || !fw.ops->engram || !fw.ops->matmul))
         st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "the %s device has no deepseek41 ops yet", fw.ops->name);
+    og_ds41 dd = *d; /* the weights where the device reads them (d's own on a host device) */
+    if (!st) st = on_device(&fw, d, ha.dlayers, &dd);
+    d = &dd;
     int64_t n_out = 0;
     for (int64_t t = 0; t < T; t++) n_out += batch->logits[t];
     void *dbase = NULL;
@@ -901,7 +950,7 @@ static og_status ds41_forward_batch(const og_model *m, const og_run_ctx *rc, og_
         /* the FFN's input collapses with the attention's pre; its own pre is the next sublayer's */
         if ((st = hc_pre(&fw, hp, T, &b, &L->hc_ffn_fn, L->hc_ffn_scale, L->hc_ffn_base, L->ffn_norm, b.pre_lag,
                          b.pre_cur)) ||
-            (st = moe(&fw, m, rc, batch, il, &b, &ha, &failed_here)) || (st = hc_post(&fw, hp, T, &b)))
+            (st = moe(&fw, m, d, rc, batch, il, &b, &ha, &failed_here)) || (st = hc_post(&fw, hp, T, &b)))
             break;
     }
     if (!st && n_out) st = head(&fw, d, batch, n_out, &b, logits);

@@ -55,6 +55,20 @@ og_status og_fwd_vec(const og_fwd *f, const float *v, int64_t n, const char *wha
     return OG_OK;
 }
 
+og_status og_fwd_ptr(const og_fwd *f, const void *p, const char *what, const void **out) {
+    *out = p;
+    if (!f->wt || !p) return OG_OK;
+    if (!(*out = og_dev_weights_find(f->wt, p, 1)))
+        return og_fail(f->err, f->errlen, OG_ERR_STATE, "forward pass: %s has no copy in device memory", what);
+    return OG_OK;
+}
+
+og_status og_fwd_weights(const og_fwd *f, const og_fwd_wmap *ws, size_t n) {
+    og_status st = OG_OK;
+    for (size_t i = 0; i < n && !st; i++) st = og_fwd_weight(f, ws[i].w, ws[i].what, ws[i].o);
+    return st;
+}
+
 og_status og_fwd_mm_rows(og_fwd *f, const og_matmul_job *jobs, int n, int64_t t_base) {
     og_matmul_job buf[MM_ROWS_MAX];
     int nb = 0;

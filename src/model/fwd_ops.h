@@ -62,6 +62,25 @@ og_status og_fwd_failure(og_status st, bool failed_here, const char *what, char 
 og_status og_fwd_weight(const og_fwd *f, const og_weight *w, const char *what, og_weight *out);
 /* The same for a vector of n floats (a norm's weight, a bias); NULL stays NULL. */
 og_status og_fwd_vec(const og_fwd *f, const float *v, int64_t n, const char *what, const float **out);
+/* The same for any weight data at p (an F32 vector, an I32 table) by the copy
+ * holding its first byte; NULL stays NULL. Same errors. */
+og_status og_fwd_ptr(const og_fwd *f, const void *p, const char *what, const void **out);
+/* One weight of a layer and where its device view goes (the forward passes'
+ * tables of their weights, as on_device builds them). */
+typedef struct og_fwd_wmap {
+    const og_weight *w;
+    og_weight *o;
+    const char *what;
+} og_fwd_wmap;
+/* og_fwd_weight of each of ws[n] in order; the first error. */
+og_status og_fwd_weights(const og_fwd *f, const og_fwd_wmap *ws, size_t n);
+/* While st is OG_OK: og_fwd_ptr of (i)->fld into (o)->fld (a weight's data
+ * pointer field of a struct, named by its field). */
+#define OG_FWD_PTR(st, f, o, i, fld)                                                                      \
+    do {                                                                                                  \
+        const void *v_ = NULL;                                                                            \
+        if (!(st) && !((st) = og_fwd_ptr((f), (i)->fld, #fld, &v_))) (o)->fld = v_;                        \
+    } while (0)
 /* Rows [r0, r0 + n) of w as their own weight (an offset on a device address). */
 og_weight og_fwd_slice(const og_weight *w, int64_t r0, int64_t n);
 

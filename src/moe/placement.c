@@ -66,10 +66,10 @@ static og_status upload_weights(og_placement *p, const og_model *m, char *err, s
         const og_gguf_tensor *t = og_gguf_tensor_at(g, i);
         const og_tensor_role r = og_model_tensor_role(mi->arch, t->name);
         if (r == OG_ROLE_ROUTED_EXPERTS || r == OG_ROLE_ENGRAM || !t->data) continue;
-        if (cuda && t->n_dims > 1 && r != OG_ROLE_SHARED_EXPERTS && !og_cuda_forward_type(t->type))
+        if (cuda && t->n_dims > 1 && r != OG_ROLE_SHARED_EXPERTS && t->type != OG_TYPE_I32 && !og_cuda_forward_type(t->type))
             return og_fail(err, errlen, OG_ERR_UNSUPPORTED,
                            "--device-forward: %s is %s, which the cuda device has no kernels for (it has F32, F16, "
-                           "BF16, Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K); run without --device-forward",
+                           "BF16, Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, MXFP4); run without --device-forward",
                            t->name, og_type_name(t->type));
         total += (t->n_bytes + 63) & ~(uint64_t)63;
         n++;
@@ -97,23 +97,44 @@ static og_status upload_weights(og_placement *p, const og_model *m, char *err, s
     return OG_OK;
 }
 
+/* The first op that model architecture arch's forward pass issues and the
+ * device has no kernel for, or NULL when it has them all (deepseek2: its ops;
+ * deepseek4: those and mHC, QAT, the compressor, the indexer, the sink
+ * attention; deepseek41: those and Engram's gates). */
+static const char *missing_op(const og_device_ops *o, const char *arch) {
+    const bool ds4 = !strcmp(arch, "deepseek4") || !strcmp(arch, "deepseek41"), ds41 = !strcmp(arch, "deepseek41");
+    const struct { bool need, have; const char *name; } ops[] = {
+        {true, o->matmul, "matmul"}, {true, o->rmsnorm, "rmsnorm"}, {true, o->rope, "rope"},
+        {true, o->router, "router"}, {true, o->add, "add"}, {true, o->copy, "copy"}, {true, o->get_rows, "get_rows"},
+        {true, o->moe_combine, "moe_combine"}, {!ds4, o->mla_attention, "mla_attention"},
+        {!ds4, o->kv_store, "kv_store"}, {!ds4, o->softmax, "softmax"}, {!ds4, o->swiglu, "swiglu"},
+        {ds4, o->scale, "scale"}, {ds4, o->hc_mix, "hc_mix"}, {ds4, o->hc_collapse, "hc_collapse"},
+        {ds4, o->hc_expand, "hc_expand"}, {ds4, o->qat, "qat"}, {ds4, o->compress, "compress"},
+        {ds4, o->indexer, "indexer"}, {ds4, o->sink_attention, "sink_attention"}, {ds41, o->engram, "engram"}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (ops[i].need && !ops[i].have) return ops[i].name;
+    return NULL;
+}
+
 /* The forward pass on the device (cfg->forward_on_device): its stream, and the
  * non-expert weights where the device reads them: the cpu device uses the
  * mapped file in place and counts the bytes (copies them with
- * cfg->copy_weights, deepseek2's test mode), any other device holds copies
- * (upload_weights). deepseek2's forward pass alone has its ops on every device. */
+ * cfg->copy_weights, the test mode of a GPU's layout), any other device holds
+ * copies (upload_weights). Refused by name when the device lacks an op the
+ * architecture's forward pass issues. */
 static og_status forward_setup(og_placement *p, const og_model *m, const og_placement_config *cfg, char *err,
                                size_t errlen) {
     const og_model_info *mi = og_model_get_info(m);
-    const bool cpu = !strcmp(p->dev->ops->name, "cpu"), ds2 = !strcmp(mi->arch, "deepseek2");
-    if (!cpu && !ds2)
+    const bool cpu = !strcmp(p->dev->ops->name, "cpu");
+    const char *miss = missing_op(p->dev->ops, mi->arch);
+    if (miss)
         return og_fail(err, errlen, OG_ERR_UNSUPPORTED,
-                       "--device-forward on the %s device runs deepseek2's forward pass only: %s's own ops (mHC, "
-                       "compressed attention, ...) are CPU-only (its resident experts still compute there without the flag)",
-                       p->dev->ops->name, mi->arch);
+                       "--device-forward: the %s device has no %s op, which %s's forward pass issues (its resident "
+                       "experts still compute there without the flag)",
+                       p->dev->ops->name, miss, mi->arch);
     og_status st = p->dev->ops->stream_create(p->dev, &p->fwd, err, errlen);
     if (st) return st;
-    if (!cpu || (cfg->copy_weights && ds2)) return upload_weights(p, m, err, errlen);
+    if (!cpu || cfg->copy_weights) return upload_weights(p, m, err, errlen);
     if ((st = og_device_cpu_alias(p->dev, (int64_t)cfg->plan->nonexpert_bytes, err, errlen)) == OG_OK)
         p->aliased = (int64_t)cfg->plan->nonexpert_bytes;
     return st;

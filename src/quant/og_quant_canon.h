@@ -243,6 +243,117 @@ static OG_HD og_canon_term og_canon_q6_K(const og_block_q6_K *x, const og_block_
     return t;
 }
 
+/* ---- IQ2_XXS and MXFP4 (og_quant_blocks.h's layouts) ----
+ * The IQ2_XXS grid: each of the 256 points is 8 weights from {8, 25, 43}, written
+ * as the base-3 number whose digit j (least significant first) is weight j's level
+ * (0: 8, 1: 25, 2: 43), expanded at compile time into the 8 bytes a kernel reads
+ * (byte j = weight j). quant_iq.c builds og_iq2xxs_grid (the SIMD tiers' table)
+ * from the same list; tests/cli/ref_iquants.sh checks it against llama.cpp's. */
+#define OG_IQ2XXS_LEVEL(d) ((d) == 0 ? UINT64_C(8) : (d) == 1 ? UINT64_C(25) : UINT64_C(43))
+#define OG_IQ2XXS_W(c, j, p3) (OG_IQ2XXS_LEVEL(((c) / (p3)) % 3) << (8 * (j)))
+#define OG_IQ2XXS_G8(c)                                                                                        \
+    (OG_IQ2XXS_W(c, 0, 1) | OG_IQ2XXS_W(c, 1, 3) | OG_IQ2XXS_W(c, 2, 9) | OG_IQ2XXS_W(c, 3, 27) |               \
+     OG_IQ2XXS_W(c, 4, 81) | OG_IQ2XXS_W(c, 5, 243) | OG_IQ2XXS_W(c, 6, 729) | OG_IQ2XXS_W(c, 7, 2187))
+#define OG_IQ2XXS_POINTS(X) \
+    X(0) X(2) X(4) X(6) X(8) X(10) X(12) X(18) X(20) X(24) X(26) X(28) X(30) X(36) X(42) X(46) \
+    X(48) X(54) X(56) X(62) X(74) X(82) X(84) X(90) X(94) X(108) X(138) X(150) X(162) X(164) X(182) X(218) \
+    X(244) X(246) X(252) X(262) X(264) X(270) X(272) X(276) X(288) X(298) X(300) X(306) X(318) X(324) X(326) X(330) \
+    X(342) X(356) X(376) X(378) X(388) X(412) X(414) X(432) X(462) X(480) X(486) X(490) X(492) X(498) X(510) X(514) \
+    X(516) X(522) X(524) X(546) X(570) X(594) X(650) X(660) X(730) X(732) X(738) X(748) X(756) X(774) X(786) X(792) \
+    X(796) X(810) X(816) X(828) X(846) X(854) X(864) X(912) X(922) X(972) X(978) X(990) X(994) X(1006) X(1026) X(1068) \
+    X(1100) X(1134) X(1148) X(1216) X(1218) X(1224) X(1242) X(1270) X(1296) X(1300) X(1368) X(1414) X(1458) X(1460) X(1466) X(1488) \
+    X(1504) X(1512) X(1514) X(1564) X(1572) X(1620) X(1622) X(1702) X(1704) X(1710) X(1728) X(1742) X(1782) X(1810) X(1830) X(1926) \
+    X(1950) X(1962) X(2010) X(2136) X(2188) X(2190) X(2196) X(2202) X(2206) X(2208) X(2214) X(2220) X(2228) X(2232) X(2242) X(2244) \
+    X(2250) X(2268) X(2286) X(2314) X(2322) X(2326) X(2350) X(2358) X(2382) X(2390) X(2400) X(2430) X(2436) X(2448) X(2484) X(2500) \
+    X(2522) X(2532) X(2592) X(2674) X(2676) X(2682) X(2700) X(2704) X(2754) X(2796) X(2800) X(2810) X(2866) X(2898) X(2916) X(2922) \
+    X(2926) X(2932) X(2934) X(2970) X(2976) X(3000) X(3026) X(3072) X(3142) X(3222) X(3224) X(3248) X(3322) X(3360) X(3402) X(3412) \
+    X(3418) X(3450) X(3510) X(3570) X(3648) X(3654) X(3672) X(3696) X(3726) X(3766) X(3822) X(3852) X(3888) X(3892) X(3978) X(3980) \
+    X(4026) X(4160) X(4374) X(4376) X(4382) X(4402) X(4430) X(4458) X(4470) X(4482) X(4546) X(4618) X(4620) X(4626) X(4630) X(4644) \
+    X(4662) X(4698) X(4730) X(4764) X(4786) X(4806) X(4824) X(4862) X(4944) X(5032) X(5106) X(5112) X(5124) X(5130) X(5176) X(5198) \
+    X(5238) X(5296) X(5346) X(5366) X(5376) X(5464) X(5644) X(5688) X(5834) X(5868) X(5890) X(5920) X(5994) X(6090) X(6354) X(6402)
+#define OG_IQ2XXS_ENTRY(c) OG_IQ2XXS_G8(c),
+/* The grid for the functions below: a device copy for the kernels, a host one
+ * for the C callers (quant_iq.c's scalar canonical dot, the tests). */
+#ifdef __CUDACC__
+static __device__ const uint64_t og_canon_iq2_grid_dev[256] = {OG_IQ2XXS_POINTS(OG_IQ2XXS_ENTRY)};
+#else
+static const uint64_t og_canon_iq2_grid_host[256] = {OG_IQ2XXS_POINTS(OG_IQ2XXS_ENTRY)};
+#endif
+
+static OG_HD uint64_t og_canon_iq2_grid(uint32_t i) {
+#ifdef __CUDA_ARCH__
+    return og_canon_iq2_grid_dev[i];
+#elif defined(__CUDACC__)
+    (void)i;
+    return 0; /* the host side of a .cu file computes no IQ2_XXS product */
+#else
+    return og_canon_iq2_grid_host[i];
+#endif
+}
+
+/* Sign pattern i < 128 of IQ2_XXS: its 7 bits, bit 7 set when they hold an odd
+ * count of ones (so the count of negatives is even); og_iq2xxs_signs[i]. */
+static OG_HD uint32_t og_canon_iq2_signs(uint32_t i) {
+    const uint32_t p = (i ^ i >> 1 ^ i >> 2 ^ i >> 3 ^ i >> 4 ^ i >> 5 ^ i >> 6) & 1;
+    return i | p << 7;
+}
+
+/* Sub-block s of an IQ2_XXS block as its two little-endian u32 words (a0: four
+ * grid indices; a1: four 7-bit sign fields and the scale ls = a1 >> 28). */
+static OG_HD void og_canon_iq2_words(const og_block_iq2_xxs *x, int s, uint32_t *a0, uint32_t *a1) {
+    *a0 = (uint32_t)x->qs[4 * s] | (uint32_t)x->qs[4 * s + 1] << 16;
+    *a1 = (uint32_t)x->qs[4 * s + 2] | (uint32_t)x->qs[4 * s + 3] << 16;
+}
+
+/* IQ2_XXS x Q8_K's I_b: sum over sub-blocks of (2 ls + 1) * (grid * sign . y). */
+static OG_HD int32_t og_canon_iq2_xxs_isum(const og_block_iq2_xxs *x, const og_block_q8_K *y) {
+    int32_t isum = 0;
+    for (int s = 0; s < 8; s++) {
+        uint32_t a0, a1;
+        og_canon_iq2_words(x, s, &a0, &a1);
+        int32_t sub = 0;
+        for (int l = 0; l < 4; l++) {
+            const uint64_t g = og_canon_iq2_grid((a0 >> 8 * l) & 255);
+            const uint32_t sg = og_canon_iq2_signs((a1 >> 7 * l) & 127);
+            const int8_t *q8 = y->qs + 32 * s + 8 * l;
+            for (int j = 0; j < 8; j++) {
+                const int32_t w = (int32_t)((g >> 8 * j) & 255);
+                sub += (sg >> j) & 1 ? -w * q8[j] : w * q8[j];
+            }
+        }
+        isum += (int32_t)(2 * (a1 >> 28) + 1) * sub;
+    }
+    return isum;
+}
+/* IQ2_XXS x Q8_K: a = (d * dy) * 0.125f, two roundings (the format's 1/8). */
+static OG_HD og_canon_term og_canon_iq2_xxs(const og_block_iq2_xxs *x, const og_block_q8_K *y) {
+    og_canon_term t = {og_canon_iq2_xxs_isum(x, y), og_canon_mul(og_canon_mul(og_canon_h2f(x->d), y->d), 0.125f), 0.0f,
+                       0.0f};
+    return t;
+}
+
+/* The E2M1 value of nibble q doubled (og_mxfp4_values[q]): magnitudes 0, 1, 2, 3,
+ * 4, 6, 8, 12, bit 3 the sign. */
+static OG_HD int og_canon_e2m1x2(int q) {
+    const int m = q & 7, v = m < 4 ? m : (2 + (m & 1)) << ((m >> 1) - 1);
+    return q & 8 ? -v : v;
+}
+/* 2^(e - 128) exactly (og_e8m0_half: e = 0 and 1 the subnormals 2^-128, 2^-127). */
+static OG_HD float og_canon_e8m0_half(uint8_t e) {
+    return og_canon_bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+/* MXFP4 x Q8_0's I_b: sum of the doubled E2M1 values times y (element j low nibble of qs[j], j + 16 the high one). */
+static OG_HD int32_t og_canon_mxfp4_isum(const og_block_mxfp4 *x, const og_block_q8_0 *y) {
+    int32_t is = 0;
+    for (int j = 0; j < 16; j++) is += og_canon_e2m1x2(x->qs[j] & 15) * y->qs[j] + og_canon_e2m1x2(x->qs[j] >> 4) * y->qs[j + 16];
+    return is;
+}
+/* MXFP4 x Q8_0: a = 2^(e - 128) * dy (one rounding). */
+static OG_HD og_canon_term og_canon_mxfp4(const og_block_mxfp4 *x, const og_block_q8_0 *y) {
+    og_canon_term t = {og_canon_mxfp4_isum(x, y), og_canon_mul(og_canon_e8m0_half(x->e), og_canon_h2f(y->d)), 0.0f, 0.0f};
+    return t;
+}
+
 /* ---- dequantization, one element at a time (og_type_traits.to_float's bits:
  * quant_ref.c's float operations, each rounded; the cuda device's get_rows) ---- */
 
@@ -299,6 +410,21 @@ static OG_HD float og_canon_deq_q6_K(const og_block_q6_K *x, int e) {
     return og_canon_mul(dl, (float)((lo4 | hi2 << 4) - 32));
 }
 
+/* element e < 256 of an IQ2_XXS block: db = (d (0.5 + ls)) 0.25 (ggml's float steps), +-db * grid */
+static OG_HD float og_canon_deq_iq2_xxs(const og_block_iq2_xxs *x, int e) {
+    uint32_t a0, a1;
+    const int s = e / 32, l = (e % 32) / 8, j = e % 8;
+    og_canon_iq2_words(x, s, &a0, &a1);
+    const float db = og_canon_mul(og_canon_mul(og_canon_h2f(x->d), og_canon_add(0.5f, (float)(a1 >> 28))), 0.25f);
+    const float v = og_canon_mul(db, (float)((og_canon_iq2_grid((a0 >> 8 * l) & 255) >> 8 * j) & 255));
+    return (og_canon_iq2_signs((a1 >> 7 * l) & 127) >> j) & 1 ? -v : v;
+}
+/* element j < 32 of an MXFP4 block: the doubled E2M1 value times 2^(e - 128) */
+static OG_HD float og_canon_deq_mxfp4(const og_block_mxfp4 *x, int j) {
+    const int q = j < 16 ? x->qs[j] & 15 : x->qs[j - 16] >> 4;
+    return og_canon_mul((float)og_canon_e2m1x2(q), og_canon_e8m0_half(x->e));
+}
+
 /* Element e of a row of type t (F32, F16, BF16 widened; the quantized types
  * above), or 0 for a type without a dequantizer here (callers refuse those). */
 static OG_HD float og_canon_deq(og_ggml_type t, const void *row, int64_t e) {
@@ -315,6 +441,8 @@ static OG_HD float og_canon_deq(og_ggml_type t, const void *row, int64_t e) {
     case OG_TYPE_Q4_K: return og_canon_deq_q4_K((const og_block_q4_K *)r + e / 256, (int)(e % 256));
     case OG_TYPE_Q5_K: return og_canon_deq_q5_K((const og_block_q5_K *)r + e / 256, (int)(e % 256));
     case OG_TYPE_Q6_K: return og_canon_deq_q6_K((const og_block_q6_K *)r + e / 256, (int)(e % 256));
+    case OG_TYPE_IQ2_XXS: return og_canon_deq_iq2_xxs((const og_block_iq2_xxs *)r + e / 256, (int)(e % 256));
+    case OG_TYPE_MXFP4: return og_canon_deq_mxfp4((const og_block_mxfp4 *)r + e / 32, (int)(e % 32));
     default: return 0.0f;
     }
 }

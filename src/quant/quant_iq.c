@@ -6,6 +6,8 @@
  * llama.cpp's own code on make-model files. */
 #include "quant_internal.h"
 
+#include "og_quant_canon.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -13,41 +15,15 @@
  * Each of the 256 points is 8 weights from {8, 25, 43}; we write a point as the
  * base-3 number whose digit j (least significant first) is weight j's level (0: 8,
  * 1: 25, 2: 43), and expand it into the 8 bytes the kernels read at compile time. */
-#define IQ2_LEVEL(d) ((d) == 0 ? UINT64_C(8) : (d) == 1 ? UINT64_C(25) : UINT64_C(43))
-#define IQ2_W(c, j, p3) (IQ2_LEVEL(((c) / (p3)) % 3) << (8 * (j)))
-#define G8(c)                                                                                                  \
-    (IQ2_W(c, 0, 1) | IQ2_W(c, 1, 3) | IQ2_W(c, 2, 9) | IQ2_W(c, 3, 27) | IQ2_W(c, 4, 81) | IQ2_W(c, 5, 243) | \
-     IQ2_W(c, 6, 729) | IQ2_W(c, 7, 2187))
-#define IQ2_POINTS(X) \
-    X(0) X(2) X(4) X(6) X(8) X(10) X(12) X(18) X(20) X(24) X(26) X(28) X(30) X(36) X(42) X(46) \
-    X(48) X(54) X(56) X(62) X(74) X(82) X(84) X(90) X(94) X(108) X(138) X(150) X(162) X(164) X(182) X(218) \
-    X(244) X(246) X(252) X(262) X(264) X(270) X(272) X(276) X(288) X(298) X(300) X(306) X(318) X(324) X(326) X(330) \
-    X(342) X(356) X(376) X(378) X(388) X(412) X(414) X(432) X(462) X(480) X(486) X(490) X(492) X(498) X(510) X(514) \
-    X(516) X(522) X(524) X(546) X(570) X(594) X(650) X(660) X(730) X(732) X(738) X(748) X(756) X(774) X(786) X(792) \
-    X(796) X(810) X(816) X(828) X(846) X(854) X(864) X(912) X(922) X(972) X(978) X(990) X(994) X(1006) X(1026) X(1068) \
-    X(1100) X(1134) X(1148) X(1216) X(1218) X(1224) X(1242) X(1270) X(1296) X(1300) X(1368) X(1414) X(1458) X(1460) X(1466) X(1488) \
-    X(1504) X(1512) X(1514) X(1564) X(1572) X(1620) X(1622) X(1702) X(1704) X(1710) X(1728) X(1742) X(1782) X(1810) X(1830) X(1926) \
-    X(1950) X(1962) X(2010) X(2136) X(2188) X(2190) X(2196) X(2202) X(2206) X(2208) X(2214) X(2220) X(2228) X(2232) X(2242) X(2244) \
-    X(2250) X(2268) X(2286) X(2314) X(2322) X(2326) X(2350) X(2358) X(2382) X(2390) X(2400) X(2430) X(2436) X(2448) X(2484) X(2500) \
-    X(2522) X(2532) X(2592) X(2674) X(2676) X(2682) X(2700) X(2704) X(2754) X(2796) X(2800) X(2810) X(2866) X(2898) X(2916) X(2922) \
-    X(2926) X(2932) X(2934) X(2970) X(2976) X(3000) X(3026) X(3072) X(3142) X(3222) X(3224) X(3248) X(3322) X(3360) X(3402) X(3412) \
-    X(3418) X(3450) X(3510) X(3570) X(3648) X(3654) X(3672) X(3696) X(3726) X(3766) X(3822) X(3852) X(3888) X(3892) X(3978) X(3980) \
-    X(4026) X(4160) X(4374) X(4376) X(4382) X(4402) X(4430) X(4458) X(4470) X(4482) X(4546) X(4618) X(4620) X(4626) X(4630) X(4644) \
-    X(4662) X(4698) X(4730) X(4764) X(4786) X(4806) X(4824) X(4862) X(4944) X(5032) X(5106) X(5112) X(5124) X(5130) X(5176) X(5198) \
-    X(5238) X(5296) X(5346) X(5366) X(5376) X(5464) X(5644) X(5688) X(5834) X(5868) X(5890) X(5920) X(5994) X(6090) X(6354) X(6402)
-#define G(c) G8(c),
-const uint64_t og_iq2xxs_grid[256] = {IQ2_POINTS(G)};
+#define G(c) OG_IQ2XXS_G8(c),
+const uint64_t og_iq2xxs_grid[256] = {OG_IQ2XXS_POINTS(G)};
 /* The same points as 2-bit levels, weight j at bits 2j (what the GFNI kernels look up:
  * 256 entries fit eight registers). */
 #define C2(c) (uint16_t)((c) % 3 | (c) / 3 % 3 << 2 | (c) / 9 % 3 << 4 | (c) / 27 % 3 << 6 | (c) / 81 % 3 << 8 | \
                          (c) / 243 % 3 << 10 | (c) / 729 % 3 << 12 | (c) / 2187 % 3 << 14),
-const uint16_t og_iq2xxs_grid2[256] = {IQ2_POINTS(C2)};
+const uint16_t og_iq2xxs_grid2[256] = {OG_IQ2XXS_POINTS(C2)};
 #undef C2
-#undef IQ2_POINTS
 #undef G
-#undef G8
-#undef IQ2_W
-#undef IQ2_LEVEL
 
 /* Sign pattern i: its 7 bits, and bit 7 set when they hold an odd count of ones. */
 #define PAR7(i) (((i) ^ (i) >> 1 ^ (i) >> 2 ^ (i) >> 3 ^ (i) >> 4 ^ (i) >> 5 ^ (i) >> 6) & 1)
@@ -93,26 +69,9 @@ void og_iq2_xxs_to_float(const void *vx, float *y, int64_t n) {
     }
 }
 
-/* I_b of the canonical dot: sum over sub-blocks of (2 ls + 1) * (grid * sign . y). */
-static int32_t iq2_xxs_isum(const og_block_iq2_xxs *x, const og_block_q8_K *y) {
-    int32_t isum = 0;
-    const int8_t *q8 = y->qs;
-    for (int s = 0; s < 8; s++) {
-        uint32_t a0, a1;
-        iq2_sub(x, s, &a0, &a1);
-        int32_t sub = 0;
-        for (int l = 0; l < 4; l++, q8 += 8) {
-            const uint64_t g = og_iq2xxs_grid[(a0 >> 8 * l) & 255];
-            const uint8_t sg = og_iq2xxs_signs[(a1 >> 7 * l) & 127];
-            for (int j = 0; j < 8; j++) {
-                const int32_t w = (int32_t)((g >> 8 * j) & 255);
-                sub += (sg >> j) & 1 ? -w * q8[j] : w * q8[j];
-            }
-        }
-        isum += (int32_t)(2 * (a1 >> 28) + 1) * sub;
-    }
-    return isum;
-}
+/* I_b of the canonical dot: sum over sub-blocks of (2 ls + 1) * (grid * sign . y)
+ * (og_quant_canon.h's, which the cuda device's kernels run too). */
+static int32_t iq2_xxs_isum(const og_block_iq2_xxs *x, const og_block_q8_K *y) { return og_canon_iq2_xxs_isum(x, y); }
 
 /* The fork's order (ggml's generic kernel): sum of dx dy I_b over blocks, then / 8. */
 void og_iq2_xxs_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
@@ -123,15 +82,13 @@ void og_iq2_xxs_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = 0.125f * sum;
 }
 
-/* og_quant.h "Canonical numerics": a_b = (dx dy) / 8 (two roundings), v_b = a_b I_b. */
+/* og_quant.h "Canonical numerics": a_b = (dx dy) / 8 (two roundings), v_b = a_b I_b
+ * (og_quant_canon.h's term, the cuda device's). */
 void og_iq2_xxs_canonical(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_iq2_xxs *x = vx;
     const og_block_q8_K *y = vy;
     float acc[32] = {0};
-    for (int64_t b = 0; b < n / OG_QK_K; b++) {
-        const float a = FP16(x[b].d) * y[b].d * 0.125f;
-        acc[b & 31] += a * (float)iq2_xxs_isum(&x[b], &y[b]);
-    }
+    for (int64_t b = 0; b < n / OG_QK_K; b++) acc[b & 31] += og_canon_v(og_canon_iq2_xxs(&x[b], &y[b]));
     *s = og_warp_reduce32(acc);
 }
 
@@ -284,12 +241,7 @@ void og_mxfp4_from_float(const float *x, void *vy, int64_t n) {
     }
 }
 
-static int32_t mxfp4_isum(const og_block_mxfp4 *x, const og_block_q8_0 *y) {
-    int32_t isum = 0;
-    for (int j = 0; j < 16; j++)
-        isum += og_mxfp4_values[x->qs[j] & 15] * y->qs[j] + og_mxfp4_values[x->qs[j] >> 4] * y->qs[j + 16];
-    return isum;
-}
+static int32_t mxfp4_isum(const og_block_mxfp4 *x, const og_block_q8_0 *y) { return og_canon_mxfp4_isum(x, y); }
 
 void og_mxfp4_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_mxfp4 *x = vx;
@@ -299,14 +251,12 @@ void og_mxfp4_vec_dot(int64_t n, float *s, const void *vx, const void *vy) {
     *s = sum;
 }
 
-/* og_quant.h "Canonical numerics": a_b = 2^(e - 128) dy (one rounding), v_b = a_b I_b. */
+/* og_quant.h "Canonical numerics": a_b = 2^(e - 128) dy (one rounding), v_b = a_b I_b
+ * (og_quant_canon.h's term, the cuda device's). */
 void og_mxfp4_canonical(int64_t n, float *s, const void *vx, const void *vy) {
     const og_block_mxfp4 *x = vx;
     const og_block_q8_0 *y = vy;
     float acc[32] = {0};
-    for (int64_t b = 0; b < n / OG_QK_MXFP4; b++) {
-        const float a = og_e8m0_half(x[b].e) * FP16(y[b].d);
-        acc[b & 31] += a * (float)mxfp4_isum(&x[b], &y[b]);
-    }
+    for (int64_t b = 0; b < n / OG_QK_MXFP4; b++) acc[b & 31] += og_canon_v(og_canon_mxfp4(&x[b], &y[b]));
     *s = og_warp_reduce32(acc);
 }

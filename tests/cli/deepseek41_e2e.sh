@@ -32,7 +32,10 @@ echo "ok: onegpu run: $(head -c 80 "$work/run-none.txt" | tr '\n' ' ')"
 "$onegpu" run -m "$model" -p "$prompt" -n 12 --temp 0 --vram 700M --reserve 16M --device-forward >"$work/run-dev.txt" \
   2>"$work/run-dev.log" || { cat "$work/run-dev.log"; fail "onegpu run --device-forward"; }
 cmp -s "$work/run-none.txt" "$work/run-dev.txt" || fail "onegpu run on the cpu device: other tokens than without a device"
-echo "ok: the same tokens with the forward pass's ops on the cpu device"
+ONEGPU_DEVICE_WEIGHTS=copy "$onegpu" run -m "$model" -p "$prompt" -n 12 --temp 0 --vram 700M --reserve 16M --device-forward \
+  >"$work/run-copy.txt" 2>"$work/run-copy.log" || { cat "$work/run-copy.log"; fail "onegpu run --device-forward (weights copied)"; }
+cmp -s "$work/run-none.txt" "$work/run-copy.txt" || fail "--device-forward with the weights copied into the device: other tokens"
+echo "ok: the same tokens with the forward pass's ops on the cpu device (weights in place and copied, as on a GPU)"
 if "$onegpu" run -m "$model" -p hi -n 1 --ds4-rounding kv-f16 >/dev/null 2>"$work/bad.log"; then
   fail "--ds4-rounding kv-f16 accepted on deepseek41 (it has no such option)"
 fi

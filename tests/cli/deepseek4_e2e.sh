@@ -34,7 +34,11 @@ for placement in "--vram 700M --reserve 16M" "--vram 700M --reserve 16M --device
     { cat "$work/run-dev.log"; fail "onegpu run $placement"; }
   cmp -s "$work/run-spec.txt" "$work/run-dev.txt" || fail "onegpu run $placement: other tokens than without a device"
 done
-echo "ok: the same tokens with the cpu device (all, some experts resident; --device-forward)"
+# the weights copied into the device's memory and read through the table, as on a GPU
+ONEGPU_DEVICE_WEIGHTS=copy "$onegpu" run -m "$model" -p "$prompt" -n 12 --temp 0 --vram 700M --reserve 16M --device-forward \
+  >"$work/run-copy.txt" 2>"$work/run-copy.log" || { cat "$work/run-copy.log"; fail "onegpu run --device-forward (weights copied)"; }
+cmp -s "$work/run-spec.txt" "$work/run-copy.txt" || fail "--device-forward with the weights copied: other tokens"
+echo "ok: the same tokens with the cpu device (all, some experts resident; --device-forward, weights in place and copied)"
 # a bad value is refused with the flag named (',' and empty items were taken as
 # a list that changes nothing)
 for bad in maybe SPEC , kv-fp8,,spec no-spec ""; do

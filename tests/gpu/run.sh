@@ -6,10 +6,12 @@
 #   1. build with CUDA for one architecture (default 90: -arch=sm_90; OG_GPU_ARCH=120 ...)
 #      into $OG_GPU_BUILD (default build-gpu/), ONEGPU_CUDA=ON, warnings as errors
 #   2. no NVIDIA GPU here: says so and exits 0 after the build (the compile check)
-#   3. the GPU tests: ctest cuda (every product kernel and the expert op against the
-#      cpu backend, bit for bit; streams, events, copies, errors; deepseek2's forward-pass
-#      ops against the cpu device: bitwise where stated, softmax / router / MLA within
-#      4 ulp with the bitwise count printed) and quant_canon
+#   3. the GPU tests: ctest cuda (every product kernel, IQ2_XXS and MXFP4 included, and
+#      the expert op against the cpu backend, bit for bit; streams, events, copies,
+#      errors; deepseek2's forward-pass ops against the cpu device: bitwise where stated,
+#      softmax / router / MLA within 4 ulp with the bitwise count printed; deepseek4's
+#      and deepseek41's ops: mHC, QAT, compressor, indexer, sink attention, Engram,
+#      bitwise or within their stated bounds), quant_canon, ds4_canon(_libm)
 #   4. end to end: make-model files with Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_0
 #      routed experts; `onegpu run --json --temp 0` with the cuda device (0, 4 and
 #      all experts resident, migration on, and the default: no --vram, the GPU's
@@ -21,6 +23,12 @@
 #      inputs), so a run that is not byte-identical passes when its tokens are and
 #      every log-prob is within 1e-4 (reported as such); cuda-hostfwd
 #      (--no-device-forward: only the experts on the GPU) must stay byte-identical.
+#   4b. deepseek4 and deepseek41 tiny files (IQ2_XXS gate/up, Q2_K down: V4's experts)
+#      end to end: the forward pass on the cuda device (--device-forward) with all and
+#      with 2 experts per layer resident, and only the experts on the GPU
+#      (--no-device-forward), against the cpu device: tokens and log-probs identical
+#      (experts only: byte-identical; the forward pass: e^x as in step 4, so tokens
+#      identical and log-probs within 1e-4 also passes, reported as such)
 #   5. `onegpu bench cuda`: each product kernel's GB/s against the measured copy bandwidth
 #   6. bench/serve.sh on the demo model with --vram below the model (experts split
 #      between the GPU and the host), when node is installed
@@ -77,12 +85,13 @@ fails=0
 
 # 3. the GPU tests
 t0=$SECONDS
-if (cd "$build" && timeout 180 ctest -R '^(cuda|quant_canon)$' --output-on-failure) >"$work/ctest.log" 2>&1 &&
+if (cd "$build" && timeout 180 ctest -R '^(cuda|quant_canon|ds4_canon|ds4_canon_libm)$' --output-on-failure) >"$work/ctest.log" 2>&1 &&
    ! grep -q 'SKIP (hardware)' "$build/Testing/Temporary/LastTest.log"; then
-  row "ctest cuda, quant_canon (bitwise vs cpu)" ok $(( SECONDS - t0 ))
+  row "ctest cuda, quant_canon, ds4_canon (vs cpu)" ok $(( SECONDS - t0 ))
+  grep -E '^cuda .*(bitwise|cases)' "$build/Testing/Temporary/LastTest.log" | sed 's/^/  /'
 else
   tail -40 "$work/ctest.log"; fails=$((fails + 1))
-  row "ctest cuda, quant_canon (bitwise vs cpu)" "FAILED (see $work/ctest.log)" $(( SECONDS - t0 ))
+  row "ctest cuda, quant_canon, ds4_canon (vs cpu)" "FAILED (see $work/ctest.log)" $(( SECONDS - t0 ))
 fi
 
 # 4. end to end: cuda device vs the CPU, bit for bit
@@ -141,6 +150,48 @@ else
   else
     printf '  %s\n' "${e2e_bad[@]}"; fails=$((fails + 1))
     row "end to end (6 types x 7 placements)" "FAILED: $e2e_ok of $e2e_n identical, $e2e_close close" $(( SECONDS - t0 ))
+  fi
+fi
+
+# 4b. deepseek4 and deepseek41 end to end: the cuda device vs the cpu device
+t0=$SECONDS
+v4_ok=0 v4_n=0 v4_close=0 v4_bad=()
+if [[ -z $tok ]]; then
+  row "end to end (deepseek4, deepseek41)" "NOT RUN: no tokenizer files" 0; fails=$((fails + 1))
+else
+  for A in deepseek4 deepseek41; do
+    m=$work/tiny-$A.gguf
+    timeout 60 "$onegpu" make-model --arch $A --preset tiny --tokenizer "$tok" --type-routed IQ2_XXS --type-routed-down Q2_K \
+      --n-embd 256 --n-ff-exp 256 -o "$m" >"$work/make-$A.log" 2>&1 || { v4_bad+=("$A: make-model"); continue; }
+    gen4() { # gen4 NAME FLAGS...
+      local name=$1; shift
+      timeout 90 "$onegpu" run -m "$m" -p "The quick brown fox" -n 12 --temp 0 --json "$@" >"$work/$A-$name.json" \
+        2>"$work/$A-$name.err" || { v4_bad+=("$A $name: exit $? ($(tail -1 "$work/$A-$name.err"))"); return 1; }
+      core "$work/$A-$name.json" >"$work/$A-$name.core"
+    }
+    fit=(--vram 1G --ram 8G --migrate 0)
+    gen4 ref --device cpu "${fit[@]}" --expert-slots all --device-forward || continue
+    for c in "cuda-experts:--expert-slots all --no-device-forward" "cuda-fwd:--expert-slots all --device-forward" \
+             "cuda-fwd-s2:--expert-slots 2 --device-forward"; do
+      name=${c%%:*} flags=${c#*:}
+      # shellcheck disable=SC2086
+      gen4 "$name" --device cuda "${fit[@]}" $flags || continue
+      v4_n=$((v4_n + 1))
+      if cmp -s "$work/$A-ref.core" "$work/$A-$name.core"; then
+        v4_ok=$((v4_ok + 1))
+      elif [[ $name != cuda-experts ]] && close_run "$work/$A-ref.core" "$work/$A-$name.core"; then
+        v4_close=$((v4_close + 1)); echo "  $A $name: tokens identical, log-probs within 1e-4 (max $(close_run "$work/$A-ref.core" "$work/$A-$name.core" max))"
+      else
+        v4_bad+=("$A $name differs")
+      fi
+      grep -q 'compute: cuda device' "$work/$A-$name.err" || v4_bad+=("$A $name: not on the cuda device")
+    done
+  done
+  if [[ ${#v4_bad[@]} -eq 0 && $v4_n -eq 6 ]]; then
+    row "end to end (V4, V4.1 x 3 placements)" "identical: $v4_ok of $v4_n, within 1e-4: $v4_close" $(( SECONDS - t0 ))
+  else
+    printf '  %s\n' "${v4_bad[@]}"; fails=$((fails + 1))
+    row "end to end (V4, V4.1 x 3 placements)" "FAILED: $v4_ok of $v4_n identical, $v4_close close" $(( SECONDS - t0 ))
   fi
 fi
 

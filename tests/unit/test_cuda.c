@@ -9,7 +9,8 @@
  * used by two groups); streams, events, waits and both copy paths; the errors;
  * and deepseek2's forward-pass ops against the cpu device on the same inputs
  * (test_forward_ops: bitwise where og_cuda_kernels.h says so, else within
- * FWD_ULP ulp with the bitwise count printed). */
+ * FWD_ULP ulp with the bitwise count printed), and deepseek4's and deepseek41's
+ * ops likewise (test_ds4_ops). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,8 +69,9 @@ static void *make_weight(og_ggml_type t, int64_t K, int64_t n_rows, uint64_t *s,
     return q;
 }
 
-static const og_ggml_type types[] = {OG_TYPE_Q8_0, OG_TYPE_Q4_0, OG_TYPE_Q5_0, OG_TYPE_Q2_K,
-                                     OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+static const og_ggml_type types[] = {OG_TYPE_Q8_0, OG_TYPE_Q4_0, OG_TYPE_Q5_0, OG_TYPE_Q2_K, OG_TYPE_Q3_K,
+                                     OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K, OG_TYPE_IQ2_XXS, OG_TYPE_MXFP4};
+#define N_TYPES (int)(sizeof types / sizeof types[0])
 
 static void test_products(void **state) {
     cuda_ctx *cx = *state;
@@ -113,7 +115,7 @@ static void test_products(void **state) {
             free(scr);
         }
     }
-    assert_int_equal(n_cases, 32);
+    assert_int_equal(n_cases, N_TYPES * 4);
     dev->ops->stream_destroy(dev, s);
 }
 
@@ -194,6 +196,8 @@ static void test_experts(void **state) {
     expert_case(cx, OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q8_0, 0);
     expert_case(cx, OG_TYPE_Q8_0, OG_TYPE_Q5_K, OG_TYPE_Q4_0, 7.0f); /* gate Q8_0 acts, up Q8_K acts */
     expert_case(cx, OG_TYPE_Q5_0, OG_TYPE_Q5_0, OG_TYPE_Q2_K, 0.5f);
+    expert_case(cx, OG_TYPE_IQ2_XXS, OG_TYPE_IQ2_XXS, OG_TYPE_Q2_K, 10.0f); /* V4 / V4.1's routed experts */
+    expert_case(cx, OG_TYPE_MXFP4, OG_TYPE_MXFP4, OG_TYPE_MXFP4, 7.0f);     /* V4.1 mxxm-t's */
 }
 
 /* Copies both ways on two streams ordered by an event; many events in flight
@@ -325,6 +329,24 @@ static void close2(pair *p, void *const dp[2], int64_t n, const char *what) {
     free(h0);
     free(h1);
 }
+/* close2 with an absolute floor abs (sums that cancel) */
+static void close2_abs(pair *p, void *const dp[2], int64_t n, double abs, const char *what) {
+    float *h0 = malloc((size_t)n * 4), *h1 = malloc((size_t)n * 4);
+    void *h[2] = {h0, h1};
+    get2(p, dp, (size_t)n * 4, h);
+    int64_t same = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fbits(h0[i]) == fbits(h1[i])) {
+            same++;
+            continue;
+        }
+        if (!(fabs((double)h0[i] - (double)h1[i]) <= abs)) close_f(h0[i], h1[i], FWD_ULP, what, i);
+    }
+    printf("cuda %s: %lld of %lld values bitwise, the rest within %d ulp or %.3g\n", what, (long long)same, (long long)n,
+           FWD_ULP, abs);
+    free(h0);
+    free(h1);
+}
 static void rand_f(float *x, int64_t n, float scale, uint64_t *rs) {
     for (int64_t i = 0; i < n; i++) x[i] = scale * rng_f(rs);
 }
@@ -352,7 +374,8 @@ static void test_forward_ops(void **state) {
 
     /* matmul: quantized and float types, 1 and 13 rows, three jobs in one op */
     const og_ggml_type mm_types[] = {OG_TYPE_F32, OG_TYPE_F16, OG_TYPE_BF16, OG_TYPE_Q8_0, OG_TYPE_Q4_0, OG_TYPE_Q5_0,
-                                     OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+                                     OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K,
+                                     OG_TYPE_IQ2_XXS, OG_TYPE_MXFP4};
     for (size_t ti = 0; ti < sizeof mm_types / sizeof mm_types[0]; ti++) {
         const int64_t K = 1024 + (og_quant_traits(mm_types[ti])->blck == 1 ? 37 : 0), N = 45, M = 13;
         og_weight w;
@@ -540,14 +563,237 @@ static void test_forward_ops(void **state) {
         n_cases++;
     }
     /* a type without kernels is refused by name at issue */
-    og_weight iq = {OG_TYPE_IQ2_XXS, p.allocs[0][0], 256, 1, 66};
+    og_weight iq = {OG_TYPE_IQ4_NL, p.allocs[0][0], 256, 1, 8 * 18};
     float *yy = p.allocs[0][1];
     og_matmul_job bad = {&iq, yy, 1, yy, OG_NUMERICS_CANONICAL};
     assert_int_equal(cx->dev->ops->matmul(cx->dev, p.s[0], &bad, 1, err, sizeof err), OG_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err, "IQ2_XXS"));
+    assert_non_null(strstr(err, "IQ4_NL"));
     dev_sync(cx->dev, p.s[0]); /* and the stream goes on */
     printf("cuda forward ops: %d cases against the cpu device\n", n_cases);
-    assert_int_equal(n_cases, 11 + 5 + 2 + 3 + 4 + 11);
+    assert_int_equal(n_cases, 13 + 5 + 2 + 3 + 4 + 13);
+    for (int i = 0; i < 2; i++) {
+        p.d[i]->ops->stream_destroy(p.d[i], p.s[i]);
+        for (int a = 0; a < p.n_allocs; a++) p.d[i]->ops->free(p.d[i], p.allocs[i][a]);
+    }
+    og_device_destroy(p.d[1]);
+}
+
+/* deepseek4's and deepseek41's ops (og_ds4_canon.h; tests/unit/test_ds4_canon.c
+ * checks the same arithmetic on the CPU): the cuda device against the cpu
+ * device on the same inputs. Bitwise: mHC collapse / expand, every QAT kind,
+ * the indexer (V4 and V4.1's candidate blocks and mask); the
+ * compressor and Engram (double exp: CUDA's and libm's) bitwise but for a
+ * rare last-bit difference, checked within FWD_ULP; mHC mixes and the sink
+ * attention (a float e^x) within FWD_ULP / an absolute bound, the bitwise
+ * counts printed. Tokens are canonical (the GPU's one order of f32 dots). */
+static void test_ds4_ops(void **state) {
+    cuda_ctx *cx = *state;
+    char err[512];
+    pair p = {{cx->dev, NULL}, {NULL, NULL}, {{0}}, 0};
+    assert_int_equal(og_device_cpu_create(512u << 20, 2, &cx->kern, &p.d[1], err, sizeof err), OG_OK);
+    for (int i = 0; i < 2; i++) assert_int_equal(p.d[i]->ops->stream_create(p.d[i], &p.s[i], err, sizeof err), OG_OK);
+    uint64_t rs = 777;
+    int n_cases = 0;
+    { /* mHC: mixes (body, head), collapse, expand; 4 copies */
+        enum { T = 9, n = 4, N = 512, NM = (2 + n) * n };
+        float mix[T * NM], base[NM], scale[3] = {0.7f, 1.3f, 2.1f}, *sv = malloc(T * n * N * 4), y[T * N];
+        rand_f(mix, T * NM, 3.0f, &rs);
+        rand_f(base, NM, 1.0f, &rs);
+        rand_f(sv, T * n * N, 2.0f, &rs);
+        rand_f(y, T * N, 1.0f, &rs);
+        void *dm[2], *db[2], *dsc[2], *dpre[2], *dpost[2], *dcomb[2], *ds[2], *dx[2], *dy[2];
+        put2(&p, mix, sizeof mix, dm);
+        put2(&p, base, sizeof base, db);
+        put2(&p, scale, sizeof scale, dsc);
+        put2(&p, NULL, T * n * 4, dpre);
+        put2(&p, NULL, T * n * 4, dpost);
+        put2(&p, NULL, T * n * n * 4, dcomb);
+        put2(&p, sv, T * n * N * 4, ds);
+        put2(&p, NULL, T * N * 4, dx);
+        put2(&p, y, sizeof y, dy);
+        OPS2_BEGIN
+            og_hc_mix_op mo = {dm[I_], T, n, false, dsc[I_], db[I_], 1e-6f, 20, dpre[I_], dpost[I_], dcomb[I_]};
+            st_ = D_->ops->hc_mix(D_, S_, &mo, e_, sizeof e_);
+        OPS2_END
+        close2(&p, dpre, T * n, "hc_mix pre");
+        close2_abs(&p, dcomb, T * n * n, 1e-5, "hc_mix comb"); /* Sinkhorn: many roundings after each exp */
+        float pre[T * n], post[T * n], comb[T * n * n]; /* collapse / expand on the same weights on both */
+        rand_f(pre, T * n, 1.0f, &rs);
+        rand_f(post, T * n, 2.0f, &rs);
+        rand_f(comb, T * n * n, 1.0f, &rs);
+        void *dpre2[2], *dpost2[2], *dcomb2[2];
+        put2(&p, pre, sizeof pre, dpre2);
+        put2(&p, post, sizeof post, dpost2);
+        put2(&p, comb, sizeof comb, dcomb2);
+        OPS2_BEGIN
+            og_hc_op co = {T, N, n, ds[I_], dx[I_], dpre2[I_], NULL};
+            st_ = D_->ops->hc_collapse(D_, S_, &co, e_, sizeof e_);
+            og_hc_op eo = {T, N, n, ds[I_], dy[I_], dpost2[I_], dcomb2[I_]};
+            if (!st_) st_ = D_->ops->hc_expand(D_, S_, &eo, e_, sizeof e_);
+        OPS2_END
+        same_bits2(&p, dx, T * N * 4, "hc_collapse");
+        same_bits2(&p, ds, T * n * N * 4, "hc_expand");
+        OPS2_BEGIN
+            og_hc_mix_op mo = {dm[I_], T, n, true, dsc[I_], db[I_], 1e-6f, 1, dpre[I_], NULL, NULL};
+            st_ = D_->ops->hc_mix(D_, S_, &mo, e_, sizeof e_);
+        OPS2_END
+        close2(&p, dpre, T * n, "hc_mix head");
+        free(sv);
+        n_cases += 4;
+    }
+    { /* QAT: every kind */
+        const struct { og_qat_kind k; int64_t n_round; int32_t block; } qc[] = {
+            {OG_QAT_FP8, 448, 0}, {OG_QAT_FP8, 100, 32}, {OG_QAT_FP4_HADAMARD, 128, 0}, {OG_QAT_HADAMARD, 64, 0},
+            {OG_QAT_F16, 500, 0}, {OG_QAT_FP4, 130, 0},  {OG_QAT_FP4_E4M3, 77, 0},       {OG_QAT_FP4_E4M3, 512, 16}};
+        enum { R = 5, ST = 520 };
+        float x[R * ST];
+        for (size_t ci = 0; ci < sizeof qc / sizeof qc[0]; ci++) {
+            for (int64_t i = 0; i < R * ST; i++)
+                x[i] = (i % 7 == 3 ? (float)((int)(rng_next(&rs) % 25) - 12) * 0.25f : rng_f(&rs)) * (float)(1 + i / ST * 40);
+            void *dq[2];
+            put2(&p, x, sizeof x, dq);
+            OPS2_BEGIN
+                og_qat_op qo = {{dq[I_], ST, R, ST}, qc[ci].k, qc[ci].n_round, qc[ci].block};
+                st_ = D_->ops->qat(D_, S_, &qo, e_, sizeof e_);
+            OPS2_END
+            char what[64];
+            snprintf(what, sizeof what, "qat kind %d n_round %lld", (int)qc[ci].k, (long long)qc[ci].n_round);
+            same_bits2(&p, dq, sizeof x, what);
+            n_cases++;
+        }
+    }
+    { /* the compressor, overlapping (ratio 4) with RoPE, FP8 and f16; two sequences interleaved */
+        enum { T = 24, W = 128, RATIO = 4, LW = 2 * W, SLOTS = 2 * RATIO };
+        const og_rope rope = {32, 10000.0f, 1.0f, 0.0f, 4096, 32.0f, 1.0f, 1.0f};
+        float kv[T * LW], sc[T * LW], norm[W];
+        rand_f(kv, T * LW, 2.0f, &rs);
+        rand_f(sc, T * LW, 4.0f, &rs);
+        rand_f(norm, W, 1.5f, &rs);
+        void *dkv[2], *dsc[2], *dn[2], *dst[2][2], *dout[2];
+        put2(&p, kv, sizeof kv, dkv);
+        put2(&p, sc, sizeof sc, dsc);
+        put2(&p, norm, sizeof norm, dn);
+        for (int q = 0; q < 2; q++) put2(&p, NULL, 2 * SLOTS * LW * 4, dst[q]);
+        put2(&p, NULL, T * W * 4, dout);
+        int32_t pos[T], ps[2] = {0, 0};
+        float *stv[2][T], *outv[2][T];
+        for (int t = 0; t < T; t++) {
+            const int q = t % 3 == 2;
+            pos[t] = ps[q]++;
+            for (int i = 0; i < 2; i++) {
+                stv[i][t] = dst[q][i];
+                outv[i][t] = (pos[t] + 1) % RATIO ? NULL : (float *)dout[i] + t * W;
+            }
+        }
+        OPS2_BEGIN
+            og_compress_op co = {T, W, RATIO, true, dkv[I_], dsc[I_], stv[I_], pos, outv[I_], dn[I_], 1e-6f, rope, OG_QAT_FP8, 96, true};
+            st_ = D_->ops->compress(D_, S_, &co, e_, sizeof e_);
+        OPS2_END
+        close2(&p, dout, T * W, "compress (overlap, ratio 4)");
+        for (int q = 0; q < 2; q++) same_bits2(&p, dst[q], 2 * SLOTS * LW * 4, "compressor state");
+        n_cases += 2;
+    }
+    { /* the indexer: V4's top-k, V4.1's candidate source, then its masked reindex */
+        enum { T = 5, H = 8, D = 64, BR = 16, NB = 20, TOPK = 24, CB = 8, CT = 4 };
+        float *keys = malloc((size_t)NB * BR * D * 4), q[T * H * D], w[T * H];
+        rand_f(keys, NB * BR * D, 1.0f, &rs);
+        rand_f(q, T * H * D, 1.0f, &rs);
+        rand_f(w, T * H, 0.3f, &rs);
+        void *dk[2], *dq[2], *dw[2], *dsel[2], *dcand[2], *dsel2[2];
+        put2(&p, keys, (size_t)NB * BR * D * 4, dk);
+        put2(&p, q, sizeof q, dq);
+        put2(&p, w, sizeof w, dw);
+        put2(&p, NULL, T * TOPK * 4, dsel);
+        put2(&p, NULL, T * CT * 4, dcand);
+        put2(&p, NULL, T * TOPK * 4, dsel2);
+        float *blk[2][NB];
+        for (int b = 0; b < NB; b++)
+            for (int i = 0; i < 2; i++) blk[i][b] = (float *)dk[i] + (size_t)b * BR * D;
+        const int32_t first[T] = {0, 0, 0, 0, 0}, nk[T] = {3, 24, 25, 200, 317};
+        const bool canon[T] = {true, true, true, true, true};
+        for (int v41 = 0; v41 < 2; v41++) {
+            OPS2_BEGIN
+                og_indexer_op io = {.n_tok = T, .n_head = H, .d_head = D, .top_k = TOPK, .q = dq[I_], .w = dw[I_],
+                                    .keys = {blk[I_], NB, BR, 0, D, D, OG_KV_F32}, .key_first = first, .n_keys = nk,
+                                    .sel = dsel[I_], .canonical = canon, .cand_block = v41 ? CB : 0,
+                                    .cand_topk = v41 ? CT : 0, .cand_out = v41 ? dcand[I_] : NULL, .sel_all = v41};
+                st_ = D_->ops->indexer(D_, S_, &io, e_, sizeof e_);
+                if (!st_ && v41) {
+                    io.cand_out = NULL;
+                    io.cand_in = dcand[I_];
+                    io.sel = dsel2[I_];
+                    st_ = D_->ops->indexer(D_, S_, &io, e_, sizeof e_);
+                }
+            OPS2_END
+            same_bits2(&p, dsel, T * TOPK * 4, v41 ? "indexer (V4.1, sel_all)" : "indexer (V4)");
+            if (v41) {
+                same_bits2(&p, dcand, T * CT * 4, "indexer candidate blocks");
+                same_bits2(&p, dsel2, T * TOPK * 4, "indexer masked by candidate blocks");
+            }
+            n_cases++;
+        }
+        free(keys);
+    }
+    { /* sink attention over raw and compressed rows, selected (V4) and sel_every (V4.1) */
+        enum { T = 3, H = 4, D = 128, BR = 8, NB = 4, TOPK = 6 };
+        float raw[20 * D], comp[NB * BR * D], q[T * H * D], sinks[H];
+        rand_f(raw, 20 * D, 1.0f, &rs);
+        rand_f(comp, NB * BR * D, 1.0f, &rs);
+        rand_f(q, T * H * D, 1.5f, &rs);
+        rand_f(sinks, H, 2.0f, &rs);
+        void *draw[2], *dcomp[2], *dq[2], *dsk[2], *dout[2], *dsel[2];
+        put2(&p, raw, sizeof raw, draw);
+        put2(&p, comp, sizeof comp, dcomp);
+        put2(&p, q, sizeof q, dq);
+        put2(&p, sinks, sizeof sinks, dsk);
+        put2(&p, NULL, T * H * D * 4, dout);
+        const float *rows[2][17];
+        for (int r = 0; r < 17; r++)
+            for (int i = 0; i < 2; i++) rows[i][r] = (const float *)draw[i] + (r * 3 % 20) * D;
+        float *cb[2][NB];
+        for (int b = 0; b < NB; b++)
+            for (int i = 0; i < 2; i++) cb[i][b] = (float *)dcomp[i] + b * BR * D;
+        const int64_t roff[T + 1] = {0, 5, 5, 17};
+        const int32_t cfirst[T] = {0, 0, 0}, ncomp[T] = {4, 30, 12};
+        const bool canon[T] = {true, true, true};
+        for (int every = 0; every < 2; every++) {
+            int32_t sel[T * TOPK] = {0, 1, 2, 3, 0, 0, 2, 5, 9, 11, 20, 29, 0, 3, 4, 7, 10, 11};
+            if (every) sel[3] = -1, sel[15] = -1;
+            put2(&p, sel, sizeof sel, dsel);
+            OPS2_BEGIN
+                og_sink_attn_op so = {.n_tok = T, .n_head = H, .d_head = D, .kq_scale = 0.09f, .q = dq[I_], .o = dout[I_],
+                                      .sinks = dsk[I_], .rows = rows[I_], .row_off = roff,
+                                      .comp = {cb[I_], NB, BR, 0, D, D, OG_KV_F32}, .comp_first = cfirst, .n_comp = ncomp,
+                                      .sel = dsel[I_], .top_k = TOPK, .canonical = canon, .sel_every = every};
+                st_ = D_->ops->sink_attention(D_, S_, &so, e_, sizeof e_);
+            OPS2_END
+            /* a weighted sum of rows of magnitude <= 1 that cancels: 1 ulp per weight, absolutely */
+            close2_abs(&p, dout, T * H * D, 17 * 0x1p-23, every ? "sink attention (sel_every)" : "sink attention");
+            n_cases++;
+        }
+    }
+    { /* Engram's gates, 4 copies */
+        enum { T = 5, n = 4, N = 256 };
+        float *sv = malloc(T * n * N * 4), *kv = malloc(T * (n + 1) * N * 4), qw[n * N], kw[n * N];
+        rand_f(sv, T * n * N, 2.0f, &rs);
+        rand_f(kv, T * (n + 1) * N, 1.0f, &rs);
+        rand_f(qw, n * N, 1.0f, &rs);
+        rand_f(kw, n * N, 1.0f, &rs);
+        void *ds[2], *dkv[2], *dqw[2], *dkw[2];
+        put2(&p, sv, T * n * N * 4, ds);
+        put2(&p, kv, T * (n + 1) * N * 4, dkv);
+        put2(&p, qw, sizeof qw, dqw);
+        put2(&p, kw, sizeof kw, dkw);
+        OPS2_BEGIN
+            og_engram_op eo = {T, N, n, ds[I_], dkv[I_], dqw[I_], dkw[I_], 1e-20f};
+            st_ = D_->ops->engram(D_, S_, &eo, e_, sizeof e_);
+        OPS2_END
+        close2(&p, ds, T * n * N, "engram");
+        free(sv), free(kv);
+        n_cases++;
+    }
+    printf("cuda deepseek4 / deepseek41 ops: %d cases against the cpu device\n", n_cases);
+    assert_int_equal(n_cases, 4 + 8 + 2 + 2 + 2 + 1);
     for (int i = 0; i < 2; i++) {
         p.d[i]->ops->stream_destroy(p.d[i], p.s[i]);
         for (int a = 0; a < p.n_allocs; a++) p.d[i]->ops->free(p.d[i], p.allocs[i][a]);
@@ -576,6 +822,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_experts, &cx),
         cmocka_unit_test_prestate(test_streams, &cx),
         cmocka_unit_test_prestate(test_forward_ops, &cx),
+        cmocka_unit_test_prestate(test_ds4_ops, &cx),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     og_device_destroy(cx.dev);

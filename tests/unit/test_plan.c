@@ -21,7 +21,7 @@
 #include <jansson.h>
 
 static const char *g_onegpu;
-static char g_tmp[256], g_v3[300], g_ref[300], g_small[300], g_v41[300];
+static char g_tmp[256], g_v3[300], g_ref[300], g_small[300], g_v41[300], g_ds4[300], g_ds41[300];
 
 #define GIB (1024ull * 1024 * 1024)
 /* Q2_K: 256 weights in 84 bytes. One expert of V3 = gate + up (7168 x 2048) +
@@ -930,6 +930,90 @@ static void test_deepseek41(void **state) {
     og_plan_free(&p);
 }
 
+/* deepseek4 and deepseek41 with their forward pass on a device (--device-forward):
+ * on a device whose memory is not the file's (the host device: the placement
+ * uploads the weights, and the forward pass reads each one through the table,
+ * og_fwd_weight / og_fwd_ptr, as on a GPU) and in the cpu device's copy mode,
+ * the logits of a prefill and a decode step are the host-only run's bit for bit.
+ * A device without one of the ops the architecture issues is refused by name
+ * when the placement is built. */
+static void test_placement_forward_ds4(void **state) {
+    (void)state;
+    char err[512];
+    og_kernels k = fx_best_kernels();
+    og_pool *pool;
+    assert_int_equal(og_pool_create(2, NULL, &pool, err, sizeof err), OG_OK);
+    og_dispatch *host_only;
+    assert_int_equal(og_dispatch_create(NULL, NULL, &host_only, err, sizeof err), OG_OK);
+    const char *files[2] = {g_ds4, g_ds41};
+    for (int fi = 0; fi < 2; fi++) {
+        og_model *m;
+        if (og_model_load(files[fi], NULL, &m, err, sizeof err)) fail_msg("%s", err);
+        const char *arch = og_model_get_info(m)->arch;
+        og_plan_input in = {.vram = 1 * GIB, .ram = 8 * GIB, .reserve = 0, .ctx = 256, .parallel = 1, .batch_tokens = 16,
+                            .kv_bytes_per_elem = 4, .slots_override = 0};
+        og_plan pl;
+        plan_file(files[fi], &in, &pl);
+        assert_true(pl.fits);
+        const uint32_t V = og_model_get_info(m)->n_vocab;
+        float *want = malloc(V * sizeof *want), *want1 = malloc(V * sizeof *want1), *got = malloc(V * sizeof *got);
+        int32_t toks[6] = {11, 48, 85, 122, 7, 301}, next = 99;
+        og_run_ctx plain = {.kern = &k, .pool = pool, .dispatch = og_dispatch_table(host_only),
+                            .device_numerics = OG_NUMERICS_CANONICAL, .host_numerics = OG_NUMERICS_CANONICAL};
+        og_kv kw = {0};
+        if (og_model_forward(m, &plain, &kw, toks, 6, want, false, err, sizeof err)) fail_msg("%s: %s", arch, err);
+        assert_int_equal(og_model_forward(m, &plain, &kw, &next, 1, want1, false, err, sizeof err), OG_OK);
+        og_kv_free(&kw);
+        for (int mode = 0; mode < 2; mode++) { /* host device (uploads), cpu device copying */
+            og_placement_config pc = og_placement_defaults();
+            pc.kern = &k;
+            pc.vram = in.vram;
+            pc.plan = &pl;
+            pc.migrate = 0;
+            pc.forward_on_device = true;
+            pc.copy_weights = mode == 1;
+            if (mode == 0) assert_int_equal(og_device_host_create(pool, &k, &pc.device, err, sizeof err), OG_OK);
+            og_placement *p;
+            if (og_placement_create(m, &pc, &p, err, sizeof err)) fail_msg("%s mode %d: %s", arch, mode, err);
+            og_run_ctx rc = plain;
+            og_placement_bind(p, &rc);
+            assert_non_null(rc.weights);
+            og_kv kv = {0};
+            if (og_model_forward(m, &rc, &kv, toks, 6, got, false, err, sizeof err)) fail_msg("%s mode %d: %s", arch, mode, err);
+            if (memcmp(want, got, V * sizeof *got)) fail_msg("%s mode %d: other prefill logits on the device", arch, mode);
+            if (og_model_forward(m, &rc, &kv, &next, 1, got, false, err, sizeof err)) fail_msg("%s mode %d: %s", arch, mode, err);
+            if (memcmp(want1, got, V * sizeof *got)) fail_msg("%s mode %d: other decode logits on the device", arch, mode);
+            og_kv_free(&kv);
+            og_placement_free(p);
+        }
+        /* a device without an op the architecture issues: refused by name, before any token */
+        og_device *dev;
+        assert_int_equal(og_device_cpu_create(in.vram, 1, &k, &dev, err, sizeof err), OG_OK);
+        og_device_ops less = *dev->ops;
+        if (fi) less.engram = NULL;
+        else less.sink_attention = NULL;
+        dev->ops = &less;
+        og_placement_config pc = og_placement_defaults();
+        pc.kern = &k;
+        pc.vram = in.vram;
+        pc.plan = &pl;
+        pc.migrate = 0;
+        pc.forward_on_device = true;
+        pc.device = dev;
+        og_placement *p = NULL;
+        assert_int_equal(og_placement_create(m, &pc, &p, err, sizeof err), OG_ERR_UNSUPPORTED);
+        char want_msg[160];
+        snprintf(want_msg, sizeof want_msg, "--device-forward: the cpu device has no %s op, which %s's forward pass issues",
+                 fi ? "engram" : "sink_attention", arch);
+        if (!strstr(err, want_msg)) fail_msg("refusal: %s", err);
+        free(want), free(want1), free(got);
+        og_plan_free(&pl);
+        og_model_free(m);
+    }
+    og_dispatch_free(host_only);
+    og_pool_free(pool);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_plan PATH/TO/onegpu\n");
@@ -973,11 +1057,21 @@ int main(int argc, char **argv) {
         return 1;
     }
     snprintf(g_v41, sizeof g_v41, "%s/v41-00001-of-00007.gguf", g_tmp);
+    snprintf(g_ds4, sizeof g_ds4, "%s/ds4.gguf", g_tmp);
+    snprintf(g_ds41, sizeof g_ds41, "%s/ds41.gguf", g_tmp);
+    snprintf(cmd, sizeof cmd, "'%s' make-model --arch deepseek4 --preset tiny --tokenizer none --vocab 512 -o '%s' >/dev/null 2>&1 && "
+             "'%s' make-model --arch deepseek41 --preset tiny --tokenizer none --vocab 512 -o '%s' >/dev/null 2>&1",
+             g_onegpu, g_ds4, g_onegpu, g_ds41);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "make-model (deepseek4 / deepseek41 tiny) failed\n");
+        return 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deepseek41),
         cmocka_unit_test(test_hand_numbers), cmocka_unit_test(test_reference_shape), cmocka_unit_test(test_refusals), cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_profile), cmocka_unit_test(test_cpu_device),
         cmocka_unit_test(test_copies_in_flight), cmocka_unit_test(test_placement), cmocka_unit_test(test_placement_forward),
+        cmocka_unit_test(test_placement_forward_ds4),
         cmocka_unit_test(test_cli),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

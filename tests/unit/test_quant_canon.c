@@ -48,6 +48,8 @@ static float header_dot(og_ggml_type t, const void *x, const void *y, int64_t nb
         case OG_TYPE_Q4_K: tm = og_canon_q4_K((const og_block_q4_K *)x + b, (const og_block_q8_K *)y + b); break;
         case OG_TYPE_Q5_K: tm = og_canon_q5_K((const og_block_q5_K *)x + b, (const og_block_q8_K *)y + b); break;
         case OG_TYPE_Q6_K: tm = og_canon_q6_K((const og_block_q6_K *)x + b, (const og_block_q8_K *)y + b); break;
+        case OG_TYPE_IQ2_XXS: tm = og_canon_iq2_xxs((const og_block_iq2_xxs *)x + b, (const og_block_q8_K *)y + b); break;
+        case OG_TYPE_MXFP4: tm = og_canon_mxfp4((const og_block_mxfp4 *)x + b, (const og_block_q8_0 *)y + b); break;
         default: fail_msg("no header term for type %d", (int)t); return 0;
         }
         acc[b & 31] += og_canon_v(tm);
@@ -67,8 +69,9 @@ static void header_act(og_ggml_type vdt, const float *x, void *y, int64_t n) {
         for (int64_t b = 0; b < n / OG_QK_K; b++) og_canon_act_q8_K(x + OG_QK_K * b, (og_block_q8_K *)y + b);
 }
 
-static const og_ggml_type types[] = {OG_TYPE_Q8_0, OG_TYPE_Q4_0, OG_TYPE_Q5_0, OG_TYPE_Q2_K,
-                                     OG_TYPE_Q3_K, OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K};
+static const og_ggml_type types[] = {OG_TYPE_Q8_0, OG_TYPE_Q4_0, OG_TYPE_Q5_0, OG_TYPE_Q2_K, OG_TYPE_Q3_K,
+                                     OG_TYPE_Q4_K, OG_TYPE_Q5_K, OG_TYPE_Q6_K, OG_TYPE_IQ2_XXS, OG_TYPE_MXFP4};
+#define N_TYPES (int)(sizeof types / sizeof types[0])
 
 /* Every type, row lengths below, at and above one warp's 32 blocks, inputs of
  * several scales and signs (incl. a row of zeros for Q8_K's zero block), against
@@ -114,7 +117,7 @@ static void test_terms_vs_reference(void **state) {
             free(aq2);
         }
     }
-    assert_int_equal(n_cases, 8 * 4 * 6);
+    assert_int_equal(n_cases, N_TYPES * 4 * 6);
 }
 
 /* Every type's dequantizer (og_canon_deq), element by element, against og_dequantize_row
@@ -157,7 +160,7 @@ static void test_dequantize(void **state) {
         free(want);
         free(wq);
     }
-    assert_int_equal(n_cases, 8 * 6);
+    assert_int_equal(n_cases, N_TYPES * 6);
 }
 
 /* Every fp16 value to f32; f32 -> fp16 on every 4099th bit pattern plus the edges. */

@@ -632,6 +632,95 @@ static og_status rope_table(og_stream *s, const og_rope_op *op, const void **dev
     return control_stage(s, cs, bytes, dev, err, errlen);
 }
 
+/* ---- deepseek4's and deepseek41's ops with device scratch or staged tables ---- */
+
+/* The device copy of a host array inside the op's own block (og_cop_make put it
+ * there; cu_issue staged the block whole at db). */
+static const void *own_dev(const uint8_t *db, const void *own, const void *p) {
+    return p ? db + ((const uint8_t *)p - (const uint8_t *)own) : NULL;
+}
+
+/* The compressor: the emitting tokens and their rows' cos and sin (the host's,
+ * og_rope_cos_sin at pos + 1 - ratio) staged, the snapshots in the stream's work. */
+static og_status ds4_compress(og_stream *s, const og_compress_op *op, const uint8_t *db, const void *own, char *err,
+                              size_t errlen) {
+    if (!op->n_tok) return OG_OK;
+    int64_t n_emit = 0;
+    for (int64_t t = 0; t < op->n_tok; t++) n_emit += op->out[t] != NULL;
+    const int half = op->rope.d_rope / 2;
+    const size_t emit_bytes = (size_t)n_emit * sizeof(int32_t), cs_bytes = (size_t)n_emit * (size_t)half * 2 * sizeof(float);
+    if (og_buf_reserve(&s->hbuf, emit_bytes + cs_bytes + (size_t)op->rope.d_rope * sizeof(float) + 64))
+        return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    int32_t *emit = s->hbuf.p;
+    float *cs = (float *)(void *)((uint8_t *)s->hbuf.p + ((emit_bytes + 15) & ~(size_t)15)), *c = cs + (size_t)n_emit * half * 2,
+          *sn = c + half;
+    int64_t e = 0;
+    for (int64_t t = 0; t < op->n_tok; t++) {
+        if (!op->out[t]) continue;
+        emit[e] = (int32_t)t;
+        if (half) og_rope_cos_sin(&op->rope, (int64_t)op->pos[t] + 1 - op->ratio, c, sn);
+        for (int i = 0; i < half; i++) cs[(e * half + i) * 2] = c[i], cs[(e * half + i) * 2 + 1] = sn[i];
+        e++;
+    }
+    const void *demit = NULL, *dcs = NULL;
+    og_status st = control_stage(s, emit, emit_bytes, &demit, err, errlen);
+    if (!st) st = control_stage(s, cs, cs_bytes, &dcs, err, errlen);
+    const int64_t n_row = op->overlap ? 2 * (int64_t)op->ratio : op->ratio;
+    if (!st) st = work(s, (uint64_t)n_emit * 2 * (uint64_t)n_row * (uint64_t)op->width * sizeof(float) + 256, err, errlen);
+    if (st) return st;
+    const og_cuda_compress cc = {op->n_tok, op->width, op->ratio, op->overlap, op->kv, op->score,
+                                 (float *const *)own_dev(db, own, op->state), (const int32_t *)own_dev(db, own, op->pos),
+                                 (float *const *)own_dev(db, own, op->out), demit, n_emit, s->work, op->norm, op->eps,
+                                 op->rope.d_rope, dcs, (int32_t)op->qat, op->qat_n, op->round_f16};
+    return CK(og_cuda_compress_step(&cc, s->cs));
+}
+
+static og_status ds4_indexer(og_stream *s, const og_indexer_op *op, const uint8_t *db, const void *own, char *err,
+                             size_t errlen) {
+    if (!op->n_tok) return OG_OK;
+    if (op->n_head > 64 || op->n_tok > 65535)
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda indexer: %lld heads, %lld tokens (at most 64, 65535)",
+                       (long long)op->n_head, (long long)op->n_tok);
+    int32_t max_keys = 1;
+    for (int64_t i = 0; i < op->n_tok; i++)
+        if (op->n_keys[i] > max_keys) max_keys = op->n_keys[i];
+    const uint64_t nf = (uint64_t)op->n_tok * (uint64_t)max_keys;
+    const uint64_t fb = up256(nf * sizeof(float));
+    og_status st = work(s, 2 * fb + up256(nf), err, errlen);
+    if (st) return st;
+    uint8_t *wk = s->work;
+    const og_cuda_indexer a = {op->n_tok, op->n_head, op->d_head, op->top_k, op->q, op->w,
+                               (const void *const *)own_dev(db, own, op->keys.blocks), op->keys.block_rows, op->keys.offset,
+                               op->keys.row_stride, (const int32_t *)own_dev(db, own, op->key_first),
+                               (const int32_t *)own_dev(db, own, op->n_keys), op->sel, op->cand_block, op->cand_topk,
+                               op->cand_out, op->cand_in, op->sel_all, (float *)(void *)wk, (float *)(void *)(wk + fb),
+                               wk + 2 * fb, max_keys};
+    return CK(og_cuda_index(&a, s->cs));
+}
+
+static og_status ds4_sink_attn(og_stream *s, const og_sink_attn_op *op, const uint8_t *db, const void *own, char *err,
+                               size_t errlen) {
+    if (!op->n_tok) return OG_OK;
+    int64_t most = 1;
+    for (int64_t i = 0; i < op->n_tok; i++) {
+        int64_t n = op->row_off[i + 1] - op->row_off[i];
+        const bool use_sel = op->sel && (op->sel_every || op->n_comp[i] > op->top_k);
+        if (op->comp.n_blocks) n += use_sel ? op->top_k : op->n_comp[i];
+        if (n > most) most = n;
+    }
+    og_status st = work(s, (uint64_t)op->n_tok * (uint64_t)op->n_head * (uint64_t)most * sizeof(float) + 256, err, errlen);
+    if (st) return st;
+    const bool comp = op->comp.n_blocks > 0;
+    const og_cuda_sink a = {op->n_tok, op->n_head, op->d_head, op->kq_scale, op->q, op->o, op->sinks,
+                            (const float *const *)own_dev(db, own, op->rows), (const int64_t *)own_dev(db, own, op->row_off),
+                            comp ? (const void *const *)own_dev(db, own, op->comp.blocks) : NULL, op->comp.block_rows,
+                            op->comp.offset, op->comp.row_stride, comp,
+                            comp ? (const int32_t *)own_dev(db, own, op->comp_first) : NULL,
+                            comp ? (const int32_t *)own_dev(db, own, op->n_comp) : NULL, op->sel, op->top_k, op->sel_every,
+                            s->work, most};
+    return CK(og_cuda_sink_attention(&a, s->cs));
+}
+
 /* Every op but matmul: checked and its host arrays copied by og_cop_make (the
  * cpu device's checks and messages), the arrays staged as one block, then the
  * kernel. */
@@ -728,17 +817,48 @@ static og_status cu_issue(og_device *d, og_stream *s, og_cop_kind kind, const vo
                                     op->route_off[op->n_tok] ? (const float *)DEV(op->weights) : NULL, s->cs));
         break;
     }
+    case OG_COP_HC_MIX: {
+        const og_hc_mix_op *op = &o->u.hc_mix;
+        st = CK(og_cuda_hc_mix(op->mix, op->n_tok, op->n_hc, op->head, op->scale, op->base, op->eps, op->sinkhorn_iters,
+                               op->pre, op->post, op->comb, s->cs));
+        break;
+    }
+    case OG_COP_HC_COLLAPSE:
+    case OG_COP_HC_EXPAND: {
+        const og_hc_op *op = &o->u.hc;
+        st = CK(og_cuda_hc(kind == OG_COP_HC_EXPAND, op->s, op->x, op->w, op->comb, op->n_tok, op->n_embd, op->n_hc, s->cs));
+        break;
+    }
+    case OG_COP_QAT: {
+        const og_qat_op *op = &o->u.qat;
+        st = CK(og_cuda_qat(op->x.data, op->x.n_rows, op->x.stride, (int)op->kind, op->n_round, op->block, s->cs));
+        break;
+    }
+    case OG_COP_COMPRESS: st = ds4_compress(s, &o->u.compress, (const uint8_t *)db, o->own, err, errlen); break;
+    case OG_COP_INDEXER: st = ds4_indexer(s, &o->u.indexer, (const uint8_t *)db, o->own, err, errlen); break;
+    case OG_COP_SINK_ATTN: st = ds4_sink_attn(s, &o->u.sink_attn, (const uint8_t *)db, o->own, err, errlen); break;
+    case OG_COP_ENGRAM: {
+        const og_engram_op *op = &o->u.engram;
+        if (!op->n_tok) break;
+        st = work(s, (uint64_t)op->n_tok * (uint64_t)op->n_hc * sizeof(float) + 256, err, errlen);
+        if (!st) st = CK(og_cuda_engram(op->s, op->kv, op->q_w, op->k_w, op->n_tok, op->n_embd, op->n_hc, op->eps, s->work, s->cs));
+        break;
+    }
     default:
-        st = og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda device: no kernels for op %d (deepseek4's ops are CPU-only)",
-                     (int)kind);
-        return st;
+        return og_fail(err, errlen, OG_ERR_UNSUPPORTED, "cuda device: no kernel for op %d", (int)kind);
     }
 #undef DEV
     return st ? stream_fail(s, st, err ? err : "op failed") : OG_OK;
 }
 
-/* the op table's entry points (device_ops.h), deepseek2's */
-OG_COP_DS2_ENTRY_POINTS(cu, cu_issue)
+/* the op table's entry points (device_ops.h): deepseek2's, deepseek4's and
+ * deepseek41's; mla_kv_b's stays out of the table (deepseek2's legacy kv_b rows
+ * are dequantized into host memory, which a GPU kernel cannot read: such a file's
+ * --device-forward is refused on the cuda device) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+OG_COP_ENTRY_POINTS(cu, cu_issue)
+#pragma GCC diagnostic pop
 
 static void cu_destroy(og_device *d) {
     cuda_device *c = (cuda_device *)d;
@@ -765,7 +885,7 @@ static const og_device_ops cuda_ops = {
     .event_wait = cu_event_wait,
     .event_done = cu_event_done,
     .destroy = cu_destroy,
-    /* the forward pass's ops: deepseek2's (deepseek4's and deepseek41's stay NULL: CPU-only) */
+    /* the forward pass's ops: every architecture's but deepseek2's legacy mla_kv_b (above) */
     .matmul = cu_matmul,
     .rmsnorm = cu_rmsnorm,
     .rope = cu_rope,
@@ -778,6 +898,14 @@ static const og_device_ops cuda_ops = {
     .copy = cu_copy,
     .get_rows = cu_get_rows,
     .kv_store = cu_kv_store,
+    .hc_mix = cu_hc_mix,
+    .hc_collapse = cu_hc_collapse,
+    .hc_expand = cu_hc_expand,
+    .qat = cu_qat,
+    .compress = cu_compress,
+    .indexer = cu_indexer,
+    .sink_attention = cu_sink_attn,
+    .engram = cu_engram,
     .moe_combine = cu_combine,
 };
 

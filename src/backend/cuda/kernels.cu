@@ -95,6 +95,8 @@ OG_PRODUCT_KERNEL(k_q3_K, og_block_q3_K, og_block_q8_K, og_canon_q3_K)
 OG_PRODUCT_KERNEL(k_q4_K, og_block_q4_K, og_block_q8_K, og_canon_q4_K)
 OG_PRODUCT_KERNEL(k_q5_K, og_block_q5_K, og_block_q8_K, og_canon_q5_K)
 OG_PRODUCT_KERNEL(k_q6_K, og_block_q6_K, og_block_q8_K, og_canon_q6_K)
+OG_PRODUCT_KERNEL(k_iq2_xxs, og_block_iq2_xxs, og_block_q8_K, og_canon_iq2_xxs) /* V4 / V4.1's routed experts */
+OG_PRODUCT_KERNEL(k_mxfp4, og_block_mxfp4, og_block_q8_0, og_canon_mxfp4)
 
 typedef void (*product_kernel)(mv_args, og_cuda_groups);
 
@@ -114,6 +116,8 @@ static const type_row rows[] = {
     {OG_TYPE_Q4_K, k_q4_K, 256, sizeof(og_block_q4_K), sizeof(og_block_q8_K), 1},
     {OG_TYPE_Q5_K, k_q5_K, 256, sizeof(og_block_q5_K), sizeof(og_block_q8_K), 1},
     {OG_TYPE_Q6_K, k_q6_K, 256, sizeof(og_block_q6_K), sizeof(og_block_q8_K), 1},
+    {OG_TYPE_IQ2_XXS, k_iq2_xxs, 256, sizeof(og_block_iq2_xxs), sizeof(og_block_q8_K), 1},
+    {OG_TYPE_MXFP4, k_mxfp4, 32, sizeof(og_block_mxfp4), sizeof(og_block_q8_0), 0},
 };
 
 static const type_row *row_of(og_ggml_type t) {
@@ -582,3 +586,328 @@ extern "C" cudaError_t og_cuda_combine(float *y, const float *res, int64_t n_tok
     k_combine<<<(unsigned)n_tok, OPS_THREADS, 0, s>>>(y, res, D, route_off, rows, weights);
     return cudaGetLastError();
 }
+
+/* ---- deepseek4's and deepseek41's ops (og_device.h; og_ds4_canon.h holds
+ * their arithmetic, run on the CPU by tests/unit/test_ds4_canon.c against
+ * ds4_ops.c). Correctness first: a token's sequential reductions run on one
+ * thread in the host's order, as the host runs them. ---- */
+
+#include "og_ds4_canon.h"
+
+static unsigned blocks_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+static __global__ void k_hc_mix(const float *mix, int64_t n_tok, int32_t n, int32_t head, const float *scale,
+                                const float *base, float eps, int32_t iters, float *pre, float *post, float *comb) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_tok) return;
+    const int64_t n_mix = head ? n : (int64_t)(2 + n) * n;
+    og_ds4c_hc_mix_token(mix + t * n_mix, n, head, scale, base, eps, iters, pre + t * n, head ? NULL : post + t * n,
+                         head ? NULL : comb + t * n * n);
+}
+
+extern "C" cudaError_t og_cuda_hc_mix(const float *mix, int64_t n_tok, int32_t n_hc, int head, const float *scale,
+                                      const float *base, float eps, int32_t sinkhorn_iters, float *pre, float *post,
+                                      float *comb, cudaStream_t s) {
+    if (n_tok <= 0) return cudaSuccess;
+    if (n_hc < 1 || n_hc > OG_DS4C_HC_MAX) return cudaErrorInvalidValue;
+    k_hc_mix<<<blocks_of(n_tok, 64), 64, 0, s>>>(mix, n_tok, n_hc, head, scale, base, eps, sinkhorn_iters, pre, post, comb);
+    return cudaGetLastError();
+}
+
+static __global__ void k_hc_collapse(const float *sv, float *x, const float *w, int64_t n_tok, int64_t N, int32_t n) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n_tok * N) return;
+    const int64_t t = idx / N, i = idx % N;
+    x[t * N + i] = og_ds4c_hc_collapse_elem(sv + t * n * N, w + t * n, n, N, i);
+}
+
+static __global__ void k_hc_expand(float *sv, const float *y, const float *post, const float *comb, int64_t n_tok,
+                                   int64_t N, int32_t n) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n_tok * N) return;
+    const int64_t t = idx / N, i = idx % N;
+    og_ds4c_hc_expand_elem(sv + t * n * N, y[t * N + i], post + t * n, comb + t * n * n, n, N, i);
+}
+
+extern "C" cudaError_t og_cuda_hc(int expand, float *sv, float *x, const float *w, const float *comb, int64_t n_tok,
+                                  int64_t n_embd, int32_t n_hc, cudaStream_t s) {
+    if (n_tok <= 0) return cudaSuccess;
+    if (n_hc < 1 || n_hc > OG_DS4C_HC_MAX || n_embd < 1) return cudaErrorInvalidValue;
+    const unsigned g = blocks_of(n_tok * n_embd, OPS_THREADS);
+    if (expand) k_hc_expand<<<g, OPS_THREADS, 0, s>>>(sv, x, w, comb, n_tok, n_embd, n_hc);
+    else k_hc_collapse<<<g, OPS_THREADS, 0, s>>>(sv, x, w, n_tok, n_embd, n_hc);
+    return cudaGetLastError();
+}
+
+/* The block kinds: one thread per (row, block); the rotations first, one thread per row. */
+static __global__ void k_qat_rotate(float *x, int64_t n_rows, int64_t stride, int64_t n_round) {
+    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < n_rows) og_ds4c_hadamard(x + r * stride, n_round);
+}
+static __global__ void k_qat_blocks(float *x, int64_t n_rows, int64_t stride, int kind, int64_t n_round, int64_t bl) {
+    const int64_t nb = (n_round + bl - 1) / bl, idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n_rows * nb) return;
+    const int64_t r = idx / nb, b = (idx % nb) * bl;
+    og_ds4c_qat_block_run(kind, x + r * stride, b, b + bl < n_round ? b + bl : n_round);
+}
+static __global__ void k_qat_f16(float *x, int64_t n_rows, int64_t stride, int64_t n_round) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n_rows * n_round) return;
+    float *v = x + (idx / n_round) * stride + idx % n_round;
+    *v = og_canon_h2f(og_canon_f2h(*v));
+}
+
+extern "C" cudaError_t og_cuda_qat(float *x, int64_t n_rows, int64_t stride, int kind, int64_t n_round, int32_t block,
+                                   cudaStream_t s) {
+    if (n_rows <= 0 || n_round <= 0 || kind == OG_DS4C_QAT_NONE) return cudaSuccess;
+    if (kind == OG_DS4C_QAT_HADAMARD || kind == OG_DS4C_QAT_FP4_HADAMARD)
+        k_qat_rotate<<<blocks_of(n_rows, 64), 64, 0, s>>>(x, n_rows, stride, n_round);
+    if (kind == OG_DS4C_QAT_F16) k_qat_f16<<<blocks_of(n_rows * n_round, OPS_THREADS), OPS_THREADS, 0, s>>>(x, n_rows, stride, n_round);
+    const int64_t bl = og_ds4c_qat_block(kind, block);
+    if (bl) {
+        const int64_t n = n_rows * ((n_round + bl - 1) / bl);
+        k_qat_blocks<<<blocks_of(n, 128), 128, 0, s>>>(x, n_rows, stride, kind, n_round, bl);
+    }
+    return cudaGetLastError();
+}
+
+/* The compressor's state pass: the tokens in order on one thread block (a
+ * sequence's state carries from token to token), each row copied by the
+ * block's threads; an emitting token's window is copied out to its snapshot
+ * before the overlap's shift (ds4_ops.c run_compress, pass 1). */
+static __global__ void k_compress_state(og_cuda_compress c) {
+    const int64_t W = c.width, LW = (c.overlap ? 2 : 1) * W, r = c.ratio;
+    const int64_t slots = c.overlap ? 2 * r : r, cur0 = c.overlap ? r : 0, n_row = c.overlap ? 2 * r : r;
+    int64_t e = 0;
+    for (int64_t t = 0; t < c.n_tok; t++) {
+        float *kv_st = c.state[t], *sc_st = kv_st + slots * LW;
+        const int64_t slot = cur0 + c.pos[t] % r;
+        for (int64_t i = threadIdx.x; i < LW; i += blockDim.x) {
+            kv_st[slot * LW + i] = c.kv[t * LW + i];
+            sc_st[slot * LW + i] = c.score[t * LW + i];
+        }
+        __syncthreads();
+        if (!c.out[t]) continue;
+        float *kv = c.snap + e * 2 * n_row * W, *sc = kv + n_row * W;
+        for (int64_t idx = threadIdx.x; idx < n_row * W; idx += blockDim.x) {
+            const int64_t i = idx / W, j = idx % W, off = i * LW + (c.overlap && i >= r ? W : 0);
+            kv[idx] = kv_st[off + j];
+            sc[idx] = sc_st[off + j];
+        }
+        __syncthreads();
+        if (c.overlap)
+            for (int64_t i = threadIdx.x; i < r * LW; i += blockDim.x) {
+                kv_st[i] = kv_st[r * LW + i];
+                sc_st[i] = sc_st[r * LW + i];
+            }
+        __syncthreads();
+        e++;
+    }
+}
+
+static __global__ void k_compress_sums(og_cuda_compress c) {
+    const int64_t W = c.width, r = c.ratio, n_row = c.overlap ? 2 * r : r;
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= c.n_emit * W) return;
+    const int64_t e = idx / W, j = idx % W, t = c.emit[e];
+    const float *kv = c.snap + e * 2 * n_row * W, *sc = kv + n_row * W;
+    const int have_prev = c.overlap && (int64_t)c.pos[t] + 1 > r;
+    c.out[t][j] = og_ds4c_compress_col(kv, sc, W, r, c.overlap ? r : 0, have_prev, j);
+}
+
+static __global__ void k_compress_finish(og_cuda_compress c) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= c.n_emit) return;
+    og_ds4c_compress_finish(c.out[c.emit[e]], c.width, c.norm, c.eps, c.d_rope, c.cs + e * c.d_rope, c.qat, c.qat_n,
+                            c.round_f16);
+}
+
+extern "C" cudaError_t og_cuda_compress_step(const og_cuda_compress *c, cudaStream_t s) {
+    if (c->n_tok <= 0) return cudaSuccess;
+    k_compress_state<<<1, OPS_THREADS, 0, s>>>(*c);
+    if (c->n_emit > 0) {
+        k_compress_sums<<<blocks_of(c->n_emit * c->width, 128), 128, 0, s>>>(*c);
+        k_compress_finish<<<blocks_of(c->n_emit, 32), 32, 0, s>>>(*c);
+    }
+    return cudaGetLastError();
+}
+
+/* Row c of the f32 view (og_kv_view_row). */
+static __device__ __forceinline__ const float *view_row(const void *const *blocks, int32_t br, int64_t offset,
+                                                        int64_t row_stride, int32_t first, int32_t c) {
+    return (const float *)blocks[first + c / br] + offset + (int64_t)(c % br) * row_stride;
+}
+
+#define IDX_MAX_HEADS 64
+
+/* Whether token i needs its keys scored (ds4_ops.c needs_scores). */
+static __device__ __forceinline__ int idx_needs(const og_cuda_indexer *a, int64_t i, int32_t n) {
+    return n > a->top_k || (a->cand_out && (int64_t)n > (int64_t)a->cand_block * a->cand_topk) ||
+           (a->sel_all && a->cand_in && a->cand_in[i * a->cand_topk] >= 0);
+}
+
+/* Scores: one warp per (token, key), the heads' dots in og_dot_f32_device's order. */
+static __global__ void __launch_bounds__(WARPS * 32) k_index_scores(og_cuda_indexer a) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t i = blockIdx.y;
+    const int32_t c = (int32_t)((int64_t)blockIdx.x * WARPS + warp), n = a.n_keys[i];
+    if (c >= n || !idx_needs(&a, i, n)) return;
+    float *out = a.scores + i * a.max_keys + c;
+    if (!og_ds4c_key_eligible(a.cand_in ? a.cand_in + i * a.cand_topk : NULL, a.cand_topk, a.cand_block, c)) {
+        if (lane == 0) *out = NEG_INF;
+        return;
+    }
+    const float *key = view_row(a.blocks, a.block_rows, a.offset, a.row_stride, a.key_first[i], c);
+    float d[IDX_MAX_HEADS];
+    for (int64_t h = 0; h < a.n_head; h++)
+        d[h] = warp_dot_f(OG_TYPE_F32, (const uint8_t *)key, a.q + (i * a.n_head + h) * a.d_head, a.d_head, lane);
+    if (lane == 0) *out = og_ds4c_index_score(a.w + i * a.n_head, d, a.n_head);
+}
+
+/* Selection, one thread block per token: each candidate's rank among the
+ * others (by score, then index: a total order, so the chosen set is qsort's),
+ * flags, then thread 0 writes the chosen in ascending order (ds4_ops.c pick,
+ * pick_blocks). */
+static __global__ void k_index_select(og_cuda_indexer a) {
+    const int64_t i = blockIdx.x;
+    const int32_t n = a.n_keys[i];
+    const float *sc = a.scores + i * a.max_keys;
+    uint8_t *flag = a.flags + i * a.max_keys;
+    if (!idx_needs(&a, i, n)) {
+        if (threadIdx.x == 0) {
+            if (a.cand_out) a.cand_out[i * a.cand_topk] = -1;
+            if (a.sel_all)
+                for (int32_t q = 0; q < a.top_k; q++) a.sel[i * a.top_k + q] = q < n ? q : -1;
+        }
+        return;
+    }
+    if (a.cand_out) {
+        int32_t *out = a.cand_out + i * a.cand_topk;
+        if ((int64_t)n <= (int64_t)a.cand_block * a.cand_topk) {
+            if (threadIdx.x == 0) out[0] = -1;
+        } else {
+            const int32_t nb = (n + a.cand_block - 1) / a.cand_block, newest = nb - 1;
+            float *bs = a.bscores + i * a.max_keys;
+            for (int32_t b = threadIdx.x; b < newest; b += blockDim.x) {
+                float mx = NEG_INF;
+                for (int32_t c = b * a.cand_block; c < (b + 1) * a.cand_block; c++) mx = sc[c] > mx ? sc[c] : mx;
+                bs[b] = mx;
+            }
+            __syncthreads();
+            for (int32_t b = threadIdx.x; b < newest; b += blockDim.x) {
+                int32_t rank = 0;
+                for (int32_t o = 0; o < newest && rank < a.cand_topk - 1; o++) rank += og_ds4c_beats(bs[o], o, bs[b], b);
+                flag[b] = rank < a.cand_topk - 1;
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                int32_t got = 0;
+                for (int32_t b = 0; b < newest; b++)
+                    if (flag[b]) out[got++] = b;
+                out[got] = newest; /* the newest block is the highest */
+            }
+            __syncthreads();
+        }
+    }
+    if (!a.sel_all && n <= a.top_k) return;
+    for (int32_t c = threadIdx.x; c < n; c += blockDim.x) {
+        int32_t rank = 0;
+        for (int32_t o = 0; o < n && rank < a.top_k; o++) rank += og_ds4c_beats(sc[o], o, sc[c], c);
+        flag[c] = rank < a.top_k && (!a.sel_all || sc[c] != NEG_INF);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t *sel = a.sel + i * a.top_k, got = 0;
+        for (int32_t c = 0; c < n; c++)
+            if (flag[c]) sel[got++] = c;
+        for (int32_t q = got; q < a.top_k; q++) sel[q] = -1;
+    }
+}
+
+extern "C" cudaError_t og_cuda_index(const og_cuda_indexer *a, cudaStream_t s) {
+    if (a->n_tok <= 0) return cudaSuccess;
+    if (a->n_head < 1 || a->n_head > IDX_MAX_HEADS || a->max_keys < 1 || a->n_tok > 65535) return cudaErrorInvalidValue;
+    const dim3 g(blocks_of(a->max_keys, WARPS), (unsigned)a->n_tok);
+    k_index_scores<<<g, WARPS * 32, 0, s>>>(*a);
+    k_index_select<<<(unsigned)a->n_tok, OPS_THREADS, 0, s>>>(*a);
+    return cudaGetLastError();
+}
+
+/* Row r of token i's set: its raw rows, then its compressed ones. */
+static __device__ __forceinline__ const float *sink_row(const og_cuda_sink *a, int64_t i, int64_t n_raw, int64_t r,
+                                                        int use_sel) {
+    if (r < n_raw) return a->rows[a->row_off[i] + r];
+    const int32_t c = use_sel ? a->sel[i * a->top_k + (r - n_raw)] : (int32_t)(r - n_raw);
+    return view_row(a->cblocks, a->cblock_rows, a->coffset, a->crow_stride, a->comp_first[i], c);
+}
+
+/* One thread block per (token, head): scores warp by warp (one row per warp
+ * at a time), the softmax with the sink on thread 0 in row order, then each
+ * output dim sums its rows in order (og_kernels.axpy_f32's products, then sums). */
+static __global__ void __launch_bounds__(WARPS * 32) k_sink_attn(og_cuda_sink a) {
+    __shared__ float inv;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t i = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, D = a.d_head;
+    const int64_t n_raw = a.row_off[i + 1] - a.row_off[i];
+    int64_t n_c = 0;
+    int use_sel = 0;
+    if (a.has_comp && a.n_comp[i] > 0) {
+        use_sel = a.sel && (a.sel_every || a.n_comp[i] > a.top_k);
+        n_c = use_sel ? a.top_k : a.n_comp[i];
+        if (use_sel) /* the list ends at a negative entry (sel_every) or at one outside the visible rows */
+            for (int64_t c = 0; c < n_c; c++) {
+                const int32_t r = a.sel[i * a.top_k + c];
+                if (r < 0 || r >= a.n_comp[i]) {
+                    n_c = c;
+                    break;
+                }
+            }
+    }
+    const int64_t n = n_raw + n_c;
+    float *s = a.scores + blockIdx.x * a.score_stride;
+    const float *q = a.q + (i * a.n_head + h) * D;
+    for (int64_t r = warp; r < n; r += WARPS) {
+        const float d = warp_dot_f(OG_TYPE_F32, (const uint8_t *)sink_row(&a, i, n_raw, r, use_sel), q, D, lane);
+        if (lane == 0) s[r] = d * a.kq_scale;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) inv = og_ds4c_sink_softmax(s, n, a.sinks[h]);
+    __syncthreads();
+    float *o = a.o + (i * a.n_head + h) * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t r = 0; r < n; r++) acc += (s[r] * inv) * sink_row(&a, i, n_raw, r, use_sel)[d];
+        o[d] = acc;
+    }
+}
+
+extern "C" cudaError_t og_cuda_sink_attention(const og_cuda_sink *a, cudaStream_t s) {
+    if (a->n_tok <= 0) return cudaSuccess;
+    if (a->n_tok * a->n_head > 0x7fffffff) return cudaErrorInvalidValue;
+    k_sink_attn<<<(unsigned)(a->n_tok * a->n_head), WARPS * 32, 0, s>>>(*a);
+    return cudaGetLastError();
+}
+
+static __global__ void k_engram_gates(float *sv, const float *kv, const float *qw, const float *kw, int64_t n_tok,
+                                      int64_t N, int32_t n, float eps, float *gates) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n_tok * n) return;
+    const int64_t t = idx / n, k = idx % n;
+    gates[idx] = og_ds4c_engram_gate(sv + (t * n + k) * N, kv + t * (n + 1) * N + k * N, qw + k * N, kw + k * N, N, eps);
+}
+static __global__ void k_engram_add(float *sv, const float *kv, int64_t n_tok, int64_t N, int32_t n, const float *gates) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n_tok * n * N) return;
+    const int64_t t = idx / (n * N), i = idx % N;
+    sv[idx] += gates[idx / N] * kv[t * (n + 1) * N + n * N + i];
+}
+
+extern "C" cudaError_t og_cuda_engram(float *sv, const float *kv, const float *q_w, const float *k_w, int64_t n_tok,
+                                      int64_t n_embd, int32_t n_hc, float eps, float *gates, cudaStream_t s) {
+    if (n_tok <= 0) return cudaSuccess;
+    if (n_hc < 1 || n_hc > OG_DS4C_HC_MAX || n_embd < 1) return cudaErrorInvalidValue;
+    k_engram_gates<<<blocks_of(n_tok * n_hc, 64), 64, 0, s>>>(sv, kv, q_w, k_w, n_tok, n_embd, n_hc, eps, gates);
+    k_engram_add<<<blocks_of(n_tok * n_hc * n_embd, OPS_THREADS), OPS_THREADS, 0, s>>>(sv, kv, n_tok, n_embd, n_hc, gates);
+    return cudaGetLastError();
+}
+

@@ -34,7 +34,7 @@ typedef struct og_cuda_groups {
 cudaError_t og_cuda_kernels_init(void);
 
 /* Whether weight type t has a canonical product kernel (Q8_0, Q4_0, Q5_0, Q2_K,
- * Q3_K, Q4_K, Q5_K, Q6_K). */
+ * Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, MXFP4). */
 int og_cuda_has_type(og_ggml_type t);
 
 /* Bytes of one activation row of K elements quantized for weight type t (its
@@ -152,6 +152,106 @@ cudaError_t og_cuda_kv_store(const void *const *blocks, int32_t block_rows, int6
  * (each product rounded, then the sum): bitwise. route_off, rows, weights: device. */
 cudaError_t og_cuda_combine(float *y, const float *res, int64_t n_tok, int64_t D, const int32_t *route_off,
                             const int32_t *rows, const float *weights, cudaStream_t s);
+
+/* ---- deepseek4's and deepseek41's ops (og_device.h; device_cuda.c checks them
+ * with ds4_ops.c's og_ds4_cop_make first). Their arithmetic is og_ds4_canon.h's,
+ * run on the CPU by tests/unit/test_ds4_canon.c against ds4_ops.c: bitwise but
+ * for e^x (that header's comment: at most 1 ulp in an exp, rarely). ---- */
+
+/* og_hc_mix_op, one thread per token. */
+cudaError_t og_cuda_hc_mix(const float *mix, int64_t n_tok, int32_t n_hc, int head, const float *scale,
+                           const float *base, float eps, int32_t sinkhorn_iters, float *pre, float *post, float *comb,
+                           cudaStream_t s);
+
+/* og_hc_op: collapse (expand 0: x = sum_k w_k s_k) or expand in place (x is y,
+ * w is post), one thread per (token, element): bitwise. */
+cudaError_t og_cuda_hc(int expand, float *sv, float *x, const float *w, const float *comb, int64_t n_tok,
+                       int64_t n_embd, int32_t n_hc, cudaStream_t s);
+
+/* og_qat_op on n_rows rows stride floats apart (kind: og_qat_kind's value):
+ * bitwise (no exp). */
+cudaError_t og_cuda_qat(float *x, int64_t n_rows, int64_t stride, int kind, int64_t n_round, int32_t block,
+                        cudaStream_t s);
+
+/* One og_compress_op step. state, pos, out: device copies of the op's host
+ * arrays; emit [n_emit]: the tokens with an output row, in token order; snap:
+ * device [n_emit][2][n_row][width] (n_row = overlap ? 2 ratio : ratio); cs:
+ * device [n_emit][d_rope / 2][2], og_rope_cos_sin of each emitted row's
+ * position. The sums are double (exp's note), the rest bitwise. */
+typedef struct og_cuda_compress {
+    int64_t n_tok, width;
+    int32_t ratio, overlap;
+    const float *kv, *score;
+    float *const *state;
+    const int32_t *pos;
+    float *const *out;
+    const int32_t *emit;
+    int64_t n_emit;
+    float *snap;
+    const float *norm;
+    float eps;
+    int32_t d_rope;
+    const float *cs;
+    int32_t qat;
+    int64_t qat_n;
+    int32_t round_f16;
+} og_cuda_compress;
+cudaError_t og_cuda_compress_step(const og_cuda_compress *c, cudaStream_t s);
+
+/* og_indexer_op (n_head <= 64, n_tok <= 65535): scores one warp per (token,
+ * key) in og_dot_f32_device's order (a fork token too: the GPU has one order),
+ * then per token the top_k by rank, ascending. blocks, key_first, n_keys:
+ * device copies; scores, bscores: device [n_tok][max_keys] floats, flags
+ * [n_tok][max_keys] bytes (max_keys >= every n_keys, >= 1). Bitwise (no exp). */
+typedef struct og_cuda_indexer {
+    int64_t n_tok, n_head, d_head;
+    int32_t top_k;
+    const float *q, *w;
+    const void *const *blocks;
+    int32_t block_rows;
+    int64_t offset, row_stride;
+    const int32_t *key_first, *n_keys;
+    int32_t *sel;
+    int32_t cand_block, cand_topk;
+    int32_t *cand_out;
+    const int32_t *cand_in;
+    int32_t sel_all;
+    float *scores, *bscores;
+    uint8_t *flags;
+    int32_t max_keys;
+} og_cuda_indexer;
+cudaError_t og_cuda_index(const og_cuda_indexer *a, cudaStream_t s);
+
+/* og_sink_attn_op, one thread block per (token, head): scores in
+ * og_dot_f32_device's order times kq_scale, the sink's softmax
+ * (og_ds4_canon.h), the weighted sum in row order. rows, row_off, cblocks,
+ * comp_first, n_comp: device copies; scores: device [n_tok n_head][score_stride],
+ * score_stride >= every token's row count. A sel entry outside the token's
+ * compressed rows ends its list (the cpu device fails the op instead). */
+typedef struct og_cuda_sink {
+    int64_t n_tok, n_head, d_head;
+    float kq_scale;
+    const float *q;
+    float *o;
+    const float *sinks;
+    const float *const *rows;
+    const int64_t *row_off;
+    const void *const *cblocks;
+    int32_t cblock_rows;
+    int64_t coffset, crow_stride;
+    int32_t has_comp;
+    const int32_t *comp_first, *n_comp;
+    const int32_t *sel;
+    int32_t top_k, sel_every;
+    float *scores;
+    int64_t score_stride;
+} og_cuda_sink;
+cudaError_t og_cuda_sink_attention(const og_cuda_sink *a, cudaStream_t s);
+
+/* og_engram_op: the gates one thread per (token, copy) in double, then the
+ * update per element. gates: device [n_tok][n_hc] scratch. */
+cudaError_t og_cuda_engram(float *sv, const float *kv, const float *q_w, const float *k_w, int64_t n_tok,
+                           int64_t n_embd, int32_t n_hc, float eps, float *gates, cudaStream_t s);
 
 #ifdef __cplusplus
 }

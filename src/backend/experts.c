@@ -7,6 +7,36 @@
 
 #define CHUNK 60 /* experts per pool run: 4 jobs each at most within og_cpu_matmul_multi's 256 */
 
+/* The SwiGLU of one pool run's expert jobs, g = silu(g) u in place over each job's
+ * [m][F] gate and up outputs, shared out by elements (each element is its own
+ * og_canon_silu_mul: the bits never depend on the split). */
+typedef struct swiglu_run {
+    const og_expert_job *jobs;
+    int n;
+    float *base;   /* the first job's gate rows; then its up rows, the next job's gate rows, ... */
+    size_t total;  /* elements of every job's gate outputs */
+} swiglu_run;
+
+#define SWIGLU_SHARE_MIN 16384 /* elements from which the pool shares the SwiGLU */
+
+static void swiglu_share(void *ctx, int ith, int nth) {
+    const swiglu_run *sr = ctx;
+    const size_t e0 = sr->total * (size_t)ith / (size_t)nth, e1 = sr->total * (size_t)(ith + 1) / (size_t)nth;
+    float *g = sr->base;
+    size_t at = 0; /* gate elements before job i */
+    for (int i = 0; i < sr->n && at < e1; i++) {
+        const og_expert_job *j = &sr->jobs[i];
+        const size_t mf = (size_t)j->m * (size_t)j->gate.n_rows;
+        const size_t lo = e0 > at ? e0 - at : 0, hi = e1 - at < mf ? e1 - at : mf;
+        if (lo < hi) {
+            if (j->swiglu_clamp > 0) og_swiglu_clamp(g + lo, g + lo, g + mf + lo, (int64_t)(hi - lo), j->swiglu_clamp);
+            else og_swiglu(g + lo, g + lo, g + mf + lo, (int64_t)(hi - lo));
+        }
+        at += mf;
+        g += 2 * mf;
+    }
+}
+
 og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs, og_expert_ws *ws) {
     if (n_jobs < 0) return OG_ERR_INVALID_ARG;
     size_t total_f = 0; /* gate and up outputs of every job */
@@ -32,13 +62,15 @@ og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_
             g += 2 * mf;
         }
         if ((st = og_cpu_matmul_multi_ws(k, pool, mj, nj, &ws->mm))) break;
+        swiglu_run sr = {jobs + c0, c1 - c0, base, 0};
+        for (int i = c0; i < c1; i++) sr.total += (size_t)jobs[i].m * (size_t)jobs[i].gate.n_rows;
+        if (pool && sr.total >= SWIGLU_SHARE_MIN) og_pool_run(pool, swiglu_share, &sr);
+        else swiglu_share(&sr, 0, 1);
         nj = 0;
         g = base;
         for (int i = c0; i < c1; i++) {
             const og_expert_job *j = &jobs[i];
             const size_t mf = (size_t)j->m * (size_t)j->gate.n_rows;
-            if (j->swiglu_clamp > 0) og_swiglu_clamp(g, g, g + mf, (int64_t)mf, j->swiglu_clamp);
-            else og_swiglu(g, g, g + mf, (int64_t)mf);
             mj[nj++] = (og_matmul_job){&j->down, g, j->m, j->y, j->numerics};
             g += 2 * mf;
         }

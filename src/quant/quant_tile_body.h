@@ -309,7 +309,7 @@ static inline __attribute__((always_inline)) void tile_mr(int mr, scale_mode sm,
             tv_f v = tv_mulf(tv_mulf(tv_loadf(DX_AT(t, p0 + h)), dy), tv_cvtf(I[i][h]));
             if (role == BP_MINS) v = tv_fnmaddf(tv_mulf(tv_loadf(DM_AT(t, p0 + h)), dy), tv_cvtf(P[i][h]), v);
             float *l = LANE_AT(lanes, i, p0 + h, b & 31);
-            tv_storef(l, tv_addf(tv_loadf(l), v));
+            tv_storef(l, tv_addf(b < 32 ? tv_zerof() : tv_loadf(l), v)); /* a lane's first term: +0 + v */
         }
     }
 }
@@ -346,12 +346,6 @@ static void finish_lanes(const float *lanes, int ma, int used, int nrt, float *o
         }
 }
 
-/* Zeroes lanes 0 .. used - 1 of ma activation rows. */
-static inline void clear_lanes(float *lanes, int ma, int used) {
-    for (int i = 0; i < ma; i++)
-        for (int p = 0; p < TV_PARTS; p++)
-            for (int j = 0; j < used; j++) tv_storef(LANE_AT(lanes, i, p, j), tv_zerof());
-}
 
 /* The tiled product of one type (og_gemm_fn), its unpacking and its integer steps. */
 static inline __attribute__((always_inline)) void gemm_k(gather_fn gather, size_t bsize, scale_mode sm, bp_role role,
@@ -369,7 +363,6 @@ static inline __attribute__((always_inline)) void gemm_k(gather_fn gather, size_
         for (int64_t b = 0; b < nb; b++) gather_tile_block(gather, w + (size_t)b * bsize, w_stride, nrt, &tb[b]);
         for (int64_t a0 = 0; a0 < m; a0 += OG_TILE_ACT) {
             const int ma = m - a0 < OG_TILE_ACT ? (int)(m - a0) : OG_TILE_ACT;
-            clear_lanes(lanes, ma, used);
             for (int p0 = 0; p0 < TV_PARTS && TV_N * p0 < nrt; p0 += TV_NP)
                 for (int64_t b = 0; b < nb; b++)
                     for (int g = 0; g < ma; g += TV_MR) {
@@ -504,7 +497,7 @@ static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_til
             for (int h = 0; h < TV_NP; h++) {
                 const tv_f v = tv_mulf(tv_mulf(tv_loadf((const float *)SC_AT(t, 8 + k, p0 + h)), dy), tv_cvtf(P[i][h]));
                 float *l = LANE_AT(lanes, i, p0 + h, lane);
-                tv_storef(l, tv_addf(tv_loadf(l), v));
+                tv_storef(l, tv_addf(8 * b + k < 32 ? tv_zerof() : tv_loadf(l), v)); /* a lane's first term: +0 + v */
             }
         }
     }
@@ -529,7 +522,6 @@ static inline __attribute__((always_inline)) void gemm32(gather32_fn gather, siz
             gather32_tile_block(gather, bsize, w, w_stride, nrt, b, nb - 8 * b < 8 ? (int)(nb - 8 * b) : 8, &tb[b]);
         for (int64_t a0 = 0; a0 < m; a0 += OG_TILE_ACT) {
             const int ma = m - a0 < OG_TILE_ACT ? (int)(m - a0) : OG_TILE_ACT;
-            clear_lanes(lanes, ma, used);
             for (int64_t b = 0; b < ntb; b++) {
                 const int nbk = nb - 8 * b < 8 ? (int)(nb - 8 * b) : 8;
                 for (int g = 0; g < ma; g += TV_MR) {

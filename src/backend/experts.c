@@ -8,9 +8,11 @@
 #define CHUNK 60 /* experts per pool run: 4 jobs each at most within og_cpu_matmul_multi's 256 */
 
 /* The SwiGLU of one pool run's expert jobs, g = silu(g) u in place over each job's
- * [m][F] gate and up outputs, shared out by elements (each element is its own
- * og_canon_silu_mul: the bits never depend on the split). */
+ * [m][F] gate and up outputs (og_kernels.swiglu: og_swiglu's / og_swiglu_clamp's
+ * bits), shared out by elements (each element is its own og_canon_silu_mul: the
+ * bits never depend on the split). */
 typedef struct swiglu_run {
+    const og_kernels *k;
     const og_expert_job *jobs;
     int n;
     float *base;   /* the first job's gate rows; then its up rows, the next job's gate rows, ... */
@@ -28,10 +30,7 @@ static void swiglu_share(void *ctx, int ith, int nth) {
         const og_expert_job *j = &sr->jobs[i];
         const size_t mf = (size_t)j->m * (size_t)j->gate.n_rows;
         const size_t lo = e0 > at ? e0 - at : 0, hi = e1 - at < mf ? e1 - at : mf;
-        if (lo < hi) {
-            if (j->swiglu_clamp > 0) og_swiglu_clamp(g + lo, g + lo, g + mf + lo, (int64_t)(hi - lo), j->swiglu_clamp);
-            else og_swiglu(g + lo, g + lo, g + mf + lo, (int64_t)(hi - lo));
-        }
+        if (lo < hi) sr->k->swiglu(g + lo, g + lo, g + mf + lo, (int64_t)(hi - lo), j->swiglu_clamp);
         at += mf;
         g += 2 * mf;
     }
@@ -62,7 +61,7 @@ og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_
             g += 2 * mf;
         }
         if ((st = og_cpu_matmul_multi_ws(k, pool, mj, nj, &ws->mm))) break;
-        swiglu_run sr = {jobs + c0, c1 - c0, base, 0};
+        swiglu_run sr = {k, jobs + c0, c1 - c0, base, 0};
         for (int i = c0; i < c1; i++) sr.total += (size_t)jobs[i].m * (size_t)jobs[i].gate.n_rows;
         if (pool && sr.total >= SWIGLU_SHARE_MIN) og_pool_run(pool, swiglu_share, &sr);
         else swiglu_share(&sr, 0, 1);

@@ -37,6 +37,11 @@ static void swiglu_share(void *ctx, int ith, int nth) {
 }
 
 og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs, og_expert_ws *ws) {
+    return og_cpu_experts_given_ws(k, pool, jobs, n_jobs, NULL, ws);
+}
+
+og_status og_cpu_experts_given_ws(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs,
+                                  const og_act_rows *given, og_expert_ws *ws) {
     if (n_jobs < 0) return OG_ERR_INVALID_ARG;
     size_t total_f = 0; /* gate and up outputs of every job */
     for (int i = 0; i < n_jobs; i++) {
@@ -47,6 +52,7 @@ og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_
         total_f += 2 * (size_t)j->m * (size_t)j->gate.n_rows;
     }
     og_matmul_job mj[2 * CHUNK];
+    og_act_rows mg[2 * CHUNK]; /* the gate/up jobs' given rows */
     og_status st = og_buf_reserve(&ws->mid, (total_f + 1) * sizeof(float));
     float *base = ws->mid.p;
     for (int c0 = 0; c0 < n_jobs && !st; c0 += CHUNK) {
@@ -56,11 +62,13 @@ og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_
         for (int i = c0; i < c1; i++) { /* gate rows then up rows of each job */
             const og_expert_job *j = &jobs[i];
             const size_t mf = (size_t)j->m * (size_t)j->gate.n_rows;
-            mj[nj++] = (og_matmul_job){&j->gate, j->x, j->m, g, j->numerics};
-            mj[nj++] = (og_matmul_job){&j->up, j->x, j->m, g + mf, j->numerics};
+            mj[nj] = (og_matmul_job){&j->gate, j->x, j->m, g, j->numerics};
+            mg[nj++] = given ? given[i] : (og_act_rows){NULL, 0};
+            mj[nj] = (og_matmul_job){&j->up, j->x, j->m, g + mf, j->numerics};
+            mg[nj++] = given ? given[i] : (og_act_rows){NULL, 0};
             g += 2 * mf;
         }
-        if ((st = og_cpu_matmul_multi_ws(k, pool, mj, nj, &ws->mm))) break;
+        if ((st = og_cpu_matmul_multi_given_ws(k, pool, mj, nj, mg, &ws->mm))) break;
         swiglu_run sr = {k, jobs + c0, c1 - c0, base, 0};
         for (int i = c0; i < c1; i++) sr.total += (size_t)jobs[i].m * (size_t)jobs[i].gate.n_rows;
         if (pool && sr.total >= SWIGLU_SHARE_MIN) og_pool_run(pool, swiglu_share, &sr);

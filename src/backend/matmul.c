@@ -115,6 +115,7 @@ typedef struct multi {
     double cost_start[MAX_JOBS + 1];  /* prefix sums of the jobs' estimated work (band_cost) */
     double band_cost[MAX_JOBS];       /* a whole band's estimated work */
     int same_xq[MAX_JOBS];            /* -1, or an earlier job whose quantized rows job j reads (the same x) */
+    bool own_xq[MAX_JOBS];            /* job j's rows are quantized by this call (not given, not shared) */
     size_t work_bytes;                /* the largest og_gemm_canonical_work of a tiled job (per thread) */
     uint8_t *work;                    /* NULL, or [nth][work_bytes rounded to 64]: the threads' kept tiles */
     og_ggml_type act[MAX_JOBS];       /* activation type of a quantizing job */
@@ -127,7 +128,7 @@ typedef struct multi {
 static void multi_quantize(void *ctx, int ith, int nth) {
     multi *mu = ctx;
     for (int j = 0; j < mu->n; j++) {
-        if (!mu->xq[j] || mu->same_xq[j] >= 0) continue;
+        if (!mu->own_xq[j]) continue;
         const og_matmul_job *jb = &mu->jobs[j];
         for (int64_t r = (ith + nth - j % nth) % nth; r < jb->m; r += nth)
             mu->k->quantize_act[mu->act[j]](jb->x + r * jb->w->K, mu->xq[j] + (size_t)r * mu->xq_row[j], jb->w->K);
@@ -244,7 +245,7 @@ static void multi_rows(void *ctx, int ith, int nth) {
 /* og_cpu_matmul_multi's body: the quantized rows in scratch, or (ws non-NULL)
  * the rows and every thread's tiles in ws, grown to fit. */
 static og_status multi_run(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
-                           size_t scratch_bytes, og_buf *ws) {
+                           size_t scratch_bytes, og_buf *ws, const og_act_rows *given) {
     if (n_jobs < 0 || n_jobs > MAX_JOBS) return OG_ERR_INVALID_ARG;
     if (!ws && scratch_bytes < og_cpu_matmul_multi_scratch(jobs, n_jobs)) return OG_ERR_INVALID_ARG;
     multi mu = {.k = k, .jobs = jobs, .n = n_jobs, .work_bytes = 0};
@@ -258,10 +259,12 @@ static og_status multi_run(const og_kernels *k, og_pool *pool, const og_matmul_j
         if (jobs[j].m < 0 || w->K <= 0 || (tr && w->K % tr->blck)) return OG_ERR_INVALID_ARG;
         if (!quantizes(&jobs[j])) {
             if (!tr || !tr->to_float || !k->dot_f32_device || w->K > OG_NUMERICS_CANONICAL_MAX_K) return OG_ERR_UNSUPPORTED;
+            if (given && given[j].xq) return OG_ERR_INVALID_ARG; /* f32 activations: nothing quantized to give */
             mu.xq[j] = NULL;
             mu.xq_row[j] = 0;
             mu.band_rows[j] = ROW_BAND;
             mu.same_xq[j] = -1;
+            mu.own_xq[j] = false;
             mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + ROW_BAND - 1) / ROW_BAND : 0);
             mu.band_cost[j] = band_cost(&jobs[j], ROW_BAND, false);
             mu.cost_start[j + 1] = mu.cost_start[j] + mu.band_cost[j] * (double)(mu.band_start[j + 1] - mu.band_start[j]);
@@ -276,12 +279,17 @@ static og_status multi_run(const og_kernels *k, og_pool *pool, const og_matmul_j
         /* the same activation rows quantized to the same type (a gate and up pair,
          * q_a and kv_a): the bytes are a function of the row alone, so once */
         mu.same_xq[j] = -1;
-        for (int i = 0; i < j && mu.same_xq[j] < 0; i++)
-            if (mu.xq[i] && mu.same_xq[i] < 0 && jobs[i].x == jobs[j].x && jobs[i].m == jobs[j].m &&
-                jobs[i].w->K == w->K && mu.act[i] == mu.act[j])
+        for (int i = 0; i < j && mu.same_xq[j] < 0 && !(given && given[j].xq); i++)
+            if (mu.own_xq[i] && jobs[i].x == jobs[j].x && jobs[i].m == jobs[j].m && jobs[i].w->K == w->K &&
+                mu.act[i] == mu.act[j])
                 mu.same_xq[j] = i;
+        mu.own_xq[j] = !(given && given[j].xq) && mu.same_xq[j] < 0;
+        if (given && given[j].xq) { /* given: the caller's rows, the act type's row bytes apart or more */
+            if (jobs[j].m && given[j].xq_row < mu.xq_row[j]) return OG_ERR_INVALID_ARG;
+            mu.xq_row[j] = given[j].xq_row;
+        }
         xq_off[j] = mu.same_xq[j] >= 0 ? xq_off[mu.same_xq[j]] : p;
-        if (mu.same_xq[j] < 0) p += (need + 63) & ~(size_t)63;
+        if (mu.own_xq[j]) p += (need + 63) & ~(size_t)63;
         mu.band_rows[j] = tiled(k, &jobs[j]) ? TILE_BAND : ROW_BAND;
         if (mu.band_rows[j] == TILE_BAND && og_gemm_canonical_work(w->type, w->K) > mu.work_bytes)
             mu.work_bytes = og_gemm_canonical_work(w->type, w->K);
@@ -297,12 +305,12 @@ static og_status multi_run(const og_kernels *k, og_pool *pool, const og_matmul_j
         mu.work = mu.work_bytes ? base + p : NULL;
     }
     for (int j = 0; j < n_jobs; j++)
-        if (mu.xq[j]) mu.xq[j] = base + xq_off[j];
+        if (mu.xq[j]) mu.xq[j] = (given && given[j].xq) ? (uint8_t *)(uintptr_t)given[j].xq : base + xq_off[j];
     /* each activation row quantized alone (batch-invariant: the same bytes whichever
      * thread does it); shared out when there are many */
     int64_t q_rows = 0, q_elems = 0;
     for (int j = 0; j < n_jobs; j++)
-        if (mu.xq[j] && mu.same_xq[j] < 0) q_rows += jobs[j].m, q_elems += jobs[j].m * jobs[j].w->K;
+        if (mu.own_xq[j]) q_rows += jobs[j].m, q_elems += jobs[j].m * jobs[j].w->K;
     if (q_rows > 1 && q_elems >= QUANT_PARALLEL_MIN && pool) og_pool_run(pool, multi_quantize, &mu);
     else if (q_rows) multi_quantize(&mu, 0, 1);
     if (mu.band_start[n_jobs] > 0) og_pool_run(pool, multi_rows, &mu);
@@ -311,9 +319,14 @@ static og_status multi_run(const og_kernels *k, og_pool *pool, const og_matmul_j
 
 og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
                               size_t scratch_bytes) {
-    return multi_run(k, pool, jobs, n_jobs, scratch, scratch_bytes, NULL);
+    return multi_run(k, pool, jobs, n_jobs, scratch, scratch_bytes, NULL, NULL);
 }
 
 og_status og_cpu_matmul_multi_ws(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, og_buf *ws) {
-    return multi_run(k, pool, jobs, n_jobs, NULL, 0, ws);
+    return multi_run(k, pool, jobs, n_jobs, NULL, 0, ws, NULL);
+}
+
+og_status og_cpu_matmul_multi_given_ws(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs,
+                                       const og_act_rows *given, og_buf *ws) {
+    return multi_run(k, pool, jobs, n_jobs, NULL, 0, ws, given);
 }

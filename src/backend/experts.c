@@ -7,7 +7,41 @@
 
 #define CHUNK 60 /* experts per pool run: 4 jobs each at most within og_cpu_matmul_multi's 256 */
 
+/* The SwiGLU of one pool run's expert jobs, g = silu(g) u in place over each job's
+ * [m][F] gate and up outputs (og_kernels.swiglu: og_swiglu's / og_swiglu_clamp's
+ * bits), shared out by elements (each element is its own og_canon_silu_mul: the
+ * bits never depend on the split). */
+typedef struct swiglu_run {
+    const og_kernels *k;
+    const og_expert_job *jobs;
+    int n;
+    float *base;   /* the first job's gate rows; then its up rows, the next job's gate rows, ... */
+    size_t total;  /* elements of every job's gate outputs */
+} swiglu_run;
+
+#define SWIGLU_SHARE_MIN 16384 /* elements from which the pool shares the SwiGLU */
+
+static void swiglu_share(void *ctx, int ith, int nth) {
+    const swiglu_run *sr = ctx;
+    const size_t e0 = sr->total * (size_t)ith / (size_t)nth, e1 = sr->total * (size_t)(ith + 1) / (size_t)nth;
+    float *g = sr->base;
+    size_t at = 0; /* gate elements before job i */
+    for (int i = 0; i < sr->n && at < e1; i++) {
+        const og_expert_job *j = &sr->jobs[i];
+        const size_t mf = (size_t)j->m * (size_t)j->gate.n_rows;
+        const size_t lo = e0 > at ? e0 - at : 0, hi = e1 - at < mf ? e1 - at : mf;
+        if (lo < hi) sr->k->swiglu(g + lo, g + lo, g + mf + lo, (int64_t)(hi - lo), j->swiglu_clamp);
+        at += mf;
+        g += 2 * mf;
+    }
+}
+
 og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs, og_expert_ws *ws) {
+    return og_cpu_experts_given_ws(k, pool, jobs, n_jobs, NULL, ws);
+}
+
+og_status og_cpu_experts_given_ws(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs,
+                                  const og_act_rows *given, og_expert_ws *ws) {
     if (n_jobs < 0) return OG_ERR_INVALID_ARG;
     size_t total_f = 0; /* gate and up outputs of every job */
     for (int i = 0; i < n_jobs; i++) {
@@ -18,6 +52,7 @@ og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_
         total_f += 2 * (size_t)j->m * (size_t)j->gate.n_rows;
     }
     og_matmul_job mj[2 * CHUNK];
+    og_act_rows mg[2 * CHUNK]; /* the gate/up jobs' given rows */
     og_status st = og_buf_reserve(&ws->mid, (total_f + 1) * sizeof(float));
     float *base = ws->mid.p;
     for (int c0 = 0; c0 < n_jobs && !st; c0 += CHUNK) {
@@ -27,18 +62,22 @@ og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_
         for (int i = c0; i < c1; i++) { /* gate rows then up rows of each job */
             const og_expert_job *j = &jobs[i];
             const size_t mf = (size_t)j->m * (size_t)j->gate.n_rows;
-            mj[nj++] = (og_matmul_job){&j->gate, j->x, j->m, g, j->numerics};
-            mj[nj++] = (og_matmul_job){&j->up, j->x, j->m, g + mf, j->numerics};
+            mj[nj] = (og_matmul_job){&j->gate, j->x, j->m, g, j->numerics};
+            mg[nj++] = given ? given[i] : (og_act_rows){NULL, 0};
+            mj[nj] = (og_matmul_job){&j->up, j->x, j->m, g + mf, j->numerics};
+            mg[nj++] = given ? given[i] : (og_act_rows){NULL, 0};
             g += 2 * mf;
         }
-        if ((st = og_cpu_matmul_multi_ws(k, pool, mj, nj, &ws->mm))) break;
+        if ((st = og_cpu_matmul_multi_given_ws(k, pool, mj, nj, mg, &ws->mm))) break;
+        swiglu_run sr = {k, jobs + c0, c1 - c0, base, 0};
+        for (int i = c0; i < c1; i++) sr.total += (size_t)jobs[i].m * (size_t)jobs[i].gate.n_rows;
+        if (pool && sr.total >= SWIGLU_SHARE_MIN) og_pool_run(pool, swiglu_share, &sr);
+        else swiglu_share(&sr, 0, 1);
         nj = 0;
         g = base;
         for (int i = c0; i < c1; i++) {
             const og_expert_job *j = &jobs[i];
             const size_t mf = (size_t)j->m * (size_t)j->gate.n_rows;
-            if (j->swiglu_clamp > 0) og_swiglu_clamp(g, g, g + mf, (int64_t)mf, j->swiglu_clamp);
-            else og_swiglu(g, g, g + mf, (int64_t)mf);
             mj[nj++] = (og_matmul_job){&j->down, g, j->m, j->y, j->numerics};
             g += 2 * mf;
         }

@@ -6,9 +6,9 @@
  * (og_kernels.gemm_canonical, bands of one 32-row tile), the same bits. */
 #include "og_backend.h"
 
-#include <string.h>
-
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ROW_BAND 16 /* weight rows a thread keeps hot while it visits all activations */
 #define TILE_BAND 32 /* the same for a tiled canonical job: one tile of og_gemm_fn (OG_TILE_ROWS) */
@@ -112,6 +112,10 @@ typedef struct multi {
     size_t xq_row[MAX_JOBS];
     int64_t band_start[MAX_JOBS + 1]; /* prefix sums of bands per job */
     int band_rows[MAX_JOBS];          /* ROW_BAND, or TILE_BAND for a tiled job */
+    double cost_start[MAX_JOBS + 1];  /* prefix sums of the jobs' estimated work (band_cost) */
+    double band_cost[MAX_JOBS];       /* a whole band's estimated work */
+    int same_xq[MAX_JOBS];            /* -1, or an earlier job whose quantized rows job j reads (the same x) */
+    bool own_xq[MAX_JOBS];            /* job j's rows are quantized by this call (not given, not shared) */
     size_t work_bytes;                /* the largest og_gemm_canonical_work of a tiled job (per thread) */
     uint8_t *work;                    /* NULL, or [nth][work_bytes rounded to 64]: the threads' kept tiles */
     og_ggml_type act[MAX_JOBS];       /* activation type of a quantizing job */
@@ -124,7 +128,7 @@ typedef struct multi {
 static void multi_quantize(void *ctx, int ith, int nth) {
     multi *mu = ctx;
     for (int j = 0; j < mu->n; j++) {
-        if (!mu->xq[j]) continue;
+        if (!mu->own_xq[j]) continue;
         const og_matmul_job *jb = &mu->jobs[j];
         for (int64_t r = (ith + nth - j % nth) % nth; r < jb->m; r += nth)
             mu->k->quantize_act[mu->act[j]](jb->x + r * jb->w->K, mu->xq[j] + (size_t)r * mu->xq_row[j], jb->w->K);
@@ -143,6 +147,16 @@ static bool tiled(const og_kernels *k, const og_matmul_job *j) {
 static bool quantizes(const og_matmul_job *j) {
     const og_type_traits *tr = og_quant_traits(j->w->type);
     return j->numerics == OG_NUMERICS_FORK || (tr && tr->vec_dot_canonical);
+}
+
+/* A band's estimated work, in weight elements times activation rows: every row of
+ * the band against its m activation rows, plus what unpacking a tile costs (about
+ * as much as TILE_MIN_M / 2 rows of products, bench/RESULTS.md) or streaming a
+ * weight row for a row band (about one row's products). Only the threads' split
+ * uses it. */
+static double band_cost(const og_matmul_job *j, int rows, bool tile) {
+    const int64_t r = j->w->n_rows < rows ? j->w->n_rows : rows;
+    return (double)r * (double)j->w->K * ((double)j->m + (tile ? TILE_MIN_M / 2 : 1));
 }
 
 size_t og_cpu_matmul_multi_scratch(const og_matmul_job *jobs, int n_jobs) {
@@ -181,10 +195,26 @@ static void device_rows(const og_kernels *k, const og_matmul_job *jb, int64_t r0
     }
 }
 
+/* The first band of thread ith's share: the bands are split where the estimated
+ * work (cost_start, band_cost) crosses ith / nth of the whole, not by their count
+ * (a band of a 100-row job is many times one of a 4-row job's). Each band is
+ * computed alike whichever thread takes it: the split never changes a bit. */
+static int64_t share_start(const multi *mu, int ith, int nth) {
+    if (ith <= 0) return 0;
+    if (ith >= nth) return mu->band_start[mu->n];
+    const double at = mu->cost_start[mu->n] * ith / nth;
+    int j = 0;
+    while (j + 1 < mu->n && mu->cost_start[j + 1] <= at) j++;
+    const int64_t nb = mu->band_start[j + 1] - mu->band_start[j];
+    int64_t k = mu->band_cost[j] > 0 ? (int64_t)ceil((at - mu->cost_start[j]) / mu->band_cost[j]) : nb;
+    if (k < 0) k = 0;
+    if (k > nb) k = nb;
+    return mu->band_start[j] + k;
+}
+
 static void multi_rows(void *ctx, int ith, int nth) {
     multi *mu = ctx;
-    int64_t total = mu->band_start[mu->n];
-    int64_t b0 = total * ith / nth, b1 = total * (ith + 1) / nth;
+    int64_t b0 = share_start(mu, ith, nth), b1 = share_start(mu, ith + 1, nth);
     int j = 0;
     /* this thread's unpacked tiles: its slice of the caller's workspace, or
      * allocated at its first tiled band */
@@ -215,37 +245,57 @@ static void multi_rows(void *ctx, int ith, int nth) {
 /* og_cpu_matmul_multi's body: the quantized rows in scratch, or (ws non-NULL)
  * the rows and every thread's tiles in ws, grown to fit. */
 static og_status multi_run(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
-                           size_t scratch_bytes, og_buf *ws) {
+                           size_t scratch_bytes, og_buf *ws, const og_act_rows *given) {
     if (n_jobs < 0 || n_jobs > MAX_JOBS) return OG_ERR_INVALID_ARG;
     if (!ws && scratch_bytes < og_cpu_matmul_multi_scratch(jobs, n_jobs)) return OG_ERR_INVALID_ARG;
     multi mu = {.k = k, .jobs = jobs, .n = n_jobs, .work_bytes = 0};
     size_t xq_off[MAX_JOBS]; /* offsets into the quantized rows until their base is known */
     size_t p = 0;
     mu.band_start[0] = 0;
+    mu.cost_start[0] = 0;
     for (int j = 0; j < n_jobs; j++) {
         const og_weight *w = jobs[j].w;
         const og_type_traits *tr = og_quant_traits(w->type);
         if (jobs[j].m < 0 || w->K <= 0 || (tr && w->K % tr->blck)) return OG_ERR_INVALID_ARG;
         if (!quantizes(&jobs[j])) {
             if (!tr || !tr->to_float || !k->dot_f32_device || w->K > OG_NUMERICS_CANONICAL_MAX_K) return OG_ERR_UNSUPPORTED;
+            if (given && given[j].xq) return OG_ERR_INVALID_ARG; /* f32 activations: nothing quantized to give */
             mu.xq[j] = NULL;
             mu.xq_row[j] = 0;
             mu.band_rows[j] = ROW_BAND;
+            mu.same_xq[j] = -1;
+            mu.own_xq[j] = false;
             mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + ROW_BAND - 1) / ROW_BAND : 0);
+            mu.band_cost[j] = band_cost(&jobs[j], ROW_BAND, false);
+            mu.cost_start[j + 1] = mu.cost_start[j] + mu.band_cost[j] * (double)(mu.band_start[j + 1] - mu.band_start[j]);
             continue;
         }
         const og_vec_dot_fn dot = jobs[j].numerics == OG_NUMERICS_CANONICAL ? k->vec_dot_canonical[w->type] : k->vec_dot[w->type];
         if (!tr || !dot || !k->quantize_act[tr->vec_dot_type]) return OG_ERR_UNSUPPORTED;
         size_t need = og_cpu_matmul_scratch(w->type, w->K, jobs[j].m);
         mu.xq[j] = (uint8_t *)jobs; /* any non-NULL mark: set below */
-        xq_off[j] = p;
         mu.xq_row[j] = jobs[j].m ? need / (size_t)jobs[j].m : 0;
         mu.act[j] = tr->vec_dot_type;
-        p += (need + 63) & ~(size_t)63;
+        /* the same activation rows quantized to the same type (a gate and up pair,
+         * q_a and kv_a): the bytes are a function of the row alone, so once */
+        mu.same_xq[j] = -1;
+        for (int i = 0; i < j && mu.same_xq[j] < 0 && !(given && given[j].xq); i++)
+            if (mu.own_xq[i] && jobs[i].x == jobs[j].x && jobs[i].m == jobs[j].m && jobs[i].w->K == w->K &&
+                mu.act[i] == mu.act[j])
+                mu.same_xq[j] = i;
+        mu.own_xq[j] = !(given && given[j].xq) && mu.same_xq[j] < 0;
+        if (given && given[j].xq) { /* given: the caller's rows, the act type's row bytes apart or more */
+            if (jobs[j].m && given[j].xq_row < mu.xq_row[j]) return OG_ERR_INVALID_ARG;
+            mu.xq_row[j] = given[j].xq_row;
+        }
+        xq_off[j] = mu.same_xq[j] >= 0 ? xq_off[mu.same_xq[j]] : p;
+        if (mu.own_xq[j]) p += (need + 63) & ~(size_t)63;
         mu.band_rows[j] = tiled(k, &jobs[j]) ? TILE_BAND : ROW_BAND;
         if (mu.band_rows[j] == TILE_BAND && og_gemm_canonical_work(w->type, w->K) > mu.work_bytes)
             mu.work_bytes = og_gemm_canonical_work(w->type, w->K);
         mu.band_start[j + 1] = mu.band_start[j] + (jobs[j].m ? (w->n_rows + mu.band_rows[j] - 1) / mu.band_rows[j] : 0);
+        mu.band_cost[j] = band_cost(&jobs[j], mu.band_rows[j], mu.band_rows[j] == TILE_BAND);
+        mu.cost_start[j + 1] = mu.cost_start[j] + mu.band_cost[j] * (double)(mu.band_start[j + 1] - mu.band_start[j]);
     }
     uint8_t *base = scratch;
     if (ws) { /* the rows, then [nth] tile buffers */
@@ -255,12 +305,12 @@ static og_status multi_run(const og_kernels *k, og_pool *pool, const og_matmul_j
         mu.work = mu.work_bytes ? base + p : NULL;
     }
     for (int j = 0; j < n_jobs; j++)
-        if (mu.xq[j]) mu.xq[j] = base + xq_off[j];
+        if (mu.xq[j]) mu.xq[j] = (given && given[j].xq) ? (uint8_t *)(uintptr_t)given[j].xq : base + xq_off[j];
     /* each activation row quantized alone (batch-invariant: the same bytes whichever
      * thread does it); shared out when there are many */
     int64_t q_rows = 0, q_elems = 0;
     for (int j = 0; j < n_jobs; j++)
-        if (mu.xq[j]) q_rows += jobs[j].m, q_elems += jobs[j].m * jobs[j].w->K;
+        if (mu.own_xq[j]) q_rows += jobs[j].m, q_elems += jobs[j].m * jobs[j].w->K;
     if (q_rows > 1 && q_elems >= QUANT_PARALLEL_MIN && pool) og_pool_run(pool, multi_quantize, &mu);
     else if (q_rows) multi_quantize(&mu, 0, 1);
     if (mu.band_start[n_jobs] > 0) og_pool_run(pool, multi_rows, &mu);
@@ -269,9 +319,14 @@ static og_status multi_run(const og_kernels *k, og_pool *pool, const og_matmul_j
 
 og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, void *scratch,
                               size_t scratch_bytes) {
-    return multi_run(k, pool, jobs, n_jobs, scratch, scratch_bytes, NULL);
+    return multi_run(k, pool, jobs, n_jobs, scratch, scratch_bytes, NULL, NULL);
 }
 
 og_status og_cpu_matmul_multi_ws(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, og_buf *ws) {
-    return multi_run(k, pool, jobs, n_jobs, NULL, 0, ws);
+    return multi_run(k, pool, jobs, n_jobs, NULL, 0, ws, NULL);
+}
+
+og_status og_cpu_matmul_multi_given_ws(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs,
+                                       const og_act_rows *given, og_buf *ws) {
+    return multi_run(k, pool, jobs, n_jobs, NULL, 0, ws, given);
 }

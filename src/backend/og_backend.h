@@ -89,6 +89,23 @@ og_status og_cpu_matmul_multi(const og_kernels *k, og_pool *pool, const og_matmu
  * One call at a time per ws. Errors as og_cpu_matmul_multi's, OG_ERR_NOMEM. */
 og_status og_cpu_matmul_multi_ws(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs, og_buf *ws);
 
+/* A job's activation rows already quantized: xq NULL (the call quantizes them), or
+ * its m rows xq_row bytes apart (at least the row bytes of w's vec_dot_type), each
+ * kernels->quantize_act[vec_dot_type] of its float row: the bytes the call would
+ * write itself, so the same bits. A token's row quantized once for every expert
+ * that reads it. Only for a quantizing job (a quantized type; with
+ * OG_NUMERICS_CANONICAL, one with a canonical dot); the job's x is then unread. */
+typedef struct og_act_rows {
+    const void *xq;
+    size_t xq_row;
+} og_act_rows;
+
+/* og_cpu_matmul_multi_ws with given[j] for job j (given NULL: none). Same bits;
+ * errors as og_cpu_matmul_multi_ws's, OG_ERR_INVALID_ARG for rows given to a job
+ * that reads f32 rows or closer than a quantized row's bytes. */
+og_status og_cpu_matmul_multi_given_ws(const og_kernels *k, og_pool *pool, const og_matmul_job *jobs, int n_jobs,
+                                       const og_act_rows *given, og_buf *ws);
+
 /* ---- routed experts -------------------------------------------------------- */
 
 /* One expert over a run of activation rows: y = down(swiglu(gate x, up x)), the
@@ -123,6 +140,10 @@ typedef struct og_expert_ws {
 /* og_cpu_experts with its buffers in ws (grown as needed, kept): a call no
  * larger than one before allocates nothing. Same bits, same errors. */
 og_status og_cpu_experts_ws(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs, og_expert_ws *ws);
+/* The same with given[i] (og_act_rows; given NULL: none) job i's x quantized for
+ * its gate and up products. Same bits, same errors. */
+og_status og_cpu_experts_given_ws(const og_kernels *k, og_pool *pool, const og_expert_job *jobs, int n_jobs,
+                                  const og_act_rows *given, og_expert_ws *ws);
 /* Frees ws's buffers (no status: freeing cannot fail). */
 void og_expert_ws_free(og_expert_ws *ws);
 

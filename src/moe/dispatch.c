@@ -68,6 +68,8 @@ typedef struct layer_arrays {
     og_expert_job *jobs;     /* [2 E + 2 + n_tok] */
     int32_t *route_off, *crow; /* [n_tok + 1], [n_routes + 1]: the combine op's routes by token */
     float *cw;               /* [n_routes + 1] */
+    uint8_t *tq, *xgq;       /* [n_tok][qrow] the tokens' rows quantized, [n_routes + 1][qrow] gathered (qrow 0: none) */
+    og_act_rows *given;      /* [2 E + 2 + n_tok]: each job's rows in tq / xgq */
 } layer_arrays;
 
 /* The next `bytes` (64-byte aligned) at *at in base; base NULL: only counts. */
@@ -78,7 +80,7 @@ static void *take(uint8_t *base, size_t *at, size_t bytes) {
 }
 
 /* Carves a from base (NULL: a counting pass); returns the bytes used. */
-static size_t carve(uint8_t *base, layer_arrays *a, int n_routes, int E, int64_t D, int64_t n_tok) {
+static size_t carve(uint8_t *base, layer_arrays *a, int n_routes, int E, int64_t D, int64_t n_tok, size_t qrow) {
     size_t at = 0;
     const size_t nr = (size_t)n_routes + 1, ne = (size_t)E;
     a->order = take(base, &at, nr * sizeof(int));
@@ -96,6 +98,9 @@ static size_t carve(uint8_t *base, layer_arrays *a, int n_routes, int E, int64_t
     a->route_off = take(base, &at, ((size_t)n_tok + 1) * sizeof(int32_t));
     a->crow = take(base, &at, nr * sizeof(int32_t));
     a->cw = take(base, &at, nr * sizeof(float));
+    a->tq = qrow ? take(base, &at, (size_t)n_tok * qrow) : NULL;
+    a->xgq = qrow ? take(base, &at, nr * qrow) : NULL;
+    a->given = take(base, &at, (2 * ne + 2 + (size_t)n_tok) * sizeof(og_act_rows));
     return at;
 }
 
@@ -112,6 +117,35 @@ static int split(int e, int cnt, int nx, og_numerics nm, piece *out) {
     out[0] = (piece){e, 0, nx, OG_NUMERICS_CANONICAL};
     out[1] = (piece){e, nx, cnt - nx, nm};
     return 2;
+}
+
+/* The tokens' rows quantized once for every host expert that reads them (the
+ * gate and up products' activations: og_matmul_job.xq), row r by thread r % nth. */
+typedef struct quant_rows {
+    og_from_float_fn q;
+    const float *x; /* [n][D] */
+    int64_t n, D;
+    uint8_t *out;   /* [n][row] */
+    size_t row;
+} quant_rows;
+
+static void quantize_tokens(void *ctx, int ith, int nth) {
+    const quant_rows *qr = ctx;
+    for (int64_t r = ith; r < qr->n; r += nth) qr->q(qr->x + r * qr->D, qr->out + (size_t)r * qr->row, qr->D);
+}
+
+#define QUANT_POOL_MIN 65536 /* elements from which the pool shares the quantizing (as og_cpu_matmul_multi) */
+
+/* The bytes of one activation row of gate/up's vec_dot_type, or 0 where the host
+ * experts' rows are not quantized once here: the gate/up types differ, or a
+ * canonical job would read f32 rows (a type without a canonical dot). */
+static size_t token_qrow(const og_kernels *k, const og_moe_weights *L, int64_t D) {
+    const og_type_traits *tr = og_quant_traits(L->gate_exps.type);
+    uint64_t row = 0;
+    if (!k || !tr || !tr->vec_dot_canonical || L->up_exps.type != L->gate_exps.type || !k->quantize_act[tr->vec_dot_type] ||
+        D % tr->blck || og_row_bytes(tr->vec_dot_type, (uint64_t)D, &row) != OG_OK)
+        return 0;
+    return (size_t)row;
 }
 
 /* Waits for the previous layer's combine op (its rows are about to be reused). */
@@ -171,9 +205,10 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
         return og_fail(err, errlen, OG_ERR_INVALID_ARG, "layer %u: a device result needs the run context's device", il);
     /* the combine runs as an op on the forward pass's device when it is the dispatcher's */
     const bool dev_combine = io->dev_y && d->dev && rc->dev == d->dev;
-    if (og_buf_reserve(&d->arena, carve(NULL, &la, n_routes, E, D, io->n_tok)))
+    const size_t qrow = token_qrow(rc->kern, L, D);
+    if (og_buf_reserve(&d->arena, carve(NULL, &la, n_routes, E, D, io->n_tok, qrow)))
         return og_fail(err, errlen, OG_ERR_NOMEM, "layer %u: out of memory for the dispatch arrays", il);
-    carve(d->arena.p, &la, n_routes, E, D, io->n_tok);
+    carve(d->arena.p, &la, n_routes, E, D, io->n_tok, qrow);
     int *order = la.order, *pos_of = la.pos_of, *cnt = la.cnt, *n_exact = la.n_exact, *first = la.first, *cur = la.cur;
     int32_t *slot = la.slot;
     float *xg = la.xg, *res = la.res;
@@ -209,8 +244,17 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
             order[i] = r;
             pos_of[r] = i;
         }
-        for (int i = 0; i < n_routes; i++)
+        /* the device's rows as floats; the host's quantized once per token, then gathered */
+        for (int i = 0; i < (qrow ? n_dev_rows : n_routes); i++)
             memcpy(xg + (size_t)i * D, io->x + routes[order[i]].token * D, (size_t)D * sizeof *xg);
+        if (qrow && n_routes > n_dev_rows) {
+            const og_type_traits *tr = og_quant_traits(L->gate_exps.type);
+            quant_rows qr = {rc->kern->quantize_act[tr->vec_dot_type], io->x, io->n_tok, D, la.tq, qrow};
+            if (rc->pool && io->n_tok > 1 && io->n_tok * D >= QUANT_POOL_MIN) og_pool_run(rc->pool, quantize_tokens, &qr);
+            else quantize_tokens(&qr, 0, 1);
+            for (int i = n_dev_rows; i < n_routes; i++)
+                memcpy(la.xgq + (size_t)i * qrow, la.tq + (size_t)routes[order[i]].token * qrow, qrow);
+        }
         if (dev_combine) { /* the combine op's routes: by token, route order within each */
             memset(la.route_off, 0, ((size_t)io->n_tok + 1) * sizeof *la.route_off);
             for (int r = 0; r < n_routes; r++) la.route_off[routes[r].token + 1]++;
@@ -237,11 +281,12 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
             jobs[n_jobs++] = (og_expert_job){slice(&L->gate_exps, (int64_t)e * Fe, Fe),
                                              slice(&L->up_exps, (int64_t)e * Fe, Fe),
                                              slice(&L->down_exps, (int64_t)e * D, D),
-                                             xg + (size_t)row * D,
+                                             qrow ? NULL : xg + (size_t)row * D, /* qrow: the rows in xgq */
                                              pc[k].len,
                                              res + (size_t)row * D,
                                              pc[k].nm,
                                              L->swiglu_clamp};
+            la.given[n_jobs - 1] = (og_act_rows){qrow ? la.xgq + (size_t)row * qrow : NULL, qrow};
         }
         /* the shared expert: host numerics, canonical for exact rows (runs of
          * consecutive rows of one numerics; each row's bits are its own) */
@@ -250,8 +295,11 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
             int64_t t1 = t0 + 1;
             while (t1 < io->n_tok && io->exact && io->exact[t1] == ex) t1++;
             if (!io->exact) t1 = io->n_tok;
+            const bool sh_q = qrow && n_routes > n_dev_rows && L->gate_sh.type == L->gate_exps.type &&
+                              L->up_sh.type == L->gate_exps.type; /* the token rows quantized above */
             jobs[n_jobs++] = (og_expert_job){L->gate_sh, L->up_sh, L->down_sh, io->x + t0 * D, t1 - t0, io->y + t0 * D,
                                              ex ? OG_NUMERICS_CANONICAL : rc->host_numerics, L->swiglu_clamp};
+            la.given[n_jobs - 1] = (og_act_rows){sh_q ? la.tq + (size_t)t0 * qrow : NULL, qrow};
             t0 = t1;
         }
     }
@@ -279,7 +327,7 @@ static og_status moe_layer(void *self, const og_model *m, const og_run_ctx *rc, 
     }
     /* the host part, meanwhile */
     if (!st && n_jobs) {
-        st = og_cpu_experts_ws(rc->kern, rc->pool, jobs, n_jobs, &d->xws);
+        st = og_cpu_experts_given_ws(rc->kern, rc->pool, jobs, n_jobs, la.given, &d->xws);
         if (st) og_fail(err, errlen, st, "layer %u: host experts: %s", il, og_status_str(st));
     }
     if (!st) note(d, il, OG_DISPATCH_HOST_DONE);

@@ -14,6 +14,7 @@
  * score: pair bitrev4(j) fed in slot j lands in lane bitrev4(bitrev4(j)), its
  * own index. */
 #include "quant_internal.h"
+#include "og_canon_exp.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -141,7 +142,59 @@ static void axpy_f32_rows(int64_t n, int64_t n_rows, const float *a, const float
     }
 }
 
+/* og_canon_expf (og_quant_canon.h) on 16 floats: each step the same IEEE single
+ * operation, the clamps and ends as its selects (NaN takes the upper clamp, then
+ * comes back at the end), n / 2 as C's division (toward zero). */
+static inline __m512 canon_expf16(__m512 x) {
+    const __m512 x_hi = _mm512_set1_ps(88.8f), x_lo = _mm512_set1_ps(-104.0f);
+    __m512 xc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x_hi, _CMP_LE_OQ), x_hi, x);
+    xc = _mm512_mask_mov_ps(xc, _mm512_cmp_ps_mask(x, x_lo, _CMP_LT_OQ), x_lo);
+    const __m512 k = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(OG_CANON_EXP_LOG2E)),
+                                                 _mm512_set1_ps(OG_CANON_EXP_SHIFT)),
+                                   _mm512_set1_ps(-OG_CANON_EXP_SHIFT));
+    const __m512 nk = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(k), _mm512_set1_epi32((int)0x80000000u)));
+    const __m512 hi = _mm512_add_ps(xc, _mm512_mul_ps(nk, _mm512_set1_ps(OG_CANON_EXP_LN2_HI)));
+    const __m512 r = _mm512_add_ps(hi, _mm512_mul_ps(nk, _mm512_set1_ps(OG_CANON_EXP_LN2_LO)));
+    __m512 p = _mm512_set1_ps(OG_CANON_EXP_P7);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(OG_CANON_EXP_P6));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(OG_CANON_EXP_P5));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(OG_CANON_EXP_P4));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(OG_CANON_EXP_P3));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(0.5f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    const __m512i n = _mm512_cvttps_epi32(k); /* k is an integer in [-150, 128]: exact */
+    const __m512i n1 = _mm512_srai_epi32(_mm512_add_epi32(n, _mm512_srli_epi32(n, 31)), 1), n2 = _mm512_sub_epi32(n, n1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    p = _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23)));
+    p = _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23)));
+    p = _mm512_mask_mov_ps(p, _mm512_cmp_ps_mask(x, _mm512_set1_ps(OG_CANON_EXP_LO), _CMP_LT_OQ), _mm512_setzero_ps());
+    p = _mm512_mask_mov_ps(p, _mm512_cmp_ps_mask(x, _mm512_set1_ps(OG_CANON_EXP_HI), _CMP_GT_OQ),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7f800000)));
+    return _mm512_mask_mov_ps(p, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+/* og_kernels.swiglu: og_canon_silu_mul (og_canon_silu_mul_clamp where limit > 0) on
+ * 16 elements at a time, the tail under a mask. */
+static void swiglu(float *out, const float *gate, const float *up, int64_t n, float limit) {
+    const __m512 lim = _mm512_set1_ps(limit), nlim = _mm512_set1_ps(-limit), one = _mm512_set1_ps(1.0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : lanes_below(n - i);
+        __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+        if (limit > 0) { /* gc = !(g <= limit) ? limit : g; ul = !(u >= -limit) ? -limit : u; uc = ul > limit ? limit : ul */
+            g = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, lim, _CMP_LE_OQ), lim, g);
+            u = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(u, nlim, _CMP_GE_OQ), nlim, u);
+            u = _mm512_mask_mov_ps(u, _mm512_cmp_ps_mask(u, lim, _CMP_GT_OQ), lim);
+        }
+        const __m512 e = canon_expf16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), sign)));
+        const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(s, u));
+    }
+}
+
 void og_kernels_fill_attn_avx512(og_kernels *k) {
     k->dot_f32_device_tile = dot_f32_device_tile;
     k->axpy_f32_rows = axpy_f32_rows;
+    k->swiglu = swiglu;
 }

@@ -1,5 +1,6 @@
 /* CPU feature detection, tier choice and the kernel table of each tier. */
 #include "quant_internal.h"
+#include "og_quant_canon.h"
 
 #include <cpuid.h>
 #include <stdio.h>
@@ -105,6 +106,14 @@ og_status og_kernels_init(og_isa isa, og_kernels *k) {
     return og_kernels_init_features(isa, &f, k);
 }
 
+/* og_kernels.swiglu's scalar reference: og_quant_canon.h per element. */
+static void swiglu_ref(float *out, const float *gate, const float *up, int64_t n, float limit) {
+    if (limit > 0)
+        for (int64_t i = 0; i < n; i++) out[i] = og_canon_silu_mul_clamp(gate[i], up[i], limit);
+    else
+        for (int64_t i = 0; i < n; i++) out[i] = og_canon_silu_mul(gate[i], up[i]);
+}
+
 og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kernels *k) {
     memset(k, 0, sizeof *k);
     k->isa = isa;
@@ -113,6 +122,7 @@ og_status og_kernels_init_features(og_isa isa, const og_cpu_features *f, og_kern
     k->f16_to_f32 = og_f16_to_f32_ref;
     k->dot_f32_device_tile = og_dot_f32_device_tile_ref;
     k->axpy_f32_rows = og_axpy_f32_rows_ref;
+    k->swiglu = swiglu_ref;
     for (int t = 0; t < OG_TYPE_COUNT; t++) {
         const og_type_traits *tr = og_quant_traits((og_ggml_type)t);
         if (!tr) continue;

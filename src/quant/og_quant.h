@@ -201,6 +201,11 @@ typedef struct og_kernels {
     void (*dot_f32_device_tile)(const float *rows, int64_t row_stride, int64_t n_rows, const float *q, int64_t q_stride,
                                 int64_t n_q, int64_t n, float scale, float *out, int64_t ld);
     void (*axpy_f32_rows)(int64_t n, int64_t n_rows, const float *a, const float *rows, int64_t row_stride, float *y);
+    /* out[i] = og_canon_silu_mul(gate[i], up[i]) (limit 0) or og_canon_silu_mul_clamp(
+     * gate[i], up[i], limit) (limit > 0), i < n: og_swiglu's / og_swiglu_clamp's bits
+     * (og_quant_canon.h: IEEE single operations element by element, so a vector of
+     * them is the same), this tier's speed. out may be gate. The experts' SwiGLU. */
+    void (*swiglu)(float *out, const float *gate, const float *up, int64_t n, float limit);
     /* The canonical dot (above) of quantized types, one and four activation rows
      * (vec_dot4's shape), each the bits of og_type_traits.vec_dot_canonical;
      * vec_dot4_canonical NULL: this tier has none (then one row at a time). */

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "og_gguf.h"
+#include "og_canon_exp.h"
 #include "og_quant_blocks.h"
 
 #ifdef __CUDACC__
@@ -531,21 +532,21 @@ static OG_HD float og_canon_expf(float x) {
     /* a NaN x takes the upper end (!(x <= 88.8)), so k converts to int defined; the
      * return gives the NaN back */
     const float xc = !(x <= 88.8f) ? 88.8f : x < -104.0f ? -104.0f : x;
-    const float k = og_canon_add(og_canon_add(og_canon_mul(xc, 1.44269502f), 12582912.0f), -12582912.0f);
-    const float hi = og_canon_add(xc, og_canon_mul(-k, 0.693145751953125f));
-    const float r = og_canon_add(hi, og_canon_mul(-k, 1.42860677e-06f));
-    float p = 1.98412698e-04f; /* 1/7!, then 1/6! ... 1/0! */
-    p = og_canon_add(og_canon_mul(p, r), 1.38888889e-03f);
-    p = og_canon_add(og_canon_mul(p, r), 8.33333333e-03f);
-    p = og_canon_add(og_canon_mul(p, r), 4.16666667e-02f);
-    p = og_canon_add(og_canon_mul(p, r), 1.66666667e-01f);
+    const float k = og_canon_add(og_canon_add(og_canon_mul(xc, OG_CANON_EXP_LOG2E), OG_CANON_EXP_SHIFT), -OG_CANON_EXP_SHIFT);
+    const float hi = og_canon_add(xc, og_canon_mul(-k, OG_CANON_EXP_LN2_HI));
+    const float r = og_canon_add(hi, og_canon_mul(-k, OG_CANON_EXP_LN2_LO));
+    float p = OG_CANON_EXP_P7; /* 1/7!, then 1/6! ... 1/0! */
+    p = og_canon_add(og_canon_mul(p, r), OG_CANON_EXP_P6);
+    p = og_canon_add(og_canon_mul(p, r), OG_CANON_EXP_P5);
+    p = og_canon_add(og_canon_mul(p, r), OG_CANON_EXP_P4);
+    p = og_canon_add(og_canon_mul(p, r), OG_CANON_EXP_P3);
     p = og_canon_add(og_canon_mul(p, r), 0.5f);
     p = og_canon_add(og_canon_mul(p, r), 1.0f);
     p = og_canon_add(og_canon_mul(p, r), 1.0f);
     const int32_t n = (int32_t)k, n1 = n / 2, n2 = n - n1; /* n in [-150, 128]: n1, n2 in [-75, 64] */
     p = og_canon_mul(p, og_canon_bits_f32((uint32_t)(n1 + 127) << 23));
     p = og_canon_mul(p, og_canon_bits_f32((uint32_t)(n2 + 127) << 23));
-    return x != x ? x : x > 88.72284f ? og_canon_bits_f32(0x7f800000u) : x < -103.98f ? 0.0f : p;
+    return x != x ? x : x > OG_CANON_EXP_HI ? og_canon_bits_f32(0x7f800000u) : x < OG_CANON_EXP_LO ? 0.0f : p;
 }
 
 /* silu(g) * u = g / (1 + e^-g) * u (Shazeer 2020), three rounded operations after the exp. */

@@ -252,13 +252,17 @@ static inline __attribute__((always_inline)) void dp_steps(int mr, bool s8q, con
     }
 }
 
-/* The canonical lanes: act row i, part p, lane l (of 32) hold TV_N floats. */
-#define LANE_AT(lanes, i, p, l) ((lanes) + 1024 * (i) + 32 * TV_N * (p) + TV_N * (l))
+/* The canonical lanes: act row i, part p, lane l (of the `used` ones: us = used TV_N
+ * floats per row and part) hold TV_N floats. Packed by `used`, not 32: with a short
+ * row (K = 2048: 8 lanes) 32-lane rows put the 16 activation rows' lanes 4 KiB
+ * apart, in the same few L1 sets, and evicted each other before finish_lanes. */
+#define LANE_AT(lanes, us, i, p, l) ((lanes) + (size_t)(us) * (TV_PARTS * (i) + (p)) + TV_N * (l))
 
 /* mr (<= TV_MR) activation rows y[i] (their block b) against parts p0, p0 + 1 of the
  * tile's block t: the canonical term of each pair joins lane b % 32 of its lanes. */
 static inline __attribute__((always_inline)) void tile_mr(int mr, scale_mode sm, bp_role role, const og_tile_block *t,
-                                                           int p0, const og_block_q8_K *const *y, float *lanes, int64_t b) {
+                                                           int p0, const og_block_q8_K *const *y, float *lanes, int us,
+                                                           int64_t b) {
     tv_i I[TV_MR][TV_NP], P[TV_MR][TV_NP];
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++) I[i][0] = I[i][1] = tv_zero();
@@ -308,16 +312,36 @@ static inline __attribute__((always_inline)) void tile_mr(int mr, scale_mode sm,
         for (int h = 0; h < TV_NP; h++) {
             tv_f v = tv_mulf(tv_mulf(tv_loadf(DX_AT(t, p0 + h)), dy), tv_cvtf(I[i][h]));
             if (role == BP_MINS) v = tv_fnmaddf(tv_mulf(tv_loadf(DM_AT(t, p0 + h)), dy), tv_cvtf(P[i][h]), v);
-            float *l = LANE_AT(lanes, i, p0 + h, b & 31);
-            tv_storef(l, tv_addf(tv_loadf(l), v));
+            float *l = LANE_AT(lanes, us, i, p0 + h, b & 31);
+            tv_storef(l, tv_addf(b < 32 ? tv_zerof() : tv_loadf(l), v)); /* a lane's first term: +0 + v */
         }
     }
+}
+
+/* The butterfly of og_warp_reduce32 over the first cnt (1 .. 16) lanes at l (TV_N
+ * floats apart), the others +0. A step whose partner lane is +0 leaves x + 0 (a -0
+ * turned +0), and (x + 0) + 0 = x + 0, so the steps with no live partner at all
+ * count once. Inlined with a constant cnt, the lanes stay in registers. */
+static inline __attribute__((always_inline)) tv_f short_lanes(const float *l, const int cnt0) {
+    tv_f v[16];
+    int cnt = cnt0, o = 16;
+#pragma GCC unroll 16
+    for (int j = 0; j < cnt; j++) v[j] = tv_addf(tv_loadf(l + TV_N * j), tv_zerof());
+    while (o >= cnt && o > 1) o >>= 1;
+#pragma GCC unroll 5
+    for (; o && o < cnt; o >>= 1) {
+#pragma GCC unroll 16
+        for (int j = 0; j < o; j++) v[j] = tv_addf(v[j], j + o < cnt ? v[j + o] : tv_zerof());
+        cnt = o;
+    }
+    return v[0];
 }
 
 /* The butterfly of og_warp_reduce32 over the lanes of ma activation rows (lanes from
  * `used` on are +0, never stored), and the results of the tile's nrt rows into
  * out[i * ld + r]. */
 static void finish_lanes(const float *lanes, int ma, int used, int nrt, float *out, size_t ld) {
+    const int us = used * TV_N;
     for (int i = 0; i < ma; i++)
         for (int p = 0; p < TV_PARTS; p++) {
             const int valid = nrt - TV_N * p;
@@ -326,31 +350,25 @@ static void finish_lanes(const float *lanes, int ma, int used, int nrt, float *o
             if (used > 16) { /* in registers; lanes from `used` on are +0 and added as such */
 #pragma GCC unroll 16
                 for (int j = 0; j < 16; j++)
-                    v[j] = tv_addf(tv_loadf(LANE_AT(lanes, i, p, j)), j + 16 < used ? tv_loadf(LANE_AT(lanes, i, p, j + 16)) : tv_zerof());
+                    v[j] = tv_addf(tv_loadf(LANE_AT(lanes, us, i, p, j)), j + 16 < used ? tv_loadf(LANE_AT(lanes, us, i, p, j + 16)) : tv_zerof());
 #pragma GCC unroll 16
                 for (int o = 8; o; o >>= 1)
 #pragma GCC unroll 16
                     for (int j = 0; j < o; j++) v[j] = tv_addf(v[j], v[j + o]);
-            } else { /* short rows: only the live lanes. A step whose partner lane is +0
-                      * leaves x + 0 (a -0 turned +0), and (x + 0) + 0 = x + 0, so the steps
-                      * with no live partner at all count once */
-                int cnt = used, o = 16;
-                for (int j = 0; j < cnt; j++) v[j] = tv_addf(tv_loadf(LANE_AT(lanes, i, p, j)), tv_zerof());
-                while (o >= cnt && o > 1) o >>= 1;
-                for (; o && o < cnt; o >>= 1) {
-                    for (int j = 0; j < o; j++) v[j] = tv_addf(v[j], j + o < cnt ? v[j + o] : tv_zerof());
-                    cnt = o;
+            } else { /* short rows: only the live lanes (short_lanes), in registers for each count */
+                const float *l = LANE_AT(lanes, us, i, p, 0);
+                switch (used) {
+#define SHORT_CASE(c) \
+    case c: v[0] = short_lanes(l, c); break;
+                    SHORT_CASE(1) SHORT_CASE(2) SHORT_CASE(3) SHORT_CASE(4) SHORT_CASE(5) SHORT_CASE(6) SHORT_CASE(7)
+                    SHORT_CASE(8) SHORT_CASE(9) SHORT_CASE(10) SHORT_CASE(11) SHORT_CASE(12) SHORT_CASE(13)
+                    SHORT_CASE(14) SHORT_CASE(15)
+                    default: v[0] = short_lanes(l, 16); break;
+#undef SHORT_CASE
                 }
             }
             tv_storef_first(out + (size_t)i * ld + TV_N * p, valid, v[0]);
         }
-}
-
-/* Zeroes lanes 0 .. used - 1 of ma activation rows. */
-static inline void clear_lanes(float *lanes, int ma, int used) {
-    for (int i = 0; i < ma; i++)
-        for (int p = 0; p < TV_PARTS; p++)
-            for (int j = 0; j < used; j++) tv_storef(LANE_AT(lanes, i, p, j), tv_zerof());
 }
 
 /* The tiled product of one type (og_gemm_fn), its unpacking and its integer steps. */
@@ -361,15 +379,15 @@ static inline __attribute__((always_inline)) void gemm_k(gather_fn gather, size_
     const int64_t nb = n / OG_QK_K;
     uint8_t *base = (uint8_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
     og_tile_block *tb = (og_tile_block *)base;
-    float *lanes = (float *)(base + (size_t)nb * sizeof(og_tile_block)); /* [OG_TILE_ACT][32 rows][32 lanes] */
+    float *lanes = (float *)(base + (size_t)nb * sizeof(og_tile_block)); /* [OG_TILE_ACT][32 rows][used lanes] */
     const int used = nb < 32 ? (int)nb : 32; /* lanes from `used` on stay +0: never stored or read */
+    const int us = used * TV_N;
     for (int64_t r0 = 0; r0 < nr; r0 += OG_TILE_ROWS) {
         const int nrt = nr - r0 < OG_TILE_ROWS ? (int)(nr - r0) : OG_TILE_ROWS;
         const uint8_t *w = (const uint8_t *)vw + (size_t)r0 * w_stride;
         for (int64_t b = 0; b < nb; b++) gather_tile_block(gather, w + (size_t)b * bsize, w_stride, nrt, &tb[b]);
         for (int64_t a0 = 0; a0 < m; a0 += OG_TILE_ACT) {
             const int ma = m - a0 < OG_TILE_ACT ? (int)(m - a0) : OG_TILE_ACT;
-            clear_lanes(lanes, ma, used);
             for (int p0 = 0; p0 < TV_PARTS && TV_N * p0 < nrt; p0 += TV_NP)
                 for (int64_t b = 0; b < nb; b++)
                     for (int g = 0; g < ma; g += TV_MR) {
@@ -377,14 +395,14 @@ static inline __attribute__((always_inline)) void gemm_k(gather_fn gather, size_
                         const og_block_q8_K *y[TV_MR];
                         for (int i = 0; i < mr; i++)
                             y[i] = (const og_block_q8_K *)((const uint8_t *)vy + (size_t)(a0 + g + i) * y_stride) + b;
-                        float *l = LANE_AT(lanes, g, 0, 0);
+                        float *l = LANE_AT(lanes, us, g, 0, 0);
                         switch (mr) {
 #if TV_MR >= 4
-                        case 4: tile_mr(4, sm, role, &tb[b], p0, y, l, b); break;
-                        case 3: tile_mr(3, sm, role, &tb[b], p0, y, l, b); break;
+                        case 4: tile_mr(4, sm, role, &tb[b], p0, y, l, us, b); break;
+                        case 3: tile_mr(3, sm, role, &tb[b], p0, y, l, us, b); break;
 #endif
-                        case 2: tile_mr(2, sm, role, &tb[b], p0, y, l, b); break;
-                        default: tile_mr(1, sm, role, &tb[b], p0, y, l, b); break;
+                        case 2: tile_mr(2, sm, role, &tb[b], p0, y, l, us, b); break;
+                        default: tile_mr(1, sm, role, &tb[b], p0, y, l, us, b); break;
                         }
                     }
             finish_lanes(lanes, ma, used, nrt, out + (size_t)a0 * ld + r0, ld);
@@ -486,7 +504,8 @@ static void gather32_tile_block(gather32_fn gather, size_t bsize, const uint8_t 
  * their block k, k < nbk) against parts p0, p0 + 1 of the tile block t: each of its
  * nbk blocks' terms join lane (8b + k) % 32. */
 static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_tile_block *t, int p0, const uint8_t *ab,
-                                                             const float (*dyf)[8], int nbk, float *lanes, int64_t b) {
+                                                             const float (*dyf)[8], int nbk, float *lanes, int us,
+                                                             int64_t b) {
     const uint8_t *a[TV_MR];
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++) a[i] = ab + 256 * i;
@@ -503,8 +522,8 @@ static inline __attribute__((always_inline)) void tile32_mr(int mr, const og_til
 #pragma GCC unroll 2
             for (int h = 0; h < TV_NP; h++) {
                 const tv_f v = tv_mulf(tv_mulf(tv_loadf((const float *)SC_AT(t, 8 + k, p0 + h)), dy), tv_cvtf(P[i][h]));
-                float *l = LANE_AT(lanes, i, p0 + h, lane);
-                tv_storef(l, tv_addf(tv_loadf(l), v));
+                float *l = LANE_AT(lanes, us, i, p0 + h, lane);
+                tv_storef(l, tv_addf(8 * b + k < 32 ? tv_zerof() : tv_loadf(l), v)); /* a lane's first term: +0 + v */
             }
         }
     }
@@ -520,7 +539,7 @@ static inline __attribute__((always_inline)) void gemm32(gather32_fn gather, siz
     float *lanes = (float *)(base + (size_t)ntb * sizeof(og_tile_block));
     uint8_t ab[TV_MR * 256] __attribute__((aligned(64)));
     float dyf[TV_MR][8];
-    const int used = nb < 32 ? (int)nb : 32;
+    const int used = nb < 32 ? (int)nb : 32, us = used * TV_N;
     const __m256i bias = _mm256_set1_epi8(TV_VNNI ? (char)0x80 : 0);
     for (int64_t r0 = 0; r0 < nr; r0 += OG_TILE_ROWS) {
         const int nrt = nr - r0 < OG_TILE_ROWS ? (int)(nr - r0) : OG_TILE_ROWS;
@@ -529,7 +548,6 @@ static inline __attribute__((always_inline)) void gemm32(gather32_fn gather, siz
             gather32_tile_block(gather, bsize, w, w_stride, nrt, b, nb - 8 * b < 8 ? (int)(nb - 8 * b) : 8, &tb[b]);
         for (int64_t a0 = 0; a0 < m; a0 += OG_TILE_ACT) {
             const int ma = m - a0 < OG_TILE_ACT ? (int)(m - a0) : OG_TILE_ACT;
-            clear_lanes(lanes, ma, used);
             for (int64_t b = 0; b < ntb; b++) {
                 const int nbk = nb - 8 * b < 8 ? (int)(nb - 8 * b) : 8;
                 for (int g = 0; g < ma; g += TV_MR) {
@@ -542,14 +560,14 @@ static inline __attribute__((always_inline)) void gemm32(gather32_fn gather, siz
                             dyf[i][k] = _cvtsh_ss(y[k].d);
                         }
                     }
-                    float *l = LANE_AT(lanes, g, 0, 0);
+                    float *l = LANE_AT(lanes, us, g, 0, 0);
                     for (int p0 = 0; p0 < TV_PARTS && TV_N * p0 < nrt; p0 += TV_NP) switch (mr) {
 #if TV_MR >= 4
-                        case 4: tile32_mr(4, &tb[b], p0, ab, dyf, nbk, l, b); break;
-                        case 3: tile32_mr(3, &tb[b], p0, ab, dyf, nbk, l, b); break;
+                        case 4: tile32_mr(4, &tb[b], p0, ab, dyf, nbk, l, us, b); break;
+                        case 3: tile32_mr(3, &tb[b], p0, ab, dyf, nbk, l, us, b); break;
 #endif
-                        case 2: tile32_mr(2, &tb[b], p0, ab, dyf, nbk, l, b); break;
-                        default: tile32_mr(1, &tb[b], p0, ab, dyf, nbk, l, b); break;
+                        case 2: tile32_mr(2, &tb[b], p0, ab, dyf, nbk, l, us, b); break;
+                        default: tile32_mr(1, &tb[b], p0, ab, dyf, nbk, l, us, b); break;
                         }
                 }
             }

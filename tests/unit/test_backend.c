@@ -220,6 +220,47 @@ static void test_matmul_multi(void **state) {
         free(sc1);
     }
     assert_int_equal(og_cpu_matmul_multi(&k, pool, jobs, 3, scratch, sb - 1), OG_ERR_INVALID_ARG);
+    /* rows given already quantized (og_act_rows, further apart than a row, x unread),
+     * a job sharing another's x (quantized once), and a canonical tiled job of 9 rows
+     * given its rows: each the bits of the job alone */
+    {
+        enum { M9 = 9 };
+        float *x9 = malloc(K * M9 * sizeof(float)), *y9 = malloc(rows[0] * M9 * sizeof(float)), *y9r = malloc(rows[0] * M9 * sizeof(float));
+        float *ysh = malloc(rows[0] * ms[0] * sizeof(float));
+        for (int64_t i = 0; i < K * M9; i++) x9[i] = frand();
+        uint64_t qb[2];
+        const og_ggml_type act[2] = {og_quant_traits(types[0])->vec_dot_type, og_quant_traits(types[1])->vec_dot_type};
+        og_row_bytes(act[0], K, &qb[0]);
+        og_row_bytes(act[1], K, &qb[1]);
+        const size_t st0 = (size_t)qb[0] + 40, st1 = (size_t)qb[1] + 24;
+        uint8_t *q0 = malloc(st0 * ms[0]), *q1 = malloc(st1 * ms[1]), *q9 = malloc(st0 * M9);
+        for (int64_t r = 0; r < ms[0]; r++) k.quantize_act[act[0]](x[0] + r * K, q0 + r * st0, K);
+        for (int64_t r = 0; r < ms[1]; r++) k.quantize_act[act[1]](x[1] + r * K, q1 + r * st1, K);
+        for (int64_t r = 0; r < M9; r++) k.quantize_act[act[0]](x9 + r * K, q9 + r * st0, K);
+        og_matmul_job g5[5] = {{&w[0], NULL, ms[0], y[0], OG_NUMERICS_FORK}, {&w[1], NULL, ms[1], y[1], OG_NUMERICS_FORK},
+                               {&w[2], x[2], ms[2], y[2], OG_NUMERICS_FORK}, {&w[0], x[0], ms[0], ysh, OG_NUMERICS_FORK},
+                               {&w[0], NULL, M9, y9, OG_NUMERICS_CANONICAL}};
+        og_matmul_job g5b[5];
+        memcpy(g5b, g5, sizeof g5);
+        og_act_rows given[5] = {{q0, st0}, {q1, st1}, {NULL, 0}, {NULL, 0}, {q9, st0}};
+        og_buf ws = {0};
+        memset(y[0], 0xff, rows[0] * ms[0] * sizeof(float));
+        assert_int_equal(og_cpu_matmul_multi_given_ws(&k, pool, g5, 5, given, &ws), OG_OK);
+        for (int j = 0; j < 3; j++) assert_memory_equal(y[j], y1[j], rows[j] * ms[j] * sizeof(float));
+        assert_memory_equal(ysh, y1[0], rows[0] * ms[0] * sizeof(float));
+        og_matmul_job alone = {&w[0], x9, M9, y9r, OG_NUMERICS_CANONICAL};
+        assert_int_equal(og_cpu_matmul_multi_ws(&k, pool, &alone, 1, &ws), OG_OK);
+        assert_memory_equal(y9, y9r, rows[0] * M9 * sizeof(float));
+        /* bad: rows given closer than a quantized row, or to a job of f32 rows */
+        given[0].xq_row = (size_t)qb[0] - 1;
+        assert_int_equal(og_cpu_matmul_multi_given_ws(&k, pool, g5b, 5, given, &ws), OG_ERR_INVALID_ARG);
+        given[0].xq_row = st0;
+        given[2] = (og_act_rows){q0, st0};
+        g5b[2].numerics = OG_NUMERICS_CANONICAL; /* F32 canonical: f32 rows */
+        assert_int_equal(og_cpu_matmul_multi_given_ws(&k, pool, g5b, 5, given, &ws), OG_ERR_INVALID_ARG);
+        og_buf_free(&ws);
+        free(x9), free(y9), free(y9r), free(ysh), free(q0), free(q1), free(q9);
+    }
     for (int j = 0; j < 3; j++) {
         free(wq[j]);
         free(x[j]);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "og_quant.h"
+#include "og_quant_canon.h"
 #include "sanitized_fixture.h" /* OG_TEST_SANITIZED: the sanitizer builds run smaller cases */
 #include "skip_fixture.h"
 
@@ -349,6 +350,50 @@ static void test_axpy(void **state) {
         for (int i = 0; i < 20; i++) x[i] = 1.0f + 0x1p-12f, y1[i] = -(1.0f + 0x1p-11f);
         k.axpy_f32(20, 1.0f + 0x1p-12f, x, y1);
         for (int i = 0; i < 20; i++) assert_true(y1[i] == 0.0f);
+    }
+}
+
+/* The experts' SwiGLU (og_kernels.swiglu): every tier og_canon_silu_mul's bits (and
+ * og_canon_silu_mul_clamp's with a limit) element by element, gate in place, over
+ * gate bit patterns spread through all 2^32 (every exponent and sign, NaNs,
+ * infinities, subnormals, the exp's clamp and overflow ends), calls of 1 .. 4096
+ * elements (every tail length), nothing past n written. bench/RESULTS.md has the
+ * exhaustive run over all 2^32 gates. */
+static void test_swiglu(void **state) {
+    (void)state;
+    og_cpu_features f;
+    og_cpu_detect(&f);
+    enum { N = 4096 };
+    static float g[N + 16], u[N], want[N + 16];
+    const float ends[] = {0.0f, -0.0f, 88.72284f, -88.72284f, 103.98f, -103.98f, 88.8f, -88.8f, 104.0f, -104.0f,
+                          0x1p-149f, -0x1p-149f, INFINITY, -INFINITY, NAN, 7.5f, -7.5f, 1e-30f, 30.0f, -30.0f};
+#ifdef OG_TEST_SANITIZED
+    const uint32_t stride = 4194301u; /* about 1,000 gates a limit */
+#else
+    const uint32_t stride = 4099u; /* about a million */
+#endif
+    for (int isa = OG_ISA_SCALAR; isa <= OG_ISA_AVX512; isa++) {
+        og_kernels k;
+        if (!tier_kernels(&f, isa, &k)) continue;
+        for (int li = 0; li < 2; li++) {
+            const float limit = li ? 7.5f : 0.0f;
+            uint64_t bits = 12345u;
+            for (int call = 0; bits < (1ull << 32); call++) {
+                const int n = call < 30 ? call + 1 : N - call % 61; /* short calls first, then tails of 0..60 */
+                for (int i = 0; i < n; i++) {
+                    uint32_t b = (uint32_t)bits;
+                    float x;
+                    memcpy(&x, &b, 4);
+                    g[i] = (i + call) % 7 == 0 ? ends[(i + call) % 20] : x;
+                    u[i] = i % 5 == 0 ? ends[(i * 3 + call) % 20] : frand() * 64.0f;
+                    want[i] = li ? og_canon_silu_mul_clamp(g[i], u[i], limit) : og_canon_silu_mul(g[i], u[i]);
+                    bits += stride;
+                }
+                for (int i = n; i < n + 16; i++) g[i] = want[i] = 1234.5f; /* a sentinel */
+                k.swiglu(g, g, u, n, limit);
+                assert_memory_equal(g, want, (size_t)(n + 16) * sizeof(float));
+            }
+        }
     }
 }
 
@@ -969,6 +1014,7 @@ int main(void) {
         cmocka_unit_test(test_vec_dot4),
         cmocka_unit_test(test_axpy),
         cmocka_unit_test(test_attn_tile),
+        cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_f16_to_f32),
         cmocka_unit_test(test_quantize_act),
         cmocka_unit_test(test_random_blocks),

@@ -368,8 +368,10 @@ static void test_tiers_identical(void **state) {
         if (!restart) {
             run_same(e, a, &ref, 0);
             run(e, b, N, &r);
+            og_engine_cache_sync(e); /* the writer thread's files are written */
             og_engine_metrics_get(e, &m);
             assert_int_equal(m.cache_disk_stored, 3);
+            assert_int_equal(m.cache_write_queue, 0);
         }
         run_same(e, a, &ref, 192);
         og_engine_metrics_get(e, &m);

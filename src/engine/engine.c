@@ -1653,6 +1653,8 @@ void og_engine_free(og_engine *e) {
     /* the cached blocks outlive the process in the directory (a restart with the
      * same --cache-dir reads them); RAM alone would only be copied to be freed */
     e->tier_spill = e->tier && e->cfg.cache_dir;
+    if (e->tier) og_kv_tier_set_blocking(e->tier, true); /* every one written, however many */
+    if (e->stier) og_kv_tier_set_blocking(e->stier, true);
     for (int i = 0; i < e->pc_cap; i++)
         if (e->pc[i].used) pc_evict(e, i);
     og_kv_tier_free(e->tier);

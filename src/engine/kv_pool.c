@@ -234,6 +234,7 @@ struct og_kv_tier {
     kvt_header **queue;     /* [n_queue] images to write, oldest first; [0] is being written while busy */
     int n_queue, cap_queue;
     bool busy, stop, has_writer, dropped_logged;
+    bool blocking;          /* puts wait for room in the queue instead of dropping (og_kv_tier_set_blocking) */
     pthread_t writer;
     uint64_t tick;
     og_kv_tier_stats st;
@@ -574,7 +575,7 @@ void og_kv_tier_put(og_kv_tier *t, const og_kv_key *key, const uint64_t meta[2],
     h->payload_sum = img_sum(h);
     h->header_sum = fnv_words(OG_FNV1A64_INIT, h, offsetof(kvt_header, header_sum));
     if (!to_ram) {
-        enqueue(t, h, false);
+        enqueue(t, h, t->blocking);
         pthread_mutex_unlock(&t->mu);
         return;
     }
@@ -583,7 +584,7 @@ void og_kv_tier_put(og_kv_tier *t, const og_kv_key *key, const uint64_t meta[2],
         for (int i = 1; i < t->n_ram; i++)
             if (t->ram[i].lru < t->ram[old].lru) old = i;
         kvt_header *o = ram_take(t, old);
-        if (t->dir) enqueue(t, o, false);
+        if (t->dir) enqueue(t, o, t->blocking);
         else free(o);
     }
     if (t->n_ram == t->cap_ram) {
@@ -702,6 +703,12 @@ int og_kv_tier_get_prefix(og_kv_tier *t, uint64_t seed, bool exact, const int32_
     free(lens);
     pthread_mutex_unlock(&t->mu);
     return from;
+}
+
+void og_kv_tier_set_blocking(og_kv_tier *t, bool on) {
+    pthread_mutex_lock(&t->mu);
+    t->blocking = on;
+    pthread_mutex_unlock(&t->mu);
 }
 
 void og_kv_tier_sync(og_kv_tier *t) {

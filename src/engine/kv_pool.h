@@ -155,6 +155,11 @@ int og_kv_tier_get(og_kv_tier *t, const og_kv_key *key, og_kv_hit *hit);
  * og_kv_tier_get, *n its n (0 when none). */
 int og_kv_tier_get_prefix(og_kv_tier *t, uint64_t seed, bool exact, const int32_t *ids, int n_min, int n_max,
                           og_kv_hit *hit, int *n);
+/* on: from now on a put whose image does not fit the writer's queue waits for
+ * the writer to make room instead of dropping it (the engine's exit, when
+ * every cached entry is to be written; never under the engine's lock while
+ * serving). Cannot fail. */
+void og_kv_tier_set_blocking(og_kv_tier *t, bool on);
 /* Waits until the writer's queue is empty (tests, and before a restart's
  * files are read). Cannot fail. */
 void og_kv_tier_sync(og_kv_tier *t);

@@ -102,6 +102,30 @@ start_server "$work/serve-off.log" --ctx $ctx --parallel 2 --batch-tokens 256 --
 post /v1/completions "$work/o1.json" "$cbody"
 check "$work/c1.json" "$work/o1.json" off || fail "--prefix-cache off"
 kill -TERM "$spid"; wait "$spid" || true
+if [[ -n $arch ]]; then # deepseek4 / deepseek41: the states' tiers
+# --cache-dir over a restart: the states cached at exit are written to DIR (one
+# .kvs file each); a restart on it (with --cache-ram too) restores the prompt's
+# state from its file: all but the last token cached, the cold output bit for bit
+kvdir=$work/kvdir-states
+rm -rf "$kvdir"
+start_server "$work/serve-sdir1.log" --ctx $ctx --parallel 2 --batch-tokens 256 --cache-dir "$kvdir"
+post /v1/completions "$work/s1.json" "$cbody"
+check "$work/c1.json" "$work/s1.json" off || fail "--cache-dir (states): the first run"
+kill -TERM "$spid"; wait "$spid" || true
+nfiles=$(ls "$kvdir" | grep -c '\.kvs$' || true)
+[[ $nfiles -gt 0 ]] || fail "--cache-dir (states): no state files after the server stopped"
+start_server "$work/serve-sdir2.log" --ctx $ctx --parallel 2 --batch-tokens 256 --cache-dir "$kvdir" --cache-ram 64M
+post /v1/completions "$work/s2.json" "$cbody"
+check "$work/c1.json" "$work/s2.json" on || fail "--cache-dir (states): after the restart"
+curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics-s2.txt"
+restored=$(awk '$1=="onegpu_kv_cache_disk_states_restored_total"{print $2}' "$work/metrics-s2.txt")
+[[ $restored == 1 ]] || fail "onegpu_kv_cache_disk_states_restored_total: '$restored' after the restart, expected 1"
+held=$(awk '$1=="onegpu_kv_cache_disk_states"{print $2}' "$work/metrics-s2.txt")
+[[ $held == "$nfiles" ]] || fail "onegpu_kv_cache_disk_states: '$held', $nfiles files"
+kill -TERM "$spid"; wait "$spid" || true
+grep -q 'cache-dir: skipping' "$work/serve-sdir2.log" && fail "the restart skipped a state file: $(grep skipping "$work/serve-sdir2.log")"
+echo "ok: --cache-dir (states): $nfiles state files, the prompt's read back after a restart, the same output"
+fi
 if [[ -z $arch ]]; then # deepseek2: the KV pool's tiers
 # --cache-dir (issue 17 item 5): the blocks cached at exit are written to DIR; a
 # restart on the same DIR reads them back (cached_tokens as warm, the cold

@@ -30,6 +30,7 @@
 #include <cmocka.h>
 
 #include "engine_fixture.h" /* g_m, g_tok, g_pool, g_kern, g_host, setup / teardown, greedy, fx_device_rc */
+#include "kv_pool.h"       /* og_kv_tier alone: its writer thread */
 
 #ifdef OG_TEST_SANITIZED
 #define STRESS_REQUESTS 120
@@ -471,6 +472,99 @@ static void test_bad_files(void **state) {
     fclose(g_lf);
 }
 
+
+/* The tier's writer thread alone (states: payloads of their own sizes):
+ * entries still queued are found by a lookup with their bytes; a queue of one
+ * image at a time with blocking puts writes every entry; without blocking
+ * every put is written or counted as dropped; a write that fails (a directory
+ * where the file goes) is counted each time and logged once; freeing drains
+ * the queue (every entry's file is there, and a new tier reads each back bit
+ * for bit). Under TSan (label tsan) the caller and the writer race on nothing. */
+static void test_tier_writer(void **state) {
+    (void)state;
+    enum { N = 24, IDS = 70 };
+    char dir[600], err[256];
+    snprintf(dir, sizeof dir, "%s/writer", g_dir);
+    log_open();
+    og_kv_tier_config tc = {.kind = OG_KV_TIER_STATES, .dir = dir, .dir_bytes = 1ull << 30, .queue_bytes = 1,
+                            .model_id = 0x1234, .kv_key = 0x5678, .arch = "deepseek41", .kv_type = OG_KV_F32,
+                            .geom = {2, 4096, 4, 0}, .log = &g_lg};
+    int32_t ids[N][IDS];
+    static unsigned char pay[N][3000];
+    og_kv_key k[N];
+    for (int i = 0; i < N; i++) {
+        random_ids(ids[i], IDS, 900 + (uint64_t)i);
+        for (size_t b = 0; b < sizeof pay[i]; b++) pay[i][b] = (unsigned char)(i * 31 + (int)b * 7);
+        k[i] = (og_kv_key){.hash = og_fnv1a64(ids[i], sizeof ids[i], 77), .n_ids = IDS - i % 3, .ids = ids[i]};
+    }
+    og_kv_tier *t;
+    og_kv_hit hit;
+    og_kv_tier_stats st;
+    for (int blocking = 1; blocking >= 0; blocking--) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+        assert_int_equal(og_kv_tier_create(&tc, &t, err, sizeof err), OG_OK);
+        og_kv_tier_set_blocking(t, blocking);
+        for (int i = 0; i < N; i++) {
+            const uint64_t meta[2] = {(uint64_t)i, 4096};
+            const uint64_t bytes = 1000 + 80 * (uint64_t)i; /* its own size */
+            og_kv_tier_put(t, &k[i], meta, pay[i], bytes);
+            if (og_kv_tier_get(t, &k[i], &hit)) { /* queued or written already: its bytes */
+                assert_int_equal(hit.bytes, bytes);
+                assert_int_equal(hit.meta[0], (uint64_t)i);
+                assert_memory_equal(hit.payload, pay[i], bytes);
+            }
+        }
+        og_kv_tier_sync(t);
+        og_kv_tier_get_stats(t, &st);
+        assert_int_equal(st.queued, 0);
+        assert_int_equal(st.disk_stored + st.queue_dropped, N);
+        if (blocking) assert_int_equal(st.disk_stored, N);
+        assert_int_equal(st.disk_entries, st.disk_stored);
+        og_kv_tier_free(t);
+    }
+    /* a failed write: a directory where the file goes */
+    assert_int_equal(og_kv_tier_create(&tc, &t, err, sizeof err), OG_OK);
+    og_kv_tier_set_blocking(t, true);
+    int32_t x[IDS];
+    char path[800];
+    for (int j = 0; j < 2; j++) {
+        random_ids(x, IDS, 5000 + (uint64_t)j);
+        const og_kv_key kx = {.hash = 0xdead00 + (uint64_t)j, .n_ids = IDS, .ids = x};
+        snprintf(path, sizeof path, "%s/%016llx-%016llx.kvs", dir, 0x1234ull, (unsigned long long)kx.hash);
+        assert_int_equal(mkdir(path, 0755), 0);
+        og_kv_tier_put(t, &kx, NULL, pay[0], 100);
+    }
+    og_kv_tier_sync(t);
+    og_kv_tier_get_stats(t, &st);
+    assert_int_equal(st.disk_errors, 2);
+    assert_int_equal(count_in_log("later failures are counted only"), 1);
+    og_kv_tier_free(t);
+    /* a new tier reads back every entry written (the directories under file names: skipped, logged) */
+    memset(g_log, 0, sizeof g_log);
+    rewind(g_lf);
+    tc.queue_bytes = 0;
+    assert_int_equal(og_kv_tier_create(&tc, &t, err, sizeof err), OG_OK);
+    og_kv_tier_get_stats(t, &st);
+    assert_int_equal(st.disk_skipped, 2);
+    int found = 0;
+    for (int i = 0; i < N; i++) {
+        if (og_kv_tier_get(t, &k[i], &hit) != 2) continue;
+        found++;
+        assert_int_equal(hit.bytes, 1000 + 80 * (uint64_t)i);
+        assert_memory_equal(hit.payload, pay[i], hit.bytes);
+        int n;
+        /* the longest prefix: its hash is og_fnv1a64 of the ids from the seed, so the entries of
+         * all IDS ids (hashed so above) are found that way, the shorter ones (hashed over IDS) not */
+        assert_int_equal(og_kv_tier_get_prefix(t, 77, false, ids[i], 0, IDS, &hit, &n), k[i].n_ids == IDS ? 2 : 0);
+        assert_int_equal(n, k[i].n_ids == IDS ? IDS : 0);
+    }
+    assert_int_equal((uint64_t)found, st.disk_entries);
+    og_kv_tier_free(t);
+    fclose(g_lf);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_kv_pool ONEGPU WORKDIR\n");
@@ -503,6 +597,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_tiers_identical),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_tier_writer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

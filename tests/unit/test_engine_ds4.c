@@ -263,6 +263,12 @@ static void test_other_options(void **state) {
     assert_int_equal(og_model_forward(g_m, &rc, &kv, a, 100, lg, false, err, sizeof err), OG_OK);
     og_kv_snap snap;
     if (og_kv_snapshot(g_m, &rc, &kv, &snap, err, sizeof err)) fail_msg("%s", err);
+    /* a snapshot that holds fewer bytes than its positions need (a crafted file's): refused before a copy */
+    og_kv_snap short_snap = snap;
+    short_snap.bytes -= 4;
+    assert_int_equal(og_kv_restore(g_m, &rc, &short_snap, &b, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "the snapshot holds"));
+    assert_null(b.arch);
     og_engine *on = make_engine(4, 96, 4096, 8, false);
     result r0, r1, ro;
     run(on, a, N, &r0);

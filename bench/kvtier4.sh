@@ -21,6 +21,7 @@ onegpu=$1 model=$2 rounds=${3:-3}
 flags=("${@:4}")
 [[ ${#flags[@]} -gt 0 ]] || flags=(--vram 540M --reserve 64M)
 . "$(dirname "$0")/../tests/cli/lib.sh" # start_server, median
+. "$(dirname "$0")/tier_lib.sh"          # req, metric, medians
 work=$(mktemp -d) pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 prefix=$(for i in $(seq 1 660); do printf 'item %d is blue; ' "$i"; done)
@@ -30,14 +31,6 @@ start_server "$work/mem.log" "${flags[@]}"; at[mem]=$port
 start_server "$work/ram.log" "${flags[@]}" --parallel 2 --ctx 4224 --cache-ram 1G; at[ram]=$port
 start_dir() { start_server "$work/dir$1.log" "${flags[@]}" --parallel 2 --ctx 4224 --cache-dir "$work/kv"; at[dir]=$port pidof[dir]=$spid; }
 start_dir 0
-req() { # req SERVER PROMPT -> "seconds prompt_tokens cached_tokens"
-  local out
-  out=$(curl -s -w '\n%{time_total}' "http://127.0.0.1:${at[$1]}/v1/completions" -H 'Content-Type: application/json' \
-        -d "{\"prompt\":\"$2\",\"max_tokens\":1,\"temperature\":0}")
-  local t=${out##*$'\n'} j=${out%$'\n'*}
-  echo "$t $(node -e 'const u=JSON.parse(process.argv[1]).usage; console.log(u.prompt_tokens, u.prompt_tokens_details.cached_tokens)' "$j")"
-}
-metric() { curl -s "http://127.0.0.1:${at[$1]}/metrics" | awk -v k="$2" '$1==k{print $2}'; }
 for s in mem ram dir; do echo "$s warm: $(req $s "$prefix")"; done
 cold=() mem=() ram=() dir=()
 for r in $(seq 1 "$rounds"); do
@@ -57,10 +50,4 @@ echo "ram: $(metric ram onegpu_kv_cache_ram_states) states, $(metric ram onegpu_
 echo "dir: $(metric dir onegpu_kv_cache_disk_states) files, $(metric dir onegpu_kv_cache_disk_state_bytes) bytes; the files:"
 ls -l "$work/kv" | awk 'NR>1{print "  " $5, $9}'
 "$onegpu" plan -m "$model" "${flags[@]}" --ctx 4224 --parallel 2 2>/dev/null | grep '^kv:' || true
-mc=$(printf '%s\n' "${cold[@]}" | median)
-line="median cold $(printf '%.3f' "$mc") s"
-for s in mem ram dir; do
-  eval "m=\$(printf '%s\n' \"\${$s[@]}\" | median)"
-  line+="; $s $(printf '%.3f' "$m") s ($(echo "$mc / $m" | bc -l | xargs printf '%.1f')x)"
-done
-echo "$line"
+medians mem ram dir

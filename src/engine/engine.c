@@ -701,40 +701,35 @@ bool og_engine_wait(og_engine *e, double timeout_s) {
     return rc != ETIMEDOUT;
 }
 
+/* A tier's counters into the metrics' fields f: RAM entries and bytes, disk
+ * entries and bytes, RAM and disk stored, disk skipped and write errors; its
+ * writer's queue and drops add to the totals. */
+static void tier_metrics(og_kv_tier *t, og_engine_metrics *out, uint64_t *const f[8]) {
+    og_kv_tier_stats ts;
+    og_kv_tier_get_stats(t, &ts);
+    const uint64_t v[8] = {ts.ram_entries, ts.ram_bytes,  ts.disk_entries, ts.disk_bytes,
+                           ts.ram_stored,  ts.disk_stored, ts.disk_skipped, ts.disk_errors};
+    for (int i = 0; i < 8; i++) *f[i] = v[i];
+    out->cache_write_queue += ts.queued;
+    out->cache_write_dropped += ts.queue_dropped;
+}
+
 og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->met;
     out->queued = e->n_queue;
     out->running = e->n_running;
     if (e->kv_pool) out->kv_blocks_free = og_kv_pool_n_free(e->kv_pool);
-    if (e->tier) {
-        og_kv_tier_stats ts;
-        og_kv_tier_get_stats(e->tier, &ts);
-        out->cache_ram_blocks = ts.ram_entries;
-        out->cache_ram_bytes = ts.ram_bytes;
-        out->cache_disk_blocks = ts.disk_entries;
-        out->cache_disk_bytes = ts.disk_bytes;
-        out->cache_ram_stored = ts.ram_stored;
-        out->cache_disk_stored = ts.disk_stored;
-        out->cache_disk_skipped = ts.disk_skipped;
-        out->cache_disk_errors = ts.disk_errors;
-        out->cache_write_queue += ts.queued;
-        out->cache_write_dropped += ts.queue_dropped;
-    }
-    if (e->stier) {
-        og_kv_tier_stats ts;
-        og_kv_tier_get_stats(e->stier, &ts);
-        out->cache_ram_states = ts.ram_entries;
-        out->cache_ram_state_bytes = ts.ram_bytes;
-        out->cache_disk_states = ts.disk_entries;
-        out->cache_disk_state_bytes = ts.disk_bytes;
-        out->cache_ram_states_stored = ts.ram_stored;
-        out->cache_disk_states_stored = ts.disk_stored;
-        out->cache_disk_states_skipped = ts.disk_skipped;
-        out->cache_disk_states_errors = ts.disk_errors;
-        out->cache_write_queue += ts.queued;
-        out->cache_write_dropped += ts.queue_dropped;
-    }
+    if (e->tier)
+        tier_metrics(e->tier, out, (uint64_t *const[8]){&out->cache_ram_blocks, &out->cache_ram_bytes,
+                                                       &out->cache_disk_blocks, &out->cache_disk_bytes,
+                                                       &out->cache_ram_stored, &out->cache_disk_stored,
+                                                       &out->cache_disk_skipped, &out->cache_disk_errors});
+    if (e->stier)
+        tier_metrics(e->stier, out, (uint64_t *const[8]){&out->cache_ram_states, &out->cache_ram_state_bytes,
+                                                        &out->cache_disk_states, &out->cache_disk_state_bytes,
+                                                        &out->cache_ram_states_stored, &out->cache_disk_states_stored,
+                                                        &out->cache_disk_states_skipped, &out->cache_disk_states_errors});
     out->gen_tok_per_s = 0;
     if (e->rate_count > 1) {
         double t_now = now_s();

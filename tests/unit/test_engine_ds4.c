@@ -18,6 +18,7 @@
 
 #include "engine_fixture.h" /* g_path, g_m, ..., setup, teardown, greedy */
 #include "kv_pool.h"       /* og_kv_tier: files of another model / architecture / options, written as the engine would */
+#include "tier_fixture.h"  /* g_log, g_lg, log_open, count_in_log, write_bytes */
 
 #ifdef OG_TEST_SANITIZED
 #define CHURN 12 /* test_cache_churn's requests (plain: 100); the identical, fork and after-answer cases
@@ -388,25 +389,6 @@ static void test_cache_churn(void **state) {
 /* ---- the tiers of the states (--cache-ram / --cache-dir) ---- */
 
 static char g_dir[512];
-static char g_log[32768];
-static FILE *g_lf;
-static og_logger g_lg;
-static og_logger g_quiet; /* the foreign files' writers (their own scans of the directory): to g_lf, below warnings */
-
-static void log_open(void) {
-    memset(g_log, 0, sizeof g_log);
-    g_lf = fmemopen(g_log, sizeof g_log - 1, "w");
-    assert_non_null(g_lf);
-    setvbuf(g_lf, NULL, _IONBF, 0);
-    g_lg = (og_logger){.level = OG_LOG_INFO, .out = g_lf};
-    g_quiet = (og_logger){.level = OG_LOG_ERROR, .out = g_lf};
-}
-
-static int count_in_log(const char *what) {
-    int n = 0;
-    for (const char *p = g_log; (p = strstr(p, what)); p++) n++;
-    return n;
-}
 
 /* parallel 2, ctx 512: the memory's room holds about two states of 300
  * positions, so a few other prompts push a prompt's state out to the tiers. */
@@ -418,16 +400,6 @@ static og_engine *tier_engine(uint64_t ram, const char *dir) {
     return fx_start(&c);
 }
 
-static int state_files(const char *dir, char names[][600], int cap) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    if (!d) return 0;
-    for (struct dirent *de; (de = readdir(d));)
-        if (strlen(de->d_name) == 37 && !strcmp(de->d_name + 33, ".kvs") && n < cap)
-            snprintf(names[n++], 600, "%s/%s", dir, de->d_name);
-    closedir(d);
-    return n;
-}
 
 enum { TN = 300, TK = 4 }; /* a prompt's length; the other prompts that push its state out */
 
@@ -496,10 +468,10 @@ static void test_tiers_identical(void **state) {
     assert_true(m.cache_disk_states_stored >= 1);
     assert_int_equal(m.cache_disk_states_restored, 1);
     assert_int_equal(m.cache_write_queue, 0);
-    assert_int_equal((int)m.cache_disk_states, state_files(dir, names, 64));
+    assert_int_equal((int)m.cache_disk_states, tier_files(dir, ".kvs", names, 64));
     check_clean(e);
     og_engine_free(e); /* the cached states are written: the writer's queue drains first */
-    const int nf = state_files(dir, names, 64);
+    const int nf = tier_files(dir, ".kvs", names, 64);
     assert_true(nf >= TK + 1);
     e = tier_engine(64ull << 20, dir);
     og_engine_metrics_get(e, &m);
@@ -516,12 +488,6 @@ static void test_tiers_identical(void **state) {
     fclose(g_lf);
 }
 
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
 
 /* A state file written through og_kv_tier as the engine's would be, but of
  * another model (model_id), architecture or option set (kv_key). */
@@ -570,10 +536,10 @@ static void test_tiers_bad_files(void **state) {
     run(e, a, TN, &ref);
     run(e, b, TN, &r);
     og_engine_free(e);
-    const int nf = state_files(dir, names, 64);
+    const int nf = tier_files(dir, ".kvs", names, 64);
     assert_true(nf >= 2);
     char opt[8][600];
-    assert_true(state_files(dir2, opt, 8) >= 1);
+    assert_true(tier_files(dir2, ".kvs", opt, 8) >= 1);
     const char *base = strrchr(names[0], '/') + 1; /* MODEL-HASH.kvs: this model's id */
     snprintf(path, sizeof path, "%s/%.16s-00000000000000aa.kvs", dir, base);
     assert_int_equal(rename(opt[0], path), 0);
@@ -581,15 +547,7 @@ static void test_tiers_bad_files(void **state) {
     foreign_file(dir, id ^ 1, arch_name(), 0);
     foreign_file(dir, id, "deepseek2", 0);
     /* a truncated copy, junk */
-    size_t len;
-    char *bytes;
-    assert_int_equal(og_read_file(names[0], 256u << 20, &bytes, &len, err, sizeof err), OG_OK);
-    snprintf(path, sizeof path, "%s/%.16s-00000000000000bb.kvs", dir, base);
-    write_bytes(path, bytes, len / 2);
-    snprintf(path, sizeof path, "%s/%.16s-00000000000000cc.kvs", dir, base);
-    memset(bytes, 0x5a, len);
-    write_bytes(path, bytes, len);
-    free(bytes);
+    bad_copies(names[0]);
     /* every real state: a byte in the middle of its payload flipped */
     for (int i = 0; i < nf; i++) {
         FILE *f = fopen(names[i], "r+b");
@@ -602,8 +560,7 @@ static void test_tiers_bad_files(void **state) {
         fputc(ch ^ 0x10, f);
         fclose(f);
     }
-    memset(g_log, 0, sizeof g_log);
-    rewind(g_lf);
+    log_clear();
     e = tier_engine(0, dir);
     og_engine_metrics m;
     og_engine_metrics_get(e, &m);

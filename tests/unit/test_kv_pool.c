@@ -31,6 +31,7 @@
 
 #include "engine_fixture.h" /* g_m, g_tok, g_pool, g_kern, g_host, setup / teardown, greedy, fx_device_rc */
 #include "kv_pool.h"       /* og_kv_tier alone: its writer thread */
+#include "tier_fixture.h"  /* g_log, g_lg, log_open, count_in_log, write_bytes */
 
 #ifdef OG_TEST_SANITIZED
 #define STRESS_REQUESTS 120
@@ -281,23 +282,6 @@ static void test_stress(void **state) {
 
 /* ---- the tiers: bitwise ---- */
 
-static char g_log[16384];
-static FILE *g_lf;
-static og_logger g_lg;
-
-static void log_open(void) {
-    memset(g_log, 0, sizeof g_log);
-    g_lf = fmemopen(g_log, sizeof g_log - 1, "w");
-    assert_non_null(g_lf);
-    setvbuf(g_lf, NULL, _IONBF, 0);
-    g_lg = (og_logger){.level = OG_LOG_INFO, .out = g_lf};
-}
-
-static int count_in_log(const char *what) {
-    int n = 0;
-    for (const char *p = g_log; (p = strstr(p, what)); p++) n++;
-    return n;
-}
 
 /* parallel 1, ctx 256, a pool of 4 blocks: a 200-token prompt caches 3 and a
  * second one evicts them. */
@@ -310,16 +294,6 @@ static og_engine *tier_engine(uint64_t ram, const char *dir) {
     return fx_start(&c);
 }
 
-static int block_files(const char *dir, char names[][300], int cap) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    if (!d) return 0;
-    for (struct dirent *de; (de = readdir(d));)
-        if (strlen(de->d_name) == 37 && strstr(de->d_name, ".kvb") && n < cap)
-            snprintf(names[n++], 300, "%s/%s", dir, de->d_name);
-    closedir(d);
-    return n;
-}
 
 /* a (N ids) through e gives ref's tokens and log-probs, cached of them read from the cache. */
 static void run_same(og_engine *e, const int32_t *a, const result *ref, int cached) {
@@ -380,19 +354,13 @@ static void test_tiers_identical(void **state) {
         assert_int_equal(m.cache_disk_skipped, 0);
         assert_pool_whole(e);
         og_engine_free(e); /* the pool's cached blocks go to the directory */
-        char names[64][300];
-        assert_int_equal(block_files(dir, names, 64), 6); /* a's 3 and b's 3 */
+        char names[64][600];
+        assert_int_equal(tier_files(dir, ".kvb", names, 64), 6); /* a's 3 and b's 3 */
     }
     assert_int_equal(count_in_log("cache-dir: skipping"), 0);
     fclose(g_lf);
 }
 
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
 
 /* Bad files in the directory: a truncated copy, junk under a block name, a
  * block of another kv-type (an f32 engine's files for the f16 model), and
@@ -413,8 +381,8 @@ static void test_bad_files(void **state) {
     run(e, a, N, &ref);
     run(e, b, N, &r);
     og_engine_free(e);
-    char names[64][300];
-    int nf = block_files(dir, names, 64);
+    char names[64][600];
+    int nf = tier_files(dir, ".kvb", names, 64);
     assert_int_equal(nf, 6);
     /* files of another kv-type: an f32 engine's */
     char dir32[600];
@@ -424,21 +392,13 @@ static void test_bad_files(void **state) {
     run(e, a, N, &r);
     og_engine_free(e);
     assert_int_equal(og_model_set_option(g_m, "kv-type", "f16", err, sizeof err), OG_OK);
-    char n32[8][300];
-    assert_int_equal(block_files(dir32, n32, 8), 3);
+    char n32[8][600];
+    assert_int_equal(tier_files(dir32, ".kvb", n32, 8), 3);
     char path[700];
     snprintf(path, sizeof path, "%s/%.16s-00000000000000aa.kvb", dir, strrchr(names[0], '/') + 1);
     assert_int_equal(rename(n32[0], path), 0);
     /* a truncated copy, junk */
-    size_t len;
-    char *bytes;
-    assert_int_equal(og_read_file(names[0], 64u << 20, &bytes, &len, err, sizeof err), OG_OK);
-    snprintf(path, sizeof path, "%s/%.16s-00000000000000bb.kvb", dir, strrchr(names[0], '/') + 1);
-    write_bytes(path, bytes, len / 2);
-    snprintf(path, sizeof path, "%s/%.16s-00000000000000cc.kvb", dir, strrchr(names[0], '/') + 1);
-    memset(bytes, 0x5a, len);
-    write_bytes(path, bytes, len);
-    free(bytes);
+    bad_copies(names[0]);
     /* every real block: its last byte flipped */
     for (int i = 0; i < nf; i++) {
         FILE *f = fopen(names[i], "r+b");
@@ -449,8 +409,7 @@ static void test_bad_files(void **state) {
         fputc(ch ^ 0x01, f);
         fclose(f);
     }
-    memset(g_log, 0, sizeof g_log);
-    rewind(g_lf);
+    log_clear();
     e = tier_engine(0, dir);
     og_engine_metrics m;
     og_engine_metrics_get(e, &m);
@@ -542,8 +501,7 @@ static void test_tier_writer(void **state) {
     assert_int_equal(count_in_log("later failures are counted only"), 1);
     og_kv_tier_free(t);
     /* a new tier reads back every entry written (the directories under file names: skipped, logged) */
-    memset(g_log, 0, sizeof g_log);
-    rewind(g_lf);
+    log_clear();
     tc.queue_bytes = 0;
     assert_int_equal(og_kv_tier_create(&tc, &t, err, sizeof err), OG_OK);
     og_kv_tier_get_stats(t, &st);

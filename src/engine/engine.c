@@ -1177,14 +1177,11 @@ static int snap_from_tier(og_engine *e, og_seq *s, int n_mem, int *i, og_status 
     return from;
 }
 
-/* An entry the snap cache evicts (og_snapc.on_evict, lock held) goes to the
- * tiers by way of a host image (og_snapc_pack): spare ones too, an agent's
- * next turn resends a finished sequence's prompt and answer. A copy that
- * fails drops it (logged). */
-static void snap_spill(void *ctx, const og_snapc_entry *x) {
-    og_engine *e = ctx;
-    if (!e->stier || !e->stier_spill) return;
-    const uint64_t bytes = x->snap.bytes + x->snap.host_bytes;
+/* A state for the tiers (lock held) by way of a host image (og_snapc_pack),
+ * under the snap cache's hash of ids[0, snap->n_pos). A copy that fails
+ * drops it (logged). */
+static void snap_put(og_engine *e, const og_kv_snap *snap, const int32_t *ids, uint64_t hash, bool exact) {
+    const uint64_t bytes = snap->bytes + snap->host_bytes;
     if (bytes > e->stier_cap) {
         char *b = realloc(e->stier_buf, (size_t)bytes);
         if (!b) return;
@@ -1192,13 +1189,36 @@ static void snap_spill(void *ctx, const og_snapc_entry *x) {
         e->stier_cap = bytes;
     }
     char err[256];
-    if (og_snapc_pack(&x->snap, &e->cfg.rc, e->stier_buf, err, sizeof err)) {
+    if (og_snapc_pack(snap, &e->cfg.rc, e->stier_buf, err, sizeof err)) {
         og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a state not kept in the tiers: %s", err);
         return;
     }
-    const og_kv_key k = {.hash = x->hash, .exact = x->exact, .n_ids = x->snap.n_pos, .ids = x->ids};
-    const uint64_t meta[2] = {x->snap.bytes, (uint64_t)x->snap.n_ctx};
+    const og_kv_key k = {.hash = hash, .exact = exact, .n_ids = snap->n_pos, .ids = ids};
+    const uint64_t meta[2] = {snap->bytes, (uint64_t)snap->n_ctx};
     og_kv_tier_put(e->stier, &k, meta, e->stier_buf, bytes);
+}
+
+/* An entry the snap cache evicts (og_snapc.on_evict, lock held) goes to the
+ * tiers: spare ones too, an agent's next turn resends a finished sequence's
+ * prompt and answer. */
+static void snap_spill(void *ctx, const og_snapc_entry *x) {
+    og_engine *e = ctx;
+    if (e->stier && e->stier_spill) snap_put(e, &x->snap, x->ids, x->hash, x->exact);
+}
+
+/* A state the memory's room cannot take (snap_take, snap_retire: with
+ * --parallel 1 a running sequence leaves none) goes to the tiers straight
+ * from kv (lock held): a snapshot, its image, freed. */
+static void snap_direct(og_engine *e, const og_kv *kv, const int32_t *ids, bool exact) {
+    if (!e->stier || !e->stier_spill) return;
+    og_kv_snap snap;
+    char err[256];
+    if (og_kv_snapshot(e->cfg.model, &e->cfg.rc, kv, &snap, err, sizeof err)) {
+        og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: a state not kept in the tiers: %s", err);
+        return;
+    }
+    snap_put(e, &snap, ids, og_snapc_hash(snap.key, exact, ids, snap.n_pos), exact);
+    og_kv_snap_free(&snap);
 }
 
 /* Bytes of a state of n positions by og_model_info's formula (at least what
@@ -1230,6 +1250,7 @@ static void snap_take(og_engine *e, og_seq *s) {
                                  snap_state_bytes(og_model_get_info(e->cfg.model), s->n_fed), snap_room(e), err,
                                  sizeof err);
     if (st) og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    if (st == OG_ERR_NOMEM) snap_direct(e, &s->kv, s->prompt, s->reproducible);
     e->met.prefix_states = (uint64_t)e->sc.n;
     e->met.prefix_state_bytes = e->sc.bytes;
 }
@@ -1262,9 +1283,11 @@ static void snap_retire(og_engine *e, og_seq *s) {
         s->kv.n_pos <= s->n_prompt || s->kv.n_pos != s->n_ids - (s->need_feed ? 1 : 0))
         return;
     char err[256]; /* a spare entry: the prompts' states are the ones that must hit */
-    if (og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->ids, s->reproducible, true,
-                      snap_state_bytes(og_model_get_info(e->cfg.model), s->kv.n_pos), snap_room(e), err, sizeof err))
-        og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    const og_status st = og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->ids, s->reproducible, true,
+                                       snap_state_bytes(og_model_get_info(e->cfg.model), s->kv.n_pos), snap_room(e),
+                                       err, sizeof err);
+    if (st) og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    if (st == OG_ERR_NOMEM) snap_direct(e, &s->kv, s->ids, s->reproducible);
     e->met.prefix_states = (uint64_t)e->sc.n;
     e->met.prefix_state_bytes = e->sc.bytes;
 }

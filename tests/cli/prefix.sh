@@ -125,6 +125,20 @@ held=$(awk '$1=="onegpu_kv_cache_disk_states"{print $2}' "$work/metrics-s2.txt")
 kill -TERM "$spid"; wait "$spid" || true
 grep -q 'cache-dir: skipping' "$work/serve-sdir2.log" && fail "the restart skipped a state file: $(grep skipping "$work/serve-sdir2.log")"
 echo "ok: --cache-dir (states): $nfiles state files, the prompt's read back after a restart, the same output"
+# onegpu run --cache-dir (--parallel 1: no room in memory beside the running sequence, so the
+# prompt's state goes to the tiers at once): a second run reads all but the last prompt token
+rp=$(for i in $(seq 1 60); do printf 'item %d is blue; ' "$i"; done)
+rm -rf "$work/rundir"
+for k in 1 2; do
+  "$onegpu" run -m "$model" -p "$rp" -n 4 --temp 0 --json --cache-dir "$work/rundir" >"$work/run$k.json" 2>"$work/run$k.err" ||
+    { cat "$work/run$k.err"; fail "onegpu run --cache-dir ($k)"; }
+done
+cmp -s "$work/run1.json" "$work/run2.json" || fail "onegpu run --cache-dir (states): the second run's JSON differs"
+grep -q 'prompt tokens read from --cache-dir' "$work/run1.err" && fail "onegpu run --cache-dir (states): the first run read a state"
+n_run=$(grep -o '; [0-9]* prompt tokens read from --cache-dir' "$work/run2.err" | grep -o '[0-9]*' || true)
+n_prompt=$(json_get "$work/run1.json" 'j.prompt_tokens.length')
+[[ -n $n_run && $n_run == $((n_prompt - 1)) ]] || { cat "$work/run2.err"; fail "onegpu run --cache-dir (states): read '$n_run' of $n_prompt prompt tokens"; }
+echo "ok: onegpu run --cache-dir (states): the second run read $n_run of $n_prompt prompt tokens, the same output"
 fi
 if [[ -z $arch ]]; then # deepseek2: the KV pool's tiers
 # --cache-dir (issue 17 item 5): the blocks cached at exit are written to DIR; a

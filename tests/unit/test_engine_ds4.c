@@ -401,7 +401,7 @@ static og_engine *tier_engine(uint64_t ram, const char *dir) {
 }
 
 
-enum { TN = 300, TK = 4 }; /* a prompt's length; the other prompts that push its state out */
+enum { TN = 300, TK = 3 }; /* a prompt's length; the other prompts that push its state out */
 
 /* a, then TK other prompts (their states push a's out of memory), then a
  * again: its tokens and log-probs are ref's and all but its last token are

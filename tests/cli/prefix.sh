@@ -48,6 +48,20 @@ if (cached(B) !== want) { console.error(b, "cached", cached(B), "expected", want
 if (out(A) !== out(B)) { console.error("outputs differ:\n", out(A), "\n", out(B)); process.exit(1); }
 console.log("ok:", b, "cached", cached(B), "of", total(B));' "$1" "$2" "$3" "$rule"
 }
+# run_twice: onegpu run --cache-dir twice on one ~360-token prompt; the same JSON (tokens,
+# log-probs) both times and nothing read the first time; the second run's stderr in run2.err
+run_twice() {
+  local rp k
+  rp=$(for i in $(seq 1 60); do printf 'item %d is blue; ' "$i"; done)
+  rm -rf "$work/rundir"
+  for k in 1 2; do
+    "$onegpu" run -m "$model" -p "$rp" -n 4 --temp 0 --json --cache-dir "$work/rundir" >"$work/run$k.json" 2>"$work/run$k.err" ||
+      { cat "$work/run$k.err"; fail "onegpu run --cache-dir ($k)"; }
+  done
+  cmp -s "$work/run1.json" "$work/run2.json" || fail "onegpu run --cache-dir: the second run's JSON differs"
+  grep -q 'prompt tokens read from --cache-dir' "$work/run1.err" && fail "onegpu run --cache-dir: the first run read the cache"
+  return 0
+}
 start_server "$work/serve.log" --ctx $ctx --parallel 2 --batch-tokens 256
 grep -q 'prefix cache on' "$work/serve.log" || fail "the ready line does not say 'prefix cache on': $(grep ready "$work/serve.log")"
 post /v1/completions "$work/c1.json" "$cbody"
@@ -127,14 +141,7 @@ grep -q 'cache-dir: skipping' "$work/serve-sdir2.log" && fail "the restart skipp
 echo "ok: --cache-dir (states): $nfiles state files, the prompt's read back after a restart, the same output"
 # onegpu run --cache-dir (--parallel 1: no room in memory beside the running sequence, so the
 # prompt's state goes to the tiers at once): a second run reads all but the last prompt token
-rp=$(for i in $(seq 1 60); do printf 'item %d is blue; ' "$i"; done)
-rm -rf "$work/rundir"
-for k in 1 2; do
-  "$onegpu" run -m "$model" -p "$rp" -n 4 --temp 0 --json --cache-dir "$work/rundir" >"$work/run$k.json" 2>"$work/run$k.err" ||
-    { cat "$work/run$k.err"; fail "onegpu run --cache-dir ($k)"; }
-done
-cmp -s "$work/run1.json" "$work/run2.json" || fail "onegpu run --cache-dir (states): the second run's JSON differs"
-grep -q 'prompt tokens read from --cache-dir' "$work/run1.err" && fail "onegpu run --cache-dir (states): the first run read a state"
+run_twice
 n_run=$(grep -o '; [0-9]* prompt tokens read from --cache-dir' "$work/run2.err" | grep -o '[0-9]*' || true)
 n_prompt=$(json_get "$work/run1.json" 'j.prompt_tokens.length')
 [[ -n $n_run && $n_run == $((n_prompt - 1)) ]] || { cat "$work/run2.err"; fail "onegpu run --cache-dir (states): read '$n_run' of $n_prompt prompt tokens"; }
@@ -176,14 +183,7 @@ node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
   "$work/d3.json" || fail "another model read the cache"
 echo "ok: another model's server skipped the $nfiles files ($skipped log lines)"
 # onegpu run --cache-dir: a second run of the same prompt reads the first one's blocks (same JSON: tokens, log-probs)
-rp=$(for i in $(seq 1 60); do printf 'item %d is blue; ' "$i"; done)
-rm -rf "$work/rundir"
-for k in 1 2; do
-  "$onegpu" run -m "$model" -p "$rp" -n 4 --temp 0 --json --cache-dir "$work/rundir" >"$work/run$k.json" 2>"$work/run$k.err" ||
-    { cat "$work/run$k.err"; fail "onegpu run --cache-dir ($k)"; }
-done
-cmp -s "$work/run1.json" "$work/run2.json" || fail "onegpu run --cache-dir: the second run's JSON differs"
-grep -q 'prompt tokens read from --cache-dir' "$work/run1.err" && fail "onegpu run --cache-dir: the first run read blocks"
+run_twice
 grep -q '; 320 prompt tokens read from --cache-dir' "$work/run2.err" || { cat "$work/run2.err"; fail "onegpu run --cache-dir: the second run read no blocks"; }
 echo "ok: onegpu run --cache-dir: the second run read 320 prompt tokens' blocks, the same output"
 fi

@@ -563,17 +563,7 @@ static void test_tiers_bad_files(void **state) {
     /* a truncated copy, junk */
     bad_copies(names[0]);
     /* every real state: a byte in the middle of its payload flipped */
-    for (int i = 0; i < nf; i++) {
-        FILE *f = fopen(names[i], "r+b");
-        assert_non_null(f);
-        fseek(f, 0, SEEK_END);
-        const long at = ftell(f) - 1000;
-        fseek(f, at, SEEK_SET);
-        const int ch = fgetc(f);
-        fseek(f, at, SEEK_SET);
-        fputc(ch ^ 0x10, f);
-        fclose(f);
-    }
+    for (int i = 0; i < nf; i++) flip_byte(names[i], 1000, 0x10);
     log_clear();
     e = tier_engine(0, dir);
     og_engine_metrics m;

@@ -65,6 +65,18 @@ static inline void bad_copies(const char *src) {
     free(bytes);
 }
 
+/* Flips the bits mask of the byte from_end bytes before the end of path (a
+ * payload byte of a tier file: its checksum then refuses it at lookup). */
+static inline void flip_byte(const char *path, long from_end, int mask) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, -from_end, SEEK_END), 0);
+    const int ch = fgetc(f);
+    assert_int_equal(fseek(f, -from_end, SEEK_END), 0);
+    fputc(ch ^ mask, f);
+    fclose(f);
+}
+
 /* The tier files (STORE-HASH.kvb or .kvs as ext says: 16 + 1 + 16 hex digits and
  * the ending) in dir, at most cap of their paths into names; returns how many. */
 static inline int tier_files(const char *dir, const char *ext, char names[][600], int cap) {

@@ -14,6 +14,7 @@
 set -euo pipefail
 onegpu=$1 model=$2 rounds=${3:-3}
 . "$(dirname "$0")/../tests/cli/lib.sh" # start_server, median
+. "$(dirname "$0")/tier_lib.sh"          # req, metric, medians
 work=$(mktemp -d) pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 prefix=$(for i in $(seq 1 660); do printf 'item %d is blue; ' "$i"; done)
@@ -22,14 +23,6 @@ declare -A at
 start_server "$work/pool.log" --parallel 1 --ctx 8192; at[pool]=$port
 start_server "$work/ram.log" --parallel 1 --ctx 4224 --cache-ram 1G; at[ram]=$port
 start_server "$work/dir.log" --parallel 1 --ctx 4224 --cache-dir "$work/kv"; at[dir]=$port
-req() { # req SERVER PROMPT -> "seconds prompt_tokens cached_tokens"
-  local out
-  out=$(curl -s -w '\n%{time_total}' "http://127.0.0.1:${at[$1]}/v1/completions" -H 'Content-Type: application/json' \
-        -d "{\"prompt\":\"$2\",\"max_tokens\":1,\"temperature\":0}")
-  local t=${out##*$'\n'} j=${out%$'\n'*}
-  echo "$t $(node -e 'const u=JSON.parse(process.argv[1]).usage; console.log(u.prompt_tokens, u.prompt_tokens_details.cached_tokens)' "$j")"
-}
-metric() { curl -s "http://127.0.0.1:${at[$1]}/metrics" | awk -v k="$2" '$1==k{print $2}'; }
 for s in pool ram dir; do echo "$s warm: $(req $s "$prefix")"; done
 cold=() pool=() ram=() dir=()
 for r in $(seq 1 "$rounds"); do
@@ -49,10 +42,4 @@ for s in ram dir; do
        "restored $(metric $s onegpu_kv_cache_${kind}_restored_total) blocks"
 done
 "$onegpu" plan -m "$model" --vram 64G --ctx 4224 --parallel 1 2>/dev/null | grep '^kv:' || true
-mc=$(printf '%s\n' "${cold[@]}" | median)
-line="median cold $(printf '%.3f' "$mc") s"
-for s in pool ram dir; do
-  eval "m=\$(printf '%s\n' \"\${$s[@]}\" | median)"
-  line+="; $s $(printf '%.3f' "$m") s ($(echo "$mc / $m" | bc -l | xargs printf '%.1f')x)"
-done
-echo "$line"
+medians pool ram dir

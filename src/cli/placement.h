@@ -97,13 +97,13 @@ int og_cli_model_options(const char *cmd, og_model *m, const og_cli_flags *f);
 
 /* The --help lines of the prefix cache's tiers (run and serve). */
 #define OG_CLI_CACHE_HELP                                                                                              \
-    "  --cache-ram SIZE   host RAM that evicted prefix-cache blocks (whole 64-token blocks, with their chain\n"      \
-    "                     keys) are copied to instead of being dropped, least recently used out first, and\n"      \
-    "                     copied back into the KV pool on a hit (default 0: off; deepseek2-class models)\n"        \
-    "  --cache-dir DIR    evicted blocks (from --cache-ram when both are set) written to DIR, one file per\n"       \
-    "                     block, atomically, checked on start and on lookup (a corrupt or truncated file is\n"   \
+    "  --cache-ram SIZE   host RAM that evicted prefix-cache entries (deepseek2: whole 64-token blocks;\n"        \
+    "                     deepseek4/41: whole states; with their chain keys) are copied to instead of being\n"  \
+    "                     dropped, least recently used out first, and copied back on a hit (default 0: off)\n"  \
+    "  --cache-dir DIR    evicted entries (from --cache-ram when both are set) written to DIR, one file per\n"      \
+    "                     entry, atomically, checked on start and on lookup (a corrupt or truncated file is\n"   \
     "                     skipped with a log line; other models' and kv-types' files, named apart, are left\n"   \
-    "                     alone); the cached blocks are written there at exit, so a restart with the same DIR\n" \
+    "                     alone); the cached entries are written there at exit, so a restart with the same DIR\n" \
     "                     reads them (default: off)\n"                                                          \
     "  --cache-dir-size SIZE  DIR's bound, least recently used files removed beyond it (default 16G; a full\n"   \
     "                     filesystem lowers it to what DIR then holds)\n"

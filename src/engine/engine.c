@@ -113,11 +113,15 @@ struct og_engine {
     og_kv_alloc kv_alloc;         /* the sequences' allocator over kv_pool (pool_take / pool_give) */
     og_kv_type kv_type;           /* the pool's blocks' element type */
     og_kv_tier *tier;             /* --cache-ram / --cache-dir: where evicted cached blocks go, or NULL */
-    char *tier_buf;               /* [2][kv_block_bytes] host staging: [0] a block coming back from a tier,
-                                     [1] one going to it (a restore's pool_take may evict and spill meanwhile) */
+    char *tier_buf;               /* [kv_block_bytes] host staging of a block going to the tier (one coming
+                                     back is in the tier's hit) */
     bool tier_spill;              /* pc_evict hands blocks to the tier (false while freeing without a directory) */
     bool sc_on;                   /* the prefix cache of a kv_snapshot model (snap_cache.h): whole states */
     og_snapc sc;
+    og_kv_tier *stier;            /* --cache-ram / --cache-dir for those states (evicted ones), or NULL */
+    char *stier_buf;              /* [stier_cap] host staging of a state going to it */
+    uint64_t stier_cap;
+    bool stier_spill;             /* evicted states go to stier (false while freeing without a directory) */
     uint64_t sc_budget;           /* bytes: parallel x the state of ctx positions (the plan's KV term) */
 };
 
@@ -150,24 +154,15 @@ static int pc_find(const og_engine *e, int parent, bool exact, const int32_t *id
  * (og_kv_tier_put: RAM, else the directory) by way of host memory. A copy that
  * fails drops the block (logged by the device's error). */
 static void pc_spill(og_engine *e, const pc_entry *c) {
-    og_kv_key k = {.hash = c->hash, .parent_hash = c->parent >= 0 ? e->pc[c->parent].hash : 0, .exact = c->exact};
-    memcpy(k.ids, c->ids, sizeof k.ids);
+    const og_kv_key k = {.hash = c->hash, .parent_hash = c->parent >= 0 ? e->pc[c->parent].hash : 0,
+                         .exact = c->exact, .n_ids = OG_KV_BLOCK, .ids = c->ids};
     const uint64_t bytes = og_kv_pool_block_bytes(e->kv_pool);
-    og_device *dev = c->dev;
-    char *buf = e->tier_buf + bytes;
-    if (!dev) memcpy(buf, c->blk, bytes);
-    else {
-        char err[256];
-        og_event ev;
-        og_status st = dev->ops->copy_to_host(dev, e->cfg.rc.stream, buf, c->blk, bytes, err, sizeof err);
-        if (!st) st = dev->ops->event_record(dev, e->cfg.rc.stream, &ev, err, sizeof err);
-        if (!st) st = dev->ops->event_wait(dev, ev, err, sizeof err);
-        if (st) {
-            og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a block not kept in the tiers: %s", err);
-            return;
-        }
+    char err[256];
+    if (og_kv_dev_copy(c->dev, e->cfg.rc.stream, e->tier_buf, c->blk, bytes, false, err, sizeof err)) {
+        og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a block not kept in the tiers: %s", err);
+        return;
     }
-    og_kv_tier_put(e->tier, &k, buf);
+    og_kv_tier_put(e->tier, &k, NULL, e->tier_buf, bytes);
 }
 
 /* Removes an unreferenced entry from its bucket and gives its block back to
@@ -265,6 +260,9 @@ static void snap_admit(og_engine *e, og_seq *s);
 static void snap_retire(og_engine *e, og_seq *s);
 static void snap_ids_push(og_seq *s, int32_t id);
 static uint64_t snap_state_bytes(const og_model_info *mi, int n);
+static void snap_spill(void *ctx, const og_snapc_entry *x);
+static uint64_t snap_room(const og_engine *e);
+static int snap_from_tier(og_engine *e, og_seq *s, int n_mem, int *i, og_status *st);
 
 og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *err, size_t errlen) {
     *out = NULL;
@@ -338,29 +336,49 @@ og_status og_engine_create(const og_engine_config *cfg, og_engine **out, char *e
         e->kv_type = mi->kv_elem_bytes == 2 ? OG_KV_F16 : OG_KV_F32;
         e->met.kv_block_bytes = mi->kv_block_bytes;
     }
-    if (e->pc && (cfg->cache_ram_bytes || cfg->cache_dir)) {
-        og_kv_tier_config tc = {.ram_bytes = cfg->cache_ram_bytes, .dir = cfg->cache_dir,
+    if ((e->pc || e->sc_on) && (cfg->cache_ram_bytes || cfg->cache_dir)) {
+        /* the identity every entry's file names besides the weights (og_kv_model_id) and the kv-type: the
+         * numerics, and for states the options they depend on (og_model_kv_key; deepseek2's blocks depend
+         * on the kv-type alone) */
+        const uint64_t num[3] = {e->pc ? 0 : og_model_kv_key(cfg->model), cfg->rc.host_numerics,
+                                 cfg->rc.device_numerics};
+        og_kv_tier_config tc = {.kind = e->pc ? OG_KV_TIER_BLOCKS : OG_KV_TIER_STATES, .ram_bytes = cfg->cache_ram_bytes,
+                                .dir = cfg->cache_dir,
                                 .dir_bytes = cfg->cache_dir_bytes ? cfg->cache_dir_bytes : OG_ENGINE_CACHE_DIR_BYTES,
-                                .model_id = og_kv_model_id(og_model_gguf(cfg->model)), .kv_type = e->kv_type,
-                                .n_layer = mi->n_layer, .elem_bytes = mi->kv_elem_bytes, .log = cfg->log};
-        tc.row_elems = (uint32_t)(mi->kv_block_bytes / ((uint64_t)mi->n_layer * OG_KV_BLOCK * mi->kv_elem_bytes));
-        og_status tst = og_kv_tier_create(&tc, &e->tier, err, errlen);
-        if (!tst && !(e->tier_buf = malloc(2 * mi->kv_block_bytes)))
+                                .model_id = og_kv_model_id(og_model_gguf(cfg->model)),
+                                .kv_key = og_fnv1a64(num, sizeof num, OG_FNV1A64_INIT), .arch = mi->arch,
+                                .kv_type = mi->kv_elem_bytes == 2 ? OG_KV_F16 : OG_KV_F32, .log = cfg->log};
+        if (e->pc) {
+            tc.payload_bytes = mi->kv_block_bytes;
+            tc.geom[0] = mi->n_layer;
+            tc.geom[1] = OG_KV_BLOCK;
+            tc.geom[2] = (uint32_t)(mi->kv_block_bytes / ((uint64_t)mi->n_layer * OG_KV_BLOCK * mi->kv_elem_bytes));
+            tc.geom[3] = mi->kv_elem_bytes;
+        } else { /* a state's size follows its n_pos; its rings' rows the context (no sound lower bound of
+                  * its payload here: og_model_info does not give the window, so the floors are one id's file) */
+            tc.geom[0] = mi->n_layer;
+            tc.geom[1] = (uint32_t)cfg->ctx;
+            tc.geom[2] = mi->kv_elem_bytes;
+        }
+        og_status tst = og_kv_tier_create(&tc, e->pc ? &e->tier : &e->stier, err, errlen);
+        if (!tst && e->pc && !(e->tier_buf = malloc(mi->kv_block_bytes)))
             tst = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
         if (tst) {
             og_engine_free(e);
             return tst;
         }
-        e->tier_spill = true;
+        e->tier_spill = e->pc != NULL;
+        e->stier_spill = e->stier != NULL;
+        if (e->stier) {
+            e->sc.on_evict = snap_spill;
+            e->sc.evict_ctx = e;
+        }
     } else if (cfg->cache_ram_bytes || cfg->cache_dir) {
         /* asked for and not there: a warning that says why (it was an info line,
          * hidden by default, that said the prefix cache was off where V4's
          * whole-state cache is on) */
         og_log(cfg->log, OG_LOG_WARN, "--cache-ram / --cache-dir off: %s",
-               cfg->no_prefix_cache ? "the prefix cache is off (--prefix-cache off)"
-               : e->sc_on ? "they hold deepseek2's KV blocks; this model's prefix cache keeps whole states, in "
-                            "the forward pass's memory only"
-                          : "this model has no prefix cache");
+               cfg->no_prefix_cache ? "the prefix cache is off (--prefix-cache off)" : "this model has no prefix cache");
     }
     if (cfg->placement) og_placement_bind(cfg->placement, &e->cfg.rc);
     og_placement_stats ps;
@@ -694,24 +712,35 @@ bool og_engine_wait(og_engine *e, double timeout_s) {
     return rc != ETIMEDOUT;
 }
 
+/* A tier's counters into the metrics' fields f: RAM entries and bytes, disk
+ * entries and bytes, RAM and disk stored, disk skipped and write errors; its
+ * writer's queue and drops add to the totals. */
+static void tier_metrics(og_kv_tier *t, og_engine_metrics *out, uint64_t *const f[8]) {
+    og_kv_tier_stats ts;
+    og_kv_tier_get_stats(t, &ts);
+    const uint64_t v[8] = {ts.ram_entries, ts.ram_bytes,  ts.disk_entries, ts.disk_bytes,
+                           ts.ram_stored,  ts.disk_stored, ts.disk_skipped, ts.disk_errors};
+    for (int i = 0; i < 8; i++) *f[i] = v[i];
+    out->cache_write_queue += ts.queued;
+    out->cache_write_dropped += ts.queue_dropped;
+}
+
 og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->met;
     out->queued = e->n_queue;
     out->running = e->n_running;
     if (e->kv_pool) out->kv_blocks_free = og_kv_pool_n_free(e->kv_pool);
-    if (e->tier) {
-        og_kv_tier_stats ts;
-        og_kv_tier_get_stats(e->tier, &ts);
-        out->cache_ram_blocks = ts.ram_blocks;
-        out->cache_ram_bytes = ts.ram_bytes;
-        out->cache_disk_blocks = ts.disk_blocks;
-        out->cache_disk_bytes = ts.disk_bytes;
-        out->cache_ram_stored = ts.ram_stored;
-        out->cache_disk_stored = ts.disk_stored;
-        out->cache_disk_skipped = ts.disk_skipped;
-        out->cache_disk_errors = ts.disk_errors;
-    }
+    if (e->tier)
+        tier_metrics(e->tier, out, (uint64_t *const[8]){&out->cache_ram_blocks, &out->cache_ram_bytes,
+                                                       &out->cache_disk_blocks, &out->cache_disk_bytes,
+                                                       &out->cache_ram_stored, &out->cache_disk_stored,
+                                                       &out->cache_disk_skipped, &out->cache_disk_errors});
+    if (e->stier)
+        tier_metrics(e->stier, out, (uint64_t *const[8]){&out->cache_ram_states, &out->cache_ram_state_bytes,
+                                                        &out->cache_disk_states, &out->cache_disk_state_bytes,
+                                                        &out->cache_ram_states_stored, &out->cache_disk_states_stored,
+                                                        &out->cache_disk_states_skipped, &out->cache_disk_states_errors});
     out->gen_tok_per_s = 0;
     if (e->rate_count > 1) {
         double t_now = now_s();
@@ -921,27 +950,21 @@ static int pc_add(og_engine *e, void *blk, int parent, uint64_t h, bool exact, c
  * referenced, so it stays), as a new entry referenced once. Returns its slot,
  * or -1 (not held, no block, a copy failed). */
 static int pc_restore(og_engine *e, int parent, bool exact, const int32_t *ids) {
-    og_kv_key k = {.parent_hash = parent >= 0 ? e->pc[parent].hash : 0, .exact = exact};
+    og_kv_key k = {.parent_hash = parent >= 0 ? e->pc[parent].hash : 0, .exact = exact, .n_ids = OG_KV_BLOCK,
+                   .ids = ids};
     k.hash = pc_hash(k.parent_hash, exact, ids);
-    memcpy(k.ids, ids, sizeof k.ids);
-    const int from = og_kv_tier_get(e->tier, &k, e->tier_buf);
+    og_kv_hit hit;
+    const int from = og_kv_tier_get(e->tier, &k, &hit);
     if (!from) return -1;
-    void *blk = pool_take(e);
+    void *blk = pool_take(e); /* may evict to the tier: the hit stays valid (only a get replaces it) */
     og_status st = blk ? OG_OK : OG_ERR_NOMEM;
-    og_device *dev = e->cfg.rc.dev;
     const uint64_t bytes = og_kv_pool_block_bytes(e->kv_pool);
     char err[256] = "no free block";
-    if (!st && !dev) memcpy(blk, e->tier_buf, bytes);
-    else if (!st) {
-        og_event ev;
-        st = dev->ops->copy_to_device(dev, e->cfg.rc.stream, blk, e->tier_buf, bytes, err, sizeof err);
-        if (!st) st = dev->ops->event_record(dev, e->cfg.rc.stream, &ev, err, sizeof err);
-        if (!st) st = dev->ops->event_wait(dev, ev, err, sizeof err);
-    }
+    if (!st) st = og_kv_dev_copy(e->cfg.rc.dev, e->cfg.rc.stream, blk, hit.payload, bytes, true, err, sizeof err);
     const int slot = st ? -1 : pc_add(e, blk, parent, k.hash, exact, ids);
     if (slot < 0) {
         if (blk) og_kv_pool_give(e->kv_pool, blk);
-        if (from == 1) og_kv_tier_put(e->tier, &k, e->tier_buf); /* it left RAM: back there */
+        if (from == 1) og_kv_tier_put(e->tier, &k, NULL, hit.payload, hit.bytes); /* it left RAM: back there */
         og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a %s block not restored: %s", from == 1 ? "RAM" : "disk", err);
         return -1;
     }
@@ -1114,12 +1137,16 @@ static og_status pool_walk(og_engine *e, char *err, size_t errlen) {
  * least a block and past what it restored. */
 static void snap_admit(og_engine *e, og_seq *s) {
     const uint64_t key = og_model_kv_key(e->cfg.model);
-    const int i = og_snapc_find(&e->sc, key, s->reproducible, s->prompt, s->n_prompt - 1);
+    int i = og_snapc_find(&e->sc, key, s->reproducible, s->prompt, s->n_prompt - 1);
     const int common = og_snapc_common(&e->sc, key, s->reproducible, s->prompt, s->n_prompt - 1);
     char err[256];
-    if (i >= 0 && og_snapc_restore(&e->sc, i, e->cfg.model, &e->cfg.rc, &s->kv, err, sizeof err))
-        og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a cached state could not be restored (%s): prefilling in full", err);
-    else if (i >= 0) {
+    og_status st = OG_OK;
+    const int from = e->stier ? snap_from_tier(e, s, i >= 0 ? e->sc.ent[i].snap.n_pos : 0, &i, &st) : 0;
+    if (!from && i >= 0) st = og_snapc_restore(&e->sc, i, e->cfg.model, &e->cfg.rc, &s->kv, err, sizeof err);
+    if (st)
+        og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a cached state could not be restored (%s): prefilling in full",
+               from ? "from the tiers" : err);
+    else if (from || i >= 0) {
         s->n_fed = s->n_cached = s->kv.n_pos;
         e->met.prefix_hits++;
         e->met.prefix_cached_tokens += (uint64_t)s->n_cached;
@@ -1127,6 +1154,82 @@ static void snap_admit(og_engine *e, og_seq *s) {
     const int at = s->n_prompt - 1;
     s->snap_at = at >= OG_KV_BLOCK && at > s->n_fed ? at : 0;
     s->snap_mid = common >= OG_KV_BLOCK && common > s->n_fed && common < at ? common : 0;
+}
+
+/* A state longer than the n_mem positions the cache holds for s's prompt,
+ * from the tiers (lock held: the admission's): RAM, the writer's queue, the
+ * directory. It goes into the cache (as entry *i, restored into s) when the
+ * room holds it, else s is restored from it and it goes back to the tiers
+ * (RAM). Returns og_kv_tier_get's 1 (RAM) or 2 (disk) with *st the restore's
+ * status, 0 when the tiers hold none. */
+static int snap_from_tier(og_engine *e, og_seq *s, int n_mem, int *i, og_status *st) {
+    og_kv_hit hit;
+    int n;
+    const uint64_t seed = og_snapc_seed(og_model_kv_key(e->cfg.model), s->reproducible);
+    const int from = og_kv_tier_get_prefix(e->stier, seed, s->reproducible, s->prompt, n_mem, s->n_prompt - 1, &hit, &n);
+    if (!from) return 0;
+    char err[256];
+    og_kv_snap snap;
+    *st = og_snapc_unpack(e->cfg.model, &e->cfg.rc, hit.payload, hit.bytes, hit.meta[0], n, (int)hit.meta[1], &snap,
+                          err, sizeof err);
+    if (!*st && !og_snapc_insert(&e->sc, &snap, s->prompt, s->reproducible, snap_room(e), i, err, sizeof err)) {
+        *st = og_snapc_restore(&e->sc, *i, e->cfg.model, &e->cfg.rc, &s->kv, err, sizeof err);
+    } else if (!*st) { /* no room in the cache: s from it, it back to the tiers */
+        *st = og_kv_restore(e->cfg.model, &e->cfg.rc, &snap, &s->kv, err, sizeof err);
+        og_kv_snap_free(&snap);
+        const og_kv_key k = {.hash = og_fnv1a64(s->prompt, (size_t)n * sizeof *s->prompt, seed),
+                             .exact = s->reproducible, .n_ids = n, .ids = s->prompt};
+        og_kv_tier_put(e->stier, &k, hit.meta, hit.payload, hit.bytes);
+    }
+    if (*st) og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a state of %d positions from the %s: %s", n,
+                    from == 1 ? "RAM tier" : "cache-dir", err);
+    else if (from == 1) e->met.cache_ram_states_restored++;
+    else e->met.cache_disk_states_restored++;
+    return from;
+}
+
+/* A state for the tiers (lock held) by way of a host image (og_snapc_pack),
+ * under the snap cache's hash of ids[0, snap->n_pos). A copy that fails
+ * drops it (logged). */
+static void snap_put(og_engine *e, const og_kv_snap *snap, const int32_t *ids, uint64_t hash, bool exact) {
+    const uint64_t bytes = snap->bytes + snap->host_bytes;
+    if (bytes > e->stier_cap) {
+        char *b = realloc(e->stier_buf, (size_t)bytes);
+        if (!b) return;
+        e->stier_buf = b;
+        e->stier_cap = bytes;
+    }
+    char err[256];
+    if (og_snapc_pack(snap, &e->cfg.rc, e->stier_buf, err, sizeof err)) {
+        og_log(e->cfg.log, OG_LOG_WARN, "prefix cache: a state not kept in the tiers: %s", err);
+        return;
+    }
+    const og_kv_key k = {.hash = hash, .exact = exact, .n_ids = snap->n_pos, .ids = ids};
+    const uint64_t meta[2] = {snap->bytes, (uint64_t)snap->n_ctx};
+    og_kv_tier_put(e->stier, &k, meta, e->stier_buf, bytes);
+}
+
+/* An entry the snap cache evicts (og_snapc.on_evict, lock held) goes to the
+ * tiers: spare ones too, an agent's next turn resends a finished sequence's
+ * prompt and answer. */
+static void snap_spill(void *ctx, const og_snapc_entry *x) {
+    og_engine *e = ctx;
+    if (e->stier && e->stier_spill) snap_put(e, &x->snap, x->ids, x->hash, x->exact);
+}
+
+/* A state the memory's room cannot take (snap_take, snap_retire: with
+ * --parallel 1 a running sequence leaves none) goes to the tiers straight
+ * from kv (lock held): a snapshot, its image, freed. */
+static void snap_direct(og_engine *e, const og_kv *kv, const int32_t *ids, bool exact) {
+    if (!e->stier || !e->stier_spill) return;
+    og_kv_snap snap;
+    char err[256];
+    if (og_kv_snapshot(e->cfg.model, &e->cfg.rc, kv, &snap, err, sizeof err)) {
+        og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: a state not kept in the tiers: %s", err);
+        return;
+    }
+    snap_put(e, &snap, ids, og_snapc_hash(snap.key, exact, ids, snap.n_pos), exact);
+    og_kv_snap_free(&snap);
 }
 
 /* Bytes of a state of n positions by og_model_info's formula (at least what
@@ -1158,6 +1261,7 @@ static void snap_take(og_engine *e, og_seq *s) {
                                  snap_state_bytes(og_model_get_info(e->cfg.model), s->n_fed), snap_room(e), err,
                                  sizeof err);
     if (st) og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    if (st == OG_ERR_NOMEM) snap_direct(e, &s->kv, s->prompt, s->reproducible);
     e->met.prefix_states = (uint64_t)e->sc.n;
     e->met.prefix_state_bytes = e->sc.bytes;
 }
@@ -1190,9 +1294,11 @@ static void snap_retire(og_engine *e, og_seq *s) {
         s->kv.n_pos <= s->n_prompt || s->kv.n_pos != s->n_ids - (s->need_feed ? 1 : 0))
         return;
     char err[256]; /* a spare entry: the prompts' states are the ones that must hit */
-    if (og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->ids, s->reproducible, true,
-                      snap_state_bytes(og_model_get_info(e->cfg.model), s->kv.n_pos), snap_room(e), err, sizeof err))
-        og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    const og_status st = og_snapc_take(&e->sc, e->cfg.model, &e->cfg.rc, &s->kv, s->ids, s->reproducible, true,
+                                       snap_state_bytes(og_model_get_info(e->cfg.model), s->kv.n_pos), snap_room(e),
+                                       err, sizeof err);
+    if (st) og_log(e->cfg.log, OG_LOG_DEBUG, "prefix cache: %s", err);
+    if (st == OG_ERR_NOMEM) snap_direct(e, &s->kv, s->ids, s->reproducible);
     e->met.prefix_states = (uint64_t)e->sc.n;
     e->met.prefix_state_bytes = e->sc.bytes;
 }
@@ -1627,6 +1733,8 @@ void og_engine_free(og_engine *e) {
     /* the cached blocks outlive the process in the directory (a restart with the
      * same --cache-dir reads them); RAM alone would only be copied to be freed */
     e->tier_spill = e->tier && e->cfg.cache_dir;
+    if (e->tier) og_kv_tier_set_blocking(e->tier, true); /* every one written, however many */
+    if (e->stier) og_kv_tier_set_blocking(e->stier, true);
     for (int i = 0; i < e->pc_cap; i++)
         if (e->pc[i].used) pc_evict(e, i);
     og_kv_tier_free(e->tier);
@@ -1634,8 +1742,17 @@ void og_engine_free(og_engine *e) {
     og_kv_pool_free(e->kv_pool);
     free(e->pc);
     free(e->pc_bucket);
+    /* the same for the cached states (least recently used first: the newest survive --cache-dir-size) */
+    e->stier_spill = e->stier && e->cfg.cache_dir;
     og_snapc_free(&e->sc);
+    og_kv_tier_free(e->stier); /* drains the writer's queue */
+    free(e->stier_buf);
     free(e);
+}
+
+void og_engine_cache_sync(og_engine *e) {
+    if (e->tier) og_kv_tier_sync(e->tier);
+    if (e->stier) og_kv_tier_sync(e->stier);
 }
 
 og_status og_engine_layer_hits(og_engine *e, uint64_t *routes, uint64_t *hits, uint32_t n_layer) {

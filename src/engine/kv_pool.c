@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +126,20 @@ og_status og_kv_pool_check(const og_kv_pool *p, char *err, size_t errlen) {
     return st;
 }
 
+og_status og_kv_dev_copy(og_device *dev, og_stream *s, void *dst, const void *src, uint64_t n, bool to_device,
+                          char *err, size_t errlen) {
+    if (!dev) {
+        memcpy(dst, src, (size_t)n);
+        return OG_OK;
+    }
+    og_event ev;
+    og_status st = to_device ? dev->ops->copy_to_device(dev, s, dst, src, n, err, errlen)
+                             : dev->ops->copy_to_host(dev, s, dst, src, n, err, errlen);
+    if (!st) st = dev->ops->event_record(dev, s, &ev, err, errlen);
+    if (!st) st = dev->ops->event_wait(dev, ev, err, errlen);
+    return st;
+}
+
 /* ---- checksums ------------------------------------------------------------------ */
 
 #define FNV_PRIME 0x100000001b3ull /* og_fnv1a64's */
@@ -163,27 +178,42 @@ uint64_t og_kv_model_id(const og_gguf *g) {
 
 /* ---- the tiers ------------------------------------------------------------------ */
 
-#define KVB_MAGIC "OGKVBLK1"
-#define KVB_VERSION 1u
+#define KVT_MAGIC "OGKVTIER"
+#define KVT_VERSION 2u
+#define KVT_QUEUE_BYTES (256ull << 20)
 
-/* A block file's header; the payload follows it. */
-typedef struct kvb_header {
-    char magic[8];          /* KVB_MAGIC */
-    uint32_t version;       /* KVB_VERSION */
-    uint32_t kv_type;       /* og_kv_type */
+/* An entry's header, in a file and in RAM alike; the ids (padded to 8 bytes)
+ * and the payload follow it. */
+typedef struct kvt_header {
+    char magic[8];          /* KVT_MAGIC */
+    uint32_t version;       /* KVT_VERSION */
+    uint32_t kind;          /* og_kv_tier_kind */
+    char arch[16];          /* og_model_info.arch, NUL-padded */
     uint64_t model_id;      /* og_kv_model_id */
-    uint32_t n_layer, block_pos, row_elems, elem_bytes; /* block_pos: OG_KV_BLOCK */
-    uint64_t payload_bytes; /* n_layer x block_pos x row_elems x elem_bytes */
+    uint64_t kv_key;        /* og_model_kv_key */
+    uint32_t kv_type;       /* og_kv_type */
+    uint32_t exact;
+    uint32_t geom[4];       /* og_kv_tier_config.geom */
     uint64_t hash, parent_hash;
-    uint32_t exact, reserved;
-    int32_t ids[OG_KV_BLOCK];
-    uint64_t payload_sum;   /* fnv_words over the payload */
+    uint64_t meta[2];       /* the caller's words */
+    int32_t n_ids, reserved;
+    uint64_t payload_bytes;
+    uint64_t payload_sum;   /* fnv_words over the ids (n_ids x 4 bytes), continued over the payload */
     uint64_t header_sum;    /* fnv_words over the bytes above */
-} kvb_header;
+} kvt_header;
+
+static uint64_t ids_bytes(int32_t n) { return ((uint64_t)n * 4 + 7) / 8 * 8; }
+static int32_t *img_ids(kvt_header *h) { return (int32_t *)(h + 1); }
+static const int32_t *img_ids_c(const kvt_header *h) { return (const int32_t *)(h + 1); }
+static char *img_payload(kvt_header *h) { return (char *)(h + 1) + ids_bytes(h->n_ids); }
+static uint64_t img_bytes(const kvt_header *h) { return sizeof *h + ids_bytes(h->n_ids) + h->payload_bytes; }
+static uint64_t img_sum(const kvt_header *h) {
+    return fnv_words(fnv_words(OG_FNV1A64_INIT, img_ids_c(h), (size_t)h->n_ids * 4),
+                     (const char *)(h + 1) + ids_bytes(h->n_ids), (size_t)h->payload_bytes);
+}
 
 typedef struct ram_ent {
-    og_kv_key key;
-    void *payload;
+    kvt_header *img;
     uint64_t lru;
 } ram_ent;
 
@@ -191,50 +221,68 @@ typedef struct disk_ent {
     uint64_t hash;
     uint64_t bytes;         /* the file's */
     uint64_t lru;
+    int32_t n_ids;
+    bool exact;
 } disk_ent;
 
 struct og_kv_tier {
     og_kv_tier_config c;
-    uint64_t store_id;      /* the files' name prefix: the model, kv-type and block geometry */
+    uint64_t store_id;      /* the files' name prefix (store_id) */
     char *dir;
-    uint64_t payload_bytes;
+    char arch[16];
+    const char *what;       /* "block" or "state" */
+    const char *ext;        /* ".kvb" or ".kvs" */
+    pthread_mutex_t mu;     /* everything below, between the caller and the writer */
+    pthread_cond_t cv_work, cv_done;
     ram_ent *ram;           /* [n_ram], unordered */
     int n_ram, cap_ram;
     disk_ent *disk;         /* [n_disk], unordered */
     int n_disk, cap_disk;
+    kvt_header **queue;     /* [n_queue] images to write, oldest first; [0] is being written while busy */
+    int n_queue, cap_queue;
+    bool busy, stop, has_writer, dropped_logged;
+    bool blocking;          /* puts wait for room in the queue instead of dropping (og_kv_tier_set_blocking) */
+    bool full_said;         /* the filesystem-full line was logged (the writer's) */
+    pthread_t writer;
     uint64_t tick;
     og_kv_tier_stats st;
-    bool full_said;         /* the filesystem-full line was logged */
-    kvb_header *buf;        /* a header + payload, for writes and reads */
+    kvt_header *held;       /* the last hit's image (og_kv_hit points into it) */
 };
 
-/* DIR/STORE-HASH.kvb, STORE a hash of the model's id, the kv-type and the block
- * geometry: two servers sharing a directory with other models, or the same model
- * at another --kv-type, never write over each other's blocks (the chain hash
- * alone is the same for the same ids under either kv-type). */
-#define KVB_NAME_LEN 37 /* 16 + 1 + 16 + 4 */
-static uint64_t store_id(const og_kv_tier_config *c) {
-    const uint64_t f[6] = {c->model_id, c->kv_type, c->n_layer, OG_KV_BLOCK, c->row_elems, c->elem_bytes};
-    return fnv_words(OG_FNV1A64_INIT, f, sizeof f);
+/* DIR/STORE-HASH.kvb (.kvs), STORE a hash of every identity the header holds
+ * but the entry's own (the model's id, its options, the architecture, the
+ * kind, the kv-type, the geometry): two servers sharing a directory with other
+ * models, or the same model at another --kv-type or options, never write over
+ * each other's entries (the chain hash alone is the same for the same ids
+ * under either kv-type), and never open each other's files. */
+#define KVT_NAME_LEN 37 /* 16 + 1 + 16 + 4 */
+static uint64_t store_id(const og_kv_tier *t) {
+    const uint64_t f[8] = {t->c.model_id, t->c.kv_key, t->c.kind, t->c.kv_type,
+                           t->c.geom[0], t->c.geom[1], t->c.geom[2], t->c.geom[3]};
+    return fnv_words(fnv_words(OG_FNV1A64_INIT, f, sizeof f), t->arch, sizeof t->arch);
 }
 
 static void file_name(const og_kv_tier *t, uint64_t hash, char *buf, size_t n) {
-    snprintf(buf, n, "%s/%016llx-%016llx.kvb", t->dir, (unsigned long long)t->store_id, (unsigned long long)hash);
+    snprintf(buf, n, "%s/%016llx-%016llx%s", t->dir, (unsigned long long)t->store_id, (unsigned long long)hash, t->ext);
 }
 
-/* Whether h (read from a file of file_bytes bytes) is a block of this model's
- * geometry; *why says what is not. */
-static bool header_ok(const og_kv_tier *t, const kvb_header *h, uint64_t file_bytes, const char **why) {
+/* Whether h (read from a file of file_bytes bytes) is an entry of this tier's
+ * kind, model, options and geometry; *why says what is not. */
+static bool header_ok(const og_kv_tier *t, const kvt_header *h, uint64_t file_bytes, const char **why) {
     *why = NULL;
-    if (file_bytes < sizeof *h || memcmp(h->magic, KVB_MAGIC, 8)) *why = "not a block file (magic)";
-    else if (h->header_sum != fnv_words(OG_FNV1A64_INIT, h, offsetof(kvb_header, header_sum))) *why = "its header's checksum";
-    else if (h->version != KVB_VERSION) *why = "another format version";
+    if (file_bytes < sizeof *h || memcmp(h->magic, KVT_MAGIC, 8)) *why = t->c.kind == OG_KV_TIER_BLOCKS ? "not a block file (magic)" : "not a state file (magic)";
+    else if (h->header_sum != fnv_words(OG_FNV1A64_INIT, h, offsetof(kvt_header, header_sum))) *why = "its header's checksum";
+    else if (h->version != KVT_VERSION) *why = "another format version";
+    else if (h->kind != (uint32_t)t->c.kind) *why = "another kind of entry";
+    else if (memcmp(h->arch, t->arch, sizeof h->arch)) *why = "another architecture";
     else if (h->model_id != t->c.model_id) *why = "another model";
     else if (h->kv_type != t->c.kv_type) *why = "another kv-type";
-    else if (h->n_layer != t->c.n_layer || h->block_pos != OG_KV_BLOCK || h->row_elems != t->c.row_elems ||
-             h->elem_bytes != t->c.elem_bytes || h->payload_bytes != t->payload_bytes)
-        *why = "another block geometry";
-    else if (file_bytes != sizeof *h + t->payload_bytes) *why = file_bytes < sizeof *h + t->payload_bytes ? "truncated" : "too long";
+    else if (h->kv_key != t->c.kv_key) *why = "other model options";
+    else if (memcmp(h->geom, t->c.geom, sizeof h->geom) || h->n_ids < 1 ||
+             (t->c.kind == OG_KV_TIER_BLOCKS && (h->n_ids != OG_KV_BLOCK || h->payload_bytes != t->c.payload_bytes)) ||
+             (t->c.kind == OG_KV_TIER_STATES && (uint32_t)h->n_ids > t->c.geom[1]) || h->payload_bytes > (1ull << 48))
+        *why = t->c.kind == OG_KV_TIER_BLOCKS ? "another block geometry" : "another state geometry";
+    else if (file_bytes != img_bytes(h)) *why = file_bytes < img_bytes(h) ? "truncated" : "too long";
     return !*why;
 }
 
@@ -245,7 +293,7 @@ static void disk_drop(og_kv_tier *t, int i, bool unlink_it) {
         unlink(path);
     }
     t->st.disk_bytes -= t->disk[i].bytes;
-    t->st.disk_blocks--;
+    t->st.disk_entries--;
     t->disk[i] = t->disk[--t->n_disk];
 }
 
@@ -255,7 +303,7 @@ static int disk_find(const og_kv_tier *t, uint64_t hash) {
     return -1;
 }
 
-static bool disk_add(og_kv_tier *t, uint64_t hash, uint64_t bytes, uint64_t lru) {
+static bool disk_add(og_kv_tier *t, const disk_ent *e) {
     if (t->n_disk == t->cap_disk) {
         int cap = t->cap_disk ? 2 * t->cap_disk : 64;
         disk_ent *d = realloc(t->disk, (size_t)cap * sizeof *d);
@@ -263,14 +311,14 @@ static bool disk_add(og_kv_tier *t, uint64_t hash, uint64_t bytes, uint64_t lru)
         t->disk = d;
         t->cap_disk = cap;
     }
-    t->disk[t->n_disk++] = (disk_ent){hash, bytes, lru};
-    t->st.disk_bytes += bytes;
-    t->st.disk_blocks++;
+    t->disk[t->n_disk++] = *e;
+    t->st.disk_bytes += e->bytes;
+    t->st.disk_entries++;
     return true;
 }
 
-/* Removes the least recently used files while the directory holds more than
- * limit bytes. */
+/* Removes the least recently used files (mu held) while the directory holds
+ * more than limit bytes. */
 static void disk_trim_to(og_kv_tier *t, uint64_t limit) {
     while (t->n_disk && t->st.disk_bytes > limit) {
         int old = 0;
@@ -283,94 +331,145 @@ static void disk_trim_to(og_kv_tier *t, uint64_t limit) {
 /* Removes the least recently used files while the directory is over its bound. */
 static void disk_trim(og_kv_tier *t) { disk_trim_to(t, t->c.dir_bytes); }
 
+/* Room for a file of bytes within the bound (mu held): the least recently used
+ * files go first, so the directory stays within it while the file is written. */
+static void disk_room(og_kv_tier *t, uint64_t bytes) {
+    disk_trim_to(t, t->c.dir_bytes > bytes ? t->c.dir_bytes - bytes : 0);
+}
+
 /* Whether the directory's filesystem has less than bytes free for us. */
 static bool fs_full(const og_kv_tier *t, uint64_t bytes) {
     struct statvfs vs;
     return !statvfs(t->dir, &vs) && (uint64_t)vs.f_bavail * vs.f_frsize < bytes;
 }
 
-static void disk_put(og_kv_tier *t, const og_kv_key *key, const void *payload) {
-    const uint64_t bytes = sizeof(kvb_header) + t->payload_bytes;
-    if (!t->dir || bytes > t->c.dir_bytes) return;
-    const int have = disk_find(t, key->hash);
-    if (have >= 0) {
-        t->disk[have].lru = ++t->tick;
+static int queue_find(const og_kv_tier *t, uint64_t hash) {
+    for (int i = 0; i < t->n_queue; i++)
+        if (t->queue[i]->hash == hash) return i;
+    return -1;
+}
+
+/* Hands img (the tier's from now on) to the writer (mu held). A key on disk
+ * or queued already is kept as it is. A full queue: wait, the writer makes
+ * room (at exit), or drop it (counted, logged once). */
+static void enqueue(og_kv_tier *t, kvt_header *img, bool wait) {
+    const uint64_t bytes = img_bytes(img);
+    const int have = t->dir ? disk_find(t, img->hash) : -1;
+    if (have >= 0) t->disk[have].lru = ++t->tick;
+    if (!t->dir || !t->has_writer || bytes > t->c.dir_bytes || have >= 0 || queue_find(t, img->hash) >= 0) {
+        free(img);
         return;
     }
-    kvb_header *h = t->buf;
-    memset(h, 0, sizeof *h);
-    memcpy(h->magic, KVB_MAGIC, 8);
-    h->version = KVB_VERSION;
-    h->kv_type = t->c.kv_type;
-    h->model_id = t->c.model_id;
-    h->n_layer = t->c.n_layer;
-    h->block_pos = OG_KV_BLOCK;
-    h->row_elems = t->c.row_elems;
-    h->elem_bytes = t->c.elem_bytes;
-    h->payload_bytes = t->payload_bytes;
-    h->hash = key->hash;
-    h->parent_hash = key->parent_hash;
-    h->exact = key->exact;
-    memcpy(h->ids, key->ids, sizeof h->ids);
-    memcpy(h + 1, payload, t->payload_bytes);
-    h->payload_sum = fnv_words(OG_FNV1A64_INIT, h + 1, t->payload_bytes);
-    h->header_sum = fnv_words(OG_FNV1A64_INIT, h, offsetof(kvb_header, header_sum));
-    char path[4096], err[512];
-    file_name(t, key->hash, path, sizeof path);
-    disk_trim_to(t, t->c.dir_bytes - bytes); /* room first: within the bound while it is written, too */
-    og_status ws = og_write_file_atomic(path, h, (size_t)bytes, err, sizeof err);
-    if (ws && t->n_disk && fs_full(t, bytes)) {
-        /* A filesystem smaller than --cache-dir-size (or filled by others): what
-         * we hold now becomes the bound, so the least recently used files make
-         * room, as over the bound, instead of the newest blocks being dropped
-         * from then on while the oldest stay. */
-        char held[32], asked[32];
-        og_fmt_bytes(t->st.disk_bytes, held, sizeof held);
-        og_fmt_bytes(t->c.dir_bytes, asked, sizeof asked);
-        if (!t->full_said)
-            og_log(t->c.log, OG_LOG_WARN,
-                   "cache-dir %s: the filesystem is full with %s of blocks in it (--cache-dir-size %s): that is its "
-                   "bound from now on, least recently used files removed for new ones",
-                   t->dir, held, asked);
-        t->full_said = true;
-        t->c.dir_bytes = t->st.disk_bytes;
-        disk_trim_to(t, t->c.dir_bytes - bytes);
-        ws = og_write_file_atomic(path, h, (size_t)bytes, err, sizeof err);
+    while (wait && t->n_queue && t->st.queued_bytes + bytes > t->c.queue_bytes) pthread_cond_wait(&t->cv_done, &t->mu);
+    if (t->n_queue == t->cap_queue) {
+        const int cap = t->cap_queue ? 2 * t->cap_queue : 16;
+        kvt_header **q = realloc(t->queue, (size_t)cap * sizeof *q);
+        if (q) t->queue = q, t->cap_queue = cap;
     }
-    if (ws) {
-        if (!t->st.disk_errors++) og_log(t->c.log, OG_LOG_WARN, "cache-dir: %s (later failures are counted only)", err);
+    if (t->n_queue == t->cap_queue || (t->n_queue && t->st.queued_bytes + bytes > t->c.queue_bytes)) {
+        t->st.queue_dropped++;
+        if (!t->dropped_logged)
+            og_log(t->c.log, OG_LOG_WARN, "cache-dir: the writer's queue is full (%llu bytes): an evicted %s not "
+                   "written (later ones are counted only)", (unsigned long long)t->st.queued_bytes, t->what);
+        t->dropped_logged = true;
+        free(img);
         return;
     }
-    if (!disk_add(t, key->hash, bytes, ++t->tick)) {
-        unlink(path);
-        return;
+    t->queue[t->n_queue++] = img;
+    t->st.queued++;
+    t->st.queued_bytes += bytes;
+    pthread_cond_signal(&t->cv_work);
+}
+
+/* The writer thread: the queue's head written outside the lock (it stays in
+ * the queue meanwhile, so a lookup finds it), then indexed. */
+static void *writer_main(void *arg) {
+    og_kv_tier *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->n_queue && !t->stop) pthread_cond_wait(&t->cv_work, &t->mu);
+        if (!t->n_queue) break;
+        kvt_header *img = t->queue[0];
+        t->busy = true;
+        char path[4096], err[512];
+        file_name(t, img->hash, path, sizeof path);
+        const uint64_t bytes = img_bytes(img);
+        disk_room(t, bytes); /* room first: within the bound while it is written, too */
+        pthread_mutex_unlock(&t->mu);
+        og_status st = og_write_file_atomic(path, img, (size_t)bytes, err, sizeof err);
+        pthread_mutex_lock(&t->mu);
+        if (st && t->n_disk && fs_full(t, bytes)) {
+            /* A filesystem smaller than --cache-dir-size (or filled by others):
+             * what we hold now becomes the bound, so the least recently used
+             * files make room, as over the bound, instead of the newest entries
+             * being dropped from then on while the oldest stay. The trim's
+             * unlinks run under mu (the index is the caller's too); the retry
+             * outside it. */
+            char held[32], asked[32];
+            og_fmt_bytes(t->st.disk_bytes, held, sizeof held);
+            og_fmt_bytes(t->c.dir_bytes, asked, sizeof asked);
+            if (!t->full_said)
+                og_log(t->c.log, OG_LOG_WARN,
+                       "cache-dir %s: the filesystem is full with %s of %ss in it (--cache-dir-size %s): that is its "
+                       "bound from now on, least recently used files removed for new ones",
+                       t->dir, held, t->what, asked);
+            t->full_said = true;
+            t->c.dir_bytes = t->st.disk_bytes;
+            disk_room(t, bytes);
+            pthread_mutex_unlock(&t->mu);
+            st = og_write_file_atomic(path, img, (size_t)bytes, err, sizeof err);
+            pthread_mutex_lock(&t->mu);
+        }
+        if (st) {
+            if (!t->st.disk_errors++)
+                og_log(t->c.log, OG_LOG_WARN, "cache-dir: %s (later failures are counted only)", err);
+        } else {
+            const int have = disk_find(t, img->hash);
+            if (have >= 0) disk_drop(t, have, false); /* its file was just replaced */
+            const disk_ent d = {img->hash, bytes, ++t->tick, img->n_ids, img->exact != 0};
+            if (disk_add(t, &d)) {
+                t->st.disk_stored++;
+                disk_trim(t);
+            } else {
+                unlink(path);
+            }
+        }
+        memmove(t->queue, t->queue + 1, (size_t)(t->n_queue - 1) * sizeof *t->queue);
+        t->n_queue--;
+        t->busy = false;
+        t->st.queued--;
+        t->st.queued_bytes -= bytes;
+        free(img);
+        pthread_cond_broadcast(&t->cv_done);
     }
-    t->st.disk_stored++;
-    disk_trim(t);
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
 }
 
 /* og_write_file_atomic writes NAME.tmp.XXXXXX beside NAME, then renames it: one
- * of ours (our store's prefix) a minute old or more was left by a process
- * killed mid-write (a write takes milliseconds; a younger one may be another
- * server's of the same store, in flight). Removes it; whether it did. The bound
- * counts indexed files only, so such leftovers would pile up past it. */
-#define KVB_STALE_S 60
+ * of ours (our store's prefix and kind) a minute old or more was left by a
+ * process killed mid-write (a write takes milliseconds, the largest state
+ * seconds; a younger one may be another server's of the same store, in
+ * flight). Removes it; whether it did. The bound counts indexed files only, so
+ * such leftovers would pile up past it. */
+#define KVT_STALE_S 60
 static bool stale_write(const og_kv_tier *t, const char *nm, time_t now) {
-    char prefix[20];
+    char prefix[20], tail[16];
     snprintf(prefix, sizeof prefix, "%016llx-", (unsigned long long)t->store_id);
-    if (strlen(nm) != KVB_NAME_LEN + 11 || strncmp(nm, prefix, 17) || strncmp(nm + KVB_NAME_LEN - 4, ".kvb.tmp.", 9))
+    snprintf(tail, sizeof tail, "%s.tmp.", t->ext);
+    if (strlen(nm) != KVT_NAME_LEN + 11 || strncmp(nm, prefix, 17) || strncmp(nm + KVT_NAME_LEN - 4, tail, 9))
         return false;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", t->dir, nm);
     struct stat sb;
-    return !lstat(path, &sb) && S_ISREG(sb.st_mode) && now - sb.st_mtime >= KVB_STALE_S && !unlink(path);
+    return !lstat(path, &sb) && S_ISREG(sb.st_mode) && now - sb.st_mtime >= KVT_STALE_S && !unlink(path);
 }
 
 /* Opens path for reading if it is a regular file (*sb its status), else NULL:
- * without O_NONBLOCK a FIFO under a block's name (put there by anyone who may
+ * without O_NONBLOCK a FIFO under an entry's name (put there by anyone who may
  * write the directory) blocked fopen, at start or in the scheduler's lookup,
  * for ever. */
-static FILE *open_block(const char *path, struct stat *sb) {
+static FILE *open_entry(const char *path, struct stat *sb) {
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return NULL;
     FILE *f = fstat(fd, sb) || !S_ISREG(sb->st_mode) ? NULL : fdopen(fd, "rb");
@@ -381,15 +480,18 @@ static FILE *open_block(const char *path, struct stat *sb) {
     return f;
 }
 
-/* A block file found at start: its key's hash, size and modification time (s). */
-typedef struct found { uint64_t hash, bytes; double mtime; } found;
+/* A file found at start: its index entry and modification time (s). */
+typedef struct found {
+    disk_ent e;
+    double mtime;
+} found;
 
 static int by_mtime(const void *a, const void *b) {
     const double x = ((const found *)a)->mtime, y = ((const found *)b)->mtime;
     return (x > y) - (x < y);
 }
 
-/* Indexes the directory's block files (start). */
+/* Indexes the directory's files of this kind and store (start). */
 static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
     DIR *d = opendir(t->dir);
     if (!d) return og_fail(err, errlen, OG_ERR_IO, "cache-dir %s: %s", t->dir, strerror(errno));
@@ -399,23 +501,23 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
     const time_t now = time(NULL);
     for (struct dirent *de; (de = readdir(d));) {
         const char *nm = de->d_name;
-        unsigned long long model, hash;
+        unsigned long long store, hash;
         char tail[8];
         if (stale_write(t, nm, now)) {
             n_stale++;
             continue;
         }
-        if (strlen(nm) != KVB_NAME_LEN || sscanf(nm, "%16llx-%16llx%7s", &model, &hash, tail) != 3 || strcmp(tail, ".kvb"))
+        if (strlen(nm) != KVT_NAME_LEN || sscanf(nm, "%16llx-%16llx%7s", &store, &hash, tail) != 3 || strcmp(tail, t->ext))
             continue;
-        if (model != t->store_id) { /* another model's, kv-type's or geometry's: theirs, not opened */
+        if (store != t->store_id) { /* another model's, option set's, kv-type's or geometry's: theirs, not opened */
             n_foreign++;
             continue;
         }
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", t->dir, nm);
         struct stat sb;
-        FILE *f = open_block(path, &sb);
-        kvb_header h;
+        FILE *f = open_entry(path, &sb);
+        kvt_header h;
         const char *why = NULL;
         if (!f) why = "cannot be read (or not a regular file)";
         else if (fread(&h, 1, sizeof h, f) != sizeof h) why = "truncated";
@@ -437,22 +539,24 @@ static og_status disk_scan(og_kv_tier *t, char *err, size_t errlen) {
             }
             fs = g;
         }
-        fs[n++] = (found){hash, (uint64_t)sb.st_size, (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec};
+        fs[n++] = (found){{hash, (uint64_t)sb.st_size, 0, h.n_ids, h.exact != 0},
+                          (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec};
     }
     closedir(d);
     if (n_stale)
         og_log(t->c.log, OG_LOG_WARN,
-               "cache-dir %s: removed %d unfinished block writes (left by a server killed while writing)", t->dir,
-               n_stale);
+               "cache-dir %s: removed %d unfinished %s writes (left by a server killed while writing)", t->dir,
+               n_stale, t->what);
     if (n_foreign)
-        og_log(t->c.log, OG_LOG_INFO, "cache-dir %s: %d block files of other models, kv-types or geometries left alone",
-               t->dir, n_foreign);
+        og_log(t->c.log, OG_LOG_INFO, "cache-dir %s: %d %s files of other models, kv-types or geometries left alone",
+               t->dir, n_foreign, t->what);
     /* ticks in modification order: the oldest file is the least recently used
      * (sorted: a selection sort took minutes at start over the 10^5-10^6 files a
      * large --cache-dir-size holds) */
-    if (n > 1) qsort(fs, (size_t)n, sizeof *fs, by_mtime);
+    if (!st && n > 1) qsort(fs, (size_t)n, sizeof *fs, by_mtime);
     for (int i = 0; i < n && !st; i++) {
-        if (!disk_add(t, fs[i].hash, fs[i].bytes, ++t->tick)) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+        fs[i].e.lru = ++t->tick;
+        if (!disk_add(t, &fs[i].e)) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
     }
     free(fs);
     if (!st) disk_trim(t);
@@ -476,39 +580,55 @@ static int make_dirs(const char *dir) {
     return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
 }
 
-og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *err, size_t errlen) {
-    *out = NULL;
-    if ((!c->ram_bytes && !c->dir) || !c->n_layer || !c->row_elems || !c->elem_bytes)
-        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "KV tiers: no tier, or a zero block geometry");
-    og_kv_tier *t = calloc(1, sizeof *t);
-    if (!t) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    t->c = *c;
-    t->c.dir = NULL;
-    t->store_id = store_id(c);
-    t->payload_bytes = (uint64_t)c->n_layer * OG_KV_BLOCK * c->row_elems * c->elem_bytes;
-    /* a tier that cannot hold one block would hold nothing while the ready line
-     * says it is on: refused, with the size it takes */
+/* A tier that cannot hold its smallest entry would hold nothing while the
+ * ready line says it is on: refused, with the size it takes. RAM counts
+ * payloads, the directory files (header, ids, payload). A state's payload has
+ * no lower bound the tier knows (og_model_info does not give the window its
+ * rings hold), so a state tier's floors are a file of one id and no payload. */
+static og_status size_floors(const og_kv_tier_config *c, char *err, size_t errlen) {
+    const bool blocks = c->kind == OG_KV_TIER_BLOCKS;
+    const uint64_t payload = blocks ? c->payload_bytes : 0;
+    const uint64_t file = sizeof(kvt_header) + ids_bytes(blocks ? OG_KV_BLOCK : 1) + payload;
     char need[32], got[32];
-    const uint64_t file_bytes = sizeof(kvb_header) + t->payload_bytes;
-    if (c->ram_bytes && c->ram_bytes < t->payload_bytes) {
-        og_fmt_bytes(t->payload_bytes, need, sizeof need);
+    if (c->ram_bytes && c->ram_bytes < payload) {
+        og_fmt_bytes(payload, need, sizeof need);
         og_fmt_bytes(c->ram_bytes, got, sizeof got);
-        free(t);
         return og_fail(err, errlen, OG_ERR_INVALID_ARG,
                        "--cache-ram %s holds no KV block (one is %s: n_layer x 64 positions x the row); give at "
                        "least that (e.g. 1G), or 0 for off", got, need);
     }
-    if (c->dir && c->dir_bytes < file_bytes) {
-        og_fmt_bytes(file_bytes, need, sizeof need);
+    if (c->dir && c->dir_bytes < file) {
+        og_fmt_bytes(file, need, sizeof need);
         og_fmt_bytes(c->dir_bytes, got, sizeof got);
-        free(t);
         return og_fail(err, errlen, OG_ERR_INVALID_ARG,
-                       "--cache-dir-size %s holds no KV block file (one is %s); give at least that (e.g. 16G)", got,
-                       need);
+                       "--cache-dir-size %s holds no %s file (one is %s%s); give at least that (e.g. 16G)", got,
+                       blocks ? "KV block" : "state", blocks ? "" : "at least ", need);
     }
-    t->buf = malloc(sizeof *t->buf + t->payload_bytes);
-    og_status st = t->buf ? OG_OK : og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
-    if (!st && c->dir) {
+    return OG_OK;
+}
+
+og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *err, size_t errlen) {
+    *out = NULL;
+    if ((!c->ram_bytes && !c->dir) || (c->kind != OG_KV_TIER_BLOCKS && c->kind != OG_KV_TIER_STATES) || !c->geom[0] ||
+        !c->geom[1] || !c->geom[2] || (c->kind == OG_KV_TIER_BLOCKS && !c->payload_bytes))
+        return og_fail(err, errlen, OG_ERR_INVALID_ARG, "KV tiers: no tier, no kind, or a zero geometry");
+    const og_status fl = size_floors(c, err, errlen);
+    if (fl) return fl;
+    og_kv_tier *t = calloc(1, sizeof *t);
+    if (!t) return og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
+    t->c = *c;
+    t->c.dir = NULL;
+    t->c.arch = NULL;
+    if (!t->c.queue_bytes) t->c.queue_bytes = KVT_QUEUE_BYTES;
+    snprintf(t->arch, sizeof t->arch, "%s", c->arch ? c->arch : "");
+    t->what = c->kind == OG_KV_TIER_BLOCKS ? "block" : "state";
+    t->ext = c->kind == OG_KV_TIER_BLOCKS ? ".kvb" : ".kvs";
+    t->store_id = store_id(t);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv_work, NULL);
+    pthread_cond_init(&t->cv_done, NULL);
+    og_status st = OG_OK;
+    if (c->dir) {
         t->dir = strdup(c->dir);
         if (!t->dir) st = og_fail(err, errlen, OG_ERR_NOMEM, "out of memory");
         else if (make_dirs(t->dir))
@@ -516,8 +636,13 @@ og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *
         if (!st) st = disk_scan(t, err, errlen);
         if (!st && access(t->dir, W_OK | X_OK)) /* a read-only cache is usable, but say so now, not at the first eviction */
             og_log(t->c.log, OG_LOG_WARN,
-                   "cache-dir %s: not writable (%s): its blocks are read, evicted blocks are not written to it", t->dir,
-                   strerror(errno));
+                   "cache-dir %s: not writable (%s): its %ss are read, evicted %ss are not written to it", t->dir,
+                   strerror(errno), t->what, t->what);
+        if (!st) {
+            const int rc = pthread_create(&t->writer, NULL, writer_main, t);
+            if (rc) st = og_fail(err, errlen, OG_ERR_NOMEM, "cache-dir: cannot start the writer thread: %s", strerror(rc));
+            t->has_writer = !rc;
+        }
     }
     if (st) {
         og_kv_tier_free(t);
@@ -527,113 +652,243 @@ og_status og_kv_tier_create(const og_kv_tier_config *c, og_kv_tier **out, char *
     return OG_OK;
 }
 
-static void ram_drop(og_kv_tier *t, int i) {
-    free(t->ram[i].payload);
-    t->st.ram_bytes -= t->payload_bytes;
-    t->st.ram_blocks--;
+/* Takes RAM entry i out of RAM (mu held); its image is the caller's. */
+static kvt_header *ram_take(og_kv_tier *t, int i) {
+    kvt_header *img = t->ram[i].img;
+    t->st.ram_bytes -= img->payload_bytes;
+    t->st.ram_entries--;
     t->ram[i] = t->ram[--t->n_ram];
+    return img;
 }
 
 void og_kv_tier_free(og_kv_tier *t) {
     if (!t) return;
-    while (t->n_ram) { /* what RAM holds outlives the process on disk */
-        if (t->dir) disk_put(t, &t->ram[0].key, t->ram[0].payload);
-        ram_drop(t, 0);
-    }
-    free(t->ram);
-    free(t->disk);
-    free(t->dir);
-    free(t->buf);
-    free(t);
-}
-
-static int ram_find(const og_kv_tier *t, const og_kv_key *k) {
-    for (int i = 0; i < t->n_ram; i++) {
-        const og_kv_key *r = &t->ram[i].key;
-        if (r->hash == k->hash && r->parent_hash == k->parent_hash && r->exact == k->exact &&
-            !memcmp(r->ids, k->ids, sizeof r->ids))
-            return i;
-    }
-    return -1;
-}
-
-void og_kv_tier_put(og_kv_tier *t, const og_kv_key *key, const void *payload) {
-    if (!t->c.ram_bytes || t->payload_bytes > t->c.ram_bytes) {
-        disk_put(t, key, payload);
-        return;
-    }
-    if (ram_find(t, key) >= 0) return;
-    while (t->n_ram && t->st.ram_bytes + t->payload_bytes > t->c.ram_bytes) {
+    pthread_mutex_lock(&t->mu);
+    while (t->n_ram) { /* what RAM holds outlives the process on disk, the least recently used first */
         int old = 0;
         for (int i = 1; i < t->n_ram; i++)
             if (t->ram[i].lru < t->ram[old].lru) old = i;
-        if (t->dir) disk_put(t, &t->ram[old].key, t->ram[old].payload);
-        ram_drop(t, old);
+        enqueue(t, ram_take(t, old), true);
+    }
+    t->stop = true;
+    pthread_cond_signal(&t->cv_work);
+    pthread_mutex_unlock(&t->mu);
+    if (t->has_writer) pthread_join(t->writer, NULL);
+    for (int i = 0; i < t->n_queue; i++) free(t->queue[i]);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv_work);
+    pthread_cond_destroy(&t->cv_done);
+    free(t->queue);
+    free(t->ram);
+    free(t->disk);
+    free(t->dir);
+    free(t->held);
+    free(t);
+}
+
+/* Whether image h holds key. */
+static bool img_is(const kvt_header *h, const og_kv_key *k) {
+    return h->hash == k->hash && h->parent_hash == k->parent_hash && h->exact == (uint32_t)k->exact &&
+           h->n_ids == k->n_ids && !memcmp(img_ids_c(h), k->ids, (size_t)k->n_ids * 4);
+}
+
+static int ram_find(const og_kv_tier *t, const og_kv_key *k) {
+    for (int i = 0; i < t->n_ram; i++)
+        if (img_is(t->ram[i].img, k)) return i;
+    return -1;
+}
+
+void og_kv_tier_put(og_kv_tier *t, const og_kv_key *key, const uint64_t meta[2], const void *payload, uint64_t bytes) {
+    if (key->n_ids < 1 || (t->c.kind == OG_KV_TIER_BLOCKS && (bytes != t->c.payload_bytes || key->n_ids != OG_KV_BLOCK)))
+        return;
+    pthread_mutex_lock(&t->mu);
+    const bool to_ram = t->c.ram_bytes && bytes <= t->c.ram_bytes;
+    const int have = to_ram ? ram_find(t, key) : -1;
+    if (have >= 0) {
+        t->ram[have].lru = ++t->tick;
+        pthread_mutex_unlock(&t->mu);
+        return;
+    }
+    if (!to_ram) { /* straight to the directory: nothing to copy for a key written or queued already */
+        const int d = t->dir ? disk_find(t, key->hash) : -1;
+        if (d >= 0) t->disk[d].lru = ++t->tick;
+        if (!t->dir || d >= 0 || queue_find(t, key->hash) >= 0) {
+            pthread_mutex_unlock(&t->mu);
+            return;
+        }
+    }
+    kvt_header *h = calloc(1, sizeof *h + ids_bytes(key->n_ids) + bytes);
+    if (!h) {
+        pthread_mutex_unlock(&t->mu);
+        return;
+    }
+    memcpy(h->magic, KVT_MAGIC, 8);
+    h->version = KVT_VERSION;
+    h->kind = (uint32_t)t->c.kind;
+    memcpy(h->arch, t->arch, sizeof h->arch);
+    h->model_id = t->c.model_id;
+    h->kv_key = t->c.kv_key;
+    h->kv_type = t->c.kv_type;
+    h->exact = key->exact;
+    memcpy(h->geom, t->c.geom, sizeof h->geom);
+    h->hash = key->hash;
+    h->parent_hash = key->parent_hash;
+    if (meta) memcpy(h->meta, meta, sizeof h->meta);
+    h->n_ids = key->n_ids;
+    h->payload_bytes = bytes;
+    memcpy(img_ids(h), key->ids, (size_t)key->n_ids * 4);
+    memcpy(img_payload(h), payload, (size_t)bytes);
+    h->payload_sum = img_sum(h);
+    h->header_sum = fnv_words(OG_FNV1A64_INIT, h, offsetof(kvt_header, header_sum));
+    if (!to_ram) {
+        enqueue(t, h, t->blocking);
+        pthread_mutex_unlock(&t->mu);
+        return;
+    }
+    while (t->n_ram && t->st.ram_bytes + bytes > t->c.ram_bytes) {
+        int old = 0;
+        for (int i = 1; i < t->n_ram; i++)
+            if (t->ram[i].lru < t->ram[old].lru) old = i;
+        kvt_header *o = ram_take(t, old);
+        if (t->dir) enqueue(t, o, t->blocking);
+        else free(o);
     }
     if (t->n_ram == t->cap_ram) {
         int cap = t->cap_ram ? 2 * t->cap_ram : 64;
         ram_ent *r = realloc(t->ram, (size_t)cap * sizeof *r);
-        if (!r) return;
-        t->ram = r;
-        t->cap_ram = cap;
+        if (r) t->ram = r, t->cap_ram = cap;
     }
-    void *p = malloc(t->payload_bytes);
-    if (!p) return;
-    memcpy(p, payload, t->payload_bytes);
-    t->ram[t->n_ram++] = (ram_ent){*key, p, ++t->tick};
-    t->st.ram_bytes += t->payload_bytes;
-    t->st.ram_blocks++;
-    t->st.ram_stored++;
+    if (t->n_ram == t->cap_ram) {
+        free(h);
+    } else {
+        t->ram[t->n_ram++] = (ram_ent){h, ++t->tick};
+        t->st.ram_bytes += bytes;
+        t->st.ram_entries++;
+        t->st.ram_stored++;
+    }
+    pthread_mutex_unlock(&t->mu);
 }
 
-/* Reads the directory's file for key into out; false (logged, dropped from the
- * index) when it is not a sound block of this key. */
-static bool disk_get(og_kv_tier *t, int i, const og_kv_key *key, void *out) {
+/* Reads the directory's file i for key (mu held) into a new image; NULL
+ * (logged, dropped from the index) when it is not a sound entry of this key. */
+static kvt_header *disk_get(og_kv_tier *t, int i, const og_kv_key *key) {
     char path[4096];
     file_name(t, key->hash, path, sizeof path);
-    const uint64_t bytes = sizeof(kvb_header) + t->payload_bytes;
+    const uint64_t bytes = t->disk[i].bytes;
     struct stat sb;
-    FILE *f = open_block(path, &sb);
+    FILE *f = open_entry(path, &sb);
     if (!f && errno == ENOENT) { /* gone: another server sharing the directory trimmed it, or a person */
         disk_drop(t, i, false);
-        return false;
+        return NULL;
     }
     const char *why = NULL;
-    kvb_header *h = t->buf;
-    if (!f) why = "cannot be read (or not a regular file)";
+    kvt_header *h = bytes >= sizeof *h && bytes < (1ull << 48) ? malloc((size_t)bytes) : NULL;
+    if (!h) why = "out of memory";
+    else if (!f) why = "cannot be read (or not a regular file)";
     else if ((uint64_t)sb.st_size != bytes) why = (uint64_t)sb.st_size < bytes ? "truncated" : "too long";
     else if (fread(h, 1, (size_t)bytes, f) != bytes) why = "truncated";
     else if (!header_ok(t, h, bytes, &why)) {
-    } else if (h->hash != key->hash || h->parent_hash != key->parent_hash || h->exact != (uint32_t)key->exact ||
-               memcmp(h->ids, key->ids, sizeof h->ids))
-        why = "another chain under its name";
-    else if (h->payload_sum != fnv_words(OG_FNV1A64_INIT, h + 1, t->payload_bytes)) why = "its payload's checksum";
+    } else if (!img_is(h, key)) why = "another chain under its name";
+    else if (h->payload_sum != img_sum(h)) why = "its payload's checksum";
     if (f) fclose(f);
     if (why) {
         t->st.disk_skipped++;
-        og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s (removed)", path, why);
-        disk_drop(t, i, true); /* ours by its name and unsound: kept, it would be skipped at every start */
-        return false;
+        og_log(t->c.log, OG_LOG_WARN, "cache-dir: skipping %s: %s%s", path, why, h ? " (removed)" : "");
+        disk_drop(t, i, h != NULL); /* ours by its name and unsound: kept, it would be skipped at every start */
+        free(h);
+        return NULL;
     }
-    memcpy(out, h + 1, t->payload_bytes);
     t->disk[i].lru = ++t->tick;
-    return true;
+    return h;
 }
 
-int og_kv_tier_get(og_kv_tier *t, const og_kv_key *key, void *out) {
+/* og_kv_tier_get with mu held. */
+static int get_locked(og_kv_tier *t, const og_kv_key *key, og_kv_hit *hit) {
+    kvt_header *h = NULL;
+    int from = 0;
     const int r = ram_find(t, key);
     if (r >= 0) {
-        memcpy(out, t->ram[r].payload, t->payload_bytes);
-        ram_drop(t, r);
+        h = ram_take(t, r);
         t->st.ram_hits++;
-        return 1;
+        from = 1;
     }
-    const int d = t->dir ? disk_find(t, key->hash) : -1;
-    if (d >= 0 && disk_get(t, d, key, out)) {
+    const int q = h ? -1 : queue_find(t, key->hash);
+    if (q >= 0 && img_is(t->queue[q], key) && (h = malloc((size_t)img_bytes(t->queue[q])))) {
+        memcpy(h, t->queue[q], (size_t)img_bytes(t->queue[q]));
         t->st.disk_hits++;
-        return 2;
+        from = 2;
     }
-    return 0;
+    const int d = h || !t->dir ? -1 : disk_find(t, key->hash);
+    if (d >= 0 && (h = disk_get(t, d, key))) {
+        t->st.disk_hits++;
+        from = 2;
+    }
+    if (!h) return 0;
+    free(t->held);
+    t->held = h;
+    hit->payload = img_payload(h);
+    hit->bytes = h->payload_bytes;
+    memcpy(hit->meta, h->meta, sizeof hit->meta);
+    return from;
 }
 
-void og_kv_tier_get_stats(const og_kv_tier *t, og_kv_tier_stats *s) { *s = t->st; }
+int og_kv_tier_get(og_kv_tier *t, const og_kv_key *key, og_kv_hit *hit) {
+    pthread_mutex_lock(&t->mu);
+    const int from = get_locked(t, key, hit);
+    pthread_mutex_unlock(&t->mu);
+    return from;
+}
+
+/* Adds n to the set lens[0, *k) of candidate lengths (at most cap). */
+static void add_len(int *lens, int *k, int cap, int n) {
+    for (int i = 0; i < *k; i++)
+        if (lens[i] == n) return;
+    if (*k < cap) lens[(*k)++] = n;
+}
+
+int og_kv_tier_get_prefix(og_kv_tier *t, uint64_t seed, bool exact, const int32_t *ids, int n_min, int n_max,
+                          og_kv_hit *hit, int *n) {
+    *n = 0;
+    pthread_mutex_lock(&t->mu);
+    const int cap = t->n_ram + t->n_queue + t->n_disk;
+    int *lens = cap ? malloc((size_t)cap * sizeof *lens) : NULL, k = 0, from = 0;
+    for (int i = 0; lens && i < t->n_ram; i++)
+        if (t->ram[i].img->exact == (uint32_t)exact && t->ram[i].img->n_ids > n_min && t->ram[i].img->n_ids <= n_max)
+            add_len(lens, &k, cap, t->ram[i].img->n_ids);
+    for (int i = 0; lens && i < t->n_queue; i++)
+        if (t->queue[i]->exact == (uint32_t)exact && t->queue[i]->n_ids > n_min && t->queue[i]->n_ids <= n_max)
+            add_len(lens, &k, cap, t->queue[i]->n_ids);
+    for (int i = 0; lens && i < t->n_disk; i++)
+        if (t->disk[i].exact == exact && t->disk[i].n_ids > n_min && t->disk[i].n_ids <= n_max)
+            add_len(lens, &k, cap, t->disk[i].n_ids);
+    while (k && !from) { /* the longest candidate first */
+        int best = 0;
+        for (int i = 1; i < k; i++)
+            if (lens[i] > lens[best]) best = i;
+        const int len = lens[best];
+        lens[best] = lens[--k];
+        const og_kv_key key = {.hash = og_fnv1a64(ids, (size_t)len * 4, seed), .exact = exact, .n_ids = len, .ids = ids};
+        if ((from = get_locked(t, &key, hit))) *n = len;
+    }
+    free(lens);
+    pthread_mutex_unlock(&t->mu);
+    return from;
+}
+
+void og_kv_tier_set_blocking(og_kv_tier *t, bool on) {
+    pthread_mutex_lock(&t->mu);
+    t->blocking = on;
+    pthread_mutex_unlock(&t->mu);
+}
+
+void og_kv_tier_sync(og_kv_tier *t) {
+    pthread_mutex_lock(&t->mu);
+    while (t->n_queue) pthread_cond_wait(&t->cv_done, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void og_kv_tier_get_stats(og_kv_tier *t, og_kv_tier_stats *s) {
+    pthread_mutex_lock(&t->mu);
+    *s = t->st;
+    pthread_mutex_unlock(&t->mu);
+}

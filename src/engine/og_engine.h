@@ -96,12 +96,15 @@ typedef struct og_engine_config {
     uint32_t kv_blocks;
     /* --cache-ram: bytes of host RAM that evicted full prefix-cache blocks (with
      * their chain keys) are copied to instead of being dropped (LRU), and copied
-     * back into a pool block on a hit; 0: none. */
+     * back into a pool block on a hit; 0: none. deepseek4 / deepseek41: evicted
+     * whole states (with their ids) the same way, restored from there on a hit. */
     uint64_t cache_ram_bytes;
     /* --cache-dir: a directory where evicted blocks go (from RAM when both are
-     * set, else from the pool), one file per block, written atomically, checked
-     * on start and on lookup (kv_pool.h); the pool's cached blocks are written
-     * there when the engine is freed, so a restart finds them. NULL: none. */
+     * set, else from the pool), one file per block, written atomically by a
+     * writer thread (never under the engine's lock), checked on start and on
+     * lookup (kv_pool.h); the pool's cached blocks are written there when the
+     * engine is freed, so a restart finds them. deepseek4 / deepseek41: one
+     * file per evicted state, the cached states written at the end. NULL: none. */
     const char *cache_dir;
     uint64_t cache_dir_bytes;     /* the directory's bound, bytes; 0: OG_ENGINE_CACHE_DIR_BYTES */
 } og_engine_config;
@@ -194,6 +197,15 @@ typedef struct og_engine_metrics {
     uint64_t cache_ram_stored, cache_disk_stored;     /* blocks put in each, in all */
     uint64_t cache_disk_skipped;  /* files refused (corrupt, truncated, another model's), in all */
     uint64_t cache_disk_errors;   /* block files that could not be written, in all */
+    /* the same for deepseek4 / deepseek41's whole states (--cache-ram / --cache-dir) */
+    uint64_t cache_ram_states, cache_ram_state_bytes;   /* states held in host RAM now, their payloads' bytes */
+    uint64_t cache_disk_states, cache_disk_state_bytes; /* state files indexed now, their bytes */
+    uint64_t cache_ram_states_restored, cache_disk_states_restored; /* states read back from each, in all */
+    uint64_t cache_ram_states_stored, cache_disk_states_stored;     /* states put in each, in all */
+    uint64_t cache_disk_states_skipped; /* state files refused (corrupt, truncated, foreign), in all */
+    uint64_t cache_disk_states_errors;  /* state files that could not be written, in all */
+    uint64_t cache_write_queue;   /* entries (blocks or states) waiting for the --cache-dir writer now */
+    uint64_t cache_write_dropped; /* writes dropped because the writer's queue was full, in all */
     uint64_t prefix_hits;         /* sequences admitted with at least one cached block */
     uint64_t prefix_cached_tokens;/* prompt tokens read from the cache instead of prefilled, in all */
     uint64_t prefix_blocks_reused;/* cached blocks handed to admitted sequences, in all */
@@ -266,6 +278,10 @@ og_status og_engine_metrics_get(og_engine *e, og_engine_metrics *out);
  * sound. Errors: OG_ERR_STATE with the first inconsistency. */
 /* Call it with no step in flight for the budget part (e.g. once every sequence ended). */
 og_status og_engine_check(og_engine *e, char *err, size_t errlen);
+/* Waits until the --cache-dir writer has written every entry handed to it
+ * so far (tests read the directory's counters after it). No status: cannot
+ * fail (returns at once without a directory). */
+void og_engine_cache_sync(og_engine *e);
 /* Per-layer expert traffic as of the last step: routes[l] selections and hits[l]
  * of them on the device, for l < n_layer (the model's layers; dense ones stay
  * 0). Errors: OG_ERR_STATE without placement statistics. */

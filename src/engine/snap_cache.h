@@ -31,12 +31,21 @@ typedef struct og_snapc {
     int n, cap;
     uint64_t tick;
     uint64_t bytes;      /* sum of the entries' snap.bytes */
+    /* Called with each entry an eviction (og_snapc_trim, og_snapc_take's room,
+     * og_snapc_free) is about to free, or NULL: the engine hands it to the
+     * tiers (--cache-ram / --cache-dir). */
+    void (*on_evict)(void *ctx, const og_snapc_entry *x);
+    void *evict_ctx;
 } og_snapc;
 
 /* The chain hash of ids[0, n): FNV-1a 64 over the key, the exact flag and each
  * id's 4 bytes, continued id by id (so the hash of a prefix is a step of the
  * hash of the whole). Cannot fail. */
 uint64_t og_snapc_hash(uint64_t key, bool exact, const int32_t *ids, int n);
+
+/* The seed of og_snapc_hash under key and exact: the hash of no ids (the
+ * tiers continue it over a prefix, og_kv_tier_get_prefix). Cannot fail. */
+uint64_t og_snapc_seed(uint64_t key, bool exact);
 
 /* The entry holding the longest prefix of ids[0, n_max] (n_pos <= n_max) under
  * key and exact, or -1. Never fails. */
@@ -63,6 +72,29 @@ og_status og_snapc_restore(og_snapc *c, int i, const og_model *m, const og_run_c
 og_status og_snapc_take(og_snapc *c, const og_model *m, const og_run_ctx *rc, const og_kv *src, const int32_t *ids,
                         bool exact, bool spare, uint64_t need_bytes, uint64_t room_bytes, char *err, size_t errlen);
 
+/* Takes *snap (a state of m at snap->n_pos positions, e.g. one read back from
+ * a tier: og_snapc_unpack) as the entry for ids[0, snap->n_pos), within
+ * room_bytes as og_snapc_take (never spare). On success *snap is the cache's
+ * (zeroed) and *index the entry; an entry holding those ids already is kept
+ * (its index, *snap freed). Errors: OG_ERR_NOMEM (no room: *snap stays the
+ * caller's). */
+og_status og_snapc_insert(og_snapc *c, og_kv_snap *snap, const int32_t *ids, bool exact, uint64_t room_bytes,
+                          int *index, char *err, size_t errlen);
+
+/* The host image of a snapshot for the tiers: its device (or host) part
+ * [snap->bytes] then its host part [snap->host_bytes], into dst (host memory
+ * of both). rc: the stream of a device snapshot. Errors: the device's copy's. */
+og_status og_snapc_pack(const og_kv_snap *snap, const og_run_ctx *rc, void *dst, char *err, size_t errlen);
+
+/* The snapshot of m a tier's image holds (og_snapc_pack's layout, bytes in
+ * all, data_bytes of them the device part), at n_pos positions of an n_ctx
+ * context, made in rc->dev's memory (NULL: the host's). A wrong split or size
+ * shows at og_kv_restore (its walk checks every piece). Errors:
+ * OG_ERR_INVALID_ARG (data_bytes over bytes, n_pos < 1), OG_ERR_NOMEM, the
+ * device's copy's (*out stays empty). */
+og_status og_snapc_unpack(const og_model *m, const og_run_ctx *rc, const void *payload, uint64_t bytes,
+                          uint64_t data_bytes, int n_pos, int n_ctx, og_kv_snap *out, char *err, size_t errlen);
+
 /* Evicts unreferenced entries, least recently used first, while the held
  * bytes pass room_bytes. Returns the entries evicted. */
 int og_snapc_trim(og_snapc *c, uint64_t room_bytes);
@@ -75,7 +107,8 @@ int og_snapc_referenced(const og_snapc *c);
  * the bytes add up. Errors: OG_ERR_STATE naming the entry. */
 og_status og_snapc_check(const og_snapc *c, char *err, size_t errlen);
 
-/* Frees every entry and the table (c itself is the caller's). */
+/* Frees every entry (evicted least recently used first, so on_evict sees
+ * them in use order) and the table (c itself is the caller's). */
 void og_snapc_free(og_snapc *c);
 
 #endif

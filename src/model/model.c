@@ -231,7 +231,15 @@ og_status og_kv_restore(const og_model *m, const og_run_ctx *rc, const og_kv_sna
     og_kv k = {.n_ctx = snap->n_ctx};
     if ((st = m->arch->state_new(m, snap->dev, snap->n_pos, &k)))
         return og_fail(err, errlen, st, "kv restore: no memory for a state of %d positions", snap->n_pos);
-    if ((st = snap_copy(m, rc, &k, snap, false, err, errlen))) {
+    /* the pieces' sizes first: a snapshot made elsewhere (read back from a file) that holds fewer
+     * bytes than its n_pos needs is refused before a copy reads past it */
+    og_snap_walk count = {.dev = snap->dev, .err = err, .errlen = errlen};
+    if (!(st = m->arch->state_walk(m, &k, &count)) && (count.off != snap->bytes || count.host_off != snap->host_bytes))
+        st = og_fail(err, errlen, OG_ERR_INVALID_ARG, "kv restore: a state of %d positions takes %llu + %llu bytes, "
+                     "the snapshot holds %llu + %llu", snap->n_pos, (unsigned long long)count.off,
+                     (unsigned long long)count.host_off, (unsigned long long)snap->bytes,
+                     (unsigned long long)snap->host_bytes);
+    if (st || (st = snap_copy(m, rc, &k, snap, false, err, errlen))) {
         og_kv_free(&k);
         return st;
     }

@@ -71,8 +71,11 @@ json_get "$work/out.json" 'j.error.code==="unsupported_media_type"&&j.error.mess
   fail "no Content-Type at all must be accepted: $(cat "$work/out.json")"
 [[ $(code -H "x-api-key: $key" -H 'Content-Type: Application/JSON; charset=utf-8' "$base/v1/messages" -d "$body") == 200 ]] ||
   fail "application/json with a charset must be accepted: $(cat "$work/out.json")"
-curl -s -H "x-api-key: $key" "$base/metrics" | grep -q '^onegpu_requests_total{code="415"} 5$' ||
-  fail "/metrics must count the 415s: $(curl -s -H "x-api-key: $key" "$base/metrics" | grep requests_total)"
+# read whole before grep -q (which stops at the match: under pipefail curl's write
+# into a closed pipe failed the check once /metrics had more rows after this one)
+metrics=$(curl -s -H "x-api-key: $key" "$base/metrics")
+grep -q '^onegpu_requests_total{code="415"} 5$' <<<"$metrics" ||
+  fail "/metrics must count the 415s: $(grep requests_total <<<"$metrics")"
 # an empty user turn is refused where it is (not dropped into a prefill)
 [[ $(code -H "x-api-key: $key" -H 'Content-Type: application/json' "$base/v1/messages" \
   -d '{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"The answer is"},{"role":"user","content":[]}]}') == 400 ]] ||

@@ -48,6 +48,20 @@ if (cached(B) !== want) { console.error(b, "cached", cached(B), "expected", want
 if (out(A) !== out(B)) { console.error("outputs differ:\n", out(A), "\n", out(B)); process.exit(1); }
 console.log("ok:", b, "cached", cached(B), "of", total(B));' "$1" "$2" "$3" "$rule"
 }
+# run_twice: onegpu run --cache-dir twice on one ~360-token prompt; the same JSON (tokens,
+# log-probs) both times and nothing read the first time; the second run's stderr in run2.err
+run_twice() {
+  local rp k
+  rp=$(for i in $(seq 1 60); do printf 'item %d is blue; ' "$i"; done)
+  rm -rf "$work/rundir"
+  for k in 1 2; do
+    "$onegpu" run -m "$model" -p "$rp" -n 4 --temp 0 --json --cache-dir "$work/rundir" >"$work/run$k.json" 2>"$work/run$k.err" ||
+      { cat "$work/run$k.err"; fail "onegpu run --cache-dir ($k)"; }
+  done
+  cmp -s "$work/run1.json" "$work/run2.json" || fail "onegpu run --cache-dir: the second run's JSON differs"
+  grep -q 'prompt tokens read from --cache-dir' "$work/run1.err" && fail "onegpu run --cache-dir: the first run read the cache"
+  return 0
+}
 start_server "$work/serve.log" --ctx $ctx --parallel 2 --batch-tokens 256
 grep -q 'prefix cache on' "$work/serve.log" || fail "the ready line does not say 'prefix cache on': $(grep ready "$work/serve.log")"
 post /v1/completions "$work/c1.json" "$cbody"
@@ -102,6 +116,37 @@ start_server "$work/serve-off.log" --ctx $ctx --parallel 2 --batch-tokens 256 --
 post /v1/completions "$work/o1.json" "$cbody"
 check "$work/c1.json" "$work/o1.json" off || fail "--prefix-cache off"
 kill -TERM "$spid"; wait "$spid" || true
+if [[ -n $arch ]]; then # deepseek4 / deepseek41: the states' tiers
+# --cache-dir over a restart: the states cached at exit are written to DIR (one
+# .kvs file each); a restart on it (with --cache-ram too) restores the prompt's
+# state from its file: all but the last token cached, the cold output bit for bit
+kvdir=$work/kvdir-states
+rm -rf "$kvdir"
+start_server "$work/serve-sdir1.log" --ctx $ctx --parallel 2 --batch-tokens 256 --cache-dir "$kvdir"
+post /v1/completions "$work/s1.json" "$cbody"
+check "$work/c1.json" "$work/s1.json" off || fail "--cache-dir (states): the first run"
+kill -TERM "$spid"; wait "$spid" || true
+nfiles=$(ls "$kvdir" | grep -c '\.kvs$' || true)
+[[ $nfiles -gt 0 ]] || fail "--cache-dir (states): no state files after the server stopped"
+start_server "$work/serve-sdir2.log" --ctx $ctx --parallel 2 --batch-tokens 256 --cache-dir "$kvdir" --cache-ram 64M
+post /v1/completions "$work/s2.json" "$cbody"
+check "$work/c1.json" "$work/s2.json" on || fail "--cache-dir (states): after the restart"
+curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics-s2.txt"
+restored=$(awk '$1=="onegpu_kv_cache_disk_states_restored_total"{print $2}' "$work/metrics-s2.txt")
+[[ $restored == 1 ]] || fail "onegpu_kv_cache_disk_states_restored_total: '$restored' after the restart, expected 1"
+held=$(awk '$1=="onegpu_kv_cache_disk_states"{print $2}' "$work/metrics-s2.txt")
+[[ $held == "$nfiles" ]] || fail "onegpu_kv_cache_disk_states: '$held', $nfiles files"
+kill -TERM "$spid"; wait "$spid" || true
+grep -q 'cache-dir: skipping' "$work/serve-sdir2.log" && fail "the restart skipped a state file: $(grep skipping "$work/serve-sdir2.log")"
+echo "ok: --cache-dir (states): $nfiles state files, the prompt's read back after a restart, the same output"
+# onegpu run --cache-dir (--parallel 1: no room in memory beside the running sequence, so the
+# prompt's state goes to the tiers at once): a second run reads all but the last prompt token
+run_twice
+n_run=$(grep -o '; [0-9]* prompt tokens read from --cache-dir' "$work/run2.err" | grep -o '[0-9]*' || true)
+n_prompt=$(json_get "$work/run1.json" 'j.prompt_tokens.length')
+[[ -n $n_run && $n_run == $((n_prompt - 1)) ]] || { cat "$work/run2.err"; fail "onegpu run --cache-dir (states): read '$n_run' of $n_prompt prompt tokens"; }
+echo "ok: onegpu run --cache-dir (states): the second run read $n_run of $n_prompt prompt tokens, the same output"
+fi
 if [[ -z $arch ]]; then # deepseek2: the KV pool's tiers
 # --cache-dir (issue 17 item 5): the blocks cached at exit are written to DIR; a
 # restart on the same DIR reads them back (cached_tokens as warm, the cold
@@ -144,14 +189,7 @@ node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
   "$work/d3.json" || fail "another model read the cache"
 echo "ok: another model's server left the $before files alone and wrote its own beside them"
 # onegpu run --cache-dir: a second run of the same prompt reads the first one's blocks (same JSON: tokens, log-probs)
-rp=$(for i in $(seq 1 60); do printf 'item %d is blue; ' "$i"; done)
-rm -rf "$work/rundir"
-for k in 1 2; do
-  "$onegpu" run -m "$model" -p "$rp" -n 4 --temp 0 --json --cache-dir "$work/rundir" >"$work/run$k.json" 2>"$work/run$k.err" ||
-    { cat "$work/run$k.err"; fail "onegpu run --cache-dir ($k)"; }
-done
-cmp -s "$work/run1.json" "$work/run2.json" || fail "onegpu run --cache-dir: the second run's JSON differs"
-grep -q 'prompt tokens read from --cache-dir' "$work/run1.err" && fail "onegpu run --cache-dir: the first run read blocks"
+run_twice
 grep -q '; 320 prompt tokens read from --cache-dir' "$work/run2.err" || { cat "$work/run2.err"; fail "onegpu run --cache-dir: the second run read no blocks"; }
 echo "ok: onegpu run --cache-dir: the second run read 320 prompt tokens' blocks, the same output"
 fi

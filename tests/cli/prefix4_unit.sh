@@ -7,4 +7,4 @@ onegpu=$1 unit=$2 work=$3 arch=$4
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$work"
 tiny_model "$onegpu" "$work" "$arch"
-"$unit" "$model"
+"$unit" "$model" "$work/tiers-$arch"

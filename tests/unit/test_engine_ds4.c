@@ -6,6 +6,7 @@
  * bytes, with the shapes read from the file's keys. */
 #include "sanitized_fixture.h" /* OG_TEST_SANITIZED: the sanitizer builds run smaller cases */
 
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,8 @@
 #include <cmocka.h>
 
 #include "engine_fixture.h" /* g_path, g_m, ..., setup, teardown, greedy */
+#include "kv_pool.h"       /* og_kv_tier: files of another model / architecture / options, written as the engine would */
+#include "tier_fixture.h"  /* g_log, g_lg, log_open, count_in_log, write_bytes */
 
 #ifdef OG_TEST_SANITIZED
 #define CHURN 12 /* test_cache_churn's requests (plain: 100); the identical, fork and after-answer cases
@@ -262,6 +265,12 @@ static void test_other_options(void **state) {
     assert_int_equal(og_model_forward(g_m, &rc, &kv, a, 100, lg, false, err, sizeof err), OG_OK);
     og_kv_snap snap;
     if (og_kv_snapshot(g_m, &rc, &kv, &snap, err, sizeof err)) fail_msg("%s", err);
+    /* a snapshot that holds fewer bytes than its positions need (a crafted file's): refused before a copy */
+    og_kv_snap short_snap = snap;
+    short_snap.bytes -= 4;
+    assert_int_equal(og_kv_restore(g_m, &rc, &short_snap, &b, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "the snapshot holds"));
+    assert_null(b.arch);
     og_engine *on = make_engine(4, 96, 4096, 8, false);
     result r0, r1, ro;
     run(on, a, N, &r0);
@@ -290,38 +299,6 @@ static void test_other_options(void **state) {
     og_kv_snap_free(&snap);
     og_kv_free(&kv);
     free(lg);
-}
-
-/* --cache-ram / --cache-dir on this model: its states do not go to those
- * tiers, and a warning says so at start (it was an info line, hidden by
- * default, that said the prefix cache was off while the state cache is on);
- * the state cache still serves a resent prompt, and the directory is not made. */
-static void test_tiers_refused_said(void **state) {
-    (void)state;
-    char logbuf[4096] = "", dir[600];
-    FILE *lf = fmemopen(logbuf, sizeof logbuf - 1, "w");
-    assert_non_null(lf);
-    setvbuf(lf, NULL, _IONBF, 0);
-    const og_logger lg = {.level = OG_LOG_WARN, .out = lf};
-    snprintf(dir, sizeof dir, "%s.tiers-dir", g_path);
-    og_engine_config c = fx_engine_config(2, 96, 1024, 4);
-    c.cache_ram_bytes = 1ull << 30;
-    c.cache_dir = dir;
-    c.log = &lg;
-    og_engine *e = fx_start(&c);
-    assert_non_null(strstr(logbuf, "--cache-ram / --cache-dir off: they hold deepseek2's KV blocks; this model's "
-                                   "prefix cache keeps whole states"));
-    assert_int_equal(access(dir, F_OK), -1);
-    enum { N = 100 };
-    int32_t a[N];
-    random_ids(a, N, 4242);
-    result r0, r1;
-    run(e, a, N, &r0);
-    run(e, a, N, &r1);
-    assert_int_equal(r1.n_cached, N - 1);
-    assert_same(&r1, &r0);
-    og_engine_free(e);
-    fclose(lf);
 }
 
 /* n > 1 with the cache on: 3 choices at temperature 0, cold and warm, are
@@ -409,17 +386,236 @@ static void test_cache_churn(void **state) {
     og_engine_free(e);
 }
 
+
+/* ---- the tiers of the states (--cache-ram / --cache-dir) ---- */
+
+static char g_dir[512];
+
+/* parallel 2, ctx 512: the memory's room holds about two states of 300
+ * positions, so a few other prompts push a prompt's state out to the tiers. */
+static og_engine *tier_engine(uint64_t ram, const char *dir) {
+    og_engine_config c = fx_engine_config(2, 96, 512, 8);
+    c.cache_ram_bytes = ram;
+    c.cache_dir = dir;
+    c.log = &g_lg;
+    return fx_start(&c);
+}
+
+
+enum { TN = 300, TK = 3 }; /* a prompt's length; the other prompts that push its state out */
+
+/* a, then TK other prompts (their states push a's out of memory), then a
+ * again: its tokens and log-probs are ref's and all but its last token are
+ * read from the cache. */
+static void run_evicting(og_engine *e, const int32_t *a, const result *ref, int want_first) {
+    result r;
+    int32_t b[TN];
+    run(e, a, TN, &r);
+    assert_same(&r, ref);
+    assert_int_equal(r.n_cached, want_first);
+    for (int k = 0; k < TK; k++) {
+        random_ids(b, TN, 500 + (uint64_t)k);
+        run(e, b, TN, &r);
+    }
+    run(e, a, TN, &r);
+    assert_same(&r, ref);
+    assert_int_equal(r.n_cached, TN - 1);
+}
+
+/* Bitwise the cache-off tokens and log-probs with a's state warm from memory,
+ * from RAM (memory's room too small for it: it left), from the directory, and
+ * from the directory after a restart (engine freed: its states written, then a
+ * new engine on the same directory); og_engine_check passes after each. */
+static void test_tiers_identical(void **state) {
+    (void)state;
+#ifdef OG_TEST_SANITIZED
+    skip();
+#endif
+    if (!g_dir[0]) skip(); /* no directory given */
+    int32_t a[TN];
+    random_ids(a, TN, 777);
+    log_open();
+    result ref, r;
+    og_engine *off = make_engine(2, 96, 512, 8, true);
+    run(off, a, TN, &ref);
+    og_engine_free(off);
+    og_engine_metrics m;
+    /* memory: a right after itself */
+    og_engine *e = tier_engine(0, NULL);
+    run(e, a, TN, &r);
+    run(e, a, TN, &r);
+    assert_same(&r, &ref);
+    assert_int_equal(r.n_cached, TN - 1);
+    og_engine_free(e);
+    /* RAM */
+    e = tier_engine(256ull << 20, NULL);
+    run_evicting(e, a, &ref, 0);
+    og_engine_metrics_get(e, &m);
+    print_message("%s RAM: %llu states stored, %llu restored, %llu held (%llu bytes)\n", arch_name(),
+                  (unsigned long long)m.cache_ram_states_stored, (unsigned long long)m.cache_ram_states_restored,
+                  (unsigned long long)m.cache_ram_states, (unsigned long long)m.cache_ram_state_bytes);
+    assert_true(m.cache_ram_states_stored >= 1);
+    assert_int_equal(m.cache_ram_states_restored, 1);
+    assert_int_equal(m.cache_disk_states_restored, 0);
+    check_clean(e);
+    og_engine_free(e);
+    /* the directory, then a restart on it (RAM and the directory) */
+    char dir[600], names[64][600];
+    snprintf(dir, sizeof dir, "%s/states", g_dir);
+    e = tier_engine(0, dir);
+    run_evicting(e, a, &ref, 0);
+    og_engine_cache_sync(e);
+    og_engine_metrics_get(e, &m);
+    assert_true(m.cache_disk_states_stored >= 1);
+    assert_int_equal(m.cache_disk_states_restored, 1);
+    assert_int_equal(m.cache_write_queue, 0);
+    assert_int_equal((int)m.cache_disk_states, tier_files(dir, ".kvs", names, 64));
+    check_clean(e);
+    og_engine_free(e); /* the cached states are written: the writer's queue drains first */
+    const int nf = tier_files(dir, ".kvs", names, 64);
+    assert_true(nf >= TK + 1);
+    e = tier_engine(64ull << 20, dir);
+    og_engine_metrics_get(e, &m);
+    assert_int_equal((int)m.cache_disk_states, nf);
+    run(e, a, TN, &r);
+    assert_same(&r, &ref);
+    assert_int_equal(r.n_cached, TN - 1);
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.cache_disk_states_restored, 1);
+    assert_int_equal(m.cache_disk_states_skipped, 0);
+    check_clean(e);
+    og_engine_free(e);
+    assert_int_equal(count_in_log("cache-dir: skipping"), 0);
+    fclose(g_lf);
+}
+
+
+/* A state file written through og_kv_tier as the engine's would be, but of
+ * another model (model_id), architecture or option set (kv_key): under its
+ * own name in dir (another store's: left alone) when store is NULL, else moved
+ * to dir under store (the first 17 characters of one of ours, STORE-), so that
+ * its header is what refuses it. */
+static void foreign_file(const char *dir, uint64_t model_id, const char *arch, uint64_t kv_key, const char *store) {
+    const og_model_info *mi = og_model_get_info(g_m);
+    char scratch[700];
+    snprintf(scratch, sizeof scratch, "%s.foreign", dir);
+    og_kv_tier_config tc = {.kind = OG_KV_TIER_STATES, .dir = store ? scratch : dir, .dir_bytes = 1ull << 30,
+                            .model_id = model_id, .kv_key = kv_key, .arch = arch, .kv_type = OG_KV_F32,
+                            .geom = {mi->n_layer, 512, mi->kv_elem_bytes, 0}, .log = &g_quiet};
+    og_kv_tier *t;
+    char err[256];
+    assert_int_equal(og_kv_tier_create(&tc, &t, err, sizeof err), OG_OK);
+    int32_t ids[100];
+    random_ids(ids, 100, model_id ^ kv_key);
+    const og_kv_key k = {.hash = og_fnv1a64(ids, sizeof ids, model_id), .n_ids = 100, .ids = ids};
+    const uint64_t meta[2] = {64, 512};
+    char payload[128] = {0};
+    og_kv_tier_put(t, &k, meta, payload, sizeof payload);
+    og_kv_tier_free(t);
+    if (!store) return;
+    char names[2][600], path[800];
+    assert_int_equal(tier_files(scratch, ".kvs", names, 2), 1);
+    snprintf(path, sizeof path, "%s/%.17s%s", dir, store, strrchr(names[0], '/') + 18);
+    assert_int_equal(rename(names[0], path), 0);
+}
+
+/* Bad files in the directory under our store's names, each skipped with one
+ * log line, never read, and removed: at start a truncated copy, junk under a
+ * state file's name, a state of another model, another architecture, and one
+ * of this model under another option (kv-fp8 flipped: a real engine's file);
+ * at lookup every real state with a byte of its payload flipped. The output is
+ * the cold one. Another model's file under its own name is left alone (one
+ * line), and a restart finds none of the unsound ones. */
+static void test_tiers_bad_files(void **state) {
+    (void)state;
+    if (!g_dir[0]) skip();
+    int32_t a[TN], b[TN];
+    random_ids(a, TN, 4321);
+    random_ids(b, TN, 4322);
+    char dir[600], dir2[600], err[256], names[64][600], path[700];
+    snprintf(dir, sizeof dir, "%s/bad", g_dir);
+    snprintf(dir2, sizeof dir2, "%s/bad-opt", g_dir);
+    log_open();
+    result ref, r;
+    /* another option: the same prompt's state with kv-fp8 flipped (first: setting it back gives the
+     * model a key of its own too, og_model_kv_key, which the files below are written under) */
+    const char *flip = strcmp(arch_name(), "deepseek4") ? "on" : "off";
+    assert_int_equal(og_model_set_option(g_m, "kv-fp8", flip, err, sizeof err), OG_OK);
+    og_engine *e = tier_engine(0, dir2);
+    run(e, a, TN, &r);
+    og_engine_free(e);
+    assert_int_equal(og_model_set_option(g_m, "kv-fp8", strcmp(flip, "on") ? "on" : "off", err, sizeof err), OG_OK);
+    e = tier_engine(0, dir);
+    run(e, a, TN, &ref);
+    run(e, b, TN, &r);
+    og_engine_free(e);
+    const int nf = tier_files(dir, ".kvs", names, 64);
+    assert_true(nf >= 2);
+    char opt[8][600];
+    assert_true(tier_files(dir2, ".kvs", opt, 8) >= 1);
+    const char *base = strrchr(names[0], '/') + 1; /* STORE-HASH.kvs: this model's store */
+    snprintf(path, sizeof path, "%s/%.16s-00000000000000aa.kvs", dir, base);
+    assert_int_equal(rename(opt[0], path), 0);
+    const uint64_t id = og_kv_model_id(og_model_gguf(g_m));
+    foreign_file(dir, id ^ 1, arch_name(), 0, base);
+    foreign_file(dir, id, "deepseek2", 0, base);
+    foreign_file(dir, id ^ 2, arch_name(), 0, NULL);
+    /* a truncated copy, junk */
+    bad_copies(names[0]);
+    /* every real state: a byte in the middle of its payload flipped */
+    for (int i = 0; i < nf; i++) flip_byte(names[i], 1000, 0x10);
+    log_clear();
+    e = tier_engine(0, dir);
+    og_engine_metrics m;
+    og_engine_metrics_get(e, &m);
+    print_message("%s: %s\n", arch_name(), g_log);
+    assert_int_equal(m.cache_disk_states_skipped, 5);
+    assert_int_equal((int)m.cache_disk_states, nf);
+    assert_int_equal(count_in_log("cache-dir: skipping"), 5);
+    assert_int_equal(count_in_log("other model options"), 1);
+    assert_int_equal(count_in_log("another model"), 1);
+    assert_int_equal(count_in_log("another architecture"), 1);
+    assert_int_equal(count_in_log("truncated"), 1);
+    assert_int_equal(count_in_log("not a state file"), 1);
+    assert_int_equal(count_in_log("1 state files of other models, kv-types or geometries left alone"), 1);
+    run(e, a, TN, &r);
+    assert_same(&r, &ref);
+    assert_int_equal(r.n_cached, 0); /* a's state's file is refused */
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.cache_disk_states_restored, 0);
+    assert_int_equal(m.cache_disk_states_skipped, 6);
+    assert_int_equal(count_in_log("payload's checksum"), 1);
+    check_clean(e);
+    og_engine_free(e);
+    /* the unsound ones were removed where they were found: a restart skips none */
+    log_clear();
+    e = tier_engine(0, dir);
+    og_engine_metrics_get(e, &m);
+    assert_int_equal(m.cache_disk_states_skipped, 0);
+    assert_int_equal(count_in_log("cache-dir: skipping"), 0);
+    og_engine_free(e);
+    fclose(g_lf);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_engine_ds4 MODEL.gguf (deepseek4 or deepseek41, with a tokenizer)\n");
+        fprintf(stderr, "usage: test_engine_ds4 MODEL.gguf [TIER_DIR] (deepseek4 or deepseek41, with a tokenizer; "
+                "TIER_DIR: a scratch directory for the --cache-dir cases, emptied first)\n");
         return 1;
     }
     g_path = argv[1];
+    /* the tiers' directories: argv[2], else beside the model */
+    if (argc > 2) {
+        snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", g_dir, g_dir);
+        if (system(cmd)) return 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_bytes), cmocka_unit_test(test_cache_identical),
         cmocka_unit_test(test_other_options),  cmocka_unit_test(test_cache_fork),
         cmocka_unit_test(test_cache_churn),   cmocka_unit_test(test_cache_after_answer),
-        cmocka_unit_test(test_tiers_refused_said),
+        cmocka_unit_test(test_tiers_identical), cmocka_unit_test(test_tiers_bad_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

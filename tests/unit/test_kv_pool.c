@@ -36,6 +36,8 @@
 
 #include "kv_pool.h"
 #include "engine_fixture.h" /* g_m, g_tok, g_pool, g_kern, g_host, setup / teardown, greedy, fx_device_rc */
+#include "kv_pool.h"       /* og_kv_tier alone: its writer thread */
+#include "tier_fixture.h"  /* g_log, g_lg, log_open, count_in_log, write_bytes */
 
 #ifdef OG_TEST_SANITIZED
 #define STRESS_REQUESTS 120
@@ -372,23 +374,6 @@ static void test_pool_out_of_memory(void **state) {
 
 /* ---- the tiers: bitwise ---- */
 
-static char g_log[16384];
-static FILE *g_lf;
-static og_logger g_lg;
-
-static void log_open(void) {
-    memset(g_log, 0, sizeof g_log);
-    g_lf = fmemopen(g_log, sizeof g_log - 1, "w");
-    assert_non_null(g_lf);
-    setvbuf(g_lf, NULL, _IONBF, 0);
-    g_lg = (og_logger){.level = OG_LOG_INFO, .out = g_lf};
-}
-
-static int count_in_log(const char *what) {
-    int n = 0;
-    for (const char *p = g_log; (p = strstr(p, what)); p++) n++;
-    return n;
-}
 
 /* parallel 1, ctx 256, a pool of 4 blocks: a 200-token prompt caches 3 and a
  * second one evicts them. */
@@ -401,16 +386,6 @@ static og_engine *tier_engine(uint64_t ram, const char *dir) {
     return fx_start(&c);
 }
 
-static int block_files(const char *dir, char names[][300], int cap) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    if (!d) return 0;
-    for (struct dirent *de; (de = readdir(d));)
-        if (strlen(de->d_name) == 37 && strstr(de->d_name, ".kvb") && n < cap)
-            snprintf(names[n++], 300, "%s/%s", dir, de->d_name);
-    closedir(d);
-    return n;
-}
 
 /* a (N ids) through e gives ref's tokens and log-probs, cached of them read from the cache. */
 static void run_same(og_engine *e, const int32_t *a, const result *ref, int cached) {
@@ -460,8 +435,10 @@ static void test_tiers_identical(void **state) {
         if (!restart) {
             run_same(e, a, &ref, 0);
             run(e, b, N, &r);
+            og_engine_cache_sync(e); /* the writer thread's files are written */
             og_engine_metrics_get(e, &m);
             assert_int_equal(m.cache_disk_stored, 3);
+            assert_int_equal(m.cache_write_queue, 0);
         }
         run_same(e, a, &ref, 192);
         og_engine_metrics_get(e, &m);
@@ -469,19 +446,13 @@ static void test_tiers_identical(void **state) {
         assert_int_equal(m.cache_disk_skipped, 0);
         assert_pool_whole(e);
         og_engine_free(e); /* the pool's cached blocks go to the directory */
-        char names[64][300];
-        assert_int_equal(block_files(dir, names, 64), 6); /* a's 3 and b's 3 */
+        char names[64][600];
+        assert_int_equal(tier_files(dir, ".kvb", names, 64), 6); /* a's 3 and b's 3 */
     }
     assert_int_equal(count_in_log("cache-dir: skipping"), 0);
     fclose(g_lf);
 }
 
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
 
 /* Bad files in the directory: a truncated copy, junk under a block name, a
  * block of another kv-type (an f32 engine's files for the f16 model), and
@@ -502,8 +473,8 @@ static void test_bad_files(void **state) {
     run(e, a, N, &ref);
     run(e, b, N, &r);
     og_engine_free(e);
-    char names[64][300];
-    int nf = block_files(dir, names, 64);
+    char names[64][600];
+    int nf = tier_files(dir, ".kvb", names, 64);
     assert_int_equal(nf, 6);
     /* files of another kv-type: an f32 engine's */
     char dir32[600];
@@ -513,33 +484,16 @@ static void test_bad_files(void **state) {
     run(e, a, N, &r);
     og_engine_free(e);
     assert_int_equal(og_model_set_option(g_m, "kv-type", "f16", err, sizeof err), OG_OK);
-    char n32[8][300];
-    assert_int_equal(block_files(dir32, n32, 8), 3);
+    char n32[8][600];
+    assert_int_equal(tier_files(dir32, ".kvb", n32, 8), 3);
     char path[700];
     snprintf(path, sizeof path, "%s/%.16s-00000000000000aa.kvb", dir, strrchr(names[0], '/') + 1);
     assert_int_equal(rename(n32[0], path), 0);
     /* a truncated copy, junk */
-    size_t len;
-    char *bytes;
-    assert_int_equal(og_read_file(names[0], 64u << 20, &bytes, &len, err, sizeof err), OG_OK);
-    snprintf(path, sizeof path, "%s/%.16s-00000000000000bb.kvb", dir, strrchr(names[0], '/') + 1);
-    write_bytes(path, bytes, len / 2);
-    snprintf(path, sizeof path, "%s/%.16s-00000000000000cc.kvb", dir, strrchr(names[0], '/') + 1);
-    memset(bytes, 0x5a, len);
-    write_bytes(path, bytes, len);
-    free(bytes);
+    bad_copies(names[0]);
     /* every real block: its last byte flipped */
-    for (int i = 0; i < nf; i++) {
-        FILE *f = fopen(names[i], "r+b");
-        assert_non_null(f);
-        fseek(f, -1, SEEK_END);
-        int ch = fgetc(f);
-        fseek(f, -1, SEEK_END);
-        fputc(ch ^ 0x01, f);
-        fclose(f);
-    }
-    memset(g_log, 0, sizeof g_log);
-    rewind(g_lf);
+    for (int i = 0; i < nf; i++) flip_byte(names[i], 1, 0x01);
+    log_clear();
     e = tier_engine(0, dir);
     og_engine_metrics m;
     og_engine_metrics_get(e, &m);
@@ -566,7 +520,7 @@ static void test_bad_files(void **state) {
     e = tier_engine(0, dir);
     og_engine_metrics_get(e, &m);
     assert_int_equal(m.cache_disk_skipped, 0);
-    nf = block_files(dir, names, 64);
+    nf = tier_files(dir, ".kvb", names, 64);
     assert_true(nf >= 3);
     for (int i = 0; i < nf; i++) assert_int_equal(unlink(names[i]), 0);
     run(e, b, N, &r);
@@ -602,8 +556,8 @@ static void test_fifo_files(void **state) {
     og_engine *e = tier_engine(0, dir);
     run(e, a, N, &ref);
     og_engine_free(e);
-    char names[8][300], path[700];
-    assert_int_equal(block_files(dir, names, 8), 3);
+    char names[8][600], path[700];
+    assert_int_equal(tier_files(dir, ".kvb", names, 8), 3);
     snprintf(path, sizeof path, "%s/%.17s00000000000000ff.kvb", dir, strrchr(names[0], '/') + 1);
     assert_int_equal(mkfifo(path, 0644), 0);
     e = tier_engine(0, dir);
@@ -642,8 +596,8 @@ static void test_shared_dir_kv_types(void **state) {
         run(e, b, N, &r);
         og_engine_free(e);
     }
-    char names[64][300];
-    assert_int_equal(block_files(dir, names, 64), 12);
+    char names[64][600];
+    assert_int_equal(tier_files(dir, ".kvb", names, 64), 12);
     for (int k = 0; k < 2; k++) {
         assert_int_equal(og_model_set_option(g_m, "kv-type", types[k], err, sizeof err), OG_OK);
         og_engine *e = tier_engine(0, dir);
@@ -677,8 +631,8 @@ static void test_stale_writes(void **state) {
     og_engine *e = tier_engine(0, dir);
     run(e, a, N, &ref);
     og_engine_free(e);
-    char names[8][300];
-    assert_int_equal(block_files(dir, names, 8), 3);
+    char names[8][600];
+    assert_int_equal(tier_files(dir, ".kvb", names, 8), 3);
     const char *store = strrchr(names[0], '/') + 1; /* 16 hex digits, then '-' */
     char old[700], young[700], other[700];
     snprintf(old, sizeof old, "%s/%.17s0000000000000001.kvb.tmp.AbC123", dir, store);
@@ -716,13 +670,13 @@ static void test_restart_trims_oldest(void **state) {
     og_engine *e = tier_engine(0, dir);
     run(e, a, N, &r);
     og_engine_free(e);
-    char names[16][300], a_names[3][300];
-    assert_int_equal(block_files(dir, names, 16), 3);
+    char names[16][600], a_names[3][600];
+    assert_int_equal(tier_files(dir, ".kvb", names, 16), 3);
     memcpy(a_names, names, sizeof a_names);
     e = tier_engine(0, dir);
     run(e, b, N, &rb);
     og_engine_free(e);
-    const int nf = block_files(dir, names, 16);
+    const int nf = tier_files(dir, ".kvb", names, 16);
     assert_int_equal(nf, 6);
     for (int i = 0; i < nf; i++) { /* the directory's order says nothing of the age */
         bool is_a = false;
@@ -734,11 +688,11 @@ static void test_restart_trims_oldest(void **state) {
     og_engine_config c = fx_engine_config(1, 64, 256, 4);
     c.kv_blocks = 4;
     c.cache_dir = dir;
-    c.cache_dir_bytes = 3 * 12632; /* three files: 344 header + 12,288 payload bytes each */
+    c.cache_dir_bytes = 3 * 12680; /* three files: 136 header + 256 ids + 12,288 payload bytes each */
     c.log = &g_lg;
     e = fx_start(&c);
     for (int k = 0; k < 3; k++) assert_int_equal(access(a_names[k], F_OK), -1);
-    assert_int_equal(block_files(dir, names, 16), 3);
+    assert_int_equal(tier_files(dir, ".kvb", names, 16), 3);
     run_same(e, b, &rb, 192);
     og_engine_free(e);
     fclose(g_lf);
@@ -765,7 +719,7 @@ static void test_full_filesystem(void **state) {
     enum { N = 200 };
     char dir[600];
     snprintf(dir, sizeof dir, "%s/full", g_dir);
-    /* a file is 344 header + 2 x 64 x 48 x 2 payload bytes = 4 pages; 34 pages hold 8 */
+    /* a file is 136 header + 256 ids + 2 x 64 x 48 x 2 payload bytes = 4 pages; 34 pages hold 8 */
     if (!mount_small(dir, 0, "size=136k")) skip();
     int32_t a[N], b[N], c[N], d[N];
     random_ids(a, N, 51);
@@ -815,7 +769,7 @@ static void test_tier_limits(void **state) {
     st = og_engine_create(&c, &e, err, sizeof err);
     if (!st) st = og_engine_start(e, err, sizeof err);
     assert_int_equal(st, OG_ERR_INVALID_ARG);
-    assert_non_null(strstr(err, "--cache-dir-size 11.72 KiB holds no KV block file (one is 12.34 KiB"));
+    assert_non_null(strstr(err, "--cache-dir-size 11.72 KiB holds no KV block file (one is 12.38 KiB"));
     og_engine_free(e);
     char ro[600];
     snprintf(ro, sizeof ro, "%s/ro", dir);
@@ -832,6 +786,105 @@ static void test_tier_limits(void **state) {
     og_engine_free(e);
     fclose(g_lf);
     assert_int_equal(umount2(ro, MNT_DETACH), 0);
+}
+
+/* The tier's writer thread alone (states: payloads of their own sizes):
+ * entries still queued are found by a lookup with their bytes; a queue of one
+ * image at a time with blocking puts writes every entry; without blocking
+ * every put is written or counted as dropped; a write that fails (a directory
+ * where the file goes) is counted each time and logged once; freeing drains
+ * the queue (every entry's file is there, and a new tier reads each back bit
+ * for bit). Under TSan (label tsan) the caller and the writer race on nothing. */
+static void test_tier_writer(void **state) {
+    (void)state;
+    enum { N = 24, IDS = 70 };
+    char dir[600], err[256];
+    snprintf(dir, sizeof dir, "%s/writer", g_dir);
+    log_open();
+    og_kv_tier_config tc = {.kind = OG_KV_TIER_STATES, .dir = dir, .dir_bytes = 1ull << 30, .queue_bytes = 1,
+                            .model_id = 0x1234, .kv_key = 0x5678, .arch = "deepseek41", .kv_type = OG_KV_F32,
+                            .geom = {2, 4096, 4, 0}, .log = &g_lg};
+    int32_t ids[N][IDS];
+    static unsigned char pay[N][3000];
+    og_kv_key k[N];
+    for (int i = 0; i < N; i++) {
+        random_ids(ids[i], IDS, 900 + (uint64_t)i);
+        for (size_t b = 0; b < sizeof pay[i]; b++) pay[i][b] = (unsigned char)(i * 31 + (int)b * 7);
+        k[i] = (og_kv_key){.hash = og_fnv1a64(ids[i], sizeof ids[i], 77), .n_ids = IDS - i % 3, .ids = ids[i]};
+    }
+    og_kv_tier *t;
+    og_kv_hit hit;
+    og_kv_tier_stats st;
+    /* a --cache-dir-size below the smallest state file (the 136-byte header and one id padded to 8) is refused */
+    og_kv_tier_config small = tc;
+    small.dir_bytes = 143;
+    assert_int_equal(og_kv_tier_create(&small, &t, err, sizeof err), OG_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "--cache-dir-size 143 B holds no state file (one is at least 144 B)"));
+    for (int blocking = 1; blocking >= 0; blocking--) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+        assert_int_equal(og_kv_tier_create(&tc, &t, err, sizeof err), OG_OK);
+        og_kv_tier_set_blocking(t, blocking);
+        for (int i = 0; i < N; i++) {
+            const uint64_t meta[2] = {(uint64_t)i, 4096};
+            const uint64_t bytes = 1000 + 80 * (uint64_t)i; /* its own size */
+            og_kv_tier_put(t, &k[i], meta, pay[i], bytes);
+            if (og_kv_tier_get(t, &k[i], &hit)) { /* queued or written already: its bytes */
+                assert_int_equal(hit.bytes, bytes);
+                assert_int_equal(hit.meta[0], (uint64_t)i);
+                assert_memory_equal(hit.payload, pay[i], bytes);
+            }
+        }
+        og_kv_tier_sync(t);
+        og_kv_tier_get_stats(t, &st);
+        assert_int_equal(st.queued, 0);
+        assert_int_equal(st.disk_stored + st.queue_dropped, N);
+        if (blocking) assert_int_equal(st.disk_stored, N);
+        assert_int_equal(st.disk_entries, st.disk_stored);
+        og_kv_tier_free(t);
+    }
+    /* a failed write: a directory where the file goes (STORE-HASH.kvs, STORE that of the files written) */
+    char written[N][600];
+    assert_true(tier_files(dir, ".kvs", written, N) >= 1);
+    const char *store = strrchr(written[0], '/') + 1;
+    assert_int_equal(og_kv_tier_create(&tc, &t, err, sizeof err), OG_OK);
+    og_kv_tier_set_blocking(t, true);
+    int32_t x[IDS];
+    char path[800];
+    for (int j = 0; j < 2; j++) {
+        random_ids(x, IDS, 5000 + (uint64_t)j);
+        const og_kv_key kx = {.hash = 0xdead00 + (uint64_t)j, .n_ids = IDS, .ids = x};
+        snprintf(path, sizeof path, "%s/%.17s%016llx.kvs", dir, store, (unsigned long long)kx.hash);
+        assert_int_equal(mkdir(path, 0755), 0);
+        og_kv_tier_put(t, &kx, NULL, pay[0], 100);
+    }
+    og_kv_tier_sync(t);
+    og_kv_tier_get_stats(t, &st);
+    assert_int_equal(st.disk_errors, 2);
+    assert_int_equal(count_in_log("later failures are counted only"), 1);
+    og_kv_tier_free(t);
+    /* a new tier reads back every entry written (the directories under file names: skipped, logged) */
+    log_clear();
+    tc.queue_bytes = 0;
+    assert_int_equal(og_kv_tier_create(&tc, &t, err, sizeof err), OG_OK);
+    og_kv_tier_get_stats(t, &st);
+    assert_int_equal(st.disk_skipped, 2);
+    int found = 0;
+    for (int i = 0; i < N; i++) {
+        if (og_kv_tier_get(t, &k[i], &hit) != 2) continue;
+        found++;
+        assert_int_equal(hit.bytes, 1000 + 80 * (uint64_t)i);
+        assert_memory_equal(hit.payload, pay[i], hit.bytes);
+        int n;
+        /* the longest prefix: its hash is og_fnv1a64 of the ids from the seed, so the entries of
+         * all IDS ids (hashed so above) are found that way, the shorter ones (hashed over IDS) not */
+        assert_int_equal(og_kv_tier_get_prefix(t, 77, false, ids[i], 0, IDS, &hit, &n), k[i].n_ids == IDS ? 2 : 0);
+        assert_int_equal(n, k[i].n_ids == IDS ? IDS : 0);
+    }
+    assert_int_equal((uint64_t)found, st.disk_entries);
+    og_kv_tier_free(t);
+    fclose(g_lf);
 }
 
 int main(int argc, char **argv) {
@@ -879,6 +932,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_restart_trims_oldest),
         cmocka_unit_test(test_full_filesystem),
         cmocka_unit_test(test_tier_limits),
+        cmocka_unit_test(test_tier_writer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

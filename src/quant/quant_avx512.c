@@ -526,13 +526,120 @@ static inline __attribute__((always_inline)) __m512i k45_pair(bool five, const u
     }
     return acc;
 }
+/* ---- Q4_K / Q5_K rows of at most four blocks (K <= 1024: the expert rows of the
+ * small models, the head) -----------------------------------------------------------
+ * The four rows in address order: a register holds blocks 2h and 2h + 1 of one row
+ * (r4p_isum's lanes with "A" and "B" the two blocks, each against its own activation
+ * block), so the rows stream as one sequential run of blocks instead of four
+ * interleaved ones, and one tree (r4p_sum) turns the eight registers of four rows of
+ * four blocks into sixteen exact sums: lane j holds row 2 ((j >> 2) & 1) + (j & 1),
+ * block 2 (j >> 3) + ((j >> 1) & 1) (k45s_pos). The S lanes take the same layout (the
+ * bsums of both blocks interleaved by qwords, once per call) and the same tree. The
+ * factors of all sixteen (row, block) pairs come by two gathers, the float operations
+ * of step 2 run once on sixteen lanes, and the cross-block order of a row of at most
+ * four blocks is og_canon_finish's on lanes l < 4 from +0: (L0 + L2) + (L1 + L3) with
+ * L_b = +0 + v_b (absent blocks +0), which the other offsets leave as it is. The same
+ * integers and the same float operations per (row, block) as the other kernels: the
+ * same bits (test_canonical_r4). */
+static inline int k45s_pos(int r, int b) { return 8 * (b >> 1) + 4 * (r >> 1) + 2 * (b & 1) + (r & 1); }
+/* vpermw indices into s16 (words 0-7: A's scales, 8-15 its mins, 16-31 B's). The
+ * scales of packs(p_A, p_B) of chunk c: word w = 8L + k is (k < 4 ? A : B)'s scale of
+ * sub-block 2c + w / 16 (k45_ci0 + 2c). k45s_mi: unit L, words 0-3 A's qword L of its
+ * doubled mins (sub-blocks 2L, 2L + 1), 4-7 B's. Tables, not loops: gcc builds a
+ * local array filled by a loop with a store per word on every call. */
+static const int16_t k45_ci0[32] = {0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16,
+                                    1, 1, 1, 1, 17, 17, 17, 17, 1, 1, 1, 1, 17, 17, 17, 17};
+static const int16_t k45s_mi[32] = {8,  8,  9,  9,  24, 24, 25, 25, 10, 10, 11, 11, 26, 26, 27, 27,
+                                    12, 12, 13, 13, 28, 28, 29, 29, 14, 14, 15, 15, 30, 30, 31, 31};
+static inline __m512i k45_ci(int c) {
+    return _mm512_add_epi16(_mm512_loadu_si512((const void *)k45_ci0), _mm512_set1_epi16((short)(2 * c)));
+}
+
+/* Blocks xa and xb (xb NULL: absent, zero lanes) of one row against ya, yb: the
+ * I register (r4p_isum's lanes, A = xa) and, in *ss, the S register in the same
+ * layout (bsi: the two activation blocks' bsums interleaved by qwords). */
+static inline __attribute__((always_inline)) __m512i k45s_pair(bool five, const uint8_t *xa, const uint8_t *xb, const og_block_q8_K *ya,
+                                                                const og_block_q8_K *yb, __m512i bsi, __m512i *ss) {
+    /* words 0-7: A's scales, 8-15 its mins, 16-31 B's (zero when absent) */
+    const __m512i s16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(k4_scales_mins(xa + offsetof(og_block_q4_K, scales)))),
+                                           xb ? _mm256_cvtepu8_epi16(k4_scales_mins(xb + offsetof(og_block_q4_K, scales))) : _mm256_setzero_si256(), 1);
+    *ss = _mm512_madd_epi16(_mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)k45s_mi), s16), bsi);
+    k45_w wa, wb;
+    k45_unpack(five, xa, &wa);
+    if (xb) k45_unpack(five, xb, &wb);
+    __m512i acc = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa.q[c], _mm512_loadu_si512(ya->qs + 64 * c));
+        const __m512i pb = xb ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb.q[c], _mm512_loadu_si512(yb->qs + 64 * c)) : _mm512_setzero_si512();
+        acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(pa, pb), _mm512_permutexvar_epi16(k45_ci(c), s16));
+    }
+    return acc;
+}
+
+static inline __attribute__((always_inline)) void k45_r4_short(bool five, int nb, float *s, const void *vx, size_t stride, const void *vy) {
+    const og_block_q8_K *y = vy;
+    const size_t bs = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K), ahead = r4_ahead(stride);
+    const int halves = (nb + 1) / 2;
+    const uint8_t *x = vx;
+    /* the bsums of blocks 2h, 2h + 1 interleaved by qwords: unit L = [2h's qword L, 2h + 1's] */
+    __m512i bsi[2];
+    for (int h = 0; h < halves; h++) {
+        const __m256i ba = _mm256_loadu_si256((const __m256i *)y[2 * h].bsums);
+        const __m256i bb = 2 * h + 1 < nb ? _mm256_loadu_si256((const __m256i *)y[2 * h + 1].bsums) : _mm256_setzero_si256();
+        bsi[h] = _mm512_permutex2var_epi64(_mm512_castsi256_si512(ba), _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), _mm512_castsi256_si512(bb));
+    }
+    __m512i vi[8], vs[8];
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        const uint8_t *xr = x + (size_t)r * stride;
+        og_prefetch_span(xr, ahead, (size_t)nb * bs);
+        #pragma GCC unroll 2
+        for (int h = 0; h < halves; h++) {
+            const uint8_t *xa = xr + (size_t)(2 * h) * bs;
+            const bool two = 2 * h + 1 < nb;
+            vi[4 * h + r] = k45s_pair(five, xa, two ? xa + bs : NULL, &y[2 * h], two ? &y[2 * h + 1] : NULL, bsi[h], &vs[4 * h + r]);
+        }
+    }
+    const __m512i z = _mm512_setzero_si512();
+    for (int k = 4 * halves; k < 8; k++) vi[k] = vs[k] = z;
+    const __m512i is = r4p_sum(vi, false), ss = r4p_sum(vs, false);
+    /* lane j: (row, block) of k45s_pos; its d and dmin (the block's first dword) and dy */
+    /* lane j's row is 2 ((j >> 2) & 1) + (j & 1), its block 2 (j >> 3) + ((j >> 1) & 1); blocks from nb on are masked off */
+    const __m512i row = _mm512_set_epi32(3, 2, 3, 2, 1, 0, 1, 0, 3, 2, 3, 2, 1, 0, 1, 0);
+    const __m512i blk = _mm512_set_epi32(3, 3, 2, 2, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 0, 0);
+    const __mmask16 live = nb >= 4 ? 0xFFFF : nb == 3 ? 0x33FF : nb == 2 ? 0x00FF : 0x0033;
+    const __m512i xo = _mm512_add_epi32(_mm512_mullo_epi32(row, _mm512_set1_epi32((int)stride)), _mm512_mullo_epi32(blk, _mm512_set1_epi32((int)bs)));
+    const __m512i dd = _mm512_mask_i32gather_epi32(z, live, xo, x, 1);
+    const __m512 dy = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, _mm512_mullo_epi32(blk, _mm512_set1_epi32((int)sizeof *y)), &y->d, 1);
+    const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)), dy);
+    const __m512 c = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))), dy);
+    const __m512 v = _mm512_maskz_fnmadd_ps(live, c, _mm512_cvtepi32_ps(ss), _mm512_mul_ps(a, _mm512_cvtepi32_ps(is)));
+    const __m512 l = _mm512_add_ps(_mm512_setzero_ps(), v); /* the lanes from +0 */
+    const __m512 t = _mm512_add_ps(l, _mm512_shuffle_f32x4(l, l, _MM_SHUFFLE(1, 0, 3, 2))); /* blocks b + b + 2 */
+    const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));       /* + the other pair */
+    _mm_storeu_ps(s, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 4, 1, 0), u)));
+}
+/* k45_r4_short with nb a constant (1 .. 4), so its loops unroll */
+static inline __attribute__((always_inline)) void k45_r4_short_nb(bool five, int64_t nb, float *s, const void *vx, size_t stride,
+                                                                   const void *vy) {
+    switch (nb) {
+    case 1: k45_r4_short(five, 1, s, vx, stride, vy); break;
+    case 2: k45_r4_short(five, 2, s, vx, stride, vy); break;
+    case 3: k45_r4_short(five, 3, s, vx, stride, vy); break;
+    default: k45_r4_short(five, 4, s, vx, stride, vy); break;
+    }
+}
+
 #define Q4P(xa, xb, yb, noff, ss) k45_pair(false, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
 #define Q5P(xa, xb, yb, noff, ss) k45_pair(true, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
 static void q4_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    OG_CANON_R4P_BODY(og_block_q4_K, 0, true, Q4P, OG_DMIN);
+    if (n <= 4 * OG_QK_K) k45_r4_short_nb(false, n / OG_QK_K, s, vx, stride, vy);
+    else OG_CANON_R4P_BODY(og_block_q4_K, 0, true, Q4P, OG_DMIN);
 }
 static void q5_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    OG_CANON_R4P_BODY(og_block_q5_K, 0, true, Q5P, OG_DMIN);
+    if (n <= 4 * OG_QK_K) k45_r4_short_nb(true, n / OG_QK_K, s, vx, stride, vy);
+    else OG_CANON_R4P_BODY(og_block_q5_K, 0, true, Q5P, OG_DMIN);
 }
 #undef Q4P
 #undef Q5P

@@ -555,19 +555,67 @@ static inline __m512i k45_ci(int c) {
     return _mm512_add_epi16(_mm512_loadu_si512((const void *)k45_ci0), _mm512_set1_epi16((short)(2 * c)));
 }
 
+/* k4_scales_mins of the blocks whose fields are at qa and qb (qb NULL: zeros), in
+ * one register: bytes 0-15 qa's eight scales and eight mins, 16-31 qb's. */
+static inline __m256i k4_scales_mins2(const uint8_t *qa, const uint8_t *qb) {
+    if (!qb) return _mm256_zextsi128_si256(k4_scales_mins(qa));
+    const __m256i v = _mm256_loadu2_m128i((const __m128i *)qb, (const __m128i *)qa);
+    const __m256i u = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m256i w = _mm256_srlv_epi32(_mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)), _mm256_set_epi32(4, 0, 0, 0, 4, 0, 0, 0));
+    const __m256i six = _mm256_and_si256(u, _mm256_set_epi32(0, 0x3f3f3f3f, 0, 0x3f3f3f3f, 0, 0x3f3f3f3f, 0, 0x3f3f3f3f));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(u, 2), _mm256_set_epi32(0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0));
+    const __m256i low = _mm256_and_si256(w, _mm256_set_epi32(0x0f0f0f0f, 0, 0x0f0f0f0f, 0, 0x0f0f0f0f, 0, 0x0f0f0f0f, 0));
+    return _mm256_or_si256(six, _mm256_or_si256(top, low));
+}
+
+/* Q4_K's quants 64 bytes at a time: register k = 2 c2 + hi of a block holds the low
+ * (hi = 0) or high nibbles of qs[64 c2 ..] (chunks 2 c2, 2 c2 + 1), sub-blocks
+ * 4 c2 + hi and 4 c2 + 2 + hi; the activation block's bytes in the same places
+ * (k45q_y, once per call for the four rows), and the scales of packs(p_A, p_B) of
+ * register k: word w = 8L + k' is (k' < 4 ? A : B)'s scale of sub-block
+ * 4 c2 + hi + 2 (w / 16) (k45q_ci0 + 4 c2 + hi). */
+static const int16_t k45q_ci0[32] = {0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16,
+                                     2, 2, 2, 2, 18, 18, 18, 18, 2, 2, 2, 2, 18, 18, 18, 18};
+static inline __attribute__((always_inline)) void k45q_y(const og_block_q8_K *y, __m512i yq[4]) {
+    for (int c2 = 0; c2 < 2; c2++)
+        for (int hi = 0; hi < 2; hi++)
+            yq[2 * c2 + hi] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 128 * c2 + 32 * hi))),
+                                                 _mm256_loadu_si256((const __m256i *)(y->qs + 128 * c2 + 64 + 32 * hi)), 1);
+}
+
 /* Blocks xa and xb (xb NULL: absent, zero lanes) of one row against ya, yb: the
  * I register (r4p_isum's lanes, A = xa) and, in *ss, the S register in the same
- * layout (bsi: the two activation blocks' bsums interleaved by qwords). */
+ * layout (bsi: the two activation blocks' bsums interleaved by qwords). Q4_K takes
+ * the activations as k45q_y's registers yqa, yqb. */
 static inline __attribute__((always_inline)) __m512i k45s_pair(bool five, const uint8_t *xa, const uint8_t *xb, const og_block_q8_K *ya,
-                                                                const og_block_q8_K *yb, __m512i bsi, __m512i *ss) {
+                                                                const og_block_q8_K *yb, const __m512i *yqa, const __m512i *yqb,
+                                                                __m512i bsi, __m512i *ss) {
     /* words 0-7: A's scales, 8-15 its mins, 16-31 B's (zero when absent) */
-    const __m512i s16 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(k4_scales_mins(xa + offsetof(og_block_q4_K, scales)))),
-                                           xb ? _mm256_cvtepu8_epi16(k4_scales_mins(xb + offsetof(og_block_q4_K, scales))) : _mm256_setzero_si256(), 1);
+    const __m512i s16 = _mm512_cvtepu8_epi16(k4_scales_mins2(xa + offsetof(og_block_q4_K, scales), xb ? xb + offsetof(og_block_q4_K, scales) : NULL));
     *ss = _mm512_madd_epi16(_mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)k45s_mi), s16), bsi);
+    __m512i acc = _mm512_setzero_si512();
+    if (!five) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        #pragma GCC unroll 2
+        for (int c2 = 0; c2 < 2; c2++) {
+            const __m512i qa = _mm512_loadu_si512(xa + offsetof(og_block_q4_K, qs) + 64 * c2);
+            const __m512i qb = xb ? _mm512_loadu_si512(xb + offsetof(og_block_q4_K, qs) + 64 * c2) : _mm512_setzero_si512();
+            #pragma GCC unroll 2
+            for (int hi = 0; hi < 2; hi++) {
+                const int k = 2 * c2 + hi;
+                const __m512i ua = _mm512_and_si512(hi ? _mm512_srli_epi16(qa, 4) : qa, m4);
+                const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, yqa[k]);
+                const __m512i pb = xb ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(hi ? _mm512_srli_epi16(qb, 4) : qb, m4), yqb[k])
+                                      : _mm512_setzero_si512();
+                const __m512i sidx = _mm512_add_epi16(_mm512_loadu_si512((const void *)k45q_ci0), _mm512_set1_epi16((short)(4 * c2 + hi)));
+                acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(pa, pb), _mm512_permutexvar_epi16(sidx, s16));
+            }
+        }
+        return acc;
+    }
     k45_w wa, wb;
     k45_unpack(five, xa, &wa);
     if (xb) k45_unpack(five, xb, &wb);
-    __m512i acc = _mm512_setzero_si512();
     #pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa.q[c], _mm512_loadu_si512(ya->qs + 64 * c));
@@ -589,6 +637,9 @@ static inline __attribute__((always_inline)) void k45_r4_short(bool five, int nb
         const __m256i bb = 2 * h + 1 < nb ? _mm256_loadu_si256((const __m256i *)y[2 * h + 1].bsums) : _mm256_setzero_si256();
         bsi[h] = _mm512_permutex2var_epi64(_mm512_castsi256_si512(ba), _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), _mm512_castsi256_si512(bb));
     }
+    __m512i yq[4][4]; /* Q4_K: k45q_y of each activation block */
+    if (!five)
+        for (int b = 0; b < nb; b++) k45q_y(&y[b], yq[b]);
     __m512i vi[8], vs[8];
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
@@ -598,7 +649,8 @@ static inline __attribute__((always_inline)) void k45_r4_short(bool five, int nb
         for (int h = 0; h < halves; h++) {
             const uint8_t *xa = xr + (size_t)(2 * h) * bs;
             const bool two = 2 * h + 1 < nb;
-            vi[4 * h + r] = k45s_pair(five, xa, two ? xa + bs : NULL, &y[2 * h], two ? &y[2 * h + 1] : NULL, bsi[h], &vs[4 * h + r]);
+            vi[4 * h + r] = k45s_pair(five, xa, two ? xa + bs : NULL, &y[2 * h], two ? &y[2 * h + 1] : NULL, yq[2 * h],
+                                      yq[two ? 2 * h + 1 : 2 * h], bsi[h], &vs[4 * h + r]);
         }
     }
     const __m512i z = _mm512_setzero_si512();

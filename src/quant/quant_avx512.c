@@ -625,6 +625,13 @@ static inline __attribute__((always_inline)) __m512i k45s_pair(bool five, const 
     return acc;
 }
 
+/* og_prefetch_span into L2 (prefetcht1), not L1: for the short rows' sequential run
+ * it streams faster from DRAM than prefetcht0 (bench/RESULTS.md, "Short rows"), the
+ * kernel's own loads then hit L2. */
+static inline void prefetch_span_l2(const void *p, size_t ahead, size_t bytes) {
+    for (size_t l = 0; l < bytes; l += 64) _mm_prefetch((const char *)((uintptr_t)p + ahead + l), _MM_HINT_T1);
+}
+
 static inline __attribute__((always_inline)) void k45_r4_short(bool five, int nb, float *s, const void *vx, size_t stride, const void *vy) {
     const og_block_q8_K *y = vy;
     const size_t bs = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K), ahead = r4_ahead(stride);
@@ -644,7 +651,7 @@ static inline __attribute__((always_inline)) void k45_r4_short(bool five, int nb
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         const uint8_t *xr = x + (size_t)r * stride;
-        og_prefetch_span(xr, ahead, (size_t)nb * bs);
+        prefetch_span_l2(xr, ahead, (size_t)nb * bs);
         #pragma GCC unroll 2
         for (int h = 0; h < halves; h++) {
             const uint8_t *xa = xr + (size_t)(2 * h) * bs;

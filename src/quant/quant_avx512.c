@@ -632,27 +632,47 @@ static inline void prefetch_span_l2(const void *p, size_t ahead, size_t bytes) {
     for (size_t l = 0; l < bytes; l += 64) _mm_prefetch((const char *)((uintptr_t)p + ahead + l), _MM_HINT_T1);
 }
 
+/* Lanes from +0 of the v_b of blocks b0 .. b0 + 3 of the four rows (k45s_pos's
+ * layout), from their exact sums is, ss: the factors by two gathers, blocks from nb
+ * on masked off (+0). */
+static inline __attribute__((always_inline)) __m512 k45s_lanes(__m512i is, __m512i ss, const uint8_t *x, const og_block_q8_K *y,
+                                                               size_t stride, size_t bs, int b0, int nb) {
+    /* lane j's row is 2 ((j >> 2) & 1) + (j & 1), its block b0 + 2 (j >> 3) + ((j >> 1) & 1) */
+    const __m512i row = _mm512_set_epi32(3, 2, 3, 2, 1, 0, 1, 0, 3, 2, 3, 2, 1, 0, 1, 0);
+    const __m512i blk = _mm512_add_epi32(_mm512_set_epi32(3, 3, 2, 2, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 0, 0), _mm512_set1_epi32(b0));
+    const int cnt = nb - b0;
+    const __mmask16 live = cnt >= 4 ? 0xFFFF : cnt == 3 ? 0x33FF : cnt == 2 ? 0x00FF : 0x0033;
+    const __m512i xo = _mm512_add_epi32(_mm512_mullo_epi32(row, _mm512_set1_epi32((int)stride)), _mm512_mullo_epi32(blk, _mm512_set1_epi32((int)bs)));
+    /* d and dmin: the block's first dword */
+    const __m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, xo, x, 1);
+    const __m512 dy = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, _mm512_mullo_epi32(blk, _mm512_set1_epi32((int)sizeof *y)), &y->d, 1);
+    const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)), dy);
+    const __m512 c = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))), dy);
+    const __m512 v = _mm512_maskz_fnmadd_ps(live, c, _mm512_cvtepi32_ps(ss), _mm512_mul_ps(a, _mm512_cvtepi32_ps(is)));
+    return _mm512_add_ps(_mm512_setzero_ps(), v);
+}
+
 static inline __attribute__((always_inline)) void k45_r4_short(bool five, int nb, float *s, const void *vx, size_t stride, const void *vy) {
     const og_block_q8_K *y = vy;
     const size_t bs = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K), ahead = r4_ahead(stride);
     const int halves = (nb + 1) / 2;
     const uint8_t *x = vx;
     /* the bsums of blocks 2h, 2h + 1 interleaved by qwords: unit L = [2h's qword L, 2h + 1's] */
-    __m512i bsi[2];
+    __m512i bsi[4];
     for (int h = 0; h < halves; h++) {
         const __m256i ba = _mm256_loadu_si256((const __m256i *)y[2 * h].bsums);
         const __m256i bb = 2 * h + 1 < nb ? _mm256_loadu_si256((const __m256i *)y[2 * h + 1].bsums) : _mm256_setzero_si256();
         bsi[h] = _mm512_permutex2var_epi64(_mm512_castsi256_si512(ba), _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), _mm512_castsi256_si512(bb));
     }
-    __m512i yq[4][4]; /* Q4_K: k45q_y of each activation block */
+    __m512i yq[8][4]; /* Q4_K: k45q_y of each activation block */
     if (!five)
         for (int b = 0; b < nb; b++) k45q_y(&y[b], yq[b]);
-    __m512i vi[8], vs[8];
+    __m512i vi[16], vs[16]; /* [4 h + r]: blocks 2h, 2h + 1 of row r */
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         const uint8_t *xr = x + (size_t)r * stride;
         prefetch_span_l2(xr, ahead, (size_t)nb * bs);
-        #pragma GCC unroll 2
+        #pragma GCC unroll 4
         for (int h = 0; h < halves; h++) {
             const uint8_t *xa = xr + (size_t)(2 * h) * bs;
             const bool two = 2 * h + 1 < nb;
@@ -660,44 +680,31 @@ static inline __attribute__((always_inline)) void k45_r4_short(bool five, int nb
                                       yq[two ? 2 * h + 1 : 2 * h], bsi[h], &vs[4 * h + r]);
         }
     }
-    const __m512i z = _mm512_setzero_si512();
-    for (int k = 4 * halves; k < 8; k++) vi[k] = vs[k] = z;
-    const __m512i is = r4p_sum(vi, false), ss = r4p_sum(vs, false);
-    /* lane j: (row, block) of k45s_pos; its d and dmin (the block's first dword) and dy */
-    /* lane j's row is 2 ((j >> 2) & 1) + (j & 1), its block 2 (j >> 3) + ((j >> 1) & 1); blocks from nb on are masked off */
-    const __m512i row = _mm512_set_epi32(3, 2, 3, 2, 1, 0, 1, 0, 3, 2, 3, 2, 1, 0, 1, 0);
-    const __m512i blk = _mm512_set_epi32(3, 3, 2, 2, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 0, 0);
-    const __mmask16 live = nb >= 4 ? 0xFFFF : nb == 3 ? 0x33FF : nb == 2 ? 0x00FF : 0x0033;
-    const __m512i xo = _mm512_add_epi32(_mm512_mullo_epi32(row, _mm512_set1_epi32((int)stride)), _mm512_mullo_epi32(blk, _mm512_set1_epi32((int)bs)));
-    const __m512i dd = _mm512_mask_i32gather_epi32(z, live, xo, x, 1);
-    const __m512 dy = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, _mm512_mullo_epi32(blk, _mm512_set1_epi32((int)sizeof *y)), &y->d, 1);
-    const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)), dy);
-    const __m512 c = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))), dy);
-    const __m512 v = _mm512_maskz_fnmadd_ps(live, c, _mm512_cvtepi32_ps(ss), _mm512_mul_ps(a, _mm512_cvtepi32_ps(is)));
-    const __m512 l = _mm512_add_ps(_mm512_setzero_ps(), v); /* the lanes from +0 */
-    const __m512 t = _mm512_add_ps(l, _mm512_shuffle_f32x4(l, l, _MM_SHUFFLE(1, 0, 3, 2))); /* blocks b + b + 2 */
-    const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));       /* + the other pair */
+    const int top = nb > 4 ? 16 : 8;
+    for (int k = 4 * halves; k < top; k++) vi[k] = vs[k] = _mm512_setzero_si512();
+    __m512 l = k45s_lanes(r4p_sum(vi, false), r4p_sum(vs, false), x, y, stride, bs, 0, nb);
+    if (nb > 4) /* offset 4: lane l + lane l + 4 */
+        l = _mm512_add_ps(l, k45s_lanes(r4p_sum(vi + 8, false), r4p_sum(vs + 8, false), x, y, stride, bs, 4, nb));
+    const __m512 t = _mm512_add_ps(l, _mm512_shuffle_f32x4(l, l, _MM_SHUFFLE(1, 0, 3, 2))); /* offset 2: blocks b + b + 2 */
+    const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));       /* offset 1: + the other pair */
     _mm_storeu_ps(s, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 4, 1, 0), u)));
 }
-/* k45_r4_short with nb a constant (1 .. 4), so its loops unroll */
+/* k45_r4_short with nb a constant (1 .. 8), so its loops unroll */
+#define K45_SHORT(NB) k45_r4_short(five, NB, s, vx, stride, vy)
 static inline __attribute__((always_inline)) void k45_r4_short_nb(bool five, int64_t nb, float *s, const void *vx, size_t stride,
                                                                    const void *vy) {
-    switch (nb) {
-    case 1: k45_r4_short(five, 1, s, vx, stride, vy); break;
-    case 2: k45_r4_short(five, 2, s, vx, stride, vy); break;
-    case 3: k45_r4_short(five, 3, s, vx, stride, vy); break;
-    default: k45_r4_short(five, 4, s, vx, stride, vy); break;
-    }
+    OG_SWITCH_NV8(nb, K45_SHORT)
 }
+#undef K45_SHORT
 
 #define Q4P(xa, xb, yb, noff, ss) k45_pair(false, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
 #define Q5P(xa, xb, yb, noff, ss) k45_pair(true, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
 static void q4_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    if (n <= 4 * OG_QK_K) k45_r4_short_nb(false, n / OG_QK_K, s, vx, stride, vy);
+    if (n <= 8 * OG_QK_K) k45_r4_short_nb(false, n / OG_QK_K, s, vx, stride, vy);
     else OG_CANON_R4P_BODY(og_block_q4_K, 0, true, Q4P, OG_DMIN);
 }
 static void q5_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    if (n <= 4 * OG_QK_K) k45_r4_short_nb(true, n / OG_QK_K, s, vx, stride, vy);
+    if (n <= 8 * OG_QK_K) k45_r4_short_nb(true, n / OG_QK_K, s, vx, stride, vy);
     else OG_CANON_R4P_BODY(og_block_q5_K, 0, true, Q5P, OG_DMIN);
 }
 #undef Q4P

@@ -526,22 +526,23 @@ static inline __attribute__((always_inline)) __m512i k45_pair(bool five, const u
     }
     return acc;
 }
-/* ---- Q4_K / Q5_K rows of at most four blocks (K <= 1024: the expert rows of the
- * small models, the head) -----------------------------------------------------------
+/* ---- Q4_K / Q5_K rows of at most eight blocks (K <= 2048: the expert and head rows
+ * of the small models) ------------------------------------------------------------
  * The four rows in address order: a register holds blocks 2h and 2h + 1 of one row
  * (r4p_isum's lanes with "A" and "B" the two blocks, each against its own activation
  * block), so the rows stream as one sequential run of blocks instead of four
- * interleaved ones, and one tree (r4p_sum) turns the eight registers of four rows of
- * four blocks into sixteen exact sums: lane j holds row 2 ((j >> 2) & 1) + (j & 1),
- * block 2 (j >> 3) + ((j >> 1) & 1) (k45s_pos). The S lanes take the same layout (the
- * bsums of both blocks interleaved by qwords, once per call) and the same tree. The
- * factors of all sixteen (row, block) pairs come by two gathers, the float operations
- * of step 2 run once on sixteen lanes, and the cross-block order of a row of at most
- * four blocks is og_canon_finish's on lanes l < 4 from +0: (L0 + L2) + (L1 + L3) with
- * L_b = +0 + v_b (absent blocks +0), which the other offsets leave as it is. The same
- * integers and the same float operations per (row, block) as the other kernels: the
- * same bits (test_canonical_r4). */
-static inline int k45s_pos(int r, int b) { return 8 * (b >> 1) + 4 * (r >> 1) + 2 * (b & 1) + (r & 1); }
+ * interleaved ones (prefetched into L2), and one tree (r4p_sum) turns the eight
+ * registers of four rows' blocks 4q .. 4q + 3 into sixteen exact sums: lane j holds
+ * row r = 2 ((j >> 2) & 1) + (j & 1), block 4q + b, b = 2 (j >> 3) + ((j >> 1) & 1)
+ * (j = 8 (b >> 1) + 4 (r >> 1) + 2 (b & 1) + (r & 1)). The S lanes take the same
+ * layout (the bsums of both blocks interleaved by qwords, once per call) and the same
+ * tree. The factors of the sixteen (row, block) pairs come by two gathers, the float
+ * operations of step 2 run once on sixteen lanes, and the cross-block order of a row
+ * of at most eight blocks is og_canon_finish's on lanes l < 8 from +0: offset 4 adds
+ * the two registers' lanes, then (L0 + L2) + (L1 + L3), L_b = +0 + v_b (absent blocks
+ * +0), which the offsets 16 and 8 leave as it is. The same integers and the same
+ * float operations per (row, block) as the other kernels: the same bits
+ * (test_canonical_r4). */
 /* vpermw indices into s16 (words 0-7: A's scales, 8-15 its mins, 16-31 B's). The
  * scales of packs(p_A, p_B) of chunk c: word w = 8L + k is (k < 4 ? A : B)'s scale of
  * sub-block 2c + w / 16 (k45_ci0 + 2c). k45s_mi: unit L, words 0-3 A's qword L of its
@@ -632,8 +633,8 @@ static inline void prefetch_span_l2(const void *p, size_t ahead, size_t bytes) {
     for (size_t l = 0; l < bytes; l += 64) _mm_prefetch((const char *)((uintptr_t)p + ahead + l), _MM_HINT_T1);
 }
 
-/* Lanes from +0 of the v_b of blocks b0 .. b0 + 3 of the four rows (k45s_pos's
- * layout), from their exact sums is, ss: the factors by two gathers, blocks from nb
+/* Lanes from +0 of the v_b of blocks b0 .. b0 + 3 of the four rows (the layout
+ * above), from their exact sums is, ss: the factors by two gathers, blocks from nb
  * on masked off (+0). */
 static inline __attribute__((always_inline)) __m512 k45s_lanes(__m512i is, __m512i ss, const uint8_t *x, const og_block_q8_K *y,
                                                                size_t stride, size_t bs, int b0, int nb) {

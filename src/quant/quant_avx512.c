@@ -627,8 +627,8 @@ static inline __attribute__((always_inline)) __m512i k45s_pair(bool five, const 
 }
 
 /* og_prefetch_span into L2 (prefetcht1), not L1: for the short rows' sequential run
- * it streams faster from DRAM than prefetcht0 (bench/RESULTS.md, "Short rows"), the
- * kernel's own loads then hit L2. */
+ * it streams faster from DRAM than prefetcht0 (bench/RESULTS.md, "Canonical decode:
+ * short rows in address order"); the kernel's own loads then miss L1 only to L2. */
 static inline void prefetch_span_l2(const void *p, size_t ahead, size_t bytes) {
     for (size_t l = 0; l < bytes; l += 64) _mm_prefetch((const char *)((uintptr_t)p + ahead + l), _MM_HINT_T1);
 }

@@ -526,13 +526,187 @@ static inline __attribute__((always_inline)) __m512i k45_pair(bool five, const u
     }
     return acc;
 }
+/* ---- Q4_K / Q5_K rows of at most eight blocks (K <= 2048: the expert and head rows
+ * of the small models) ------------------------------------------------------------
+ * The four rows in address order: a register holds blocks 2h and 2h + 1 of one row
+ * (r4p_isum's lanes with "A" and "B" the two blocks, each against its own activation
+ * block), so the rows stream as one sequential run of blocks instead of four
+ * interleaved ones (prefetched into L2), and one tree (r4p_sum) turns the eight
+ * registers of four rows' blocks 4q .. 4q + 3 into sixteen exact sums: lane j holds
+ * row r = 2 ((j >> 2) & 1) + (j & 1), block 4q + b, b = 2 (j >> 3) + ((j >> 1) & 1)
+ * (j = 8 (b >> 1) + 4 (r >> 1) + 2 (b & 1) + (r & 1)). The S lanes take the same
+ * layout (the bsums of both blocks interleaved by qwords, once per call) and the same
+ * tree. The factors of the sixteen (row, block) pairs come by two gathers, the float
+ * operations of step 2 run once on sixteen lanes, and the cross-block order of a row
+ * of at most eight blocks is og_canon_finish's on lanes l < 8 from +0: offset 4 adds
+ * the two registers' lanes, then (L0 + L2) + (L1 + L3), L_b = +0 + v_b (absent blocks
+ * +0), which the offsets 16 and 8 leave as it is. The same integers and the same
+ * float operations per (row, block) as the other kernels: the same bits
+ * (test_canonical_r4). */
+/* vpermw indices into s16 (words 0-7: A's scales, 8-15 its mins, 16-31 B's). The
+ * scales of packs(p_A, p_B) of chunk c: word w = 8L + k is (k < 4 ? A : B)'s scale of
+ * sub-block 2c + w / 16 (k45_ci0 + 2c). k45s_mi: unit L, words 0-3 A's qword L of its
+ * doubled mins (sub-blocks 2L, 2L + 1), 4-7 B's. Tables, not loops: gcc builds a
+ * local array filled by a loop with a store per word on every call. */
+static const int16_t k45_ci0[32] = {0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16,
+                                    1, 1, 1, 1, 17, 17, 17, 17, 1, 1, 1, 1, 17, 17, 17, 17};
+static const int16_t k45s_mi[32] = {8,  8,  9,  9,  24, 24, 25, 25, 10, 10, 11, 11, 26, 26, 27, 27,
+                                    12, 12, 13, 13, 28, 28, 29, 29, 14, 14, 15, 15, 30, 30, 31, 31};
+static inline __m512i k45_ci(int c) {
+    return _mm512_add_epi16(_mm512_loadu_si512((const void *)k45_ci0), _mm512_set1_epi16((short)(2 * c)));
+}
+
+/* k4_scales_mins of the blocks whose fields are at qa and qb (qb NULL: zeros), in
+ * one register: bytes 0-15 qa's eight scales and eight mins, 16-31 qb's. */
+static inline __m256i k4_scales_mins2(const uint8_t *qa, const uint8_t *qb) {
+    if (!qb) return _mm256_zextsi128_si256(k4_scales_mins(qa));
+    const __m256i v = _mm256_loadu2_m128i((const __m128i *)qb, (const __m128i *)qa);
+    const __m256i u = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m256i w = _mm256_srlv_epi32(_mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)), _mm256_set_epi32(4, 0, 0, 0, 4, 0, 0, 0));
+    const __m256i six = _mm256_and_si256(u, _mm256_set_epi32(0, 0x3f3f3f3f, 0, 0x3f3f3f3f, 0, 0x3f3f3f3f, 0, 0x3f3f3f3f));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi32(u, 2), _mm256_set_epi32(0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0));
+    const __m256i low = _mm256_and_si256(w, _mm256_set_epi32(0x0f0f0f0f, 0, 0x0f0f0f0f, 0, 0x0f0f0f0f, 0, 0x0f0f0f0f, 0));
+    return _mm256_or_si256(six, _mm256_or_si256(top, low));
+}
+
+/* Q4_K's quants 64 bytes at a time: register k = 2 c2 + hi of a block holds the low
+ * (hi = 0) or high nibbles of qs[64 c2 ..] (chunks 2 c2, 2 c2 + 1), sub-blocks
+ * 4 c2 + hi and 4 c2 + 2 + hi; the activation block's bytes in the same places
+ * (k45q_y, once per call for the four rows), and the scales of packs(p_A, p_B) of
+ * register k: word w = 8L + k' is (k' < 4 ? A : B)'s scale of sub-block
+ * 4 c2 + hi + 2 (w / 16) (k45q_ci0 + 4 c2 + hi). */
+static const int16_t k45q_ci0[32] = {0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16,
+                                     2, 2, 2, 2, 18, 18, 18, 18, 2, 2, 2, 2, 18, 18, 18, 18};
+static inline __attribute__((always_inline)) void k45q_y(const og_block_q8_K *y, __m512i yq[4]) {
+    for (int c2 = 0; c2 < 2; c2++)
+        for (int hi = 0; hi < 2; hi++)
+            yq[2 * c2 + hi] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 128 * c2 + 32 * hi))),
+                                                 _mm256_loadu_si256((const __m256i *)(y->qs + 128 * c2 + 64 + 32 * hi)), 1);
+}
+
+/* Blocks xa and xb (xb NULL: absent, zero lanes) of one row against ya, yb: the
+ * I register (r4p_isum's lanes, A = xa) and, in *ss, the S register in the same
+ * layout (bsi: the two activation blocks' bsums interleaved by qwords). Q4_K takes
+ * the activations as k45q_y's registers yqa, yqb. */
+static inline __attribute__((always_inline)) __m512i k45s_pair(bool five, const uint8_t *xa, const uint8_t *xb, const og_block_q8_K *ya,
+                                                                const og_block_q8_K *yb, const __m512i *yqa, const __m512i *yqb,
+                                                                __m512i bsi, __m512i *ss) {
+    /* words 0-7: A's scales, 8-15 its mins, 16-31 B's (zero when absent) */
+    const __m512i s16 = _mm512_cvtepu8_epi16(k4_scales_mins2(xa + offsetof(og_block_q4_K, scales), xb ? xb + offsetof(og_block_q4_K, scales) : NULL));
+    *ss = _mm512_madd_epi16(_mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)k45s_mi), s16), bsi);
+    __m512i acc = _mm512_setzero_si512();
+    if (!five) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        #pragma GCC unroll 2
+        for (int c2 = 0; c2 < 2; c2++) {
+            const __m512i qa = _mm512_loadu_si512(xa + offsetof(og_block_q4_K, qs) + 64 * c2);
+            const __m512i qb = xb ? _mm512_loadu_si512(xb + offsetof(og_block_q4_K, qs) + 64 * c2) : _mm512_setzero_si512();
+            #pragma GCC unroll 2
+            for (int hi = 0; hi < 2; hi++) {
+                const int k = 2 * c2 + hi;
+                const __m512i ua = _mm512_and_si512(hi ? _mm512_srli_epi16(qa, 4) : qa, m4);
+                const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, yqa[k]);
+                const __m512i pb = xb ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(hi ? _mm512_srli_epi16(qb, 4) : qb, m4), yqb[k])
+                                      : _mm512_setzero_si512();
+                const __m512i sidx = _mm512_add_epi16(_mm512_loadu_si512((const void *)k45q_ci0), _mm512_set1_epi16((short)(4 * c2 + hi)));
+                acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(pa, pb), _mm512_permutexvar_epi16(sidx, s16));
+            }
+        }
+        return acc;
+    }
+    k45_w wa, wb;
+    k45_unpack(five, xa, &wa);
+    if (xb) k45_unpack(five, xb, &wb);
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa.q[c], _mm512_loadu_si512(ya->qs + 64 * c));
+        const __m512i pb = xb ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb.q[c], _mm512_loadu_si512(yb->qs + 64 * c)) : _mm512_setzero_si512();
+        acc = _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(pa, pb), _mm512_permutexvar_epi16(k45_ci(c), s16));
+    }
+    return acc;
+}
+
+/* og_prefetch_span into L2 (prefetcht1), not L1: for the short rows' sequential run
+ * it streams faster from DRAM than prefetcht0 (bench/RESULTS.md, "Canonical decode:
+ * short rows in address order"); the kernel's own loads then miss L1 only to L2. */
+static inline void prefetch_span_l2(const void *p, size_t ahead, size_t bytes) {
+    for (size_t l = 0; l < bytes; l += 64) _mm_prefetch((const char *)((uintptr_t)p + ahead + l), _MM_HINT_T1);
+}
+
+/* Lanes from +0 of the v_b of blocks b0 .. b0 + 3 of the four rows (the layout
+ * above), from their exact sums is, ss: the factors by two gathers, blocks from nb
+ * on masked off (+0). */
+static inline __attribute__((always_inline)) __m512 k45s_lanes(__m512i is, __m512i ss, const uint8_t *x, const og_block_q8_K *y,
+                                                               size_t stride, size_t bs, int b0, int nb) {
+    /* lane j's row is 2 ((j >> 2) & 1) + (j & 1), its block b0 + 2 (j >> 3) + ((j >> 1) & 1) */
+    const __m512i row = _mm512_set_epi32(3, 2, 3, 2, 1, 0, 1, 0, 3, 2, 3, 2, 1, 0, 1, 0);
+    const __m512i blk = _mm512_add_epi32(_mm512_set_epi32(3, 3, 2, 2, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 0, 0), _mm512_set1_epi32(b0));
+    const int cnt = nb - b0;
+    const __mmask16 live = cnt >= 4 ? 0xFFFF : cnt == 3 ? 0x33FF : cnt == 2 ? 0x00FF : 0x0033;
+    const __m512i xo = _mm512_add_epi32(_mm512_mullo_epi32(row, _mm512_set1_epi32((int)stride)), _mm512_mullo_epi32(blk, _mm512_set1_epi32((int)bs)));
+    /* d and dmin: the block's first dword */
+    const __m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, xo, x, 1);
+    const __m512 dy = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, _mm512_mullo_epi32(blk, _mm512_set1_epi32((int)sizeof *y)), &y->d, 1);
+    const __m512 a = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)), dy);
+    const __m512 c = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))), dy);
+    const __m512 v = _mm512_maskz_fnmadd_ps(live, c, _mm512_cvtepi32_ps(ss), _mm512_mul_ps(a, _mm512_cvtepi32_ps(is)));
+    return _mm512_add_ps(_mm512_setzero_ps(), v);
+}
+
+static inline __attribute__((always_inline)) void k45_r4_short(bool five, int nb, float *s, const void *vx, size_t stride, const void *vy) {
+    const og_block_q8_K *y = vy;
+    const size_t bs = five ? sizeof(og_block_q5_K) : sizeof(og_block_q4_K), ahead = r4_ahead(stride);
+    const int halves = (nb + 1) / 2;
+    const uint8_t *x = vx;
+    /* the bsums of blocks 2h, 2h + 1 interleaved by qwords: unit L = [2h's qword L, 2h + 1's] */
+    __m512i bsi[4];
+    for (int h = 0; h < halves; h++) {
+        const __m256i ba = _mm256_loadu_si256((const __m256i *)y[2 * h].bsums);
+        const __m256i bb = 2 * h + 1 < nb ? _mm256_loadu_si256((const __m256i *)y[2 * h + 1].bsums) : _mm256_setzero_si256();
+        bsi[h] = _mm512_permutex2var_epi64(_mm512_castsi256_si512(ba), _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), _mm512_castsi256_si512(bb));
+    }
+    __m512i yq[8][4]; /* Q4_K: k45q_y of each activation block */
+    if (!five)
+        for (int b = 0; b < nb; b++) k45q_y(&y[b], yq[b]);
+    __m512i vi[16], vs[16]; /* [4 h + r]: blocks 2h, 2h + 1 of row r */
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        const uint8_t *xr = x + (size_t)r * stride;
+        prefetch_span_l2(xr, ahead, (size_t)nb * bs);
+        #pragma GCC unroll 4
+        for (int h = 0; h < halves; h++) {
+            const uint8_t *xa = xr + (size_t)(2 * h) * bs;
+            const bool two = 2 * h + 1 < nb;
+            vi[4 * h + r] = k45s_pair(five, xa, two ? xa + bs : NULL, &y[2 * h], two ? &y[2 * h + 1] : NULL, yq[2 * h],
+                                      yq[two ? 2 * h + 1 : 2 * h], bsi[h], &vs[4 * h + r]);
+        }
+    }
+    const int top = nb > 4 ? 16 : 8;
+    for (int k = 4 * halves; k < top; k++) vi[k] = vs[k] = _mm512_setzero_si512();
+    __m512 l = k45s_lanes(r4p_sum(vi, false), r4p_sum(vs, false), x, y, stride, bs, 0, nb);
+    if (nb > 4) /* offset 4: lane l + lane l + 4 */
+        l = _mm512_add_ps(l, k45s_lanes(r4p_sum(vi + 8, false), r4p_sum(vs + 8, false), x, y, stride, bs, 4, nb));
+    const __m512 t = _mm512_add_ps(l, _mm512_shuffle_f32x4(l, l, _MM_SHUFFLE(1, 0, 3, 2))); /* offset 2: blocks b + b + 2 */
+    const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));       /* offset 1: + the other pair */
+    _mm_storeu_ps(s, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 4, 1, 0), u)));
+}
+/* k45_r4_short with nb a constant (1 .. 8), so its loops unroll */
+#define K45_SHORT(NB) k45_r4_short(five, NB, s, vx, stride, vy)
+static inline __attribute__((always_inline)) void k45_r4_short_nb(bool five, int64_t nb, float *s, const void *vx, size_t stride,
+                                                                   const void *vy) {
+    OG_SWITCH_NV8(nb, K45_SHORT)
+}
+#undef K45_SHORT
+
 #define Q4P(xa, xb, yb, noff, ss) k45_pair(false, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
 #define Q5P(xa, xb, yb, noff, ss) k45_pair(true, (const uint8_t *)(xa), (const uint8_t *)(xb), yb, ss)
 static void q4_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    OG_CANON_R4P_BODY(og_block_q4_K, 0, true, Q4P, OG_DMIN);
+    if (n <= 8 * OG_QK_K) k45_r4_short_nb(false, n / OG_QK_K, s, vx, stride, vy);
+    else OG_CANON_R4P_BODY(og_block_q4_K, 0, true, Q4P, OG_DMIN);
 }
 static void q5_K_r4(int64_t n, float *s, const void *vx, size_t stride, const void *vy) {
-    OG_CANON_R4P_BODY(og_block_q5_K, 0, true, Q5P, OG_DMIN);
+    if (n <= 8 * OG_QK_K) k45_r4_short_nb(true, n / OG_QK_K, s, vx, stride, vy);
+    else OG_CANON_R4P_BODY(og_block_q5_K, 0, true, Q5P, OG_DMIN);
 }
 #undef Q4P
 #undef Q5P

@@ -819,7 +819,7 @@ static void test_canonical(void **state) {
  * on random blocks and full-range activations, rows of 1 to 70 blocks (a last group
  * of one to eight, more blocks than lanes), the rows at their own size apart and
  * further apart (a stride that is not the row's). The AVX-512 tier has it for
- * Q8_0, Q4_0, Q5_0, IQ4_NL and the k-quants. */
+ * Q8_0, Q4_0, Q5_0, IQ4_NL and the k-quants, the AVX2 tier for Q4_K and Q5_K. */
 static void test_canonical_r4(void **state) {
     (void)state;
     og_cpu_features f;
@@ -864,12 +864,15 @@ static void test_canonical_r4(void **state) {
         }
     }
     const int has512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.os_avx512;
-    /* Q8_0, Q4_0, Q5_0, IQ4_NL, Q2_K-Q6_K in the AVX-512 tier, and in its variant without GFNI/VBMI where that runs */
-    og_kernels plain;
+    /* Q8_0, Q4_0, Q5_0, IQ4_NL, Q2_K-Q6_K in the AVX-512 tier, and in its variant without GFNI/VBMI where that
+     * runs; Q4_K and Q5_K in the AVX2 tier */
+    og_kernels plain, avx2;
     const int variants = has512 + (has512 && tier_kernels(&f, VARIANT_AVX512_PLAIN, &plain));
-    assert_int_equal(kernels, 9 * variants);
+    const int has2 = tier_kernels(&f, OG_ISA_AVX2, &avx2);
+    assert_int_equal(kernels, 9 * variants + 2 * has2);
     assert_int_equal(checked, kernels * 12 * 2 * 4);
-    if (!has512) print_message("SKIP (hardware): no AVX-512: the four-row canonical kernels untested\n");
+    if (!has2) print_message("SKIP (hardware): no AVX2: the AVX2 four-row canonical kernels untested\n");
+    if (!has512) print_message("SKIP (hardware): no AVX-512: the AVX-512 four-row canonical kernels untested\n");
 }
 
 /* The tiled canonical product (og_kernels.gemm_canonical) of every tier the CPU runs

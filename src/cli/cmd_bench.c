@@ -183,6 +183,9 @@ static void usage(FILE *out) {
             "  --reps N  timed runs per figure, median reported (default 5)\n"
             "  --k K --rows N  matrix shape for comparing with a peer (default K 7168, rows fill the buffer)\n"
             "  --only matvec|matmul  one of the two parts\n"
+            "  --mm-rows N  weight rows of the batched products (default 2048, a layer's size: the\n"
+            "  activations' quantization, part of each call, is spread over them as in a forward\n"
+            "  pass; the scalar tier keeps 256, it is three orders of magnitude slower)\n"
             "  ONEGPU_CPU_ISA=scalar|avx2|avx512 picks the tier of the matrix x vector runs (and the\n"
             "  only tier of the batched ones).\n");
 }
@@ -395,12 +398,12 @@ int og_cmd_bench(int argc, char **argv) {
                                          {"threads", required_argument, 0, 't'}, {"types", required_argument, 0, 'T'},
                                          {"reps", required_argument, 0, 'r'},    {"help", no_argument, 0, 'h'},
                                          {"k", required_argument, 0, 'k'},       {"rows", required_argument, 0, 'R'},
-                                         {"only", required_argument, 0, 'o'},
+                                         {"only", required_argument, 0, 'o'},    {"mm-rows", required_argument, 0, 'M'},
                                          {0, 0, 0, 0}};
     bool as_json = false;
     long size_mib = 1024;
     int reps = 5, threads[8], n_threads = 0;
-    long K_arg = 7168, rows_arg = 0;
+    long K_arg = 7168, rows_arg = 0, mm_rows = 2048;
     const char *types_arg = NULL;
     int c, only = 0; /* 1: matrix x vector only, 2: batched matmul only */
     optind = 2;
@@ -413,6 +416,7 @@ int og_cmd_bench(int argc, char **argv) {
         case 'r': reps = atoi(optarg); break;
         case 'k': K_arg = atol(optarg); break;
         case 'R': rows_arg = atol(optarg); break;
+        case 'M': mm_rows = atol(optarg); break;
         case 'o':
             if (!strcmp(optarg, "matvec")) only = 1;
             else if (!strcmp(optarg, "matmul")) only = 2;
@@ -424,6 +428,10 @@ int og_cmd_bench(int argc, char **argv) {
         case 'h': usage(stdout); return OG_EXIT_OK;
         default: usage(stderr); return OG_EXIT_USAGE;
         }
+    }
+    if (mm_rows < 16 || mm_rows > 4096) { /* y holds 4096 rows x 512 */
+        fprintf(stderr, "onegpu bench: --mm-rows must be 16..4096 (got %ld)\n", mm_rows);
+        return OG_EXIT_USAGE;
     }
     if (size_mib < 16 || size_mib > 1 << 20 || reps < 1 || reps > 15 || K_arg < 256 || K_arg % 256 || K_arg > 1 << 20 ||
         rows_arg < 0) {
@@ -560,8 +568,9 @@ int og_cmd_bench(int argc, char **argv) {
         printf("\nVNNI peak %.0f GOP/s = %d cores x %.0f MHz (/proc/cpuinfo) x 2 vpdpbusd zmm per cycle x 64 int8 MACs x 2\n"
                "(measured here: %.2f vpdpbusd zmm per ns on one core = %.2f per cycle at that clock)\n",
                peak, og_pool_size(pool), mhz, dp_ns, mhz > 0 ? dp_ns * 1e3 / mhz : 0);
-        printf("batched matmul, %d threads, weights %lld x %lld, GFLOP/s (2 K N M / time)\n%-8s %-7s %7s %10s %10s %9s\n",
-               threads[n_threads - 1], 256LL, (long long)K, "type", "tier", "batch", "fork", "canon", "c / peak");
+        printf("batched matmul, %d threads, weights N x %lld (N = %ld rows, the scalar tier 256), activations quantized "
+               "in each call (canon) or beforehand (given), GFLOP/s (2 K N M / time)\n%-8s %-7s %7s %10s %10s %9s %12s %9s\n",
+               threads[n_threads - 1], (long long)K, mm_rows, "type", "tier", "batch", "fork", "canon", "c / peak", "canon given", "g / peak");
     }
     static const int batches[] = {16, 64, 512};
     static const og_ggml_type mm_types[] = {OG_TYPE_Q4_K, OG_TYPE_Q2_K, OG_TYPE_Q3_K, OG_TYPE_Q8_0, OG_TYPE_Q6_K, OG_TYPE_Q5_K};
@@ -574,10 +583,14 @@ int og_cmd_bench(int argc, char **argv) {
         og_kernels kt;
         og_kernels_init((og_isa)tier, &kt);
         for (size_t t = 0; t < sizeof mm_types / sizeof mm_types[0]; t++) {
+            bool listed = !types_arg; /* --types: the batched types among them */
+            for (int u = 0; u < n_types && !listed; u++) listed = types[u] == mm_types[t];
+            if (!listed) continue;
             const og_type_traits *tr = og_quant_traits(mm_types[t]);
             uint64_t rb;
             og_row_bytes(tr->type, (uint64_t)K, &rb);
-            const int64_t n_rows = 256;
+            const int64_t n_rows = tier == OG_ISA_SCALAR ? 256 : mm_rows;
+            if ((uint64_t)n_rows * rb > bytes) continue; /* --size-mib below the matrix */
             fill_weights(tr->type, K, n_rows, buf, rb);
             og_weight w = {tr->type, buf, K, n_rows, rb};
             for (size_t bi = 0; bi < 3; bi++) {
@@ -585,9 +598,18 @@ int og_cmd_bench(int argc, char **argv) {
                 size_t sb = og_cpu_matmul_scratch(tr->type, K, M);
                 og_matmul_job cj = {.w = &w, .x = x, .m = M, .y = y, .numerics = OG_NUMERICS_CANONICAL};
                 const size_t cb = og_cpu_matmul_multi_scratch(&cj, 1);
-                double tm[16], tc[16], t0 = now_s();
+                /* the product alone: the rows quantized beforehand (og_act_rows), as a forward pass
+                 * quantizes a token's row once for every product that reads it */
+                uint64_t qrb = 0;
+                og_row_bytes(tr->vec_dot_type, (uint64_t)K, &qrb);
+                uint8_t *xq = kt.quantize_act[tr->vec_dot_type] ? malloc((size_t)qrb * (size_t)M) : NULL;
+                for (int r = 0; xq && r < M; r++) kt.quantize_act[tr->vec_dot_type](x + (size_t)r * K, xq + (size_t)r * qrb, K);
+                const og_act_rows given = {xq, (size_t)qrb};
+                og_buf gws = {0};
+                double tm[16], tc[16], tg[16], t0 = now_s();
                 og_cpu_matmul(&kt, pool, &w, x, M, y, scratch, sb);
                 og_cpu_matmul_multi(&kt, pool, &cj, 1, mscratch, cb);
+                const bool given_ok = xq && !og_cpu_matmul_multi_given_ws(&kt, pool, &cj, 1, &given, &gws);
                 double once = now_s() - t0;
                 int r_here = once > 2.0 ? 1 : reps;
                 for (int r = 0; r < r_here; r++) {
@@ -597,15 +619,23 @@ int og_cmd_bench(int argc, char **argv) {
                     t0 = now_s();
                     og_cpu_matmul_multi(&kt, pool, &cj, 1, mscratch, cb);
                     tc[r] = now_s() - t0;
+                    t0 = now_s();
+                    if (given_ok) og_cpu_matmul_multi_given_ws(&kt, pool, &cj, 1, &given, &gws);
+                    tg[r] = now_s() - t0;
                 }
+                free(xq);
+                og_buf_free(&gws);
                 const double ops = 2.0 * (double)K * (double)n_rows * M;
                 double gflops = ops / median(tm, r_here) / 1e9, cflops = ops / median(tc, r_here) / 1e9;
+                const double gv = given_ok ? ops / median(tg, r_here) / 1e9 : 0;
                 json_array_append_new(mm, json_pack("{s:s, s:s, s:i, s:i, s:f, s:f, s:f}", "type", tr->name, "tier",
                                                     og_isa_name((og_isa)tier), "batch", M, "threads", og_pool_size(pool),
                                                     "gflops", gflops, "canonical_gflops", cflops, "vnni_peak_gops", peak));
+                json_object_set_new(json_array_get(mm, json_array_size(mm) - 1), "rows", json_integer(n_rows));
+                json_object_set_new(json_array_get(mm, json_array_size(mm) - 1), "canonical_given_gflops", json_real(gv));
                 if (!as_json)
-                    printf("%-8s %-7s %7d %10.2f %10.2f %9.3f\n", tr->name, og_isa_name((og_isa)tier), M, gflops, cflops,
-                           peak > 0 ? cflops / peak : 0);
+                    printf("%-8s %-7s %7d %10.2f %10.2f %9.3f %12.2f %9.3f\n", tr->name, og_isa_name((og_isa)tier), M, gflops,
+                           cflops, peak > 0 ? cflops / peak : 0, gv, peak > 0 ? gv / peak : 0);
             }
         }
     }

@@ -673,8 +673,7 @@ static void sink_heads(void *vctx, int ith, int nth) {
     }
 }
 
-static og_status run_sink_attn(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_sink_attn_op *op) {
-    if (!k->vec_dot[OG_TYPE_F32] || !k->dot_f32_device || !k->axpy_f32) return OG_ERR_INVALID_ARG;
+int64_t og_sink_attn_rows_most(const og_sink_attn_op *op) {
     int64_t most = 1;
     for (int64_t i = 0; i < op->n_tok; i++) {
         int64_t n = op->row_off[i + 1] - op->row_off[i];
@@ -682,6 +681,12 @@ static og_status run_sink_attn(const og_kernels *k, og_pool *pool, og_cop_scratc
         if (op->comp.n_blocks) n += use_sel ? op->top_k : op->n_comp[i];
         if (n > most) most = n;
     }
+    return most;
+}
+
+static og_status run_sink_attn(const og_kernels *k, og_pool *pool, og_cop_scratch *sc, const og_sink_attn_op *op) {
+    if (!k->vec_dot[OG_TYPE_F32] || !k->dot_f32_device || !k->axpy_f32) return OG_ERR_INVALID_ARG;
+    const int64_t most = og_sink_attn_rows_most(op);
     if (op->sel) /* the selected rows must lie inside each token's visible ones */
         for (int64_t i = 0; i < op->n_tok; i++) {
             const bool use_sel = op->comp.n_blocks && (op->sel_every || op->n_comp[i] > op->top_k);

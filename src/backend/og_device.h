@@ -454,6 +454,11 @@ typedef struct og_sink_attn_op {
                                   negative entry ends the list; false: sel only when n_comp[i] > top_k */
 } og_sink_attn_op;
 
+/* The most rows any token of op attends to (its raw rows plus its compressed
+ * ones: all n_comp, or top_k where the selection applies), at least 1: the
+ * size of a token-head's score row. Cannot fail (ds4_ops.c). */
+int64_t og_sink_attn_rows_most(const og_sink_attn_op *op);
+
 /* ---- deepseek41's op (deepseek4.md §4.3.2; ds4_ops.c) ---- */
 
 /* V4.1's Engram gates, in place on the streams s [n_tok][n_hc][n_embd], from

@@ -701,13 +701,7 @@ static og_status ds4_indexer(og_stream *s, const og_indexer_op *op, const uint8_
 static og_status ds4_sink_attn(og_stream *s, const og_sink_attn_op *op, const uint8_t *db, const void *own, char *err,
                                size_t errlen) {
     if (!op->n_tok) return OG_OK;
-    int64_t most = 1;
-    for (int64_t i = 0; i < op->n_tok; i++) {
-        int64_t n = op->row_off[i + 1] - op->row_off[i];
-        const bool use_sel = op->sel && (op->sel_every || op->n_comp[i] > op->top_k);
-        if (op->comp.n_blocks) n += use_sel ? op->top_k : op->n_comp[i];
-        if (n > most) most = n;
-    }
+    const int64_t most = og_sink_attn_rows_most(op);
     og_status st = work(s, (uint64_t)op->n_tok * (uint64_t)op->n_head * (uint64_t)most * sizeof(float) + 256, err, errlen);
     if (st) return st;
     const bool comp = op->comp.n_blocks > 0;
